@@ -1,0 +1,80 @@
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+use crate::ValidationError;
+
+/// A namespaced keyword naming an attribute, such as `:task/status`.
+///
+/// Form: `:` then a prefix, `/`, and a name; both parts non-empty and made of
+/// `[A-Za-z0-9_.?!*+-]` (the prefix may itself contain `.`). At most 128 bytes.
+#[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Debug, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct Attribute(String);
+
+impl Attribute {
+    pub const MAX_BYTES: usize = 128;
+
+    pub fn new(value: impl Into<String>) -> Result<Attribute, ValidationError> {
+        let value = value.into();
+        check_keyword(&value).map_err(|reason| ValidationError::Attribute { value: value.clone(), reason })?;
+        Ok(Attribute(value))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+/// Shared by attributes and keyword values: `:prefix/name`.
+pub(crate) fn check_keyword(value: &str) -> Result<(), &'static str> {
+    if value.len() > Attribute::MAX_BYTES {
+        return Err("longer than 128 bytes");
+    }
+    let Some(body) = value.strip_prefix(':') else {
+        return Err("must start with ':'");
+    };
+    let Some((prefix, name)) = body.split_once('/') else {
+        return Err("must have the form :prefix/name");
+    };
+    let valid = |s: &str| {
+        !s.is_empty() && s.bytes().all(|b| b.is_ascii_alphanumeric() || b"_.?!*+-".contains(&b))
+    };
+    if !valid(prefix) || !valid(name) {
+        return Err("prefix and name must be non-empty and use only A-Z a-z 0-9 _ . ? ! * + -");
+    }
+    Ok(())
+}
+
+impl TryFrom<String> for Attribute {
+    type Error = ValidationError;
+    fn try_from(value: String) -> Result<Self, Self::Error> {
+        Attribute::new(value)
+    }
+}
+
+impl From<Attribute> for String {
+    fn from(a: Attribute) -> String {
+        a.0
+    }
+}
+
+impl fmt::Display for Attribute {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keyword_rules() {
+        assert!(Attribute::new(":task/status").is_ok());
+        assert!(Attribute::new(":agent.memory/kind").is_ok());
+        for bad in ["task/status", ":task", ":/x", ":x/", ":a b/c", ""] {
+            assert!(Attribute::new(bad).is_err(), "{bad:?}");
+        }
+    }
+}

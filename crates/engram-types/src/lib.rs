@@ -1,0 +1,37 @@
+//! Engram's data model: the vocabulary every other crate speaks.
+//!
+//! A **datom** is one immutable fact: (namespace, entity, attribute, value, op, valid time,
+//! transaction, provenance). Datoms are never overwritten; a retraction is a new datom. This
+//! crate defines the datom and its parts as validated newtypes, the transaction request that
+//! carries them into the log, and the **canonical encoding**: a versioned, length-prefixed
+//! binary form whose blake3 hash is the datom's content address. The same datom yields the
+//! same bytes and hash on every node and every code version that reads that format version.
+//!
+//! Must not depend on: any I/O, async runtime, storage engine, network or clock. Everything
+//! here is a pure function of its inputs, so the state machine can build on it.
+
+mod attribute;
+pub mod codec;
+mod datom;
+mod error;
+mod hash;
+mod ids;
+mod namespace;
+mod tx;
+mod value;
+
+pub use attribute::Attribute;
+pub use datom::{Datom, Op, Provenance, Status};
+pub use error::{DecodeError, ValidationError};
+pub use hash::Hash;
+pub use ids::{EntityId, TxId};
+pub use namespace::Namespace;
+pub use tx::{EntityRef, Precondition, TxOp, TxReceipt, TxRequest};
+pub use value::{Value, ValueType};
+
+/// Format version of the canonical datom encoding. Bumped only with a new decoder arm, never
+/// by changing what an existing version means.
+pub const DATOM_FORMAT_VERSION: u8 = 1;
+
+/// Largest string, keyword, bytes or json payload of one value, in bytes.
+pub const MAX_VALUE_BYTES: usize = 1 << 20;

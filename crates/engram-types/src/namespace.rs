@@ -1,0 +1,91 @@
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+use crate::ValidationError;
+
+/// A validated, hierarchical namespace such as `team-a/agents/planner`.
+///
+/// Namespaces scope all data, and they are also used to build storage keys and, by operators,
+/// directory-like paths, so the rules refuse anything that could escape or alias another
+/// namespace: no absolute paths, no `.` or `..` segments, no empty segments, no control
+/// characters, and only `[A-Za-z0-9_.-]` inside a segment.
+#[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Debug, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct Namespace(String);
+
+impl Namespace {
+    pub const MAX_BYTES: usize = 256;
+
+    pub fn new(value: impl Into<String>) -> Result<Namespace, ValidationError> {
+        let value = value.into();
+        let fail = |reason| Err(ValidationError::Namespace { value: value.clone(), reason });
+        if value.is_empty() {
+            return fail("must not be empty");
+        }
+        if value.len() > Self::MAX_BYTES {
+            return fail("longer than 256 bytes");
+        }
+        if value.starts_with('/') {
+            return fail("must not be an absolute path");
+        }
+        if value.chars().any(|c| c.is_control()) {
+            return fail("must not contain control characters");
+        }
+        for segment in value.split('/') {
+            if segment.is_empty() {
+                return fail("must not contain empty segments");
+            }
+            if segment == "." || segment == ".." {
+                return fail("must not contain '.' or '..' segments");
+            }
+            if !segment.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.')) {
+                return fail("segments may only contain A-Z a-z 0-9 _ - .");
+            }
+        }
+        Ok(Namespace(value))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl TryFrom<String> for Namespace {
+    type Error = ValidationError;
+    fn try_from(value: String) -> Result<Self, Self::Error> {
+        Namespace::new(value)
+    }
+}
+
+impl From<Namespace> for String {
+    fn from(ns: Namespace) -> String {
+        ns.0
+    }
+}
+
+impl fmt::Display for Namespace {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn accepts_hierarchical_names() {
+        for ok in ["a", "team-a/agents/planner", "x.y_z/1"] {
+            assert_eq!(Namespace::new(ok).unwrap().as_str(), ok);
+        }
+    }
+
+    #[test]
+    fn refuses_escapes_and_junk() {
+        for bad in ["", "/abs", "../x", "a/../b", "a//b", "a/", ".", "a/./b", "a\nb", "a b", "ä"] {
+            assert!(Namespace::new(bad).is_err(), "{bad:?} must be refused");
+        }
+        assert!(Namespace::new("a".repeat(257)).is_err());
+    }
+}
