@@ -1,0 +1,209 @@
+use engram_types::codec::{Reader, Writer};
+use engram_types::{DecodeError, Hash, TxId};
+use serde::{Deserialize, Serialize};
+
+use crate::{KeyId, NodeKey, PublicKey};
+
+/// Format version of the canonical audit entry encoding.
+pub const AUDIT_FORMAT_VERSION: u8 = 1;
+
+/// `prev_hash` of the first entry: fixed, so genesis is recognisable and cannot be preceded.
+pub const GENESIS_PREV_HASH: Hash = Hash::ZERO;
+
+/// What an entry records.
+#[derive(Clone, PartialEq, Eq, Debug, Serialize, Deserialize)]
+pub enum EntryKind {
+    /// An applied transaction. `content_hash` is [`tx_content_hash`] of its datoms.
+    Transaction { content_hash: Hash, datoms: u32 },
+    /// A membership change (the first one is genesis): the members and their public keys,
+    /// ordered by node id. These are the keys trusted from this entry on.
+    Membership { members: Vec<(u64, PublicKey)> },
+}
+
+/// One link of the chain: the content every replica hashes identically.
+#[derive(Clone, PartialEq, Eq, Debug, Serialize, Deserialize)]
+pub struct AuditEntry {
+    /// 1-based position in the chain; contiguous.
+    pub index: u64,
+    /// The Raft log index that produced this entry.
+    pub tx: TxId,
+    /// Transaction time, chosen by the leader and carried in the log entry.
+    pub tx_time_ns: i64,
+    /// The transaction's namespace; empty for membership entries.
+    pub namespace: String,
+    pub kind: EntryKind,
+    pub prev_hash: Hash,
+}
+
+/// The content hash of a transaction: blake3 over its datom hashes in transaction order.
+pub fn tx_content_hash(datom_hashes: &[Hash]) -> Hash {
+    let mut hasher = blake3::Hasher::new();
+    hasher.update(b"engram.tx.v1");
+    for h in datom_hashes {
+        hasher.update(h.as_bytes());
+    }
+    Hash(*hasher.finalize().as_bytes())
+}
+
+impl AuditEntry {
+    pub fn encode(&self) -> Vec<u8> {
+        let mut w = Writer::with_capacity(128);
+        w.u8(AUDIT_FORMAT_VERSION)
+            .u64(self.index)
+            .u64(self.tx.0)
+            .i64(self.tx_time_ns)
+            .str(&self.namespace);
+        match &self.kind {
+            EntryKind::Transaction { content_hash, datoms } => {
+                w.u8(1).raw(content_hash.as_bytes()).u32(*datoms);
+            }
+            EntryKind::Membership { members } => {
+                let count = u32::try_from(members.len()).expect("membership beyond u32 members");
+                w.u8(2).u32(count);
+                for (id, key) in members {
+                    w.u64(*id).raw(&key.0);
+                }
+            }
+        }
+        w.raw(self.prev_hash.as_bytes());
+        w.finish()
+    }
+
+    pub fn decode(bytes: &[u8]) -> Result<AuditEntry, DecodeError> {
+        let mut r = Reader::new(bytes);
+        let entry = Self::read(&mut r)?;
+        r.finish()?;
+        Ok(entry)
+    }
+
+    fn read(r: &mut Reader<'_>) -> Result<AuditEntry, DecodeError> {
+        let version = r.u8("audit format version")?;
+        if version != AUDIT_FORMAT_VERSION {
+            return Err(DecodeError::Version(version));
+        }
+        let index = r.u64("index")?;
+        let tx = TxId(r.u64("tx")?);
+        let tx_time_ns = r.i64("tx_time")?;
+        let namespace = r.string("namespace")?;
+        let kind = match r.u8("entry kind")? {
+            1 => EntryKind::Transaction { content_hash: r.hash("content_hash")?, datoms: r.u32("datoms")? },
+            2 => {
+                let count = r.u32("member count")? as usize;
+                // Each member takes 40 bytes; refuse counts the input cannot hold before
+                // allocating for them.
+                if count > r.remaining() / 40 {
+                    return Err(DecodeError::Truncated("members"));
+                }
+                let mut members = Vec::with_capacity(count);
+                for _ in 0..count {
+                    let id = r.u64("member id")?;
+                    members.push((id, PublicKey(r.hash("member key")?.0)));
+                }
+                EntryKind::Membership { members }
+            }
+            tag => return Err(DecodeError::Tag { what: "entry kind", tag }),
+        };
+        let prev_hash = r.hash("prev_hash")?;
+        Ok(AuditEntry { index, tx, tx_time_ns, namespace, kind, prev_hash })
+    }
+
+    pub fn hash(&self) -> Hash {
+        Hash::of(&self.encode())
+    }
+}
+
+/// A replica's signature over an entry hash.
+#[derive(Clone, PartialEq, Eq, Debug, Serialize, Deserialize)]
+pub struct Attestation {
+    pub key_id: KeyId,
+    #[serde(with = "sig_bytes")]
+    pub signature: [u8; 64],
+}
+
+mod sig_bytes {
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(sig: &[u8; 64], s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_bytes(sig)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<[u8; 64], D::Error> {
+        let bytes: Vec<u8> = Deserialize::deserialize(d)?;
+        <[u8; 64]>::try_from(bytes.as_slice()).map_err(|_| serde::de::Error::invalid_length(bytes.len(), &"64"))
+    }
+}
+
+/// An entry with the attestation of the node that stored it.
+#[derive(Clone, PartialEq, Eq, Debug, Serialize, Deserialize)]
+pub struct SignedEntry {
+    pub entry: AuditEntry,
+    pub attestation: Attestation,
+}
+
+impl SignedEntry {
+    pub fn sign(entry: AuditEntry, key: &NodeKey) -> SignedEntry {
+        let signature = key.sign(entry.hash().as_bytes());
+        SignedEntry { entry, attestation: Attestation { key_id: key.key_id(), signature } }
+    }
+
+    pub fn encode(&self) -> Vec<u8> {
+        let mut w = Writer::with_capacity(208);
+        w.bytes(&self.entry.encode()).raw(&self.attestation.key_id.0).raw(&self.attestation.signature);
+        w.finish()
+    }
+
+    pub fn decode(bytes: &[u8]) -> Result<SignedEntry, DecodeError> {
+        let mut r = Reader::new(bytes);
+        let entry = AuditEntry::decode(r.bytes("entry")?)?;
+        let mut key_id = [0u8; 8];
+        key_id.copy_from_slice(r.take(8, "key id")?);
+        let mut signature = [0u8; 64];
+        signature.copy_from_slice(r.take(64, "signature")?);
+        r.finish()?;
+        Ok(SignedEntry { entry, attestation: Attestation { key_id: KeyId(key_id), signature } })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    pub(crate) fn tx_entry(index: u64, prev: Hash) -> AuditEntry {
+        AuditEntry {
+            index,
+            tx: TxId(index + 2),
+            tx_time_ns: 1000 + index as i64,
+            namespace: "ns".into(),
+            kind: EntryKind::Transaction { content_hash: Hash::of(&index.to_be_bytes()), datoms: 2 },
+            prev_hash: prev,
+        }
+    }
+
+    #[test]
+    fn entries_round_trip_and_refuse_corruption() {
+        let key = NodeKey::from_seed([1; 32]);
+        let membership = AuditEntry {
+            index: 1,
+            tx: TxId(1),
+            tx_time_ns: 0,
+            namespace: String::new(),
+            kind: EntryKind::Membership { members: vec![(1, key.public()), (2, key.public())] },
+            prev_hash: GENESIS_PREV_HASH,
+        };
+        for entry in [membership, tx_entry(2, Hash::of(b"x"))] {
+            let signed = SignedEntry::sign(entry, &key);
+            let bytes = signed.encode();
+            assert_eq!(SignedEntry::decode(&bytes).unwrap(), signed);
+            for cut in 0..bytes.len() {
+                assert!(SignedEntry::decode(&bytes[..cut]).is_err());
+            }
+        }
+    }
+
+    #[test]
+    fn a_huge_member_count_is_refused_without_allocating() {
+        let mut w = Writer::new();
+        w.u8(AUDIT_FORMAT_VERSION).u64(1).u64(1).i64(0).str("").u8(2).u32(u32::MAX);
+        assert!(AuditEntry::decode(&w.finish()).is_err());
+    }
+}

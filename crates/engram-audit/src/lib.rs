@@ -1,0 +1,21 @@
+//! The audit chain: one entry per committed transaction (and per membership change), each
+//! naming the hash of the one before, each attested by the Ed25519 key of the node that
+//! applied it.
+//!
+//! The **hashed content** of an entry ([`AuditEntry`]) is identical on every replica: it is a
+//! pure function of the log. The **attestation** ([`Attestation`]) is per replica: each node
+//! signs the entry hash with its own key, so the signer is not part of what is hashed. The
+//! keys a verifier trusts are themselves recorded in the chain: every membership entry lists
+//! the members' public keys, the first of them (genesis) included, so an export can be checked
+//! with nothing but the chain itself and the genesis key set.
+//!
+//! Must not depend on: storage, networking, an async runtime or a clock. Verification is a
+//! pure function of the entries given to it.
+
+mod chain;
+mod entry;
+mod keys;
+
+pub use chain::{ChainError, ChainFault, ChainVerifier};
+pub use entry::{AUDIT_FORMAT_VERSION, Attestation, AuditEntry, EntryKind, GENESIS_PREV_HASH, SignedEntry, tx_content_hash};
+pub use keys::{KeyId, NodeKey, PublicKey};

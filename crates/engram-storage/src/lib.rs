@@ -1,0 +1,192 @@
+//! Engram's storage seam: an ordered key-value store with three key spaces and atomic,
+//! optionally synced write batches.
+//!
+//! Everything above this crate (the state machine, the Raft log and vote, snapshots) is
+//! written against [`Store`]. Two implementations exist: [`MemStore`] here, which models what
+//! a crash does to writes that were never synced (the simulation uses it), and the RocksDB
+//! store in `engram-storage-rocks`. Both must pass [`conformance::run_all`].
+//!
+//! Must not depend on: RocksDB or any other engine, an async runtime, or Engram's data model.
+//! The traits speak bytes; meaning lives in the layers above.
+
+pub mod conformance;
+mod mem;
+
+pub use mem::MemStore;
+use thiserror::Error;
+
+/// The key spaces. Each is its own ordered map (a RocksDB column family).
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Debug)]
+pub enum Space {
+    /// Raft log entries keyed by big-endian log index.
+    Log,
+    /// Raft's own small records: vote, committed and purged log ids.
+    Raft,
+    /// The state machine: datoms, indexes, audit chain, applied log id. Snapshots carry
+    /// exactly this space.
+    State,
+}
+
+impl Space {
+    pub const ALL: [Space; 3] = [Space::Log, Space::Raft, Space::State];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Space::Log => "log",
+            Space::Raft => "raft",
+            Space::State => "state",
+        }
+    }
+}
+
+/// Keys never start with this byte, so `[FIRST_INVALID_KEY_BYTE]` is an upper bound for every
+/// key in a space (used to clear a space in one range delete).
+pub const FIRST_INVALID_KEY_BYTE: u8 = 0xff;
+
+/// One change inside a [`WriteBatch`].
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub enum Mutation {
+    Put { space: Space, key: Vec<u8>, value: Vec<u8> },
+    Delete { space: Space, key: Vec<u8> },
+    /// Deletes every key `k` with `start <= k < end`.
+    DeleteRange { space: Space, start: Vec<u8>, end: Vec<u8> },
+}
+
+/// Changes applied all together or not at all.
+#[derive(Clone, Default, PartialEq, Eq, Debug)]
+pub struct WriteBatch {
+    pub mutations: Vec<Mutation>,
+}
+
+impl WriteBatch {
+    pub fn new() -> WriteBatch {
+        WriteBatch::default()
+    }
+
+    pub fn put(&mut self, space: Space, key: impl Into<Vec<u8>>, value: impl Into<Vec<u8>>) {
+        self.mutations.push(Mutation::Put { space, key: key.into(), value: value.into() });
+    }
+
+    pub fn delete(&mut self, space: Space, key: impl Into<Vec<u8>>) {
+        self.mutations.push(Mutation::Delete { space, key: key.into() });
+    }
+
+    pub fn delete_range(&mut self, space: Space, start: impl Into<Vec<u8>>, end: impl Into<Vec<u8>>) {
+        self.mutations.push(Mutation::DeleteRange { space, start: start.into(), end: end.into() });
+    }
+
+    /// Deletes every key of `space`.
+    pub fn clear(&mut self, space: Space) {
+        self.delete_range(space, Vec::new(), vec![FIRST_INVALID_KEY_BYTE]);
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.mutations.is_empty()
+    }
+
+    pub fn len(&self) -> usize {
+        self.mutations.len()
+    }
+}
+
+/// Whether a write must reach stable storage before `write` returns.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Durability {
+    /// fsync before returning: survives a crash of the process and of the machine.
+    Sync,
+    /// Buffered: lost if the process crashes before a later synced write.
+    Buffered,
+}
+
+#[derive(Debug, Error)]
+pub enum StorageError {
+    /// The engine failed (disk full, I/O error, lock held by another process...).
+    #[error("storage engine error: {0}")]
+    Engine(String),
+    /// Data read back is not what was written: a checksum, decode or invariant failure.
+    #[error("storage corruption in {space} at key {key}: {reason}")]
+    Corruption { space: &'static str, key: String, reason: String },
+}
+
+impl StorageError {
+    pub fn corruption(space: Space, key: &[u8], reason: impl Into<String>) -> StorageError {
+        StorageError::Corruption { space: space.name(), key: hex_key(key), reason: reason.into() }
+    }
+}
+
+fn hex_key(key: &[u8]) -> String {
+    key.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+pub type KeyValue = (Vec<u8>, Vec<u8>);
+
+/// An ordered key-value store. Implementations are internally synchronised: every method
+/// takes `&self` and may be called from several threads.
+///
+/// Contract (checked by [`conformance`]):
+/// - `write` applies the whole batch atomically, in order: readers see all of it or none.
+/// - After `write(_, Durability::Sync)` returns, that batch and every earlier one survive a
+///   crash.
+/// - `scan` returns keys in `[start, end)` ascending, `scan_rev` the same range descending,
+///   each at most `limit` pairs; `end = None` means no upper bound.
+/// - `for_each` visits every pair of a space in ascending order from one consistent
+///   point-in-time view, even while writes continue.
+/// - No method panics on any byte string a caller or the disk supplies.
+pub trait Store: Send + Sync + 'static {
+    fn get(&self, space: Space, key: &[u8]) -> Result<Option<Vec<u8>>, StorageError>;
+
+    fn scan(
+        &self,
+        space: Space,
+        start: &[u8],
+        end: Option<&[u8]>,
+        limit: usize,
+    ) -> Result<Vec<KeyValue>, StorageError>;
+
+    fn scan_rev(
+        &self,
+        space: Space,
+        start: &[u8],
+        end: Option<&[u8]>,
+        limit: usize,
+    ) -> Result<Vec<KeyValue>, StorageError>;
+
+    fn write(&self, batch: WriteBatch, durability: Durability) -> Result<(), StorageError>;
+
+    fn for_each(
+        &self,
+        space: Space,
+        visit: &mut dyn FnMut(&[u8], &[u8]) -> Result<(), StorageError>,
+    ) -> Result<(), StorageError>;
+}
+
+/// The smallest key greater than every key starting with `prefix`, or `None` when the prefix
+/// is all `0xff` (no such bound).
+pub fn prefix_end(prefix: &[u8]) -> Option<Vec<u8>> {
+    let mut end = prefix.to_vec();
+    while let Some(last) = end.pop() {
+        if last < 0xff {
+            end.push(last + 1);
+            return Some(end);
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prefix_end_bounds_the_prefix() {
+        assert_eq!(prefix_end(b"ab"), Some(b"ac".to_vec()));
+        assert_eq!(prefix_end(&[1, 0xff]), Some(vec![2]));
+        assert_eq!(prefix_end(&[0xff, 0xff]), None);
+        assert_eq!(prefix_end(b""), None);
+    }
+
+    #[test]
+    fn mem_store_passes_conformance() {
+        conformance::run_all(&|| Box::new(MemStore::new()));
+    }
+}

@@ -1,0 +1,222 @@
+use std::collections::BTreeMap;
+use std::ops::Bound;
+use std::sync::{Mutex, MutexGuard};
+
+use crate::{Durability, FIRST_INVALID_KEY_BYTE, KeyValue, Mutation, Space, StorageError, Store, WriteBatch};
+
+type Maps = BTreeMap<Space, BTreeMap<Vec<u8>, Vec<u8>>>;
+
+#[derive(Default)]
+struct Inner {
+    /// What readers see.
+    live: Maps,
+    /// What would be on disk after a crash right now.
+    durable: Maps,
+    /// Buffered batches not yet covered by a synced write, oldest first.
+    unsynced: Vec<WriteBatch>,
+}
+
+/// An in-memory [`Store`] that models crash semantics.
+///
+/// Writes with [`Durability::Buffered`] are visible at once but reach the "disk" only when a
+/// later synced write flushes them (as a write-ahead log would); [`MemStore::crash`] throws
+/// away whatever was never flushed. The store outlives the node that uses it, so a test can
+/// crash a node and boot a new one on the same store.
+#[derive(Default)]
+pub struct MemStore {
+    inner: Mutex<Inner>,
+}
+
+fn apply(maps: &mut Maps, batch: &WriteBatch) {
+    for m in &batch.mutations {
+        match m {
+            Mutation::Put { space, key, value } => {
+                maps.entry(*space).or_default().insert(key.clone(), value.clone());
+            }
+            Mutation::Delete { space, key } => {
+                maps.entry(*space).or_default().remove(key);
+            }
+            Mutation::DeleteRange { space, start, end } => {
+                let map = maps.entry(*space).or_default();
+                if start < end {
+                    let doomed: Vec<Vec<u8>> = map
+                        .range::<[u8], _>((Bound::Included(&start[..]), Bound::Excluded(&end[..])))
+                        .map(|(k, _)| k.clone())
+                        .collect();
+                    for k in doomed {
+                        map.remove(&k);
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn check_keys(batch: &WriteBatch) -> Result<(), StorageError> {
+    for m in &batch.mutations {
+        if let Mutation::Put { space, key, .. } = m
+            && key.first() == Some(&FIRST_INVALID_KEY_BYTE)
+        {
+            return Err(StorageError::corruption(*space, key, "keys must not start with 0xff"));
+        }
+    }
+    Ok(())
+}
+
+impl MemStore {
+    pub fn new() -> MemStore {
+        MemStore::default()
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        // A poisoned lock means a panic while mutating; the data may be half-written, which
+        // the crash model cannot represent, so it is a bug worth stopping for.
+        self.inner.lock().expect("MemStore lock poisoned")
+    }
+
+    /// Simulates a process crash: every write that was not synced is lost.
+    pub fn crash(&self) {
+        let mut inner = self.lock();
+        inner.live = inner.durable.clone();
+        inner.unsynced.clear();
+    }
+
+    /// Simulates a crash that tears the newest unsynced batch: its first `keep` mutations
+    /// reach the disk, the rest and any later batch do not. Used to test that the layers
+    /// above never depend on a partially written buffered batch.
+    pub fn crash_torn(&self, keep: usize) {
+        let mut inner = self.lock();
+        if let Some(first) = inner.unsynced.first().cloned() {
+            let torn = WriteBatch { mutations: first.mutations.into_iter().take(keep).collect() };
+            apply(&mut inner.durable, &torn);
+        }
+        inner.live = inner.durable.clone();
+        inner.unsynced.clear();
+    }
+
+    /// Number of buffered batches a crash would lose now.
+    pub fn unsynced_batches(&self) -> usize {
+        self.lock().unsynced.len()
+    }
+}
+
+fn collect<'a>(
+    iter: impl Iterator<Item = (&'a Vec<u8>, &'a Vec<u8>)>,
+    limit: usize,
+) -> Vec<KeyValue> {
+    iter.take(limit).map(|(k, v)| (k.clone(), v.clone())).collect()
+}
+
+impl Store for MemStore {
+    fn get(&self, space: Space, key: &[u8]) -> Result<Option<Vec<u8>>, StorageError> {
+        Ok(self.lock().live.get(&space).and_then(|m| m.get(key)).cloned())
+    }
+
+    fn scan(
+        &self,
+        space: Space,
+        start: &[u8],
+        end: Option<&[u8]>,
+        limit: usize,
+    ) -> Result<Vec<KeyValue>, StorageError> {
+        let inner = self.lock();
+        let Some(map) = inner.live.get(&space) else { return Ok(Vec::new()) };
+        if end.is_some_and(|e| e <= start) {
+            return Ok(Vec::new());
+        }
+        let upper = end.map_or(Bound::Unbounded, Bound::Excluded);
+        Ok(collect(map.range::<[u8], _>((Bound::Included(start), upper)), limit))
+    }
+
+    fn scan_rev(
+        &self,
+        space: Space,
+        start: &[u8],
+        end: Option<&[u8]>,
+        limit: usize,
+    ) -> Result<Vec<KeyValue>, StorageError> {
+        let inner = self.lock();
+        let Some(map) = inner.live.get(&space) else { return Ok(Vec::new()) };
+        if end.is_some_and(|e| e <= start) {
+            return Ok(Vec::new());
+        }
+        let upper = end.map_or(Bound::Unbounded, Bound::Excluded);
+        Ok(collect(map.range::<[u8], _>((Bound::Included(start), upper)).rev(), limit))
+    }
+
+    fn write(&self, batch: WriteBatch, durability: Durability) -> Result<(), StorageError> {
+        check_keys(&batch)?;
+        let mut inner = self.lock();
+        apply(&mut inner.live, &batch);
+        match durability {
+            Durability::Buffered => inner.unsynced.push(batch),
+            Durability::Sync => {
+                // A sync flushes the whole write-ahead log: earlier buffered batches too.
+                let pending = std::mem::take(&mut inner.unsynced);
+                for b in pending.iter().chain(std::iter::once(&batch)) {
+                    apply(&mut inner.durable, b);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn for_each(
+        &self,
+        space: Space,
+        visit: &mut dyn FnMut(&[u8], &[u8]) -> Result<(), StorageError>,
+    ) -> Result<(), StorageError> {
+        // Copy first: the view stays consistent and the lock is not held across callbacks.
+        let view = self.lock().live.get(&space).cloned().unwrap_or_default();
+        for (k, v) in &view {
+            visit(k, v)?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn crash_loses_only_unsynced_writes() {
+        let s = MemStore::new();
+        let mut a = WriteBatch::new();
+        a.put(Space::State, b"a".to_vec(), b"1".to_vec());
+        s.write(a, Durability::Sync).unwrap();
+        let mut b = WriteBatch::new();
+        b.put(Space::State, b"b".to_vec(), b"2".to_vec());
+        s.write(b, Durability::Buffered).unwrap();
+        assert_eq!(s.get(Space::State, b"b").unwrap(), Some(b"2".to_vec()));
+        assert_eq!(s.unsynced_batches(), 1);
+        s.crash();
+        assert_eq!(s.get(Space::State, b"a").unwrap(), Some(b"1".to_vec()));
+        assert_eq!(s.get(Space::State, b"b").unwrap(), None);
+    }
+
+    #[test]
+    fn sync_flushes_earlier_buffered_writes() {
+        let s = MemStore::new();
+        let mut b = WriteBatch::new();
+        b.put(Space::Log, b"x".to_vec(), b"1".to_vec());
+        s.write(b, Durability::Buffered).unwrap();
+        let mut c = WriteBatch::new();
+        c.put(Space::Raft, b"y".to_vec(), b"2".to_vec());
+        s.write(c, Durability::Sync).unwrap();
+        s.crash();
+        assert_eq!(s.get(Space::Log, b"x").unwrap(), Some(b"1".to_vec()));
+    }
+
+    #[test]
+    fn torn_crash_keeps_a_prefix_of_the_batch() {
+        let s = MemStore::new();
+        let mut b = WriteBatch::new();
+        b.put(Space::State, b"1".to_vec(), b"x".to_vec());
+        b.put(Space::State, b"2".to_vec(), b"y".to_vec());
+        s.write(b, Durability::Buffered).unwrap();
+        s.crash_torn(1);
+        assert!(s.get(Space::State, b"1").unwrap().is_some());
+        assert!(s.get(Space::State, b"2").unwrap().is_none());
+    }
+}
