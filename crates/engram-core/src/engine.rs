@@ -1,0 +1,378 @@
+use std::collections::{BTreeMap, HashMap};
+use std::fmt;
+use std::sync::Arc;
+
+use engram_audit::{AuditEntry, EntryKind, GENESIS_PREV_HASH, NodeKey, PublicKey, SignedEntry, tx_content_hash};
+use engram_storage::{Durability, Space, Store, WriteBatch};
+use engram_types::{
+    Attribute, Datom, EntityId, EntityRef, Hash, Namespace, Op, TxId, TxReceipt, TxRequest, Value, ValueType,
+};
+use serde::{Deserialize, Serialize};
+
+use crate::{CoreError, keys, reads};
+
+/// The tip of the audit chain and the counters apply needs, persisted at `Mhead` in the same
+/// batch as every change to them.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ChainHead {
+    /// Index of the last audit entry (0: empty chain).
+    pub index: u64,
+    /// Hash of the last audit entry (the genesis prev-hash when empty).
+    pub hash: Hash,
+    /// Log index of the last audit entry.
+    pub tx: TxId,
+    /// Transaction time of the last audit entry; never decreases.
+    pub tx_time_ns: i64,
+    /// The next entity id to allocate; ids are never reused.
+    pub next_entity: u64,
+}
+
+/// Why a transaction was refused at apply. A rejected transaction changes nothing but the
+/// applied log position.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum Rejection {
+    /// An `expect` guard did not hold.
+    PreconditionFailed { entity: EntityId, attribute: Attribute, expected: Option<Value>, actual: Option<Value> },
+    /// The entity does not exist in the transaction's namespace.
+    UnknownEntity(EntityId),
+    /// The value's type differs from the attribute's established type.
+    TypeMismatch { attribute: Attribute, expected: ValueType, found: ValueType },
+    /// A retraction of a value that is not the attribute's current value.
+    NotCurrent { entity: EntityId, attribute: Attribute, value: Value },
+}
+
+impl fmt::Display for Rejection {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let show = |v: &Option<Value>| v.as_ref().map_or("<none>".to_string(), |v| v.to_string());
+        match self {
+            Rejection::PreconditionFailed { entity, attribute, expected, actual } => write!(
+                f,
+                "precondition failed: entity {entity} {attribute} expected {} but is {}",
+                show(expected),
+                show(actual)
+            ),
+            Rejection::UnknownEntity(e) => write!(f, "unknown entity {e} in this namespace"),
+            Rejection::TypeMismatch { attribute, expected, found } => {
+                write!(f, "wrong value type for {attribute}: expected {expected}, got {found}")
+            }
+            Rejection::NotCurrent { entity, attribute, value } => {
+                write!(f, "cannot retract {value} from entity {entity} {attribute}: it is not the current value")
+            }
+        }
+    }
+}
+
+/// The result of applying one transaction entry, as returned to the client.
+pub type TxOutcome = Result<TxReceipt, Rejection>;
+
+/// The tx-log row: what a transaction did, for receipts and idempotent retries.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TxLogRow {
+    pub namespace: Namespace,
+    pub receipt: TxReceipt,
+}
+
+/// The state machine. Owns the cached chain head; everything else lives in the store.
+pub struct Engine {
+    store: Arc<dyn Store>,
+    key: Arc<NodeKey>,
+    head: ChainHead,
+}
+
+fn encode_row<T: Serialize>(row: &T) -> Vec<u8> {
+    // postcard serialisation of plain data cannot fail; a failure is a bug in a derive.
+    postcard::to_allocvec(row).expect("postcard serialisation of a state row")
+}
+
+pub(crate) fn decode_row<T: for<'de> Deserialize<'de>>(what: &str, bytes: &[u8]) -> Result<T, CoreError> {
+    postcard::from_bytes(bytes).map_err(|e| CoreError::corrupt(what, e))
+}
+
+impl Engine {
+    /// Opens the engine over `store`, loading the chain head (an empty chain on a new store).
+    pub fn open(store: Arc<dyn Store>, key: Arc<NodeKey>) -> Result<Engine, CoreError> {
+        let head = reads::head(&*store)?;
+        Ok(Engine { store, key, head })
+    }
+
+    pub fn head(&self) -> &ChainHead {
+        &self.head
+    }
+
+    pub fn store(&self) -> &Arc<dyn Store> {
+        &self.store
+    }
+
+    /// Re-reads the head after the store was replaced underneath (snapshot install).
+    pub fn reload(&mut self) -> Result<(), CoreError> {
+        self.head = reads::head(&*self.store)?;
+        Ok(())
+    }
+
+    /// Writes rows that belong to an entry with no state change of its own (a blank entry).
+    pub fn apply_noop(&mut self, extra: WriteBatch) -> Result<(), CoreError> {
+        if !extra.is_empty() {
+            self.store.write(extra, Durability::Sync)?;
+        }
+        Ok(())
+    }
+
+    /// Records a membership change in the chain: the members' keys become trusted from here.
+    /// Membership entries carry no leader time, so they take the previous transaction time.
+    pub fn apply_membership(
+        &mut self,
+        log_index: u64,
+        members: Vec<(u64, PublicKey)>,
+        mut batch: WriteBatch,
+    ) -> Result<SignedEntry, CoreError> {
+        for (_, key) in &members {
+            batch.put(Space::State, keys::signer(key.key_id()), key.0.to_vec());
+        }
+        let entry = AuditEntry {
+            index: self.head.index + 1,
+            tx: TxId(log_index),
+            tx_time_ns: self.head.tx_time_ns,
+            namespace: String::new(),
+            kind: EntryKind::Membership { members },
+            prev_hash: self.chain_prev(),
+        };
+        let mut head = self.head.clone();
+        let signed = self.seal(entry, &mut head, &mut batch);
+        self.store.write(batch, Durability::Sync)?;
+        self.head = head;
+        Ok(signed)
+    }
+
+    fn chain_prev(&self) -> Hash {
+        if self.head.index == 0 { GENESIS_PREV_HASH } else { self.head.hash }
+    }
+
+    /// Signs `entry`, checks it against the head (a corruption-class assertion), adds it to
+    /// `batch` and advances `head`.
+    fn seal(&self, entry: AuditEntry, head: &mut ChainHead, batch: &mut WriteBatch) -> SignedEntry {
+        assert_eq!(entry.index, self.head.index + 1, "I1 chain-continuity: audit index must be contiguous");
+        assert_eq!(entry.prev_hash, self.chain_prev(), "I1 chain-continuity: prev_hash must be the head");
+        assert!(entry.tx_time_ns >= self.head.tx_time_ns, "I7 tx-time-monotonic violated at {}", entry.index);
+        assert!(entry.tx > self.head.tx || self.head.index == 0, "tx ids must increase at {}", entry.index);
+        let hash = entry.hash();
+        let signed = SignedEntry::sign(entry, &self.key);
+        // Pair assertion: what we store must verify with our own key before it is written.
+        assert!(
+            self.key.public().verify(hash.as_bytes(), &signed.attestation.signature),
+            "I4 signatures-valid: fresh attestation does not verify"
+        );
+        batch.put(Space::State, keys::audit(signed.entry.index), signed.encode());
+        head.index = signed.entry.index;
+        head.hash = hash;
+        head.tx = signed.entry.tx;
+        head.tx_time_ns = signed.entry.tx_time_ns;
+        batch.put(Space::State, keys::META_HEAD.to_vec(), encode_row(&*head));
+        signed
+    }
+
+    /// Applies one transaction carried by the log entry at `log_index`. `proposed_time_ns` is
+    /// the leader's clock reading carried in the entry; the transaction time is that, or the
+    /// previous transaction time if the leader's clock is behind (I7). `extra` holds rows the
+    /// caller needs written atomically with the transaction (its applied log id).
+    pub fn apply_tx(
+        &mut self,
+        log_index: u64,
+        proposed_time_ns: i64,
+        req: &TxRequest,
+        mut batch: WriteBatch,
+    ) -> Result<TxOutcome, CoreError> {
+        if let Some(key) = &req.idempotency_key
+            && let Some(row) = self.store.get(Space::State, &keys::idempotency(&req.namespace, key))?
+        {
+            let receipt: TxReceipt = decode_row("idempotency row", &row)?;
+            self.apply_noop(batch)?;
+            return Ok(Ok(receipt));
+        }
+        let tx = TxId(log_index);
+        let tx_time_ns = proposed_time_ns.max(self.head.tx_time_ns);
+        let mut head = self.head.clone();
+        let planned = match self.plan(req, tx, tx_time_ns, &mut head)? {
+            Ok(planned) => planned,
+            Err(rejection) => {
+                self.apply_noop(batch)?;
+                return Ok(Err(rejection));
+            }
+        };
+        let Planned { datoms, temp_ids, new_entities, new_types } = planned;
+
+        let ns = &req.namespace;
+        let mut hashes = Vec::with_capacity(datoms.len());
+        for (seq, datom) in datoms.iter().enumerate() {
+            let seq = seq as u32;
+            let encoded = datom.encode();
+            hashes.push(Hash::of(&encoded));
+            let (e, a) = (datom.entity, &datom.attribute);
+            batch.put(Space::State, keys::eavt(ns, e, a, tx, seq), encoded);
+            batch.put(Space::State, keys::aevt(ns, a, e, tx, seq), Vec::new());
+            batch.put(Space::State, keys::avet(ns, a, &datom.value, e, tx, seq), Vec::new());
+            if let Value::Ref(target) = datom.value {
+                batch.put(Space::State, keys::vaet(ns, target, a, e, tx, seq), Vec::new());
+            }
+        }
+        for e in new_entities {
+            batch.put(Space::State, keys::entity(e), ns.as_str().as_bytes().to_vec());
+        }
+        for (attr, ty) in new_types {
+            batch.put(Space::State, keys::schema(ns, &attr), vec![ty.tag()]);
+        }
+        let datom_count = u32::try_from(datoms.len()).expect("op count is bounded by TxRequest::MAX_OPS");
+        let entry = AuditEntry {
+            index: head.index + 1,
+            tx,
+            tx_time_ns,
+            namespace: ns.as_str().to_string(),
+            kind: EntryKind::Transaction { content_hash: tx_content_hash(&hashes), datoms: datom_count },
+            prev_hash: self.chain_prev(),
+        };
+        let signed = self.seal(entry, &mut head, &mut batch);
+        let receipt = TxReceipt {
+            tx,
+            tx_time_ns,
+            datom_hashes: hashes,
+            audit_index: signed.entry.index,
+            audit_hash: head.hash,
+            temp_ids,
+        };
+        batch.put(
+            Space::State,
+            keys::tx_log(tx),
+            encode_row(&TxLogRow { namespace: ns.clone(), receipt: receipt.clone() }),
+        );
+        if let Some(key) = &req.idempotency_key {
+            batch.put(Space::State, keys::idempotency(ns, key), encode_row(&receipt));
+        }
+        self.store.write(batch, Durability::Sync)?;
+        self.head = head;
+        Ok(Ok(receipt))
+    }
+
+    /// Checks the transaction against the state and builds its datoms, without writing.
+    fn plan(
+        &self,
+        req: &TxRequest,
+        tx: TxId,
+        tx_time_ns: i64,
+        head: &mut ChainHead,
+    ) -> Result<Result<Planned, Rejection>, CoreError> {
+        let store = &*self.store;
+        let ns = &req.namespace;
+        for pre in &req.preconditions {
+            if !reads::entity_exists(store, ns, pre.entity)? {
+                return Ok(Err(Rejection::UnknownEntity(pre.entity)));
+            }
+            let actual = reads::current_value(store, ns, pre.entity, &pre.attribute)?;
+            if actual != pre.expected {
+                return Ok(Err(Rejection::PreconditionFailed {
+                    entity: pre.entity,
+                    attribute: pre.attribute.clone(),
+                    expected: pre.expected.clone(),
+                    actual,
+                }));
+            }
+        }
+
+        let mut temp_ids = BTreeMap::new();
+        let mut new_entities = Vec::new();
+        let mut known: HashMap<EntityId, bool> = HashMap::new();
+        let mut types: HashMap<Attribute, Option<ValueType>> = HashMap::new();
+        let mut new_types = Vec::new();
+        // Values as this transaction leaves them, for retractions later in the same transaction.
+        let mut overlay: HashMap<(EntityId, Attribute), Option<Value>> = HashMap::new();
+        let mut datoms = Vec::with_capacity(req.ops.len());
+
+        for op in &req.ops {
+            let entity = match &op.entity {
+                EntityRef::Id(e) => {
+                    let exists = match known.get(e) {
+                        Some(v) => *v,
+                        None => *known.entry(*e).or_insert(reads::entity_exists(store, ns, *e)?),
+                    };
+                    if !exists {
+                        return Ok(Err(Rejection::UnknownEntity(*e)));
+                    }
+                    *e
+                }
+                EntityRef::Temp(name) => *temp_ids.entry(name.clone()).or_insert_with(|| {
+                    let id = EntityId(head.next_entity.max(1));
+                    head.next_entity = id.0 + 1;
+                    new_entities.push(id);
+                    known.insert(id, true);
+                    id
+                }),
+            };
+            if let Value::Ref(target) = &op.value {
+                let exists = match known.get(target) {
+                    Some(v) => *v,
+                    None => *known.entry(*target).or_insert(reads::entity_exists(store, ns, *target)?),
+                };
+                if !exists {
+                    return Ok(Err(Rejection::UnknownEntity(*target)));
+                }
+            }
+            let found = op.value.value_type();
+            let established = match types.get(&op.attribute) {
+                Some(t) => *t,
+                None => {
+                    let t = reads::attribute_type(store, ns, &op.attribute)?;
+                    types.insert(op.attribute.clone(), t);
+                    t
+                }
+            };
+            match established {
+                Some(expected) if expected != found => {
+                    return Ok(Err(Rejection::TypeMismatch { attribute: op.attribute.clone(), expected, found }));
+                }
+                Some(_) => {}
+                None => {
+                    types.insert(op.attribute.clone(), Some(found));
+                    new_types.push((op.attribute.clone(), found));
+                }
+            }
+            let slot = (entity, op.attribute.clone());
+            let current = match overlay.get(&slot) {
+                Some(v) => v.clone(),
+                None if new_entities.contains(&entity) => None,
+                None => reads::current_value(store, ns, entity, &op.attribute)?,
+            };
+            match op.op {
+                Op::Assert => {
+                    overlay.insert(slot, Some(op.value.clone()));
+                }
+                Op::Retract => {
+                    if current.as_ref() != Some(&op.value) {
+                        return Ok(Err(Rejection::NotCurrent {
+                            entity,
+                            attribute: op.attribute.clone(),
+                            value: op.value.clone(),
+                        }));
+                    }
+                    overlay.insert(slot, None);
+                }
+            }
+            datoms.push(Datom {
+                namespace: ns.clone(),
+                entity,
+                attribute: op.attribute.clone(),
+                value: op.value.clone(),
+                op: op.op,
+                valid_from_ns: op.valid_from_ns.unwrap_or(tx_time_ns),
+                valid_to_ns: op.valid_to_ns,
+                tx,
+                provenance: req.provenance.clone(),
+            });
+        }
+        Ok(Ok(Planned { datoms, temp_ids, new_entities, new_types }))
+    }
+}
+
+struct Planned {
+    datoms: Vec<Datom>,
+    temp_ids: BTreeMap<String, EntityId>,
+    new_entities: Vec<EntityId>,
+    new_types: Vec<(Attribute, ValueType)>,
+}

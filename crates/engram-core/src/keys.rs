@@ -1,0 +1,168 @@
+//! Layout of the state key space. Every key starts with a one-byte ASCII table tag; variable
+//! parts (namespace, attribute) end with a 0x00 byte, which validation guarantees they never
+//! contain, so keys are prefix-free and sort by their parts.
+//!
+//! | tag | key | value |
+//! |---|---|---|
+//! | `E` | ns 0 entity attr 0 tx seq | canonical datom (EAVT: the datom store) |
+//! | `A` | ns 0 attr 0 entity tx seq | empty (AEVT) |
+//! | `V` | ns 0 attr 0 value-hash16 entity tx seq | empty (AVET) |
+//! | `R` | ns 0 ref-entity attr 0 entity tx seq | empty (VAET, reverse refs) |
+//! | `T` | tx | tx-log row |
+//! | `H` | audit index | signed audit entry |
+//! | `I` | ns 0 idempotency key | receipt |
+//! | `N` | entity | owning namespace |
+//! | `S` | ns 0 attr | value type tag (the attribute's type, fixed by its first assertion) |
+//! | `K` | key id | public key admitted by a membership entry |
+//! | `M` | name | engine metadata (`Mhead`: the chain head) and the Raft layer's rows |
+
+use engram_types::{Attribute, EntityId, Namespace, TxId, Value};
+
+pub const EAVT: u8 = b'E';
+pub const AEVT: u8 = b'A';
+pub const AVET: u8 = b'V';
+pub const VAET: u8 = b'R';
+pub const TX_LOG: u8 = b'T';
+pub const AUDIT: u8 = b'H';
+pub const IDEMPOTENCY: u8 = b'I';
+pub const ENTITY: u8 = b'N';
+pub const SCHEMA: u8 = b'S';
+pub const META: u8 = b'M';
+
+pub const META_HEAD: &[u8] = b"Mhead";
+
+fn with_ns(tag: u8, ns: &Namespace) -> Vec<u8> {
+    let mut k = Vec::with_capacity(64);
+    k.push(tag);
+    k.extend_from_slice(ns.as_str().as_bytes());
+    k.push(0);
+    k
+}
+
+fn push_attr(k: &mut Vec<u8>, attr: &Attribute) {
+    k.extend_from_slice(attr.as_str().as_bytes());
+    k.push(0);
+}
+
+fn push_tx_seq(k: &mut Vec<u8>, tx: TxId, seq: u32) {
+    k.extend_from_slice(&tx.0.to_be_bytes());
+    k.extend_from_slice(&seq.to_be_bytes());
+}
+
+/// 16 bytes of blake3 over the canonical value: equality lookups without ordering.
+pub fn value_digest(value: &Value) -> [u8; 16] {
+    let mut out = [0u8; 16];
+    out.copy_from_slice(&blake3::hash(&value.canonical_bytes()).as_bytes()[..16]);
+    out
+}
+
+pub fn eavt_entity(ns: &Namespace, e: EntityId) -> Vec<u8> {
+    let mut k = with_ns(EAVT, ns);
+    k.extend_from_slice(&e.0.to_be_bytes());
+    k
+}
+
+pub fn eavt_attr(ns: &Namespace, e: EntityId, attr: &Attribute) -> Vec<u8> {
+    let mut k = eavt_entity(ns, e);
+    push_attr(&mut k, attr);
+    k
+}
+
+pub fn eavt(ns: &Namespace, e: EntityId, attr: &Attribute, tx: TxId, seq: u32) -> Vec<u8> {
+    let mut k = eavt_attr(ns, e, attr);
+    push_tx_seq(&mut k, tx, seq);
+    k
+}
+
+pub fn aevt_attr(ns: &Namespace, attr: &Attribute) -> Vec<u8> {
+    let mut k = with_ns(AEVT, ns);
+    push_attr(&mut k, attr);
+    k
+}
+
+pub fn aevt(ns: &Namespace, attr: &Attribute, e: EntityId, tx: TxId, seq: u32) -> Vec<u8> {
+    let mut k = aevt_attr(ns, attr);
+    k.extend_from_slice(&e.0.to_be_bytes());
+    push_tx_seq(&mut k, tx, seq);
+    k
+}
+
+pub fn avet_value(ns: &Namespace, attr: &Attribute, value: &Value) -> Vec<u8> {
+    let mut k = with_ns(AVET, ns);
+    push_attr(&mut k, attr);
+    k.extend_from_slice(&value_digest(value));
+    k
+}
+
+pub fn avet(ns: &Namespace, attr: &Attribute, value: &Value, e: EntityId, tx: TxId, seq: u32) -> Vec<u8> {
+    let mut k = avet_value(ns, attr, value);
+    k.extend_from_slice(&e.0.to_be_bytes());
+    push_tx_seq(&mut k, tx, seq);
+    k
+}
+
+pub fn vaet_ref(ns: &Namespace, target: EntityId) -> Vec<u8> {
+    let mut k = with_ns(VAET, ns);
+    k.extend_from_slice(&target.0.to_be_bytes());
+    k
+}
+
+pub fn vaet(ns: &Namespace, target: EntityId, attr: &Attribute, e: EntityId, tx: TxId, seq: u32) -> Vec<u8> {
+    let mut k = vaet_ref(ns, target);
+    push_attr(&mut k, attr);
+    k.extend_from_slice(&e.0.to_be_bytes());
+    push_tx_seq(&mut k, tx, seq);
+    k
+}
+
+pub fn tx_log(tx: TxId) -> Vec<u8> {
+    let mut k = vec![TX_LOG];
+    k.extend_from_slice(&tx.0.to_be_bytes());
+    k
+}
+
+pub fn audit(index: u64) -> Vec<u8> {
+    let mut k = vec![AUDIT];
+    k.extend_from_slice(&index.to_be_bytes());
+    k
+}
+
+pub fn idempotency(ns: &Namespace, key: &str) -> Vec<u8> {
+    let mut k = with_ns(IDEMPOTENCY, ns);
+    k.extend_from_slice(key.as_bytes());
+    k
+}
+
+pub fn entity(e: EntityId) -> Vec<u8> {
+    let mut k = vec![ENTITY];
+    k.extend_from_slice(&e.0.to_be_bytes());
+    k
+}
+
+pub fn schema(ns: &Namespace, attr: &Attribute) -> Vec<u8> {
+    let mut k = with_ns(SCHEMA, ns);
+    k.extend_from_slice(attr.as_str().as_bytes());
+    k
+}
+
+/// Reads the trailing `entity tx seq` of an AEVT/AVET/VAET key.
+pub fn trailing_entity_tx_seq(key: &[u8]) -> Option<(EntityId, TxId, u32)> {
+    let n = key.len();
+    if n < 20 {
+        return None;
+    }
+    let e = u64::from_be_bytes(key[n - 20..n - 12].try_into().ok()?);
+    let tx = u64::from_be_bytes(key[n - 12..n - 4].try_into().ok()?);
+    let seq = u32::from_be_bytes(key[n - 4..].try_into().ok()?);
+    Some((EntityId(e), TxId(tx), seq))
+}
+
+/// `K` key id → public key: the keys membership entries admitted, for checking attestations
+/// on read.
+pub const SIGNER: u8 = b'K';
+
+pub fn signer(id: engram_audit::KeyId) -> Vec<u8> {
+    let mut k = vec![SIGNER];
+    k.extend_from_slice(&id.0);
+    k
+}
