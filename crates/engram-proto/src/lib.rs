@@ -1,0 +1,311 @@
+//! Engram's gRPC API (`proto/engram/v1/engram.proto`) and the conversions between wire and
+//! domain types.
+//!
+//! Validation happens here, at the wire: `TryFrom<pb::X> for X` refuses anything malformed
+//! (missing fields, unknown enum values, invalid namespaces or attributes, NaN, bad JSON,
+//! over-long strings) with a [`WireError`] naming the field, which the server maps to
+//! `INVALID_ARGUMENT`. Prost types never reach the core.
+//!
+//! Must not depend on: the core, storage, Raft or the server.
+
+use engram_types::{
+    Attribute, Datom, EntityId, EntityRef, Namespace, Op, Precondition, Provenance, Status, TxOp, TxReceipt,
+    TxRequest, ValidationError, Value,
+};
+use thiserror::Error;
+
+#[allow(clippy::all, clippy::unwrap_used)]
+pub mod pb {
+    tonic::include_proto!("engram.v1");
+}
+
+/// The encoded `FileDescriptorSet` of the API, for gRPC server reflection.
+pub const FILE_DESCRIPTOR_SET: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/engram_descriptor.bin"));
+
+/// A request field that does not form a valid domain value.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[error("{field}: {reason}")]
+pub struct WireError {
+    pub field: String,
+    pub reason: String,
+}
+
+impl WireError {
+    pub fn new(field: impl Into<String>, reason: impl ToString) -> WireError {
+        WireError { field: field.into(), reason: reason.to_string() }
+    }
+
+    fn missing(field: &str) -> WireError {
+        WireError::new(field, "is required")
+    }
+}
+
+fn at(field: impl Into<String>) -> impl FnOnce(ValidationError) -> WireError {
+    let field = field.into();
+    move |e| WireError::new(field, e)
+}
+
+pub fn namespace(field: &str, raw: String) -> Result<Namespace, WireError> {
+    Namespace::new(raw).map_err(at(field))
+}
+
+pub fn attribute(field: &str, raw: String) -> Result<Attribute, WireError> {
+    Attribute::new(raw).map_err(at(field))
+}
+
+pub fn value(field: &str, raw: Option<pb::Value>) -> Result<Value, WireError> {
+    use pb::value::Kind;
+    let kind = raw.and_then(|v| v.kind).ok_or_else(|| WireError::missing(field))?;
+    let v = match kind {
+        Kind::String(s) => Value::String(s),
+        Kind::I64(i) => Value::I64(i),
+        Kind::F64(x) => Value::F64(x),
+        Kind::Bool(b) => Value::Bool(b),
+        Kind::Bytes(b) => Value::Bytes(b),
+        Kind::InstantNs(ns) => Value::Instant(ns),
+        Kind::Ref(e) => Value::Ref(EntityId(e)),
+        Kind::Keyword(k) => Value::Keyword(k),
+        Kind::Json(text) => Value::json(&text).map_err(at(field))?,
+    };
+    v.validate().map_err(at(field))?;
+    Ok(v)
+}
+
+impl From<&Value> for pb::Value {
+    fn from(v: &Value) -> pb::Value {
+        use pb::value::Kind;
+        let kind = match v {
+            Value::String(s) => Kind::String(s.clone()),
+            Value::I64(i) => Kind::I64(*i),
+            Value::F64(x) => Kind::F64(*x),
+            Value::Bool(b) => Kind::Bool(*b),
+            Value::Bytes(b) => Kind::Bytes(b.clone()),
+            Value::Instant(ns) => Kind::InstantNs(*ns),
+            Value::Ref(e) => Kind::Ref(e.0),
+            Value::Keyword(k) => Kind::Keyword(k.clone()),
+            Value::Json(j) => Kind::Json(j.clone()),
+        };
+        pb::Value { kind: Some(kind) }
+    }
+}
+
+fn op(field: &str, raw: i32) -> Result<Op, WireError> {
+    match pb::Op::try_from(raw) {
+        Ok(pb::Op::Assert) => Ok(Op::Assert),
+        Ok(pb::Op::Retract) => Ok(Op::Retract),
+        _ => Err(WireError::new(field, format!("must be OP_ASSERT or OP_RETRACT, got {raw}"))),
+    }
+}
+
+fn op_to_pb(op: Op) -> pb::Op {
+    match op {
+        Op::Assert => pb::Op::Assert,
+        Op::Retract => pb::Op::Retract,
+    }
+}
+
+pub fn provenance(raw: Option<pb::Provenance>) -> Result<Provenance, WireError> {
+    let p = raw.ok_or_else(|| WireError::missing("provenance"))?;
+    let status = match pb::Status::try_from(p.status) {
+        Ok(pb::Status::Unspecified | pb::Status::Candidate) => Status::Candidate,
+        Ok(pb::Status::Verified) => Status::Verified,
+        Err(_) => return Err(WireError::new("provenance.status", format!("unknown status {}", p.status))),
+    };
+    let prov =
+        Provenance { agent: p.agent, session: p.session, source: p.source, confidence: p.confidence, status };
+    prov.validate().map_err(at("provenance"))?;
+    Ok(prov)
+}
+
+impl From<&Provenance> for pb::Provenance {
+    fn from(p: &Provenance) -> pb::Provenance {
+        pb::Provenance {
+            agent: p.agent.clone(),
+            session: p.session.clone(),
+            source: p.source.clone(),
+            confidence: p.confidence,
+            status: match p.status {
+                Status::Candidate => pb::Status::Candidate,
+                Status::Verified => pb::Status::Verified,
+            } as i32,
+        }
+    }
+}
+
+impl TryFrom<pb::TransactRequest> for TxRequest {
+    type Error = WireError;
+
+    fn try_from(req: pb::TransactRequest) -> Result<TxRequest, WireError> {
+        let namespace = namespace("namespace", req.namespace)?;
+        let mut ops = Vec::with_capacity(req.ops.len());
+        for (i, o) in req.ops.into_iter().enumerate() {
+            let field = |name: &str| format!("ops[{i}].{name}");
+            use pb::entity_ref::Kind;
+            let entity = match o.entity.and_then(|e| e.kind) {
+                Some(Kind::Id(id)) => EntityRef::Id(EntityId(id)),
+                Some(Kind::Temp(name)) => EntityRef::Temp(name),
+                None => return Err(WireError::missing(&field("entity"))),
+            };
+            ops.push(TxOp {
+                op: op(&field("op"), o.op)?,
+                entity,
+                attribute: attribute(&field("attribute"), o.attribute)?,
+                value: value(&field("value"), o.value)?,
+                valid_from_ns: o.valid_from_ns,
+                valid_to_ns: o.valid_to_ns,
+            });
+        }
+        let mut preconditions = Vec::with_capacity(req.preconditions.len());
+        for (i, p) in req.preconditions.into_iter().enumerate() {
+            let field = |name: &str| format!("preconditions[{i}].{name}");
+            preconditions.push(Precondition {
+                entity: EntityId(p.entity),
+                attribute: attribute(&field("attribute"), p.attribute)?,
+                expected: match p.expected {
+                    None => None,
+                    some => Some(value(&field("expected"), some)?),
+                },
+            });
+        }
+        let tx = TxRequest {
+            namespace,
+            ops,
+            preconditions,
+            idempotency_key: Some(req.idempotency_key).filter(|k| !k.is_empty()),
+            provenance: provenance(req.provenance)?,
+        };
+        tx.validate().map_err(at("transaction"))?;
+        Ok(tx)
+    }
+}
+
+impl From<&TxRequest> for pb::TransactRequest {
+    fn from(tx: &TxRequest) -> pb::TransactRequest {
+        pb::TransactRequest {
+            namespace: tx.namespace.to_string(),
+            ops: tx
+                .ops
+                .iter()
+                .map(|o| pb::TxOp {
+                    op: op_to_pb(o.op) as i32,
+                    entity: Some(pb::EntityRef {
+                        kind: Some(match &o.entity {
+                            EntityRef::Id(e) => pb::entity_ref::Kind::Id(e.0),
+                            EntityRef::Temp(t) => pb::entity_ref::Kind::Temp(t.clone()),
+                        }),
+                    }),
+                    attribute: o.attribute.to_string(),
+                    value: Some((&o.value).into()),
+                    valid_from_ns: o.valid_from_ns,
+                    valid_to_ns: o.valid_to_ns,
+                })
+                .collect(),
+            preconditions: tx
+                .preconditions
+                .iter()
+                .map(|p| pb::Precondition {
+                    entity: p.entity.0,
+                    attribute: p.attribute.to_string(),
+                    expected: p.expected.as_ref().map(Into::into),
+                })
+                .collect(),
+            idempotency_key: tx.idempotency_key.clone().unwrap_or_default(),
+            provenance: Some((&tx.provenance).into()),
+        }
+    }
+}
+
+impl From<&Datom> for pb::Datom {
+    fn from(d: &Datom) -> pb::Datom {
+        pb::Datom {
+            namespace: d.namespace.to_string(),
+            entity: d.entity.0,
+            attribute: d.attribute.to_string(),
+            value: Some((&d.value).into()),
+            op: op_to_pb(d.op) as i32,
+            valid_from_ns: d.valid_from_ns,
+            valid_to_ns: d.valid_to_ns,
+            tx: d.tx.0,
+            provenance: Some((&d.provenance).into()),
+            hash: d.hash().0.to_vec(),
+        }
+    }
+}
+
+impl From<&TxReceipt> for pb::TransactResponse {
+    fn from(r: &TxReceipt) -> pb::TransactResponse {
+        pb::TransactResponse {
+            tx: r.tx.0,
+            tx_time_ns: r.tx_time_ns,
+            datom_hashes: r.datom_hashes.iter().map(|h| h.0.to_vec()).collect(),
+            audit_index: r.audit_index,
+            audit_hash: r.audit_hash.0.to_vec(),
+            temp_ids: r.temp_ids.iter().map(|(k, v)| (k.clone(), v.0)).collect(),
+        }
+    }
+}
+
+/// A readable rendering of a wire value, for CLIs and logs.
+pub fn value_to_domain_lossy(v: &pb::Value) -> Option<Value> {
+    value("value", Some(v.clone())).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn good() -> pb::TransactRequest {
+        pb::TransactRequest {
+            namespace: "team/a".into(),
+            ops: vec![pb::TxOp {
+                op: pb::Op::Assert as i32,
+                entity: Some(pb::EntityRef { kind: Some(pb::entity_ref::Kind::Temp("t".into())) }),
+                attribute: ":task/title".into(),
+                value: Some(pb::Value { kind: Some(pb::value::Kind::Json(r#"{"b":1, "a":2}"#.into())) }),
+                valid_from_ns: None,
+                valid_to_ns: None,
+            }],
+            preconditions: vec![],
+            idempotency_key: String::new(),
+            provenance: Some(pb::Provenance { agent: "a1".into(), confidence: 0.5, ..Default::default() }),
+        }
+    }
+
+    #[test]
+    fn a_valid_request_converts_and_round_trips() {
+        let tx = TxRequest::try_from(good()).unwrap();
+        assert_eq!(tx.ops[0].value, Value::Json(r#"{"a":2,"b":1}"#.into()));
+        let back = TxRequest::try_from(pb::TransactRequest::from(&tx)).unwrap();
+        assert_eq!(back, tx);
+    }
+
+    #[test]
+    fn each_malformed_field_is_named() {
+        let cases: Vec<(&str, Box<dyn Fn(&mut pb::TransactRequest)>)> = vec![
+            ("namespace", Box::new(|r| r.namespace = "../x".into())),
+            ("namespace", Box::new(|r| r.namespace = "/abs".into())),
+            ("ops[0].attribute", Box::new(|r| r.ops[0].attribute = "title".into())),
+            ("ops[0].op", Box::new(|r| r.ops[0].op = 0)),
+            ("ops[0].op", Box::new(|r| r.ops[0].op = 99)),
+            ("ops[0].entity", Box::new(|r| r.ops[0].entity = None)),
+            ("ops[0].value", Box::new(|r| r.ops[0].value = None)),
+            (
+                "ops[0].value",
+                Box::new(|r| r.ops[0].value = Some(pb::Value { kind: Some(pb::value::Kind::F64(f64::NAN)) })),
+            ),
+            (
+                "ops[0].value",
+                Box::new(|r| r.ops[0].value = Some(pb::Value { kind: Some(pb::value::Kind::Json("{".into())) })),
+            ),
+            ("provenance", Box::new(|r| r.provenance = None)),
+            ("provenance", Box::new(|r| r.provenance.as_mut().unwrap().confidence = 2.0)),
+            ("transaction", Box::new(|r| r.ops.clear())),
+        ];
+        for (field, mutate) in cases {
+            let mut req = good();
+            mutate(&mut req);
+            let err = TxRequest::try_from(req).unwrap_err();
+            assert!(err.field.starts_with(field), "expected {field}, got {err}");
+        }
+    }
+}
