@@ -1,0 +1,1 @@
+//! Raft wiring (in progress).

@@ -1,0 +1,90 @@
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+/// A cluster member named on the command line: `ID=HOST:PORT`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Peer {
+    pub id: u64,
+    pub addr: String,
+}
+
+impl std::str::FromStr for Peer {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Peer, String> {
+        let (id, addr) = s.split_once('=').ok_or_else(|| format!("peer {s:?} must look like ID=HOST:PORT"))?;
+        let id = id.parse::<u64>().map_err(|_| format!("peer {s:?}: {id:?} is not a node id"))?;
+        if id == 0 {
+            return Err(format!("peer {s:?}: node ids start at 1"));
+        }
+        if !addr.contains(':') {
+            return Err(format!("peer {s:?}: address {addr:?} needs a port"));
+        }
+        Ok(Peer { id, addr: addr.to_string() })
+    }
+}
+
+/// Everything a node needs to run. Built by the `engram serve` command from flags and
+/// environment variables.
+#[derive(Clone, Debug)]
+pub struct ServerConfig {
+    /// This node's id (≥ 1), unique in the cluster and never reused.
+    pub node_id: u64,
+    /// Address the gRPC server binds.
+    pub listen: SocketAddr,
+    /// Address other nodes and clients use to reach this node; defaults to `listen`.
+    pub advertise_addr: Option<String>,
+    /// Holds the RocksDB store and, unless `key_file` is set, the node's signing key.
+    pub data_dir: PathBuf,
+    /// A 32-byte Ed25519 seed (raw or hex). When unset, the key is `data_dir/node.key`,
+    /// generated on first start with mode 0600.
+    pub key_file: Option<PathBuf>,
+    /// The initial voters (this node may be among them).
+    pub peers: Vec<Peer>,
+    /// Initialise the cluster from `peers` once all of them answer, if it is not initialised
+    /// yet. Safe to leave on across restarts: an initialised node never re-initialises.
+    pub bootstrap: bool,
+    /// Largest encoded transaction accepted, in bytes.
+    pub max_tx_bytes: usize,
+    pub heartbeat_interval_ms: u64,
+    pub election_timeout_min_ms: u64,
+    pub election_timeout_max_ms: u64,
+    /// Build a snapshot (and purge the log before it) every this many applied entries.
+    pub snapshot_every_entries: u64,
+}
+
+impl ServerConfig {
+    pub fn new(node_id: u64, listen: SocketAddr, data_dir: PathBuf) -> ServerConfig {
+        ServerConfig {
+            node_id,
+            listen,
+            advertise_addr: None,
+            data_dir,
+            key_file: None,
+            peers: Vec::new(),
+            bootstrap: false,
+            max_tx_bytes: 1 << 20,
+            heartbeat_interval_ms: 100,
+            election_timeout_min_ms: 400,
+            election_timeout_max_ms: 800,
+            snapshot_every_entries: 5_000,
+        }
+    }
+
+    pub fn advertise(&self) -> String {
+        self.advertise_addr.clone().unwrap_or_else(|| self.listen.to_string())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn peers_parse_strictly() {
+        assert_eq!("2=127.0.0.1:7002".parse::<Peer>().unwrap(), Peer { id: 2, addr: "127.0.0.1:7002".into() });
+        for bad in ["2", "x=host:1", "0=host:1", "2=host"] {
+            assert!(bad.parse::<Peer>().is_err(), "{bad}");
+        }
+    }
+}
