@@ -1,0 +1,391 @@
+use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use engram_proto::pb;
+use engram_proto::pb::audit_client::AuditClient;
+use engram_proto::pb::cluster_client::ClusterClient;
+use engram_proto::pb::memory_client::MemoryClient;
+use engram_types::{Attribute, EntityId, Namespace, TxRequest, Value};
+use futures::stream::BoxStream;
+use futures::{StreamExt, TryStreamExt};
+use tokio::time::Instant;
+use tonic::transport::{Channel, Endpoint};
+use tonic::{Response, Status};
+
+use crate::{ClientError, Idempotency, RetryPolicy, parse_endpoint};
+
+/// Largest response accepted. Reads of big entities and histories can exceed tonic's 4 MiB
+/// default; the server bounds what it sends by its own limits.
+const MAX_RESPONSE_BYTES: usize = 64 << 20;
+
+/// Timeouts and retry policy of a [`Client`].
+#[derive(Clone, Copy, Debug)]
+pub struct ClientConfig {
+    /// Time allowed to establish a TCP + HTTP/2 connection to one endpoint.
+    pub connect_timeout: Duration,
+    /// Time allowed for one attempt of one call (not for a whole audit stream).
+    pub request_timeout: Duration,
+    pub retry: RetryPolicy,
+}
+
+impl Default for ClientConfig {
+    fn default() -> ClientConfig {
+        ClientConfig {
+            connect_timeout: Duration::from_secs(2),
+            request_timeout: Duration::from_secs(10),
+            retry: RetryPolicy::default(),
+        }
+    }
+}
+
+/// Read consistency, as in the API.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Consistency {
+    /// Confirmed with a quorum by the leader: sees every write acknowledged before the call.
+    #[default]
+    Linearizable,
+    /// The answering node's applied state, possibly behind; never leaves that node.
+    Stale,
+}
+
+impl Consistency {
+    fn to_pb(self) -> i32 {
+        match self {
+            Consistency::Linearizable => pb::ReadConsistency::Linearizable as i32,
+            Consistency::Stale => pb::ReadConsistency::Stale as i32,
+        }
+    }
+}
+
+/// Options of [`Client::get`].
+#[derive(Clone, Copy, Debug, Default)]
+pub struct GetOptions {
+    /// Read the entity as of this transaction (inclusive).
+    pub as_of_tx: Option<u64>,
+    /// Only facts whose valid-time interval contains this instant.
+    pub valid_at_ns: Option<i64>,
+    pub consistency: Consistency,
+}
+
+/// What [`Client::history`] lists.
+#[derive(Clone, Debug)]
+pub enum HistoryTarget {
+    /// Every datom of one entity, optionally only of one attribute.
+    Entity { entity: EntityId, attribute: Option<Attribute> },
+    /// Every datom of one attribute, across entities.
+    Attribute(Attribute),
+}
+
+/// A [`Client::find`] query: the current datoms of `attribute`, optionally with `value`.
+#[derive(Clone, Debug)]
+pub struct FindQuery {
+    pub namespace: Namespace,
+    pub attribute: Attribute,
+    pub value: Option<Value>,
+    pub as_of_tx: Option<u64>,
+    /// 0: the server's maximum.
+    pub limit: u32,
+    pub consistency: Consistency,
+}
+
+struct Node {
+    /// As the user wrote it, for messages.
+    name: String,
+    channel: Channel,
+}
+
+struct Inner {
+    nodes: Vec<Node>,
+    /// Index into `nodes` of the endpoint calls go to first.
+    current: AtomicUsize,
+    config: ClientConfig,
+}
+
+/// A handle to a cluster through one or more endpoints. Cheap to clone; clones share
+/// channels and the current endpoint.
+#[derive(Clone)]
+pub struct Client {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for Client {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Client").field("endpoints", &self.endpoints()).finish()
+    }
+}
+
+impl Client {
+    /// A client over `endpoints` (`host:port` or `http://host:port`) with the default
+    /// [`ClientConfig`]. Channels connect lazily, so this succeeds while nodes are down; must be
+    /// called within a Tokio runtime.
+    pub async fn connect(endpoints: Vec<String>) -> Result<Client, ClientError> {
+        Client::with_config(endpoints, ClientConfig::default())
+    }
+
+    /// As [`Client::connect`], with explicit timeouts and retry policy.
+    pub fn with_config(endpoints: Vec<String>, config: ClientConfig) -> Result<Client, ClientError> {
+        if endpoints.is_empty() {
+            return Err(ClientError::Endpoint { endpoint: String::new(), reason: "no endpoints given".into() });
+        }
+        let mut nodes = Vec::with_capacity(endpoints.len());
+        for raw in endpoints {
+            let uri = parse_endpoint(&raw)?;
+            let endpoint = Endpoint::from_shared(uri)
+                .map_err(|e| ClientError::Endpoint { endpoint: raw.clone(), reason: e.to_string() })?
+                .connect_timeout(config.connect_timeout)
+                .timeout(config.request_timeout)
+                .tcp_nodelay(true);
+            nodes.push(Node { name: raw.trim().to_string(), channel: endpoint.connect_lazy() });
+        }
+        Ok(Client { inner: Arc::new(Inner { nodes, current: AtomicUsize::new(0), config }) })
+    }
+
+    /// The endpoints, as given.
+    pub fn endpoints(&self) -> Vec<String> {
+        self.inner.nodes.iter().map(|n| n.name.clone()).collect()
+    }
+
+    /// A client over the single endpoint `index` of this one, sharing its channel: for calls
+    /// that must reach one particular node (stale reads, per-node status, chain verification).
+    pub fn node(&self, index: usize) -> Option<Client> {
+        let node = self.inner.nodes.get(index)?;
+        Some(Client {
+            inner: Arc::new(Inner {
+                nodes: vec![Node { name: node.name.clone(), channel: node.channel.clone() }],
+                current: AtomicUsize::new(0),
+                config: self.inner.config,
+            }),
+        })
+    }
+
+    pub fn config(&self) -> ClientConfig {
+        self.inner.config
+    }
+
+    // ------------------------------------------------------------------ Memory
+
+    /// Submits a transaction.
+    ///
+    /// Retried on transient failures (rotating endpoints) **only if** `tx.idempotency_key` is
+    /// set: the server answers a repeated key in the same namespace with the first receipt, so
+    /// the retry cannot apply twice. Without a key a transient failure is returned as is, since
+    /// the transaction may or may not have been applied.
+    pub async fn transact(&self, tx: &TxRequest) -> Result<pb::TransactResponse, ClientError> {
+        self.transact_raw(pb::TransactRequest::from(tx)).await
+    }
+
+    /// Submits a wire-level request as given, without client-side validation: for tools and
+    /// tests that need to send what [`TxRequest`] cannot express. Same retry rule as
+    /// [`Client::transact`].
+    pub async fn transact_raw(&self, req: pb::TransactRequest) -> Result<pb::TransactResponse, ClientError> {
+        let idempotency =
+            if req.idempotency_key.is_empty() { Idempotency::Unsafe } else { Idempotency::Safe };
+        self.call(idempotency, move |ch| {
+            let req = req.clone();
+            async move { memory(ch).transact(req).await }
+        })
+        .await
+    }
+
+    /// The current facts of `entity` (one datom per attribute).
+    pub async fn get(
+        &self,
+        namespace: &Namespace,
+        entity: EntityId,
+        opts: GetOptions,
+    ) -> Result<pb::GetResponse, ClientError> {
+        let req = pb::GetRequest {
+            namespace: namespace.to_string(),
+            entity: entity.0,
+            as_of_tx: opts.as_of_tx,
+            valid_at_ns: opts.valid_at_ns,
+            consistency: opts.consistency.to_pb(),
+        };
+        self.call(Idempotency::Safe, move |ch| {
+            let req = req.clone();
+            async move { memory(ch).get(req).await }
+        })
+        .await
+    }
+
+    /// Every datom (assertions and retractions) of an entity or an attribute, in tx order.
+    /// `limit` 0 asks for the server's maximum.
+    pub async fn history(
+        &self,
+        namespace: &Namespace,
+        target: HistoryTarget,
+        limit: u32,
+        consistency: Consistency,
+    ) -> Result<pb::HistoryResponse, ClientError> {
+        let (target, attribute_filter) = match target {
+            HistoryTarget::Entity { entity, attribute } => (
+                pb::history_request::Target::Entity(entity.0),
+                attribute.map(|a| a.to_string()).unwrap_or_default(),
+            ),
+            HistoryTarget::Attribute(a) => (pb::history_request::Target::Attribute(a.to_string()), String::new()),
+        };
+        let req = pb::HistoryRequest {
+            namespace: namespace.to_string(),
+            target: Some(target),
+            attribute_filter,
+            limit,
+            consistency: consistency.to_pb(),
+        };
+        self.call(Idempotency::Safe, move |ch| {
+            let req = req.clone();
+            async move { memory(ch).history(req).await }
+        })
+        .await
+    }
+
+    /// The current datoms of an attribute, optionally only those with a given value.
+    pub async fn find(&self, query: &FindQuery) -> Result<pb::FindResponse, ClientError> {
+        let req = pb::FindRequest {
+            namespace: query.namespace.to_string(),
+            attribute: query.attribute.to_string(),
+            value: query.value.as_ref().map(Into::into),
+            as_of_tx: query.as_of_tx,
+            limit: query.limit,
+            consistency: query.consistency.to_pb(),
+        };
+        self.call(Idempotency::Safe, move |ch| {
+            let req = req.clone();
+            async move { memory(ch).find(req).await }
+        })
+        .await
+    }
+
+    // ------------------------------------------------------------------ Cluster
+
+    /// The answering node's view of the cluster. With several endpoints, that is whichever node
+    /// answers first; use [`Client::node`] to ask a particular one.
+    pub async fn status(&self) -> Result<pb::StatusResponse, ClientError> {
+        self.call(Idempotency::Safe, |ch| async move { cluster(ch).status(pb::StatusRequest {}).await }).await
+    }
+
+    /// Initialises the cluster with `members` as `(node id, host:port)`; the server fetches
+    /// their keys. Not retried: the caller checks [`Client::status`] before trying again.
+    pub async fn init(&self, members: &[(u64, String)]) -> Result<pb::InitResponse, ClientError> {
+        let req = pb::InitRequest {
+            members: members
+                .iter()
+                .map(|(id, addr)| pb::Member { id: *id, addr: addr.clone(), public_key: Vec::new(), voter: true })
+                .collect(),
+        };
+        self.call(Idempotency::Unsafe, move |ch| {
+            let req = req.clone();
+            async move { cluster(ch).init(req).await }
+        })
+        .await
+    }
+
+    /// Adds a node (as a learner that is promoted once caught up, unless `learner_only`).
+    /// Not retried.
+    pub async fn add_node(
+        &self,
+        id: u64,
+        addr: &str,
+        learner_only: bool,
+    ) -> Result<pb::MembershipResponse, ClientError> {
+        let req = pb::AddNodeRequest { id, addr: addr.to_string(), learner_only };
+        self.call(Idempotency::Unsafe, move |ch| {
+            let req = req.clone();
+            async move { cluster(ch).add_node(req).await }
+        })
+        .await
+    }
+
+    /// Removes a node from the membership. Not retried.
+    pub async fn remove_node(&self, id: u64) -> Result<pb::MembershipResponse, ClientError> {
+        self.call(Idempotency::Unsafe, move |ch| async move {
+            cluster(ch).remove_node(pb::RemoveNodeRequest { id }).await
+        })
+        .await
+    }
+
+    // ------------------------------------------------------------------ Audit
+
+    /// The tip of the answering node's audit chain.
+    pub async fn head(&self) -> Result<pb::HeadResponse, ClientError> {
+        self.call(Idempotency::Safe, |ch| async move { audit(ch).head(pb::HeadRequest {}).await }).await
+    }
+
+    /// Streams audit entries from `from_index` (1-based; 0 means 1), at most `limit` of them
+    /// (0: up to the head). Opening the stream is retried like any read; an error in the middle
+    /// of the stream ends it with that error (resume from the next index if needed). The
+    /// request timeout bounds only the opening: the stream itself may take as long as the chain
+    /// needs, so a caller that must not hang bounds the wait for each item.
+    pub async fn audit_entries(
+        &self,
+        from_index: u64,
+        limit: u64,
+    ) -> Result<BoxStream<'static, Result<pb::AuditEntry, ClientError>>, ClientError> {
+        let (endpoint, stream) = self
+            .call_with_endpoint(Idempotency::Safe, move |ch| async move {
+                audit(ch).entries(pb::EntriesRequest { from_index, limit }).await
+            })
+            .await?;
+        Ok(stream.map_err(move |status| ClientError::rpc(&endpoint, &status, 1)).boxed())
+    }
+
+    // ------------------------------------------------------------------ plumbing
+
+    async fn call<T, F, Fut>(&self, idempotency: Idempotency, f: F) -> Result<T, ClientError>
+    where
+        F: FnMut(Channel) -> Fut,
+        Fut: Future<Output = Result<Response<T>, Status>>,
+    {
+        self.call_with_endpoint(idempotency, f).await.map(|(_, value)| value)
+    }
+
+    /// Runs `f` against the current endpoint, rotating and backing off on transient failures
+    /// as the retry policy allows. Returns the answering endpoint's name with the response.
+    pub(crate) async fn call_with_endpoint<T, F, Fut>(
+        &self,
+        idempotency: Idempotency,
+        mut f: F,
+    ) -> Result<(String, T), ClientError>
+    where
+        F: FnMut(Channel) -> Fut,
+        Fut: Future<Output = Result<Response<T>, Status>>,
+    {
+        let inner = &*self.inner;
+        let start = Instant::now();
+        let mut retry = 0u32;
+        loop {
+            let index = inner.current.load(Ordering::Relaxed) % inner.nodes.len();
+            let node = &inner.nodes[index];
+            match f(node.channel.clone()).await {
+                Ok(response) => return Ok((node.name.clone(), response.into_inner())),
+                Err(status) => {
+                    let Some(delay) = inner.config.retry.next_delay(&status, idempotency, retry, start.elapsed())
+                    else {
+                        return Err(ClientError::rpc(&node.name, &status, retry + 1));
+                    };
+                    tracing::debug!(endpoint = %node.name, code = ?status.code(), message = status.message(),
+                        retry, "transient failure; trying the next endpoint");
+                    // Rotate only if no concurrent caller already did, so that N failures seen
+                    // at once by N tasks move the client one endpoint, not N.
+                    let next = (index + 1) % inner.nodes.len();
+                    let _ = inner.current.compare_exchange(index, next, Ordering::Relaxed, Ordering::Relaxed);
+                    tokio::time::sleep(delay).await;
+                    retry += 1;
+                }
+            }
+        }
+    }
+}
+
+fn memory(ch: Channel) -> MemoryClient<Channel> {
+    MemoryClient::new(ch).max_decoding_message_size(MAX_RESPONSE_BYTES)
+}
+
+fn cluster(ch: Channel) -> ClusterClient<Channel> {
+    ClusterClient::new(ch).max_decoding_message_size(MAX_RESPONSE_BYTES)
+}
+
+fn audit(ch: Channel) -> AuditClient<Channel> {
+    AuditClient::new(ch).max_decoding_message_size(MAX_RESPONSE_BYTES)
+}

@@ -1,0 +1,102 @@
+use engram_audit::ChainError;
+use thiserror::Error;
+use tonic::Code;
+
+/// Why a client call failed. Callers tell these apart: a CLI maps [`ClientError::Chain`] and
+/// [`ClientError::ChainTruncated`] to "tampered", everything else to "could not check".
+#[derive(Debug, Error)]
+pub enum ClientError {
+    /// An endpoint could not be parsed; nothing was sent.
+    #[error("invalid endpoint {endpoint:?}: {reason}")]
+    Endpoint { endpoint: String, reason: String },
+
+    /// The server (or the transport on the way to it) refused the call. `code` and `message`
+    /// are the gRPC status as received from the last attempt.
+    #[error("{endpoint}: {}: {message}", code_name(*code))]
+    Rpc { endpoint: String, code: Code, message: String, attempts: u32 },
+
+    /// A response that does not follow the API contract (e.g. a hash that is not 32 bytes).
+    #[error("{endpoint}: malformed response: {reason}")]
+    Protocol { endpoint: String, reason: String },
+
+    /// The audit chain served by `endpoint` fails verification at `error.index`.
+    #[error("{endpoint}: {error}")]
+    Chain { endpoint: String, error: ChainError },
+
+    /// The node reported a chain head at `head_index` but served fewer entries: the tail of
+    /// the chain is missing.
+    #[error("{endpoint}: the chain ends at entry {served} but the node reported head {head_index}")]
+    ChainTruncated { endpoint: String, served: u64, head_index: u64 },
+}
+
+impl ClientError {
+    /// The gRPC code, for errors that carry one.
+    pub fn code(&self) -> Option<Code> {
+        match self {
+            ClientError::Rpc { code, .. } => Some(*code),
+            _ => None,
+        }
+    }
+
+    /// The gRPC status message, for errors that carry one.
+    pub fn message(&self) -> Option<&str> {
+        match self {
+            ClientError::Rpc { message, .. } => Some(message),
+            _ => None,
+        }
+    }
+
+    /// Whether the error is evidence that the audit chain was altered (as opposed to a failure
+    /// to reach or read it).
+    pub fn is_tampering(&self) -> bool {
+        matches!(self, ClientError::Chain { .. } | ClientError::ChainTruncated { .. })
+            || self.code() == Some(Code::DataLoss)
+    }
+
+    pub(crate) fn rpc(endpoint: &str, status: &tonic::Status, attempts: u32) -> ClientError {
+        ClientError::Rpc {
+            endpoint: endpoint.to_string(),
+            code: status.code(),
+            message: status.message().to_string(),
+            attempts,
+        }
+    }
+}
+
+/// The canonical gRPC name of a code (`NOT_FOUND`), as other gRPC tools print it.
+pub fn code_name(code: Code) -> &'static str {
+    match code {
+        Code::Ok => "OK",
+        Code::Cancelled => "CANCELLED",
+        Code::Unknown => "UNKNOWN",
+        Code::InvalidArgument => "INVALID_ARGUMENT",
+        Code::DeadlineExceeded => "DEADLINE_EXCEEDED",
+        Code::NotFound => "NOT_FOUND",
+        Code::AlreadyExists => "ALREADY_EXISTS",
+        Code::PermissionDenied => "PERMISSION_DENIED",
+        Code::ResourceExhausted => "RESOURCE_EXHAUSTED",
+        Code::FailedPrecondition => "FAILED_PRECONDITION",
+        Code::Aborted => "ABORTED",
+        Code::OutOfRange => "OUT_OF_RANGE",
+        Code::Unimplemented => "UNIMPLEMENTED",
+        Code::Internal => "INTERNAL",
+        Code::Unavailable => "UNAVAILABLE",
+        Code::DataLoss => "DATA_LOSS",
+        Code::Unauthenticated => "UNAUTHENTICATED",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rpc_errors_keep_code_and_message() {
+        let err = ClientError::rpc("n1:1", &tonic::Status::not_found("entity 9 does not exist"), 1);
+        assert_eq!(err.code(), Some(Code::NotFound));
+        assert_eq!(err.message(), Some("entity 9 does not exist"));
+        assert_eq!(err.to_string(), "n1:1: NOT_FOUND: entity 9 does not exist");
+        assert!(!err.is_tampering());
+        assert!(ClientError::rpc("n1:1", &tonic::Status::data_loss("chain"), 1).is_tampering());
+    }
+}

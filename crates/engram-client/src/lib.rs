@@ -1,0 +1,33 @@
+//! A typed async client for an Engram cluster.
+//!
+//! [`Client`] holds one lazily connected gRPC channel per endpoint and sends each call to the
+//! *current* endpoint. Any node accepts any call (a follower forwards writes and confirms
+//! linearizable reads with the leader), so the client never needs to know who leads: when a
+//! call fails with a transient error (`UNAVAILABLE`, a transport failure, a timeout) it rotates
+//! to the next endpoint and retries with bounded exponential backoff ([`RetryPolicy`]), within a
+//! bounded total time.
+//!
+//! Retries are only automatic where they cannot change the outcome: reads, status and audit
+//! calls are always retried; a write ([`Client::transact`]) is retried only when it carries an
+//! idempotency key, because the server answers a repeated key with the first receipt instead of
+//! applying again. A write without a key that fails transiently may or may not have been
+//! applied; the error is returned and the caller decides. Membership changes are never retried.
+//!
+//! [`Client::verify_chain`] streams a node's whole audit chain and checks every link and
+//! signature with [`engram_audit::ChainVerifier`], so a caller trusts nothing but the chain.
+//!
+//! Must not depend on: the server, Raft, storage or the core. It speaks only the wire API
+//! (`engram-proto`) and uses the pure data-model and audit crates.
+
+mod client;
+mod endpoint;
+mod error;
+mod retry;
+mod verify;
+
+pub use client::{Client, ClientConfig, Consistency, FindQuery, GetOptions, HistoryTarget};
+pub use endpoint::parse_endpoint;
+pub use engram_proto::pb;
+pub use error::{ClientError, code_name};
+pub use retry::{Idempotency, RetryPolicy, is_transient};
+pub use verify::{ChainReport, VerifyProgress};

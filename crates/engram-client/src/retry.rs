@@ -1,0 +1,147 @@
+use std::time::Duration;
+
+use tonic::{Code, Status};
+
+/// Whether repeating a request can change the outcome.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Idempotency {
+    /// Reads, status, audit, and writes that carry an idempotency key: repeating them yields
+    /// the same result, so transient failures are retried.
+    Safe,
+    /// Writes without an idempotency key and membership changes: a transient failure may hide
+    /// an applied change, so the error goes back to the caller.
+    Unsafe,
+}
+
+/// Bounded exponential backoff: the delay doubles from `initial_backoff` up to `max_backoff`,
+/// and no retry starts after `max_elapsed` has passed since the first attempt.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RetryPolicy {
+    pub initial_backoff: Duration,
+    pub max_backoff: Duration,
+    pub max_elapsed: Duration,
+}
+
+impl Default for RetryPolicy {
+    /// 50 ms doubling to 1 s, for at most 15 s: long enough to ride out a leader election
+    /// (hundreds of ms) or a node restart, short enough that a dead cluster is reported quickly.
+    fn default() -> RetryPolicy {
+        RetryPolicy {
+            initial_backoff: Duration::from_millis(50),
+            max_backoff: Duration::from_secs(1),
+            max_elapsed: Duration::from_secs(15),
+        }
+    }
+}
+
+impl RetryPolicy {
+    /// No retries at all: every call makes exactly one attempt.
+    pub fn never() -> RetryPolicy {
+        RetryPolicy { initial_backoff: Duration::ZERO, max_backoff: Duration::ZERO, max_elapsed: Duration::ZERO }
+    }
+
+    /// The delay before retry number `retry` (0 for the first retry).
+    pub fn backoff(&self, retry: u32) -> Duration {
+        let factor = 1u32.checked_shl(retry.min(31)).unwrap_or(u32::MAX);
+        self.initial_backoff.saturating_mul(factor).min(self.max_backoff)
+    }
+
+    /// Decides what to do after a failed attempt: `Some(delay)` to retry after `delay`, `None`
+    /// to give up. `elapsed` is the time since the first attempt; a retry whose delay would end
+    /// past the budget is not started.
+    pub fn next_delay(
+        &self,
+        status: &Status,
+        idempotency: Idempotency,
+        retry: u32,
+        elapsed: Duration,
+    ) -> Option<Duration> {
+        if idempotency == Idempotency::Unsafe || !is_transient(status) {
+            return None;
+        }
+        let delay = self.backoff(retry);
+        (elapsed.saturating_add(delay) < self.max_elapsed).then_some(delay)
+    }
+}
+
+/// Whether a failure says nothing about the request itself, so another attempt (possibly at
+/// another node) may succeed.
+///
+/// - `UNAVAILABLE`: no leader yet, a node shutting down, or the connection was refused;
+/// - `DEADLINE_EXCEEDED`: the server or the client deadline ran out;
+/// - `CANCELLED`: the client's request timeout fired or the connection closed under the call
+///   (a server never cancels a call on its own);
+/// - `UNKNOWN` raised locally (it carries a source error) and `INTERNAL` reporting an HTTP/2
+///   protocol failure: the connection broke mid-call, e.g. because the node was killed.
+///   Statuses *sent* by a server carry no source, so a server's own `UNKNOWN` or `INTERNAL`
+///   is a definite answer and is not retried.
+pub fn is_transient(status: &Status) -> bool {
+    use std::error::Error as _;
+    match status.code() {
+        Code::Unavailable | Code::DeadlineExceeded | Code::Cancelled => true,
+        Code::Unknown => status.source().is_some() || status.message().starts_with("transport error"),
+        Code::Internal => status.message().starts_with("h2 protocol error"),
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_and_is_capped() {
+        let p = RetryPolicy::default();
+        assert_eq!(p.backoff(0), Duration::from_millis(50));
+        assert_eq!(p.backoff(1), Duration::from_millis(100));
+        assert_eq!(p.backoff(4), Duration::from_millis(800));
+        assert_eq!(p.backoff(5), Duration::from_secs(1));
+        assert_eq!(p.backoff(1000), Duration::from_secs(1));
+    }
+
+    #[test]
+    fn transient_failures_of_safe_requests_are_retried_within_budget() {
+        let p = RetryPolicy::default();
+        let unavailable = Status::unavailable("no leader");
+        assert_eq!(
+            p.next_delay(&unavailable, Idempotency::Safe, 0, Duration::ZERO),
+            Some(Duration::from_millis(50))
+        );
+        assert_eq!(
+            p.next_delay(&Status::deadline_exceeded("slow"), Idempotency::Safe, 2, Duration::from_secs(1)),
+            Some(Duration::from_millis(200))
+        );
+        // The budget bounds the total time, including the delay about to be slept.
+        assert_eq!(p.next_delay(&unavailable, Idempotency::Safe, 9, Duration::from_millis(14_500)), None);
+        assert_eq!(p.next_delay(&unavailable, Idempotency::Safe, 0, Duration::from_secs(15)), None);
+        assert_eq!(RetryPolicy::never().next_delay(&unavailable, Idempotency::Safe, 0, Duration::ZERO), None);
+    }
+
+    #[test]
+    fn unsafe_requests_and_definite_answers_are_never_retried() {
+        let p = RetryPolicy::default();
+        assert_eq!(p.next_delay(&Status::unavailable("x"), Idempotency::Unsafe, 0, Duration::ZERO), None);
+        for definite in [
+            Status::invalid_argument("namespace: invalid"),
+            Status::failed_precondition("conflict"),
+            Status::not_found("entity"),
+            Status::resource_exhausted("too big"),
+            Status::data_loss("chain"),
+            Status::internal("bug"),
+            // Sent by a server (no local source): a definite answer, not a transport failure.
+            Status::unknown("handler failed"),
+        ] {
+            assert_eq!(p.next_delay(&definite, Idempotency::Safe, 0, Duration::ZERO), None, "{definite:?}");
+        }
+    }
+
+    #[test]
+    fn local_transport_failures_are_transient() {
+        let io = std::io::Error::new(std::io::ErrorKind::ConnectionReset, "reset by peer");
+        let broken = Status::from_error(Box::new(io));
+        assert!(is_transient(&broken), "{broken:?}");
+        assert!(is_transient(&Status::cancelled("Timeout expired")));
+        assert!(is_transient(&Status::internal("h2 protocol error: connection reset")));
+        assert!(!is_transient(&Status::internal("apply failed")));
+    }
+}
