@@ -1,1 +1,102 @@
-//! Raft wiring (in progress).
+//! Engram's Raft wiring: openraft 0.10 configured with Engram's types, its log store and state
+//! machine adapted onto the [`engram_storage::Store`] trait, and a gRPC network.
+//!
+//! - [`TypeConfig`]: node ids are `u64`; a node is [`NodeInfo`] (address and Ed25519 public
+//!   key, so membership entries carry the keys the audit chain trusts); app data is
+//!   [`Command`], which carries the leader's clock reading so apply never reads a clock.
+//! - [`LogStore`]: log entries in `Space::Log`, vote/committed/purged in `Space::Raft`; every
+//!   append is synced before openraft is told it is flushed.
+//! - [`StateMachine`]: applies entries through [`engram_core::Engine`], writing the applied log
+//!   id and membership in the same batch as the state change; snapshots are the core's
+//!   self-checking snapshot format.
+//! - [`network`]: openraft's `RaftNetworkV2` over the internal `engram.v1.Raft` gRPC service,
+//!   with messages as postcard bytes; snapshots stream in 1 MiB chunks.
+//!
+//! The async runtime is openraft's pluggable one (Tokio here); the simulation swaps it and the
+//! `tonic` package, not this code.
+//!
+//! Must not depend on: RocksDB (storage is the trait), the server crate, or a clock outside
+//! [`clock`].
+
+pub mod clock;
+mod log_store;
+pub mod network;
+mod node;
+mod state_machine;
+
+use std::fmt;
+
+use engram_types::TxRequest;
+pub use log_store::LogStore;
+pub use node::{NodeError, NodeStatus, RaftNode, RaftSettings};
+use serde::{Deserialize, Serialize};
+pub use state_machine::StateMachine;
+
+/// A cluster member as the membership config records it.
+#[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct NodeInfo {
+    /// `host:port` of the node's gRPC server.
+    pub addr: String,
+    /// The node's Ed25519 public key, trusted by the audit chain from the membership entry
+    /// that adds the node.
+    pub public_key: [u8; 32],
+}
+
+/// What a log entry asks the state machine to do.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum Command {
+    /// Apply a transaction. `proposed_time_ns` is the leader's clock when it proposed; apply
+    /// uses it (never decreasing) as the transaction time.
+    Transact { request: TxRequest, proposed_time_ns: i64 },
+}
+
+impl fmt::Display for Command {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Command::Transact { request, proposed_time_ns } => {
+                write!(f, "transact(ns={}, ops={}, t={proposed_time_ns})", request.namespace, request.ops.len())
+            }
+        }
+    }
+}
+
+/// What applying an entry returns to the proposer.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, Default)]
+pub struct CommandResponse {
+    /// Set for `Command::Transact`; `None` for blank and membership entries.
+    pub outcome: Option<engram_core::TxOutcome>,
+}
+
+openraft::declare_raft_types!(
+    /// Engram's openraft type configuration.
+    pub TypeConfig:
+        D = Command,
+        R = CommandResponse,
+        NodeId = u64,
+        Node = NodeInfo,
+);
+
+pub type Raft = openraft::Raft<TypeConfig, StateMachine>;
+pub type LogId = openraft::alias::LogIdOf<TypeConfig>;
+pub type Entry = openraft::alias::EntryOf<TypeConfig>;
+pub type Vote = openraft::alias::VoteOf<TypeConfig>;
+pub type Membership = openraft::alias::StoredMembershipOf<TypeConfig>;
+pub type SnapshotMeta = openraft::alias::SnapshotMetaOf<TypeConfig>;
+pub type SnapshotData = Vec<u8>;
+pub type Snapshot = openraft::alias::SnapshotOf<TypeConfig, SnapshotData>;
+
+/// Postcard encoding for Raft rows and messages. Decoding never panics: corrupt bytes become
+/// an `io::Error` (for storage) or a `Status` (for the network).
+pub(crate) mod codec {
+    use serde::Serialize;
+    use serde::de::DeserializeOwned;
+
+    pub fn encode<T: Serialize>(value: &T) -> std::io::Result<Vec<u8>> {
+        postcard::to_allocvec(value).map_err(std::io::Error::other)
+    }
+
+    pub fn decode<T: DeserializeOwned>(what: &str, bytes: &[u8]) -> std::io::Result<T> {
+        postcard::from_bytes(bytes)
+            .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, format!("corrupt {what}: {e}")))
+    }
+}

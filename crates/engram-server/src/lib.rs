@@ -1,19 +1,175 @@
 //! An Engram node: the gRPC services over a Raft node.
 //!
-//! PLACEHOLDER API (being implemented): `run(config)` serves until SIGINT/SIGTERM.
+//! [`run`] opens the RocksDB store in the data directory, loads (or creates) the node's
+//! signing key, starts Raft, and serves on one port: `engram.v1.Memory`, `Audit`, `Cluster`,
+//! the internal `engram.v1.Raft`, `grpc.health.v1` (SERVING once the node knows a leader and
+//! has applied what it committed) and server reflection, so `grpcurl` needs no proto files.
+//! Writes and linearizable reads that reach a follower are forwarded to the leader; errors
+//! become gRPC statuses in one place ([`error`]).
+//!
+//! Must not depend on: `rocksdb` directly (only through `engram-storage-rocks`), or the CLI.
 
 mod config;
+pub mod error;
+mod node_key;
+mod services;
 pub mod telemetry;
 
+use std::sync::Arc;
+use std::time::Duration;
+
 pub use config::{Peer, ServerConfig};
+use engram_proto::pb;
+use engram_raft::{NodeInfo, RaftNode, RaftSettings};
+use engram_storage::Store;
+use engram_storage_rocks::RocksStore;
+use services::Shared;
+use services::audit::AuditService;
+use services::cluster::ClusterService;
+use services::memory::MemoryService;
+use tonic::transport::Server;
+use tracing::{info, warn};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ServerError {
     #[error("{0}")]
     Startup(String),
+    #[error("gRPC server failed: {0}")]
+    Serve(String),
 }
 
 /// Runs the node until SIGINT or SIGTERM, then shuts down gracefully.
 pub async fn run(config: ServerConfig) -> Result<(), ServerError> {
-    Err(ServerError::Startup(format!("not built yet: {config:?}")))
+    run_until(config, shutdown_signal()).await
+}
+
+/// Runs the node until `shutdown` completes.
+pub async fn run_until(
+    config: ServerConfig,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> Result<(), ServerError> {
+    if config.node_id == 0 {
+        return Err(ServerError::Startup("--id must be at least 1".into()));
+    }
+    std::fs::create_dir_all(&config.data_dir).map_err(|e| {
+        ServerError::Startup(format!("cannot create data dir {}: {e}", config.data_dir.display()))
+    })?;
+    let key = match &config.key_file {
+        Some(path) => node_key::load(path)?,
+        None => node_key::load_or_generate(&config.data_dir.join("node.key"))?,
+    };
+    let store: Arc<dyn Store> = Arc::new(
+        RocksStore::open(&config.data_dir.join("db"))
+            .map_err(|e| ServerError::Startup(format!("cannot open the store: {e}")))?,
+    );
+    let info = NodeInfo { addr: config.advertise(), public_key: key.public().0 };
+    info!(node_id = config.node_id, addr = %info.addr, key_id = %key.key_id(), "starting engram node");
+    let settings = RaftSettings {
+        heartbeat_interval_ms: config.heartbeat_interval_ms,
+        election_timeout_min_ms: config.election_timeout_min_ms,
+        election_timeout_max_ms: config.election_timeout_max_ms,
+        snapshot_every_entries: config.snapshot_every_entries,
+    };
+    let node = RaftNode::start(config.node_id, info, store, Arc::new(key), &settings)
+        .await
+        .map_err(|e| ServerError::Startup(e.to_string()))?;
+    let shared = Shared::new(node.clone(), config.clone());
+
+    let (health, health_service) = tonic_health::server::health_reporter();
+    tokio::spawn(report_health(node.clone(), health));
+    if config.bootstrap {
+        tokio::spawn(bootstrap(shared.clone()));
+    }
+    let reflection = tonic_reflection::server::Builder::configure()
+        .register_encoded_file_descriptor_set(engram_proto::FILE_DESCRIPTOR_SET)
+        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+        .build_v1()
+        .map_err(|e| ServerError::Startup(format!("reflection: {e}")))?;
+    let request_limit = config.max_tx_bytes.saturating_mul(4).max(4 << 20);
+
+    let served = Server::builder()
+        .tcp_nodelay(true)
+        .add_service(health_service)
+        .add_service(reflection)
+        .add_service(
+            pb::memory_server::MemoryServer::new(MemoryService::new(shared.clone()))
+                .max_decoding_message_size(request_limit)
+                .max_encoding_message_size(64 << 20),
+        )
+        .add_service(pb::audit_server::AuditServer::new(AuditService::new(shared.clone())))
+        .add_service(pb::cluster_server::ClusterServer::new(ClusterService::new(shared.clone())))
+        .add_service(engram_raft::network::RaftService::new(node.raft.clone()).into_server())
+        .serve_with_shutdown(config.listen, shutdown)
+        .await;
+    node.shutdown().await;
+    info!(node_id = config.node_id, "node stopped");
+    served.map_err(|e| ServerError::Serve(e.to_string()))
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+        Ok(s) => s,
+        Err(e) => {
+            warn!(error = %e, "cannot listen for SIGTERM; only Ctrl-C stops the node");
+            let _ = ctrl_c.await;
+            return;
+        }
+    };
+    tokio::select! {
+        _ = ctrl_c => {},
+        _ = term.recv() => {},
+    }
+    info!("shutdown signal received");
+}
+
+/// Health is SERVING while the node knows a leader and has applied what it knows committed.
+async fn report_health(node: RaftNode, reporter: tonic_health::server::HealthReporter) {
+    loop {
+        let status = node.status();
+        let ready = status.leader_id.is_some();
+        let state = if ready { tonic_health::ServingStatus::Serving } else { tonic_health::ServingStatus::NotServing };
+        reporter.set_service_status("", state).await;
+        reporter.set_service_status("engram.v1.Memory", state).await;
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        if status.role == "Shutdown" {
+            return;
+        }
+    }
+}
+
+/// With `--bootstrap`: the lowest-id member initialises the cluster once every listed peer
+/// answers, unless the cluster is already initialised. Others wait to be contacted.
+async fn bootstrap(shared: Arc<Shared>) {
+    let me = shared.node.node_id;
+    let mut list: Vec<(u64, String)> = shared.config.peers.iter().map(|p| (p.id, p.addr.clone())).collect();
+    if !list.iter().any(|(id, _)| *id == me) {
+        list.push((me, shared.config.advertise()));
+    }
+    list.sort();
+    if list.first().map(|(id, _)| *id) != Some(me) {
+        info!("bootstrap: waiting for node {} to initialise the cluster", list[0].0);
+        return;
+    }
+    loop {
+        match shared.node.is_initialized().await {
+            Ok(true) => {
+                info!("bootstrap: cluster already initialised");
+                return;
+            }
+            Ok(false) => {}
+            Err(e) => {
+                warn!(error = %e, "bootstrap: node failed");
+                return;
+            }
+        }
+        match services::cluster::initialize(&shared, list.clone()).await {
+            Ok(()) => {
+                info!(members = list.len(), "bootstrap: cluster initialised");
+                return;
+            }
+            Err(e) => info!(error = %e, "bootstrap: not yet; retrying"),
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
 }

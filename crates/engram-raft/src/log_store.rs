@@ -1,0 +1,153 @@
+use std::fmt::Debug;
+use std::io;
+use std::ops::{Bound, RangeBounds};
+use std::sync::Arc;
+
+use engram_storage::{Durability, Space, Store, WriteBatch};
+use openraft::entry::RaftEntry;
+use openraft::storage::{IOFlushed, LogState, RaftLogReader, RaftLogStorage};
+use openraft::{OptionalSend, RaftTypeConfig};
+
+use crate::codec::{decode, encode};
+use crate::{Entry, LogId, TypeConfig, Vote};
+
+const VOTE: &[u8] = b"vote";
+const COMMITTED: &[u8] = b"committed";
+const PURGED: &[u8] = b"purged";
+
+fn io_err(e: engram_storage::StorageError) -> io::Error {
+    io::Error::other(e)
+}
+
+fn log_key(index: u64) -> [u8; 8] {
+    index.to_be_bytes()
+}
+
+/// The Raft log and vote on a [`Store`]. Cheap to clone: clones share the store.
+#[derive(Clone)]
+pub struct LogStore {
+    store: Arc<dyn Store>,
+}
+
+impl LogStore {
+    pub fn new(store: Arc<dyn Store>) -> LogStore {
+        LogStore { store }
+    }
+
+    fn get_row<T: serde::de::DeserializeOwned>(&self, key: &[u8], what: &str) -> io::Result<Option<T>> {
+        match self.store.get(Space::Raft, key).map_err(io_err)? {
+            Some(bytes) => Ok(Some(decode(what, &bytes)?)),
+            None => Ok(None),
+        }
+    }
+
+    fn put_row<T: serde::Serialize>(&self, key: &[u8], value: &T) -> io::Result<()> {
+        let mut batch = WriteBatch::new();
+        batch.put(Space::Raft, key.to_vec(), encode(value)?);
+        self.store.write(batch, Durability::Sync).map_err(io_err)
+    }
+}
+
+impl RaftLogReader<TypeConfig> for LogStore {
+    async fn try_get_log_entries<RB: RangeBounds<u64> + Clone + Debug + OptionalSend>(
+        &mut self,
+        range: RB,
+    ) -> io::Result<Vec<Entry>> {
+        let start = match range.start_bound() {
+            Bound::Included(i) => *i,
+            Bound::Excluded(i) => i.saturating_add(1),
+            Bound::Unbounded => 0,
+        };
+        let end = match range.end_bound() {
+            Bound::Included(i) => Some(i.saturating_add(1)),
+            Bound::Excluded(i) => Some(*i),
+            Bound::Unbounded => None,
+        };
+        let end_key = end.map(log_key);
+        let rows = self
+            .store
+            .scan(Space::Log, &log_key(start), end_key.as_ref().map(|k| &k[..]), usize::MAX)
+            .map_err(io_err)?;
+        let mut entries = Vec::with_capacity(rows.len());
+        for (k, v) in rows {
+            let entry: Entry = decode("log entry", &v)?;
+            // The key and the entry must agree; a mismatch is corruption, reported not hidden.
+            if k.as_slice() != log_key(entry.index()) {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    format!("log entry stored under the wrong key: entry index {}", entry.index()),
+                ));
+            }
+            entries.push(entry);
+        }
+        Ok(entries)
+    }
+
+    async fn read_vote(&mut self) -> io::Result<Option<Vote>> {
+        self.get_row(VOTE, "vote")
+    }
+}
+
+impl RaftLogStorage<TypeConfig> for LogStore {
+    type LogReader = Self;
+
+    async fn get_log_state(&mut self) -> io::Result<LogState<TypeConfig>> {
+        let last_purged_log_id: Option<LogId> = self.get_row(PURGED, "purged log id")?;
+        let last = self.store.scan_rev(Space::Log, &[], None, 1).map_err(io_err)?;
+        let last_log_id = match last.into_iter().next() {
+            Some((_, v)) => Some(decode::<Entry>("log entry", &v)?.log_id()),
+            None => last_purged_log_id.clone(),
+        };
+        Ok(LogState { last_purged_log_id, last_log_id })
+    }
+
+    async fn get_log_reader(&mut self) -> Self::LogReader {
+        self.clone()
+    }
+
+    async fn save_vote(&mut self, vote: &Vote) -> io::Result<()> {
+        self.put_row(VOTE, vote)
+    }
+
+    async fn save_committed(&mut self, committed: Option<LogId>) -> io::Result<()> {
+        self.put_row(COMMITTED, &committed)
+    }
+
+    async fn read_committed(&mut self) -> io::Result<Option<LogId>> {
+        Ok(self.get_row::<Option<LogId>>(COMMITTED, "committed log id")?.flatten())
+    }
+
+    async fn append<I>(&mut self, entries: I, callback: IOFlushed<TypeConfig>) -> io::Result<()>
+    where
+        I: IntoIterator<Item = <TypeConfig as RaftTypeConfig>::Entry> + OptionalSend,
+        I::IntoIter: OptionalSend,
+    {
+        let mut batch = WriteBatch::new();
+        for entry in entries {
+            batch.put(Space::Log, log_key(entry.index()).to_vec(), encode(&entry)?);
+        }
+        // Synced before the callback: acknowledging an unsynced append lets a crash revert a
+        // follower's log, which Raft forbids.
+        let result = self.store.write(batch, Durability::Sync).map_err(io_err);
+        let status = match &result {
+            Ok(()) => Ok(()),
+            Err(e) => Err(io::Error::new(e.kind(), e.to_string())),
+        };
+        callback.io_completed(status);
+        result
+    }
+
+    async fn truncate_after(&mut self, last_log_id: Option<LogId>) -> io::Result<()> {
+        let from = last_log_id.map_or(0, |id| id.index() + 1);
+        let mut batch = WriteBatch::new();
+        batch.delete_range(Space::Log, log_key(from).to_vec(), vec![engram_storage::FIRST_INVALID_KEY_BYTE]);
+        self.store.write(batch, Durability::Sync).map_err(io_err)
+    }
+
+    async fn purge(&mut self, log_id: LogId) -> io::Result<()> {
+        let mut batch = WriteBatch::new();
+        batch.put(Space::Raft, PURGED.to_vec(), encode(&log_id)?);
+        batch.delete_range(Space::Log, log_key(0).to_vec(), log_key(log_id.index() + 1).to_vec());
+        self.store.write(batch, Durability::Sync).map_err(io_err)
+    }
+}

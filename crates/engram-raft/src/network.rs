@@ -1,0 +1,214 @@
+//! Raft messages over gRPC: the client side (`RaftNetworkV2` for openraft) and the server
+//! side ([`RaftService`], the internal `engram.v1.Raft` service).
+//!
+//! Messages are postcard-encoded openraft types inside `RaftMessage.payload`. A remote Raft
+//! error cannot travel inside openraft's `RPCError`, so the server answers it with a gRPC
+//! status and the client reports the peer as unreachable; openraft retries with backoff.
+
+use std::future::Future;
+use std::time::Duration;
+
+use engram_proto::pb;
+use engram_proto::pb::raft_client::RaftClient;
+use openraft::error::{NetworkError, RPCError, ReplicationClosed, StreamingError, Unreachable};
+use openraft::network::{RPCOption, RaftNetworkFactory, v2::RaftNetworkV2};
+use openraft::raft::{AppendEntriesRequest, AppendEntriesResponse, SnapshotResponse, VoteRequest, VoteResponse};
+use openraft::OptionalSend;
+use tonic::transport::{Channel, Endpoint};
+use tonic::{Request, Response, Status, Streaming};
+use tracing::warn;
+
+use crate::codec::{decode, encode};
+use crate::{NodeInfo, Raft, Snapshot, SnapshotData, SnapshotMeta, TypeConfig, Vote};
+
+/// Largest gRPC message between nodes: big enough for a full append batch.
+pub const MAX_MESSAGE_BYTES: usize = 64 << 20;
+const SNAPSHOT_CHUNK_BYTES: usize = 1 << 20;
+
+/// Makes one [`Connection`] per peer. Channels connect lazily and reconnect by themselves.
+#[derive(Clone, Default)]
+pub struct NetworkFactory;
+
+pub struct Connection {
+    target: u64,
+    client: Result<RaftClient<Channel>, String>,
+}
+
+/// A lazily connecting channel to `addr` (`host:port`).
+pub fn channel(addr: &str) -> Result<Channel, String> {
+    let endpoint = Endpoint::from_shared(format!("http://{addr}"))
+        .map_err(|e| format!("bad peer address {addr:?}: {e}"))?
+        .connect_timeout(Duration::from_secs(2))
+        .tcp_nodelay(true);
+    Ok(endpoint.connect_lazy())
+}
+
+impl RaftNetworkFactory<TypeConfig> for NetworkFactory {
+    type Network = Connection;
+
+    async fn new_client(&mut self, target: u64, node: &NodeInfo) -> Connection {
+        let client = channel(&node.addr).map(|ch| {
+            RaftClient::new(ch).max_decoding_message_size(MAX_MESSAGE_BYTES).max_encoding_message_size(MAX_MESSAGE_BYTES)
+        });
+        if let Err(e) = &client {
+            warn!(target_node = target, error = %e, "cannot build a channel to peer");
+        }
+        Connection { target, client }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+struct Msg(String);
+
+fn unreachable(e: impl ToString) -> RPCError<TypeConfig> {
+    RPCError::Unreachable(Unreachable::new(&Msg(e.to_string())))
+}
+
+fn network_err(e: impl ToString) -> NetworkError<TypeConfig> {
+    NetworkError::new(&Msg(e.to_string()))
+}
+
+impl Connection {
+    fn client(&self) -> Result<RaftClient<Channel>, RPCError<TypeConfig>> {
+        self.client.clone().map_err(unreachable)
+    }
+
+    fn request<T>(message: T, option: &RPCOption) -> Request<T> {
+        let mut req = Request::new(message);
+        req.set_timeout(option.hard_ttl());
+        req
+    }
+
+    fn status_to_rpc(&self, status: Status) -> RPCError<TypeConfig> {
+        match status.code() {
+            tonic::Code::Unavailable | tonic::Code::DeadlineExceeded | tonic::Code::Cancelled => {
+                unreachable(format!("node {}: {}", self.target, status.message()))
+            }
+            _ => RPCError::Network(network_err(format!("node {}: {status}", self.target))),
+        }
+    }
+}
+
+impl RaftNetworkV2<TypeConfig> for Connection {
+    type SnapshotData = SnapshotData;
+
+    async fn append_entries(
+        &mut self,
+        rpc: AppendEntriesRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> Result<AppendEntriesResponse<TypeConfig>, RPCError<TypeConfig>> {
+        let payload = encode(&rpc).map_err(|e| RPCError::Network(network_err(e)))?;
+        let reply = self
+            .client()?
+            .append_entries(Self::request(pb::RaftMessage { payload }, &option))
+            .await
+            .map_err(|s| self.status_to_rpc(s))?;
+        decode("append response", &reply.into_inner().payload).map_err(|e| RPCError::Network(network_err(e)))
+    }
+
+    async fn vote(
+        &mut self,
+        rpc: VoteRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> Result<VoteResponse<TypeConfig>, RPCError<TypeConfig>> {
+        let payload = encode(&rpc).map_err(|e| RPCError::Network(network_err(e)))?;
+        let reply = self
+            .client()?
+            .vote(Self::request(pb::RaftMessage { payload }, &option))
+            .await
+            .map_err(|s| self.status_to_rpc(s))?;
+        decode("vote response", &reply.into_inner().payload).map_err(|e| RPCError::Network(network_err(e)))
+    }
+
+    async fn full_snapshot(
+        &mut self,
+        vote: Vote,
+        snapshot: Snapshot,
+        _cancel: impl Future<Output = ReplicationClosed> + OptionalSend + 'static,
+        option: RPCOption,
+    ) -> Result<SnapshotResponse<TypeConfig>, StreamingError<TypeConfig>> {
+        let header = encode(&(vote, snapshot.meta)).map_err(network_err)?;
+        let data = snapshot.snapshot;
+        let mut chunks = Vec::with_capacity(data.len() / SNAPSHOT_CHUNK_BYTES + 1);
+        chunks.push(pb::SnapshotChunk { header, data: Vec::new() });
+        for piece in data.chunks(SNAPSHOT_CHUNK_BYTES) {
+            chunks.push(pb::SnapshotChunk { header: Vec::new(), data: piece.to_vec() });
+        }
+        let mut client = self.client().map_err(|_| network_err(format!("node {} unreachable", self.target)))?;
+        let mut req = Request::new(futures::stream::iter(chunks));
+        // A snapshot may take long to ship; give it a generous bound rather than the
+        // per-append one.
+        req.set_timeout(option.hard_ttl().max(Duration::from_secs(60)));
+        let reply = client.install_snapshot(req).await.map_err(|s| network_err(format!("node {}: {s}", self.target)))?;
+        decode("snapshot response", &reply.into_inner().payload).map_err(network_err).map_err(Into::into)
+    }
+}
+
+/// The server side of the internal Raft service.
+pub struct RaftService {
+    raft: Raft,
+}
+
+impl RaftService {
+    pub fn new(raft: Raft) -> RaftService {
+        RaftService { raft }
+    }
+
+    pub fn into_server(self) -> pb::raft_server::RaftServer<RaftService> {
+        pb::raft_server::RaftServer::new(self)
+            .max_decoding_message_size(MAX_MESSAGE_BYTES)
+            .max_encoding_message_size(MAX_MESSAGE_BYTES)
+    }
+}
+
+fn bad_payload(e: std::io::Error) -> Status {
+    Status::invalid_argument(format!("malformed raft message: {e}"))
+}
+
+fn reply<T: serde::Serialize>(value: &T) -> Result<Response<pb::RaftMessage>, Status> {
+    let payload = encode(value).map_err(|e| Status::internal(format!("encoding raft reply: {e}")))?;
+    Ok(Response::new(pb::RaftMessage { payload }))
+}
+
+#[tonic::async_trait]
+impl pb::raft_server::Raft for RaftService {
+    async fn append_entries(&self, request: Request<pb::RaftMessage>) -> Result<Response<pb::RaftMessage>, Status> {
+        let rpc: AppendEntriesRequest<TypeConfig> =
+            decode("append request", &request.into_inner().payload).map_err(bad_payload)?;
+        let resp = self.raft.append_entries(rpc).await.map_err(|e| Status::unavailable(e.to_string()))?;
+        reply(&resp)
+    }
+
+    async fn vote(&self, request: Request<pb::RaftMessage>) -> Result<Response<pb::RaftMessage>, Status> {
+        let rpc: VoteRequest<TypeConfig> = decode("vote request", &request.into_inner().payload).map_err(bad_payload)?;
+        let resp = self.raft.vote(rpc).await.map_err(|e| Status::unavailable(e.to_string()))?;
+        reply(&resp)
+    }
+
+    async fn install_snapshot(
+        &self,
+        request: Request<Streaming<pb::SnapshotChunk>>,
+    ) -> Result<Response<pb::RaftMessage>, Status> {
+        let mut stream = request.into_inner();
+        let mut header: Option<(Vote, SnapshotMeta)> = None;
+        let mut data = Vec::new();
+        while let Some(chunk) = stream.message().await? {
+            if !chunk.header.is_empty() {
+                if header.is_some() {
+                    return Err(Status::invalid_argument("snapshot stream carries two headers"));
+                }
+                header = Some(decode("snapshot header", &chunk.header).map_err(bad_payload)?);
+            }
+            data.extend_from_slice(&chunk.data);
+        }
+        let (vote, meta) = header.ok_or_else(|| Status::invalid_argument("snapshot stream without a header"))?;
+        let resp = self
+            .raft
+            .install_full_snapshot(vote, Snapshot { meta, snapshot: data })
+            .await
+            .map_err(|e| Status::unavailable(e.to_string()))?;
+        reply(&resp)
+    }
+}
+

@@ -1,0 +1,194 @@
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use engram_audit::NodeKey;
+use engram_core::TxOutcome;
+use engram_storage::Store;
+use engram_types::TxRequest;
+use openraft::error::{ClientWriteError, RaftError};
+use openraft::async_runtime::WatchReceiver;
+use openraft::{ChangeMembers, Config, ReadPolicy, ServerState, SnapshotPolicy};
+use thiserror::Error;
+
+use crate::network::NetworkFactory;
+use crate::{Command, LogStore, NodeInfo, Raft, StateMachine, clock};
+
+/// Timing and compaction knobs of a node.
+#[derive(Clone, Debug)]
+pub struct RaftSettings {
+    pub heartbeat_interval_ms: u64,
+    pub election_timeout_min_ms: u64,
+    pub election_timeout_max_ms: u64,
+    pub snapshot_every_entries: u64,
+}
+
+/// Why a Raft operation did not complete. The server maps these to gRPC codes.
+#[derive(Debug, Error)]
+pub enum NodeError {
+    /// This node is not the leader; `leader` is the current one if known.
+    #[error("not the leader (leader: {})", .leader.as_ref().map_or("unknown".to_string(), |(id, n)| format!("{id} at {}", n.addr)))]
+    NotLeader { leader: Option<(u64, NodeInfo)> },
+    /// The cluster cannot serve this now (no leader, leadership changed mid-request);
+    /// retrying later is safe for reads and for writes that carry an idempotency key.
+    #[error("{0}")]
+    Unavailable(String),
+    /// The request conflicts with the cluster's state (e.g. an invalid membership change).
+    #[error("{0}")]
+    Rejected(String),
+    /// The node has stopped or its storage failed.
+    #[error("raft node failed: {0}")]
+    Fatal(String),
+}
+
+/// One node's Raft handle and the operations the services need.
+#[derive(Clone)]
+pub struct RaftNode {
+    pub raft: Raft,
+    pub node_id: u64,
+    pub store: Arc<dyn Store>,
+    pub info: NodeInfo,
+}
+
+/// A point-in-time view of the node, for status reporting.
+#[derive(Clone, Debug)]
+pub struct NodeStatus {
+    pub role: String,
+    pub leader_id: Option<u64>,
+    pub term: u64,
+    pub last_log_index: u64,
+    pub applied_index: u64,
+    pub members: Vec<(u64, NodeInfo, bool)>,
+}
+
+fn write_error(e: RaftError<crate::TypeConfig, ClientWriteError<crate::TypeConfig>>) -> NodeError {
+    match e {
+        RaftError::APIError(ClientWriteError::ForwardToLeader(f)) => {
+            NodeError::NotLeader { leader: f.leader_id.zip(f.leader_node) }
+        }
+        RaftError::APIError(ClientWriteError::LogEntryDiscarded(_)) => NodeError::Unavailable(
+            "leadership changed before the entry committed; its fate is unknown: retry with the same idempotency key"
+                .into(),
+        ),
+        RaftError::APIError(other) => NodeError::Rejected(other.to_string()),
+        RaftError::Fatal(f) => NodeError::Fatal(f.to_string()),
+    }
+}
+
+impl RaftNode {
+    /// Opens the log and state machine on `store` and starts Raft.
+    pub async fn start(
+        node_id: u64,
+        info: NodeInfo,
+        store: Arc<dyn Store>,
+        key: Arc<NodeKey>,
+        settings: &RaftSettings,
+    ) -> Result<RaftNode, NodeError> {
+        let config = Config {
+            cluster_name: "engram".into(),
+            heartbeat_interval: settings.heartbeat_interval_ms,
+            election_timeout_min: settings.election_timeout_min_ms,
+            election_timeout_max: settings.election_timeout_max_ms,
+            snapshot_policy: SnapshotPolicy::LogsSinceLast(settings.snapshot_every_entries),
+            max_in_snapshot_log_to_keep: settings.snapshot_every_entries / 2,
+            ..Default::default()
+        }
+        .validate()
+        .map_err(|e| NodeError::Fatal(format!("invalid raft settings: {e}")))?;
+        let log_store = LogStore::new(store.clone());
+        let state_machine = StateMachine::open(store.clone(), key).map_err(|e| NodeError::Fatal(e.to_string()))?;
+        let raft = Raft::new(node_id, Arc::new(config), NetworkFactory, log_store, state_machine)
+            .await
+            .map_err(|e| NodeError::Fatal(e.to_string()))?;
+        Ok(RaftNode { raft, node_id, store, info })
+    }
+
+    /// Proposes a transaction, stamping it with this node's clock. Only the leader accepts.
+    pub async fn propose(&self, request: TxRequest) -> Result<TxOutcome, NodeError> {
+        let command = Command::Transact { request, proposed_time_ns: clock::now_ns() };
+        let resp = self.raft.client_write(command).await.map_err(write_error)?;
+        resp.data.outcome.ok_or_else(|| NodeError::Fatal("apply returned no outcome for a transaction".into()))
+    }
+
+    /// Waits until this node (the leader) has confirmed leadership with a quorum and applied
+    /// everything committed before the call (the read-index protocol).
+    pub async fn ensure_linearizable(&self) -> Result<(), NodeError> {
+        match self.raft.ensure_linearizable(ReadPolicy::ReadIndex).await {
+            Ok(_) => Ok(()),
+            Err(RaftError::Fatal(f)) => Err(NodeError::Fatal(f.to_string())),
+            Err(RaftError::APIError(e)) => match self.leader() {
+                Some(leader) if leader.0 != self.node_id => Err(NodeError::NotLeader { leader: Some(leader) }),
+                _ => Err(NodeError::Unavailable(format!("linearizable read not possible now: {e}"))),
+            },
+        }
+    }
+
+    /// The current leader and its address, if known.
+    pub fn leader(&self) -> Option<(u64, NodeInfo)> {
+        let metrics = self.raft.metrics().borrow_watched().clone();
+        let id = metrics.current_leader?;
+        let node = metrics.membership_config.membership().get_node(&id)?.clone();
+        Some((id, node))
+    }
+
+    pub fn status(&self) -> NodeStatus {
+        let m = self.raft.metrics().borrow_watched().clone();
+        let membership = m.membership_config.membership();
+        let voters: BTreeSet<u64> = membership.voter_ids().collect();
+        NodeStatus {
+            role: match m.state {
+                ServerState::Leader => "Leader",
+                ServerState::Follower => "Follower",
+                ServerState::Candidate => "Candidate",
+                ServerState::Learner => "Learner",
+                ServerState::Shutdown => "Shutdown",
+            }
+            .to_string(),
+            leader_id: m.current_leader,
+            term: m.current_term,
+            last_log_index: m.last_log_index.unwrap_or(0),
+            applied_index: m.last_applied.as_ref().map_or(0, |l| l.index),
+            members: membership.nodes().map(|(id, n)| (*id, n.clone(), voters.contains(id))).collect(),
+        }
+    }
+
+    pub async fn is_initialized(&self) -> Result<bool, NodeError> {
+        self.raft.is_initialized().await.map_err(|e| NodeError::Fatal(e.to_string()))
+    }
+
+    /// Initialises a new cluster with `members` as voters.
+    pub async fn initialize(&self, members: BTreeMap<u64, NodeInfo>) -> Result<(), NodeError> {
+        self.raft.initialize(members).await.map_err(|e| match e {
+            RaftError::APIError(e) => NodeError::Rejected(e.to_string()),
+            RaftError::Fatal(f) => NodeError::Fatal(f.to_string()),
+        })
+    }
+
+    /// Adds a node as a learner, waits for it to catch up, then (unless `learner_only`)
+    /// promotes it to voter.
+    pub async fn add_node(&self, id: u64, info: NodeInfo, learner_only: bool) -> Result<(), NodeError> {
+        self.raft.add_learner(id, info, true).await.map_err(write_error)?;
+        if !learner_only {
+            self.raft.change_membership(ChangeMembers::AddVoterIds(BTreeSet::from([id])), true).await.map_err(write_error)?;
+        }
+        Ok(())
+    }
+
+    /// Removes a node from the voters and the learners.
+    pub async fn remove_node(&self, id: u64) -> Result<(), NodeError> {
+        let m = self.raft.metrics().borrow_watched().clone();
+        if m.membership_config.membership().voter_ids().any(|v| v == id) {
+            self.raft
+                .change_membership(ChangeMembers::RemoveVoters(BTreeSet::from([id])), false)
+                .await
+                .map_err(write_error)?;
+        }
+        self.raft.change_membership(ChangeMembers::RemoveNodes(BTreeSet::from([id])), false).await.map_err(write_error)?;
+        Ok(())
+    }
+
+    pub async fn shutdown(&self) {
+        if let Err(e) = self.raft.shutdown().await {
+            tracing::warn!(error = %e, "raft shutdown");
+        }
+    }
+}

@@ -1,0 +1,140 @@
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use engram_core::reads;
+use engram_proto::pb;
+use engram_raft::NodeInfo;
+use tonic::{Request, Response, Status};
+
+use super::{Route, Shared, forward_request, is_forwarded};
+use crate::error::ApiError;
+
+/// `engram.v1.Cluster`: initialisation, status and membership.
+pub struct ClusterService {
+    shared: Arc<Shared>,
+}
+
+impl ClusterService {
+    pub fn new(shared: Arc<Shared>) -> ClusterService {
+        ClusterService { shared }
+    }
+}
+
+fn members(shared: &Shared) -> Vec<pb::Member> {
+    shared
+        .node
+        .status()
+        .members
+        .into_iter()
+        .map(|(id, info, voter)| pb::Member { id, addr: info.addr, public_key: info.public_key.to_vec(), voter })
+        .collect()
+}
+
+/// Asks the node at `addr` who it is, checking it is node `id`.
+pub async fn fetch_node_info(shared: &Shared, id: u64, addr: &str) -> Result<NodeInfo, ApiError> {
+    if id == shared.node.node_id {
+        return Ok(shared.node.info.clone());
+    }
+    let mut client = shared.cluster_client(addr)?;
+    let mut req = Request::new(pb::StatusRequest {});
+    req.set_timeout(Duration::from_secs(3));
+    let status = client
+        .status(req)
+        .await
+        .map_err(|s| ApiError::Unavailable(format!("node {id} at {addr} did not answer: {}", s.message())))?
+        .into_inner();
+    if status.node_id != id {
+        return Err(ApiError::Invalid(format!("the node at {addr} is node {}, not node {id}", status.node_id)));
+    }
+    let public_key = <[u8; 32]>::try_from(status.public_key.as_slice())
+        .map_err(|_| ApiError::Invalid(format!("node {id} reported a malformed public key")))?;
+    Ok(NodeInfo { addr: addr.to_string(), public_key })
+}
+
+/// Initialises the cluster with `members` (id, addr) as voters.
+pub async fn initialize(shared: &Shared, list: Vec<(u64, String)>) -> Result<(), ApiError> {
+    let mut nodes = BTreeMap::new();
+    for (id, addr) in list {
+        if id == 0 {
+            return Err(ApiError::Invalid("members: node ids start at 1".into()));
+        }
+        let info = fetch_node_info(shared, id, &addr).await?;
+        if nodes.insert(id, info).is_some() {
+            return Err(ApiError::Invalid(format!("members: node {id} listed twice")));
+        }
+    }
+    if !nodes.contains_key(&shared.node.node_id) {
+        return Err(ApiError::Invalid("members: must include the node receiving Init".into()));
+    }
+    shared.node.initialize(nodes).await?;
+    Ok(())
+}
+
+#[tonic::async_trait]
+impl pb::cluster_server::Cluster for ClusterService {
+    async fn init(&self, request: Request<pb::InitRequest>) -> Result<Response<pb::InitResponse>, Status> {
+        let req = request.into_inner();
+        let list: Vec<(u64, String)> = if req.members.is_empty() {
+            vec![(self.shared.node.node_id, self.shared.config.advertise())]
+        } else {
+            req.members.into_iter().map(|m| (m.id, m.addr)).collect()
+        };
+        if self.shared.node.is_initialized().await.map_err(ApiError::from)? {
+            return Err(ApiError::Conflict("the cluster is already initialised".into()).into());
+        }
+        initialize(&self.shared, list).await?;
+        Ok(Response::new(pb::InitResponse { members: members(&self.shared) }))
+    }
+
+    async fn status(&self, _request: Request<pb::StatusRequest>) -> Result<Response<pb::StatusResponse>, Status> {
+        let s = self.shared.node.status();
+        let head = reads::head(&*self.shared.node.store).map_err(ApiError::from)?;
+        Ok(Response::new(pb::StatusResponse {
+            node_id: self.shared.node.node_id,
+            addr: self.shared.config.advertise(),
+            public_key: self.shared.node.info.public_key.to_vec(),
+            initialized: self.shared.node.is_initialized().await.map_err(ApiError::from)?,
+            role: s.role,
+            leader_id: s.leader_id,
+            term: s.term,
+            last_log_index: s.last_log_index,
+            applied_index: s.applied_index,
+            members: members(&self.shared),
+            chain_index: head.index,
+            chain_head: if head.index == 0 { Vec::new() } else { head.hash.0.to_vec() },
+        }))
+    }
+
+    async fn add_node(&self, request: Request<pb::AddNodeRequest>) -> Result<Response<pb::MembershipResponse>, Status> {
+        let forwarded = is_forwarded(&request);
+        let req = request.into_inner();
+        if req.id == 0 {
+            return Err(ApiError::Invalid("id: node ids start at 1".into()).into());
+        }
+        if let Route::Leader(addr) = self.shared.route_write(forwarded)? {
+            let mut client = self.shared.cluster_client(&addr)?;
+            return client.add_node(forward_request(req)).await;
+        }
+        let info = fetch_node_info(&self.shared, req.id, &req.addr).await?;
+        self.shared.node.add_node(req.id, info, req.learner_only).await.map_err(ApiError::from)?;
+        Ok(Response::new(pb::MembershipResponse { members: members(&self.shared) }))
+    }
+
+    async fn remove_node(
+        &self,
+        request: Request<pb::RemoveNodeRequest>,
+    ) -> Result<Response<pb::MembershipResponse>, Status> {
+        let forwarded = is_forwarded(&request);
+        let req = request.into_inner();
+        if let Route::Leader(addr) = self.shared.route_write(forwarded)? {
+            let mut client = self.shared.cluster_client(&addr)?;
+            return client.remove_node(forward_request(req)).await;
+        }
+        if !self.shared.node.status().members.iter().any(|(id, _, _)| *id == req.id) {
+            return Err(ApiError::NotFound(format!("node {} is not a member", req.id)).into());
+        }
+        self.shared.node.remove_node(req.id).await.map_err(ApiError::from)?;
+        Ok(Response::new(pb::MembershipResponse { members: members(&self.shared) }))
+    }
+}

@@ -1,0 +1,143 @@
+use std::sync::Arc;
+
+use engram_core::reads;
+use engram_proto::pb;
+use engram_types::{EntityId, TxId, TxRequest};
+use prost::Message;
+use tonic::{Request, Response, Status};
+use tracing::Instrument;
+
+use super::{Route, Shared, forward_request, is_forwarded};
+use crate::error::ApiError;
+
+/// `engram.v1.Memory`: transactions and reads.
+pub struct MemoryService {
+    shared: Arc<Shared>,
+}
+
+impl MemoryService {
+    pub fn new(shared: Arc<Shared>) -> MemoryService {
+        MemoryService { shared }
+    }
+
+    fn limit(limit: u32) -> usize {
+        if limit == 0 { reads::MAX_READ_DATOMS } else { (limit as usize).min(reads::MAX_READ_DATOMS) }
+    }
+
+    async fn transact_inner(&self, request: Request<pb::TransactRequest>) -> Result<pb::TransactResponse, ApiError> {
+        let forwarded = is_forwarded(&request);
+        let message = request.into_inner();
+        let bytes = message.encoded_len();
+        let limit = self.shared.config.max_tx_bytes;
+        if bytes > limit {
+            return Err(ApiError::TooLarge { bytes, limit });
+        }
+        if let Route::Leader(addr) = self.shared.route_write(forwarded)? {
+            let mut client = self.shared.memory_client(&addr)?;
+            return client.transact(forward_request(message)).await.map(Response::into_inner).map_err(forwarded_err);
+        }
+        let tx = TxRequest::try_from(message.clone())?;
+        match self.shared.node.propose(tx).await {
+            Ok(Ok(receipt)) => {
+                tracing::Span::current().record("tx_id", receipt.tx.0);
+                Ok((&receipt).into())
+            }
+            Ok(Err(rejection)) => Err(ApiError::Rejected(rejection)),
+            Err(engram_raft::NodeError::NotLeader { leader: Some((_, info)) }) if !forwarded => {
+                let mut client = self.shared.memory_client(&info.addr)?;
+                client.transact(forward_request(message)).await.map(Response::into_inner).map_err(forwarded_err)
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+}
+
+/// A status from the leader passes through unchanged.
+fn forwarded_err(status: Status) -> ApiError {
+    ApiError::Forwarded(status)
+}
+
+fn namespace(raw: String) -> Result<engram_types::Namespace, ApiError> {
+    Ok(engram_proto::namespace("namespace", raw)?)
+}
+
+fn datoms(list: &[engram_types::Datom]) -> Vec<pb::Datom> {
+    list.iter().map(Into::into).collect()
+}
+
+#[tonic::async_trait]
+impl pb::memory_server::Memory for MemoryService {
+    async fn transact(&self, request: Request<pb::TransactRequest>) -> Result<Response<pb::TransactResponse>, Status> {
+        let span = tracing::info_span!("transact", node_id = self.shared.node.node_id, tx_id = tracing::field::Empty);
+        Ok(Response::new(self.transact_inner(request).instrument(span).await?))
+    }
+
+    async fn get(&self, request: Request<pb::GetRequest>) -> Result<Response<pb::GetResponse>, Status> {
+        let forwarded = is_forwarded(&request);
+        let req = request.into_inner();
+        let ns = namespace(req.namespace.clone())?;
+        if let Route::Leader(addr) = self.shared.route_read(req.consistency, forwarded).await? {
+            let mut client = self.shared.memory_client(&addr).map_err(Status::from)?;
+            return client.get(forward_request(req)).await;
+        }
+        let found = reads::get(&*self.shared.node.store, &ns, EntityId(req.entity), req.as_of_tx.map(TxId), req.valid_at_ns)
+            .map_err(ApiError::from)?;
+        Ok(Response::new(pb::GetResponse {
+            entity: req.entity,
+            datoms: datoms(&found),
+            applied_tx: self.shared.applied_index(),
+        }))
+    }
+
+    async fn history(&self, request: Request<pb::HistoryRequest>) -> Result<Response<pb::HistoryResponse>, Status> {
+        let forwarded = is_forwarded(&request);
+        let req = request.into_inner();
+        let ns = namespace(req.namespace.clone())?;
+        let limit = Self::limit(req.limit);
+        let filter = match req.attribute_filter.as_str() {
+            "" => None,
+            a => Some(engram_proto::attribute("attribute_filter", a.to_string()).map_err(ApiError::from)?),
+        };
+        let target = req.target.clone().ok_or_else(|| ApiError::Invalid("target: entity or attribute is required".into()))?;
+        if let Route::Leader(addr) = self.shared.route_read(req.consistency, forwarded).await? {
+            let mut client = self.shared.memory_client(&addr).map_err(Status::from)?;
+            return client.history(forward_request(req)).await;
+        }
+        let store = &*self.shared.node.store;
+        let found = match target {
+            pb::history_request::Target::Entity(e) => {
+                reads::entity_history(store, &ns, EntityId(e), filter.as_ref(), limit).map_err(ApiError::from)?
+            }
+            pb::history_request::Target::Attribute(a) => {
+                let attr = engram_proto::attribute("attribute", a).map_err(ApiError::from)?;
+                reads::attribute_history(store, &ns, &attr, limit).map_err(ApiError::from)?
+            }
+        };
+        Ok(Response::new(pb::HistoryResponse { datoms: datoms(&found), applied_tx: self.shared.applied_index() }))
+    }
+
+    async fn find(&self, request: Request<pb::FindRequest>) -> Result<Response<pb::FindResponse>, Status> {
+        let forwarded = is_forwarded(&request);
+        let req = request.into_inner();
+        let ns = namespace(req.namespace.clone())?;
+        let attr = engram_proto::attribute("attribute", req.attribute.clone()).map_err(ApiError::from)?;
+        let value = match &req.value {
+            None => None,
+            some => Some(engram_proto::value("value", some.clone()).map_err(ApiError::from)?),
+        };
+        if let Route::Leader(addr) = self.shared.route_read(req.consistency, forwarded).await? {
+            let mut client = self.shared.memory_client(&addr).map_err(Status::from)?;
+            return client.find(forward_request(req)).await;
+        }
+        let found = reads::find(
+            &*self.shared.node.store,
+            &ns,
+            &attr,
+            value.as_ref(),
+            req.as_of_tx.map(TxId),
+            Self::limit(req.limit),
+        )
+        .map_err(ApiError::from)?;
+        Ok(Response::new(pb::FindResponse { datoms: datoms(&found), applied_tx: self.shared.applied_index() }))
+    }
+}

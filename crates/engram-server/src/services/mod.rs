@@ -1,0 +1,106 @@
+//! The gRPC services a node serves, and what they share.
+
+pub mod audit;
+pub mod cluster;
+pub mod memory;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use engram_proto::pb;
+use engram_raft::{NodeError, RaftNode};
+use tonic::transport::Channel;
+
+use crate::ServerConfig;
+use crate::error::ApiError;
+
+/// Marks a request a node forwarded to the leader, so it is never forwarded twice.
+pub const FORWARDED: &str = "x-engram-forwarded";
+
+/// State shared by the services of one node.
+pub struct Shared {
+    pub node: RaftNode,
+    pub config: ServerConfig,
+    channels: Mutex<HashMap<String, Channel>>,
+}
+
+/// Where a request must be served.
+pub enum Route {
+    /// Here: this node leads (and, for linearizable reads, has confirmed it).
+    Local,
+    /// At the leader, whose address this is.
+    Leader(String),
+}
+
+impl Shared {
+    pub fn new(node: RaftNode, config: ServerConfig) -> Arc<Shared> {
+        Arc::new(Shared { node, config, channels: Mutex::new(HashMap::new()) })
+    }
+
+    /// A cached lazily-connecting channel to `addr`.
+    pub fn channel(&self, addr: &str) -> Result<Channel, ApiError> {
+        let mut channels = self.channels.lock().map_err(|_| ApiError::Internal("channel cache poisoned".into()))?;
+        if let Some(ch) = channels.get(addr) {
+            return Ok(ch.clone());
+        }
+        let ch = engram_raft::network::channel(addr).map_err(ApiError::Internal)?;
+        channels.insert(addr.to_string(), ch.clone());
+        Ok(ch)
+    }
+
+    pub fn memory_client(&self, addr: &str) -> Result<pb::memory_client::MemoryClient<Channel>, ApiError> {
+        let limit = self.config.max_tx_bytes.saturating_mul(4).max(4 << 20);
+        Ok(pb::memory_client::MemoryClient::new(self.channel(addr)?)
+            .max_decoding_message_size(64 << 20)
+            .max_encoding_message_size(limit))
+    }
+
+    pub fn cluster_client(&self, addr: &str) -> Result<pb::cluster_client::ClusterClient<Channel>, ApiError> {
+        Ok(pb::cluster_client::ClusterClient::new(self.channel(addr)?))
+    }
+
+    /// Where a write (or a membership change) must go.
+    pub fn route_write(&self, forwarded: bool) -> Result<Route, ApiError> {
+        match self.node.leader() {
+            Some((id, _)) if id == self.node.node_id => Ok(Route::Local),
+            Some((_, info)) if !forwarded => Ok(Route::Leader(info.addr)),
+            Some(_) => Err(ApiError::Unavailable("leadership is moving; retry".into())),
+            None => Err(ApiError::Unavailable("no leader elected yet; retry".into())),
+        }
+    }
+
+    /// Where a read must go: stale reads are served here; linearizable ones by the leader
+    /// after a read-index round.
+    pub async fn route_read(&self, consistency: i32, forwarded: bool) -> Result<Route, ApiError> {
+        let stale = pb::ReadConsistency::try_from(consistency)
+            .map_err(|_| ApiError::Invalid(format!("consistency: unknown value {consistency}")))?
+            == pb::ReadConsistency::Stale;
+        if stale {
+            return Ok(Route::Local);
+        }
+        match self.route_write(forwarded)? {
+            Route::Local => match self.node.ensure_linearizable().await {
+                Ok(()) => Ok(Route::Local),
+                Err(NodeError::NotLeader { leader: Some((_, info)) }) if !forwarded => Ok(Route::Leader(info.addr)),
+                Err(e) => Err(e.into()),
+            },
+            leader => Ok(leader),
+        }
+    }
+
+    pub fn applied_index(&self) -> u64 {
+        self.node.status().applied_index
+    }
+}
+
+/// Whether the request came from another node's forwarding.
+pub fn is_forwarded<T>(req: &tonic::Request<T>) -> bool {
+    req.metadata().contains_key(FORWARDED)
+}
+
+/// Wraps a message for forwarding to the leader.
+pub fn forward_request<T>(message: T) -> tonic::Request<T> {
+    let mut req = tonic::Request::new(message);
+    req.metadata_mut().insert(FORWARDED, tonic::metadata::MetadataValue::from_static("1"));
+    req
+}
