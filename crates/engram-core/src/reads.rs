@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 
 use engram_audit::{ChainError, ChainFault, PublicKey, SignedEntry};
-use engram_storage::{Space, Store, prefix_end};
+use engram_storage::{KeyValue, Space, Store, prefix_end};
 use engram_types::{Attribute, Datom, EntityId, Namespace, Op, TxId, Value, ValueType};
 
 use crate::engine::{ChainHead, TxLogRow, decode_row};
@@ -37,7 +37,7 @@ pub fn attribute_type(store: &dyn Store, ns: &Namespace, attr: &Attribute) -> Re
     }
 }
 
-fn decode_datoms(rows: Vec<(Vec<u8>, Vec<u8>)>) -> Result<Vec<Datom>, CoreError> {
+fn decode_datoms(rows: Vec<KeyValue>) -> Result<Vec<Datom>, CoreError> {
     rows.into_iter()
         .map(|(k, v)| Datom::decode(&v).map_err(|e| CoreError::corrupt(format!("datom row {}", hex(&k)), e)))
         .collect()
@@ -47,7 +47,7 @@ fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-fn scan_prefix(store: &dyn Store, prefix: &[u8], limit: usize) -> Result<Vec<(Vec<u8>, Vec<u8>)>, CoreError> {
+fn scan_prefix(store: &dyn Store, prefix: &[u8], limit: usize) -> Result<Vec<KeyValue>, CoreError> {
     Ok(store.scan(Space::State, prefix, prefix_end(prefix).as_deref(), limit)?)
 }
 
@@ -146,7 +146,7 @@ fn resolve(
     store: &dyn Store,
     ns: &Namespace,
     attr: &Attribute,
-    index_keys: Vec<(Vec<u8>, Vec<u8>)>,
+    index_keys: Vec<KeyValue>,
 ) -> Result<Vec<Datom>, CoreError> {
     let mut out = Vec::with_capacity(index_keys.len());
     for (k, _) in index_keys {

@@ -12,7 +12,7 @@
 //! current state stays as it was.
 
 use engram_audit::{ChainError, ChainVerifier, SignedEntry};
-use engram_storage::{Durability, Space, StorageError, Store, WriteBatch};
+use engram_storage::{Durability, KeyValue, Space, StorageError, Store, WriteBatch};
 use engram_types::codec::{Reader, Writer};
 use thiserror::Error;
 
@@ -60,7 +60,7 @@ pub fn export(store: &dyn Store) -> Result<Vec<u8>, CoreError> {
 }
 
 /// Parses and checks a snapshot without touching any store.
-pub fn parse(bytes: &[u8]) -> Result<Vec<(Vec<u8>, Vec<u8>)>, SnapshotError> {
+pub fn parse(bytes: &[u8]) -> Result<Vec<KeyValue>, SnapshotError> {
     let malformed = |e: engram_types::DecodeError| SnapshotError::Malformed(e.to_string());
     if bytes.len() < MAGIC.len() + 1 + 8 + 32 || &bytes[..MAGIC.len()] != MAGIC {
         return Err(SnapshotError::Malformed("missing magic header".into()));
@@ -89,7 +89,7 @@ pub fn parse(bytes: &[u8]) -> Result<Vec<(Vec<u8>, Vec<u8>)>, SnapshotError> {
 }
 
 /// Verifies the chain inside parsed snapshot records and returns the head they claim.
-pub fn verify(records: &[(Vec<u8>, Vec<u8>)]) -> Result<ChainHead, SnapshotError> {
+pub fn verify(records: &[KeyValue]) -> Result<ChainHead, SnapshotError> {
     let mut verifier = ChainVerifier::new();
     let mut head: Option<ChainHead> = None;
     for (k, v) in records {

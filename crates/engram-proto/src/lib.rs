@@ -281,7 +281,8 @@ mod tests {
 
     #[test]
     fn each_malformed_field_is_named() {
-        let cases: Vec<(&str, Box<dyn Fn(&mut pb::TransactRequest)>)> = vec![
+        type Mutate = Box<dyn Fn(&mut pb::TransactRequest)>;
+        let cases: Vec<(&str, Mutate)> = vec![
             ("namespace", Box::new(|r| r.namespace = "../x".into())),
             ("namespace", Box::new(|r| r.namespace = "/abs".into())),
             ("ops[0].attribute", Box::new(|r| r.ops[0].attribute = "title".into())),

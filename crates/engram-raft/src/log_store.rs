@@ -96,7 +96,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         let last = self.store.scan_rev(Space::Log, &[], None, 1).map_err(io_err)?;
         let last_log_id = match last.into_iter().next() {
             Some((_, v)) => Some(decode::<Entry>("log entry", &v)?.log_id()),
-            None => last_purged_log_id.clone(),
+            None => last_purged_log_id,
         };
         Ok(LogState { last_purged_log_id, last_log_id })
     }

@@ -66,7 +66,7 @@ impl StateMachine {
             // Raft hands each committed entry to apply exactly once and in order.
             assert!(index > applied.index(), "apply out of order: {index} after {}", applied.index());
         }
-        self.applied = Some(log_id.clone());
+        self.applied = Some(log_id);
         let mut response = CommandResponse::default();
         match entry.payload {
             EntryPayload::Blank => {
@@ -96,7 +96,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
     type SnapshotBuilder = SnapshotBuilder;
 
     async fn applied_state(&mut self) -> io::Result<(Option<LogId>, Membership)> {
-        Ok((self.applied.clone(), self.membership.clone()))
+        Ok((self.applied, self.membership.clone()))
     }
 
     async fn apply<Strm>(&mut self, mut entries: Strm) -> io::Result<()>
@@ -117,7 +117,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
     }
 
     async fn install_snapshot(&mut self, meta: &SnapshotMeta, data: SnapshotData) -> io::Result<()> {
-        let applied = meta.last_log_id.clone();
+        let applied = meta.last_log_id;
         let membership = meta.last_membership.clone();
         let extra = bookkeeping(&applied, &membership)?;
         // Verifies the checksum and the whole audit chain inside before replacing anything.

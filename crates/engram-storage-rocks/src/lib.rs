@@ -10,7 +10,7 @@
 
 use std::path::Path;
 
-use engram_storage::{Durability, KeyValue, Mutation, Space, StorageError, Store, WriteBatch};
+use engram_storage::{Durability, KeyValue, Mutation, Space, StorageError, Store, Visitor, WriteBatch};
 use rocksdb::{ColumnFamily, DB, Direction, IteratorMode, Options, ReadOptions, WriteOptions};
 
 pub struct RocksStore {
@@ -118,7 +118,7 @@ impl Store for RocksStore {
     fn for_each(
         &self,
         space: Space,
-        visit: &mut dyn FnMut(&[u8], &[u8]) -> Result<(), StorageError>,
+        visit: &mut Visitor<'_>,
     ) -> Result<(), StorageError> {
         let cf = self.cf(space)?;
         let snapshot = self.db.snapshot();

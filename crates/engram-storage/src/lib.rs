@@ -120,6 +120,9 @@ fn hex_key(key: &[u8]) -> String {
 
 pub type KeyValue = (Vec<u8>, Vec<u8>);
 
+/// Called by [`Store::for_each`] with each pair; an error stops the walk.
+pub type Visitor<'a> = dyn FnMut(&[u8], &[u8]) -> Result<(), StorageError> + 'a;
+
 /// An ordered key-value store. Implementations are internally synchronised: every method
 /// takes `&self` and may be called from several threads.
 ///
@@ -156,7 +159,7 @@ pub trait Store: Send + Sync + 'static {
     fn for_each(
         &self,
         space: Space,
-        visit: &mut dyn FnMut(&[u8], &[u8]) -> Result<(), StorageError>,
+        visit: &mut Visitor<'_>,
     ) -> Result<(), StorageError>;
 }
 

@@ -2,7 +2,7 @@ use std::collections::BTreeMap;
 use std::ops::Bound;
 use std::sync::{Mutex, MutexGuard};
 
-use crate::{Durability, FIRST_INVALID_KEY_BYTE, KeyValue, Mutation, Space, StorageError, Store, WriteBatch};
+use crate::{Durability, FIRST_INVALID_KEY_BYTE, KeyValue, Mutation, Space, StorageError, Store, Visitor, WriteBatch};
 
 type Maps = BTreeMap<Space, BTreeMap<Vec<u8>, Vec<u8>>>;
 
@@ -164,7 +164,7 @@ impl Store for MemStore {
     fn for_each(
         &self,
         space: Space,
-        visit: &mut dyn FnMut(&[u8], &[u8]) -> Result<(), StorageError>,
+        visit: &mut Visitor<'_>,
     ) -> Result<(), StorageError> {
         // Copy first: the view stays consistent and the lock is not held across callbacks.
         let view = self.lock().live.get(&space).cloned().unwrap_or_default();
