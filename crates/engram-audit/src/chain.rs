@@ -64,7 +64,10 @@ pub struct ChainVerifier {
 
 impl ChainVerifier {
     pub fn new() -> ChainVerifier {
-        ChainVerifier { next_index: 1, ..ChainVerifier::default() }
+        ChainVerifier {
+            next_index: 1,
+            ..ChainVerifier::default()
+        }
     }
 
     /// Number of entries accepted so far.
@@ -81,23 +84,40 @@ impl ChainVerifier {
     /// wants every failure can report and continue.
     pub fn push(&mut self, signed: &SignedEntry) -> Result<Hash, ChainError> {
         let entry = &signed.entry;
-        let fail = |fault| Err(ChainError { index: entry.index, fault });
+        let fail = |fault| {
+            Err(ChainError {
+                index: entry.index,
+                fault,
+            })
+        };
         if entry.index != self.next_index {
-            return fail(ChainFault::Index { expected: self.next_index, found: entry.index });
+            return fail(ChainFault::Index {
+                expected: self.next_index,
+                found: entry.index,
+            });
         }
         let expected_prev = self.prev_hash.unwrap_or(GENESIS_PREV_HASH);
         if entry.prev_hash != expected_prev {
-            return fail(ChainFault::PrevHash { expected: expected_prev, found: entry.prev_hash });
+            return fail(ChainFault::PrevHash {
+                expected: expected_prev,
+                found: entry.prev_hash,
+            });
         }
         if self.prev_hash.is_none() && !matches!(entry.kind, EntryKind::Membership { .. }) {
             return fail(ChainFault::Genesis);
         }
         if self.prev_hash.is_some() {
             if entry.tx.0 <= self.last_tx {
-                return fail(ChainFault::TxOrder { previous: self.last_tx, found: entry.tx.0 });
+                return fail(ChainFault::TxOrder {
+                    previous: self.last_tx,
+                    found: entry.tx.0,
+                });
             }
             if entry.tx_time_ns < self.last_tx_time_ns {
-                return fail(ChainFault::TxTime { previous: self.last_tx_time_ns, found: entry.tx_time_ns });
+                return fail(ChainFault::TxTime {
+                    previous: self.last_tx_time_ns,
+                    found: entry.tx_time_ns,
+                });
             }
         }
         let hash = entry.hash();
@@ -120,14 +140,20 @@ impl ChainVerifier {
             if let Some(key) = trusted.get(id) {
                 for (index, entry_hash, signature) in waiting {
                     if !key.verify(entry_hash.as_bytes(), signature) {
-                        return Err(ChainError { index: *index, fault: ChainFault::BadSignature(*id) });
+                        return Err(ChainError {
+                            index: *index,
+                            fault: ChainFault::BadSignature(*id),
+                        });
                     }
                 }
             }
         }
         self.pending.retain(|id, _| !trusted.contains_key(id));
         if !trusted.contains_key(&key_id) {
-            self.pending.entry(key_id).or_default().push((entry.index, hash, signed.attestation.signature));
+            self.pending
+                .entry(key_id)
+                .or_default()
+                .push((entry.index, hash, signed.attestation.signature));
         }
         self.trusted = trusted;
         self.next_index += 1;
@@ -146,12 +172,14 @@ impl ChainVerifier {
             .filter_map(|(id, waiting)| waiting.first().map(|(index, _, _)| (*index, *id)))
             .min();
         match first {
-            Some((index, key_id)) => Err(ChainError { index, fault: ChainFault::UnknownSigner(key_id) }),
+            Some((index, key_id)) => Err(ChainError {
+                index,
+                fault: ChainFault::UnknownSigner(key_id),
+            }),
             None => Ok(()),
         }
     }
 }
-
 
 #[cfg(test)]
 mod tests {
@@ -165,9 +193,14 @@ mod tests {
         let mut prev = GENESIS_PREV_HASH;
         for index in 1..=len {
             let kind = if index == 1 {
-                EntryKind::Membership { members: vec![(1, key.public())] }
+                EntryKind::Membership {
+                    members: vec![(1, key.public())],
+                }
             } else {
-                EntryKind::Transaction { content_hash: Hash::of(&index.to_be_bytes()), datoms: 1 }
+                EntryKind::Transaction {
+                    content_hash: Hash::of(&index.to_be_bytes()),
+                    datoms: 1,
+                }
             };
             let entry = AuditEntry {
                 index,
@@ -218,7 +251,19 @@ mod tests {
         let mut dropped = good.clone();
         dropped.remove(3);
         let err = verify(&dropped).unwrap_err();
-        assert_eq!((err.index, matches!(err.fault, ChainFault::Index { expected: 4, found: 5 })), (5, true));
+        assert_eq!(
+            (
+                err.index,
+                matches!(
+                    err.fault,
+                    ChainFault::Index {
+                        expected: 4,
+                        found: 5
+                    }
+                )
+            ),
+            (5, true)
+        );
 
         let mut swapped = good.clone();
         swapped.swap(6, 7);
@@ -260,7 +305,9 @@ mod tests {
             tx: TxId(20),
             tx_time_ns: 1000,
             namespace: String::new(),
-            kind: EntryKind::Membership { members: vec![(1, founder.public()), (2, joiner.public())] },
+            kind: EntryKind::Membership {
+                members: vec![(1, founder.public()), (2, joiner.public())],
+            },
             prev_hash: prev,
         };
         entries.push(SignedEntry::sign(admit, &joiner));

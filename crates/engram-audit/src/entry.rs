@@ -86,7 +86,10 @@ impl AuditEntry {
         let tx_time_ns = r.i64("tx_time")?;
         let namespace = r.string("namespace")?;
         let kind = match r.u8("entry kind")? {
-            1 => EntryKind::Transaction { content_hash: r.hash("content_hash")?, datoms: r.u32("datoms")? },
+            1 => EntryKind::Transaction {
+                content_hash: r.hash("content_hash")?,
+                datoms: r.u32("datoms")?,
+            },
             2 => {
                 let count = r.u32("member count")? as usize;
                 // Each member takes 40 bytes; refuse counts the input cannot hold before
@@ -101,10 +104,22 @@ impl AuditEntry {
                 }
                 EntryKind::Membership { members }
             }
-            tag => return Err(DecodeError::Tag { what: "entry kind", tag }),
+            tag => {
+                return Err(DecodeError::Tag {
+                    what: "entry kind",
+                    tag,
+                });
+            }
         };
         let prev_hash = r.hash("prev_hash")?;
-        Ok(AuditEntry { index, tx, tx_time_ns, namespace, kind, prev_hash })
+        Ok(AuditEntry {
+            index,
+            tx,
+            tx_time_ns,
+            namespace,
+            kind,
+            prev_hash,
+        })
     }
 
     pub fn hash(&self) -> Hash {
@@ -129,7 +144,8 @@ mod sig_bytes {
 
     pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<[u8; 64], D::Error> {
         let bytes: Vec<u8> = Deserialize::deserialize(d)?;
-        <[u8; 64]>::try_from(bytes.as_slice()).map_err(|_| serde::de::Error::invalid_length(bytes.len(), &"64"))
+        <[u8; 64]>::try_from(bytes.as_slice())
+            .map_err(|_| serde::de::Error::invalid_length(bytes.len(), &"64"))
     }
 }
 
@@ -143,12 +159,20 @@ pub struct SignedEntry {
 impl SignedEntry {
     pub fn sign(entry: AuditEntry, key: &NodeKey) -> SignedEntry {
         let signature = key.sign(entry.hash().as_bytes());
-        SignedEntry { entry, attestation: Attestation { key_id: key.key_id(), signature } }
+        SignedEntry {
+            entry,
+            attestation: Attestation {
+                key_id: key.key_id(),
+                signature,
+            },
+        }
     }
 
     pub fn encode(&self) -> Vec<u8> {
         let mut w = Writer::with_capacity(208);
-        w.bytes(&self.entry.encode()).raw(&self.attestation.key_id.0).raw(&self.attestation.signature);
+        w.bytes(&self.entry.encode())
+            .raw(&self.attestation.key_id.0)
+            .raw(&self.attestation.signature);
         w.finish()
     }
 
@@ -160,7 +184,13 @@ impl SignedEntry {
         let mut signature = [0u8; 64];
         signature.copy_from_slice(r.take(64, "signature")?);
         r.finish()?;
-        Ok(SignedEntry { entry, attestation: Attestation { key_id: KeyId(key_id), signature } })
+        Ok(SignedEntry {
+            entry,
+            attestation: Attestation {
+                key_id: KeyId(key_id),
+                signature,
+            },
+        })
     }
 }
 
@@ -174,7 +204,10 @@ mod tests {
             tx: TxId(index + 2),
             tx_time_ns: 1000 + index as i64,
             namespace: "ns".into(),
-            kind: EntryKind::Transaction { content_hash: Hash::of(&index.to_be_bytes()), datoms: 2 },
+            kind: EntryKind::Transaction {
+                content_hash: Hash::of(&index.to_be_bytes()),
+                datoms: 2,
+            },
             prev_hash: prev,
         }
     }
@@ -187,7 +220,9 @@ mod tests {
             tx: TxId(1),
             tx_time_ns: 0,
             namespace: String::new(),
-            kind: EntryKind::Membership { members: vec![(1, key.public()), (2, key.public())] },
+            kind: EntryKind::Membership {
+                members: vec![(1, key.public()), (2, key.public())],
+            },
             prev_hash: GENESIS_PREV_HASH,
         };
         for entry in [membership, tx_entry(2, Hash::of(b"x"))] {
@@ -203,7 +238,13 @@ mod tests {
     #[test]
     fn a_huge_member_count_is_refused_without_allocating() {
         let mut w = Writer::new();
-        w.u8(AUDIT_FORMAT_VERSION).u64(1).u64(1).i64(0).str("").u8(2).u32(u32::MAX);
+        w.u8(AUDIT_FORMAT_VERSION)
+            .u64(1)
+            .u64(1)
+            .i64(0)
+            .str("")
+            .u8(2)
+            .u32(u32::MAX);
         assert!(AuditEntry::decode(&w.finish()).is_err());
     }
 }

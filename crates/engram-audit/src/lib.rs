@@ -17,5 +17,7 @@ mod entry;
 mod keys;
 
 pub use chain::{ChainError, ChainFault, ChainVerifier};
-pub use entry::{AUDIT_FORMAT_VERSION, Attestation, AuditEntry, EntryKind, GENESIS_PREV_HASH, SignedEntry, tx_content_hash};
+pub use entry::{
+    AUDIT_FORMAT_VERSION, Attestation, AuditEntry, EntryKind, GENESIS_PREV_HASH, SignedEntry, tx_content_hash,
+};
 pub use keys::{KeyId, NodeKey, PublicKey};

@@ -13,6 +13,9 @@ pub enum CoreError {
 
 impl CoreError {
     pub fn corrupt(what: impl Into<String>, reason: impl ToString) -> CoreError {
-        CoreError::Corrupt { what: what.into(), reason: reason.to_string() }
+        CoreError::Corrupt {
+            what: what.into(),
+            reason: reason.to_string(),
+        }
     }
 }

@@ -17,22 +17,34 @@ pub const MAX_READ_DATOMS: usize = 100_000;
 pub fn head(store: &dyn Store) -> Result<ChainHead, CoreError> {
     match store.get(Space::State, keys::META_HEAD)? {
         Some(bytes) => decode_row("chain head", &bytes),
-        None => Ok(ChainHead { next_entity: 1, ..ChainHead::default() }),
+        None => Ok(ChainHead {
+            next_entity: 1,
+            ..ChainHead::default()
+        }),
     }
 }
 
 pub fn entity_exists(store: &dyn Store, ns: &Namespace, e: EntityId) -> Result<bool, CoreError> {
-    Ok(store.get(Space::State, &keys::entity(e))?.is_some_and(|owner| owner == ns.as_str().as_bytes()))
+    Ok(store
+        .get(Space::State, &keys::entity(e))?
+        .is_some_and(|owner| owner == ns.as_str().as_bytes()))
 }
 
-pub fn attribute_type(store: &dyn Store, ns: &Namespace, attr: &Attribute) -> Result<Option<ValueType>, CoreError> {
+pub fn attribute_type(
+    store: &dyn Store,
+    ns: &Namespace,
+    attr: &Attribute,
+) -> Result<Option<ValueType>, CoreError> {
     match store.get(Space::State, &keys::schema(ns, attr))? {
         None => Ok(None),
         Some(bytes) => match bytes.as_slice() {
-            [tag] => ValueType::from_tag(*tag)
-                .map(Some)
-                .ok_or_else(|| CoreError::corrupt(format!("schema of {attr}"), format!("unknown type tag {tag}"))),
-            _ => Err(CoreError::corrupt(format!("schema of {attr}"), "row is not one byte")),
+            [tag] => ValueType::from_tag(*tag).map(Some).ok_or_else(|| {
+                CoreError::corrupt(format!("schema of {attr}"), format!("unknown type tag {tag}"))
+            }),
+            _ => Err(CoreError::corrupt(
+                format!("schema of {attr}"),
+                "row is not one byte",
+            )),
         },
     }
 }
@@ -93,8 +105,15 @@ pub fn current_value(
     e: EntityId,
     attr: &Attribute,
 ) -> Result<Option<Value>, CoreError> {
-    let datoms = decode_datoms(scan_prefix(store, &keys::eavt_attr(ns, e, attr), MAX_READ_DATOMS)?)?;
-    Ok(current_facts(&datoms, None, None).into_iter().next().map(|d| d.value))
+    let datoms = decode_datoms(scan_prefix(
+        store,
+        &keys::eavt_attr(ns, e, attr),
+        MAX_READ_DATOMS,
+    )?)?;
+    Ok(current_facts(&datoms, None, None)
+        .into_iter()
+        .next()
+        .map(|d| d.value))
 }
 
 /// Why a read found nothing to answer with.
@@ -153,10 +172,13 @@ fn resolve(
         let (e, tx, seq) = keys::trailing_entity_tx_seq(&k)
             .ok_or_else(|| CoreError::corrupt(format!("index row {}", hex(&k)), "too short"))?;
         let eavt = keys::eavt(ns, e, attr, tx, seq);
-        let row = store
-            .get(Space::State, &eavt)?
-            .ok_or_else(|| CoreError::corrupt(format!("index row {}", hex(&k)), "points at a missing datom"))?;
-        out.push(Datom::decode(&row).map_err(|err| CoreError::corrupt(format!("datom row {}", hex(&eavt)), err))?);
+        let row = store.get(Space::State, &eavt)?.ok_or_else(|| {
+            CoreError::corrupt(format!("index row {}", hex(&k)), "points at a missing datom")
+        })?;
+        out.push(
+            Datom::decode(&row)
+                .map_err(|err| CoreError::corrupt(format!("datom row {}", hex(&eavt)), err))?,
+        );
     }
     Ok(out)
 }
@@ -190,13 +212,19 @@ pub fn find(
         None => keys::aevt_attr(ns, attr),
     };
     let rows = scan_prefix(store, &prefix, MAX_READ_DATOMS)?;
-    let mut entities: Vec<EntityId> =
-        rows.iter().filter_map(|(k, _)| keys::trailing_entity_tx_seq(k).map(|(e, _, _)| e)).collect();
+    let mut entities: Vec<EntityId> = rows
+        .iter()
+        .filter_map(|(k, _)| keys::trailing_entity_tx_seq(k).map(|(e, _, _)| e))
+        .collect();
     entities.sort();
     entities.dedup();
     let mut out = Vec::new();
     for e in entities {
-        let versions = decode_datoms(scan_prefix(store, &keys::eavt_attr(ns, e, attr), MAX_READ_DATOMS)?)?;
+        let versions = decode_datoms(scan_prefix(
+            store,
+            &keys::eavt_attr(ns, e, attr),
+            MAX_READ_DATOMS,
+        )?)?;
         if let Some(current) = current_facts(&versions, as_of, None).into_iter().next()
             && value.is_none_or(|v| *v == current.value)
         {
@@ -210,14 +238,21 @@ pub fn find(
 }
 
 pub fn tx(store: &dyn Store, tx: TxId) -> Result<Option<TxLogRow>, CoreError> {
-    store.get(Space::State, &keys::tx_log(tx))?.map(|row| decode_row("tx log row", &row)).transpose()
+    store
+        .get(Space::State, &keys::tx_log(tx))?
+        .map(|row| decode_row("tx log row", &row))
+        .transpose()
 }
 
 /// Audit entries `from..from+limit` (1-based), each re-checked on the way out: it decodes,
 /// its index is where it is stored, it links to the entry before it, and its attestation
 /// verifies against a key a membership entry admitted. The first failure is returned with
 /// its exact index.
-pub fn audit_entries(store: &dyn Store, from: u64, limit: usize) -> Result<Result<Vec<SignedEntry>, ChainError>, CoreError> {
+pub fn audit_entries(
+    store: &dyn Store,
+    from: u64,
+    limit: usize,
+) -> Result<Result<Vec<SignedEntry>, ChainError>, CoreError> {
     let from = from.max(1);
     let mut prev_hash = if from == 1 {
         engram_audit::GENESIS_PREV_HASH
@@ -225,12 +260,22 @@ pub fn audit_entries(store: &dyn Store, from: u64, limit: usize) -> Result<Resul
         match store.get(Space::State, &keys::audit(from - 1))? {
             Some(bytes) => match SignedEntry::decode(&bytes) {
                 Ok(e) => e.entry.hash(),
-                Err(err) => return Ok(Err(ChainError { index: from - 1, fault: ChainFault::Decode(err.to_string()) })),
+                Err(err) => {
+                    return Ok(Err(ChainError {
+                        index: from - 1,
+                        fault: ChainFault::Decode(err.to_string()),
+                    }));
+                }
             },
             None => return Ok(Ok(Vec::new())),
         }
     };
-    let rows = store.scan(Space::State, &keys::audit(from), prefix_end(&[keys::AUDIT]).as_deref(), limit)?;
+    let rows = store.scan(
+        Space::State,
+        &keys::audit(from),
+        prefix_end(&[keys::AUDIT]).as_deref(),
+        limit,
+    )?;
     let mut out = Vec::with_capacity(rows.len());
     let mut signers: BTreeMap<[u8; 8], Option<PublicKey>> = BTreeMap::new();
     for (i, (_, bytes)) in rows.into_iter().enumerate() {
@@ -241,10 +286,16 @@ pub fn audit_entries(store: &dyn Store, from: u64, limit: usize) -> Result<Resul
             Err(err) => return fail(ChainFault::Decode(err.to_string())),
         };
         if signed.entry.index != index {
-            return fail(ChainFault::Index { expected: index, found: signed.entry.index });
+            return fail(ChainFault::Index {
+                expected: index,
+                found: signed.entry.index,
+            });
         }
         if signed.entry.prev_hash != prev_hash {
-            return fail(ChainFault::PrevHash { expected: prev_hash, found: signed.entry.prev_hash });
+            return fail(ChainFault::PrevHash {
+                expected: prev_hash,
+                found: signed.entry.prev_hash,
+            });
         }
         let hash = signed.entry.hash();
         let key_id = signed.attestation.key_id;

@@ -83,7 +83,10 @@ pub fn parse(bytes: &[u8]) -> Result<Vec<KeyValue>, SnapshotError> {
         out.push((k, v));
     }
     if out.len() as u64 != count {
-        return Err(SnapshotError::Malformed(format!("{} records, trailer says {count}", out.len())));
+        return Err(SnapshotError::Malformed(format!(
+            "{} records, trailer says {count}",
+            out.len()
+        )));
     }
     Ok(out)
 }
@@ -94,14 +97,18 @@ pub fn verify(records: &[KeyValue]) -> Result<ChainHead, SnapshotError> {
     let mut head: Option<ChainHead> = None;
     for (k, v) in records {
         if k.first() == Some(&keys::AUDIT) {
-            let signed = SignedEntry::decode(v).map_err(|e| SnapshotError::Malformed(format!("audit row: {e}")))?;
+            let signed =
+                SignedEntry::decode(v).map_err(|e| SnapshotError::Malformed(format!("audit row: {e}")))?;
             verifier.push(&signed)?;
         } else if k == keys::META_HEAD {
             head = Some(decode_row("snapshot chain head", v)?);
         }
     }
     verifier.finish()?;
-    let head = head.unwrap_or(ChainHead { next_entity: 1, ..ChainHead::default() });
+    let head = head.unwrap_or(ChainHead {
+        next_entity: 1,
+        ..ChainHead::default()
+    });
     if head.index != verifier.checked() || (head.index > 0 && Some(head.hash) != verifier.head()) {
         return Err(SnapshotError::Malformed(format!(
             "chain head row says index {} but the snapshot holds {} entries ending in another hash",

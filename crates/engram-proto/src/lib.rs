@@ -32,7 +32,10 @@ pub struct WireError {
 
 impl WireError {
     pub fn new(field: impl Into<String>, reason: impl ToString) -> WireError {
-        WireError { field: field.into(), reason: reason.to_string() }
+        WireError {
+            field: field.into(),
+            reason: reason.to_string(),
+        }
     }
 
     fn missing(field: &str) -> WireError {
@@ -55,7 +58,9 @@ pub fn attribute(field: &str, raw: String) -> Result<Attribute, WireError> {
 
 pub fn value(field: &str, raw: Option<pb::Value>) -> Result<Value, WireError> {
     use pb::value::Kind;
-    let kind = raw.and_then(|v| v.kind).ok_or_else(|| WireError::missing(field))?;
+    let kind = raw
+        .and_then(|v| v.kind)
+        .ok_or_else(|| WireError::missing(field))?;
     let v = match kind {
         Kind::String(s) => Value::String(s),
         Kind::I64(i) => Value::I64(i),
@@ -93,7 +98,10 @@ fn op(field: &str, raw: i32) -> Result<Op, WireError> {
     match pb::Op::try_from(raw) {
         Ok(pb::Op::Assert) => Ok(Op::Assert),
         Ok(pb::Op::Retract) => Ok(Op::Retract),
-        _ => Err(WireError::new(field, format!("must be OP_ASSERT or OP_RETRACT, got {raw}"))),
+        _ => Err(WireError::new(
+            field,
+            format!("must be OP_ASSERT or OP_RETRACT, got {raw}"),
+        )),
     }
 }
 
@@ -109,10 +117,20 @@ pub fn provenance(raw: Option<pb::Provenance>) -> Result<Provenance, WireError> 
     let status = match pb::Status::try_from(p.status) {
         Ok(pb::Status::Unspecified | pb::Status::Candidate) => Status::Candidate,
         Ok(pb::Status::Verified) => Status::Verified,
-        Err(_) => return Err(WireError::new("provenance.status", format!("unknown status {}", p.status))),
+        Err(_) => {
+            return Err(WireError::new(
+                "provenance.status",
+                format!("unknown status {}", p.status),
+            ));
+        }
     };
-    let prov =
-        Provenance { agent: p.agent, session: p.session, source: p.source, confidence: p.confidence, status };
+    let prov = Provenance {
+        agent: p.agent,
+        session: p.session,
+        source: p.source,
+        confidence: p.confidence,
+        status,
+    };
     prov.validate().map_err(at("provenance"))?;
     Ok(prov)
 }
@@ -259,15 +277,23 @@ mod tests {
             namespace: "team/a".into(),
             ops: vec![pb::TxOp {
                 op: pb::Op::Assert as i32,
-                entity: Some(pb::EntityRef { kind: Some(pb::entity_ref::Kind::Temp("t".into())) }),
+                entity: Some(pb::EntityRef {
+                    kind: Some(pb::entity_ref::Kind::Temp("t".into())),
+                }),
                 attribute: ":task/title".into(),
-                value: Some(pb::Value { kind: Some(pb::value::Kind::Json(r#"{"b":1, "a":2}"#.into())) }),
+                value: Some(pb::Value {
+                    kind: Some(pb::value::Kind::Json(r#"{"b":1, "a":2}"#.into())),
+                }),
                 valid_from_ns: None,
                 valid_to_ns: None,
             }],
             preconditions: vec![],
             idempotency_key: String::new(),
-            provenance: Some(pb::Provenance { agent: "a1".into(), confidence: 0.5, ..Default::default() }),
+            provenance: Some(pb::Provenance {
+                agent: "a1".into(),
+                confidence: 0.5,
+                ..Default::default()
+            }),
         }
     }
 
@@ -285,21 +311,35 @@ mod tests {
         let cases: Vec<(&str, Mutate)> = vec![
             ("namespace", Box::new(|r| r.namespace = "../x".into())),
             ("namespace", Box::new(|r| r.namespace = "/abs".into())),
-            ("ops[0].attribute", Box::new(|r| r.ops[0].attribute = "title".into())),
+            (
+                "ops[0].attribute",
+                Box::new(|r| r.ops[0].attribute = "title".into()),
+            ),
             ("ops[0].op", Box::new(|r| r.ops[0].op = 0)),
             ("ops[0].op", Box::new(|r| r.ops[0].op = 99)),
             ("ops[0].entity", Box::new(|r| r.ops[0].entity = None)),
             ("ops[0].value", Box::new(|r| r.ops[0].value = None)),
             (
                 "ops[0].value",
-                Box::new(|r| r.ops[0].value = Some(pb::Value { kind: Some(pb::value::Kind::F64(f64::NAN)) })),
+                Box::new(|r| {
+                    r.ops[0].value = Some(pb::Value {
+                        kind: Some(pb::value::Kind::F64(f64::NAN)),
+                    })
+                }),
             ),
             (
                 "ops[0].value",
-                Box::new(|r| r.ops[0].value = Some(pb::Value { kind: Some(pb::value::Kind::Json("{".into())) })),
+                Box::new(|r| {
+                    r.ops[0].value = Some(pb::Value {
+                        kind: Some(pb::value::Kind::Json("{".into())),
+                    })
+                }),
             ),
             ("provenance", Box::new(|r| r.provenance = None)),
-            ("provenance", Box::new(|r| r.provenance.as_mut().unwrap().confidence = 2.0)),
+            (
+                "provenance",
+                Box::new(|r| r.provenance.as_mut().unwrap().confidence = 2.0),
+            ),
             ("transaction", Box::new(|r| r.ops.clear())),
         ];
         for (field, mutate) in cases {

@@ -47,14 +47,25 @@ pub struct NodeInfo {
 pub enum Command {
     /// Apply a transaction. `proposed_time_ns` is the leader's clock when it proposed; apply
     /// uses it (never decreasing) as the transaction time.
-    Transact { request: TxRequest, proposed_time_ns: i64 },
+    Transact {
+        request: TxRequest,
+        proposed_time_ns: i64,
+    },
 }
 
 impl fmt::Display for Command {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Command::Transact { request, proposed_time_ns } => {
-                write!(f, "transact(ns={}, ops={}, t={proposed_time_ns})", request.namespace, request.ops.len())
+            Command::Transact {
+                request,
+                proposed_time_ns,
+            } => {
+                write!(
+                    f,
+                    "transact(ns={}, ops={}, t={proposed_time_ns})",
+                    request.namespace,
+                    request.ops.len()
+                )
             }
         }
     }

@@ -66,7 +66,12 @@ impl RaftLogReader<TypeConfig> for LogStore {
         let end_key = end.map(log_key);
         let rows = self
             .store
-            .scan(Space::Log, &log_key(start), end_key.as_ref().map(|k| &k[..]), usize::MAX)
+            .scan(
+                Space::Log,
+                &log_key(start),
+                end_key.as_ref().map(|k| &k[..]),
+                usize::MAX,
+            )
             .map_err(io_err)?;
         let mut entries = Vec::with_capacity(rows.len());
         for (k, v) in rows {
@@ -75,7 +80,10 @@ impl RaftLogReader<TypeConfig> for LogStore {
             if k.as_slice() != log_key(entry.index()) {
                 return Err(io::Error::new(
                     io::ErrorKind::InvalidData,
-                    format!("log entry stored under the wrong key: entry index {}", entry.index()),
+                    format!(
+                        "log entry stored under the wrong key: entry index {}",
+                        entry.index()
+                    ),
                 ));
             }
             entries.push(entry);
@@ -98,7 +106,10 @@ impl RaftLogStorage<TypeConfig> for LogStore {
             Some((_, v)) => Some(decode::<Entry>("log entry", &v)?.log_id()),
             None => last_purged_log_id,
         };
-        Ok(LogState { last_purged_log_id, last_log_id })
+        Ok(LogState {
+            last_purged_log_id,
+            last_log_id,
+        })
     }
 
     async fn get_log_reader(&mut self) -> Self::LogReader {
@@ -114,7 +125,9 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     }
 
     async fn read_committed(&mut self) -> io::Result<Option<LogId>> {
-        Ok(self.get_row::<Option<LogId>>(COMMITTED, "committed log id")?.flatten())
+        Ok(self
+            .get_row::<Option<LogId>>(COMMITTED, "committed log id")?
+            .flatten())
     }
 
     async fn append<I>(&mut self, entries: I, callback: IOFlushed<TypeConfig>) -> io::Result<()>
@@ -140,14 +153,22 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     async fn truncate_after(&mut self, last_log_id: Option<LogId>) -> io::Result<()> {
         let from = last_log_id.map_or(0, |id| id.index() + 1);
         let mut batch = WriteBatch::new();
-        batch.delete_range(Space::Log, log_key(from).to_vec(), vec![engram_storage::FIRST_INVALID_KEY_BYTE]);
+        batch.delete_range(
+            Space::Log,
+            log_key(from).to_vec(),
+            vec![engram_storage::FIRST_INVALID_KEY_BYTE],
+        );
         self.store.write(batch, Durability::Sync).map_err(io_err)
     }
 
     async fn purge(&mut self, log_id: LogId) -> io::Result<()> {
         let mut batch = WriteBatch::new();
         batch.put(Space::Raft, PURGED.to_vec(), encode(&log_id)?);
-        batch.delete_range(Space::Log, log_key(0).to_vec(), log_key(log_id.index() + 1).to_vec());
+        batch.delete_range(
+            Space::Log,
+            log_key(0).to_vec(),
+            log_key(log_id.index() + 1).to_vec(),
+        );
         self.store.write(batch, Durability::Sync).map_err(io_err)
     }
 }

@@ -10,10 +10,12 @@ use std::time::Duration;
 
 use engram_proto::pb;
 use engram_proto::pb::raft_client::RaftClient;
+use openraft::OptionalSend;
 use openraft::error::{NetworkError, RPCError, ReplicationClosed, StreamingError, Unreachable};
 use openraft::network::{RPCOption, RaftNetworkFactory, v2::RaftNetworkV2};
-use openraft::raft::{AppendEntriesRequest, AppendEntriesResponse, SnapshotResponse, VoteRequest, VoteResponse};
-use openraft::OptionalSend;
+use openraft::raft::{
+    AppendEntriesRequest, AppendEntriesResponse, SnapshotResponse, VoteRequest, VoteResponse,
+};
 use tonic::transport::{Channel, Endpoint};
 use tonic::{Request, Response, Status, Streaming};
 use tracing::warn;
@@ -48,7 +50,9 @@ impl RaftNetworkFactory<TypeConfig> for NetworkFactory {
 
     async fn new_client(&mut self, target: u64, node: &NodeInfo) -> Connection {
         let client = channel(&node.addr).map(|ch| {
-            RaftClient::new(ch).max_decoding_message_size(MAX_MESSAGE_BYTES).max_encoding_message_size(MAX_MESSAGE_BYTES)
+            RaftClient::new(ch)
+                .max_decoding_message_size(MAX_MESSAGE_BYTES)
+                .max_encoding_message_size(MAX_MESSAGE_BYTES)
         });
         if let Err(e) = &client {
             warn!(target_node = target, error = %e, "cannot build a channel to peer");
@@ -131,17 +135,30 @@ impl RaftNetworkV2<TypeConfig> for Connection {
         let header = encode(&(vote, snapshot.meta)).map_err(network_err)?;
         let data = snapshot.snapshot;
         let mut chunks = Vec::with_capacity(data.len() / SNAPSHOT_CHUNK_BYTES + 1);
-        chunks.push(pb::SnapshotChunk { header, data: Vec::new() });
+        chunks.push(pb::SnapshotChunk {
+            header,
+            data: Vec::new(),
+        });
         for piece in data.chunks(SNAPSHOT_CHUNK_BYTES) {
-            chunks.push(pb::SnapshotChunk { header: Vec::new(), data: piece.to_vec() });
+            chunks.push(pb::SnapshotChunk {
+                header: Vec::new(),
+                data: piece.to_vec(),
+            });
         }
-        let mut client = self.client().map_err(|_| network_err(format!("node {} unreachable", self.target)))?;
+        let mut client = self
+            .client()
+            .map_err(|_| network_err(format!("node {} unreachable", self.target)))?;
         let mut req = Request::new(futures::stream::iter(chunks));
         // A snapshot may take long to ship; give it a generous bound rather than the
         // per-append one.
         req.set_timeout(option.hard_ttl().max(Duration::from_secs(60)));
-        let reply = client.install_snapshot(req).await.map_err(|s| network_err(format!("node {}: {s}", self.target)))?;
-        decode("snapshot response", &reply.into_inner().payload).map_err(network_err).map_err(Into::into)
+        let reply = client
+            .install_snapshot(req)
+            .await
+            .map_err(|s| network_err(format!("node {}: {s}", self.target)))?;
+        decode("snapshot response", &reply.into_inner().payload)
+            .map_err(network_err)
+            .map_err(Into::into)
     }
 }
 
@@ -173,16 +190,28 @@ fn reply<T: serde::Serialize>(value: &T) -> Result<Response<pb::RaftMessage>, St
 
 #[tonic::async_trait]
 impl pb::raft_server::Raft for RaftService {
-    async fn append_entries(&self, request: Request<pb::RaftMessage>) -> Result<Response<pb::RaftMessage>, Status> {
+    async fn append_entries(
+        &self,
+        request: Request<pb::RaftMessage>,
+    ) -> Result<Response<pb::RaftMessage>, Status> {
         let rpc: AppendEntriesRequest<TypeConfig> =
             decode("append request", &request.into_inner().payload).map_err(bad_payload)?;
-        let resp = self.raft.append_entries(rpc).await.map_err(|e| Status::unavailable(e.to_string()))?;
+        let resp = self
+            .raft
+            .append_entries(rpc)
+            .await
+            .map_err(|e| Status::unavailable(e.to_string()))?;
         reply(&resp)
     }
 
     async fn vote(&self, request: Request<pb::RaftMessage>) -> Result<Response<pb::RaftMessage>, Status> {
-        let rpc: VoteRequest<TypeConfig> = decode("vote request", &request.into_inner().payload).map_err(bad_payload)?;
-        let resp = self.raft.vote(rpc).await.map_err(|e| Status::unavailable(e.to_string()))?;
+        let rpc: VoteRequest<TypeConfig> =
+            decode("vote request", &request.into_inner().payload).map_err(bad_payload)?;
+        let resp = self
+            .raft
+            .vote(rpc)
+            .await
+            .map_err(|e| Status::unavailable(e.to_string()))?;
         reply(&resp)
     }
 
@@ -202,7 +231,8 @@ impl pb::raft_server::Raft for RaftService {
             }
             data.extend_from_slice(&chunk.data);
         }
-        let (vote, meta) = header.ok_or_else(|| Status::invalid_argument("snapshot stream without a header"))?;
+        let (vote, meta) =
+            header.ok_or_else(|| Status::invalid_argument("snapshot stream without a header"))?;
         let resp = self
             .raft
             .install_full_snapshot(vote, Snapshot { meta, snapshot: data })
@@ -211,4 +241,3 @@ impl pb::raft_server::Raft for RaftService {
         reply(&resp)
     }
 }
-

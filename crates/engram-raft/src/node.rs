@@ -5,8 +5,8 @@ use engram_audit::NodeKey;
 use engram_core::TxOutcome;
 use engram_storage::Store;
 use engram_types::TxRequest;
-use openraft::error::{ClientWriteError, RaftError};
 use openraft::async_runtime::WatchReceiver;
+use openraft::error::{ClientWriteError, RaftError};
 use openraft::{ChangeMembers, Config, ReadPolicy, ServerState, SnapshotPolicy};
 use thiserror::Error;
 
@@ -95,18 +95,35 @@ impl RaftNode {
         .validate()
         .map_err(|e| NodeError::Fatal(format!("invalid raft settings: {e}")))?;
         let log_store = LogStore::new(store.clone());
-        let state_machine = StateMachine::open(store.clone(), key).map_err(|e| NodeError::Fatal(e.to_string()))?;
-        let raft = Raft::new(node_id, Arc::new(config), NetworkFactory, log_store, state_machine)
-            .await
-            .map_err(|e| NodeError::Fatal(e.to_string()))?;
-        Ok(RaftNode { raft, node_id, store, info })
+        let state_machine =
+            StateMachine::open(store.clone(), key).map_err(|e| NodeError::Fatal(e.to_string()))?;
+        let raft = Raft::new(
+            node_id,
+            Arc::new(config),
+            NetworkFactory,
+            log_store,
+            state_machine,
+        )
+        .await
+        .map_err(|e| NodeError::Fatal(e.to_string()))?;
+        Ok(RaftNode {
+            raft,
+            node_id,
+            store,
+            info,
+        })
     }
 
     /// Proposes a transaction, stamping it with this node's clock. Only the leader accepts.
     pub async fn propose(&self, request: TxRequest) -> Result<TxOutcome, NodeError> {
-        let command = Command::Transact { request, proposed_time_ns: clock::now_ns() };
+        let command = Command::Transact {
+            request,
+            proposed_time_ns: clock::now_ns(),
+        };
         let resp = self.raft.client_write(command).await.map_err(write_error)?;
-        resp.data.outcome.ok_or_else(|| NodeError::Fatal("apply returned no outcome for a transaction".into()))
+        resp.data
+            .outcome
+            .ok_or_else(|| NodeError::Fatal("apply returned no outcome for a transaction".into()))
     }
 
     /// Waits until this node (the leader) has confirmed leadership with a quorum and applied
@@ -116,8 +133,12 @@ impl RaftNode {
             Ok(_) => Ok(()),
             Err(RaftError::Fatal(f)) => Err(NodeError::Fatal(f.to_string())),
             Err(RaftError::APIError(e)) => match self.leader() {
-                Some(leader) if leader.0 != self.node_id => Err(NodeError::NotLeader { leader: Some(leader) }),
-                _ => Err(NodeError::Unavailable(format!("linearizable read not possible now: {e}"))),
+                Some(leader) if leader.0 != self.node_id => {
+                    Err(NodeError::NotLeader { leader: Some(leader) })
+                }
+                _ => Err(NodeError::Unavailable(format!(
+                    "linearizable read not possible now: {e}"
+                ))),
             },
         }
     }
@@ -147,12 +168,18 @@ impl RaftNode {
             term: m.current_term,
             last_log_index: m.last_log_index.unwrap_or(0),
             applied_index: m.last_applied.as_ref().map_or(0, |l| l.index),
-            members: membership.nodes().map(|(id, n)| (*id, n.clone(), voters.contains(id))).collect(),
+            members: membership
+                .nodes()
+                .map(|(id, n)| (*id, n.clone(), voters.contains(id)))
+                .collect(),
         }
     }
 
     pub async fn is_initialized(&self) -> Result<bool, NodeError> {
-        self.raft.is_initialized().await.map_err(|e| NodeError::Fatal(e.to_string()))
+        self.raft
+            .is_initialized()
+            .await
+            .map_err(|e| NodeError::Fatal(e.to_string()))
     }
 
     /// Initialises a new cluster with `members` as voters.
@@ -168,7 +195,10 @@ impl RaftNode {
     pub async fn add_node(&self, id: u64, info: NodeInfo, learner_only: bool) -> Result<(), NodeError> {
         self.raft.add_learner(id, info, true).await.map_err(write_error)?;
         if !learner_only {
-            self.raft.change_membership(ChangeMembers::AddVoterIds(BTreeSet::from([id])), true).await.map_err(write_error)?;
+            self.raft
+                .change_membership(ChangeMembers::AddVoterIds(BTreeSet::from([id])), true)
+                .await
+                .map_err(write_error)?;
         }
         Ok(())
     }
@@ -182,7 +212,10 @@ impl RaftNode {
                 .await
                 .map_err(write_error)?;
         }
-        self.raft.change_membership(ChangeMembers::RemoveNodes(BTreeSet::from([id])), false).await.map_err(write_error)?;
+        self.raft
+            .change_membership(ChangeMembers::RemoveNodes(BTreeSet::from([id])), false)
+            .await
+            .map_err(write_error)?;
         Ok(())
     }
 

@@ -56,7 +56,12 @@ impl StateMachine {
     pub fn open(store: Arc<dyn Store>, key: Arc<NodeKey>) -> io::Result<StateMachine> {
         let engine = Engine::open(store.clone(), key).map_err(io_err)?;
         let (applied, membership) = load_applied(&*store)?;
-        Ok(StateMachine { engine, store, applied, membership })
+        Ok(StateMachine {
+            engine,
+            store,
+            applied,
+            membership,
+        })
     }
 
     fn apply_one(&mut self, entry: crate::Entry) -> io::Result<CommandResponse> {
@@ -64,7 +69,11 @@ impl StateMachine {
         let index = log_id.index();
         if let Some(applied) = &self.applied {
             // Raft hands each committed entry to apply exactly once and in order.
-            assert!(index > applied.index(), "apply out of order: {index} after {}", applied.index());
+            assert!(
+                index > applied.index(),
+                "apply out of order: {index} after {}",
+                applied.index()
+            );
         }
         self.applied = Some(log_id);
         let mut response = CommandResponse::default();
@@ -73,18 +82,33 @@ impl StateMachine {
                 let extra = bookkeeping(&self.applied, &self.membership)?;
                 self.engine.apply_noop(extra).map_err(io_err)?;
             }
-            EntryPayload::Normal(Command::Transact { request, proposed_time_ns }) => {
+            EntryPayload::Normal(Command::Transact {
+                request,
+                proposed_time_ns,
+            }) => {
                 let extra = bookkeeping(&self.applied, &self.membership)?;
-                let outcome = self.engine.apply_tx(index, proposed_time_ns, &request, extra).map_err(io_err)?;
+                let outcome = self
+                    .engine
+                    .apply_tx(index, proposed_time_ns, &request, extra)
+                    .map_err(io_err)?;
                 response.outcome = Some(outcome);
             }
             EntryPayload::Membership(membership) => {
-                let members: Vec<(u64, PublicKey)> =
-                    membership.nodes().map(|(id, node)| (*id, PublicKey(node.public_key))).collect();
+                let members: Vec<(u64, PublicKey)> = membership
+                    .nodes()
+                    .map(|(id, node)| (*id, PublicKey(node.public_key)))
+                    .collect();
                 self.membership = Membership::new(Some(log_id), membership);
                 let extra = bookkeeping(&self.applied, &self.membership)?;
-                let signed = self.engine.apply_membership(index, members, extra).map_err(io_err)?;
-                info!(log_index = index, audit_index = signed.entry.index, "membership recorded in the audit chain");
+                let signed = self
+                    .engine
+                    .apply_membership(index, members, extra)
+                    .map_err(io_err)?;
+                info!(
+                    log_index = index,
+                    audit_index = signed.entry.index,
+                    "membership recorded in the audit chain"
+                );
             }
         }
         Ok(response)
@@ -113,7 +137,9 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
     }
 
     async fn get_snapshot_builder(&mut self) -> SnapshotBuilder {
-        SnapshotBuilder { store: self.store.clone() }
+        SnapshotBuilder {
+            store: self.store.clone(),
+        }
     }
 
     async fn install_snapshot(&mut self, meta: &SnapshotMeta, data: SnapshotData) -> io::Result<()> {
@@ -129,7 +155,10 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         self.applied = applied;
         self.membership = membership;
         save_current(&*self.store, meta, &data)?;
-        info!(chain_index = head.index, "installed a snapshot; its audit chain verified");
+        info!(
+            chain_index = head.index,
+            "installed a snapshot; its audit chain verified"
+        );
         Ok(())
     }
 
@@ -146,10 +175,15 @@ fn save_current(store: &dyn Store, meta: &SnapshotMeta, data: &[u8]) -> io::Resu
 }
 
 fn load_current(store: &dyn Store) -> io::Result<Option<Snapshot>> {
-    let Some(meta) = store.get(Space::Raft, SNAPSHOT_META).map_err(io_err)? else { return Ok(None) };
+    let Some(meta) = store.get(Space::Raft, SNAPSHOT_META).map_err(io_err)? else {
+        return Ok(None);
+    };
     let meta: SnapshotMeta = decode("snapshot meta", &meta)?;
     let Some(data) = store.get(Space::Raft, SNAPSHOT_DATA).map_err(io_err)? else {
-        return Err(io::Error::new(io::ErrorKind::InvalidData, "snapshot meta without its data"));
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            "snapshot meta without its data",
+        ));
     };
     Ok(Some(Snapshot { meta, snapshot: data }))
 }
@@ -176,7 +210,10 @@ impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
                 membership = decode("applied membership", v)?;
             }
         }
-        let meta = SnapshotMeta { last_log_id: applied, last_membership: membership };
+        let meta = SnapshotMeta {
+            last_log_id: applied,
+            last_membership: membership,
+        };
         save_current(&*self.store, &meta, &data)?;
         info!(bytes = data.len(), last_log_index = ?meta.last_log_id.as_ref().map(|l| l.index()), "built a snapshot");
         Ok(Snapshot { meta, snapshot: data })

@@ -12,15 +12,22 @@ impl std::str::FromStr for Peer {
     type Err = String;
 
     fn from_str(s: &str) -> Result<Peer, String> {
-        let (id, addr) = s.split_once('=').ok_or_else(|| format!("peer {s:?} must look like ID=HOST:PORT"))?;
-        let id = id.parse::<u64>().map_err(|_| format!("peer {s:?}: {id:?} is not a node id"))?;
+        let (id, addr) = s
+            .split_once('=')
+            .ok_or_else(|| format!("peer {s:?} must look like ID=HOST:PORT"))?;
+        let id = id
+            .parse::<u64>()
+            .map_err(|_| format!("peer {s:?}: {id:?} is not a node id"))?;
         if id == 0 {
             return Err(format!("peer {s:?}: node ids start at 1"));
         }
         if !addr.contains(':') {
             return Err(format!("peer {s:?}: address {addr:?} needs a port"));
         }
-        Ok(Peer { id, addr: addr.to_string() })
+        Ok(Peer {
+            id,
+            addr: addr.to_string(),
+        })
     }
 }
 
@@ -72,7 +79,9 @@ impl ServerConfig {
     }
 
     pub fn advertise(&self) -> String {
-        self.advertise_addr.clone().unwrap_or_else(|| self.listen.to_string())
+        self.advertise_addr
+            .clone()
+            .unwrap_or_else(|| self.listen.to_string())
     }
 }
 
@@ -82,7 +91,13 @@ mod tests {
 
     #[test]
     fn peers_parse_strictly() {
-        assert_eq!("2=127.0.0.1:7002".parse::<Peer>().unwrap(), Peer { id: 2, addr: "127.0.0.1:7002".into() });
+        assert_eq!(
+            "2=127.0.0.1:7002".parse::<Peer>().unwrap(),
+            Peer {
+                id: 2,
+                addr: "127.0.0.1:7002".into()
+            }
+        );
         for bad in ["2", "x=host:1", "0=host:1", "2=host"] {
             assert!(bad.parse::<Peer>().is_err(), "{bad}");
         }

@@ -75,7 +75,9 @@ impl ApiError {
             ApiError::Invalid(_) => Code::InvalidArgument,
             ApiError::TooLarge { .. } => Code::ResourceExhausted,
             ApiError::Rejected(r) => match r {
-                Rejection::PreconditionFailed { .. } | Rejection::NotCurrent { .. } => Code::FailedPrecondition,
+                Rejection::PreconditionFailed { .. } | Rejection::NotCurrent { .. } => {
+                    Code::FailedPrecondition
+                }
                 Rejection::UnknownEntity(_) => Code::NotFound,
                 Rejection::TypeMismatch { .. } => Code::InvalidArgument,
             },
@@ -130,7 +132,10 @@ mod tests {
                 }),
                 Code::FailedPrecondition,
             ),
-            (ApiError::Rejected(Rejection::UnknownEntity(EntityId(9))), Code::NotFound),
+            (
+                ApiError::Rejected(Rejection::UnknownEntity(EntityId(9))),
+                Code::NotFound,
+            ),
             (
                 ApiError::Rejected(Rejection::TypeMismatch {
                     attribute: attr,
@@ -139,7 +144,10 @@ mod tests {
                 }),
                 Code::InvalidArgument,
             ),
-            (ApiError::from(NodeError::Unavailable("no leader".into())), Code::Unavailable),
+            (
+                ApiError::from(NodeError::Unavailable("no leader".into())),
+                Code::Unavailable,
+            ),
         ];
         for (err, code) in cases {
             let status = Status::from(err);

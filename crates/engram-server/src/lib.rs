@@ -52,7 +52,10 @@ pub async fn run_until(
         return Err(ServerError::Startup("--id must be at least 1".into()));
     }
     std::fs::create_dir_all(&config.data_dir).map_err(|e| {
-        ServerError::Startup(format!("cannot create data dir {}: {e}", config.data_dir.display()))
+        ServerError::Startup(format!(
+            "cannot create data dir {}: {e}",
+            config.data_dir.display()
+        ))
     })?;
     let key = match &config.key_file {
         Some(path) => node_key::load(path)?,
@@ -62,7 +65,10 @@ pub async fn run_until(
         RocksStore::open(&config.data_dir.join("db"))
             .map_err(|e| ServerError::Startup(format!("cannot open the store: {e}")))?,
     );
-    let info = NodeInfo { addr: config.advertise(), public_key: key.public().0 };
+    let info = NodeInfo {
+        addr: config.advertise(),
+        public_key: key.public().0,
+    };
     info!(node_id = config.node_id, addr = %info.addr, key_id = %key.key_id(), "starting engram node");
     let settings = RaftSettings {
         heartbeat_interval_ms: config.heartbeat_interval_ms,
@@ -96,8 +102,12 @@ pub async fn run_until(
                 .max_decoding_message_size(request_limit)
                 .max_encoding_message_size(64 << 20),
         )
-        .add_service(pb::audit_server::AuditServer::new(AuditService::new(shared.clone())))
-        .add_service(pb::cluster_server::ClusterServer::new(ClusterService::new(shared.clone())))
+        .add_service(pb::audit_server::AuditServer::new(AuditService::new(
+            shared.clone(),
+        )))
+        .add_service(pb::cluster_server::ClusterServer::new(ClusterService::new(
+            shared.clone(),
+        )))
         .add_service(engram_raft::network::RaftService::new(node.raft.clone()).into_server())
         .serve_with_shutdown(config.listen, shutdown)
         .await;
@@ -128,7 +138,11 @@ async fn report_health(node: RaftNode, reporter: tonic_health::server::HealthRep
     loop {
         let status = node.status();
         let ready = status.leader_id.is_some();
-        let state = if ready { tonic_health::ServingStatus::Serving } else { tonic_health::ServingStatus::NotServing };
+        let state = if ready {
+            tonic_health::ServingStatus::Serving
+        } else {
+            tonic_health::ServingStatus::NotServing
+        };
         reporter.set_service_status("", state).await;
         reporter.set_service_status("engram.v1.Memory", state).await;
         tokio::time::sleep(Duration::from_millis(500)).await;
@@ -142,13 +156,21 @@ async fn report_health(node: RaftNode, reporter: tonic_health::server::HealthRep
 /// answers, unless the cluster is already initialised. Others wait to be contacted.
 async fn bootstrap(shared: Arc<Shared>) {
     let me = shared.node.node_id;
-    let mut list: Vec<(u64, String)> = shared.config.peers.iter().map(|p| (p.id, p.addr.clone())).collect();
+    let mut list: Vec<(u64, String)> = shared
+        .config
+        .peers
+        .iter()
+        .map(|p| (p.id, p.addr.clone()))
+        .collect();
     if !list.iter().any(|(id, _)| *id == me) {
         list.push((me, shared.config.advertise()));
     }
     list.sort();
     if list.first().map(|(id, _)| *id) != Some(me) {
-        info!("bootstrap: waiting for node {} to initialise the cluster", list[0].0);
+        info!(
+            "bootstrap: waiting for node {} to initialise the cluster",
+            list[0].0
+        );
         return;
     }
     loop {

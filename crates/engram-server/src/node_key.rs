@@ -15,14 +15,24 @@ pub fn load(path: &Path) -> Result<NodeKey, ServerError> {
     let bytes = std::fs::read(path)
         .map_err(|e| ServerError::Startup(format!("cannot read key file {}: {e}", path.display())))?;
     let seed: [u8; 32] = if bytes.len() == 32 {
-        bytes.as_slice().try_into().map_err(|_| ServerError::Startup("unreachable length".into()))?
+        bytes
+            .as_slice()
+            .try_into()
+            .map_err(|_| ServerError::Startup("unreachable length".into()))?
     } else {
         let text = String::from_utf8_lossy(&bytes);
         let raw = hex::decode(text.trim()).map_err(|_| {
-            ServerError::Startup(format!("key file {} is neither 32 raw bytes nor 64 hex characters", path.display()))
+            ServerError::Startup(format!(
+                "key file {} is neither 32 raw bytes nor 64 hex characters",
+                path.display()
+            ))
         })?;
         raw.as_slice().try_into().map_err(|_| {
-            ServerError::Startup(format!("key file {} holds {} bytes, expected 32", path.display(), raw.len()))
+            ServerError::Startup(format!(
+                "key file {} holds {} bytes, expected 32",
+                path.display(),
+                raw.len()
+            ))
         })?
     };
     Ok(NodeKey::from_seed(seed))
@@ -34,7 +44,8 @@ pub fn load_or_generate(path: &Path) -> Result<NodeKey, ServerError> {
         return load(path);
     }
     let mut seed = [0u8; 32];
-    getrandom::fill(&mut seed).map_err(|e| ServerError::Startup(format!("no OS randomness for a key: {e}")))?;
+    getrandom::fill(&mut seed)
+        .map_err(|e| ServerError::Startup(format!("no OS randomness for a key: {e}")))?;
     let mut file = OpenOptions::new()
         .write(true)
         .create_new(true)
@@ -58,7 +69,10 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("node.key");
         let first = load_or_generate(&path).unwrap();
-        assert_eq!(std::fs::metadata(&path).unwrap().permissions().mode() & 0o777, 0o600);
+        assert_eq!(
+            std::fs::metadata(&path).unwrap().permissions().mode() & 0o777,
+            0o600
+        );
         let again = load_or_generate(&path).unwrap();
         assert_eq!(first.public(), again.public());
     }
@@ -68,7 +82,12 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("k");
         std::fs::write(&path, "not hex").unwrap();
-        assert!(load(&path).unwrap_err().to_string().contains("neither 32 raw bytes"));
+        assert!(
+            load(&path)
+                .unwrap_err()
+                .to_string()
+                .contains("neither 32 raw bytes")
+        );
         std::fs::write(&path, "abcd").unwrap();
         assert!(load(&path).unwrap_err().to_string().contains("expected 32"));
         assert!(load(&dir.path().join("missing")).is_err());

@@ -35,7 +35,9 @@ impl Drop for TelemetryGuard {
 /// on span export.
 pub fn init(otlp_endpoint: Option<&str>) -> Result<TelemetryGuard, ServerError> {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info,openraft=warn"));
-    let fmt = tracing_subscriber::fmt::layer().with_writer(std::io::stderr).with_target(false);
+    let fmt = tracing_subscriber::fmt::layer()
+        .with_writer(std::io::stderr)
+        .with_target(false);
     let Some(endpoint) = otlp_endpoint.filter(|e| !e.is_empty()) else {
         tracing_subscriber::registry()
             .with(filter)
@@ -51,7 +53,11 @@ pub fn init(otlp_endpoint: Option<&str>) -> Result<TelemetryGuard, ServerError> 
         .map_err(|e| ServerError::Startup(format!("OTLP exporter for {endpoint}: {e}")))?;
     let provider = SdkTracerProvider::builder()
         .with_batch_exporter(exporter)
-        .with_resource(opentelemetry_sdk::Resource::builder().with_service_name("engram").build())
+        .with_resource(
+            opentelemetry_sdk::Resource::builder()
+                .with_service_name("engram")
+                .build(),
+        )
         .build();
     let tracer = provider.tracer("engram");
     tracing_subscriber::registry()
@@ -60,5 +66,7 @@ pub fn init(otlp_endpoint: Option<&str>) -> Result<TelemetryGuard, ServerError> 
         .with(tracing_opentelemetry::layer().with_tracer(tracer))
         .try_init()
         .map_err(|e| ServerError::Startup(format!("logging: {e}")))?;
-    Ok(TelemetryGuard { provider: Some(provider) })
+    Ok(TelemetryGuard {
+        provider: Some(provider),
+    })
 }

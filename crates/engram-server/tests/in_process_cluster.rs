@@ -23,7 +23,11 @@ struct Cluster {
 
 async fn channel(addr: SocketAddr) -> Channel {
     for _ in 0..100 {
-        if let Ok(ch) = Channel::from_shared(format!("http://{addr}")).unwrap().connect().await {
+        if let Ok(ch) = Channel::from_shared(format!("http://{addr}"))
+            .unwrap()
+            .connect()
+            .await
+        {
             return ch;
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
@@ -60,7 +64,11 @@ async fn start(n: u64, max_tx_bytes: usize) -> Cluster {
     let members = addrs
         .iter()
         .enumerate()
-        .map(|(i, a)| pb::Member { id: i as u64 + 1, addr: a.to_string(), ..Default::default() })
+        .map(|(i, a)| pb::Member {
+            id: i as u64 + 1,
+            addr: a.to_string(),
+            ..Default::default()
+        })
         .collect();
     cluster.init(pb::InitRequest { members }).await.unwrap();
     // Wait for a leader everywhere.
@@ -68,7 +76,13 @@ async fn start(n: u64, max_tx_bytes: usize) -> Cluster {
         let mut c = pb::cluster_client::ClusterClient::new(channel(*a).await);
         let mut ok = false;
         for _ in 0..200 {
-            if c.status(pb::StatusRequest {}).await.unwrap().into_inner().leader_id.is_some() {
+            if c.status(pb::StatusRequest {})
+                .await
+                .unwrap()
+                .into_inner()
+                .leader_id
+                .is_some()
+            {
                 ok = true;
                 break;
             }
@@ -76,11 +90,19 @@ async fn start(n: u64, max_tx_bytes: usize) -> Cluster {
         }
         assert!(ok, "no leader seen by {a}");
     }
-    Cluster { addrs, stops, _dirs: dirs }
+    Cluster {
+        addrs,
+        stops,
+        _dirs: dirs,
+    }
 }
 
 fn prov() -> Option<pb::Provenance> {
-    Some(pb::Provenance { agent: "tester".into(), confidence: 1.0, ..Default::default() })
+    Some(pb::Provenance {
+        agent: "tester".into(),
+        confidence: 1.0,
+        ..Default::default()
+    })
 }
 
 fn assert_op(entity: pb::entity_ref::Kind, attr: &str, value: pb::value::Kind) -> pb::TxOp {
@@ -106,8 +128,16 @@ async fn writes_replicate_and_chains_agree() {
                 .transact(pb::TransactRequest {
                     namespace: "team/a".into(),
                     ops: vec![
-                        assert_op(pb::entity_ref::Kind::Temp("t".into()), ":task/title", pb::value::Kind::String(format!("task {i}-{k}"))),
-                        assert_op(pb::entity_ref::Kind::Temp("t".into()), ":task/rank", pb::value::Kind::I64(k)),
+                        assert_op(
+                            pb::entity_ref::Kind::Temp("t".into()),
+                            ":task/title",
+                            pb::value::Kind::String(format!("task {i}-{k}")),
+                        ),
+                        assert_op(
+                            pb::entity_ref::Kind::Temp("t".into()),
+                            ":task/rank",
+                            pb::value::Kind::I64(k),
+                        ),
                     ],
                     preconditions: vec![],
                     idempotency_key: format!("k-{i}-{k}"),
@@ -125,7 +155,11 @@ async fn writes_replicate_and_chains_agree() {
         let mut memory = pb::memory_client::MemoryClient::new(channel(*addr).await);
         for (entity, _, title) in &entities {
             let got = memory
-                .get(pb::GetRequest { namespace: "team/a".into(), entity: *entity, ..Default::default() })
+                .get(pb::GetRequest {
+                    namespace: "team/a".into(),
+                    entity: *entity,
+                    ..Default::default()
+                })
                 .await
                 .unwrap()
                 .into_inner();
@@ -143,7 +177,11 @@ async fn writes_replicate_and_chains_agree() {
     let again = memory
         .transact(pb::TransactRequest {
             namespace: "team/a".into(),
-            ops: vec![assert_op(pb::entity_ref::Kind::Temp("t".into()), ":task/title", pb::value::Kind::String("dup".into()))],
+            ops: vec![assert_op(
+                pb::entity_ref::Kind::Temp("t".into()),
+                ":task/title",
+                pb::value::Kind::String("dup".into()),
+            )],
             preconditions: vec![],
             idempotency_key: "k-0-0".into(),
             provenance: prov(),
@@ -172,22 +210,39 @@ async fn writes_replicate_and_chains_agree() {
 
     // The chain streams and verifies end to end on a follower.
     let mut audit = pb::audit_client::AuditClient::new(channel(cluster.addrs[2]).await);
-    let mut stream = audit.entries(pb::EntriesRequest { from_index: 1, limit: 0 }).await.unwrap().into_inner();
+    let mut stream = audit
+        .entries(pb::EntriesRequest {
+            from_index: 1,
+            limit: 0,
+        })
+        .await
+        .unwrap()
+        .into_inner();
     let mut verifier = engram_audit::ChainVerifier::new();
     while let Some(e) = stream.message().await.unwrap() {
-        verifier.push(&engram_audit::SignedEntry::decode(&e.signed).unwrap()).unwrap();
+        verifier
+            .push(&engram_audit::SignedEntry::decode(&e.signed).unwrap())
+            .unwrap();
     }
     verifier.finish().unwrap();
     assert_eq!(verifier.checked(), heads[0].0);
 
     // Bad input: precise codes.
     let bad_ns = memory
-        .transact(pb::TransactRequest { namespace: "../x".into(), provenance: prov(), ..Default::default() })
+        .transact(pb::TransactRequest {
+            namespace: "../x".into(),
+            provenance: prov(),
+            ..Default::default()
+        })
         .await
         .unwrap_err();
     assert_eq!(bad_ns.code(), Code::InvalidArgument);
     let unknown = memory
-        .get(pb::GetRequest { namespace: "team/a".into(), entity: 999_999, ..Default::default() })
+        .get(pb::GetRequest {
+            namespace: "team/a".into(),
+            entity: 999_999,
+            ..Default::default()
+        })
         .await
         .unwrap_err();
     assert_eq!(unknown.code(), Code::NotFound);

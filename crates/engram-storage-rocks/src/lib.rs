@@ -59,7 +59,11 @@ impl RocksStore {
         if let Some(end) = end {
             ro.set_iterate_upper_bound(end.to_vec());
         }
-        let mode = if reverse { IteratorMode::End } else { IteratorMode::From(start, Direction::Forward) };
+        let mode = if reverse {
+            IteratorMode::End
+        } else {
+            IteratorMode::From(start, Direction::Forward)
+        };
         let mut out = Vec::new();
         for item in self.db.iterator_cf_opt(cf, ro, mode) {
             let (k, v) = item.map_err(engine)?;
@@ -115,11 +119,7 @@ impl Store for RocksStore {
         self.db.write_opt(wb, &wo).map_err(engine)
     }
 
-    fn for_each(
-        &self,
-        space: Space,
-        visit: &mut Visitor<'_>,
-    ) -> Result<(), StorageError> {
+    fn for_each(&self, space: Space, visit: &mut Visitor<'_>) -> Result<(), StorageError> {
         let cf = self.cf(space)?;
         let snapshot = self.db.snapshot();
         for item in snapshot.iterator_cf(cf, IteratorMode::Start) {
@@ -164,6 +164,9 @@ mod tests {
     fn a_second_open_of_a_live_directory_is_an_error() {
         let dir = tempfile::tempdir().unwrap();
         let _first = RocksStore::open(dir.path()).unwrap();
-        assert!(matches!(RocksStore::open(dir.path()), Err(StorageError::Engine(_))));
+        assert!(matches!(
+            RocksStore::open(dir.path()),
+            Err(StorageError::Engine(_))
+        ));
     }
 }

@@ -28,15 +28,27 @@ fn keys(pairs: Vec<(Vec<u8>, Vec<u8>)>) -> Vec<Vec<u8>> {
 }
 
 pub fn put_get_delete(store: &dyn Store) {
-    assert_eq!(store.get(Space::State, b"k").expect("get"), None, "a new store is empty");
+    assert_eq!(
+        store.get(Space::State, b"k").expect("get"),
+        None,
+        "a new store is empty"
+    );
     put(store, Space::State, b"k", b"v1");
     assert_eq!(store.get(Space::State, b"k").expect("get"), Some(b"v1".to_vec()));
     put(store, Space::State, b"k", b"v2");
-    assert_eq!(store.get(Space::State, b"k").expect("get"), Some(b"v2".to_vec()), "put overwrites");
+    assert_eq!(
+        store.get(Space::State, b"k").expect("get"),
+        Some(b"v2".to_vec()),
+        "put overwrites"
+    );
     let mut b = WriteBatch::new();
     b.delete(Space::State, b"k".to_vec());
     store.write(b, Durability::Buffered).expect("write");
-    assert_eq!(store.get(Space::State, b"k").expect("get"), None, "delete removes");
+    assert_eq!(
+        store.get(Space::State, b"k").expect("get"),
+        None,
+        "delete removes"
+    );
 }
 
 pub fn spaces_are_disjoint(store: &dyn Store) {
@@ -44,7 +56,11 @@ pub fn spaces_are_disjoint(store: &dyn Store) {
         put(store, space, b"same", &[i as u8]);
     }
     for (i, space) in Space::ALL.into_iter().enumerate() {
-        assert_eq!(store.get(space, b"same").expect("get"), Some(vec![i as u8]), "{space:?} leaks");
+        assert_eq!(
+            store.get(space, b"same").expect("get"),
+            Some(vec![i as u8]),
+            "{space:?} leaks"
+        );
     }
 }
 
@@ -53,17 +69,50 @@ pub fn scans_are_ordered_bounded_and_limited(store: &dyn Store) {
         put(store, Space::Log, k, b"x");
     }
     let all = keys(store.scan(Space::Log, b"", None, usize::MAX).expect("scan"));
-    assert_eq!(all, vec![b"a".to_vec(), b"b".to_vec(), b"c".to_vec(), b"d".to_vec(), b"e".to_vec()]);
-    let mid = keys(store.scan(Space::Log, b"b", Some(b"d"), usize::MAX).expect("scan"));
+    assert_eq!(
+        all,
+        vec![
+            b"a".to_vec(),
+            b"b".to_vec(),
+            b"c".to_vec(),
+            b"d".to_vec(),
+            b"e".to_vec()
+        ]
+    );
+    let mid = keys(
+        store
+            .scan(Space::Log, b"b", Some(b"d"), usize::MAX)
+            .expect("scan"),
+    );
     assert_eq!(mid, vec![b"b".to_vec(), b"c".to_vec()], "scan is [start, end)");
     let two = keys(store.scan(Space::Log, b"a", None, 2).expect("scan"));
     assert_eq!(two.len(), 2, "scan honours limit");
-    let rev = keys(store.scan_rev(Space::Log, b"b", Some(b"e"), usize::MAX).expect("scan_rev"));
-    assert_eq!(rev, vec![b"d".to_vec(), b"c".to_vec(), b"b".to_vec()], "scan_rev is [start, end) descending");
+    let rev = keys(
+        store
+            .scan_rev(Space::Log, b"b", Some(b"e"), usize::MAX)
+            .expect("scan_rev"),
+    );
+    assert_eq!(
+        rev,
+        vec![b"d".to_vec(), b"c".to_vec(), b"b".to_vec()],
+        "scan_rev is [start, end) descending"
+    );
     let last = keys(store.scan_rev(Space::Log, b"", None, 1).expect("scan_rev"));
     assert_eq!(last, vec![b"e".to_vec()]);
-    assert!(store.scan(Space::Log, b"d", Some(b"b"), 10).expect("scan").is_empty(), "empty range");
-    assert!(store.scan_rev(Space::Log, b"d", Some(b"d"), 10).expect("scan").is_empty(), "empty range");
+    assert!(
+        store
+            .scan(Space::Log, b"d", Some(b"b"), 10)
+            .expect("scan")
+            .is_empty(),
+        "empty range"
+    );
+    assert!(
+        store
+            .scan_rev(Space::Log, b"d", Some(b"d"), 10)
+            .expect("scan")
+            .is_empty(),
+        "empty range"
+    );
 }
 
 pub fn delete_range_and_clear(store: &dyn Store) {
@@ -75,14 +124,22 @@ pub fn delete_range_and_clear(store: &dyn Store) {
     b.delete_range(Space::State, b"2".to_vec(), b"4".to_vec());
     store.write(b, Durability::Sync).expect("write");
     let left = keys(store.scan(Space::State, b"", None, 10).expect("scan"));
-    assert_eq!(left, vec![b"1".to_vec(), b"4".to_vec()], "delete_range is [start, end)");
+    assert_eq!(
+        left,
+        vec![b"1".to_vec(), b"4".to_vec()],
+        "delete_range is [start, end)"
+    );
     let mut b = WriteBatch::new();
     b.clear(Space::State);
     b.put(Space::State, b"new".to_vec(), b"y".to_vec());
     store.write(b, Durability::Sync).expect("write");
     let left = keys(store.scan(Space::State, b"", None, 10).expect("scan"));
     assert_eq!(left, vec![b"new".to_vec()], "clear then put in one batch");
-    assert_eq!(store.get(Space::Raft, b"2").expect("get"), Some(b"keep".to_vec()), "clear is per space");
+    assert_eq!(
+        store.get(Space::Raft, b"2").expect("get"),
+        Some(b"keep".to_vec()),
+        "clear is per space"
+    );
 }
 
 pub fn batches_apply_in_order(store: &dyn Store) {
@@ -92,7 +149,11 @@ pub fn batches_apply_in_order(store: &dyn Store) {
     b.put(Space::State, b"k".to_vec(), b"last".to_vec());
     b.put(Space::Log, b"other".to_vec(), b"z".to_vec());
     store.write(b, Durability::Sync).expect("write");
-    assert_eq!(store.get(Space::State, b"k").expect("get"), Some(b"last".to_vec()), "mutations apply in order");
+    assert_eq!(
+        store.get(Space::State, b"k").expect("get"),
+        Some(b"last".to_vec()),
+        "mutations apply in order"
+    );
     assert_eq!(store.get(Space::Log, b"other").expect("get"), Some(b"z".to_vec()));
 }
 
@@ -116,8 +177,15 @@ pub fn binary_keys_and_values(store: &dyn Store) {
     let value: Vec<u8> = (0..=255u8).collect();
     put(store, Space::Log, &key, &value);
     assert_eq!(store.get(Space::Log, &key).expect("get"), Some(value));
-    assert_eq!(store.get(Space::Log, &[0u8, 0]).expect("get"), None, "no prefix matching on get");
+    assert_eq!(
+        store.get(Space::Log, &[0u8, 0]).expect("get"),
+        None,
+        "no prefix matching on get"
+    );
     let big = vec![7u8; 4 << 20];
     put(store, Space::State, b"big", &big);
-    assert_eq!(store.get(Space::State, b"big").expect("get").map(|v| v.len()), Some(big.len()));
+    assert_eq!(
+        store.get(Space::State, b"big").expect("get").map(|v| v.len()),
+        Some(big.len())
+    );
 }

@@ -46,10 +46,21 @@ pub const FIRST_INVALID_KEY_BYTE: u8 = 0xff;
 /// One change inside a [`WriteBatch`].
 #[derive(Clone, PartialEq, Eq, Debug)]
 pub enum Mutation {
-    Put { space: Space, key: Vec<u8>, value: Vec<u8> },
-    Delete { space: Space, key: Vec<u8> },
+    Put {
+        space: Space,
+        key: Vec<u8>,
+        value: Vec<u8>,
+    },
+    Delete {
+        space: Space,
+        key: Vec<u8>,
+    },
     /// Deletes every key `k` with `start <= k < end`.
-    DeleteRange { space: Space, start: Vec<u8>, end: Vec<u8> },
+    DeleteRange {
+        space: Space,
+        start: Vec<u8>,
+        end: Vec<u8>,
+    },
 }
 
 /// Changes applied all together or not at all.
@@ -64,15 +75,26 @@ impl WriteBatch {
     }
 
     pub fn put(&mut self, space: Space, key: impl Into<Vec<u8>>, value: impl Into<Vec<u8>>) {
-        self.mutations.push(Mutation::Put { space, key: key.into(), value: value.into() });
+        self.mutations.push(Mutation::Put {
+            space,
+            key: key.into(),
+            value: value.into(),
+        });
     }
 
     pub fn delete(&mut self, space: Space, key: impl Into<Vec<u8>>) {
-        self.mutations.push(Mutation::Delete { space, key: key.into() });
+        self.mutations.push(Mutation::Delete {
+            space,
+            key: key.into(),
+        });
     }
 
     pub fn delete_range(&mut self, space: Space, start: impl Into<Vec<u8>>, end: impl Into<Vec<u8>>) {
-        self.mutations.push(Mutation::DeleteRange { space, start: start.into(), end: end.into() });
+        self.mutations.push(Mutation::DeleteRange {
+            space,
+            start: start.into(),
+            end: end.into(),
+        });
     }
 
     /// Deletes every key of `space`.
@@ -105,12 +127,20 @@ pub enum StorageError {
     Engine(String),
     /// Data read back is not what was written: a checksum, decode or invariant failure.
     #[error("storage corruption in {space} at key {key}: {reason}")]
-    Corruption { space: &'static str, key: String, reason: String },
+    Corruption {
+        space: &'static str,
+        key: String,
+        reason: String,
+    },
 }
 
 impl StorageError {
     pub fn corruption(space: Space, key: &[u8], reason: impl Into<String>) -> StorageError {
-        StorageError::Corruption { space: space.name(), key: hex_key(key), reason: reason.into() }
+        StorageError::Corruption {
+            space: space.name(),
+            key: hex_key(key),
+            reason: reason.into(),
+        }
     }
 }
 
@@ -156,11 +186,7 @@ pub trait Store: Send + Sync + 'static {
 
     fn write(&self, batch: WriteBatch, durability: Durability) -> Result<(), StorageError>;
 
-    fn for_each(
-        &self,
-        space: Space,
-        visit: &mut Visitor<'_>,
-    ) -> Result<(), StorageError>;
+    fn for_each(&self, space: Space, visit: &mut Visitor<'_>) -> Result<(), StorageError>;
 }
 
 /// The smallest key greater than every key starting with `prefix`, or `None` when the prefix

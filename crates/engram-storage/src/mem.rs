@@ -2,7 +2,9 @@ use std::collections::BTreeMap;
 use std::ops::Bound;
 use std::sync::{Mutex, MutexGuard};
 
-use crate::{Durability, FIRST_INVALID_KEY_BYTE, KeyValue, Mutation, Space, StorageError, Store, Visitor, WriteBatch};
+use crate::{
+    Durability, FIRST_INVALID_KEY_BYTE, KeyValue, Mutation, Space, StorageError, Store, Visitor, WriteBatch,
+};
 
 type Maps = BTreeMap<Space, BTreeMap<Vec<u8>, Vec<u8>>>;
 
@@ -57,7 +59,11 @@ fn check_keys(batch: &WriteBatch) -> Result<(), StorageError> {
         if let Mutation::Put { space, key, .. } = m
             && key.first() == Some(&FIRST_INVALID_KEY_BYTE)
         {
-            return Err(StorageError::corruption(*space, key, "keys must not start with 0xff"));
+            return Err(StorageError::corruption(
+                *space,
+                key,
+                "keys must not start with 0xff",
+            ));
         }
     }
     Ok(())
@@ -87,7 +93,9 @@ impl MemStore {
     pub fn crash_torn(&self, keep: usize) {
         let mut inner = self.lock();
         if let Some(first) = inner.unsynced.first().cloned() {
-            let torn = WriteBatch { mutations: first.mutations.into_iter().take(keep).collect() };
+            let torn = WriteBatch {
+                mutations: first.mutations.into_iter().take(keep).collect(),
+            };
             apply(&mut inner.durable, &torn);
         }
         inner.live = inner.durable.clone();
@@ -100,10 +108,7 @@ impl MemStore {
     }
 }
 
-fn collect<'a>(
-    iter: impl Iterator<Item = (&'a Vec<u8>, &'a Vec<u8>)>,
-    limit: usize,
-) -> Vec<KeyValue> {
+fn collect<'a>(iter: impl Iterator<Item = (&'a Vec<u8>, &'a Vec<u8>)>, limit: usize) -> Vec<KeyValue> {
     iter.take(limit).map(|(k, v)| (k.clone(), v.clone())).collect()
 }
 
@@ -120,12 +125,17 @@ impl Store for MemStore {
         limit: usize,
     ) -> Result<Vec<KeyValue>, StorageError> {
         let inner = self.lock();
-        let Some(map) = inner.live.get(&space) else { return Ok(Vec::new()) };
+        let Some(map) = inner.live.get(&space) else {
+            return Ok(Vec::new());
+        };
         if end.is_some_and(|e| e <= start) {
             return Ok(Vec::new());
         }
         let upper = end.map_or(Bound::Unbounded, Bound::Excluded);
-        Ok(collect(map.range::<[u8], _>((Bound::Included(start), upper)), limit))
+        Ok(collect(
+            map.range::<[u8], _>((Bound::Included(start), upper)),
+            limit,
+        ))
     }
 
     fn scan_rev(
@@ -136,12 +146,17 @@ impl Store for MemStore {
         limit: usize,
     ) -> Result<Vec<KeyValue>, StorageError> {
         let inner = self.lock();
-        let Some(map) = inner.live.get(&space) else { return Ok(Vec::new()) };
+        let Some(map) = inner.live.get(&space) else {
+            return Ok(Vec::new());
+        };
         if end.is_some_and(|e| e <= start) {
             return Ok(Vec::new());
         }
         let upper = end.map_or(Bound::Unbounded, Bound::Excluded);
-        Ok(collect(map.range::<[u8], _>((Bound::Included(start), upper)).rev(), limit))
+        Ok(collect(
+            map.range::<[u8], _>((Bound::Included(start), upper)).rev(),
+            limit,
+        ))
     }
 
     fn write(&self, batch: WriteBatch, durability: Durability) -> Result<(), StorageError> {
@@ -161,11 +176,7 @@ impl Store for MemStore {
         Ok(())
     }
 
-    fn for_each(
-        &self,
-        space: Space,
-        visit: &mut Visitor<'_>,
-    ) -> Result<(), StorageError> {
+    fn for_each(&self, space: Space, visit: &mut Visitor<'_>) -> Result<(), StorageError> {
         // Copy first: the view stays consistent and the lock is not held across callbacks.
         let view = self.lock().live.get(&space).cloned().unwrap_or_default();
         for (k, v) in &view {

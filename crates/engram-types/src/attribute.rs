@@ -17,7 +17,10 @@ impl Attribute {
 
     pub fn new(value: impl Into<String>) -> Result<Attribute, ValidationError> {
         let value = value.into();
-        check_keyword(&value).map_err(|reason| ValidationError::Attribute { value: value.clone(), reason })?;
+        check_keyword(&value).map_err(|reason| ValidationError::Attribute {
+            value: value.clone(),
+            reason,
+        })?;
         Ok(Attribute(value))
     }
 
@@ -38,7 +41,9 @@ pub(crate) fn check_keyword(value: &str) -> Result<(), &'static str> {
         return Err("must have the form :prefix/name");
     };
     let valid = |s: &str| {
-        !s.is_empty() && s.bytes().all(|b| b.is_ascii_alphanumeric() || b"_.?!*+-".contains(&b))
+        !s.is_empty()
+            && s.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"_.?!*+-".contains(&b))
     };
     if !valid(prefix) || !valid(name) {
         return Err("prefix and name must be non-empty and use only A-Z a-z 0-9 _ . ? ! * + -");

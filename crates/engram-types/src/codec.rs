@@ -17,7 +17,9 @@ impl Writer {
     }
 
     pub fn with_capacity(capacity: usize) -> Writer {
-        Writer { buf: Vec::with_capacity(capacity) }
+        Writer {
+            buf: Vec::with_capacity(capacity),
+        }
     }
 
     pub fn u8(&mut self, v: u8) -> &mut Self {
@@ -164,7 +166,13 @@ mod tests {
     #[test]
     fn round_trip_and_truncation() {
         let mut w = Writer::new();
-        w.u8(7).u64(42).i64(-3).str("hé").opt_i64(Some(9)).opt_i64(None).f64(2.5);
+        w.u8(7)
+            .u64(42)
+            .i64(-3)
+            .str("hé")
+            .opt_i64(Some(9))
+            .opt_i64(None)
+            .f64(2.5);
         let bytes = w.finish();
         let mut r = Reader::new(&bytes);
         assert_eq!(r.u8("a").unwrap(), 7);

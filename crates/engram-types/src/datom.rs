@@ -38,7 +38,10 @@ impl Provenance {
 
     pub fn validate(&self) -> Result<(), ValidationError> {
         if self.agent.is_empty() {
-            return Err(ValidationError::Value { field: "provenance.agent", reason: "must not be empty".into() });
+            return Err(ValidationError::Value {
+                field: "provenance.agent",
+                reason: "must not be empty".into(),
+            });
         }
         for (field, text) in [
             ("provenance.agent", &self.agent),
@@ -46,10 +49,16 @@ impl Provenance {
             ("provenance.source", &self.source),
         ] {
             if text.len() > Self::MAX_FIELD_BYTES {
-                return Err(ValidationError::Value { field, reason: "longer than 1024 bytes".into() });
+                return Err(ValidationError::Value {
+                    field,
+                    reason: "longer than 1024 bytes".into(),
+                });
             }
             if text.chars().any(char::is_control) {
-                return Err(ValidationError::Value { field, reason: "contains control characters".into() });
+                return Err(ValidationError::Value {
+                    field,
+                    reason: "contains control characters".into(),
+                });
             }
         }
         if !(0.0..=1.0).contains(&self.confidence) {
@@ -119,7 +128,10 @@ pub(crate) fn encode_value(w: &mut Writer, value: &Value) {
 
 pub(crate) fn decode_value(r: &mut Reader<'_>) -> Result<Value, DecodeError> {
     let tag = r.u8("value type")?;
-    let ty = ValueType::from_tag(tag).ok_or(DecodeError::Tag { what: "value type", tag })?;
+    let ty = ValueType::from_tag(tag).ok_or(DecodeError::Tag {
+        what: "value type",
+        tag,
+    })?;
     let value = match ty {
         ValueType::String => Value::String(r.string("string value")?),
         ValueType::Keyword => Value::Keyword(r.string("keyword value")?),
@@ -130,7 +142,12 @@ pub(crate) fn decode_value(r: &mut Reader<'_>) -> Result<Value, DecodeError> {
         ValueType::Bool => match r.u8("bool value")? {
             0 => Value::Bool(false),
             1 => Value::Bool(true),
-            tag => return Err(DecodeError::Tag { what: "bool value", tag }),
+            tag => {
+                return Err(DecodeError::Tag {
+                    what: "bool value",
+                    tag,
+                });
+            }
         },
         ValueType::Bytes => Value::Bytes(r.bytes("bytes value")?.to_vec()),
         ValueType::Ref => Value::Ref(EntityId(r.u64("ref value")?)),
@@ -202,7 +219,17 @@ impl Datom {
         };
         provenance.validate()?;
         r.finish()?;
-        Ok(Datom { namespace, entity, attribute, value, op, valid_from_ns, valid_to_ns, tx, provenance })
+        Ok(Datom {
+            namespace,
+            entity,
+            attribute,
+            value,
+            op,
+            valid_from_ns,
+            valid_to_ns,
+            tx,
+            provenance,
+        })
     }
 
     /// The content address: blake3 of the canonical encoding.

@@ -19,7 +19,12 @@ impl Namespace {
 
     pub fn new(value: impl Into<String>) -> Result<Namespace, ValidationError> {
         let value = value.into();
-        let fail = |reason| Err(ValidationError::Namespace { value: value.clone(), reason });
+        let fail = |reason| {
+            Err(ValidationError::Namespace {
+                value: value.clone(),
+                reason,
+            })
+        };
         if value.is_empty() {
             return fail("must not be empty");
         }
@@ -39,7 +44,10 @@ impl Namespace {
             if segment == "." || segment == ".." {
                 return fail("must not contain '.' or '..' segments");
             }
-            if !segment.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.')) {
+            if !segment
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'))
+            {
                 return fail("segments may only contain A-Z a-z 0-9 _ - .");
             }
         }
@@ -83,7 +91,9 @@ mod tests {
 
     #[test]
     fn refuses_escapes_and_junk() {
-        for bad in ["", "/abs", "../x", "a/../b", "a//b", "a/", ".", "a/./b", "a\nb", "a b", "ä"] {
+        for bad in [
+            "", "/abs", "../x", "a/../b", "a//b", "a/", ".", "a/./b", "a\nb", "a b", "ä",
+        ] {
             assert!(Namespace::new(bad).is_err(), "{bad:?} must be refused");
         }
         assert!(Namespace::new("a".repeat(257)).is_err());

@@ -55,7 +55,9 @@ impl TxRequest {
     /// type agreement, preconditions) is checked deterministically at apply.
     pub fn validate(&self) -> Result<(), ValidationError> {
         if self.ops.is_empty() {
-            return Err(ValidationError::Transaction("a transaction needs at least one op".into()));
+            return Err(ValidationError::Transaction(
+                "a transaction needs at least one op".into(),
+            ));
         }
         if self.ops.len() > Self::MAX_OPS {
             return Err(ValidationError::Transaction(format!(
@@ -67,7 +69,9 @@ impl TxRequest {
         if let Some(key) = &self.idempotency_key
             && (key.is_empty() || key.len() > Self::MAX_KEY_BYTES)
         {
-            return Err(ValidationError::Transaction("idempotency key must be 1..=256 bytes".into()));
+            return Err(ValidationError::Transaction(
+                "idempotency key must be 1..=256 bytes".into(),
+            ));
         }
         self.provenance.validate()?;
         for op in &self.ops {
@@ -75,7 +79,9 @@ impl TxRequest {
             if let EntityRef::Temp(name) = &op.entity
                 && (name.is_empty() || name.len() > Self::MAX_KEY_BYTES)
             {
-                return Err(ValidationError::Transaction("temporary entity names must be 1..=256 bytes".into()));
+                return Err(ValidationError::Transaction(
+                    "temporary entity names must be 1..=256 bytes".into(),
+                ));
             }
             if let (Some(from), Some(to)) = (op.valid_from_ns, op.valid_to_ns)
                 && to <= from
@@ -85,7 +91,9 @@ impl TxRequest {
                 )));
             }
             if op.op == Op::Retract && matches!(op.entity, EntityRef::Temp(_)) {
-                return Err(ValidationError::Transaction("cannot retract from a new entity".into()));
+                return Err(ValidationError::Transaction(
+                    "cannot retract from a new entity".into(),
+                ));
             }
         }
         for pre in &self.preconditions {
@@ -127,7 +135,11 @@ mod tests {
             }],
             preconditions: vec![],
             idempotency_key: None,
-            provenance: Provenance { agent: "a".into(), confidence: 1.0, ..Default::default() },
+            provenance: Provenance {
+                agent: "a".into(),
+                confidence: 1.0,
+                ..Default::default()
+            },
         }
     }
 

@@ -109,12 +109,16 @@ impl Value {
 
     /// Builds a json value from any JSON text, canonicalising it.
     pub fn json(text: &str) -> Result<Value, ValidationError> {
-        let parsed: serde_json::Value = serde_json::from_str(text)
-            .map_err(|e| ValidationError::Value { field: "json", reason: e.to_string() })?;
+        let parsed: serde_json::Value = serde_json::from_str(text).map_err(|e| ValidationError::Value {
+            field: "json",
+            reason: e.to_string(),
+        })?;
         // serde_json's default map is a BTreeMap: keys come out sorted, giving one form per
         // document.
-        let canonical = serde_json::to_string(&parsed)
-            .map_err(|e| ValidationError::Value { field: "json", reason: e.to_string() })?;
+        let canonical = serde_json::to_string(&parsed).map_err(|e| ValidationError::Value {
+            field: "json",
+            reason: e.to_string(),
+        })?;
         Ok(Value::Json(canonical))
     }
 
@@ -127,11 +131,14 @@ impl Value {
         match self {
             Value::String(s) if s.len() > MAX_VALUE_BYTES => Err(too_big("string")),
             Value::Bytes(b) if b.len() > MAX_VALUE_BYTES => Err(too_big("bytes")),
-            Value::F64(f) if f.is_nan() => {
-                Err(ValidationError::Value { field: "f64", reason: "NaN is not a value".into() })
-            }
-            Value::Keyword(k) => check_keyword(k)
-                .map_err(|reason| ValidationError::Value { field: "keyword", reason: reason.into() }),
+            Value::F64(f) if f.is_nan() => Err(ValidationError::Value {
+                field: "f64",
+                reason: "NaN is not a value".into(),
+            }),
+            Value::Keyword(k) => check_keyword(k).map_err(|reason| ValidationError::Value {
+                field: "keyword",
+                reason: reason.into(),
+            }),
             Value::Json(text) => {
                 if text.len() > MAX_VALUE_BYTES {
                     return Err(too_big("json"));

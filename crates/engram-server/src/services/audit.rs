@@ -55,7 +55,11 @@ impl pb::audit_server::Audit for AuditService {
         let store = self.shared.node.store.clone();
         let head = reads::head(&*store).map_err(ApiError::from)?;
         let from = req.from_index.max(1);
-        let last = if req.limit == 0 { head.index } else { head.index.min(from.saturating_add(req.limit) - 1) };
+        let last = if req.limit == 0 {
+            head.index
+        } else {
+            head.index.min(from.saturating_add(req.limit) - 1)
+        };
         // A bounded channel: a slow reader holds back only its own stream, never apply.
         let (tx, rx) = tokio::sync::mpsc::channel(PAGE_ENTRIES);
         tokio::spawn(async move {
@@ -91,7 +95,11 @@ impl pb::audit_server::Audit for AuditService {
         let head = reads::head(&*self.shared.node.store).map_err(ApiError::from)?;
         Ok(Response::new(pb::HeadResponse {
             index: head.index,
-            hash: if head.index == 0 { Vec::new() } else { head.hash.0.to_vec() },
+            hash: if head.index == 0 {
+                Vec::new()
+            } else {
+                head.hash.0.to_vec()
+            },
             tx: head.tx.0,
             tx_time_ns: head.tx_time_ns,
             node_id: self.shared.node.node_id,

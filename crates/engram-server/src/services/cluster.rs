@@ -27,7 +27,12 @@ fn members(shared: &Shared) -> Vec<pb::Member> {
         .status()
         .members
         .into_iter()
-        .map(|(id, info, voter)| pb::Member { id, addr: info.addr, public_key: info.public_key.to_vec(), voter })
+        .map(|(id, info, voter)| pb::Member {
+            id,
+            addr: info.addr,
+            public_key: info.public_key.to_vec(),
+            voter,
+        })
         .collect()
 }
 
@@ -45,11 +50,17 @@ pub async fn fetch_node_info(shared: &Shared, id: u64, addr: &str) -> Result<Nod
         .map_err(|s| ApiError::Unavailable(format!("node {id} at {addr} did not answer: {}", s.message())))?
         .into_inner();
     if status.node_id != id {
-        return Err(ApiError::Invalid(format!("the node at {addr} is node {}, not node {id}", status.node_id)));
+        return Err(ApiError::Invalid(format!(
+            "the node at {addr} is node {}, not node {id}",
+            status.node_id
+        )));
     }
     let public_key = <[u8; 32]>::try_from(status.public_key.as_slice())
         .map_err(|_| ApiError::Invalid(format!("node {id} reported a malformed public key")))?;
-    Ok(NodeInfo { addr: addr.to_string(), public_key })
+    Ok(NodeInfo {
+        addr: addr.to_string(),
+        public_key,
+    })
 }
 
 /// Initialises the cluster with `members` (id, addr) as voters.
@@ -65,7 +76,9 @@ pub async fn initialize(shared: &Shared, list: Vec<(u64, String)>) -> Result<(),
         }
     }
     if !nodes.contains_key(&shared.node.node_id) {
-        return Err(ApiError::Invalid("members: must include the node receiving Init".into()));
+        return Err(ApiError::Invalid(
+            "members: must include the node receiving Init".into(),
+        ));
     }
     shared.node.initialize(nodes).await?;
     Ok(())
@@ -84,10 +97,15 @@ impl pb::cluster_server::Cluster for ClusterService {
             return Err(ApiError::Conflict("the cluster is already initialised".into()).into());
         }
         initialize(&self.shared, list).await?;
-        Ok(Response::new(pb::InitResponse { members: members(&self.shared) }))
+        Ok(Response::new(pb::InitResponse {
+            members: members(&self.shared),
+        }))
     }
 
-    async fn status(&self, _request: Request<pb::StatusRequest>) -> Result<Response<pb::StatusResponse>, Status> {
+    async fn status(
+        &self,
+        _request: Request<pb::StatusRequest>,
+    ) -> Result<Response<pb::StatusResponse>, Status> {
         let s = self.shared.node.status();
         let head = reads::head(&*self.shared.node.store).map_err(ApiError::from)?;
         Ok(Response::new(pb::StatusResponse {
@@ -102,11 +120,18 @@ impl pb::cluster_server::Cluster for ClusterService {
             applied_index: s.applied_index,
             members: members(&self.shared),
             chain_index: head.index,
-            chain_head: if head.index == 0 { Vec::new() } else { head.hash.0.to_vec() },
+            chain_head: if head.index == 0 {
+                Vec::new()
+            } else {
+                head.hash.0.to_vec()
+            },
         }))
     }
 
-    async fn add_node(&self, request: Request<pb::AddNodeRequest>) -> Result<Response<pb::MembershipResponse>, Status> {
+    async fn add_node(
+        &self,
+        request: Request<pb::AddNodeRequest>,
+    ) -> Result<Response<pb::MembershipResponse>, Status> {
         let forwarded = is_forwarded(&request);
         let req = request.into_inner();
         if req.id == 0 {
@@ -117,8 +142,14 @@ impl pb::cluster_server::Cluster for ClusterService {
             return client.add_node(forward_request(req)).await;
         }
         let info = fetch_node_info(&self.shared, req.id, &req.addr).await?;
-        self.shared.node.add_node(req.id, info, req.learner_only).await.map_err(ApiError::from)?;
-        Ok(Response::new(pb::MembershipResponse { members: members(&self.shared) }))
+        self.shared
+            .node
+            .add_node(req.id, info, req.learner_only)
+            .await
+            .map_err(ApiError::from)?;
+        Ok(Response::new(pb::MembershipResponse {
+            members: members(&self.shared),
+        }))
     }
 
     async fn remove_node(
@@ -131,10 +162,23 @@ impl pb::cluster_server::Cluster for ClusterService {
             let mut client = self.shared.cluster_client(&addr)?;
             return client.remove_node(forward_request(req)).await;
         }
-        if !self.shared.node.status().members.iter().any(|(id, _, _)| *id == req.id) {
+        if !self
+            .shared
+            .node
+            .status()
+            .members
+            .iter()
+            .any(|(id, _, _)| *id == req.id)
+        {
             return Err(ApiError::NotFound(format!("node {} is not a member", req.id)).into());
         }
-        self.shared.node.remove_node(req.id).await.map_err(ApiError::from)?;
-        Ok(Response::new(pb::MembershipResponse { members: members(&self.shared) }))
+        self.shared
+            .node
+            .remove_node(req.id)
+            .await
+            .map_err(ApiError::from)?;
+        Ok(Response::new(pb::MembershipResponse {
+            members: members(&self.shared),
+        }))
     }
 }

@@ -21,10 +21,17 @@ impl MemoryService {
     }
 
     fn limit(limit: u32) -> usize {
-        if limit == 0 { reads::MAX_READ_DATOMS } else { (limit as usize).min(reads::MAX_READ_DATOMS) }
+        if limit == 0 {
+            reads::MAX_READ_DATOMS
+        } else {
+            (limit as usize).min(reads::MAX_READ_DATOMS)
+        }
     }
 
-    async fn transact_inner(&self, request: Request<pb::TransactRequest>) -> Result<pb::TransactResponse, ApiError> {
+    async fn transact_inner(
+        &self,
+        request: Request<pb::TransactRequest>,
+    ) -> Result<pb::TransactResponse, ApiError> {
         let forwarded = is_forwarded(&request);
         let message = request.into_inner();
         let bytes = message.encoded_len();
@@ -34,7 +41,11 @@ impl MemoryService {
         }
         if let Route::Leader(addr) = self.shared.route_write(forwarded)? {
             let mut client = self.shared.memory_client(&addr)?;
-            return client.transact(forward_request(message)).await.map(Response::into_inner).map_err(forwarded_err);
+            return client
+                .transact(forward_request(message))
+                .await
+                .map(Response::into_inner)
+                .map_err(forwarded_err);
         }
         let tx = TxRequest::try_from(message.clone())?;
         match self.shared.node.propose(tx).await {
@@ -43,9 +54,15 @@ impl MemoryService {
                 Ok((&receipt).into())
             }
             Ok(Err(rejection)) => Err(ApiError::Rejected(rejection)),
-            Err(engram_raft::NodeError::NotLeader { leader: Some((_, info)) }) if !forwarded => {
+            Err(engram_raft::NodeError::NotLeader {
+                leader: Some((_, info)),
+            }) if !forwarded => {
                 let mut client = self.shared.memory_client(&info.addr)?;
-                client.transact(forward_request(message)).await.map(Response::into_inner).map_err(forwarded_err)
+                client
+                    .transact(forward_request(message))
+                    .await
+                    .map(Response::into_inner)
+                    .map_err(forwarded_err)
             }
             Err(e) => Err(e.into()),
         }
@@ -67,9 +84,18 @@ fn datoms(list: &[engram_types::Datom]) -> Vec<pb::Datom> {
 
 #[tonic::async_trait]
 impl pb::memory_server::Memory for MemoryService {
-    async fn transact(&self, request: Request<pb::TransactRequest>) -> Result<Response<pb::TransactResponse>, Status> {
-        let span = tracing::info_span!("transact", node_id = self.shared.node.node_id, tx_id = tracing::field::Empty);
-        Ok(Response::new(self.transact_inner(request).instrument(span).await?))
+    async fn transact(
+        &self,
+        request: Request<pb::TransactRequest>,
+    ) -> Result<Response<pb::TransactResponse>, Status> {
+        let span = tracing::info_span!(
+            "transact",
+            node_id = self.shared.node.node_id,
+            tx_id = tracing::field::Empty
+        );
+        Ok(Response::new(
+            self.transact_inner(request).instrument(span).await?,
+        ))
     }
 
     async fn get(&self, request: Request<pb::GetRequest>) -> Result<Response<pb::GetResponse>, Status> {
@@ -80,8 +106,14 @@ impl pb::memory_server::Memory for MemoryService {
             let mut client = self.shared.memory_client(&addr).map_err(Status::from)?;
             return client.get(forward_request(req)).await;
         }
-        let found = reads::get(&*self.shared.node.store, &ns, EntityId(req.entity), req.as_of_tx.map(TxId), req.valid_at_ns)
-            .map_err(ApiError::from)?;
+        let found = reads::get(
+            &*self.shared.node.store,
+            &ns,
+            EntityId(req.entity),
+            req.as_of_tx.map(TxId),
+            req.valid_at_ns,
+        )
+        .map_err(ApiError::from)?;
         Ok(Response::new(pb::GetResponse {
             entity: req.entity,
             datoms: datoms(&found),
@@ -89,7 +121,10 @@ impl pb::memory_server::Memory for MemoryService {
         }))
     }
 
-    async fn history(&self, request: Request<pb::HistoryRequest>) -> Result<Response<pb::HistoryResponse>, Status> {
+    async fn history(
+        &self,
+        request: Request<pb::HistoryRequest>,
+    ) -> Result<Response<pb::HistoryResponse>, Status> {
         let forwarded = is_forwarded(&request);
         let req = request.into_inner();
         let ns = namespace(req.namespace.clone())?;
@@ -98,7 +133,10 @@ impl pb::memory_server::Memory for MemoryService {
             "" => None,
             a => Some(engram_proto::attribute("attribute_filter", a.to_string()).map_err(ApiError::from)?),
         };
-        let target = req.target.clone().ok_or_else(|| ApiError::Invalid("target: entity or attribute is required".into()))?;
+        let target = req
+            .target
+            .clone()
+            .ok_or_else(|| ApiError::Invalid("target: entity or attribute is required".into()))?;
         if let Route::Leader(addr) = self.shared.route_read(req.consistency, forwarded).await? {
             let mut client = self.shared.memory_client(&addr).map_err(Status::from)?;
             return client.history(forward_request(req)).await;
@@ -106,14 +144,18 @@ impl pb::memory_server::Memory for MemoryService {
         let store = &*self.shared.node.store;
         let found = match target {
             pb::history_request::Target::Entity(e) => {
-                reads::entity_history(store, &ns, EntityId(e), filter.as_ref(), limit).map_err(ApiError::from)?
+                reads::entity_history(store, &ns, EntityId(e), filter.as_ref(), limit)
+                    .map_err(ApiError::from)?
             }
             pb::history_request::Target::Attribute(a) => {
                 let attr = engram_proto::attribute("attribute", a).map_err(ApiError::from)?;
                 reads::attribute_history(store, &ns, &attr, limit).map_err(ApiError::from)?
             }
         };
-        Ok(Response::new(pb::HistoryResponse { datoms: datoms(&found), applied_tx: self.shared.applied_index() }))
+        Ok(Response::new(pb::HistoryResponse {
+            datoms: datoms(&found),
+            applied_tx: self.shared.applied_index(),
+        }))
     }
 
     async fn find(&self, request: Request<pb::FindRequest>) -> Result<Response<pb::FindResponse>, Status> {
@@ -138,6 +180,9 @@ impl pb::memory_server::Memory for MemoryService {
             Self::limit(req.limit),
         )
         .map_err(ApiError::from)?;
-        Ok(Response::new(pb::FindResponse { datoms: datoms(&found), applied_tx: self.shared.applied_index() }))
+        Ok(Response::new(pb::FindResponse {
+            datoms: datoms(&found),
+            applied_tx: self.shared.applied_index(),
+        }))
     }
 }

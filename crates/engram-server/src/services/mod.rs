@@ -34,12 +34,19 @@ pub enum Route {
 
 impl Shared {
     pub fn new(node: RaftNode, config: ServerConfig) -> Arc<Shared> {
-        Arc::new(Shared { node, config, channels: Mutex::new(HashMap::new()) })
+        Arc::new(Shared {
+            node,
+            config,
+            channels: Mutex::new(HashMap::new()),
+        })
     }
 
     /// A cached lazily-connecting channel to `addr`.
     pub fn channel(&self, addr: &str) -> Result<Channel, ApiError> {
-        let mut channels = self.channels.lock().map_err(|_| ApiError::Internal("channel cache poisoned".into()))?;
+        let mut channels = self
+            .channels
+            .lock()
+            .map_err(|_| ApiError::Internal("channel cache poisoned".into()))?;
         if let Some(ch) = channels.get(addr) {
             return Ok(ch.clone());
         }
@@ -81,7 +88,9 @@ impl Shared {
         match self.route_write(forwarded)? {
             Route::Local => match self.node.ensure_linearizable().await {
                 Ok(()) => Ok(Route::Local),
-                Err(NodeError::NotLeader { leader: Some((_, info)) }) if !forwarded => Ok(Route::Leader(info.addr)),
+                Err(NodeError::NotLeader {
+                    leader: Some((_, info)),
+                }) if !forwarded => Ok(Route::Leader(info.addr)),
                 Err(e) => Err(e.into()),
             },
             leader => Ok(leader),
@@ -101,6 +110,7 @@ pub fn is_forwarded<T>(req: &tonic::Request<T>) -> bool {
 /// Wraps a message for forwarding to the leader.
 pub fn forward_request<T>(message: T) -> tonic::Request<T> {
     let mut req = tonic::Request::new(message);
-    req.metadata_mut().insert(FORWARDED, tonic::metadata::MetadataValue::from_static("1"));
+    req.metadata_mut()
+        .insert(FORWARDED, tonic::metadata::MetadataValue::from_static("1"));
     req
 }
