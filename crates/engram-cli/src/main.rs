@@ -1,2 +1,50 @@
-//! placeholder
-fn main() {}
+//! `engram`: run a node, administer a cluster, read and write memory, verify the audit chain,
+//! and run the local failover demo. See `engram --help`.
+//!
+//! Must not depend on anything but the `engram_cli` library and its command line: every
+//! behaviour lives there, where the tests can reach it. Errors end the process with a message
+//! and the documented exit code, never a panic.
+
+use std::process::ExitCode;
+
+use clap::Parser;
+use engram_cli::cli::Cli;
+use engram_cli::commands::{self, Reported};
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            // Help and version are not errors; usage errors exit 1 so that 2 keeps meaning
+            // "the audit chain does not verify".
+            let _ = e.print();
+            return if e.use_stderr() {
+                ExitCode::from(1)
+            } else {
+                ExitCode::SUCCESS
+            };
+        }
+    };
+    let json = cli.json;
+    // `serve` needs a multi-thread runtime; the client commands are happy with one too.
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    let result = runtime.block_on(commands::run(cli));
+    // Dropping the runtime waits for blocking tasks; the work is done, so don't wait long.
+    runtime.shutdown_timeout(std::time::Duration::from_secs(1));
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("error: {err:#}");
+            if json && !err.chain().any(|e| e.is::<Reported>()) {
+                commands::print_json(&commands::error_json(&err));
+            }
+            ExitCode::from(commands::exit_code(&err))
+        }
+    }
+}

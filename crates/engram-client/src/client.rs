@@ -73,7 +73,10 @@ pub struct GetOptions {
 #[derive(Clone, Debug)]
 pub enum HistoryTarget {
     /// Every datom of one entity, optionally only of one attribute.
-    Entity { entity: EntityId, attribute: Option<Attribute> },
+    Entity {
+        entity: EntityId,
+        attribute: Option<Attribute>,
+    },
     /// Every datom of one attribute, across entities.
     Attribute(Attribute),
 }
@@ -112,7 +115,9 @@ pub struct Client {
 
 impl std::fmt::Debug for Client {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Client").field("endpoints", &self.endpoints()).finish()
+        f.debug_struct("Client")
+            .field("endpoints", &self.endpoints())
+            .finish()
     }
 }
 
@@ -127,19 +132,34 @@ impl Client {
     /// As [`Client::connect`], with explicit timeouts and retry policy.
     pub fn with_config(endpoints: Vec<String>, config: ClientConfig) -> Result<Client, ClientError> {
         if endpoints.is_empty() {
-            return Err(ClientError::Endpoint { endpoint: String::new(), reason: "no endpoints given".into() });
+            return Err(ClientError::Endpoint {
+                endpoint: String::new(),
+                reason: "no endpoints given".into(),
+            });
         }
         let mut nodes = Vec::with_capacity(endpoints.len());
         for raw in endpoints {
             let uri = parse_endpoint(&raw)?;
             let endpoint = Endpoint::from_shared(uri)
-                .map_err(|e| ClientError::Endpoint { endpoint: raw.clone(), reason: e.to_string() })?
+                .map_err(|e| ClientError::Endpoint {
+                    endpoint: raw.clone(),
+                    reason: e.to_string(),
+                })?
                 .connect_timeout(config.connect_timeout)
                 .timeout(config.request_timeout)
                 .tcp_nodelay(true);
-            nodes.push(Node { name: raw.trim().to_string(), channel: endpoint.connect_lazy() });
+            nodes.push(Node {
+                name: raw.trim().to_string(),
+                channel: endpoint.connect_lazy(),
+            });
         }
-        Ok(Client { inner: Arc::new(Inner { nodes, current: AtomicUsize::new(0), config }) })
+        Ok(Client {
+            inner: Arc::new(Inner {
+                nodes,
+                current: AtomicUsize::new(0),
+                config,
+            }),
+        })
     }
 
     /// The endpoints, as given.
@@ -153,7 +173,10 @@ impl Client {
         let node = self.inner.nodes.get(index)?;
         Some(Client {
             inner: Arc::new(Inner {
-                nodes: vec![Node { name: node.name.clone(), channel: node.channel.clone() }],
+                nodes: vec![Node {
+                    name: node.name.clone(),
+                    channel: node.channel.clone(),
+                }],
                 current: AtomicUsize::new(0),
                 config: self.inner.config,
             }),
@@ -180,8 +203,11 @@ impl Client {
     /// tests that need to send what [`TxRequest`] cannot express. Same retry rule as
     /// [`Client::transact`].
     pub async fn transact_raw(&self, req: pb::TransactRequest) -> Result<pb::TransactResponse, ClientError> {
-        let idempotency =
-            if req.idempotency_key.is_empty() { Idempotency::Unsafe } else { Idempotency::Safe };
+        let idempotency = if req.idempotency_key.is_empty() {
+            Idempotency::Unsafe
+        } else {
+            Idempotency::Safe
+        };
         self.call(idempotency, move |ch| {
             let req = req.clone();
             async move { memory(ch).transact(req).await }
@@ -224,7 +250,10 @@ impl Client {
                 pb::history_request::Target::Entity(entity.0),
                 attribute.map(|a| a.to_string()).unwrap_or_default(),
             ),
-            HistoryTarget::Attribute(a) => (pb::history_request::Target::Attribute(a.to_string()), String::new()),
+            HistoryTarget::Attribute(a) => (
+                pb::history_request::Target::Attribute(a.to_string()),
+                String::new(),
+            ),
         };
         let req = pb::HistoryRequest {
             namespace: namespace.to_string(),
@@ -262,7 +291,10 @@ impl Client {
     /// The answering node's view of the cluster. With several endpoints, that is whichever node
     /// answers first; use [`Client::node`] to ask a particular one.
     pub async fn status(&self) -> Result<pb::StatusResponse, ClientError> {
-        self.call(Idempotency::Safe, |ch| async move { cluster(ch).status(pb::StatusRequest {}).await }).await
+        self.call(Idempotency::Safe, |ch| async move {
+            cluster(ch).status(pb::StatusRequest {}).await
+        })
+        .await
     }
 
     /// Initialises the cluster with `members` as `(node id, host:port)`; the server fetches
@@ -271,7 +303,12 @@ impl Client {
         let req = pb::InitRequest {
             members: members
                 .iter()
-                .map(|(id, addr)| pb::Member { id: *id, addr: addr.clone(), public_key: Vec::new(), voter: true })
+                .map(|(id, addr)| pb::Member {
+                    id: *id,
+                    addr: addr.clone(),
+                    public_key: Vec::new(),
+                    voter: true,
+                })
                 .collect(),
         };
         self.call(Idempotency::Unsafe, move |ch| {
@@ -289,7 +326,11 @@ impl Client {
         addr: &str,
         learner_only: bool,
     ) -> Result<pb::MembershipResponse, ClientError> {
-        let req = pb::AddNodeRequest { id, addr: addr.to_string(), learner_only };
+        let req = pb::AddNodeRequest {
+            id,
+            addr: addr.to_string(),
+            learner_only,
+        };
         self.call(Idempotency::Unsafe, move |ch| {
             let req = req.clone();
             async move { cluster(ch).add_node(req).await }
@@ -309,7 +350,10 @@ impl Client {
 
     /// The tip of the answering node's audit chain.
     pub async fn head(&self) -> Result<pb::HeadResponse, ClientError> {
-        self.call(Idempotency::Safe, |ch| async move { audit(ch).head(pb::HeadRequest {}).await }).await
+        self.call(Idempotency::Safe, |ch| async move {
+            audit(ch).head(pb::HeadRequest {}).await
+        })
+        .await
     }
 
     /// Streams audit entries from `from_index` (1-based; 0 means 1), at most `limit` of them
@@ -327,7 +371,9 @@ impl Client {
                 audit(ch).entries(pb::EntriesRequest { from_index, limit }).await
             })
             .await?;
-        Ok(stream.map_err(move |status| ClientError::rpc(&endpoint, &status, 1)).boxed())
+        Ok(stream
+            .map_err(move |status| ClientError::rpc(&endpoint, &status, 1))
+            .boxed())
     }
 
     // ------------------------------------------------------------------ plumbing
@@ -337,7 +383,9 @@ impl Client {
         F: FnMut(Channel) -> Fut,
         Fut: Future<Output = Result<Response<T>, Status>>,
     {
-        self.call_with_endpoint(idempotency, f).await.map(|(_, value)| value)
+        self.call_with_endpoint(idempotency, f)
+            .await
+            .map(|(_, value)| value)
     }
 
     /// Runs `f` against the current endpoint, rotating and backing off on transient failures
@@ -360,7 +408,11 @@ impl Client {
             match f(node.channel.clone()).await {
                 Ok(response) => return Ok((node.name.clone(), response.into_inner())),
                 Err(status) => {
-                    let Some(delay) = inner.config.retry.next_delay(&status, idempotency, retry, start.elapsed())
+                    let Some(delay) =
+                        inner
+                            .config
+                            .retry
+                            .next_delay(&status, idempotency, retry, start.elapsed())
                     else {
                         return Err(ClientError::rpc(&node.name, &status, retry + 1));
                     };
@@ -369,7 +421,9 @@ impl Client {
                     // Rotate only if no concurrent caller already did, so that N failures seen
                     // at once by N tasks move the client one endpoint, not N.
                     let next = (index + 1) % inner.nodes.len();
-                    let _ = inner.current.compare_exchange(index, next, Ordering::Relaxed, Ordering::Relaxed);
+                    let _ = inner
+                        .current
+                        .compare_exchange(index, next, Ordering::Relaxed, Ordering::Relaxed);
                     tokio::time::sleep(delay).await;
                     retry += 1;
                 }

@@ -6,7 +6,12 @@ use crate::ClientError;
 /// Refuses what would otherwise fail later and more obscurely: empty input, `https://` (the
 /// client speaks plaintext gRPC only), other schemes, paths, and a missing or invalid port.
 pub fn parse_endpoint(raw: &str) -> Result<String, ClientError> {
-    let fail = |reason: &str| Err(ClientError::Endpoint { endpoint: raw.to_string(), reason: reason.into() });
+    let fail = |reason: &str| {
+        Err(ClientError::Endpoint {
+            endpoint: raw.to_string(),
+            reason: reason.into(),
+        })
+    };
     let trimmed = raw.trim();
     if trimmed.is_empty() {
         return fail("is empty");
@@ -49,7 +54,10 @@ mod tests {
     fn accepts_host_port_forms() {
         assert_eq!(parse_endpoint("127.0.0.1:7001").unwrap(), "http://127.0.0.1:7001");
         assert_eq!(parse_endpoint(" node-1:7001 ").unwrap(), "http://node-1:7001");
-        assert_eq!(parse_endpoint("http://localhost:9/").unwrap(), "http://localhost:9");
+        assert_eq!(
+            parse_endpoint("http://localhost:9/").unwrap(),
+            "http://localhost:9"
+        );
         assert_eq!(parse_endpoint("[::1]:7001").unwrap(), "http://[::1]:7001");
     }
 

@@ -12,8 +12,16 @@ pub enum ClientError {
 
     /// The server (or the transport on the way to it) refused the call. `code` and `message`
     /// are the gRPC status as received from the last attempt.
+    /// `transient` records whether the failure said nothing about the request itself (see
+    /// [`crate::is_transient`]), judged on the original status, whose source is not kept.
     #[error("{endpoint}: {}: {message}", code_name(*code))]
-    Rpc { endpoint: String, code: Code, message: String, attempts: u32 },
+    Rpc {
+        endpoint: String,
+        code: Code,
+        message: String,
+        attempts: u32,
+        transient: bool,
+    },
 
     /// A response that does not follow the API contract (e.g. a hash that is not 32 bytes).
     #[error("{endpoint}: malformed response: {reason}")]
@@ -26,7 +34,11 @@ pub enum ClientError {
     /// The node reported a chain head at `head_index` but served fewer entries: the tail of
     /// the chain is missing.
     #[error("{endpoint}: the chain ends at entry {served} but the node reported head {head_index}")]
-    ChainTruncated { endpoint: String, served: u64, head_index: u64 },
+    ChainTruncated {
+        endpoint: String,
+        served: u64,
+        head_index: u64,
+    },
 }
 
 impl ClientError {
@@ -46,11 +58,19 @@ impl ClientError {
         }
     }
 
+    /// Whether another attempt could succeed: the call failed in transit or found no leader,
+    /// rather than being refused. For a write without an idempotency key, its outcome is unknown.
+    pub fn is_transient(&self) -> bool {
+        matches!(self, ClientError::Rpc { transient: true, .. })
+    }
+
     /// Whether the error is evidence that the audit chain was altered (as opposed to a failure
     /// to reach or read it).
     pub fn is_tampering(&self) -> bool {
-        matches!(self, ClientError::Chain { .. } | ClientError::ChainTruncated { .. })
-            || self.code() == Some(Code::DataLoss)
+        matches!(
+            self,
+            ClientError::Chain { .. } | ClientError::ChainTruncated { .. }
+        ) || self.code() == Some(Code::DataLoss)
     }
 
     pub(crate) fn rpc(endpoint: &str, status: &tonic::Status, attempts: u32) -> ClientError {
@@ -59,6 +79,7 @@ impl ClientError {
             code: status.code(),
             message: status.message().to_string(),
             attempts,
+            transient: crate::is_transient(status),
         }
     }
 }
@@ -97,6 +118,8 @@ mod tests {
         assert_eq!(err.message(), Some("entity 9 does not exist"));
         assert_eq!(err.to_string(), "n1:1: NOT_FOUND: entity 9 does not exist");
         assert!(!err.is_tampering());
+        assert!(!err.is_transient());
+        assert!(ClientError::rpc("n1:1", &tonic::Status::unavailable("no leader"), 3).is_transient());
         assert!(ClientError::rpc("n1:1", &tonic::Status::data_loss("chain"), 1).is_tampering());
     }
 }

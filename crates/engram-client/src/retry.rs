@@ -37,7 +37,11 @@ impl Default for RetryPolicy {
 impl RetryPolicy {
     /// No retries at all: every call makes exactly one attempt.
     pub fn never() -> RetryPolicy {
-        RetryPolicy { initial_backoff: Duration::ZERO, max_backoff: Duration::ZERO, max_elapsed: Duration::ZERO }
+        RetryPolicy {
+            initial_backoff: Duration::ZERO,
+            max_backoff: Duration::ZERO,
+            max_elapsed: Duration::ZERO,
+        }
     }
 
     /// The delay before retry number `retry` (0 for the first retry).
@@ -108,19 +112,36 @@ mod tests {
             Some(Duration::from_millis(50))
         );
         assert_eq!(
-            p.next_delay(&Status::deadline_exceeded("slow"), Idempotency::Safe, 2, Duration::from_secs(1)),
+            p.next_delay(
+                &Status::deadline_exceeded("slow"),
+                Idempotency::Safe,
+                2,
+                Duration::from_secs(1)
+            ),
             Some(Duration::from_millis(200))
         );
         // The budget bounds the total time, including the delay about to be slept.
-        assert_eq!(p.next_delay(&unavailable, Idempotency::Safe, 9, Duration::from_millis(14_500)), None);
-        assert_eq!(p.next_delay(&unavailable, Idempotency::Safe, 0, Duration::from_secs(15)), None);
-        assert_eq!(RetryPolicy::never().next_delay(&unavailable, Idempotency::Safe, 0, Duration::ZERO), None);
+        assert_eq!(
+            p.next_delay(&unavailable, Idempotency::Safe, 9, Duration::from_millis(14_500)),
+            None
+        );
+        assert_eq!(
+            p.next_delay(&unavailable, Idempotency::Safe, 0, Duration::from_secs(15)),
+            None
+        );
+        assert_eq!(
+            RetryPolicy::never().next_delay(&unavailable, Idempotency::Safe, 0, Duration::ZERO),
+            None
+        );
     }
 
     #[test]
     fn unsafe_requests_and_definite_answers_are_never_retried() {
         let p = RetryPolicy::default();
-        assert_eq!(p.next_delay(&Status::unavailable("x"), Idempotency::Unsafe, 0, Duration::ZERO), None);
+        assert_eq!(
+            p.next_delay(&Status::unavailable("x"), Idempotency::Unsafe, 0, Duration::ZERO),
+            None
+        );
         for definite in [
             Status::invalid_argument("namespace: invalid"),
             Status::failed_precondition("conflict"),
@@ -131,7 +152,11 @@ mod tests {
             // Sent by a server (no local source): a definite answer, not a transport failure.
             Status::unknown("handler failed"),
         ] {
-            assert_eq!(p.next_delay(&definite, Idempotency::Safe, 0, Duration::ZERO), None, "{definite:?}");
+            assert_eq!(
+                p.next_delay(&definite, Idempotency::Safe, 0, Duration::ZERO),
+                None,
+                "{definite:?}"
+            );
         }
     }
 
@@ -141,7 +166,9 @@ mod tests {
         let broken = Status::from_error(Box::new(io));
         assert!(is_transient(&broken), "{broken:?}");
         assert!(is_transient(&Status::cancelled("Timeout expired")));
-        assert!(is_transient(&Status::internal("h2 protocol error: connection reset")));
+        assert!(is_transient(&Status::internal(
+            "h2 protocol error: connection reset"
+        )));
         assert!(!is_transient(&Status::internal("apply failed")));
     }
 }

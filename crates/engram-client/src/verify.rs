@@ -5,7 +5,7 @@ use engram_types::Hash;
 use futures::StreamExt;
 use tokio::time::Instant;
 
-use crate::{Client, ClientError, Idempotency, is_transient};
+use crate::{Client, ClientError, Idempotency};
 
 /// The outcome of a successful [`Client::verify_chain`].
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -20,12 +20,15 @@ pub struct ChainReport {
     pub head_hash: Option<Hash>,
 }
 
-/// Reported to the progress callback of [`Client::verify_chain`] after each entry.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct VerifyProgress {
+/// Reported to the progress callback of [`Client::verify_chain`] after each verified entry.
+#[derive(Clone, Copy, Debug)]
+pub struct VerifyProgress<'a> {
     pub checked: u64,
     /// The head the node reported when verification started; the chain may grow meanwhile.
     pub head_index: u64,
+    /// The entry just verified, and its hash.
+    pub entry: &'a SignedEntry,
+    pub hash: Hash,
 }
 
 impl Client {
@@ -43,7 +46,7 @@ impl Client {
     /// [`ClientError::ChainTruncated`] if the node serves fewer entries than its head claims.
     pub async fn verify_chain(
         &self,
-        mut progress: impl FnMut(VerifyProgress),
+        mut progress: impl FnMut(VerifyProgress<'_>),
     ) -> Result<ChainReport, ClientError> {
         let (endpoint, head) = self
             .call_with_endpoint(Idempotency::Safe, |ch| async move {
@@ -60,7 +63,10 @@ impl Client {
             })?;
             Some((head.index, hash))
         };
-        let chain_err = |error: ChainError| ClientError::Chain { endpoint: endpoint.clone(), error };
+        let chain_err = |error: ChainError| ClientError::Chain {
+            endpoint: endpoint.clone(),
+            error,
+        };
 
         let mut verifier = ChainVerifier::new();
         let policy = self.config().retry;
@@ -74,7 +80,7 @@ impl Client {
                 let failure = match tokio::time::timeout(item_timeout, stream.next()).await {
                     Ok(None) => break 'resume,
                     Ok(Some(Ok(entry))) => {
-                        check_entry(&mut verifier, &entry).map_err(chain_err)?;
+                        let (signed, entry_hash) = check_entry(&mut verifier, &entry).map_err(chain_err)?;
                         if let Some((index, hash)) = claimed_head
                             && entry.index == index
                             && verifier.head() != Some(hash)
@@ -82,10 +88,18 @@ impl Client {
                             let computed = verifier.head().unwrap_or_default();
                             return Err(chain_err(ChainError {
                                 index,
-                                fault: ChainFault::StoredHash { stored: hash, computed },
+                                fault: ChainFault::StoredHash {
+                                    stored: hash,
+                                    computed,
+                                },
                             }));
                         }
-                        progress(VerifyProgress { checked: verifier.checked(), head_index: head.index });
+                        progress(VerifyProgress {
+                            checked: verifier.checked(),
+                            head_index: head.index,
+                            entry: &signed,
+                            hash: entry_hash,
+                        });
                         continue;
                     }
                     Ok(Some(Err(e))) => e,
@@ -94,12 +108,10 @@ impl Client {
                         code: tonic::Code::DeadlineExceeded,
                         message: format!("no audit entry within {item_timeout:?}"),
                         attempts: retry + 1,
+                        transient: true,
                     },
                 };
-                let transient = match &failure {
-                    ClientError::Rpc { code, message, .. } => is_transient(&tonic::Status::new(*code, message)),
-                    _ => false,
-                };
+                let transient = failure.is_transient();
                 let delay = policy.backoff(retry);
                 if !transient || start.elapsed() + delay >= policy.max_elapsed {
                     return Err(failure);
@@ -114,7 +126,11 @@ impl Client {
         if let Some((index, _)) = claimed_head
             && verifier.checked() < index
         {
-            return Err(ClientError::ChainTruncated { endpoint, served: verifier.checked(), head_index: index });
+            return Err(ClientError::ChainTruncated {
+                endpoint,
+                served: verifier.checked(),
+                head_index: index,
+            });
         }
         Ok(ChainReport {
             endpoint,
@@ -132,17 +148,34 @@ impl Client {
 
 /// Checks one streamed entry: its signed form against the chain so far, then the readable copy
 /// against the signed form (a mismatch means one of the two was altered).
-fn check_entry(verifier: &mut ChainVerifier, entry: &pb::AuditEntry) -> Result<Hash, ChainError> {
-    let signed = SignedEntry::decode(&entry.signed)
-        .map_err(|e| ChainError { index: entry.index, fault: ChainFault::Decode(e.to_string()) })?;
+fn check_entry(
+    verifier: &mut ChainVerifier,
+    entry: &pb::AuditEntry,
+) -> Result<(SignedEntry, Hash), ChainError> {
+    let signed = SignedEntry::decode(&entry.signed).map_err(|e| ChainError {
+        index: entry.index,
+        fault: ChainFault::Decode(e.to_string()),
+    })?;
     let hash = verifier.push(&signed)?;
     let index = signed.entry.index;
     if entry.index != index {
-        return Err(ChainError { index, fault: ChainFault::Index { expected: index, found: entry.index } });
+        return Err(ChainError {
+            index,
+            fault: ChainFault::Index {
+                expected: index,
+                found: entry.index,
+            },
+        });
     }
     match Hash::from_slice(&entry.hash) {
-        Some(stored) if stored == hash => Ok(hash),
-        Some(stored) => Err(ChainError { index, fault: ChainFault::StoredHash { stored, computed: hash } }),
+        Some(stored) if stored == hash => Ok((signed, hash)),
+        Some(stored) => Err(ChainError {
+            index,
+            fault: ChainFault::StoredHash {
+                stored,
+                computed: hash,
+            },
+        }),
         None => Err(ChainError {
             index,
             fault: ChainFault::Decode(format!("hash: {} bytes, expected 32", entry.hash.len())),

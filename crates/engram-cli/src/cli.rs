@@ -1,0 +1,328 @@
+//! The command line, as clap derive types. Every command documents itself with examples.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use clap::{ArgGroup, Args, Parser, Subcommand};
+use engram_server::Peer;
+
+use crate::txjson::TX_FORMAT_HELP;
+
+const EXIT_CODES: &str = "EXIT CODES
+  0  success
+  1  any error: bad input, a refused request (the gRPC status is printed), unreachable nodes,
+     a failed demo check
+  2  `audit verify` found a tampered or inconsistent audit chain";
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "engram",
+    version,
+    about = "Engram: a replicated, verifiable memory store for multi-agent systems",
+    long_about = "Engram: a replicated, verifiable memory store for multi-agent systems.\n\n\
+        Run nodes with `engram serve`, form a cluster with `engram cluster init`, write facts with \
+        `engram transact`, read them with `get`, `history` and `find`, and check the signed audit \
+        chain with `engram audit verify`. `engram demo` does all of it on a local 3-node cluster.",
+    after_help = "EXAMPLES\n  engram demo\n  engram --endpoint 127.0.0.1:7001 cluster status\n  \
+        echo '{...}' | engram transact -\n  engram get --ns team/a --entity 12 --json",
+    after_long_help = EXIT_CODES,
+)]
+pub struct Cli {
+    /// A node to talk to, as HOST:PORT. Repeat the flag (or separate with commas) to give
+    /// several; calls fail over between them.
+    #[arg(
+        long = "endpoint",
+        short = 'e',
+        global = true,
+        env = "ENGRAM_ENDPOINTS",
+        value_delimiter = ',',
+        default_value = "127.0.0.1:7001",
+        value_name = "HOST:PORT"
+    )]
+    pub endpoints: Vec<String>,
+
+    /// Print machine-readable JSON on stdout instead of tables and prose.
+    #[arg(long, global = true)]
+    pub json: bool,
+
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Run an Engram node in the foreground (until SIGINT or SIGTERM).
+    #[command(after_help = "EXAMPLES\n  \
+        # a 3-node cluster on one machine; then run `engram cluster init` once\n  \
+        engram serve --id 1 --listen 127.0.0.1:7001 --data-dir /var/lib/engram/1\n  \
+        engram serve --id 2 --listen 127.0.0.1:7002 --data-dir /var/lib/engram/2\n  \
+        engram serve --id 3 --listen 127.0.0.1:7003 --data-dir /var/lib/engram/3\n\n  \
+        # or let the nodes form the cluster themselves\n  \
+        ENGRAM_PEERS=1=n1:7001,2=n2:7001,3=n3:7001 engram serve --id 1 --listen 0.0.0.0:7001 \\\n      \
+        --advertise n1:7001 --data-dir /data --bootstrap")]
+    Serve(ServeArgs),
+
+    /// Form the cluster, inspect it, change its membership.
+    #[command(subcommand)]
+    Cluster(ClusterCommand),
+
+    /// Record a transaction read from a JSON file (or stdin).
+    #[command(after_help = TX_FORMAT_EXAMPLES, after_long_help = TX_FORMAT_HELP)]
+    Transact(TransactArgs),
+
+    /// Show the current facts of an entity.
+    #[command(after_help = "EXAMPLES\n  engram get --ns team/a --entity 12\n  \
+        engram get --ns team/a --entity 12 --as-of-tx 40 --json\n  \
+        engram get --ns team/a --entity 12 --stale --endpoint 127.0.0.1:7003")]
+    Get(GetArgs),
+
+    /// List every assertion and retraction of an entity or an attribute, in transaction order.
+    #[command(after_help = "EXAMPLES\n  engram history --ns team/a --entity 12\n  \
+        engram history --ns team/a --entity 12 --attribute :task/status\n  \
+        engram history --ns team/a --attribute :task/status --limit 50")]
+    History(HistoryArgs),
+
+    /// Find the entities whose current value of an attribute is (optionally) a given value.
+    #[command(
+        after_help = "EXAMPLES\n  engram find --ns team/a --attribute :task/status\n  \
+        engram find --ns team/a --attribute :task/status --value '{\"keyword\":\":status/open\"}'"
+    )]
+    Find(FindArgs),
+
+    /// Inspect and verify the signed, hash-chained audit log.
+    #[command(subcommand)]
+    Audit(AuditCommand),
+
+    /// Start a local 3-node cluster, run concurrent agents, kill the leader mid-run, restart it,
+    /// and check that no acknowledged write was lost and every chain verifies.
+    #[command(after_help = "EXAMPLES\n  cargo run --release -p engram-cli -- demo\n  \
+        engram demo --agents 8 --duration-secs 30 --data-dir /tmp/engram-demo\n  \
+        engram demo --json | jq .checks")]
+    Demo(DemoArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct ServeArgs {
+    /// This node's id (≥ 1), unique in the cluster and never reused.
+    #[arg(long = "id", env = "ENGRAM_NODE_ID", value_name = "N")]
+    pub node_id: u64,
+
+    /// Address the gRPC server binds.
+    #[arg(long, env = "ENGRAM_LISTEN", value_name = "HOST:PORT")]
+    pub listen: SocketAddr,
+
+    /// Directory of the node's store and (unless --key-file) its signing key.
+    #[arg(long, env = "ENGRAM_DATA_DIR", value_name = "DIR")]
+    pub data_dir: PathBuf,
+
+    /// Address other nodes and clients use to reach this node [default: the listen address].
+    #[arg(long, env = "ENGRAM_ADVERTISE_ADDR", value_name = "HOST:PORT")]
+    pub advertise: Option<String>,
+
+    /// An initial voter, as ID=HOST:PORT (this node may be among them). Repeat or separate
+    /// with commas.
+    #[arg(
+        long = "peer",
+        env = "ENGRAM_PEERS",
+        value_delimiter = ',',
+        value_name = "ID=HOST:PORT"
+    )]
+    pub peers: Vec<Peer>,
+
+    /// Initialise the cluster from --peer once all peers answer, unless already initialised.
+    /// Safe to leave on across restarts.
+    #[arg(long, env = "ENGRAM_BOOTSTRAP")]
+    pub bootstrap: bool,
+
+    /// A 32-byte Ed25519 seed (raw or hex) to sign audit entries with [default:
+    /// DIR/node.key, generated on first start].
+    #[arg(long, env = "ENGRAM_KEY_FILE", value_name = "FILE")]
+    pub key_file: Option<PathBuf>,
+
+    /// Largest encoded transaction accepted, in bytes [default: 1 MiB].
+    #[arg(long, env = "ENGRAM_MAX_TX_BYTES", value_name = "BYTES")]
+    pub max_tx_bytes: Option<usize>,
+
+    /// Raft heartbeat interval [default: 100].
+    #[arg(long, env = "ENGRAM_HEARTBEAT_INTERVAL_MS", value_name = "MS")]
+    pub heartbeat_interval_ms: Option<u64>,
+
+    /// Lower bound of the randomised election timeout [default: 400].
+    #[arg(long, env = "ENGRAM_ELECTION_TIMEOUT_MIN_MS", value_name = "MS")]
+    pub election_timeout_min_ms: Option<u64>,
+
+    /// Upper bound of the randomised election timeout [default: 800].
+    #[arg(long, env = "ENGRAM_ELECTION_TIMEOUT_MAX_MS", value_name = "MS")]
+    pub election_timeout_max_ms: Option<u64>,
+
+    /// Build a snapshot and purge the log every this many applied entries [default: 5000].
+    #[arg(long, env = "ENGRAM_SNAPSHOT_EVERY_ENTRIES", value_name = "N")]
+    pub snapshot_every_entries: Option<u64>,
+
+    /// Export traces over OTLP/gRPC to this collector, e.g. http://localhost:4317.
+    #[arg(long, env = "OTEL_EXPORTER_OTLP_ENDPOINT", value_name = "URL")]
+    pub otlp_endpoint: Option<String>,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum ClusterCommand {
+    /// Initialise a new cluster: run once, against one node, naming every initial voter.
+    #[command(
+        after_help = "EXAMPLES\n  engram --endpoint 127.0.0.1:7001 cluster init \\\n    \
+        --member 1=127.0.0.1:7001 --member 2=127.0.0.1:7002 --member 3=127.0.0.1:7003"
+    )]
+    Init {
+        /// An initial voter as ID=HOST:PORT (its gRPC address); repeat for each. The nodes'
+        /// public keys are fetched by the server.
+        #[arg(
+            long = "member",
+            value_delimiter = ',',
+            required = true,
+            value_name = "ID=HOST:PORT"
+        )]
+        members: Vec<Peer>,
+    },
+
+    /// Show each endpoint's view: role, leader, term, log and chain positions.
+    #[command(
+        after_help = "EXAMPLES\n  engram -e 127.0.0.1:7001 -e 127.0.0.1:7002 -e 127.0.0.1:7003 cluster status\n  \
+        ENGRAM_ENDPOINTS=n1:7001,n2:7001 engram cluster status --json"
+    )]
+    Status,
+
+    /// Add a node; it is promoted to voter once caught up unless --learner-only.
+    #[command(after_help = "EXAMPLES\n  engram cluster add --id 4 --addr 127.0.0.1:7004")]
+    Add {
+        #[arg(long, value_name = "N")]
+        id: u64,
+        /// The new node's gRPC address.
+        #[arg(long, value_name = "HOST:PORT")]
+        addr: String,
+        /// Keep it a non-voting learner.
+        #[arg(long)]
+        learner_only: bool,
+    },
+
+    /// Remove a node from the membership.
+    #[command(after_help = "EXAMPLES\n  engram cluster remove --id 4")]
+    Remove {
+        #[arg(long, value_name = "N")]
+        id: u64,
+    },
+}
+
+const TX_FORMAT_EXAMPLES: &str = "EXAMPLES\n  engram transact tx.json\n  \
+    echo '{\"namespace\":\"team/a\",\"agent\":\"planner\",\"ops\":[{\"entity\":\"t\",\
+\"attribute\":\":task/title\",\"value\":{\"string\":\"Ship it\"}}]}' | engram transact\n\n\
+    See `engram transact --help` for the JSON format.";
+
+#[derive(Args, Debug)]
+pub struct TransactArgs {
+    /// JSON file with the transaction; `-` or nothing reads stdin. The format is below.
+    #[arg(value_name = "FILE|-", default_value = "-")]
+    pub file: String,
+}
+
+#[derive(Args, Debug)]
+pub struct GetArgs {
+    #[arg(long = "ns", value_name = "NAMESPACE")]
+    pub namespace: String,
+    #[arg(long, value_name = "N")]
+    pub entity: u64,
+    /// Read as of this transaction (inclusive).
+    #[arg(long, value_name = "TX")]
+    pub as_of_tx: Option<u64>,
+    /// Only facts valid at this instant (ns since the Unix epoch).
+    #[arg(long, value_name = "NS", allow_negative_numbers = true)]
+    pub valid_at_ns: Option<i64>,
+    /// Read the answering node's local state, possibly behind the leader.
+    #[arg(long)]
+    pub stale: bool,
+}
+
+#[derive(Args, Debug)]
+#[command(group(ArgGroup::new("target").args(["entity", "attribute"]).required(true).multiple(true)))]
+pub struct HistoryArgs {
+    #[arg(long = "ns", value_name = "NAMESPACE")]
+    pub namespace: String,
+    /// The entity whose history to list.
+    #[arg(long, value_name = "N")]
+    pub entity: Option<u64>,
+    /// With --entity: only this attribute. Alone: this attribute across entities.
+    #[arg(long, value_name = ":PREFIX/NAME")]
+    pub attribute: Option<String>,
+    /// At most this many datoms [default: the server's maximum].
+    #[arg(long, default_value_t = 0, value_name = "N")]
+    pub limit: u32,
+    /// Read the answering node's local state, possibly behind the leader.
+    #[arg(long)]
+    pub stale: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct FindArgs {
+    #[arg(long = "ns", value_name = "NAMESPACE")]
+    pub namespace: String,
+    #[arg(long, value_name = ":PREFIX/NAME")]
+    pub attribute: String,
+    /// Only datoms with this value, in the JSON value format, e.g. '{"i64":5}'.
+    #[arg(long, value_name = "JSON")]
+    pub value: Option<String>,
+    /// Read as of this transaction (inclusive).
+    #[arg(long, value_name = "TX")]
+    pub as_of_tx: Option<u64>,
+    /// At most this many datoms [default: the server's maximum].
+    #[arg(long, default_value_t = 0, value_name = "N")]
+    pub limit: u32,
+    /// Read the answering node's local state, possibly behind the leader.
+    #[arg(long)]
+    pub stale: bool,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum AuditCommand {
+    /// Pull the whole chain from a live node and check every link and signature.
+    ///
+    /// Exits 0 if the chain verifies, 2 if it does not (naming the first bad entry's index and
+    /// field), 1 if it could not be checked (e.g. the node is unreachable).
+    #[command(
+        after_help = "EXAMPLES\n  engram audit verify\n  engram -e 127.0.0.1:7002 audit verify --json\n  \
+        engram -e n1:7001 -e n2:7001 -e n3:7001 audit verify --each"
+    )]
+    Verify {
+        /// Verify every endpoint's chain separately and check that their heads agree, instead
+        /// of the first endpoint that answers.
+        #[arg(long)]
+        each: bool,
+    },
+
+    /// Show the tip of the chain.
+    Head,
+
+    /// List chain entries.
+    #[command(after_help = "EXAMPLES\n  engram audit entries --from 1 --limit 20")]
+    Entries {
+        /// First index (1-based).
+        #[arg(long, default_value_t = 1, value_name = "INDEX")]
+        from: u64,
+        /// At most this many entries (0: up to the head).
+        #[arg(long, default_value_t = 0, value_name = "N")]
+        limit: u64,
+    },
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct DemoArgs {
+    /// Keep the nodes' data and logs here instead of a temporary directory.
+    #[arg(long, value_name = "DIR")]
+    pub data_dir: Option<PathBuf>,
+    /// Concurrent simulated agents.
+    #[arg(long, default_value_t = 4, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=64))]
+    pub agents: u32,
+    /// How long the agents write; the leader is killed about 40% of the way in.
+    #[arg(long, default_value_t = 20, value_name = "S", value_parser = clap::value_parser!(u64).range(4..=3600))]
+    pub duration_secs: u64,
+    /// Use ports P, P+1, P+2 instead of free ones chosen by the OS.
+    #[arg(long, value_name = "P")]
+    pub base_port: Option<u16>,
+}

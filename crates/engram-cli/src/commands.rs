@@ -1,0 +1,694 @@
+//! The commands other than `demo`: each parses its input into domain types, makes its calls
+//! through [`engram_client::Client`], and prints a table (or `--json`).
+
+use std::fmt;
+use std::io::Read;
+use std::time::Duration;
+
+use anyhow::{Context, Result, anyhow, bail};
+use engram_audit::SignedEntry;
+use engram_client::{
+    Client, ClientConfig, ClientError, Consistency, FindQuery, GetOptions, HistoryTarget, RetryPolicy,
+    code_name, pb,
+};
+use engram_server::{ServerConfig, telemetry};
+use engram_types::{Attribute, EntityId, Namespace};
+use futures::StreamExt;
+use serde_json::{Value as Json, json};
+
+use crate::cli::{AuditCommand, Cli, ClusterCommand, Command, FindArgs, GetArgs, HistoryArgs, ServeArgs};
+use crate::output::{Table, datom_table, format_time_ns, short_hash};
+use crate::txjson;
+use crate::ui::Ui;
+
+/// An error that means "the audit chain does not verify": exit code 2.
+#[derive(Debug)]
+pub struct Tampered(pub String);
+
+impl fmt::Display for Tampered {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Tampered {}
+
+/// An error whose details were already printed (as a table row or a JSON document); only the
+/// one-line summary and the exit code remain.
+#[derive(Debug)]
+pub struct Reported(pub String);
+
+impl fmt::Display for Reported {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Reported {}
+
+/// The exit code for an error, per the documented table.
+pub fn exit_code(err: &anyhow::Error) -> u8 {
+    if err.chain().any(|e| e.is::<Tampered>()) {
+        2
+    } else {
+        1
+    }
+}
+
+/// The error as a JSON document, with the gRPC code when there is one.
+pub fn error_json(err: &anyhow::Error) -> Json {
+    let client = err.chain().find_map(|e| e.downcast_ref::<ClientError>());
+    json!({
+        "error": {
+            "message": format!("{err:#}"),
+            "code": client.and_then(ClientError::code).map(code_name),
+            "grpc_message": client.and_then(ClientError::message),
+            "tampered": exit_code(err) == 2,
+        }
+    })
+}
+
+pub fn print_json(value: &Json) {
+    // Serialising a `serde_json::Value` cannot fail; fall back to its Display just in case.
+    println!(
+        "{}",
+        serde_json::to_string_pretty(value).unwrap_or_else(|_| value.to_string())
+    );
+}
+
+pub async fn run(cli: Cli) -> Result<()> {
+    let json = cli.json;
+    match cli.command {
+        Command::Serve(args) => serve(args).await,
+        Command::Demo(args) => crate::demo::run(args, json).await.map(|_| ()),
+        Command::Cluster(cmd) => cluster(&cli.endpoints, cmd, json).await,
+        Command::Transact(args) => transact(&client(&cli.endpoints).await?, &args.file, json).await,
+        Command::Get(args) => get(&client(&cli.endpoints).await?, args, json).await,
+        Command::History(args) => history(&client(&cli.endpoints).await?, args, json).await,
+        Command::Find(args) => find(&client(&cli.endpoints).await?, args, json).await,
+        Command::Audit(cmd) => audit(&cli.endpoints, cmd, json).await,
+    }
+}
+
+async fn client(endpoints: &[String]) -> Result<Client> {
+    Ok(Client::connect(endpoints.to_vec()).await?)
+}
+
+// ------------------------------------------------------------------ serve
+
+async fn serve(args: ServeArgs) -> Result<()> {
+    if args.node_id == 0 {
+        bail!("--id: node ids start at 1");
+    }
+    // Keep the guard alive for the node's lifetime: dropping it flushes the span exporter.
+    let _telemetry = telemetry::init(args.otlp_endpoint.as_deref()).context("telemetry")?;
+    let mut config = ServerConfig::new(args.node_id, args.listen, args.data_dir);
+    config.advertise_addr = args.advertise;
+    config.key_file = args.key_file;
+    config.peers = args.peers;
+    config.bootstrap = args.bootstrap;
+    if let Some(v) = args.max_tx_bytes {
+        config.max_tx_bytes = v;
+    }
+    if let Some(v) = args.heartbeat_interval_ms {
+        config.heartbeat_interval_ms = v;
+    }
+    if let Some(v) = args.election_timeout_min_ms {
+        config.election_timeout_min_ms = v;
+    }
+    if let Some(v) = args.election_timeout_max_ms {
+        config.election_timeout_max_ms = v;
+    }
+    if let Some(v) = args.snapshot_every_entries {
+        config.snapshot_every_entries = v;
+    }
+    if config.election_timeout_min_ms >= config.election_timeout_max_ms {
+        bail!(
+            "--election-timeout-min-ms ({}) must be below --election-timeout-max-ms ({})",
+            config.election_timeout_min_ms,
+            config.election_timeout_max_ms
+        );
+    }
+    if config.bootstrap && config.peers.is_empty() {
+        bail!("--bootstrap needs the initial voters as --peer ID=HOST:PORT (or ENGRAM_PEERS)");
+    }
+    let node_id = config.node_id;
+    engram_server::run(config)
+        .await
+        .with_context(|| format!("node {node_id}"))
+}
+
+// ------------------------------------------------------------------ cluster
+
+fn member_json(m: &pb::Member) -> Json {
+    json!({ "id": m.id, "addr": m.addr, "public_key": hex::encode(&m.public_key), "voter": m.voter })
+}
+
+fn members_text(members: &[pb::Member]) -> String {
+    let mut parts: Vec<String> = members
+        .iter()
+        .map(|m| {
+            if m.voter {
+                m.id.to_string()
+            } else {
+                format!("{}(learner)", m.id)
+            }
+        })
+        .collect();
+    parts.sort();
+    parts.join(",")
+}
+
+fn members_table(members: &[pb::Member]) -> String {
+    let mut t = Table::new(&["ID", "ADDR", "VOTER", "PUBLIC KEY"]);
+    for m in members {
+        t.row(vec![
+            m.id.to_string(),
+            m.addr.clone(),
+            m.voter.to_string(),
+            hex::encode(&m.public_key),
+        ]);
+    }
+    t.render()
+}
+
+fn status_json(endpoint: &str, s: &pb::StatusResponse) -> Json {
+    json!({
+        "endpoint": endpoint,
+        "node_id": s.node_id,
+        "addr": s.addr,
+        "public_key": hex::encode(&s.public_key),
+        "initialized": s.initialized,
+        "role": s.role,
+        "leader_id": s.leader_id,
+        "term": s.term,
+        "last_log_index": s.last_log_index,
+        "applied_index": s.applied_index,
+        "chain_index": s.chain_index,
+        "chain_head": hex::encode(&s.chain_head),
+        "members": s.members.iter().map(member_json).collect::<Vec<_>>(),
+    })
+}
+
+/// A client that makes one quick attempt per call: for asking particular nodes how they are,
+/// where a dead node should show up as such rather than after a retry budget.
+pub fn probe_client(endpoints: Vec<String>) -> Result<Client> {
+    let config = ClientConfig {
+        connect_timeout: Duration::from_millis(1500),
+        request_timeout: Duration::from_secs(3),
+        retry: RetryPolicy::never(),
+    };
+    Ok(Client::with_config(endpoints, config)?)
+}
+
+async fn cluster(endpoints: &[String], cmd: ClusterCommand, json: bool) -> Result<()> {
+    match cmd {
+        ClusterCommand::Init { members } => {
+            let client = Client::connect(endpoints.to_vec()).await?;
+            let members: Vec<(u64, String)> = members.into_iter().map(|p| (p.id, p.addr)).collect();
+            let resp = client.init(&members).await.context("cluster init")?;
+            if json {
+                print_json(&json!({ "members": resp.members.iter().map(member_json).collect::<Vec<_>>() }));
+            } else {
+                println!("cluster initialised with {} members", resp.members.len());
+                print!("{}", members_table(&resp.members));
+            }
+            Ok(())
+        }
+        ClusterCommand::Status => {
+            let probe = probe_client(endpoints.to_vec())?;
+            let calls = (0..endpoints.len()).map(|i| {
+                let node = probe.node(i);
+                async move {
+                    match node {
+                        Some(node) => node.status().await,
+                        None => Err(ClientError::Endpoint {
+                            endpoint: String::new(),
+                            reason: "missing".into(),
+                        }),
+                    }
+                }
+            });
+            let results = futures::future::join_all(calls).await;
+            let failed = results.iter().filter(|r| r.is_err()).count();
+            if json {
+                let rows: Vec<Json> = endpoints
+                    .iter()
+                    .zip(&results)
+                    .map(|(ep, r)| match r {
+                        Ok(s) => status_json(ep, s),
+                        Err(e) => json!({ "endpoint": ep, "error": {
+                            "message": e.to_string(), "code": e.code().map(code_name) } }),
+                    })
+                    .collect();
+                print_json(&Json::Array(rows));
+            } else {
+                let mut t = Table::new(&[
+                    "ENDPOINT",
+                    "NODE",
+                    "ROLE",
+                    "LEADER",
+                    "TERM",
+                    "LAST LOG",
+                    "APPLIED",
+                    "CHAIN",
+                    "CHAIN HEAD",
+                    "MEMBERS",
+                ]);
+                for (ep, r) in endpoints.iter().zip(&results) {
+                    match r {
+                        Ok(s) => t.row(vec![
+                            ep.clone(),
+                            s.node_id.to_string(),
+                            if s.initialized {
+                                s.role.clone()
+                            } else {
+                                format!("{} (uninitialised)", s.role)
+                            },
+                            s.leader_id.map(|l| l.to_string()).unwrap_or_else(|| "-".into()),
+                            s.term.to_string(),
+                            s.last_log_index.to_string(),
+                            s.applied_index.to_string(),
+                            s.chain_index.to_string(),
+                            short_hash(&s.chain_head),
+                            members_text(&s.members),
+                        ]),
+                        Err(e) => t.row(vec![
+                            ep.clone(),
+                            "?".into(),
+                            format!("unreachable: {}", e.message().unwrap_or("")),
+                        ]),
+                    }
+                }
+                print!("{}", t.render());
+            }
+            if failed > 0 {
+                let first = results
+                    .iter()
+                    .find_map(|r| r.as_ref().err())
+                    .map(|e| e.to_string())
+                    .unwrap_or_default();
+                return Err(Reported(format!(
+                    "{failed} of {} endpoints did not answer ({first})",
+                    endpoints.len()
+                ))
+                .into());
+            }
+            Ok(())
+        }
+        ClusterCommand::Add {
+            id,
+            addr,
+            learner_only,
+        } => {
+            engram_client::parse_endpoint(&addr).context("--addr")?;
+            let client = Client::connect(endpoints.to_vec()).await?;
+            let resp = client
+                .add_node(id, &addr, learner_only)
+                .await
+                .context("cluster add")?;
+            membership_output(&format!("node {id} added"), &resp, json);
+            Ok(())
+        }
+        ClusterCommand::Remove { id } => {
+            let client = Client::connect(endpoints.to_vec()).await?;
+            let resp = client.remove_node(id).await.context("cluster remove")?;
+            membership_output(&format!("node {id} removed"), &resp, json);
+            Ok(())
+        }
+    }
+}
+
+fn membership_output(what: &str, resp: &pb::MembershipResponse, json: bool) {
+    if json {
+        print_json(&json!({ "members": resp.members.iter().map(member_json).collect::<Vec<_>>() }));
+    } else {
+        println!("{what}; members now:");
+        print!("{}", members_table(&resp.members));
+    }
+}
+
+// ------------------------------------------------------------------ memory
+
+fn namespace(raw: &str) -> Result<Namespace> {
+    Namespace::new(raw).map_err(|e| anyhow!("--ns: {e}"))
+}
+
+fn attribute(raw: &str) -> Result<Attribute> {
+    Attribute::new(raw).map_err(|e| anyhow!("--attribute: {e}"))
+}
+
+fn consistency(stale: bool) -> Consistency {
+    if stale {
+        Consistency::Stale
+    } else {
+        Consistency::Linearizable
+    }
+}
+
+fn read_input(file: &str) -> Result<String> {
+    if file == "-" {
+        let mut text = String::new();
+        std::io::stdin()
+            .read_to_string(&mut text)
+            .context("reading the transaction from stdin")?;
+        Ok(text)
+    } else {
+        std::fs::read_to_string(file).with_context(|| format!("reading {file}"))
+    }
+}
+
+pub fn receipt_json(r: &pb::TransactResponse) -> Json {
+    json!({
+        "tx": r.tx,
+        "tx_time_ns": r.tx_time_ns,
+        "audit_index": r.audit_index,
+        "audit_hash": hex::encode(&r.audit_hash),
+        "datom_hashes": r.datom_hashes.iter().map(hex::encode).collect::<Vec<_>>(),
+        "temp_ids": r.temp_ids,
+    })
+}
+
+async fn transact(client: &Client, file: &str, json: bool) -> Result<()> {
+    let text = read_input(file)?;
+    let source = if file == "-" { "stdin" } else { file };
+    let tx = txjson::parse_tx(&text).with_context(|| format!("invalid transaction in {source}"))?;
+    let receipt = client.transact(&tx).await.context("transaction refused")?;
+    if json {
+        print_json(&receipt_json(&receipt));
+    } else {
+        println!(
+            "tx {} at {}: {} datoms, audit entry {} ({})",
+            receipt.tx,
+            format_time_ns(receipt.tx_time_ns),
+            receipt.datom_hashes.len(),
+            receipt.audit_index,
+            short_hash(&receipt.audit_hash)
+        );
+        let mut temp: Vec<_> = receipt.temp_ids.iter().collect();
+        temp.sort();
+        for (name, id) in temp {
+            println!("  {name} -> entity {id}");
+        }
+    }
+    Ok(())
+}
+
+fn datoms_output(datoms: &[pb::Datom], applied_tx: u64, extra: Json, json: bool) {
+    if json {
+        let mut doc = extra;
+        doc["applied_tx"] = json!(applied_tx);
+        doc["datoms"] = Json::Array(datoms.iter().map(txjson::datom_to_json).collect());
+        print_json(&doc);
+    } else if datoms.is_empty() {
+        println!("no datoms (read at tx {applied_tx})");
+    } else {
+        print!("{}", datom_table(datoms));
+        println!("({} datoms, read at tx {applied_tx})", datoms.len());
+    }
+}
+
+async fn get(client: &Client, args: GetArgs, json: bool) -> Result<()> {
+    let ns = namespace(&args.namespace)?;
+    let opts = GetOptions {
+        as_of_tx: args.as_of_tx,
+        valid_at_ns: args.valid_at_ns,
+        consistency: consistency(args.stale),
+    };
+    let resp = client
+        .get(&ns, EntityId(args.entity), opts)
+        .await
+        .context("get")?;
+    datoms_output(
+        &resp.datoms,
+        resp.applied_tx,
+        json!({ "entity": resp.entity }),
+        json,
+    );
+    Ok(())
+}
+
+async fn history(client: &Client, args: HistoryArgs, json: bool) -> Result<()> {
+    let ns = namespace(&args.namespace)?;
+    let attr = args.attribute.as_deref().map(attribute).transpose()?;
+    let target = match (args.entity, attr) {
+        (Some(entity), attribute) => HistoryTarget::Entity {
+            entity: EntityId(entity),
+            attribute,
+        },
+        (None, Some(a)) => HistoryTarget::Attribute(a),
+        // clap's ArgGroup requires one of them.
+        (None, None) => bail!("give --entity, --attribute, or both"),
+    };
+    let resp = client
+        .history(&ns, target, args.limit, consistency(args.stale))
+        .await
+        .context("history")?;
+    datoms_output(&resp.datoms, resp.applied_tx, json!({}), json);
+    Ok(())
+}
+
+async fn find(client: &Client, args: FindArgs, json: bool) -> Result<()> {
+    let query = FindQuery {
+        namespace: namespace(&args.namespace)?,
+        attribute: attribute(&args.attribute)?,
+        value: args
+            .value
+            .as_deref()
+            .map(txjson::parse_value)
+            .transpose()
+            .context("--value")?,
+        as_of_tx: args.as_of_tx,
+        limit: args.limit,
+        consistency: consistency(args.stale),
+    };
+    let resp = client.find(&query).await.context("find")?;
+    datoms_output(&resp.datoms, resp.applied_tx, json!({}), json);
+    Ok(())
+}
+
+// ------------------------------------------------------------------ audit
+
+fn report_json(r: &engram_client::ChainReport) -> Json {
+    json!({
+        "ok": true,
+        "endpoint": r.endpoint,
+        "entries_checked": r.entries_checked,
+        "head_index": r.head_index,
+        "head_hash": r.head_hash.map(|h| h.to_hex()),
+    })
+}
+
+fn failure_json(endpoint: &str, e: &ClientError) -> Json {
+    let (index, fault) = match e {
+        ClientError::Chain { error, .. } => (Some(error.index), Some(error.fault.to_string())),
+        ClientError::ChainTruncated { served, .. } => (Some(served + 1), Some("missing".to_string())),
+        _ => (None, None),
+    };
+    json!({
+        "ok": false,
+        "endpoint": endpoint,
+        "tampered": e.is_tampering(),
+        "index": index,
+        "fault": fault,
+        "error": e.to_string(),
+        "code": e.code().map(code_name),
+    })
+}
+
+async fn verify_one(client: &Client, label: &str, ui: Ui) -> Result<engram_client::ChainReport, ClientError> {
+    let pb = ui.bar(
+        0,
+        "{spinner:.cyan} {msg} [{bar:40}] {pos}/{len} entries {per_sec:.dim}",
+        format!("verifying the audit chain of {label}"),
+    );
+    let result = client
+        .verify_chain(|p| {
+            pb.set_length(p.head_index.max(p.checked));
+            pb.set_position(p.checked);
+        })
+        .await;
+    match &result {
+        Ok(r) => ui.done(
+            &pb,
+            format!("{}: {} entries verified", r.endpoint, r.entries_checked),
+        ),
+        Err(e) => ui.failed(&pb, e.to_string()),
+    }
+    result
+}
+
+async fn audit(endpoints: &[String], cmd: AuditCommand, json: bool) -> Result<()> {
+    let client = Client::connect(endpoints.to_vec()).await?;
+    match cmd {
+        AuditCommand::Verify { each } => {
+            let ui = Ui::new(json);
+            let targets: Vec<(String, Client)> = if each {
+                (0..endpoints.len())
+                    .filter_map(|i| client.node(i).map(|c| (endpoints[i].clone(), c)))
+                    .collect()
+            } else {
+                vec![(endpoints.join(","), client.clone())]
+            };
+            let mut outcomes = Vec::new();
+            for (label, c) in &targets {
+                outcomes.push((label.clone(), c.clone(), verify_one(c, label, ui).await));
+            }
+            // With several chains: they must agree on their common prefix. Hash chaining makes
+            // the entry at the shortest head index enough to compare.
+            let mut divergence = None;
+            let reports: Vec<_> = outcomes
+                .iter()
+                .filter_map(|(_, c, r)| r.as_ref().ok().map(|r| (c, r)))
+                .collect();
+            if let Some(common) = reports.iter().map(|(_, r)| r.head_index).min().filter(|i| *i > 0)
+                && reports.len() > 1
+            {
+                let mut hashes = Vec::new();
+                for (c, r) in &reports {
+                    hashes.push((r.endpoint.clone(), entry_hash(c, common).await?));
+                }
+                if hashes.iter().any(|(_, h)| *h != hashes[0].1) {
+                    let listed: Vec<String> = hashes.iter().map(|(ep, h)| format!("{ep}: {h}")).collect();
+                    divergence = Some(format!("chains diverge at entry {common}: {}", listed.join(", ")));
+                }
+            }
+            if json {
+                let mut rows: Vec<Json> = outcomes
+                    .iter()
+                    .map(|(label, _, r)| match r {
+                        Ok(r) => report_json(r),
+                        Err(e) => failure_json(label, e),
+                    })
+                    .collect();
+                if let Some(d) = &divergence {
+                    rows.push(json!({ "ok": false, "tampered": true, "error": d }));
+                }
+                print_json(&if each {
+                    Json::Array(rows)
+                } else {
+                    rows.swap_remove(0)
+                });
+            } else {
+                for (label, _, r) in &outcomes {
+                    match r {
+                        Ok(r) => println!(
+                            "{}: chain verified: {} entries, head {} {}",
+                            r.endpoint,
+                            r.entries_checked,
+                            r.head_index,
+                            r.head_hash
+                                .map(|h| h.to_hex())
+                                .unwrap_or_else(|| "(empty)".into())
+                        ),
+                        Err(e) if e.is_tampering() => println!("{label}: CHAIN DOES NOT VERIFY: {e}"),
+                        Err(e) => println!("{label}: could not verify: {e}"),
+                    }
+                }
+                if let Some(d) = &divergence {
+                    println!("CHAINS DISAGREE: {d}");
+                }
+            }
+            let tampered = outcomes
+                .iter()
+                .filter(|(_, _, r)| r.as_ref().is_err_and(|e| e.is_tampering()))
+                .count()
+                + usize::from(divergence.is_some());
+            let failed = outcomes.iter().filter(|(_, _, r)| r.is_err()).count();
+            if tampered > 0 {
+                let first = outcomes
+                    .iter()
+                    .find_map(|(_, _, r)| {
+                        r.as_ref()
+                            .err()
+                            .filter(|e| e.is_tampering())
+                            .map(|e| e.to_string())
+                    })
+                    .or(divergence)
+                    .unwrap_or_default();
+                return Err(Tampered(first).into());
+            }
+            if failed > 0 {
+                let first = outcomes
+                    .iter()
+                    .find_map(|(_, _, r)| r.as_ref().err().map(|e| e.to_string()))
+                    .unwrap_or_default();
+                return Err(Reported(format!("could not verify: {first}")).into());
+            }
+            Ok(())
+        }
+        AuditCommand::Head => {
+            let h = client.head().await.context("audit head")?;
+            if json {
+                print_json(&json!({
+                    "index": h.index, "hash": hex::encode(&h.hash), "tx": h.tx,
+                    "tx_time_ns": h.tx_time_ns, "node_id": h.node_id,
+                }));
+            } else {
+                println!(
+                    "head: entry {} {} (tx {}, {}; from node {})",
+                    h.index,
+                    hex::encode(&h.hash),
+                    h.tx,
+                    format_time_ns(h.tx_time_ns),
+                    h.node_id
+                );
+            }
+            Ok(())
+        }
+        AuditCommand::Entries { from, limit } => {
+            let mut stream = client.audit_entries(from, limit).await.context("audit entries")?;
+            let mut rows = Vec::new();
+            let mut table = Table::new(&[
+                "INDEX",
+                "TX",
+                "TIME",
+                "KIND",
+                "NAMESPACE",
+                "HASH",
+                "PREV",
+                "SIGNER",
+            ]);
+            while let Some(entry) = stream.next().await {
+                let e = entry.context("audit entries")?;
+                if json {
+                    rows.push(json!({
+                        "index": e.index, "tx": e.tx, "tx_time_ns": e.tx_time_ns, "namespace": e.namespace,
+                        "kind": e.kind, "prev_hash": hex::encode(&e.prev_hash), "hash": hex::encode(&e.hash),
+                        "signer_key_id": hex::encode(&e.signer_key_id), "signed": hex::encode(&e.signed),
+                    }));
+                } else {
+                    table.row(vec![
+                        e.index.to_string(),
+                        e.tx.to_string(),
+                        format_time_ns(e.tx_time_ns),
+                        e.kind.clone(),
+                        e.namespace.clone(),
+                        short_hash(&e.hash),
+                        short_hash(&e.prev_hash),
+                        hex::encode(&e.signer_key_id),
+                    ]);
+                }
+            }
+            if json {
+                print_json(&Json::Array(rows));
+            } else if table.is_empty() {
+                println!("no entries");
+            } else {
+                print!("{}", table.render());
+            }
+            Ok(())
+        }
+    }
+}
+
+/// The hash of entry `index` of a node's chain, recomputed from its signed form.
+async fn entry_hash(client: &Client, index: u64) -> Result<engram_types::Hash> {
+    let mut stream = client.audit_entries(index, 1).await?;
+    let entry = stream
+        .next()
+        .await
+        .ok_or_else(|| anyhow!("entry {index} is missing"))??;
+    let signed = SignedEntry::decode(&entry.signed).map_err(|e| Tampered(format!("entry {index}: {e}")))?;
+    Ok(signed.entry.hash())
+}

@@ -1,0 +1,352 @@
+//! A cluster of real `engram serve` child processes on loopback ports, for `engram demo` and
+//! the integration tests.
+//!
+//! Each node gets its own data directory (`DIR/nodeN`) and log file (`DIR/nodeN.log`, stdout
+//! and stderr, appended across restarts). Children are killed with SIGKILL and reaped when the
+//! [`LocalCluster`] is dropped, which covers normal exit, early returns, errors, panics and a
+//! cancelled future (Ctrl-C).
+
+use std::fs::OpenOptions;
+use std::net::{SocketAddr, TcpListener};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use anyhow::{Context, Result, anyhow, bail};
+use engram_client::{Client, ClientConfig, RetryPolicy, pb};
+use tokio::time::Instant;
+
+/// One node of a [`LocalCluster`].
+#[derive(Debug)]
+pub struct LocalNode {
+    pub id: u64,
+    pub addr: SocketAddr,
+    pub data_dir: PathBuf,
+    pub log_path: PathBuf,
+    child: Option<Child>,
+    /// One quick attempt per call, so a dead node is reported as such at once.
+    probe: Client,
+}
+
+impl LocalNode {
+    pub fn endpoint(&self) -> String {
+        self.addr.to_string()
+    }
+
+    /// A client that makes one quick attempt per call to this node only.
+    pub fn probe(&self) -> &Client {
+        &self.probe
+    }
+
+    pub fn is_running(&self) -> bool {
+        self.child.is_some()
+    }
+
+    /// The last `lines` lines of the node's log, for error messages.
+    pub fn log_tail(&self, lines: usize) -> String {
+        let text = std::fs::read_to_string(&self.log_path).unwrap_or_default();
+        let all: Vec<&str> = text.lines().collect();
+        all[all.len().saturating_sub(lines)..].join("\n")
+    }
+}
+
+/// Child processes running `engram serve`.
+pub struct LocalCluster {
+    exe: PathBuf,
+    extra_args: Vec<String>,
+    nodes: Vec<LocalNode>,
+}
+
+/// Ports the OS reports free right now: bound together (so they are distinct), then released
+/// for the nodes to bind. Another process could take one in between; the node would then fail
+/// to start and say so in its log.
+pub fn free_ports(count: usize) -> Result<Vec<u16>> {
+    let listeners: Vec<TcpListener> = (0..count)
+        .map(|_| TcpListener::bind("127.0.0.1:0"))
+        .collect::<Result<_, _>>()
+        .context("picking free ports")?;
+    listeners.iter().map(|l| Ok(l.local_addr()?.port())).collect()
+}
+
+fn probe_client(addr: SocketAddr) -> Result<Client> {
+    let config = ClientConfig {
+        connect_timeout: Duration::from_millis(500),
+        request_timeout: Duration::from_secs(2),
+        retry: RetryPolicy::never(),
+    };
+    Ok(Client::with_config(vec![addr.to_string()], config)?)
+}
+
+impl LocalCluster {
+    /// Starts `count` nodes with ids 1..=count running `exe serve ... extra_args`, on ports
+    /// `base_port..` or free ones. Does not wait for them to answer or initialise them.
+    pub fn start(
+        exe: &Path,
+        dir: &Path,
+        count: usize,
+        base_port: Option<u16>,
+        extra_args: &[String],
+    ) -> Result<LocalCluster> {
+        let ports = match base_port {
+            Some(p) => (0..count)
+                .map(|i| u16::try_from(i).ok().and_then(|i| p.checked_add(i)))
+                .collect::<Option<Vec<u16>>>()
+                .ok_or_else(|| anyhow!("--base-port {p}: the ports do not fit below 65536"))?,
+            None => free_ports(count)?,
+        };
+        let mut cluster = LocalCluster {
+            exe: exe.to_path_buf(),
+            extra_args: extra_args.to_vec(),
+            nodes: Vec::new(),
+        };
+        for (i, port) in ports.into_iter().enumerate() {
+            let id = i as u64 + 1;
+            let addr = SocketAddr::from(([127, 0, 0, 1], port));
+            let data_dir = dir.join(format!("node{id}"));
+            std::fs::create_dir_all(&data_dir).with_context(|| format!("creating {}", data_dir.display()))?;
+            cluster.nodes.push(LocalNode {
+                id,
+                addr,
+                data_dir,
+                log_path: dir.join(format!("node{id}.log")),
+                child: None,
+                probe: probe_client(addr)?,
+            });
+        }
+        for id in 1..=count as u64 {
+            cluster.spawn(id)?;
+        }
+        Ok(cluster)
+    }
+
+    pub fn nodes(&self) -> &[LocalNode] {
+        &self.nodes
+    }
+
+    pub fn node(&self, id: u64) -> Result<&LocalNode> {
+        self.nodes
+            .iter()
+            .find(|n| n.id == id)
+            .ok_or_else(|| anyhow!("no node {id}"))
+    }
+
+    fn node_mut(&mut self, id: u64) -> Result<&mut LocalNode> {
+        self.nodes
+            .iter_mut()
+            .find(|n| n.id == id)
+            .ok_or_else(|| anyhow!("no node {id}"))
+    }
+
+    pub fn endpoints(&self) -> Vec<String> {
+        self.nodes.iter().map(LocalNode::endpoint).collect()
+    }
+
+    /// `(id, host:port)` of every node, as `Cluster.Init` wants them.
+    pub fn members(&self) -> Vec<(u64, String)> {
+        self.nodes.iter().map(|n| (n.id, n.endpoint())).collect()
+    }
+
+    fn spawn(&mut self, id: u64) -> Result<()> {
+        let exe = self.exe.clone();
+        let extra = self.extra_args.clone();
+        let node = self.node_mut(id)?;
+        if node.child.is_some() {
+            bail!("node {id} is already running");
+        }
+        let log = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&node.log_path)
+            .with_context(|| format!("opening {}", node.log_path.display()))?;
+        let log_err = log.try_clone().context("duplicating the log file handle")?;
+        let mut cmd = Command::new(&exe);
+        cmd.arg("serve")
+            .arg("--id")
+            .arg(id.to_string())
+            .arg("--listen")
+            .arg(node.addr.to_string())
+            .arg("--data-dir")
+            .arg(&node.data_dir)
+            .args(&extra)
+            .stdin(Stdio::null())
+            .stdout(log)
+            .stderr(log_err);
+        // The flags above say everything; settings meant for the user's own nodes (e.g. a
+        // bootstrap peer list) must not leak into these.
+        for var in [
+            "ENGRAM_NODE_ID",
+            "ENGRAM_LISTEN",
+            "ENGRAM_DATA_DIR",
+            "ENGRAM_ADVERTISE_ADDR",
+            "ENGRAM_PEERS",
+            "ENGRAM_BOOTSTRAP",
+            "ENGRAM_KEY_FILE",
+            "ENGRAM_MAX_TX_BYTES",
+            "ENGRAM_HEARTBEAT_INTERVAL_MS",
+            "ENGRAM_ELECTION_TIMEOUT_MIN_MS",
+            "ENGRAM_ELECTION_TIMEOUT_MAX_MS",
+            "ENGRAM_SNAPSHOT_EVERY_ENTRIES",
+        ] {
+            cmd.env_remove(var);
+        }
+        let child = cmd
+            .spawn()
+            .with_context(|| format!("starting node {id} ({})", exe.display()))?;
+        node.child = Some(child);
+        Ok(())
+    }
+
+    /// SIGKILLs node `id` and reaps it: no shutdown hook runs, like a power cut of the process.
+    pub fn kill(&mut self, id: u64) -> Result<()> {
+        let node = self.node_mut(id)?;
+        let mut child = node
+            .child
+            .take()
+            .ok_or_else(|| anyhow!("node {id} is not running"))?;
+        // `Child::kill` is SIGKILL on Unix.
+        child.kill().with_context(|| format!("killing node {id}"))?;
+        child.wait().with_context(|| format!("reaping node {id}"))?;
+        Ok(())
+    }
+
+    /// Starts node `id` again with the same id, address and data directory.
+    pub fn restart(&mut self, id: u64) -> Result<()> {
+        self.spawn(id)
+    }
+
+    /// Fails if a node that should be running has exited, quoting its log.
+    pub fn check_running(&mut self) -> Result<()> {
+        for node in &mut self.nodes {
+            if let Some(child) = &mut node.child
+                && let Some(status) = child.try_wait().context("polling a node")?
+            {
+                node.child = None;
+                bail!(
+                    "node {} exited ({status}); last lines of {}:\n{}",
+                    node.id,
+                    node.log_path.display(),
+                    node.log_tail(15)
+                );
+            }
+        }
+        Ok(())
+    }
+
+    /// Waits until every running node answers `Cluster.Status`.
+    pub async fn wait_all_answer(&mut self, timeout: Duration) -> Result<Vec<pb::StatusResponse>> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            self.check_running()?;
+            let statuses = self.statuses().await;
+            if statuses.iter().all(|(_, s)| s.is_ok()) {
+                return Ok(statuses.into_iter().filter_map(|(_, s)| s.ok()).collect());
+            }
+            if Instant::now() >= deadline {
+                let silent: Vec<String> = statuses
+                    .iter()
+                    .filter(|(_, s)| s.is_err())
+                    .map(|(id, _)| format!("node {id}"))
+                    .collect();
+                bail!("{} did not answer within {timeout:?}", silent.join(", "));
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// `Cluster.Status` of every running node, asked concurrently.
+    pub async fn statuses(&self) -> Vec<(u64, Result<pb::StatusResponse, engram_client::ClientError>)> {
+        let calls = self
+            .nodes
+            .iter()
+            .filter(|n| n.is_running())
+            .map(|n| async move { (n.id, n.probe.status().await) });
+        futures::future::join_all(calls).await
+    }
+
+    /// Initialises the cluster through node 1 with every node as a voter, then waits until all
+    /// running nodes agree on a leader that reports itself leader. Returns the leader's id.
+    pub async fn init(&mut self, timeout: Duration) -> Result<u64> {
+        let members = self.members();
+        let first = self
+            .nodes
+            .first()
+            .ok_or_else(|| anyhow!("an empty cluster cannot be initialised"))?;
+        let init_client = Client::with_config(
+            vec![first.endpoint()],
+            ClientConfig {
+                request_timeout: timeout,
+                retry: RetryPolicy::never(),
+                ..ClientConfig::default()
+            },
+        )?;
+        init_client
+            .init(&members)
+            .await
+            .context("Cluster.Init on node 1")?;
+        self.wait_for_leader(None, timeout).await
+    }
+
+    /// Waits until every running node names the same leader, other than `not`, and that leader
+    /// reports the role Leader itself.
+    pub async fn wait_for_leader(&mut self, not: Option<u64>, timeout: Duration) -> Result<u64> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            self.check_running()?;
+            let statuses = self.statuses().await;
+            if let Some(leader) = agreed_leader(&statuses)
+                && Some(leader) != not
+            {
+                return Ok(leader);
+            }
+            if Instant::now() >= deadline {
+                let views: Vec<String> = statuses
+                    .iter()
+                    .map(|(id, s)| match s {
+                        Ok(s) => format!("node {id}: {} leader {:?} term {}", s.role, s.leader_id, s.term),
+                        Err(e) => format!("node {id}: {e}"),
+                    })
+                    .collect();
+                bail!("no leader within {timeout:?} ({})", views.join("; "));
+            }
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+    }
+
+    /// Kills every running node and reaps it.
+    pub fn kill_all(&mut self) {
+        for node in &mut self.nodes {
+            if let Some(mut child) = node.child.take() {
+                // Errors here mean the child is already gone; nothing is left to clean up.
+                let _ = child.kill();
+                let _ = child.wait();
+            }
+        }
+    }
+}
+
+impl Drop for LocalCluster {
+    fn drop(&mut self) {
+        self.kill_all();
+    }
+}
+
+/// The leader every answering node names, if they all name the same one and it answered with
+/// the role Leader.
+pub fn agreed_leader(
+    statuses: &[(u64, Result<pb::StatusResponse, engram_client::ClientError>)],
+) -> Option<u64> {
+    let mut leader = None;
+    for (_, s) in statuses {
+        let s = s.as_ref().ok()?;
+        let l = s.leader_id?;
+        if leader.is_some_and(|x| x != l) {
+            return None;
+        }
+        leader = Some(l);
+    }
+    let leader = leader?;
+    let says_leader = statuses
+        .iter()
+        .any(|(id, s)| *id == leader && s.as_ref().is_ok_and(|s| s.role.eq_ignore_ascii_case("leader")));
+    says_leader.then_some(leader)
+}
