@@ -96,11 +96,7 @@ async fn start(n: u64, max_tx_bytes: usize) -> Cluster {
         }
         assert!(ok, "no leader seen by {a}");
     }
-    Cluster {
-        addrs,
-        stops,
-        dirs,
-    }
+    Cluster { addrs, stops, dirs }
 }
 
 fn prov() -> Option<pb::Provenance> {
@@ -260,7 +256,11 @@ async fn writes_replicate_and_chains_agree() {
     channel(addr4).await;
     let mut cluster_api = pb::cluster_client::ClusterClient::new(channel(cluster.addrs[1]).await);
     let members = cluster_api
-        .add_node(pb::AddNodeRequest { id: 4, addr: addr4.to_string(), learner_only: false })
+        .add_node(pb::AddNodeRequest {
+            id: 4,
+            addr: addr4.to_string(),
+            learner_only: false,
+        })
         .await
         .unwrap()
         .into_inner()
@@ -280,10 +280,19 @@ async fn writes_replicate_and_chains_agree() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     assert!(caught_up, "node 4 never caught up");
-    let mut stream = audit4.entries(pb::EntriesRequest { from_index: 1, limit: 0 }).await.unwrap().into_inner();
+    let mut stream = audit4
+        .entries(pb::EntriesRequest {
+            from_index: 1,
+            limit: 0,
+        })
+        .await
+        .unwrap()
+        .into_inner();
     let mut verifier = engram_audit::ChainVerifier::new();
     while let Some(e) = stream.message().await.unwrap() {
-        verifier.push(&engram_audit::SignedEntry::decode(&e.signed).unwrap()).unwrap();
+        verifier
+            .push(&engram_audit::SignedEntry::decode(&e.signed).unwrap())
+            .unwrap();
     }
     verifier.finish().unwrap();
     assert!(verifier.checked() >= target.index);
