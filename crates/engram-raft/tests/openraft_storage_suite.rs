@@ -7,6 +7,8 @@
 //! admits, and Engram rightly refuses to install it. Snapshot transfer between nodes with real
 //! keys is covered by the server's in-process cluster test.
 
+#![allow(clippy::unwrap_used)] // test helpers: a failed set-up step should stop the test loudly
+
 use std::sync::Arc;
 
 use engram_audit::NodeKey;

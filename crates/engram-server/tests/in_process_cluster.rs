@@ -1,6 +1,8 @@
 //! Three nodes in one process, each with its own RocksDB store and port: the write path, the
 //! read paths, forwarding from followers and replica agreement of the audit chain.
 
+#![allow(clippy::unwrap_used)] // test helpers: a failed set-up step should stop the test loudly
+
 use std::net::{SocketAddr, TcpListener};
 use std::time::Duration;
 
