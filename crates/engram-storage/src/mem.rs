@@ -112,6 +112,32 @@ fn collect<'a>(iter: impl Iterator<Item = (&'a Vec<u8>, &'a Vec<u8>)>, limit: us
     iter.take(limit).map(|(k, v)| (k.clone(), v.clone())).collect()
 }
 
+impl MemStore {
+    fn range(
+        &self,
+        space: Space,
+        start: &[u8],
+        end: Option<&[u8]>,
+        limit: usize,
+        reverse: bool,
+    ) -> Vec<KeyValue> {
+        let inner = self.lock();
+        let Some(map) = inner.live.get(&space) else {
+            return Vec::new();
+        };
+        if end.is_some_and(|e| e <= start) {
+            return Vec::new();
+        }
+        let upper = end.map_or(Bound::Unbounded, Bound::Excluded);
+        let range = map.range::<[u8], _>((Bound::Included(start), upper));
+        if reverse {
+            collect(range.rev(), limit)
+        } else {
+            collect(range, limit)
+        }
+    }
+}
+
 impl Store for MemStore {
     fn get(&self, space: Space, key: &[u8]) -> Result<Option<Vec<u8>>, StorageError> {
         Ok(self.lock().live.get(&space).and_then(|m| m.get(key)).cloned())
@@ -124,18 +150,7 @@ impl Store for MemStore {
         end: Option<&[u8]>,
         limit: usize,
     ) -> Result<Vec<KeyValue>, StorageError> {
-        let inner = self.lock();
-        let Some(map) = inner.live.get(&space) else {
-            return Ok(Vec::new());
-        };
-        if end.is_some_and(|e| e <= start) {
-            return Ok(Vec::new());
-        }
-        let upper = end.map_or(Bound::Unbounded, Bound::Excluded);
-        Ok(collect(
-            map.range::<[u8], _>((Bound::Included(start), upper)),
-            limit,
-        ))
+        Ok(self.range(space, start, end, limit, false))
     }
 
     fn scan_rev(
@@ -145,18 +160,7 @@ impl Store for MemStore {
         end: Option<&[u8]>,
         limit: usize,
     ) -> Result<Vec<KeyValue>, StorageError> {
-        let inner = self.lock();
-        let Some(map) = inner.live.get(&space) else {
-            return Ok(Vec::new());
-        };
-        if end.is_some_and(|e| e <= start) {
-            return Ok(Vec::new());
-        }
-        let upper = end.map_or(Bound::Unbounded, Bound::Excluded);
-        Ok(collect(
-            map.range::<[u8], _>((Bound::Included(start), upper)).rev(),
-            limit,
-        ))
+        Ok(self.range(space, start, end, limit, true))
     }
 
     fn write(&self, batch: WriteBatch, durability: Durability) -> Result<(), StorageError> {
