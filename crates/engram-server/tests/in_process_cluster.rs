@@ -101,6 +101,27 @@ async fn start(n: u64, max_tx_bytes: usize) -> Cluster {
     Cluster { addrs, stops, dirs }
 }
 
+/// Streams a node's whole chain and verifies every link and signature; returns its length.
+async fn verified_chain_len(addr: SocketAddr) -> u64 {
+    let mut audit = pb::audit_client::AuditClient::new(channel(addr).await);
+    let mut stream = audit
+        .entries(pb::EntriesRequest {
+            from_index: 1,
+            limit: 0,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let mut verifier = engram_audit::ChainVerifier::new();
+    while let Some(e) = stream.message().await.unwrap() {
+        verifier
+            .push(&engram_audit::SignedEntry::decode(&e.signed).unwrap())
+            .unwrap();
+    }
+    verifier.finish().unwrap();
+    verifier.checked()
+}
+
 fn prov() -> Option<pb::Provenance> {
     Some(pb::Provenance {
         agent: "tester".into(),
@@ -214,23 +235,7 @@ async fn writes_replicate_and_chains_agree() {
     assert!(heads.windows(2).all(|w| w[0] == w[1]), "heads differ: {heads:?}");
 
     // The chain streams and verifies end to end on a follower.
-    let mut audit = pb::audit_client::AuditClient::new(channel(cluster.addrs[2]).await);
-    let mut stream = audit
-        .entries(pb::EntriesRequest {
-            from_index: 1,
-            limit: 0,
-        })
-        .await
-        .unwrap()
-        .into_inner();
-    let mut verifier = engram_audit::ChainVerifier::new();
-    while let Some(e) = stream.message().await.unwrap() {
-        verifier
-            .push(&engram_audit::SignedEntry::decode(&e.signed).unwrap())
-            .unwrap();
-    }
-    verifier.finish().unwrap();
-    assert_eq!(verifier.checked(), heads[0].0);
+    assert_eq!(verified_chain_len(cluster.addrs[2]).await, heads[0].0);
 
     // Bad input: precise codes.
     let bad_ns = memory
@@ -282,22 +287,7 @@ async fn writes_replicate_and_chains_agree() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     assert!(caught_up, "node 4 never caught up");
-    let mut stream = audit4
-        .entries(pb::EntriesRequest {
-            from_index: 1,
-            limit: 0,
-        })
-        .await
-        .unwrap()
-        .into_inner();
-    let mut verifier = engram_audit::ChainVerifier::new();
-    while let Some(e) = stream.message().await.unwrap() {
-        verifier
-            .push(&engram_audit::SignedEntry::decode(&e.signed).unwrap())
-            .unwrap();
-    }
-    verifier.finish().unwrap();
-    assert!(verifier.checked() >= target.index);
+    assert!(verified_chain_len(addr4).await >= target.index);
     let status4 = pb::cluster_client::ClusterClient::new(channel(addr4).await)
         .status(pb::StatusRequest {})
         .await
