@@ -1,0 +1,743 @@
+//! End-to-end tests against real `engram serve` processes: three nodes on free loopback ports
+//! in a temporary directory, initialised through `Cluster.Init`, killed in `Drop`.
+//!
+//! - `failover_keeps_every_acknowledged_write`: writes under a SIGKILLed leader, an election and
+//!   a restart; afterwards every acknowledged write is on every node and the three chains
+//!   verify and agree (the invariants of `engram_cli::invariants`).
+//! - `bad_requests_are_refused_with_exact_codes_and_change_nothing`: each kind of bad request
+//!   gets its exact gRPC code and leaves the store and the chain as they were; plus the CLI
+//!   against the same cluster, and `audit verify` against a tampered copy of its chain.
+//! - `cli_*`: the binary's own error handling, without a cluster.
+
+#![allow(clippy::unwrap_used)] // test helpers: a failed set-up step should stop the test loudly
+
+use std::collections::BTreeSet;
+use std::path::Path;
+use std::process::{Command, Output};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use engram_audit::SignedEntry;
+use engram_cli::demo::read_histories;
+use engram_cli::invariants::{self, AckedTx, ChainEntry, ExpectedDatom, NodeView};
+use engram_cli::local_cluster::{LocalCluster, agreed_leader, free_ports};
+use engram_client::{Client, ClientError, Consistency, GetOptions, pb};
+use engram_types::{
+    Attribute, EntityId, EntityRef, Hash, Namespace, Op, Precondition, Provenance, TxOp, TxRequest, Value,
+};
+use futures::StreamExt;
+use tokio::time::Instant;
+use tonic::Code;
+
+const EXE: &str = env!("CARGO_BIN_EXE_engram");
+
+async fn start_cluster(dir: &Path, extra: &[&str]) -> LocalCluster {
+    let extra: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
+    let mut cluster = LocalCluster::start(Path::new(EXE), dir, 3, None, &extra).expect("start nodes");
+    cluster
+        .wait_all_answer(Duration::from_secs(60))
+        .await
+        .expect("nodes answer Status");
+    cluster
+        .init(Duration::from_secs(30))
+        .await
+        .expect("cluster init and leader");
+    cluster
+}
+
+fn attr(s: &str) -> Attribute {
+    Attribute::new(s).unwrap()
+}
+
+fn ns(s: &str) -> Namespace {
+    Namespace::new(s).unwrap()
+}
+
+fn provenance(agent: &str) -> Provenance {
+    Provenance {
+        agent: agent.into(),
+        session: "test".into(),
+        confidence: 0.8,
+        ..Default::default()
+    }
+}
+
+fn assert_op(entity: EntityRef, attribute: &str, value: Value) -> TxOp {
+    TxOp {
+        op: Op::Assert,
+        entity,
+        attribute: attr(attribute),
+        value,
+        valid_from_ns: None,
+        valid_to_ns: None,
+    }
+}
+
+fn new_memory_tx(namespace: &Namespace, key: String, n: i64) -> TxRequest {
+    let m = EntityRef::Temp("m".into());
+    TxRequest {
+        namespace: namespace.clone(),
+        ops: vec![
+            assert_op(
+                m.clone(),
+                ":memory/text",
+                Value::String(format!("fact number {n}")),
+            ),
+            assert_op(m, ":memory/n", Value::I64(n)),
+        ],
+        preconditions: vec![],
+        idempotency_key: Some(key),
+        provenance: provenance("writer"),
+    }
+}
+
+fn acked(label: String, tx: &TxRequest, r: &pb::TransactResponse) -> AckedTx {
+    let datoms = tx
+        .ops
+        .iter()
+        .map(|op| ExpectedDatom {
+            entity: match &op.entity {
+                EntityRef::Id(id) => *id,
+                EntityRef::Temp(name) => EntityId(*r.temp_ids.get(name).expect("temp id in receipt")),
+            },
+            attribute: op.attribute.clone(),
+            value: op.value.clone(),
+            op: op.op,
+        })
+        .collect();
+    AckedTx {
+        label,
+        namespace: tx.namespace.clone(),
+        tx: r.tx,
+        audit_index: r.audit_index,
+        audit_hash: Hash::from_slice(&r.audit_hash).expect("32-byte audit hash"),
+        datom_hashes: r
+            .datom_hashes
+            .iter()
+            .map(|h| Hash::from_slice(h).expect("32-byte datom hash"))
+            .collect(),
+        datoms,
+    }
+}
+
+async fn wait_until(what: &str, timeout: Duration, mut cond: impl FnMut() -> bool) {
+    let deadline = Instant::now() + timeout;
+    while !cond() {
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {timeout:?} waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Reads one node on its own: its verified chain, its head, and the histories of `entities`.
+async fn node_view(id: u64, endpoint: &str, entities: &BTreeSet<(String, u64)>) -> NodeView {
+    let client = Client::connect(vec![endpoint.to_string()]).await.unwrap();
+    let mut chain = std::collections::BTreeMap::new();
+    let report = client
+        .verify_chain(|p| {
+            let e = &p.entry.entry;
+            chain.insert(
+                e.index,
+                ChainEntry {
+                    tx: e.tx.0,
+                    namespace: e.namespace.clone(),
+                    kind: e.kind.clone(),
+                    hash: p.hash,
+                },
+            );
+        })
+        .await
+        .unwrap_or_else(|e| panic!("node {id}: chain does not verify: {e}"));
+    assert_eq!(report.entries_checked, chain.len() as u64);
+    let head = client.head().await.unwrap();
+    assert_eq!(
+        head.index, report.head_index,
+        "node {id}: Audit.Head vs verified chain"
+    );
+    assert_eq!(
+        Hash::from_slice(&head.hash),
+        report.head_hash,
+        "node {id}: Audit.Head hash vs verified chain"
+    );
+    let histories = read_histories(&client, entities).await.unwrap();
+    NodeView {
+        id,
+        chain,
+        histories,
+        head: Hash::from_slice(&head.hash).map(|h| (head.index, h)),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failover_keeps_every_acknowledged_write() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cluster = start_cluster(dir.path(), &[]).await;
+    let start_index = cluster.nodes()[0].probe().status().await.unwrap().chain_index;
+
+    // Two writers through all three endpoints, recording every acknowledgement.
+    let ledger: Arc<Mutex<Vec<AckedTx>>> = Arc::default();
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut writers = Vec::new();
+    for w in 0..2usize {
+        let mut endpoints = cluster.endpoints();
+        endpoints.rotate_left(w);
+        let client = Client::connect(endpoints).await.unwrap();
+        let (ledger, stop) = (ledger.clone(), stop.clone());
+        writers.push(tokio::spawn(async move {
+            let namespace = ns(&format!("test/writer-{w}"));
+            let mut n = 0i64;
+            while !stop.load(Ordering::Relaxed) {
+                n += 1;
+                let tx = new_memory_tx(&namespace, format!("w{w}-{n}"), n);
+                // The client retries keyed writes through the failover; keep retrying past its
+                // budget with the same key, as an agent would.
+                let receipt = loop {
+                    match client.transact(&tx).await {
+                        Ok(r) => break r,
+                        Err(e) if e.is_transient() => continue,
+                        Err(e) => panic!("writer {w} tx {n} refused: {e}"),
+                    }
+                };
+                ledger
+                    .lock()
+                    .unwrap()
+                    .push(acked(format!("w{w}-{n}"), &tx, &receipt));
+            }
+        }));
+    }
+    let acked_count = || ledger.lock().unwrap().len();
+
+    wait_until("20 acknowledged writes", Duration::from_secs(30), || {
+        acked_count() >= 20
+    })
+    .await;
+    let leader = agreed_leader(&cluster.statuses().await).expect("an agreed leader");
+    cluster.kill(leader).unwrap();
+    let at_kill = acked_count();
+    let new_leader = cluster
+        .wait_for_leader(Some(leader), Duration::from_secs(30))
+        .await
+        .unwrap();
+    assert_ne!(new_leader, leader);
+    wait_until(
+        "20 writes acknowledged by the new leader",
+        Duration::from_secs(30),
+        || acked_count() >= at_kill + 20,
+    )
+    .await;
+
+    cluster.restart(leader).unwrap();
+    let at_restart = acked_count();
+    wait_until("10 writes after the restart", Duration::from_secs(30), || {
+        acked_count() >= at_restart + 10
+    })
+    .await;
+    stop.store(true, Ordering::Relaxed);
+    for w in writers {
+        w.await.expect("writer task");
+    }
+    let acked: Vec<AckedTx> = ledger.lock().unwrap().clone();
+    assert!(acked.len() >= 50, "{} writes", acked.len());
+
+    // Every node applies every acknowledged write, the restarted one included.
+    let max_tx = acked.iter().map(|a| a.tx).max().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let statuses = cluster.statuses().await;
+        let ok: Vec<_> = statuses.iter().filter_map(|(_, s)| s.as_ref().ok()).collect();
+        if ok.len() == 3
+            && ok.iter().all(|s| s.applied_index >= max_tx)
+            && ok.windows(2).all(|w| w[0].chain_index == w[1].chain_index)
+        {
+            break;
+        }
+        assert!(Instant::now() < deadline, "nodes did not converge: {statuses:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    let entities: BTreeSet<(String, u64)> = acked
+        .iter()
+        .flat_map(|a| a.datoms.iter().map(|d| (a.namespace.to_string(), d.entity.0)))
+        .collect();
+    let mut views = Vec::new();
+    for node in cluster.nodes() {
+        views.push(node_view(node.id, &node.endpoint(), &entities).await);
+    }
+    assert_eq!(invariants::acked_writes_durable(&acked, &views), vec![]);
+    assert_eq!(invariants::audit_chains_agree(&views), vec![]);
+    assert_eq!(
+        invariants::exactly_once(&acked, &views[0], start_index, 0),
+        vec![]
+    );
+
+    // And directly: a write acknowledged while the old leader was dead reads back from the
+    // restarted node itself.
+    let during = &acked[at_kill];
+    let restarted = Client::connect(vec![cluster.node(leader).unwrap().endpoint()])
+        .await
+        .unwrap();
+    let got = restarted
+        .get(
+            &during.namespace,
+            during.datoms[0].entity,
+            GetOptions {
+                consistency: Consistency::Stale,
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    let text = got
+        .datoms
+        .iter()
+        .find(|d| d.attribute == ":memory/text")
+        .expect(":memory/text on the restarted node");
+    assert_eq!(
+        engram_proto::value("v", text.value.clone()).unwrap(),
+        during.datoms[0].value
+    );
+}
+
+/// What must not change when a request is refused.
+#[derive(Debug, PartialEq)]
+struct Snapshot {
+    head_index: u64,
+    head_hash: Vec<u8>,
+    datoms: Vec<pb::Datom>,
+}
+
+async fn snapshot(client: &Client, namespace: &Namespace, entity: EntityId) -> Snapshot {
+    let head = client.head().await.unwrap();
+    let mut datoms = client
+        .get(namespace, entity, GetOptions::default())
+        .await
+        .unwrap()
+        .datoms;
+    datoms.sort_by(|a, b| a.attribute.cmp(&b.attribute));
+    Snapshot {
+        head_index: head.index,
+        head_hash: head.hash,
+        datoms,
+    }
+}
+
+fn run_cli(args: &[&str], stdin: Option<&str>) -> Output {
+    use std::io::Write;
+    let mut child = Command::new(EXE)
+        .args(args)
+        .env_remove("ENGRAM_ENDPOINTS")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut input = child.stdin.take().unwrap();
+    input.write_all(stdin.unwrap_or("").as_bytes()).unwrap();
+    drop(input);
+    child.wait_with_output().unwrap()
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_requests_are_refused_with_exact_codes_and_change_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let cluster = start_cluster(dir.path(), &["--max-tx-bytes", "65536"]).await;
+    let client = Client::connect(cluster.endpoints()).await.unwrap();
+    let space = ns("test/bad");
+
+    // A known entity to compare before and after.
+    let task = EntityRef::Temp("task".into());
+    let seed = TxRequest {
+        namespace: space.clone(),
+        ops: vec![
+            assert_op(
+                task.clone(),
+                ":task/title",
+                Value::String("write the tests".into()),
+            ),
+            assert_op(
+                task.clone(),
+                ":task/status",
+                Value::Keyword(":status/open".into()),
+            ),
+            assert_op(task, ":task/n", Value::I64(1)),
+        ],
+        preconditions: vec![],
+        idempotency_key: Some("seed".into()),
+        provenance: provenance("tester"),
+    };
+    let receipt = client.transact(&seed).await.unwrap();
+    let id = EntityId(receipt.temp_ids["task"]);
+    let before = snapshot(&client, &space, id).await;
+    assert_eq!(before.datoms.len(), 3);
+    assert_eq!(before.head_index, receipt.audit_index);
+
+    let good = pb::TransactRequest::from(&TxRequest {
+        namespace: space.clone(),
+        ops: vec![assert_op(EntityRef::Id(id), ":task/n", Value::I64(2))],
+        preconditions: vec![],
+        idempotency_key: None,
+        provenance: provenance("tester"),
+    });
+    let with = |f: &dyn Fn(&mut pb::TransactRequest)| {
+        let mut r = good.clone();
+        f(&mut r);
+        r
+    };
+    let big = "x".repeat(100 * 1024);
+    let cases: Vec<(&str, pb::TransactRequest, Code)> = vec![
+        (
+            "missing provenance",
+            with(&|r| r.provenance = None),
+            Code::InvalidArgument,
+        ),
+        (
+            "missing value",
+            with(&|r| r.ops[0].value = None),
+            Code::InvalidArgument,
+        ),
+        (
+            "wrong value type",
+            with(&|r| {
+                r.ops[0].value = Some(pb::Value {
+                    kind: Some(pb::value::Kind::String("two".into())),
+                })
+            }),
+            Code::InvalidArgument,
+        ),
+        (
+            "namespace ../x",
+            with(&|r| r.namespace = "../x".into()),
+            Code::InvalidArgument,
+        ),
+        (
+            "namespace /abs",
+            with(&|r| r.namespace = "/abs".into()),
+            Code::InvalidArgument,
+        ),
+        (
+            "above max-tx-bytes",
+            with(&|r| {
+                r.ops[0].value = Some(pb::Value {
+                    kind: Some(pb::value::Kind::String(big.clone())),
+                })
+            }),
+            Code::ResourceExhausted,
+        ),
+        (
+            "precondition conflict",
+            with(&|r| {
+                r.preconditions = vec![pb::Precondition::from_domain(
+                    id,
+                    ":task/status",
+                    &Value::Keyword(":status/done".into()),
+                )]
+            }),
+            Code::FailedPrecondition,
+        ),
+        (
+            "retract a value that is not current",
+            with(&|r| {
+                r.ops[0].op = pb::Op::Retract as i32;
+                r.ops[0].value = Some((&Value::I64(7)).into());
+            }),
+            Code::FailedPrecondition,
+        ),
+        (
+            "unknown entity",
+            with(&|r| {
+                r.ops[0].entity = Some(pb::EntityRef {
+                    kind: Some(pb::entity_ref::Kind::Id(999_999)),
+                })
+            }),
+            Code::NotFound,
+        ),
+    ];
+    for (what, req, code) in cases {
+        let err = client.transact_raw(req).await.expect_err(what);
+        assert_eq!(err.code(), Some(code), "{what}: {err}");
+        assert!(
+            !err.message().unwrap_or("").is_empty(),
+            "{what}: the status explains itself"
+        );
+        assert_eq!(
+            snapshot(&client, &space, id).await,
+            before,
+            "{what} changed the store or the chain"
+        );
+    }
+    // The good request itself goes through: the refusals above were about their defects.
+    let ok = client.transact_raw(good).await.unwrap();
+    assert_eq!(ok.audit_index, before.head_index + 1);
+
+    // Unknown entity on a read: NOT_FOUND as well.
+    let err = client
+        .get(&space, EntityId(999_999), GetOptions::default())
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Some(Code::NotFound), "{err}");
+
+    cli_against_the_cluster(&cluster, &space, id).await;
+    verify_detects_a_tampered_chain(&cluster).await;
+}
+
+trait FromDomain {
+    fn from_domain(entity: EntityId, attribute: &str, expected: &Value) -> Self;
+}
+
+impl FromDomain for pb::Precondition {
+    fn from_domain(entity: EntityId, attribute: &str, expected: &Value) -> pb::Precondition {
+        let p = Precondition {
+            entity,
+            attribute: attr(attribute),
+            expected: Some(expected.clone()),
+        };
+        pb::Precondition {
+            entity: p.entity.0,
+            attribute: p.attribute.to_string(),
+            expected: p.expected.as_ref().map(Into::into),
+        }
+    }
+}
+
+/// The binary against a live cluster: a transaction from stdin, a read, and a verification.
+async fn cli_against_the_cluster(cluster: &LocalCluster, space: &Namespace, id: EntityId) {
+    let endpoints = cluster.endpoints().join(",");
+    let tx = format!(
+        r#"{{"namespace":"{space}","agent":"cli","idempotency_key":"cli-1",
+            "ops":[{{"entity":{},"attribute":":task/title","value":{{"string":"from the CLI"}}}}],
+            "preconditions":[{{"entity":{},"attribute":":task/status","expected":{{"keyword":":status/open"}}}}]}}"#,
+        id.0, id.0
+    );
+    let out = run_cli(&["--endpoint", &endpoints, "--json", "transact", "-"], Some(&tx));
+    assert!(out.status.success(), "transact: {}", text(&out.stderr));
+    let receipt: serde_json::Value = serde_json::from_slice(&out.stdout).expect("receipt JSON");
+    assert!(receipt["tx"].as_u64().is_some_and(|t| t > 0), "{receipt}");
+
+    let out = run_cli(
+        &[
+            "-e",
+            &endpoints,
+            "--json",
+            "get",
+            "--ns",
+            space.as_str(),
+            "--entity",
+            &id.0.to_string(),
+        ],
+        None,
+    );
+    assert!(out.status.success(), "get: {}", text(&out.stderr));
+    let got: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let title = got["datoms"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|d| d["attribute"] == ":task/title")
+        .cloned();
+    assert_eq!(
+        title.map(|d| d["value"].clone()),
+        Some(serde_json::json!({"string": "from the CLI"}))
+    );
+
+    // A refused write: exit 1 and the server's message.
+    let conflict = tx
+        .replace("cli-1", "cli-2")
+        .replace(":status/open", ":status/done");
+    let out = run_cli(&["-e", &endpoints, "transact"], Some(&conflict));
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text(&out.stderr).contains("FAILED_PRECONDITION"),
+        "{}",
+        text(&out.stderr)
+    );
+
+    let out = run_cli(&["-e", &endpoints, "--json", "audit", "verify", "--each"], None);
+    assert!(out.status.success(), "audit verify: {}", text(&out.stderr));
+    let reports: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(reports.as_array().map(Vec::len), Some(3), "{reports}");
+    assert!(
+        reports.as_array().unwrap().iter().all(|r| r["ok"] == true),
+        "{reports}"
+    );
+
+    let out = run_cli(&["-e", &endpoints, "cluster", "status"], None);
+    assert!(out.status.success(), "cluster status: {}", text(&out.stderr));
+    assert_eq!(
+        text(&out.stdout).lines().filter(|l| l.contains("Leader")).count(),
+        1,
+        "{}",
+        text(&out.stdout)
+    );
+}
+
+/// A fake Audit service that serves a copy of a real chain, with one entry altered.
+struct TamperedAudit {
+    entries: Vec<pb::AuditEntry>,
+}
+
+#[tonic::async_trait]
+impl pb::audit_server::Audit for TamperedAudit {
+    type EntriesStream = futures::stream::BoxStream<'static, Result<pb::AuditEntry, tonic::Status>>;
+
+    async fn entries(
+        &self,
+        request: tonic::Request<pb::EntriesRequest>,
+    ) -> Result<tonic::Response<Self::EntriesStream>, tonic::Status> {
+        let from = request.into_inner().from_index.max(1) as usize;
+        let items: Vec<_> = self.entries.iter().skip(from - 1).cloned().map(Ok).collect();
+        Ok(tonic::Response::new(futures::stream::iter(items).boxed()))
+    }
+
+    async fn head(
+        &self,
+        _: tonic::Request<pb::HeadRequest>,
+    ) -> Result<tonic::Response<pb::HeadResponse>, tonic::Status> {
+        let last = self.entries.last().cloned().unwrap_or_default();
+        Ok(tonic::Response::new(pb::HeadResponse {
+            index: last.index,
+            hash: last.hash,
+            tx: last.tx,
+            ..Default::default()
+        }))
+    }
+}
+
+/// `engram audit verify` against a chain whose third entry was re-signed by a stranger's
+/// signature bytes: exit code 2, naming index 3 and the signature field.
+async fn verify_detects_a_tampered_chain(cluster: &LocalCluster) {
+    let client = Client::connect(vec![cluster.nodes()[0].endpoint()])
+        .await
+        .unwrap();
+    let mut entries: Vec<pb::AuditEntry> = client
+        .audit_entries(1, 0)
+        .await
+        .unwrap()
+        .map(|e| e.unwrap())
+        .collect()
+        .await;
+    assert!(entries.len() >= 4, "{} entries", entries.len());
+    let mut signed = SignedEntry::decode(&entries[2].signed).unwrap();
+    signed.attestation.signature[10] ^= 0x40;
+    entries[2].signed = signed.encode();
+
+    let port = free_ports(1).unwrap()[0];
+    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    let server = tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_service(pb::audit_server::AuditServer::new(TamperedAudit { entries }))
+            .serve(addr),
+    );
+    let endpoint = addr.to_string();
+    let fake = Client::connect(vec![endpoint.clone()]).await.unwrap();
+    let err = loop {
+        match fake.verify_chain(|_| {}).await {
+            Err(ClientError::Rpc {
+                code: Code::Unavailable,
+                ..
+            }) => tokio::time::sleep(Duration::from_millis(50)).await,
+            other => break other.expect_err("a tampered chain must not verify"),
+        }
+    };
+    match &err {
+        ClientError::Chain { error, .. } => {
+            assert_eq!(error.index, 3, "{err}");
+            assert!(
+                error.fault.to_string().starts_with("attestation.signature"),
+                "{err}"
+            );
+        }
+        other => panic!("expected a chain error, got {other}"),
+    }
+
+    let out =
+        tokio::task::spawn_blocking(move || run_cli(&["-e", &endpoint, "--json", "audit", "verify"], None))
+            .await
+            .unwrap();
+    assert_eq!(out.status.code(), Some(2), "stderr: {}", text(&out.stderr));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["index"], 3, "{report}");
+    assert!(
+        report["fault"]
+            .as_str()
+            .unwrap()
+            .starts_with("attestation.signature"),
+        "{report}"
+    );
+    server.abort();
+}
+
+#[test]
+fn cli_help_works() {
+    let out = run_cli(&["--help"], None);
+    assert!(out.status.success());
+    let help = text(&out.stdout);
+    for command in [
+        "serve", "cluster", "transact", "get", "history", "find", "audit", "demo",
+    ] {
+        assert!(help.contains(command), "{command} missing from --help");
+    }
+    let out = run_cli(&["transact", "--help"], None);
+    assert!(out.status.success());
+    assert!(text(&out.stdout).contains("TRANSACTION FORMAT"));
+}
+
+#[test]
+fn cli_transact_with_a_bad_file_exits_non_zero_and_names_the_field() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("tx.json");
+    std::fs::write(
+        &file,
+        r#"{"namespace":"team/a","agent":"a","ops":[{"entity":"t","attribute":":a/b","value":{"i64":"five"}}]}"#,
+    )
+    .unwrap();
+    // No server is needed: the file is refused before anything is sent.
+    let out = run_cli(
+        &["--endpoint", "127.0.0.1:9", "transact", file.to_str().unwrap()],
+        None,
+    );
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains("ops[0].value.i64: expected an integer"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("panicked"), "{stderr}");
+
+    let out = run_cli(
+        &[
+            "--endpoint",
+            "127.0.0.1:9",
+            "--json",
+            "transact",
+            "/nonexistent/tx.json",
+        ],
+        None,
+    );
+    assert_eq!(out.status.code(), Some(1));
+    let err: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON error document");
+    assert!(
+        err["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("/nonexistent/tx.json"),
+        "{err}"
+    );
+}
+
+#[test]
+fn cli_reports_an_unreachable_node_with_exit_code_1() {
+    let port = free_ports(1).unwrap()[0];
+    let out = run_cli(
+        &["--endpoint", &format!("127.0.0.1:{port}"), "audit", "verify"],
+        None,
+    );
+    assert_eq!(out.status.code(), Some(1), "stderr: {}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("UNAVAILABLE"), "{}", text(&out.stderr));
+}
