@@ -14,6 +14,8 @@ use engram_types::{
 };
 use thiserror::Error;
 
+pub mod codec;
+
 #[allow(clippy::all, clippy::unwrap_used)]
 pub mod pb {
     tonic::include_proto!("engram.v1");

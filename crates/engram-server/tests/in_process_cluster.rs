@@ -101,6 +101,46 @@ async fn start(n: u64, max_tx_bytes: usize) -> Cluster {
     Cluster { addrs, stops, dirs }
 }
 
+/// Sends raw bytes as a request body, to test what the server does with malformed protobuf.
+#[derive(Clone, Default)]
+struct RawCodec;
+
+impl tonic::codec::Codec for RawCodec {
+    type Encode = Vec<u8>;
+    type Decode = Vec<u8>;
+    type Encoder = RawCodec;
+    type Decoder = RawCodec;
+
+    fn encoder(&mut self) -> RawCodec {
+        RawCodec
+    }
+
+    fn decoder(&mut self) -> RawCodec {
+        RawCodec
+    }
+}
+
+impl tonic::codec::Encoder for RawCodec {
+    type Item = Vec<u8>;
+    type Error = tonic::Status;
+
+    fn encode(&mut self, item: Vec<u8>, buf: &mut tonic::codec::EncodeBuf<'_>) -> Result<(), tonic::Status> {
+        bytes::BufMut::put_slice(buf, &item);
+        Ok(())
+    }
+}
+
+impl tonic::codec::Decoder for RawCodec {
+    type Item = Vec<u8>;
+    type Error = tonic::Status;
+
+    fn decode(&mut self, buf: &mut tonic::codec::DecodeBuf<'_>) -> Result<Option<Vec<u8>>, tonic::Status> {
+        let out = bytes::Buf::chunk(buf).to_vec();
+        bytes::Buf::advance(buf, out.len());
+        Ok(Some(out))
+    }
+}
+
 /// Streams a node's whole chain and verifies every link and signature; returns its length.
 async fn verified_chain_len(addr: SocketAddr) -> u64 {
     let mut audit = pb::audit_client::AuditClient::new(channel(addr).await);
@@ -237,7 +277,20 @@ async fn writes_replicate_and_chains_agree() {
     // The chain streams and verifies end to end on a follower.
     assert_eq!(verified_chain_len(cluster.addrs[2]).await, heads[0].0);
 
-    // Bad input: precise codes.
+    // Bad input: precise codes, and nothing changes.
+    let mut audit_leader = pb::audit_client::AuditClient::new(channel(cluster.addrs[0]).await);
+    let head_before = audit_leader.head(pb::HeadRequest {}).await.unwrap().into_inner();
+    let mut raw = tonic::client::Grpc::new(channel(cluster.addrs[0]).await);
+    raw.ready().await.unwrap();
+    let malformed = raw
+        .unary(
+            tonic::Request::new(vec![0xff, 0xff, 0xff]),
+            tonic::codegen::http::uri::PathAndQuery::from_static("/engram.v1.Memory/Transact"),
+            RawCodec,
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(malformed.code(), Code::InvalidArgument, "{malformed:?}");
     let bad_ns = memory
         .transact(pb::TransactRequest {
             namespace: "../x".into(),
@@ -256,6 +309,8 @@ async fn writes_replicate_and_chains_agree() {
         .await
         .unwrap_err();
     assert_eq!(unknown.code(), Code::NotFound);
+    let head_after = audit_leader.head(pb::HeadRequest {}).await.unwrap().into_inner();
+    assert_eq!(head_before, head_after, "bad input must not touch the chain");
 
     // A node added after the log was purged catches up by snapshot; its chain verifies end
     // to end and matches the others (the membership change itself adds one entry).
