@@ -91,7 +91,9 @@ pub async fn run_until(
         .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
         .build_v1()
         .map_err(|e| ServerError::Startup(format!("reflection: {e}")))?;
-    let request_limit = config.max_tx_bytes.saturating_mul(4).max(4 << 20);
+    // The transport refuses bodies above this with OUT_OF_RANGE before they are decoded; below
+    // it, the Memory service refuses transactions above --max-tx-bytes with RESOURCE_EXHAUSTED.
+    let request_limit = config.max_tx_bytes.saturating_mul(2).max(64 << 20);
 
     let served = Server::builder()
         .tcp_nodelay(true)
