@@ -45,8 +45,21 @@ pub struct Cli {
     #[arg(long, global = true)]
     pub json: bool,
 
+    /// How long to keep retrying a call that fails transiently (no leader, node unreachable),
+    /// rotating over the endpoints. Writes are retried only if they carry an idempotency key.
+    #[arg(long, global = true, env = "ENGRAM_RETRY_BUDGET_SECS", default_value_t = 15.0, value_name = "SECS",
+          value_parser = parse_budget)]
+    pub retry_budget_secs: f64,
+
     #[command(subcommand)]
     pub command: Command,
+}
+
+fn parse_budget(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if (0.0..=3600.0).contains(&v) => Ok(v),
+        _ => Err(format!("{s:?} is not a number of seconds in 0..=3600")),
+    }
 }
 
 #[derive(Subcommand, Debug)]

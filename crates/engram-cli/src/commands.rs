@@ -21,7 +21,8 @@ use crate::output::{Table, datom_table, format_time_ns, short_hash};
 use crate::txjson;
 use crate::ui::Ui;
 
-/// An error that means "the audit chain does not verify": exit code 2.
+/// An error that means "the audit chain does not verify": exit code 2. Raised only after the
+/// verification result was printed, so like [`Reported`] it needs no further JSON document.
 #[derive(Debug)]
 pub struct Tampered(pub String);
 
@@ -45,6 +46,11 @@ impl fmt::Display for Reported {
 }
 
 impl std::error::Error for Reported {}
+
+/// Whether the error's details were already printed on stdout.
+pub fn already_reported(err: &anyhow::Error) -> bool {
+    err.chain().any(|e| e.is::<Reported>() || e.is::<Tampered>())
+}
 
 /// The exit code for an error, per the documented table.
 pub fn exit_code(err: &anyhow::Error) -> u8 {
@@ -78,20 +84,19 @@ pub fn print_json(value: &Json) {
 
 pub async fn run(cli: Cli) -> Result<()> {
     let json = cli.json;
+    let mut config = ClientConfig::default();
+    config.retry.max_elapsed = Duration::from_secs_f64(cli.retry_budget_secs);
+    let client = || Client::with_config(cli.endpoints.clone(), config);
     match cli.command {
         Command::Serve(args) => serve(args).await,
         Command::Demo(args) => crate::demo::run(args, json).await.map(|_| ()),
-        Command::Cluster(cmd) => cluster(&cli.endpoints, cmd, json).await,
-        Command::Transact(args) => transact(&client(&cli.endpoints).await?, &args.file, json).await,
-        Command::Get(args) => get(&client(&cli.endpoints).await?, args, json).await,
-        Command::History(args) => history(&client(&cli.endpoints).await?, args, json).await,
-        Command::Find(args) => find(&client(&cli.endpoints).await?, args, json).await,
-        Command::Audit(cmd) => audit(&cli.endpoints, cmd, json).await,
+        Command::Cluster(cmd) => cluster(&client()?, cmd, json).await,
+        Command::Transact(args) => transact(&client()?, &args.file, json).await,
+        Command::Get(args) => get(&client()?, args, json).await,
+        Command::History(args) => history(&client()?, args, json).await,
+        Command::Find(args) => find(&client()?, args, json).await,
+        Command::Audit(cmd) => audit(&client()?, cmd, json).await,
     }
-}
-
-async fn client(endpoints: &[String]) -> Result<Client> {
-    Ok(Client::connect(endpoints.to_vec()).await?)
 }
 
 // ------------------------------------------------------------------ serve
@@ -201,10 +206,10 @@ pub fn probe_client(endpoints: Vec<String>) -> Result<Client> {
     Ok(Client::with_config(endpoints, config)?)
 }
 
-async fn cluster(endpoints: &[String], cmd: ClusterCommand, json: bool) -> Result<()> {
+async fn cluster(client: &Client, cmd: ClusterCommand, json: bool) -> Result<()> {
+    let endpoints = &client.endpoints();
     match cmd {
         ClusterCommand::Init { members } => {
-            let client = Client::connect(endpoints.to_vec()).await?;
             let members: Vec<(u64, String)> = members.into_iter().map(|p| (p.id, p.addr)).collect();
             let resp = client.init(&members).await.context("cluster init")?;
             if json {
@@ -302,7 +307,6 @@ async fn cluster(endpoints: &[String], cmd: ClusterCommand, json: bool) -> Resul
             learner_only,
         } => {
             engram_client::parse_endpoint(&addr).context("--addr")?;
-            let client = Client::connect(endpoints.to_vec()).await?;
             let resp = client
                 .add_node(id, &addr, learner_only)
                 .await
@@ -311,7 +315,6 @@ async fn cluster(endpoints: &[String], cmd: ClusterCommand, json: bool) -> Resul
             Ok(())
         }
         ClusterCommand::Remove { id } => {
-            let client = Client::connect(endpoints.to_vec()).await?;
             let resp = client.remove_node(id).await.context("cluster remove")?;
             membership_output(&format!("node {id} removed"), &resp, json);
             Ok(())
@@ -518,8 +521,8 @@ async fn verify_one(client: &Client, label: &str, ui: Ui) -> Result<engram_clien
     result
 }
 
-async fn audit(endpoints: &[String], cmd: AuditCommand, json: bool) -> Result<()> {
-    let client = Client::connect(endpoints.to_vec()).await?;
+async fn audit(client: &Client, cmd: AuditCommand, json: bool) -> Result<()> {
+    let endpoints = &client.endpoints();
     match cmd {
         AuditCommand::Verify { each } => {
             let ui = Ui::new(json);
@@ -689,6 +692,7 @@ async fn entry_hash(client: &Client, index: u64) -> Result<engram_types::Hash> {
         .next()
         .await
         .ok_or_else(|| anyhow!("entry {index} is missing"))??;
-    let signed = SignedEntry::decode(&entry.signed).map_err(|e| Tampered(format!("entry {index}: {e}")))?;
+    // Already verified moments ago; a decode failure now means the node changed under us.
+    let signed = SignedEntry::decode(&entry.signed).map_err(|e| anyhow!("entry {index}: {e}"))?;
     Ok(signed.entry.hash())
 }

@@ -29,10 +29,14 @@ use tokio::time::Instant;
 use crate::cli::DemoArgs;
 use crate::commands::{Reported, print_json};
 use crate::invariants::{self, AckedTx, ChainEntry, ExpectedDatom, NodeView, StoredDatom, Violation};
-use crate::local_cluster::{LocalCluster, agreed_leader};
+use crate::local_cluster::{LocalCluster, agreed_leader, free_ports};
 use crate::ui::Ui;
 
 const NODES: usize = 3;
+
+/// Longer than any healthy pause (an election takes about a second, the client retries for 15 s):
+/// no acknowledgement for this long means the cluster is not making progress.
+const WRITE_STALL: Duration = Duration::from_secs(30);
 
 /// What the demo measured and checked; printed as prose or, with `--json`, as this document.
 #[derive(Debug, Serialize)]
@@ -578,6 +582,41 @@ fn run_id() -> String {
     format!("{:x}{:x}", nanos as u64, std::process::id())
 }
 
+/// The nodes' ports. A cluster records its members' addresses, so a data directory reused from
+/// an earlier run must get the same ports again: they are kept in `DIR/ports.json`.
+fn demo_ports(dir: &Path, base_port: Option<u16>) -> Result<Vec<u16>> {
+    let file = dir.join("ports.json");
+    let ports: Vec<u16> = match std::fs::read_to_string(&file) {
+        Ok(text) => {
+            let ports: Vec<u16> =
+                serde_json::from_str(&text).with_context(|| format!("reading {}", file.display()))?;
+            if ports.len() != NODES {
+                bail!("{} lists {} ports, expected {NODES}", file.display(), ports.len());
+            }
+            if let Some(p) = base_port
+                && ports[0] != p
+            {
+                bail!(
+                    "{} was created with ports {ports:?}; its cluster cannot move to --base-port {p}",
+                    dir.display()
+                );
+            }
+            ports
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => match base_port {
+            Some(p) => (0..NODES as u16)
+                .map(|i| p.checked_add(i))
+                .collect::<Option<_>>()
+                .ok_or_else(|| anyhow!("--base-port {p}: the ports do not fit below 65536"))?,
+            None => free_ports(NODES)?,
+        },
+        Err(e) => return Err(e).with_context(|| format!("reading {}", file.display())),
+    };
+    std::fs::write(&file, serde_json::to_string(&ports)?)
+        .with_context(|| format!("writing {}", file.display()))?;
+    Ok(ports)
+}
+
 enum Phase {
     BeforeKill,
     Electing { killed: u64, at: Instant },
@@ -591,7 +630,8 @@ async fn run_in(args: &DemoArgs, exe: &Path, dir: &Path, ui: Ui) -> Result<DemoS
 
     // 1. Nodes.
     let pb = ui.spinner(format!("starting {NODES} nodes in {}", dir.display()));
-    let mut cluster = LocalCluster::start(exe, dir, NODES, args.base_port, &[])?;
+    let ports = demo_ports(dir, args.base_port)?;
+    let mut cluster = LocalCluster::start(exe, dir, &ports, &[])?;
     let statuses = cluster.wait_all_answer(Duration::from_secs(60)).await?;
     ui.done(
         &pb,
@@ -663,6 +703,18 @@ async fn run_in(args: &DemoArgs, exe: &Path, dir: &Path, ui: Ui) -> Result<DemoS
         ));
         if t > hard_deadline {
             bail!("the failover did not complete within {hard_deadline:?}");
+        }
+        // Writes that stop entirely (no quorum, a wedged node) fail the run with a reason
+        // instead of waiting for the deadline.
+        let last_ack = shared.ledger.lock().ok().and_then(|l| l.last_ack);
+        let silent_for = last_ack.map_or(t, |at| at.elapsed());
+        if silent_for > WRITE_STALL {
+            bail!(
+                "no write was acknowledged for {:.0} s ({} so far){}",
+                silent_for.as_secs_f64(),
+                shared.acked.load(Ordering::Relaxed),
+                events.iter().map(|e| format!("; {e}")).collect::<String>()
+            );
         }
         if let Some(res) = agents.try_join_next() {
             // An agent ends before the stop only on an internal error or a panic.

@@ -9,7 +9,7 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use engram_cli::cli::Cli;
-use engram_cli::commands::{self, Reported};
+use engram_cli::commands;
 
 fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
@@ -41,7 +41,7 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) => {
             eprintln!("error: {err:#}");
-            if json && !err.chain().any(|e| e.is::<Reported>()) {
+            if json && !commands::already_reported(&err) {
                 commands::print_json(&commands::error_json(&err));
             }
             ExitCode::from(commands::exit_code(&err))

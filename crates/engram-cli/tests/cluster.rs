@@ -34,7 +34,8 @@ const EXE: &str = env!("CARGO_BIN_EXE_engram");
 
 async fn start_cluster(dir: &Path, extra: &[&str]) -> LocalCluster {
     let extra: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
-    let mut cluster = LocalCluster::start(Path::new(EXE), dir, 3, None, &extra).expect("start nodes");
+    let ports = free_ports(3).unwrap();
+    let mut cluster = LocalCluster::start(Path::new(EXE), dir, &ports, &extra).expect("start nodes");
     cluster
         .wait_all_answer(Duration::from_secs(60))
         .await
