@@ -17,7 +17,7 @@ use futures::StreamExt;
 use serde_json::{Value as Json, json};
 
 use crate::cli::{AuditCommand, Cli, ClusterCommand, Command, FindArgs, GetArgs, HistoryArgs, ServeArgs};
-use crate::output::{Table, datom_table, format_time_ns, short_hash};
+use crate::output::{Table, datom_table, format_time_ns, plural, short_hash};
 use crate::txjson;
 use crate::ui::Ui;
 
@@ -215,8 +215,12 @@ async fn cluster(client: &Client, cmd: ClusterCommand, json: bool) -> Result<()>
             if json {
                 print_json(&json!({ "members": resp.members.iter().map(member_json).collect::<Vec<_>>() }));
             } else {
-                println!("cluster initialised with {} members", resp.members.len());
-                print!("{}", members_table(&resp.members));
+                if resp.members.is_empty() {
+                    println!("cluster initialised; see `engram cluster status` for its members");
+                } else {
+                    println!("cluster initialised with {} members", resp.members.len());
+                    print!("{}", members_table(&resp.members));
+                }
             }
             Ok(())
         }
@@ -381,10 +385,10 @@ async fn transact(client: &Client, file: &str, json: bool) -> Result<()> {
         print_json(&receipt_json(&receipt));
     } else {
         println!(
-            "tx {} at {}: {} datoms, audit entry {} ({})",
+            "tx {} at {}: {}, audit entry {} ({})",
             receipt.tx,
             format_time_ns(receipt.tx_time_ns),
-            receipt.datom_hashes.len(),
+            plural(receipt.datom_hashes.len(), "datom"),
             receipt.audit_index,
             short_hash(&receipt.audit_hash)
         );
@@ -407,7 +411,7 @@ fn datoms_output(datoms: &[pb::Datom], applied_tx: u64, extra: Json, json: bool)
         println!("no datoms (read at tx {applied_tx})");
     } else {
         print!("{}", datom_table(datoms));
-        println!("({} datoms, read at tx {applied_tx})", datoms.len());
+        println!("({}, read at tx {applied_tx})", plural(datoms.len(), "datom"));
     }
 }
 

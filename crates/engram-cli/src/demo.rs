@@ -101,12 +101,15 @@ pub async fn run(args: DemoArgs, json: bool) -> Result<DemoSummary> {
         }
     };
     let exe = std::env::current_exe().context("locating the engram executable")?;
-    // Ctrl-C drops the demo future, and with it the cluster, whose Drop kills the children.
+    // Ctrl-C or SIGTERM drops the demo future, and with it the cluster, whose Drop kills the
+    // children.
     let outcome = tokio::select! {
         r = run_in(&args, &exe, &dir, ui) => r,
-        _ = tokio::signal::ctrl_c() => Err(anyhow!("interrupted")),
+        signal = interrupted() => Err(anyhow!("interrupted by {signal}")),
     };
-    let keep = !matches!(&outcome, Ok(s) if s.ok) || args.data_dir.is_some();
+    let was_interrupted = matches!(&outcome, Err(e) if e.to_string().starts_with("interrupted by"));
+    // Keep the logs of a failed run; an interrupted one was the user's choice, not a failure.
+    let keep = args.data_dir.is_some() || (!was_interrupted && !matches!(&outcome, Ok(s) if s.ok));
     let kept_dir = if keep {
         // Keep the nodes' logs for a failed run; the user asked for --data-dir anyway.
         if let Some(t) = temp {
@@ -139,6 +142,22 @@ pub async fn run(args: DemoArgs, json: bool) -> Result<DemoSummary> {
                 None => "demo failed".to_string(),
             }))
         }
+    }
+}
+
+/// Completes on SIGINT (Ctrl-C) or SIGTERM, naming it.
+async fn interrupted() -> &'static str {
+    let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+        Ok(s) => s,
+        Err(_) => {
+            // Without a SIGTERM handler, Ctrl-C still works.
+            let _ = tokio::signal::ctrl_c().await;
+            return "SIGINT";
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => "SIGINT",
+        _ = term.recv() => "SIGTERM",
     }
 }
 

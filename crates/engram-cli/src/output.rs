@@ -62,6 +62,15 @@ pub fn ellipsize(s: &str, max: usize) -> String {
     cut
 }
 
+/// `1 datom`, `2 datoms`.
+pub fn plural(n: usize, noun: &str) -> String {
+    if n == 1 {
+        format!("1 {noun}")
+    } else {
+        format!("{n} {noun}s")
+    }
+}
+
 /// The first 16 hex digits of a hash: enough to tell entries apart by eye.
 pub fn short_hash(bytes: &[u8]) -> String {
     let full = hex::encode(bytes);

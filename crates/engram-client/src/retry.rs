@@ -63,9 +63,25 @@ impl RetryPolicy {
         if idempotency == Idempotency::Unsafe || !is_transient(status) {
             return None;
         }
-        let delay = self.backoff(retry);
+        // A server without a leader says when to come back; its hint wins over a shorter
+        // backoff (the max_backoff cap still applies).
+        let hint = retry_after(status).unwrap_or_default().min(self.max_backoff);
+        let delay = self.backoff(retry).max(hint);
         (elapsed.saturating_add(delay) < self.max_elapsed).then_some(delay)
     }
+}
+
+/// The server's `retry-after-ms` hint, sent with `UNAVAILABLE`.
+pub fn retry_after(status: &Status) -> Option<Duration> {
+    let ms = status
+        .metadata()
+        .get("retry-after-ms")?
+        .to_str()
+        .ok()?
+        .trim()
+        .parse::<u64>()
+        .ok()?;
+    Some(Duration::from_millis(ms))
 }
 
 /// Whether a failure says nothing about the request itself, so another attempt (possibly at
@@ -133,6 +149,36 @@ mod tests {
             RetryPolicy::never().next_delay(&unavailable, Idempotency::Safe, 0, Duration::ZERO),
             None
         );
+    }
+
+    #[test]
+    fn the_servers_retry_hint_lengthens_the_backoff_up_to_the_cap() {
+        let p = RetryPolicy::default();
+        let mut hinted = Status::unavailable("no leader");
+        hinted
+            .metadata_mut()
+            .insert("retry-after-ms", "250".parse().unwrap());
+        assert_eq!(retry_after(&hinted), Some(Duration::from_millis(250)));
+        assert_eq!(
+            p.next_delay(&hinted, Idempotency::Safe, 0, Duration::ZERO),
+            Some(Duration::from_millis(250))
+        );
+        // A longer backoff is not shortened by the hint.
+        assert_eq!(
+            p.next_delay(&hinted, Idempotency::Safe, 3, Duration::ZERO),
+            Some(Duration::from_millis(400))
+        );
+        hinted
+            .metadata_mut()
+            .insert("retry-after-ms", "60000".parse().unwrap());
+        assert_eq!(
+            p.next_delay(&hinted, Idempotency::Safe, 0, Duration::ZERO),
+            Some(Duration::from_secs(1))
+        );
+        hinted
+            .metadata_mut()
+            .insert("retry-after-ms", "soon".parse().unwrap());
+        assert_eq!(retry_after(&hinted), None);
     }
 
     #[test]
