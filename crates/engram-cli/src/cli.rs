@@ -142,9 +142,11 @@ pub struct ServeArgs {
     )]
     pub peers: Vec<Peer>,
 
-    /// Initialise the cluster from --peer once all peers answer, unless already initialised.
-    /// Safe to leave on across restarts.
-    #[arg(long, env = "ENGRAM_BOOTSTRAP")]
+    /// Initialise the cluster from --peer (this node alone if none) once all peers answer,
+    /// unless already initialised; the lowest id does it. Safe to leave on across restarts.
+    /// (From the environment: true/false, 1/0, yes/no, on/off.)
+    #[arg(long, env = "ENGRAM_BOOTSTRAP", action = clap::ArgAction::SetTrue,
+          value_parser = clap::builder::BoolishValueParser::new())]
     pub bootstrap: bool,
 
     /// A 32-byte Ed25519 seed (raw or hex) to sign audit entries with [default:

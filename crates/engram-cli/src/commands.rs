@@ -134,9 +134,6 @@ async fn serve(args: ServeArgs) -> Result<()> {
             config.election_timeout_max_ms
         );
     }
-    if config.bootstrap && config.peers.is_empty() {
-        bail!("--bootstrap needs the initial voters as --peer ID=HOST:PORT (or ENGRAM_PEERS)");
-    }
     let node_id = config.node_id;
     engram_server::run(config)
         .await
