@@ -179,6 +179,8 @@ impl LocalCluster {
         ] {
             cmd.env_remove(var);
         }
+        // The logs go to files, where terminal colour codes are noise.
+        cmd.env("NO_COLOR", "1");
         let child = cmd
             .spawn()
             .with_context(|| format!("starting node {id} ({})", exe.display()))?;
