@@ -21,7 +21,7 @@ use std::time::Duration;
 use engram_audit::SignedEntry;
 use engram_cli::demo::read_histories;
 use engram_cli::invariants::{self, AckedTx, ChainEntry, ExpectedDatom, NodeView};
-use engram_cli::local_cluster::{LocalCluster, agreed_leader, free_ports};
+use engram_cli::local_cluster::{LocalCluster, free_ports};
 use engram_client::{Client, ClientError, Consistency, GetOptions, pb};
 use engram_types::{
     Attribute, EntityId, EntityRef, Hash, Namespace, Op, Precondition, Provenance, TxOp, TxRequest, Value,
@@ -219,7 +219,12 @@ async fn failover_keeps_every_acknowledged_write() {
     // carry on includes the node restarted in the first round.
     let mut killed = Vec::new();
     for round in 1..=2 {
-        let leader = agreed_leader(&cluster.statuses().await).expect("an agreed leader");
+        // After a restart the returning node needs a heartbeat to learn the leader: wait until
+        // all three agree rather than asking once.
+        let leader = cluster
+            .wait_for_leader(None, Duration::from_secs(30))
+            .await
+            .unwrap();
         cluster.kill(leader).unwrap();
         let at_kill = acked_count();
         killed.push((leader, at_kill));
