@@ -526,7 +526,7 @@ async fn audit(client: &Client, cmd: AuditCommand, json: bool) -> Result<()> {
     let endpoints = &client.endpoints();
     match cmd {
         AuditCommand::Verify { each } => {
-            let ui = Ui::new(json);
+            let ui = Ui::bars_only(json);
             let targets: Vec<(String, Client)> = if each {
                 (0..endpoints.len())
                     .filter_map(|i| client.node(i).map(|c| (endpoints[i].clone(), c)))

@@ -23,6 +23,15 @@ impl Ui {
         }
     }
 
+    /// Bars on a terminal and nothing otherwise: for commands whose result on stdout says it
+    /// all, where progress lines in a redirected stderr would only be noise.
+    pub fn bars_only(json: bool) -> Ui {
+        Ui {
+            lines: false,
+            ..Ui::new(json)
+        }
+    }
+
     /// A spinner for a phase of unknown length.
     pub fn spinner(&self, message: impl Into<String>) -> ProgressBar {
         let message = message.into();
