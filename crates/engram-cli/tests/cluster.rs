@@ -322,8 +322,11 @@ struct Snapshot {
     datoms: Vec<pb::Datom>,
 }
 
-async fn snapshot(client: &Client, namespace: &Namespace, entity: EntityId) -> Snapshot {
-    let head = client.head().await.unwrap();
+/// `leader` answers Audit.Head: the leader applies a transaction before acknowledging it, so its
+/// head already shows anything a refused request wrongly appended (a follower's might lag).
+/// The Get is linearizable.
+async fn snapshot(client: &Client, leader: &Client, namespace: &Namespace, entity: EntityId) -> Snapshot {
+    let head = leader.head().await.unwrap();
     let mut datoms = client
         .get(namespace, entity, GetOptions::default())
         .await
@@ -360,8 +363,15 @@ fn text(bytes: &[u8]) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_requests_are_refused_with_exact_codes_and_change_nothing() {
     let dir = tempfile::tempdir().unwrap();
-    let cluster = start_cluster(dir.path(), &["--max-tx-bytes", "65536"]).await;
+    let mut cluster = start_cluster(dir.path(), &["--max-tx-bytes", "65536"]).await;
     let client = Client::connect(cluster.endpoints()).await.unwrap();
+    let leader_id = cluster
+        .wait_for_leader(None, Duration::from_secs(30))
+        .await
+        .unwrap();
+    let leader = Client::connect(vec![cluster.node(leader_id).unwrap().endpoint()])
+        .await
+        .unwrap();
     let space = ns("test/bad");
 
     // A known entity to compare before and after.
@@ -387,7 +397,7 @@ async fn bad_requests_are_refused_with_exact_codes_and_change_nothing() {
     };
     let receipt = client.transact(&seed).await.unwrap();
     let id = EntityId(receipt.temp_ids["task"]);
-    let before = snapshot(&client, &space, id).await;
+    let before = snapshot(&client, &leader, &space, id).await;
     assert_eq!(before.datoms.len(), 3);
     assert_eq!(before.head_index, receipt.audit_index);
 
@@ -480,7 +490,7 @@ async fn bad_requests_are_refused_with_exact_codes_and_change_nothing() {
             "{what}: the status explains itself"
         );
         assert_eq!(
-            snapshot(&client, &space, id).await,
+            snapshot(&client, &leader, &space, id).await,
             before,
             "{what} changed the store or the chain"
         );
