@@ -236,6 +236,7 @@ struct Shared {
     acked: AtomicU64,
     unacknowledged: AtomicU64,
     with_preconditions: AtomicU64,
+    refused: AtomicU64,
     errors: Mutex<Vec<String>>,
 }
 
@@ -262,8 +263,13 @@ impl Shared {
         }
     }
 
+    /// Counts a refused write, keeping the first few messages: a server refusing everything
+    /// must not grow the demo's memory for the length of the run.
     fn error(&self, message: String) {
-        if let Ok(mut e) = self.errors.lock() {
+        self.refused.fetch_add(1, Ordering::Relaxed);
+        if let Ok(mut e) = self.errors.lock()
+            && e.len() < 10
+        {
             e.push(message);
         }
     }
@@ -677,6 +683,7 @@ async fn run_in(args: &DemoArgs, exe: &Path, dir: &Path, ui: Ui) -> Result<DemoS
         acked: AtomicU64::new(0),
         unacknowledged: AtomicU64::new(0),
         with_preconditions: AtomicU64::new(0),
+        refused: AtomicU64::new(0),
         errors: Mutex::new(Vec::new()),
     });
     let endpoints = cluster.endpoints();
@@ -1031,7 +1038,7 @@ async fn run_in(args: &DemoArgs, exe: &Path, dir: &Path, ui: Ui) -> Result<DemoS
             } else {
                 format!(
                     "{} refused: {}",
-                    errors.len(),
+                    shared.refused.load(Ordering::Relaxed),
                     errors.iter().take(3).cloned().collect::<Vec<_>>().join("; ")
                 )
             },
