@@ -311,7 +311,8 @@ pub enum AuditCommand {
         each: bool,
     },
 
-    /// Show the tip of the chain.
+    /// Show the tip of the chain (index, hash, tx, time) as the answering node has it.
+    #[command(after_help = "EXAMPLES\n  engram audit head\n  engram -e 127.0.0.1:7002 audit head --json")]
     Head,
 
     /// List chain entries.

@@ -34,7 +34,15 @@ fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    let result = runtime.block_on(commands::run(cli));
+    // A panic is a bug, but the user still gets one line and exit code 1, not a backtrace;
+    // unwinding drops whatever the command owned (the demo's child processes are killed).
+    std::panic::set_hook(Box::new(|info| {
+        eprintln!("error: internal error (this is a bug in engram): {info}");
+    }));
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        runtime.block_on(commands::run(cli))
+    }))
+    .unwrap_or_else(|_| Err(anyhow::anyhow!("the command panicked")));
     // Dropping the runtime waits for blocking tasks; the work is done, so don't wait long.
     runtime.shutdown_timeout(std::time::Duration::from_secs(1));
     match result {
