@@ -84,6 +84,27 @@ impl Connection {
         req
     }
 
+    /// One unary Raft RPC: encode, send with the RPC's deadline, decode the reply.
+    async fn call<Req, Resp, F, Fut>(
+        &self,
+        rpc: &Req,
+        option: &RPCOption,
+        what: &str,
+        send: F,
+    ) -> Result<Resp, RPCError<TypeConfig>>
+    where
+        Req: serde::Serialize,
+        Resp: serde::de::DeserializeOwned,
+        F: FnOnce(RaftClient<Channel>, Request<pb::RaftMessage>) -> Fut,
+        Fut: Future<Output = Result<Response<pb::RaftMessage>, Status>>,
+    {
+        let payload = encode(rpc).map_err(|e| RPCError::Network(network_err(e)))?;
+        let reply = send(self.client()?, Self::request(pb::RaftMessage { payload }, option))
+            .await
+            .map_err(|s| self.status_to_rpc(s))?;
+        decode(what, &reply.into_inner().payload).map_err(|e| RPCError::Network(network_err(e)))
+    }
+
     fn status_to_rpc(&self, status: Status) -> RPCError<TypeConfig> {
         match status.code() {
             tonic::Code::Unavailable | tonic::Code::DeadlineExceeded | tonic::Code::Cancelled => {
@@ -102,13 +123,10 @@ impl RaftNetworkV2<TypeConfig> for Connection {
         rpc: AppendEntriesRequest<TypeConfig>,
         option: RPCOption,
     ) -> Result<AppendEntriesResponse<TypeConfig>, RPCError<TypeConfig>> {
-        let payload = encode(&rpc).map_err(|e| RPCError::Network(network_err(e)))?;
-        let reply = self
-            .client()?
-            .append_entries(Self::request(pb::RaftMessage { payload }, &option))
-            .await
-            .map_err(|s| self.status_to_rpc(s))?;
-        decode("append response", &reply.into_inner().payload).map_err(|e| RPCError::Network(network_err(e)))
+        self.call(&rpc, &option, "append response", |mut c, r| async move {
+            c.append_entries(r).await
+        })
+        .await
     }
 
     async fn vote(
@@ -116,13 +134,10 @@ impl RaftNetworkV2<TypeConfig> for Connection {
         rpc: VoteRequest<TypeConfig>,
         option: RPCOption,
     ) -> Result<VoteResponse<TypeConfig>, RPCError<TypeConfig>> {
-        let payload = encode(&rpc).map_err(|e| RPCError::Network(network_err(e)))?;
-        let reply = self
-            .client()?
-            .vote(Self::request(pb::RaftMessage { payload }, &option))
-            .await
-            .map_err(|s| self.status_to_rpc(s))?;
-        decode("vote response", &reply.into_inner().payload).map_err(|e| RPCError::Network(network_err(e)))
+        self.call(&rpc, &option, "vote response", |mut c, r| async move {
+            c.vote(r).await
+        })
+        .await
     }
 
     async fn full_snapshot(
