@@ -64,6 +64,26 @@ impl ClientError {
         matches!(self, ClientError::Rpc { transient: true, .. })
     }
 
+    /// Whether the server refused the request for what it is, so that it changed nothing:
+    /// malformed, too large, a failed precondition, an unknown entity, and the like. Any other
+    /// failure of a write leaves its outcome unknown (it may have been applied).
+    pub fn is_definite_rejection(&self) -> bool {
+        matches!(
+            self.code(),
+            Some(
+                Code::InvalidArgument
+                    | Code::NotFound
+                    | Code::FailedPrecondition
+                    | Code::ResourceExhausted
+                    | Code::AlreadyExists
+                    | Code::OutOfRange
+                    | Code::PermissionDenied
+                    | Code::Unauthenticated
+                    | Code::Unimplemented
+            )
+        )
+    }
+
     /// Whether the error is evidence that the audit chain was altered (as opposed to a failure
     /// to reach or read it).
     pub fn is_tampering(&self) -> bool {
@@ -119,6 +139,8 @@ mod tests {
         assert_eq!(err.to_string(), "n1:1: NOT_FOUND: entity 9 does not exist");
         assert!(!err.is_tampering());
         assert!(!err.is_transient());
+        assert!(err.is_definite_rejection());
+        assert!(!ClientError::rpc("n1:1", &tonic::Status::internal("bug"), 1).is_definite_rejection());
         assert!(ClientError::rpc("n1:1", &tonic::Status::unavailable("no leader"), 3).is_transient());
         assert!(ClientError::rpc("n1:1", &tonic::Status::data_loss("chain"), 1).is_tampering());
     }

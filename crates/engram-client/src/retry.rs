@@ -95,15 +95,17 @@ pub fn retry_after(status: &Status) -> Option<Duration> {
 /// - `DEADLINE_EXCEEDED`: the server or the client deadline ran out;
 /// - `CANCELLED`: the client's request timeout fired or the connection closed under the call
 ///   (a server never cancels a call on its own);
-/// - `UNKNOWN` raised locally (it carries a source error) and `INTERNAL` reporting an HTTP/2
-///   protocol failure: the connection broke mid-call, e.g. because the node was killed.
-///   Statuses *sent* by a server carry no source, so a server's own `UNKNOWN` or `INTERNAL`
-///   is a definite answer and is not retried.
+/// - `UNKNOWN`: the connection broke mid-call, e.g. because the node was killed. Engram's
+///   server maps every error of its own to a specific code and never answers `UNKNOWN`
+///   itself, but a node that forwards a write to a leader that dies relays the broken
+///   connection as `UNKNOWN` (seen as "h2 protocol error: error reading a body from
+///   connection"), and that write may or may not have been applied: exactly the case a keyed
+///   retry resolves;
+/// - `INTERNAL` reporting an HTTP/2 protocol failure (the same broken connection, as tonic
+///   reports it for some stream resets). Any other `INTERNAL` is a server bug, not retried.
 pub fn is_transient(status: &Status) -> bool {
-    use std::error::Error as _;
     match status.code() {
-        Code::Unavailable | Code::DeadlineExceeded | Code::Cancelled => true,
-        Code::Unknown => status.source().is_some() || status.message().starts_with("transport error"),
+        Code::Unavailable | Code::DeadlineExceeded | Code::Cancelled | Code::Unknown => true,
         Code::Internal => status.message().starts_with("h2 protocol error"),
         _ => false,
     }
@@ -213,8 +215,6 @@ mod tests {
             Status::resource_exhausted("too big"),
             Status::data_loss("chain"),
             Status::internal("bug"),
-            // Sent by a server (no local source): a definite answer, not a transport failure.
-            Status::unknown("handler failed"),
         ] {
             assert_eq!(
                 p.next_delay(&definite, Idempotency::Safe, 0, Duration::ZERO),
@@ -229,6 +229,10 @@ mod tests {
         let io = std::io::Error::new(std::io::ErrorKind::ConnectionReset, "reset by peer");
         let broken = Status::from_error(Box::new(io));
         assert!(is_transient(&broken), "{broken:?}");
+        // The same failure relayed by a forwarding node arrives without a source.
+        assert!(is_transient(&Status::unknown(
+            "h2 protocol error: error reading a body from connection"
+        )));
         assert!(is_transient(&Status::cancelled("Timeout expired")));
         assert!(is_transient(&Status::internal(
             "h2 protocol error: connection reset"
