@@ -7,7 +7,7 @@ use engram_proto::pb;
 use engram_raft::NodeInfo;
 use tonic::{Request, Response, Status};
 
-use super::{Route, Shared, forward_request, is_forwarded};
+use super::{Route, Shared, forward_request, forwarded_err, is_forwarded};
 use crate::error::ApiError;
 
 /// `engram.v1.Cluster`: initialisation, status and membership.
@@ -139,7 +139,10 @@ impl pb::cluster_server::Cluster for ClusterService {
         }
         if let Route::Leader(addr) = self.shared.route_write(forwarded)? {
             let mut client = self.shared.cluster_client(&addr)?;
-            return client.add_node(forward_request(req)).await;
+            return client
+                .add_node(forward_request(req))
+                .await
+                .map_err(|s| forwarded_err(s).into());
         }
         let info = fetch_node_info(&self.shared, req.id, &req.addr).await?;
         self.shared
@@ -160,7 +163,10 @@ impl pb::cluster_server::Cluster for ClusterService {
         let req = request.into_inner();
         if let Route::Leader(addr) = self.shared.route_write(forwarded)? {
             let mut client = self.shared.cluster_client(&addr)?;
-            return client.remove_node(forward_request(req)).await;
+            return client
+                .remove_node(forward_request(req))
+                .await
+                .map_err(|s| forwarded_err(s).into());
         }
         if !self
             .shared

@@ -7,7 +7,7 @@ use prost::Message;
 use tonic::{Request, Response, Status};
 use tracing::Instrument;
 
-use super::{Route, Shared, forward_request, is_forwarded};
+use super::{Route, Shared, forward_request, forwarded_err, is_forwarded};
 use crate::error::ApiError;
 
 /// `engram.v1.Memory`: transactions and reads.
@@ -69,11 +69,6 @@ impl MemoryService {
     }
 }
 
-/// A status from the leader passes through unchanged.
-fn forwarded_err(status: Status) -> ApiError {
-    ApiError::Forwarded(status)
-}
-
 fn namespace(raw: String) -> Result<engram_types::Namespace, ApiError> {
     Ok(engram_proto::namespace("namespace", raw)?)
 }
@@ -104,7 +99,10 @@ impl pb::memory_server::Memory for MemoryService {
         let ns = namespace(req.namespace.clone())?;
         if let Route::Leader(addr) = self.shared.route_read(req.consistency, forwarded).await? {
             let mut client = self.shared.memory_client(&addr).map_err(Status::from)?;
-            return client.get(forward_request(req)).await;
+            return client
+                .get(forward_request(req))
+                .await
+                .map_err(|s| forwarded_err(s).into());
         }
         let found = reads::get(
             &*self.shared.node.store,
@@ -139,7 +137,10 @@ impl pb::memory_server::Memory for MemoryService {
             .ok_or_else(|| ApiError::Invalid("target: entity or attribute is required".into()))?;
         if let Route::Leader(addr) = self.shared.route_read(req.consistency, forwarded).await? {
             let mut client = self.shared.memory_client(&addr).map_err(Status::from)?;
-            return client.history(forward_request(req)).await;
+            return client
+                .history(forward_request(req))
+                .await
+                .map_err(|s| forwarded_err(s).into());
         }
         let store = &*self.shared.node.store;
         let found = match target {
@@ -169,7 +170,10 @@ impl pb::memory_server::Memory for MemoryService {
         };
         if let Route::Leader(addr) = self.shared.route_read(req.consistency, forwarded).await? {
             let mut client = self.shared.memory_client(&addr).map_err(Status::from)?;
-            return client.find(forward_request(req)).await;
+            return client
+                .find(forward_request(req))
+                .await
+                .map_err(|s| forwarded_err(s).into());
         }
         let found = reads::find(
             &*self.shared.node.store,

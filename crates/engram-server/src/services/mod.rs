@@ -102,6 +102,18 @@ impl Shared {
     }
 }
 
+/// A status from the leader passes through unchanged, except a broken connection to it
+/// (tonic reports those as UNKNOWN or CANCELLED), which is UNAVAILABLE: the client should retry,
+/// likely against a new leader.
+pub fn forwarded_err(status: tonic::Status) -> ApiError {
+    match status.code() {
+        tonic::Code::Unknown | tonic::Code::Cancelled => {
+            ApiError::Unavailable(format!("lost the connection to the leader: {}", status.message()))
+        }
+        _ => ApiError::Forwarded(status),
+    }
+}
+
 /// Whether the request came from another node's forwarding.
 pub fn is_forwarded<T>(req: &tonic::Request<T>) -> bool {
     req.metadata().contains_key(FORWARDED)
