@@ -35,9 +35,12 @@ impl Drop for TelemetryGuard {
 /// on span export.
 pub fn init(otlp_endpoint: Option<&str>) -> Result<TelemetryGuard, ServerError> {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info,openraft=warn"));
+    // Colour only on a terminal: log files and collectors get plain text.
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
     let fmt = tracing_subscriber::fmt::layer()
         .with_writer(std::io::stderr)
-        .with_target(false);
+        .with_target(false)
+        .with_ansi(ansi);
     let Some(endpoint) = otlp_endpoint.filter(|e| !e.is_empty()) else {
         tracing_subscriber::registry()
             .with(filter)

@@ -78,7 +78,17 @@ async fn start(n: u64, max_tx_bytes: usize) -> Cluster {
             ..Default::default()
         })
         .collect();
-    cluster.init(pb::InitRequest { members }).await.unwrap();
+    let listed = cluster
+        .init(pb::InitRequest { members })
+        .await
+        .unwrap()
+        .into_inner()
+        .members;
+    assert_eq!(
+        listed.len() as u64,
+        n,
+        "Init answers with the new membership: {listed:?}"
+    );
     // Wait for a leader everywhere.
     for a in &addrs {
         let mut c = pb::cluster_client::ClusterClient::new(channel(*a).await);

@@ -97,6 +97,14 @@ impl pb::cluster_server::Cluster for ClusterService {
             return Err(ApiError::Conflict("the cluster is already initialised".into()).into());
         }
         initialize(&self.shared, list).await?;
+        // initialize() returns once the config is accepted; the metrics that `members` reads
+        // catch up a moment later. Wait briefly so the answer lists the new members.
+        for _ in 0..40 {
+            if !self.shared.node.status().members.is_empty() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
         Ok(Response::new(pb::InitResponse {
             members: members(&self.shared),
         }))
