@@ -1,0 +1,128 @@
+//! With an OTLP endpoint configured, the node's spans reach a collector: an in-process mock
+//! OTLP/gRPC trace collector receives the `transact` span of a real transaction.
+
+#![allow(clippy::unwrap_used)] // test set-up: a failed step should stop the test loudly
+
+use std::net::TcpListener as StdListener;
+use std::time::Duration;
+
+use engram_proto::pb;
+use engram_server::{ServerConfig, run_until};
+use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::{
+    TraceService, TraceServiceServer,
+};
+use opentelemetry_proto::tonic::collector::trace::v1::{
+    ExportTraceServiceRequest, ExportTraceServiceResponse,
+};
+use tokio::sync::mpsc;
+use tonic::{Request, Response, Status};
+
+struct Collector {
+    spans: mpsc::UnboundedSender<(String, Vec<String>)>,
+}
+
+#[tonic::async_trait]
+impl TraceService for Collector {
+    async fn export(
+        &self,
+        request: Request<ExportTraceServiceRequest>,
+    ) -> Result<Response<ExportTraceServiceResponse>, Status> {
+        for resource in request.into_inner().resource_spans {
+            for scope in resource.scope_spans {
+                for span in scope.spans {
+                    let keys = span.attributes.iter().map(|a| a.key.clone()).collect();
+                    let _ = self.spans.send((span.name, keys));
+                }
+            }
+        }
+        Ok(Response::new(ExportTraceServiceResponse {
+            partial_success: None,
+        }))
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn spans_are_exported_over_otlp() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let collector_addr = listener.local_addr().unwrap();
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_service(TraceServiceServer::new(Collector { spans: tx }))
+            .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener)),
+    );
+    let guard = engram_server::telemetry::init(Some(&format!("http://{collector_addr}"))).unwrap();
+
+    let addr = StdListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let node = tokio::spawn(run_until(
+        ServerConfig::new(1, addr, dir.path().to_path_buf()),
+        async {
+            let _ = stopped.await;
+        },
+    ));
+    let channel = loop {
+        if let Ok(ch) = tonic::transport::Channel::from_shared(format!("http://{addr}"))
+            .unwrap()
+            .connect()
+            .await
+        {
+            break ch;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    pb::cluster_client::ClusterClient::new(channel.clone())
+        .init(pb::InitRequest { members: vec![] })
+        .await
+        .unwrap();
+    let mut memory = pb::memory_client::MemoryClient::new(channel);
+    let request = pb::TransactRequest {
+        namespace: "otel".into(),
+        ops: vec![pb::TxOp {
+            op: pb::Op::Assert as i32,
+            entity: Some(pb::EntityRef {
+                kind: Some(pb::entity_ref::Kind::Temp("e".into())),
+            }),
+            attribute: ":x/y".into(),
+            value: Some(pb::Value {
+                kind: Some(pb::value::Kind::I64(1)),
+            }),
+            valid_from_ns: None,
+            valid_to_ns: None,
+        }],
+        preconditions: vec![],
+        idempotency_key: String::new(),
+        provenance: Some(pb::Provenance {
+            agent: "otel-test".into(),
+            confidence: 1.0,
+            ..Default::default()
+        }),
+    };
+    // The first write may race the single node's election; retry briefly.
+    let mut done = false;
+    for _ in 0..100 {
+        if memory.transact(request.clone()).await.is_ok() {
+            done = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(done, "the single-node cluster never accepted a write");
+
+    // Dropping the guard flushes the batch exporter; it blocks, so not on a runtime worker.
+    tokio::task::spawn_blocking(move || drop(guard)).await.unwrap();
+    let mut seen = Vec::new();
+    while let Ok(Some(span)) = tokio::time::timeout(Duration::from_secs(3), rx.recv()).await {
+        seen.push(span);
+        if seen.iter().any(|(name, _)| name == "transact") {
+            break;
+        }
+    }
+    let transact = seen.iter().find(|(name, _)| name == "transact");
+    let (_, keys) = transact.unwrap_or_else(|| panic!("no transact span among {seen:?}"));
+    assert!(keys.iter().any(|k| k == "node_id"), "span attributes: {keys:?}");
+    assert!(keys.iter().any(|k| k == "tx_id"), "span attributes: {keys:?}");
+    let _ = stop.send(());
+    node.await.unwrap().unwrap();
+}
