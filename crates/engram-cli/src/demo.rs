@@ -917,16 +917,8 @@ async fn run_in(args: &DemoArgs, exe: &Path, dir: &Path, ui: Ui) -> Result<DemoS
             .verify_chain(|p| {
                 pb.set_length(p.head_index.max(p.checked));
                 pb.set_position(p.checked);
-                let e = &p.entry.entry;
-                chain.insert(
-                    e.index,
-                    ChainEntry {
-                        tx: e.tx.0,
-                        namespace: e.namespace.clone(),
-                        kind: e.kind.clone(),
-                        hash: p.hash,
-                    },
-                );
+                let (index, entry) = ChainEntry::verified(&p);
+                chain.insert(index, entry);
             })
             .await;
         let report = match report {

@@ -40,6 +40,22 @@ pub struct ChainEntry {
     pub hash: Hash,
 }
 
+impl ChainEntry {
+    /// The entry `verify_chain` just checked, keyed by its chain index.
+    pub fn verified(p: &engram_client::VerifyProgress<'_>) -> (u64, ChainEntry) {
+        let e = &p.entry.entry;
+        (
+            e.index,
+            ChainEntry {
+                tx: e.tx.0,
+                namespace: e.namespace.clone(),
+                kind: e.kind.clone(),
+                hash: p.hash,
+            },
+        )
+    }
+}
+
 /// A datom as a node served it, with its hash recomputed from its content.
 #[derive(Clone, Debug)]
 pub struct StoredDatom {

@@ -139,16 +139,8 @@ async fn node_view(id: u64, endpoint: &str, entities: &BTreeSet<(String, u64)>) 
     let mut chain = std::collections::BTreeMap::new();
     let report = client
         .verify_chain(|p| {
-            let e = &p.entry.entry;
-            chain.insert(
-                e.index,
-                ChainEntry {
-                    tx: e.tx.0,
-                    namespace: e.namespace.clone(),
-                    kind: e.kind.clone(),
-                    hash: p.hash,
-                },
-            );
+            let (index, entry) = ChainEntry::verified(&p);
+            chain.insert(index, entry);
         })
         .await
         .unwrap_or_else(|e| panic!("node {id}: chain does not verify: {e}"));
