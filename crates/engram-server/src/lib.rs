@@ -86,10 +86,17 @@ pub async fn run_until(
     if config.bootstrap {
         tokio::spawn(bootstrap(shared.clone()));
     }
-    let reflection = tonic_reflection::server::Builder::configure()
-        .register_encoded_file_descriptor_set(engram_proto::FILE_DESCRIPTOR_SET)
-        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+    // Both reflection versions: grpcurl before 1.9 and many other tools only speak v1alpha.
+    let reflection_builder = || {
+        tonic_reflection::server::Builder::configure()
+            .register_encoded_file_descriptor_set(engram_proto::FILE_DESCRIPTOR_SET)
+            .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+    };
+    let reflection = reflection_builder()
         .build_v1()
+        .map_err(|e| ServerError::Startup(format!("reflection: {e}")))?;
+    let reflection_alpha = reflection_builder()
+        .build_v1alpha()
         .map_err(|e| ServerError::Startup(format!("reflection: {e}")))?;
     // The transport refuses bodies above this with OUT_OF_RANGE before they are decoded; below
     // it, the Memory service refuses transactions above --max-tx-bytes with RESOURCE_EXHAUSTED.
@@ -99,6 +106,7 @@ pub async fn run_until(
         .tcp_nodelay(true)
         .add_service(health_service)
         .add_service(reflection)
+        .add_service(reflection_alpha)
         .add_service(
             pb::memory_server::MemoryServer::new(MemoryService::new(shared.clone()))
                 .max_decoding_message_size(request_limit)

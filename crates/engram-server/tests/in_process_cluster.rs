@@ -111,6 +111,32 @@ async fn start(n: u64, max_tx_bytes: usize) -> Cluster {
     Cluster { addrs, stops, dirs }
 }
 
+/// The services a node lists through one version of gRPC server reflection.
+macro_rules! reflected_services {
+    ($version:ident, $addr:expr) => {{
+        use tonic_reflection::pb::$version::ServerReflectionRequest;
+        use tonic_reflection::pb::$version::server_reflection_client::ServerReflectionClient;
+        use tonic_reflection::pb::$version::server_reflection_request::MessageRequest;
+        use tonic_reflection::pb::$version::server_reflection_response::MessageResponse;
+        let mut client = ServerReflectionClient::new(channel($addr).await);
+        let request = ServerReflectionRequest {
+            host: String::new(),
+            message_request: Some(MessageRequest::ListServices(String::new())),
+        };
+        let mut replies = client
+            .server_reflection_info(futures::stream::iter([request]))
+            .await
+            .unwrap()
+            .into_inner();
+        match replies.message().await.unwrap().and_then(|r| r.message_response) {
+            Some(MessageResponse::ListServicesResponse(list)) => {
+                list.service.into_iter().map(|s| s.name).collect::<Vec<_>>()
+            }
+            other => panic!("unexpected reflection answer: {other:?}"),
+        }
+    }};
+}
+
 /// Sends raw bytes as a request body, to test what the server does with malformed protobuf.
 #[derive(Clone, Default)]
 struct RawCodec;
@@ -286,6 +312,24 @@ async fn writes_replicate_and_chains_agree() {
 
     // The chain streams and verifies end to end on a follower.
     assert_eq!(verified_chain_len(cluster.addrs[2]).await, heads[0].0);
+
+    // Reflection answers in both versions, so grpcurl old and new needs no proto files.
+    for services in [
+        reflected_services!(v1, cluster.addrs[0]),
+        reflected_services!(v1alpha, cluster.addrs[0]),
+    ] {
+        for expected in [
+            "engram.v1.Memory",
+            "engram.v1.Audit",
+            "engram.v1.Cluster",
+            "grpc.health.v1.Health",
+        ] {
+            assert!(
+                services.iter().any(|s| s == expected),
+                "{expected} missing from {services:?}"
+            );
+        }
+    }
 
     // Bad input: precise codes, and nothing changes.
     let mut audit_leader = pb::audit_client::AuditClient::new(channel(cluster.addrs[0]).await);
