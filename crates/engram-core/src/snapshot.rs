@@ -44,10 +44,23 @@ impl From<StorageError> for SnapshotError {
 
 /// Serialises the state space from one consistent view.
 pub fn export(store: &dyn Store) -> Result<Vec<u8>, CoreError> {
+    Ok(export_capturing(store, &[])?.0)
+}
+
+/// Values of requested keys, in request order (`None`: absent).
+pub type Captured = Vec<Option<Vec<u8>>>;
+
+/// Like [`export`], and also returns the values of the `wanted` keys as they are in the
+/// snapshot (`None` where absent), read in the same pass so they describe the same instant.
+pub fn export_capturing(store: &dyn Store, wanted: &[&[u8]]) -> Result<(Vec<u8>, Captured), CoreError> {
     let mut w = Writer::with_capacity(1 << 16);
     w.raw(MAGIC).u8(SNAPSHOT_FORMAT_VERSION);
     let mut count = 0u64;
+    let mut captured = vec![None; wanted.len()];
     store.for_each(Space::State, &mut |k, v| {
+        if let Some(i) = wanted.iter().position(|want| *want == k) {
+            captured[i] = Some(v.to_vec());
+        }
         w.bytes(k).bytes(v);
         count += 1;
         Ok(())
@@ -56,7 +69,7 @@ pub fn export(store: &dyn Store) -> Result<Vec<u8>, CoreError> {
     let mut bytes = w.finish();
     let digest = blake3::hash(&bytes);
     bytes.extend_from_slice(digest.as_bytes());
-    Ok(bytes)
+    Ok((bytes, captured))
 }
 
 /// Parses and checks a snapshot without touching any store.

@@ -45,9 +45,17 @@ fn load_applied(store: &dyn Store) -> io::Result<(Option<LogId>, Membership)> {
     Ok((applied, membership))
 }
 
-fn bookkeeping(applied: &Option<LogId>, membership: &Membership) -> io::Result<WriteBatch> {
+/// The applied log id row, written with every entry's state change.
+fn applied_row(applied: &Option<LogId>) -> io::Result<WriteBatch> {
     let mut batch = WriteBatch::new();
     batch.put(Space::State, APPLIED.to_vec(), encode(applied)?);
+    Ok(batch)
+}
+
+/// The applied log id and membership rows; membership changes only with membership entries
+/// and snapshots, so only those write it.
+fn applied_and_membership_rows(applied: &Option<LogId>, membership: &Membership) -> io::Result<WriteBatch> {
+    let mut batch = applied_row(applied)?;
     batch.put(Space::State, MEMBERSHIP.to_vec(), encode(membership)?);
     Ok(batch)
 }
@@ -79,14 +87,14 @@ impl StateMachine {
         let mut response = CommandResponse::default();
         match entry.payload {
             EntryPayload::Blank => {
-                let extra = bookkeeping(&self.applied, &self.membership)?;
+                let extra = applied_row(&self.applied)?;
                 self.engine.apply_noop(extra).map_err(io_err)?;
             }
             EntryPayload::Normal(Command::Transact {
                 request,
                 proposed_time_ns,
             }) => {
-                let extra = bookkeeping(&self.applied, &self.membership)?;
+                let extra = applied_row(&self.applied)?;
                 let outcome = self
                     .engine
                     .apply_tx(index, proposed_time_ns, &request, extra)
@@ -99,7 +107,7 @@ impl StateMachine {
                     .map(|(id, node)| (*id, PublicKey(node.public_key)))
                     .collect();
                 self.membership = Membership::new(Some(log_id), membership);
-                let extra = bookkeeping(&self.applied, &self.membership)?;
+                let extra = applied_and_membership_rows(&self.applied, &self.membership)?;
                 let signed = self
                     .engine
                     .apply_membership(index, members, extra)
@@ -145,7 +153,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
     async fn install_snapshot(&mut self, meta: &SnapshotMeta, data: SnapshotData) -> io::Result<()> {
         let applied = meta.last_log_id;
         let membership = meta.last_membership.clone();
-        let extra = bookkeeping(&applied, &membership)?;
+        let extra = applied_and_membership_rows(&applied, &membership)?;
         // Verifies the checksum and the whole audit chain inside before replacing anything.
         let head = snapshot::install(&*self.store, &data, extra).map_err(|e| {
             warn!(error = %e, "refused a snapshot");
@@ -197,19 +205,18 @@ impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
     type SnapshotData = SnapshotData;
 
     async fn build_snapshot(&mut self) -> io::Result<Snapshot> {
-        let data = snapshot::export(&*self.store).map_err(io_err)?;
-        // The applied position is read from the snapshot itself, so meta and data agree even
-        // though apply keeps running while this builds.
-        let records = snapshot::parse(&data).map_err(io_err)?;
-        let mut applied = None;
-        let mut membership = Membership::default();
-        for (k, v) in &records {
-            if k == APPLIED {
-                applied = decode("applied log id", v)?;
-            } else if k == MEMBERSHIP {
-                membership = decode("applied membership", v)?;
-            }
-        }
+        // The applied position is captured in the same pass as the data, so meta and data
+        // agree even though apply keeps running while this builds.
+        let (data, rows) =
+            snapshot::export_capturing(&*self.store, &[APPLIED, MEMBERSHIP]).map_err(io_err)?;
+        let applied = match &rows[0] {
+            Some(v) => decode("applied log id", v)?,
+            None => None,
+        };
+        let membership = match &rows[1] {
+            Some(v) => decode("applied membership", v)?,
+            None => Membership::default(),
+        };
         let meta = SnapshotMeta {
             last_log_id: applied,
             last_membership: membership,
