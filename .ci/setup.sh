@@ -5,8 +5,9 @@ set -euo pipefail
 
 need_apt=()
 command -v clang >/dev/null 2>&1 || need_apt+=(clang)
-# bindgen (RocksDB's -sys crate) needs libclang at build time.
-ls /usr/lib/llvm-*/lib/libclang*.so* >/dev/null 2>&1 || need_apt+=(libclang-dev)
+# bindgen (RocksDB's -sys crate) needs libclang at build time, as the unversioned libclang.so
+# that only libclang-dev installs (clang-sys does not accept the runtime's libclang.so.1).
+ls /usr/lib/llvm-*/lib/libclang.so >/dev/null 2>&1 || need_apt+=(libclang-dev)
 if [ ${#need_apt[@]} -gt 0 ]; then
   echo "==> installing ${need_apt[*]} (apt)"
   SUDO=""

@@ -11,7 +11,20 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!("cargo:rerun-if-changed={}", file.display());
     let fds = protox::compile([&file], [&root])?;
     let out = PathBuf::from(std::env::var("OUT_DIR")?);
-    std::fs::write(out.join("engram_descriptor.bin"), fds.encode_to_vec())?;
+    let descriptor = out.join("engram_descriptor.bin");
+    std::fs::write(&descriptor, fds.encode_to_vec())?;
+    // The simulation build (`--cfg madsim`) uses madsim-tonic's generated services, written to
+    // OUT_DIR/sim, which `tonic::include_proto!` picks under madsim. It reads the descriptor
+    // set written above instead of running protoc. It runs first because it also writes the
+    // plain tonic code, which the next step overwrites with the codec-aware version.
+    if std::env::var_os("CARGO_CFG_MADSIM").is_some() {
+        madsim_tonic_build::configure()
+            .build_client(true)
+            .build_server(true)
+            .file_descriptor_set_path(&descriptor)
+            .skip_protoc_run()
+            .compile_protos(&[&file], &[&root])?;
+    }
     tonic_prost_build::configure()
         .build_client(true)
         .build_server(true)

@@ -11,6 +11,7 @@ use engram_types::{
 };
 use serde::{Deserialize, Serialize};
 
+use crate::planted::{self, PlantedBug};
 use crate::{CoreError, keys, reads};
 
 /// The tip of the audit chain and the counters apply needs, persisted at `Mhead` in the same
@@ -146,7 +147,7 @@ impl Engine {
     /// Writes rows that belong to an entry with no state change of its own (a blank entry).
     pub fn apply_noop(&mut self, extra: WriteBatch) -> Result<(), CoreError> {
         if !extra.is_empty() {
-            self.store.write(extra, Durability::Sync)?;
+            self.store.write(extra, planted::ack_durability())?;
         }
         Ok(())
     }
@@ -172,7 +173,7 @@ impl Engine {
         };
         let mut head = self.head.clone();
         let signed = self.seal(entry, &mut head, &mut batch);
-        self.store.write(batch, Durability::Sync)?;
+        self.store.write(batch, planted::ack_durability())?;
         self.head = head;
         Ok(signed)
     }
@@ -193,11 +194,13 @@ impl Engine {
             self.head.index + 1,
             "I1 chain-continuity: audit index must be contiguous"
         );
-        assert_eq!(
-            entry.prev_hash,
-            self.chain_prev(),
-            "I1 chain-continuity: prev_hash must be the head"
-        );
+        if !planted::active(PlantedBug::WrongPrevHash) {
+            assert_eq!(
+                entry.prev_hash,
+                self.chain_prev(),
+                "I1 chain-continuity: prev_hash must be the head"
+            );
+        }
         assert!(
             entry.tx_time_ns >= self.head.tx_time_ns,
             "I7 tx-time-monotonic violated at {}",
@@ -297,7 +300,11 @@ impl Engine {
                 content_hash: tx_content_hash(&hashes),
                 datoms: datom_count,
             },
-            prev_hash: self.chain_prev(),
+            prev_hash: if planted::active(PlantedBug::WrongPrevHash) && (head.index + 1).is_multiple_of(4) {
+                Hash::of(b"planted: wrong prev_hash")
+            } else {
+                self.chain_prev()
+            },
         };
         let signed = self.seal(entry, &mut head, &mut batch);
         let receipt = TxReceipt {
@@ -319,7 +326,15 @@ impl Engine {
         if let Some(key) = &req.idempotency_key {
             batch.put(Space::State, keys::idempotency(ns, key), encode_row(&receipt));
         }
-        self.store.write(batch, Durability::Sync)?;
+        if planted::active(PlantedBug::HalfBatch) && datoms.len() >= 2 {
+            let rest = batch.mutations.split_off(batch.mutations.len() / 2);
+            self.store.write(batch, Durability::Sync)?;
+            self.store
+                .write(WriteBatch { mutations: rest }, Durability::Buffered)?;
+            self.head = head;
+            return Ok(Ok(receipt));
+        }
+        self.store.write(batch, planted::ack_durability())?;
         self.head = head;
         Ok(Ok(receipt))
     }

@@ -13,7 +13,9 @@
 
 mod engine;
 mod error;
+pub mod inspect;
 pub mod keys;
+pub mod planted;
 pub mod reads;
 pub mod snapshot;
 

@@ -12,7 +12,7 @@
 //! current state stays as it was.
 
 use engram_audit::{ChainError, ChainVerifier, SignedEntry};
-use engram_storage::{Durability, KeyValue, Space, StorageError, Store, WriteBatch};
+use engram_storage::{KeyValue, Space, StorageError, Store, WriteBatch};
 use engram_types::codec::{Reader, Writer};
 use thiserror::Error;
 
@@ -143,6 +143,6 @@ pub fn install(store: &dyn Store, bytes: &[u8], mut extra: WriteBatch) -> Result
         batch.put(Space::State, k, v);
     }
     batch.mutations.append(&mut extra.mutations);
-    store.write(batch, Durability::Sync)?;
+    store.write(batch, crate::planted::ack_durability())?;
     Ok(head)
 }

@@ -14,6 +14,8 @@ use engram_types::{
 };
 use thiserror::Error;
 
+// Under madsim, messages travel as values and no codec runs.
+#[cfg(not(madsim))]
 pub mod codec;
 
 #[allow(clippy::all, clippy::unwrap_used)]

@@ -12,8 +12,8 @@
 //! - [`network`]: openraft's `RaftNetworkV2` over the internal `engram.v1.Raft` gRPC service,
 //!   with messages as postcard bytes; snapshots stream in 1 MiB chunks.
 //!
-//! The async runtime is openraft's pluggable one (Tokio here); the simulation swaps it and the
-//! `tonic` package, not this code.
+//! The async runtime is openraft's pluggable one: Tokio, or madsim (`engram-sim-rt`) when built
+//! with `--cfg madsim`; the simulation swaps that and the `tonic` package, not this code.
 //!
 //! Must not depend on: RocksDB (storage is the trait), the server crate, or a clock outside
 //! [`clock`].
@@ -30,7 +30,7 @@ use engram_types::TxRequest;
 pub use log_store::LogStore;
 pub use node::{NodeError, NodeStatus, RaftNode, RaftSettings};
 use serde::{Deserialize, Serialize};
-pub use state_machine::StateMachine;
+pub use state_machine::{StateMachine, applied_index};
 
 /// A cluster member as the membership config records it.
 #[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -78,6 +78,7 @@ pub struct CommandResponse {
     pub outcome: Option<engram_core::TxOutcome>,
 }
 
+#[cfg(not(madsim))]
 openraft::declare_raft_types!(
     /// Engram's openraft type configuration.
     pub TypeConfig:
@@ -85,6 +86,18 @@ openraft::declare_raft_types!(
         R = CommandResponse,
         NodeId = u64,
         Node = NodeInfo,
+);
+
+// The simulation build: the same configuration on madsim's executor and clock.
+#[cfg(madsim)]
+openraft::declare_raft_types!(
+    /// Engram's openraft type configuration.
+    pub TypeConfig:
+        D = Command,
+        R = CommandResponse,
+        NodeId = u64,
+        Node = NodeInfo,
+        AsyncRuntime = engram_sim_rt::MadsimRuntime,
 );
 
 pub type Raft = openraft::Raft<TypeConfig, StateMachine>;

@@ -3,7 +3,7 @@ use std::io;
 use std::ops::{Bound, RangeBounds};
 use std::sync::Arc;
 
-use engram_storage::{Durability, Space, Store, WriteBatch};
+use engram_storage::{Space, Store, WriteBatch};
 use openraft::entry::RaftEntry;
 use openraft::storage::{IOFlushed, LogState, RaftLogReader, RaftLogStorage};
 use openraft::{OptionalSend, RaftTypeConfig};
@@ -44,7 +44,9 @@ impl LogStore {
     fn put_row<T: serde::Serialize>(&self, key: &[u8], value: &T) -> io::Result<()> {
         let mut batch = WriteBatch::new();
         batch.put(Space::Raft, key.to_vec(), encode(value)?);
-        self.store.write(batch, Durability::Sync).map_err(io_err)
+        self.store
+            .write(batch, engram_core::planted::ack_durability())
+            .map_err(io_err)
     }
 }
 
@@ -141,7 +143,10 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         }
         // Synced before the callback: acknowledging an unsynced append lets a crash revert a
         // follower's log, which Raft forbids.
-        let result = self.store.write(batch, Durability::Sync).map_err(io_err);
+        let result = self
+            .store
+            .write(batch, engram_core::planted::ack_durability())
+            .map_err(io_err);
         let status = match &result {
             Ok(()) => Ok(()),
             Err(e) => Err(io::Error::new(e.kind(), e.to_string())),
@@ -158,7 +163,9 @@ impl RaftLogStorage<TypeConfig> for LogStore {
             log_key(from).to_vec(),
             vec![engram_storage::FIRST_INVALID_KEY_BYTE],
         );
-        self.store.write(batch, Durability::Sync).map_err(io_err)
+        self.store
+            .write(batch, engram_core::planted::ack_durability())
+            .map_err(io_err)
     }
 
     async fn purge(&mut self, log_id: LogId) -> io::Result<()> {
@@ -169,6 +176,8 @@ impl RaftLogStorage<TypeConfig> for LogStore {
             log_key(0).to_vec(),
             log_key(log_id.index() + 1).to_vec(),
         );
-        self.store.write(batch, Durability::Sync).map_err(io_err)
+        self.store
+            .write(batch, engram_core::planted::ack_durability())
+            .map_err(io_err)
     }
 }

@@ -177,6 +177,12 @@ impl RaftNetworkV2<TypeConfig> for Connection {
     }
 }
 
+/// The generated server type (madsim's takes an interceptor type parameter).
+#[cfg(not(madsim))]
+pub type RaftServer = pb::raft_server::RaftServer<RaftService>;
+#[cfg(madsim)]
+pub type RaftServer = pb::raft_server::RaftServer<RaftService, tonic::codegen::IdentityInterceptor>;
+
 /// The server side of the internal Raft service.
 pub struct RaftService {
     raft: Raft,
@@ -187,7 +193,7 @@ impl RaftService {
         RaftService { raft }
     }
 
-    pub fn into_server(self) -> pb::raft_server::RaftServer<RaftService> {
+    pub fn into_server(self) -> RaftServer {
         pb::raft_server::RaftServer::new(self)
             .max_decoding_message_size(MAX_MESSAGE_BYTES)
             .max_encoding_message_size(MAX_MESSAGE_BYTES)

@@ -20,6 +20,9 @@ pub struct RaftSettings {
     pub election_timeout_min_ms: u64,
     pub election_timeout_max_ms: u64,
     pub snapshot_every_entries: u64,
+    /// Added to the wall clock when this node stamps a proposal: zero in production; the
+    /// simulation uses it to skew nodes' clocks against each other.
+    pub clock_skew_ns: i64,
 }
 
 /// Why a Raft operation did not complete. The server maps these to gRPC codes.
@@ -47,6 +50,7 @@ pub struct RaftNode {
     pub node_id: u64,
     pub store: Arc<dyn Store>,
     pub info: NodeInfo,
+    clock_skew_ns: i64,
 }
 
 /// A point-in-time view of the node, for status reporting.
@@ -111,19 +115,43 @@ impl RaftNode {
             node_id,
             store,
             info,
+            clock_skew_ns: settings.clock_skew_ns,
         })
     }
 
     /// Proposes a transaction, stamping it with this node's clock. Only the leader accepts.
     pub async fn propose(&self, request: TxRequest) -> Result<TxOutcome, NodeError> {
+        let proposed_time_ns = clock::now_ns().saturating_add(self.clock_skew_ns);
         let command = Command::Transact {
             request,
-            proposed_time_ns: clock::now_ns(),
+            proposed_time_ns,
         };
+        if engram_core::planted::active(engram_core::planted::PlantedBug::AckBeforeCommit) {
+            return Ok(self.planted_ack_before_commit(command, proposed_time_ns));
+        }
         let resp = self.raft.client_write(command).await.map_err(write_error)?;
         resp.data
             .outcome
             .ok_or_else(|| NodeError::Fatal("apply returned no outcome for a transaction".into()))
+    }
+
+    /// The planted bug: submit the entry and answer at once with the receipt it would get if
+    /// nothing else were proposed and it committed.
+    fn planted_ack_before_commit(&self, command: Command, proposed_time_ns: i64) -> TxOutcome {
+        let m = self.raft.metrics().borrow_watched().clone();
+        let predicted = m.last_log_index.unwrap_or(0) + 1;
+        let raft = self.raft.clone();
+        tokio::task::spawn(async move {
+            let _ = raft.client_write(command).await;
+        });
+        Ok(engram_types::TxReceipt {
+            tx: engram_types::TxId(predicted),
+            tx_time_ns: proposed_time_ns,
+            datom_hashes: Vec::new(),
+            audit_index: predicted,
+            audit_hash: engram_types::Hash::of(b""),
+            temp_ids: Default::default(),
+        })
     }
 
     /// Waits until this node (the leader) has confirmed leadership with a quorum and applied

@@ -3,7 +3,7 @@ use std::sync::Arc;
 
 use engram_audit::{NodeKey, PublicKey};
 use engram_core::{Engine, snapshot};
-use engram_storage::{Durability, Space, Store, WriteBatch};
+use engram_storage::{Space, Store, WriteBatch};
 use futures::{Stream, TryStreamExt};
 use openraft::entry::RaftEntry;
 use openraft::storage::{EntryResponder, RaftSnapshotBuilder, RaftStateMachine};
@@ -43,6 +43,12 @@ fn load_applied(store: &dyn Store) -> io::Result<(Option<LogId>, Membership)> {
         None => Membership::default(),
     };
     Ok((applied, membership))
+}
+
+/// The log index the state in `store` has applied (0: nothing), for checkers that compare
+/// replicas at the same position.
+pub fn applied_index(store: &dyn Store) -> io::Result<u64> {
+    Ok(load_applied(store)?.0.map_or(0, |id| id.index()))
 }
 
 /// The applied log id row, written with every entry's state change.
@@ -179,7 +185,9 @@ fn save_current(store: &dyn Store, meta: &SnapshotMeta, data: &[u8]) -> io::Resu
     let mut batch = WriteBatch::new();
     batch.put(Space::Raft, SNAPSHOT_META.to_vec(), encode(meta)?);
     batch.put(Space::Raft, SNAPSHOT_DATA.to_vec(), data.to_vec());
-    store.write(batch, Durability::Sync).map_err(io_err)
+    store
+        .write(batch, engram_core::planted::ack_durability())
+        .map_err(io_err)
 }
 
 fn load_current(store: &dyn Store) -> io::Result<Option<Snapshot>> {

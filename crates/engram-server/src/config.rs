@@ -58,6 +58,9 @@ pub struct ServerConfig {
     pub election_timeout_max_ms: u64,
     /// Build a snapshot (and purge the log before it) every this many applied entries.
     pub snapshot_every_entries: u64,
+    /// Added to this node's clock when it stamps proposals. Zero in production (there is no
+    /// flag for it); the simulation sets it to model nodes whose clocks disagree.
+    pub clock_skew_ns: i64,
 }
 
 impl ServerConfig {
@@ -75,6 +78,7 @@ impl ServerConfig {
             election_timeout_min_ms: 400,
             election_timeout_max_ms: 800,
             snapshot_every_entries: 5_000,
+            clock_skew_ns: 0,
         }
     }
 

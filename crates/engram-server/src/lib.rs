@@ -1,28 +1,34 @@
 //! An Engram node: the gRPC services over a Raft node.
 //!
 //! [`run`] opens the RocksDB store in the data directory, loads (or creates) the node's
-//! signing key, starts Raft, and serves on one port: `engram.v1.Memory`, `Audit`, `Cluster`,
+//! signing key, and calls [`serve`], which starts Raft and serves on one port: `engram.v1.Memory`, `Audit`, `Cluster`,
 //! the internal `engram.v1.Raft`, `grpc.health.v1` (SERVING once the node knows a leader and
 //! has applied what it committed) and server reflection, so `grpcurl` needs no proto files.
 //! Writes and linearizable reads that reach a follower are forwarded to the leader; errors
 //! become gRPC statuses in one place ([`error`]).
 //!
+//! Under `--cfg madsim` (the simulation) only [`serve`] exists: the simulation passes its
+//! in-memory store and key, and health, reflection and OTLP are left out (they are real-tonic
+//! services; madsim's transport carries madsim-tonic services only).
+//!
 //! Must not depend on: `rocksdb` directly (only through `engram-storage-rocks`), or the CLI.
 
 mod config;
 pub mod error;
+#[cfg(not(madsim))]
 mod node_key;
 mod services;
+#[cfg(not(madsim))]
 pub mod telemetry;
 
 use std::sync::Arc;
 use std::time::Duration;
 
 pub use config::{Peer, ServerConfig};
+use engram_audit::NodeKey;
 use engram_proto::pb;
 use engram_raft::{NodeInfo, RaftNode, RaftSettings};
 use engram_storage::Store;
-use engram_storage_rocks::RocksStore;
 use services::Shared;
 use services::audit::AuditService;
 use services::cluster::ClusterService;
@@ -39,18 +45,18 @@ pub enum ServerError {
 }
 
 /// Runs the node until SIGINT or SIGTERM, then shuts down gracefully.
+#[cfg(not(madsim))]
 pub async fn run(config: ServerConfig) -> Result<(), ServerError> {
     run_until(config, shutdown_signal()).await
 }
 
-/// Runs the node until `shutdown` completes.
+/// Runs the node until `shutdown` completes: RocksDB in the data directory and the key file.
+#[cfg(not(madsim))]
 pub async fn run_until(
     config: ServerConfig,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> Result<(), ServerError> {
-    if config.node_id == 0 {
-        return Err(ServerError::Startup("--id must be at least 1".into()));
-    }
+    check_id(&config)?;
     std::fs::create_dir_all(&config.data_dir).map_err(|e| {
         ServerError::Startup(format!(
             "cannot create data dir {}: {e}",
@@ -62,9 +68,29 @@ pub async fn run_until(
         None => node_key::load_or_generate(&config.data_dir.join("node.key"))?,
     };
     let store: Arc<dyn Store> = Arc::new(
-        RocksStore::open(&config.data_dir.join("db"))
+        engram_storage_rocks::RocksStore::open(&config.data_dir.join("db"))
             .map_err(|e| ServerError::Startup(format!("cannot open the store: {e}")))?,
     );
+    serve(config, store, key, shutdown).await
+}
+
+fn check_id(config: &ServerConfig) -> Result<(), ServerError> {
+    if config.node_id == 0 {
+        return Err(ServerError::Startup("--id must be at least 1".into()));
+    }
+    Ok(())
+}
+
+/// Serves a node over an opened `store` with its signing `key` until `shutdown` completes.
+/// [`run_until`] calls this with RocksDB; the simulation calls it with its in-memory store,
+/// which outlives the node so that a crash can be modelled.
+pub async fn serve(
+    config: ServerConfig,
+    store: Arc<dyn Store>,
+    key: NodeKey,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> Result<(), ServerError> {
+    check_id(&config)?;
     let info = NodeInfo {
         addr: config.advertise(),
         public_key: key.public().0,
@@ -75,38 +101,21 @@ pub async fn run_until(
         election_timeout_min_ms: config.election_timeout_min_ms,
         election_timeout_max_ms: config.election_timeout_max_ms,
         snapshot_every_entries: config.snapshot_every_entries,
+        clock_skew_ns: config.clock_skew_ns,
     };
     let node = RaftNode::start(config.node_id, info, store, Arc::new(key), &settings)
         .await
         .map_err(|e| ServerError::Startup(e.to_string()))?;
     let shared = Shared::new(node.clone(), config.clone());
-
-    let (health, health_service) = tonic_health::server::health_reporter();
-    tokio::spawn(report_health(node.clone(), health));
     if config.bootstrap {
-        tokio::spawn(bootstrap(shared.clone()));
+        tokio::task::spawn(bootstrap(shared.clone()));
     }
-    // Both reflection versions: grpcurl before 1.9 and many other tools only speak v1alpha.
-    let reflection_builder = || {
-        tonic_reflection::server::Builder::configure()
-            .register_encoded_file_descriptor_set(engram_proto::FILE_DESCRIPTOR_SET)
-            .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
-    };
-    let reflection = reflection_builder()
-        .build_v1()
-        .map_err(|e| ServerError::Startup(format!("reflection: {e}")))?;
-    let reflection_alpha = reflection_builder()
-        .build_v1alpha()
-        .map_err(|e| ServerError::Startup(format!("reflection: {e}")))?;
     // The transport refuses bodies above this with OUT_OF_RANGE before they are decoded; below
     // it, the Memory service refuses transactions above --max-tx-bytes with RESOURCE_EXHAUSTED.
     let request_limit = config.max_tx_bytes.saturating_mul(2).max(64 << 20);
 
-    let served = Server::builder()
+    let router = Server::builder()
         .tcp_nodelay(true)
-        .add_service(health_service)
-        .add_service(reflection)
-        .add_service(reflection_alpha)
         .add_service(
             pb::memory_server::MemoryServer::new(MemoryService::new(shared.clone()))
                 .max_decoding_message_size(request_limit)
@@ -118,14 +127,37 @@ pub async fn run_until(
         .add_service(pb::cluster_server::ClusterServer::new(ClusterService::new(
             shared.clone(),
         )))
-        .add_service(engram_raft::network::RaftService::new(node.raft.clone()).into_server())
-        .serve_with_shutdown(config.listen, shutdown)
-        .await;
+        .add_service(engram_raft::network::RaftService::new(node.raft.clone()).into_server());
+    // Health and reflection are real-tonic services; madsim's transport cannot carry them, and
+    // the simulation does not need them (the real-TCP tests cover both).
+    #[cfg(not(madsim))]
+    let router = {
+        let (health, health_service) = tonic_health::server::health_reporter();
+        tokio::task::spawn(report_health(node.clone(), health));
+        // Both reflection versions: grpcurl before 1.9 and many other tools only speak v1alpha.
+        let reflection_builder = || {
+            tonic_reflection::server::Builder::configure()
+                .register_encoded_file_descriptor_set(engram_proto::FILE_DESCRIPTOR_SET)
+                .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+        };
+        let reflection = reflection_builder()
+            .build_v1()
+            .map_err(|e| ServerError::Startup(format!("reflection: {e}")))?;
+        let reflection_alpha = reflection_builder()
+            .build_v1alpha()
+            .map_err(|e| ServerError::Startup(format!("reflection: {e}")))?;
+        router
+            .add_service(health_service)
+            .add_service(reflection)
+            .add_service(reflection_alpha)
+    };
+    let served = router.serve_with_shutdown(config.listen, shutdown).await;
     node.shutdown().await;
     info!(node_id = config.node_id, "node stopped");
     served.map_err(|e| ServerError::Serve(e.to_string()))
 }
 
+#[cfg(not(madsim))]
 async fn shutdown_signal() {
     let ctrl_c = tokio::signal::ctrl_c();
     let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
@@ -144,6 +176,7 @@ async fn shutdown_signal() {
 }
 
 /// Health is SERVING while the node knows a leader and has applied what it knows committed.
+#[cfg(not(madsim))]
 async fn report_health(node: RaftNode, reporter: tonic_health::server::HealthReporter) {
     loop {
         let status = node.status();

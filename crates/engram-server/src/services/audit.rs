@@ -62,7 +62,7 @@ impl pb::audit_server::Audit for AuditService {
         };
         // A bounded channel: a slow reader holds back only its own stream, never apply.
         let (tx, rx) = tokio::sync::mpsc::channel(PAGE_ENTRIES);
-        tokio::spawn(async move {
+        tokio::task::spawn(async move {
             let mut next = from;
             while next <= last {
                 let want = ((last - next + 1) as usize).min(PAGE_ENTRIES);

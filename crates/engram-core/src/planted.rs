@@ -1,0 +1,77 @@
+//! Known bugs that the simulation suite plants to prove its checkers can fail.
+//!
+//! With the `planted-bugs` feature (test builds only), a test switches one bug on for its own
+//! thread — madsim runs a whole simulated cluster on the thread that calls `block_on` — and
+//! the code paths below misbehave in the named way. Without the feature, [`active`] is a
+//! constant `false` and the compiler removes every planted branch.
+
+/// A bug the suite must catch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PlantedBug {
+    /// The leader answers a write before the entry is committed (it predicts the receipt).
+    AckBeforeCommit,
+    /// Log appends and applies are acknowledged without being synced to disk.
+    SkipSyncBeforeAck,
+    /// Every fourth audit entry links to a wrong `prev_hash` (and the in-apply assertion that
+    /// would catch it is skipped).
+    WrongPrevHash,
+    /// A transaction's write batch is split: the first half (with the applied log position)
+    /// is synced, the rest is buffered, so a crash between them leaves half a transaction.
+    HalfBatch,
+}
+
+impl PlantedBug {
+    pub const ALL: [PlantedBug; 4] = [
+        PlantedBug::AckBeforeCommit,
+        PlantedBug::SkipSyncBeforeAck,
+        PlantedBug::WrongPrevHash,
+        PlantedBug::HalfBatch,
+    ];
+}
+
+#[cfg(feature = "planted-bugs")]
+mod switch {
+    use std::cell::Cell;
+
+    use super::PlantedBug;
+
+    thread_local! {
+        static ACTIVE: Cell<Option<PlantedBug>> = const { Cell::new(None) };
+    }
+
+    /// Switches `bug` on (or all bugs off) for the calling thread.
+    pub fn set(bug: Option<PlantedBug>) {
+        ACTIVE.with(|a| a.set(bug));
+    }
+
+    pub fn active(bug: PlantedBug) -> bool {
+        ACTIVE.with(|a| a.get()) == Some(bug)
+    }
+}
+
+#[cfg(feature = "planted-bugs")]
+pub use switch::set;
+
+/// Whether `bug` is switched on for this thread.
+#[inline]
+pub fn active(bug: PlantedBug) -> bool {
+    #[cfg(feature = "planted-bugs")]
+    {
+        switch::active(bug)
+    }
+    #[cfg(not(feature = "planted-bugs"))]
+    {
+        let _ = bug;
+        false
+    }
+}
+
+/// The durability of a write the caller acknowledges: `Sync`, unless the skip-sync bug is on.
+#[inline]
+pub fn ack_durability() -> engram_storage::Durability {
+    if active(PlantedBug::SkipSyncBeforeAck) {
+        engram_storage::Durability::Buffered
+    } else {
+        engram_storage::Durability::Sync
+    }
+}

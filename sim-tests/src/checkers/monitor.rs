@@ -1,0 +1,123 @@
+//! The cheap checks that run while faults fire, so a violation is caught near the moment it
+//! happens (and a later repair cannot hide it). Every sample, for every node, read straight
+//! from its store:
+//! - the chain only grows: an entry seen before never vanishes (applied state survives
+//!   crashes) and is never rewritten (I1, I3);
+//! - new entries link to the ones before them (I1) and keep tx time monotonic (I7);
+//! - the state digest is recorded against the node's applied log index, for I2's per-index
+//!   comparison across replicas.
+
+use std::collections::BTreeMap;
+
+use engram_audit::GENESIS_PREV_HASH;
+use engram_core::inspect;
+use engram_types::Hash;
+
+use super::{Violation, chain_continuity, tx_time_monotonic};
+use crate::cluster::Cluster;
+
+#[derive(Default)]
+struct Seen {
+    /// Entry hashes seen, by index.
+    hashes: Vec<Hash>,
+    last_tx_time_ns: i64,
+}
+
+#[derive(Default)]
+pub struct Monitor {
+    nodes: BTreeMap<u64, Seen>,
+    /// Applied log index → (node, state digest) samples.
+    pub samples: BTreeMap<u64, Vec<(u64, Hash)>>,
+    pub violations: Vec<Violation>,
+    pub rounds: u64,
+}
+
+impl Monitor {
+    pub fn sample(&mut self, cluster: &Cluster) {
+        self.rounds += 1;
+        for (id, node) in &cluster.nodes {
+            let store = &*node.store;
+            let seen = self.nodes.entry(*id).or_default();
+            let from = seen.hashes.len() as u64;
+            // Re-read the last known entry too, to catch a rewrite or a loss of it.
+            let rows = match inspect::stored_audit_entries_from(store, from.max(1)) {
+                Ok(rows) => rows,
+                Err(e) => {
+                    self.violations.push(Violation::new(
+                        "store-readable",
+                        format!("node {id}: audit rows: {e}"),
+                    ));
+                    continue;
+                }
+            };
+            if from > 0 {
+                match rows.first() {
+                    Some(first) if first.index == from => {
+                        let same = first
+                            .entry
+                            .as_ref()
+                            .is_ok_and(|s| s.entry.hash() == seen.hashes[from as usize - 1]);
+                        if !same {
+                            self.violations.push(Violation::new(
+                                chain_continuity::NAME,
+                                format!("node {id} index {from}: the entry changed after it was applied"),
+                            ));
+                            seen.hashes.truncate(from as usize - 1);
+                            continue;
+                        }
+                    }
+                    _ => {
+                        self.violations.push(Violation::new(
+                            chain_continuity::NAME,
+                            format!("node {id} index {from}: an applied entry vanished (a crash rolled back applied state)"),
+                        ));
+                        seen.hashes.truncate(from as usize - 1);
+                        continue;
+                    }
+                }
+            }
+            let mut prev = seen.hashes.last().copied().unwrap_or(GENESIS_PREV_HASH);
+            for stored in rows.iter().skip(usize::from(from > 0)) {
+                let expected = seen.hashes.len() as u64 + 1;
+                let signed = match (&stored.entry, stored.index == expected) {
+                    (Ok(s), true) if s.entry.prev_hash == prev && s.entry.index == expected => s,
+                    _ => {
+                        self.violations.push(Violation::new(
+                            chain_continuity::NAME,
+                            format!(
+                                "node {id} index {expected}: does not continue the chain (seen while running)"
+                            ),
+                        ));
+                        break;
+                    }
+                };
+                if signed.entry.tx_time_ns < seen.last_tx_time_ns {
+                    self.violations.push(Violation::new(
+                        tx_time_monotonic::NAME,
+                        format!(
+                            "node {id} index {expected}: tx time {} ns before {} ns (seen while running)",
+                            signed.entry.tx_time_ns, seen.last_tx_time_ns
+                        ),
+                    ));
+                }
+                seen.last_tx_time_ns = seen.last_tx_time_ns.max(signed.entry.tx_time_ns);
+                prev = signed.entry.hash();
+                seen.hashes.push(prev);
+            }
+            match (engram_raft::applied_index(store), inspect::state_digest(store)) {
+                (Ok(index), Ok(digest)) => {
+                    let at = self.samples.entry(index).or_default();
+                    if !at.iter().any(|(n, d)| n == id && *d == digest) {
+                        at.push((*id, digest));
+                    }
+                }
+                (Err(e), _) => self
+                    .violations
+                    .push(Violation::new("store-readable", format!("node {id}: {e}"))),
+                (_, Err(e)) => self
+                    .violations
+                    .push(Violation::new("store-readable", format!("node {id}: {e}"))),
+            }
+        }
+    }
+}

@@ -1,0 +1,376 @@
+//! One seed, end to end: draw the fault mix, boot the pool, initialise three voters, create
+//! the registers, run the agents while faults fire (the monitor sampling every replica), heal,
+//! demand liveness, then run every checker over the history and the final replicas.
+
+use std::collections::BTreeMap;
+use std::panic::AssertUnwindSafe;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use engram_core::planted::{self, PlantedBug};
+use madsim::runtime::{Handle, Runtime};
+
+use crate::checkers::liveness::Recovery;
+use crate::checkers::monitor::Monitor;
+use crate::checkers::{
+    Replica, Violation, acked_durable, asof_stable, chain_continuity, linearizable, liveness,
+    no_partial_apply, replica_agreement, signatures_valid, tx_time_monotonic,
+};
+use crate::cluster::{Cluster, NodeSettings, node_addr};
+use crate::faults::{Driver, FaultMix, draw_skew_ns};
+use crate::history::{History, Outcome};
+use crate::workload::{self, Workload};
+
+/// How to run a seed.
+#[derive(Clone, Debug, Default)]
+pub struct Options {
+    /// A planted bug to switch on (test builds of the suite only).
+    pub bug: Option<PlantedBug>,
+    /// Overrides the drawn fault phase length, in simulated ms.
+    pub fault_phase_ms: Option<u64>,
+}
+
+/// What a seed did and found.
+#[derive(Clone, Debug)]
+pub struct SeedReport {
+    pub seed: u64,
+    pub bug: Option<PlantedBug>,
+    pub mix: Option<FaultMix>,
+    pub violations: Vec<Violation>,
+    /// A panic inside the simulation (a node's assertion, a harness failure).
+    pub panic: Option<String>,
+    /// blake3 over the fault log, the history and every replica's final chain and state: the
+    /// same seed must give the same hash.
+    pub trace_hash: String,
+    pub ops: usize,
+    pub acked_writes: usize,
+    pub unknown_writes: usize,
+    pub refused_cas: usize,
+    pub reads: usize,
+    pub chain_len: u64,
+    pub fault_counts: BTreeMap<&'static str, u64>,
+    pub fault_log: Vec<String>,
+    pub recovery: Recovery,
+    pub sim_ms: u64,
+    pub wall_ms: u64,
+}
+
+impl SeedReport {
+    pub fn passed(&self) -> bool {
+        self.violations.is_empty() && self.panic.is_none()
+    }
+
+    /// The checkers (or "panic") that failed.
+    pub fn failed_checkers(&self) -> Vec<&'static str> {
+        let mut names: Vec<&'static str> = self.violations.iter().map(|v| v.checker).collect();
+        if self.panic.is_some() {
+            names.push("panic");
+        }
+        names.sort_unstable();
+        names.dedup();
+        names
+    }
+
+    /// One line that replays this seed.
+    pub fn repro_command(&self) -> String {
+        let bug = self
+            .bug
+            .map_or(String::new(), |b| format!(" ENGRAM_SIM_BUG={b:?}"));
+        format!(
+            "ENGRAM_SIM_SEED={}{bug} cargo sim -p engram-sim-tests --test seeds -- one_seed --exact --nocapture",
+            self.seed
+        )
+    }
+
+    /// A multi-line failure report: seed, mix, what broke, how to replay.
+    pub fn failure_text(&self) -> String {
+        let mut s = format!("seed {} FAILED", self.seed);
+        if let Some(mix) = &self.mix {
+            s.push_str(&format!("\n  fault mix: {mix}"));
+        }
+        if let Some(p) = &self.panic {
+            s.push_str(&format!("\n  panic: {p}"));
+        }
+        for v in self.violations.iter().take(12) {
+            s.push_str(&format!("\n  {v}"));
+        }
+        if self.violations.len() > 12 {
+            s.push_str(&format!("\n  ... {} more", self.violations.len() - 12));
+        }
+        let tail: Vec<&String> = self.fault_log.iter().rev().take(8).collect();
+        if !tail.is_empty() {
+            s.push_str("\n  last faults:");
+            for line in tail.into_iter().rev() {
+                s.push_str(&format!("\n    {line}"));
+            }
+        }
+        s.push_str(&format!("\n  reproduce: {}", self.repro_command()));
+        s
+    }
+}
+
+struct Finished {
+    mix: FaultMix,
+    violations: Vec<Violation>,
+    trace_hash: String,
+    history: Vec<crate::history::Op>,
+    chain_len: u64,
+    fault_counts: BTreeMap<&'static str, u64>,
+    fault_log: Vec<String>,
+    recovery: Recovery,
+    sim_ms: u64,
+}
+
+/// Runs one seed in a fresh simulation and reports. Never panics: a panic inside the
+/// simulation becomes part of the report.
+pub fn run_seed(seed: u64, options: &Options) -> SeedReport {
+    let wall = Instant::now();
+    let mut runtime = Runtime::with_seed_and_config(seed, madsim::Config::default());
+    // A run that never ends is a liveness bug too; madsim panics past this much simulated time.
+    runtime.set_time_limit(Duration::from_secs(600));
+    let opts = options.clone();
+    let result = std::panic::catch_unwind(AssertUnwindSafe(|| runtime.block_on(simulate(opts))));
+    planted::set(None);
+    let wall_ms = wall.elapsed().as_millis() as u64;
+    let mut report = SeedReport {
+        seed,
+        bug: options.bug,
+        mix: None,
+        violations: Vec::new(),
+        panic: None,
+        trace_hash: String::new(),
+        ops: 0,
+        acked_writes: 0,
+        unknown_writes: 0,
+        refused_cas: 0,
+        reads: 0,
+        chain_len: 0,
+        fault_counts: BTreeMap::new(),
+        fault_log: Vec::new(),
+        recovery: Recovery::default(),
+        sim_ms: 0,
+        wall_ms,
+    };
+    match result {
+        Ok(Ok(o)) => {
+            report.ops = o.history.len();
+            for op in &o.history {
+                match op.outcome {
+                    Outcome::Written { .. } => report.acked_writes += 1,
+                    Outcome::Unknown => report.unknown_writes += 1,
+                    Outcome::CasFailed => report.refused_cas += 1,
+                    Outcome::Value { .. } => report.reads += 1,
+                }
+            }
+            report.mix = Some(o.mix);
+            report.violations = o.violations;
+            report.trace_hash = o.trace_hash;
+            report.chain_len = o.chain_len;
+            report.fault_counts = o.fault_counts;
+            report.fault_log = o.fault_log;
+            report.recovery = o.recovery;
+            report.sim_ms = o.sim_ms;
+        }
+        Ok(Err(failure)) => {
+            report.mix = Some(failure.mix);
+            report.panic = Some(failure.reason);
+        }
+        Err(payload) => {
+            let msg = payload
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| payload.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_else(|| "non-string panic".into());
+            report.panic = Some(msg);
+        }
+    }
+    report
+}
+
+/// A short run (8 simulated seconds of faults) for madsim's determinism check, which needs a
+/// plain `fn` to call twice.
+pub async fn simulate_short() {
+    let _ = simulate(Options {
+        fault_phase_ms: Some(8_000),
+        ..Options::default()
+    })
+    .await;
+}
+
+/// The harness could not set the scenario up (the mix is kept for the report).
+struct SetupFailure {
+    mix: FaultMix,
+    reason: String,
+}
+
+type SimResult = Result<Finished, Box<SetupFailure>>;
+
+async fn simulate(options: Options) -> SimResult {
+    let handle = Handle::current();
+    let start = Instant::now();
+    let mut mix = FaultMix::draw();
+    if let Some(ms) = options.fault_phase_ms {
+        mix.fault_phase_ms = ms;
+    }
+    let pool = mix.pool_size();
+    let skews: Vec<i64> = (0..pool).map(|_| draw_skew_ns(mix.clock_skew_ms)).collect();
+    let settings = NodeSettings {
+        heartbeat_interval_ms: 100,
+        election_timeout_min_ms: 400,
+        election_timeout_max_ms: 800,
+        snapshot_every_entries: mix.snapshot_every_entries,
+    };
+    let mut cluster = Cluster::boot(handle.clone(), pool, &settings, &skews, handle.seed());
+    let fail = |mix: &FaultMix, reason: String| {
+        Err(Box::new(SetupFailure {
+            mix: mix.clone(),
+            reason,
+        }))
+    };
+
+    // Three initial voters; the rest of the pool waits to be added.
+    let mut initialised = false;
+    for _ in 0..50 {
+        madsim::time::sleep(Duration::from_millis(100)).await;
+        if cluster.init(&[1, 2, 3]).await.is_ok() {
+            initialised = true;
+            break;
+        }
+    }
+    if !initialised {
+        return fail(&mix, "Cluster.Init did not succeed in 50 attempts".into());
+    }
+    let targets: Vec<String> = cluster.nodes.keys().map(|id| node_addr(*id)).collect();
+    let registers = match cluster
+        .control(workload::create_registers(targets.clone(), mix.registers))
+        .await
+    {
+        Ok(r) => r,
+        Err(e) => return fail(&mix, e),
+    };
+
+    // A planted bug goes live once the registers exist (setup needs real receipts), on this
+    // thread, which runs the whole simulation.
+    planted::set(options.bug);
+
+    let history = History::default();
+    let w = Arc::new(Workload {
+        history: history.clone(),
+        registers: registers.clone(),
+        targets,
+        stop: AtomicBool::new(false),
+        start,
+        unexpected: Mutex::new(Vec::new()),
+        acked_tx: Mutex::new(BTreeMap::new()),
+    });
+    let mut clients = Vec::new();
+    for c in 0..mix.clients {
+        let node = handle
+            .create_node()
+            .name(format!("agent-{c}"))
+            .ip(std::net::IpAddr::V4(std::net::Ipv4Addr::new(
+                10,
+                0,
+                1,
+                c as u8 + 1,
+            )))
+            .build();
+        clients.push(node.spawn(workload::run_client(c, w.clone())));
+    }
+
+    let mut monitor = Monitor::default();
+    let (fault_log, fault_counts) = {
+        let mut driver = Driver::new(&mut cluster, mix.clone(), start);
+        driver.run(&mut monitor).await;
+        driver.heal();
+        (driver.log, driver.counts)
+    };
+    w.stop.store(true, Ordering::Relaxed);
+    for c in clients {
+        if let Err(e) = c.await {
+            return fail(&mix, format!("a client task failed: {e}"));
+        }
+    }
+
+    let (recovery, mut violations) = liveness::check(&cluster, registers[0]).await;
+    monitor.sample(&cluster);
+    violations.extend(monitor.violations.iter().cloned());
+
+    let members: Vec<u64> = recovery
+        .voters
+        .iter()
+        .chain(&recovery.learners)
+        .copied()
+        .collect();
+    let mut replicas = Vec::new();
+    for (id, node) in &cluster.nodes {
+        match Replica::read(*id, members.contains(id), &*node.store) {
+            Ok(r) => replicas.push(r),
+            Err(v) => violations.push(v),
+        }
+    }
+    let ops = history.ops();
+    let pool_keys: Vec<_> = cluster.nodes.values().map(|n| n.key.public()).collect();
+    violations.extend(chain_continuity::check(&replicas));
+    violations.extend(replica_agreement::check(&replicas, &monitor.samples));
+    violations.extend(acked_durable::check(&ops, &registers, &replicas));
+    violations.extend(signatures_valid::check(&replicas, &pool_keys));
+    let member_stores: Vec<(u64, &dyn engram_storage::Store)> = cluster
+        .nodes
+        .iter()
+        .filter(|(id, _)| members.contains(id))
+        .map(|(id, n)| (*id, &*n.store as &dyn engram_storage::Store))
+        .collect();
+    violations.extend(asof_stable::check(&ops, &registers, &member_stores));
+    violations.extend(tx_time_monotonic::check(&replicas));
+    violations.extend(no_partial_apply::check(&replicas));
+    violations.extend(linearizable::check(&ops));
+    for u in w.unexpected.lock().unwrap_or_else(|e| e.into_inner()).iter() {
+        violations.push(Violation::new("client-errors", u.clone()));
+    }
+    violations.dedup();
+
+    let chain_len = replicas.iter().map(|r| r.entries.len() as u64).max().unwrap_or(0);
+    let trace_hash = trace_hash(&fault_log, &ops, &replicas, &violations);
+    Ok(Finished {
+        mix,
+        violations,
+        trace_hash,
+        history: ops,
+        chain_len,
+        fault_counts,
+        fault_log,
+        recovery,
+        sim_ms: start.elapsed().as_millis() as u64,
+    })
+}
+
+fn trace_hash(
+    log: &[String],
+    ops: &[crate::history::Op],
+    replicas: &[Replica],
+    violations: &[Violation],
+) -> String {
+    let mut h = blake3::Hasher::new();
+    for line in log {
+        h.update(line.as_bytes());
+        h.update(b"\n");
+    }
+    for op in ops {
+        h.update(format!("{op:?}\n").as_bytes());
+    }
+    for r in replicas {
+        h.update(&r.node.to_le_bytes());
+        h.update(&r.applied_index.to_le_bytes());
+        h.update(r.digest.as_bytes());
+        for (index, hash) in r.entry_hashes() {
+            h.update(&index.to_le_bytes());
+            h.update(hash.as_bytes());
+        }
+    }
+    for v in violations {
+        h.update(v.to_string().as_bytes());
+    }
+    h.finalize().to_hex().to_string()
+}
