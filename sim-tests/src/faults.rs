@@ -69,7 +69,7 @@ impl FaultMix {
             membership_every_ms: on(&mut rng).then(|| rng.gen_range(1500..6000)),
             whole_cluster_restart: rng.gen_bool(0.3),
             snapshot_every_entries: [16, 40, 200][rng.gen_range(0..3)],
-            clients: rng.gen_range(2..=4),
+            clients: rng.gen_range(2..=5),
             registers: rng.gen_range(2..=5),
             fault_phase_ms: 20_000,
         }

@@ -13,6 +13,7 @@
 //! - [`faults`]: the per-seed fault mix and the driver that applies it.
 //! - [`workload`]: agent clients; every operation recorded as invoke/return in [`history`].
 //! - [`checkers`]: one file per invariant (I1–I8 in the design brief) plus liveness.
+//! - [`events`]: what the nodes logged (snapshots installed, elections), counted per seed.
 //!
 //! Everything is `#[cfg(madsim)]`; build with `cargo sim -p engram-sim-tests`.
 //!
@@ -23,20 +24,10 @@
 
 pub mod checkers;
 pub mod cluster;
+pub mod events;
 pub mod faults;
 pub mod history;
 pub mod scenario;
 pub mod workload;
 
 pub use scenario::{Options, SeedReport, run_seed};
-
-/// Sends the nodes' logs to stderr when `ENGRAM_SIM_LOG` holds a filter (e.g. `info`), for
-/// looking into one seed. Safe to call more than once.
-pub fn init_logging() {
-    if let Ok(filter) = std::env::var("ENGRAM_SIM_LOG") {
-        let _ = tracing_subscriber::fmt()
-            .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
-            .with_writer(std::io::stderr)
-            .try_init();
-    }
-}

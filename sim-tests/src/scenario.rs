@@ -52,6 +52,8 @@ pub struct SeedReport {
     pub fault_counts: BTreeMap<&'static str, u64>,
     pub fault_log: Vec<String>,
     pub recovery: Recovery,
+    /// What the nodes logged: snapshots built and installed, elections won.
+    pub events: BTreeMap<&'static str, u64>,
     pub sim_ms: u64,
     pub wall_ms: u64,
 }
@@ -125,6 +127,8 @@ struct Finished {
 /// Runs one seed in a fresh simulation and reports. Never panics: a panic inside the
 /// simulation becomes part of the report.
 pub fn run_seed(seed: u64, options: &Options) -> SeedReport {
+    crate::events::init();
+    crate::events::reset();
     let wall = Instant::now();
     let mut runtime = Runtime::with_seed_and_config(seed, madsim::Config::default());
     // A run that never ends is a liveness bug too; madsim panics past this much simulated time.
@@ -149,6 +153,7 @@ pub fn run_seed(seed: u64, options: &Options) -> SeedReport {
         fault_counts: BTreeMap::new(),
         fault_log: Vec::new(),
         recovery: Recovery::default(),
+        events: crate::events::take(),
         sim_ms: 0,
         wall_ms,
     };

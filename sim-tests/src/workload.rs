@@ -196,7 +196,7 @@ pub async fn run_client(client: usize, w: Arc<Workload>) {
         if !drop {
             w.history.complete(pending, outcome, w.now_ms());
         }
-        let gap = madsim::rand::thread_rng().gen_range(5..60);
+        let gap = madsim::rand::thread_rng().gen_range(2..40);
         madsim::time::sleep(Duration::from_millis(gap)).await;
     }
 }

@@ -19,7 +19,7 @@ fn env_u64(name: &str, default: u64) -> u64 {
 
 fn summary_line(r: &SeedReport) -> String {
     format!(
-        "seed {:>5} {} ops={} acked={} unknown={} cas-refused={} reads={} chain={} recover={}ms sim={}ms wall={}ms faults={:?}",
+        "seed {:>5} {} ops={} acked={} unknown={} cas-refused={} reads={} chain={} recover={}ms sim={}ms wall={}ms faults={:?} events={:?}",
         r.seed,
         if r.passed() { "ok  " } else { "FAIL" },
         r.ops,
@@ -32,6 +32,7 @@ fn summary_line(r: &SeedReport) -> String {
         r.sim_ms,
         r.wall_ms,
         r.fault_counts,
+        r.events,
     )
 }
 
@@ -72,9 +73,15 @@ fn seed_sweep() {
     let sim_s: f64 = reports.iter().map(|r| r.sim_ms as f64 / 1000.0).sum();
     let busy_s: f64 = reports.iter().map(|r| r.wall_ms as f64 / 1000.0).sum();
     let mut kinds: BTreeMap<&str, u64> = BTreeMap::new();
+    let mut happened: BTreeMap<&str, u64> = BTreeMap::new();
     for r in &reports {
         for k in r.mix.as_ref().map(|m| m.kinds()).unwrap_or_default() {
             *kinds.entry(k).or_insert(0) += 1;
+        }
+        for (k, n) in r.fault_counts.iter().chain(r.events.iter()) {
+            if *n > 0 {
+                *happened.entry(k).or_insert(0) += 1;
+            }
         }
     }
     let failed: Vec<&SeedReport> = reports.iter().filter(|r| !r.passed()).collect();
@@ -87,7 +94,8 @@ fn seed_sweep() {
         reports.iter().map(|r| r.acked_writes).sum::<usize>(),
         reports.iter().map(|r| r.ops).sum::<usize>(),
     );
-    println!("sweep: seeds per fault kind {kinds:?}");
+    println!("sweep: seeds whose mix enabled each kind {kinds:?}");
+    println!("sweep: seeds in which each fault fired / event happened {happened:?}");
     assert_eq!(reports.len() as u64, count, "every seed reports");
     if !failed.is_empty() {
         let text: Vec<String> = failed.iter().map(|r| r.failure_text()).collect();
@@ -104,7 +112,6 @@ fn seed_sweep() {
 /// whole fault log printed.
 #[test]
 fn one_seed() {
-    engram_sim_tests::init_logging();
     let seed = env_u64("ENGRAM_SIM_SEED", 0);
     let bug = std::env::var("ENGRAM_SIM_BUG")
         .ok()

@@ -218,11 +218,34 @@ impl RaftNode {
         })
     }
 
+    /// Refuses a membership change unless this node is the leader and still a voter.
+    ///
+    /// A leader that has just committed its own removal from the voters keeps its leader state
+    /// for a moment; openraft 0.10.0-alpha.37 panics ("Only leader is allowed to call
+    /// update_effective_membership()") if such a node is asked for another membership change.
+    /// The simulation found this by removing the leader (see sim-tests/tests/regressions.rs).
+    fn ensure_voting_leader(&self) -> Result<(), NodeError> {
+        let m = self.raft.metrics().borrow_watched().clone();
+        let voter = m
+            .membership_config
+            .membership()
+            .voter_ids()
+            .any(|v| v == self.node_id);
+        if m.current_leader == Some(self.node_id) && voter {
+            return Ok(());
+        }
+        Err(NodeError::NotLeader {
+            leader: self.leader().filter(|(id, _)| *id != self.node_id),
+        })
+    }
+
     /// Adds a node as a learner, waits for it to catch up, then (unless `learner_only`)
     /// promotes it to voter.
     pub async fn add_node(&self, id: u64, info: NodeInfo, learner_only: bool) -> Result<(), NodeError> {
+        self.ensure_voting_leader()?;
         self.raft.add_learner(id, info, true).await.map_err(write_error)?;
         if !learner_only {
+            self.ensure_voting_leader()?;
             self.raft
                 .change_membership(ChangeMembers::AddVoterIds(BTreeSet::from([id])), true)
                 .await
@@ -231,17 +254,19 @@ impl RaftNode {
         Ok(())
     }
 
-    /// Removes a node from the voters and the learners.
+    /// Removes a node from the cluster: a voter in one change (not kept as a learner), a
+    /// learner by removing it from the nodes. One change, not two, so a leader removing itself
+    /// never has to make a second change after it stopped being a voter.
     pub async fn remove_node(&self, id: u64) -> Result<(), NodeError> {
+        self.ensure_voting_leader()?;
         let m = self.raft.metrics().borrow_watched().clone();
-        if m.membership_config.membership().voter_ids().any(|v| v == id) {
-            self.raft
-                .change_membership(ChangeMembers::RemoveVoters(BTreeSet::from([id])), false)
-                .await
-                .map_err(write_error)?;
-        }
+        let change = if m.membership_config.membership().voter_ids().any(|v| v == id) {
+            ChangeMembers::RemoveVoters(BTreeSet::from([id]))
+        } else {
+            ChangeMembers::RemoveNodes(BTreeSet::from([id]))
+        };
         self.raft
-            .change_membership(ChangeMembers::RemoveNodes(BTreeSet::from([id])), false)
+            .change_membership(change, false)
             .await
             .map_err(write_error)?;
         Ok(())
