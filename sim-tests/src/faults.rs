@@ -270,6 +270,9 @@ impl<'a> Driver<'a> {
                         let back = now + Duration::from_millis(Self::rng().gen_range(100..3000));
                         down_until.push((id, back));
                         self.note("crash-restart", format!("crash n{id} torn={torn:?}"));
+                        if torn.is_some() {
+                            *self.counts.entry("torn-write").or_insert(0) += 1;
+                        }
                     }
                 }
             }

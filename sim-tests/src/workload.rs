@@ -25,8 +25,9 @@ pub const REG_NAME: &str = ":reg/name";
 
 /// Per-attempt deadline.
 const ATTEMPT_TIMEOUT: Duration = Duration::from_millis(1500);
-/// How long a client keeps retrying one operation before recording it as unknown.
-const PATIENCE: Duration = Duration::from_secs(8);
+/// How long a client keeps retrying one operation before recording it as unknown: drawn per
+/// operation, so some give up inside an outage (their writes end unknown) and some outlast it.
+const PATIENCE_MS: std::ops::Range<u64> = 500..8000;
 
 /// What the clients share.
 pub struct Workload {
@@ -211,7 +212,8 @@ fn pick_target(w: &Workload) -> String {
 }
 
 async fn execute(client: usize, agent: &str, seq: u64, call: &Call, w: &Workload) -> Outcome {
-    let deadline = Instant::now() + PATIENCE;
+    let patience = madsim::rand::thread_rng().gen_range(PATIENCE_MS);
+    let deadline = Instant::now() + Duration::from_millis(patience);
     let request = match call {
         Call::Write { key, value } | Call::Cas { key, value, .. } => {
             let entity = w.registers[*key];
