@@ -126,8 +126,26 @@ struct Finished {
 
 /// Runs one seed in a fresh simulation and reports. Never panics: a panic inside the
 /// simulation becomes part of the report.
+///
+/// Each seed runs on a new thread: the standard library seeds its hash maps once per thread,
+/// and madsim can make that seed deterministic only on a thread that has not created a hash
+/// map yet. On a reused thread a seed's run would depend on the seeds before it.
 pub fn run_seed(seed: u64, options: &Options) -> SeedReport {
+    // The process-wide subscriber is set up here, not on the seed's thread (see above).
     crate::events::init();
+    let options = options.clone();
+    match std::thread::Builder::new()
+        .name(format!("seed-{seed}"))
+        .spawn(move || run_seed_here(seed, &options))
+        .map(|t| t.join())
+    {
+        Ok(Ok(report)) => report,
+        Ok(Err(_)) => panic!("seed {seed}: the harness itself panicked outside the simulation"),
+        Err(e) => panic!("seed {seed}: cannot start a thread: {e}"),
+    }
+}
+
+fn run_seed_here(seed: u64, options: &Options) -> SeedReport {
     crate::events::reset();
     let wall = Instant::now();
     let mut runtime = Runtime::with_seed_and_config(seed, madsim::Config::default());
@@ -316,11 +334,16 @@ async fn simulate(options: Options) -> SimResult {
         }
     }
     let ops = history.ops();
-    let pool_keys: Vec<_> = cluster.nodes.values().map(|n| n.key.public()).collect();
+    let pool_keys: BTreeMap<u64, _> = cluster
+        .nodes
+        .iter()
+        .map(|(id, n)| (*id, n.key.public()))
+        .collect();
+    let refusals = unadmitted_answers(&cluster).await;
     violations.extend(chain_continuity::check(&replicas));
     violations.extend(replica_agreement::check(&replicas, &monitor.samples));
     violations.extend(acked_durable::check(&ops, &registers, &replicas));
-    violations.extend(signatures_valid::check(&replicas, &pool_keys));
+    violations.extend(signatures_valid::check(&replicas, &pool_keys, &refusals));
     let member_stores: Vec<(u64, &dyn engram_storage::Store)> = cluster
         .nodes
         .iter()
@@ -330,7 +353,10 @@ async fn simulate(options: Options) -> SimResult {
     violations.extend(asof_stable::check(&ops, &registers, &member_stores));
     violations.extend(tx_time_monotonic::check(&replicas));
     violations.extend(no_partial_apply::check(&replicas));
-    violations.extend(linearizable::check(&ops));
+    violations.extend(linearizable::check(
+        &ops,
+        &committed_values(&replicas, &registers),
+    ));
     for u in w.unexpected.lock().unwrap_or_else(|e| e.into_inner()).iter() {
         violations.push(Violation::new("client-errors", u.clone()));
     }
@@ -349,6 +375,67 @@ async fn simulate(options: Options) -> SimResult {
         recovery,
         sim_ms: start.elapsed().as_millis() as u64,
     })
+}
+
+/// The (register, value) pairs the final log holds, read from the first member replica (the
+/// replicas agree, which I2 checks).
+fn committed_values(replicas: &[Replica], registers: &[u64]) -> std::collections::BTreeSet<(usize, i64)> {
+    let mut out = std::collections::BTreeSet::new();
+    let Some(r) = replicas.iter().find(|r| r.member) else {
+        return out;
+    };
+    for tx in r.datoms.values() {
+        for (_, d) in &tx.datoms {
+            if d.attribute.as_str() != workload::REG_VALUE {
+                continue;
+            }
+            if let (Some(key), engram_types::Value::I64(v)) =
+                (registers.iter().position(|e| *e == d.entity.0), &d.value)
+            {
+                out.insert((key, *v));
+            }
+        }
+    }
+    out
+}
+
+/// For each node whose own key its chain does not admit (and whose chain is not empty), what
+/// `Audit.Entries` answers: such a node must refuse rather than serve unverifiable entries.
+async fn unadmitted_answers(cluster: &Cluster) -> BTreeMap<u64, Option<tonic::Code>> {
+    let mut out = BTreeMap::new();
+    for (id, node) in &cluster.nodes {
+        let store = &*node.store;
+        let empty = engram_core::reads::head(store).map_or(true, |h| h.index == 0);
+        let admitted =
+            engram_core::reads::signer_admitted(store, node.key.public().key_id()).unwrap_or(false);
+        if empty || admitted {
+            continue;
+        }
+        let target = node_addr(*id);
+        let answer = cluster
+            .control(async move {
+                let mut client =
+                    engram_proto::pb::audit_client::AuditClient::new(crate::cluster::channel(&target));
+                let mut req = tonic::Request::new(engram_proto::pb::EntriesRequest {
+                    from_index: 1,
+                    limit: 1,
+                });
+                req.set_timeout(Duration::from_secs(3));
+                match client.entries(req).await {
+                    Err(s) => Some(s.code()),
+                    Ok(resp) => {
+                        let mut stream = resp.into_inner();
+                        match futures::StreamExt::next(&mut stream).await {
+                            Some(Err(s)) => Some(s.code()),
+                            _ => None,
+                        }
+                    }
+                }
+            })
+            .await;
+        out.insert(*id, answer);
+    }
+    out
 }
 
 fn trace_hash(

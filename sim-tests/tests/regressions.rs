@@ -77,3 +77,99 @@ fn the_leader_can_remove_itself_and_the_cluster_keeps_serving() {
         );
     });
 }
+
+/// Seeds 1141 and 1350 of the first soak (seeds 1000..): a node was being added, received
+/// and applied committed entries — attesting them with its own key — and then the entry that
+/// would have admitted it never committed. Its copy of the chain held attestations by a key no
+/// membership entry admits, and `Audit.Entries` on it streamed them and then failed with
+/// DATA_LOSS: an honest node looked tampered with. Fixed: such a node refuses with
+/// FAILED_PRECONDITION and says to read the chain from a member.
+#[test]
+fn seeds_that_found_the_unadmitted_replica() {
+    for seed in [1141, 1350] {
+        let r = run_seed(seed, &Options::default());
+        assert!(r.passed(), "{}", r.failure_text());
+    }
+}
+
+#[test]
+fn a_node_whose_admission_never_commits_refuses_to_serve_its_chain() {
+    let rt = madsim::runtime::Runtime::with_seed_and_config(11, madsim::Config::default());
+    rt.block_on(async {
+        let settings = NodeSettings {
+            heartbeat_interval_ms: 100,
+            election_timeout_min_ms: 400,
+            election_timeout_max_ms: 800,
+            snapshot_every_entries: 1000,
+        };
+        let handle = madsim::runtime::Handle::current();
+        let cluster = Cluster::boot(handle, 4, &settings, &[0; 4], 11);
+        madsim::time::sleep(Duration::from_millis(200)).await;
+        cluster.init(&[1, 2, 3]).await.expect("init");
+        madsim::time::sleep(Duration::from_secs(1)).await;
+        let leader = cluster.leader_status().await.expect("a leader").node_id;
+        cluster
+            .control(engram_sim_tests::workload::create_registers(
+                vec![engram_sim_tests::cluster::node_addr(leader)],
+                3,
+            ))
+            .await
+            .expect("a committed transaction");
+
+        // Cut the leader off from the other voters (not from node 4), then ask it to add
+        // node 4: node 4 receives the committed entries, the entry admitting it cannot commit.
+        let net = madsim::net::NetSim::current();
+        let voters: Vec<u64> = [1, 2, 3].into_iter().filter(|id| *id != leader).collect();
+        for v in &voters {
+            net.clog_link(cluster.node(leader).madsim_id(), cluster.node(*v).madsim_id());
+            net.clog_link(cluster.node(*v).madsim_id(), cluster.node(leader).madsim_id());
+        }
+        let add = cluster.spawn_control(cluster.add_node_call(leader, 4, true));
+        madsim::time::sleep(Duration::from_secs(3)).await;
+        for v in &voters {
+            net.unclog_link(cluster.node(leader).madsim_id(), cluster.node(*v).madsim_id());
+            net.unclog_link(cluster.node(*v).madsim_id(), cluster.node(leader).madsim_id());
+        }
+        let added = add.await.expect("the add task");
+        println!("adding node 4 while the leader was cut off: {added:?}");
+        madsim::time::sleep(Duration::from_secs(3)).await;
+
+        let store = &*cluster.node(4).store;
+        let head = engram_core::reads::head(store).expect("node 4's head");
+        let admitted =
+            engram_core::reads::signer_admitted(store, cluster.node(4).key.public().key_id()).expect("K row");
+        assert!(head.index > 0, "node 4 applied entries while being added");
+        assert!(
+            !admitted,
+            "node 4's admission did not commit (the scenario did what it meant to)"
+        );
+
+        let target = engram_sim_tests::cluster::node_addr(4);
+        let answer = cluster
+            .control(async move {
+                let mut client = engram_proto::pb::audit_client::AuditClient::new(
+                    engram_sim_tests::cluster::channel(&target),
+                );
+                match client
+                    .entries(engram_proto::pb::EntriesRequest {
+                        from_index: 1,
+                        limit: 0,
+                    })
+                    .await
+                {
+                    Err(s) => Err(s.code()),
+                    Ok(resp) => {
+                        let mut stream = resp.into_inner();
+                        while let Some(item) = futures::StreamExt::next(&mut stream).await {
+                            if let Err(s) = item {
+                                return Err(s.code());
+                            }
+                        }
+                        Ok(())
+                    }
+                }
+            })
+            .await;
+        assert_eq!(answer, Err(tonic::Code::FailedPrecondition));
+    });
+}

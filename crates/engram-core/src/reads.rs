@@ -244,6 +244,12 @@ pub fn tx(store: &dyn Store, tx: TxId) -> Result<Option<TxLogRow>, CoreError> {
         .transpose()
 }
 
+/// Whether a membership entry of this store's chain admitted the key `id` (so attestations by
+/// it can be verified against the chain itself).
+pub fn signer_admitted(store: &dyn Store, id: engram_audit::KeyId) -> Result<bool, CoreError> {
+    Ok(store.get(Space::State, &keys::signer(id))?.is_some())
+}
+
 /// Audit entries `from..from+limit` (1-based), each re-checked on the way out: it decodes,
 /// its index is where it is stored, it links to the entry before it, and its attestation
 /// verifies against a key a membership entry admitted. The first failure is returned with

@@ -78,18 +78,13 @@ pub struct CommandResponse {
     pub outcome: Option<engram_core::TxOutcome>,
 }
 
+/// The async runtime openraft runs on: Tokio, or madsim's simulated executor and clock in the
+/// simulation build.
 #[cfg(not(madsim))]
-openraft::declare_raft_types!(
-    /// Engram's openraft type configuration.
-    pub TypeConfig:
-        D = Command,
-        R = CommandResponse,
-        NodeId = u64,
-        Node = NodeInfo,
-);
-
-// The simulation build: the same configuration on madsim's executor and clock.
+pub type Runtime = openraft::impls::TokioRuntime;
 #[cfg(madsim)]
+pub type Runtime = engram_sim_rt::MadsimRuntime;
+
 openraft::declare_raft_types!(
     /// Engram's openraft type configuration.
     pub TypeConfig:
@@ -97,7 +92,7 @@ openraft::declare_raft_types!(
         R = CommandResponse,
         NodeId = u64,
         Node = NodeInfo,
-        AsyncRuntime = engram_sim_rt::MadsimRuntime,
+        AsyncRuntime = Runtime,
 );
 
 pub type Raft = openraft::Raft<TypeConfig, StateMachine>;

@@ -3,11 +3,13 @@
 //! is compositional) by todc-utils' Wing–Gong–Lowe checker against a sequential register
 //! specification with compare-and-set.
 //!
-//! A write that never got a definite answer may have taken effect at any time after it was
-//! invoked, or never: it is given its own process and a return after every other event, and
-//! a compare-and-set of unknown outcome may either apply or not.
+//! A write that never got a definite answer is resolved against the final, agreed log: if its
+//! value is not there it never took effect and has no place in the history; if it is, it took
+//! effect at some instant after it was invoked, so it gets its own process and a return after
+//! every other event. (Keeping both possibilities open instead made the search explode on
+//! histories with many unanswered writes: one seed held a sweep thread for minutes.)
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use todc_utils::linearizability::WGLChecker;
 use todc_utils::specifications::Specification;
@@ -71,33 +73,48 @@ impl Specification for RegisterSpec {
     }
 }
 
-fn register_op(op: &Op) -> Option<RegisterOp> {
+/// The checker's view of one operation; `None` leaves it out. `committed` holds the
+/// (register, value) pairs the final log contains.
+fn register_op(op: &Op, committed: &BTreeSet<(Key, i64)>) -> Option<RegisterOp> {
+    let took_effect = |key: &Key, value: &i64| committed.contains(&(*key, *value));
     Some(match (&op.call, &op.outcome) {
         (Call::Write { value, .. }, Outcome::Written { .. }) => RegisterOp::Write(*value),
-        (Call::Write { value, .. }, Outcome::Unknown) => RegisterOp::MaybeWrite(*value),
-        (Call::Cas { expected, value, .. }, outcome) => RegisterOp::Cas {
+        (Call::Write { key, value }, Outcome::Unknown) if took_effect(key, value) => {
+            RegisterOp::MaybeWrite(*value)
+        }
+        (Call::Cas { expected, value, .. }, Outcome::Written { .. }) => RegisterOp::Cas {
             expected: *expected,
             value: *value,
-            result: match outcome {
-                Outcome::Written { .. } => CasResult::Applied,
-                Outcome::CasFailed => CasResult::Refused,
-                _ => CasResult::Unknown,
-            },
+            result: CasResult::Applied,
         },
+        (Call::Cas { expected, value, .. }, Outcome::CasFailed) => RegisterOp::Cas {
+            expected: *expected,
+            value: *value,
+            result: CasResult::Refused,
+        },
+        (Call::Cas { key, expected, value }, Outcome::Unknown) if took_effect(key, value) => {
+            RegisterOp::Cas {
+                expected: *expected,
+                value: *value,
+                result: CasResult::Unknown,
+            }
+        }
         (Call::Read { .. }, Outcome::Value { value }) => RegisterOp::Read(*value),
-        // As-of reads are not current-state reads; I5 checks them.
+        // Unanswered writes that never took effect, and as-of reads (I5 checks those).
         _ => return None,
     })
 }
 
 /// Builds one register's history in todc-utils' form.
-pub fn register_history(ops: &[&Op]) -> Option<History<RegisterOp>> {
+pub fn register_history(ops: &[&Op], committed: &BTreeSet<(Key, i64)>) -> Option<History<RegisterOp>> {
     let clients = ops.iter().map(|o| o.client).max().unwrap_or(0) + 1;
     let mut next_process = clients;
     // (event position, process, action)
     let mut events: Vec<(u64, usize, Action<RegisterOp>)> = Vec::new();
     for op in ops {
-        let Some(rop) = register_op(op) else { continue };
+        let Some(rop) = register_op(op, committed) else {
+            continue;
+        };
         let unknown = op.outcome == Outcome::Unknown;
         let process = if unknown {
             next_process += 1;
@@ -122,14 +139,14 @@ pub fn register_history(ops: &[&Op]) -> Option<History<RegisterOp>> {
     ))
 }
 
-pub fn check(ops: &[Op]) -> Vec<Violation> {
+pub fn check(ops: &[Op], committed: &BTreeSet<(Key, i64)>) -> Vec<Violation> {
     let mut by_key: BTreeMap<Key, Vec<&Op>> = BTreeMap::new();
     for op in ops {
         by_key.entry(op.call.key()).or_default().push(op);
     }
     let mut out = Vec::new();
     for (key, ops) in by_key {
-        let Some(history) = register_history(&ops) else {
+        let Some(history) = register_history(&ops, committed) else {
             continue;
         };
         if !WGLChecker::<RegisterSpec>::is_linearizable(history) {

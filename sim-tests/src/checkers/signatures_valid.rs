@@ -1,23 +1,39 @@
 //! **I4 signatures-valid**: every entry on every replica carries an Ed25519 attestation that
 //! verifies, by a key of the simulated pool (a foreign key means something forged an entry),
-//! and that key is trusted by the chain itself: a membership entry admits it — checked with
-//! the same `ChainVerifier` an auditor runs offline. (A node that joined later re-attests
-//! history with its own key; the verifier accepts that once the chain admits the key.)
-//! Links and times are other checkers' business: only signature and trust faults count here.
+//! and the chain itself establishes trust in that key: a membership entry admits it. On a
+//! replica whose own key the chain admits, that is checked with the same `ChainVerifier` an
+//! auditor runs offline (a node that joined later and re-attested history is accepted once
+//! the chain admits it).
+//!
+//! A node can hold the chain without being admitted by it: it replicated entries while being
+//! added, and the addition never committed. Its own attestations then cannot be trusted from
+//! the chain, so it must refuse to serve its chain (`FAILED_PRECONDITION`) rather than present
+//! it; every other signer on it must still be admitted. Links and times are other checkers'
+//! business: only signature and trust faults count here.
 
-use engram_audit::{ChainFault, ChainVerifier, PublicKey};
+use std::collections::{BTreeMap, BTreeSet};
+
+use engram_audit::{ChainFault, ChainVerifier, EntryKind, PublicKey};
 
 use super::{Replica, Violation};
 
 pub const NAME: &str = "I4 signatures-valid";
 
-pub fn check(replicas: &[Replica], pool_keys: &[PublicKey]) -> Vec<Violation> {
+/// `refusals`: for each replica whose own key its chain does not admit, the status code its
+/// `Audit.Entries` answered with (`None`: it streamed the chain).
+pub fn check(
+    replicas: &[Replica],
+    pool_keys: &BTreeMap<u64, PublicKey>,
+    refusals: &BTreeMap<u64, Option<tonic::Code>>,
+) -> Vec<Violation> {
     let mut out = Vec::new();
     for r in replicas {
         // Every signature, independently of the chain's shape.
         for stored in &r.entries {
             let Ok(signed) = &stored.entry else { continue };
-            let key = pool_keys.iter().find(|k| k.key_id() == signed.attestation.key_id);
+            let key = pool_keys
+                .values()
+                .find(|k| k.key_id() == signed.attestation.key_id);
             let fault = match key {
                 None => Some("signed by a key outside the pool"),
                 Some(k) if !k.verify(signed.entry.hash().as_bytes(), &signed.attestation.signature) => {
@@ -33,7 +49,47 @@ pub fn check(replicas: &[Replica], pool_keys: &[PublicKey]) -> Vec<Violation> {
                 break;
             }
         }
-        // Trust, as an auditor establishes it from the chain alone.
+        let Some(own) = pool_keys.get(&r.node).map(|k| k.key_id()) else {
+            continue;
+        };
+        if let Some(answer) = refusals.get(&r.node) {
+            // Not admitted: it must not serve the chain, and every other signer must be.
+            if *answer != Some(tonic::Code::FailedPrecondition) {
+                out.push(Violation::new(
+                    NAME,
+                    format!(
+                        "node {} is not admitted by its chain but Audit.Entries answered {answer:?}",
+                        r.node
+                    ),
+                ));
+            }
+            let admitted: BTreeSet<_> = r
+                .entries
+                .iter()
+                .filter_map(|s| s.entry.as_ref().ok())
+                .filter_map(|s| match &s.entry.kind {
+                    EntryKind::Membership { members } => Some(members.iter().map(|(_, k)| k.key_id())),
+                    EntryKind::Transaction { .. } => None,
+                })
+                .flatten()
+                .collect();
+            for stored in &r.entries {
+                let Ok(signed) = &stored.entry else { continue };
+                let signer = signed.attestation.key_id;
+                if signer != own && !admitted.contains(&signer) {
+                    out.push(Violation::new(
+                        NAME,
+                        format!(
+                            "node {} index {}: signer {signer} is admitted by no membership entry",
+                            r.node, stored.index
+                        ),
+                    ));
+                    break;
+                }
+            }
+            continue;
+        }
+        // Admitted: trust as an auditor establishes it from the chain alone.
         let mut verifier = ChainVerifier::new();
         let mut stopped = false;
         for stored in &r.entries {

@@ -54,6 +54,18 @@ impl pb::audit_server::Audit for AuditService {
         let req = request.into_inner();
         let store = self.shared.node.store.clone();
         let head = reads::head(&*store).map_err(ApiError::from)?;
+        // A node attests what it applies with its own key. If no membership entry of its chain
+        // admits that key — it replicated entries while being added, and the addition never
+        // committed — its attestations cannot be verified from the chain, and streaming them
+        // would look like tampering to a verifier. Say so instead.
+        let key_id = engram_audit::PublicKey(self.shared.node.info.public_key).key_id();
+        if head.index > 0 && !reads::signer_admitted(&*store, key_id).map_err(ApiError::from)? {
+            return Err(ApiError::Conflict(format!(
+                "node {} holds the audit chain but is not admitted by it (its key {key_id} is in no membership entry), so its attestations cannot be verified; read the chain from a member of the cluster",
+                self.shared.node.node_id
+            ))
+            .into());
+        }
         let from = req.from_index.max(1);
         let last = if req.limit == 0 {
             head.index
