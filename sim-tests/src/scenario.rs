@@ -377,22 +377,22 @@ async fn simulate(options: Options) -> SimResult {
     })
 }
 
-/// The (register, value) pairs the final log holds, read from the first member replica (the
-/// replicas agree, which I2 checks).
+/// The (register, value) pairs the final log holds, over every member replica (they agree
+/// when I2 holds; when they do not, I2 reports it, and the union keeps a lagging replica from
+/// making a committed write look like one that never happened).
 fn committed_values(replicas: &[Replica], registers: &[u64]) -> std::collections::BTreeSet<(usize, i64)> {
     let mut out = std::collections::BTreeSet::new();
-    let Some(r) = replicas.iter().find(|r| r.member) else {
-        return out;
-    };
-    for tx in r.datoms.values() {
-        for (_, d) in &tx.datoms {
-            if d.attribute.as_str() != workload::REG_VALUE {
-                continue;
-            }
-            if let (Some(key), engram_types::Value::I64(v)) =
-                (registers.iter().position(|e| *e == d.entity.0), &d.value)
-            {
-                out.insert((key, *v));
+    for r in replicas.iter().filter(|r| r.member) {
+        for tx in r.datoms.values() {
+            for (_, d) in &tx.datoms {
+                if d.attribute.as_str() != workload::REG_VALUE {
+                    continue;
+                }
+                if let (Some(key), engram_types::Value::I64(v)) =
+                    (registers.iter().position(|e| *e == d.entity.0), &d.value)
+                {
+                    out.insert((key, *v));
+                }
             }
         }
     }
