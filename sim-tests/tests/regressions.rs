@@ -9,6 +9,28 @@ use std::time::Duration;
 use engram_sim_tests::cluster::{Cluster, NodeSettings};
 use engram_sim_tests::{Options, run_seed};
 
+fn assert_seeds_pass(seeds: &[u64]) {
+    for seed in seeds {
+        let r = run_seed(*seed, &Options::default());
+        assert!(r.passed(), "{}", r.failure_text());
+    }
+}
+
+/// Four nodes booted, 1–3 initialised as voters, node 4 outside the configuration.
+async fn four_nodes_three_voters(seed: u64) -> Cluster {
+    let settings = NodeSettings {
+        heartbeat_interval_ms: 100,
+        election_timeout_min_ms: 400,
+        election_timeout_max_ms: 800,
+        snapshot_every_entries: 1000,
+    };
+    let cluster = Cluster::boot(madsim::runtime::Handle::current(), 4, &settings, &[0; 4], seed);
+    madsim::time::sleep(Duration::from_millis(200)).await;
+    cluster.init(&[1, 2, 3]).await.expect("init");
+    madsim::time::sleep(Duration::from_secs(1)).await;
+    cluster
+}
+
 /// Seeds 1, 105 and 110 of the first 256-seed sweep: the membership fault asked the leader to
 /// remove itself. `RaftNode::remove_node` made two changes — remove the voter, then remove the
 /// node — and the second reached a leader that was no longer a voter; openraft
@@ -17,27 +39,14 @@ use engram_sim_tests::{Options, run_seed};
 /// changes on a node that is not a voting leader.
 #[test]
 fn seeds_that_found_the_self_removal_panic() {
-    for seed in [1, 105, 110] {
-        let r = run_seed(seed, &Options::default());
-        assert!(r.passed(), "{}", r.failure_text());
-    }
+    assert_seeds_pass(&[1, 105, 110]);
 }
 
 #[test]
 fn the_leader_can_remove_itself_and_the_cluster_keeps_serving() {
     let rt = madsim::runtime::Runtime::with_seed_and_config(7, madsim::Config::default());
     rt.block_on(async {
-        let settings = NodeSettings {
-            heartbeat_interval_ms: 100,
-            election_timeout_min_ms: 400,
-            election_timeout_max_ms: 800,
-            snapshot_every_entries: 1000,
-        };
-        let handle = madsim::runtime::Handle::current();
-        let cluster = Cluster::boot(handle, 4, &settings, &[0; 4], 7);
-        madsim::time::sleep(Duration::from_millis(200)).await;
-        cluster.init(&[1, 2, 3]).await.expect("init");
-        madsim::time::sleep(Duration::from_secs(1)).await;
+        let cluster = four_nodes_three_voters(7).await;
         cluster
             .control(cluster.add_node_call(1, 4, false))
             .await
@@ -86,27 +95,14 @@ fn the_leader_can_remove_itself_and_the_cluster_keeps_serving() {
 /// FAILED_PRECONDITION and says to read the chain from a member.
 #[test]
 fn seeds_that_found_the_unadmitted_replica() {
-    for seed in [1141, 1350] {
-        let r = run_seed(seed, &Options::default());
-        assert!(r.passed(), "{}", r.failure_text());
-    }
+    assert_seeds_pass(&[1141, 1350]);
 }
 
 #[test]
 fn a_node_whose_admission_never_commits_refuses_to_serve_its_chain() {
     let rt = madsim::runtime::Runtime::with_seed_and_config(11, madsim::Config::default());
     rt.block_on(async {
-        let settings = NodeSettings {
-            heartbeat_interval_ms: 100,
-            election_timeout_min_ms: 400,
-            election_timeout_max_ms: 800,
-            snapshot_every_entries: 1000,
-        };
-        let handle = madsim::runtime::Handle::current();
-        let cluster = Cluster::boot(handle, 4, &settings, &[0; 4], 11);
-        madsim::time::sleep(Duration::from_millis(200)).await;
-        cluster.init(&[1, 2, 3]).await.expect("init");
-        madsim::time::sleep(Duration::from_secs(1)).await;
+        let cluster = four_nodes_three_voters(11).await;
         let leader = cluster.leader_status().await.expect("a leader").node_id;
         cluster
             .control(engram_sim_tests::workload::create_registers(
