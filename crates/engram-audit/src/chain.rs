@@ -3,7 +3,7 @@ use std::collections::BTreeMap;
 use engram_types::Hash;
 use thiserror::Error;
 
-use crate::{EntryKind, GENESIS_PREV_HASH, KeyId, PublicKey, SignedEntry};
+use crate::{EntryKind, GENESIS_PREV_HASH, KeyAction, KeyId, PublicKey, SignedEntry, key_statement};
 
 /// What is wrong with an entry. Each names the field that failed.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
@@ -18,14 +18,41 @@ pub enum ChainFault {
     TxTime { previous: i64, found: i64 },
     #[error("kind: the first entry must be the genesis membership entry")]
     Genesis,
+    #[error("kind: genesis lists keys {found}, but the trusted genesis keys are {expected}")]
+    GenesisKeys { expected: String, found: String },
     #[error("attestation.key_id: {0} is not a key recorded in the chain")]
     UnknownSigner(KeyId),
     #[error("attestation.signature: does not verify against key {0}")]
     BadSignature(KeyId),
+    #[error("attestation.key_id: key {key} was {how} at entry {at} and may not sign later entries")]
+    RetiredSigner { key: KeyId, how: &'static str, at: u64 },
+    #[error("key_change.authorizer: {0}")]
+    Unauthorized(String),
+    #[error("key_change.authorization: the signature of {0} over the key statement does not verify")]
+    BadAuthorization(KeyId),
     #[error("hash: stored hash {stored} differs from the recomputed {computed} (the entry was altered)")]
     StoredHash { stored: Hash, computed: Hash },
     #[error("entry could not be decoded: {0}")]
     Decode(String),
+}
+
+impl ChainFault {
+    /// The entry field the fault is about, as `audit verify` names it.
+    pub fn field(&self) -> &'static str {
+        match self {
+            ChainFault::Index { .. } => "index",
+            ChainFault::PrevHash { .. } => "prev_hash",
+            ChainFault::TxOrder { .. } => "tx",
+            ChainFault::TxTime { .. } => "tx_time",
+            ChainFault::Genesis | ChainFault::GenesisKeys { .. } => "kind",
+            ChainFault::UnknownSigner(_) | ChainFault::RetiredSigner { .. } => "attestation.key_id",
+            ChainFault::BadSignature(_) => "attestation.signature",
+            ChainFault::Unauthorized(_) => "key_change.authorizer",
+            ChainFault::BadAuthorization(_) => "key_change.authorization",
+            ChainFault::StoredHash { .. } => "hash",
+            ChainFault::Decode(_) => "encoding",
+        }
+    }
 }
 
 /// The first (or one of the) bad entries, by its exact chain index.
@@ -36,30 +63,87 @@ pub struct ChainError {
     pub fault: ChainFault,
 }
 
-/// Checks a chain entry by entry, in order, keeping O(members) state.
+/// What the chain has said about one key so far.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeyRecord {
+    pub key: PublicKey,
+    pub node_id: u64,
+    /// The entry that made it trusted (1: genesis).
+    pub admitted_at: u64,
+    /// The entry that rotated it out: it is valid for entries up to this one.
+    pub retired_at: Option<u64>,
+    /// The entry that revoked it: it is valid for entries up to this one, and none of its
+    /// checkpoints is.
+    pub revoked_at: Option<u64>,
+}
+
+impl KeyRecord {
+    /// Whether the key may sign something at chain position `index` (an entry's attestation,
+    /// or a checkpoint of that size). Admission is not checked here: a node may attest entries
+    /// from before its admission (it replays history when it joins).
+    pub fn valid_at(&self, index: u64) -> Result<(), ChainFault> {
+        let id = self.key.key_id();
+        if let Some(at) = self.revoked_at.filter(|at| index > *at) {
+            return Err(ChainFault::RetiredSigner {
+                key: id,
+                how: "revoked",
+                at,
+            });
+        }
+        if let Some(at) = self.retired_at.filter(|at| index > *at) {
+            return Err(ChainFault::RetiredSigner {
+                key: id,
+                how: "rotated out",
+                at,
+            });
+        }
+        Ok(())
+    }
+
+    fn active_at(&self, index: u64) -> bool {
+        self.admitted_at < index && self.valid_at(index).is_ok()
+    }
+}
+
+/// Checks a chain entry by entry, in order, keeping O(keys) state.
 ///
 /// Rules, in the order they are checked for each entry:
 /// 1. `index` is one more than the previous entry's (1 for the first);
 /// 2. `prev_hash` is the hash of the previous entry ([`GENESIS_PREV_HASH`] for the first), and
-///    the first entry is a membership entry (genesis);
+///    the first entry is a membership entry (genesis), whose keys are the trust root (and
+///    equal the expected genesis keys, when the caller gives them);
 /// 3. `tx` increases and `tx_time_ns` never decreases (invariant I7);
-/// 4. the attestation verifies, by a key the chain records in a membership entry.
+/// 4. a key change is authorised by a key active at this point (admitted by an earlier entry,
+///    neither rotated out nor revoked), whose signature over [`key_statement`] verifies;
+/// 5. the attestation verifies, by a key the chain admits, that was not rotated out or revoked
+///    before this entry.
 ///
 /// A key may sign entries that precede its own admission: a node that joins later replays
 /// history and attests it with its own key. Such attestations are held pending and checked
-/// when a membership entry admits the key; [`ChainVerifier::finish`] fails at the first entry
-/// whose signer the chain never admitted. (Pending attestations cost 104 bytes each until the
+/// when a key change admits the key; [`ChainVerifier::finish`] fails at the first entry whose
+/// signer the chain never admitted. (Pending attestations cost 104 bytes each until the
 /// admission is seen.)
 #[derive(Debug, Default)]
 pub struct ChainVerifier {
     next_index: u64,
     prev_hash: Option<Hash>,
+    origin: Option<String>,
+    expected_genesis: Option<Vec<PublicKey>>,
     last_tx: u64,
     last_tx_time_ns: i64,
-    trusted: BTreeMap<KeyId, PublicKey>,
+    keys: BTreeMap<KeyId, KeyRecord>,
     /// Attestations by keys not yet admitted: (index, entry hash, signature), oldest first.
     pending: BTreeMap<KeyId, Vec<(u64, Hash, [u8; 64])>>,
     checked: u64,
+}
+
+/// What an entry would change in the verifier, computed before anything is committed.
+struct Step {
+    hash: Hash,
+    faults: Vec<ChainFault>,
+    /// Faults found in earlier, pending attestations, by their own index.
+    earlier: Vec<ChainError>,
+    keys: BTreeMap<KeyId, KeyRecord>,
 }
 
 impl ChainVerifier {
@@ -67,6 +151,15 @@ impl ChainVerifier {
         ChainVerifier {
             next_index: 1,
             ..ChainVerifier::default()
+        }
+    }
+
+    /// A verifier that also requires the genesis entry to list exactly `keys` (in any order):
+    /// the trust anchor an operator holds apart from the chain.
+    pub fn with_genesis_keys(keys: Vec<PublicKey>) -> ChainVerifier {
+        ChainVerifier {
+            expected_genesis: Some(keys),
+            ..ChainVerifier::new()
         }
     }
 
@@ -80,104 +173,295 @@ impl ChainVerifier {
         self.prev_hash
     }
 
-    /// Checks the next entry. On error the verifier state is unchanged, so a caller that
-    /// wants every failure can report and continue.
+    /// Transaction time of the last accepted entry.
+    pub fn head_tx_time_ns(&self) -> i64 {
+        self.last_tx_time_ns
+    }
+
+    /// The cluster's checkpoint origin, known once genesis is accepted.
+    pub fn origin(&self) -> Option<&str> {
+        self.origin.as_deref()
+    }
+
+    /// Every key the chain has mentioned so far, with its history.
+    pub fn keys(&self) -> &BTreeMap<KeyId, KeyRecord> {
+        &self.keys
+    }
+
+    /// The keys trusted after the last accepted entry: admitted, not rotated out or revoked.
+    pub fn active_keys(&self) -> Vec<PublicKey> {
+        let next = self.next_index;
+        self.keys
+            .values()
+            .filter(|k| k.admitted_at < next && k.valid_at(next).is_ok())
+            .map(|k| k.key)
+            .collect()
+    }
+
+    /// Checks the next entry. On error the verifier state is unchanged.
     pub fn push(&mut self, signed: &SignedEntry) -> Result<Hash, ChainError> {
+        let step = self.step(signed);
+        if let Some(first) = step.earlier.first() {
+            return Err(first.clone());
+        }
+        if let Some(fault) = step.faults.first() {
+            // Reported at the position the entry holds in the chain, which is where the
+            // damage is, whatever index the entry itself claims.
+            return Err(ChainError {
+                index: self.next_index,
+                fault: fault.clone(),
+            });
+        }
+        self.commit(signed, step.hash, step.keys);
+        Ok(step.hash)
+    }
+
+    /// Checks the next entry, returns every fault found, and accepts it whatever they are, so a
+    /// caller listing every failure (`audit verify --all`) sees each later entry judged
+    /// against its actual predecessor rather than a cascade of index errors.
+    pub fn push_all(&mut self, signed: &SignedEntry) -> (Hash, Vec<ChainError>) {
+        let step = self.step(signed);
+        let mut errors = step.earlier;
+        errors.extend(step.faults.into_iter().map(|fault| ChainError {
+            index: self.next_index,
+            fault,
+        }));
+        self.commit(signed, step.hash, step.keys);
+        (step.hash, errors)
+    }
+
+    fn step(&self, signed: &SignedEntry) -> Step {
         let entry = &signed.entry;
-        let fail = |fault| {
-            Err(ChainError {
-                index: entry.index,
-                fault,
-            })
-        };
-        if entry.index != self.next_index {
-            return fail(ChainFault::Index {
-                expected: self.next_index,
+        // The entry's position in the chain: what key validity is judged at.
+        let index = self.next_index;
+        let mut faults = Vec::new();
+        if entry.index != index {
+            faults.push(ChainFault::Index {
+                expected: index,
                 found: entry.index,
             });
         }
         let expected_prev = self.prev_hash.unwrap_or(GENESIS_PREV_HASH);
         if entry.prev_hash != expected_prev {
-            return fail(ChainFault::PrevHash {
+            faults.push(ChainFault::PrevHash {
                 expected: expected_prev,
                 found: entry.prev_hash,
             });
         }
-        if self.prev_hash.is_none() && !matches!(entry.kind, EntryKind::Membership { .. }) {
-            return fail(ChainFault::Genesis);
+        let genesis = self.prev_hash.is_none();
+        if genesis && !matches!(entry.kind, EntryKind::Membership { .. }) {
+            faults.push(ChainFault::Genesis);
         }
-        if self.prev_hash.is_some() {
+        if !genesis {
             if entry.tx.0 <= self.last_tx {
-                return fail(ChainFault::TxOrder {
+                faults.push(ChainFault::TxOrder {
                     previous: self.last_tx,
                     found: entry.tx.0,
                 });
             }
             if entry.tx_time_ns < self.last_tx_time_ns {
-                return fail(ChainFault::TxTime {
+                faults.push(ChainFault::TxTime {
                     previous: self.last_tx_time_ns,
                     found: entry.tx_time_ns,
                 });
             }
         }
         let hash = entry.hash();
-        let mut trusted = self.trusted.clone();
-        if let EntryKind::Membership { members } = &entry.kind {
-            for (_, key) in members {
-                trusted.insert(key.key_id(), *key);
+        let mut keys = self.keys.clone();
+        match &entry.kind {
+            EntryKind::Membership { members } if genesis => {
+                if let Some(expected) = &self.expected_genesis {
+                    let mut want: Vec<PublicKey> = expected.clone();
+                    let mut got: Vec<PublicKey> = members.iter().map(|(_, k)| *k).collect();
+                    want.sort();
+                    got.sort();
+                    if want != got {
+                        let list = |keys: &[PublicKey]| {
+                            keys.iter().map(|k| k.key_id().to_string()).collect::<Vec<_>>().join(",")
+                        };
+                        faults.push(ChainFault::GenesisKeys {
+                            expected: list(&want),
+                            found: list(&got),
+                        });
+                    }
+                }
+                for (node_id, key) in members {
+                    keys.insert(
+                        key.key_id(),
+                        KeyRecord {
+                            key: *key,
+                            node_id: *node_id,
+                            admitted_at: index,
+                            retired_at: None,
+                            revoked_at: None,
+                        },
+                    );
+                }
+            }
+            EntryKind::Membership { .. } | EntryKind::Transaction { .. } => {}
+            EntryKind::KeyChange {
+                action,
+                authorizer,
+                authorization,
+            } => {
+                let origin = self.origin.as_deref().unwrap_or_default();
+                match apply_key_change(&mut keys, index, origin, action, *authorizer, authorization) {
+                    Ok(()) => {}
+                    Err(fault) => faults.push(fault),
+                }
             }
         }
         let key_id = signed.attestation.key_id;
-        match trusted.get(&key_id) {
-            Some(key) if !key.verify(hash.as_bytes(), &signed.attestation.signature) => {
-                return fail(ChainFault::BadSignature(key_id));
+        if let Some(record) = keys.get(&key_id) {
+            if !record.key.verify(hash.as_bytes(), &signed.attestation.signature) {
+                faults.push(ChainFault::BadSignature(key_id));
+            } else if let Err(fault) = record.valid_at(index) {
+                faults.push(fault);
             }
-            Some(_) => {}
-            None => {}
         }
         // Attestations that waited for their key: check them now that it is admitted.
+        let mut earlier = Vec::new();
         for (id, waiting) in &self.pending {
-            if let Some(key) = trusted.get(id) {
-                for (index, entry_hash, signature) in waiting {
-                    if !key.verify(entry_hash.as_bytes(), signature) {
-                        return Err(ChainError {
-                            index: *index,
-                            fault: ChainFault::BadSignature(*id),
-                        });
+            if let Some(record) = keys.get(id) {
+                for (at, entry_hash, signature) in waiting {
+                    let fault = if !record.key.verify(entry_hash.as_bytes(), signature) {
+                        Some(ChainFault::BadSignature(*id))
+                    } else {
+                        record.valid_at(*at).err()
+                    };
+                    if let Some(fault) = fault {
+                        earlier.push(ChainError { index: *at, fault });
                     }
                 }
             }
         }
-        self.pending.retain(|id, _| !trusted.contains_key(id));
-        if !trusted.contains_key(&key_id) {
+        earlier.sort_by_key(|e| e.index);
+        Step {
+            hash,
+            faults,
+            earlier,
+            keys,
+        }
+    }
+
+    fn commit(&mut self, signed: &SignedEntry, hash: Hash, keys: BTreeMap<KeyId, KeyRecord>) {
+        let entry = &signed.entry;
+        if self.prev_hash.is_none() {
+            self.origin = Some(crate::Checkpoint::origin_for(&hash));
+        }
+        self.pending.retain(|id, _| !keys.contains_key(id));
+        let key_id = signed.attestation.key_id;
+        if !keys.contains_key(&key_id) {
             self.pending
                 .entry(key_id)
                 .or_default()
-                .push((entry.index, hash, signed.attestation.signature));
+                .push((self.next_index, hash, signed.attestation.signature));
         }
-        self.trusted = trusted;
+        self.keys = keys;
         self.next_index += 1;
         self.prev_hash = Some(hash);
-        self.last_tx = entry.tx.0;
-        self.last_tx_time_ns = entry.tx_time_ns;
+        self.last_tx = entry.tx.0.max(self.last_tx);
+        self.last_tx_time_ns = entry.tx_time_ns.max(self.last_tx_time_ns);
         self.checked += 1;
-        Ok(hash)
     }
 
     /// Ends the check: fails if some signer was never admitted by the chain.
     pub fn finish(&self) -> Result<(), ChainError> {
-        let first = self
-            .pending
-            .iter()
-            .filter_map(|(id, waiting)| waiting.first().map(|(index, _, _)| (*index, *id)))
-            .min();
-        match first {
-            Some((index, key_id)) => Err(ChainError {
-                index,
-                fault: ChainFault::UnknownSigner(key_id),
-            }),
+        match self.unadmitted().into_iter().next() {
+            Some(error) => Err(error),
             None => Ok(()),
         }
+    }
+
+    /// Every attestation whose signer the chain never admitted, one per key (its first entry).
+    pub fn unadmitted(&self) -> Vec<ChainError> {
+        let mut out: Vec<ChainError> = self
+            .pending
+            .iter()
+            .filter_map(|(id, waiting)| {
+                waiting.first().map(|(index, _, _)| ChainError {
+                    index: *index,
+                    fault: ChainFault::UnknownSigner(*id),
+                })
+            })
+            .collect();
+        out.sort_by_key(|e| e.index);
+        out
+    }
+}
+
+/// Checks a key change against the keys so far (`keys` must hold at least the authoriser and
+/// the keys the action names, where the chain has them) and applies it to `keys`. The one rule
+/// shared by the verifier and the state machine, so that what apply accepts is exactly what a
+/// verifier accepts.
+pub fn apply_key_change(
+    keys: &mut BTreeMap<KeyId, KeyRecord>,
+    index: u64,
+    origin: &str,
+    action: &KeyAction,
+    authorizer: KeyId,
+    authorization: &[u8; 64],
+) -> Result<(), ChainFault> {
+    let Some(auth) = keys.get(&authorizer) else {
+        return Err(ChainFault::Unauthorized(format!(
+            "{authorizer} is not a key the chain trusts"
+        )));
+    };
+    if !auth.active_at(index) {
+        return Err(ChainFault::Unauthorized(format!(
+            "{authorizer} is not active at this entry (rotated out or revoked)"
+        )));
+    }
+    if !auth.key.verify(&key_statement(origin, action), authorization) {
+        return Err(ChainFault::BadAuthorization(authorizer));
+    }
+    let admit = |keys: &mut BTreeMap<KeyId, KeyRecord>, node_id: u64, key: &PublicKey| {
+        if let Some(known) = keys.get(&key.key_id()) {
+            return Err(ChainFault::Unauthorized(format!(
+                "key {} is already known to the chain (admitted at entry {}); a key is admitted once",
+                key.key_id(),
+                known.admitted_at
+            )));
+        }
+        keys.insert(
+            key.key_id(),
+            KeyRecord {
+                key: *key,
+                node_id,
+                admitted_at: index,
+                retired_at: None,
+                revoked_at: None,
+            },
+        );
+        Ok(())
+    };
+    match action {
+        KeyAction::Admit { node_id, key } => admit(keys, *node_id, key),
+        KeyAction::Rotate { node_id, old, new } => {
+            match keys.get(old) {
+                Some(record) if record.node_id == *node_id && record.active_at(index) => {}
+                _ => {
+                    return Err(ChainFault::Unauthorized(format!(
+                        "rotation of {old}, which is not an active key of node {node_id}"
+                    )));
+                }
+            }
+            admit(keys, *node_id, new)?;
+            if let Some(record) = keys.get_mut(old) {
+                record.retired_at = Some(index);
+            }
+            Ok(())
+        }
+        KeyAction::Revoke { key, .. } => match keys.get_mut(key) {
+            Some(record) if record.revoked_at.is_none() => {
+                record.revoked_at = Some(index);
+                Ok(())
+            }
+            Some(_) => Err(ChainFault::Unauthorized(format!("{key} is already revoked"))),
+            None => Err(ChainFault::Unauthorized(format!(
+                "revocation of {key}, which the chain never admitted"
+            ))),
+        },
     }
 }
 
@@ -248,26 +532,18 @@ mod tests {
         assert_eq!(err.index, 6);
         assert!(matches!(err.fault, ChainFault::PrevHash { .. }));
 
+        // A missing or reordered entry is reported at the position where the chain breaks.
         let mut dropped = good.clone();
         dropped.remove(3);
         let err = verify(&dropped).unwrap_err();
         assert_eq!(
-            (
-                err.index,
-                matches!(
-                    err.fault,
-                    ChainFault::Index {
-                        expected: 4,
-                        found: 5
-                    }
-                )
-            ),
-            (5, true)
+            (err.index, err.fault),
+            (4, ChainFault::Index { expected: 4, found: 5 })
         );
 
         let mut swapped = good.clone();
         swapped.swap(6, 7);
-        assert_eq!(verify(&swapped).unwrap_err().index, 8);
+        assert_eq!(verify(&swapped).unwrap_err().index, 7);
 
         let mut forged = good.clone();
         let stranger = NodeKey::from_seed([4; 32]);
@@ -298,15 +574,22 @@ mod tests {
             *e = SignedEntry::sign(e.entry.clone(), &joiner);
         }
         assert!(verify(&entries).is_err(), "not admitted yet");
-        // ...and entry 5 admits it.
+        // ...and entry 5, authorised by the founder, admits it.
         let prev = entries[3].entry.hash();
+        let origin = crate::Checkpoint::origin_for(&entries[0].entry.hash());
+        let action = KeyAction::Admit {
+            node_id: 2,
+            key: joiner.public(),
+        };
         let admit = AuditEntry {
             index: 5,
             tx: TxId(20),
             tx_time_ns: 1000,
             namespace: String::new(),
-            kind: EntryKind::Membership {
-                members: vec![(1, founder.public()), (2, joiner.public())],
+            kind: EntryKind::KeyChange {
+                authorization: founder.sign(&key_statement(&origin, &action)),
+                action,
+                authorizer: founder.key_id(),
             },
             prev_hash: prev,
         };
@@ -319,5 +602,183 @@ mod tests {
         let err = verify(&forged).unwrap_err();
         assert_eq!(err.index, 3);
         assert!(matches!(err.fault, ChainFault::BadSignature(_)));
+    }
+
+    /// Appends an entry of `kind` to `entries`, attested by `signer`.
+    fn append(entries: &mut Vec<SignedEntry>, kind: EntryKind, signer: &NodeKey) {
+        let last = &entries[entries.len() - 1].entry;
+        let entry = AuditEntry {
+            index: last.index + 1,
+            tx: TxId(last.tx.0 + 1),
+            tx_time_ns: last.tx_time_ns + 1,
+            namespace: String::new(),
+            kind,
+            prev_hash: last.hash(),
+        };
+        entries.push(SignedEntry::sign(entry, signer));
+    }
+
+    fn key_change(entries: &[SignedEntry], action: KeyAction, authorizer: &NodeKey) -> EntryKind {
+        let origin = crate::Checkpoint::origin_for(&entries[0].entry.hash());
+        EntryKind::KeyChange {
+            authorization: authorizer.sign(&key_statement(&origin, &action)),
+            action,
+            authorizer: authorizer.key_id(),
+        }
+    }
+
+    fn tx_kind() -> EntryKind {
+        EntryKind::Transaction {
+            content_hash: Hash::of(b"tx"),
+            datoms: 1,
+        }
+    }
+
+    #[test]
+    fn a_rotated_key_signs_up_to_its_rotation_and_not_after() {
+        let old = NodeKey::from_seed([3; 32]);
+        let new = NodeKey::from_seed([6; 32]);
+        let mut entries = chain(3, &old);
+        let rotate = key_change(
+            &entries,
+            KeyAction::Rotate {
+                node_id: 1,
+                old: old.key_id(),
+                new: new.public(),
+            },
+            &old,
+        );
+        append(&mut entries, rotate, &old); // entry 4: the rotation, still signed by the old key
+        append(&mut entries, tx_kind(), &new); // entry 5: the new key takes over
+        verify(&entries).unwrap();
+
+        let mut stale = entries.clone();
+        append(&mut stale, tx_kind(), &old); // entry 6 by the retired key
+        let err = verify(&stale).unwrap_err();
+        assert_eq!(err.index, 6);
+        assert!(matches!(err.fault, ChainFault::RetiredSigner { how: "rotated out", at: 4, .. }), "{err}");
+    }
+
+    #[test]
+    fn key_changes_need_an_active_authoriser_and_a_valid_signature() {
+        let founder = NodeKey::from_seed([3; 32]);
+        let stranger = NodeKey::from_seed([7; 32]);
+        let joiner = NodeKey::from_seed([8; 32]);
+        let entries = chain(2, &founder);
+        let admit = KeyAction::Admit {
+            node_id: 2,
+            key: joiner.public(),
+        };
+
+        let mut by_stranger = entries.clone();
+        let kind = key_change(&entries, admit.clone(), &stranger);
+        append(&mut by_stranger, kind, &founder);
+        let err = verify(&by_stranger).unwrap_err();
+        assert_eq!(err.index, 3);
+        assert!(matches!(err.fault, ChainFault::Unauthorized(_)), "{err}");
+
+        let mut forged = entries.clone();
+        let mut kind = key_change(&entries, admit.clone(), &founder);
+        if let EntryKind::KeyChange { authorization, .. } = &mut kind {
+            authorization[5] ^= 1;
+        }
+        append(&mut forged, kind, &founder);
+        let err = verify(&forged).unwrap_err();
+        assert_eq!((err.index, err.fault), (3, ChainFault::BadAuthorization(founder.key_id())));
+
+        // A statement signed for another cluster does not verify here.
+        let mut replayed = entries.clone();
+        let other_origin = crate::Checkpoint::origin_for(&Hash::of(b"another cluster"));
+        append(
+            &mut replayed,
+            EntryKind::KeyChange {
+                authorization: founder.sign(&key_statement(&other_origin, &admit)),
+                action: admit.clone(),
+                authorizer: founder.key_id(),
+            },
+            &founder,
+        );
+        assert!(matches!(verify(&replayed).unwrap_err().fault, ChainFault::BadAuthorization(_)));
+
+        // A revoked key can neither sign later entries nor authorise, and is not re-admitted.
+        let mut revoked = entries.clone();
+        let kind = key_change(&entries, admit.clone(), &founder);
+        append(&mut revoked, kind, &founder); // 3: admit the joiner
+        let kind = key_change(
+            &revoked,
+            KeyAction::Revoke {
+                node_id: 2,
+                key: joiner.key_id(),
+            },
+            &founder,
+        );
+        append(&mut revoked, kind, &founder); // 4: revoke it
+        verify(&revoked).unwrap();
+        let mut after = revoked.clone();
+        append(&mut after, tx_kind(), &joiner);
+        let err = verify(&after).unwrap_err();
+        assert!(matches!(err.fault, ChainFault::RetiredSigner { how: "revoked", at: 4, .. }), "{err}");
+        let mut readmit = revoked.clone();
+        let kind = key_change(&revoked, admit, &founder);
+        append(&mut readmit, kind, &founder);
+        assert!(matches!(verify(&readmit).unwrap_err().fault, ChainFault::Unauthorized(_)));
+    }
+
+    #[test]
+    fn later_membership_entries_trust_no_key_by_themselves() {
+        let founder = NodeKey::from_seed([3; 32]);
+        let joiner = NodeKey::from_seed([8; 32]);
+        let mut entries = chain(2, &founder);
+        append(
+            &mut entries,
+            EntryKind::Membership {
+                members: vec![(1, founder.public()), (2, joiner.public())],
+            },
+            &founder,
+        );
+        append(&mut entries, tx_kind(), &joiner);
+        let err = verify(&entries).unwrap_err();
+        assert_eq!((err.index, err.fault), (4, ChainFault::UnknownSigner(joiner.key_id())));
+    }
+
+    #[test]
+    fn genesis_keys_are_checked_when_given() {
+        let key = NodeKey::from_seed([3; 32]);
+        let entries = chain(3, &key);
+        let mut v = ChainVerifier::with_genesis_keys(vec![key.public()]);
+        for e in &entries {
+            v.push(e).unwrap();
+        }
+        let mut v = ChainVerifier::with_genesis_keys(vec![NodeKey::from_seed([1; 32]).public()]);
+        let err = v.push(&entries[0]).unwrap_err();
+        assert!(matches!(err.fault, ChainFault::GenesisKeys { .. }));
+    }
+
+    #[test]
+    fn push_all_reports_every_fault_and_judges_each_entry_against_its_real_predecessor() {
+        let key = NodeKey::from_seed([3; 32]);
+        let mut entries = chain(8, &key);
+        entries[2].entry.tx_time_ns += 1; // entry 3: signature breaks, and entry 4's link
+        entries[6].attestation.signature[0] ^= 1; // entry 7: signature only
+        let mut v = ChainVerifier::new();
+        let mut found = Vec::new();
+        for e in &entries {
+            found.extend(v.push_all(e).1);
+        }
+        let summary: Vec<(u64, &str)> = found
+            .iter()
+            .map(|e| {
+                (
+                    e.index,
+                    match e.fault {
+                        ChainFault::BadSignature(_) => "signature",
+                        ChainFault::PrevHash { .. } => "prev_hash",
+                        _ => "other",
+                    },
+                )
+            })
+            .collect();
+        assert_eq!(summary, vec![(3, "signature"), (4, "prev_hash"), (7, "signature")]);
+        assert_eq!(v.checked(), 8);
     }
 }

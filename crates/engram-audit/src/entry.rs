@@ -15,9 +15,110 @@ pub const GENESIS_PREV_HASH: Hash = Hash::ZERO;
 pub enum EntryKind {
     /// An applied transaction. `content_hash` is [`tx_content_hash`] of its datoms.
     Transaction { content_hash: Hash, datoms: u32 },
-    /// A membership change (the first one is genesis): the members and their public keys,
-    /// ordered by node id. These are the keys trusted from this entry on.
+    /// A membership change: the members and their public keys, ordered by node id. The first
+    /// one is genesis, and its keys are the chain's trust root; later membership entries
+    /// record who the members are but trust no key by themselves (see [`EntryKind::KeyChange`]).
     Membership { members: Vec<(u64, PublicKey)> },
+    /// A change to the set of trusted keys, authorised by `authorizer`, a key the chain trusts
+    /// at this point, whose signature over [`key_statement`] is carried here: a verifier checks
+    /// it from the chain alone, whoever attested the entry.
+    KeyChange {
+        action: KeyAction,
+        authorizer: KeyId,
+        #[serde(with = "sig_bytes")]
+        authorization: [u8; 64],
+    },
+}
+
+/// What a [`EntryKind::KeyChange`] does.
+#[derive(Clone, PartialEq, Eq, Debug, Serialize, Deserialize)]
+pub enum KeyAction {
+    /// Trust `key`, the key of node `node_id` (a node being added).
+    Admit { node_id: u64, key: PublicKey },
+    /// Node `node_id` replaces `old` with `new`: `old` stays valid for what it signed up to this
+    /// entry and is refused after it.
+    Rotate { node_id: u64, old: KeyId, new: PublicKey },
+    /// `key` is compromised: refused for anything after this entry, and every checkpoint it
+    /// signed is refused.
+    Revoke { node_id: u64, key: KeyId },
+}
+
+impl KeyAction {
+    pub fn node_id(&self) -> u64 {
+        match self {
+            KeyAction::Admit { node_id, .. } | KeyAction::Rotate { node_id, .. } | KeyAction::Revoke { node_id, .. } => {
+                *node_id
+            }
+        }
+    }
+
+    fn write(&self, w: &mut Writer) {
+        match self {
+            KeyAction::Admit { node_id, key } => {
+                w.u8(1).u64(*node_id).raw(&key.0);
+            }
+            KeyAction::Rotate { node_id, old, new } => {
+                w.u8(2).u64(*node_id).raw(&old.0).raw(&new.0);
+            }
+            KeyAction::Revoke { node_id, key } => {
+                w.u8(3).u64(*node_id).raw(&key.0);
+            }
+        }
+    }
+
+    fn read(r: &mut Reader<'_>) -> Result<KeyAction, DecodeError> {
+        let key_id = |r: &mut Reader<'_>, what| -> Result<KeyId, DecodeError> {
+            let mut id = [0u8; 8];
+            id.copy_from_slice(r.take(8, what)?);
+            Ok(KeyId(id))
+        };
+        Ok(match r.u8("key action")? {
+            1 => KeyAction::Admit {
+                node_id: r.u64("node id")?,
+                key: PublicKey(r.hash("admitted key")?.0),
+            },
+            2 => KeyAction::Rotate {
+                node_id: r.u64("node id")?,
+                old: key_id(r, "retired key id")?,
+                new: PublicKey(r.hash("new key")?.0),
+            },
+            3 => KeyAction::Revoke {
+                node_id: r.u64("node id")?,
+                key: key_id(r, "revoked key id")?,
+            },
+            tag => return Err(DecodeError::Tag { what: "key action", tag }),
+        })
+    }
+}
+
+/// A key change as proposed: the action and its authorisation, before it has a place in the
+/// chain. Apply turns it into an [`EntryKind::KeyChange`] entry if the authorisation holds.
+#[derive(Clone, PartialEq, Eq, Debug, Serialize, Deserialize)]
+pub struct KeyChangeRequest {
+    pub action: KeyAction,
+    pub authorizer: KeyId,
+    #[serde(with = "sig_bytes")]
+    pub authorization: [u8; 64],
+}
+
+impl KeyChangeRequest {
+    /// Authorises `action` in the cluster named by `origin` with `key`.
+    pub fn sign(origin: &str, action: KeyAction, key: &NodeKey) -> KeyChangeRequest {
+        KeyChangeRequest {
+            authorization: key.sign(&key_statement(origin, &action)),
+            authorizer: key.key_id(),
+            action,
+        }
+    }
+}
+
+/// The bytes a key change's authoriser signs: the action, bound to one cluster by its
+/// checkpoint origin so that a statement cannot be replayed into another cluster's chain.
+pub fn key_statement(origin: &str, action: &KeyAction) -> Vec<u8> {
+    let mut w = Writer::with_capacity(96);
+    w.raw(b"engram.key-change.v1").str(origin);
+    action.write(&mut w);
+    w.finish()
 }
 
 /// One link of the chain: the content every replica hashes identically.
@@ -64,6 +165,15 @@ impl AuditEntry {
                     w.u64(*id).raw(&key.0);
                 }
             }
+            EntryKind::KeyChange {
+                action,
+                authorizer,
+                authorization,
+            } => {
+                w.u8(3);
+                action.write(&mut w);
+                w.raw(&authorizer.0).raw(authorization);
+            }
         }
         w.raw(self.prev_hash.as_bytes());
         w.finish()
@@ -103,6 +213,18 @@ impl AuditEntry {
                     members.push((id, PublicKey(r.hash("member key")?.0)));
                 }
                 EntryKind::Membership { members }
+            }
+            3 => {
+                let action = KeyAction::read(r)?;
+                let mut authorizer = [0u8; 8];
+                authorizer.copy_from_slice(r.take(8, "authorizer key id")?);
+                let mut authorization = [0u8; 64];
+                authorization.copy_from_slice(r.take(64, "authorization")?);
+                EntryKind::KeyChange {
+                    action,
+                    authorizer: KeyId(authorizer),
+                    authorization,
+                }
             }
             tag => {
                 return Err(DecodeError::Tag {

@@ -13,11 +13,16 @@
 //! pure function of the entries given to it.
 
 mod chain;
+mod checkpoint;
 mod entry;
 mod keys;
 
-pub use chain::{ChainError, ChainFault, ChainVerifier};
+pub use chain::{ChainError, ChainFault, ChainVerifier, KeyRecord, apply_key_change};
+pub use checkpoint::{
+    Checkpoint, CheckpointError, NoteSignature, SignedCheckpoint, note_key_hash, note_key_name, verifier_key,
+};
 pub use entry::{
-    AUDIT_FORMAT_VERSION, Attestation, AuditEntry, EntryKind, GENESIS_PREV_HASH, SignedEntry, tx_content_hash,
+    AUDIT_FORMAT_VERSION, Attestation, AuditEntry, EntryKind, GENESIS_PREV_HASH, KeyAction, KeyChangeRequest, SignedEntry, key_statement,
+    tx_content_hash,
 };
 pub use keys::{KeyId, NodeKey, PublicKey};

@@ -175,6 +175,16 @@ pub struct ServeArgs {
     #[arg(long, env = "ENGRAM_SNAPSHOT_EVERY_ENTRIES", value_name = "N")]
     pub snapshot_every_entries: Option<u64>,
 
+    /// Sign a checkpoint of the audit chain after this many entries; 0 turns the count
+    /// trigger off [default: 1000].
+    #[arg(long, env = "ENGRAM_CHECKPOINT_EVERY_ENTRIES", value_name = "N")]
+    pub checkpoint_every_entries: Option<u64>,
+
+    /// Sign a checkpoint once this much transaction time has passed since the last one; 0
+    /// turns the time trigger off [default: 1000].
+    #[arg(long, env = "ENGRAM_CHECKPOINT_EVERY_MS", value_name = "MS")]
+    pub checkpoint_every_ms: Option<u64>,
+
     /// Export traces over OTLP/gRPC to this collector, e.g. http://localhost:4317.
     #[arg(long, env = "OTEL_EXPORTER_OTLP_ENDPOINT", value_name = "URL")]
     pub otlp_endpoint: Option<String>,

@@ -124,6 +124,12 @@ async fn serve(args: ServeArgs) -> Result<()> {
     if let Some(v) = args.election_timeout_max_ms {
         config.election_timeout_max_ms = v;
     }
+    if let Some(v) = args.checkpoint_every_entries {
+        config.checkpoint_every_entries = v;
+    }
+    if let Some(v) = args.checkpoint_every_ms {
+        config.checkpoint_every_ms = v;
+    }
     if let Some(v) = args.snapshot_every_entries {
         config.snapshot_every_entries = v;
     }

@@ -3,8 +3,10 @@ use std::fmt;
 use std::sync::Arc;
 
 use engram_audit::{
-    AuditEntry, EntryKind, GENESIS_PREV_HASH, NodeKey, PublicKey, SignedEntry, tx_content_hash,
+    AuditEntry, Checkpoint, EntryKind, GENESIS_PREV_HASH, KeyAction, KeyChangeRequest, KeyId, KeyRecord, NodeKey,
+    PublicKey, SignedEntry, apply_key_change, tx_content_hash,
 };
+use engram_merkle::{Blake3, CompactTree, MerkleHasher};
 use engram_storage::{Durability, Space, Store, WriteBatch};
 use engram_types::{
     Attribute, Datom, EntityId, EntityRef, Hash, Namespace, Op, TxId, TxReceipt, TxRequest, Value, ValueType,
@@ -28,6 +30,81 @@ pub struct ChainHead {
     pub tx_time_ns: i64,
     /// The next entity id to allocate; ids are never reused.
     pub next_entity: u64,
+    /// The Merkle tree over the entry hashes 1..=index, as its frontier: the roots of its
+    /// perfect subtrees, largest first (see `engram_merkle::CompactTree`).
+    pub frontier: Vec<Hash>,
+}
+
+impl ChainHead {
+    /// The Merkle tree of the chain so far.
+    pub fn tree(&self) -> Result<CompactTree<Blake3>, CoreError> {
+        CompactTree::from_frontier(self.index, self.frontier.iter().map(|h| h.0).collect())
+            .map_err(|e| CoreError::corrupt("chain head frontier", e))
+    }
+
+    /// The Merkle root over entries 1..=index.
+    pub fn tree_root(&self) -> Result<Hash, CoreError> {
+        Ok(Hash(self.tree()?.root()))
+    }
+}
+
+/// When a node signs a checkpoint of its chain: after every `every_entries` entries, or once
+/// `every_ms` of transaction time has passed since the last one, whichever comes first (0
+/// turns a trigger off). Both count the log, never a clock, so apply stays a pure function.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CheckpointPolicy {
+    pub every_entries: u64,
+    pub every_ms: u64,
+}
+
+impl Default for CheckpointPolicy {
+    fn default() -> Self {
+        CheckpointPolicy {
+            every_entries: 1000,
+            every_ms: 1000,
+        }
+    }
+}
+
+/// The last checkpoint this node signed, persisted at `Mcheckpoint`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct LastCheckpoint {
+    pub size: u64,
+    pub tx_time_ns: i64,
+}
+
+/// A key row (`K`): what the chain has said about one key.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SignerRow {
+    pub key: PublicKey,
+    pub node_id: u64,
+    pub admitted_at: u64,
+    pub retired_at: Option<u64>,
+    pub revoked_at: Option<u64>,
+}
+
+impl From<&SignerRow> for KeyRecord {
+    fn from(r: &SignerRow) -> KeyRecord {
+        KeyRecord {
+            key: r.key,
+            node_id: r.node_id,
+            admitted_at: r.admitted_at,
+            retired_at: r.retired_at,
+            revoked_at: r.revoked_at,
+        }
+    }
+}
+
+impl From<&KeyRecord> for SignerRow {
+    fn from(r: &KeyRecord) -> SignerRow {
+        SignerRow {
+            key: r.key,
+            node_id: r.node_id,
+            admitted_at: r.admitted_at,
+            retired_at: r.retired_at,
+            revoked_at: r.revoked_at,
+        }
+    }
 }
 
 /// Why a transaction was refused at apply. A rejected transaction changes nothing but the
@@ -55,6 +132,8 @@ pub enum Rejection {
         attribute: Attribute,
         value: Value,
     },
+    /// A key change whose authorisation does not hold at this point of the chain.
+    KeyChange(String),
 }
 
 impl fmt::Display for Rejection {
@@ -93,6 +172,7 @@ impl fmt::Display for Rejection {
                     "cannot retract {value} from entity {entity} {attribute}: it is not the current value"
                 )
             }
+            Rejection::KeyChange(why) => write!(f, "key change refused: {why}"),
         }
     }
 }
@@ -112,6 +192,16 @@ pub struct Engine {
     store: Arc<dyn Store>,
     key: Arc<NodeKey>,
     head: ChainHead,
+    policy: CheckpointPolicy,
+    last_checkpoint: Option<LastCheckpoint>,
+    /// The cluster's checkpoint origin, fixed by the genesis entry.
+    origin: Option<String>,
+}
+
+/// What sealing an entry produced besides the entry.
+struct Sealed {
+    signed: SignedEntry,
+    checkpoint: Option<LastCheckpoint>,
 }
 
 fn encode_row<T: Serialize>(row: &T) -> Vec<u8> {
@@ -124,10 +214,33 @@ pub(crate) fn decode_row<T: for<'de> Deserialize<'de>>(what: &str, bytes: &[u8])
 }
 
 impl Engine {
-    /// Opens the engine over `store`, loading the chain head (an empty chain on a new store).
+    /// Opens the engine over `store`, loading the chain head (an empty chain on a new store),
+    /// with the default checkpoint policy.
     pub fn open(store: Arc<dyn Store>, key: Arc<NodeKey>) -> Result<Engine, CoreError> {
-        let head = reads::head(&*store)?;
-        Ok(Engine { store, key, head })
+        Engine::open_with(store, key, CheckpointPolicy::default())
+    }
+
+    pub fn open_with(store: Arc<dyn Store>, key: Arc<NodeKey>, policy: CheckpointPolicy) -> Result<Engine, CoreError> {
+        let mut engine = Engine {
+            head: ChainHead::default(),
+            store,
+            key,
+            policy,
+            last_checkpoint: None,
+            origin: None,
+        };
+        engine.reload()?;
+        Ok(engine)
+    }
+
+    /// The signing key this node attests entries and checkpoints with.
+    pub fn key(&self) -> &Arc<NodeKey> {
+        &self.key
+    }
+
+    /// The cluster's checkpoint origin, once genesis is applied.
+    pub fn origin(&self) -> Option<&str> {
+        self.origin.as_deref()
     }
 
     pub fn head(&self) -> &ChainHead {
@@ -141,6 +254,24 @@ impl Engine {
     /// Re-reads the head after the store was replaced underneath (snapshot install).
     pub fn reload(&mut self) -> Result<(), CoreError> {
         self.head = reads::head(&*self.store)?;
+        self.last_checkpoint = match self.store.get(Space::State, keys::META_CHECKPOINT)? {
+            Some(bytes) => Some(decode_row("last checkpoint", &bytes)?),
+            None => None,
+        };
+        self.origin = reads::origin(&*self.store)?;
+        Ok(())
+    }
+
+    /// Writes a sealed entry's batch and, once it is durable, advances the cached head.
+    fn commit(&mut self, batch: WriteBatch, head: ChainHead, sealed: &Sealed) -> Result<(), CoreError> {
+        self.store.write(batch, planted::ack_durability())?;
+        if self.origin.is_none() && sealed.signed.entry.index == 1 {
+            self.origin = Some(Checkpoint::origin_for(&head.hash));
+        }
+        self.head = head;
+        if let Some(cp) = sealed.checkpoint {
+            self.last_checkpoint = Some(cp);
+        }
         Ok(())
     }
 
@@ -152,16 +283,27 @@ impl Engine {
         Ok(())
     }
 
-    /// Records a membership change in the chain: the members' keys become trusted from here.
-    /// Membership entries carry no leader time, so they take the previous transaction time.
+    /// Records a membership change in the chain. Genesis (the first entry) makes its members'
+    /// keys the trust root; later membership entries record who the members are but trust no
+    /// key (a key is admitted by a key change, see [`Engine::apply_key_change`]). Membership
+    /// entries carry no leader time, so they take the previous transaction time.
     pub fn apply_membership(
         &mut self,
         log_index: u64,
         members: Vec<(u64, PublicKey)>,
         mut batch: WriteBatch,
     ) -> Result<SignedEntry, CoreError> {
-        for (_, key) in &members {
-            batch.put(Space::State, keys::signer(key.key_id()), key.0.to_vec());
+        if self.head.index == 0 {
+            for (node_id, key) in &members {
+                let row = SignerRow {
+                    key: *key,
+                    node_id: *node_id,
+                    admitted_at: 1,
+                    retired_at: None,
+                    revoked_at: None,
+                };
+                batch.put(Space::State, keys::signer(key.key_id()), encode_row(&row));
+            }
         }
         let entry = AuditEntry {
             index: self.head.index + 1,
@@ -172,10 +314,78 @@ impl Engine {
             prev_hash: self.chain_prev(),
         };
         let mut head = self.head.clone();
-        let signed = self.seal(entry, &mut head, &mut batch);
-        self.store.write(batch, planted::ack_durability())?;
-        self.head = head;
-        Ok(signed)
+        let sealed = self.seal(entry, &mut head, &mut batch)?;
+        self.commit(batch, head, &sealed)?;
+        Ok(sealed.signed)
+    }
+
+    /// Applies a key change: admits, rotates or revokes a key if `req` is authorised by a key
+    /// active at this point (the rule is engram-audit's [`apply_key_change`], the same one a
+    /// verifier applies). A refused change writes nothing but `batch`.
+    pub fn apply_key_change(
+        &mut self,
+        log_index: u64,
+        req: &KeyChangeRequest,
+        batch: WriteBatch,
+    ) -> Result<Result<SignedEntry, Rejection>, CoreError> {
+        let Some(origin) = self.origin.clone() else {
+            self.apply_noop(batch)?;
+            return Ok(Err(Rejection::KeyChange("the chain has no genesis yet".into())));
+        };
+        let index = self.head.index + 1;
+        let mut wanted = vec![req.authorizer];
+        match &req.action {
+            KeyAction::Admit { key, .. } => wanted.push(key.key_id()),
+            KeyAction::Rotate { old, new, .. } => wanted.extend([*old, new.key_id()]),
+            KeyAction::Revoke { key, .. } => wanted.push(*key),
+        }
+        let mut known = BTreeMap::new();
+        for id in wanted {
+            if let Some(row) = reads::signer(&*self.store, id)? {
+                known.insert(id, KeyRecord::from(&row));
+            }
+        }
+        let before = known.clone();
+        if let Err(fault) = apply_key_change(
+            &mut known,
+            index,
+            &origin,
+            &req.action,
+            req.authorizer,
+            &req.authorization,
+        ) {
+            self.apply_noop(batch)?;
+            return Ok(Err(Rejection::KeyChange(fault.to_string())));
+        }
+        let mut batch = batch;
+        for (id, record) in &known {
+            if before.get(id) != Some(record) {
+                batch.put(Space::State, keys::signer(*id), encode_row(&SignerRow::from(record)));
+            }
+        }
+        let entry = AuditEntry {
+            index,
+            tx: TxId(log_index),
+            tx_time_ns: self.head.tx_time_ns,
+            namespace: String::new(),
+            kind: EntryKind::KeyChange {
+                action: req.action.clone(),
+                authorizer: req.authorizer,
+                authorization: req.authorization,
+            },
+            prev_hash: self.chain_prev(),
+        };
+        let mut head = self.head.clone();
+        let sealed = self.seal(entry, &mut head, &mut batch)?;
+        self.commit(batch, head, &sealed)?;
+        Ok(Ok(sealed.signed))
+    }
+
+    /// Whether `key` is trusted by the chain now (admitted, not rotated out or revoked).
+    pub fn key_active(&self, key: KeyId) -> Result<bool, CoreError> {
+        let next = self.head.index + 1;
+        Ok(reads::signer(&*self.store, key)?
+            .is_some_and(|row| row.admitted_at < next && KeyRecord::from(&row).valid_at(next).is_ok()))
     }
 
     fn chain_prev(&self) -> Hash {
@@ -186,9 +396,10 @@ impl Engine {
         }
     }
 
-    /// Signs `entry`, checks it against the head (a corruption-class assertion), adds it to
-    /// `batch` and advances `head`.
-    fn seal(&self, entry: AuditEntry, head: &mut ChainHead, batch: &mut WriteBatch) -> SignedEntry {
+    /// Signs `entry`, checks it against the head (a corruption-class assertion), adds it, its
+    /// Merkle tree nodes and (when the policy says so) a signed checkpoint to `batch`, and
+    /// advances `head`.
+    fn seal(&self, entry: AuditEntry, head: &mut ChainHead, batch: &mut WriteBatch) -> Result<Sealed, CoreError> {
         assert_eq!(
             entry.index,
             self.head.index + 1,
@@ -221,12 +432,64 @@ impl Engine {
             "I4 signatures-valid: fresh attestation does not verify"
         );
         batch.put(Space::State, keys::audit(signed.entry.index), signed.encode());
+
+        // The Merkle tree: every perfect subtree the new leaf completes is stored, so proofs
+        // read O(log n) rows; the head keeps the frontier, so the root costs O(log n) hashes.
+        let mut tree = head.tree()?;
+        tree.push_leaf_hash_visiting(Blake3::hash_leaf(hash.as_bytes()), |level, position, node| {
+            batch.put(Space::State, keys::merkle_node(level, position), node.to_vec());
+        });
+        assert_eq!(tree.size(), signed.entry.index, "Merkle tree size must equal the chain index");
+        head.frontier = tree.frontier().iter().map(|d| Hash(*d)).collect();
         head.index = signed.entry.index;
         head.hash = hash;
         head.tx = signed.entry.tx;
         head.tx_time_ns = signed.entry.tx_time_ns;
         batch.put(Space::State, keys::META_HEAD.to_vec(), encode_row(&*head));
-        signed
+
+        let checkpoint = if self.checkpoint_due(head) {
+            let origin = match (&self.origin, head.index) {
+                (Some(origin), _) => origin.clone(),
+                // Genesis is being sealed: it fixes the origin.
+                (None, 1) => Checkpoint::origin_for(&hash),
+                (None, _) => {
+                    return Err(CoreError::corrupt(
+                        "audit entry 1",
+                        "the chain has entries but no genesis entry",
+                    ));
+                }
+            };
+            let note = Checkpoint {
+                origin,
+                size: head.index,
+                root: Hash(tree.root()),
+                tx_time_ns: head.tx_time_ns,
+            }
+            .sign(&self.key);
+            batch.put(Space::State, keys::checkpoint(head.index), note.to_text().into_bytes());
+            let last = LastCheckpoint {
+                size: head.index,
+                tx_time_ns: head.tx_time_ns,
+            };
+            batch.put(Space::State, keys::META_CHECKPOINT.to_vec(), encode_row(&last));
+            Some(last)
+        } else {
+            None
+        };
+        Ok(Sealed { signed, checkpoint })
+    }
+
+    /// Whether the entry just sealed into `head` completes a checkpoint under the policy. The
+    /// first entry (genesis) always gets one, so a chain is pinnable from its start.
+    fn checkpoint_due(&self, head: &ChainHead) -> bool {
+        let Some(last) = self.last_checkpoint else {
+            return true;
+        };
+        let CheckpointPolicy { every_entries, every_ms } = self.policy;
+        let by_count = every_entries > 0 && head.index.saturating_sub(last.size) >= every_entries;
+        let every_ns = i64::try_from(every_ms.saturating_mul(1_000_000)).unwrap_or(i64::MAX);
+        let by_time = every_ms > 0 && head.tx_time_ns.saturating_sub(last.tx_time_ns) >= every_ns;
+        by_count || by_time
     }
 
     /// Applies one transaction carried by the log entry at `log_index`. `proposed_time_ns` is
@@ -273,7 +536,9 @@ impl Engine {
             let encoded = datom.encode();
             hashes.push(Hash::of(&encoded));
             let (e, a) = (datom.entity, &datom.attribute);
-            batch.put(Space::State, keys::eavt(ns, e, a, tx, seq), encoded);
+            let eavt = keys::eavt(ns, e, a, tx, seq);
+            batch.put(Space::State, keys::tx_datom(tx, seq), eavt.clone());
+            batch.put(Space::State, eavt, encoded);
             batch.put(Space::State, keys::aevt(ns, a, e, tx, seq), Vec::new());
             batch.put(
                 Space::State,
@@ -306,12 +571,12 @@ impl Engine {
                 self.chain_prev()
             },
         };
-        let signed = self.seal(entry, &mut head, &mut batch);
+        let sealed = self.seal(entry, &mut head, &mut batch)?;
         let receipt = TxReceipt {
             tx,
             tx_time_ns,
             datom_hashes: hashes,
-            audit_index: signed.entry.index,
+            audit_index: sealed.signed.entry.index,
             audit_hash: head.hash,
             temp_ids,
         };
@@ -334,8 +599,7 @@ impl Engine {
             self.head = head;
             return Ok(Ok(receipt));
         }
-        self.store.write(batch, planted::ack_durability())?;
-        self.head = head;
+        self.commit(batch, head, &sealed)?;
         Ok(Ok(receipt))
     }
 

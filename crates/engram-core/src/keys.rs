@@ -13,8 +13,14 @@
 //! | `I` | ns 0 idempotency key | receipt |
 //! | `N` | entity | owning namespace |
 //! | `S` | ns 0 attr | value type tag (the attribute's type, fixed by its first assertion) |
-//! | `K` | key id | public key admitted by a membership entry |
-//! | `M` | name | engine metadata (`Mhead`: the chain head) and the Raft layer's rows |
+//! | `K` | key id | public key admitted by genesis or a key change |
+//! | `L` | level(u8) position | Merkle tree node: root of the perfect subtree of `2^level` leaves from `position * 2^level` (level 0: leaf hashes) |
+//! | `X` | tx seq | the EAVT key of the transaction's datom `seq` (datoms by transaction) |
+//! | `C` | tree size | this node's signed checkpoint of that size (a signed note) |
+//! | `M` | name | engine metadata (`Mhead`: the chain head, `Mcheckpoint`: this node's last checkpoint) and the Raft layer's rows |
+//!
+//! `C` rows and `Mcheckpoint` are per node, like attestations: each node signs its own
+//! checkpoints, so they are left out of the replicated-state digest.
 
 use engram_types::{Attribute, EntityId, Namespace, TxId, Value};
 
@@ -29,7 +35,40 @@ pub const ENTITY: u8 = b'N';
 pub const SCHEMA: u8 = b'S';
 pub const META: u8 = b'M';
 
+pub const MERKLE: u8 = b'L';
+pub const TX_DATOMS: u8 = b'X';
+pub const CHECKPOINT: u8 = b'C';
+
 pub const META_HEAD: &[u8] = b"Mhead";
+pub const META_CHECKPOINT: &[u8] = b"Mcheckpoint";
+
+pub fn merkle_node(level: u32, position: u64) -> Vec<u8> {
+    let mut k = Vec::with_capacity(10);
+    k.push(MERKLE);
+    // A tree of u64 leaves has at most 64 levels above the leaves.
+    k.push(level.min(255) as u8);
+    k.extend_from_slice(&position.to_be_bytes());
+    k
+}
+
+pub fn tx_datoms_prefix(tx: TxId) -> Vec<u8> {
+    let mut k = Vec::with_capacity(13);
+    k.push(TX_DATOMS);
+    k.extend_from_slice(&tx.0.to_be_bytes());
+    k
+}
+
+pub fn tx_datom(tx: TxId, seq: u32) -> Vec<u8> {
+    let mut k = tx_datoms_prefix(tx);
+    k.extend_from_slice(&seq.to_be_bytes());
+    k
+}
+
+pub fn checkpoint(size: u64) -> Vec<u8> {
+    let mut k = vec![CHECKPOINT];
+    k.extend_from_slice(&size.to_be_bytes());
+    k
+}
 
 fn with_ns(tag: u8, ns: &Namespace) -> Vec<u8> {
     let mut k = Vec::with_capacity(64);

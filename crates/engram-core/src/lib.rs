@@ -13,11 +13,13 @@
 
 mod engine;
 mod error;
+pub mod export;
 pub mod inspect;
 pub mod keys;
 pub mod planted;
+pub mod proofs;
 pub mod reads;
 pub mod snapshot;
 
-pub use engine::{ChainHead, Engine, Rejection, TxOutcome};
+pub use engine::{ChainHead, CheckpointPolicy, Engine, LastCheckpoint, Rejection, SignerRow, TxOutcome};
 pub use error::CoreError;

@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use engram_audit::{ChainError, ChainFault, PublicKey, SignedEntry};
+use engram_audit::{ChainError, ChainFault, SignedEntry};
 use engram_storage::{KeyValue, Space, Store, prefix_end};
 use engram_types::{Attribute, Datom, EntityId, Namespace, Op, TxId, Value, ValueType};
 
@@ -250,6 +250,25 @@ pub fn signer_admitted(store: &dyn Store, id: engram_audit::KeyId) -> Result<boo
     Ok(store.get(Space::State, &keys::signer(id))?.is_some())
 }
 
+/// What the chain has said about key `id`, if it ever admitted it.
+pub fn signer(store: &dyn Store, id: engram_audit::KeyId) -> Result<Option<crate::engine::SignerRow>, CoreError> {
+    match store.get(Space::State, &keys::signer(id))? {
+        Some(bytes) => Ok(Some(decode_row("key row", &bytes)?)),
+        None => Ok(None),
+    }
+}
+
+/// The cluster's checkpoint origin, derived from the genesis entry; `None` before genesis.
+pub fn origin(store: &dyn Store) -> Result<Option<String>, CoreError> {
+    match store.get(Space::State, &keys::audit(1))? {
+        Some(bytes) => {
+            let genesis = SignedEntry::decode(&bytes).map_err(|e| CoreError::corrupt("audit entry 1", e))?;
+            Ok(Some(engram_audit::Checkpoint::origin_for(&genesis.entry.hash())))
+        }
+        None => Ok(None),
+    }
+}
+
 /// Audit entries `from..from+limit` (1-based), each re-checked on the way out: it decodes,
 /// its index is where it is stored, it links to the entry before it, and its attestation
 /// verifies against a key a membership entry admitted. The first failure is returned with
@@ -283,7 +302,7 @@ pub fn audit_entries(
         limit,
     )?;
     let mut out = Vec::with_capacity(rows.len());
-    let mut signers: BTreeMap<[u8; 8], Option<PublicKey>> = BTreeMap::new();
+    let mut signers: BTreeMap<[u8; 8], Option<engram_audit::KeyRecord>> = BTreeMap::new();
     for (i, (_, bytes)) in rows.into_iter().enumerate() {
         let index = from + i as u64;
         let fail = |fault| Ok(Err(ChainError { index, fault }));
@@ -306,22 +325,23 @@ pub fn audit_entries(
         let hash = signed.entry.hash();
         let key_id = signed.attestation.key_id;
         let key = match signers.get(&key_id.0) {
-            Some(k) => *k,
+            Some(k) => k.clone(),
             None => {
-                let k = store
-                    .get(Space::State, &keys::signer(key_id))?
-                    .and_then(|raw| <[u8; 32]>::try_from(raw.as_slice()).ok())
-                    .map(PublicKey);
-                signers.insert(key_id.0, k);
+                let k = signer(store, key_id)?.map(|row| engram_audit::KeyRecord::from(&row));
+                signers.insert(key_id.0, k.clone());
                 k
             }
         };
         match key {
             None => return fail(ChainFault::UnknownSigner(key_id)),
-            Some(k) if !k.verify(hash.as_bytes(), &signed.attestation.signature) => {
+            Some(k) if !k.key.verify(hash.as_bytes(), &signed.attestation.signature) => {
                 return fail(ChainFault::BadSignature(key_id));
             }
-            Some(_) => {}
+            Some(k) => {
+                if let Err(fault) = k.valid_at(index) {
+                    return fail(fault);
+                }
+            }
         }
         prev_hash = hash;
         out.push(signed);

@@ -12,6 +12,7 @@
 //! current state stays as it was.
 
 use engram_audit::{ChainError, ChainVerifier, SignedEntry};
+use engram_merkle::{Blake3, CompactTree};
 use engram_storage::{KeyValue, Space, StorageError, Store, WriteBatch};
 use engram_types::codec::{Reader, Writer};
 use thiserror::Error;
@@ -107,12 +108,14 @@ pub fn parse(bytes: &[u8]) -> Result<Vec<KeyValue>, SnapshotError> {
 /// Verifies the chain inside parsed snapshot records and returns the head they claim.
 pub fn verify(records: &[KeyValue]) -> Result<ChainHead, SnapshotError> {
     let mut verifier = ChainVerifier::new();
+    let mut tree = CompactTree::<Blake3>::new();
     let mut head: Option<ChainHead> = None;
     for (k, v) in records {
         if k.first() == Some(&keys::AUDIT) {
             let signed =
                 SignedEntry::decode(v).map_err(|e| SnapshotError::Malformed(format!("audit row: {e}")))?;
-            verifier.push(&signed)?;
+            let hash = verifier.push(&signed)?;
+            tree.push(hash.as_bytes());
         } else if k == keys::META_HEAD {
             head = Some(decode_row("snapshot chain head", v)?);
         }
@@ -128,6 +131,14 @@ pub fn verify(records: &[KeyValue]) -> Result<ChainHead, SnapshotError> {
             head.index,
             verifier.checked()
         )));
+    }
+    // The receiving node extends the tree from this frontier: it must be the tree of the
+    // entries just verified, or every later root and proof would be wrong.
+    let frontier: Vec<[u8; 32]> = head.frontier.iter().map(|h| h.0).collect();
+    if frontier != tree.frontier() {
+        return Err(SnapshotError::Malformed(
+            "the chain head's Merkle frontier is not the tree of the snapshot's entries".into(),
+        ));
     }
     Ok(head)
 }

@@ -88,11 +88,27 @@ impl<H: MerkleHasher> CompactTree<H> {
     ///
     /// If the tree already has `u64::MAX` leaves, which no real log reaches.
     pub fn push_leaf_hash(&mut self, leaf_hash: H::Digest) -> u64 {
+        self.push_leaf_hash_visiting(leaf_hash, |_, _, _| {})
+    }
+
+    /// Like [`push_leaf_hash`](Self::push_leaf_hash), and calls `visit(level, position, root)`
+    /// for every perfect subtree the append completes, smallest first: the leaf itself
+    /// (level 0, position = its index), then each merge (level `j` covers the `2^j` leaves
+    /// from `position * 2^j`). A store that saves what it is shown holds every perfect
+    /// subtree root, which is what [`LeafSource::cached_subtree_root`](crate::LeafSource)
+    /// wants for O(log² n) proofs.
+    pub fn push_leaf_hash_visiting(
+        &mut self,
+        leaf_hash: H::Digest,
+        mut visit: impl FnMut(u32, u64, &H::Digest),
+    ) -> u64 {
         let index = self.size;
         let mut node = leaf_hash;
+        visit(0, index, &node);
         // Each trailing one bit of the old size is a perfect subtree as large as the one being
         // carried; merge them, as a binary increment carries.
         let mut carry_bits = index;
+        let mut level = 0u32;
         while carry_bits & 1 == 1 {
             match self.frontier.pop() {
                 Some(left) => node = H::hash_children(&left, &node),
@@ -100,6 +116,8 @@ impl<H: MerkleHasher> CompactTree<H> {
                 None => break,
             }
             carry_bits >>= 1;
+            level += 1;
+            visit(level, index >> level, &node);
         }
         self.frontier.push(node);
         self.size = index.checked_add(1).expect("Merkle tree size overflows u64");
@@ -203,6 +221,31 @@ mod tests {
             restored.push(&i.to_le_bytes());
             assert_eq!(restored.root(), tree.root());
         }
+    }
+
+    #[test]
+    fn visiting_push_reports_every_perfect_subtree_once() {
+        use crate::subtree_root;
+        let leaves: Vec<[u8; 32]> = (0u32..37).map(|i| Blake3::hash_leaf(&i.to_be_bytes())).collect();
+        let mut tree = CompactTree::<Blake3>::new();
+        let mut seen = std::collections::BTreeMap::new();
+        for leaf in &leaves {
+            tree.push_leaf_hash_visiting(*leaf, |level, position, root| {
+                assert!(seen.insert((level, position), *root).is_none(), "reported twice");
+            });
+        }
+        // Every perfect subtree inside 37 leaves, and nothing else, with the right root.
+        let mut expected = 0;
+        for level in 0..6u32 {
+            let width = 1u64 << level;
+            for position in 0..(37 / width) {
+                expected += 1;
+                let start = position * width;
+                let root = subtree_root::<Blake3>(&leaves, start, start + width).unwrap();
+                assert_eq!(seen.get(&(level, position)), Some(&root), "level {level} position {position}");
+            }
+        }
+        assert_eq!(seen.len(), expected);
     }
 
     #[test]

@@ -237,6 +237,22 @@ impl From<&TxRequest> for pb::TransactRequest {
     }
 }
 
+/// A datom as a server returned it, validated back into the domain type, so that a client can
+/// recompute its hash from what it was given rather than trust the `hash` field.
+pub fn datom(raw: pb::Datom) -> Result<Datom, WireError> {
+    Ok(Datom {
+        namespace: namespace("datom.namespace", raw.namespace)?,
+        entity: engram_types::EntityId(raw.entity),
+        attribute: attribute("datom.attribute", raw.attribute)?,
+        value: value("datom.value", raw.value)?,
+        op: op("datom.op", raw.op)?,
+        valid_from_ns: raw.valid_from_ns,
+        valid_to_ns: raw.valid_to_ns,
+        tx: engram_types::TxId(raw.tx),
+        provenance: provenance(raw.provenance)?,
+    })
+}
+
 impl From<&Datom> for pb::Datom {
     fn from(d: &Datom) -> pb::Datom {
         pb::Datom {

@@ -26,6 +26,7 @@ mod state_machine;
 
 use std::fmt;
 
+use engram_audit::KeyChangeRequest;
 use engram_types::TxRequest;
 pub use log_store::LogStore;
 pub use node::{NodeError, NodeStatus, RaftNode, RaftSettings};
@@ -51,6 +52,8 @@ pub enum Command {
         request: TxRequest,
         proposed_time_ns: i64,
     },
+    /// Admit, rotate or revoke a key; authorised inside the request by a trusted key.
+    KeyChange { request: KeyChangeRequest },
 }
 
 impl fmt::Display for Command {
@@ -67,6 +70,7 @@ impl fmt::Display for Command {
                     request.ops.len()
                 )
             }
+            Command::KeyChange { request } => write!(f, "key-change({:?})", request.action),
         }
     }
 }
@@ -76,6 +80,9 @@ impl fmt::Display for Command {
 pub struct CommandResponse {
     /// Set for `Command::Transact`; `None` for blank and membership entries.
     pub outcome: Option<engram_core::TxOutcome>,
+    /// Set for `Command::KeyChange`: the audit index of the key-change entry, or why apply
+    /// refused it.
+    pub key_change: Option<Result<u64, engram_core::Rejection>>,
 }
 
 /// The async runtime openraft runs on: Tokio, or madsim's simulated executor and clock in the

@@ -1,8 +1,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-use engram_audit::NodeKey;
-use engram_core::TxOutcome;
+use engram_audit::{KeyAction, KeyChangeRequest, KeyId, KeyRecord, NodeKey, PublicKey};
+use engram_core::{CheckpointPolicy, Rejection, TxOutcome, reads};
 use engram_storage::Store;
 use engram_types::TxRequest;
 use openraft::async_runtime::WatchReceiver;
@@ -23,6 +23,8 @@ pub struct RaftSettings {
     /// Added to the wall clock when this node stamps a proposal: zero in production; the
     /// simulation uses it to skew nodes' clocks against each other.
     pub clock_skew_ns: i64,
+    /// When this node signs checkpoints of its chain.
+    pub checkpoints: CheckpointPolicy,
 }
 
 /// Why a Raft operation did not complete. The server maps these to gRPC codes.
@@ -50,6 +52,9 @@ pub struct RaftNode {
     pub node_id: u64,
     pub store: Arc<dyn Store>,
     pub info: NodeInfo,
+    /// This node's signing key: it attests entries, signs checkpoints and authorises the key
+    /// changes this node proposes as leader.
+    pub key: Arc<NodeKey>,
     clock_skew_ns: i64,
 }
 
@@ -100,7 +105,8 @@ impl RaftNode {
         .map_err(|e| NodeError::Fatal(format!("invalid raft settings: {e}")))?;
         let log_store = LogStore::new(store.clone());
         let state_machine =
-            StateMachine::open(store.clone(), key).map_err(|e| NodeError::Fatal(e.to_string()))?;
+            StateMachine::open(store.clone(), key.clone(), settings.checkpoints)
+                .map_err(|e| NodeError::Fatal(e.to_string()))?;
         let raft = Raft::new(
             node_id,
             Arc::new(config),
@@ -115,6 +121,7 @@ impl RaftNode {
             node_id,
             store,
             info,
+            key,
             clock_skew_ns: settings.clock_skew_ns,
         })
     }
@@ -239,9 +246,64 @@ impl RaftNode {
         })
     }
 
-    /// Adds a node as a learner, waits for it to catch up, then (unless `learner_only`)
-    /// promotes it to voter.
+    /// Proposes a key change (authorised inside the request). Only the leader accepts.
+    pub async fn propose_key_change(&self, request: KeyChangeRequest) -> Result<Result<u64, Rejection>, NodeError> {
+        let resp = self
+            .raft
+            .client_write(Command::KeyChange { request })
+            .await
+            .map_err(write_error)?;
+        resp.data
+            .key_change
+            .ok_or_else(|| NodeError::Fatal("apply returned no outcome for a key change".into()))
+    }
+
+    /// Whether the chain, as this node has applied it, trusts `key` now.
+    pub fn key_active(&self, key: &PublicKey) -> Result<bool, NodeError> {
+        let next = reads::head(&*self.store)
+            .map_err(|e| NodeError::Fatal(e.to_string()))?
+            .index
+            + 1;
+        let row = reads::signer(&*self.store, key.key_id()).map_err(|e| NodeError::Fatal(e.to_string()))?;
+        Ok(row.is_some_and(|row| row.admitted_at < next && KeyRecord::from(&row).valid_at(next).is_ok()))
+    }
+
+    /// The cluster's checkpoint origin, which key-change statements are bound to.
+    pub fn origin(&self) -> Result<String, NodeError> {
+        reads::origin(&*self.store)
+            .map_err(|e| NodeError::Fatal(e.to_string()))?
+            .ok_or_else(|| NodeError::Unavailable("the cluster has no genesis entry yet".into()))
+    }
+
+    /// Revokes `key` of node `node_id`: a key change authorised by this node's (the leader's)
+    /// key. Returns the audit index of the key-change entry, or why apply refused it.
+    pub async fn revoke_key(&self, node_id: u64, key: KeyId) -> Result<Result<u64, Rejection>, NodeError> {
+        self.ensure_voting_leader()?;
+        let request = KeyChangeRequest::sign(&self.origin()?, KeyAction::Revoke { node_id, key }, &self.key);
+        self.propose_key_change(request).await
+    }
+
+    /// Makes sure the chain trusts `key` for node `id`: proposes a key change admitting it,
+    /// authorised by this node's (the leader's) key, unless the chain already trusts it.
+    async fn admit_key(&self, id: u64, key: PublicKey) -> Result<(), NodeError> {
+        if self.key_active(&key)? {
+            return Ok(());
+        }
+        let request = KeyChangeRequest::sign(&self.origin()?, KeyAction::Admit { node_id: id, key }, &self.key);
+        match self.propose_key_change(request).await? {
+            Ok(_) => Ok(()),
+            // Admitted meanwhile (a retried AddNode), which is what was wanted.
+            Err(_) if self.key_active(&key)? => Ok(()),
+            Err(rejection) => Err(NodeError::Rejected(rejection.to_string())),
+        }
+    }
+
+    /// Adds a node: records its key in the chain (a key change authorised by this leader),
+    /// adds it as a learner, waits for it to catch up, then (unless `learner_only`) promotes
+    /// it to voter.
     pub async fn add_node(&self, id: u64, info: NodeInfo, learner_only: bool) -> Result<(), NodeError> {
+        self.ensure_voting_leader()?;
+        self.admit_key(id, PublicKey(info.public_key)).await?;
         self.ensure_voting_leader()?;
         self.raft.add_learner(id, info, true).await.map_err(write_error)?;
         if !learner_only {

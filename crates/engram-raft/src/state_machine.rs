@@ -2,7 +2,7 @@ use std::io;
 use std::sync::Arc;
 
 use engram_audit::{NodeKey, PublicKey};
-use engram_core::{Engine, snapshot};
+use engram_core::{CheckpointPolicy, Engine, snapshot};
 use engram_storage::{Space, Store, WriteBatch};
 use futures::{Stream, TryStreamExt};
 use openraft::entry::RaftEntry;
@@ -67,8 +67,8 @@ fn applied_and_membership_rows(applied: &Option<LogId>, membership: &Membership)
 }
 
 impl StateMachine {
-    pub fn open(store: Arc<dyn Store>, key: Arc<NodeKey>) -> io::Result<StateMachine> {
-        let engine = Engine::open(store.clone(), key).map_err(io_err)?;
+    pub fn open(store: Arc<dyn Store>, key: Arc<NodeKey>, policy: CheckpointPolicy) -> io::Result<StateMachine> {
+        let engine = Engine::open_with(store.clone(), key, policy).map_err(io_err)?;
         let (applied, membership) = load_applied(&*store)?;
         Ok(StateMachine {
             engine,
@@ -106,6 +106,23 @@ impl StateMachine {
                     .apply_tx(index, proposed_time_ns, &request, extra)
                     .map_err(io_err)?;
                 response.outcome = Some(outcome);
+            }
+            EntryPayload::Normal(Command::KeyChange { request }) => {
+                let extra = applied_row(&self.applied)?;
+                let outcome = self
+                    .engine
+                    .apply_key_change(index, &request, extra)
+                    .map_err(io_err)?;
+                match &outcome {
+                    Ok(signed) => info!(
+                        log_index = index,
+                        audit_index = signed.entry.index,
+                        action = ?request.action,
+                        "key change recorded in the audit chain"
+                    ),
+                    Err(rejection) => warn!(log_index = index, %rejection, "key change refused"),
+                }
+                response.key_change = Some(outcome.map(|signed| signed.entry.index));
             }
             EntryPayload::Membership(membership) => {
                 let members: Vec<(u64, PublicKey)> = membership

@@ -61,6 +61,11 @@ pub struct ServerConfig {
     /// Added to this node's clock when it stamps proposals. Zero in production (there is no
     /// flag for it); the simulation sets it to model nodes whose clocks disagree.
     pub clock_skew_ns: i64,
+    /// Sign a checkpoint of the chain after this many entries (0: never by count).
+    pub checkpoint_every_entries: u64,
+    /// Sign a checkpoint once this much transaction time has passed since the last one (0:
+    /// never by time).
+    pub checkpoint_every_ms: u64,
 }
 
 impl ServerConfig {
@@ -78,6 +83,8 @@ impl ServerConfig {
             election_timeout_min_ms: 400,
             election_timeout_max_ms: 800,
             snapshot_every_entries: 5_000,
+            checkpoint_every_entries: 1_000,
+            checkpoint_every_ms: 1_000,
             clock_skew_ns: 0,
         }
     }

@@ -22,6 +22,8 @@ pub enum ApiError {
     Rejected(Rejection),
     #[error("{0}")]
     NotFound(String),
+    #[error("out of range: {0}")]
+    OutOfRange(String),
     #[error("{0}")]
     Conflict(String),
     #[error("unavailable: {0}")]
@@ -46,6 +48,17 @@ impl From<CoreError> for ApiError {
         match e {
             CoreError::Corrupt { .. } => ApiError::Internal(format!("storage corruption: {e}")),
             CoreError::Storage(_) => ApiError::Internal(e.to_string()),
+        }
+    }
+}
+
+impl From<engram_core::proofs::ProofReadError> for ApiError {
+    fn from(e: engram_core::proofs::ProofReadError) -> Self {
+        use engram_core::proofs::ProofReadError;
+        match e {
+            ProofReadError::OutOfRange(m) => ApiError::OutOfRange(m),
+            ProofReadError::Proof(p) => ApiError::Internal(format!("Merkle proof over the stored tree: {p}")),
+            ProofReadError::Core(c) => c.into(),
         }
     }
 }
@@ -80,8 +93,10 @@ impl ApiError {
                 }
                 Rejection::UnknownEntity(_) => Code::NotFound,
                 Rejection::TypeMismatch { .. } => Code::InvalidArgument,
+                Rejection::KeyChange(_) => Code::FailedPrecondition,
             },
             ApiError::NotFound(_) => Code::NotFound,
+            ApiError::OutOfRange(_) => Code::OutOfRange,
             ApiError::Conflict(_) => Code::FailedPrecondition,
             ApiError::Unavailable(_) => Code::Unavailable,
             ApiError::Chain(_) => Code::DataLoss,

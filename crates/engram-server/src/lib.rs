@@ -102,6 +102,10 @@ pub async fn serve(
         election_timeout_max_ms: config.election_timeout_max_ms,
         snapshot_every_entries: config.snapshot_every_entries,
         clock_skew_ns: config.clock_skew_ns,
+        checkpoints: engram_core::CheckpointPolicy {
+            every_entries: config.checkpoint_every_entries,
+            every_ms: config.checkpoint_every_ms,
+        },
     };
     let node = RaftNode::start(config.node_id, info, store, Arc::new(key), &settings)
         .await

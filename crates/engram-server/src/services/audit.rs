@@ -1,8 +1,9 @@
 use std::pin::Pin;
 use std::sync::Arc;
 
-use engram_audit::{EntryKind, SignedEntry};
-use engram_core::reads;
+use engram_audit::{EntryKind, SignedCheckpoint, SignedEntry};
+use engram_core::{proofs, reads};
+use engram_types::Hash;
 use engram_proto::pb;
 use futures::Stream;
 use tokio_stream::wrappers::ReceiverStream;
@@ -25,7 +26,7 @@ impl AuditService {
     }
 }
 
-fn to_pb(signed: &SignedEntry) -> pb::AuditEntry {
+pub(crate) fn to_pb(signed: &SignedEntry) -> pb::AuditEntry {
     let e = &signed.entry;
     pb::AuditEntry {
         index: e.index,
@@ -35,6 +36,7 @@ fn to_pb(signed: &SignedEntry) -> pb::AuditEntry {
         kind: match e.kind {
             EntryKind::Transaction { .. } => "transaction",
             EntryKind::Membership { .. } => "membership",
+            EntryKind::KeyChange { .. } => "key_change",
         }
         .to_string(),
         prev_hash: e.prev_hash.0.to_vec(),
@@ -44,11 +46,122 @@ fn to_pb(signed: &SignedEntry) -> pb::AuditEntry {
     }
 }
 
+pub(crate) fn checkpoint_pb(note: &SignedCheckpoint) -> pb::Checkpoint {
+    let cp = &note.checkpoint;
+    pb::Checkpoint {
+        note: note.to_text(),
+        origin: cp.origin.clone(),
+        size: cp.size,
+        root: cp.root.0.to_vec(),
+        tx_time_ns: cp.tx_time_ns,
+    }
+}
+
+fn hashes_pb(hashes: &[Hash]) -> Vec<Vec<u8>> {
+    hashes.iter().map(|h| h.0.to_vec()).collect()
+}
+
+/// Bytes per export chunk on the wire.
+const EXPORT_CHUNK_BYTES: usize = 256 << 10;
+
+/// An `io::Write` that sends what it is given as export chunks over a bounded channel, from
+/// the blocking thread that writes the export.
+struct ChunkSink {
+    tx: tokio::sync::mpsc::Sender<Result<pb::ExportChunk, Status>>,
+    buf: Vec<u8>,
+}
+
+impl ChunkSink {
+    fn send(&mut self) -> std::io::Result<()> {
+        if self.buf.is_empty() {
+            return Ok(());
+        }
+        let data = std::mem::take(&mut self.buf);
+        self.tx
+            .blocking_send(Ok(pb::ExportChunk { data }))
+            .map_err(|_| std::io::Error::new(std::io::ErrorKind::BrokenPipe, "the client went away"))
+    }
+}
+
+impl std::io::Write for ChunkSink {
+    fn write(&mut self, data: &[u8]) -> std::io::Result<usize> {
+        self.buf.extend_from_slice(data);
+        if self.buf.len() >= EXPORT_CHUNK_BYTES {
+            self.send()?;
+        }
+        Ok(data.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.send()
+    }
+}
+
 type EntryStream = Pin<Box<dyn Stream<Item = Result<pb::AuditEntry, Status>> + Send>>;
+type ExportStream = Pin<Box<dyn Stream<Item = Result<pb::ExportChunk, Status>> + Send>>;
 
 #[tonic::async_trait]
 impl pb::audit_server::Audit for AuditService {
     type EntriesStream = EntryStream;
+    type ExportStream = ExportStream;
+
+    async fn checkpoint(&self, request: Request<pb::CheckpointRequest>) -> Result<Response<pb::Checkpoint>, Status> {
+        let store = &*self.shared.node.store;
+        let note = if request.into_inner().at_head {
+            proofs::checkpoint_at_head(store, &self.shared.node.key).map_err(ApiError::from)?
+        } else {
+            proofs::latest_checkpoint(store).map_err(ApiError::from)?
+        };
+        match note {
+            Some(note) => Ok(Response::new(checkpoint_pb(&note))),
+            None => Err(ApiError::NotFound("this node has no checkpoint yet (its chain is empty)".into()).into()),
+        }
+    }
+
+    async fn inclusion_proof(
+        &self,
+        request: Request<pb::InclusionProofRequest>,
+    ) -> Result<Response<pb::InclusionProofResponse>, Status> {
+        let req = request.into_inner();
+        let proof = proofs::inclusion(&*self.shared.node.store, req.index, req.tree_size).map_err(ApiError::from)?;
+        Ok(Response::new(pb::InclusionProofResponse {
+            entry: Some(to_pb(&proof.entry)),
+            tree_size: proof.tree_size,
+            path: hashes_pb(&proof.path),
+        }))
+    }
+
+    async fn consistency_proof(
+        &self,
+        request: Request<pb::ConsistencyProofRequest>,
+    ) -> Result<Response<pb::ConsistencyProofResponse>, Status> {
+        let req = request.into_inner();
+        let (new_size, path) = proofs::consistency(&*self.shared.node.store, req.old_size, req.new_size)
+            .map_err(ApiError::from)?;
+        Ok(Response::new(pb::ConsistencyProofResponse {
+            old_size: req.old_size,
+            new_size,
+            path: hashes_pb(&path),
+        }))
+    }
+
+    async fn export(&self, _request: Request<pb::ExportRequest>) -> Result<Response<ExportStream>, Status> {
+        let store = self.shared.node.store.clone();
+        let node_id = self.shared.node.node_id;
+        // A bounded channel: a slow reader holds back only its own export.
+        let (tx, rx) = tokio::sync::mpsc::channel(8);
+        let errors = tx.clone();
+        tokio::task::spawn_blocking(move || {
+            let mut sink = ChunkSink { tx, buf: Vec::new() };
+            let result = engram_core::export::write_export(&*store, &mut sink, node_id, |_, _| {})
+                .map_err(|e| e.to_string())
+                .and_then(|_| std::io::Write::flush(&mut sink).map_err(|e| e.to_string()));
+            if let Err(e) = result {
+                let _ = errors.blocking_send(Err(Status::from(ApiError::Internal(format!("export failed: {e}")))));
+            }
+        });
+        Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
+    }
 
     async fn entries(&self, request: Request<pb::EntriesRequest>) -> Result<Response<EntryStream>, Status> {
         let req = request.into_inner();

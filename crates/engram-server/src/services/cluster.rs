@@ -195,4 +195,53 @@ impl pb::cluster_server::Cluster for ClusterService {
             members: members(&self.shared),
         }))
     }
+
+    async fn revoke_key(
+        &self,
+        request: Request<pb::RevokeKeyRequest>,
+    ) -> Result<Response<pb::KeyChangeResponse>, Status> {
+        let forwarded = is_forwarded(&request);
+        let req = request.into_inner();
+        let key_id = match req.key_id.len() {
+            0 => None,
+            8 => {
+                let mut id = [0u8; 8];
+                id.copy_from_slice(&req.key_id);
+                Some(engram_audit::KeyId(id))
+            }
+            n => return Err(ApiError::Invalid(format!("key_id: {n} bytes, expected 8 (or none)")).into()),
+        };
+        if let Route::Leader(addr) = self.shared.route_write(forwarded)? {
+            let mut client = self.shared.cluster_client(&addr)?;
+            return client
+                .revoke_key(forward_request(req))
+                .await
+                .map_err(|s| forwarded_err(s).into());
+        }
+        let key_id = match key_id {
+            Some(id) => id,
+            None => self
+                .shared
+                .node
+                .status()
+                .members
+                .iter()
+                .find(|(id, _, _)| *id == req.node_id)
+                .map(|(_, info, _)| engram_audit::PublicKey(info.public_key).key_id())
+                .ok_or_else(|| {
+                    ApiError::NotFound(format!(
+                        "node {} is not a member; name the key to revoke with its key id",
+                        req.node_id
+                    ))
+                })?,
+        };
+        let audit_index = self
+            .shared
+            .node
+            .revoke_key(req.node_id, key_id)
+            .await
+            .map_err(ApiError::from)?
+            .map_err(ApiError::Rejected)?;
+        Ok(Response::new(pb::KeyChangeResponse { audit_index }))
+    }
 }

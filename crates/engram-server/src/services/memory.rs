@@ -77,6 +77,27 @@ fn datoms(list: &[engram_types::Datom]) -> Vec<pb::Datom> {
     list.iter().map(Into::into).collect()
 }
 
+/// The read proof for `found`, when the request asked for one.
+fn read_proof(shared: &super::Shared, prove: bool, found: &[engram_types::Datom]) -> Result<Option<pb::ReadProof>, ApiError> {
+    if !prove {
+        return Ok(None);
+    }
+    let (checkpoint, proofs) = engram_core::proofs::read_proof(&*shared.node.store, &shared.node.key, found)?;
+    let hashes = |list: &[engram_types::Hash]| list.iter().map(|h| h.0.to_vec()).collect::<Vec<_>>();
+    Ok(Some(pb::ReadProof {
+        checkpoint: Some(super::audit::checkpoint_pb(&checkpoint)),
+        proofs: proofs
+            .iter()
+            .map(|p| pb::DatomProof {
+                entry: Some(super::audit::to_pb(&p.entry)),
+                tx_datom_hashes: hashes(&p.tx_datom_hashes),
+                seq: p.seq,
+                inclusion_path: hashes(&p.inclusion_path),
+            })
+            .collect(),
+    }))
+}
+
 #[tonic::async_trait]
 impl pb::memory_server::Memory for MemoryService {
     async fn transact(
@@ -116,6 +137,7 @@ impl pb::memory_server::Memory for MemoryService {
             entity: req.entity,
             datoms: datoms(&found),
             applied_tx: self.shared.applied_index(),
+            proof: read_proof(&self.shared, req.prove, &found)?,
         }))
     }
 
@@ -156,6 +178,7 @@ impl pb::memory_server::Memory for MemoryService {
         Ok(Response::new(pb::HistoryResponse {
             datoms: datoms(&found),
             applied_tx: self.shared.applied_index(),
+            proof: read_proof(&self.shared, req.prove, &found)?,
         }))
     }
 

@@ -1,0 +1,623 @@
+//! The offline verifier: reads an export as a stream and checks everything in it against
+//! everything else, keeping O(keys + checkpoints) state.
+
+use std::io::Read;
+
+use engram_audit::{
+    ChainError, ChainVerifier, EntryKind, KeyRecord, PublicKey, SignedCheckpoint, SignedEntry, tx_content_hash,
+};
+use engram_merkle::{Blake3, CompactTree, MerkleHasher};
+use engram_types::{Datom, Hash};
+use serde::Serialize;
+
+use crate::format::{EXPORT_FORMAT_VERSION, ExportReader, Next, OpenError, Record};
+
+/// What to check beyond the export itself.
+#[derive(Clone, Debug, Default)]
+pub struct VerifyOptions {
+    /// Keep going after the first failure and report every one.
+    pub all: bool,
+    /// The trust anchor: the keys genesis must list. Without it the export's own genesis is
+    /// taken as the anchor, and the report says so.
+    pub genesis_keys: Option<Vec<PublicKey>>,
+    /// A checkpoint obtained earlier (from this or another node): the export's history must
+    /// contain it, which catches a rewritten or truncated history even when the export is
+    /// internally consistent.
+    pub pin: Option<SignedCheckpoint>,
+}
+
+/// One failed check, located as precisely as the export allows.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Failure {
+    /// The audit entry (chain index) the failure is about; `None` for file-level failures.
+    pub index: Option<u64>,
+    /// Byte offset of the record that failed, when the failure is about one record.
+    pub offset: Option<u64>,
+    /// The field that failed, e.g. `prev_hash`, `attestation.signature`, `datoms`,
+    /// `checkpoint.root`.
+    pub field: String,
+    pub message: String,
+}
+
+impl std::fmt::Display for Failure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.index {
+            Some(index) => write!(f, "audit entry {index}, {}: {}", self.field, self.message)?,
+            None => write!(f, "{}: {}", self.field, self.message)?,
+        }
+        if let Some(offset) = self.offset {
+            write!(f, " (record at byte {offset})")?;
+        }
+        Ok(())
+    }
+}
+
+/// One key as the verified chain records it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct KeyReport {
+    pub key_id: String,
+    pub public_key: String,
+    pub node_id: u64,
+    pub admitted_at: u64,
+    pub retired_at: Option<u64>,
+    pub revoked_at: Option<u64>,
+}
+
+impl From<&KeyRecord> for KeyReport {
+    fn from(k: &KeyRecord) -> Self {
+        KeyReport {
+            key_id: k.key.key_id().to_string(),
+            public_key: hex(&k.key.0),
+            node_id: k.node_id,
+            admitted_at: k.admitted_at,
+            retired_at: k.retired_at,
+            revoked_at: k.revoked_at,
+        }
+    }
+}
+
+/// What was verified, and every failure found (the first only, unless `all`).
+#[derive(Clone, Debug, Serialize)]
+pub struct Report {
+    pub format_version: u16,
+    pub origin: Option<String>,
+    pub exported_by_node: Option<u64>,
+    pub entries: u64,
+    pub transactions: u64,
+    pub datoms: u64,
+    pub checkpoints: u64,
+    pub head_index: u64,
+    pub head_hash: Option<String>,
+    /// The Merkle root of all verified entries.
+    pub tree_root: String,
+    /// What the verification is anchored on.
+    pub anchor: String,
+    /// The tree size of the pinned checkpoint, if one was given and it verified.
+    pub pinned_size: Option<u64>,
+    pub keys: Vec<KeyReport>,
+    pub failures: Vec<Failure>,
+    /// Whether verification stopped at the first failure (without `all`).
+    pub stopped_early: bool,
+}
+
+impl Report {
+    pub fn ok(&self) -> bool {
+        self.failures.is_empty()
+    }
+}
+
+/// Why an export could not be verified at all: unreadable, not tampered.
+#[derive(Debug, thiserror::Error)]
+pub enum VerifyError {
+    #[error(transparent)]
+    Open(#[from] OpenError),
+    #[error("reading the export: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// Verifies an export read from `input`. `progress(bytes_read, entries_checked)` is called
+/// after every record.
+pub fn verify_export<R: Read>(
+    input: R,
+    options: &VerifyOptions,
+    mut progress: impl FnMut(u64, u64),
+) -> Result<Report, VerifyError> {
+    let mut reader = ExportReader::open(input)?;
+    let mut v = Verifier::new(options);
+    loop {
+        if v.stop() {
+            break;
+        }
+        match reader.next_record() {
+            Ok(Next::Record { offset, record }) => v.record(offset, record),
+            Ok(Next::Eof) => break,
+            Err(Ok(io)) => return Err(VerifyError::Io(io)),
+            Err(Err(frame)) => {
+                // A damaged frame cannot say what it held; it is located after the last
+                // entry read.
+                let index = v.chain.checked() + 1;
+                let reason = format!("{} (after entry {})", frame.reason, v.chain.checked());
+                v.fail(Some(index), Some(frame.offset), "record", reason);
+                break;
+            }
+        }
+        progress(reader.offset(), v.chain.checked());
+    }
+    Ok(v.finish())
+}
+
+struct PendingTx {
+    index: u64,
+    tx: u64,
+    namespace: String,
+    content_hash: Hash,
+    datoms: u32,
+}
+
+struct Verifier<'a> {
+    options: &'a VerifyOptions,
+    chain: ChainVerifier,
+    tree: CompactTree<Blake3>,
+    records: u64,
+    header: Option<(String, u64, u64)>,
+    end: Option<(u64, u64, u64)>,
+    awaiting_datoms: Option<PendingTx>,
+    transactions: u64,
+    datoms: u64,
+    /// Checkpoints seen, checked against the final key history at the end: (offset, note).
+    checkpoints: Vec<(u64, SignedCheckpoint)>,
+    /// The root at the pinned size, once the tree reached it.
+    root_at_pin: Option<[u8; 32]>,
+    failures: Vec<Failure>,
+}
+
+impl<'a> Verifier<'a> {
+    fn new(options: &'a VerifyOptions) -> Verifier<'a> {
+        Verifier {
+            options,
+            chain: match &options.genesis_keys {
+                Some(keys) => ChainVerifier::with_genesis_keys(keys.clone()),
+                None => ChainVerifier::new(),
+            },
+            tree: CompactTree::new(),
+            records: 0,
+            header: None,
+            end: None,
+            awaiting_datoms: None,
+            transactions: 0,
+            datoms: 0,
+            checkpoints: Vec::new(),
+            root_at_pin: None,
+            failures: Vec::new(),
+        }
+    }
+
+    fn stop(&self) -> bool {
+        !self.options.all && !self.failures.is_empty()
+    }
+
+    fn fail(&mut self, index: Option<u64>, offset: Option<u64>, field: &str, message: impl Into<String>) {
+        self.failures.push(Failure {
+            index,
+            offset,
+            field: field.to_string(),
+            message: message.into(),
+        });
+    }
+
+    fn chain_failure(&mut self, error: ChainError, offset: u64) {
+        self.fail(
+            Some(error.index),
+            Some(offset),
+            error.fault.field(),
+            error.fault.to_string(),
+        );
+    }
+
+    fn record(&mut self, offset: u64, record: Record) {
+        self.records += 1;
+        if let Some((_, _, end_offset)) = self.end {
+            self.fail(
+                None,
+                Some(offset),
+                "end",
+                format!("a record follows the end record at byte {end_offset} (data appended after the export)"),
+            );
+            return;
+        }
+        if self.records == 1 && !matches!(record, Record::Header { .. }) {
+            self.fail(None, Some(offset), "header", "the export does not start with its header record");
+        }
+        if !matches!(record, Record::Datoms { .. })
+            && let Some(pending) = self.awaiting_datoms.take()
+        {
+            self.fail(
+                Some(pending.index),
+                Some(offset),
+                "datoms",
+                "the transaction's datoms record is missing",
+            );
+        }
+        match record {
+            Record::Header {
+                origin,
+                node_id,
+                head_index,
+            } => {
+                if self.records != 1 {
+                    self.fail(None, Some(offset), "header", "a second header record");
+                }
+                self.header = Some((origin, node_id, head_index));
+            }
+            Record::Entry(bytes) => self.entry(offset, &bytes),
+            Record::Datoms { index, datoms } => self.tx_datoms(offset, index, &datoms),
+            Record::Checkpoint(text) => self.checkpoint(offset, &text),
+            Record::End { entries, checkpoints } => self.end = Some((entries, checkpoints, offset)),
+        }
+    }
+
+    fn entry(&mut self, offset: u64, bytes: &[u8]) {
+        let next = self.chain.checked() + 1;
+        let signed = match SignedEntry::decode(bytes) {
+            Ok(signed) => signed,
+            Err(e) => {
+                self.fail(Some(next), Some(offset), "encoding", format!("the entry does not decode: {e}"));
+                return;
+            }
+        };
+        let hash = if self.options.all {
+            let (hash, errors) = self.chain.push_all(&signed);
+            for error in errors {
+                self.chain_failure(error, offset);
+            }
+            hash
+        } else {
+            match self.chain.push(&signed) {
+                Ok(hash) => hash,
+                Err(error) => {
+                    self.chain_failure(error, offset);
+                    return;
+                }
+            }
+        };
+        self.tree.push(hash.as_bytes());
+        if let Some(pin) = &self.options.pin
+            && pin.checkpoint.size == self.tree.size()
+        {
+            self.root_at_pin = Some(self.tree.root());
+        }
+        if let EntryKind::Transaction { content_hash, datoms } = signed.entry.kind {
+            self.transactions += 1;
+            self.awaiting_datoms = Some(PendingTx {
+                index: signed.entry.index,
+                tx: signed.entry.tx.0,
+                namespace: signed.entry.namespace.clone(),
+                content_hash,
+                datoms,
+            });
+        }
+    }
+
+    fn tx_datoms(&mut self, offset: u64, index: u64, datoms: &[Vec<u8>]) {
+        let Some(tx) = self.awaiting_datoms.take() else {
+            self.fail(
+                Some(index),
+                Some(offset),
+                "datoms",
+                "a datoms record that follows no transaction entry",
+            );
+            return;
+        };
+        if tx.index != index {
+            self.fail(
+                Some(tx.index),
+                Some(offset),
+                "datoms",
+                format!("the datoms record names entry {index}"),
+            );
+            return;
+        }
+        self.datoms += datoms.len() as u64;
+        if datoms.len() != tx.datoms as usize {
+            self.fail(
+                Some(index),
+                Some(offset),
+                "datoms",
+                format!(
+                    "{} datoms exported, the entry records {} (a datom was added or removed)",
+                    datoms.len(),
+                    tx.datoms
+                ),
+            );
+        }
+        let mut hashes = Vec::with_capacity(datoms.len());
+        for (seq, bytes) in datoms.iter().enumerate() {
+            hashes.push(Hash::of(bytes));
+            match Datom::decode(bytes) {
+                Ok(d) if d.tx.0 != tx.tx => self.fail(
+                    Some(index),
+                    Some(offset),
+                    &format!("datoms[{seq}].tx"),
+                    format!("{} is not the entry's tx {}", d.tx.0, tx.tx),
+                ),
+                Ok(d) if d.namespace.as_str() != tx.namespace => self.fail(
+                    Some(index),
+                    Some(offset),
+                    &format!("datoms[{seq}].namespace"),
+                    format!("{:?} is not the entry's namespace {:?}", d.namespace.as_str(), tx.namespace),
+                ),
+                Ok(_) => {}
+                Err(e) => self.fail(
+                    Some(index),
+                    Some(offset),
+                    &format!("datoms[{seq}]"),
+                    format!("does not decode: {e}"),
+                ),
+            }
+        }
+        let computed = tx_content_hash(&hashes);
+        if computed != tx.content_hash {
+            self.fail(
+                Some(index),
+                Some(offset),
+                "datoms",
+                format!(
+                    "the datoms hash to {computed}, the entry's content_hash is {} (a datom was altered)",
+                    tx.content_hash
+                ),
+            );
+        }
+    }
+
+    fn checkpoint(&mut self, offset: u64, text: &[u8]) {
+        let at = Some(self.chain.checked());
+        let note = match SignedCheckpoint::parse_bytes(text) {
+            Ok(note) => note,
+            Err(e) => {
+                self.fail(at, Some(offset), "checkpoint", format!("does not parse: {e}"));
+                return;
+            }
+        };
+        let cp = &note.checkpoint;
+        if cp.size != self.tree.size() {
+            self.fail(
+                at,
+                Some(offset),
+                "checkpoint.size",
+                format!(
+                    "covers {} entries but follows entry {} (checkpoints follow the entry that completes them)",
+                    cp.size,
+                    self.tree.size()
+                ),
+            );
+            return;
+        }
+        if Some(cp.origin.as_str()) != self.chain.origin() {
+            self.fail(
+                at,
+                Some(offset),
+                "checkpoint.origin",
+                format!("{:?} is not this chain's origin {:?}", cp.origin, self.chain.origin()),
+            );
+        }
+        let root = self.tree.root();
+        if cp.root.0 != root {
+            self.fail(
+                at,
+                Some(offset),
+                "checkpoint.root",
+                format!(
+                    "{} differs from the Merkle root {} of the exported entries 1..={}",
+                    cp.root,
+                    hex(&root),
+                    cp.size
+                ),
+            );
+        }
+        if cp.tx_time_ns != self.chain.head_tx_time_ns() {
+            self.fail(
+                at,
+                Some(offset),
+                "checkpoint.tx_time",
+                format!(
+                    "{} ns is not the time of entry {}, {} ns",
+                    cp.tx_time_ns,
+                    cp.size,
+                    self.chain.head_tx_time_ns()
+                ),
+            );
+        }
+        self.checkpoints.push((offset, note));
+    }
+
+    /// Checks a checkpoint's signatures against the whole key history: at least one signer
+    /// the chain admits, none revoked, none rotated out before the checkpoint's size.
+    fn signer_fault(&self, note: &SignedCheckpoint) -> Option<String> {
+        let keys = self.chain.keys();
+        let signers = note.signers(keys.values().map(|k| &k.key));
+        if signers.is_empty() {
+            return Some(format!(
+                "signed by no key the chain admits (signature names: {})",
+                note.signatures.iter().map(|s| s.name.as_str()).collect::<Vec<_>>().join(", ")
+            ));
+        }
+        for key in signers {
+            let Some(record) = keys.get(&key.key_id()) else {
+                continue;
+            };
+            if let Some(at) = record.revoked_at {
+                return Some(format!("signed by key {}, revoked at entry {at}", key.key_id()));
+            }
+            if let Some(at) = record.retired_at.filter(|at| note.checkpoint.size > *at) {
+                return Some(format!(
+                    "signed by key {}, rotated out at entry {at}, for a later tree size",
+                    key.key_id()
+                ));
+            }
+        }
+        None
+    }
+
+    fn finish(mut self) -> Report {
+        let stopped_early = self.stop();
+        if !stopped_early {
+            self.final_checks();
+        }
+        if !self.options.all {
+            self.failures.truncate(1);
+        }
+        let anchor = match (&self.options.genesis_keys, &self.options.pin) {
+            (Some(_), _) => "the genesis keys given".to_string(),
+            (None, Some(_)) => "the pinned checkpoint (genesis taken from the export)".to_string(),
+            (None, None) => {
+                "the export's own genesis entry (give --genesis-keys or --pin to anchor it independently)".to_string()
+            }
+        };
+        Report {
+            format_version: EXPORT_FORMAT_VERSION,
+            origin: self.chain.origin().map(str::to_string),
+            exported_by_node: self.header.as_ref().map(|(_, node, _)| *node),
+            entries: self.chain.checked(),
+            transactions: self.transactions,
+            datoms: self.datoms,
+            checkpoints: self.checkpoints.len() as u64,
+            head_index: self.chain.checked(),
+            head_hash: self.chain.head().map(|h| h.to_hex()),
+            tree_root: hex(&self.tree.root()),
+            anchor,
+            pinned_size: self.options.pin.as_ref().map(|p| p.checkpoint.size),
+            keys: self.chain.keys().values().map(KeyReport::from).collect(),
+            failures: self.failures,
+            stopped_early,
+        }
+    }
+
+    fn final_checks(&mut self) {
+        let after_last = Some(self.chain.checked() + 1);
+        if let Some(pending) = self.awaiting_datoms.take() {
+            self.fail(
+                Some(pending.index),
+                None,
+                "datoms",
+                "the transaction's datoms record is missing",
+            );
+        }
+        for error in self.chain.unadmitted() {
+            self.fail(Some(error.index), None, error.fault.field(), error.fault.to_string());
+        }
+        let faults: Vec<(u64, u64, String)> = self
+            .checkpoints
+            .iter()
+            .filter_map(|(offset, note)| self.signer_fault(note).map(|f| (note.checkpoint.size, *offset, f)))
+            .collect();
+        for (size, offset, fault) in faults {
+            self.fail(Some(size), Some(offset), "checkpoint.signature", fault);
+        }
+        match &self.header {
+            None => self.fail(None, None, "header", "the export has no header record"),
+            Some((origin, _, _)) if Some(origin.as_str()) != self.chain.origin() && self.chain.checked() > 0 => {
+                let message = format!(
+                    "names origin {origin:?}, but the chain's genesis gives {:?}",
+                    self.chain.origin()
+                );
+                self.fail(None, None, "header.origin", message);
+            }
+            Some((_, _, head)) if *head != self.chain.checked() => {
+                let message = format!(
+                    "says the chain's head was entry {head} at export, the export holds {} entries",
+                    self.chain.checked()
+                );
+                self.fail(Some(self.chain.checked().min(*head) + 1), None, "header.head_index", message);
+            }
+            Some(_) => {}
+        }
+        match self.end {
+            None => self.fail(
+                after_last,
+                None,
+                "end",
+                format!(
+                    "the export stops after entry {} without its end record (it was truncated)",
+                    self.chain.checked()
+                ),
+            ),
+            Some((entries, checkpoints, offset)) => {
+                if entries != self.chain.checked() || checkpoints != self.checkpoints.len() as u64 {
+                    self.fail(
+                        after_last,
+                        Some(offset),
+                        "end",
+                        format!(
+                            "the end record counts {entries} entries and {checkpoints} checkpoints, the export holds {} and {}",
+                            self.chain.checked(),
+                            self.checkpoints.len()
+                        ),
+                    );
+                }
+            }
+        }
+        if let Some(pin) = self.options.pin.clone() {
+            self.check_pin(&pin);
+        }
+    }
+
+    fn check_pin(&mut self, pin: &SignedCheckpoint) {
+        let cp = &pin.checkpoint;
+        if Some(cp.origin.as_str()) != self.chain.origin() {
+            self.fail(
+                None,
+                None,
+                "pin.origin",
+                format!(
+                    "the pinned checkpoint is for {:?}, this chain is {:?}",
+                    cp.origin,
+                    self.chain.origin()
+                ),
+            );
+            return;
+        }
+        if let Some(fault) = self.signer_fault(pin) {
+            self.fail(None, None, "pin.signature", fault);
+        }
+        if self.tree.size() < cp.size {
+            self.fail(
+                Some(self.tree.size() + 1),
+                None,
+                "pin.size",
+                format!(
+                    "the export ends at entry {}, but the pinned checkpoint covers {} entries (the tail was truncated)",
+                    self.tree.size(),
+                    cp.size
+                ),
+            );
+            return;
+        }
+        if cp.size == 0 {
+            return;
+        }
+        match self.root_at_pin {
+            Some(root) if root == cp.root.0 => {}
+            Some(root) => self.fail(
+                Some(cp.size),
+                None,
+                "pin.root",
+                format!(
+                    "the exported entries 1..={} have Merkle root {}, the pinned checkpoint says {} (history was rewritten)",
+                    cp.size,
+                    hex(&root),
+                    cp.root
+                ),
+            ),
+            None => {}
+        }
+    }
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The Merkle leaf hash Engram uses for an audit entry hash.
+pub fn leaf_hash(entry_hash: &Hash) -> [u8; 32] {
+    Blake3::hash_leaf(entry_hash.as_bytes())
+}
