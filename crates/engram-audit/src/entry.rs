@@ -37,7 +37,11 @@ pub enum KeyAction {
     Admit { node_id: u64, key: PublicKey },
     /// Node `node_id` replaces `old` with `new`: `old` stays valid for what it signed up to this
     /// entry and is refused after it.
-    Rotate { node_id: u64, old: KeyId, new: PublicKey },
+    Rotate {
+        node_id: u64,
+        old: KeyId,
+        new: PublicKey,
+    },
     /// `key` is compromised: refused for anything after this entry, and every checkpoint it
     /// signed is refused.
     Revoke { node_id: u64, key: KeyId },
@@ -46,9 +50,9 @@ pub enum KeyAction {
 impl KeyAction {
     pub fn node_id(&self) -> u64 {
         match self {
-            KeyAction::Admit { node_id, .. } | KeyAction::Rotate { node_id, .. } | KeyAction::Revoke { node_id, .. } => {
-                *node_id
-            }
+            KeyAction::Admit { node_id, .. }
+            | KeyAction::Rotate { node_id, .. }
+            | KeyAction::Revoke { node_id, .. } => *node_id,
         }
     }
 
@@ -86,7 +90,12 @@ impl KeyAction {
                 node_id: r.u64("node id")?,
                 key: key_id(r, "revoked key id")?,
             },
-            tag => return Err(DecodeError::Tag { what: "key action", tag }),
+            tag => {
+                return Err(DecodeError::Tag {
+                    what: "key action",
+                    tag,
+                });
+            }
         })
     }
 }

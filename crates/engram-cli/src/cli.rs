@@ -12,7 +12,10 @@ const EXIT_CODES: &str = "EXIT CODES
   0  success
   1  any error: bad input, a refused request (the gRPC status is printed), unreachable nodes,
      a failed demo check
-  2  `audit verify` found a tampered or inconsistent audit chain";
+  2  `audit verify` found a tampered or inconsistent audit chain (or a verified read's proof
+     failed)
+  3  `audit verify FILE|--data-dir` could not read its input at all: no such file, not an
+     export, an export format version newer than this build, a store in use";
 
 #[derive(Parser, Debug)]
 #[command(
@@ -235,6 +238,18 @@ pub enum ClusterCommand {
         #[arg(long, value_name = "N")]
         id: u64,
     },
+
+    /// Revoke a node's signing key (it is compromised): a key-change entry in the audit chain,
+    /// authorised by the leader. Attestations and checkpoints by the key after this point, and
+    /// every checkpoint it ever signed, are refused by verifiers. Remove the node too.
+    #[command(after_help = "EXAMPLES\n  engram cluster revoke-key --id 4\n  engram cluster revoke-key --id 4 --key-id 1a2b3c4d5e6f7081")]
+    RevokeKey {
+        #[arg(long, value_name = "N")]
+        id: u64,
+        /// The key to revoke, as its 16-hex-digit key id [default: the node's current key].
+        #[arg(long, value_name = "HEX")]
+        key_id: Option<String>,
+    },
 }
 
 const TX_FORMAT_EXAMPLES: &str = "EXAMPLES\n  engram transact tx.json\n  \
@@ -264,6 +279,10 @@ pub struct GetArgs {
     /// Read the answering node's local state, possibly behind the leader.
     #[arg(long)]
     pub stale: bool,
+    /// Verify the answer: check the audit chain, then a Merkle proof for every datom against
+    /// a signed checkpoint. Exits 2 if a proof fails.
+    #[arg(long)]
+    pub verify: bool,
 }
 
 #[derive(Args, Debug)]
@@ -283,6 +302,9 @@ pub struct HistoryArgs {
     /// Read the answering node's local state, possibly behind the leader.
     #[arg(long)]
     pub stale: bool,
+    /// Verify the answer with a Merkle proof per datom (see `get --verify`).
+    #[arg(long)]
+    pub verify: bool,
 }
 
 #[derive(Args, Debug)]
@@ -307,19 +329,49 @@ pub struct FindArgs {
 
 #[derive(Subcommand, Debug)]
 pub enum AuditCommand {
-    /// Pull the whole chain from a live node and check every link and signature.
+    /// Verify an audit chain: a live node's (default), an export file, or a stopped node's store.
     ///
-    /// Exits 0 if the chain verifies, 2 if it does not (naming the first bad entry's index and
-    /// field), 1 if it could not be checked (e.g. the node is unreachable).
+    /// Live: pulls the whole chain from a node and checks every link and signature.
+    ///
+    /// Offline (FILE or --data-dir): checks every link, attestation and key change, every
+    /// transaction's datoms against the content hash its entry records, the Merkle root of the
+    /// entries against every checkpoint and every checkpoint's signature against the key
+    /// history, and (with --pin) that the chain contains a checkpoint obtained earlier.
+    ///
+    /// Names the exact index and field of the first failure (--all: every failure). Exits 0 if
+    /// everything verifies, 2 if something was tampered with, 3 if the input cannot be read
+    /// (offline), 1 for other errors.
     #[command(
-        after_help = "EXAMPLES\n  engram audit verify\n  engram -e 127.0.0.1:7002 audit verify --json\n  \
-        engram -e n1:7001 -e n2:7001 -e n3:7001 audit verify --each"
+        after_help = "EXAMPLES\n  engram audit verify\n  engram -e n1:7001 -e n2:7001 -e n3:7001 audit verify --each\n  \
+        engram audit verify chain.engram-audit --pin checkpoint.txt\n  \
+        engram audit verify --data-dir /var/lib/engram/1 --all --json"
     )]
-    Verify {
-        /// Verify every endpoint's chain separately and check that their heads agree, instead
-        /// of the first endpoint that answers.
+    Verify(VerifyArgs),
+
+    /// Write the chain, its transactions' datoms, checkpoints and key history to a portable
+    /// file that `engram audit verify FILE` checks with no cluster at hand.
+    #[command(after_help = "EXAMPLES\n  engram audit export --out chain.engram-audit\n  \
+        engram audit export --data-dir /var/lib/engram/1 --out node1.engram-audit")]
+    Export {
+        /// Where to write the export (written to a temporary file, renamed when complete).
+        #[arg(long, value_name = "FILE")]
+        out: PathBuf,
+        /// Export a stopped node's store instead of asking a live node.
+        #[arg(long, value_name = "DIR")]
+        data_dir: Option<PathBuf>,
+    },
+
+    /// Print a signed checkpoint (C2SP tlog-checkpoint signed note); save it to pin later
+    /// verifications with `audit verify --pin`.
+    #[command(after_help = "EXAMPLES\n  engram audit checkpoint\n  engram audit checkpoint --at-head --out checkpoint.txt")]
+    Checkpoint {
+        /// A checkpoint of the node's current head, signed now (default: the latest one the
+        /// node signed by its checkpoint policy).
         #[arg(long)]
-        each: bool,
+        at_head: bool,
+        /// Also write the note to this file.
+        #[arg(long, value_name = "FILE")]
+        out: Option<PathBuf>,
     },
 
     /// Show the tip of the chain (index, hash, tx, time) as the answering node has it.
@@ -336,6 +388,32 @@ pub enum AuditCommand {
         #[arg(long, default_value_t = 0, value_name = "N")]
         limit: u64,
     },
+}
+
+#[derive(Args, Debug)]
+#[command(group(ArgGroup::new("offline").args(["file", "data_dir"])))]
+pub struct VerifyArgs {
+    /// An export file written by `engram audit export`.
+    #[arg(value_name = "FILE", conflicts_with_all = ["data_dir", "each"])]
+    pub file: Option<PathBuf>,
+    /// A stopped node's data directory (the one given to `engram serve --data-dir`).
+    #[arg(long, value_name = "DIR", conflicts_with = "each")]
+    pub data_dir: Option<PathBuf>,
+    /// Live: verify every endpoint's chain separately and check that their heads agree.
+    #[arg(long)]
+    pub each: bool,
+    /// Offline: list every failure instead of stopping at the first.
+    #[arg(long, requires = "offline")]
+    pub all: bool,
+    /// Offline: a checkpoint saved earlier (`engram audit checkpoint --out FILE`); the chain
+    /// must contain it, which exposes a truncated or rewritten history.
+    #[arg(long, value_name = "CHECKPOINT", requires = "offline")]
+    pub pin: Option<PathBuf>,
+    /// Offline: the trusted genesis keys, as hex public keys (repeat or separate with commas);
+    /// genesis must list exactly these. Without it (or --pin) the input's own genesis is the
+    /// anchor.
+    #[arg(long = "genesis-key", value_name = "HEX", value_delimiter = ',', requires = "offline")]
+    pub genesis_keys: Vec<String>,
 }
 
 #[derive(Args, Debug, Clone)]

@@ -54,6 +54,9 @@ pub fn already_reported(err: &anyhow::Error) -> bool {
 
 /// The exit code for an error, per the documented table.
 pub fn exit_code(err: &anyhow::Error) -> u8 {
+    if let Some(code) = crate::offline::exit_code(err) {
+        return code;
+    }
     if err.chain().any(|e| e.is::<Tampered>()) {
         2
     } else {
@@ -95,6 +98,13 @@ pub async fn run(cli: Cli) -> Result<()> {
         Command::Get(args) => get(&client()?, args, json).await,
         Command::History(args) => history(&client()?, args, json).await,
         Command::Find(args) => find(&client()?, args, json).await,
+        Command::Audit(AuditCommand::Verify(args)) if args.file.is_some() || args.data_dir.is_some() => {
+            crate::offline::verify(&args, json)
+        }
+        Command::Audit(AuditCommand::Export {
+            out,
+            data_dir: Some(dir),
+        }) => crate::offline::export(None, Some(&dir), &out, json).await,
         Command::Audit(cmd) => audit(&client()?, cmd, json).await,
     }
 }
@@ -326,6 +336,23 @@ async fn cluster(client: &Client, cmd: ClusterCommand, json: bool) -> Result<()>
             membership_output(&format!("node {id} removed"), &resp, json);
             Ok(())
         }
+        ClusterCommand::RevokeKey { id, key_id } => {
+            let key_id = key_id
+                .map(|raw| {
+                    hex::decode(raw.trim())
+                        .ok()
+                        .and_then(|b| <[u8; 8]>::try_from(b.as_slice()).ok())
+                        .ok_or_else(|| anyhow!("--key-id {raw:?}: expected 16 hex digits"))
+                })
+                .transpose()?;
+            let index = client.revoke_key(id, key_id).await.context("cluster revoke-key")?;
+            if json {
+                print_json(&json!({ "ok": true, "node_id": id, "audit_index": index }));
+            } else {
+                println!("key of node {id} revoked by audit entry {index}");
+            }
+            Ok(())
+        }
     }
 }
 
@@ -425,6 +452,17 @@ async fn get(client: &Client, args: GetArgs, json: bool) -> Result<()> {
         valid_at_ns: args.valid_at_ns,
         consistency: consistency(args.stale),
     };
+    if args.verify {
+        let mut trust = trusted_log(client).await?;
+        let resp = client
+            .get_verified(&mut trust, &ns, EntityId(args.entity), opts)
+            .await
+            .map_err(proof_error)?;
+        let mut extra = json!({ "entity": resp.entity });
+        verified_output(&mut extra, &trust, resp.datoms.len(), json);
+        datoms_output(&resp.datoms, resp.applied_tx, extra, json);
+        return Ok(());
+    }
     let resp = client
         .get(&ns, EntityId(args.entity), opts)
         .await
@@ -436,6 +474,39 @@ async fn get(client: &Client, args: GetArgs, json: bool) -> Result<()> {
         json,
     );
     Ok(())
+}
+
+/// Trust for a verified read: the chain verified from genesis, and a checkpoint of its head.
+async fn trusted_log(client: &Client) -> Result<engram_client::TrustedLog> {
+    client.trust_chain().await.map_err(proof_error)
+}
+
+/// A failed proof or chain is tampering (exit 2); anything else keeps its context.
+fn proof_error(e: ClientError) -> anyhow::Error {
+    if e.is_tampering() {
+        Tampered(format!("verification failed: {e}")).into()
+    } else {
+        anyhow::Error::new(e).context("verified read")
+    }
+}
+
+fn verified_output(extra: &mut Json, trust: &engram_client::TrustedLog, datoms: usize, json: bool) {
+    let cp = &trust.checkpoint().checkpoint;
+    if json {
+        if let Some(map) = extra.as_object_mut() {
+            map.insert(
+                "verified".into(),
+                json!({ "datoms": datoms, "checkpoint_size": cp.size, "root": cp.root.to_hex(),
+                        "origin": cp.origin, "note": trust.checkpoint().to_text() }),
+            );
+        }
+    } else {
+        eprintln!(
+            "verified: {datoms} datoms proven against checkpoint {} (root {}), which extends the chain verified from genesis",
+            cp.size,
+            &cp.root.to_hex()[..16]
+        );
+    }
 }
 
 async fn history(client: &Client, args: HistoryArgs, json: bool) -> Result<()> {
@@ -450,6 +521,17 @@ async fn history(client: &Client, args: HistoryArgs, json: bool) -> Result<()> {
         // clap's ArgGroup requires one of them.
         (None, None) => bail!("give --entity, --attribute, or both"),
     };
+    if args.verify {
+        let mut trust = trusted_log(client).await?;
+        let resp = client
+            .history_verified(&mut trust, &ns, target, args.limit, consistency(args.stale))
+            .await
+            .map_err(proof_error)?;
+        let mut extra = json!({});
+        verified_output(&mut extra, &trust, resp.datoms.len(), json);
+        datoms_output(&resp.datoms, resp.applied_tx, extra, json);
+        return Ok(());
+    }
     let resp = client
         .history(&ns, target, args.limit, consistency(args.stale))
         .await
@@ -531,7 +613,26 @@ async fn verify_one(client: &Client, label: &str, ui: Ui) -> Result<engram_clien
 async fn audit(client: &Client, cmd: AuditCommand, json: bool) -> Result<()> {
     let endpoints = &client.endpoints();
     match cmd {
-        AuditCommand::Verify { each } => {
+        AuditCommand::Export { out, data_dir } => {
+            crate::offline::export(Some(client), data_dir.as_deref(), &out, json).await
+        }
+        AuditCommand::Checkpoint { at_head, out } => {
+            let cp = client.checkpoint(at_head).await.context("audit checkpoint")?;
+            if let Some(path) = &out {
+                std::fs::write(path, &cp.note).with_context(|| format!("cannot write {}", path.display()))?;
+            }
+            if json {
+                print_json(&json!({
+                    "origin": cp.origin, "size": cp.size, "root": hex::encode(&cp.root),
+                    "tx_time_ns": cp.tx_time_ns, "note": cp.note,
+                }));
+            } else {
+                print!("{}", cp.note);
+            }
+            Ok(())
+        }
+        AuditCommand::Verify(args) => {
+            let each = args.each;
             let ui = Ui::bars_only(json);
             let targets: Vec<(String, Client)> = if each {
                 (0..endpoints.len())

@@ -7,15 +7,20 @@
 //! [`local_cluster`] (child `engram serve` processes) and [`invariants`] (what must hold after
 //! it), [`output`] and [`ui`] print tables and progress.
 //!
-//! Must not depend on: the server's internals, Raft, storage or the core. It links
-//! `engram-server` only to run a node in-process for `engram serve`; everything else goes
-//! through the public gRPC API, as any other client would.
+//! [`offline`] is the exception to "everything through the API": `audit export --data-dir` and
+//! `audit verify FILE|--data-dir` work on an export file or a stopped node's store, with no
+//! cluster, through `engram-core`'s export writer and `engram-verify`.
+//!
+//! Must not depend on: the server's internals or Raft. It links `engram-server` only to run a
+//! node in-process for `engram serve`, and the core and storage only for the offline audit
+//! commands; everything else goes through the public gRPC API, as any other client would.
 
 pub mod cli;
 pub mod commands;
 pub mod demo;
 pub mod invariants;
 pub mod local_cluster;
+pub mod offline;
 pub mod output;
 pub mod txjson;
 pub mod ui;

@@ -622,6 +622,37 @@ impl pb::audit_server::Audit for TamperedAudit {
             ..Default::default()
         }))
     }
+
+    // The verifier under test uses only Entries and Head.
+    type ExportStream = futures::stream::BoxStream<'static, Result<pb::ExportChunk, tonic::Status>>;
+
+    async fn checkpoint(
+        &self,
+        _: tonic::Request<pb::CheckpointRequest>,
+    ) -> Result<tonic::Response<pb::Checkpoint>, tonic::Status> {
+        Err(tonic::Status::unimplemented("not served by this fake"))
+    }
+
+    async fn inclusion_proof(
+        &self,
+        _: tonic::Request<pb::InclusionProofRequest>,
+    ) -> Result<tonic::Response<pb::InclusionProofResponse>, tonic::Status> {
+        Err(tonic::Status::unimplemented("not served by this fake"))
+    }
+
+    async fn consistency_proof(
+        &self,
+        _: tonic::Request<pb::ConsistencyProofRequest>,
+    ) -> Result<tonic::Response<pb::ConsistencyProofResponse>, tonic::Status> {
+        Err(tonic::Status::unimplemented("not served by this fake"))
+    }
+
+    async fn export(
+        &self,
+        _: tonic::Request<pb::ExportRequest>,
+    ) -> Result<tonic::Response<Self::ExportStream>, tonic::Status> {
+        Err(tonic::Status::unimplemented("not served by this fake"))
+    }
 }
 
 /// `engram audit verify` against a chain whose third entry was re-signed by a stranger's

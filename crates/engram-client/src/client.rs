@@ -222,14 +222,13 @@ impl Client {
         entity: EntityId,
         opts: GetOptions,
     ) -> Result<pb::GetResponse, ClientError> {
-        let req = pb::GetRequest {
-            namespace: namespace.to_string(),
-            entity: entity.0,
-            as_of_tx: opts.as_of_tx,
-            valid_at_ns: opts.valid_at_ns,
-            consistency: opts.consistency.to_pb(),
-        };
-        self.call(Idempotency::Safe, move |ch| {
+        self.get_raw(get_request(namespace, entity, opts, false))
+            .await
+            .map(|(_, r)| r)
+    }
+
+    pub(crate) async fn get_raw(&self, req: pb::GetRequest) -> Result<(String, pb::GetResponse), ClientError> {
+        self.call_with_endpoint(Idempotency::Safe, move |ch| {
             let req = req.clone();
             async move { memory(ch).get(req).await }
         })
@@ -245,24 +244,16 @@ impl Client {
         limit: u32,
         consistency: Consistency,
     ) -> Result<pb::HistoryResponse, ClientError> {
-        let (target, attribute_filter) = match target {
-            HistoryTarget::Entity { entity, attribute } => (
-                pb::history_request::Target::Entity(entity.0),
-                attribute.map(|a| a.to_string()).unwrap_or_default(),
-            ),
-            HistoryTarget::Attribute(a) => (
-                pb::history_request::Target::Attribute(a.to_string()),
-                String::new(),
-            ),
-        };
-        let req = pb::HistoryRequest {
-            namespace: namespace.to_string(),
-            target: Some(target),
-            attribute_filter,
-            limit,
-            consistency: consistency.to_pb(),
-        };
-        self.call(Idempotency::Safe, move |ch| {
+        self.history_raw(history_request(namespace, target, limit, consistency, false))
+            .await
+            .map(|(_, r)| r)
+    }
+
+    pub(crate) async fn history_raw(
+        &self,
+        req: pb::HistoryRequest,
+    ) -> Result<(String, pb::HistoryResponse), ClientError> {
+        self.call_with_endpoint(Idempotency::Safe, move |ch| {
             let req = req.clone();
             async move { memory(ch).history(req).await }
         })
@@ -338,6 +329,21 @@ impl Client {
         .await
     }
 
+    /// Revokes a node's key (its current one unless `key_id` names another): a key-change
+    /// entry authorised by the leader. Not retried. Returns the entry's audit index.
+    pub async fn revoke_key(&self, node_id: u64, key_id: Option<[u8; 8]>) -> Result<u64, ClientError> {
+        let req = pb::RevokeKeyRequest {
+            node_id,
+            key_id: key_id.map(|k| k.to_vec()).unwrap_or_default(),
+        };
+        self.call(Idempotency::Unsafe, move |ch| {
+            let req = req.clone();
+            async move { cluster(ch).revoke_key(req).await }
+        })
+        .await
+        .map(|r| r.audit_index)
+    }
+
     /// Removes a node from the membership. Not retried.
     pub async fn remove_node(&self, id: u64) -> Result<pb::MembershipResponse, ClientError> {
         self.call(Idempotency::Unsafe, move |ch| async move {
@@ -372,6 +378,60 @@ impl Client {
             })
             .await?;
         Ok(stream
+            .map_err(move |status| ClientError::rpc(&endpoint, &status, 1))
+            .boxed())
+    }
+
+    /// The answering node's latest checkpoint (signed by its policy), or with `at_head` one of
+    /// its current head, signed on request.
+    pub async fn checkpoint(&self, at_head: bool) -> Result<pb::Checkpoint, ClientError> {
+        self.checkpoint_from(at_head).await.map(|(_, c)| c)
+    }
+
+    pub(crate) async fn checkpoint_from(&self, at_head: bool) -> Result<(String, pb::Checkpoint), ClientError> {
+        self.call_with_endpoint(Idempotency::Safe, move |ch| async move {
+            audit(ch).checkpoint(pb::CheckpointRequest { at_head }).await
+        })
+        .await
+    }
+
+    /// The inclusion proof of audit entry `index` in the tree of `tree_size` entries (0: the
+    /// node's head).
+    pub async fn inclusion_proof(&self, index: u64, tree_size: u64) -> Result<pb::InclusionProofResponse, ClientError> {
+        self.call(Idempotency::Safe, move |ch| async move {
+            audit(ch)
+                .inclusion_proof(pb::InclusionProofRequest { index, tree_size })
+                .await
+        })
+        .await
+    }
+
+    /// The consistency proof between the trees of `old_size` and `new_size` entries (0: the
+    /// node's head).
+    pub async fn consistency_proof(
+        &self,
+        old_size: u64,
+        new_size: u64,
+    ) -> Result<pb::ConsistencyProofResponse, ClientError> {
+        self.call(Idempotency::Safe, move |ch| async move {
+            audit(ch)
+                .consistency_proof(pb::ConsistencyProofRequest { old_size, new_size })
+                .await
+        })
+        .await
+    }
+
+    /// Streams the answering node's audit export (engram-verify's file format) as byte chunks.
+    /// Opening is retried like any read; a failure mid-stream ends it with that error (start
+    /// again: an export is cheap to restart and must not be spliced from two streams).
+    pub async fn export(&self) -> Result<BoxStream<'static, Result<Vec<u8>, ClientError>>, ClientError> {
+        let (endpoint, stream) = self
+            .call_with_endpoint(Idempotency::Safe, move |ch| async move {
+                audit(ch).export(pb::ExportRequest {}).await
+            })
+            .await?;
+        Ok(stream
+            .map_ok(|chunk| chunk.data)
             .map_err(move |status| ClientError::rpc(&endpoint, &status, 1))
             .boxed())
     }
@@ -442,4 +502,44 @@ fn cluster(ch: Channel) -> ClusterClient<Channel> {
 
 fn audit(ch: Channel) -> AuditClient<Channel> {
     AuditClient::new(ch).max_decoding_message_size(MAX_RESPONSE_BYTES)
+}
+
+pub(crate) fn get_request(namespace: &Namespace, entity: EntityId, opts: GetOptions, prove: bool) -> pb::GetRequest {
+    pb::GetRequest {
+        namespace: namespace.to_string(),
+        entity: entity.0,
+        as_of_tx: opts.as_of_tx,
+        valid_at_ns: opts.valid_at_ns,
+        consistency: opts.consistency.to_pb(),
+        prove,
+        trusted_size: 0,
+    }
+}
+
+pub(crate) fn history_request(
+    namespace: &Namespace,
+    target: HistoryTarget,
+    limit: u32,
+    consistency: Consistency,
+    prove: bool,
+) -> pb::HistoryRequest {
+    let (target, attribute_filter) = match target {
+        HistoryTarget::Entity { entity, attribute } => (
+            pb::history_request::Target::Entity(entity.0),
+            attribute.map(|a| a.to_string()).unwrap_or_default(),
+        ),
+        HistoryTarget::Attribute(a) => (
+            pb::history_request::Target::Attribute(a.to_string()),
+            String::new(),
+        ),
+    };
+    pb::HistoryRequest {
+        namespace: namespace.to_string(),
+        target: Some(target),
+        attribute_filter,
+        limit,
+        consistency: consistency.to_pb(),
+        prove,
+        trusted_size: 0,
+    }
 }

@@ -39,6 +39,33 @@ pub enum ClientError {
         served: u64,
         head_index: u64,
     },
+
+    /// A proof the server sent with an answer does not verify: the answer cannot be trusted.
+    #[error("{endpoint}: proof does not verify: {reason}")]
+    Proof { endpoint: String, reason: String },
+
+    /// The server's history is shorter than a checkpoint this client already trusts: it has
+    /// lost (or hides) entries it once vouched for.
+    #[error(
+        "{endpoint}: history rewound: the server's checkpoint covers {served_size} entries, but this client already trusts a checkpoint of {trusted_size}"
+    )]
+    Rewound {
+        endpoint: String,
+        trusted_size: u64,
+        served_size: u64,
+    },
+
+    /// The server's history does not extend the one this client trusts: the consistency proof
+    /// between the trusted checkpoint and the server's fails. The two histories have forked.
+    #[error(
+        "{endpoint}: history forked: the server's tree of {served_size} entries does not extend the trusted tree of {trusted_size} entries ({reason})"
+    )]
+    Forked {
+        endpoint: String,
+        trusted_size: u64,
+        served_size: u64,
+        reason: String,
+    },
 }
 
 impl ClientError {
@@ -89,7 +116,11 @@ impl ClientError {
     pub fn is_tampering(&self) -> bool {
         matches!(
             self,
-            ClientError::Chain { .. } | ClientError::ChainTruncated { .. }
+            ClientError::Chain { .. }
+                | ClientError::ChainTruncated { .. }
+                | ClientError::Proof { .. }
+                | ClientError::Rewound { .. }
+                | ClientError::Forked { .. }
         ) || self.code() == Some(Code::DataLoss)
     }
 

@@ -15,6 +15,9 @@
 //!
 //! [`Client::verify_chain`] streams a node's whole audit chain and checks every link and
 //! signature with [`engram_audit::ChainVerifier`], so a caller trusts nothing but the chain.
+//! [`Client::trust_chain`] turns that into a [`TrustedLog`], and [`Client::get_verified`] /
+//! [`Client::history_verified`] accept an answer only with a Merkle proof against a signed
+//! checkpoint that extends the trusted one (see the `trust` module).
 //!
 //! Must not depend on: the server, Raft, storage or the core. It speaks only the wire API
 //! (`engram-proto`) and uses the pure data-model and audit crates.
@@ -23,6 +26,7 @@ mod client;
 mod endpoint;
 mod error;
 mod retry;
+mod trust;
 mod verify;
 
 pub use client::{Client, ClientConfig, Consistency, FindQuery, GetOptions, HistoryTarget};
@@ -30,4 +34,5 @@ pub use endpoint::parse_endpoint;
 pub use engram_proto::pb;
 pub use error::{ClientError, code_name};
 pub use retry::{Idempotency, RetryPolicy, is_transient};
+pub use trust::{ProofFailure, TrustedLog, verify_checkpoint, verify_read_proof};
 pub use verify::{ChainReport, VerifyProgress};

@@ -1,4 +1,5 @@
 use engram_audit::{ChainError, ChainFault, ChainVerifier, SignedEntry};
+use engram_merkle::{Blake3, CompactTree};
 use engram_proto::pb;
 use engram_proto::pb::audit_client::AuditClient;
 use engram_types::Hash;
@@ -18,6 +19,12 @@ pub struct ChainReport {
     pub head_index: u64,
     /// Hash of the last entry; `None` for an empty chain.
     pub head_hash: Option<Hash>,
+    /// The Merkle root over the verified entries.
+    pub tree_root: Hash,
+    /// The cluster's checkpoint origin (`None` for an empty chain).
+    pub origin: Option<String>,
+    /// The keys the verified chain trusts at its head.
+    pub active_keys: Vec<engram_audit::PublicKey>,
 }
 
 /// Reported to the progress callback of [`Client::verify_chain`] after each verified entry.
@@ -69,6 +76,7 @@ impl Client {
         };
 
         let mut verifier = ChainVerifier::new();
+        let mut tree = CompactTree::<Blake3>::new();
         let policy = self.config().retry;
         let item_timeout = self.config().request_timeout;
         let start = Instant::now();
@@ -81,6 +89,7 @@ impl Client {
                     Ok(None) => break 'resume,
                     Ok(Some(Ok(entry))) => {
                         let (signed, entry_hash) = check_entry(&mut verifier, &entry).map_err(chain_err)?;
+                        tree.push(entry_hash.as_bytes());
                         if let Some((index, hash)) = claimed_head
                             && entry.index == index
                             && verifier.head() != Some(hash)
@@ -137,10 +146,13 @@ impl Client {
             entries_checked: verifier.checked(),
             head_index: verifier.checked(),
             head_hash: verifier.head(),
+            tree_root: Hash(tree.root()),
+            origin: verifier.origin().map(str::to_string),
+            active_keys: verifier.active_keys(),
         })
     }
 
-    fn node_named(&self, name: &str) -> Option<Client> {
+    pub(crate) fn node_named(&self, name: &str) -> Option<Client> {
         let index = self.endpoints().iter().position(|n| n == name)?;
         self.node(index)
     }

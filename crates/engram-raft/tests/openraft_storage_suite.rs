@@ -22,7 +22,11 @@ struct MemBuilder;
 impl StoreBuilder<TypeConfig, LogStore, StateMachine> for MemBuilder {
     async fn build(&self) -> Result<((), LogStore, StateMachine), StorageError<TypeConfig>> {
         let store: Arc<dyn Store> = Arc::new(MemStore::new());
-        let sm = StateMachine::open(store.clone(), Arc::new(NodeKey::from_seed([1; 32])))
+        let sm = StateMachine::open(
+            store.clone(),
+            Arc::new(NodeKey::from_seed([1; 32])),
+            engram_core::CheckpointPolicy::default(),
+        )
             .map_err(|e| StorageError::from_io_error(ErrorSubject::StateMachine, ErrorVerb::Read, e))?;
         Ok(((), LogStore::new(store), sm))
     }

@@ -1,6 +1,6 @@
 //! **I4 signatures-valid**: every entry on every replica carries an Ed25519 attestation that
 //! verifies, by a key of the simulated pool (a foreign key means something forged an entry),
-//! and the chain itself establishes trust in that key: a membership entry admits it. On a
+//! and the chain itself establishes trust in that key: genesis or a key change admits it. On a
 //! replica whose own key the chain admits, that is checked with the same `ChainVerifier` an
 //! auditor runs offline (a node that joined later and re-attested history is accepted once
 //! the chain admits it).
@@ -13,7 +13,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use engram_audit::{ChainFault, ChainVerifier, EntryKind, PublicKey};
+use engram_audit::{ChainFault, ChainVerifier, EntryKind, KeyAction, PublicKey};
 
 use super::{Replica, Violation};
 
@@ -67,11 +67,17 @@ pub fn check(
                 .entries
                 .iter()
                 .filter_map(|s| s.entry.as_ref().ok())
-                .filter_map(|s| match &s.entry.kind {
-                    EntryKind::Membership { members } => Some(members.iter().map(|(_, k)| k.key_id())),
-                    EntryKind::Transaction { .. } => None,
+                .flat_map(|s| match &s.entry.kind {
+                    // Genesis is the trust root; every later key is admitted by a key change.
+                    EntryKind::Membership { members } if s.entry.index == 1 => {
+                        members.iter().map(|(_, k)| k.key_id()).collect::<Vec<_>>()
+                    }
+                    EntryKind::KeyChange {
+                        action: KeyAction::Admit { key, .. } | KeyAction::Rotate { new: key, .. },
+                        ..
+                    } => vec![key.key_id()],
+                    _ => Vec::new(),
                 })
-                .flatten()
                 .collect();
             for stored in &r.entries {
                 let Ok(signed) = &stored.entry else { continue };
@@ -80,7 +86,7 @@ pub fn check(
                     out.push(Violation::new(
                         NAME,
                         format!(
-                            "node {} index {}: signer {signer} is admitted by no membership entry",
+                            "node {} index {}: signer {signer} is admitted by neither genesis nor a key change",
                             r.node, stored.index
                         ),
                     ));

@@ -78,11 +78,23 @@ fn datoms(list: &[engram_types::Datom]) -> Vec<pb::Datom> {
 }
 
 /// The read proof for `found`, when the request asked for one.
-fn read_proof(shared: &super::Shared, prove: bool, found: &[engram_types::Datom]) -> Result<Option<pb::ReadProof>, ApiError> {
+fn read_proof(
+    shared: &super::Shared,
+    prove: bool,
+    trusted_size: u64,
+    found: &[engram_types::Datom],
+) -> Result<Option<pb::ReadProof>, ApiError> {
     if !prove {
         return Ok(None);
     }
-    let (checkpoint, proofs) = engram_core::proofs::read_proof(&*shared.node.store, &shared.node.key, found)?;
+    let store = &*shared.node.store;
+    let (checkpoint, proofs) = engram_core::proofs::read_proof(store, &shared.node.key, found)?;
+    let size = checkpoint.checkpoint.size;
+    let consistency = if trusted_size > 0 && trusted_size <= size {
+        engram_core::proofs::consistency(store, trusted_size, size)?.1
+    } else {
+        Vec::new()
+    };
     let hashes = |list: &[engram_types::Hash]| list.iter().map(|h| h.0.to_vec()).collect::<Vec<_>>();
     Ok(Some(pb::ReadProof {
         checkpoint: Some(super::audit::checkpoint_pb(&checkpoint)),
@@ -95,6 +107,7 @@ fn read_proof(shared: &super::Shared, prove: bool, found: &[engram_types::Datom]
                 inclusion_path: hashes(&p.inclusion_path),
             })
             .collect(),
+        consistency: hashes(&consistency),
     }))
 }
 
@@ -137,7 +150,7 @@ impl pb::memory_server::Memory for MemoryService {
             entity: req.entity,
             datoms: datoms(&found),
             applied_tx: self.shared.applied_index(),
-            proof: read_proof(&self.shared, req.prove, &found)?,
+            proof: read_proof(&self.shared, req.prove, req.trusted_size, &found)?,
         }))
     }
 
@@ -178,7 +191,7 @@ impl pb::memory_server::Memory for MemoryService {
         Ok(Response::new(pb::HistoryResponse {
             datoms: datoms(&found),
             applied_tx: self.shared.applied_index(),
-            proof: read_proof(&self.shared, req.prove, &found)?,
+            proof: read_proof(&self.shared, req.prove, req.trusted_size, &found)?,
         }))
     }
 

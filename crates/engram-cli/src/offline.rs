@@ -1,0 +1,316 @@
+//! `audit export` and offline `audit verify`: an export file, or a stopped node's store read
+//! through the core's export writer and piped into the same verifier, so a data directory is
+//! judged exactly as its export would be.
+
+use std::fmt;
+use std::fs::File;
+use std::io::{BufReader, BufWriter, Write};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use anyhow::{Context, Result, anyhow};
+use engram_audit::{PublicKey, SignedCheckpoint};
+use engram_client::Client;
+use engram_storage::Store;
+use engram_verify::{Report, VerifyError, VerifyOptions, verify_export};
+use futures::StreamExt;
+use serde_json::json;
+
+use crate::cli::VerifyArgs;
+use crate::commands::{Reported, Tampered, print_json};
+use crate::ui::Ui;
+
+/// The input of an offline verification could not be read at all: exit code 3.
+#[derive(Debug)]
+pub struct Unreadable(pub String);
+
+impl fmt::Display for Unreadable {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Unreadable {}
+
+/// Opens a stopped node's store. RocksDB refuses a store another process holds open, which is
+/// the message an operator needs: stop the node first.
+fn open_store(data_dir: &Path) -> Result<Arc<dyn Store>, Unreadable> {
+    let db = data_dir.join("db");
+    if !db.is_dir() {
+        return Err(Unreadable(format!(
+            "{} holds no Engram store (expected {})",
+            data_dir.display(),
+            db.display()
+        )));
+    }
+    engram_storage_rocks::RocksStore::open(&db)
+        .map(|s| Arc::new(s) as Arc<dyn Store>)
+        .map_err(|e| {
+            Unreadable(format!(
+                "cannot open the store in {} (is the node still running? stop it first): {e}",
+                data_dir.display()
+            ))
+        })
+}
+
+/// The node id a data directory belongs to, from its key file and the chain's key history
+/// (0 when it cannot be told).
+fn node_id_of(data_dir: &Path, store: &dyn Store) -> u64 {
+    let Ok(seed) = std::fs::read(data_dir.join("node.key")) else {
+        return 0;
+    };
+    let seed = match seed.len() {
+        32 => <[u8; 32]>::try_from(seed.as_slice()).ok(),
+        _ => hex::decode(String::from_utf8_lossy(&seed).trim())
+            .ok()
+            .and_then(|b| <[u8; 32]>::try_from(b.as_slice()).ok()),
+    };
+    let Some(seed) = seed else { return 0 };
+    let key = engram_audit::NodeKey::from_seed(seed);
+    engram_core::reads::signer(store, key.key_id())
+        .ok()
+        .flatten()
+        .map_or(0, |row| row.node_id)
+}
+
+/// Writes to `out.partial` and renames when complete, so a failed export never leaves a file
+/// that looks whole.
+struct Staged {
+    path: PathBuf,
+    partial: PathBuf,
+}
+
+impl Staged {
+    fn create(path: &Path) -> Result<(Staged, BufWriter<File>)> {
+        let mut partial = path.as_os_str().to_owned();
+        partial.push(".partial");
+        let partial = PathBuf::from(partial);
+        let file = File::create(&partial).with_context(|| format!("cannot create {}", partial.display()))?;
+        Ok((
+            Staged {
+                path: path.to_path_buf(),
+                partial,
+            },
+            BufWriter::with_capacity(1 << 20, file),
+        ))
+    }
+
+    fn commit(self, writer: BufWriter<File>) -> Result<()> {
+        let file = writer.into_inner().map_err(|e| anyhow!("writing the export: {}", e.error()))?;
+        file.sync_all().context("syncing the export")?;
+        std::fs::rename(&self.partial, &self.path)
+            .with_context(|| format!("cannot move the export to {}", self.path.display()))
+    }
+}
+
+impl Drop for Staged {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.partial);
+    }
+}
+
+/// `audit export --out FILE [--data-dir DIR]`.
+pub async fn export(client: Option<&Client>, data_dir: Option<&Path>, out: &Path, json: bool) -> Result<()> {
+    let ui = Ui::new(json);
+    let (staged, mut writer) = Staged::create(out)?;
+    let (entries, bytes) = match data_dir {
+        Some(dir) => {
+            let store = open_store(dir)?;
+            let head = engram_core::reads::head(&*store).context("reading the chain head")?;
+            let pb = ui.bar(
+                head.index,
+                "{spinner:.cyan} {msg} [{bar:40}] {pos}/{len} entries {per_sec:.dim}",
+                format!("exporting the audit chain of {}", dir.display()),
+            );
+            let node_id = node_id_of(dir, &*store);
+            let summary = engram_core::export::write_export(&*store, &mut writer, node_id, |done, _| {
+                pb.set_position(done);
+            })
+            .context("export")?;
+            ui.done(&pb, format!("{} entries exported", summary.entries));
+            (Some(summary.entries), summary.bytes)
+        }
+        None => {
+            let client = client.ok_or_else(|| anyhow!("no endpoint to export from"))?;
+            let pb = ui.spinner("receiving the audit export");
+            let mut stream = client.export().await.context("audit export")?;
+            let mut bytes = 0u64;
+            while let Some(chunk) = stream.next().await {
+                let chunk = chunk.context("audit export")?;
+                writer.write_all(&chunk).context("writing the export")?;
+                bytes += chunk.len() as u64;
+                pb.set_message(format!("receiving the audit export: {} KiB", bytes / 1024));
+            }
+            ui.done(&pb, format!("{} KiB received", bytes / 1024));
+            (None, bytes)
+        }
+    };
+    staged.commit(writer)?;
+    if json {
+        print_json(&json!({ "ok": true, "out": out.display().to_string(), "bytes": bytes, "entries": entries }));
+    } else {
+        println!("wrote {} ({} bytes)", out.display(), bytes);
+    }
+    Ok(())
+}
+
+fn options(args: &VerifyArgs) -> Result<VerifyOptions> {
+    let genesis_keys = if args.genesis_keys.is_empty() {
+        None
+    } else {
+        let mut keys = Vec::new();
+        for raw in &args.genesis_keys {
+            let bytes = hex::decode(raw.trim()).map_err(|e| anyhow!("--genesis-key {raw:?}: not hex: {e}"))?;
+            let key = <[u8; 32]>::try_from(bytes.as_slice())
+                .map_err(|_| anyhow!("--genesis-key {raw:?}: {} bytes, a public key has 32", bytes.len()))?;
+            keys.push(PublicKey(key));
+        }
+        Some(keys)
+    };
+    let pin = match &args.pin {
+        None => None,
+        Some(path) => {
+            let text = std::fs::read(path).map_err(|e| Unreadable(format!("--pin {}: {e}", path.display())))?;
+            Some(
+                SignedCheckpoint::parse_bytes(&text)
+                    .map_err(|e| Unreadable(format!("--pin {}: not a checkpoint: {e}", path.display())))?,
+            )
+        }
+    };
+    Ok(VerifyOptions {
+        all: args.all,
+        genesis_keys,
+        pin,
+    })
+}
+
+/// `audit verify FILE` or `audit verify --data-dir DIR`.
+pub fn verify(args: &VerifyArgs, json: bool) -> Result<()> {
+    let options = options(args)?;
+    let ui = Ui::bars_only(json);
+    let (label, result) = if let Some(path) = &args.file {
+        let file = File::open(path).map_err(|e| Unreadable(format!("{}: {e}", path.display())))?;
+        let len = file.metadata().map(|m| m.len()).unwrap_or(0);
+        let pb = ui.bar(
+            len,
+            "{spinner:.cyan} {msg} [{bar:40}] {bytes}/{total_bytes} {bytes_per_sec:.dim}",
+            format!("verifying {}", path.display()),
+        );
+        let result = verify_export(BufReader::with_capacity(1 << 20, file), &options, |bytes, _| {
+            pb.set_position(bytes);
+        });
+        pb.finish_and_clear();
+        (path.display().to_string(), result)
+    } else if let Some(dir) = &args.data_dir {
+        let store = open_store(dir)?;
+        let head = engram_core::reads::head(&*store)
+            .map_err(|e| Unreadable(format!("{}: the chain head does not read: {e}", dir.display())))?;
+        let node_id = node_id_of(dir, &*store);
+        let pb = ui.bar(
+            head.index,
+            "{spinner:.cyan} {msg} [{bar:40}] {pos}/{len} entries {per_sec:.dim}",
+            format!("verifying the store in {}", dir.display()),
+        );
+        // The export writer feeds the verifier through a pipe: the store is judged exactly as
+        // its export would be, in bounded memory.
+        let (reader, writer) = std::io::pipe().context("creating a pipe")?;
+        let writer_store = store.clone();
+        let producer = std::thread::spawn(move || {
+            let mut writer = BufWriter::with_capacity(1 << 20, writer);
+            engram_core::export::write_export(&*writer_store, &mut writer, node_id, |_, _| {})
+                .map(|_| ())
+                .map_err(|e| e.to_string())
+                .and_then(|()| writer.flush().map_err(|e| e.to_string()))
+        });
+        let result = verify_export(BufReader::with_capacity(1 << 20, reader), &options, |_, entries| {
+            pb.set_position(entries);
+        });
+        pb.finish_and_clear();
+        match producer.join() {
+            Ok(Ok(())) => {}
+            // The verifier stops reading at the first failure, which breaks the pipe: only an
+            // error before that is the store's.
+            Ok(Err(e)) if result.as_ref().is_ok_and(|r| r.ok()) => {
+                return Err(Unreadable(format!("reading the store in {}: {e}", dir.display())).into());
+            }
+            Ok(Err(_)) => {}
+            Err(_) => return Err(anyhow!("the export thread panicked")),
+        }
+        (dir.display().to_string(), result)
+    } else {
+        return Err(anyhow!("verify offline needs FILE or --data-dir"));
+    };
+    let report = match result {
+        Ok(report) => report,
+        Err(VerifyError::Open(e)) => return Err(Unreadable(format!("{label}: {e}")).into()),
+        Err(VerifyError::Io(e)) => return Err(Unreadable(format!("{label}: {e}")).into()),
+    };
+    print_report(&label, &report, json);
+    if let Some(first) = report.failures.first() {
+        return Err(Tampered(format!("{label}: {first}")).into());
+    }
+    Ok(())
+}
+
+fn print_report(label: &str, report: &Report, json: bool) {
+    if json {
+        let mut doc = serde_json::to_value(report).unwrap_or_else(|e| json!({ "error": e.to_string() }));
+        if let Some(map) = doc.as_object_mut() {
+            map.insert("ok".into(), json!(report.ok()));
+            map.insert("input".into(), json!(label));
+        }
+        print_json(&doc);
+        return;
+    }
+    if report.ok() {
+        println!(
+            "{label}: verified {} entries ({} transactions, {} datoms), {} checkpoints",
+            report.entries, report.transactions, report.datoms, report.checkpoints
+        );
+    } else {
+        println!("{label}: DOES NOT VERIFY");
+        for f in &report.failures {
+            println!("  {f}");
+        }
+        if report.stopped_early {
+            println!("  (stopped at the first failure; --all lists every one)");
+        }
+        println!(
+            "checked before stopping: {} entries, {} checkpoints",
+            report.entries, report.checkpoints
+        );
+    }
+    println!(
+        "  head         {} {}",
+        report.head_index,
+        report.head_hash.as_deref().unwrap_or("(empty)")
+    );
+    println!("  merkle root  {}", report.tree_root);
+    if let Some(origin) = &report.origin {
+        println!("  origin       {origin}");
+    }
+    if let Some(size) = report.pinned_size {
+        println!("  pinned       checkpoint of {size} entries");
+    }
+    println!("  anchored on  {}", report.anchor);
+    for k in &report.keys {
+        let mut history = format!("admitted at {}", k.admitted_at);
+        if let Some(at) = k.retired_at {
+            history.push_str(&format!(", rotated out at {at}"));
+        }
+        if let Some(at) = k.revoked_at {
+            history.push_str(&format!(", REVOKED at {at}"));
+        }
+        println!("  key          {} (node {}): {history}", k.key_id, k.node_id);
+    }
+}
+
+/// Turns an offline failure into its exit code, if it is one (3 for unreadable input).
+pub fn exit_code(err: &anyhow::Error) -> Option<u8> {
+    err.chain().any(|e| e.is::<Unreadable>()).then_some(3)
+}
+
+/// Whether `err` was already reported in full.
+pub fn is_reported(err: &anyhow::Error) -> bool {
+    err.chain().any(|e| e.is::<Reported>())
+}

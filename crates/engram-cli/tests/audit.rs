@@ -1,0 +1,263 @@
+//! The verifiable audit against a real 3-node cluster of `engram serve` processes: signed
+//! checkpoints, verified reads (and a client that refuses a rewound or forked history), key
+//! revocation, `audit export` and the offline `audit verify` with its exit codes, including a
+//! datom edited directly in a stopped node's RocksDB.
+
+use std::path::Path;
+use std::process::{Command, Output};
+use std::time::Duration;
+
+use engram_audit::{Checkpoint, NodeKey, SignedCheckpoint};
+use engram_cli::local_cluster::{LocalCluster, free_ports};
+use engram_client::{Client, ClientError, GetOptions, TrustedLog};
+use engram_storage::{Durability, Space, Store, WriteBatch};
+use engram_types::{Attribute, EntityId, EntityRef, Hash, Namespace, Op, Provenance, TxId, TxOp, TxRequest, Value};
+use serde_json::Value as Json;
+
+const EXE: &str = env!("CARGO_BIN_EXE_engram");
+
+fn run(args: &[&str]) -> Output {
+    Command::new(EXE)
+        .args(args)
+        .env_remove("ENGRAM_ENDPOINTS")
+        .output()
+        .expect("run engram")
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+fn json_of(out: &Output) -> Json {
+    serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: stdout {} stderr {}", text(&out.stdout), text(&out.stderr)))
+}
+
+fn tx(n: i64) -> TxRequest {
+    let op = |attribute: &str, value: Value| TxOp {
+        op: Op::Assert,
+        entity: EntityRef::Temp("m".into()),
+        attribute: Attribute::new(attribute).unwrap(),
+        value,
+        valid_from_ns: None,
+        valid_to_ns: None,
+    };
+    TxRequest {
+        namespace: Namespace::new("audit/test").unwrap(),
+        ops: vec![
+            op(":memory/text", Value::String(format!("fact {n}"))),
+            op(":memory/n", Value::I64(n)),
+        ],
+        preconditions: vec![],
+        idempotency_key: Some(format!("audit-test-{n}")),
+        provenance: Provenance {
+            agent: "auditor".into(),
+            confidence: 1.0,
+            ..Default::default()
+        },
+    }
+}
+
+fn node_key(data_dir: &Path) -> NodeKey {
+    let text = std::fs::read_to_string(data_dir.join("node.key")).unwrap();
+    let seed: [u8; 32] = hex::decode(text.trim()).unwrap().try_into().unwrap();
+    NodeKey::from_seed(seed)
+}
+
+async fn start(dir: &Path) -> LocalCluster {
+    let ports = free_ports(3).unwrap();
+    let extra = vec!["--checkpoint-every-entries".to_string(), "5".to_string()];
+    let mut cluster = LocalCluster::start(Path::new(EXE), dir, &ports, &extra).expect("start nodes");
+    cluster
+        .wait_all_answer(Duration::from_secs(60))
+        .await
+        .expect("nodes answer");
+    cluster.init(Duration::from_secs(30)).await.expect("init");
+    cluster
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn checkpoints_proofs_export_and_offline_verify() {
+    let dir = tempfile::tempdir().unwrap();
+    let work = tempfile::tempdir().unwrap();
+    let mut cluster = start(dir.path()).await;
+    let client = Client::connect(cluster.endpoints()).await.unwrap();
+    let mut receipts = Vec::new();
+    for n in 0..12 {
+        receipts.push(client.transact(&tx(n)).await.unwrap());
+    }
+    let leader = cluster.wait_for_leader(None, Duration::from_secs(10)).await.unwrap();
+    let leader_ep = cluster.node(leader).unwrap().endpoint();
+    let follower = (1..=3).find(|id| *id != leader).unwrap();
+    let other = (1..=3).find(|id| *id != leader && *id != follower).unwrap();
+
+    // --- Verified reads ----------------------------------------------------------------
+    let mut trust = client.trust_chain().await.expect("trust from a verified chain");
+    let first = trust.size();
+    let entity = EntityId(receipts[3].temp_ids["m"]);
+    let ns = Namespace::new("audit/test").unwrap();
+    let resp = client
+        .get_verified(&mut trust, &ns, entity, GetOptions::default())
+        .await
+        .expect("a proven read");
+    assert_eq!(resp.datoms.len(), 2);
+    client.transact(&tx(100)).await.unwrap();
+    client
+        .get_verified(&mut trust, &ns, entity, GetOptions::default())
+        .await
+        .expect("a proven read after the log grew: consistency proof from the trusted size");
+    assert!(trust.size() > first, "trust moved forward: {} -> {}", first, trust.size());
+
+    // A client that trusts a longer history than the server has refuses it as rewound, and
+    // one that trusts a different tree of the same size refuses it as forked.
+    let key = node_key(&cluster.node(leader).unwrap().data_dir);
+    let origin = trust.checkpoint().checkpoint.origin.clone();
+    let forged = |size: u64, root: Hash| {
+        TrustedLog::new(
+            Checkpoint {
+                origin: origin.clone(),
+                size,
+                root,
+                tx_time_ns: 0,
+            }
+            .sign(&key),
+            trust.keys().to_vec(),
+        )
+        .unwrap()
+    };
+    let mut ahead = forged(trust.size() + 1000, trust.checkpoint().checkpoint.root);
+    let err = client
+        .get_verified(&mut ahead, &ns, entity, GetOptions::default())
+        .await
+        .unwrap_err();
+    assert!(matches!(err, ClientError::Rewound { .. }), "{err}");
+    assert!(err.is_tampering());
+    let mut fork = forged(trust.size(), Hash::of(b"another history"));
+    let err = client
+        .get_verified(&mut fork, &ns, entity, GetOptions::default())
+        .await
+        .unwrap_err();
+    assert!(matches!(err, ClientError::Forked { .. }), "{err}");
+    let get = run(&[
+        "-e", &leader_ep, "--json", "get", "--ns", "audit/test", "--entity", &entity.0.to_string(), "--verify",
+    ]);
+    assert_eq!(get.status.code(), Some(0), "{}", text(&get.stderr));
+    assert!(json_of(&get)["verified"]["checkpoint_size"].as_u64().is_some());
+
+    // --- Checkpoints, revocation, export, verify ---------------------------------------
+    let pin = work.path().join("pin.txt");
+    let out = run(&["-e", &leader_ep, "audit", "checkpoint", "--at-head", "--out", pin.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let pinned = SignedCheckpoint::parse_bytes(&std::fs::read(&pin).unwrap()).unwrap();
+    assert!(pinned.checkpoint.size >= 14);
+
+    let revoke = run(&["-e", &leader_ep, "--json", "cluster", "revoke-key", "--id", &other.to_string()]);
+    assert_eq!(revoke.status.code(), Some(0), "{}", text(&revoke.stderr));
+    let revoked_at = json_of(&revoke)["audit_index"].as_u64().unwrap();
+
+    let export = work.path().join("chain.engram-audit");
+    let out = run(&["-e", &leader_ep, "audit", "export", "--out", export.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let out = run(&["--json", "audit", "verify", export.to_str().unwrap(), "--pin", pin.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stdout));
+    let report = json_of(&out);
+    assert_eq!(report["ok"], true);
+    assert!(report["entries"].as_u64().unwrap() >= revoked_at);
+    assert!(report["checkpoints"].as_u64().unwrap() >= 3, "{report}");
+    let revoked: Vec<&Json> = report["keys"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|k| k["revoked_at"] == revoked_at)
+        .collect();
+    assert_eq!(revoked.len(), 1, "the key history shows the revocation: {report}");
+
+    // One flipped byte inside an entry's signature: exit 2, naming that entry.
+    let mut bytes = std::fs::read(&export).unwrap();
+    let at = find_entry_signature(&bytes, 5);
+    bytes[at] ^= 0x01;
+    let flipped = work.path().join("flipped.engram-audit");
+    std::fs::write(&flipped, &bytes).unwrap();
+    let out = run(&["--json", "audit", "verify", flipped.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stdout));
+    let failure = &json_of(&out)["failures"][0];
+    assert_eq!((failure["index"].as_u64(), failure["field"].as_str()), (Some(5), Some("attestation.signature")), "{failure}");
+
+    // Unreadable inputs: exit 3 with a clear message.
+    let mut future = std::fs::read(&export).unwrap();
+    future[20..22].copy_from_slice(&9u16.to_be_bytes());
+    let future_path = work.path().join("future.engram-audit");
+    std::fs::write(&future_path, &future).unwrap();
+    let out = run(&["audit", "verify", future_path.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(3));
+    assert!(text(&out.stderr).contains("version 9 is newer"), "{}", text(&out.stderr));
+    let out = run(&["audit", "verify", work.path().join("missing").to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out.stderr));
+    // A running node's store is in use.
+    let busy = cluster.node(leader).unwrap().data_dir.clone();
+    let out = run(&["audit", "verify", "--data-dir", busy.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("still running"), "{}", text(&out.stderr));
+
+    // --- A stopped node's RocksDB, edited behind Engram's back ---------------------------
+    let probe = Client::connect(vec![cluster.node(follower).unwrap().endpoint()]).await.unwrap();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while probe.status().await.map_or(0, |s| s.chain_index) < revoked_at {
+        assert!(tokio::time::Instant::now() < deadline, "node {follower} did not catch up");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    cluster.kill(follower).unwrap();
+    let data_dir = cluster.node(follower).unwrap().data_dir.clone();
+    let out = run(&["--json", "audit", "verify", "--data-dir", data_dir.to_str().unwrap(), "--pin", pin.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stdout));
+    let victim = &receipts[6];
+    {
+        let store = engram_storage_rocks::RocksStore::open(&data_dir.join("db")).unwrap();
+        let eavt = store
+            .get(Space::State, &engram_core::keys::tx_datom(TxId(victim.tx), 0))
+            .unwrap()
+            .expect("the transaction's first datom");
+        let raw = store.get(Space::State, &eavt).unwrap().unwrap();
+        let mut datom = engram_types::Datom::decode(&raw).unwrap();
+        datom.value = Value::String("what we wish we had said".into());
+        let mut batch = WriteBatch::new();
+        batch.put(Space::State, eavt, datom.encode());
+        store.write(batch, Durability::Sync).unwrap();
+    }
+    let out = run(&["--json", "audit", "verify", "--data-dir", data_dir.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stdout));
+    let failure = &json_of(&out)["failures"][0];
+    assert_eq!(
+        (failure["index"].as_u64(), failure["field"].as_str()),
+        (Some(victim.audit_index), Some("datoms")),
+        "{failure}"
+    );
+    let human = run(&["audit", "verify", "--data-dir", data_dir.to_str().unwrap()]);
+    assert_eq!(human.status.code(), Some(2));
+    assert!(
+        text(&human.stdout).contains(&format!("audit entry {}, datoms", victim.audit_index)),
+        "{}",
+        text(&human.stdout)
+    );
+    cluster.kill_all();
+}
+
+/// The byte offset of a byte inside the signature of entry `index` in an export: the entry
+/// record's payload ends with the 64-byte signature.
+fn find_entry_signature(bytes: &[u8], index: u64) -> usize {
+    let mut reader = engram_verify::ExportReader::open(bytes).unwrap();
+    let mut seen = 0;
+    loop {
+        match reader.next_record() {
+            Ok(engram_verify::format::Next::Record { offset, record }) => {
+                if let engram_verify::Record::Entry(payload) = record {
+                    seen += 1;
+                    if seen == index {
+                        return offset as usize + 5 + payload.len() - 10;
+                    }
+                }
+            }
+            _ => panic!("entry {index} not found"),
+        }
+    }
+}
