@@ -3,6 +3,7 @@ use std::collections::BTreeMap;
 use engram_types::Hash;
 use thiserror::Error;
 
+use crate::batch::{self, Deferred};
 use crate::{EntryKind, GENESIS_PREV_HASH, KeyAction, KeyId, PublicKey, SignedEntry, key_statement};
 
 /// What is wrong with an entry. Each names the field that failed.
@@ -123,6 +124,11 @@ impl KeyRecord {
 /// when a key change admits the key; [`ChainVerifier::finish`] fails at the first entry whose
 /// signer the chain never admitted. (Pending attestations cost 104 bytes each until the
 /// admission is seen.)
+///
+/// With [`ChainVerifier::with_deferred_signatures`], rule 5's signature check is queued
+/// instead of done inline, and [`ChainVerifier::verify_deferred`] checks the queue in batches
+/// on several threads: the entry-by-entry checks stay sequential, the signatures (nearly all
+/// of the cost) do not have to.
 #[derive(Debug, Default)]
 pub struct ChainVerifier {
     next_index: u64,
@@ -135,6 +141,10 @@ pub struct ChainVerifier {
     /// Attestations by keys not yet admitted: (index, entry hash, signature), oldest first.
     pending: BTreeMap<KeyId, Vec<(u64, Hash, [u8; 64])>>,
     checked: u64,
+    /// Whether attestations by known keys are queued in `deferred` rather than checked inline.
+    defer: bool,
+    /// Attestations awaiting [`ChainVerifier::verify_deferred`], in chain order.
+    deferred: Vec<Deferred>,
 }
 
 /// What an entry would change in the verifier, computed before anything is committed.
@@ -144,6 +154,8 @@ struct Step {
     /// Faults found in earlier, pending attestations, by their own index.
     earlier: Vec<ChainError>,
     keys: BTreeMap<KeyId, KeyRecord>,
+    /// The attestation, when its check is deferred.
+    deferred: Option<Deferred>,
 }
 
 impl ChainVerifier {
@@ -161,6 +173,41 @@ impl ChainVerifier {
             expected_genesis: Some(keys),
             ..ChainVerifier::new()
         }
+    }
+
+    /// Defers attestation signatures: `push` and `push_all` check everything but the signature of
+    /// an attestation by a key the chain already knows, and queue that signature (with, if the
+    /// key is no longer valid at the entry, the fault to report once the signature verifies).
+    /// [`ChainVerifier::verify_deferred`] checks the queue and reports what the inline check
+    /// would have, at the same indexes; [`ChainVerifier::finish`] includes what is still queued.
+    ///
+    /// Since a queued entry is accepted before its signature is checked, `push` no longer
+    /// stops at the first fault by itself: the first fault of the chain is the lowest-indexed
+    /// of `push`'s error and what `verify_deferred` returns. Attestations by keys not yet
+    /// admitted are held and checked at admission as in the default mode.
+    ///
+    /// Batch verification is not `verify_strict`. The two agree on every signature not crafted
+    /// by the holder of the signing key: honest signatures pass, altered or corrupted ones fail,
+    /// and attestations by small-order (weak) keys, under which a batch would take signatures
+    /// anyone can make, are checked one by one with `verify_strict`. What remains: a key holder
+    /// can craft a signature with a small- or mixed-order `R` that this mode may accept and the
+    /// inline mode refuses, which gives it nothing it could not have by signing honestly.
+    pub fn with_deferred_signatures(self) -> ChainVerifier {
+        ChainVerifier { defer: true, ..self }
+    }
+
+    /// Number of attestations waiting for [`ChainVerifier::verify_deferred`].
+    pub fn deferred(&self) -> usize {
+        self.deferred.len()
+    }
+
+    /// Checks every deferred attestation, split over `threads` threads (at least one), empties
+    /// the queue, and returns the faults found, ordered by index: a bad signature, or, for a
+    /// good one, a signer rotated out or revoked before the entry.
+    pub fn verify_deferred(&mut self, threads: usize) -> Vec<ChainError> {
+        let errors = batch::verify(&self.deferred, threads);
+        self.deferred.clear();
+        errors
     }
 
     /// Number of entries accepted so far.
@@ -212,22 +259,28 @@ impl ChainVerifier {
                 fault: fault.clone(),
             });
         }
-        self.commit(signed, step.hash, step.keys);
-        Ok(step.hash)
+        let hash = step.hash;
+        self.commit(signed, step);
+        Ok(hash)
     }
 
     /// Checks the next entry, returns every fault found, and accepts it whatever they are, so a
     /// caller listing every failure (`audit verify --all`) sees each later entry judged
     /// against its actual predecessor rather than a cascade of index errors.
     pub fn push_all(&mut self, signed: &SignedEntry) -> (Hash, Vec<ChainError>) {
-        let step = self.step(signed);
-        let mut errors = step.earlier;
-        errors.extend(step.faults.into_iter().map(|fault| ChainError {
-            index: self.next_index,
-            fault,
-        }));
-        self.commit(signed, step.hash, step.keys);
-        (step.hash, errors)
+        let mut step = self.step(signed);
+        let mut errors = std::mem::take(&mut step.earlier);
+        errors.extend(
+            std::mem::take(&mut step.faults)
+                .into_iter()
+                .map(|fault| ChainError {
+                    index: self.next_index,
+                    fault,
+                }),
+        );
+        let hash = step.hash;
+        self.commit(signed, step);
+        (hash, errors)
     }
 
     fn step(&self, signed: &SignedEntry) -> Step {
@@ -277,7 +330,10 @@ impl ChainVerifier {
                     got.sort();
                     if want != got {
                         let list = |keys: &[PublicKey]| {
-                            keys.iter().map(|k| k.key_id().to_string()).collect::<Vec<_>>().join(",")
+                            keys.iter()
+                                .map(|k| k.key_id().to_string())
+                                .collect::<Vec<_>>()
+                                .join(",")
                         };
                         faults.push(ChainFault::GenesisKeys {
                             expected: list(&want),
@@ -312,8 +368,17 @@ impl ChainVerifier {
             }
         }
         let key_id = signed.attestation.key_id;
+        let mut deferred = None;
         if let Some(record) = keys.get(&key_id) {
-            if !record.key.verify(hash.as_bytes(), &signed.attestation.signature) {
+            if self.defer {
+                deferred = Some(Deferred {
+                    index,
+                    hash,
+                    key: record.key,
+                    signature: signed.attestation.signature,
+                    invalid: record.valid_at(index).err().map(Box::new),
+                });
+            } else if !record.key.verify(hash.as_bytes(), &signed.attestation.signature) {
                 faults.push(ChainFault::BadSignature(key_id));
             } else if let Err(fault) = record.valid_at(index) {
                 faults.push(fault);
@@ -341,21 +406,27 @@ impl ChainVerifier {
             faults,
             earlier,
             keys,
+            deferred,
         }
     }
 
-    fn commit(&mut self, signed: &SignedEntry, hash: Hash, keys: BTreeMap<KeyId, KeyRecord>) {
+    fn commit(&mut self, signed: &SignedEntry, step: Step) {
+        let Step {
+            hash, keys, deferred, ..
+        } = step;
         let entry = &signed.entry;
+        self.deferred.extend(deferred);
         if self.prev_hash.is_none() {
             self.origin = Some(crate::Checkpoint::origin_for(&hash));
         }
         self.pending.retain(|id, _| !keys.contains_key(id));
         let key_id = signed.attestation.key_id;
         if !keys.contains_key(&key_id) {
-            self.pending
-                .entry(key_id)
-                .or_default()
-                .push((self.next_index, hash, signed.attestation.signature));
+            self.pending.entry(key_id).or_default().push((
+                self.next_index,
+                hash,
+                signed.attestation.signature,
+            ));
         }
         self.keys = keys;
         self.next_index += 1;
@@ -365,9 +436,15 @@ impl ChainVerifier {
         self.checked += 1;
     }
 
-    /// Ends the check: fails if some signer was never admitted by the chain.
+    /// Ends the check: fails if some signer was never admitted by the chain, or, with deferred
+    /// signatures, if an attestation still queued does not verify (the lower index wins).
     pub fn finish(&self) -> Result<(), ChainError> {
-        match self.unadmitted().into_iter().next() {
+        let queued = batch::verify(&self.deferred, 1).into_iter().next();
+        match queued
+            .into_iter()
+            .chain(self.unadmitted())
+            .min_by_key(|e| e.index)
+        {
             Some(error) => Err(error),
             None => Ok(()),
         }
@@ -538,7 +615,13 @@ mod tests {
         let err = verify(&dropped).unwrap_err();
         assert_eq!(
             (err.index, err.fault),
-            (4, ChainFault::Index { expected: 4, found: 5 })
+            (
+                4,
+                ChainFault::Index {
+                    expected: 4,
+                    found: 5
+                }
+            )
         );
 
         let mut swapped = good.clone();
@@ -656,7 +739,17 @@ mod tests {
         append(&mut stale, tx_kind(), &old); // entry 6 by the retired key
         let err = verify(&stale).unwrap_err();
         assert_eq!(err.index, 6);
-        assert!(matches!(err.fault, ChainFault::RetiredSigner { how: "rotated out", at: 4, .. }), "{err}");
+        assert!(
+            matches!(
+                err.fault,
+                ChainFault::RetiredSigner {
+                    how: "rotated out",
+                    at: 4,
+                    ..
+                }
+            ),
+            "{err}"
+        );
     }
 
     #[test]
@@ -684,7 +777,10 @@ mod tests {
         }
         append(&mut forged, kind, &founder);
         let err = verify(&forged).unwrap_err();
-        assert_eq!((err.index, err.fault), (3, ChainFault::BadAuthorization(founder.key_id())));
+        assert_eq!(
+            (err.index, err.fault),
+            (3, ChainFault::BadAuthorization(founder.key_id()))
+        );
 
         // A statement signed for another cluster does not verify here.
         let mut replayed = entries.clone();
@@ -698,7 +794,10 @@ mod tests {
             },
             &founder,
         );
-        assert!(matches!(verify(&replayed).unwrap_err().fault, ChainFault::BadAuthorization(_)));
+        assert!(matches!(
+            verify(&replayed).unwrap_err().fault,
+            ChainFault::BadAuthorization(_)
+        ));
 
         // A revoked key can neither sign later entries nor authorise, and is not re-admitted.
         let mut revoked = entries.clone();
@@ -717,11 +816,24 @@ mod tests {
         let mut after = revoked.clone();
         append(&mut after, tx_kind(), &joiner);
         let err = verify(&after).unwrap_err();
-        assert!(matches!(err.fault, ChainFault::RetiredSigner { how: "revoked", at: 4, .. }), "{err}");
+        assert!(
+            matches!(
+                err.fault,
+                ChainFault::RetiredSigner {
+                    how: "revoked",
+                    at: 4,
+                    ..
+                }
+            ),
+            "{err}"
+        );
         let mut readmit = revoked.clone();
         let kind = key_change(&revoked, admit, &founder);
         append(&mut readmit, kind, &founder);
-        assert!(matches!(verify(&readmit).unwrap_err().fault, ChainFault::Unauthorized(_)));
+        assert!(matches!(
+            verify(&readmit).unwrap_err().fault,
+            ChainFault::Unauthorized(_)
+        ));
     }
 
     #[test]
@@ -738,7 +850,10 @@ mod tests {
         );
         append(&mut entries, tx_kind(), &joiner);
         let err = verify(&entries).unwrap_err();
-        assert_eq!((err.index, err.fault), (4, ChainFault::UnknownSigner(joiner.key_id())));
+        assert_eq!(
+            (err.index, err.fault),
+            (4, ChainFault::UnknownSigner(joiner.key_id()))
+        );
     }
 
     #[test]
@@ -778,7 +893,237 @@ mod tests {
                 )
             })
             .collect();
-        assert_eq!(summary, vec![(3, "signature"), (4, "prev_hash"), (7, "signature")]);
+        assert_eq!(
+            summary,
+            vec![(3, "signature"), (4, "prev_hash"), (7, "signature")]
+        );
         assert_eq!(v.checked(), 8);
+    }
+
+    /// What [`eventful_chain`] damages.
+    #[derive(Clone, Copy, PartialEq, Eq, Debug)]
+    enum Damage {
+        /// Entry 50's signature has a flipped bit.
+        BadSignature,
+        /// Entries 77 and 150 are signed by a key the chain never admits, entry 151 by another.
+        Strangers,
+        /// The joiner attests 100..=119 before its admission at 120; 105's signature is forged.
+        ForgedPending,
+        /// Key b, rotated out at 180, signs entry 190.
+        Retired,
+        /// ...and entry 195, with a flipped bit.
+        RetiredBadSignature,
+        /// Entry 250's content is altered after signing: its signature and 251's link break.
+        Altered,
+    }
+
+    const ALL_DAMAGE: [Damage; 6] = [
+        Damage::BadSignature,
+        Damage::Strangers,
+        Damage::ForgedPending,
+        Damage::Retired,
+        Damage::RetiredBadSignature,
+        Damage::Altered,
+    ];
+
+    /// 300 entries: genesis trusting a and b, transactions signed round-robin, a late joiner
+    /// replaying history and admitted at 120, b rotated to c at 180, plus the `damage`.
+    fn eventful_chain(damage: &[Damage]) -> Vec<SignedEntry> {
+        let [a, b, c, joiner, stranger, other] =
+            [11u8, 12, 13, 14, 15, 16].map(|s| NodeKey::from_seed([s; 32]));
+        let genesis = AuditEntry {
+            index: 1,
+            tx: TxId(1),
+            tx_time_ns: 0,
+            namespace: String::new(),
+            kind: EntryKind::Membership {
+                members: vec![(1, a.public()), (2, b.public())],
+            },
+            prev_hash: GENESIS_PREV_HASH,
+        };
+        let mut entries = vec![SignedEntry::sign(genesis, &a)];
+        let has = |d| damage.contains(&d);
+        while entries.len() < 300 {
+            let next = entries.len() as u64 + 1;
+            if next == 120 {
+                let admit = KeyAction::Admit {
+                    node_id: 3,
+                    key: joiner.public(),
+                };
+                let kind = key_change(&entries, admit, &a);
+                append(&mut entries, kind, &joiner);
+                continue;
+            }
+            if next == 180 {
+                let rotate = KeyAction::Rotate {
+                    node_id: 2,
+                    old: b.key_id(),
+                    new: c.public(),
+                };
+                let kind = key_change(&entries, rotate, &b);
+                append(&mut entries, kind, &b);
+                continue;
+            }
+            let signer = match next {
+                77 | 150 if has(Damage::Strangers) => &stranger,
+                151 if has(Damage::Strangers) => &other,
+                100..=119 if has(Damage::ForgedPending) => &joiner,
+                190 if has(Damage::Retired) => &b,
+                195 if has(Damage::RetiredBadSignature) => &b,
+                n if n > 180 && n % 2 == 0 => &c,
+                n if n % 2 == 0 => &b,
+                _ => &a,
+            };
+            let kind = EntryKind::Transaction {
+                content_hash: Hash::of(&next.to_be_bytes()),
+                datoms: 2,
+            };
+            append(&mut entries, kind, signer);
+        }
+        if has(Damage::BadSignature) {
+            entries[49].attestation.signature[10] ^= 4;
+        }
+        if has(Damage::ForgedPending) {
+            entries[104].attestation.signature[3] ^= 1;
+        }
+        if has(Damage::RetiredBadSignature) {
+            entries[194].attestation.signature[60] ^= 2;
+        }
+        if has(Damage::Altered) {
+            entries[249].entry.tx_time_ns += 1;
+        }
+        entries
+    }
+
+    fn sorted(mut errors: Vec<ChainError>) -> Vec<ChainError> {
+        errors.sort_by_key(|e| (e.index, e.fault.to_string()));
+        errors
+    }
+
+    /// Every fault `push_all` finds inline, then the signers never admitted.
+    fn all_inline(entries: &[SignedEntry]) -> Vec<ChainError> {
+        let mut v = ChainVerifier::new();
+        let mut found: Vec<ChainError> = entries.iter().flat_map(|e| v.push_all(e).1).collect();
+        found.extend(v.unadmitted());
+        sorted(found)
+    }
+
+    fn all_deferred(entries: &[SignedEntry], flush_every: usize, threads: usize) -> Vec<ChainError> {
+        let mut v = ChainVerifier::new().with_deferred_signatures();
+        let mut found = Vec::new();
+        for (n, e) in entries.iter().enumerate() {
+            found.extend(v.push_all(e).1);
+            if (n + 1) % flush_every == 0 {
+                found.extend(v.verify_deferred(threads));
+            }
+        }
+        found.extend(v.verify_deferred(threads));
+        found.extend(v.unadmitted());
+        sorted(found)
+    }
+
+    /// The first fault as a deferred caller finds it: `push`'s error or the lowest deferred
+    /// fault, whichever has the lower index.
+    fn first_deferred(entries: &[SignedEntry], flush_every: usize, threads: usize) -> Result<(), ChainError> {
+        let mut v = ChainVerifier::new().with_deferred_signatures();
+        let mut first = None;
+        for (n, e) in entries.iter().enumerate() {
+            if let Err(error) = v.push(e) {
+                first = Some(error);
+                break;
+            }
+            if (n + 1) % flush_every == 0
+                && let Some(error) = v.verify_deferred(threads).into_iter().next()
+            {
+                first = Some(error);
+                break;
+            }
+        }
+        match first
+            .into_iter()
+            .chain(v.verify_deferred(threads))
+            .min_by_key(|e| e.index)
+        {
+            Some(error) => Err(error),
+            None => v.finish(),
+        }
+    }
+
+    #[test]
+    fn deferred_batched_signatures_find_exactly_what_inline_checks_find() {
+        let entries = eventful_chain(&ALL_DAMAGE);
+        let inline = all_inline(&entries);
+        let named: Vec<(u64, &str)> = inline.iter().map(|e| (e.index, e.fault.field())).collect();
+        assert_eq!(
+            named,
+            vec![
+                (50, "attestation.signature"),
+                (77, "attestation.key_id"),
+                (105, "attestation.signature"),
+                (151, "attestation.key_id"),
+                (190, "attestation.key_id"),
+                (195, "attestation.signature"),
+                (250, "attestation.signature"),
+                (251, "prev_hash"),
+            ],
+            "{inline:#?}"
+        );
+        assert!(matches!(
+            inline[4].fault,
+            ChainFault::RetiredSigner {
+                how: "rotated out",
+                at: 180,
+                ..
+            }
+        ));
+        for (flush_every, threads) in [(1, 1), (7, 2), (64, 3), (1000, 1), (1000, 2), (1000, 4)] {
+            assert_eq!(
+                all_deferred(&entries, flush_every, threads),
+                inline,
+                "flushing every {flush_every} entries on {threads} threads"
+            );
+        }
+        assert_eq!(all_inline(&eventful_chain(&[])), vec![]);
+        assert_eq!(all_deferred(&eventful_chain(&[]), 1000, 2), vec![]);
+    }
+
+    #[test]
+    fn deferred_push_stops_at_the_same_first_fault_as_inline() {
+        let mut cases: Vec<Vec<Damage>> = ALL_DAMAGE.iter().map(|d| vec![*d]).collect();
+        cases.push(vec![]);
+        cases.push(ALL_DAMAGE.to_vec());
+        cases.push(vec![Damage::Altered, Damage::Strangers]);
+        for damage in cases {
+            let entries = eventful_chain(&damage);
+            let inline = verify(&entries);
+            if damage.is_empty() {
+                inline.clone().unwrap();
+            } else {
+                assert!(inline.is_err(), "{damage:?} goes unnoticed inline");
+            }
+            for (flush_every, threads) in [(1, 1), (16, 2), (1000, 2)] {
+                assert_eq!(
+                    first_deferred(&entries, flush_every, threads),
+                    inline,
+                    "{damage:?}, flushing every {flush_every} entries on {threads} threads"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn finish_checks_what_is_still_deferred() {
+        let mut entries = eventful_chain(&[]);
+        entries[200].attestation.signature[7] ^= 8;
+        let mut v = ChainVerifier::new().with_deferred_signatures();
+        for e in &entries {
+            v.push(e).unwrap();
+        }
+        assert_eq!(v.deferred(), 300);
+        let err = v.finish().unwrap_err();
+        assert_eq!((err.index, err.fault.field()), (201, "attestation.signature"));
+        assert_eq!(v.verify_deferred(2).len(), 1);
+        assert_eq!(v.deferred(), 0);
+        v.finish().unwrap();
     }
 }

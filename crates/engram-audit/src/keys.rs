@@ -1,4 +1,5 @@
 use std::fmt;
+use std::sync::{Arc, Mutex};
 
 use ed25519_dalek::{Signer, SigningKey, VerifyingKey};
 use serde::{Deserialize, Serialize};
@@ -83,6 +84,87 @@ impl NodeKey {
 impl fmt::Debug for NodeKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "NodeKey({})", self.key_id())
+    }
+}
+
+/// Called with the current key and the staged ones whenever either changes, so the owner can
+/// persist them.
+pub type KeyRingListener = Box<dyn Fn(&NodeKey, &[Arc<NodeKey>]) + Send + Sync>;
+
+/// A node's signing keys: the one it signs with now, and keys staged for a rotation whose
+/// key-change entry has not been applied yet. The state machine promotes a staged key when it
+/// applies the rotation that admits it, so a node switches keys exactly at that entry: the
+/// rotation entry itself is the last one the old key attests.
+pub struct KeyRing {
+    inner: Mutex<Ring>,
+}
+
+struct Ring {
+    current: Arc<NodeKey>,
+    staged: Vec<Arc<NodeKey>>,
+    listener: Option<KeyRingListener>,
+}
+
+impl KeyRing {
+    pub fn new(current: Arc<NodeKey>) -> KeyRing {
+        KeyRing {
+            inner: Mutex::new(Ring {
+                current,
+                staged: Vec::new(),
+                listener: None,
+            }),
+        }
+    }
+
+    fn ring(&self) -> std::sync::MutexGuard<'_, Ring> {
+        // The ring holds plain values; a panic elsewhere cannot leave it half-updated.
+        self.inner.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// The key to sign with now.
+    pub fn current(&self) -> Arc<NodeKey> {
+        self.ring().current.clone()
+    }
+
+    /// The public keys staged for a rotation.
+    pub fn staged(&self) -> Vec<PublicKey> {
+        self.ring().staged.iter().map(|k| k.public()).collect()
+    }
+
+    /// Stages `key` for a rotation (kept until a rotation entry admits one staged key).
+    pub fn stage(&self, key: NodeKey) {
+        let mut ring = self.ring();
+        ring.staged.push(Arc::new(key));
+        if let Some(listener) = &ring.listener {
+            listener(&ring.current, &ring.staged);
+        }
+    }
+
+    /// Makes the staged key `new` the current one, if it is staged. Returns whether it was.
+    pub fn promote(&self, new: &PublicKey) -> bool {
+        let mut ring = self.ring();
+        let Some(at) = ring.staged.iter().position(|k| k.public() == *new) else {
+            return false;
+        };
+        let key = ring.staged.remove(at);
+        ring.current = key;
+        ring.staged.clear();
+        if let Some(listener) = &ring.listener {
+            listener(&ring.current, &ring.staged);
+        }
+        true
+    }
+
+    /// Registers the listener told of every change.
+    pub fn set_listener(&self, listener: KeyRingListener) {
+        self.ring().listener = Some(listener);
+    }
+}
+
+impl fmt::Debug for KeyRing {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let ring = self.ring();
+        write!(f, "KeyRing(current {}, {} staged)", ring.current.key_id(), ring.staged.len())
     }
 }
 

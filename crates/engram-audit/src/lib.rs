@@ -12,6 +12,7 @@
 //! Must not depend on: storage, networking, an async runtime or a clock. Verification is a
 //! pure function of the entries given to it.
 
+mod batch;
 mod chain;
 mod checkpoint;
 mod entry;
@@ -22,7 +23,7 @@ pub use checkpoint::{
     Checkpoint, CheckpointError, NoteSignature, SignedCheckpoint, note_key_hash, note_key_name, verifier_key,
 };
 pub use entry::{
-    AUDIT_FORMAT_VERSION, Attestation, AuditEntry, EntryKind, GENESIS_PREV_HASH, KeyAction, KeyChangeRequest, SignedEntry, key_statement,
-    tx_content_hash,
+    AUDIT_FORMAT_VERSION, Attestation, AuditEntry, EntryKind, GENESIS_PREV_HASH, KeyAction, KeyChangeRequest,
+    SignedEntry, key_statement, tx_content_hash,
 };
-pub use keys::{KeyId, NodeKey, PublicKey};
+pub use keys::{KeyId, KeyRing, KeyRingListener, NodeKey, PublicKey};

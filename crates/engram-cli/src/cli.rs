@@ -239,6 +239,15 @@ pub enum ClusterCommand {
         id: u64,
     },
 
+    /// Rotate a node's signing key: the node generates a new key, keeps it beside the old one
+    /// and records the change in the audit chain, signed by the old key; it signs with the new
+    /// key from that entry on. Send it to the node itself (--endpoint).
+    #[command(after_help = "EXAMPLES\n  engram --endpoint 127.0.0.1:7002 cluster rotate-key --id 2")]
+    RotateKey {
+        #[arg(long, value_name = "N")]
+        id: u64,
+    },
+
     /// Revoke a node's signing key (it is compromised): a key-change entry in the audit chain,
     /// authorised by the leader. Attestations and checkpoints by the key after this point, and
     /// every checkpoint it ever signed, are refused by verifiers. Remove the node too.

@@ -336,6 +336,15 @@ async fn cluster(client: &Client, cmd: ClusterCommand, json: bool) -> Result<()>
             membership_output(&format!("node {id} removed"), &resp, json);
             Ok(())
         }
+        ClusterCommand::RotateKey { id } => {
+            let index = client.rotate_key(id).await.context("cluster rotate-key")?;
+            if json {
+                print_json(&json!({ "ok": true, "node_id": id, "audit_index": index }));
+            } else {
+                println!("key of node {id} rotated by audit entry {index}; it signs with the new key from there on");
+            }
+            Ok(())
+        }
         ClusterCommand::RevokeKey { id, key_id } => {
             let key_id = key_id
                 .map(|raw| {

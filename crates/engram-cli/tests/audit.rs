@@ -12,6 +12,7 @@ use engram_cli::local_cluster::{LocalCluster, free_ports};
 use engram_client::{Client, ClientError, GetOptions, TrustedLog};
 use engram_storage::{Durability, Space, Store, WriteBatch};
 use engram_types::{Attribute, EntityId, EntityRef, Hash, Namespace, Op, Provenance, TxId, TxOp, TxRequest, Value};
+use futures::StreamExt;
 use serde_json::Value as Json;
 
 const EXE: &str = env!("CARGO_BIN_EXE_engram");
@@ -151,6 +152,18 @@ async fn checkpoints_proofs_export_and_offline_verify() {
     let pinned = SignedCheckpoint::parse_bytes(&std::fs::read(&pin).unwrap()).unwrap();
     assert!(pinned.checkpoint.size >= 14);
 
+    // Rotate the follower's key (through the follower itself), then revoke the other one's.
+    let follower_ep = cluster.node(follower).unwrap().endpoint();
+    let old_key = node_key(&cluster.node(follower).unwrap().data_dir);
+    let wrong = run(&["-e", &leader_ep, "cluster", "rotate-key", "--id", &follower.to_string()]);
+    assert_eq!(wrong.status.code(), Some(1), "only the node itself can rotate its key");
+    let rotate = run(&["-e", &follower_ep, "--json", "cluster", "rotate-key", "--id", &follower.to_string()]);
+    assert_eq!(rotate.status.code(), Some(0), "{}", text(&rotate.stderr));
+    let rotated_at = json_of(&rotate)["audit_index"].as_u64().unwrap();
+    let new_key = node_key(&cluster.node(follower).unwrap().data_dir);
+    assert_ne!(new_key.key_id(), old_key.key_id(), "the new key is persisted in node.key");
+    client.transact(&tx(200)).await.unwrap();
+
     let revoke = run(&["-e", &leader_ep, "--json", "cluster", "revoke-key", "--id", &other.to_string()]);
     assert_eq!(revoke.status.code(), Some(0), "{}", text(&revoke.stderr));
     let revoked_at = json_of(&revoke)["audit_index"].as_u64().unwrap();
@@ -171,6 +184,13 @@ async fn checkpoints_proofs_export_and_offline_verify() {
         .filter(|k| k["revoked_at"] == revoked_at)
         .collect();
     assert_eq!(revoked.len(), 1, "the key history shows the revocation: {report}");
+    let rotated: Vec<&Json> = report["keys"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|k| k["retired_at"] == rotated_at || k["admitted_at"] == rotated_at)
+        .collect();
+    assert_eq!(rotated.len(), 2, "old key rotated out, new key admitted at {rotated_at}: {report}");
 
     // One flipped byte inside an entry's signature: exit 2, naming that entry.
     let mut bytes = std::fs::read(&export).unwrap();
@@ -206,6 +226,22 @@ async fn checkpoints_proofs_export_and_offline_verify() {
         assert!(tokio::time::Instant::now() < deadline, "node {follower} did not catch up");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+    let chain = probe.verify_chain(|_| {}).await.expect("the rotated node's own chain verifies");
+    assert!(chain.entries_checked > rotated_at);
+    let attested: Vec<_> = probe
+        .audit_entries(rotated_at, 2)
+        .await
+        .unwrap()
+        .collect::<Vec<_>>()
+        .await
+        .into_iter()
+        .map(|e| hex::encode(e.unwrap().signer_key_id))
+        .collect();
+    assert_eq!(
+        attested,
+        vec![old_key.key_id().to_string(), new_key.key_id().to_string()],
+        "the rotation entry is the old key's last, the next entry the new key's first"
+    );
     cluster.kill(follower).unwrap();
     let data_dir = cluster.node(follower).unwrap().data_dir.clone();
     let out = run(&["--json", "audit", "verify", "--data-dir", data_dir.to_str().unwrap(), "--pin", pin.to_str().unwrap()]);

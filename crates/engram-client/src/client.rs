@@ -344,6 +344,16 @@ impl Client {
         .map(|r| r.audit_index)
     }
 
+    /// Rotates the key of node `node_id`, which must be the node this client talks to (it
+    /// generates and keeps the new key). Not retried. Returns the key-change entry's index.
+    pub async fn rotate_key(&self, node_id: u64) -> Result<u64, ClientError> {
+        self.call(Idempotency::Unsafe, move |ch| async move {
+            cluster(ch).rotate_key(pb::RotateKeyRequest { node_id }).await
+        })
+        .await
+        .map(|r| r.audit_index)
+    }
+
     /// Removes a node from the membership. Not retried.
     pub async fn remove_node(&self, id: u64) -> Result<pb::MembershipResponse, ClientError> {
         self.call(Idempotency::Unsafe, move |ch| async move {

@@ -3,8 +3,8 @@ use std::fmt;
 use std::sync::Arc;
 
 use engram_audit::{
-    AuditEntry, Checkpoint, EntryKind, GENESIS_PREV_HASH, KeyAction, KeyChangeRequest, KeyId, KeyRecord, NodeKey,
-    PublicKey, SignedEntry, apply_key_change, tx_content_hash,
+    AuditEntry, Checkpoint, EntryKind, GENESIS_PREV_HASH, KeyAction, KeyChangeRequest, KeyId, KeyRecord, KeyRing,
+    NodeKey, PublicKey, SignedEntry, apply_key_change, tx_content_hash,
 };
 use engram_merkle::{Blake3, CompactTree, MerkleHasher};
 use engram_storage::{Durability, Space, Store, WriteBatch};
@@ -190,7 +190,7 @@ pub struct TxLogRow {
 /// The state machine. Owns the cached chain head; everything else lives in the store.
 pub struct Engine {
     store: Arc<dyn Store>,
-    key: Arc<NodeKey>,
+    keys: Arc<KeyRing>,
     head: ChainHead,
     policy: CheckpointPolicy,
     last_checkpoint: Option<LastCheckpoint>,
@@ -217,25 +217,44 @@ impl Engine {
     /// Opens the engine over `store`, loading the chain head (an empty chain on a new store),
     /// with the default checkpoint policy.
     pub fn open(store: Arc<dyn Store>, key: Arc<NodeKey>) -> Result<Engine, CoreError> {
-        Engine::open_with(store, key, CheckpointPolicy::default())
+        Engine::open_with(store, Arc::new(KeyRing::new(key)), CheckpointPolicy::default())
     }
 
-    pub fn open_with(store: Arc<dyn Store>, key: Arc<NodeKey>, policy: CheckpointPolicy) -> Result<Engine, CoreError> {
+    /// Opens the engine with this node's key ring and checkpoint policy. A key staged for a
+    /// rotation that the chain has already applied (the node stopped before it switched) is
+    /// promoted here.
+    pub fn open_with(store: Arc<dyn Store>, keys: Arc<KeyRing>, policy: CheckpointPolicy) -> Result<Engine, CoreError> {
         let mut engine = Engine {
             head: ChainHead::default(),
             store,
-            key,
+            keys,
             policy,
             last_checkpoint: None,
             origin: None,
         };
         engine.reload()?;
+        engine.settle_keys()?;
         Ok(engine)
     }
 
-    /// The signing key this node attests entries and checkpoints with.
-    pub fn key(&self) -> &Arc<NodeKey> {
-        &self.key
+    /// The signing key this node attests entries and checkpoints with now.
+    pub fn key(&self) -> Arc<NodeKey> {
+        self.keys.current()
+    }
+
+    /// Switches to a staged key if the chain rotated the current key out in its favour.
+    fn settle_keys(&self) -> Result<(), CoreError> {
+        let current = self.keys.current().key_id();
+        let retired = reads::signer(&*self.store, current)?.is_some_and(|row| row.retired_at.is_some());
+        if !retired {
+            return Ok(());
+        }
+        for staged in self.keys.staged() {
+            if self.key_active(staged.key_id())? && self.keys.promote(&staged) {
+                break;
+            }
+        }
+        Ok(())
     }
 
     /// The cluster's checkpoint origin, once genesis is applied.
@@ -378,6 +397,13 @@ impl Engine {
         let mut head = self.head.clone();
         let sealed = self.seal(entry, &mut head, &mut batch)?;
         self.commit(batch, head, &sealed)?;
+        // This node's own rotation: sign with the new key from the next entry on. (Only the
+        // node that staged the new key holds it; the other replicas keep their keys.)
+        if let KeyAction::Rotate { old, new, .. } = &req.action
+            && *old == self.keys.current().key_id()
+        {
+            self.keys.promote(new);
+        }
         Ok(Ok(sealed.signed))
     }
 
@@ -423,12 +449,11 @@ impl Engine {
             entry.index
         );
         let hash = entry.hash();
-        let signed = SignedEntry::sign(entry, &self.key);
+        let key = self.keys.current();
+        let signed = SignedEntry::sign(entry, &key);
         // Pair assertion: what we store must verify with our own key before it is written.
         assert!(
-            self.key
-                .public()
-                .verify(hash.as_bytes(), &signed.attestation.signature),
+            key.public().verify(hash.as_bytes(), &signed.attestation.signature),
             "I4 signatures-valid: fresh attestation does not verify"
         );
         batch.put(Space::State, keys::audit(signed.entry.index), signed.encode());
@@ -465,7 +490,7 @@ impl Engine {
                 root: Hash(tree.root()),
                 tx_time_ns: head.tx_time_ns,
             }
-            .sign(&self.key);
+            .sign(&key);
             batch.put(Space::State, keys::checkpoint(head.index), note.to_text().into_bytes());
             let last = LastCheckpoint {
                 size: head.index,

@@ -5,13 +5,17 @@
 
 use std::sync::Arc;
 
-use engram_audit::{Checkpoint, KeyAction, KeyChangeRequest, NodeKey, SignedCheckpoint, SignedEntry};
+use engram_audit::{Checkpoint, KeyAction, KeyChangeRequest, KeyRing, NodeKey, SignedCheckpoint, SignedEntry};
 use engram_core::{CheckpointPolicy, Engine, export, keys, proofs};
 use engram_merkle::{Blake3, verify_consistency, verify_inclusion};
 use engram_storage::{Durability, MemStore, Space, Store, WriteBatch};
 use engram_types::{EntityRef, Hash, Namespace, Op, Provenance, TxOp, TxRequest, Value};
 use engram_verify::format::{ExportReader, ExportWriter, Next, Record};
 use engram_verify::{Report, VerifyOptions, verify_export};
+
+fn ring(key: NodeKey) -> Arc<KeyRing> {
+    Arc::new(KeyRing::new(Arc::new(key)))
+}
 
 fn founder() -> NodeKey {
     NodeKey::from_seed([9; 32])
@@ -56,7 +60,7 @@ fn chain(txs: u64, every: u64) -> (Arc<MemStore>, Engine) {
         every_entries: every,
         every_ms: 0,
     };
-    let mut engine = Engine::open_with(store.clone(), Arc::new(NodeKey::from_seed(key.seed())), policy).unwrap();
+    let mut engine = Engine::open_with(store.clone(), ring(NodeKey::from_seed(key.seed())), policy).unwrap();
     engine
         .apply_membership(1, vec![(1, key.public())], WriteBatch::new())
         .unwrap();
@@ -170,7 +174,7 @@ fn checkpoints_follow_transaction_time_when_the_count_trigger_is_off() {
         every_entries: 0,
         every_ms: 5,
     };
-    let mut engine = Engine::open_with(store.clone(), Arc::new(founder()), policy).unwrap();
+    let mut engine = Engine::open_with(store.clone(), ring(founder()), policy).unwrap();
     engine
         .apply_membership(1, vec![(1, founder().public())], WriteBatch::new())
         .unwrap();
@@ -391,7 +395,7 @@ fn a_truncated_tail_is_caught_by_a_pinned_checkpoint() {
         let store = Arc::new(MemStore::new());
         let mut engine = Engine::open_with(
             store.clone(),
-            Arc::new(founder()),
+            ring(founder()),
             CheckpointPolicy {
                 every_entries: 4,
                 every_ms: 0,
@@ -523,4 +527,48 @@ fn future_versions_and_foreign_files_are_unreadable_not_tampered() {
     assert!(err.to_string().contains("version 2 is newer"), "{err}");
     let err = verify_export(&b"PK\x03\x04 a zip file"[..], &VerifyOptions::default(), |_, _| {}).unwrap_err();
     assert!(err.to_string().contains("not an Engram audit export"), "{err}");
+}
+
+#[test]
+fn a_rotation_switches_the_signing_key_at_its_entry_and_survives_a_restart() {
+    let store = Arc::new(MemStore::new());
+    let keys = ring(founder());
+    let mut engine = Engine::open_with(store.clone(), keys.clone(), CheckpointPolicy::default()).unwrap();
+    engine
+        .apply_membership(1, vec![(1, founder().public())], WriteBatch::new())
+        .unwrap();
+    engine.apply_tx(2, 1_000, &tx(0), WriteBatch::new()).unwrap().unwrap();
+    let origin = engine.origin().unwrap().to_string();
+    let new = NodeKey::from_seed([42; 32]);
+    keys.stage(NodeKey::from_seed(new.seed()));
+    let rotate = KeyChangeRequest::sign(
+        &origin,
+        KeyAction::Rotate {
+            node_id: 1,
+            old: founder().key_id(),
+            new: new.public(),
+        },
+        &founder(),
+    );
+    let entry = engine.apply_key_change(3, &rotate, WriteBatch::new()).unwrap().unwrap();
+    assert_eq!(entry.attestation.key_id, founder().key_id(), "the rotation is the old key's last entry");
+    assert_eq!(keys.current().key_id(), new.key_id(), "switched at the rotation entry");
+    let next = engine.apply_tx(4, 2_000, &tx(1), WriteBatch::new()).unwrap().unwrap();
+    let stored = SignedEntry::decode(&store.get(Space::State, &keys::audit(next.audit_index)).unwrap().unwrap()).unwrap();
+    assert_eq!(stored.attestation.key_id, new.key_id());
+    let report = verify(&export_bytes(&*store), &VerifyOptions::default());
+    assert!(report.ok(), "{:?}", report.failures);
+    let old_row = report.keys.iter().find(|k| k.key_id == founder().key_id().to_string()).unwrap();
+    assert_eq!(old_row.retired_at, Some(3));
+
+    // A node that stopped after the rotation applied but before it switched settles on the
+    // staged key when it reopens.
+    let reopened = ring(founder());
+    reopened.stage(NodeKey::from_seed(new.seed()));
+    let engine = Engine::open_with(store.clone(), reopened.clone(), CheckpointPolicy::default()).unwrap();
+    assert_eq!(engine.key().key_id(), new.key_id());
+    // And without the staged key it keeps the old one (whose entries after 3 would not verify).
+    let stuck = ring(founder());
+    let engine = Engine::open_with(store, stuck, CheckpointPolicy::default()).unwrap();
+    assert_eq!(engine.key().key_id(), founder().key_id());
 }

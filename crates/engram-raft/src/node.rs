@@ -1,7 +1,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-use engram_audit::{KeyAction, KeyChangeRequest, KeyId, KeyRecord, NodeKey, PublicKey};
+use engram_audit::{KeyAction, KeyChangeRequest, KeyId, KeyRecord, KeyRing, PublicKey};
 use engram_core::{CheckpointPolicy, Rejection, TxOutcome, reads};
 use engram_storage::Store;
 use engram_types::TxRequest;
@@ -52,9 +52,9 @@ pub struct RaftNode {
     pub node_id: u64,
     pub store: Arc<dyn Store>,
     pub info: NodeInfo,
-    /// This node's signing key: it attests entries, signs checkpoints and authorises the key
-    /// changes this node proposes as leader.
-    pub key: Arc<NodeKey>,
+    /// This node's signing keys: the current one attests entries, signs checkpoints and
+    /// authorises the key changes this node proposes as leader.
+    pub keys: Arc<KeyRing>,
     clock_skew_ns: i64,
 }
 
@@ -89,7 +89,7 @@ impl RaftNode {
         node_id: u64,
         info: NodeInfo,
         store: Arc<dyn Store>,
-        key: Arc<NodeKey>,
+        keys: Arc<KeyRing>,
         settings: &RaftSettings,
     ) -> Result<RaftNode, NodeError> {
         let config = Config {
@@ -105,7 +105,7 @@ impl RaftNode {
         .map_err(|e| NodeError::Fatal(format!("invalid raft settings: {e}")))?;
         let log_store = LogStore::new(store.clone());
         let state_machine =
-            StateMachine::open(store.clone(), key.clone(), settings.checkpoints)
+            StateMachine::open(store.clone(), keys.clone(), settings.checkpoints)
                 .map_err(|e| NodeError::Fatal(e.to_string()))?;
         let raft = Raft::new(
             node_id,
@@ -121,7 +121,7 @@ impl RaftNode {
             node_id,
             store,
             info,
-            key,
+            keys,
             clock_skew_ns: settings.clock_skew_ns,
         })
     }
@@ -279,7 +279,7 @@ impl RaftNode {
     /// key. Returns the audit index of the key-change entry, or why apply refused it.
     pub async fn revoke_key(&self, node_id: u64, key: KeyId) -> Result<Result<u64, Rejection>, NodeError> {
         self.ensure_voting_leader()?;
-        let request = KeyChangeRequest::sign(&self.origin()?, KeyAction::Revoke { node_id, key }, &self.key);
+        let request = KeyChangeRequest::sign(&self.origin()?, KeyAction::Revoke { node_id, key }, &self.keys.current());
         self.propose_key_change(request).await
     }
 
@@ -289,7 +289,7 @@ impl RaftNode {
         if self.key_active(&key)? {
             return Ok(());
         }
-        let request = KeyChangeRequest::sign(&self.origin()?, KeyAction::Admit { node_id: id, key }, &self.key);
+        let request = KeyChangeRequest::sign(&self.origin()?, KeyAction::Admit { node_id: id, key }, &self.keys.current());
         match self.propose_key_change(request).await? {
             Ok(_) => Ok(()),
             // Admitted meanwhile (a retried AddNode), which is what was wanted.

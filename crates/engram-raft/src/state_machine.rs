@@ -1,7 +1,7 @@
 use std::io;
 use std::sync::Arc;
 
-use engram_audit::{NodeKey, PublicKey};
+use engram_audit::{KeyRing, PublicKey};
 use engram_core::{CheckpointPolicy, Engine, snapshot};
 use engram_storage::{Space, Store, WriteBatch};
 use futures::{Stream, TryStreamExt};
@@ -67,8 +67,8 @@ fn applied_and_membership_rows(applied: &Option<LogId>, membership: &Membership)
 }
 
 impl StateMachine {
-    pub fn open(store: Arc<dyn Store>, key: Arc<NodeKey>, policy: CheckpointPolicy) -> io::Result<StateMachine> {
-        let engine = Engine::open_with(store.clone(), key, policy).map_err(io_err)?;
+    pub fn open(store: Arc<dyn Store>, keys: Arc<KeyRing>, policy: CheckpointPolicy) -> io::Result<StateMachine> {
+        let engine = Engine::open_with(store.clone(), keys, policy).map_err(io_err)?;
         let (applied, membership) = load_applied(&*store)?;
         Ok(StateMachine {
             engine,

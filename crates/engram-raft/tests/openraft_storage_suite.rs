@@ -24,7 +24,7 @@ impl StoreBuilder<TypeConfig, LogStore, StateMachine> for MemBuilder {
         let store: Arc<dyn Store> = Arc::new(MemStore::new());
         let sm = StateMachine::open(
             store.clone(),
-            Arc::new(NodeKey::from_seed([1; 32])),
+            Arc::new(engram_audit::KeyRing::new(Arc::new(NodeKey::from_seed([1; 32])))),
             engram_core::CheckpointPolicy::default(),
         )
             .map_err(|e| StorageError::from_io_error(ErrorSubject::StateMachine, ErrorVerb::Read, e))?;

@@ -25,7 +25,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 pub use config::{Peer, ServerConfig};
-use engram_audit::NodeKey;
+use engram_audit::{KeyRing, NodeKey};
 use engram_proto::pb;
 use engram_raft::{NodeInfo, RaftNode, RaftSettings};
 use engram_storage::Store;
@@ -63,15 +63,31 @@ pub async fn run_until(
             config.data_dir.display()
         ))
     })?;
-    let key = match &config.key_file {
-        Some(path) => node_key::load(path)?,
-        None => node_key::load_or_generate(&config.data_dir.join("node.key"))?,
+    let keys = match &config.key_file {
+        Some(path) => KeyRing::new(Arc::new(node_key::load(path)?)),
+        None => {
+            // A key in the data directory can be rotated: keys staged for a rotation live beside
+            // it, and every change to the ring is written back.
+            let path = config.data_dir.join("node.key");
+            let ring = KeyRing::new(Arc::new(node_key::load_or_generate(&path)?));
+            for staged in node_key::load_staged(&path)? {
+                ring.stage(staged);
+            }
+            ring.set_listener(Box::new(move |current, staged| {
+                if let Err(e) = node_key::persist(&path, current, staged) {
+                    // The chain is the record of which key is current; on restart the node
+                    // settles on it from the staged keys, so a failed write is recoverable.
+                    tracing::error!(error = %e, "could not persist the node's key ring");
+                }
+            }));
+            ring
+        }
     };
     let store: Arc<dyn Store> = Arc::new(
         engram_storage_rocks::RocksStore::open(&config.data_dir.join("db"))
             .map_err(|e| ServerError::Startup(format!("cannot open the store: {e}")))?,
     );
-    serve(config, store, key, shutdown).await
+    serve_keys(config, store, Arc::new(keys), shutdown).await
 }
 
 fn check_id(config: &ServerConfig) -> Result<(), ServerError> {
@@ -90,7 +106,18 @@ pub async fn serve(
     key: NodeKey,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> Result<(), ServerError> {
+    serve_keys(config, store, Arc::new(KeyRing::new(Arc::new(key))), shutdown).await
+}
+
+/// [`serve`] with a key ring, whose staged keys a rotation can switch to.
+pub async fn serve_keys(
+    config: ServerConfig,
+    store: Arc<dyn Store>,
+    keys: Arc<KeyRing>,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> Result<(), ServerError> {
     check_id(&config)?;
+    let key = keys.current();
     let info = NodeInfo {
         addr: config.advertise(),
         public_key: key.public().0,
@@ -107,7 +134,7 @@ pub async fn serve(
             every_ms: config.checkpoint_every_ms,
         },
     };
-    let node = RaftNode::start(config.node_id, info, store, Arc::new(key), &settings)
+    let node = RaftNode::start(config.node_id, info, store, keys, &settings)
         .await
         .map_err(|e| ServerError::Startup(e.to_string()))?;
     let shared = Shared::new(node.clone(), config.clone());

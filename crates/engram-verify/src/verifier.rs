@@ -4,7 +4,8 @@
 use std::io::Read;
 
 use engram_audit::{
-    ChainError, ChainVerifier, EntryKind, KeyRecord, PublicKey, SignedCheckpoint, SignedEntry, tx_content_hash,
+    ChainError, ChainVerifier, EntryKind, KeyRecord, PublicKey, SignedCheckpoint, SignedEntry,
+    tx_content_hash,
 };
 use engram_merkle::{Blake3, CompactTree, MerkleHasher};
 use engram_types::{Datom, Hash};
@@ -96,7 +97,10 @@ pub struct Report {
     pub pinned_size: Option<u64>,
     pub keys: Vec<KeyReport>,
     pub failures: Vec<Failure>,
-    /// Whether verification stopped at the first failure (without `all`).
+    /// Whether verification stopped at the first failure (without `all`). Signatures are
+    /// checked in batches, so the counts and the head above can run past the failing entry (by
+    /// at most one batch, [`SIGNATURE_BATCH_ENTRIES`] entries): they say how far the export was
+    /// read, the failure says where it first fails.
     pub stopped_early: bool,
 }
 
@@ -115,15 +119,31 @@ pub enum VerifyError {
     Io(#[from] std::io::Error),
 }
 
+/// How many entries' signatures are queued before they are checked, in batches on every core.
+/// Large enough to keep the threads busy, small enough that a verifier stopping at the first
+/// failure does not read far past it.
+pub const SIGNATURE_BATCH_ENTRIES: usize = 8192;
+
 /// Verifies an export read from `input`. `progress(bytes_read, entries_checked)` is called
 /// after every record.
 pub fn verify_export<R: Read>(
     input: R,
     options: &VerifyOptions,
+    progress: impl FnMut(u64, u64),
+) -> Result<Report, VerifyError> {
+    verify_with(input, options, Some(SIGNATURE_BATCH_ENTRIES), progress)
+}
+
+/// `signature_batch`: how many entries' signatures to queue between batched checks; `None`
+/// checks each inline (the reference the batched check is tested against).
+fn verify_with<R: Read>(
+    input: R,
+    options: &VerifyOptions,
+    signature_batch: Option<usize>,
     mut progress: impl FnMut(u64, u64),
 ) -> Result<Report, VerifyError> {
     let mut reader = ExportReader::open(input)?;
-    let mut v = Verifier::new(options);
+    let mut v = Verifier::new(options, signature_batch);
     loop {
         if v.stop() {
             break;
@@ -159,6 +179,13 @@ struct Verifier<'a> {
     chain: ChainVerifier,
     tree: CompactTree<Blake3>,
     records: u64,
+    /// (chain index, record offset) of each entry whose signature the chain verifier holds
+    /// queued, in chain order, so a signature failure names its record.
+    queued: Vec<(u64, u64)>,
+    /// Entries queued before their signatures are checked; `None`: checked inline.
+    signature_batch: Option<usize>,
+    /// Threads for the queued signatures.
+    threads: usize,
     header: Option<(String, u64, u64)>,
     end: Option<(u64, u64, u64)>,
     awaiting_datoms: Option<PendingTx>,
@@ -172,15 +199,22 @@ struct Verifier<'a> {
 }
 
 impl<'a> Verifier<'a> {
-    fn new(options: &'a VerifyOptions) -> Verifier<'a> {
+    fn new(options: &'a VerifyOptions, signature_batch: Option<usize>) -> Verifier<'a> {
+        let chain = match &options.genesis_keys {
+            Some(keys) => ChainVerifier::with_genesis_keys(keys.clone()),
+            None => ChainVerifier::new(),
+        };
         Verifier {
             options,
-            chain: match &options.genesis_keys {
-                Some(keys) => ChainVerifier::with_genesis_keys(keys.clone()),
-                None => ChainVerifier::new(),
+            chain: match signature_batch {
+                Some(_) => chain.with_deferred_signatures(),
+                None => chain,
             },
             tree: CompactTree::new(),
             records: 0,
+            queued: Vec::new(),
+            signature_batch,
+            threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
             header: None,
             end: None,
             awaiting_datoms: None,
@@ -214,6 +248,38 @@ impl<'a> Verifier<'a> {
         );
     }
 
+    /// Checks the queued signatures and files their failures where the inline check would
+    /// have: after every failure from a record at or before the entry's own, before any from a
+    /// later record. (Failures found while streaming are in record order, so this keeps the
+    /// list in the order an inline check produces it, and its first element the first failure.)
+    fn flush_signatures(&mut self) {
+        let errors = self.chain.verify_deferred(self.threads);
+        let queued = std::mem::take(&mut self.queued);
+        for error in errors {
+            // Every queued signature is recorded with its entry's offset; were one missing, the
+            // failure would still be reported, without an offset, rather than lost.
+            let offset = queued
+                .binary_search_by_key(&error.index, |(index, _)| *index)
+                .ok()
+                .map(|at| queued[at].1);
+            let at = match offset {
+                Some(offset) => self
+                    .failures
+                    .partition_point(|f| f.offset.is_some_and(|o| o <= offset)),
+                None => self.failures.len(),
+            };
+            self.failures.insert(
+                at,
+                Failure {
+                    index: Some(error.index),
+                    offset,
+                    field: error.fault.field().to_string(),
+                    message: error.fault.to_string(),
+                },
+            );
+        }
+    }
+
     fn record(&mut self, offset: u64, record: Record) {
         self.records += 1;
         if let Some((_, _, end_offset)) = self.end {
@@ -221,12 +287,19 @@ impl<'a> Verifier<'a> {
                 None,
                 Some(offset),
                 "end",
-                format!("a record follows the end record at byte {end_offset} (data appended after the export)"),
+                format!(
+                    "a record follows the end record at byte {end_offset} (data appended after the export)"
+                ),
             );
             return;
         }
         if self.records == 1 && !matches!(record, Record::Header { .. }) {
-            self.fail(None, Some(offset), "header", "the export does not start with its header record");
+            self.fail(
+                None,
+                Some(offset),
+                "header",
+                "the export does not start with its header record",
+            );
         }
         if !matches!(record, Record::Datoms { .. })
             && let Some(pending) = self.awaiting_datoms.take()
@@ -258,10 +331,16 @@ impl<'a> Verifier<'a> {
 
     fn entry(&mut self, offset: u64, bytes: &[u8]) {
         let next = self.chain.checked() + 1;
+        let queued_before = self.chain.deferred();
         let signed = match SignedEntry::decode(bytes) {
             Ok(signed) => signed,
             Err(e) => {
-                self.fail(Some(next), Some(offset), "encoding", format!("the entry does not decode: {e}"));
+                self.fail(
+                    Some(next),
+                    Some(offset),
+                    "encoding",
+                    format!("the entry does not decode: {e}"),
+                );
                 return;
             }
         };
@@ -280,6 +359,15 @@ impl<'a> Verifier<'a> {
                 }
             }
         };
+        if self.chain.deferred() > queued_before {
+            self.queued.push((next, offset));
+            if self
+                .signature_batch
+                .is_some_and(|batch| self.queued.len() >= batch)
+            {
+                self.flush_signatures();
+            }
+        }
         self.tree.push(hash.as_bytes());
         if let Some(pin) = &self.options.pin
             && pin.checkpoint.size == self.tree.size()
@@ -344,7 +432,11 @@ impl<'a> Verifier<'a> {
                     Some(index),
                     Some(offset),
                     &format!("datoms[{seq}].namespace"),
-                    format!("{:?} is not the entry's namespace {:?}", d.namespace.as_str(), tx.namespace),
+                    format!(
+                        "{:?} is not the entry's namespace {:?}",
+                        d.namespace.as_str(),
+                        tx.namespace
+                    ),
                 ),
                 Ok(_) => {}
                 Err(e) => self.fail(
@@ -397,7 +489,11 @@ impl<'a> Verifier<'a> {
                 at,
                 Some(offset),
                 "checkpoint.origin",
-                format!("{:?} is not this chain's origin {:?}", cp.origin, self.chain.origin()),
+                format!(
+                    "{:?} is not this chain's origin {:?}",
+                    cp.origin,
+                    self.chain.origin()
+                ),
             );
         }
         let root = self.tree.root();
@@ -438,7 +534,11 @@ impl<'a> Verifier<'a> {
         if signers.is_empty() {
             return Some(format!(
                 "signed by no key the chain admits (signature names: {})",
-                note.signatures.iter().map(|s| s.name.as_str()).collect::<Vec<_>>().join(", ")
+                note.signatures
+                    .iter()
+                    .map(|s| s.name.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
             ));
         }
         for key in signers {
@@ -459,6 +559,9 @@ impl<'a> Verifier<'a> {
     }
 
     fn finish(mut self) -> Report {
+        // Whatever ended the read (the end of the file, a failure, a damaged frame), the
+        // signatures read so far are judged before anything is reported.
+        self.flush_signatures();
         let stopped_early = self.stop();
         if !stopped_early {
             self.final_checks();
@@ -470,7 +573,8 @@ impl<'a> Verifier<'a> {
             (Some(_), _) => "the genesis keys given".to_string(),
             (None, Some(_)) => "the pinned checkpoint (genesis taken from the export)".to_string(),
             (None, None) => {
-                "the export's own genesis entry (give --genesis-keys or --pin to anchor it independently)".to_string()
+                "the export's own genesis entry (give --genesis-key or --pin to anchor it independently)"
+                    .to_string()
             }
         };
         Report {
@@ -503,19 +607,29 @@ impl<'a> Verifier<'a> {
             );
         }
         for error in self.chain.unadmitted() {
-            self.fail(Some(error.index), None, error.fault.field(), error.fault.to_string());
+            self.fail(
+                Some(error.index),
+                None,
+                error.fault.field(),
+                error.fault.to_string(),
+            );
         }
         let faults: Vec<(u64, u64, String)> = self
             .checkpoints
             .iter()
-            .filter_map(|(offset, note)| self.signer_fault(note).map(|f| (note.checkpoint.size, *offset, f)))
+            .filter_map(|(offset, note)| {
+                self.signer_fault(note)
+                    .map(|f| (note.checkpoint.size, *offset, f))
+            })
             .collect();
         for (size, offset, fault) in faults {
             self.fail(Some(size), Some(offset), "checkpoint.signature", fault);
         }
         match &self.header {
             None => self.fail(None, None, "header", "the export has no header record"),
-            Some((origin, _, _)) if Some(origin.as_str()) != self.chain.origin() && self.chain.checked() > 0 => {
+            Some((origin, _, _))
+                if Some(origin.as_str()) != self.chain.origin() && self.chain.checked() > 0 =>
+            {
                 let message = format!(
                     "names origin {origin:?}, but the chain's genesis gives {:?}",
                     self.chain.origin()
@@ -527,7 +641,12 @@ impl<'a> Verifier<'a> {
                     "says the chain's head was entry {head} at export, the export holds {} entries",
                     self.chain.checked()
                 );
-                self.fail(Some(self.chain.checked().min(*head) + 1), None, "header.head_index", message);
+                self.fail(
+                    Some(self.chain.checked().min(*head) + 1),
+                    None,
+                    "header.head_index",
+                    message,
+                );
             }
             Some(_) => {}
         }
@@ -620,4 +739,135 @@ fn hex(bytes: &[u8]) -> String {
 /// The Merkle leaf hash Engram uses for an audit entry hash.
 pub fn leaf_hash(entry_hash: &Hash) -> [u8; 32] {
     Blake3::hash_leaf(entry_hash.as_bytes())
+}
+
+#[cfg(test)]
+mod tests {
+    use engram_audit::{AuditEntry, Checkpoint, GENESIS_PREV_HASH, NodeKey};
+    use engram_types::TxId;
+
+    use super::*;
+    use crate::format::ExportWriter;
+
+    /// Genesis trusting two keys, then `len - 1` empty transactions signed by turns; `damage`
+    /// edits the records (after signing) before they are written.
+    fn export(len: u64, damage: impl FnOnce(&mut Vec<Record>, &mut Vec<SignedEntry>)) -> Vec<u8> {
+        let keys = [NodeKey::from_seed([21; 32]), NodeKey::from_seed([22; 32])];
+        let mut entries: Vec<SignedEntry> = Vec::new();
+        let mut prev = GENESIS_PREV_HASH;
+        for index in 1..=len {
+            let kind = if index == 1 {
+                EntryKind::Membership {
+                    members: vec![(1, keys[0].public()), (2, keys[1].public())],
+                }
+            } else {
+                EntryKind::Transaction {
+                    content_hash: tx_content_hash(&[]),
+                    datoms: 0,
+                }
+            };
+            let entry = AuditEntry {
+                index,
+                tx: TxId(index),
+                tx_time_ns: index as i64,
+                namespace: if index == 1 { String::new() } else { "ns".into() },
+                kind,
+                prev_hash: prev,
+            };
+            prev = entry.hash();
+            entries.push(SignedEntry::sign(entry, &keys[(index % 2) as usize]));
+        }
+        let mut datoms: Vec<Record> = (2..=len)
+            .map(|index| Record::Datoms {
+                index,
+                datoms: vec![],
+            })
+            .collect();
+        damage(&mut datoms, &mut entries);
+        let mut w = ExportWriter::new(Vec::new()).unwrap();
+        w.write(&Record::Header {
+            origin: Checkpoint::origin_for(&entries[0].entry.hash()),
+            node_id: 1,
+            head_index: len,
+        })
+        .unwrap();
+        for (n, entry) in entries.iter().enumerate() {
+            w.write(&Record::Entry(entry.encode())).unwrap();
+            if n > 0 {
+                w.write(&datoms[n - 1]).unwrap();
+            }
+        }
+        w.write(&Record::End {
+            entries: len,
+            checkpoints: 0,
+        })
+        .unwrap();
+        w.into_inner().unwrap()
+    }
+
+    fn failures(bytes: &[u8], all: bool, signature_batch: Option<usize>) -> Vec<Failure> {
+        let options = VerifyOptions {
+            all,
+            ..Default::default()
+        };
+        verify_with(bytes, &options, signature_batch, |_, _| {})
+            .unwrap()
+            .failures
+    }
+
+    #[test]
+    fn batched_signatures_fail_exactly_where_inline_checks_fail() {
+        let honest = export(60, |_, _| {});
+        assert!(failures(&honest, true, Some(8)).is_empty());
+        let damaged = export(60, |datoms, entries| {
+            entries[9].attestation.signature[20] ^= 1; // entry 10: signature
+            datoms[28] = Record::Datoms {
+                index: 30,
+                datoms: vec![b"extra".to_vec()],
+            }; // entry 30: datoms
+            entries[39].entry.tx_time_ns += 1; // entry 40: signature, and entry 41's link
+            entries[54].attestation.signature[63] |= 0x80; // entry 55: non-canonical s
+        });
+        let inline = failures(&damaged, true, None);
+        let named: Vec<(Option<u64>, &str)> = inline.iter().map(|f| (f.index, f.field.as_str())).collect();
+        assert_eq!(
+            named,
+            vec![
+                (Some(10), "attestation.signature"),
+                (Some(30), "datoms"),
+                (Some(30), "datoms[0]"),
+                (Some(30), "datoms"),
+                (Some(40), "attestation.signature"),
+                (Some(41), "prev_hash"),
+                (Some(55), "attestation.signature"),
+            ],
+            "{inline:#?}"
+        );
+        for batch in [1, 3, 8, 1000] {
+            assert_eq!(
+                failures(&damaged, true, Some(batch)),
+                inline,
+                "all, batches of {batch}"
+            );
+            assert_eq!(
+                failures(&damaged, false, Some(batch)),
+                inline[..1],
+                "first failure, batches of {batch}"
+            );
+        }
+        // With the first signature intact, the first failure is a later record's, whichever
+        // batch holds the damaged signatures read past it.
+        let later = export(60, |datoms, entries| {
+            datoms[28] = Record::Datoms {
+                index: 30,
+                datoms: vec![b"extra".to_vec()],
+            };
+            entries[39].attestation.signature[0] ^= 1;
+        });
+        let first = failures(&later, false, None);
+        assert_eq!((first[0].index, first[0].field.as_str()), (Some(30), "datoms"));
+        for batch in [1, 8, 1000] {
+            assert_eq!(failures(&later, false, Some(batch)), first, "batches of {batch}");
+        }
+    }
 }

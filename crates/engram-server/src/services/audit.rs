@@ -108,7 +108,7 @@ impl pb::audit_server::Audit for AuditService {
     async fn checkpoint(&self, request: Request<pb::CheckpointRequest>) -> Result<Response<pb::Checkpoint>, Status> {
         let store = &*self.shared.node.store;
         let note = if request.into_inner().at_head {
-            proofs::checkpoint_at_head(store, &self.shared.node.key).map_err(ApiError::from)?
+            proofs::checkpoint_at_head(store, &self.shared.node.keys.current()).map_err(ApiError::from)?
         } else {
             proofs::latest_checkpoint(store).map_err(ApiError::from)?
         };

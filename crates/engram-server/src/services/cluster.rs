@@ -244,4 +244,80 @@ impl pb::cluster_server::Cluster for ClusterService {
             .map_err(ApiError::Rejected)?;
         Ok(Response::new(pb::KeyChangeResponse { audit_index }))
     }
+
+    async fn rotate_key(
+        &self,
+        request: Request<pb::RotateKeyRequest>,
+    ) -> Result<Response<pb::KeyChangeResponse>, Status> {
+        let req = request.into_inner();
+        let node = &self.shared.node;
+        if req.node_id != node.node_id {
+            return Err(ApiError::Conflict(format!(
+                "this is node {}, not node {}: send RotateKey to the node whose key rotates, which holds the new key",
+                node.node_id, req.node_id
+            ))
+            .into());
+        }
+        if self.shared.config.key_file.is_some() {
+            return Err(ApiError::Conflict(
+                "this node's key comes from --key-file, which it does not rewrite; rotate by starting it with a new key file after a key change, or run it with its key in the data directory".into(),
+            )
+            .into());
+        }
+        let mut seed = [0u8; 32];
+        getrandom::fill(&mut seed).map_err(|e| ApiError::Internal(format!("no OS randomness for a key: {e}")))?;
+        let new = engram_audit::NodeKey::from_seed(seed);
+        let current = node.keys.current();
+        let action = engram_audit::KeyAction::Rotate {
+            node_id: node.node_id,
+            old: current.key_id(),
+            new: new.public(),
+        };
+        let origin = node.origin().map_err(ApiError::from)?;
+        let request = engram_audit::KeyChangeRequest::sign(&origin, action, &current);
+        // Staged (and written beside the key file) before the entry can exist, so the node
+        // can always switch to the key its rotation names.
+        node.keys.stage(new);
+        let audit_index = self.propose_key_change(request).await?;
+        Ok(Response::new(pb::KeyChangeResponse { audit_index }))
+    }
+
+    async fn propose_key_change(
+        &self,
+        request: Request<pb::KeyChangeProposal>,
+    ) -> Result<Response<pb::KeyChangeResponse>, Status> {
+        let forwarded = is_forwarded(&request);
+        let req = request.into_inner();
+        let change: engram_audit::KeyChangeRequest = postcard::from_bytes(&req.request)
+            .map_err(|e| ApiError::Invalid(format!("request: not a key-change request: {e}")))?;
+        if let Route::Leader(addr) = self.shared.route_write(forwarded)? {
+            let mut client = self.shared.cluster_client(&addr)?;
+            return client
+                .propose_key_change(forward_request(req))
+                .await
+                .map_err(|s| forwarded_err(s).into());
+        }
+        let audit_index = self
+            .shared
+            .node
+            .propose_key_change(change)
+            .await
+            .map_err(ApiError::from)?
+            .map_err(ApiError::Rejected)?;
+        Ok(Response::new(pb::KeyChangeResponse { audit_index }))
+    }
+}
+
+impl ClusterService {
+    /// Proposes an authorised key change here if this node leads, else through the leader.
+    async fn propose_key_change(&self, change: engram_audit::KeyChangeRequest) -> Result<u64, Status> {
+        let encoded = postcard::to_allocvec(&change)
+            .map_err(|e| ApiError::Internal(format!("encoding a key change: {e}")))?;
+        let response = pb::cluster_server::Cluster::propose_key_change(
+            self,
+            Request::new(pb::KeyChangeProposal { request: encoded }),
+        )
+        .await?;
+        Ok(response.into_inner().audit_index)
+    }
 }

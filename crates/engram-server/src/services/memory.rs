@@ -88,7 +88,7 @@ fn read_proof(
         return Ok(None);
     }
     let store = &*shared.node.store;
-    let (checkpoint, proofs) = engram_core::proofs::read_proof(store, &shared.node.key, found)?;
+    let (checkpoint, proofs) = engram_core::proofs::read_proof(store, &shared.node.keys.current(), found)?;
     let size = checkpoint.checkpoint.size;
     let consistency = if trusted_size > 0 && trusted_size <= size {
         engram_core::proofs::consistency(store, trusted_size, size)?.1
