@@ -1,7 +1,7 @@
 //! Batched checking of the attestations a [`crate::ChainVerifier`] deferred.
 //!
 //! Ed25519 batch verification checks many signatures with one multi-scalar multiplication,
-//! several times faster per signature than checking them one by one (3.5 times on one core in
+//! several times faster per signature than checking them one by one (3.7 times on one core in
 //! docs/benchmarks.md), but it only says whether the whole batch holds. A failed batch is
 //! therefore re-checked signature by signature with `verify_strict`, which names exactly the
 //! entries at fault.

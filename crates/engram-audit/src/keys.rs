@@ -164,7 +164,12 @@ impl KeyRing {
 impl fmt::Debug for KeyRing {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let ring = self.ring();
-        write!(f, "KeyRing(current {}, {} staged)", ring.current.key_id(), ring.staged.len())
+        write!(
+            f,
+            "KeyRing(current {}, {} staged)",
+            ring.current.key_id(),
+            ring.staged.len()
+        )
     }
 }
 

@@ -251,7 +251,9 @@ pub enum ClusterCommand {
     /// Revoke a node's signing key (it is compromised): a key-change entry in the audit chain,
     /// authorised by the leader. Attestations and checkpoints by the key after this point, and
     /// every checkpoint it ever signed, are refused by verifiers. Remove the node too.
-    #[command(after_help = "EXAMPLES\n  engram cluster revoke-key --id 4\n  engram cluster revoke-key --id 4 --key-id 1a2b3c4d5e6f7081")]
+    #[command(
+        after_help = "EXAMPLES\n  engram cluster revoke-key --id 4\n  engram cluster revoke-key --id 4 --key-id 1a2b3c4d5e6f7081"
+    )]
     RevokeKey {
         #[arg(long, value_name = "N")]
         id: u64,
@@ -372,7 +374,9 @@ pub enum AuditCommand {
 
     /// Print a signed checkpoint (C2SP tlog-checkpoint signed note); save it to pin later
     /// verifications with `audit verify --pin`.
-    #[command(after_help = "EXAMPLES\n  engram audit checkpoint\n  engram audit checkpoint --at-head --out checkpoint.txt")]
+    #[command(
+        after_help = "EXAMPLES\n  engram audit checkpoint\n  engram audit checkpoint --at-head --out checkpoint.txt"
+    )]
     Checkpoint {
         /// A checkpoint of the node's current head, signed now (default: the latest one the
         /// node signed by its checkpoint policy).
@@ -421,7 +425,12 @@ pub struct VerifyArgs {
     /// Offline: the trusted genesis keys, as hex public keys (repeat or separate with commas);
     /// genesis must list exactly these. Without it (or --pin) the input's own genesis is the
     /// anchor.
-    #[arg(long = "genesis-key", value_name = "HEX", value_delimiter = ',', requires = "offline")]
+    #[arg(
+        long = "genesis-key",
+        value_name = "HEX",
+        value_delimiter = ',',
+        requires = "offline"
+    )]
     pub genesis_keys: Vec<String>,
 }
 

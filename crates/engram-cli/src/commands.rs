@@ -341,7 +341,9 @@ async fn cluster(client: &Client, cmd: ClusterCommand, json: bool) -> Result<()>
             if json {
                 print_json(&json!({ "ok": true, "node_id": id, "audit_index": index }));
             } else {
-                println!("key of node {id} rotated by audit entry {index}; it signs with the new key from there on");
+                println!(
+                    "key of node {id} rotated by audit entry {index}; it signs with the new key from there on"
+                );
             }
             Ok(())
         }
@@ -354,7 +356,10 @@ async fn cluster(client: &Client, cmd: ClusterCommand, json: bool) -> Result<()>
                         .ok_or_else(|| anyhow!("--key-id {raw:?}: expected 16 hex digits"))
                 })
                 .transpose()?;
-            let index = client.revoke_key(id, key_id).await.context("cluster revoke-key")?;
+            let index = client
+                .revoke_key(id, key_id)
+                .await
+                .context("cluster revoke-key")?;
             if json {
                 print_json(&json!({ "ok": true, "node_id": id, "audit_index": index }));
             } else {

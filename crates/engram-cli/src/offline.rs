@@ -96,7 +96,9 @@ impl Staged {
     }
 
     fn commit(self, writer: BufWriter<File>) -> Result<()> {
-        let file = writer.into_inner().map_err(|e| anyhow!("writing the export: {}", e.error()))?;
+        let file = writer
+            .into_inner()
+            .map_err(|e| anyhow!("writing the export: {}", e.error()))?;
         file.sync_all().context("syncing the export")?;
         std::fs::rename(&self.partial, &self.path)
             .with_context(|| format!("cannot move the export to {}", self.path.display()))
@@ -147,7 +149,9 @@ pub async fn export(client: Option<&Client>, data_dir: Option<&Path>, out: &Path
     };
     staged.commit(writer)?;
     if json {
-        print_json(&json!({ "ok": true, "out": out.display().to_string(), "bytes": bytes, "entries": entries }));
+        print_json(
+            &json!({ "ok": true, "out": out.display().to_string(), "bytes": bytes, "entries": entries }),
+        );
     } else {
         println!("wrote {} ({} bytes)", out.display(), bytes);
     }
@@ -160,9 +164,14 @@ fn options(args: &VerifyArgs) -> Result<VerifyOptions> {
     } else {
         let mut keys = Vec::new();
         for raw in &args.genesis_keys {
-            let bytes = hex::decode(raw.trim()).map_err(|e| anyhow!("--genesis-key {raw:?}: not hex: {e}"))?;
-            let key = <[u8; 32]>::try_from(bytes.as_slice())
-                .map_err(|_| anyhow!("--genesis-key {raw:?}: {} bytes, a public key has 32", bytes.len()))?;
+            let bytes =
+                hex::decode(raw.trim()).map_err(|e| anyhow!("--genesis-key {raw:?}: not hex: {e}"))?;
+            let key = <[u8; 32]>::try_from(bytes.as_slice()).map_err(|_| {
+                anyhow!(
+                    "--genesis-key {raw:?}: {} bytes, a public key has 32",
+                    bytes.len()
+                )
+            })?;
             keys.push(PublicKey(key));
         }
         Some(keys)
@@ -170,7 +179,8 @@ fn options(args: &VerifyArgs) -> Result<VerifyOptions> {
     let pin = match &args.pin {
         None => None,
         Some(path) => {
-            let text = std::fs::read(path).map_err(|e| Unreadable(format!("--pin {}: {e}", path.display())))?;
+            let text =
+                std::fs::read(path).map_err(|e| Unreadable(format!("--pin {}: {e}", path.display())))?;
             Some(
                 SignedCheckpoint::parse_bytes(&text)
                     .map_err(|e| Unreadable(format!("--pin {}: not a checkpoint: {e}", path.display())))?,
@@ -222,9 +232,13 @@ pub fn verify(args: &VerifyArgs, json: bool) -> Result<()> {
                 .map_err(|e| e.to_string())
                 .and_then(|()| writer.flush().map_err(|e| e.to_string()))
         });
-        let result = verify_export(BufReader::with_capacity(1 << 20, reader), &options, |_, entries| {
-            pb.set_position(entries);
-        });
+        let result = verify_export(
+            BufReader::with_capacity(1 << 20, reader),
+            &options,
+            |_, entries| {
+                pb.set_position(entries);
+            },
+        );
         pb.finish_and_clear();
         match producer.join() {
             Ok(Ok(())) => {}

@@ -2,6 +2,7 @@
 //! checkpoints, verified reads (and a client that refuses a rewound or forked history), key
 //! revocation, `audit export` and the offline `audit verify` with its exit codes, including a
 //! datom edited directly in a stopped node's RocksDB.
+#![allow(clippy::unwrap_used)] // test helpers: a failed set-up step should stop the test loudly
 
 use std::path::Path;
 use std::process::{Command, Output};
@@ -11,7 +12,9 @@ use engram_audit::{Checkpoint, NodeKey, SignedCheckpoint};
 use engram_cli::local_cluster::{LocalCluster, free_ports};
 use engram_client::{Client, ClientError, GetOptions, TrustedLog};
 use engram_storage::{Durability, Space, Store, WriteBatch};
-use engram_types::{Attribute, EntityId, EntityRef, Hash, Namespace, Op, Provenance, TxId, TxOp, TxRequest, Value};
+use engram_types::{
+    Attribute, EntityId, EntityRef, Hash, Namespace, Op, Provenance, TxId, TxOp, TxRequest, Value,
+};
 use futures::StreamExt;
 use serde_json::Value as Json;
 
@@ -87,7 +90,10 @@ async fn checkpoints_proofs_export_and_offline_verify() {
     for n in 0..12 {
         receipts.push(client.transact(&tx(n)).await.unwrap());
     }
-    let leader = cluster.wait_for_leader(None, Duration::from_secs(10)).await.unwrap();
+    let leader = cluster
+        .wait_for_leader(None, Duration::from_secs(10))
+        .await
+        .unwrap();
     let leader_ep = cluster.node(leader).unwrap().endpoint();
     let follower = (1..=3).find(|id| *id != leader).unwrap();
     let other = (1..=3).find(|id| *id != leader && *id != follower).unwrap();
@@ -107,7 +113,12 @@ async fn checkpoints_proofs_export_and_offline_verify() {
         .get_verified(&mut trust, &ns, entity, GetOptions::default())
         .await
         .expect("a proven read after the log grew: consistency proof from the trusted size");
-    assert!(trust.size() > first, "trust moved forward: {} -> {}", first, trust.size());
+    assert!(
+        trust.size() > first,
+        "trust moved forward: {} -> {}",
+        first,
+        trust.size()
+    );
 
     // A client that trusts a longer history than the server has refuses it as rewound, and
     // one that trusts a different tree of the same size refuses it as forked.
@@ -140,14 +151,30 @@ async fn checkpoints_proofs_export_and_offline_verify() {
         .unwrap_err();
     assert!(matches!(err, ClientError::Forked { .. }), "{err}");
     let get = run(&[
-        "-e", &leader_ep, "--json", "get", "--ns", "audit/test", "--entity", &entity.0.to_string(), "--verify",
+        "-e",
+        &leader_ep,
+        "--json",
+        "get",
+        "--ns",
+        "audit/test",
+        "--entity",
+        &entity.0.to_string(),
+        "--verify",
     ]);
     assert_eq!(get.status.code(), Some(0), "{}", text(&get.stderr));
     assert!(json_of(&get)["verified"]["checkpoint_size"].as_u64().is_some());
 
     // --- Checkpoints, revocation, export, verify ---------------------------------------
     let pin = work.path().join("pin.txt");
-    let out = run(&["-e", &leader_ep, "audit", "checkpoint", "--at-head", "--out", pin.to_str().unwrap()]);
+    let out = run(&[
+        "-e",
+        &leader_ep,
+        "audit",
+        "checkpoint",
+        "--at-head",
+        "--out",
+        pin.to_str().unwrap(),
+    ]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     let pinned = SignedCheckpoint::parse_bytes(&std::fs::read(&pin).unwrap()).unwrap();
     assert!(pinned.checkpoint.size >= 14);
@@ -155,23 +182,68 @@ async fn checkpoints_proofs_export_and_offline_verify() {
     // Rotate the follower's key (through the follower itself), then revoke the other one's.
     let follower_ep = cluster.node(follower).unwrap().endpoint();
     let old_key = node_key(&cluster.node(follower).unwrap().data_dir);
-    let wrong = run(&["-e", &leader_ep, "cluster", "rotate-key", "--id", &follower.to_string()]);
-    assert_eq!(wrong.status.code(), Some(1), "only the node itself can rotate its key");
-    let rotate = run(&["-e", &follower_ep, "--json", "cluster", "rotate-key", "--id", &follower.to_string()]);
+    let wrong = run(&[
+        "-e",
+        &leader_ep,
+        "cluster",
+        "rotate-key",
+        "--id",
+        &follower.to_string(),
+    ]);
+    assert_eq!(
+        wrong.status.code(),
+        Some(1),
+        "only the node itself can rotate its key"
+    );
+    let rotate = run(&[
+        "-e",
+        &follower_ep,
+        "--json",
+        "cluster",
+        "rotate-key",
+        "--id",
+        &follower.to_string(),
+    ]);
     assert_eq!(rotate.status.code(), Some(0), "{}", text(&rotate.stderr));
     let rotated_at = json_of(&rotate)["audit_index"].as_u64().unwrap();
     let new_key = node_key(&cluster.node(follower).unwrap().data_dir);
-    assert_ne!(new_key.key_id(), old_key.key_id(), "the new key is persisted in node.key");
+    assert_ne!(
+        new_key.key_id(),
+        old_key.key_id(),
+        "the new key is persisted in node.key"
+    );
     client.transact(&tx(200)).await.unwrap();
 
-    let revoke = run(&["-e", &leader_ep, "--json", "cluster", "revoke-key", "--id", &other.to_string()]);
+    let revoke = run(&[
+        "-e",
+        &leader_ep,
+        "--json",
+        "cluster",
+        "revoke-key",
+        "--id",
+        &other.to_string(),
+    ]);
     assert_eq!(revoke.status.code(), Some(0), "{}", text(&revoke.stderr));
     let revoked_at = json_of(&revoke)["audit_index"].as_u64().unwrap();
 
     let export = work.path().join("chain.engram-audit");
-    let out = run(&["-e", &leader_ep, "audit", "export", "--out", export.to_str().unwrap()]);
+    let out = run(&[
+        "-e",
+        &leader_ep,
+        "audit",
+        "export",
+        "--out",
+        export.to_str().unwrap(),
+    ]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
-    let out = run(&["--json", "audit", "verify", export.to_str().unwrap(), "--pin", pin.to_str().unwrap()]);
+    let out = run(&[
+        "--json",
+        "audit",
+        "verify",
+        export.to_str().unwrap(),
+        "--pin",
+        pin.to_str().unwrap(),
+    ]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stdout));
     let report = json_of(&out);
     assert_eq!(report["ok"], true);
@@ -190,7 +262,11 @@ async fn checkpoints_proofs_export_and_offline_verify() {
         .iter()
         .filter(|k| k["retired_at"] == rotated_at || k["admitted_at"] == rotated_at)
         .collect();
-    assert_eq!(rotated.len(), 2, "old key rotated out, new key admitted at {rotated_at}: {report}");
+    assert_eq!(
+        rotated.len(),
+        2,
+        "old key rotated out, new key admitted at {rotated_at}: {report}"
+    );
 
     // One flipped byte inside an entry's signature: exit 2, naming that entry.
     let mut bytes = std::fs::read(&export).unwrap();
@@ -201,7 +277,11 @@ async fn checkpoints_proofs_export_and_offline_verify() {
     let out = run(&["--json", "audit", "verify", flipped.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(2), "{}", text(&out.stdout));
     let failure = &json_of(&out)["failures"][0];
-    assert_eq!((failure["index"].as_u64(), failure["field"].as_str()), (Some(5), Some("attestation.signature")), "{failure}");
+    assert_eq!(
+        (failure["index"].as_u64(), failure["field"].as_str()),
+        (Some(5), Some("attestation.signature")),
+        "{failure}"
+    );
 
     // Unreadable inputs: exit 3 with a clear message.
     let mut future = std::fs::read(&export).unwrap();
@@ -210,23 +290,39 @@ async fn checkpoints_proofs_export_and_offline_verify() {
     std::fs::write(&future_path, &future).unwrap();
     let out = run(&["audit", "verify", future_path.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(3));
-    assert!(text(&out.stderr).contains("version 9 is newer"), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("version 9 is newer"),
+        "{}",
+        text(&out.stderr)
+    );
     let out = run(&["audit", "verify", work.path().join("missing").to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(3), "{}", text(&out.stderr));
     // A running node's store is in use.
     let busy = cluster.node(leader).unwrap().data_dir.clone();
     let out = run(&["audit", "verify", "--data-dir", busy.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(3), "{}", text(&out.stderr));
-    assert!(text(&out.stderr).contains("still running"), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("still running"),
+        "{}",
+        text(&out.stderr)
+    );
 
     // --- A stopped node's RocksDB, edited behind Engram's back ---------------------------
-    let probe = Client::connect(vec![cluster.node(follower).unwrap().endpoint()]).await.unwrap();
+    let probe = Client::connect(vec![cluster.node(follower).unwrap().endpoint()])
+        .await
+        .unwrap();
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
     while probe.status().await.map_or(0, |s| s.chain_index) < revoked_at {
-        assert!(tokio::time::Instant::now() < deadline, "node {follower} did not catch up");
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "node {follower} did not catch up"
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    let chain = probe.verify_chain(|_| {}).await.expect("the rotated node's own chain verifies");
+    let chain = probe
+        .verify_chain(|_| {})
+        .await
+        .expect("the rotated node's own chain verifies");
     assert!(chain.entries_checked > rotated_at);
     let attested: Vec<_> = probe
         .audit_entries(rotated_at, 2)
@@ -244,7 +340,15 @@ async fn checkpoints_proofs_export_and_offline_verify() {
     );
     cluster.kill(follower).unwrap();
     let data_dir = cluster.node(follower).unwrap().data_dir.clone();
-    let out = run(&["--json", "audit", "verify", "--data-dir", data_dir.to_str().unwrap(), "--pin", pin.to_str().unwrap()]);
+    let out = run(&[
+        "--json",
+        "audit",
+        "verify",
+        "--data-dir",
+        data_dir.to_str().unwrap(),
+        "--pin",
+        pin.to_str().unwrap(),
+    ]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stdout));
     let victim = &receipts[6];
     {
@@ -260,7 +364,13 @@ async fn checkpoints_proofs_export_and_offline_verify() {
         batch.put(Space::State, eavt, datom.encode());
         store.write(batch, Durability::Sync).unwrap();
     }
-    let out = run(&["--json", "audit", "verify", "--data-dir", data_dir.to_str().unwrap()]);
+    let out = run(&[
+        "--json",
+        "audit",
+        "verify",
+        "--data-dir",
+        data_dir.to_str().unwrap(),
+    ]);
     assert_eq!(out.status.code(), Some(2), "{}", text(&out.stdout));
     let failure = &json_of(&out)["failures"][0];
     assert_eq!(

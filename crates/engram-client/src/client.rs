@@ -227,7 +227,10 @@ impl Client {
             .map(|(_, r)| r)
     }
 
-    pub(crate) async fn get_raw(&self, req: pb::GetRequest) -> Result<(String, pb::GetResponse), ClientError> {
+    pub(crate) async fn get_raw(
+        &self,
+        req: pb::GetRequest,
+    ) -> Result<(String, pb::GetResponse), ClientError> {
         self.call_with_endpoint(Idempotency::Safe, move |ch| {
             let req = req.clone();
             async move { memory(ch).get(req).await }
@@ -398,7 +401,10 @@ impl Client {
         self.checkpoint_from(at_head).await.map(|(_, c)| c)
     }
 
-    pub(crate) async fn checkpoint_from(&self, at_head: bool) -> Result<(String, pb::Checkpoint), ClientError> {
+    pub(crate) async fn checkpoint_from(
+        &self,
+        at_head: bool,
+    ) -> Result<(String, pb::Checkpoint), ClientError> {
         self.call_with_endpoint(Idempotency::Safe, move |ch| async move {
             audit(ch).checkpoint(pb::CheckpointRequest { at_head }).await
         })
@@ -407,7 +413,11 @@ impl Client {
 
     /// The inclusion proof of audit entry `index` in the tree of `tree_size` entries (0: the
     /// node's head).
-    pub async fn inclusion_proof(&self, index: u64, tree_size: u64) -> Result<pb::InclusionProofResponse, ClientError> {
+    pub async fn inclusion_proof(
+        &self,
+        index: u64,
+        tree_size: u64,
+    ) -> Result<pb::InclusionProofResponse, ClientError> {
         self.call(Idempotency::Safe, move |ch| async move {
             audit(ch)
                 .inclusion_proof(pb::InclusionProofRequest { index, tree_size })
@@ -514,7 +524,12 @@ fn audit(ch: Channel) -> AuditClient<Channel> {
     AuditClient::new(ch).max_decoding_message_size(MAX_RESPONSE_BYTES)
 }
 
-pub(crate) fn get_request(namespace: &Namespace, entity: EntityId, opts: GetOptions, prove: bool) -> pb::GetRequest {
+pub(crate) fn get_request(
+    namespace: &Namespace,
+    entity: EntityId,
+    opts: GetOptions,
+    prove: bool,
+) -> pb::GetRequest {
     pb::GetRequest {
         namespace: namespace.to_string(),
         entity: entity.0,

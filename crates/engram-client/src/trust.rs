@@ -53,8 +53,15 @@ impl TrustedLog {
 #[derive(Debug)]
 pub enum ProofFailure {
     Invalid(String),
-    Rewound { trusted: u64, served: u64 },
-    Forked { trusted: u64, served: u64, reason: String },
+    Rewound {
+        trusted: u64,
+        served: u64,
+    },
+    Forked {
+        trusted: u64,
+        served: u64,
+        reason: String,
+    },
 }
 
 impl ProofFailure {
@@ -150,8 +157,7 @@ pub fn verify_read_proof(
     }
     for (i, (datom, p)) in datoms.iter().zip(&proof.proofs).enumerate() {
         let at = |reason: String| invalid(format!("datom {i}: {reason}"));
-        let datom =
-            engram_proto::datom(datom.clone()).map_err(|e| at(format!("does not decode: {e}")))?;
+        let datom = engram_proto::datom(datom.clone()).map_err(|e| at(format!("does not decode: {e}")))?;
         let hash = datom.hash();
         let hashes: Vec<Hash> = p
             .tx_datom_hashes
@@ -159,11 +165,18 @@ pub fn verify_read_proof(
             .map(|h| Hash::from_slice(h).ok_or_else(|| at("a transaction datom hash is not 32 bytes".into())))
             .collect::<Result<_, _>>()?;
         if hashes.get(p.seq as usize) != Some(&hash) {
-            return Err(at(format!("its hash {hash} is not at position {} of its transaction", p.seq)));
+            return Err(at(format!(
+                "its hash {hash} is not at position {} of its transaction",
+                p.seq
+            )));
         }
         let entry = p.entry.as_ref().ok_or_else(|| at("no audit entry".into()))?;
         let signed = SignedEntry::decode(&entry.signed).map_err(|e| at(format!("audit entry: {e}")))?;
-        let EntryKind::Transaction { content_hash, datoms: count } = signed.entry.kind else {
+        let EntryKind::Transaction {
+            content_hash,
+            datoms: count,
+        } = signed.entry.kind
+        else {
             return Err(at("its audit entry does not record a transaction".into()));
         };
         if signed.entry.tx != datom.tx {
@@ -173,16 +186,24 @@ pub fn verify_read_proof(
             )));
         }
         if tx_content_hash(&hashes) != content_hash || count as usize != hashes.len() {
-            return Err(at("the transaction's datom hashes do not give its entry's content hash".into()));
+            return Err(at(
+                "the transaction's datom hashes do not give its entry's content hash".into(),
+            ));
         }
         let index = signed.entry.index;
         if index == 0 || index > cp.size {
-            return Err(at(format!("audit entry {index} is outside the checkpoint of {}", cp.size)));
+            return Err(at(format!(
+                "audit entry {index} is outside the checkpoint of {}",
+                cp.size
+            )));
         }
         let path = digests(&p.inclusion_path, "inclusion proof")?;
         let leaf = Blake3::hash_leaf(signed.entry.hash().as_bytes());
-        verify_inclusion::<Blake3>(&leaf, index - 1, cp.size, &path, &cp.root.0)
-            .map_err(|e| at(format!("audit entry {index} is not in the checkpoint's tree: {e}")))?;
+        verify_inclusion::<Blake3>(&leaf, index - 1, cp.size, &path, &cp.root.0).map_err(|e| {
+            at(format!(
+                "audit entry {index} is not in the checkpoint's tree: {e}"
+            ))
+        })?;
     }
     Ok(next)
 }

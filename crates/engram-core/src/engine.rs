@@ -3,8 +3,8 @@ use std::fmt;
 use std::sync::Arc;
 
 use engram_audit::{
-    AuditEntry, Checkpoint, EntryKind, GENESIS_PREV_HASH, KeyAction, KeyChangeRequest, KeyId, KeyRecord, KeyRing,
-    NodeKey, PublicKey, SignedEntry, apply_key_change, tx_content_hash,
+    AuditEntry, Checkpoint, EntryKind, GENESIS_PREV_HASH, KeyAction, KeyChangeRequest, KeyId, KeyRecord,
+    KeyRing, NodeKey, PublicKey, SignedEntry, apply_key_change, tx_content_hash,
 };
 use engram_merkle::{Blake3, CompactTree, MerkleHasher};
 use engram_storage::{Durability, Space, Store, WriteBatch};
@@ -223,7 +223,11 @@ impl Engine {
     /// Opens the engine with this node's key ring and checkpoint policy. A key staged for a
     /// rotation that the chain has already applied (the node stopped before it switched) is
     /// promoted here.
-    pub fn open_with(store: Arc<dyn Store>, keys: Arc<KeyRing>, policy: CheckpointPolicy) -> Result<Engine, CoreError> {
+    pub fn open_with(
+        store: Arc<dyn Store>,
+        keys: Arc<KeyRing>,
+        policy: CheckpointPolicy,
+    ) -> Result<Engine, CoreError> {
         let mut engine = Engine {
             head: ChainHead::default(),
             store,
@@ -379,7 +383,11 @@ impl Engine {
         let mut batch = batch;
         for (id, record) in &known {
             if before.get(id) != Some(record) {
-                batch.put(Space::State, keys::signer(*id), encode_row(&SignerRow::from(record)));
+                batch.put(
+                    Space::State,
+                    keys::signer(*id),
+                    encode_row(&SignerRow::from(record)),
+                );
             }
         }
         let entry = AuditEntry {
@@ -425,7 +433,12 @@ impl Engine {
     /// Signs `entry`, checks it against the head (a corruption-class assertion), adds it, its
     /// Merkle tree nodes and (when the policy says so) a signed checkpoint to `batch`, and
     /// advances `head`.
-    fn seal(&self, entry: AuditEntry, head: &mut ChainHead, batch: &mut WriteBatch) -> Result<Sealed, CoreError> {
+    fn seal(
+        &self,
+        entry: AuditEntry,
+        head: &mut ChainHead,
+        batch: &mut WriteBatch,
+    ) -> Result<Sealed, CoreError> {
         assert_eq!(
             entry.index,
             self.head.index + 1,
@@ -453,7 +466,8 @@ impl Engine {
         let signed = SignedEntry::sign(entry, &key);
         // Pair assertion: what we store must verify with our own key before it is written.
         assert!(
-            key.public().verify(hash.as_bytes(), &signed.attestation.signature),
+            key.public()
+                .verify(hash.as_bytes(), &signed.attestation.signature),
             "I4 signatures-valid: fresh attestation does not verify"
         );
         batch.put(Space::State, keys::audit(signed.entry.index), signed.encode());
@@ -464,7 +478,11 @@ impl Engine {
         tree.push_leaf_hash_visiting(Blake3::hash_leaf(hash.as_bytes()), |level, position, node| {
             batch.put(Space::State, keys::merkle_node(level, position), node.to_vec());
         });
-        assert_eq!(tree.size(), signed.entry.index, "Merkle tree size must equal the chain index");
+        assert_eq!(
+            tree.size(),
+            signed.entry.index,
+            "Merkle tree size must equal the chain index"
+        );
         head.frontier = tree.frontier().iter().map(|d| Hash(*d)).collect();
         head.index = signed.entry.index;
         head.hash = hash;
@@ -491,7 +509,11 @@ impl Engine {
                 tx_time_ns: head.tx_time_ns,
             }
             .sign(&key);
-            batch.put(Space::State, keys::checkpoint(head.index), note.to_text().into_bytes());
+            batch.put(
+                Space::State,
+                keys::checkpoint(head.index),
+                note.to_text().into_bytes(),
+            );
             let last = LastCheckpoint {
                 size: head.index,
                 tx_time_ns: head.tx_time_ns,
@@ -510,7 +532,10 @@ impl Engine {
         let Some(last) = self.last_checkpoint else {
             return true;
         };
-        let CheckpointPolicy { every_entries, every_ms } = self.policy;
+        let CheckpointPolicy {
+            every_entries,
+            every_ms,
+        } = self.policy;
         let by_count = every_entries > 0 && head.index.saturating_sub(last.size) >= every_entries;
         let every_ns = i64::try_from(every_ms.saturating_mul(1_000_000)).unwrap_or(i64::MAX);
         let by_time = every_ms > 0 && head.tx_time_ns.saturating_sub(last.tx_time_ns) >= every_ns;

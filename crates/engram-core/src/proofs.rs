@@ -32,7 +32,10 @@ struct StoredTree<'a> {
 
 impl StoredTree<'_> {
     fn node(&self, level: u32, position: u64) -> Option<[u8; 32]> {
-        let bytes = self.store.get(Space::State, &keys::merkle_node(level, position)).ok()??;
+        let bytes = self
+            .store
+            .get(Space::State, &keys::merkle_node(level, position))
+            .ok()??;
         <[u8; 32]>::try_from(bytes.as_slice()).ok()
     }
 }
@@ -89,7 +92,8 @@ pub fn inclusion(store: &dyn Store, index: u64, tree_size: u64) -> Result<Inclus
         .get(Space::State, &keys::audit(index))
         .map_err(CoreError::from)?
         .ok_or_else(|| CoreError::corrupt(format!("audit entry {index}"), "missing below the head"))?;
-    let entry = SignedEntry::decode(&bytes).map_err(|e| CoreError::corrupt(format!("audit entry {index}"), e))?;
+    let entry =
+        SignedEntry::decode(&bytes).map_err(|e| CoreError::corrupt(format!("audit entry {index}"), e))?;
     let tree = StoredTree { store, size };
     let path = inclusion_proof::<Blake3>(&tree, index - 1, size)?;
     Ok(Inclusion {
@@ -101,7 +105,11 @@ pub fn inclusion(store: &dyn Store, index: u64, tree_size: u64) -> Result<Inclus
 
 /// The consistency proof from the tree of `old_size` entries to the tree of `new_size` (0: the
 /// current head).
-pub fn consistency(store: &dyn Store, old_size: u64, new_size: u64) -> Result<(u64, Vec<Hash>), ProofReadError> {
+pub fn consistency(
+    store: &dyn Store,
+    old_size: u64,
+    new_size: u64,
+) -> Result<(u64, Vec<Hash>), ProofReadError> {
     let head = reads::head(store)?;
     let new_size = if new_size == 0 { head.index } else { new_size };
     check_size(&head, new_size)?;
@@ -110,7 +118,10 @@ pub fn consistency(store: &dyn Store, old_size: u64, new_size: u64) -> Result<(u
             "old size {old_size} exceeds new size {new_size}"
         )));
     }
-    let tree = StoredTree { store, size: new_size };
+    let tree = StoredTree {
+        store,
+        size: new_size,
+    };
     let path = consistency_proof::<Blake3>(&tree, old_size, new_size)?;
     Ok((new_size, path.into_iter().map(Hash).collect()))
 }
@@ -180,7 +191,10 @@ pub fn read_proof(
     let mut out = Vec::with_capacity(datoms.len());
     for datom in datoms {
         let row = reads::tx(store, datom.tx)?.ok_or_else(|| {
-            CoreError::corrupt(format!("tx-log row of tx {}", datom.tx.0), "missing for a stored datom")
+            CoreError::corrupt(
+                format!("tx-log row of tx {}", datom.tx.0),
+                "missing for a stored datom",
+            )
         })?;
         let hash = datom.hash();
         let seq = row

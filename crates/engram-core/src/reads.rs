@@ -251,7 +251,10 @@ pub fn signer_admitted(store: &dyn Store, id: engram_audit::KeyId) -> Result<boo
 }
 
 /// What the chain has said about key `id`, if it ever admitted it.
-pub fn signer(store: &dyn Store, id: engram_audit::KeyId) -> Result<Option<crate::engine::SignerRow>, CoreError> {
+pub fn signer(
+    store: &dyn Store,
+    id: engram_audit::KeyId,
+) -> Result<Option<crate::engine::SignerRow>, CoreError> {
     match store.get(Space::State, &keys::signer(id))? {
         Some(bytes) => Ok(Some(decode_row("key row", &bytes)?)),
         None => Ok(None),

@@ -2,10 +2,13 @@
 //! apply stores them, key changes, and the export / offline verifier against every kind of
 //! tampering (flipped bytes, deleted, reordered and duplicated entries, a datom edited in the
 //! store, a truncated tail, checkpoints by unknown or revoked keys).
+#![allow(clippy::unwrap_used)] // test helpers: a failed set-up step should stop the test loudly
 
 use std::sync::Arc;
 
-use engram_audit::{Checkpoint, KeyAction, KeyChangeRequest, KeyRing, NodeKey, SignedCheckpoint, SignedEntry};
+use engram_audit::{
+    Checkpoint, KeyAction, KeyChangeRequest, KeyRing, NodeKey, SignedCheckpoint, SignedEntry,
+};
 use engram_core::{CheckpointPolicy, Engine, export, keys, proofs};
 use engram_merkle::{Blake3, verify_consistency, verify_inclusion};
 use engram_storage::{Durability, MemStore, Space, Store, WriteBatch};
@@ -153,7 +156,12 @@ fn proofs_from_the_stored_tree_verify_against_checkpoints() {
 
     // Checkpoints: genesis, then every 10 entries; each signed, each with the tree's root.
     let stored = store
-        .scan(Space::State, &[keys::CHECKPOINT], Some(&[keys::CHECKPOINT + 1]), usize::MAX)
+        .scan(
+            Space::State,
+            &[keys::CHECKPOINT],
+            Some(&[keys::CHECKPOINT + 1]),
+            usize::MAX,
+        )
         .unwrap();
     let sizes: Vec<u64> = stored
         .iter()
@@ -186,7 +194,12 @@ fn checkpoints_follow_transaction_time_when_the_count_trigger_is_off() {
             .unwrap();
     }
     let sizes: Vec<u64> = store
-        .scan(Space::State, &[keys::CHECKPOINT], Some(&[keys::CHECKPOINT + 1]), usize::MAX)
+        .scan(
+            Space::State,
+            &[keys::CHECKPOINT],
+            Some(&[keys::CHECKPOINT + 1]),
+            usize::MAX,
+        )
         .unwrap()
         .iter()
         .map(|(_, v)| SignedCheckpoint::parse_bytes(v).unwrap().checkpoint.size)
@@ -230,7 +243,11 @@ fn an_honest_export_verifies_and_reports_what_it_checked() {
 }
 
 /// Which chain index a byte of the export belongs to, and what the verifier must name.
-fn expected_index(recs: &[(u64, Record)], total: usize, pos: usize) -> Option<(Option<u64>, Vec<&'static str>)> {
+fn expected_index(
+    recs: &[(u64, Record)],
+    total: usize,
+    pos: usize,
+) -> Option<(Option<u64>, Vec<&'static str>)> {
     let header_len = engram_verify::format::MAGIC.len() + 2;
     if pos < header_len {
         return None; // unreadable, not tampered
@@ -308,7 +325,12 @@ fn deleted_reordered_and_duplicated_entries_are_named() {
     let mut deleted = recs.clone();
     deleted.drain(entry_at[3]..entry_at[3] + 2);
     let report = verify(&rewrite(&deleted), &VerifyOptions::default());
-    assert_eq!(first_failure(&report), (Some(4), "index".into()), "{:?}", report.failures);
+    assert_eq!(
+        first_failure(&report),
+        (Some(4), "index".into()),
+        "{:?}",
+        report.failures
+    );
 
     // Swap entries 4 and 5.
     let mut swapped = recs[..entry_at[3]].to_vec();
@@ -334,14 +356,21 @@ fn deleted_reordered_and_duplicated_entries_are_named() {
         },
     );
     assert!(all.failures.len() >= 2, "{:?}", all.failures);
-    assert!(all.failures.iter().all(|f| f.index.is_some_and(|i| i >= 4) || f.index.is_none()));
+    assert!(
+        all.failures
+            .iter()
+            .all(|f| f.index.is_some_and(|i| i >= 4) || f.index.is_none())
+    );
 }
 
 #[test]
 fn a_datom_edited_in_the_store_is_named_by_its_entry() {
     let (store, _) = chain(6, 100);
     // Entry 5 is the 4th transaction (tx 5): change the value of its first datom, in place.
-    let key = store.get(Space::State, &keys::tx_datom(engram_types::TxId(5), 0)).unwrap().unwrap();
+    let key = store
+        .get(Space::State, &keys::tx_datom(engram_types::TxId(5), 0))
+        .unwrap()
+        .unwrap();
     let raw = store.get(Space::State, &key).unwrap().unwrap();
     let mut datom = engram_types::Datom::decode(&raw).unwrap();
     datom.value = Value::String("rewritten".into());
@@ -351,7 +380,11 @@ fn a_datom_edited_in_the_store_is_named_by_its_entry() {
 
     let report = verify(&export_bytes(&*store), &VerifyOptions::default());
     let failure = report.failures.first().expect("detected");
-    assert_eq!((failure.index, failure.field.as_str()), (Some(5), "datoms"), "{failure}");
+    assert_eq!(
+        (failure.index, failure.field.as_str()),
+        (Some(5), "datoms"),
+        "{failure}"
+    );
     assert!(failure.message.contains("content_hash"), "{failure}");
 }
 
@@ -360,7 +393,10 @@ fn a_truncated_tail_is_caught_by_a_pinned_checkpoint() {
     let (store, _) = chain(10, 4);
     let pin = proofs::checkpoint_at_head(&*store, &founder()).unwrap().unwrap();
     assert_eq!(pin.checkpoint.size, 11);
-    let recs: Vec<Record> = records(&export_bytes(&*store)).into_iter().map(|(_, r)| r).collect();
+    let recs: Vec<Record> = records(&export_bytes(&*store))
+        .into_iter()
+        .map(|(_, r)| r)
+        .collect();
     // Cut after entry 8 and write a well-formed end record: self-consistent, but short.
     let cut = recs
         .iter()
@@ -374,13 +410,19 @@ fn a_truncated_tail_is_caught_by_a_pinned_checkpoint() {
     if let Record::Header { head_index, .. } = &mut truncated[0] {
         *head_index = 8;
     }
-    let checkpoints = truncated.iter().filter(|r| matches!(r, Record::Checkpoint(_))).count() as u64;
+    let checkpoints = truncated
+        .iter()
+        .filter(|r| matches!(r, Record::Checkpoint(_)))
+        .count() as u64;
     truncated.push(Record::End {
         entries: 8,
         checkpoints,
     });
     let bytes = rewrite(&truncated);
-    assert!(verify(&bytes, &VerifyOptions::default()).ok(), "without a pin it looks complete");
+    assert!(
+        verify(&bytes, &VerifyOptions::default()).ok(),
+        "without a pin it looks complete"
+    );
     let report = verify(
         &bytes,
         &VerifyOptions {
@@ -388,7 +430,12 @@ fn a_truncated_tail_is_caught_by_a_pinned_checkpoint() {
             ..Default::default()
         },
     );
-    assert_eq!(first_failure(&report), (Some(9), "pin.size".into()), "{:?}", report.failures);
+    assert_eq!(
+        first_failure(&report),
+        (Some(9), "pin.size".into()),
+        "{:?}",
+        report.failures
+    );
 
     // A rewritten history with the same length is caught by the pin's root.
     let (forked, mut forked_engine) = {
@@ -421,7 +468,12 @@ fn a_truncated_tail_is_caught_by_a_pinned_checkpoint() {
             ..Default::default()
         },
     );
-    assert_eq!(first_failure(&report), (Some(11), "pin.root".into()), "{:?}", report.failures);
+    assert_eq!(
+        first_failure(&report),
+        (Some(11), "pin.root".into()),
+        "{:?}",
+        report.failures
+    );
 }
 
 #[test]
@@ -440,7 +492,10 @@ fn checkpoints_by_unknown_or_revoked_keys_are_refused() {
         },
         &founder(),
     );
-    let admitted = engine.apply_key_change(6, &admit, WriteBatch::new()).unwrap().unwrap();
+    let admitted = engine
+        .apply_key_change(6, &admit, WriteBatch::new())
+        .unwrap()
+        .unwrap();
     assert_eq!(admitted.entry.index, 6);
     assert!(engine.key_active(joiner.key_id()).unwrap());
     // Admitting it again is refused and writes no entry.
@@ -456,7 +511,12 @@ fn checkpoints_by_unknown_or_revoked_keys_are_refused() {
         },
         &stranger,
     );
-    assert!(engine.apply_key_change(8, &forged, WriteBatch::new()).unwrap().is_err());
+    assert!(
+        engine
+            .apply_key_change(8, &forged, WriteBatch::new())
+            .unwrap()
+            .is_err()
+    );
 
     // A checkpoint the joiner signed before its revocation...
     let cp = |key: &NodeKey, engine: &Engine| {
@@ -478,11 +538,17 @@ fn checkpoints_by_unknown_or_revoked_keys_are_refused() {
         },
         &founder(),
     );
-    engine.apply_key_change(9, &revoke, WriteBatch::new()).unwrap().unwrap();
+    engine
+        .apply_key_change(9, &revoke, WriteBatch::new())
+        .unwrap()
+        .unwrap();
     assert!(!engine.key_active(joiner.key_id()).unwrap());
 
     // Put both checkpoints into the export, right after the entry they cover (entry 6).
-    let recs: Vec<Record> = records(&export_bytes(&*store)).into_iter().map(|(_, r)| r).collect();
+    let recs: Vec<Record> = records(&export_bytes(&*store))
+        .into_iter()
+        .map(|(_, r)| r)
+        .collect();
     let after6 = recs
         .iter()
         .enumerate()
@@ -508,7 +574,10 @@ fn checkpoints_by_unknown_or_revoked_keys_are_refused() {
                 ..Default::default()
             },
         );
-        assert_eq!(report.failures.first().map(|f| f.field.as_str()), Some("pin.signature"));
+        assert_eq!(
+            report.failures.first().map(|f| f.field.as_str()),
+            Some("pin.signature")
+        );
     }
     // The honest export, with the key history in it, verifies.
     let report = verify(&rewrite(&recs), &VerifyOptions::default());
@@ -525,7 +594,12 @@ fn future_versions_and_foreign_files_are_unreadable_not_tampered() {
     bytes[at..at + 2].copy_from_slice(&2u16.to_be_bytes());
     let err = verify_export(&bytes[..], &VerifyOptions::default(), |_, _| {}).unwrap_err();
     assert!(err.to_string().contains("version 2 is newer"), "{err}");
-    let err = verify_export(&b"PK\x03\x04 a zip file"[..], &VerifyOptions::default(), |_, _| {}).unwrap_err();
+    let err = verify_export(
+        &b"PK\x03\x04 a zip file"[..],
+        &VerifyOptions::default(),
+        |_, _| {},
+    )
+    .unwrap_err();
     assert!(err.to_string().contains("not an Engram audit export"), "{err}");
 }
 
@@ -537,7 +611,10 @@ fn a_rotation_switches_the_signing_key_at_its_entry_and_survives_a_restart() {
     engine
         .apply_membership(1, vec![(1, founder().public())], WriteBatch::new())
         .unwrap();
-    engine.apply_tx(2, 1_000, &tx(0), WriteBatch::new()).unwrap().unwrap();
+    engine
+        .apply_tx(2, 1_000, &tx(0), WriteBatch::new())
+        .unwrap()
+        .unwrap();
     let origin = engine.origin().unwrap().to_string();
     let new = NodeKey::from_seed([42; 32]);
     keys.stage(NodeKey::from_seed(new.seed()));
@@ -550,15 +627,39 @@ fn a_rotation_switches_the_signing_key_at_its_entry_and_survives_a_restart() {
         },
         &founder(),
     );
-    let entry = engine.apply_key_change(3, &rotate, WriteBatch::new()).unwrap().unwrap();
-    assert_eq!(entry.attestation.key_id, founder().key_id(), "the rotation is the old key's last entry");
-    assert_eq!(keys.current().key_id(), new.key_id(), "switched at the rotation entry");
-    let next = engine.apply_tx(4, 2_000, &tx(1), WriteBatch::new()).unwrap().unwrap();
-    let stored = SignedEntry::decode(&store.get(Space::State, &keys::audit(next.audit_index)).unwrap().unwrap()).unwrap();
+    let entry = engine
+        .apply_key_change(3, &rotate, WriteBatch::new())
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        entry.attestation.key_id,
+        founder().key_id(),
+        "the rotation is the old key's last entry"
+    );
+    assert_eq!(
+        keys.current().key_id(),
+        new.key_id(),
+        "switched at the rotation entry"
+    );
+    let next = engine
+        .apply_tx(4, 2_000, &tx(1), WriteBatch::new())
+        .unwrap()
+        .unwrap();
+    let stored = SignedEntry::decode(
+        &store
+            .get(Space::State, &keys::audit(next.audit_index))
+            .unwrap()
+            .unwrap(),
+    )
+    .unwrap();
     assert_eq!(stored.attestation.key_id, new.key_id());
     let report = verify(&export_bytes(&*store), &VerifyOptions::default());
     assert!(report.ok(), "{:?}", report.failures);
-    let old_row = report.keys.iter().find(|k| k.key_id == founder().key_id().to_string()).unwrap();
+    let old_row = report
+        .keys
+        .iter()
+        .find(|k| k.key_id == founder().key_id().to_string())
+        .unwrap();
     assert_eq!(old_row.retired_at, Some(3));
 
     // A node that stopped after the rotation applied but before it switched settles on the

@@ -242,7 +242,11 @@ mod tests {
                 expected += 1;
                 let start = position * width;
                 let root = subtree_root::<Blake3>(&leaves, start, start + width).unwrap();
-                assert_eq!(seen.get(&(level, position)), Some(&root), "level {level} position {position}");
+                assert_eq!(
+                    seen.get(&(level, position)),
+                    Some(&root),
+                    "level {level} position {position}"
+                );
             }
         }
         assert_eq!(seen.len(), expected);

@@ -104,9 +104,8 @@ impl RaftNode {
         .validate()
         .map_err(|e| NodeError::Fatal(format!("invalid raft settings: {e}")))?;
         let log_store = LogStore::new(store.clone());
-        let state_machine =
-            StateMachine::open(store.clone(), keys.clone(), settings.checkpoints)
-                .map_err(|e| NodeError::Fatal(e.to_string()))?;
+        let state_machine = StateMachine::open(store.clone(), keys.clone(), settings.checkpoints)
+            .map_err(|e| NodeError::Fatal(e.to_string()))?;
         let raft = Raft::new(
             node_id,
             Arc::new(config),
@@ -247,7 +246,10 @@ impl RaftNode {
     }
 
     /// Proposes a key change (authorised inside the request). Only the leader accepts.
-    pub async fn propose_key_change(&self, request: KeyChangeRequest) -> Result<Result<u64, Rejection>, NodeError> {
+    pub async fn propose_key_change(
+        &self,
+        request: KeyChangeRequest,
+    ) -> Result<Result<u64, Rejection>, NodeError> {
         let resp = self
             .raft
             .client_write(Command::KeyChange { request })
@@ -279,7 +281,11 @@ impl RaftNode {
     /// key. Returns the audit index of the key-change entry, or why apply refused it.
     pub async fn revoke_key(&self, node_id: u64, key: KeyId) -> Result<Result<u64, Rejection>, NodeError> {
         self.ensure_voting_leader()?;
-        let request = KeyChangeRequest::sign(&self.origin()?, KeyAction::Revoke { node_id, key }, &self.keys.current());
+        let request = KeyChangeRequest::sign(
+            &self.origin()?,
+            KeyAction::Revoke { node_id, key },
+            &self.keys.current(),
+        );
         self.propose_key_change(request).await
     }
 
@@ -289,7 +295,11 @@ impl RaftNode {
         if self.key_active(&key)? {
             return Ok(());
         }
-        let request = KeyChangeRequest::sign(&self.origin()?, KeyAction::Admit { node_id: id, key }, &self.keys.current());
+        let request = KeyChangeRequest::sign(
+            &self.origin()?,
+            KeyAction::Admit { node_id: id, key },
+            &self.keys.current(),
+        );
         match self.propose_key_change(request).await? {
             Ok(_) => Ok(()),
             // Admitted meanwhile (a retried AddNode), which is what was wanted.

@@ -67,7 +67,11 @@ fn applied_and_membership_rows(applied: &Option<LogId>, membership: &Membership)
 }
 
 impl StateMachine {
-    pub fn open(store: Arc<dyn Store>, keys: Arc<KeyRing>, policy: CheckpointPolicy) -> io::Result<StateMachine> {
+    pub fn open(
+        store: Arc<dyn Store>,
+        keys: Arc<KeyRing>,
+        policy: CheckpointPolicy,
+    ) -> io::Result<StateMachine> {
         let engine = Engine::open_with(store.clone(), keys, policy).map_err(io_err)?;
         let (applied, membership) = load_applied(&*store)?;
         Ok(StateMachine {

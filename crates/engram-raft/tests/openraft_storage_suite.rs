@@ -27,7 +27,7 @@ impl StoreBuilder<TypeConfig, LogStore, StateMachine> for MemBuilder {
             Arc::new(engram_audit::KeyRing::new(Arc::new(NodeKey::from_seed([1; 32])))),
             engram_core::CheckpointPolicy::default(),
         )
-            .map_err(|e| StorageError::from_io_error(ErrorSubject::StateMachine, ErrorVerb::Read, e))?;
+        .map_err(|e| StorageError::from_io_error(ErrorSubject::StateMachine, ErrorVerb::Read, e))?;
         Ok(((), LogStore::new(store), sm))
     }
 }

@@ -71,7 +71,12 @@ pub fn load_staged(key_path: &Path) -> Result<Vec<NodeKey>, ServerError> {
     let text = match std::fs::read_to_string(&path) {
         Ok(text) => text,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(e) => return Err(ServerError::Startup(format!("cannot read {}: {e}", path.display()))),
+        Err(e) => {
+            return Err(ServerError::Startup(format!(
+                "cannot read {}: {e}",
+                path.display()
+            )));
+        }
     };
     text.lines()
         .filter(|l| !l.trim().is_empty())
@@ -80,7 +85,12 @@ pub fn load_staged(key_path: &Path) -> Result<Vec<NodeKey>, ServerError> {
                 .ok()
                 .and_then(|raw| <[u8; 32]>::try_from(raw.as_slice()).ok())
                 .map(NodeKey::from_seed)
-                .ok_or_else(|| ServerError::Startup(format!("{} holds a line that is not a 64-hex-digit seed", path.display())))
+                .ok_or_else(|| {
+                    ServerError::Startup(format!(
+                        "{} holds a line that is not a 64-hex-digit seed",
+                        path.display()
+                    ))
+                })
         })
         .collect()
 }
@@ -104,7 +114,11 @@ fn write_atomically(path: &Path, contents: &str) -> std::io::Result<()> {
 
 /// Persists a key ring: the current key to `key_path`, the staged ones beside it. The staged
 /// file is written first, so a key is on disk before any rotation entry names it.
-pub fn persist(key_path: &Path, current: &NodeKey, staged: &[std::sync::Arc<NodeKey>]) -> std::io::Result<()> {
+pub fn persist(
+    key_path: &Path,
+    current: &NodeKey,
+    staged: &[std::sync::Arc<NodeKey>],
+) -> std::io::Result<()> {
     let staged_file = staged_path(key_path);
     if staged.is_empty() {
         write_atomically(key_path, &hex::encode(current.seed()))?;

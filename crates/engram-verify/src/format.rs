@@ -53,10 +53,16 @@ pub enum Record {
     Entry(Vec<u8>),
     /// The canonical bytes of the datoms of the transaction recorded by entry `index`, in
     /// transaction order.
-    Datoms { index: u64, datoms: Vec<Vec<u8>> },
+    Datoms {
+        index: u64,
+        datoms: Vec<Vec<u8>>,
+    },
     /// A signed checkpoint note's text.
     Checkpoint(Vec<u8>),
-    End { entries: u64, checkpoints: u64 },
+    End {
+        entries: u64,
+        checkpoints: u64,
+    },
 }
 
 impl Record {
@@ -78,10 +84,11 @@ impl Record {
                 node_id,
                 head_index,
             } => {
-                w.str(origin)
-                    .u64(*node_id)
-                    .u64(*head_index)
-                    .raw(&header_checksum(origin, *node_id, *head_index));
+                w.str(origin).u64(*node_id).u64(*head_index).raw(&header_checksum(
+                    origin,
+                    *node_id,
+                    *head_index,
+                ));
             }
             Record::Entry(bytes) | Record::Checkpoint(bytes) => {
                 w.raw(bytes);
@@ -155,7 +162,10 @@ impl Record {
 
 fn header_checksum(origin: &str, node_id: u64, head_index: u64) -> [u8; 16] {
     let mut w = Writer::new();
-    w.raw(b"engram.export.header.v1").str(origin).u64(node_id).u64(head_index);
+    w.raw(b"engram.export.header.v1")
+        .str(origin)
+        .u64(node_id)
+        .u64(head_index);
     let mut out = [0u8; 16];
     out.copy_from_slice(&engram_types::Hash::of(&w.finish()).as_bytes()[..16]);
     out
@@ -227,7 +237,10 @@ pub struct FrameError {
 
 /// What [`ExportReader::next_record`] yields.
 pub enum Next {
-    Record { offset: u64, record: Record },
+    Record {
+        offset: u64,
+        record: Record,
+    },
     /// The input ended cleanly between two records.
     Eof,
 }
@@ -282,10 +295,16 @@ impl<R: Read> ExportReader<R> {
         }
         let fail = |this: &mut Self, reason: String| {
             this.broken = true;
-            Err(Err(FrameError { offset: start, reason }))
+            Err(Err(FrameError {
+                offset: start,
+                reason,
+            }))
         };
         if got < head.len() {
-            return fail(self, format!("the file ends inside a record header ({got} of 5 bytes)"));
+            return fail(
+                self,
+                format!("the file ends inside a record header ({got} of 5 bytes)"),
+            );
         }
         let tag = head[0];
         let len = u32::from_be_bytes([head[1], head[2], head[3], head[4]]);
@@ -309,7 +328,10 @@ impl<R: Read> ExportReader<R> {
             );
         }
         match Record::parse(tag, payload) {
-            Ok(record) => Ok(Next::Record { offset: start, record }),
+            Ok(record) => Ok(Next::Record {
+                offset: start,
+                record,
+            }),
             Err(e) => fail(self, format!("record {:?}: {e}", tag as char)),
         }
     }
@@ -385,7 +407,10 @@ mod tests {
     #[test]
     fn headers_are_checked_before_anything_else() {
         let bytes = write(&sample());
-        assert!(matches!(ExportReader::open(&b"hello"[..]), Err(OpenError::NotAnExport)));
+        assert!(matches!(
+            ExportReader::open(&b"hello"[..]),
+            Err(OpenError::NotAnExport)
+        ));
         let mut future = bytes.clone();
         future[MAGIC.len()..MAGIC.len() + 2].copy_from_slice(&7u16.to_be_bytes());
         let err = ExportReader::open(&future[..]).err().unwrap();

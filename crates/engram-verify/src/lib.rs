@@ -1,6 +1,6 @@
 //! Engram's portable audit export and the offline verifier.
 //!
-//! An export ([`format`]) is one streamed file holding a node's whole audit chain as it was
+//! An export ([`format`](mod@crate::format)) is one streamed file holding a node's whole audit chain as it was
 //! stored: every signed entry, each transaction's datoms, the node's signed checkpoints, behind
 //! a magic string and a format version. [`verify_export`] checks it with nothing else at hand
 //! but, optionally, the genesis keys or a checkpoint pinned earlier:

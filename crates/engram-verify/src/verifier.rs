@@ -99,8 +99,8 @@ pub struct Report {
     pub failures: Vec<Failure>,
     /// Whether verification stopped at the first failure (without `all`). Signatures are
     /// checked in batches, so the counts and the head above can run past the failing entry (by
-    /// at most one batch, [`SIGNATURE_BATCH_ENTRIES`] entries): they say how far the export was
-    /// read, the failure says where it first fails.
+    /// at most one batch of 8192 entries): they say how far the export was read, the failure
+    /// says where it first fails.
     pub stopped_early: bool,
 }
 
@@ -122,7 +122,7 @@ pub enum VerifyError {
 /// How many entries' signatures are queued before they are checked, in batches on every core.
 /// Large enough to keep the threads busy, small enough that a verifier stopping at the first
 /// failure does not read far past it.
-pub const SIGNATURE_BATCH_ENTRIES: usize = 8192;
+const SIGNATURE_BATCH_ENTRIES: usize = 8192;
 
 /// Verifies an export read from `input`. `progress(bytes_read, entries_checked)` is called
 /// after every record.

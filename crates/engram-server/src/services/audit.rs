@@ -3,8 +3,8 @@ use std::sync::Arc;
 
 use engram_audit::{EntryKind, SignedCheckpoint, SignedEntry};
 use engram_core::{proofs, reads};
-use engram_types::Hash;
 use engram_proto::pb;
+use engram_types::Hash;
 use futures::Stream;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status};
@@ -105,7 +105,10 @@ impl pb::audit_server::Audit for AuditService {
     type EntriesStream = EntryStream;
     type ExportStream = ExportStream;
 
-    async fn checkpoint(&self, request: Request<pb::CheckpointRequest>) -> Result<Response<pb::Checkpoint>, Status> {
+    async fn checkpoint(
+        &self,
+        request: Request<pb::CheckpointRequest>,
+    ) -> Result<Response<pb::Checkpoint>, Status> {
         let store = &*self.shared.node.store;
         let note = if request.into_inner().at_head {
             proofs::checkpoint_at_head(store, &self.shared.node.keys.current()).map_err(ApiError::from)?
@@ -114,7 +117,9 @@ impl pb::audit_server::Audit for AuditService {
         };
         match note {
             Some(note) => Ok(Response::new(checkpoint_pb(&note))),
-            None => Err(ApiError::NotFound("this node has no checkpoint yet (its chain is empty)".into()).into()),
+            None => {
+                Err(ApiError::NotFound("this node has no checkpoint yet (its chain is empty)".into()).into())
+            }
         }
     }
 
@@ -123,7 +128,8 @@ impl pb::audit_server::Audit for AuditService {
         request: Request<pb::InclusionProofRequest>,
     ) -> Result<Response<pb::InclusionProofResponse>, Status> {
         let req = request.into_inner();
-        let proof = proofs::inclusion(&*self.shared.node.store, req.index, req.tree_size).map_err(ApiError::from)?;
+        let proof =
+            proofs::inclusion(&*self.shared.node.store, req.index, req.tree_size).map_err(ApiError::from)?;
         Ok(Response::new(pb::InclusionProofResponse {
             entry: Some(to_pb(&proof.entry)),
             tree_size: proof.tree_size,
@@ -157,7 +163,9 @@ impl pb::audit_server::Audit for AuditService {
                 .map_err(|e| e.to_string())
                 .and_then(|_| std::io::Write::flush(&mut sink).map_err(|e| e.to_string()));
             if let Err(e) = result {
-                let _ = errors.blocking_send(Err(Status::from(ApiError::Internal(format!("export failed: {e}")))));
+                let _ = errors.blocking_send(Err(Status::from(ApiError::Internal(format!(
+                    "export failed: {e}"
+                )))));
             }
         });
         Ok(Response::new(Box::pin(ReceiverStream::new(rx))))

@@ -265,7 +265,8 @@ impl pb::cluster_server::Cluster for ClusterService {
             .into());
         }
         let mut seed = [0u8; 32];
-        getrandom::fill(&mut seed).map_err(|e| ApiError::Internal(format!("no OS randomness for a key: {e}")))?;
+        getrandom::fill(&mut seed)
+            .map_err(|e| ApiError::Internal(format!("no OS randomness for a key: {e}")))?;
         let new = engram_audit::NodeKey::from_seed(seed);
         let current = node.keys.current();
         let action = engram_audit::KeyAction::Rotate {
