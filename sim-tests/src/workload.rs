@@ -265,6 +265,7 @@ async fn execute(client: usize, agent: &str, seq: u64, call: &Call, w: &Workload
                     as_of_tx,
                     valid_at_ns: None,
                     consistency: pb::ReadConsistency::Linearizable as i32,
+                    ..Default::default()
                 });
                 r.set_timeout(ATTEMPT_TIMEOUT);
                 memory.get(r).await.map(|resp| Outcome::Value {

@@ -64,8 +64,9 @@ pub struct ChainError {
     pub fault: ChainFault,
 }
 
-/// What the chain has said about one key so far.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// What the chain has said about one key so far. Also the state machine's key row, so apply
+/// and the verifier judge keys from the same record.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct KeyRecord {
     pub key: PublicKey,
     pub node_id: u64,

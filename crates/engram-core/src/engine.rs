@@ -73,40 +73,6 @@ pub struct LastCheckpoint {
     pub tx_time_ns: i64,
 }
 
-/// A key row (`K`): what the chain has said about one key.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct SignerRow {
-    pub key: PublicKey,
-    pub node_id: u64,
-    pub admitted_at: u64,
-    pub retired_at: Option<u64>,
-    pub revoked_at: Option<u64>,
-}
-
-impl From<&SignerRow> for KeyRecord {
-    fn from(r: &SignerRow) -> KeyRecord {
-        KeyRecord {
-            key: r.key,
-            node_id: r.node_id,
-            admitted_at: r.admitted_at,
-            retired_at: r.retired_at,
-            revoked_at: r.revoked_at,
-        }
-    }
-}
-
-impl From<&KeyRecord> for SignerRow {
-    fn from(r: &KeyRecord) -> SignerRow {
-        SignerRow {
-            key: r.key,
-            node_id: r.node_id,
-            admitted_at: r.admitted_at,
-            retired_at: r.retired_at,
-            revoked_at: r.revoked_at,
-        }
-    }
-}
-
 /// Why a transaction was refused at apply. A rejected transaction changes nothing but the
 /// applied log position.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -318,7 +284,7 @@ impl Engine {
     ) -> Result<SignedEntry, CoreError> {
         if self.head.index == 0 {
             for (node_id, key) in &members {
-                let row = SignerRow {
+                let row = KeyRecord {
                     key: *key,
                     node_id: *node_id,
                     admitted_at: 1,
@@ -365,7 +331,7 @@ impl Engine {
         let mut known = BTreeMap::new();
         for id in wanted {
             if let Some(row) = reads::signer(&*self.store, id)? {
-                known.insert(id, KeyRecord::from(&row));
+                known.insert(id, row);
             }
         }
         let before = known.clone();
@@ -383,11 +349,7 @@ impl Engine {
         let mut batch = batch;
         for (id, record) in &known {
             if before.get(id) != Some(record) {
-                batch.put(
-                    Space::State,
-                    keys::signer(*id),
-                    encode_row(&SignerRow::from(record)),
-                );
+                batch.put(Space::State, keys::signer(*id), encode_row(record));
             }
         }
         let entry = AuditEntry {
@@ -419,7 +381,7 @@ impl Engine {
     pub fn key_active(&self, key: KeyId) -> Result<bool, CoreError> {
         let next = self.head.index + 1;
         Ok(reads::signer(&*self.store, key)?
-            .is_some_and(|row| row.admitted_at < next && KeyRecord::from(&row).valid_at(next).is_ok()))
+            .is_some_and(|row| row.admitted_at < next && row.valid_at(next).is_ok()))
     }
 
     fn chain_prev(&self) -> Hash {

@@ -21,5 +21,5 @@ pub mod proofs;
 pub mod reads;
 pub mod snapshot;
 
-pub use engine::{ChainHead, CheckpointPolicy, Engine, LastCheckpoint, Rejection, SignerRow, TxOutcome};
+pub use engine::{ChainHead, CheckpointPolicy, Engine, LastCheckpoint, Rejection, TxOutcome};
 pub use error::CoreError;

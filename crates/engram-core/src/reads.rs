@@ -254,7 +254,7 @@ pub fn signer_admitted(store: &dyn Store, id: engram_audit::KeyId) -> Result<boo
 pub fn signer(
     store: &dyn Store,
     id: engram_audit::KeyId,
-) -> Result<Option<crate::engine::SignerRow>, CoreError> {
+) -> Result<Option<engram_audit::KeyRecord>, CoreError> {
     match store.get(Space::State, &keys::signer(id))? {
         Some(bytes) => Ok(Some(decode_row("key row", &bytes)?)),
         None => Ok(None),
@@ -330,7 +330,7 @@ pub fn audit_entries(
         let key = match signers.get(&key_id.0) {
             Some(k) => k.clone(),
             None => {
-                let k = signer(store, key_id)?.map(|row| engram_audit::KeyRecord::from(&row));
+                let k = signer(store, key_id)?;
                 signers.insert(key_id.0, k.clone());
                 k
             }

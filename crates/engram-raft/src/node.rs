@@ -1,7 +1,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-use engram_audit::{KeyAction, KeyChangeRequest, KeyId, KeyRecord, KeyRing, PublicKey};
+use engram_audit::{KeyAction, KeyChangeRequest, KeyId, KeyRing, PublicKey};
 use engram_core::{CheckpointPolicy, Rejection, TxOutcome, reads};
 use engram_storage::Store;
 use engram_types::TxRequest;
@@ -267,7 +267,7 @@ impl RaftNode {
             .index
             + 1;
         let row = reads::signer(&*self.store, key.key_id()).map_err(|e| NodeError::Fatal(e.to_string()))?;
-        Ok(row.is_some_and(|row| row.admitted_at < next && KeyRecord::from(&row).valid_at(next).is_ok()))
+        Ok(row.is_some_and(|row| row.admitted_at < next && row.valid_at(next).is_ok()))
     }
 
     /// The cluster's checkpoint origin, which key-change statements are bound to.

@@ -66,11 +66,13 @@ const EXPORT_CHUNK_BYTES: usize = 256 << 10;
 
 /// An `io::Write` that sends what it is given as export chunks over a bounded channel, from
 /// the blocking thread that writes the export.
+#[cfg(not(madsim))]
 struct ChunkSink {
     tx: tokio::sync::mpsc::Sender<Result<pb::ExportChunk, Status>>,
     buf: Vec<u8>,
 }
 
+#[cfg(not(madsim))]
 impl ChunkSink {
     fn send(&mut self) -> std::io::Result<()> {
         if self.buf.is_empty() {
@@ -83,6 +85,7 @@ impl ChunkSink {
     }
 }
 
+#[cfg(not(madsim))]
 impl std::io::Write for ChunkSink {
     fn write(&mut self, data: &[u8]) -> std::io::Result<usize> {
         self.buf.extend_from_slice(data);
@@ -156,18 +159,44 @@ impl pb::audit_server::Audit for AuditService {
         let node_id = self.shared.node.node_id;
         // A bounded channel: a slow reader holds back only its own export.
         let (tx, rx) = tokio::sync::mpsc::channel(8);
-        let errors = tx.clone();
-        tokio::task::spawn_blocking(move || {
-            let mut sink = ChunkSink { tx, buf: Vec::new() };
-            let result = engram_core::export::write_export(&*store, &mut sink, node_id, |_, _| {})
-                .map_err(|e| e.to_string())
-                .and_then(|_| std::io::Write::flush(&mut sink).map_err(|e| e.to_string()));
-            if let Err(e) = result {
-                let _ = errors.blocking_send(Err(Status::from(ApiError::Internal(format!(
-                    "export failed: {e}"
-                )))));
-            }
-        });
+        #[cfg(not(madsim))]
+        {
+            let errors = tx.clone();
+            // Reading the store is blocking work: off the async workers, streamed as it goes.
+            tokio::task::spawn_blocking(move || {
+                let mut sink = ChunkSink { tx, buf: Vec::new() };
+                let result = engram_core::export::write_export(&*store, &mut sink, node_id, |_, _| {})
+                    .map_err(|e| e.to_string())
+                    .and_then(|_| std::io::Write::flush(&mut sink).map_err(|e| e.to_string()));
+                if let Err(e) = result {
+                    let _ = errors.blocking_send(Err(Status::from(ApiError::Internal(format!(
+                        "export failed: {e}"
+                    )))));
+                }
+            });
+        }
+        // The simulation has no blocking threads: export into memory, then stream the chunks.
+        #[cfg(madsim)]
+        {
+            let mut bytes = Vec::new();
+            let result = engram_core::export::write_export(&*store, &mut bytes, node_id, |_, _| {});
+            tokio::task::spawn(async move {
+                let items = match result {
+                    Ok(_) => bytes
+                        .chunks(EXPORT_CHUNK_BYTES)
+                        .map(|c| Ok(pb::ExportChunk { data: c.to_vec() }))
+                        .collect(),
+                    Err(e) => vec![Err(Status::from(ApiError::Internal(format!(
+                        "export failed: {e}"
+                    ))))],
+                };
+                for item in items {
+                    if tx.send(item).await.is_err() {
+                        return;
+                    }
+                }
+            });
+        }
         Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
     }
 
