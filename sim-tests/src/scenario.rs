@@ -14,7 +14,7 @@ use madsim::runtime::{Handle, Runtime};
 use crate::checkers::liveness::Recovery;
 use crate::checkers::monitor::Monitor;
 use crate::checkers::{
-    Replica, Violation, acked_durable, asof_stable, chain_continuity, linearizable, liveness,
+    Replica, Violation, acked_durable, asof_stable, audit_verifies, chain_continuity, linearizable, liveness,
     no_partial_apply, replica_agreement, signatures_valid, tx_time_monotonic,
 };
 use crate::cluster::{Cluster, NodeSettings, node_addr};
@@ -352,6 +352,7 @@ async fn simulate(options: Options) -> SimResult {
         .collect();
     violations.extend(asof_stable::check(&ops, &registers, &member_stores));
     violations.extend(tx_time_monotonic::check(&replicas));
+    violations.extend(audit_verifies::check(&replicas));
     violations.extend(no_partial_apply::check(&replicas));
     violations.extend(linearizable::check(
         &ops,

@@ -6,6 +6,7 @@
 
 pub mod acked_durable;
 pub mod asof_stable;
+pub mod audit_verifies;
 pub mod chain_continuity;
 pub mod linearizable;
 pub mod liveness;
@@ -54,6 +55,9 @@ pub struct Replica {
     pub entries: Vec<StoredEntry>,
     pub datoms: BTreeMap<TxId, TxDatoms>,
     pub digest: Hash,
+    /// The replica's audit export as the offline verifier judges it (`Err`: it could not be
+    /// written or read at all).
+    pub audit: Result<engram_verify::Report, String>,
 }
 
 impl Replica {
@@ -69,6 +73,7 @@ impl Replica {
             entries: inspect::stored_audit_entries(store).map_err(|e| fail("audit rows", e.to_string()))?,
             datoms: inspect::datoms_by_tx(store).map_err(|e| fail("datoms", e.to_string()))?,
             digest: inspect::state_digest(store).map_err(|e| fail("state digest", e.to_string()))?,
+            audit: audit_report(node, store),
         })
     }
 
@@ -79,4 +84,16 @@ impl Replica {
             .filter_map(|s| s.entry.as_ref().ok().map(|e| (s.index, e.entry.hash())))
             .collect()
     }
+}
+
+/// Exports a replica's chain and runs the offline verifier over it, exactly as `engram audit
+/// verify --data-dir` does, listing every failure.
+fn audit_report(node: u64, store: &dyn Store) -> Result<engram_verify::Report, String> {
+    let mut bytes = Vec::new();
+    engram_core::export::write_export(store, &mut bytes, node, |_, _| {}).map_err(|e| e.to_string())?;
+    let options = engram_verify::VerifyOptions {
+        all: true,
+        ..Default::default()
+    };
+    engram_verify::verify_export(bytes.as_slice(), &options, |_, _| {}).map_err(|e| e.to_string())
 }
