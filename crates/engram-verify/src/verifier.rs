@@ -244,7 +244,7 @@ impl<'a> Verifier<'a> {
             Some(error.index),
             Some(offset),
             error.fault.field(),
-            error.fault.to_string(),
+            fault_message(&error),
         );
     }
 
@@ -274,7 +274,7 @@ impl<'a> Verifier<'a> {
                     index: Some(error.index),
                     offset,
                     field: error.fault.field().to_string(),
-                    message: error.fault.to_string(),
+                    message: fault_message(&error),
                 },
             );
         }
@@ -611,7 +611,7 @@ impl<'a> Verifier<'a> {
                 Some(error.index),
                 None,
                 error.fault.field(),
-                error.fault.to_string(),
+                fault_message(&error),
             );
         }
         let faults: Vec<(u64, u64, String)> = self
@@ -730,6 +730,13 @@ impl<'a> Verifier<'a> {
             None => {}
         }
     }
+}
+
+/// A chain fault's message without its leading field name, which the failure names already.
+fn fault_message(error: &ChainError) -> String {
+    let text = error.fault.to_string();
+    let prefix = format!("{}: ", error.fault.field());
+    text.strip_prefix(&prefix).map_or(text.clone(), str::to_string)
 }
 
 fn hex(bytes: &[u8]) -> String {
