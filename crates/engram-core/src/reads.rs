@@ -244,8 +244,8 @@ pub fn tx(store: &dyn Store, tx: TxId) -> Result<Option<TxLogRow>, CoreError> {
         .transpose()
 }
 
-/// Whether a membership entry of this store's chain admitted the key `id` (so attestations by
-/// it can be verified against the chain itself).
+/// Whether this store's chain ever admitted the key `id`, by genesis or a key change (so
+/// attestations by it can be verified against the chain itself).
 pub fn signer_admitted(store: &dyn Store, id: engram_audit::KeyId) -> Result<bool, CoreError> {
     Ok(store.get(Space::State, &keys::signer(id))?.is_some())
 }
@@ -274,8 +274,8 @@ pub fn origin(store: &dyn Store) -> Result<Option<String>, CoreError> {
 
 /// Audit entries `from..from+limit` (1-based), each re-checked on the way out: it decodes,
 /// its index is where it is stored, it links to the entry before it, and its attestation
-/// verifies against a key a membership entry admitted. The first failure is returned with
-/// its exact index.
+/// verifies against a key the chain admitted and had not rotated out or revoked by then. The
+/// first failure is returned with its exact index.
 pub fn audit_entries(
     store: &dyn Store,
     from: u64,
