@@ -105,6 +105,11 @@ pub enum Command {
     )]
     Find(FindArgs),
 
+    /// Follow a namespace's committed transactions as they happen (Ctrl-C to stop).
+    #[command(after_help = "EXAMPLES\n  engram watch --ns team/a\n  \
+        engram watch --ns team/a --from-tx 120 --attribute :task/status --json")]
+    Watch(WatchArgs),
+
     /// Inspect and verify the signed, hash-chained audit log.
     #[command(subcommand)]
     Audit(AuditCommand),
@@ -316,6 +321,25 @@ pub struct HistoryArgs {
     /// Verify the answer with a Merkle proof per datom (see `get --verify`).
     #[arg(long)]
     pub verify: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct WatchArgs {
+    #[arg(long = "ns", value_name = "NAMESPACE")]
+    pub namespace: String,
+    /// The first transaction to show; resume a watch with the last tx id shown + 1 [default:
+    /// from the start].
+    #[arg(long, default_value_t = 0, value_name = "TX")]
+    pub from_tx: u64,
+    /// Only datoms of this attribute.
+    #[arg(long, value_name = ":PREFIX/NAME")]
+    pub attribute: Option<String>,
+    /// Only datoms of this entity.
+    #[arg(long, value_name = "N")]
+    pub entity: Option<u64>,
+    /// Stop after this many transactions [default: never].
+    #[arg(long, value_name = "N")]
+    pub limit: Option<u64>,
 }
 
 #[derive(Args, Debug)]

@@ -16,7 +16,9 @@ use engram_types::{Attribute, EntityId, Namespace};
 use futures::StreamExt;
 use serde_json::{Value as Json, json};
 
-use crate::cli::{AuditCommand, Cli, ClusterCommand, Command, FindArgs, GetArgs, HistoryArgs, ServeArgs};
+use crate::cli::{
+    AuditCommand, Cli, ClusterCommand, Command, FindArgs, GetArgs, HistoryArgs, ServeArgs, WatchArgs,
+};
 use crate::output::{Table, datom_table, format_time_ns, plural, short_hash};
 use crate::txjson;
 use crate::ui::Ui;
@@ -98,6 +100,7 @@ pub async fn run(cli: Cli) -> Result<()> {
         Command::Get(args) => get(&client()?, args, json).await,
         Command::History(args) => history(&client()?, args, json).await,
         Command::Find(args) => find(&client()?, args, json).await,
+        Command::Watch(args) => watch(&client()?, args, json).await,
         Command::Audit(AuditCommand::Verify(args)) if args.file.is_some() || args.data_dir.is_some() => {
             crate::offline::verify(&args, json)
         }
@@ -551,6 +554,40 @@ async fn history(client: &Client, args: HistoryArgs, json: bool) -> Result<()> {
         .await
         .context("history")?;
     datoms_output(&resp.datoms, resp.applied_tx, json!({}), json);
+    Ok(())
+}
+
+async fn watch(client: &Client, args: WatchArgs, json: bool) -> Result<()> {
+    let filter = engram_client::WatchFilter {
+        namespace: namespace(&args.namespace)?,
+        from_tx: args.from_tx,
+        attribute: args.attribute.as_deref().map(attribute).transpose()?,
+        entity: args.entity.map(EntityId),
+    };
+    let mut stream = client.watch(filter);
+    let mut seen = 0u64;
+    while args.limit.is_none_or(|limit| seen < limit) {
+        let Some(event) = stream.next().await else { break };
+        let event = event.context("watch")?;
+        seen += 1;
+        if json {
+            // One JSON document per line, so a script can read events as they come.
+            let doc = json!({
+                "tx": event.tx, "tx_time_ns": event.tx_time_ns, "audit_index": event.audit_index,
+                "audit_hash": hex::encode(&event.audit_hash),
+                "datoms": event.datoms.iter().map(txjson::datom_to_json).collect::<Vec<_>>(),
+            });
+            println!("{doc}");
+        } else {
+            println!(
+                "tx {} at {} (audit entry {}):",
+                event.tx,
+                format_time_ns(event.tx_time_ns),
+                event.audit_index
+            );
+            print!("{}", datom_table(&event.datoms));
+        }
+    }
     Ok(())
 }
 

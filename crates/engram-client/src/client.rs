@@ -512,7 +512,7 @@ impl Client {
     }
 }
 
-fn memory(ch: Channel) -> MemoryClient<Channel> {
+pub(crate) fn memory(ch: Channel) -> MemoryClient<Channel> {
     MemoryClient::new(ch).max_decoding_message_size(MAX_RESPONSE_BYTES)
 }
 

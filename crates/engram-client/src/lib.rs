@@ -28,6 +28,7 @@ mod error;
 mod retry;
 mod trust;
 mod verify;
+mod watch;
 
 pub use client::{Client, ClientConfig, Consistency, FindQuery, GetOptions, HistoryTarget};
 pub use endpoint::parse_endpoint;
@@ -36,3 +37,4 @@ pub use error::{ClientError, code_name};
 pub use retry::{Idempotency, RetryPolicy, is_transient};
 pub use trust::{ProofFailure, TrustedLog, verify_checkpoint, verify_read_proof};
 pub use verify::{ChainReport, VerifyProgress};
+pub use watch::WatchFilter;

@@ -351,3 +351,56 @@ pub fn audit_entries(
     }
     Ok(Ok(out))
 }
+
+/// A committed transaction as a watch delivers it.
+#[derive(Clone, Debug)]
+pub struct TxRecord {
+    pub receipt: engram_types::TxReceipt,
+    /// Its datoms in transaction order.
+    pub datoms: Vec<Datom>,
+}
+
+/// The committed transactions of `ns` with tx id at least `from`, oldest first, scanning at most
+/// `scan_limit` transactions of any namespace. Returns them and the tx id to continue from.
+pub fn transactions_from(
+    store: &dyn Store,
+    ns: &Namespace,
+    from: TxId,
+    scan_limit: usize,
+) -> Result<(Vec<TxRecord>, TxId), CoreError> {
+    let rows = store.scan(
+        Space::State,
+        &keys::tx_log(from),
+        prefix_end(&[keys::TX_LOG]).as_deref(),
+        scan_limit,
+    )?;
+    let mut next = from;
+    let mut out = Vec::new();
+    for (key, value) in rows {
+        let tx = key
+            .get(1..9)
+            .and_then(|b| <[u8; 8]>::try_from(b).ok())
+            .map(|b| TxId(u64::from_be_bytes(b)))
+            .ok_or_else(|| CoreError::corrupt("tx-log key", "shorter than a tx id"))?;
+        next = TxId(tx.0 + 1);
+        let row: TxLogRow = decode_row("tx log row", &value)?;
+        if &row.namespace != ns {
+            continue;
+        }
+        let prefix = keys::tx_datoms_prefix(tx);
+        let mut datoms = Vec::new();
+        for (_, eavt) in store.scan(Space::State, &prefix, prefix_end(&prefix).as_deref(), usize::MAX)? {
+            let bytes = store
+                .get(Space::State, &eavt)?
+                .ok_or_else(|| CoreError::corrupt(format!("datom of tx {}", tx.0), "indexed but missing"))?;
+            datoms.push(
+                Datom::decode(&bytes).map_err(|e| CoreError::corrupt(format!("datom of tx {}", tx.0), e))?,
+            );
+        }
+        out.push(TxRecord {
+            receipt: row.receipt,
+            datoms,
+        });
+    }
+    Ok((out, next))
+}

@@ -209,6 +209,16 @@ impl RaftNode {
         }
     }
 
+    /// Waits until this node has applied log index `index`, or `timeout` passes; returns
+    /// whether it has.
+    pub async fn wait_applied(&self, index: u64, timeout: std::time::Duration) -> bool {
+        self.raft
+            .wait(Some(timeout))
+            .applied_index_at_least(Some(index), "watch")
+            .await
+            .is_ok()
+    }
+
     pub async fn is_initialized(&self) -> Result<bool, NodeError> {
         self.raft
             .is_initialized()

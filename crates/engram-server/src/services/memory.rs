@@ -111,8 +111,87 @@ fn read_proof(
     }))
 }
 
+/// Transactions scanned per page while a watch catches up.
+const WATCH_PAGE_TXS: usize = 256;
+/// Events buffered per watch: a slow reader holds back only its own stream.
+const WATCH_BUFFER: usize = 64;
+
+type WatchStream = std::pin::Pin<Box<dyn futures::Stream<Item = Result<pb::TxEvent, Status>> + Send>>;
+
+/// The event for one transaction, with its datoms that pass the filter (`None`: none does).
+fn watch_event(
+    record: engram_core::reads::TxRecord,
+    attribute: Option<&engram_types::Attribute>,
+    entity: Option<EntityId>,
+) -> Option<pb::TxEvent> {
+    let datoms: Vec<pb::Datom> = record
+        .datoms
+        .iter()
+        .filter(|d| attribute.is_none_or(|a| &d.attribute == a) && entity.is_none_or(|e| d.entity == e))
+        .map(Into::into)
+        .collect();
+    if datoms.is_empty() {
+        return None;
+    }
+    Some(pb::TxEvent {
+        tx: record.receipt.tx.0,
+        tx_time_ns: record.receipt.tx_time_ns,
+        audit_index: record.receipt.audit_index,
+        audit_hash: record.receipt.audit_hash.0.to_vec(),
+        datoms,
+    })
+}
+
 #[tonic::async_trait]
 impl pb::memory_server::Memory for MemoryService {
+    type WatchStream = WatchStream;
+
+    async fn watch(&self, request: Request<pb::WatchRequest>) -> Result<Response<WatchStream>, Status> {
+        let req = request.into_inner();
+        let ns = namespace(req.namespace)?;
+        let attribute = match req.attribute.as_str() {
+            "" => None,
+            a => Some(engram_proto::attribute("attribute", a.to_string()).map_err(ApiError::from)?),
+        };
+        let entity = req.entity.map(EntityId);
+        let node = self.shared.node.clone();
+        let (tx, rx) = tokio::sync::mpsc::channel(WATCH_BUFFER);
+        tokio::task::spawn(async move {
+            let mut next = TxId(req.from_tx);
+            loop {
+                let applied = node.status().applied_index;
+                let (records, after) = match reads::transactions_from(&*node.store, &ns, next, WATCH_PAGE_TXS)
+                {
+                    Ok(page) => page,
+                    Err(e) => {
+                        let _ = tx.send(Err(Status::from(ApiError::from(e)))).await;
+                        return;
+                    }
+                };
+                for record in records {
+                    if let Some(event) = watch_event(record, attribute.as_ref(), entity)
+                        && tx.send(Ok(event)).await.is_err()
+                    {
+                        return; // the reader went away
+                    }
+                }
+                if after == next {
+                    // Caught up: wait for the next applied entry (bounded, so a reader that
+                    // left is noticed even on an idle cluster).
+                    if tx.is_closed() {
+                        return;
+                    }
+                    node.wait_applied(applied + 1, std::time::Duration::from_secs(1))
+                        .await;
+                }
+                next = after;
+            }
+        });
+        Ok(Response::new(Box::pin(
+            tokio_stream::wrappers::ReceiverStream::new(rx),
+        )))
+    }
+
     async fn transact(
         &self,
         request: Request<pb::TransactRequest>,
