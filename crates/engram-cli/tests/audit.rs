@@ -4,6 +4,8 @@
 //! datom edited directly in a stopped node's RocksDB.
 #![allow(clippy::unwrap_used)] // test helpers: a failed set-up step should stop the test loudly
 
+mod common;
+
 use std::path::Path;
 use std::process::{Command, Output};
 use std::time::Duration;
@@ -12,9 +14,7 @@ use engram_audit::{Checkpoint, NodeKey, SignedCheckpoint};
 use engram_cli::local_cluster::{LocalCluster, free_ports};
 use engram_client::{Client, ClientError, GetOptions, TrustedLog};
 use engram_storage::{Durability, Space, Store, WriteBatch};
-use engram_types::{
-    Attribute, EntityId, EntityRef, Hash, Namespace, Op, Provenance, TxId, TxOp, TxRequest, Value,
-};
+use engram_types::{EntityId, Hash, Namespace, TxId, TxRequest, Value};
 use futures::StreamExt;
 use serde_json::Value as Json;
 
@@ -38,28 +38,7 @@ fn json_of(out: &Output) -> Json {
 }
 
 fn tx(n: i64) -> TxRequest {
-    let op = |attribute: &str, value: Value| TxOp {
-        op: Op::Assert,
-        entity: EntityRef::Temp("m".into()),
-        attribute: Attribute::new(attribute).unwrap(),
-        value,
-        valid_from_ns: None,
-        valid_to_ns: None,
-    };
-    TxRequest {
-        namespace: Namespace::new("audit/test").unwrap(),
-        ops: vec![
-            op(":memory/text", Value::String(format!("fact {n}"))),
-            op(":memory/n", Value::I64(n)),
-        ],
-        preconditions: vec![],
-        idempotency_key: Some(format!("audit-test-{n}")),
-        provenance: Provenance {
-            agent: "auditor".into(),
-            confidence: 1.0,
-            ..Default::default()
-        },
-    }
+    common::memory_tx("audit/test", n)
 }
 
 fn node_key(data_dir: &Path) -> NodeKey {

@@ -3,40 +3,21 @@
 //! from another namespace, filters applied, bad input refused.
 #![allow(clippy::unwrap_used)] // test helpers: a failed set-up step should stop the test loudly
 
+mod common;
+
 use std::collections::BTreeSet;
 use std::path::Path;
 use std::time::Duration;
 
 use engram_cli::local_cluster::{LocalCluster, free_ports};
 use engram_client::{Client, WatchFilter, pb};
-use engram_types::{Attribute, EntityRef, Namespace, Op, Provenance, TxOp, TxRequest, Value};
+use engram_types::{Attribute, Namespace, TxRequest};
 use futures::StreamExt;
 
 const EXE: &str = env!("CARGO_BIN_EXE_engram");
 
 fn tx(ns: &str, n: i64) -> TxRequest {
-    let op = |attribute: &str, value: Value| TxOp {
-        op: Op::Assert,
-        entity: EntityRef::Temp("m".into()),
-        attribute: Attribute::new(attribute).unwrap(),
-        value,
-        valid_from_ns: None,
-        valid_to_ns: None,
-    };
-    TxRequest {
-        namespace: Namespace::new(ns).unwrap(),
-        ops: vec![
-            op(":memory/text", Value::String(format!("{ns} {n}"))),
-            op(":memory/n", Value::I64(n)),
-        ],
-        preconditions: vec![],
-        idempotency_key: Some(format!("watch-{ns}-{n}")),
-        provenance: Provenance {
-            agent: "watcher-test".into(),
-            confidence: 1.0,
-            ..Default::default()
-        },
-    }
+    common::memory_tx(ns, n)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,0 +1,31 @@
+//! Helpers shared by the integration tests that drive a real cluster.
+#![allow(clippy::unwrap_used)] // test helpers: a failed set-up step should stop the test loudly
+
+use engram_types::{Attribute, EntityRef, Namespace, Op, Provenance, TxOp, TxRequest, Value};
+
+/// A transaction creating one memory entity in `ns` with `:memory/text` and `:memory/n = n`,
+/// with an idempotency key unique to (`ns`, `n`), so retries across failovers apply it once.
+pub fn memory_tx(ns: &str, n: i64) -> TxRequest {
+    let op = |attribute: &str, value: Value| TxOp {
+        op: Op::Assert,
+        entity: EntityRef::Temp("m".into()),
+        attribute: Attribute::new(attribute).unwrap(),
+        value,
+        valid_from_ns: None,
+        valid_to_ns: None,
+    };
+    TxRequest {
+        namespace: Namespace::new(ns).unwrap(),
+        ops: vec![
+            op(":memory/text", Value::String(format!("{ns} {n}"))),
+            op(":memory/n", Value::I64(n)),
+        ],
+        preconditions: vec![],
+        idempotency_key: Some(format!("{ns}-{n}")),
+        provenance: Provenance {
+            agent: "integration-test".into(),
+            confidence: 1.0,
+            ..Default::default()
+        },
+    }
+}
