@@ -105,6 +105,15 @@ pub enum Command {
     )]
     Find(FindArgs),
 
+    /// Show what changed between two transactions, for an entity or a whole namespace:
+    /// the datoms asserted and retracted by transactions after --from-tx up to --to-tx.
+    #[command(
+        after_help = "EXAMPLES\n  engram diff --ns team/a --from-tx 10 --to-tx 40\n  \
+        engram diff --ns team/a --entity 12 --from-tx 10          # since tx 10\n  \
+        engram diff --ns team/a --from-tx 10 --json"
+    )]
+    Diff(DiffArgs),
+
     /// Follow a namespace's committed transactions as they happen (Ctrl-C to stop).
     #[command(after_help = "EXAMPLES\n  engram watch --ns team/a\n  \
         engram watch --ns team/a --from-tx 120 --attribute :task/status --json")]
@@ -321,6 +330,27 @@ pub struct HistoryArgs {
     /// Verify the answer with a Merkle proof per datom (see `get --verify`).
     #[arg(long)]
     pub verify: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct DiffArgs {
+    #[arg(long = "ns", value_name = "NAMESPACE")]
+    pub namespace: String,
+    /// Only this entity [default: the whole namespace].
+    #[arg(long, value_name = "N")]
+    pub entity: Option<u64>,
+    /// Changes after this transaction (exclusive).
+    #[arg(long, value_name = "TX")]
+    pub from_tx: u64,
+    /// Up to this transaction (inclusive) [default: the head].
+    #[arg(long, default_value_t = 0, value_name = "TX")]
+    pub to_tx: u64,
+    /// At most this many datoms [default: the server's maximum].
+    #[arg(long, default_value_t = 0, value_name = "N")]
+    pub limit: u32,
+    /// Read the answering node's local state, possibly behind the leader.
+    #[arg(long)]
+    pub stale: bool,
 }
 
 #[derive(Args, Debug)]

@@ -17,7 +17,8 @@ use futures::StreamExt;
 use serde_json::{Value as Json, json};
 
 use crate::cli::{
-    AuditCommand, Cli, ClusterCommand, Command, FindArgs, GetArgs, HistoryArgs, ServeArgs, WatchArgs,
+    AuditCommand, Cli, ClusterCommand, Command, DiffArgs, FindArgs, GetArgs, HistoryArgs, ServeArgs,
+    WatchArgs,
 };
 use crate::output::{Table, datom_table, format_time_ns, plural, short_hash};
 use crate::txjson;
@@ -101,6 +102,7 @@ pub async fn run(cli: Cli) -> Result<()> {
         Command::History(args) => history(&client()?, args, json).await,
         Command::Find(args) => find(&client()?, args, json).await,
         Command::Watch(args) => watch(&client()?, args, json).await,
+        Command::Diff(args) => diff(&client()?, args, json).await,
         Command::Audit(AuditCommand::Verify(args)) if args.file.is_some() || args.data_dir.is_some() => {
             crate::offline::verify(&args, json)
         }
@@ -554,6 +556,38 @@ async fn history(client: &Client, args: HistoryArgs, json: bool) -> Result<()> {
         .await
         .context("history")?;
     datoms_output(&resp.datoms, resp.applied_tx, json!({}), json);
+    Ok(())
+}
+
+async fn diff(client: &Client, args: DiffArgs, json: bool) -> Result<()> {
+    let ns = namespace(&args.namespace)?;
+    let resp = client
+        .diff(
+            &ns,
+            args.entity.map(EntityId),
+            args.from_tx,
+            args.to_tx,
+            args.limit,
+            consistency(args.stale),
+        )
+        .await
+        .context("diff")?;
+    if json {
+        print_json(&json!({
+            "from_tx": args.from_tx, "to_tx": resp.to_tx, "truncated": resp.truncated,
+            "asserted": resp.asserted.iter().map(txjson::datom_to_json).collect::<Vec<_>>(),
+            "retracted": resp.retracted.iter().map(txjson::datom_to_json).collect::<Vec<_>>(),
+        }));
+    } else {
+        println!("changes after tx {} up to tx {}:", args.from_tx, resp.to_tx);
+        println!("asserted ({}):", resp.asserted.len());
+        print!("{}", datom_table(&resp.asserted));
+        println!("retracted ({}):", resp.retracted.len());
+        print!("{}", datom_table(&resp.retracted));
+        if resp.truncated {
+            println!("(truncated at the limit: diff again from the last tx shown)");
+        }
+    }
     Ok(())
 }
 

@@ -21,7 +21,7 @@ fn tx(ns: &str, n: i64) -> TxRequest {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_watch_sees_every_transaction_once_in_order_across_a_node_failure() {
+async fn a_watch_sees_every_transaction_once_in_order_across_a_node_failure_and_diffs_agree() {
     let dir = tempfile::tempdir().unwrap();
     let ports = free_ports(3).unwrap();
     let mut cluster = LocalCluster::start(Path::new(EXE), dir.path(), &ports, &[]).unwrap();
@@ -88,6 +88,58 @@ async fn a_watch_sees_every_transaction_once_in_order_across_a_node_failure() {
         got.push(event.tx);
     }
     assert_eq!(got, expected[6..].to_vec());
+
+    // Diff over the same history: transactions 5..=9 of the namespace (after expected[4]).
+    let diff = client
+        .diff(
+            &ns,
+            None,
+            expected[4],
+            expected[9],
+            0,
+            engram_client::Consistency::Linearizable,
+        )
+        .await
+        .unwrap();
+    let diff_txs: BTreeSet<u64> = diff.asserted.iter().map(|d| d.tx).collect();
+    assert_eq!(diff_txs, expected[5..10].iter().copied().collect::<BTreeSet<_>>());
+    assert_eq!(diff.asserted.len(), 10, "two datoms each");
+    assert!(diff.retracted.is_empty() && !diff.truncated);
+    assert!(diff.asserted.iter().all(|d| d.namespace == "watch/a"));
+    let backwards = client
+        .diff(&ns, None, 10, 5, 0, engram_client::Consistency::Linearizable)
+        .await
+        .unwrap_err();
+    assert_eq!(
+        backwards.code(),
+        Some(tonic::Code::InvalidArgument),
+        "{backwards}"
+    );
+    let out = std::process::Command::new(EXE)
+        .args([
+            "-e",
+            &cluster.node(2).unwrap().endpoint(),
+            "--json",
+            "diff",
+            "--ns",
+            "watch/a",
+            "--from-tx",
+            &expected[18].to_string(),
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        doc["asserted"].as_array().unwrap().len(),
+        2,
+        "since the 19th: only the 20th"
+    );
 
     // Bad input is refused at once, with the field named.
     let raw =

@@ -280,6 +280,33 @@ impl Client {
         .await
     }
 
+    /// What changed between `from_tx` (exclusive) and `to_tx` (inclusive; 0: the head) for one
+    /// entity, or the whole namespace when `entity` is `None`. `limit` 0 asks for the server's
+    /// maximum; a truncated answer says so.
+    pub async fn diff(
+        &self,
+        namespace: &Namespace,
+        entity: Option<EntityId>,
+        from_tx: u64,
+        to_tx: u64,
+        limit: u32,
+        consistency: Consistency,
+    ) -> Result<pb::DiffResponse, ClientError> {
+        let req = pb::DiffRequest {
+            namespace: namespace.to_string(),
+            entity: entity.map(|e| e.0),
+            from_tx,
+            to_tx,
+            limit,
+            consistency: consistency.to_pb(),
+        };
+        self.call(Idempotency::Safe, move |ch| {
+            let req = req.clone();
+            async move { memory(ch).diff(req).await }
+        })
+        .await
+    }
+
     // ------------------------------------------------------------------ Cluster
 
     /// The answering node's view of the cluster. With several endpoints, that is whichever node

@@ -404,3 +404,77 @@ pub fn transactions_from(
     }
     Ok((out, next))
 }
+
+/// What changed in a tx range: the datoms recorded by transactions `from < tx <= to`.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Diff {
+    pub asserted: Vec<Datom>,
+    pub retracted: Vec<Datom>,
+    /// Whether `limit` cut the answer short.
+    pub truncated: bool,
+}
+
+impl Diff {
+    fn push(&mut self, d: Datom, limit: usize) -> bool {
+        if self.asserted.len() + self.retracted.len() >= limit {
+            self.truncated = true;
+            return false;
+        }
+        match d.op {
+            Op::Assert => self.asserted.push(d),
+            Op::Retract => self.retracted.push(d),
+        }
+        true
+    }
+}
+
+/// The datoms of one entity (or, with `entity` unset, of the whole namespace) recorded by
+/// transactions `from < tx <= to`, in tx order, at most `limit` of them.
+pub fn diff(
+    store: &dyn Store,
+    ns: &Namespace,
+    entity: Option<EntityId>,
+    from: TxId,
+    to: TxId,
+    limit: usize,
+) -> Result<Diff, ReadError> {
+    let mut out = Diff::default();
+    match entity {
+        Some(e) => {
+            if !entity_exists(store, ns, e)? {
+                return Err(ReadError::UnknownEntity(e));
+            }
+            let mut datoms: Vec<Datom> = entity_datoms(store, ns, e)?
+                .into_iter()
+                .filter(|d| d.tx > from && d.tx <= to)
+                .collect();
+            datoms.sort_by_key(|d| d.tx);
+            for d in datoms {
+                if !out.push(d, limit) {
+                    break;
+                }
+            }
+        }
+        None => {
+            let mut next = TxId(from.0.saturating_add(1));
+            'scan: while next <= to {
+                let (records, after) = transactions_from(store, ns, next, 256)?;
+                for record in records {
+                    if record.receipt.tx > to {
+                        break 'scan;
+                    }
+                    for d in record.datoms {
+                        if !out.push(d, limit) {
+                            break 'scan;
+                        }
+                    }
+                }
+                if after == next {
+                    break;
+                }
+                next = after;
+            }
+        }
+    }
+    Ok(out)
+}

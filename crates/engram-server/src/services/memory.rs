@@ -146,6 +146,46 @@ fn watch_event(
 impl pb::memory_server::Memory for MemoryService {
     type WatchStream = WatchStream;
 
+    async fn diff(&self, request: Request<pb::DiffRequest>) -> Result<Response<pb::DiffResponse>, Status> {
+        let forwarded = is_forwarded(&request);
+        let req = request.into_inner();
+        let ns = namespace(req.namespace.clone())?;
+        if req.to_tx != 0 && req.from_tx > req.to_tx {
+            return Err(ApiError::Invalid(format!(
+                "from_tx {} is after to_tx {}: a diff runs forward in time",
+                req.from_tx, req.to_tx
+            ))
+            .into());
+        }
+        if let Route::Leader(addr) = self.shared.route_read(req.consistency, forwarded).await? {
+            let mut client = self.shared.memory_client(&addr).map_err(Status::from)?;
+            return client
+                .diff(forward_request(req))
+                .await
+                .map_err(|s| forwarded_err(s).into());
+        }
+        let to = if req.to_tx == 0 {
+            self.shared.applied_index()
+        } else {
+            req.to_tx
+        };
+        let found = reads::diff(
+            &*self.shared.node.store,
+            &ns,
+            req.entity.map(EntityId),
+            TxId(req.from_tx),
+            TxId(to),
+            Self::limit(req.limit),
+        )
+        .map_err(ApiError::from)?;
+        Ok(Response::new(pb::DiffResponse {
+            asserted: datoms(&found.asserted),
+            retracted: datoms(&found.retracted),
+            to_tx: to,
+            truncated: found.truncated,
+        }))
+    }
+
     async fn watch(&self, request: Request<pb::WatchRequest>) -> Result<Response<WatchStream>, Status> {
         let req = request.into_inner();
         let ns = namespace(req.namespace)?;
