@@ -28,6 +28,7 @@ pub mod events;
 pub mod faults;
 pub mod history;
 pub mod scenario;
+pub mod watcher;
 pub mod workload;
 
 pub use scenario::{Options, SeedReport, run_seed};

@@ -15,7 +15,7 @@ use crate::checkers::liveness::Recovery;
 use crate::checkers::monitor::Monitor;
 use crate::checkers::{
     Replica, Violation, acked_durable, asof_stable, audit_verifies, chain_continuity, linearizable, liveness,
-    no_partial_apply, replica_agreement, signatures_valid, tx_time_monotonic,
+    no_partial_apply, replica_agreement, signatures_valid, tx_time_monotonic, watch_complete,
 };
 use crate::cluster::{Cluster, NodeSettings, node_addr};
 use crate::faults::{Driver, FaultMix, draw_skew_ns};
@@ -302,6 +302,19 @@ async fn simulate(options: Options) -> SimResult {
         clients.push(node.spawn(workload::run_client(c, w.clone())));
     }
 
+    // The watcher follows the namespace from the start to the end of the run, on its own host.
+    let watch_log = Arc::new(crate::watcher::WatchLog::default());
+    let watcher = handle
+        .create_node()
+        .name("watcher")
+        .ip(std::net::IpAddr::V4(std::net::Ipv4Addr::new(10, 0, 2, 1)))
+        .build()
+        .spawn(crate::watcher::run_watcher(
+            w.targets.clone(),
+            watch_log.clone(),
+            Duration::from_secs(300),
+        ));
+
     let mut monitor = Monitor::default();
     let (fault_log, fault_counts) = {
         let mut driver = Driver::new(&mut cluster, mix.clone(), start);
@@ -317,6 +330,25 @@ async fn simulate(options: Options) -> SimResult {
     }
 
     let (recovery, mut violations) = liveness::check(&cluster, registers[0]).await;
+    // The watcher must catch up with the last committed transaction of its namespace.
+    let last_tx = cluster
+        .nodes
+        .values()
+        .filter_map(|n| {
+            engram_core::inspect::stored_audit_entries(&*n.store)
+                .ok()?
+                .into_iter()
+                .filter_map(|s| s.entry.ok())
+                .filter(|s| s.entry.namespace == workload::NAMESPACE)
+                .map(|s| s.entry.tx.0)
+                .max()
+        })
+        .max()
+        .unwrap_or(0);
+    watch_log.until_tx.store(last_tx.max(1), Ordering::Relaxed);
+    if let Err(e) = watcher.await {
+        return fail(&mix, format!("the watcher task failed: {e}"));
+    }
     monitor.sample(&cluster);
     violations.extend(monitor.violations.iter().cloned());
 
@@ -353,6 +385,8 @@ async fn simulate(options: Options) -> SimResult {
     violations.extend(asof_stable::check(&ops, &registers, &member_stores));
     violations.extend(tx_time_monotonic::check(&replicas));
     violations.extend(audit_verifies::check(&replicas));
+    let delivered = watch_log.txs.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    violations.extend(watch_complete::check(&replicas, &delivered));
     violations.extend(no_partial_apply::check(&replicas));
     violations.extend(linearizable::check(
         &ops,

@@ -15,6 +15,7 @@ pub mod no_partial_apply;
 pub mod replica_agreement;
 pub mod signatures_valid;
 pub mod tx_time_monotonic;
+pub mod watch_complete;
 
 use std::collections::BTreeMap;
 use std::fmt;
