@@ -102,7 +102,9 @@ impl KeyRecord {
         Ok(())
     }
 
-    fn active_at(&self, index: u64) -> bool {
+    /// Whether the key may authorise or sign at chain position `index`: admitted by an
+    /// earlier entry, neither rotated out nor revoked before it.
+    pub fn active_at(&self, index: u64) -> bool {
         self.admitted_at < index && self.valid_at(index).is_ok()
     }
 }

@@ -379,9 +379,7 @@ impl Engine {
 
     /// Whether `key` is trusted by the chain now (admitted, not rotated out or revoked).
     pub fn key_active(&self, key: KeyId) -> Result<bool, CoreError> {
-        let next = self.head.index + 1;
-        Ok(reads::signer(&*self.store, key)?
-            .is_some_and(|row| row.admitted_at < next && row.valid_at(next).is_ok()))
+        reads::key_active(&*self.store, key)
     }
 
     fn chain_prev(&self) -> Hash {

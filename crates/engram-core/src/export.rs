@@ -137,9 +137,7 @@ fn tx_datoms(store: &dyn Store, tx: engram_types::TxId) -> Result<Vec<Vec<u8>>, 
     Ok(out)
 }
 
-/// The big-endian u64 after a one-byte table tag (0 if the key is too short).
+/// The index or size a key names (0 if the key is too short).
 fn key_u64(key: &[u8]) -> u64 {
-    key.get(1..9)
-        .and_then(|b| <[u8; 8]>::try_from(b).ok())
-        .map_or(0, u64::from_be_bytes)
+    keys::u64_after_tag(key).unwrap_or(0)
 }

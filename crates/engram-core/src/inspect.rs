@@ -34,10 +34,7 @@ pub fn stored_audit_entries_from(store: &dyn Store, from: u64) -> Result<Vec<Sto
     Ok(rows
         .into_iter()
         .map(|(k, v)| {
-            let index = k
-                .get(1..9)
-                .and_then(|b| <[u8; 8]>::try_from(b).ok())
-                .map_or(0, u64::from_be_bytes);
+            let index = keys::u64_after_tag(&k).unwrap_or(0);
             StoredEntry {
                 index,
                 entry: SignedEntry::decode(&v).map_err(|e| e.to_string()),

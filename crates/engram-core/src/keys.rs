@@ -42,6 +42,14 @@ pub const CHECKPOINT: u8 = b'C';
 pub const META_HEAD: &[u8] = b"Mhead";
 pub const META_CHECKPOINT: &[u8] = b"Mcheckpoint";
 
+/// The big-endian u64 that follows the one-byte table tag of a `T`, `H` or `C` key (a tx id,
+/// an audit index, a tree size); `None` if the key is too short.
+pub fn u64_after_tag(key: &[u8]) -> Option<u64> {
+    key.get(1..9)
+        .and_then(|b| <[u8; 8]>::try_from(b).ok())
+        .map(u64::from_be_bytes)
+}
+
 pub fn merkle_node(level: u32, position: u64) -> Vec<u8> {
     let mut k = Vec::with_capacity(10);
     k.push(MERKLE);

@@ -188,32 +188,36 @@ pub fn read_proof(
     let checkpoint = checkpoint_at_head(store, key)?
         .ok_or_else(|| ProofReadError::OutOfRange("the chain is empty: nothing to prove".into()))?;
     let size = checkpoint.checkpoint.size;
+    // Datoms of one transaction share its tx-log row and inclusion proof: read each once.
+    let mut per_tx: std::collections::BTreeMap<engram_types::TxId, (Vec<Hash>, Inclusion)> =
+        Default::default();
     let mut out = Vec::with_capacity(datoms.len());
     for datom in datoms {
-        let row = reads::tx(store, datom.tx)?.ok_or_else(|| {
+        let (hashes, proof) = match per_tx.entry(datom.tx) {
+            std::collections::btree_map::Entry::Occupied(seen) => seen.into_mut(),
+            std::collections::btree_map::Entry::Vacant(slot) => {
+                let row = reads::tx(store, datom.tx)?.ok_or_else(|| {
+                    CoreError::corrupt(
+                        format!("tx-log row of tx {}", datom.tx.0),
+                        "missing for a stored datom",
+                    )
+                })?;
+                let proof = inclusion(store, row.receipt.audit_index, size)?;
+                slot.insert((row.receipt.datom_hashes, proof))
+            }
+        };
+        let hash = datom.hash();
+        let seq = hashes.iter().position(|h| *h == hash).ok_or_else(|| {
             CoreError::corrupt(
-                format!("tx-log row of tx {}", datom.tx.0),
-                "missing for a stored datom",
+                format!("tx {}", datom.tx.0),
+                "a stored datom is not among its transaction's datom hashes",
             )
         })?;
-        let hash = datom.hash();
-        let seq = row
-            .receipt
-            .datom_hashes
-            .iter()
-            .position(|h| *h == hash)
-            .ok_or_else(|| {
-                CoreError::corrupt(
-                    format!("tx {}", datom.tx.0),
-                    "a stored datom is not among its transaction's datom hashes",
-                )
-            })?;
-        let inclusion = inclusion(store, row.receipt.audit_index, size)?;
         out.push(DatomProof {
-            entry: inclusion.entry,
-            tx_datom_hashes: row.receipt.datom_hashes,
+            entry: proof.entry.clone(),
+            tx_datom_hashes: hashes.clone(),
             seq: u32::try_from(seq).unwrap_or(u32::MAX),
-            inclusion_path: inclusion.path,
+            inclusion_path: proof.path.clone(),
         });
     }
     Ok((checkpoint, out))

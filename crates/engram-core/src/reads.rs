@@ -261,6 +261,13 @@ pub fn signer(
     }
 }
 
+/// Whether the chain trusts key `id` now, for the entry after the head (admitted, neither
+/// rotated out nor revoked).
+pub fn key_active(store: &dyn Store, id: engram_audit::KeyId) -> Result<bool, CoreError> {
+    let next = head(store)?.index + 1;
+    Ok(signer(store, id)?.is_some_and(|row| row.active_at(next)))
+}
+
 /// The cluster's checkpoint origin, derived from the genesis entry; `None` before genesis.
 pub fn origin(store: &dyn Store) -> Result<Option<String>, CoreError> {
     match store.get(Space::State, &keys::audit(1))? {
@@ -377,10 +384,8 @@ pub fn transactions_from(
     let mut next = from;
     let mut out = Vec::new();
     for (key, value) in rows {
-        let tx = key
-            .get(1..9)
-            .and_then(|b| <[u8; 8]>::try_from(b).ok())
-            .map(|b| TxId(u64::from_be_bytes(b)))
+        let tx = keys::u64_after_tag(&key)
+            .map(TxId)
             .ok_or_else(|| CoreError::corrupt("tx-log key", "shorter than a tx id"))?;
         next = TxId(tx.0 + 1);
         let row: TxLogRow = decode_row("tx log row", &value)?;

@@ -35,18 +35,24 @@ fn tx(ns: &str, ops: Vec<TxOp>) -> TxRequest {
     }
 }
 
-fn s(v: &str) -> Value {
-    Value::String(v.into())
-}
-
-#[test]
-fn diffs_split_assertions_and_retractions_by_tx_range() {
+/// A store with its genesis entry applied, and the engine over it.
+fn genesis() -> (Arc<MemStore>, Engine) {
     let store = Arc::new(MemStore::new());
     let key = NodeKey::from_seed([3; 32]);
     let mut engine = Engine::open(store.clone(), Arc::new(NodeKey::from_seed(key.seed()))).unwrap();
     engine
         .apply_membership(1, vec![(1, key.public())], WriteBatch::new())
         .unwrap();
+    (store, engine)
+}
+
+fn s(v: &str) -> Value {
+    Value::String(v.into())
+}
+
+#[test]
+fn diffs_split_assertions_and_retractions_by_tx_range() {
+    let (store, mut engine) = genesis();
     let mut apply = |log: u64, req: TxRequest| {
         engine
             .apply_tx(log, 1_000 * log as i64, &req, WriteBatch::new())
@@ -123,12 +129,7 @@ fn diffs_split_assertions_and_retractions_by_tx_range() {
 
 #[test]
 fn a_retroactive_correction_never_changes_an_earlier_as_of_read() {
-    let store = Arc::new(MemStore::new());
-    let key = NodeKey::from_seed([3; 32]);
-    let mut engine = Engine::open(store.clone(), Arc::new(NodeKey::from_seed(key.seed()))).unwrap();
-    engine
-        .apply_membership(1, vec![(1, key.public())], WriteBatch::new())
-        .unwrap();
+    let (store, mut engine) = genesis();
     let r = engine
         .apply_tx(
             2,

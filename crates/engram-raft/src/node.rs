@@ -272,12 +272,7 @@ impl RaftNode {
 
     /// Whether the chain, as this node has applied it, trusts `key` now.
     pub fn key_active(&self, key: &PublicKey) -> Result<bool, NodeError> {
-        let next = reads::head(&*self.store)
-            .map_err(|e| NodeError::Fatal(e.to_string()))?
-            .index
-            + 1;
-        let row = reads::signer(&*self.store, key.key_id()).map_err(|e| NodeError::Fatal(e.to_string()))?;
-        Ok(row.is_some_and(|row| row.admitted_at < next && row.valid_at(next).is_ok()))
+        reads::key_active(&*self.store, key.key_id()).map_err(|e| NodeError::Fatal(e.to_string()))
     }
 
     /// The cluster's checkpoint origin, which key-change statements are bound to.
