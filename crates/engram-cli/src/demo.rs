@@ -390,6 +390,9 @@ impl Agent {
             let e = EntityRef::Id(id);
             let tx = TxRequest {
                 namespace: self.namespace.clone(),
+                branch: None,
+                schema: Vec::new(),
+                branch_op: None,
                 ops: vec![
                     Self::op(
                         Op::Assert,
@@ -469,6 +472,9 @@ impl Agent {
         }
         let tx = TxRequest {
             namespace: self.namespace.clone(),
+            branch: None,
+            schema: Vec::new(),
+            branch_op: None,
             ops,
             preconditions: vec![],
             idempotency_key: Some(key),

@@ -80,6 +80,10 @@ impl StoredDatom {
         let recomputed = (|| {
             let datom = Datom {
                 namespace: Namespace::new(d.namespace.clone()).ok()?,
+                branch: match d.branch.as_str() {
+                    "" => None,
+                    b => Some(engram_types::BranchName::new(b).ok()?),
+                },
                 entity: EntityId(d.entity),
                 attribute: Attribute::new(d.attribute.clone()).ok()?,
                 value: value.clone()?,
@@ -296,6 +300,7 @@ mod tests {
     fn datom(ns: &str, entity: u64, value: i64, tx: u64) -> Datom {
         Datom {
             namespace: Namespace::new(ns).unwrap(),
+            branch: None,
             entity: EntityId(entity),
             attribute: Attribute::new(":memory/n").unwrap(),
             value: Value::I64(value),

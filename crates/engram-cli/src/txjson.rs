@@ -396,6 +396,9 @@ pub fn tx_from_json(json: &Json) -> Result<TxRequest, JsonError> {
 
     let tx = TxRequest {
         namespace,
+        branch: None,
+        schema: Vec::new(),
+        branch_op: None,
         ops,
         preconditions,
         idempotency_key,

@@ -79,6 +79,9 @@ fn new_memory_tx(namespace: &Namespace, key: String, n: i64) -> TxRequest {
     let m = EntityRef::Temp("m".into());
     TxRequest {
         namespace: namespace.clone(),
+        branch: None,
+        schema: Vec::new(),
+        branch_op: None,
         ops: vec![
             assert_op(
                 m.clone(),
@@ -370,6 +373,9 @@ async fn bad_requests_are_refused_with_exact_codes_and_change_nothing() {
     let task = EntityRef::Temp("task".into());
     let seed = TxRequest {
         namespace: space.clone(),
+        branch: None,
+        schema: Vec::new(),
+        branch_op: None,
         ops: vec![
             assert_op(
                 task.clone(),
@@ -395,6 +401,9 @@ async fn bad_requests_are_refused_with_exact_codes_and_change_nothing() {
 
     let good = pb::TransactRequest::from(&TxRequest {
         namespace: space.clone(),
+        branch: None,
+        schema: Vec::new(),
+        branch_op: None,
         ops: vec![assert_op(EntityRef::Id(id), ":task/n", Value::I64(2))],
         preconditions: vec![],
         idempotency_key: None,

@@ -1,4 +1,4 @@
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::Arc;
 
@@ -9,12 +9,12 @@ use engram_audit::{
 use engram_merkle::{Blake3, CompactTree, MerkleHasher};
 use engram_storage::{Durability, Space, Store, WriteBatch};
 use engram_types::{
-    Attribute, Datom, EntityId, EntityRef, Hash, Namespace, Op, TxId, TxReceipt, TxRequest, Value, ValueType,
+    Attribute, BranchName, EntityId, Hash, Namespace, TxId, TxReceipt, TxRequest, Value, ValueType,
 };
 use serde::{Deserialize, Serialize};
 
 use crate::planted::{self, PlantedBug};
-use crate::{CoreError, keys, reads};
+use crate::{CoreError, keys, plan, reads};
 
 /// The tip of the audit chain and the counters apply needs, persisted at `Mhead` in the same
 /// batch as every change to them.
@@ -100,6 +100,37 @@ pub enum Rejection {
     },
     /// A key change whose authorisation does not hold at this point of the chain.
     KeyChange(String),
+    /// The namespace declares its schema and this attribute is not in it.
+    UnknownAttribute(Attribute),
+    /// The attribute is deprecated: it takes no new assertions.
+    Deprecated(Attribute),
+    /// Another entity already holds this value of a unique attribute.
+    UniqueConflict {
+        attribute: Attribute,
+        value: Value,
+        holder: EntityId,
+    },
+    /// A lookup ref found no entity holding the value.
+    LookupNotFound { attribute: Attribute, value: Value },
+    /// A lookup ref named an attribute that is not unique.
+    NotUnique(Attribute),
+    /// A schema change that is not a forward migration.
+    UnsafeMigration { attribute: Attribute, reason: String },
+    /// A schema transaction in which every declaration is already in force.
+    SchemaUnchanged,
+    UnknownBranch(BranchName),
+    BranchExists(BranchName),
+    /// The branch was merged or abandoned and takes no more writes.
+    BranchClosed { branch: BranchName, state: String },
+    /// A fork point after the transaction that creates the branch.
+    ForkInFuture { from: TxId, tx: TxId },
+    /// A merge whose re-check against main failed; nothing was applied.
+    MergeConflict {
+        branch: BranchName,
+        entity: EntityId,
+        attribute: Attribute,
+        reason: String,
+    },
 }
 
 impl fmt::Display for Rejection {
@@ -139,6 +170,47 @@ impl fmt::Display for Rejection {
                 )
             }
             Rejection::KeyChange(why) => write!(f, "key change refused: {why}"),
+            Rejection::UnknownAttribute(a) => write!(
+                f,
+                "unknown attribute {a}: this namespace declares its schema and {a} is not in it (declare it first)"
+            ),
+            Rejection::Deprecated(a) => write!(f, "attribute {a} is deprecated and takes no new assertions"),
+            Rejection::UniqueConflict {
+                attribute,
+                value,
+                holder,
+            } => write!(f, "{attribute} is unique and entity {holder} already holds {value}"),
+            Rejection::LookupNotFound { attribute, value } => {
+                write!(f, "lookup ref [{attribute} {value}] names no entity")
+            }
+            Rejection::NotUnique(a) => write!(f, "lookup ref on {a}, which is not a unique attribute"),
+            Rejection::UnsafeMigration { attribute, reason } => {
+                write!(f, "unsafe migration of {attribute}: {reason}")
+            }
+            Rejection::SchemaUnchanged => {
+                write!(f, "every attribute in the request is already declared as given: nothing to change")
+            }
+            Rejection::UnknownBranch(b) => write!(f, "branch {b} does not exist in this namespace"),
+            Rejection::BranchExists(b) => write!(
+                f,
+                "branch {b} already exists in this namespace (names are never reused, even after a merge or abandon)"
+            ),
+            Rejection::BranchClosed { branch, state } => {
+                write!(f, "branch {branch} is {state} and takes no more writes")
+            }
+            Rejection::ForkInFuture { from, tx } => write!(
+                f,
+                "cannot fork from tx {from}: it is not before this transaction ({tx})"
+            ),
+            Rejection::MergeConflict {
+                branch,
+                entity,
+                attribute,
+                reason,
+            } => write!(
+                f,
+                "merge of branch {branch} conflicts with main at entity {entity} {attribute}: {reason}; nothing was applied"
+            ),
         }
     }
 }
@@ -150,6 +222,8 @@ pub type TxOutcome = Result<TxReceipt, Rejection>;
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct TxLogRow {
     pub namespace: Namespace,
+    /// The branch the transaction wrote to; `None`: main.
+    pub branch: Option<BranchName>,
     pub receipt: TxReceipt,
 }
 
@@ -170,7 +244,7 @@ struct Sealed {
     checkpoint: Option<LastCheckpoint>,
 }
 
-fn encode_row<T: Serialize>(row: &T) -> Vec<u8> {
+pub(crate) fn encode_row<T: Serialize>(row: &T) -> Vec<u8> {
     // postcard serialisation of plain data cannot fail; a failure is a bug in a derive.
     postcard::to_allocvec(row).expect("postcard serialisation of a state row")
 }
@@ -525,18 +599,18 @@ impl Engine {
         let tx = TxId(log_index);
         let tx_time_ns = proposed_time_ns.max(self.head.tx_time_ns);
         let mut head = self.head.clone();
-        let planned = match self.plan(req, tx, tx_time_ns, &mut head)? {
+        let planned = match plan::plan(&*self.store, req, tx, tx_time_ns, &mut head)? {
             Ok(planned) => planned,
             Err(rejection) => {
                 self.apply_noop(batch)?;
                 return Ok(Err(rejection));
             }
         };
-        let Planned {
+        let plan::Planned {
             datoms,
             temp_ids,
-            new_entities,
-            new_types,
+            rows,
+            value_indexed,
         } = planned;
 
         let ns = &req.namespace;
@@ -546,24 +620,33 @@ impl Engine {
             let encoded = datom.encode();
             hashes.push(Hash::of(&encoded));
             let (e, a) = (datom.entity, &datom.attribute);
-            let eavt = keys::eavt(ns, e, a, tx, seq);
-            batch.put(Space::State, keys::tx_datom(tx, seq), eavt.clone());
-            batch.put(Space::State, eavt, encoded);
-            batch.put(Space::State, keys::aevt(ns, a, e, tx, seq), Vec::new());
-            batch.put(
-                Space::State,
-                keys::avet(ns, a, &datom.value, e, tx, seq),
-                Vec::new(),
-            );
-            if let Value::Ref(target) = datom.value {
-                batch.put(Space::State, keys::vaet(ns, target, a, e, tx, seq), Vec::new());
+            match &datom.branch {
+                Some(branch) => {
+                    // A branch's datoms live in its own table only: main's indexes never see them.
+                    let key = keys::branch_eavt(ns, branch, e, a, tx, seq);
+                    batch.put(Space::State, keys::tx_datom(tx, seq), key.clone());
+                    batch.put(Space::State, key, encoded);
+                }
+                None => {
+                    let eavt = keys::eavt(ns, e, a, tx, seq);
+                    batch.put(Space::State, keys::tx_datom(tx, seq), eavt.clone());
+                    batch.put(Space::State, eavt, encoded);
+                    batch.put(Space::State, keys::aevt(ns, a, e, tx, seq), Vec::new());
+                    if value_indexed.contains(a) {
+                        batch.put(
+                            Space::State,
+                            keys::avet(ns, a, &datom.value, e, tx, seq),
+                            Vec::new(),
+                        );
+                    }
+                    if let Value::Ref(target) = datom.value {
+                        batch.put(Space::State, keys::vaet(ns, target, a, e, tx, seq), Vec::new());
+                    }
+                }
             }
         }
-        for e in new_entities {
-            batch.put(Space::State, keys::entity(e), ns.as_str().as_bytes().to_vec());
-        }
-        for (attr, ty) in new_types {
-            batch.put(Space::State, keys::schema(ns, &attr), vec![ty.tag()]);
+        for (key, value) in rows {
+            batch.put(Space::State, key, value);
         }
         let datom_count = u32::try_from(datoms.len()).expect("op count is bounded by TxRequest::MAX_OPS");
         let entry = AuditEntry {
@@ -595,6 +678,7 @@ impl Engine {
             keys::tx_log(tx),
             encode_row(&TxLogRow {
                 namespace: ns.clone(),
+                branch: req.branch.clone(),
                 receipt: receipt.clone(),
             }),
         );
@@ -612,148 +696,12 @@ impl Engine {
         self.commit(batch, head, &sealed)?;
         Ok(Ok(receipt))
     }
-
-    /// Checks the transaction against the state and builds its datoms, without writing.
-    fn plan(
-        &self,
-        req: &TxRequest,
-        tx: TxId,
-        tx_time_ns: i64,
-        head: &mut ChainHead,
-    ) -> Result<Result<Planned, Rejection>, CoreError> {
-        let store = &*self.store;
-        let ns = &req.namespace;
-        for pre in &req.preconditions {
-            if !reads::entity_exists(store, ns, pre.entity)? {
-                return Ok(Err(Rejection::UnknownEntity(pre.entity)));
-            }
-            let actual = reads::current_value(store, ns, pre.entity, &pre.attribute)?;
-            if actual != pre.expected {
-                return Ok(Err(Rejection::PreconditionFailed {
-                    entity: pre.entity,
-                    attribute: pre.attribute.clone(),
-                    expected: pre.expected.clone(),
-                    actual,
-                }));
-            }
-        }
-
-        let mut temp_ids = BTreeMap::new();
-        let mut new_entities = Vec::new();
-        let mut known: HashMap<EntityId, bool> = HashMap::new();
-        let mut types: HashMap<Attribute, Option<ValueType>> = HashMap::new();
-        let mut new_types = Vec::new();
-        // Values as this transaction leaves them, for retractions later in the same transaction.
-        let mut overlay: HashMap<(EntityId, Attribute), Option<Value>> = HashMap::new();
-        let mut datoms = Vec::with_capacity(req.ops.len());
-
-        for op in &req.ops {
-            let entity = match &op.entity {
-                EntityRef::Id(e) => {
-                    let exists = match known.get(e) {
-                        Some(v) => *v,
-                        None => *known.entry(*e).or_insert(reads::entity_exists(store, ns, *e)?),
-                    };
-                    if !exists {
-                        return Ok(Err(Rejection::UnknownEntity(*e)));
-                    }
-                    *e
-                }
-                EntityRef::Temp(name) => *temp_ids.entry(name.clone()).or_insert_with(|| {
-                    let id = EntityId(head.next_entity.max(1));
-                    head.next_entity = id.0 + 1;
-                    new_entities.push(id);
-                    known.insert(id, true);
-                    id
-                }),
-            };
-            if let Value::Ref(target) = &op.value {
-                let exists = match known.get(target) {
-                    Some(v) => *v,
-                    None => *known
-                        .entry(*target)
-                        .or_insert(reads::entity_exists(store, ns, *target)?),
-                };
-                if !exists {
-                    return Ok(Err(Rejection::UnknownEntity(*target)));
-                }
-            }
-            let found = op.value.value_type();
-            let established = match types.get(&op.attribute) {
-                Some(t) => *t,
-                None => {
-                    let t = reads::attribute_type(store, ns, &op.attribute)?;
-                    types.insert(op.attribute.clone(), t);
-                    t
-                }
-            };
-            match established {
-                Some(expected) if expected != found => {
-                    return Ok(Err(Rejection::TypeMismatch {
-                        attribute: op.attribute.clone(),
-                        expected,
-                        found,
-                    }));
-                }
-                Some(_) => {}
-                None => {
-                    types.insert(op.attribute.clone(), Some(found));
-                    new_types.push((op.attribute.clone(), found));
-                }
-            }
-            let slot = (entity, op.attribute.clone());
-            let current = match overlay.get(&slot) {
-                Some(v) => v.clone(),
-                None if new_entities.contains(&entity) => None,
-                None => reads::current_value(store, ns, entity, &op.attribute)?,
-            };
-            match op.op {
-                Op::Assert => {
-                    overlay.insert(slot, Some(op.value.clone()));
-                }
-                Op::Retract => {
-                    if current.as_ref() != Some(&op.value) {
-                        return Ok(Err(Rejection::NotCurrent {
-                            entity,
-                            attribute: op.attribute.clone(),
-                            value: op.value.clone(),
-                        }));
-                    }
-                    overlay.insert(slot, None);
-                }
-            }
-            datoms.push(Datom {
-                namespace: ns.clone(),
-                entity,
-                attribute: op.attribute.clone(),
-                value: op.value.clone(),
-                op: op.op,
-                valid_from_ns: op.valid_from_ns.unwrap_or(tx_time_ns),
-                valid_to_ns: op.valid_to_ns,
-                tx,
-                provenance: req.provenance.clone(),
-            });
-        }
-        Ok(Ok(Planned {
-            datoms,
-            temp_ids,
-            new_entities,
-            new_types,
-        }))
-    }
-}
-
-struct Planned {
-    datoms: Vec<Datom>,
-    temp_ids: BTreeMap<String, EntityId>,
-    new_entities: Vec<EntityId>,
-    new_types: Vec<(Attribute, ValueType)>,
 }
 
 #[cfg(test)]
 mod tests {
     use engram_storage::MemStore;
-    use engram_types::{Precondition, Provenance, Status, TxOp};
+    use engram_types::{EntityRef, Op, Precondition, Provenance, Status, TxOp};
 
     use super::*;
     use crate::snapshot;
@@ -780,6 +728,9 @@ mod tests {
     fn tx(ops: Vec<TxOp>) -> TxRequest {
         TxRequest {
             namespace: ns(),
+            branch: None,
+            schema: Vec::new(),
+            branch_op: None,
             ops,
             preconditions: vec![],
             idempotency_key: None,

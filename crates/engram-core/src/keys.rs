@@ -11,8 +11,11 @@
 //! | `T` | tx | tx-log row |
 //! | `H` | audit index | signed audit entry |
 //! | `I` | ns 0 idempotency key | receipt |
-//! | `N` | entity | owning namespace |
-//! | `S` | ns 0 attr | value type tag (the attribute's type, fixed by its first assertion) |
+//! | `N` | entity | owning namespace (then 0 and the branch, for an entity made on a branch) |
+//! | `S` | ns 0 attr | the attribute's schema row: its declarations, oldest first (or the type its first assertion fixed, in a namespace with no declared schema) |
+//! | `Q` | ns | the namespace's schema version and whether its schema is declared (strict) |
+//! | `B` | ns 0 branch | the branch row: fork point, state, the preconditions its transactions carried |
+//! | `b` | ns 0 branch 0 entity attr 0 tx seq | canonical datom written on a branch (the branch's own EAVT) |
 //! | `K` | key id | public key admitted by genesis or a key change |
 //! | `L` | level(u8) position | Merkle tree node: root of the perfect subtree of `2^level` leaves from `position * 2^level` (level 0: leaf hashes) |
 //! | `X` | tx seq | the EAVT key of the transaction's datom `seq` (datoms by transaction) |
@@ -22,7 +25,7 @@
 //! `C` rows and `Mcheckpoint` are per node, like attestations: each node signs its own
 //! checkpoints, so they are left out of the replicated-state digest.
 
-use engram_types::{Attribute, EntityId, Namespace, TxId, Value};
+use engram_types::{Attribute, BranchName, EntityId, Namespace, TxId, Value};
 
 pub const EAVT: u8 = b'E';
 pub const AEVT: u8 = b'A';
@@ -33,6 +36,9 @@ pub const AUDIT: u8 = b'H';
 pub const IDEMPOTENCY: u8 = b'I';
 pub const ENTITY: u8 = b'N';
 pub const SCHEMA: u8 = b'S';
+pub const NS_SCHEMA: u8 = b'Q';
+pub const BRANCH: u8 = b'B';
+pub const BRANCH_EAVT: u8 = b'b';
 pub const META: u8 = b'M';
 
 pub const MERKLE: u8 = b'L';
@@ -101,6 +107,71 @@ pub fn value_digest(value: &Value) -> [u8; 16] {
     let mut out = [0u8; 16];
     out.copy_from_slice(&blake3::hash(&value.canonical_bytes()).as_bytes()[..16]);
     out
+}
+
+pub fn ns_schema(ns: &Namespace) -> Vec<u8> {
+    let mut k = vec![NS_SCHEMA];
+    k.extend_from_slice(ns.as_str().as_bytes());
+    k
+}
+
+/// All of a namespace's schema rows.
+pub fn schema_prefix(ns: &Namespace) -> Vec<u8> {
+    with_ns(SCHEMA, ns)
+}
+
+pub fn branch(ns: &Namespace, name: &BranchName) -> Vec<u8> {
+    let mut k = with_ns(BRANCH, ns);
+    k.extend_from_slice(name.as_str().as_bytes());
+    k
+}
+
+/// All of a namespace's branch rows.
+pub fn branches_prefix(ns: &Namespace) -> Vec<u8> {
+    with_ns(BRANCH, ns)
+}
+
+/// Every datom written on a branch.
+pub fn branch_eavt_prefix(ns: &Namespace, name: &BranchName) -> Vec<u8> {
+    let mut k = with_ns(BRANCH_EAVT, ns);
+    k.extend_from_slice(name.as_str().as_bytes());
+    k.push(0);
+    k
+}
+
+pub fn branch_eavt_entity(ns: &Namespace, name: &BranchName, e: EntityId) -> Vec<u8> {
+    let mut k = branch_eavt_prefix(ns, name);
+    k.extend_from_slice(&e.0.to_be_bytes());
+    k
+}
+
+pub fn branch_eavt_attr(ns: &Namespace, name: &BranchName, e: EntityId, attr: &Attribute) -> Vec<u8> {
+    let mut k = branch_eavt_entity(ns, name, e);
+    push_attr(&mut k, attr);
+    k
+}
+
+pub fn branch_eavt(
+    ns: &Namespace,
+    name: &BranchName,
+    e: EntityId,
+    attr: &Attribute,
+    tx: TxId,
+    seq: u32,
+) -> Vec<u8> {
+    let mut k = branch_eavt_attr(ns, name, e, attr);
+    push_tx_seq(&mut k, tx, seq);
+    k
+}
+
+/// The `N` row value for an entity made in `ns` (on `branch`, if given).
+pub fn entity_owner(ns: &Namespace, branch: Option<&BranchName>) -> Vec<u8> {
+    let mut v = ns.as_str().as_bytes().to_vec();
+    if let Some(b) = branch {
+        v.push(0);
+        v.extend_from_slice(b.as_str().as_bytes());
+    }
+    v
 }
 
 pub fn eavt_entity(ns: &Namespace, e: EntityId) -> Vec<u8> {
@@ -212,4 +283,15 @@ pub fn signer(id: engram_audit::KeyId) -> Vec<u8> {
     let mut k = vec![SIGNER];
     k.extend_from_slice(&id.0);
     k
+}
+
+/// Reads the trailing `tx seq` of an EAVT-shaped key.
+pub fn trailing_tx_seq(key: &[u8]) -> Option<(TxId, u32)> {
+    let n = key.len();
+    if n < 12 {
+        return None;
+    }
+    let tx = u64::from_be_bytes(key[n - 12..n - 4].try_into().ok()?);
+    let seq = u32::from_be_bytes(key[n - 4..].try_into().ok()?);
+    Some((TxId(tx), seq))
 }

@@ -11,14 +11,17 @@
 //!
 //! Must not depend on: Raft, gRPC, RocksDB, an async runtime or a clock.
 
+pub mod branch;
 mod engine;
 mod error;
 pub mod export;
 pub mod inspect;
 pub mod keys;
+mod plan;
 pub mod planted;
 pub mod proofs;
 pub mod reads;
+pub mod schema;
 pub mod snapshot;
 
 pub use engine::{ChainHead, CheckpointPolicy, Engine, LastCheckpoint, Rejection, TxOutcome};

@@ -6,10 +6,11 @@ use std::collections::BTreeMap;
 
 use engram_audit::{ChainError, ChainFault, SignedEntry};
 use engram_storage::{KeyValue, Space, Store, prefix_end};
-use engram_types::{Attribute, Datom, EntityId, Namespace, Op, TxId, Value, ValueType};
+use engram_types::{Attribute, BranchName, Cardinality, Datom, EntityId, Namespace, Op, Status, TxId, Value};
 
+use crate::branch::{self, BranchRow};
 use crate::engine::{ChainHead, TxLogRow, decode_row};
-use crate::{CoreError, keys};
+use crate::{CoreError, keys, schema};
 
 /// The largest number of datoms one read returns; callers page with `as_of`/limits.
 pub const MAX_READ_DATOMS: usize = 100_000;
@@ -24,29 +25,137 @@ pub fn head(store: &dyn Store) -> Result<ChainHead, CoreError> {
     }
 }
 
+/// Whether `e` is an entity of main in `ns` (made there, or made on a branch that merged).
 pub fn entity_exists(store: &dyn Store, ns: &Namespace, e: EntityId) -> Result<bool, CoreError> {
     Ok(store
         .get(Space::State, &keys::entity(e))?
-        .is_some_and(|owner| owner == ns.as_str().as_bytes()))
+        .is_some_and(|owner| owner == keys::entity_owner(ns, None)))
 }
 
-pub fn attribute_type(
+/// Where a read or a write looks: main, or a branch (main as of the fork plus the branch).
+#[derive(Clone, Copy, Debug)]
+pub struct View<'a> {
+    pub ns: &'a Namespace,
+    pub branch: Option<(&'a BranchName, TxId)>,
+}
+
+impl<'a> View<'a> {
+    pub fn main(ns: &'a Namespace) -> View<'a> {
+        View { ns, branch: None }
+    }
+
+    /// The view of `branch` (main when `None`); a branch that does not exist is an error.
+    pub fn of(
+        store: &dyn Store,
+        ns: &'a Namespace,
+        branch: Option<&'a BranchName>,
+    ) -> Result<(View<'a>, Option<BranchRow>), ReadError> {
+        match branch {
+            None => Ok((View::main(ns), None)),
+            Some(name) => {
+                let row = branch::row(store, ns, name)?
+                    .ok_or_else(|| ReadError::UnknownBranch(name.clone()))?;
+                Ok((
+                    View {
+                        ns,
+                        branch: Some((name, row.fork)),
+                    },
+                    Some(row),
+                ))
+            }
+        }
+    }
+
+    /// Whether `e` can be read and written here: a main entity (on a branch: one that had
+    /// facts by the fork point), or an entity made on this branch.
+    pub fn entity_visible(&self, store: &dyn Store, e: EntityId) -> Result<bool, CoreError> {
+        let Some(owner) = store.get(Space::State, &keys::entity(e))? else {
+            return Ok(false);
+        };
+        match self.branch {
+            None => Ok(owner == keys::entity_owner(self.ns, None)),
+            Some((name, fork)) => {
+                if owner == keys::entity_owner(self.ns, Some(name)) {
+                    return Ok(true);
+                }
+                if owner != keys::entity_owner(self.ns, None) {
+                    return Ok(false);
+                }
+                // Made on main: visible if it had a fact by the fork (or this branch wrote to
+                // it after a merge made it main).
+                let main = entity_datoms(store, self.ns, e)?;
+                Ok(main.iter().any(|d| d.tx <= fork)
+                    || !scan_prefix(store, &keys::branch_eavt_entity(self.ns, name, e), 1)?.is_empty())
+            }
+        }
+    }
+
+    /// Every datom of `e` seen here, main's first, each part in (attribute, tx) order.
+    pub fn entity_datoms(&self, store: &dyn Store, e: EntityId) -> Result<Vec<Datom>, CoreError> {
+        let mut out = entity_datoms(store, self.ns, e)?;
+        if let Some((name, fork)) = self.branch {
+            out.retain(|d| d.tx <= fork);
+            out.extend(decode_datoms(scan_prefix(
+                store,
+                &keys::branch_eavt_entity(self.ns, name, e),
+                MAX_READ_DATOMS,
+            )?)?);
+        }
+        Ok(out)
+    }
+
+    /// Every datom of one slot (entity, attribute) seen here, in tx order.
+    pub fn slot_datoms(&self, store: &dyn Store, e: EntityId, attr: &Attribute) -> Result<Vec<Datom>, CoreError> {
+        let mut out = slot_datoms_main(store, self.ns, e, attr)?;
+        if let Some((name, fork)) = self.branch {
+            out.retain(|d| d.tx <= fork);
+            out.extend(decode_datoms(scan_prefix(
+                store,
+                &keys::branch_eavt_attr(self.ns, name, e, attr),
+                MAX_READ_DATOMS,
+            )?)?);
+        }
+        Ok(out)
+    }
+
+    /// The entities that may hold `value` for `attr` here (a superset: callers check each
+    /// one's current values). Uses the value index when the attribute has one.
+    pub fn value_candidates(
+        &self,
+        store: &dyn Store,
+        attr: &Attribute,
+        value: Option<&Value>,
+    ) -> Result<Vec<EntityId>, CoreError> {
+        let indexed = schema::def_at(store, self.ns, attr, None)?.is_some_and(|d| d.has_value_index());
+        let prefix = match value {
+            Some(v) if indexed => keys::avet_value(self.ns, attr, v),
+            _ => keys::aevt_attr(self.ns, attr),
+        };
+        let mut entities: Vec<EntityId> = scan_prefix(store, &prefix, MAX_READ_DATOMS)?
+            .iter()
+            .filter_map(|(k, _)| keys::trailing_entity_tx_seq(k).map(|(e, _, _)| e))
+            .collect();
+        if let Some((name, _)) = self.branch {
+            for d in branch::datoms(store, self.ns, name)? {
+                if &d.attribute == attr && value.is_none_or(|v| *v == d.value) {
+                    entities.push(d.entity);
+                }
+            }
+        }
+        entities.sort();
+        entities.dedup();
+        Ok(entities)
+    }
+}
+
+/// Every datom of one slot on main, in tx order.
+pub fn slot_datoms_main(
     store: &dyn Store,
     ns: &Namespace,
+    e: EntityId,
     attr: &Attribute,
-) -> Result<Option<ValueType>, CoreError> {
-    match store.get(Space::State, &keys::schema(ns, attr))? {
-        None => Ok(None),
-        Some(bytes) => match bytes.as_slice() {
-            [tag] => ValueType::from_tag(*tag).map(Some).ok_or_else(|| {
-                CoreError::corrupt(format!("schema of {attr}"), format!("unknown type tag {tag}"))
-            }),
-            _ => Err(CoreError::corrupt(
-                format!("schema of {attr}"),
-                "row is not one byte",
-            )),
-        },
-    }
+) -> Result<Vec<Datom>, CoreError> {
+    decode_datoms(scan_prefix(store, &keys::eavt_attr(ns, e, attr), MAX_READ_DATOMS)?)
 }
 
 fn decode_datoms(rows: Vec<KeyValue>) -> Result<Vec<Datom>, CoreError> {
@@ -55,7 +164,7 @@ fn decode_datoms(rows: Vec<KeyValue>) -> Result<Vec<Datom>, CoreError> {
         .collect()
 }
 
-fn hex(bytes: &[u8]) -> String {
+pub(crate) fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
@@ -68,51 +177,165 @@ pub fn entity_datoms(store: &dyn Store, ns: &Namespace, e: EntityId) -> Result<V
     decode_datoms(scan_prefix(store, &keys::eavt_entity(ns, e), MAX_READ_DATOMS)?)
 }
 
-/// Reduces datoms (of one entity, any attributes) to the facts current at `as_of` tx and,
-/// if given, valid time `valid_at_ns`: per attribute, the latest assertion not retracted.
-/// Attributes are cardinality-one: a newer assertion supersedes an older one.
-pub fn current_facts(datoms: &[Datom], as_of: Option<TxId>, valid_at_ns: Option<i64>) -> Vec<Datom> {
-    let mut by_attr: BTreeMap<&Attribute, Vec<&Datom>> = BTreeMap::new();
-    for d in datoms {
-        if as_of.is_some_and(|t| d.tx > t) || valid_at_ns.is_some_and(|at| !d.valid_at(at)) {
-            continue;
-        }
-        by_attr.entry(&d.attribute).or_default().push(d);
-    }
-    let mut out = Vec::new();
-    for (_, mut versions) in by_attr {
-        versions.sort_by_key(|d| d.tx);
-        let mut current: Option<&Datom> = None;
-        for d in versions {
-            match d.op {
-                Op::Assert => current = Some(d),
-                Op::Retract => {
-                    if current.is_some_and(|c| c.value == d.value) {
-                        current = None;
-                    }
+/// How a read picks the current value of a cardinality-one attribute when agents disagree.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Resolution {
+    /// The newest claim.
+    #[default]
+    Latest,
+    /// The best verified claim: verified before candidate, then higher confidence, then newer.
+    Verified,
+}
+
+/// What a read asks for besides the entity.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct ReadOptions {
+    /// Only transactions up to this one (inclusive).
+    pub as_of: Option<TxId>,
+    /// Only facts whose valid-time interval contains this instant.
+    pub valid_at_ns: Option<i64>,
+    pub rule: Resolution,
+    /// Ignore candidate claims entirely.
+    pub verified_only: bool,
+}
+
+/// An entity's current facts, and the claims they won against.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Facts {
+    /// Cardinality one: the winning claim per attribute. Many: one datom per value held.
+    pub current: Vec<Datom>,
+    /// Cardinality one: the other agents' claims whose values differ from the winner's.
+    pub conflicts: Vec<Datom>,
+}
+
+/// The live claims of one slot after its datoms in tx order.
+///
+/// Cardinality one: each agent holds at most one claim, its latest assertion; a retraction of
+/// a value ends every claim of that value (whoever made it). Agents that disagree keep their
+/// claims side by side: nothing one agent asserts removes another's. Cardinality many: every
+/// assertion of a value since that value was last retracted.
+pub fn claims(datoms: &[Datom], cardinality: Cardinality) -> Vec<&Datom> {
+    let mut ordered: Vec<&Datom> = datoms.iter().collect();
+    ordered.sort_by_key(|d| d.tx);
+    let mut live: Vec<&Datom> = Vec::new();
+    for d in ordered {
+        match d.op {
+            Op::Assert => {
+                if cardinality == Cardinality::One {
+                    live.retain(|c| c.provenance.agent != d.provenance.agent);
                 }
+                live.push(d);
             }
+            Op::Retract => live.retain(|c| c.value != d.value),
         }
-        out.extend(current.cloned());
+    }
+    live
+}
+
+/// The distinct values a slot holds (the latest claim of each), in the order they were last
+/// claimed.
+pub fn holding(datoms: &[Datom], cardinality: Cardinality) -> Vec<&Datom> {
+    let mut out: Vec<&Datom> = Vec::new();
+    for c in claims(datoms, cardinality) {
+        out.retain(|d| d.value != c.value);
+        out.push(c);
     }
     out
 }
 
-/// The current value of one attribute of one entity (latest tx, no valid-time filter).
+/// Whether `a` ranks above `b` under `rule` (both are live claims).
+fn ranks_above(rule: Resolution, a: &Datom, b: &Datom) -> bool {
+    match rule {
+        Resolution::Latest => a.tx > b.tx,
+        Resolution::Verified => {
+            let key = |d: &Datom| (d.provenance.status == Status::Verified, d.provenance.confidence);
+            let (ka, kb) = (key(a), key(b));
+            match ka.0.cmp(&kb.0).then(ka.1.total_cmp(&kb.1)) {
+                std::cmp::Ordering::Equal => a.tx > b.tx,
+                order => order.is_gt(),
+            }
+        }
+    }
+}
+
+/// Resolves one slot's datoms under `opts` (its `as_of` and `valid_at_ns` filter first).
+pub fn resolve_slot(datoms: &[Datom], cardinality: Cardinality, opts: &ReadOptions) -> Facts {
+    let seen: Vec<Datom> = datoms
+        .iter()
+        .filter(|d| opts.as_of.is_none_or(|t| d.tx <= t) && opts.valid_at_ns.is_none_or(|at| d.valid_at(at)))
+        .cloned()
+        .collect();
+    let live: Vec<&Datom> = claims(&seen, cardinality)
+        .into_iter()
+        .filter(|d| !opts.verified_only || d.provenance.status == Status::Verified)
+        .collect();
+    let mut facts = Facts::default();
+    match cardinality {
+        Cardinality::One => {
+            let Some(winner) = live
+                .iter()
+                .copied()
+                .reduce(|best, d| if ranks_above(opts.rule, d, best) { d } else { best })
+            else {
+                return facts;
+            };
+            facts.conflicts = live
+                .iter()
+                .filter(|d| d.value != winner.value)
+                .map(|d| (*d).clone())
+                .collect();
+            facts.current.push(winner.clone());
+        }
+        Cardinality::Many => {
+            let mut best: Vec<&Datom> = Vec::new();
+            for d in live {
+                match best.iter_mut().find(|b| b.value == d.value) {
+                    Some(b) => {
+                        if ranks_above(opts.rule, d, b) {
+                            *b = d;
+                        }
+                    }
+                    None => best.push(d),
+                }
+            }
+            facts.current = best.into_iter().cloned().collect();
+        }
+    }
+    facts
+}
+
+/// Reduces datoms (of one entity, any attributes) to the facts current at `as_of` tx and,
+/// if given, valid time `valid_at_ns`, treating every attribute as cardinality one under the
+/// latest-claim rule.
+pub fn current_facts(datoms: &[Datom], as_of: Option<TxId>, valid_at_ns: Option<i64>) -> Vec<Datom> {
+    let opts = ReadOptions {
+        as_of,
+        valid_at_ns,
+        ..ReadOptions::default()
+    };
+    let mut by_attr: BTreeMap<&Attribute, Vec<Datom>> = BTreeMap::new();
+    for d in datoms {
+        by_attr.entry(&d.attribute).or_default().push(d.clone());
+    }
+    by_attr
+        .values()
+        .flat_map(|slot| resolve_slot(slot, Cardinality::One, &opts).current)
+        .collect()
+}
+
+/// The current value of one attribute of one entity on main (the latest claim; for a
+/// cardinality-many attribute, the latest value added).
 pub fn current_value(
     store: &dyn Store,
     ns: &Namespace,
     e: EntityId,
     attr: &Attribute,
 ) -> Result<Option<Value>, CoreError> {
-    let datoms = decode_datoms(scan_prefix(
-        store,
-        &keys::eavt_attr(ns, e, attr),
-        MAX_READ_DATOMS,
-    )?)?;
-    Ok(current_facts(&datoms, None, None)
-        .into_iter()
-        .next()
+    let datoms = slot_datoms_main(store, ns, e, attr)?;
+    let cardinality = schema::cardinality_at(store, ns, attr, None)?;
+    Ok(resolve_slot(&datoms, cardinality, &ReadOptions::default())
+        .current
+        .pop()
         .map(|d| d.value))
 }
 
@@ -121,11 +344,13 @@ pub fn current_value(
 pub enum ReadError {
     #[error("unknown entity {0} in this namespace")]
     UnknownEntity(EntityId),
+    #[error("branch {0} does not exist in this namespace")]
+    UnknownBranch(BranchName),
     #[error(transparent)]
     Core(#[from] CoreError),
 }
 
-/// The entity's facts as of a transaction and/or a valid time.
+/// The entity's facts on main as of a transaction and/or a valid time, latest claim winning.
 pub fn get(
     store: &dyn Store,
     ns: &Namespace,
@@ -133,13 +358,42 @@ pub fn get(
     as_of: Option<TxId>,
     valid_at_ns: Option<i64>,
 ) -> Result<Vec<Datom>, ReadError> {
-    if !entity_exists(store, ns, e)? {
-        return Err(ReadError::UnknownEntity(e));
-    }
-    Ok(current_facts(&entity_datoms(store, ns, e)?, as_of, valid_at_ns))
+    let opts = ReadOptions {
+        as_of,
+        valid_at_ns,
+        ..ReadOptions::default()
+    };
+    Ok(get_facts(store, ns, None, e, &opts)?.current)
 }
 
-/// Every datom of an entity, in tx order (optionally one attribute only).
+/// The entity's facts on main or a branch under `opts`: per attribute, the current value(s)
+/// by the schema in force at `opts.as_of`, and the claims that disagree.
+pub fn get_facts(
+    store: &dyn Store,
+    ns: &Namespace,
+    branch: Option<&BranchName>,
+    e: EntityId,
+    opts: &ReadOptions,
+) -> Result<Facts, ReadError> {
+    let (view, _) = View::of(store, ns, branch)?;
+    if !view.entity_visible(store, e)? {
+        return Err(ReadError::UnknownEntity(e));
+    }
+    let mut by_attr: BTreeMap<Attribute, Vec<Datom>> = BTreeMap::new();
+    for d in view.entity_datoms(store, e)? {
+        by_attr.entry(d.attribute.clone()).or_default().push(d);
+    }
+    let mut facts = Facts::default();
+    for (attr, slot) in by_attr {
+        let cardinality = schema::cardinality_at(store, ns, &attr, opts.as_of)?;
+        let resolved = resolve_slot(&slot, cardinality, opts);
+        facts.current.extend(resolved.current);
+        facts.conflicts.extend(resolved.conflicts);
+    }
+    Ok(facts)
+}
+
+/// Every datom of an entity on main, in tx order (optionally one attribute only).
 pub fn entity_history(
     store: &dyn Store,
     ns: &Namespace,
@@ -147,14 +401,26 @@ pub fn entity_history(
     attr: Option<&Attribute>,
     limit: usize,
 ) -> Result<Vec<Datom>, ReadError> {
-    if !entity_exists(store, ns, e)? {
+    entity_history_on(store, ns, None, e, attr, limit)
+}
+
+/// Every datom of an entity seen on main or a branch, in tx order.
+pub fn entity_history_on(
+    store: &dyn Store,
+    ns: &Namespace,
+    branch: Option<&BranchName>,
+    e: EntityId,
+    attr: Option<&Attribute>,
+    limit: usize,
+) -> Result<Vec<Datom>, ReadError> {
+    let (view, _) = View::of(store, ns, branch)?;
+    if !view.entity_visible(store, e)? {
         return Err(ReadError::UnknownEntity(e));
     }
-    let prefix = match attr {
-        Some(a) => keys::eavt_attr(ns, e, a),
-        None => keys::eavt_entity(ns, e),
+    let mut datoms = match attr {
+        Some(a) => view.slot_datoms(store, e, a)?,
+        None => view.entity_datoms(store, e)?,
     };
-    let mut datoms = decode_datoms(scan_prefix(store, &prefix, MAX_READ_DATOMS)?)?;
     datoms.sort_by_key(|d| d.tx);
     datoms.truncate(limit);
     Ok(datoms)
@@ -197,6 +463,29 @@ pub fn attribute_history(
     Ok(datoms)
 }
 
+/// Every datom of an attribute seen on main or a branch, in tx order.
+pub fn attribute_history_on(
+    store: &dyn Store,
+    ns: &Namespace,
+    branch: Option<&BranchName>,
+    attr: &Attribute,
+    limit: usize,
+) -> Result<Vec<Datom>, ReadError> {
+    let (view, _) = View::of(store, ns, branch)?;
+    let mut datoms = attribute_history(store, ns, attr, MAX_READ_DATOMS)?;
+    if let Some((name, fork)) = view.branch {
+        datoms.retain(|d| d.tx <= fork);
+        datoms.extend(
+            branch::datoms(store, ns, name)?
+                .into_iter()
+                .filter(|d| &d.attribute == attr),
+        );
+    }
+    datoms.sort_by_key(|d| d.tx);
+    datoms.truncate(limit);
+    Ok(datoms)
+}
+
 /// Entities whose current value of `attr` (as of `as_of`) is `value`, or that have any
 /// current value when `value` is `None`. Returns the current datoms, by entity.
 pub fn find(
@@ -207,31 +496,41 @@ pub fn find(
     as_of: Option<TxId>,
     limit: usize,
 ) -> Result<Vec<Datom>, CoreError> {
-    let prefix = match value {
-        Some(v) => keys::avet_value(ns, attr, v),
-        None => keys::aevt_attr(ns, attr),
+    match find_on(store, ns, None, attr, value, as_of, limit) {
+        Ok(found) => Ok(found),
+        Err(ReadError::Core(e)) => Err(e),
+        // Main always exists and find names no entity.
+        Err(other) => Err(CoreError::corrupt("find", other.to_string())),
+    }
+}
+
+/// [`find`] on main or a branch.
+pub fn find_on(
+    store: &dyn Store,
+    ns: &Namespace,
+    branch: Option<&BranchName>,
+    attr: &Attribute,
+    value: Option<&Value>,
+    as_of: Option<TxId>,
+    limit: usize,
+) -> Result<Vec<Datom>, ReadError> {
+    let (view, _) = View::of(store, ns, branch)?;
+    let cardinality = schema::cardinality_at(store, ns, attr, as_of)?;
+    let opts = ReadOptions {
+        as_of,
+        ..ReadOptions::default()
     };
-    let rows = scan_prefix(store, &prefix, MAX_READ_DATOMS)?;
-    let mut entities: Vec<EntityId> = rows
-        .iter()
-        .filter_map(|(k, _)| keys::trailing_entity_tx_seq(k).map(|(e, _, _)| e))
-        .collect();
-    entities.sort();
-    entities.dedup();
     let mut out = Vec::new();
-    for e in entities {
-        let versions = decode_datoms(scan_prefix(
-            store,
-            &keys::eavt_attr(ns, e, attr),
-            MAX_READ_DATOMS,
-        )?)?;
-        if let Some(current) = current_facts(&versions, as_of, None).into_iter().next()
-            && value.is_none_or(|v| *v == current.value)
-        {
-            out.push(current);
-            if out.len() >= limit {
-                break;
+    for e in view.value_candidates(store, attr, value)? {
+        let slot = view.slot_datoms(store, e, attr)?;
+        for current in resolve_slot(&slot, cardinality, &opts).current {
+            if value.is_none_or(|v| *v == current.value) {
+                out.push(current);
             }
+        }
+        if out.len() >= limit {
+            out.truncate(limit);
+            break;
         }
     }
     Ok(out)
@@ -367,11 +666,13 @@ pub struct TxRecord {
     pub datoms: Vec<Datom>,
 }
 
-/// The committed transactions of `ns` with tx id at least `from`, oldest first, scanning at most
-/// `scan_limit` transactions of any namespace. Returns them and the tx id to continue from.
+/// The committed transactions of `ns` on `branch` (`None`: main) with tx id at least `from`,
+/// oldest first, scanning at most `scan_limit` transactions of any namespace. Returns them and
+/// the tx id to continue from.
 pub fn transactions_from(
     store: &dyn Store,
     ns: &Namespace,
+    branch: Option<&BranchName>,
     from: TxId,
     scan_limit: usize,
 ) -> Result<(Vec<TxRecord>, TxId), CoreError> {
@@ -389,7 +690,7 @@ pub fn transactions_from(
             .ok_or_else(|| CoreError::corrupt("tx-log key", "shorter than a tx id"))?;
         next = TxId(tx.0 + 1);
         let row: TxLogRow = decode_row("tx log row", &value)?;
-        if &row.namespace != ns {
+        if &row.namespace != ns || row.branch.as_ref() != branch {
             continue;
         }
         let prefix = keys::tx_datoms_prefix(tx);
@@ -463,7 +764,7 @@ pub fn diff(
         None => {
             let mut next = TxId(from.0.saturating_add(1));
             'scan: while next <= to {
-                let (records, after) = transactions_from(store, ns, next, 256)?;
+                let (records, after) = transactions_from(store, ns, None, next, 256)?;
                 for record in records {
                     if record.receipt.tx > to {
                         break 'scan;
@@ -481,5 +782,58 @@ pub fn diff(
             }
         }
     }
+    Ok(out)
+}
+
+/// A branch against main: what the branch wrote (what a merge would apply), and what main
+/// recorded since the fork on the slots the branch wrote (what a merge would conflict with).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct BranchDiff {
+    pub branch: Diff,
+    /// Main's datoms after the fork on (entity, attribute) pairs the branch also wrote.
+    pub main_changed: Vec<Datom>,
+    pub row: Option<BranchRow>,
+}
+
+/// Diffs `branch` against main, for one entity or every entity the branch wrote.
+pub fn branch_diff(
+    store: &dyn Store,
+    ns: &Namespace,
+    name: &BranchName,
+    entity: Option<EntityId>,
+    limit: usize,
+) -> Result<BranchDiff, ReadError> {
+    let (view, row) = View::of(store, ns, Some(name))?;
+    let fork = row.as_ref().map_or(TxId(0), |r| r.fork);
+    if let Some(e) = entity
+        && !view.entity_visible(store, e)?
+    {
+        return Err(ReadError::UnknownEntity(e));
+    }
+    let mut out = BranchDiff {
+        row,
+        ..BranchDiff::default()
+    };
+    let mut slots: Vec<(EntityId, Attribute)> = Vec::new();
+    for d in branch::datoms(store, ns, name)? {
+        if entity.is_some_and(|e| e != d.entity) {
+            continue;
+        }
+        let slot = (d.entity, d.attribute.clone());
+        if !slots.contains(&slot) {
+            slots.push(slot);
+        }
+        if !out.branch.push(d, limit) {
+            break;
+        }
+    }
+    for (e, attr) in slots {
+        out.main_changed.extend(
+            slot_datoms_main(store, ns, e, &attr)?
+                .into_iter()
+                .filter(|d| d.tx > fork),
+        );
+    }
+    out.main_changed.sort_by_key(|d| d.tx);
     Ok(out)
 }

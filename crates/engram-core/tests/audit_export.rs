@@ -27,6 +27,9 @@ fn founder() -> NodeKey {
 fn tx(n: u64) -> TxRequest {
     TxRequest {
         namespace: Namespace::new("team/a").unwrap(),
+        branch: None,
+        schema: Vec::new(),
+        branch_op: None,
         ops: vec![
             TxOp {
                 op: Op::Assert,

@@ -24,6 +24,9 @@ fn op(op: Op, entity: EntityRef, value: Value, valid_from_ns: Option<i64>) -> Tx
 fn tx(ns: &str, ops: Vec<TxOp>) -> TxRequest {
     TxRequest {
         namespace: Namespace::new(ns).unwrap(),
+        branch: None,
+        schema: Vec::new(),
+        branch_op: None,
         ops,
         preconditions: vec![],
         idempotency_key: None,

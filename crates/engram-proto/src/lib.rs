@@ -9,8 +9,8 @@
 //! Must not depend on: the core, storage, Raft or the server.
 
 use engram_types::{
-    Attribute, Datom, EntityId, EntityRef, Namespace, Op, Precondition, Provenance, Status, TxOp, TxReceipt,
-    TxRequest, ValidationError, Value,
+    Attribute, AttributeDef, BranchName, BranchOp, Cardinality, Datom, EntityId, EntityRef, Namespace, Op,
+    Precondition, Provenance, Status, TxId, TxOp, TxReceipt, TxRequest, Unique, ValidationError, Value, ValueType,
 };
 use thiserror::Error;
 
@@ -58,6 +58,109 @@ pub fn namespace(field: &str, raw: String) -> Result<Namespace, WireError> {
 
 pub fn attribute(field: &str, raw: String) -> Result<Attribute, WireError> {
     Attribute::new(raw).map_err(at(field))
+}
+
+/// An optional branch: empty is main.
+pub fn branch(field: &str, raw: String) -> Result<Option<BranchName>, WireError> {
+    if raw.is_empty() {
+        return Ok(None);
+    }
+    BranchName::new(raw).map(Some).map_err(at(field))
+}
+
+/// A required branch name.
+pub fn branch_name(field: &str, raw: String) -> Result<BranchName, WireError> {
+    if raw.is_empty() {
+        return Err(WireError::missing(field));
+    }
+    BranchName::new(raw).map_err(at(field))
+}
+
+pub fn value_type(field: &str, raw: &str) -> Result<ValueType, WireError> {
+    ValueType::ALL.into_iter().find(|t| t.name() == raw).ok_or_else(|| {
+        WireError::new(
+            field,
+            format!("unknown value type {raw:?} (string, i64, f64, bool, bytes, instant, ref, keyword or json)"),
+        )
+    })
+}
+
+pub fn attribute_def(field: &str, raw: pb::AttributeDef) -> Result<AttributeDef, WireError> {
+    let sub = |name: &str| format!("{field}.{name}");
+    let cardinality = match pb::Cardinality::try_from(raw.cardinality) {
+        Ok(pb::Cardinality::Unspecified | pb::Cardinality::One) => Cardinality::One,
+        Ok(pb::Cardinality::Many) => Cardinality::Many,
+        Err(_) => return Err(WireError::new(sub("cardinality"), format!("unknown cardinality {}", raw.cardinality))),
+    };
+    let unique = match pb::Uniqueness::try_from(raw.unique) {
+        Ok(pb::Uniqueness::None) => None,
+        Ok(pb::Uniqueness::Identity) => Some(Unique::Identity),
+        Ok(pb::Uniqueness::Value) => Some(Unique::Value),
+        Err(_) => return Err(WireError::new(sub("unique"), format!("unknown uniqueness {}", raw.unique))),
+    };
+    let def = AttributeDef {
+        ident: attribute(&sub("ident"), raw.ident)?,
+        value_type: value_type(&sub("value_type"), &raw.value_type)?,
+        cardinality,
+        unique,
+        indexed: raw.indexed,
+        component: raw.component,
+        doc: raw.doc,
+        deprecated: raw.deprecated,
+    };
+    def.validate().map_err(at(field))?;
+    Ok(def)
+}
+
+impl From<&AttributeDef> for pb::AttributeDef {
+    fn from(d: &AttributeDef) -> pb::AttributeDef {
+        pb::AttributeDef {
+            ident: d.ident.to_string(),
+            value_type: d.value_type.name().to_string(),
+            cardinality: match d.cardinality {
+                Cardinality::One => pb::Cardinality::One,
+                Cardinality::Many => pb::Cardinality::Many,
+            } as i32,
+            unique: match d.unique {
+                None => pb::Uniqueness::None,
+                Some(Unique::Identity) => pb::Uniqueness::Identity,
+                Some(Unique::Value) => pb::Uniqueness::Value,
+            } as i32,
+            indexed: d.indexed,
+            component: d.component,
+            doc: d.doc.clone(),
+            deprecated: d.deprecated,
+        }
+    }
+}
+
+/// A schema transaction.
+pub fn schema_request(req: pb::ApplySchemaRequest) -> Result<TxRequest, WireError> {
+    let mut tx = TxRequest::data(namespace("namespace", req.namespace)?, Vec::new(), provenance(req.provenance)?);
+    for (i, def) in req.attributes.into_iter().enumerate() {
+        tx.schema.push(attribute_def(&format!("attributes[{i}]"), def)?);
+    }
+    tx.idempotency_key = Some(req.idempotency_key).filter(|k| !k.is_empty());
+    tx.validate().map_err(at("attributes"))?;
+    Ok(tx)
+}
+
+/// A branch transaction: `op` builds the operation from the validated name.
+pub fn branch_request(
+    namespace_raw: String,
+    name: String,
+    provenance_raw: Option<pb::Provenance>,
+    op: impl FnOnce(BranchName) -> BranchOp,
+) -> Result<TxRequest, WireError> {
+    let mut tx = TxRequest::data(namespace("namespace", namespace_raw)?, Vec::new(), provenance(provenance_raw)?);
+    tx.branch_op = Some(op(branch_name("name", name)?));
+    tx.validate().map_err(at("request"))?;
+    Ok(tx)
+}
+
+pub fn create_branch_request(req: pb::CreateBranchRequest) -> Result<TxRequest, WireError> {
+    let from = req.from_tx.map(TxId);
+    branch_request(req.namespace, req.name, req.provenance, |name| BranchOp::Create { name, from })
 }
 
 pub fn value(field: &str, raw: Option<pb::Value>) -> Result<Value, WireError> {
@@ -166,6 +269,10 @@ impl TryFrom<pb::TransactRequest> for TxRequest {
             let entity = match o.entity.and_then(|e| e.kind) {
                 Some(Kind::Id(id)) => EntityRef::Id(EntityId(id)),
                 Some(Kind::Temp(name)) => EntityRef::Temp(name),
+                Some(Kind::Lookup(l)) => EntityRef::Lookup(
+                    attribute(&field("entity.lookup.attribute"), l.attribute)?,
+                    value(&field("entity.lookup.value"), l.value)?,
+                ),
                 None => return Err(WireError::missing(&field("entity"))),
             };
             ops.push(TxOp {
@@ -191,7 +298,10 @@ impl TryFrom<pb::TransactRequest> for TxRequest {
         }
         let tx = TxRequest {
             namespace,
+            branch: branch("branch", req.branch)?,
             ops,
+            schema: Vec::new(),
+            branch_op: None,
             preconditions,
             idempotency_key: Some(req.idempotency_key).filter(|k| !k.is_empty()),
             provenance: provenance(req.provenance)?,
@@ -214,6 +324,10 @@ impl From<&TxRequest> for pb::TransactRequest {
                         kind: Some(match &o.entity {
                             EntityRef::Id(e) => pb::entity_ref::Kind::Id(e.0),
                             EntityRef::Temp(t) => pb::entity_ref::Kind::Temp(t.clone()),
+                            EntityRef::Lookup(a, v) => pb::entity_ref::Kind::Lookup(pb::LookupRef {
+                                attribute: a.to_string(),
+                                value: Some(v.into()),
+                            }),
                         }),
                     }),
                     attribute: o.attribute.to_string(),
@@ -233,6 +347,7 @@ impl From<&TxRequest> for pb::TransactRequest {
                 .collect(),
             idempotency_key: tx.idempotency_key.clone().unwrap_or_default(),
             provenance: Some((&tx.provenance).into()),
+            branch: tx.branch.as_ref().map(ToString::to_string).unwrap_or_default(),
         }
     }
 }
@@ -242,6 +357,7 @@ impl From<&TxRequest> for pb::TransactRequest {
 pub fn datom(raw: pb::Datom) -> Result<Datom, WireError> {
     Ok(Datom {
         namespace: namespace("datom.namespace", raw.namespace)?,
+        branch: branch("datom.branch", raw.branch)?,
         entity: engram_types::EntityId(raw.entity),
         attribute: attribute("datom.attribute", raw.attribute)?,
         value: value("datom.value", raw.value)?,
@@ -266,6 +382,7 @@ impl From<&Datom> for pb::Datom {
             tx: d.tx.0,
             provenance: Some((&d.provenance).into()),
             hash: d.hash().0.to_vec(),
+            branch: d.branch.as_ref().map(ToString::to_string).unwrap_or_default(),
         }
     }
 }
@@ -314,6 +431,7 @@ mod tests {
                 confidence: 0.5,
                 ..Default::default()
             }),
+            branch: String::new(),
         }
     }
 
@@ -361,12 +479,101 @@ mod tests {
                 Box::new(|r| r.provenance.as_mut().unwrap().confidence = 2.0),
             ),
             ("transaction", Box::new(|r| r.ops.clear())),
+            ("branch", Box::new(|r| r.branch = "../main".into())),
+            ("branch", Box::new(|r| r.branch = "main".into())),
+            (
+                "ops[0].entity.lookup.attribute",
+                Box::new(|r| {
+                    r.ops[0].entity = Some(pb::EntityRef {
+                        kind: Some(pb::entity_ref::Kind::Lookup(pb::LookupRef {
+                            attribute: "email".into(),
+                            value: None,
+                        })),
+                    })
+                }),
+            ),
         ];
         for (field, mutate) in cases {
             let mut req = good();
             mutate(&mut req);
             let err = TxRequest::try_from(req).unwrap_err();
             assert!(err.field.starts_with(field), "expected {field}, got {err}");
+        }
+    }
+}
+
+#[cfg(test)]
+mod schema_tests {
+    use super::*;
+
+    fn def() -> pb::AttributeDef {
+        pb::AttributeDef {
+            ident: ":memory/key".into(),
+            value_type: "string".into(),
+            cardinality: pb::Cardinality::One as i32,
+            unique: pb::Uniqueness::Identity as i32,
+            ..Default::default()
+        }
+    }
+
+    fn request(defs: Vec<pb::AttributeDef>) -> pb::ApplySchemaRequest {
+        pb::ApplySchemaRequest {
+            namespace: "team/a".into(),
+            attributes: defs,
+            provenance: Some(pb::Provenance {
+                agent: "admin".into(),
+                confidence: 1.0,
+                ..Default::default()
+            }),
+            idempotency_key: String::new(),
+        }
+    }
+
+    #[test]
+    fn definitions_round_trip_and_bad_ones_are_named() {
+        let tx = schema_request(request(vec![def()])).unwrap();
+        assert_eq!(tx.schema[0].unique, Some(Unique::Identity));
+        assert_eq!(pb::AttributeDef::from(&tx.schema[0]), def());
+        let cases: Vec<(&str, pb::AttributeDef)> = vec![
+            ("attributes[0].value_type", pb::AttributeDef { value_type: "text".into(), ..def() }),
+            ("attributes[0].ident", pb::AttributeDef { ident: "key".into(), ..def() }),
+            ("attributes[0].cardinality", pb::AttributeDef { cardinality: 7, ..def() }),
+            ("attributes[0]", pb::AttributeDef { ident: ":db/ident".into(), ..def() }),
+            ("attributes[0]", pb::AttributeDef { cardinality: pb::Cardinality::Many as i32, ..def() }),
+        ];
+        for (field, bad) in cases {
+            let err = schema_request(request(vec![bad])).unwrap_err();
+            assert_eq!(err.field, field, "{err}");
+        }
+        let err = schema_request(request(vec![])).unwrap_err();
+        assert_eq!(err.field, "attributes");
+    }
+
+    #[test]
+    fn branch_requests_need_a_valid_name() {
+        let ok = create_branch_request(pb::CreateBranchRequest {
+            namespace: "team/a".into(),
+            name: "plan-a".into(),
+            from_tx: Some(4),
+            provenance: request(vec![]).provenance,
+        })
+        .unwrap();
+        assert_eq!(
+            ok.branch_op,
+            Some(BranchOp::Create {
+                name: BranchName::new("plan-a").unwrap(),
+                from: Some(TxId(4))
+            })
+        );
+        for bad in ["", "main", "a/b", ".."] {
+            let err = create_branch_request(pb::CreateBranchRequest {
+                namespace: "team/a".into(),
+                name: bad.into(),
+                from_tx: None,
+                provenance: request(vec![]).provenance,
+            })
+            .unwrap_err();
+            assert_eq!(err.field, "name", "{bad:?}: {err}");
         }
     }
 }

@@ -27,6 +27,18 @@ impl Attribute {
     pub fn as_str(&self) -> &str {
         &self.0
     }
+
+    /// The part before the `/`, without the leading `:`.
+    pub fn prefix(&self) -> &str {
+        self.0[1..].split_once('/').map_or("", |(p, _)| p)
+    }
+
+    /// Whether the attribute belongs to the system vocabulary (`:db/...`, `:db.<x>/...`): the
+    /// schema and branch records. Transactions may not assert or retract these directly.
+    pub fn is_reserved(&self) -> bool {
+        let prefix = self.prefix();
+        prefix == "db" || prefix.starts_with("db.")
+    }
 }
 
 /// Shared by attributes and keyword values: `:prefix/name`.
@@ -81,5 +93,9 @@ mod tests {
         for bad in ["task/status", ":task", ":/x", ":x/", ":a b/c", ""] {
             assert!(Attribute::new(bad).is_err(), "{bad:?}");
         }
+        assert!(Attribute::new(":db/ident").unwrap().is_reserved());
+        assert!(Attribute::new(":db.branch/state").unwrap().is_reserved());
+        assert!(!Attribute::new(":dbx/a").unwrap().is_reserved());
+        assert_eq!(Attribute::new(":a.b/c").unwrap().prefix(), "a.b");
     }
 }

@@ -2,7 +2,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::codec::{Reader, Writer};
 use crate::{
-    Attribute, DATOM_FORMAT_VERSION, DecodeError, EntityId, Hash, Namespace, TxId, ValidationError, Value,
+    Attribute, BranchName, DATOM_FORMAT_VERSION, DATOM_FORMAT_VERSION_BRANCH, DecodeError, EntityId, Hash, Namespace, TxId, ValidationError, Value,
     ValueType,
 };
 
@@ -75,6 +75,8 @@ impl Provenance {
 #[derive(Clone, PartialEq, Debug, Serialize, Deserialize)]
 pub struct Datom {
     pub namespace: Namespace,
+    /// The branch the datom was written on; `None`: main.
+    pub branch: Option<BranchName>,
     pub entity: EntityId,
     pub attribute: Attribute,
     pub value: Value,
@@ -169,9 +171,14 @@ impl Datom {
     /// The canonical, versioned encoding. This is both what is hashed and what is stored.
     pub fn encode(&self) -> Vec<u8> {
         let mut w = Writer::with_capacity(96);
-        w.u8(DATOM_FORMAT_VERSION)
-            .str(self.namespace.as_str())
-            .u64(self.entity.0)
+        match &self.branch {
+            None => w.u8(DATOM_FORMAT_VERSION).str(self.namespace.as_str()),
+            Some(branch) => w
+                .u8(DATOM_FORMAT_VERSION_BRANCH)
+                .str(self.namespace.as_str())
+                .str(branch.as_str()),
+        };
+        w.u64(self.entity.0)
             .str(self.attribute.as_str());
         encode_value(&mut w, &self.value);
         w.u8(op_tag(self.op))
@@ -191,10 +198,15 @@ impl Datom {
     pub fn decode(bytes: &[u8]) -> Result<Datom, DecodeError> {
         let mut r = Reader::new(bytes);
         let version = r.u8("format version")?;
-        if version != DATOM_FORMAT_VERSION {
+        if version != DATOM_FORMAT_VERSION && version != DATOM_FORMAT_VERSION_BRANCH {
             return Err(DecodeError::Version(version));
         }
         let namespace = Namespace::new(r.string("namespace")?)?;
+        let branch = if version == DATOM_FORMAT_VERSION_BRANCH {
+            Some(BranchName::new(r.string("branch")?)?)
+        } else {
+            None
+        };
         let entity = EntityId(r.u64("entity")?);
         let attribute = Attribute::new(r.string("attribute")?)?;
         let value = decode_value(&mut r)?;
@@ -221,6 +233,7 @@ impl Datom {
         r.finish()?;
         Ok(Datom {
             namespace,
+            branch,
             entity,
             attribute,
             value,
@@ -250,6 +263,7 @@ mod tests {
     pub(crate) fn sample() -> Datom {
         Datom {
             namespace: Namespace::new("team/a").unwrap(),
+            branch: None,
             entity: EntityId(7),
             attribute: Attribute::new(":task/status").unwrap(),
             value: Value::Keyword(":status/open".into()),
@@ -298,6 +312,19 @@ mod tests {
         let mut other = sample();
         other.provenance.confidence = 0.76;
         assert_ne!(d.hash(), other.hash());
+    }
+
+    #[test]
+    fn a_branch_datom_is_version_2_and_round_trips() {
+        let mut d = sample();
+        d.branch = Some(BranchName::new("plan-a").unwrap());
+        let bytes = d.encode();
+        assert_eq!(bytes[0], DATOM_FORMAT_VERSION_BRANCH);
+        assert_eq!(Datom::decode(&bytes).unwrap(), d);
+        assert_ne!(d.hash(), sample().hash(), "the branch is part of the content address");
+        for cut in 0..bytes.len() {
+            assert!(Datom::decode(&bytes[..cut]).is_err());
+        }
     }
 
     #[test]

@@ -12,6 +12,10 @@ pub enum ValidationError {
     Value { field: &'static str, reason: String },
     #[error("invalid transaction: {0}")]
     Transaction(String),
+    #[error("invalid branch name {value:?}: {reason}")]
+    Branch { value: String, reason: &'static str },
+    #[error("invalid attribute declaration: {0}")]
+    Schema(String),
 }
 
 /// Bytes that are not a canonical encoding of what the reader expected. Seen when the disk or

@@ -17,6 +17,7 @@ mod error;
 mod hash;
 mod ids;
 mod namespace;
+mod schema;
 mod tx;
 mod value;
 
@@ -26,12 +27,17 @@ pub use error::{DecodeError, ValidationError};
 pub use hash::Hash;
 pub use ids::{EntityId, TxId};
 pub use namespace::Namespace;
+pub use schema::{AttributeDef, BranchName, BranchOp, Cardinality, Unique};
 pub use tx::{EntityRef, Precondition, TxOp, TxReceipt, TxRequest};
 pub use value::{Value, ValueType};
 
 /// Format version of the canonical datom encoding. Bumped only with a new decoder arm, never
 /// by changing what an existing version means.
 pub const DATOM_FORMAT_VERSION: u8 = 1;
+
+/// Format version of a datom written on a branch: version 1 with the branch name after the
+/// namespace. Datoms on main keep version 1, so their bytes and hashes are unchanged.
+pub const DATOM_FORMAT_VERSION_BRANCH: u8 = 2;
 
 /// Largest string, keyword, bytes or json payload of one value, in bytes.
 pub const MAX_VALUE_BYTES: usize = 1 << 20;

@@ -2,15 +2,20 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::{Attribute, EntityId, Hash, Namespace, Op, Provenance, TxId, ValidationError, Value};
+use crate::{
+    Attribute, AttributeDef, BranchName, BranchOp, EntityId, Hash, Namespace, Op, Provenance, TxId, ValidationError,
+    Value,
+};
 
 /// Names an entity in a transaction: an existing id, or a temporary name that the state
 /// machine resolves to a freshly allocated id (the same name within one transaction means the
 /// same new entity).
-#[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Debug, Serialize, Deserialize)]
+#[derive(Clone, PartialEq, Debug, Serialize, Deserialize)]
 pub enum EntityRef {
     Id(EntityId),
     Temp(String),
+    /// The entity whose current value of a unique attribute is this value (a lookup ref).
+    Lookup(Attribute, Value),
 }
 
 /// One assertion or retraction in a transaction.
@@ -35,11 +40,18 @@ pub struct Precondition {
     pub expected: Option<Value>,
 }
 
-/// What an agent asks the cluster to record, atomically.
+/// What an agent asks the cluster to record, atomically. A transaction carries exactly one
+/// kind of change: data `ops` (on main, or on `branch`), `schema` declarations, or one
+/// `branch_op`.
 #[derive(Clone, PartialEq, Debug, Serialize, Deserialize)]
 pub struct TxRequest {
     pub namespace: Namespace,
+    /// Where `ops` are written: `None` is main.
+    pub branch: Option<BranchName>,
     pub ops: Vec<TxOp>,
+    /// Attributes to declare or migrate (forward-only; see the engine's schema rules).
+    pub schema: Vec<AttributeDef>,
+    pub branch_op: Option<BranchOp>,
     pub preconditions: Vec<Precondition>,
     /// A retry carrying the same key (in the same namespace) gets the original receipt back
     /// instead of applying twice.
@@ -50,14 +62,64 @@ pub struct TxRequest {
 impl TxRequest {
     pub const MAX_OPS: usize = 10_000;
     pub const MAX_KEY_BYTES: usize = 256;
+    pub const MAX_SCHEMA_DEFS: usize = 1_000;
+
+    /// A data transaction on main: `ops` only.
+    pub fn data(namespace: Namespace, ops: Vec<TxOp>, provenance: Provenance) -> TxRequest {
+        TxRequest {
+            namespace,
+            branch: None,
+            ops,
+            schema: Vec::new(),
+            branch_op: None,
+            preconditions: Vec::new(),
+            idempotency_key: None,
+            provenance,
+        }
+    }
 
     /// Structural checks that need no state. Everything that needs state (unknown entities,
     /// type agreement, preconditions) is checked deterministically at apply.
     pub fn validate(&self) -> Result<(), ValidationError> {
-        if self.ops.is_empty() {
+        let kinds = usize::from(!self.ops.is_empty())
+            + usize::from(!self.schema.is_empty())
+            + usize::from(self.branch_op.is_some());
+        if kinds == 0 {
             return Err(ValidationError::Transaction(
-                "a transaction needs at least one op".into(),
+                "a transaction needs at least one op, schema declaration or branch operation".into(),
             ));
+        }
+        if kinds > 1 {
+            return Err(ValidationError::Transaction(
+                "a transaction carries data ops, schema declarations or one branch operation, not a mix".into(),
+            ));
+        }
+        if self.branch.is_some() && self.ops.is_empty() {
+            return Err(ValidationError::Transaction(
+                "only data ops can be written to a branch; schema and branch operations go to main".into(),
+            ));
+        }
+        if !self.preconditions.is_empty() && self.ops.is_empty() {
+            return Err(ValidationError::Transaction(
+                "preconditions guard data ops only".into(),
+            ));
+        }
+        if self.schema.len() > Self::MAX_SCHEMA_DEFS {
+            return Err(ValidationError::Transaction(format!(
+                "{} schema declarations exceed the limit of {}",
+                self.schema.len(),
+                Self::MAX_SCHEMA_DEFS
+            )));
+        }
+        let mut idents = std::collections::BTreeSet::new();
+        for def in &self.schema {
+            def.validate()?;
+            if !idents.insert(&def.ident) {
+                return Err(ValidationError::Schema(format!(
+                    "{} is declared twice in one transaction",
+                    def.ident
+                )));
+            }
         }
         if self.ops.len() > Self::MAX_OPS {
             return Err(ValidationError::Transaction(format!(
@@ -76,6 +138,20 @@ impl TxRequest {
         self.provenance.validate()?;
         for op in &self.ops {
             op.value.validate()?;
+            if op.attribute.is_reserved() {
+                return Err(ValidationError::Transaction(format!(
+                    "attribute {} is reserved for the schema and branches; use a schema declaration or a branch operation",
+                    op.attribute
+                )));
+            }
+            if let EntityRef::Lookup(attribute, value) = &op.entity {
+                value.validate()?;
+                if attribute.is_reserved() {
+                    return Err(ValidationError::Transaction(format!(
+                        "lookup attribute {attribute} is reserved"
+                    )));
+                }
+            }
             if let EntityRef::Temp(name) = &op.entity
                 && (name.is_empty() || name.len() > Self::MAX_KEY_BYTES)
             {
@@ -123,9 +199,9 @@ mod tests {
     use super::*;
 
     fn request() -> TxRequest {
-        TxRequest {
-            namespace: Namespace::new("ns").unwrap(),
-            ops: vec![TxOp {
+        TxRequest::data(
+            Namespace::new("ns").unwrap(),
+            vec![TxOp {
                 op: Op::Assert,
                 entity: EntityRef::Temp("t".into()),
                 attribute: Attribute::new(":a/b").unwrap(),
@@ -133,14 +209,12 @@ mod tests {
                 valid_from_ns: None,
                 valid_to_ns: None,
             }],
-            preconditions: vec![],
-            idempotency_key: None,
-            provenance: Provenance {
+            Provenance {
                 agent: "a".into(),
                 confidence: 1.0,
                 ..Default::default()
             },
-        }
+        )
     }
 
     #[test]
@@ -162,5 +236,27 @@ mod tests {
         let mut sure = request();
         sure.provenance.confidence = 1.5;
         assert!(sure.validate().is_err());
+        let mut reserved = request();
+        reserved.ops[0].attribute = Attribute::new(":db/ident").unwrap();
+        assert!(reserved.validate().unwrap_err().to_string().contains("reserved"));
+    }
+
+    #[test]
+    fn one_kind_of_change_per_transaction() {
+        let def = AttributeDef::new(Attribute::new(":a/b").unwrap(), crate::ValueType::I64);
+        let mut mixed = request();
+        mixed.schema.push(def.clone());
+        assert!(mixed.validate().unwrap_err().to_string().contains("not a mix"));
+        let mut schema = request();
+        schema.ops.clear();
+        schema.schema = vec![def.clone(), def];
+        assert!(schema.validate().unwrap_err().to_string().contains("declared twice"));
+        schema.schema.pop();
+        schema.validate().unwrap();
+        schema.branch = Some(BranchName::new("b").unwrap());
+        assert!(schema.validate().unwrap_err().to_string().contains("branch"));
+        let mut on_branch = request();
+        on_branch.branch = Some(BranchName::new("b").unwrap());
+        on_branch.validate().unwrap();
     }
 }

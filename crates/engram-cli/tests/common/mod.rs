@@ -16,6 +16,9 @@ pub fn memory_tx(ns: &str, n: i64) -> TxRequest {
     };
     TxRequest {
         namespace: Namespace::new(ns).unwrap(),
+        branch: None,
+        schema: Vec::new(),
+        branch_op: None,
         ops: vec![
             op(":memory/text", Value::String(format!("{ns} {n}"))),
             op(":memory/n", Value::I64(n)),

@@ -108,6 +108,7 @@ impl Chain {
             .map(|(i, value)| {
                 Datom {
                     namespace: Namespace::new(namespace).expect("valid namespace"),
+                    branch: None,
                     entity: EntityId(100 + entry.index),
                     attribute: Attribute::new(if i % 2 == 0 { ":task/title" } else { ":task/rank" })
                         .expect("valid attribute"),

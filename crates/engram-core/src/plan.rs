@@ -1,0 +1,625 @@
+//! Planning a transaction: checks it against the state and builds the datoms and rows it
+//! writes, without writing anything. Everything here reads only the store and the request, so
+//! every replica plans the same transaction into the same bytes. A rejection leaves no trace.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use engram_storage::Store;
+use engram_types::{
+    Attribute, AttributeDef, BranchName, BranchOp, Cardinality, Datom, EntityId, EntityRef, Namespace, Op,
+    Precondition, Provenance, TxId, TxRequest, Unique, Value,
+};
+
+use crate::branch::{self, BranchRow, BranchState};
+use crate::engine::{ChainHead, Rejection, encode_row};
+use crate::reads::{self, ReadOptions, View};
+use crate::schema::{self, SchemaRow, SchemaVersion};
+use crate::{CoreError, keys};
+
+/// What a transaction writes besides its audit entry and tx-log row.
+pub(crate) struct Planned {
+    pub datoms: Vec<Datom>,
+    pub temp_ids: BTreeMap<String, EntityId>,
+    /// State rows (entity owners, schema rows, branch rows, index backfills).
+    pub rows: Vec<(Vec<u8>, Vec<u8>)>,
+    /// Attributes whose datoms get value-index (AVET) rows.
+    pub value_indexed: BTreeSet<Attribute>,
+}
+
+type Plan = Result<Result<Planned, Rejection>, CoreError>;
+
+/// `Ok(Err(rejection))` short-cut: the `?` of a rejection.
+macro_rules! reject_on {
+    ($e:expr) => {
+        match $e? {
+            Ok(v) => v,
+            Err(rejection) => return Ok(Err(rejection)),
+        }
+    };
+}
+
+pub(crate) fn plan(store: &dyn Store, req: &TxRequest, tx: TxId, tx_time_ns: i64, head: &mut ChainHead) -> Plan {
+    if !req.schema.is_empty() {
+        return plan_schema(store, req, tx, tx_time_ns, head);
+    }
+    if let Some(op) = &req.branch_op {
+        return plan_branch_op(store, req, op, tx, tx_time_ns, head);
+    }
+    plan_data(store, req, tx, tx_time_ns, head)
+}
+
+/// One assertion or retraction to plan, with whom it comes from.
+struct Fact<'a> {
+    op: Op,
+    entity: EntityId,
+    attribute: &'a Attribute,
+    value: &'a Value,
+    valid_from_ns: i64,
+    valid_to_ns: Option<i64>,
+    provenance: &'a Provenance,
+}
+
+/// The transaction being planned: the datoms so far and what it has learnt of the state.
+struct Draft<'a> {
+    store: &'a dyn Store,
+    view: View<'a>,
+    tx: TxId,
+    tx_time_ns: i64,
+    strict: bool,
+    next_entity: u64,
+    datoms: Vec<Datom>,
+    rows: Vec<(Vec<u8>, Vec<u8>)>,
+    temp_ids: BTreeMap<String, EntityId>,
+    /// Entities made by this transaction (owned by the view's branch, if any).
+    new_entities: Vec<EntityId>,
+    visible: HashMap<EntityId, bool>,
+    defs: HashMap<Attribute, Option<AttributeDef>>,
+    implicit: Vec<AttributeDef>,
+    slots: HashMap<(EntityId, Attribute), Vec<Datom>>,
+    value_indexed: BTreeSet<Attribute>,
+}
+
+impl<'a> Draft<'a> {
+    fn new(store: &'a dyn Store, view: View<'a>, tx: TxId, tx_time_ns: i64, head: &ChainHead) -> Result<Self, CoreError> {
+        Ok(Draft {
+            store,
+            view,
+            tx,
+            tx_time_ns,
+            strict: schema::namespace_schema(store, view.ns)?.strict,
+            next_entity: head.next_entity.max(1),
+            datoms: Vec::new(),
+            rows: Vec::new(),
+            temp_ids: BTreeMap::new(),
+            new_entities: Vec::new(),
+            visible: HashMap::new(),
+            defs: HashMap::new(),
+            implicit: Vec::new(),
+            slots: HashMap::new(),
+            value_indexed: BTreeSet::new(),
+        })
+    }
+
+    fn ns(&self) -> &'a Namespace {
+        self.view.ns
+    }
+
+    fn branch(&self) -> Option<&'a BranchName> {
+        self.view.branch.map(|(name, _)| name)
+    }
+
+    fn allocate(&mut self) -> EntityId {
+        let id = EntityId(self.next_entity);
+        self.next_entity += 1;
+        self.new_entities.push(id);
+        self.visible.insert(id, true);
+        id
+    }
+
+    fn visible(&mut self, e: EntityId) -> Result<bool, CoreError> {
+        if let Some(v) = self.visible.get(&e) {
+            return Ok(*v);
+        }
+        let v = self.view.entity_visible(self.store, e)?;
+        self.visible.insert(e, v);
+        Ok(v)
+    }
+
+    fn def(&mut self, attr: &Attribute) -> Result<Option<AttributeDef>, CoreError> {
+        if let Some(d) = self.defs.get(attr) {
+            return Ok(d.clone());
+        }
+        let d = schema::def_at(self.store, self.ns(), attr, None)?;
+        self.defs.insert(attr.clone(), d.clone());
+        Ok(d)
+    }
+
+    fn slot(&mut self, e: EntityId, attr: &Attribute) -> Result<&mut Vec<Datom>, CoreError> {
+        let key = (e, attr.clone());
+        if !self.slots.contains_key(&key) {
+            let loaded = if self.new_entities.contains(&e) {
+                Vec::new()
+            } else {
+                self.view.slot_datoms(self.store, e, attr)?
+            };
+            self.slots.insert(key.clone(), loaded);
+        }
+        Ok(self.slots.entry(key).or_default())
+    }
+
+    /// Whether `e` holds `value` for `attr`, counting this transaction's datoms.
+    fn holds(&mut self, e: EntityId, attr: &Attribute, value: &Value, cardinality: Cardinality) -> Result<bool, CoreError> {
+        let slot = self.slot(e, attr)?;
+        Ok(reads::holding(slot, cardinality).iter().any(|d| d.value == *value))
+    }
+
+    /// The entities other than `except` that hold `value` for `attr`.
+    fn holders(
+        &mut self,
+        attr: &Attribute,
+        value: &Value,
+        except: Option<EntityId>,
+    ) -> Result<Vec<EntityId>, CoreError> {
+        let mut candidates = self.view.value_candidates(self.store, attr, Some(value))?;
+        candidates.extend(self.slots.keys().filter(|(_, a)| a == attr).map(|(e, _)| *e));
+        candidates.sort();
+        candidates.dedup();
+        let mut out = Vec::new();
+        for e in candidates {
+            if Some(e) != except && self.holds(e, attr, value, Cardinality::One)? {
+                out.push(e);
+            }
+        }
+        Ok(out)
+    }
+
+    /// Checks one fact against the schema and the state, and adds its datom.
+    fn add(&mut self, fact: Fact<'_>) -> Result<Result<(), Rejection>, CoreError> {
+        let attr = fact.attribute;
+        let def = match self.def(attr)? {
+            Some(def) => def,
+            None if self.strict => return Ok(Err(Rejection::UnknownAttribute(attr.clone()))),
+            None => {
+                let def = schema::implicit_def(attr, fact.value.value_type());
+                self.implicit.push(def.clone());
+                self.defs.insert(attr.clone(), Some(def.clone()));
+                def
+            }
+        };
+        let found = fact.value.value_type();
+        if def.value_type != found {
+            return Ok(Err(Rejection::TypeMismatch {
+                attribute: attr.clone(),
+                expected: def.value_type,
+                found,
+            }));
+        }
+        if def.deprecated && fact.op == Op::Assert {
+            return Ok(Err(Rejection::Deprecated(attr.clone())));
+        }
+        if let Value::Ref(target) = fact.value
+            && !self.visible(*target)?
+        {
+            return Ok(Err(Rejection::UnknownEntity(*target)));
+        }
+        match fact.op {
+            Op::Retract => {
+                if !self.holds(fact.entity, attr, fact.value, def.cardinality)? {
+                    return Ok(Err(Rejection::NotCurrent {
+                        entity: fact.entity,
+                        attribute: attr.clone(),
+                        value: fact.value.clone(),
+                    }));
+                }
+            }
+            Op::Assert => {
+                if def.unique.is_some()
+                    && let Some(holder) = self.holders(attr, fact.value, Some(fact.entity))?.first()
+                {
+                    return Ok(Err(Rejection::UniqueConflict {
+                        attribute: attr.clone(),
+                        value: fact.value.clone(),
+                        holder: *holder,
+                    }));
+                }
+            }
+        }
+        if def.has_value_index() {
+            self.value_indexed.insert(attr.clone());
+        }
+        let datom = Datom {
+            namespace: self.ns().clone(),
+            branch: self.branch().cloned(),
+            entity: fact.entity,
+            attribute: attr.clone(),
+            value: fact.value.clone(),
+            op: fact.op,
+            valid_from_ns: fact.valid_from_ns,
+            valid_to_ns: fact.valid_to_ns,
+            tx: self.tx,
+            provenance: fact.provenance.clone(),
+        };
+        self.slot(fact.entity, attr)?.push(datom.clone());
+        self.datoms.push(datom);
+        Ok(Ok(()))
+    }
+
+    /// A datom the engine writes itself (schema and branch records), on main.
+    fn system(&mut self, entity: EntityId, attr: &str, value: Value, op: Op, provenance: &Provenance) {
+        self.datoms.push(Datom {
+            namespace: self.ns().clone(),
+            branch: None,
+            entity,
+            attribute: schema::reserved(attr),
+            value,
+            op,
+            valid_from_ns: self.tx_time_ns,
+            valid_to_ns: None,
+            tx: self.tx,
+            provenance: provenance.clone(),
+        });
+    }
+
+    /// Whether a precondition holds in this view (counting this transaction's datoms).
+    fn check(&mut self, pre: &Precondition) -> Result<Result<(), Rejection>, CoreError> {
+        if !self.visible(pre.entity)? {
+            return Ok(Err(Rejection::UnknownEntity(pre.entity)));
+        }
+        let cardinality = self.def(&pre.attribute)?.map_or(Cardinality::One, |d| d.cardinality);
+        let slot = self.slot(pre.entity, &pre.attribute)?.clone();
+        let current = reads::resolve_slot(&slot, cardinality, &ReadOptions::default()).current;
+        let holds = match (&pre.expected, cardinality) {
+            (None, _) => current.is_empty(),
+            (Some(v), Cardinality::One) => current.first().is_some_and(|d| d.value == *v),
+            (Some(v), Cardinality::Many) => current.iter().any(|d| d.value == *v),
+        };
+        if holds {
+            return Ok(Ok(()));
+        }
+        Ok(Err(Rejection::PreconditionFailed {
+            entity: pre.entity,
+            attribute: pre.attribute.clone(),
+            expected: pre.expected.clone(),
+            actual: current.last().map(|d| d.value.clone()),
+        }))
+    }
+
+    /// Finishes the plan: owner rows for new entities, schema rows for attributes typed by
+    /// first use, and the entity counter.
+    fn finish(mut self, head: &mut ChainHead) -> Planned {
+        let owner = keys::entity_owner(self.ns(), self.branch());
+        for e in &self.new_entities {
+            self.rows.push((keys::entity(*e), owner.clone()));
+        }
+        for def in &self.implicit {
+            let row = SchemaRow {
+                entity: None,
+                versions: vec![SchemaVersion {
+                    tx: self.tx,
+                    version: 0,
+                    def: def.clone(),
+                }],
+            };
+            self.rows
+                .push((keys::schema(self.view.ns, &def.ident), encode_row(&row)));
+        }
+        head.next_entity = self.next_entity;
+        Planned {
+            datoms: self.datoms,
+            temp_ids: self.temp_ids,
+            rows: self.rows,
+            value_indexed: self.value_indexed,
+        }
+    }
+}
+
+/// The open branch `name`, or why it cannot be written.
+fn open_branch(store: &dyn Store, ns: &Namespace, name: &BranchName) -> Result<Result<BranchRow, Rejection>, CoreError> {
+    match branch::row(store, ns, name)? {
+        None => Ok(Err(Rejection::UnknownBranch(name.clone()))),
+        Some(row) if row.state != BranchState::Open => Ok(Err(Rejection::BranchClosed {
+            branch: name.clone(),
+            state: row.state.name().to_string(),
+        })),
+        Some(row) => Ok(Ok(row)),
+    }
+}
+
+fn plan_data(store: &dyn Store, req: &TxRequest, tx: TxId, tx_time_ns: i64, head: &mut ChainHead) -> Plan {
+    let ns = &req.namespace;
+    let mut branch_row = None;
+    let view = match &req.branch {
+        None => View::main(ns),
+        Some(name) => {
+            let row = reject_on!(open_branch(store, ns, name));
+            let view = View {
+                ns,
+                branch: Some((name, row.fork)),
+            };
+            branch_row = Some(row);
+            view
+        }
+    };
+    let mut draft = Draft::new(store, view, tx, tx_time_ns, head)?;
+    for pre in &req.preconditions {
+        reject_on!(draft.check(pre));
+    }
+
+    // Temporary names that assert a unique-identity value someone holds are that entity
+    // (upsert); the others are new entities, allocated in order of first use.
+    for op in &req.ops {
+        if let (EntityRef::Temp(name), Op::Assert) = (&op.entity, op.op)
+            && !draft.temp_ids.contains_key(name)
+            && draft.def(&op.attribute)?.is_some_and(|d| d.unique == Some(Unique::Identity))
+            && let Some(holder) = draft.holders(&op.attribute, &op.value, None)?.first()
+        {
+            draft.temp_ids.insert(name.clone(), *holder);
+        }
+    }
+
+    for op in &req.ops {
+        let entity = match &op.entity {
+            EntityRef::Id(e) => {
+                if !draft.visible(*e)? {
+                    return Ok(Err(Rejection::UnknownEntity(*e)));
+                }
+                *e
+            }
+            EntityRef::Temp(name) => match draft.temp_ids.get(name) {
+                Some(e) => *e,
+                None => {
+                    let e = draft.allocate();
+                    draft.temp_ids.insert(name.clone(), e);
+                    e
+                }
+            },
+            EntityRef::Lookup(attribute, value) => {
+                if draft.def(attribute)?.is_none_or(|d| d.unique.is_none()) {
+                    return Ok(Err(Rejection::NotUnique(attribute.clone())));
+                }
+                match draft.holders(attribute, value, None)?.first() {
+                    Some(e) => *e,
+                    None => {
+                        return Ok(Err(Rejection::LookupNotFound {
+                            attribute: attribute.clone(),
+                            value: value.clone(),
+                        }));
+                    }
+                }
+            }
+        };
+        reject_on!(draft.add(Fact {
+            op: op.op,
+            entity,
+            attribute: &op.attribute,
+            value: &op.value,
+            valid_from_ns: op.valid_from_ns.unwrap_or(tx_time_ns),
+            valid_to_ns: op.valid_to_ns,
+            provenance: &req.provenance,
+        }));
+    }
+    if let Some(mut row) = branch_row {
+        row.writes += 1;
+        row.preconditions.extend(req.preconditions.iter().cloned());
+        draft.rows.push((keys::branch(ns, &row.name), encode_row(&row)));
+    }
+    Ok(Ok(draft.finish(head)))
+}
+
+fn plan_schema(store: &dyn Store, req: &TxRequest, tx: TxId, tx_time_ns: i64, head: &mut ChainHead) -> Plan {
+    let ns = &req.namespace;
+    let mut draft = Draft::new(store, View::main(ns), tx, tx_time_ns, head)?;
+    let mut ns_schema = schema::namespace_schema(store, ns)?;
+    let version = ns_schema.version + 1;
+    let mut changed = 0;
+    for def in &req.schema {
+        let (entity, old, mut row) = match schema::row(store, ns, &def.ident)? {
+            None => {
+                let e = draft.allocate();
+                (
+                    e,
+                    None,
+                    SchemaRow {
+                        entity: Some(e),
+                        versions: Vec::new(),
+                    },
+                )
+            }
+            Some(mut row) => {
+                let Some(current) = row.at(None).map(|v| v.def.clone()) else {
+                    return Err(CoreError::corrupt(
+                        format!("schema row of {}", def.ident),
+                        "no declaration",
+                    ));
+                };
+                let declared = row.declared();
+                if declared && current == *def {
+                    continue;
+                }
+                if let Err(reason) = schema::check_migration(store, ns, &current, declared, def) {
+                    return Ok(Err(Rejection::UnsafeMigration {
+                        attribute: def.ident.clone(),
+                        reason,
+                    }));
+                }
+                if def.has_value_index() && !current.has_value_index() {
+                    for key in schema::backfill_value_index(store, ns, &def.ident)? {
+                        draft.rows.push((key, Vec::new()));
+                    }
+                }
+                let e = match row.entity {
+                    Some(e) => e,
+                    None => {
+                        let e = draft.allocate();
+                        row.entity = Some(e);
+                        e
+                    }
+                };
+                (e, declared.then_some(current), row)
+            }
+        };
+        for (attr, value, assert) in schema::def_facts(old.as_ref(), def, version) {
+            let op = if assert { Op::Assert } else { Op::Retract };
+            draft.system(entity, attr.as_str(), value, op, &req.provenance);
+        }
+        row.versions.push(SchemaVersion {
+            tx,
+            version,
+            def: def.clone(),
+        });
+        draft.rows.push((keys::schema(ns, &def.ident), encode_row(&row)));
+        changed += 1;
+    }
+    if changed == 0 {
+        return Ok(Err(Rejection::SchemaUnchanged));
+    }
+    ns_schema.version = version;
+    ns_schema.strict = true;
+    draft.rows.push((keys::ns_schema(ns), encode_row(&ns_schema)));
+    Ok(Ok(draft.finish(head)))
+}
+
+fn state_keyword(state: BranchState) -> Value {
+    Value::Keyword(format!(":db.branch.state/{}", state.name()))
+}
+
+fn plan_branch_op(
+    store: &dyn Store,
+    req: &TxRequest,
+    op: &BranchOp,
+    tx: TxId,
+    tx_time_ns: i64,
+    head: &mut ChainHead,
+) -> Plan {
+    let ns = &req.namespace;
+    let mut draft = Draft::new(store, View::main(ns), tx, tx_time_ns, head)?;
+    let provenance = &req.provenance;
+    let row = match op {
+        BranchOp::Create { name, from } => {
+            if branch::row(store, ns, name)?.is_some() {
+                return Ok(Err(Rejection::BranchExists(name.clone())));
+            }
+            let fork = from.unwrap_or(TxId(tx.0.saturating_sub(1)));
+            if fork >= tx {
+                return Ok(Err(Rejection::ForkInFuture { from: fork, tx }));
+            }
+            let entity = draft.allocate();
+            draft.system(entity, schema::BRANCH_NAME, Value::String(name.to_string()), Op::Assert, provenance);
+            draft.system(
+                entity,
+                schema::BRANCH_FORK,
+                Value::I64(i64::try_from(fork.0).unwrap_or(i64::MAX)),
+                Op::Assert,
+                provenance,
+            );
+            draft.system(entity, schema::BRANCH_STATE, state_keyword(BranchState::Open), Op::Assert, provenance);
+            BranchRow {
+                name: name.clone(),
+                entity,
+                fork,
+                created: tx,
+                state: BranchState::Open,
+                writes: 0,
+                preconditions: Vec::new(),
+            }
+        }
+        BranchOp::Abandon { name } => {
+            let mut row = reject_on!(open_branch(store, ns, name));
+            row.state = BranchState::Abandoned { tx };
+            row
+        }
+        BranchOp::Merge { name } => {
+            let mut row = reject_on!(open_branch(store, ns, name));
+            reject_on!(replay(&mut draft, &row));
+            row.state = BranchState::Merged { tx };
+            row
+        }
+    };
+    if !matches!(op, BranchOp::Create { .. }) {
+        let entity = row.entity;
+        draft.system(entity, schema::BRANCH_STATE, state_keyword(BranchState::Open), Op::Retract, provenance);
+        draft.system(entity, schema::BRANCH_STATE, state_keyword(row.state), Op::Assert, provenance);
+    }
+    draft.rows.push((keys::branch(ns, &row.name), encode_row(&row)));
+    Ok(Ok(draft.finish(head)))
+}
+
+/// Replays a branch's datoms onto main (the draft's view) after re-checking the branch's
+/// preconditions against main as it is now: every slot the branch wrote must be untouched on
+/// main since the fork, every precondition its transactions carried must still hold, and every
+/// datom must pass the schema and state checks of main today.
+fn replay(draft: &mut Draft<'_>, row: &BranchRow) -> Result<Result<(), Rejection>, CoreError> {
+    let store = draft.store;
+    let ns = draft.ns();
+    let datoms = branch::datoms(store, ns, &row.name)?;
+    let conflict = |entity: EntityId, attribute: &Attribute, reason: String| {
+        Ok(Err(Rejection::MergeConflict {
+            branch: row.name.clone(),
+            entity,
+            attribute: attribute.clone(),
+            reason,
+        }))
+    };
+    let mut written: Vec<(EntityId, Attribute)> = Vec::new();
+    for d in &datoms {
+        let slot = (d.entity, d.attribute.clone());
+        if written.contains(&slot) {
+            continue;
+        }
+        if let Some(change) = reads::slot_datoms_main(store, ns, d.entity, &d.attribute)?
+            .into_iter()
+            .find(|m| m.tx > row.fork)
+        {
+            return conflict(
+                d.entity,
+                &d.attribute,
+                format!(
+                    "main changed it at tx {} after the fork at tx {} (the branch wrote it too)",
+                    change.tx, row.fork
+                ),
+            );
+        }
+        written.push(slot);
+    }
+    // Entities made on the branch become main's with the merge.
+    let owner = keys::entity_owner(ns, Some(&row.name));
+    let mut made_here = BTreeSet::new();
+    for d in &datoms {
+        if !made_here.contains(&d.entity)
+            && store.get(engram_storage::Space::State, &keys::entity(d.entity))?.as_deref() == Some(&owner[..])
+        {
+            made_here.insert(d.entity);
+        }
+    }
+    for e in &made_here {
+        draft.visible.insert(*e, true);
+        draft.new_entities.push(*e);
+    }
+    for pre in &row.preconditions {
+        if written.contains(&(pre.entity, pre.attribute.clone())) {
+            continue;
+        }
+        if let Err(rejection) = draft.check(pre)? {
+            return conflict(
+                pre.entity,
+                &pre.attribute,
+                format!("a precondition of the branch no longer holds on main ({rejection})"),
+            );
+        }
+    }
+    for d in &datoms {
+        let fact = Fact {
+            op: d.op,
+            entity: d.entity,
+            attribute: &d.attribute,
+            value: &d.value,
+            valid_from_ns: d.valid_from_ns,
+            valid_to_ns: d.valid_to_ns,
+            provenance: &d.provenance,
+        };
+        if let Err(rejection) = draft.add(fact)? {
+            return conflict(d.entity, &d.attribute, rejection.to_string());
+        }
+    }
+    Ok(Ok(()))
+}
