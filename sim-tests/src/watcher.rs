@@ -47,6 +47,7 @@ pub async fn run_watcher(targets: Vec<String>, log: Arc<WatchLog>, deadline: Dur
             from_tx: last.map_or(0, |t| t + 1),
             attribute: None,
             entity: None,
+            branch: None,
         });
         let mut progress = madsim::time::Instant::now();
         loop {

@@ -119,6 +119,17 @@ pub enum Command {
         engram watch --ns team/a --from-tx 120 --attribute :task/status --json")]
     Watch(WatchArgs),
 
+    /// Declare attributes (value type, cardinality, uniqueness, index, doc) and migrate them
+    /// forward; show a namespace's schema now or as of a transaction.
+    #[command(subcommand)]
+    Schema(SchemaCommand),
+
+    /// Work on isolated branches of a namespace: create one from any transaction, write to it
+    /// (`transact` with "branch"), read it (`--branch` on get, history, find, watch), diff it
+    /// against main, merge it as one transaction, or abandon it.
+    #[command(subcommand)]
+    Branch(BranchCommand),
+
     /// Inspect and verify the signed, hash-chained audit log.
     #[command(subcommand)]
     Audit(AuditCommand),
@@ -308,6 +319,23 @@ pub struct GetArgs {
     /// a signed checkpoint. Exits 2 if a proof fails.
     #[arg(long)]
     pub verify: bool,
+    /// Read this branch: main as of its fork plus the branch's own writes [default: main].
+    #[arg(long, value_name = "NAME")]
+    pub branch: Option<String>,
+    /// How to pick the current value when agents disagree: the latest claim, or the best
+    /// verified one (verified before candidate, then confidence, then newest). The others are
+    /// listed as conflicts.
+    #[arg(long, value_enum, default_value_t = RuleArg::Latest)]
+    pub rule: RuleArg,
+    /// Ignore candidate claims entirely.
+    #[arg(long)]
+    pub verified_only: bool,
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RuleArg {
+    Latest,
+    Verified,
 }
 
 #[derive(Args, Debug)]
@@ -330,6 +358,9 @@ pub struct HistoryArgs {
     /// Verify the answer with a Merkle proof per datom (see `get --verify`).
     #[arg(long)]
     pub verify: bool,
+    /// Read this branch: main as of its fork plus the branch's own writes [default: main].
+    #[arg(long, value_name = "NAME")]
+    pub branch: Option<String>,
 }
 
 #[derive(Args, Debug)]
@@ -370,6 +401,9 @@ pub struct WatchArgs {
     /// Stop after this many transactions [default: never].
     #[arg(long, value_name = "N")]
     pub limit: Option<u64>,
+    /// Follow this branch's transactions instead of main's.
+    #[arg(long, value_name = "NAME")]
+    pub branch: Option<String>,
 }
 
 #[derive(Args, Debug)]
@@ -390,6 +424,112 @@ pub struct FindArgs {
     /// Read the answering node's local state, possibly behind the leader.
     #[arg(long)]
     pub stale: bool,
+    /// Read this branch: main as of its fork plus the branch's own writes [default: main].
+    #[arg(long, value_name = "NAME")]
+    pub branch: Option<String>,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum SchemaCommand {
+    /// Declare or migrate attributes, as one transaction. The first declaration makes the
+    /// namespace strict: afterwards only declared attributes are accepted. Migrations only move
+    /// forward (add an attribute, widen one to many, add an index or uniqueness the data
+    /// allows, change the doc, deprecate); anything else is refused and nothing changes.
+    /// Declarations already in force are skipped, so applying twice is harmless.
+    #[command(after_help = SCHEMA_FORMAT_HELP)]
+    Apply {
+        #[arg(long = "ns", value_name = "NAMESPACE")]
+        namespace: String,
+        /// A built-in schema: agent-memory (fact, preference, procedure, blocker, reference,
+        /// identity; see docs/agent-memory.md).
+        #[arg(long, value_name = "NAME", conflicts_with = "file")]
+        preset: Option<String>,
+        /// A JSON file with the declarations (format below).
+        #[arg(long, value_name = "FILE")]
+        file: Option<String>,
+        /// Who makes the change (recorded in provenance).
+        #[arg(long, default_value = "engram-cli", value_name = "NAME")]
+        agent: String,
+    },
+    /// Show a namespace's attributes: type, cardinality, uniqueness, index, since which
+    /// transaction and schema version.
+    Show {
+        #[arg(long = "ns", value_name = "NAMESPACE")]
+        namespace: String,
+        /// The schema in force at this transaction.
+        #[arg(long, value_name = "TX")]
+        as_of_tx: Option<u64>,
+        /// Read the answering node's local state, possibly behind the leader.
+        #[arg(long)]
+        stale: bool,
+    },
+}
+
+const SCHEMA_FORMAT_HELP: &str = r#"SCHEMA FORMAT (JSON): an array of declarations
+  [ { "ident": ":memory/key",          required, :prefix/name (the :db prefixes are reserved)
+      "type": "string",                required: string i64 f64 bool bytes instant ref keyword json
+      "cardinality": "one",            "one" (default) or "many"
+      "unique": "identity",            optional: "identity" (upsert, lookup refs) or "value"
+      "indexed": true,                 optional: keep a value index for find by value
+      "component": false,              optional: ref attributes only
+      "doc": "what it means",          optional
+      "deprecated": false } ]          optional: closed for new assertions
+
+EXAMPLES
+  engram schema apply --ns team/a --preset agent-memory
+  engram schema apply --ns team/a --file schema.json
+  engram schema show --ns team/a --as-of-tx 12"#;
+
+#[derive(Subcommand, Debug)]
+pub enum BranchCommand {
+    /// Fork a branch from main as of a transaction (default: the head).
+    Create {
+        #[arg(long = "ns", value_name = "NAMESPACE")]
+        namespace: String,
+        /// The branch name: A-Z a-z 0-9 _ - . (not "main").
+        name: String,
+        /// The fork point: reads on the branch see main as of this transaction.
+        #[arg(long, value_name = "TX")]
+        from_tx: Option<u64>,
+        #[arg(long, default_value = "engram-cli", value_name = "NAME")]
+        agent: String,
+    },
+    /// List the namespace's branches with their state, fork point and number of writes.
+    List {
+        #[arg(long = "ns", value_name = "NAMESPACE")]
+        namespace: String,
+        #[arg(long)]
+        stale: bool,
+    },
+    /// What the branch wrote (what a merge would apply), and what main changed since the fork
+    /// on the same entity attributes (what a merge would conflict with).
+    Diff {
+        #[arg(long = "ns", value_name = "NAMESPACE")]
+        namespace: String,
+        name: String,
+        /// Only this entity.
+        #[arg(long, value_name = "N")]
+        entity: Option<u64>,
+        #[arg(long)]
+        stale: bool,
+    },
+    /// Apply the branch's writes to main as one transaction, after re-checking them against
+    /// main now. A conflict is refused and nothing is applied.
+    Merge {
+        #[arg(long = "ns", value_name = "NAMESPACE")]
+        namespace: String,
+        name: String,
+        #[arg(long, default_value = "engram-cli", value_name = "NAME")]
+        agent: String,
+    },
+    /// Close the branch without merging; its writes stay in its history and the audit chain.
+    Abandon {
+        #[arg(long = "ns", value_name = "NAMESPACE")]
+        namespace: String,
+        name: String,
+        #[arg(long, default_value = "engram-cli", value_name = "NAME")]
+        agent: String,
+    },
 }
 
 #[derive(Subcommand, Debug)]

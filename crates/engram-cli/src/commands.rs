@@ -12,12 +12,12 @@ use engram_client::{
     code_name, pb,
 };
 use engram_server::{ServerConfig, telemetry};
-use engram_types::{Attribute, EntityId, Namespace};
+use engram_types::{Attribute, BranchName, EntityId, Namespace};
 use futures::StreamExt;
 use serde_json::{Value as Json, json};
 
 use crate::cli::{
-    AuditCommand, Cli, ClusterCommand, Command, DiffArgs, FindArgs, GetArgs, HistoryArgs, ServeArgs,
+    AuditCommand, Cli, ClusterCommand, Command, DiffArgs, FindArgs, GetArgs, HistoryArgs, RuleArg, ServeArgs,
     WatchArgs,
 };
 use crate::output::{Table, datom_table, format_time_ns, plural, short_hash};
@@ -103,6 +103,8 @@ pub async fn run(cli: Cli) -> Result<()> {
         Command::Find(args) => find(&client()?, args, json).await,
         Command::Watch(args) => watch(&client()?, args, json).await,
         Command::Diff(args) => diff(&client()?, args, json).await,
+        Command::Schema(cmd) => crate::memory_cmd::schema(&client()?, cmd, json).await,
+        Command::Branch(cmd) => crate::memory_cmd::branch(&client()?, cmd, json).await,
         Command::Audit(AuditCommand::Verify(args)) if args.file.is_some() || args.data_dir.is_some() => {
             crate::offline::verify(&args, json)
         }
@@ -386,7 +388,13 @@ fn membership_output(what: &str, resp: &pb::MembershipResponse, json: bool) {
 
 // ------------------------------------------------------------------ memory
 
-fn namespace(raw: &str) -> Result<Namespace> {
+/// An optional `--branch`.
+fn branch_arg(raw: Option<&str>) -> Result<Option<BranchName>> {
+    raw.map(|b| BranchName::new(b).map_err(|e| anyhow!("--branch: {e}")))
+        .transpose()
+}
+
+pub fn namespace(raw: &str) -> Result<Namespace> {
     Namespace::new(raw).map_err(|e| anyhow!("--ns: {e}"))
 }
 
@@ -430,6 +438,12 @@ async fn transact(client: &Client, file: &str, json: bool) -> Result<()> {
     let source = if file == "-" { "stdin" } else { file };
     let tx = txjson::parse_tx(&text).with_context(|| format!("invalid transaction in {source}"))?;
     let receipt = client.transact(&tx).await.context("transaction refused")?;
+    receipt_output(&receipt, json);
+    Ok(())
+}
+
+/// A transaction's receipt: JSON, or one line and the temporary names it resolved.
+pub fn receipt_output(receipt: &pb::TransactResponse, json: bool) {
     if json {
         print_json(&receipt_json(&receipt));
     } else {
@@ -447,7 +461,6 @@ async fn transact(client: &Client, file: &str, json: bool) -> Result<()> {
             println!("  {name} -> entity {id}");
         }
     }
-    Ok(())
 }
 
 fn datoms_output(datoms: &[pb::Datom], applied_tx: u64, extra: Json, json: bool) {
@@ -470,6 +483,12 @@ async fn get(client: &Client, args: GetArgs, json: bool) -> Result<()> {
         as_of_tx: args.as_of_tx,
         valid_at_ns: args.valid_at_ns,
         consistency: consistency(args.stale),
+        branch: branch_arg(args.branch.as_deref())?,
+        rule: match args.rule {
+            RuleArg::Latest => pb::Resolution::Latest,
+            RuleArg::Verified => pb::Resolution::Verified,
+        },
+        verified_only: args.verified_only,
     };
     if args.verify {
         let mut trust = trusted_log(client).await?;
@@ -486,12 +505,22 @@ async fn get(client: &Client, args: GetArgs, json: bool) -> Result<()> {
         .get(&ns, EntityId(args.entity), opts)
         .await
         .context("get")?;
-    datoms_output(
-        &resp.datoms,
-        resp.applied_tx,
-        json!({ "entity": resp.entity }),
-        json,
-    );
+    let conflicts = json!({
+        "entity": resp.entity,
+        "conflicts": resp.conflicts.iter().map(txjson::datom_to_json).collect::<Vec<_>>(),
+    });
+    datoms_output(&resp.datoms, resp.applied_tx, conflicts, json);
+    if !json && !resp.conflicts.is_empty() {
+        println!(
+            "conflicts: {} that other agents claim and the {} rule did not pick:",
+            plural(resp.conflicts.len(), "value"),
+            match args.rule {
+                RuleArg::Latest => "latest",
+                RuleArg::Verified => "verified",
+            }
+        );
+        print!("{}", datom_table(&resp.conflicts));
+    }
     Ok(())
 }
 
@@ -551,10 +580,19 @@ async fn history(client: &Client, args: HistoryArgs, json: bool) -> Result<()> {
         datoms_output(&resp.datoms, resp.applied_tx, extra, json);
         return Ok(());
     }
-    let resp = client
-        .history(&ns, target, args.limit, consistency(args.stale))
-        .await
-        .context("history")?;
+    let resp = match branch_arg(args.branch.as_deref())? {
+        None => {
+            client
+                .history(&ns, target, args.limit, consistency(args.stale))
+                .await
+        }
+        Some(b) => {
+            client
+                .history_on(&ns, &b, target, args.limit, consistency(args.stale))
+                .await
+        }
+    }
+    .context("history")?;
     datoms_output(&resp.datoms, resp.applied_tx, json!({}), json);
     Ok(())
 }
@@ -597,6 +635,7 @@ async fn watch(client: &Client, args: WatchArgs, json: bool) -> Result<()> {
         from_tx: args.from_tx,
         attribute: args.attribute.as_deref().map(attribute).transpose()?,
         entity: args.entity.map(EntityId),
+        branch: branch_arg(args.branch.as_deref())?,
     };
     let mut stream = client.watch(filter);
     let mut seen = 0u64;
@@ -638,6 +677,7 @@ async fn find(client: &Client, args: FindArgs, json: bool) -> Result<()> {
         as_of_tx: args.as_of_tx,
         limit: args.limit,
         consistency: consistency(args.stale),
+        branch: branch_arg(args.branch.as_deref())?,
     };
     let resp = client.find(&query).await.context("find")?;
     datoms_output(&resp.datoms, resp.applied_tx, json!({}), json);

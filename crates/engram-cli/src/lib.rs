@@ -20,6 +20,7 @@ pub mod commands;
 pub mod demo;
 pub mod invariants;
 pub mod local_cluster;
+pub mod memory_cmd;
 pub mod offline;
 pub mod output;
 pub mod txjson;

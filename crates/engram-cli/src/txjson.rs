@@ -10,7 +10,8 @@ use std::fmt;
 
 use engram_proto::pb;
 use engram_types::{
-    Attribute, EntityId, EntityRef, Namespace, Op, Precondition, Provenance, Status, TxOp, TxRequest, Value,
+    Attribute, BranchName, EntityId, EntityRef, Namespace, Op, Precondition, Provenance, Status, TxOp,
+    TxRequest, Value,
 };
 use serde_json::{Map, Value as Json, json};
 
@@ -18,6 +19,7 @@ use serde_json::{Map, Value as Json, json};
 pub const TX_FORMAT_HELP: &str = r#"TRANSACTION FORMAT (JSON)
   {
     "namespace": "team/a",            required; segments of A-Z a-z 0-9 _ - . separated by /
+    "branch": "plan-a",               optional: write to this open branch instead of main
     "agent": "planner",               required: who asserts this (provenance)
     "session": "s1",                  optional
     "source": "https://...",          optional: where the facts come from
@@ -27,8 +29,12 @@ pub const TX_FORMAT_HELP: &str = r#"TRANSACTION FORMAT (JSON)
                                       receipt, so `engram transact` retries only with a key
     "ops": [                          required, at least one
       { "op": "assert",               "assert" (default) or "retract"
-        "entity": "new-task",         a string names a new entity within this transaction;
-                                      an integer is an existing entity id
+        "entity": "new-task",         a string names a new entity within this transaction
+                                      (or, if it asserts a unique-identity value that an
+                                      entity holds, that entity: upsert); an integer is an
+                                      existing entity id; {"lookup": [":memory/key",
+                                      {"string": "alice/theme"}]} is the entity holding that
+                                      value of a unique attribute
         "attribute": ":task/title",   required, :prefix/name
         "value": {"string": "Ship it"},
         "valid_from_ns": 1700000000000000000,   optional (default: transaction time)
@@ -44,7 +50,9 @@ VALUES (exactly one key)
   {"string": "text"}   {"i64": 5}          {"f64": 1.5}        {"bool": true}
   {"bytes_hex": "00ff"} {"instant_ns": 1700000000000000000}    {"ref": 12}
   {"keyword": ":status/open"}              {"json": {"any": ["JSON", 1]}}
-  An attribute's value type is fixed in a namespace by its first assertion.
+  In a namespace with no declared schema, an attribute's value type is fixed by its first
+  assertion; once the namespace declares a schema (`engram schema apply`), only declared
+  attributes are accepted, with their declared types.
 
 EXAMPLES
   engram transact tx.json
@@ -285,8 +293,9 @@ fn attribute(path: &str, raw: &str) -> Result<Attribute, JsonError> {
     })
 }
 
-const TX_FIELDS: [&str; 9] = [
+const TX_FIELDS: [&str; 10] = [
     "namespace",
+    "branch",
     "agent",
     "session",
     "source",
@@ -394,9 +403,16 @@ pub fn tx_from_json(json: &Json) -> Result<TxRequest, JsonError> {
         Some(v) => return err("preconditions", format!("expected an array, found {}", kind(v))),
     };
 
+    let branch = match top.opt_str("branch")? {
+        None => None,
+        Some(b) => Some(BranchName::new(b).map_err(|e| JsonError {
+            path: "branch".into(),
+            reason: e.to_string(),
+        })?),
+    };
     let tx = TxRequest {
         namespace,
-        branch: None,
+        branch,
         schema: Vec::new(),
         branch_op: None,
         ops,
@@ -430,11 +446,26 @@ fn op_from_json(path: &str, json: &Json) -> Result<TxOp, JsonError> {
         }
         Json::String(name) => EntityRef::Temp(name.clone()),
         v @ Json::Number(_) => EntityRef::Id(EntityId(as_u64(&o.path("entity"), v)?)),
+        Json::Object(map) if map.contains_key("lookup") => {
+            let path = format!("{}.lookup", o.path("entity"));
+            match (map.len(), &map["lookup"]) {
+                (1, Json::Array(pair)) if pair.len() == 2 => {
+                    let Json::String(a) = &pair[0] else {
+                        return err(format!("{path}[0]"), "expected the unique attribute, as a string");
+                    };
+                    EntityRef::Lookup(
+                        attribute(&format!("{path}[0]"), a)?,
+                        value_from_json(&format!("{path}[1]"), &pair[1])?,
+                    )
+                }
+                _ => return err(path, "expected [\":unique/attribute\", {\"string\": \"value\"}]"),
+            }
+        }
         v => {
             return err(
                 o.path("entity"),
                 format!(
-                    "expected a temporary name (string) or an entity id (integer), found {}",
+                    "expected a temporary name (string), an entity id (integer) or a lookup ref ({{\"lookup\": [attribute, value]}}), found {}",
                     kind(v)
                 ),
             );
@@ -547,6 +578,7 @@ pub fn datom_to_json(d: &pb::Datom) -> Json {
     let prov = d.provenance.clone().unwrap_or_default();
     json!({
         "namespace": d.namespace,
+        "branch": if d.branch.is_empty() { Json::Null } else { json!(d.branch) },
         "entity": d.entity,
         "attribute": d.attribute,
         "value": pb_value_to_json(d.value.as_ref()),

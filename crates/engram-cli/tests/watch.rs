@@ -36,6 +36,7 @@ async fn a_watch_sees_every_transaction_once_in_order_across_a_node_failure_and_
         from_tx: 0,
         attribute: None,
         entity: None,
+        branch: None,
     });
     let mut expected = Vec::new();
     for n in 0..20 {
@@ -75,6 +76,7 @@ async fn a_watch_sees_every_transaction_once_in_order_across_a_node_failure_and_
         from_tx: from + 1,
         attribute: Some(Attribute::new(":memory/n").unwrap()),
         entity: None,
+        branch: None,
     });
     let mut got = Vec::new();
     while got.len() < expected.len() - 6 {

@@ -7,7 +7,7 @@ use engram_proto::pb;
 use engram_proto::pb::audit_client::AuditClient;
 use engram_proto::pb::cluster_client::ClusterClient;
 use engram_proto::pb::memory_client::MemoryClient;
-use engram_types::{Attribute, EntityId, Namespace, TxRequest, Value};
+use engram_types::{Attribute, AttributeDef, BranchName, EntityId, Namespace, Provenance, TxRequest, Value};
 use futures::stream::BoxStream;
 use futures::{StreamExt, TryStreamExt};
 use tokio::time::Instant;
@@ -60,13 +60,19 @@ impl Consistency {
 }
 
 /// Options of [`Client::get`].
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub struct GetOptions {
     /// Read the entity as of this transaction (inclusive).
     pub as_of_tx: Option<u64>,
     /// Only facts whose valid-time interval contains this instant.
     pub valid_at_ns: Option<i64>,
     pub consistency: Consistency,
+    /// Read this branch (main as of its fork plus its writes) instead of main.
+    pub branch: Option<BranchName>,
+    /// How to pick among disagreeing claims (default: the latest).
+    pub rule: pb::Resolution,
+    /// Ignore candidate claims.
+    pub verified_only: bool,
 }
 
 /// What [`Client::history`] lists.
@@ -91,6 +97,8 @@ pub struct FindQuery {
     /// 0: the server's maximum.
     pub limit: u32,
     pub consistency: Consistency,
+    /// Search this branch instead of main.
+    pub branch: Option<BranchName>,
 }
 
 struct Node {
@@ -272,6 +280,7 @@ impl Client {
             as_of_tx: query.as_of_tx,
             limit: query.limit,
             consistency: query.consistency.to_pb(),
+            branch: query.branch.as_ref().map(ToString::to_string).unwrap_or_default(),
         };
         self.call(Idempotency::Safe, move |ch| {
             let req = req.clone();
@@ -299,10 +308,160 @@ impl Client {
             to_tx,
             limit,
             consistency: consistency.to_pb(),
+            branch: String::new(),
         };
         self.call(Idempotency::Safe, move |ch| {
             let req = req.clone();
             async move { memory(ch).diff(req).await }
+        })
+        .await
+    }
+
+    /// A branch against main: its own writes (`asserted`, `retracted`) and what main recorded
+    /// since the fork on the same (entity, attribute) pairs (`main_changed`).
+    pub async fn branch_diff(
+        &self,
+        namespace: &Namespace,
+        branch: &BranchName,
+        entity: Option<EntityId>,
+        limit: u32,
+        consistency: Consistency,
+    ) -> Result<pb::DiffResponse, ClientError> {
+        let req = pb::DiffRequest {
+            namespace: namespace.to_string(),
+            entity: entity.map(|e| e.0),
+            limit,
+            consistency: consistency.to_pb(),
+            branch: branch.to_string(),
+            ..Default::default()
+        };
+        self.call(Idempotency::Safe, move |ch| {
+            let req = req.clone();
+            async move { memory(ch).diff(req).await }
+        })
+        .await
+    }
+
+    /// [`Client::history`] on a branch: main as of its fork plus the branch's writes.
+    pub async fn history_on(
+        &self,
+        namespace: &Namespace,
+        branch: &BranchName,
+        target: HistoryTarget,
+        limit: u32,
+        consistency: Consistency,
+    ) -> Result<pb::HistoryResponse, ClientError> {
+        let mut req = history_request(namespace, target, limit, consistency, false);
+        req.branch = branch.to_string();
+        self.history_raw(req).await.map(|(_, r)| r)
+    }
+
+    /// Declares or migrates attributes as one transaction (retried on transient failures only
+    /// with an idempotency key, like [`Client::transact`]).
+    pub async fn apply_schema(
+        &self,
+        namespace: &Namespace,
+        attributes: &[AttributeDef],
+        provenance: &Provenance,
+        idempotency_key: Option<&str>,
+    ) -> Result<pb::TransactResponse, ClientError> {
+        let req = pb::ApplySchemaRequest {
+            namespace: namespace.to_string(),
+            attributes: attributes.iter().map(Into::into).collect(),
+            provenance: Some(provenance.into()),
+            idempotency_key: idempotency_key.unwrap_or_default().to_string(),
+        };
+        let idempotency = if req.idempotency_key.is_empty() {
+            Idempotency::Unsafe
+        } else {
+            Idempotency::Safe
+        };
+        self.call(idempotency, move |ch| {
+            let req = req.clone();
+            async move { memory(ch).apply_schema(req).await }
+        })
+        .await
+    }
+
+    /// The namespace's schema, now or as of a transaction.
+    pub async fn schema(
+        &self,
+        namespace: &Namespace,
+        as_of_tx: Option<u64>,
+        consistency: Consistency,
+    ) -> Result<pb::GetSchemaResponse, ClientError> {
+        let req = pb::GetSchemaRequest {
+            namespace: namespace.to_string(),
+            as_of_tx,
+            consistency: consistency.to_pb(),
+        };
+        self.call(Idempotency::Safe, move |ch| {
+            let req = req.clone();
+            async move { memory(ch).get_schema(req).await }
+        })
+        .await
+    }
+
+    /// Forks a branch from main as of `from_tx` (`None`: the head).
+    pub async fn create_branch(
+        &self,
+        namespace: &Namespace,
+        name: &BranchName,
+        from_tx: Option<u64>,
+        provenance: &Provenance,
+    ) -> Result<pb::TransactResponse, ClientError> {
+        let req = pb::CreateBranchRequest {
+            namespace: namespace.to_string(),
+            name: name.to_string(),
+            from_tx,
+            provenance: Some(provenance.into()),
+        };
+        self.call(Idempotency::Unsafe, move |ch| {
+            let req = req.clone();
+            async move { memory(ch).create_branch(req).await }
+        })
+        .await
+    }
+
+    /// Merges a branch into main as one transaction, or abandons it.
+    pub async fn close_branch(
+        &self,
+        namespace: &Namespace,
+        name: &BranchName,
+        merge: bool,
+        provenance: &Provenance,
+    ) -> Result<pb::TransactResponse, ClientError> {
+        let req = pb::BranchRequest {
+            namespace: namespace.to_string(),
+            name: name.to_string(),
+            provenance: Some(provenance.into()),
+        };
+        self.call(Idempotency::Unsafe, move |ch| {
+            let req = req.clone();
+            async move {
+                if merge {
+                    memory(ch).merge_branch(req).await
+                } else {
+                    memory(ch).abandon_branch(req).await
+                }
+            }
+        })
+        .await
+    }
+
+    /// Every branch of a namespace.
+    pub async fn branches(
+        &self,
+        namespace: &Namespace,
+        consistency: Consistency,
+    ) -> Result<pb::ListBranchesResponse, ClientError> {
+        let req = pb::ListBranchesRequest {
+            namespace: namespace.to_string(),
+            consistency: consistency.to_pb(),
+        };
+        self.call(Idempotency::Safe, move |ch| {
+            let req = req.clone();
+            async move { memory(ch).list_branches(req).await }
         })
         .await
     }
@@ -565,6 +724,9 @@ pub(crate) fn get_request(
         consistency: opts.consistency.to_pb(),
         prove,
         trusted_size: 0,
+        branch: opts.branch.map(String::from).unwrap_or_default(),
+        rule: opts.rule as i32,
+        verified_only: opts.verified_only,
     }
 }
 
@@ -593,5 +755,6 @@ pub(crate) fn history_request(
         consistency: consistency.to_pb(),
         prove,
         trusted_size: 0,
+        branch: String::new(),
     }
 }

@@ -3,7 +3,7 @@
 //! exactly once, in order, across node failures and leader changes.
 
 use engram_proto::pb;
-use engram_types::{Attribute, EntityId, Namespace};
+use engram_types::{Attribute, BranchName, EntityId, Namespace};
 use futures::stream::BoxStream;
 use futures::{StreamExt, TryStreamExt};
 use tokio::time::Instant;
@@ -19,6 +19,8 @@ pub struct WatchFilter {
     pub from_tx: u64,
     pub attribute: Option<Attribute>,
     pub entity: Option<EntityId>,
+    /// Follow this branch's transactions instead of main's.
+    pub branch: Option<BranchName>,
 }
 
 struct State {
@@ -60,6 +62,12 @@ impl Client {
                             .map(|a| a.to_string())
                             .unwrap_or_default(),
                         entity: st.filter.entity.map(|e| e.0),
+                        branch: st
+                            .filter
+                            .branch
+                            .as_ref()
+                            .map(ToString::to_string)
+                            .unwrap_or_default(),
                     };
                     match st
                         .client

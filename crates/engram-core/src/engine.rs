@@ -111,19 +111,31 @@ pub enum Rejection {
         holder: EntityId,
     },
     /// A lookup ref found no entity holding the value.
-    LookupNotFound { attribute: Attribute, value: Value },
+    LookupNotFound {
+        attribute: Attribute,
+        value: Value,
+    },
     /// A lookup ref named an attribute that is not unique.
     NotUnique(Attribute),
     /// A schema change that is not a forward migration.
-    UnsafeMigration { attribute: Attribute, reason: String },
+    UnsafeMigration {
+        attribute: Attribute,
+        reason: String,
+    },
     /// A schema transaction in which every declaration is already in force.
     SchemaUnchanged,
     UnknownBranch(BranchName),
     BranchExists(BranchName),
     /// The branch was merged or abandoned and takes no more writes.
-    BranchClosed { branch: BranchName, state: String },
+    BranchClosed {
+        branch: BranchName,
+        state: String,
+    },
     /// A fork point after the transaction that creates the branch.
-    ForkInFuture { from: TxId, tx: TxId },
+    ForkInFuture {
+        from: TxId,
+        tx: TxId,
+    },
     /// A merge whose re-check against main failed; nothing was applied.
     MergeConflict {
         branch: BranchName,
@@ -179,7 +191,10 @@ impl fmt::Display for Rejection {
                 attribute,
                 value,
                 holder,
-            } => write!(f, "{attribute} is unique and entity {holder} already holds {value}"),
+            } => write!(
+                f,
+                "{attribute} is unique and entity {holder} already holds {value}"
+            ),
             Rejection::LookupNotFound { attribute, value } => {
                 write!(f, "lookup ref [{attribute} {value}] names no entity")
             }
@@ -188,7 +203,10 @@ impl fmt::Display for Rejection {
                 write!(f, "unsafe migration of {attribute}: {reason}")
             }
             Rejection::SchemaUnchanged => {
-                write!(f, "every attribute in the request is already declared as given: nothing to change")
+                write!(
+                    f,
+                    "every attribute in the request is already declared as given: nothing to change"
+                )
             }
             Rejection::UnknownBranch(b) => write!(f, "branch {b} does not exist in this namespace"),
             Rejection::BranchExists(b) => write!(

@@ -38,7 +38,13 @@ macro_rules! reject_on {
     };
 }
 
-pub(crate) fn plan(store: &dyn Store, req: &TxRequest, tx: TxId, tx_time_ns: i64, head: &mut ChainHead) -> Plan {
+pub(crate) fn plan(
+    store: &dyn Store,
+    req: &TxRequest,
+    tx: TxId,
+    tx_time_ns: i64,
+    head: &mut ChainHead,
+) -> Plan {
     if !req.schema.is_empty() {
         return plan_schema(store, req, tx, tx_time_ns, head);
     }
@@ -80,7 +86,13 @@ struct Draft<'a> {
 }
 
 impl<'a> Draft<'a> {
-    fn new(store: &'a dyn Store, view: View<'a>, tx: TxId, tx_time_ns: i64, head: &ChainHead) -> Result<Self, CoreError> {
+    fn new(
+        store: &'a dyn Store,
+        view: View<'a>,
+        tx: TxId,
+        tx_time_ns: i64,
+        head: &ChainHead,
+    ) -> Result<Self, CoreError> {
         Ok(Draft {
             store,
             view,
@@ -148,9 +160,17 @@ impl<'a> Draft<'a> {
     }
 
     /// Whether `e` holds `value` for `attr`, counting this transaction's datoms.
-    fn holds(&mut self, e: EntityId, attr: &Attribute, value: &Value, cardinality: Cardinality) -> Result<bool, CoreError> {
+    fn holds(
+        &mut self,
+        e: EntityId,
+        attr: &Attribute,
+        value: &Value,
+        cardinality: Cardinality,
+    ) -> Result<bool, CoreError> {
         let slot = self.slot(e, attr)?;
-        Ok(reads::holding(slot, cardinality).iter().any(|d| d.value == *value))
+        Ok(reads::holding(slot, cardinality)
+            .iter()
+            .any(|d| d.value == *value))
     }
 
     /// The entities other than `except` that hold `value` for `attr`.
@@ -265,7 +285,9 @@ impl<'a> Draft<'a> {
         if !self.visible(pre.entity)? {
             return Ok(Err(Rejection::UnknownEntity(pre.entity)));
         }
-        let cardinality = self.def(&pre.attribute)?.map_or(Cardinality::One, |d| d.cardinality);
+        let cardinality = self
+            .def(&pre.attribute)?
+            .map_or(Cardinality::One, |d| d.cardinality);
         let slot = self.slot(pre.entity, &pre.attribute)?.clone();
         let current = reads::resolve_slot(&slot, cardinality, &ReadOptions::default()).current;
         let holds = match (&pre.expected, cardinality) {
@@ -314,7 +336,11 @@ impl<'a> Draft<'a> {
 }
 
 /// The open branch `name`, or why it cannot be written.
-fn open_branch(store: &dyn Store, ns: &Namespace, name: &BranchName) -> Result<Result<BranchRow, Rejection>, CoreError> {
+fn open_branch(
+    store: &dyn Store,
+    ns: &Namespace,
+    name: &BranchName,
+) -> Result<Result<BranchRow, Rejection>, CoreError> {
     match branch::row(store, ns, name)? {
         None => Ok(Err(Rejection::UnknownBranch(name.clone()))),
         Some(row) if row.state != BranchState::Open => Ok(Err(Rejection::BranchClosed {
@@ -350,7 +376,9 @@ fn plan_data(store: &dyn Store, req: &TxRequest, tx: TxId, tx_time_ns: i64, head
     for op in &req.ops {
         if let (EntityRef::Temp(name), Op::Assert) = (&op.entity, op.op)
             && !draft.temp_ids.contains_key(name)
-            && draft.def(&op.attribute)?.is_some_and(|d| d.unique == Some(Unique::Identity))
+            && draft
+                .def(&op.attribute)?
+                .is_some_and(|d| d.unique == Some(Unique::Identity))
             && let Some(holder) = draft.holders(&op.attribute, &op.value, None)?.first()
         {
             draft.temp_ids.insert(name.clone(), *holder);
@@ -504,7 +532,13 @@ fn plan_branch_op(
                 return Ok(Err(Rejection::ForkInFuture { from: fork, tx }));
             }
             let entity = draft.allocate();
-            draft.system(entity, schema::BRANCH_NAME, Value::String(name.to_string()), Op::Assert, provenance);
+            draft.system(
+                entity,
+                schema::BRANCH_NAME,
+                Value::String(name.to_string()),
+                Op::Assert,
+                provenance,
+            );
             draft.system(
                 entity,
                 schema::BRANCH_FORK,
@@ -512,7 +546,13 @@ fn plan_branch_op(
                 Op::Assert,
                 provenance,
             );
-            draft.system(entity, schema::BRANCH_STATE, state_keyword(BranchState::Open), Op::Assert, provenance);
+            draft.system(
+                entity,
+                schema::BRANCH_STATE,
+                state_keyword(BranchState::Open),
+                Op::Assert,
+                provenance,
+            );
             BranchRow {
                 name: name.clone(),
                 entity,
@@ -537,8 +577,20 @@ fn plan_branch_op(
     };
     if !matches!(op, BranchOp::Create { .. }) {
         let entity = row.entity;
-        draft.system(entity, schema::BRANCH_STATE, state_keyword(BranchState::Open), Op::Retract, provenance);
-        draft.system(entity, schema::BRANCH_STATE, state_keyword(row.state), Op::Assert, provenance);
+        draft.system(
+            entity,
+            schema::BRANCH_STATE,
+            state_keyword(BranchState::Open),
+            Op::Retract,
+            provenance,
+        );
+        draft.system(
+            entity,
+            schema::BRANCH_STATE,
+            state_keyword(row.state),
+            Op::Assert,
+            provenance,
+        );
     }
     draft.rows.push((keys::branch(ns, &row.name), encode_row(&row)));
     Ok(Ok(draft.finish(head)))
@@ -586,7 +638,10 @@ fn replay(draft: &mut Draft<'_>, row: &BranchRow) -> Result<Result<(), Rejection
     let mut made_here = BTreeSet::new();
     for d in &datoms {
         if !made_here.contains(&d.entity)
-            && store.get(engram_storage::Space::State, &keys::entity(d.entity))?.as_deref() == Some(&owner[..])
+            && store
+                .get(engram_storage::Space::State, &keys::entity(d.entity))?
+                .as_deref()
+                == Some(&owner[..])
         {
             made_here.insert(d.entity);
         }

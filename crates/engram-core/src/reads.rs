@@ -53,8 +53,8 @@ impl<'a> View<'a> {
         match branch {
             None => Ok((View::main(ns), None)),
             Some(name) => {
-                let row = branch::row(store, ns, name)?
-                    .ok_or_else(|| ReadError::UnknownBranch(name.clone()))?;
+                let row =
+                    branch::row(store, ns, name)?.ok_or_else(|| ReadError::UnknownBranch(name.clone()))?;
                 Ok((
                     View {
                         ns,
@@ -105,7 +105,12 @@ impl<'a> View<'a> {
     }
 
     /// Every datom of one slot (entity, attribute) seen here, in tx order.
-    pub fn slot_datoms(&self, store: &dyn Store, e: EntityId, attr: &Attribute) -> Result<Vec<Datom>, CoreError> {
+    pub fn slot_datoms(
+        &self,
+        store: &dyn Store,
+        e: EntityId,
+        attr: &Attribute,
+    ) -> Result<Vec<Datom>, CoreError> {
         let mut out = slot_datoms_main(store, self.ns, e, attr)?;
         if let Some((name, fork)) = self.branch {
             out.retain(|d| d.tx <= fork);
@@ -155,7 +160,11 @@ pub fn slot_datoms_main(
     e: EntityId,
     attr: &Attribute,
 ) -> Result<Vec<Datom>, CoreError> {
-    decode_datoms(scan_prefix(store, &keys::eavt_attr(ns, e, attr), MAX_READ_DATOMS)?)
+    decode_datoms(scan_prefix(
+        store,
+        &keys::eavt_attr(ns, e, attr),
+        MAX_READ_DATOMS,
+    )?)
 }
 
 fn decode_datoms(rows: Vec<KeyValue>) -> Result<Vec<Datom>, CoreError> {

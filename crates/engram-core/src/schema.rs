@@ -129,7 +129,11 @@ pub fn unique_keyword(u: Unique) -> Value {
 
 /// The `:db/*` facts that take an attribute from `old` to `new` (every field when `old` is
 /// `None`): (attribute, value, assert?) triples, then the schema version.
-pub fn def_facts(old: Option<&AttributeDef>, new: &AttributeDef, version: u64) -> Vec<(Attribute, Value, bool)> {
+pub fn def_facts(
+    old: Option<&AttributeDef>,
+    new: &AttributeDef,
+    version: u64,
+) -> Vec<(Attribute, Value, bool)> {
     let mut out = Vec::new();
     let changed = |f: &dyn Fn(&AttributeDef) -> Value| old.is_none_or(|o| f(o) != f(new));
     let mut field = |name: &str, f: &dyn Fn(&AttributeDef) -> Value| {

@@ -10,7 +10,8 @@
 
 use engram_types::{
     Attribute, AttributeDef, BranchName, BranchOp, Cardinality, Datom, EntityId, EntityRef, Namespace, Op,
-    Precondition, Provenance, Status, TxId, TxOp, TxReceipt, TxRequest, Unique, ValidationError, Value, ValueType,
+    Precondition, Provenance, Status, TxId, TxOp, TxReceipt, TxRequest, Unique, ValidationError, Value,
+    ValueType,
 };
 use thiserror::Error;
 
@@ -90,13 +91,23 @@ pub fn attribute_def(field: &str, raw: pb::AttributeDef) -> Result<AttributeDef,
     let cardinality = match pb::Cardinality::try_from(raw.cardinality) {
         Ok(pb::Cardinality::Unspecified | pb::Cardinality::One) => Cardinality::One,
         Ok(pb::Cardinality::Many) => Cardinality::Many,
-        Err(_) => return Err(WireError::new(sub("cardinality"), format!("unknown cardinality {}", raw.cardinality))),
+        Err(_) => {
+            return Err(WireError::new(
+                sub("cardinality"),
+                format!("unknown cardinality {}", raw.cardinality),
+            ));
+        }
     };
     let unique = match pb::Uniqueness::try_from(raw.unique) {
         Ok(pb::Uniqueness::None) => None,
         Ok(pb::Uniqueness::Identity) => Some(Unique::Identity),
         Ok(pb::Uniqueness::Value) => Some(Unique::Value),
-        Err(_) => return Err(WireError::new(sub("unique"), format!("unknown uniqueness {}", raw.unique))),
+        Err(_) => {
+            return Err(WireError::new(
+                sub("unique"),
+                format!("unknown uniqueness {}", raw.unique),
+            ));
+        }
     };
     let def = AttributeDef {
         ident: attribute(&sub("ident"), raw.ident)?,
@@ -136,7 +147,11 @@ impl From<&AttributeDef> for pb::AttributeDef {
 
 /// A schema transaction.
 pub fn schema_request(req: pb::ApplySchemaRequest) -> Result<TxRequest, WireError> {
-    let mut tx = TxRequest::data(namespace("namespace", req.namespace)?, Vec::new(), provenance(req.provenance)?);
+    let mut tx = TxRequest::data(
+        namespace("namespace", req.namespace)?,
+        Vec::new(),
+        provenance(req.provenance)?,
+    );
     for (i, def) in req.attributes.into_iter().enumerate() {
         tx.schema.push(attribute_def(&format!("attributes[{i}]"), def)?);
     }
@@ -152,7 +167,11 @@ pub fn branch_request(
     provenance_raw: Option<pb::Provenance>,
     op: impl FnOnce(BranchName) -> BranchOp,
 ) -> Result<TxRequest, WireError> {
-    let mut tx = TxRequest::data(namespace("namespace", namespace_raw)?, Vec::new(), provenance(provenance_raw)?);
+    let mut tx = TxRequest::data(
+        namespace("namespace", namespace_raw)?,
+        Vec::new(),
+        provenance(provenance_raw)?,
+    );
     tx.branch_op = Some(op(branch_name("name", name)?));
     tx.validate().map_err(at("request"))?;
     Ok(tx)
@@ -160,7 +179,10 @@ pub fn branch_request(
 
 pub fn create_branch_request(req: pb::CreateBranchRequest) -> Result<TxRequest, WireError> {
     let from = req.from_tx.map(TxId);
-    branch_request(req.namespace, req.name, req.provenance, |name| BranchOp::Create { name, from })
+    branch_request(req.namespace, req.name, req.provenance, |name| BranchOp::Create {
+        name,
+        from,
+    })
 }
 
 pub fn value(field: &str, raw: Option<pb::Value>) -> Result<Value, WireError> {
@@ -535,11 +557,41 @@ mod schema_tests {
         assert_eq!(tx.schema[0].unique, Some(Unique::Identity));
         assert_eq!(pb::AttributeDef::from(&tx.schema[0]), def());
         let cases: Vec<(&str, pb::AttributeDef)> = vec![
-            ("attributes[0].value_type", pb::AttributeDef { value_type: "text".into(), ..def() }),
-            ("attributes[0].ident", pb::AttributeDef { ident: "key".into(), ..def() }),
-            ("attributes[0].cardinality", pb::AttributeDef { cardinality: 7, ..def() }),
-            ("attributes[0]", pb::AttributeDef { ident: ":db/ident".into(), ..def() }),
-            ("attributes[0]", pb::AttributeDef { cardinality: pb::Cardinality::Many as i32, ..def() }),
+            (
+                "attributes[0].value_type",
+                pb::AttributeDef {
+                    value_type: "text".into(),
+                    ..def()
+                },
+            ),
+            (
+                "attributes[0].ident",
+                pb::AttributeDef {
+                    ident: "key".into(),
+                    ..def()
+                },
+            ),
+            (
+                "attributes[0].cardinality",
+                pb::AttributeDef {
+                    cardinality: 7,
+                    ..def()
+                },
+            ),
+            (
+                "attributes[0]",
+                pb::AttributeDef {
+                    ident: ":db/ident".into(),
+                    ..def()
+                },
+            ),
+            (
+                "attributes[0]",
+                pb::AttributeDef {
+                    cardinality: pb::Cardinality::Many as i32,
+                    ..def()
+                },
+            ),
         ];
         for (field, bad) in cases {
             let err = schema_request(request(vec![bad])).unwrap_err();

@@ -66,7 +66,7 @@ impl From<engram_core::proofs::ProofReadError> for ApiError {
 impl From<ReadError> for ApiError {
     fn from(e: ReadError) -> Self {
         match e {
-            ReadError::UnknownEntity(_) => ApiError::NotFound(e.to_string()),
+            ReadError::UnknownEntity(_) | ReadError::UnknownBranch(_) => ApiError::NotFound(e.to_string()),
             ReadError::Core(c) => c.into(),
         }
     }
@@ -91,9 +91,20 @@ impl ApiError {
                 Rejection::PreconditionFailed { .. } | Rejection::NotCurrent { .. } => {
                     Code::FailedPrecondition
                 }
-                Rejection::UnknownEntity(_) => Code::NotFound,
-                Rejection::TypeMismatch { .. } => Code::InvalidArgument,
-                Rejection::KeyChange(_) => Code::FailedPrecondition,
+                Rejection::UnknownEntity(_)
+                | Rejection::UnknownBranch(_)
+                | Rejection::LookupNotFound { .. } => Code::NotFound,
+                Rejection::TypeMismatch { .. }
+                | Rejection::UnknownAttribute(_)
+                | Rejection::NotUnique(_)
+                | Rejection::ForkInFuture { .. } => Code::InvalidArgument,
+                Rejection::UniqueConflict { .. } | Rejection::BranchExists(_) => Code::AlreadyExists,
+                Rejection::KeyChange(_)
+                | Rejection::Deprecated(_)
+                | Rejection::UnsafeMigration { .. }
+                | Rejection::SchemaUnchanged
+                | Rejection::BranchClosed { .. }
+                | Rejection::MergeConflict { .. } => Code::FailedPrecondition,
             },
             ApiError::NotFound(_) => Code::NotFound,
             ApiError::OutOfRange(_) => Code::OutOfRange,

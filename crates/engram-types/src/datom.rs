@@ -2,8 +2,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::codec::{Reader, Writer};
 use crate::{
-    Attribute, BranchName, DATOM_FORMAT_VERSION, DATOM_FORMAT_VERSION_BRANCH, DecodeError, EntityId, Hash, Namespace, TxId, ValidationError, Value,
-    ValueType,
+    Attribute, BranchName, DATOM_FORMAT_VERSION, DATOM_FORMAT_VERSION_BRANCH, DecodeError, EntityId, Hash,
+    Namespace, TxId, ValidationError, Value, ValueType,
 };
 
 /// Whether a datom adds a fact or retracts an earlier one.
@@ -178,8 +178,7 @@ impl Datom {
                 .str(self.namespace.as_str())
                 .str(branch.as_str()),
         };
-        w.u64(self.entity.0)
-            .str(self.attribute.as_str());
+        w.u64(self.entity.0).str(self.attribute.as_str());
         encode_value(&mut w, &self.value);
         w.u8(op_tag(self.op))
             .i64(self.valid_from_ns)
@@ -321,7 +320,11 @@ mod tests {
         let bytes = d.encode();
         assert_eq!(bytes[0], DATOM_FORMAT_VERSION_BRANCH);
         assert_eq!(Datom::decode(&bytes).unwrap(), d);
-        assert_ne!(d.hash(), sample().hash(), "the branch is part of the content address");
+        assert_ne!(
+            d.hash(),
+            sample().hash(),
+            "the branch is part of the content address"
+        );
         for cut in 0..bytes.len() {
             assert!(Datom::decode(&bytes[..cut]).is_err());
         }

@@ -192,7 +192,9 @@ mod tests {
 
     #[test]
     fn definitions_are_checked() {
-        AttributeDef::new(attr(":a/b"), ValueType::String).validate().unwrap();
+        AttributeDef::new(attr(":a/b"), ValueType::String)
+            .validate()
+            .unwrap();
         let reserved = AttributeDef::new(attr(":db/ident"), ValueType::Keyword);
         assert!(reserved.validate().unwrap_err().to_string().contains("reserved"));
         let mut component = AttributeDef::new(attr(":a/c"), ValueType::String);

@@ -3,8 +3,8 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use crate::{
-    Attribute, AttributeDef, BranchName, BranchOp, EntityId, Hash, Namespace, Op, Provenance, TxId, ValidationError,
-    Value,
+    Attribute, AttributeDef, BranchName, BranchOp, EntityId, Hash, Namespace, Op, Provenance, TxId,
+    ValidationError, Value,
 };
 
 /// Names an entity in a transaction: an existing id, or a temporary name that the state
@@ -91,7 +91,8 @@ impl TxRequest {
         }
         if kinds > 1 {
             return Err(ValidationError::Transaction(
-                "a transaction carries data ops, schema declarations or one branch operation, not a mix".into(),
+                "a transaction carries data ops, schema declarations or one branch operation, not a mix"
+                    .into(),
             ));
         }
         if self.branch.is_some() && self.ops.is_empty() {
@@ -250,7 +251,13 @@ mod tests {
         let mut schema = request();
         schema.ops.clear();
         schema.schema = vec![def.clone(), def];
-        assert!(schema.validate().unwrap_err().to_string().contains("declared twice"));
+        assert!(
+            schema
+                .validate()
+                .unwrap_err()
+                .to_string()
+                .contains("declared twice")
+        );
         schema.schema.pop();
         schema.validate().unwrap();
         schema.branch = Some(BranchName::new("b").unwrap());

@@ -2,7 +2,7 @@ use std::sync::Arc;
 
 use engram_core::reads;
 use engram_proto::pb;
-use engram_types::{EntityId, TxId, TxRequest};
+use engram_types::{BranchOp, EntityId, TxId, TxRequest};
 use prost::Message;
 use tonic::{Request, Response, Status};
 use tracing::Instrument;
@@ -28,26 +28,17 @@ impl MemoryService {
         }
     }
 
-    async fn transact_inner(
-        &self,
-        request: Request<pb::TransactRequest>,
-    ) -> Result<pb::TransactResponse, ApiError> {
-        let forwarded = is_forwarded(&request);
-        let message = request.into_inner();
-        let bytes = message.encoded_len();
+    /// Proposes a write on the leader (forwarding it there when this node does not lead).
+    async fn write(&self, forwarded: bool, call: WriteCall) -> Result<pb::TransactResponse, ApiError> {
+        let bytes = call.encoded_len();
         let limit = self.shared.config.max_tx_bytes;
         if bytes > limit {
             return Err(ApiError::TooLarge { bytes, limit });
         }
+        let tx = call.to_tx()?;
         if let Route::Leader(addr) = self.shared.route_write(forwarded)? {
-            let mut client = self.shared.memory_client(&addr)?;
-            return client
-                .transact(forward_request(message))
-                .await
-                .map(Response::into_inner)
-                .map_err(forwarded_err);
+            return call.forward(self.shared.memory_client(&addr)?).await;
         }
-        let tx = TxRequest::try_from(message.clone())?;
         match self.shared.node.propose(tx).await {
             Ok(Ok(receipt)) => {
                 tracing::Span::current().record("tx_id", receipt.tx.0);
@@ -56,21 +47,140 @@ impl MemoryService {
             Ok(Err(rejection)) => Err(ApiError::Rejected(rejection)),
             Err(engram_raft::NodeError::NotLeader {
                 leader: Some((_, info)),
-            }) if !forwarded => {
-                let mut client = self.shared.memory_client(&info.addr)?;
-                client
-                    .transact(forward_request(message))
-                    .await
-                    .map(Response::into_inner)
-                    .map_err(forwarded_err)
-            }
+            }) if !forwarded => call.forward(self.shared.memory_client(&info.addr)?).await,
             Err(e) => Err(e.into()),
         }
+    }
+
+    async fn traced_write(
+        &self,
+        forwarded: bool,
+        call: WriteCall,
+    ) -> Result<Response<pb::TransactResponse>, Status> {
+        let span = tracing::info_span!(
+            "transact",
+            node_id = self.shared.node.node_id,
+            kind = call.kind(),
+            tx_id = tracing::field::Empty
+        );
+        Ok(Response::new(self.write(forwarded, call).instrument(span).await?))
+    }
+}
+
+/// A write request of any of the Memory RPCs that become one transaction.
+enum WriteCall {
+    Transact(pb::TransactRequest),
+    ApplySchema(pb::ApplySchemaRequest),
+    CreateBranch(pb::CreateBranchRequest),
+    MergeBranch(pb::BranchRequest),
+    AbandonBranch(pb::BranchRequest),
+}
+
+impl WriteCall {
+    fn kind(&self) -> &'static str {
+        match self {
+            WriteCall::Transact(_) => "data",
+            WriteCall::ApplySchema(_) => "schema",
+            WriteCall::CreateBranch(_) => "create-branch",
+            WriteCall::MergeBranch(_) => "merge-branch",
+            WriteCall::AbandonBranch(_) => "abandon-branch",
+        }
+    }
+
+    fn encoded_len(&self) -> usize {
+        match self {
+            WriteCall::Transact(m) => m.encoded_len(),
+            WriteCall::ApplySchema(m) => m.encoded_len(),
+            WriteCall::CreateBranch(m) => m.encoded_len(),
+            WriteCall::MergeBranch(m) | WriteCall::AbandonBranch(m) => m.encoded_len(),
+        }
+    }
+
+    /// Validates the request into the transaction it proposes.
+    fn to_tx(&self) -> Result<TxRequest, ApiError> {
+        Ok(match self {
+            WriteCall::Transact(m) => TxRequest::try_from(m.clone())?,
+            WriteCall::ApplySchema(m) => engram_proto::schema_request(m.clone())?,
+            WriteCall::CreateBranch(m) => engram_proto::create_branch_request(m.clone())?,
+            WriteCall::MergeBranch(m) => engram_proto::branch_request(
+                m.namespace.clone(),
+                m.name.clone(),
+                m.provenance.clone(),
+                |name| BranchOp::Merge { name },
+            )?,
+            WriteCall::AbandonBranch(m) => engram_proto::branch_request(
+                m.namespace.clone(),
+                m.name.clone(),
+                m.provenance.clone(),
+                |name| BranchOp::Abandon { name },
+            )?,
+        })
+    }
+
+    /// Sends the same call to the leader.
+    async fn forward(
+        self,
+        mut client: pb::memory_client::MemoryClient<tonic::transport::Channel>,
+    ) -> Result<pb::TransactResponse, ApiError> {
+        let answer = match self {
+            WriteCall::Transact(m) => client.transact(forward_request(m)).await,
+            WriteCall::ApplySchema(m) => client.apply_schema(forward_request(m)).await,
+            WriteCall::CreateBranch(m) => client.create_branch(forward_request(m)).await,
+            WriteCall::MergeBranch(m) => client.merge_branch(forward_request(m)).await,
+            WriteCall::AbandonBranch(m) => client.abandon_branch(forward_request(m)).await,
+        };
+        answer.map(Response::into_inner).map_err(forwarded_err)
     }
 }
 
 fn namespace(raw: String) -> Result<engram_types::Namespace, ApiError> {
     Ok(engram_proto::namespace("namespace", raw)?)
+}
+
+fn branch(raw: String) -> Result<Option<engram_types::BranchName>, ApiError> {
+    Ok(engram_proto::branch("branch", raw)?)
+}
+
+fn resolution(raw: i32) -> Result<reads::Resolution, ApiError> {
+    match pb::Resolution::try_from(raw) {
+        Ok(pb::Resolution::Unspecified | pb::Resolution::Latest) => Ok(reads::Resolution::Latest),
+        Ok(pb::Resolution::Verified) => Ok(reads::Resolution::Verified),
+        Err(_) => Err(ApiError::Invalid(format!("rule: unknown resolution {raw}"))),
+    }
+}
+
+fn schema_pb(view: &engram_core::schema::SchemaView, applied_tx: u64) -> pb::GetSchemaResponse {
+    pb::GetSchemaResponse {
+        version: view.version,
+        strict: view.strict,
+        attributes: view
+            .attributes
+            .iter()
+            .map(|(v, entity)| pb::AttributeSchema {
+                def: Some((&v.def).into()),
+                since_tx: v.tx.0,
+                version: v.version,
+                entity: entity.map(|e| e.0),
+            })
+            .collect(),
+        applied_tx,
+    }
+}
+
+fn branch_pb(row: &engram_core::branch::BranchRow) -> pb::Branch {
+    use engram_core::branch::BranchState;
+    pb::Branch {
+        name: row.name.to_string(),
+        fork_tx: row.fork.0,
+        created_tx: row.created.0,
+        state: row.state.name().to_string(),
+        closed_tx: match row.state {
+            BranchState::Open => 0,
+            BranchState::Merged { tx } | BranchState::Abandoned { tx } => tx.0,
+        },
+        writes: row.writes,
+        entity: row.entity.0,
+    }
 }
 
 fn datoms(list: &[engram_types::Datom]) -> Vec<pb::Datom> {
@@ -150,7 +260,8 @@ impl pb::memory_server::Memory for MemoryService {
         let forwarded = is_forwarded(&request);
         let req = request.into_inner();
         let ns = namespace(req.namespace.clone())?;
-        if req.to_tx != 0 && req.from_tx > req.to_tx {
+        let on = branch(req.branch.clone())?;
+        if on.is_none() && req.to_tx != 0 && req.from_tx > req.to_tx {
             return Err(ApiError::Invalid(format!(
                 "from_tx {} is after to_tx {}: a diff runs forward in time",
                 req.from_tx, req.to_tx
@@ -163,6 +274,23 @@ impl pb::memory_server::Memory for MemoryService {
                 .diff(forward_request(req))
                 .await
                 .map_err(|s| forwarded_err(s).into());
+        }
+        if let Some(name) = &on {
+            let found = reads::branch_diff(
+                &*self.shared.node.store,
+                &ns,
+                name,
+                req.entity.map(EntityId),
+                Self::limit(req.limit),
+            )
+            .map_err(ApiError::from)?;
+            return Ok(Response::new(pb::DiffResponse {
+                asserted: datoms(&found.branch.asserted),
+                retracted: datoms(&found.branch.retracted),
+                to_tx: self.shared.applied_index(),
+                truncated: found.branch.truncated,
+                main_changed: datoms(&found.main_changed),
+            }));
         }
         let to = if req.to_tx == 0 {
             self.shared.applied_index()
@@ -183,12 +311,21 @@ impl pb::memory_server::Memory for MemoryService {
             retracted: datoms(&found.retracted),
             to_tx: to,
             truncated: found.truncated,
+            main_changed: Vec::new(),
         }))
     }
 
     async fn watch(&self, request: Request<pb::WatchRequest>) -> Result<Response<WatchStream>, Status> {
         let req = request.into_inner();
         let ns = namespace(req.namespace)?;
+        let on = branch(req.branch)?;
+        if let Some(name) = &on
+            && engram_core::branch::row(&*self.shared.node.store, &ns, name)
+                .map_err(ApiError::from)?
+                .is_none()
+        {
+            return Err(ApiError::from(reads::ReadError::UnknownBranch(name.clone())).into());
+        }
         let attribute = match req.attribute.as_str() {
             "" => None,
             a => Some(engram_proto::attribute("attribute", a.to_string()).map_err(ApiError::from)?),
@@ -200,14 +337,14 @@ impl pb::memory_server::Memory for MemoryService {
             let mut next = TxId(req.from_tx);
             loop {
                 let applied = node.status().applied_index;
-                let (records, after) = match reads::transactions_from(&*node.store, &ns, next, WATCH_PAGE_TXS)
-                {
-                    Ok(page) => page,
-                    Err(e) => {
-                        let _ = tx.send(Err(Status::from(ApiError::from(e)))).await;
-                        return;
-                    }
-                };
+                let (records, after) =
+                    match reads::transactions_from(&*node.store, &ns, on.as_ref(), next, WATCH_PAGE_TXS) {
+                        Ok(page) => page,
+                        Err(e) => {
+                            let _ = tx.send(Err(Status::from(ApiError::from(e)))).await;
+                            return;
+                        }
+                    };
                 for record in records {
                     if let Some(event) = watch_event(record, attribute.as_ref(), entity)
                         && tx.send(Ok(event)).await.is_err()
@@ -236,20 +373,93 @@ impl pb::memory_server::Memory for MemoryService {
         &self,
         request: Request<pb::TransactRequest>,
     ) -> Result<Response<pb::TransactResponse>, Status> {
-        let span = tracing::info_span!(
-            "transact",
-            node_id = self.shared.node.node_id,
-            tx_id = tracing::field::Empty
-        );
-        Ok(Response::new(
-            self.transact_inner(request).instrument(span).await?,
-        ))
+        let forwarded = is_forwarded(&request);
+        self.traced_write(forwarded, WriteCall::Transact(request.into_inner()))
+            .await
+    }
+
+    async fn apply_schema(
+        &self,
+        request: Request<pb::ApplySchemaRequest>,
+    ) -> Result<Response<pb::TransactResponse>, Status> {
+        let forwarded = is_forwarded(&request);
+        self.traced_write(forwarded, WriteCall::ApplySchema(request.into_inner()))
+            .await
+    }
+
+    async fn create_branch(
+        &self,
+        request: Request<pb::CreateBranchRequest>,
+    ) -> Result<Response<pb::TransactResponse>, Status> {
+        let forwarded = is_forwarded(&request);
+        self.traced_write(forwarded, WriteCall::CreateBranch(request.into_inner()))
+            .await
+    }
+
+    async fn merge_branch(
+        &self,
+        request: Request<pb::BranchRequest>,
+    ) -> Result<Response<pb::TransactResponse>, Status> {
+        let forwarded = is_forwarded(&request);
+        self.traced_write(forwarded, WriteCall::MergeBranch(request.into_inner()))
+            .await
+    }
+
+    async fn abandon_branch(
+        &self,
+        request: Request<pb::BranchRequest>,
+    ) -> Result<Response<pb::TransactResponse>, Status> {
+        let forwarded = is_forwarded(&request);
+        self.traced_write(forwarded, WriteCall::AbandonBranch(request.into_inner()))
+            .await
+    }
+
+    async fn get_schema(
+        &self,
+        request: Request<pb::GetSchemaRequest>,
+    ) -> Result<Response<pb::GetSchemaResponse>, Status> {
+        let forwarded = is_forwarded(&request);
+        let req = request.into_inner();
+        let ns = namespace(req.namespace.clone())?;
+        if let Route::Leader(addr) = self.shared.route_read(req.consistency, forwarded).await? {
+            let mut client = self.shared.memory_client(&addr).map_err(Status::from)?;
+            return client
+                .get_schema(forward_request(req))
+                .await
+                .map_err(|s| forwarded_err(s).into());
+        }
+        let view = engram_core::schema::view(&*self.shared.node.store, &ns, req.as_of_tx.map(TxId))
+            .map_err(ApiError::from)?;
+        Ok(Response::new(schema_pb(&view, self.shared.applied_index())))
+    }
+
+    async fn list_branches(
+        &self,
+        request: Request<pb::ListBranchesRequest>,
+    ) -> Result<Response<pb::ListBranchesResponse>, Status> {
+        let forwarded = is_forwarded(&request);
+        let req = request.into_inner();
+        let ns = namespace(req.namespace.clone())?;
+        if let Route::Leader(addr) = self.shared.route_read(req.consistency, forwarded).await? {
+            let mut client = self.shared.memory_client(&addr).map_err(Status::from)?;
+            return client
+                .list_branches(forward_request(req))
+                .await
+                .map_err(|s| forwarded_err(s).into());
+        }
+        let rows = engram_core::branch::list(&*self.shared.node.store, &ns).map_err(ApiError::from)?;
+        Ok(Response::new(pb::ListBranchesResponse {
+            branches: rows.iter().map(branch_pb).collect(),
+            applied_tx: self.shared.applied_index(),
+        }))
     }
 
     async fn get(&self, request: Request<pb::GetRequest>) -> Result<Response<pb::GetResponse>, Status> {
         let forwarded = is_forwarded(&request);
         let req = request.into_inner();
         let ns = namespace(req.namespace.clone())?;
+        let on = branch(req.branch.clone())?;
+        resolution(req.rule)?;
         if let Route::Leader(addr) = self.shared.route_read(req.consistency, forwarded).await? {
             let mut client = self.shared.memory_client(&addr).map_err(Status::from)?;
             return client
@@ -257,19 +467,26 @@ impl pb::memory_server::Memory for MemoryService {
                 .await
                 .map_err(|s| forwarded_err(s).into());
         }
-        let found = reads::get(
+        let opts = reads::ReadOptions {
+            as_of: req.as_of_tx.map(TxId),
+            valid_at_ns: req.valid_at_ns,
+            rule: resolution(req.rule)?,
+            verified_only: req.verified_only,
+        };
+        let found = reads::get_facts(
             &*self.shared.node.store,
             &ns,
+            on.as_ref(),
             EntityId(req.entity),
-            req.as_of_tx.map(TxId),
-            req.valid_at_ns,
+            &opts,
         )
         .map_err(ApiError::from)?;
         Ok(Response::new(pb::GetResponse {
             entity: req.entity,
-            datoms: datoms(&found),
+            datoms: datoms(&found.current),
             applied_tx: self.shared.applied_index(),
-            proof: read_proof(&self.shared, req.prove, req.trusted_size, &found)?,
+            proof: read_proof(&self.shared, req.prove, req.trusted_size, &found.current)?,
+            conflicts: datoms(&found.conflicts),
         }))
     }
 
@@ -289,6 +506,7 @@ impl pb::memory_server::Memory for MemoryService {
             .target
             .clone()
             .ok_or_else(|| ApiError::Invalid("target: entity or attribute is required".into()))?;
+        let on = branch(req.branch.clone())?;
         if let Route::Leader(addr) = self.shared.route_read(req.consistency, forwarded).await? {
             let mut client = self.shared.memory_client(&addr).map_err(Status::from)?;
             return client
@@ -299,12 +517,12 @@ impl pb::memory_server::Memory for MemoryService {
         let store = &*self.shared.node.store;
         let found = match target {
             pb::history_request::Target::Entity(e) => {
-                reads::entity_history(store, &ns, EntityId(e), filter.as_ref(), limit)
+                reads::entity_history_on(store, &ns, on.as_ref(), EntityId(e), filter.as_ref(), limit)
                     .map_err(ApiError::from)?
             }
             pb::history_request::Target::Attribute(a) => {
                 let attr = engram_proto::attribute("attribute", a).map_err(ApiError::from)?;
-                reads::attribute_history(store, &ns, &attr, limit).map_err(ApiError::from)?
+                reads::attribute_history_on(store, &ns, on.as_ref(), &attr, limit).map_err(ApiError::from)?
             }
         };
         Ok(Response::new(pb::HistoryResponse {
@@ -319,6 +537,7 @@ impl pb::memory_server::Memory for MemoryService {
         let req = request.into_inner();
         let ns = namespace(req.namespace.clone())?;
         let attr = engram_proto::attribute("attribute", req.attribute.clone()).map_err(ApiError::from)?;
+        let on = branch(req.branch.clone())?;
         let value = match &req.value {
             None => None,
             some => Some(engram_proto::value("value", some.clone()).map_err(ApiError::from)?),
@@ -330,9 +549,10 @@ impl pb::memory_server::Memory for MemoryService {
                 .await
                 .map_err(|s| forwarded_err(s).into());
         }
-        let found = reads::find(
+        let found = reads::find_on(
             &*self.shared.node.store,
             &ns,
+            on.as_ref(),
             &attr,
             value.as_ref(),
             req.as_of_tx.map(TxId),

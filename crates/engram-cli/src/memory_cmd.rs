@@ -1,0 +1,502 @@
+//! `engram schema` and `engram branch`: declaring attributes (by file or preset) and working
+//! with branches. Input is parsed into domain types before anything is sent.
+
+use anyhow::{Context, Result, bail};
+use engram_client::{Client, Consistency, pb};
+use engram_types::{
+    Attribute, AttributeDef, BranchName, Cardinality, EntityId, Provenance, Status, Unique, ValueType,
+};
+use serde_json::{Value as Json, json};
+
+use crate::cli::{BranchCommand, SchemaCommand};
+use crate::commands::{namespace, print_json, receipt_output};
+use crate::output::{Table, datom_table};
+use crate::txjson::{self, JsonError};
+
+/// The schema presets `engram schema apply --preset` knows.
+pub const PRESETS: [(&str, &str); 1] = [("agent-memory", include_str!("../presets/agent-memory.json"))];
+
+const DEF_FIELDS: [&str; 8] = [
+    "ident",
+    "type",
+    "cardinality",
+    "unique",
+    "indexed",
+    "component",
+    "doc",
+    "deprecated",
+];
+
+fn err<T>(path: String, reason: impl Into<String>) -> Result<T, JsonError> {
+    Err(JsonError {
+        path,
+        reason: reason.into(),
+    })
+}
+
+/// Parses a schema document: an array of attribute declarations, each
+/// `{"ident", "type", "cardinality"?, "unique"?, "indexed"?, "component"?, "doc"?, "deprecated"?}`.
+pub fn parse_schema(text: &str) -> Result<Vec<AttributeDef>, JsonError> {
+    let json: Json = serde_json::from_str(text).map_err(|e| JsonError {
+        path: "(document)".into(),
+        reason: format!("invalid JSON: {e}"),
+    })?;
+    let Json::Array(items) = json else {
+        return err("(document)".into(), "expected an array of attribute declarations");
+    };
+    let mut out = Vec::with_capacity(items.len());
+    for (i, item) in items.iter().enumerate() {
+        let path = |f: &str| format!("[{i}].{f}");
+        let Json::Object(map) = item else {
+            return err(format!("[{i}]"), "expected an object");
+        };
+        if let Some(unknown) = map.keys().find(|k| !DEF_FIELDS.contains(&k.as_str())) {
+            return err(
+                path(unknown),
+                format!("unknown field (known: {})", DEF_FIELDS.join(", ")),
+            );
+        }
+        let text = |f: &str| -> Result<Option<&str>, JsonError> {
+            match map.get(f) {
+                None => Ok(None),
+                Some(Json::String(s)) => Ok(Some(s.as_str())),
+                Some(_) => err(path(f), "expected a string"),
+            }
+        };
+        let flag = |f: &str| -> Result<bool, JsonError> {
+            match map.get(f) {
+                None => Ok(false),
+                Some(Json::Bool(b)) => Ok(*b),
+                Some(_) => err(path(f), "expected true or false"),
+            }
+        };
+        let Some(ident) = text("ident")? else {
+            return err(path("ident"), "is required");
+        };
+        let ident = Attribute::new(ident).map_err(|e| JsonError {
+            path: path("ident"),
+            reason: e.to_string(),
+        })?;
+        let Some(ty) = text("type")? else {
+            return err(path("type"), "is required");
+        };
+        let value_type = ValueType::ALL.into_iter().find(|t| t.name() == ty);
+        let Some(value_type) = value_type else {
+            return err(
+                path("type"),
+                format!("unknown type {ty:?} (string, i64, f64, bool, bytes, instant, ref, keyword or json)"),
+            );
+        };
+        let cardinality = match text("cardinality")? {
+            None | Some("one") => Cardinality::One,
+            Some("many") => Cardinality::Many,
+            Some(other) => {
+                return err(
+                    path("cardinality"),
+                    format!("expected \"one\" or \"many\", found {other:?}"),
+                );
+            }
+        };
+        let unique = match text("unique")? {
+            None => None,
+            Some("identity") => Some(Unique::Identity),
+            Some("value") => Some(Unique::Value),
+            Some(other) => {
+                return err(
+                    path("unique"),
+                    format!("expected \"identity\" or \"value\", found {other:?}"),
+                );
+            }
+        };
+        let def = AttributeDef {
+            ident,
+            value_type,
+            cardinality,
+            unique,
+            indexed: flag("indexed")?,
+            component: flag("component")?,
+            doc: text("doc")?.unwrap_or_default().to_string(),
+            deprecated: flag("deprecated")?,
+        };
+        def.validate().map_err(|e| JsonError {
+            path: format!("[{i}]"),
+            reason: e.to_string(),
+        })?;
+        out.push(def);
+    }
+    Ok(out)
+}
+
+fn def_json(def: &pb::AttributeDef) -> Json {
+    let cardinality = if def.cardinality == pb::Cardinality::Many as i32 {
+        "many"
+    } else {
+        "one"
+    };
+    let unique = match pb::Uniqueness::try_from(def.unique) {
+        Ok(pb::Uniqueness::Identity) => json!("identity"),
+        Ok(pb::Uniqueness::Value) => json!("value"),
+        _ => Json::Null,
+    };
+    json!({
+        "ident": def.ident, "type": def.value_type, "cardinality": cardinality, "unique": unique,
+        "indexed": def.indexed, "component": def.component, "doc": def.doc, "deprecated": def.deprecated,
+    })
+}
+
+fn provenance(agent: &str) -> Result<Provenance> {
+    let p = Provenance {
+        agent: agent.to_string(),
+        confidence: 1.0,
+        status: Status::Verified,
+        ..Provenance::default()
+    };
+    p.validate().context("--agent")?;
+    Ok(p)
+}
+
+fn branch_name(raw: &str) -> Result<BranchName> {
+    BranchName::new(raw).context("branch name")
+}
+
+pub async fn schema(client: &Client, cmd: SchemaCommand, json: bool) -> Result<()> {
+    match cmd {
+        SchemaCommand::Apply {
+            namespace: ns,
+            preset,
+            file,
+            agent,
+        } => {
+            let ns = namespace(&ns)?;
+            let (source, text) = match (preset, file) {
+                (Some(name), None) => match PRESETS.iter().find(|(n, _)| *n == name) {
+                    Some((_, text)) => (format!("preset {name}"), text.to_string()),
+                    None => bail!(
+                        "--preset: unknown preset {name:?} (known: {})",
+                        PRESETS.map(|(n, _)| n).join(", ")
+                    ),
+                },
+                (None, Some(path)) => (
+                    path.clone(),
+                    std::fs::read_to_string(&path).with_context(|| format!("reading {path}"))?,
+                ),
+                _ => bail!("give --preset NAME or --file FILE"),
+            };
+            let defs = parse_schema(&text).with_context(|| format!("{source}"))?;
+            // Send only what differs from the declarations in force, so applying a preset
+            // twice is a no-op rather than an error.
+            let current = client
+                .schema(&ns, None, Consistency::Linearizable)
+                .await
+                .context("schema")?;
+            let changed: Vec<AttributeDef> = defs
+                .into_iter()
+                .filter(|d| {
+                    !current
+                        .attributes
+                        .iter()
+                        .any(|a| a.entity.is_some() && a.def.as_ref() == Some(&pb::AttributeDef::from(d)))
+                })
+                .collect();
+            if changed.is_empty() {
+                if json {
+                    print_json(
+                        &json!({ "namespace": ns.to_string(), "version": current.version, "changed": 0 }),
+                    );
+                } else {
+                    println!(
+                        "schema of {ns} is up to date (version {}): nothing to apply",
+                        current.version
+                    );
+                }
+                return Ok(());
+            }
+            let receipt = client
+                .apply_schema(&ns, &changed, &provenance(&agent)?, None)
+                .await
+                .context("schema apply")?;
+            if !json {
+                println!(
+                    "declared {} attribute{} in {ns} from {source}:",
+                    changed.len(),
+                    if changed.len() == 1 { "" } else { "s" }
+                );
+                for d in &changed {
+                    println!("  {}", d.ident);
+                }
+            }
+            receipt_output(&receipt, json);
+            Ok(())
+        }
+        SchemaCommand::Show {
+            namespace: ns,
+            as_of_tx,
+            stale,
+        } => {
+            let ns = namespace(&ns)?;
+            let consistency = if stale {
+                Consistency::Stale
+            } else {
+                Consistency::Linearizable
+            };
+            let resp = client
+                .schema(&ns, as_of_tx, consistency)
+                .await
+                .context("schema")?;
+            if json {
+                print_json(&json!({
+                    "namespace": ns.to_string(), "version": resp.version, "strict": resp.strict,
+                    "applied_tx": resp.applied_tx,
+                    "attributes": resp.attributes.iter().map(|a| {
+                        let mut doc = a.def.as_ref().map(def_json).unwrap_or(Json::Null);
+                        doc["since_tx"] = json!(a.since_tx);
+                        doc["version"] = json!(a.version);
+                        doc["entity"] = json!(a.entity);
+                        doc
+                    }).collect::<Vec<_>>(),
+                }));
+                return Ok(());
+            }
+            println!(
+                "schema of {ns}: version {}, {} (read at tx {})",
+                resp.version,
+                if resp.strict {
+                    "strict: only declared attributes are accepted"
+                } else {
+                    "open: attributes are typed by their first assertion"
+                },
+                resp.applied_tx
+            );
+            let mut t = Table::new(&[
+                "ATTRIBUTE",
+                "TYPE",
+                "CARD",
+                "UNIQUE",
+                "INDEX",
+                "SINCE TX",
+                "VERSION",
+                "DOC",
+            ]);
+            for a in &resp.attributes {
+                let Some(d) = &a.def else { continue };
+                let doc = def_json(d);
+                let mut flags = d.doc.clone();
+                if d.deprecated {
+                    flags = format!("(deprecated) {flags}");
+                }
+                t.row(vec![
+                    d.ident.clone(),
+                    d.value_type.clone(),
+                    doc["cardinality"].as_str().unwrap_or("one").to_string(),
+                    doc["unique"].as_str().unwrap_or("-").to_string(),
+                    if d.indexed { "yes" } else { "-" }.to_string(),
+                    a.since_tx.to_string(),
+                    if a.entity.is_some() {
+                        a.version.to_string()
+                    } else {
+                        "by use".into()
+                    },
+                    crate::output::ellipsize(&flags, 60),
+                ]);
+            }
+            print!("{}", t.render());
+            Ok(())
+        }
+    }
+}
+
+fn branch_json(b: &pb::Branch) -> Json {
+    json!({
+        "name": b.name, "state": b.state, "fork_tx": b.fork_tx, "created_tx": b.created_tx,
+        "closed_tx": b.closed_tx, "writes": b.writes, "entity": b.entity,
+    })
+}
+
+pub async fn branch(client: &Client, cmd: BranchCommand, json: bool) -> Result<()> {
+    match cmd {
+        BranchCommand::Create {
+            namespace: ns,
+            name,
+            from_tx,
+            agent,
+        } => {
+            let ns = namespace(&ns)?;
+            let name = branch_name(&name)?;
+            let receipt = client
+                .create_branch(&ns, &name, from_tx, &provenance(&agent)?)
+                .await
+                .context("branch create")?;
+            if !json {
+                let fork = from_tx.map_or("the head".to_string(), |t| format!("tx {t}"));
+                println!("created branch {name} of {ns} from {fork}");
+            }
+            receipt_output(&receipt, json);
+            Ok(())
+        }
+        BranchCommand::Merge {
+            namespace: ns,
+            name,
+            agent,
+        } => close_branch(client, &ns, &name, &agent, true, json).await,
+        BranchCommand::Abandon {
+            namespace: ns,
+            name,
+            agent,
+        } => close_branch(client, &ns, &name, &agent, false, json).await,
+        BranchCommand::List { namespace: ns, stale } => {
+            let ns = namespace(&ns)?;
+            let consistency = if stale {
+                Consistency::Stale
+            } else {
+                Consistency::Linearizable
+            };
+            let resp = client.branches(&ns, consistency).await.context("branch list")?;
+            if json {
+                print_json(&json!({
+                    "namespace": ns.to_string(), "applied_tx": resp.applied_tx,
+                    "branches": resp.branches.iter().map(branch_json).collect::<Vec<_>>(),
+                }));
+                return Ok(());
+            }
+            if resp.branches.is_empty() {
+                println!("no branches in {ns} (read at tx {})", resp.applied_tx);
+                return Ok(());
+            }
+            let mut t = Table::new(&["BRANCH", "STATE", "FORK TX", "CREATED TX", "CLOSED TX", "WRITES"]);
+            for b in &resp.branches {
+                t.row(vec![
+                    b.name.clone(),
+                    b.state.clone(),
+                    b.fork_tx.to_string(),
+                    b.created_tx.to_string(),
+                    if b.closed_tx == 0 {
+                        "-".into()
+                    } else {
+                        b.closed_tx.to_string()
+                    },
+                    b.writes.to_string(),
+                ]);
+            }
+            print!("{}", t.render());
+            Ok(())
+        }
+        BranchCommand::Diff {
+            namespace: ns,
+            name,
+            entity,
+            stale,
+        } => {
+            let ns = namespace(&ns)?;
+            let name = branch_name(&name)?;
+            let consistency = if stale {
+                Consistency::Stale
+            } else {
+                Consistency::Linearizable
+            };
+            let resp = client
+                .branch_diff(&ns, &name, entity.map(EntityId), 0, consistency)
+                .await
+                .context("branch diff")?;
+            let list = |d: &[pb::Datom]| d.iter().map(txjson::datom_to_json).collect::<Vec<_>>();
+            if json {
+                print_json(&json!({
+                    "namespace": ns.to_string(), "branch": name.to_string(), "truncated": resp.truncated,
+                    "asserted": list(&resp.asserted), "retracted": list(&resp.retracted),
+                    "main_changed": list(&resp.main_changed),
+                }));
+                return Ok(());
+            }
+            println!("branch {name} against main:");
+            println!("asserted on the branch ({}):", resp.asserted.len());
+            print!("{}", datom_table(&resp.asserted));
+            println!("retracted on the branch ({}):", resp.retracted.len());
+            print!("{}", datom_table(&resp.retracted));
+            if resp.main_changed.is_empty() {
+                println!(
+                    "main has not changed what the branch wrote since the fork: a merge would apply cleanly"
+                );
+            } else {
+                println!(
+                    "changed on main since the fork, on what the branch also wrote ({}): a merge would conflict",
+                    resp.main_changed.len()
+                );
+                print!("{}", datom_table(&resp.main_changed));
+            }
+            Ok(())
+        }
+    }
+}
+
+/// `engram branch merge` / `abandon`.
+async fn close_branch(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    agent: &str,
+    merge: bool,
+    json: bool,
+) -> Result<()> {
+    let ns = namespace(ns)?;
+    let name = branch_name(name)?;
+    let what = if merge { "merge" } else { "abandon" };
+    let receipt = client
+        .close_branch(&ns, &name, merge, &provenance(agent)?)
+        .await
+        .with_context(|| format!("branch {what}"))?;
+    if !json {
+        if merge {
+            println!("merged branch {name} into main of {ns} as one transaction");
+        } else {
+            println!("abandoned branch {name} of {ns}; its history stays readable");
+        }
+    }
+    receipt_output(&receipt, json);
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_preset_parses_and_covers_every_memory_kind() {
+        let defs = parse_schema(PRESETS[0].1).unwrap();
+        assert!(defs.len() >= 10);
+        let kind = defs.iter().find(|d| d.ident.as_str() == ":memory/kind").unwrap();
+        for k in [
+            "fact",
+            "preference",
+            "procedure",
+            "blocker",
+            "reference",
+            "identity",
+        ] {
+            assert!(kind.doc.contains(&format!(":memory.kind/{k}")), "{k}");
+        }
+        let key = defs.iter().find(|d| d.ident.as_str() == ":memory/key").unwrap();
+        assert_eq!(key.unique, Some(Unique::Identity));
+    }
+
+    #[test]
+    fn bad_declarations_name_their_field() {
+        let cases = [
+            (r#"{"ident": ":a/b"}"#, "(document)"),
+            (r#"[{"ident": ":a/b"}]"#, "[0].type"),
+            (r#"[{"ident": "b", "type": "string"}]"#, "[0].ident"),
+            (r#"[{"ident": ":a/b", "type": "text"}]"#, "[0].type"),
+            (
+                r#"[{"ident": ":a/b", "type": "string", "cardinality": "some"}]"#,
+                "[0].cardinality",
+            ),
+            (
+                r#"[{"ident": ":a/b", "type": "string", "indexd": true}]"#,
+                "[0].indexd",
+            ),
+            (r#"[{"ident": ":db/b", "type": "string"}]"#, "[0]"),
+        ];
+        for (text, path) in cases {
+            let e = parse_schema(text).unwrap_err();
+            assert_eq!(e.path, path, "{text}: {e}");
+        }
+    }
+}

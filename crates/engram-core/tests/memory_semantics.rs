@@ -1,0 +1,909 @@
+//! Agent-memory semantics at the state machine: schema as data with forward-only migrations,
+//! contradictions kept as per-agent claims and resolved by a selectable rule, unique identity
+//! (upsert, lookup refs), branches (isolation, diff, merge with re-checks, abandon) and
+//! namespace isolation through every read path. Every refusal is checked to leave the state
+//! byte-for-byte as it was.
+#![allow(clippy::unwrap_used)] // test helpers: a failed set-up step should stop the test loudly
+
+use std::sync::Arc;
+
+use engram_audit::NodeKey;
+use engram_core::reads::{self, ReadError, ReadOptions, Resolution};
+use engram_core::{Engine, Rejection, TxOutcome, schema};
+use engram_storage::{MemStore, Space, Store, WriteBatch};
+use engram_types::{
+    Attribute, AttributeDef, BranchName, BranchOp, Cardinality, EntityId, EntityRef, Namespace, Op,
+    Precondition, Provenance, Status, TxId, TxOp, TxReceipt, TxRequest, Unique, Value, ValueType,
+};
+
+fn attr(a: &str) -> Attribute {
+    Attribute::new(a).unwrap()
+}
+
+fn s(v: &str) -> Value {
+    Value::String(v.into())
+}
+
+fn branch(name: &str) -> BranchName {
+    BranchName::new(name).unwrap()
+}
+
+fn assert_op(entity: EntityRef, a: &str, value: Value) -> TxOp {
+    TxOp {
+        op: Op::Assert,
+        entity,
+        attribute: attr(a),
+        value,
+        valid_from_ns: None,
+        valid_to_ns: None,
+    }
+}
+
+fn retract_op(entity: EntityId, a: &str, value: Value) -> TxOp {
+    TxOp {
+        op: Op::Retract,
+        ..assert_op(EntityRef::Id(entity), a, value)
+    }
+}
+
+fn temp(name: &str) -> EntityRef {
+    EntityRef::Temp(name.into())
+}
+
+fn id(e: EntityId) -> EntityRef {
+    EntityRef::Id(e)
+}
+
+fn agent(name: &str, status: Status, confidence: f64) -> Provenance {
+    Provenance {
+        agent: name.into(),
+        confidence,
+        status,
+        ..Default::default()
+    }
+}
+
+/// One node's engine over a memory store, with a log counter.
+struct Mem {
+    store: Arc<MemStore>,
+    engine: Engine,
+    log: u64,
+    ns: Namespace,
+}
+
+impl Mem {
+    fn new(ns: &str) -> Mem {
+        let store = Arc::new(MemStore::new());
+        let key = NodeKey::from_seed([5; 32]);
+        let mut engine = Engine::open(store.clone(), Arc::new(NodeKey::from_seed(key.seed()))).unwrap();
+        engine
+            .apply_membership(1, vec![(1, key.public())], WriteBatch::new())
+            .unwrap();
+        Mem {
+            store,
+            engine,
+            log: 1,
+            ns: Namespace::new(ns).unwrap(),
+        }
+    }
+
+    fn apply(&mut self, req: TxRequest) -> TxOutcome {
+        self.log += 1;
+        self.engine
+            .apply_tx(self.log, 1_000_000 * self.log as i64, &req, WriteBatch::new())
+            .unwrap()
+    }
+
+    fn request(&self) -> TxRequest {
+        TxRequest::data(self.ns.clone(), Vec::new(), agent("admin", Status::Verified, 1.0))
+    }
+
+    fn declare(&mut self, defs: Vec<AttributeDef>) -> TxOutcome {
+        let mut req = self.request();
+        req.schema = defs;
+        self.apply(req)
+    }
+
+    fn write(&mut self, who: Provenance, ops: Vec<TxOp>) -> TxOutcome {
+        let mut req = self.request();
+        req.provenance = who;
+        req.ops = ops;
+        self.apply(req)
+    }
+
+    fn write_on(&mut self, on: &str, ops: Vec<TxOp>) -> TxOutcome {
+        let mut req = self.request();
+        req.branch = Some(branch(on));
+        req.ops = ops;
+        self.apply(req)
+    }
+
+    fn branch_op(&mut self, op: BranchOp) -> TxOutcome {
+        let mut req = self.request();
+        req.branch_op = Some(op);
+        self.apply(req)
+    }
+
+    fn facts(&self, e: EntityId, on: Option<&str>, opts: ReadOptions) -> reads::Facts {
+        let b = on.map(branch);
+        reads::get_facts(&*self.store, &self.ns, b.as_ref(), e, &opts).unwrap()
+    }
+
+    fn value(&self, e: EntityId, a: &str, on: Option<&str>) -> Option<Value> {
+        self.facts(e, on, ReadOptions::default())
+            .current
+            .into_iter()
+            .find(|d| d.attribute.as_str() == a)
+            .map(|d| d.value)
+    }
+
+    fn state(&self) -> Vec<(Vec<u8>, Vec<u8>)> {
+        let mut out = Vec::new();
+        self.store
+            .for_each(Space::State, &mut |k, v| {
+                out.push((k.to_vec(), v.to_vec()));
+                Ok(())
+            })
+            .unwrap();
+        out
+    }
+
+    /// Applies `req`, expects it refused, and checks that nothing but the log position moved.
+    fn refused(&mut self, outcome: impl FnOnce(&mut Mem) -> TxOutcome) -> Rejection {
+        let before = self.state();
+        let head = self.engine.head().clone();
+        let rejection = outcome(self).unwrap_err();
+        assert_eq!(
+            self.state(),
+            before,
+            "a refused transaction changed the state: {rejection}"
+        );
+        assert_eq!(self.engine.head(), &head);
+        rejection
+    }
+}
+
+fn def(a: &str, ty: ValueType) -> AttributeDef {
+    AttributeDef::new(attr(a), ty)
+}
+
+fn created(receipt: &TxReceipt, name: &str) -> EntityId {
+    receipt.temp_ids[name]
+}
+
+#[test]
+fn a_declared_schema_is_data_validates_writes_and_reads_as_of() {
+    let mut m = Mem::new("team/a");
+    let open = m
+        .write(
+            agent("a", Status::Candidate, 0.5),
+            vec![assert_op(temp("x"), ":note/text", s("typed by use"))],
+        )
+        .unwrap();
+    assert!(
+        !schema::namespace_schema(&*m.store, &m.ns).unwrap().strict,
+        "an undeclared namespace is open"
+    );
+    let mut theme = def(":pref/theme", ValueType::String);
+    theme.doc = "the user's editor theme".into();
+    let receipt = m.declare(vec![theme.clone()]).unwrap();
+
+    // The declaration is data: a schema entity with :db/* datoms, in the audit chain.
+    let view = schema::view(&*m.store, &m.ns, None).unwrap();
+    assert_eq!((view.version, view.strict), (1, true));
+    let (declared, entity) = view
+        .attributes
+        .iter()
+        .find(|(v, _)| v.def.ident == theme.ident)
+        .unwrap();
+    assert_eq!((declared.version, declared.tx), (1, receipt.tx));
+    let schema_entity = entity.unwrap();
+    assert_eq!(
+        m.value(schema_entity, ":db/ident", None),
+        Some(Value::Keyword(":pref/theme".into()))
+    );
+    assert_eq!(
+        m.value(schema_entity, ":db/doc", None),
+        Some(s("the user's editor theme"))
+    );
+    assert_eq!(
+        receipt.datom_hashes.len(),
+        8,
+        "ident, type, cardinality, index, component, deprecated, doc, version"
+    );
+
+    // Strict now: an undeclared attribute is refused, a declared one must match its type, and
+    // one typed by use before the first declaration stays usable.
+    let user = agent("a", Status::Candidate, 0.5);
+    let unknown = m.refused(|m| m.write(user.clone(), vec![assert_op(temp("y"), ":pref/font", s("mono"))]));
+    assert_eq!(unknown, Rejection::UnknownAttribute(attr(":pref/font")));
+    assert!(unknown.to_string().contains("declare it first"), "{unknown}");
+    let mismatch = m.refused(|m| {
+        m.write(
+            user.clone(),
+            vec![assert_op(temp("y"), ":pref/theme", Value::I64(3))],
+        )
+    });
+    assert_eq!(
+        mismatch,
+        Rejection::TypeMismatch {
+            attribute: attr(":pref/theme"),
+            expected: ValueType::String,
+            found: ValueType::I64
+        }
+    );
+    m.write(
+        user.clone(),
+        vec![assert_op(id(open.temp_ids["x"]), ":note/text", s("still fine"))],
+    )
+    .unwrap();
+
+    // As of a tx before the declaration, the namespace had no declared schema.
+    let before = schema::view(&*m.store, &m.ns, Some(open.tx)).unwrap();
+    assert_eq!((before.version, before.strict), (0, false));
+    assert!(before.attributes.iter().all(|(v, _)| v.def.ident != theme.ident));
+
+    // Declaring the same thing again changes nothing and says so.
+    assert_eq!(
+        m.refused(|m| m.declare(vec![theme.clone()])),
+        Rejection::SchemaUnchanged
+    );
+}
+
+#[test]
+fn migrations_only_move_forward() {
+    let mut m = Mem::new("team/a");
+    let tags = def(":memory/tag", ValueType::Keyword);
+    let label = def(":memory/label", ValueType::String);
+    m.declare(vec![tags.clone(), label.clone()]).unwrap();
+    let who = agent("a", Status::Candidate, 0.5);
+    let first = m
+        .write(
+            who.clone(),
+            vec![
+                assert_op(temp("e"), ":memory/tag", Value::Keyword(":t/a".into())),
+                assert_op(temp("e"), ":memory/label", s("same")),
+                assert_op(temp("f"), ":memory/label", s("same")),
+            ],
+        )
+        .unwrap();
+    let (e, f) = (created(&first, "e"), created(&first, "f"));
+
+    // Narrowing a type: refused, nothing changes.
+    let narrowed = m.refused(|m| m.declare(vec![def(":memory/tag", ValueType::String)]));
+    assert!(
+        matches!(&narrowed, Rejection::UnsafeMigration { attribute, reason }
+            if attribute.as_str() == ":memory/tag" && reason.contains("a type never changes")),
+        "{narrowed}"
+    );
+
+    // Widening one -> many: the entity then holds two tags; as of before, the schema said one.
+    let mut many = tags.clone();
+    many.cardinality = Cardinality::Many;
+    let widened = m.declare(vec![many.clone()]).unwrap();
+    m.write(
+        who.clone(),
+        vec![assert_op(id(e), ":memory/tag", Value::Keyword(":t/b".into()))],
+    )
+    .unwrap();
+    let now = m.facts(e, None, ReadOptions::default());
+    assert_eq!(
+        now.current
+            .iter()
+            .filter(|d| d.attribute.as_str() == ":memory/tag")
+            .count(),
+        2
+    );
+    assert_eq!(
+        schema::cardinality_at(&*m.store, &m.ns, &attr(":memory/tag"), Some(first.tx)).unwrap(),
+        Cardinality::One
+    );
+    assert_eq!(
+        schema::cardinality_at(&*m.store, &m.ns, &attr(":memory/tag"), Some(widened.tx)).unwrap(),
+        Cardinality::Many
+    );
+
+    // Many -> one while an entity holds two values: refused with the entity named.
+    let back = m.refused(|m| m.declare(vec![tags.clone()]));
+    assert!(
+        back.to_string().contains(&format!("entity {e} holds 2 values")),
+        "{back}"
+    );
+
+    // Unique over duplicate values: refused, naming both holders.
+    let mut unique = label.clone();
+    unique.unique = Some(Unique::Value);
+    let dup = m.refused(|m| m.declare(vec![unique.clone()]));
+    assert!(
+        dup.to_string()
+            .contains(&format!("entities {e} and {f} both hold")),
+        "{dup}"
+    );
+
+    // Adding an index backfills it: lookups by value find the datoms written before.
+    let mut indexed = label.clone();
+    indexed.indexed = true;
+    m.declare(vec![indexed.clone()]).unwrap();
+    let found = reads::find(
+        &*m.store,
+        &m.ns,
+        &attr(":memory/label"),
+        Some(&s("same")),
+        None,
+        10,
+    )
+    .unwrap();
+    assert_eq!(found.iter().map(|d| d.entity).collect::<Vec<_>>(), vec![e, f]);
+    let dropped = m.refused(|m| m.declare(vec![label.clone()]));
+    assert!(
+        dropped.to_string().contains("an index cannot be dropped"),
+        "{dropped}"
+    );
+
+    // Deprecate: no new assertions, retractions still allowed, never revived.
+    let mut deprecated = indexed.clone();
+    deprecated.deprecated = true;
+    m.declare(vec![deprecated.clone()]).unwrap();
+    let closed = m.refused(|m| m.write(who.clone(), vec![assert_op(id(e), ":memory/label", s("new"))]));
+    assert_eq!(closed, Rejection::Deprecated(attr(":memory/label")));
+    m.write(who.clone(), vec![retract_op(f, ":memory/label", s("same"))])
+        .unwrap();
+    let revived = m.refused(|m| m.declare(vec![indexed.clone()]));
+    assert!(revived.to_string().contains("cannot be revived"), "{revived}");
+    assert_eq!(
+        schema::view(&*m.store, &m.ns, None).unwrap().version,
+        4,
+        "declare, widen, index, deprecate"
+    );
+}
+
+#[test]
+fn contradicting_agents_are_both_kept_and_resolved_by_the_chosen_rule() {
+    let mut m = Mem::new("team/a");
+    let first = m
+        .write(
+            agent("planner", Status::Candidate, 0.6),
+            vec![assert_op(temp("p"), ":pref/theme", s("dark"))],
+        )
+        .unwrap();
+    let p = created(&first, "p");
+    m.write(
+        agent("critic", Status::Candidate, 0.8),
+        vec![assert_op(id(p), ":pref/theme", s("light"))],
+    )
+    .unwrap();
+
+    let latest = m.facts(p, None, ReadOptions::default());
+    assert_eq!(latest.current[0].value, s("light"));
+    assert_eq!(latest.conflicts.len(), 1);
+    assert_eq!(
+        (
+            latest.conflicts[0].value.clone(),
+            latest.conflicts[0].provenance.agent.as_str()
+        ),
+        (s("dark"), "planner")
+    );
+
+    // The planner verifies its claim: a new datom, the candidate stays in history.
+    m.write(
+        agent("planner", Status::Verified, 0.95),
+        vec![assert_op(id(p), ":pref/theme", s("dark"))],
+    )
+    .unwrap();
+    // The critic repeats itself later, still a candidate.
+    m.write(
+        agent("critic", Status::Candidate, 0.9),
+        vec![assert_op(id(p), ":pref/theme", s("light"))],
+    )
+    .unwrap();
+    let latest = m.facts(p, None, ReadOptions::default());
+    assert_eq!(
+        latest.current[0].value,
+        s("light"),
+        "latest claim wins under LATEST"
+    );
+    assert_eq!(latest.conflicts[0].value, s("dark"));
+    let verified = ReadOptions {
+        rule: Resolution::Verified,
+        ..ReadOptions::default()
+    };
+    let best = m.facts(p, None, verified);
+    assert_eq!(
+        best.current[0].value,
+        s("dark"),
+        "the verified claim wins under VERIFIED"
+    );
+    assert_eq!(best.current[0].provenance.status, Status::Verified);
+    assert_eq!(best.conflicts[0].value, s("light"));
+    let only = m.facts(
+        p,
+        None,
+        ReadOptions {
+            verified_only: true,
+            ..ReadOptions::default()
+        },
+    );
+    assert_eq!(only.current[0].value, s("dark"));
+    assert!(only.conflicts.is_empty(), "candidates are ignored entirely");
+    let history = reads::entity_history(&*m.store, &m.ns, p, None, 100).unwrap();
+    assert_eq!(history.len(), 4, "every claim is kept");
+
+    // As of the first write, there was nothing to disagree with.
+    let then = m.facts(
+        p,
+        None,
+        ReadOptions {
+            as_of: Some(first.tx),
+            ..ReadOptions::default()
+        },
+    );
+    assert_eq!(
+        (then.current[0].value.clone(), then.conflicts.len()),
+        (s("dark"), 0)
+    );
+
+    // Retracting "light" ends the critic's claim; the planner's stands alone.
+    m.write(
+        agent("critic", Status::Candidate, 0.9),
+        vec![retract_op(p, ":pref/theme", s("light"))],
+    )
+    .unwrap();
+    let after = m.facts(p, None, ReadOptions::default());
+    assert_eq!(
+        (after.current[0].value.clone(), after.conflicts.len()),
+        (s("dark"), 0)
+    );
+    let who = agent("critic", Status::Candidate, 0.9);
+    let stale = m.refused(|m| m.write(who.clone(), vec![retract_op(p, ":pref/theme", s("light"))]));
+    assert!(matches!(stale, Rejection::NotCurrent { .. }), "{stale}");
+}
+
+#[test]
+fn unique_identity_upserts_and_lookup_refs_resolve() {
+    let mut m = Mem::new("team/a");
+    let mut key = def(":memory/key", ValueType::String);
+    key.unique = Some(Unique::Identity);
+    let mut email = def(":person/email", ValueType::String);
+    email.unique = Some(Unique::Value);
+    let text = def(":memory/text", ValueType::String);
+    m.declare(vec![key, email, text]).unwrap();
+    let who = agent("a", Status::Candidate, 0.5);
+    let first = m
+        .write(
+            who.clone(),
+            vec![
+                assert_op(temp("m"), ":memory/key", s("alice/theme")),
+                assert_op(temp("m"), ":memory/text", s("dark")),
+            ],
+        )
+        .unwrap();
+    let e = created(&first, "m");
+
+    // A new name asserting the same identity value is the same entity (upsert).
+    let again = m
+        .write(
+            agent("b", Status::Candidate, 0.5),
+            vec![
+                assert_op(temp("other"), ":memory/key", s("alice/theme")),
+                assert_op(temp("other"), ":memory/text", s("light")),
+            ],
+        )
+        .unwrap();
+    assert_eq!(created(&again, "other"), e);
+
+    // A lookup ref addresses it without knowing the id.
+    let lookup = EntityRef::Lookup(attr(":memory/key"), s("alice/theme"));
+    m.write(
+        who.clone(),
+        vec![assert_op(lookup, ":memory/text", s("solarized"))],
+    )
+    .unwrap();
+    assert_eq!(m.value(e, ":memory/text", None), Some(s("solarized")));
+
+    let missing = EntityRef::Lookup(attr(":memory/key"), s("nobody"));
+    let r = m.refused(|m| {
+        m.write(
+            who.clone(),
+            vec![assert_op(missing.clone(), ":memory/text", s("x"))],
+        )
+    });
+    assert_eq!(
+        r,
+        Rejection::LookupNotFound {
+            attribute: attr(":memory/key"),
+            value: s("nobody")
+        }
+    );
+    let not_unique = EntityRef::Lookup(attr(":memory/text"), s("dark"));
+    let r = m.refused(|m| {
+        m.write(
+            who.clone(),
+            vec![assert_op(not_unique.clone(), ":memory/text", s("x"))],
+        )
+    });
+    assert_eq!(r, Rejection::NotUnique(attr(":memory/text")));
+
+    // Unique value: a second holder is refused.
+    let p = created(
+        &m.write(
+            who.clone(),
+            vec![assert_op(temp("p"), ":person/email", s("a@x.org"))],
+        )
+        .unwrap(),
+        "p",
+    );
+    let r = m.refused(|m| {
+        m.write(
+            who.clone(),
+            vec![assert_op(temp("q"), ":person/email", s("a@x.org"))],
+        )
+    });
+    assert_eq!(
+        r,
+        Rejection::UniqueConflict {
+            attribute: attr(":person/email"),
+            value: s("a@x.org"),
+            holder: p
+        }
+    );
+}
+
+#[test]
+fn branches_are_isolated_diffable_mergeable_and_abandonable() {
+    let mut m = Mem::new("team/a");
+    let who = agent("planner", Status::Candidate, 0.7);
+    let seed = m
+        .write(who.clone(), vec![assert_op(temp("t"), ":plan/step", s("draft"))])
+        .unwrap();
+    let t = created(&seed, "t");
+    m.branch_op(BranchOp::Create {
+        name: branch("fast"),
+        from: None,
+    })
+    .unwrap();
+    m.branch_op(BranchOp::Create {
+        name: branch("safe"),
+        from: None,
+    })
+    .unwrap();
+
+    let fast = m
+        .write_on(
+            "fast",
+            vec![
+                assert_op(id(t), ":plan/step", s("ship today")),
+                assert_op(temp("n"), ":plan/note", s("skip review")),
+            ],
+        )
+        .unwrap();
+    let n = created(&fast, "n");
+    m.write_on("safe", vec![assert_op(id(t), ":plan/step", s("review first"))])
+        .unwrap();
+
+    // Isolation: main and each branch see only their own writes.
+    assert_eq!(m.value(t, ":plan/step", None), Some(s("draft")));
+    assert_eq!(m.value(t, ":plan/step", Some("fast")), Some(s("ship today")));
+    assert_eq!(m.value(t, ":plan/step", Some("safe")), Some(s("review first")));
+    assert!(matches!(
+        reads::get_facts(&*m.store, &m.ns, None, n, &ReadOptions::default()),
+        Err(ReadError::UnknownEntity(_))
+    ));
+    let safe = branch("safe");
+    assert!(matches!(
+        reads::get_facts(&*m.store, &m.ns, Some(&safe), n, &ReadOptions::default()),
+        Err(ReadError::UnknownEntity(_))
+    ));
+    let main_watch = reads::transactions_from(&*m.store, &m.ns, None, TxId(0), 100)
+        .unwrap()
+        .0;
+    assert!(
+        main_watch
+            .iter()
+            .all(|r| r.datoms.iter().all(|d| d.branch.is_none()))
+    );
+    let fast_name = branch("fast");
+    let fast_watch = reads::transactions_from(&*m.store, &m.ns, Some(&fast_name), TxId(0), 100)
+        .unwrap()
+        .0;
+    assert_eq!(fast_watch.len(), 1);
+    assert_eq!(fast_watch[0].datoms[0].branch, Some(fast_name.clone()));
+
+    // Diff against main: the branch's writes, and nothing main changed meanwhile.
+    let diff = reads::branch_diff(&*m.store, &m.ns, &fast_name, None, 100).unwrap();
+    assert_eq!(diff.branch.asserted.len(), 2);
+    assert!(diff.main_changed.is_empty());
+
+    // Merge "fast": one main transaction; the branch's entity becomes main's.
+    let merged = m
+        .branch_op(BranchOp::Merge {
+            name: fast_name.clone(),
+        })
+        .unwrap();
+    assert_eq!(
+        merged.datom_hashes.len(),
+        2 + 2,
+        "two replayed datoms and the state change"
+    );
+    assert_eq!(m.value(t, ":plan/step", None), Some(s("ship today")));
+    assert_eq!(m.value(n, ":plan/note", None), Some(s("skip review")));
+    let replayed = reads::entity_history(&*m.store, &m.ns, t, None, 10).unwrap();
+    assert_eq!(
+        replayed.last().unwrap().provenance.agent,
+        "admin",
+        "the branch writer's provenance is kept"
+    );
+
+    // "safe" wrote the same slot, which main has changed since the fork: a clean conflict.
+    let conflict = m.refused(|m| m.branch_op(BranchOp::Merge { name: branch("safe") }));
+    assert!(
+        matches!(&conflict, Rejection::MergeConflict { entity, attribute, .. }
+            if *entity == t && attribute.as_str() == ":plan/step"),
+        "{conflict}"
+    );
+    assert!(conflict.to_string().contains("nothing was applied"));
+    let safe_diff = reads::branch_diff(&*m.store, &m.ns, &safe, None, 100).unwrap();
+    assert_eq!(
+        safe_diff.main_changed.len(),
+        1,
+        "the diff shows what a merge would conflict with"
+    );
+
+    // Abandon it: no more writes, its history stays readable.
+    m.branch_op(BranchOp::Abandon { name: safe.clone() }).unwrap();
+    let closed = m.refused(|m| m.write_on("safe", vec![assert_op(id(t), ":plan/step", s("again"))]));
+    assert_eq!(
+        closed,
+        Rejection::BranchClosed {
+            branch: safe.clone(),
+            state: "abandoned".into()
+        }
+    );
+    assert_eq!(m.value(t, ":plan/step", Some("safe")), Some(s("review first")));
+    assert_eq!(
+        m.refused(|m| m.branch_op(BranchOp::Merge { name: branch("fast") })),
+        Rejection::BranchClosed {
+            branch: fast_name,
+            state: "merged".into()
+        }
+    );
+
+    // A branch from an earlier tx sees main as it was then.
+    m.branch_op(BranchOp::Create {
+        name: branch("past"),
+        from: Some(seed.tx),
+    })
+    .unwrap();
+    assert_eq!(m.value(t, ":plan/step", Some("past")), Some(s("draft")));
+
+    // Unknown, duplicate, future.
+    assert_eq!(
+        m.refused(|m| m.write_on("nope", vec![assert_op(id(t), ":plan/step", s("x"))])),
+        Rejection::UnknownBranch(branch("nope"))
+    );
+    let nope = branch("nope");
+    assert!(matches!(
+        reads::get_facts(&*m.store, &m.ns, Some(&nope), t, &ReadOptions::default()),
+        Err(ReadError::UnknownBranch(_))
+    ));
+    assert_eq!(
+        m.refused(|m| m.branch_op(BranchOp::Create {
+            name: branch("past"),
+            from: None
+        })),
+        Rejection::BranchExists(branch("past"))
+    );
+    let future = m.refused(|m| {
+        m.branch_op(BranchOp::Create {
+            name: branch("later"),
+            from: Some(TxId(10_000)),
+        })
+    });
+    assert!(matches!(future, Rejection::ForkInFuture { .. }), "{future}");
+
+    // The branch records are data on main.
+    let rows = engram_core::branch::list(&*m.store, &m.ns).unwrap();
+    assert_eq!(
+        rows.iter()
+            .map(|r| (r.name.as_str(), r.state.name()))
+            .collect::<Vec<_>>(),
+        vec![("fast", "merged"), ("past", "open"), ("safe", "abandoned")]
+    );
+    assert_eq!(
+        m.value(rows[2].entity, ":db.branch/state", None),
+        Some(Value::Keyword(":db.branch.state/abandoned".into()))
+    );
+}
+
+#[test]
+fn a_merge_re_checks_the_branchs_preconditions_against_main() {
+    let mut m = Mem::new("team/a");
+    let who = agent("a", Status::Candidate, 0.5);
+    let seed = m
+        .write(
+            who.clone(),
+            vec![
+                assert_op(temp("budget"), ":plan/budget", Value::I64(100)),
+                assert_op(temp("task"), ":plan/step", s("draft")),
+            ],
+        )
+        .unwrap();
+    let (budget, task) = (created(&seed, "budget"), created(&seed, "task"));
+    m.branch_op(BranchOp::Create {
+        name: branch("spend"),
+        from: None,
+    })
+    .unwrap();
+    // The branch spends only if the budget is still 100.
+    let mut req = m.request();
+    req.branch = Some(branch("spend"));
+    req.ops = vec![assert_op(id(task), ":plan/step", s("buy"))];
+    req.preconditions = vec![Precondition {
+        entity: budget,
+        attribute: attr(":plan/budget"),
+        expected: Some(Value::I64(100)),
+    }];
+    m.apply(req).unwrap();
+    m.write(
+        who.clone(),
+        vec![assert_op(id(budget), ":plan/budget", Value::I64(10))],
+    )
+    .unwrap();
+    let r = m.refused(|m| {
+        m.branch_op(BranchOp::Merge {
+            name: branch("spend"),
+        })
+    });
+    assert!(
+        r.to_string()
+            .contains("a precondition of the branch no longer holds"),
+        "{r}"
+    );
+    assert_eq!(m.value(task, ":plan/step", None), Some(s("draft")));
+}
+
+#[test]
+fn a_namespace_never_reads_or_writes_another_through_any_path() {
+    let mut m = Mem::new("team/a");
+    let who = agent("a", Status::Candidate, 0.5);
+    let secret = created(
+        &m.write(who.clone(), vec![assert_op(temp("s"), ":secret/code", s("1234"))])
+            .unwrap(),
+        "s",
+    );
+    m.branch_op(BranchOp::Create {
+        name: branch("work"),
+        from: None,
+    })
+    .unwrap();
+    m.write_on("work", vec![assert_op(id(secret), ":secret/code", s("5678"))])
+        .unwrap();
+
+    let other = Namespace::new("team/b").unwrap();
+    let store = &*m.store;
+    let opts = ReadOptions::default();
+    let work = branch("work");
+    // get, history, diff: the entity does not exist there.
+    assert!(matches!(
+        reads::get_facts(store, &other, None, secret, &opts),
+        Err(ReadError::UnknownEntity(_))
+    ));
+    assert!(matches!(
+        reads::entity_history(store, &other, secret, None, 10),
+        Err(ReadError::UnknownEntity(_))
+    ));
+    assert!(matches!(
+        reads::diff(store, &other, Some(secret), TxId(0), TxId(100), 10),
+        Err(ReadError::UnknownEntity(_))
+    ));
+    // find, attribute history, namespace diff, watch: nothing of team/a.
+    assert!(
+        reads::find(store, &other, &attr(":secret/code"), None, None, 10)
+            .unwrap()
+            .is_empty()
+    );
+    assert!(
+        reads::attribute_history(store, &other, &attr(":secret/code"), 10)
+            .unwrap()
+            .is_empty()
+    );
+    let d = reads::diff(store, &other, None, TxId(0), TxId(100), 10).unwrap();
+    assert!(d.asserted.is_empty() && d.retracted.is_empty());
+    assert!(
+        reads::transactions_from(store, &other, None, TxId(0), 100)
+            .unwrap()
+            .0
+            .is_empty()
+    );
+    assert!(
+        reads::transactions_from(store, &other, Some(&work), TxId(0), 100)
+            .unwrap()
+            .0
+            .is_empty()
+    );
+    // branches: team/a's branch does not exist in team/b.
+    assert!(matches!(
+        reads::get_facts(store, &other, Some(&work), secret, &opts),
+        Err(ReadError::UnknownBranch(_))
+    ));
+    assert!(matches!(
+        reads::branch_diff(store, &other, &work, None, 10),
+        Err(ReadError::UnknownBranch(_))
+    ));
+    // schema: team/a's does not leak either.
+    assert!(schema::view(store, &other, None).unwrap().attributes.is_empty());
+
+    // Writes: neither directly, nor on a branch of its own, nor by merging.
+    let mut cross = TxRequest::data(
+        other.clone(),
+        vec![assert_op(id(secret), ":secret/code", s("0"))],
+        who.clone(),
+    );
+    assert_eq!(
+        m.refused(|m| m.apply(cross.clone())),
+        Rejection::UnknownEntity(secret)
+    );
+    let mut b_branch = TxRequest::data(other.clone(), vec![], who.clone());
+    b_branch.branch_op = Some(BranchOp::Create {
+        name: branch("steal"),
+        from: None,
+    });
+    m.apply(b_branch).unwrap();
+    cross.branch = Some(branch("steal"));
+    assert_eq!(
+        m.refused(|m| m.apply(cross.clone())),
+        Rejection::UnknownEntity(secret)
+    );
+    let mut merge = TxRequest::data(other.clone(), vec![], who.clone());
+    merge.branch_op = Some(BranchOp::Merge { name: work.clone() });
+    assert_eq!(
+        m.refused(|m| m.apply(merge.clone())),
+        Rejection::UnknownBranch(work)
+    );
+    let lookup = EntityRef::Lookup(attr(":secret/code"), s("1234"));
+    cross.branch = None;
+    cross.ops = vec![assert_op(lookup, ":secret/code", s("0"))];
+    assert!(matches!(
+        m.refused(|m| m.apply(cross.clone())),
+        Rejection::NotUnique(_)
+    ));
+}
+
+#[test]
+fn replicas_applying_the_same_log_hold_byte_identical_state() {
+    let run = || {
+        let mut m = Mem::new("team/a");
+        let mut key = def(":memory/key", ValueType::String);
+        key.unique = Some(Unique::Identity);
+        m.declare(vec![key, def(":memory/text", ValueType::String)])
+            .unwrap();
+        let e = created(
+            &m.write(
+                agent("a", Status::Candidate, 0.4),
+                vec![
+                    assert_op(temp("m"), ":memory/key", s("k")),
+                    assert_op(temp("m"), ":memory/text", s("one")),
+                ],
+            )
+            .unwrap(),
+            "m",
+        );
+        m.branch_op(BranchOp::Create {
+            name: branch("b"),
+            from: None,
+        })
+        .unwrap();
+        m.write_on("b", vec![assert_op(id(e), ":memory/text", s("two"))])
+            .unwrap();
+        m.branch_op(BranchOp::Merge { name: branch("b") }).unwrap();
+        m.write(
+            agent("c", Status::Verified, 0.9),
+            vec![assert_op(id(e), ":memory/text", s("three"))],
+        )
+        .unwrap();
+        (m.state(), m.engine.head().clone())
+    };
+    let (a, head_a) = run();
+    let (b, head_b) = run();
+    assert_eq!(head_a, head_b);
+    assert!(a == b, "replicas diverged");
+}
