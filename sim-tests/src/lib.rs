@@ -13,6 +13,8 @@
 //! - [`faults`]: the per-seed fault mix and the driver that applies it.
 //! - [`workload`]: agent clients; every operation recorded as invoke/return in [`history`].
 //! - [`checkers`]: one file per invariant (I1–I8 in the design brief) plus liveness.
+//! - [`watcher`], [`speculator`]: agents on their own hosts that follow the namespace through
+//!   `Client::watch`, and fork, write, merge and abandon branches in a namespace of their own.
 //! - [`events`]: what the nodes logged (snapshots installed, elections), counted per seed.
 //!
 //! Everything is `#[cfg(madsim)]`; build with `cargo sim -p engram-sim-tests`.
@@ -28,6 +30,7 @@ pub mod events;
 pub mod faults;
 pub mod history;
 pub mod scenario;
+pub mod speculator;
 pub mod watcher;
 pub mod workload;
 

@@ -315,6 +315,18 @@ async fn simulate(options: Options) -> SimResult {
             Duration::from_secs(300),
         ));
 
+    // The speculator works on branches of its own namespace, on its own host.
+    let speculation = Arc::new(crate::speculator::SpeculationLog::default());
+    let speculator = handle
+        .create_node()
+        .name("speculator")
+        .ip(std::net::IpAddr::V4(std::net::Ipv4Addr::new(10, 0, 2, 2)))
+        .build()
+        .spawn(crate::speculator::run_speculator(
+            w.targets.clone(),
+            speculation.clone(),
+        ));
+
     let mut monitor = Monitor::default();
     let (fault_log, fault_counts) = {
         let mut driver = Driver::new(&mut cluster, mix.clone(), start);
@@ -323,10 +335,14 @@ async fn simulate(options: Options) -> SimResult {
         (driver.log, driver.counts)
     };
     w.stop.store(true, Ordering::Relaxed);
+    speculation.stop.store(true, Ordering::Relaxed);
     for c in clients {
         if let Err(e) = c.await {
             return fail(&mix, format!("a client task failed: {e}"));
         }
+    }
+    if let Err(e) = speculator.await {
+        return fail(&mix, format!("the speculator task failed: {e}"));
     }
 
     let (recovery, mut violations) = liveness::check(&cluster, registers[0]).await;
@@ -383,6 +399,10 @@ async fn simulate(options: Options) -> SimResult {
         .map(|(id, n)| (*id, &*n.store as &dyn engram_storage::Store))
         .collect();
     violations.extend(asof_stable::check(&ops, &registers, &member_stores));
+    violations.extend(crate::checkers::branches_durable::check(
+        &member_stores,
+        &speculation,
+    ));
     violations.extend(tx_time_monotonic::check(&replicas));
     violations.extend(audit_verifies::check(&replicas));
     let delivered = watch_log.txs.lock().unwrap_or_else(|e| e.into_inner()).clone();

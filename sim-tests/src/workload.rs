@@ -92,6 +92,7 @@ pub async fn create_registers(targets: Vec<String>, count: usize) -> Result<Vec<
         })
         .collect();
     let req = pb::TransactRequest {
+        branch: String::new(),
         namespace: NAMESPACE.into(),
         ops,
         preconditions: vec![],
@@ -226,6 +227,7 @@ async fn execute(client: usize, agent: &str, seq: u64, call: &Call, w: &Workload
                 _ => vec![],
             };
             Some(pb::TransactRequest {
+                branch: String::new(),
                 namespace: NAMESPACE.into(),
                 ops: vec![
                     assert_op(pb::entity_ref::Kind::Id(entity), REG_VALUE, value_i64(*value)),

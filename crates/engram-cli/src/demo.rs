@@ -523,6 +523,8 @@ impl Agent {
                     let resolve = |r: &EntityRef| match r {
                         EntityRef::Id(id) => Some(*id),
                         EntityRef::Temp(name) => receipt.temp_ids.get(name).map(|id| EntityId(*id)),
+                        // The demo's agents name entities by id or temporary name only.
+                        EntityRef::Lookup(..) => None,
                     };
                     let mut datoms = Vec::new();
                     for op in &planned.tx.ops {

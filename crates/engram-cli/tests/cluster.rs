@@ -104,6 +104,7 @@ fn acked(label: String, tx: &TxRequest, r: &pb::TransactResponse) -> AckedTx {
             entity: match &op.entity {
                 EntityRef::Id(id) => *id,
                 EntityRef::Temp(name) => EntityId(*r.temp_ids.get(name).expect("temp id in receipt")),
+                EntityRef::Lookup(..) => unreachable!("this test's transactions use no lookup refs"),
             },
             attribute: op.attribute.clone(),
             value: op.value.clone(),

@@ -312,7 +312,8 @@ async fn agent_memory_through_the_cli_and_grpc() {
         ),
     );
     assert!(
-        unknown_attr.contains("unknown attribute :memory/colour") && unknown_attr.contains("InvalidArgument"),
+        unknown_attr.contains("unknown attribute :memory/colour")
+            && unknown_attr.contains("INVALID_ARGUMENT"),
         "{unknown_attr}"
     );
     let mismatch = cli.fails(

@@ -54,14 +54,18 @@ pub struct TxDatoms {
     pub corrupt: Vec<String>,
 }
 
-/// Every datom in the store grouped by transaction, with its index rows checked.
+/// Every datom in the store (main's EAVT table and every branch's table) grouped by
+/// transaction, with main's index rows checked.
 pub fn datoms_by_tx(store: &dyn Store) -> Result<BTreeMap<TxId, TxDatoms>, CoreError> {
-    let rows = store.scan(
-        Space::State,
-        &[keys::EAVT],
-        prefix_end(&[keys::EAVT]).as_deref(),
-        usize::MAX,
-    )?;
+    let mut rows = Vec::new();
+    for table in [keys::EAVT, keys::BRANCH_EAVT] {
+        rows.extend(store.scan(
+            Space::State,
+            &[table],
+            prefix_end(&[table]).as_deref(),
+            usize::MAX,
+        )?);
+    }
     let mut out: BTreeMap<TxId, TxDatoms> = BTreeMap::new();
     for (k, v) in rows {
         // The key ends with tx (8 bytes) and seq (4 bytes), both big-endian.
@@ -80,10 +84,15 @@ pub fn datoms_by_tx(store: &dyn Store) -> Result<BTreeMap<TxId, TxDatoms>, CoreE
             }
         };
         let (ns, e, a) = (&datom.namespace, datom.entity, &datom.attribute);
-        let mut wanted = vec![
-            ("AEVT", keys::aevt(ns, a, e, tx, seq)),
-            ("AVET", keys::avet(ns, a, &datom.value, e, tx, seq)),
-        ];
+        if datom.branch.is_some() {
+            // A branch's datoms are kept in its own table only.
+            slot.datoms.push((seq, datom));
+            continue;
+        }
+        let mut wanted = vec![("AEVT", keys::aevt(ns, a, e, tx, seq))];
+        if crate::schema::def_at(store, ns, a, Some(tx))?.is_some_and(|d| d.has_value_index()) {
+            wanted.push(("AVET", keys::avet(ns, a, &datom.value, e, tx, seq)));
+        }
         if let Value::Ref(target) = datom.value {
             wanted.push(("VAET", keys::vaet(ns, target, a, e, tx, seq)));
         }

@@ -907,3 +907,51 @@ fn replicas_applying_the_same_log_hold_byte_identical_state() {
     assert_eq!(head_a, head_b);
     assert!(a == b, "replicas diverged");
 }
+
+#[test]
+fn schema_branch_and_merge_transactions_verify_offline_and_a_moved_branch_datom_does_not() {
+    let mut m = Mem::new("team/a");
+    m.declare(vec![def(":plan/step", ValueType::String)]).unwrap();
+    let t = created(
+        &m.write(
+            agent("a", Status::Candidate, 0.5),
+            vec![assert_op(temp("t"), ":plan/step", s("draft"))],
+        )
+        .unwrap(),
+        "t",
+    );
+    m.branch_op(BranchOp::Create {
+        name: branch("b"),
+        from: None,
+    })
+    .unwrap();
+    let on_branch = m
+        .write_on("b", vec![assert_op(id(t), ":plan/step", s("final"))])
+        .unwrap();
+    m.branch_op(BranchOp::Merge { name: branch("b") }).unwrap();
+
+    let export = |store: &dyn Store| {
+        let mut out = Vec::new();
+        engram_core::export::write_export(store, &mut out, 1, |_, _| {}).unwrap();
+        out
+    };
+    let options = engram_verify::VerifyOptions::default();
+    let report = engram_verify::verify_export(&export(&*m.store)[..], &options, |_, _| {}).unwrap();
+    assert!(report.ok(), "{:?}", report.failures);
+
+    // Move the branch datom to main in storage (rewrite it without its branch): the audit
+    // entry of the branch transaction no longer matches.
+    let key = {
+        let x = engram_core::keys::tx_datom(on_branch.tx, 0);
+        m.store.get(Space::State, &x).unwrap().unwrap()
+    };
+    let mut datom = engram_types::Datom::decode(&m.store.get(Space::State, &key).unwrap().unwrap()).unwrap();
+    assert_eq!(datom.branch, Some(branch("b")));
+    datom.branch = None;
+    let mut batch = WriteBatch::new();
+    batch.put(Space::State, key, datom.encode());
+    m.store.write(batch, engram_storage::Durability::Sync).unwrap();
+    let report = engram_verify::verify_export(&export(&*m.store)[..], &options, |_, _| {}).unwrap();
+    let failure = report.failures.first().expect("the moved datom is caught");
+    assert_eq!(failure.index, Some(on_branch.audit_index), "{failure:?}");
+}

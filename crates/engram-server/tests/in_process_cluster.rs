@@ -228,6 +228,7 @@ async fn writes_replicate_and_chains_agree() {
         for k in 0..30 {
             let resp = memory
                 .transact(pb::TransactRequest {
+                    branch: String::new(),
                     namespace: "team/a".into(),
                     ops: vec![
                         assert_op(
@@ -278,6 +279,7 @@ async fn writes_replicate_and_chains_agree() {
     let mut memory = pb::memory_client::MemoryClient::new(channel(cluster.addrs[1]).await);
     let again = memory
         .transact(pb::TransactRequest {
+            branch: String::new(),
             namespace: "team/a".into(),
             ops: vec![assert_op(
                 pb::entity_ref::Kind::Temp("t".into()),
@@ -347,6 +349,7 @@ async fn writes_replicate_and_chains_agree() {
     assert_eq!(malformed.code(), Code::InvalidArgument, "{malformed:?}");
     let bad_ns = memory
         .transact(pb::TransactRequest {
+            branch: String::new(),
             namespace: "../x".into(),
             provenance: prov(),
             ..Default::default()

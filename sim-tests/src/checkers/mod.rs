@@ -7,6 +7,7 @@
 pub mod acked_durable;
 pub mod asof_stable;
 pub mod audit_verifies;
+pub mod branches_durable;
 pub mod chain_continuity;
 pub mod linearizable;
 pub mod liveness;

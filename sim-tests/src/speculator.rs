@@ -1,0 +1,131 @@
+//! A speculator agent: in a namespace of its own, declares a schema, then over and over forks a
+//! branch from main, writes a plan on it and merges it — or abandons every third — through the
+//! public client, across every fault. It records the merges the cluster acknowledged; the
+//! `branches-durable` checker then demands that each one is on every replica, applied to main
+//! by exactly its merge transaction. Schema, branch and merge transactions thereby run through
+//! crashes, snapshot installs and membership changes, where replica agreement and the audit
+//! verifier also judge them.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use engram_client::{Client, ClientConfig};
+use engram_types::{
+    Attribute, AttributeDef, BranchName, EntityRef, Namespace, Op, Provenance, Status, TxOp, TxRequest,
+    Value, ValueType,
+};
+
+pub const NAMESPACE: &str = "sim/speculate";
+pub const STEP: &str = ":plan/step";
+
+/// What the speculator did, shared with the harness.
+#[derive(Default)]
+pub struct SpeculationLog {
+    /// The plan entity on main, once created.
+    pub entity: Mutex<Option<u64>>,
+    /// Acknowledged merges: (branch, merge tx, the value the branch wrote).
+    pub merged: Mutex<Vec<(String, u64, String)>>,
+    pub abandoned: Mutex<Vec<String>>,
+    pub stop: AtomicBool,
+}
+
+fn who() -> Provenance {
+    Provenance {
+        agent: "speculator".into(),
+        confidence: 0.8,
+        status: Status::Candidate,
+        ..Provenance::default()
+    }
+}
+
+fn step(entity: EntityRef, value: &str) -> TxOp {
+    TxOp {
+        op: Op::Assert,
+        entity,
+        attribute: Attribute::new(STEP).expect("a valid attribute"),
+        value: Value::String(value.to_string()),
+        valid_from_ns: None,
+        valid_to_ns: None,
+    }
+}
+
+pub async fn run_speculator(targets: Vec<String>, log: Arc<SpeculationLog>) {
+    let Ok(client) = Client::with_config(targets, ClientConfig::default()) else {
+        return;
+    };
+    let ns = Namespace::new(NAMESPACE).expect("a valid namespace");
+    let pause = || madsim::time::sleep(Duration::from_millis(300));
+    // Set-up: the schema and the plan entity, each retried (with an idempotency key) until it
+    // holds. A lost acknowledgement of the schema shows up as "nothing to change" on retry.
+    let def = AttributeDef::new(
+        Attribute::new(STEP).expect("a valid attribute"),
+        ValueType::String,
+    );
+    while !log.stop.load(Ordering::Relaxed) {
+        match client
+            .apply_schema(&ns, std::slice::from_ref(&def), &who(), Some("speculator-schema"))
+            .await
+        {
+            Ok(_) => break,
+            Err(e) if e.code() == Some(tonic::Code::FailedPrecondition) => break,
+            Err(_) => pause().await,
+        }
+    }
+    let entity = loop {
+        if log.stop.load(Ordering::Relaxed) {
+            return;
+        }
+        let mut seed = TxRequest::data(
+            ns.clone(),
+            vec![step(EntityRef::Temp("plan".into()), "draft")],
+            who(),
+        );
+        seed.idempotency_key = Some("speculator-seed".into());
+        match client.transact(&seed).await {
+            Ok(r) => break r.temp_ids["plan"],
+            Err(_) => pause().await,
+        }
+    };
+    *log.entity.lock().unwrap_or_else(|e| e.into_inner()) = Some(entity);
+
+    let mut round = 0u64;
+    while !log.stop.load(Ordering::Relaxed) {
+        round += 1;
+        let name = BranchName::new(format!("b{round}")).expect("a valid branch name");
+        let value = format!("plan of round {round}");
+        // Any failure below (unknown outcome, conflict) leaves the branch as it is and moves on
+        // with a fresh name: names are never reused.
+        if client.create_branch(&ns, &name, None, &who()).await.is_err() {
+            pause().await;
+            continue;
+        }
+        let mut write = TxRequest::data(
+            ns.clone(),
+            vec![step(EntityRef::Id(engram_types::EntityId(entity)), &value)],
+            who(),
+        );
+        write.branch = Some(name.clone());
+        write.idempotency_key = Some(format!("speculator-{round}"));
+        if client.transact(&write).await.is_err() {
+            pause().await;
+            continue;
+        }
+        let merge = !round.is_multiple_of(3);
+        match client.close_branch(&ns, &name, merge, &who()).await {
+            Ok(r) if merge => {
+                log.merged
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .push((name.to_string(), r.tx, value))
+            }
+            Ok(_) => log
+                .abandoned
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push(name.to_string()),
+            Err(_) => {}
+        }
+        pause().await;
+    }
+}
