@@ -445,7 +445,7 @@ async fn transact(client: &Client, file: &str, json: bool) -> Result<()> {
 /// A transaction's receipt: JSON, or one line and the temporary names it resolved.
 pub fn receipt_output(receipt: &pb::TransactResponse, json: bool) {
     if json {
-        print_json(&receipt_json(&receipt));
+        print_json(&receipt_json(receipt));
     } else {
         println!(
             "tx {} at {}: {}, audit entry {} ({})",

@@ -182,7 +182,7 @@ pub async fn schema(client: &Client, cmd: SchemaCommand, json: bool) -> Result<(
                 ),
                 _ => bail!("give --preset NAME or --file FILE"),
             };
-            let defs = parse_schema(&text).with_context(|| format!("{source}"))?;
+            let defs = parse_schema(&text).with_context(|| source.clone())?;
             // Send only what differs from the declarations in force, so applying a preset
             // twice is a no-op rather than an error.
             let current = client
