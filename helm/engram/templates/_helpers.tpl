@@ -184,6 +184,11 @@ Cross-field checks that values.schema.json cannot express. Included by the State
 {{- end }}
 {{- end }}
 {{- end }}
+{{- range $k, $_ := .Values.podLabels }}
+{{- if has $k (list "app.kubernetes.io/name" "app.kubernetes.io/instance" "app.kubernetes.io/component") }}
+{{- fail (printf "podLabels must not set %s: it is part of the pods' selector" $k) }}
+{{- end }}
+{{- end }}
 {{- if and .Values.metrics.serviceMonitor.enabled (not .Values.metrics.enabled) }}
 {{- fail "metrics.serviceMonitor.enabled needs metrics.enabled" }}
 {{- end }}
