@@ -175,8 +175,6 @@ def check_invariants(docs: list[dict], namespace: str) -> list[str]:
         )
         if not want.match(peer):
             errs.append(f"ENGRAM_PEERS entry {peer!r} is not {want.pattern}")
-    if len(peers) > spec["replicas"] and not any(d["kind"] == "Job" for d in docs):
-        errs.append("more initial peers than replicas")
     adv = env.get("ENGRAM_ADVERTISE_ADDR") or ""
     if not adv.startswith(f"$(ENGRAM_POD_NAME).{spec['serviceName']}.{namespace}.svc."):
         errs.append(f"ENGRAM_ADVERTISE_ADDR {adv!r} is not the pod's headless DNS name")
@@ -310,6 +308,26 @@ def check_invariants(docs: list[dict], namespace: str) -> list[str]:
     return errs
 
 
+def validate_docs(docs: list[dict], versions: list[str], crds: dict, namespace: str, report=None) -> list[str]:
+    """Every error of a rendered release: schema errors per document, then invariants."""
+    errors = []
+    for d in docs:
+        where = f"{d.get('kind')}/{d.get('metadata', {}).get('name')}"
+        how = "CRD schema" if (d.get("apiVersion"), d.get("kind")) in crds else "kubernetes-validate --strict"
+        errs = schema_errors(d, versions, crds)
+        errors += [f"{where}: {e}" for e in errs]
+        if report:
+            report(f"{'ok  ' if not errs else 'FAIL'} {where} ({how}, k8s {' '.join(versions)})")
+    inv = check_invariants(docs, namespace)
+    if report:
+        report(f"{'ok  ' if not inv else 'FAIL'} invariants ({len(docs)} documents)")
+    return errors + [f"invariant: {e}" for e in inv]
+
+
+def load_docs(path: pathlib.Path) -> list[dict]:
+    return [d for d in yaml.safe_load_all(path.read_text()) if d]
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--kube-version", action="append", required=True)
@@ -322,20 +340,10 @@ def main() -> int:
     crds = load_crd_schemas(args.crd_schemas)
     failed = 0
     for path in args.files:
-        docs = [d for d in yaml.safe_load_all(path.read_text()) if d]
-        file_errors = []
-        for d in docs:
-            where = f"{d.get('kind')}/{d.get('metadata', {}).get('name')}"
-            how = "CRD schema" if (d.get("apiVersion"), d.get("kind")) in crds else "kubernetes-validate --strict"
-            errs = schema_errors(d, args.kube_version, crds)
-            file_errors += [f"{where}: {e}" for e in errs]
-            print(f"  {'ok  ' if not errs else 'FAIL'} {where} ({how}, k8s {' '.join(args.kube_version)})")
-        inv = check_invariants(docs, args.namespace)
-        print(f"  {'ok  ' if not inv else 'FAIL'} invariants ({len(docs)} documents)")
-        file_errors += [f"invariant: {e}" for e in inv]
-        for e in file_errors:
+        errors = validate_docs(load_docs(path), args.kube_version, crds, args.namespace, report=lambda m: print(f"  {m}"))
+        for e in errors:
             print(f"    ERROR {path.name}: {e}")
-        failed += bool(file_errors)
+        failed += bool(errors)
     return 1 if failed else 0
 
 

@@ -49,6 +49,9 @@ pub struct SeedReport {
     pub refused_cas: usize,
     pub reads: usize,
     pub chain_len: u64,
+    /// Branch merges and abandons the speculator had acknowledged.
+    pub branch_merges: usize,
+    pub branch_abandons: usize,
     pub fault_counts: BTreeMap<&'static str, u64>,
     pub fault_log: Vec<String>,
     pub recovery: Recovery,
@@ -118,6 +121,8 @@ struct Finished {
     trace_hash: String,
     history: Vec<crate::history::Op>,
     chain_len: u64,
+    branch_merges: usize,
+    branch_abandons: usize,
     fault_counts: BTreeMap<&'static str, u64>,
     fault_log: Vec<String>,
     recovery: Recovery,
@@ -168,6 +173,8 @@ fn run_seed_here(seed: u64, options: &Options) -> SeedReport {
         refused_cas: 0,
         reads: 0,
         chain_len: 0,
+        branch_merges: 0,
+        branch_abandons: 0,
         fault_counts: BTreeMap::new(),
         fault_log: Vec::new(),
         recovery: Recovery::default(),
@@ -190,6 +197,8 @@ fn run_seed_here(seed: u64, options: &Options) -> SeedReport {
             report.violations = o.violations;
             report.trace_hash = o.trace_hash;
             report.chain_len = o.chain_len;
+            report.branch_merges = o.branch_merges;
+            report.branch_abandons = o.branch_abandons;
             report.fault_counts = o.fault_counts;
             report.fault_log = o.fault_log;
             report.recovery = o.recovery;
@@ -425,6 +434,12 @@ async fn simulate(options: Options) -> SimResult {
         trace_hash,
         history: ops,
         chain_len,
+        branch_merges: speculation.merged.lock().unwrap_or_else(|e| e.into_inner()).len(),
+        branch_abandons: speculation
+            .abandoned
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .len(),
         fault_counts,
         fault_log,
         recovery,

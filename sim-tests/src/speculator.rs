@@ -82,10 +82,14 @@ pub async fn run_speculator(targets: Vec<String>, log: Arc<SpeculationLog>) {
             who(),
         );
         seed.idempotency_key = Some("speculator-seed".into());
-        match client.transact(&seed).await {
-            Ok(r) => break r.temp_ids["plan"],
-            Err(_) => pause().await,
+        // A receipt without the new id is not one this agent can use (a planted bug fakes
+        // acknowledgements); the retry gets the recorded receipt by its idempotency key.
+        if let Ok(r) = client.transact(&seed).await
+            && let Some(id) = r.temp_ids.get("plan")
+        {
+            break *id;
         }
+        pause().await;
     };
     *log.entity.lock().unwrap_or_else(|e| e.into_inner()) = Some(entity);
 

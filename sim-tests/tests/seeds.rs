@@ -19,7 +19,7 @@ fn env_u64(name: &str, default: u64) -> u64 {
 
 fn summary_line(r: &SeedReport) -> String {
     format!(
-        "seed {:>5} {} ops={} acked={} unknown={} cas-refused={} reads={} chain={} recover={}ms sim={}ms wall={}ms faults={:?} events={:?}",
+        "seed {:>5} {} ops={} acked={} unknown={} cas-refused={} reads={} chain={} merges={} abandons={} recover={}ms sim={}ms wall={}ms faults={:?} events={:?}",
         r.seed,
         if r.passed() { "ok  " } else { "FAIL" },
         r.ops,
@@ -28,6 +28,8 @@ fn summary_line(r: &SeedReport) -> String {
         r.refused_cas,
         r.reads,
         r.chain_len,
+        r.branch_merges,
+        r.branch_abandons,
         r.recovery.converge_ms.unwrap_or(0),
         r.sim_ms,
         r.wall_ms,
@@ -86,13 +88,15 @@ fn seed_sweep() {
     }
     let failed: Vec<&SeedReport> = reports.iter().filter(|r| !r.passed()).collect();
     println!(
-        "sweep: {} seeds from {start}, {} failed, {threads} threads, {wall_s:.1}s wall, {:.1} seeds/min, simulated {sim_s:.0}s in {busy_s:.0}s of thread time (ratio {:.2}), acked writes {}, ops {}",
+        "sweep: {} seeds from {start}, {} failed, {threads} threads, {wall_s:.1}s wall, {:.1} seeds/min, simulated {sim_s:.0}s in {busy_s:.0}s of thread time (ratio {:.2}), acked writes {}, ops {}, branch merges {}, abandons {}",
         reports.len(),
         failed.len(),
         reports.len() as f64 * 60.0 / wall_s.max(0.001),
         sim_s / busy_s.max(0.001),
         reports.iter().map(|r| r.acked_writes).sum::<usize>(),
         reports.iter().map(|r| r.ops).sum::<usize>(),
+        reports.iter().map(|r| r.branch_merges).sum::<usize>(),
+        reports.iter().map(|r| r.branch_abandons).sum::<usize>(),
     );
     println!("sweep: seeds whose mix enabled each kind {kinds:?}");
     println!("sweep: seeds in which each fault fired / event happened {happened:?}");
