@@ -134,6 +134,10 @@ pub enum Command {
     #[command(subcommand)]
     Audit(AuditCommand),
 
+    /// Ask a node's gRPC health service whether it is SERVING (exit 0) or not (exit 1): the
+    /// container health check and a scriptable readiness probe.
+    Health(HealthArgs),
+
     /// Start a local 3-node cluster, run concurrent agents, kill the leader mid-run, restart it,
     /// and check that no acknowledged write was lost and every chain verifies.
     #[command(after_help = "EXAMPLES\n  cargo run --release -p engram-cli -- demo\n  \
@@ -143,10 +147,26 @@ pub enum Command {
 }
 
 #[derive(Args, Debug)]
+pub struct HealthArgs {
+    /// The health service to ask: `engram.live` (the server answers), `engram.ready` (a caught-up
+    /// member with a verified chain tip; also the default service "").
+    #[arg(long, default_value = "engram.ready", value_name = "NAME")]
+    pub service: String,
+    /// Give up after this long.
+    #[arg(long, default_value_t = 3000, value_name = "MS")]
+    pub timeout_ms: u64,
+}
+
+#[derive(Args, Debug)]
 pub struct ServeArgs {
-    /// This node's id (≥ 1), unique in the cluster and never reused.
+    /// This node's id (≥ 1), unique in the cluster [default: from --pod-name].
     #[arg(long = "id", env = "ENGRAM_NODE_ID", value_name = "N")]
-    pub node_id: u64,
+    pub node_id: Option<u64>,
+
+    /// The pod name of a StatefulSet member, `<name>-<ordinal>`: without --id, the node id is
+    /// the ordinal + 1 (so the image needs no shell to compute it).
+    #[arg(long, env = "ENGRAM_POD_NAME", value_name = "NAME")]
+    pub pod_name: Option<String>,
 
     /// Address the gRPC server binds.
     #[arg(long, env = "ENGRAM_LISTEN", value_name = "HOST:PORT")]
@@ -176,6 +196,14 @@ pub struct ServeArgs {
     #[arg(long, env = "ENGRAM_BOOTSTRAP", action = clap::ArgAction::SetTrue,
           value_parser = clap::builder::BoolishValueParser::new())]
     pub bootstrap: bool,
+
+    /// Join the cluster the peers (--peer) belong to: until this node is a member, ask them to
+    /// add it (as a learner, promoted to voter once caught up). With --bootstrap too, the
+    /// initial voters bootstrap only if no peer has a cluster yet, so one setting serves every
+    /// pod of a StatefulSet and every restart.
+    #[arg(long, env = "ENGRAM_JOIN", action = clap::ArgAction::SetTrue,
+          value_parser = clap::builder::BoolishValueParser::new())]
+    pub join: bool,
 
     /// A 32-byte Ed25519 seed (raw or hex) to sign audit entries with [default:
     /// DIR/node.key, generated on first start].
@@ -255,6 +283,15 @@ pub enum ClusterCommand {
         /// Keep it a non-voting learner.
         #[arg(long)]
         learner_only: bool,
+    },
+
+    /// Shrink the membership to nodes 1..=N: remove every member with a larger id, one at a
+    /// time, newest first. Refuses (and removes nothing) unless nodes 1..=N are all members,
+    /// answer, and have caught up with the leader, so quorum survives. Safe to repeat.
+    #[command(after_help = "EXAMPLES\n  engram cluster shrink --to 3")]
+    Shrink {
+        #[arg(long = "to", value_name = "N")]
+        to: u64,
     },
 
     /// Remove a node from the membership.

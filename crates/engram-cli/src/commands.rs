@@ -103,6 +103,7 @@ pub async fn run(cli: Cli) -> Result<()> {
         Command::Find(args) => find(&client()?, args, json).await,
         Command::Watch(args) => watch(&client()?, args, json).await,
         Command::Diff(args) => diff(&client()?, args, json).await,
+        Command::Health(args) => health(&cli.endpoints, args, json).await,
         Command::Schema(cmd) => crate::memory_cmd::schema(&client()?, cmd, json).await,
         Command::Branch(cmd) => crate::memory_cmd::branch(&client()?, cmd, json).await,
         Command::Audit(AuditCommand::Verify(args)) if args.file.is_some() || args.data_dir.is_some() => {
@@ -119,16 +120,26 @@ pub async fn run(cli: Cli) -> Result<()> {
 // ------------------------------------------------------------------ serve
 
 async fn serve(args: ServeArgs) -> Result<()> {
-    if args.node_id == 0 {
+    let node_id = match (args.node_id, args.pod_name.as_deref()) {
+        (Some(id), _) => id,
+        (None, Some(pod)) => engram_server::node_id_from_pod_name(pod).ok_or_else(|| {
+            anyhow!(
+                "--pod-name: {pod:?} does not end in -<ordinal>, so no node id follows from it; give --id"
+            )
+        })?,
+        (None, None) => bail!("--id is required (or --pod-name of a StatefulSet pod)"),
+    };
+    if node_id == 0 {
         bail!("--id: node ids start at 1");
     }
     // Keep the guard alive for the node's lifetime: dropping it flushes the span exporter.
     let _telemetry = telemetry::init(args.otlp_endpoint.as_deref()).context("telemetry")?;
-    let mut config = ServerConfig::new(args.node_id, args.listen, args.data_dir);
+    let mut config = ServerConfig::new(node_id, args.listen, args.data_dir);
     config.advertise_addr = args.advertise;
     config.key_file = args.key_file;
     config.peers = args.peers;
     config.bootstrap = args.bootstrap;
+    config.join = args.join;
     if let Some(v) = args.max_tx_bytes {
         config.max_tx_bytes = v;
     }
@@ -338,6 +349,7 @@ async fn cluster(client: &Client, cmd: ClusterCommand, json: bool) -> Result<()>
             membership_output(&format!("node {id} added"), &resp, json);
             Ok(())
         }
+        ClusterCommand::Shrink { to } => shrink(client, to, json).await,
         ClusterCommand::Remove { id } => {
             let resp = client.remove_node(id).await.context("cluster remove")?;
             membership_output(&format!("node {id} removed"), &resp, json);
@@ -681,6 +693,117 @@ async fn find(client: &Client, args: FindArgs, json: bool) -> Result<()> {
     };
     let resp = client.find(&query).await.context("find")?;
     datoms_output(&resp.datoms, resp.applied_tx, json!({}), json);
+    Ok(())
+}
+
+/// `engram health`: one gRPC health check against the first endpoint.
+async fn health(endpoints: &[String], args: crate::cli::HealthArgs, json: bool) -> Result<()> {
+    use tonic_health::pb::health_check_response::ServingStatus;
+    let endpoint = endpoints
+        .first()
+        .ok_or_else(|| anyhow!("--endpoint: give a node"))?;
+    let url = if endpoint.contains("://") {
+        endpoint.clone()
+    } else {
+        format!("http://{endpoint}")
+    };
+    let timeout = Duration::from_millis(args.timeout_ms);
+    let check = async {
+        let channel = tonic::transport::Endpoint::from_shared(url.clone())?
+            .connect_timeout(timeout)
+            .connect()
+            .await?;
+        let mut client = tonic_health::pb::health_client::HealthClient::new(channel);
+        let resp = client
+            .check(tonic_health::pb::HealthCheckRequest {
+                service: args.service.clone(),
+            })
+            .await?;
+        anyhow::Ok(resp.into_inner().status)
+    };
+    let status = tokio::time::timeout(timeout, check)
+        .await
+        .map_err(|_| anyhow!("{endpoint}: no answer within {} ms", args.timeout_ms))?
+        .with_context(|| format!("{endpoint}: health check of {:?}", args.service))?;
+    let serving = status == ServingStatus::Serving as i32;
+    let name = ServingStatus::try_from(status).map_or("UNKNOWN", |s| s.as_str_name());
+    if json {
+        print_json(
+            &json!({ "endpoint": endpoint, "service": args.service, "status": name, "serving": serving }),
+        );
+    } else {
+        println!("{endpoint} {}: {name}", args.service);
+    }
+    if serving {
+        Ok(())
+    } else {
+        Err(Reported(format!("{} is {name}", args.service)).into())
+    }
+}
+
+/// `engram cluster shrink --to N`: see its `--help`.
+async fn shrink(client: &Client, to: u64, json: bool) -> Result<()> {
+    if to == 0 {
+        bail!("--to: a cluster keeps at least node 1");
+    }
+    let status = client.status().await.context("cluster status")?;
+    let Some(leader) = status.leader_id else {
+        bail!("no leader is known: shrinking needs a working cluster");
+    };
+    let members: Vec<u64> = status.members.iter().map(|m| m.id).collect();
+    let extra: Vec<u64> = members.iter().copied().filter(|id| *id > to).rev().collect();
+    if extra.is_empty() {
+        if json {
+            print_json(&json!({ "ok": true, "removed": [], "members": members }));
+        } else {
+            println!("nothing to remove: the members are {members:?}");
+        }
+        return Ok(());
+    }
+    // Every node that stays must be a member, answer and be caught up, or removing the others
+    // could leave the cluster without a quorum.
+    let leader_status = status
+        .members
+        .iter()
+        .find(|m| m.id == leader)
+        .map(|m| m.addr.clone())
+        .ok_or_else(|| anyhow!("leader {leader} is not among the members"))?;
+    let leader_client = Client::with_config(vec![leader_status], client.config())?;
+    let commit = leader_client
+        .status()
+        .await
+        .context("leader status")?
+        .applied_index;
+    for id in 1..=to {
+        let Some(m) = status.members.iter().find(|m| m.id == id) else {
+            bail!(
+                "refusing to shrink to {to}: node {id} is not a member, so fewer than {to} nodes would remain"
+            );
+        };
+        let node = Client::with_config(vec![m.addr.clone()], client.config())?;
+        let s = node
+            .status()
+            .await
+            .with_context(|| format!("refusing to shrink to {to}: node {id} does not answer"))?;
+        let behind = commit.saturating_sub(s.applied_index);
+        if behind > engram_server::READY_LAG_ENTRIES {
+            bail!("refusing to shrink to {to}: node {id} is {behind} entries behind the leader");
+        }
+    }
+    let mut removed = Vec::new();
+    for id in extra {
+        client
+            .remove_node(id)
+            .await
+            .with_context(|| format!("removing node {id} (removed so far: {removed:?})"))?;
+        if !json {
+            println!("node {id} removed");
+        }
+        removed.push(id);
+    }
+    if json {
+        print_json(&json!({ "ok": true, "removed": removed }));
+    }
     Ok(())
 }
 

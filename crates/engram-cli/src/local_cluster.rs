@@ -170,6 +170,8 @@ impl LocalCluster {
             "ENGRAM_ADVERTISE_ADDR",
             "ENGRAM_PEERS",
             "ENGRAM_BOOTSTRAP",
+            "ENGRAM_JOIN",
+            "ENGRAM_POD_NAME",
             "ENGRAM_KEY_FILE",
             "ENGRAM_MAX_TX_BYTES",
             "ENGRAM_HEARTBEAT_INTERVAL_MS",

@@ -66,6 +66,8 @@ pub struct NodeStatus {
     pub term: u64,
     pub last_log_index: u64,
     pub applied_index: u64,
+    /// The last index known committed by a quorum, as the leader last reported it.
+    pub cluster_committed_index: u64,
     pub members: Vec<(u64, NodeInfo, bool)>,
 }
 
@@ -202,6 +204,7 @@ impl RaftNode {
             term: m.current_term,
             last_log_index: m.last_log_index.unwrap_or(0),
             applied_index: m.last_applied.as_ref().map_or(0, |l| l.index),
+            cluster_committed_index: m.cluster_committed.as_ref().map_or(0, |l| l.index),
             members: membership
                 .nodes()
                 .map(|(id, n)| (*id, n.clone(), voters.contains(id)))

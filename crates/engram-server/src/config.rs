@@ -51,6 +51,10 @@ pub struct ServerConfig {
     /// Initialise the cluster from `peers` once all of them answer, if it is not initialised
     /// yet. Safe to leave on across restarts: an initialised node never re-initialises.
     pub bootstrap: bool,
+    /// Join an existing cluster: when this node is not a member and a peer reports an
+    /// initialised cluster, ask it to add this node (as a learner, promoted to voter once caught
+    /// up). With `bootstrap` too, the node bootstraps only if no peer has a cluster yet.
+    pub join: bool,
     /// Largest encoded transaction accepted, in bytes.
     pub max_tx_bytes: usize,
     pub heartbeat_interval_ms: u64,
@@ -78,6 +82,7 @@ impl ServerConfig {
             key_file: None,
             peers: Vec::new(),
             bootstrap: false,
+            join: false,
             max_tx_bytes: 1 << 20,
             heartbeat_interval_ms: 100,
             election_timeout_min_ms: 400,
@@ -96,6 +101,12 @@ impl ServerConfig {
     }
 }
 
+/// The node id a StatefulSet pod gets from its name: `<name>-<ordinal>` is node ordinal + 1.
+pub fn node_id_from_pod_name(pod: &str) -> Option<u64> {
+    let (_, ordinal) = pod.rsplit_once('-')?;
+    ordinal.parse::<u64>().ok()?.checked_add(1)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -111,6 +122,15 @@ mod tests {
         );
         for bad in ["2", "x=host:1", "0=host:1", "2=host"] {
             assert!(bad.parse::<Peer>().is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn pod_ordinals_become_node_ids() {
+        assert_eq!(node_id_from_pod_name("engram-0"), Some(1));
+        assert_eq!(node_id_from_pod_name("my-release-engram-12"), Some(13));
+        for bad in ["engram", "engram-", "engram-x", "engram-1x"] {
+            assert_eq!(node_id_from_pod_name(bad), None, "{bad}");
         }
     }
 }

@@ -24,7 +24,7 @@ pub mod telemetry;
 use std::sync::Arc;
 use std::time::Duration;
 
-pub use config::{Peer, ServerConfig};
+pub use config::{Peer, ServerConfig, node_id_from_pod_name};
 use engram_audit::{KeyRing, NodeKey};
 use engram_proto::pb;
 use engram_raft::{NodeInfo, RaftNode, RaftSettings};
@@ -138,7 +138,9 @@ pub async fn serve_keys(
         .await
         .map_err(|e| ServerError::Startup(e.to_string()))?;
     let shared = Shared::new(node.clone(), config.clone());
-    if config.bootstrap {
+    if config.join {
+        tokio::task::spawn(join(shared.clone()));
+    } else if config.bootstrap {
         tokio::task::spawn(bootstrap(shared.clone()));
     }
     // The transport refuses bodies above this with OUT_OF_RANGE before they are decoded; below
@@ -206,23 +208,117 @@ async fn shutdown_signal() {
     info!("shutdown signal received");
 }
 
-/// Health is SERVING while the node knows a leader and has applied what it knows committed.
+/// How far (in log entries) a node's applied state may trail the cluster's commit index and
+/// still count as ready: a busy follower is always a few entries behind.
+pub const READY_LAG_ENTRIES: u64 = 64;
+
+/// Whether the node should take traffic: it is a member, knows the leader, has applied the
+/// cluster's committed entries (within [`READY_LAG_ENTRIES`]) and its local chain tip verifies
+/// (decodes, links to the entry before it, and is signed by a key the chain trusts).
+pub fn ready(node: &RaftNode) -> Result<(), String> {
+    let status = node.status();
+    if !status.members.iter().any(|(id, _, _)| *id == node.node_id) {
+        return Err("not a member of the cluster".into());
+    }
+    let Some(leader) = status.leader_id else {
+        return Err("no known leader".into());
+    };
+    let behind = status
+        .cluster_committed_index
+        .saturating_sub(status.applied_index);
+    if behind > READY_LAG_ENTRIES {
+        return Err(format!("{behind} committed entries behind leader {leader}"));
+    }
+    let head = engram_core::reads::head(&*node.store).map_err(|e| e.to_string())?;
+    if head.index > 0 {
+        match engram_core::reads::audit_entries(&*node.store, head.index, 1) {
+            Ok(Ok(tip)) if tip.len() == 1 => {}
+            Ok(Ok(_)) => return Err(format!("chain tip {} is missing", head.index)),
+            Ok(Err(e)) => return Err(format!("chain tip does not verify: {e}")),
+            Err(e) => return Err(e.to_string()),
+        }
+    }
+    Ok(())
+}
+
+/// Health: `engram.live` is SERVING while the server answers (liveness); `engram.ready` (and,
+/// as before, the default service and `engram.v1.Memory`) while [`ready`] holds.
 #[cfg(not(madsim))]
 async fn report_health(node: RaftNode, reporter: tonic_health::server::HealthReporter) {
+    use tonic_health::ServingStatus::{NotServing, Serving};
+    reporter.set_service_status("engram.live", Serving).await;
+    let mut last: Option<String> = None;
     loop {
-        let status = node.status();
-        let ready = status.leader_id.is_some();
-        let state = if ready {
-            tonic_health::ServingStatus::Serving
-        } else {
-            tonic_health::ServingStatus::NotServing
-        };
-        reporter.set_service_status("", state).await;
-        reporter.set_service_status("engram.v1.Memory", state).await;
+        let verdict = ready(&node);
+        let state = if verdict.is_ok() { Serving } else { NotServing };
+        let reason = verdict.err();
+        if reason != last {
+            match &reason {
+                Some(why) => info!(reason = %why, "not ready"),
+                None => info!("ready"),
+            }
+            last = reason;
+        }
+        for service in ["", "engram.ready", "engram.v1.Memory"] {
+            reporter.set_service_status(service, state).await;
+        }
         tokio::time::sleep(Duration::from_millis(500)).await;
-        if status.role == "Shutdown" {
+        if node.status().role == "Shutdown" {
             return;
         }
+    }
+}
+
+/// With `--join`: until this node is a member, ask the peers whether a cluster exists; if one
+/// does, ask it to add this node (the leader admits its key, adds it as a learner and promotes
+/// it once caught up). If no peer has a cluster and `--bootstrap` is set too, bootstrap as
+/// usual. Idempotent across restarts: a member does nothing.
+async fn join(shared: Arc<Shared>) {
+    let me = shared.node.node_id;
+    let mut announced = false;
+    loop {
+        if shared.node.status().members.iter().any(|(id, _, _)| *id == me) {
+            info!("join: this node is a member");
+            return;
+        }
+        let mut cluster_exists = false;
+        for peer in shared.config.peers.iter().filter(|p| p.id != me) {
+            let Ok(mut client) = shared.cluster_client(&peer.addr) else {
+                continue;
+            };
+            let Ok(status) = client.status(pb::StatusRequest {}).await.map(|r| r.into_inner()) else {
+                continue;
+            };
+            if !status.initialized {
+                continue;
+            }
+            cluster_exists = true;
+            if status.members.iter().any(|m| m.id == me) {
+                // Added already; replication will reach this node.
+                break;
+            }
+            let request = pb::AddNodeRequest {
+                id: me,
+                addr: shared.config.advertise(),
+                learner_only: false,
+            };
+            match client.add_node(request).await {
+                Ok(_) => {
+                    info!(via = peer.id, "join: added to the cluster");
+                    break;
+                }
+                Err(e) => info!(via = peer.id, error = %e.message(), "join: not added yet; retrying"),
+            }
+        }
+        if !cluster_exists && shared.config.bootstrap && !announced {
+            let listed = shared.config.peers.iter().any(|p| p.id == me);
+            if listed {
+                announced = true;
+                info!("join: no peer has a cluster yet; bootstrapping from --peer");
+                tokio::task::spawn(bootstrap(shared.clone()));
+            }
+        }
+        tokio::time::sleep(Duration::from_secs(2)).await;
     }
 }
 
@@ -237,6 +333,10 @@ async fn bootstrap(shared: Arc<Shared>) {
         .map(|p| (p.id, p.addr.clone()))
         .collect();
     if !list.iter().any(|(id, _)| *id == me) {
+        if shared.config.join {
+            // A joining node not among the initial voters never founds a cluster.
+            return;
+        }
         list.push((me, shared.config.advertise()));
     }
     list.sort();
@@ -258,6 +358,10 @@ async fn bootstrap(shared: Arc<Shared>) {
                 warn!(error = %e, "bootstrap: node failed");
                 return;
             }
+        }
+        if shared.config.join && services::cluster::any_peer_initialized(&shared).await {
+            info!("bootstrap: a peer already has a cluster; joining it instead");
+            return;
         }
         match services::cluster::initialize(&shared, list.clone()).await {
             Ok(()) => {

@@ -63,6 +63,21 @@ pub async fn fetch_node_info(shared: &Shared, id: u64, addr: &str) -> Result<Nod
     })
 }
 
+/// Whether any peer named by `--peer` (other than this node) reports an initialised cluster.
+pub async fn any_peer_initialized(shared: &Shared) -> bool {
+    for peer in shared.config.peers.iter().filter(|p| p.id != shared.node.node_id) {
+        let Ok(mut client) = shared.cluster_client(&peer.addr) else {
+            continue;
+        };
+        if let Ok(status) = client.status(pb::StatusRequest {}).await
+            && status.into_inner().initialized
+        {
+            return true;
+        }
+    }
+    false
+}
+
 /// Initialises the cluster with `members` (id, addr) as voters.
 pub async fn initialize(shared: &Shared, list: Vec<(u64, String)>) -> Result<(), ApiError> {
     let mut nodes = BTreeMap::new();

@@ -1,0 +1,132 @@
+//! Self-forming clusters as a container orchestrator runs them: every node started with the
+//! same `--bootstrap --join --peer <initial voters>`, a fourth node joining by itself, readiness
+//! through the gRPC health service, `cluster shrink` removing the extra node only when that is
+//! safe, and a restart that rejoins without re-initialising.
+#![allow(clippy::unwrap_used)] // test helpers: a failed set-up step should stop the test loudly
+
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use engram_cli::local_cluster::{LocalCluster, free_ports};
+use engram_client::Client;
+
+const EXE: &str = env!("CARGO_BIN_EXE_engram");
+
+fn engram(endpoint: &str, args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(EXE)
+        .args(["-e", endpoint])
+        .args(args)
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// Polls `cond` every 200 ms until it holds or `limit` passes.
+async fn eventually(what: &str, limit: Duration, mut cond: impl AsyncFnMut() -> bool) {
+    let start = Instant::now();
+    while start.elapsed() < limit {
+        if cond().await {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    panic!("{what}: not within {limit:?}");
+}
+
+async fn member_ids(client: &Client) -> Vec<(u64, bool)> {
+    match client.status().await {
+        Ok(s) if s.leader_id.is_some() => s.members.iter().map(|m| (m.id, m.voter)).collect(),
+        _ => Vec::new(),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nodes_form_join_report_readiness_and_shrink_safely() {
+    let dir = tempfile::tempdir().unwrap();
+    let ports = free_ports(4).unwrap();
+    let peers = (0..3)
+        .map(|i| format!("{}=127.0.0.1:{}", i + 1, ports[i]))
+        .collect::<Vec<_>>()
+        .join(",");
+    let args = ["--bootstrap", "--join", "--peer", &peers].map(String::from);
+    let mut cluster = LocalCluster::start(Path::new(EXE), dir.path(), &ports, &args).unwrap();
+    let client = Client::connect(cluster.endpoints()[..3].to_vec()).await.unwrap();
+    let all_voters: Vec<(u64, bool)> = (1..=4).map(|id| (id, true)).collect();
+    eventually(
+        "three voters bootstrap and the fourth joins as a voter",
+        Duration::from_secs(60),
+        async || {
+            let mut m = member_ids(&client).await;
+            m.sort();
+            m == all_voters
+        },
+    )
+    .await;
+
+    let four = cluster.node(4).unwrap().endpoint();
+    eventually("node 4 is ready", Duration::from_secs(30), async || {
+        engram(&four, &["health", "--service", "engram.ready"]).0 == 0
+    })
+    .await;
+    let (code, out, _) = engram(&four, &["health", "--service", "engram.live"]);
+    assert_eq!(
+        (code, out.trim_end()),
+        (0, format!("{four} engram.live: SERVING").as_str())
+    );
+    let (code, _, err) = engram("127.0.0.1:1", &["health", "--timeout-ms", "500"]);
+    assert_eq!(code, 1, "an unreachable node is not healthy: {err}");
+
+    // Shrinking to more nodes than there are is a no-op (a scale-up runs the same hook);
+    // shrinking past a node that does not answer is refused and removes nothing.
+    let one = cluster.node(1).unwrap().endpoint();
+    let (code, out, err) = engram(&one, &["cluster", "shrink", "--to", "5"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("nothing to remove"), "{out}");
+    cluster.kill(3).unwrap();
+    let (code, out, err) = engram(
+        &one,
+        &["--retry-budget-secs", "1", "cluster", "shrink", "--to", "3"],
+    );
+    assert_eq!(code, 1, "{out}");
+    assert!(err.contains("node 3 does not answer"), "{err}");
+    assert_eq!(member_ids(&client).await.len(), 4);
+    cluster.restart(3).unwrap();
+    eventually(
+        "node 3 is back and caught up",
+        Duration::from_secs(30),
+        async || engram(&cluster.node(3).unwrap().endpoint(), &["health"]).0 == 0,
+    )
+    .await;
+
+    // Now it is safe: node 4 goes, and a second run has nothing to do.
+    let (code, out, err) = engram(&one, &["cluster", "shrink", "--to", "3"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("node 4 removed"), "{out}");
+    let (code, out, _) = engram(&one, &["cluster", "shrink", "--to", "3"]);
+    assert_eq!(code, 0);
+    assert!(out.contains("nothing to remove"), "{out}");
+    let mut m = member_ids(&client).await;
+    m.sort();
+    assert_eq!(m, all_voters[..3].to_vec());
+
+    // A restarted node rejoins the chain it has; nothing re-initialises.
+    let head = client.head().await.unwrap().index;
+    cluster.kill(1).unwrap();
+    cluster.restart(1).unwrap();
+    eventually("node 1 is ready again", Duration::from_secs(30), async || {
+        engram(&one, &["health"]).0 == 0
+    })
+    .await;
+    assert!(client.head().await.unwrap().index >= head, "the chain only grows");
+    let (code, _, err) = engram(&one, &["audit", "verify"]);
+    assert_eq!(code, 0, "{err}");
+    let (code, out, _) = engram(&one, &["--json", "cluster", "status"]);
+    assert_eq!(code, 0);
+    assert!(!out.contains("\"initialized\": false"), "{out}");
+    cluster.kill_all();
+}
