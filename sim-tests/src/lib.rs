@@ -28,7 +28,8 @@ pub mod checkers;
 pub mod cluster;
 pub mod events;
 pub mod faults;
-pub mod history;
+/// The operation history (shared with the chaos run): see `engram-lincheck`.
+pub use engram_lincheck::history;
 pub mod scenario;
 pub mod speculator;
 pub mod watcher;

@@ -68,8 +68,9 @@ struct Inner {
     ops: Vec<Op>,
 }
 
-/// The shared recorder. Clients take an event number when they invoke and another when they
-/// return; madsim runs one task at a time, so the numbers are a real-time order.
+/// The shared recorder. Clients take an event number when they invoke (before the request
+/// leaves) and another when they return (after the answer arrived); the numbers are taken
+/// under one lock, so they are a real-time order, in a simulation and on real threads alike.
 #[derive(Clone, Default)]
 pub struct History {
     inner: Arc<Mutex<Inner>>,
