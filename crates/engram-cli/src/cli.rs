@@ -205,6 +205,11 @@ pub struct ServeArgs {
           value_parser = clap::builder::BoolishValueParser::new())]
     pub join: bool,
 
+    /// Serve Prometheus metrics (Raft position, audit chain, readiness) at /metrics over plain
+    /// HTTP on this address, e.g. 0.0.0.0:9090.
+    #[arg(long, env = "ENGRAM_METRICS_LISTEN", value_name = "HOST:PORT")]
+    pub metrics_listen: Option<SocketAddr>,
+
     /// A 32-byte Ed25519 seed (raw or hex) to sign audit entries with [default:
     /// DIR/node.key, generated on first start].
     #[arg(long, env = "ENGRAM_KEY_FILE", value_name = "FILE")]

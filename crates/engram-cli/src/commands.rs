@@ -140,6 +140,7 @@ async fn serve(args: ServeArgs) -> Result<()> {
     config.peers = args.peers;
     config.bootstrap = args.bootstrap;
     config.join = args.join;
+    config.metrics_listen = args.metrics_listen;
     if let Some(v) = args.max_tx_bytes {
         config.max_tx_bytes = v;
     }

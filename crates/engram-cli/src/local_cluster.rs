@@ -172,6 +172,7 @@ impl LocalCluster {
             "ENGRAM_BOOTSTRAP",
             "ENGRAM_JOIN",
             "ENGRAM_POD_NAME",
+            "ENGRAM_METRICS_LISTEN",
             "ENGRAM_KEY_FILE",
             "ENGRAM_MAX_TX_BYTES",
             "ENGRAM_HEARTBEAT_INTERVAL_MS",

@@ -26,6 +26,24 @@ fn engram(endpoint: &str, args: &[&str]) -> (i32, String, String) {
     )
 }
 
+struct KillOnDrop(std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn http_get(port: u16, path: &str) -> String {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    write!(s, "GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    out
+}
+
 /// Polls `cond` every 200 ms until it holds or `limit` passes.
 async fn eventually(what: &str, limit: Duration, mut cond: impl AsyncFnMut() -> bool) {
     let start = Instant::now();
@@ -54,7 +72,25 @@ async fn nodes_form_join_report_readiness_and_shrink_safely() {
         .collect::<Vec<_>>()
         .join(",");
     let args = ["--bootstrap", "--join", "--peer", &peers].map(String::from);
-    let mut cluster = LocalCluster::start(Path::new(EXE), dir.path(), &ports, &args).unwrap();
+    let mut cluster = LocalCluster::start(Path::new(EXE), dir.path(), &ports[..3], &args).unwrap();
+    // Node 4 is not among the initial voters; it also serves metrics.
+    let metrics_port = free_ports(1).unwrap()[0];
+    let node4 = Command::new(EXE)
+        .args([
+            "serve",
+            "--id",
+            "4",
+            "--listen",
+            &format!("127.0.0.1:{}", ports[3]),
+        ])
+        .args(["--data-dir", dir.path().join("node4").to_str().unwrap()])
+        .args(["--metrics-listen", &format!("127.0.0.1:{metrics_port}")])
+        .args(&args)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(dir.path().join("node4.log")).unwrap())
+        .spawn()
+        .unwrap();
+    let _node4 = KillOnDrop(node4);
     let client = Client::connect(cluster.endpoints()[..3].to_vec()).await.unwrap();
     let all_voters: Vec<(u64, bool)> = (1..=4).map(|id| (id, true)).collect();
     eventually(
@@ -68,7 +104,7 @@ async fn nodes_form_join_report_readiness_and_shrink_safely() {
     )
     .await;
 
-    let four = cluster.node(4).unwrap().endpoint();
+    let four = format!("127.0.0.1:{}", ports[3]);
     eventually("node 4 is ready", Duration::from_secs(30), async || {
         engram(&four, &["health", "--service", "engram.ready"]).0 == 0
     })
@@ -80,6 +116,16 @@ async fn nodes_form_join_report_readiness_and_shrink_safely() {
     );
     let (code, _, err) = engram("127.0.0.1:1", &["health", "--timeout-ms", "500"]);
     assert_eq!(code, 1, "an unreachable node is not healthy: {err}");
+    let metrics = http_get(metrics_port, "/metrics");
+    assert!(metrics.starts_with("HTTP/1.1 200 OK"), "{metrics}");
+    for line in [
+        "engram_up{node_id=\"4\"} 1",
+        "engram_ready{node_id=\"4\"} 1",
+        "engram_raft_members{node_id=\"4\"} 4",
+    ] {
+        assert!(metrics.contains(line), "{line} missing from:\n{metrics}");
+    }
+    assert!(http_get(metrics_port, "/other").starts_with("HTTP/1.1 404"));
 
     // Shrinking to more nodes than there are is a no-op (a scale-up runs the same hook);
     // shrinking past a node that does not answer is refused and removes nothing.

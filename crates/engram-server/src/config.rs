@@ -55,6 +55,8 @@ pub struct ServerConfig {
     /// initialised cluster, ask it to add this node (as a learner, promoted to voter once caught
     /// up). With `bootstrap` too, the node bootstraps only if no peer has a cluster yet.
     pub join: bool,
+    /// Serve Prometheus metrics at `/metrics` over plain HTTP on this address.
+    pub metrics_listen: Option<SocketAddr>,
     /// Largest encoded transaction accepted, in bytes.
     pub max_tx_bytes: usize,
     pub heartbeat_interval_ms: u64,
@@ -83,6 +85,7 @@ impl ServerConfig {
             peers: Vec::new(),
             bootstrap: false,
             join: false,
+            metrics_listen: None,
             max_tx_bytes: 1 << 20,
             heartbeat_interval_ms: 100,
             election_timeout_min_ms: 400,

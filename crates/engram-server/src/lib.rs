@@ -16,6 +16,8 @@
 mod config;
 pub mod error;
 #[cfg(not(madsim))]
+pub mod metrics;
+#[cfg(not(madsim))]
 mod node_key;
 mod services;
 #[cfg(not(madsim))]
@@ -142,6 +144,15 @@ pub async fn serve_keys(
         tokio::task::spawn(join(shared.clone()));
     } else if config.bootstrap {
         tokio::task::spawn(bootstrap(shared.clone()));
+    }
+    #[cfg(not(madsim))]
+    if let Some(addr) = config.metrics_listen {
+        let node = node.clone();
+        tokio::task::spawn(async move {
+            if let Err(e) = metrics::serve(addr, node).await {
+                warn!(%addr, error = %e, "metrics: cannot serve");
+            }
+        });
     }
     // The transport refuses bodies above this with OUT_OF_RANGE before they are decoded; below
     // it, the Memory service refuses transactions above --max-tx-bytes with RESOURCE_EXHAUSTED.

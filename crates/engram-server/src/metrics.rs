@@ -1,0 +1,111 @@
+//! Prometheus metrics over plain HTTP (`--metrics-listen`): `GET /metrics` answers the text
+//! exposition format (version 0.0.4) with the node's Raft position, its audit chain and its
+//! readiness. A deliberately small HTTP/1.1 responder: one request per connection, `GET`
+//! only, no body read, so it needs no HTTP stack beyond what the node already links.
+
+use std::fmt::Write as _;
+use std::net::SocketAddr;
+
+use engram_raft::RaftNode;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpListener;
+use tracing::{info, warn};
+
+/// The exposition text for `node` now.
+pub fn render(node: &RaftNode) -> String {
+    let status = node.status();
+    let head = engram_core::reads::head(&*node.store).ok();
+    let ready = crate::ready(node).is_ok();
+    let mut out = String::new();
+    let mut gauge = |name: &str, help: &str, value: f64| {
+        let _ = writeln!(out, "# HELP {name} {help}");
+        let _ = writeln!(out, "# TYPE {name} gauge");
+        let _ = writeln!(out, "{name}{{node_id=\"{}\"}} {value}", node.node_id);
+    };
+    gauge("engram_up", "1 while the node serves.", 1.0);
+    gauge(
+        "engram_ready",
+        "1 when the node is a caught-up member with a verified chain tip (the engram.ready health service).",
+        f64::from(u8::from(ready)),
+    );
+    gauge(
+        "engram_raft_is_leader",
+        "1 on the leader.",
+        f64::from(u8::from(status.role == "Leader")),
+    );
+    gauge("engram_raft_term", "The current Raft term.", status.term as f64);
+    gauge(
+        "engram_raft_last_log_index",
+        "The last index in this node's Raft log.",
+        status.last_log_index as f64,
+    );
+    gauge(
+        "engram_raft_applied_index",
+        "The last log index this node applied.",
+        status.applied_index as f64,
+    );
+    gauge(
+        "engram_raft_cluster_committed_index",
+        "The last index committed by a quorum, as the leader reported it.",
+        status.cluster_committed_index as f64,
+    );
+    gauge(
+        "engram_raft_members",
+        "Members (voters and learners) of the current configuration.",
+        status.members.len() as f64,
+    );
+    if let Some(head) = head {
+        gauge(
+            "engram_audit_chain_entries",
+            "Entries in this node's audit chain.",
+            head.index as f64,
+        );
+        gauge(
+            "engram_audit_head_tx_time_seconds",
+            "Transaction time of the chain's last entry, in seconds since the Unix epoch.",
+            head.tx_time_ns as f64 / 1e9,
+        );
+    }
+    out
+}
+
+/// Serves `/metrics` on `addr` until the process ends.
+pub async fn serve(addr: SocketAddr, node: RaftNode) -> std::io::Result<()> {
+    let listener = TcpListener::bind(addr).await?;
+    info!(%addr, "metrics: serving /metrics");
+    loop {
+        let (mut stream, _) = match listener.accept().await {
+            Ok(conn) => conn,
+            Err(e) => {
+                warn!(error = %e, "metrics: accept failed");
+                continue;
+            }
+        };
+        let node = node.clone();
+        tokio::spawn(async move {
+            let mut buf = [0u8; 1024];
+            let n = match tokio::time::timeout(std::time::Duration::from_secs(5), stream.read(&mut buf)).await
+            {
+                Ok(Ok(n)) => n,
+                _ => return,
+            };
+            let request = String::from_utf8_lossy(&buf[..n]);
+            let line = request.lines().next().unwrap_or_default();
+            let (status, content_type, body) = match line.split_whitespace().collect::<Vec<_>>()[..] {
+                ["GET", "/metrics", ..] => ("200 OK", "text/plain; version=0.0.4", render(&node)),
+                ["GET", ..] => (
+                    "404 Not Found",
+                    "text/plain",
+                    "only /metrics is served here\n".into(),
+                ),
+                _ => ("405 Method Not Allowed", "text/plain", "GET /metrics\n".into()),
+            };
+            let response = format!(
+                "HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            );
+            let _ = stream.write_all(response.as_bytes()).await;
+            let _ = stream.shutdown().await;
+        });
+    }
+}
