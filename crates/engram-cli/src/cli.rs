@@ -76,7 +76,7 @@ pub enum Command {
         # or let the nodes form the cluster themselves\n  \
         ENGRAM_PEERS=1=n1:7001,2=n2:7001,3=n3:7001 engram serve --id 1 --listen 0.0.0.0:7001 \\\n      \
         --advertise n1:7001 --data-dir /data --bootstrap")]
-    Serve(ServeArgs),
+    Serve(Box<ServeArgs>),
 
     /// Form the cluster, inspect it, change its membership.
     #[command(subcommand)]

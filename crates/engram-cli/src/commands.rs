@@ -94,7 +94,7 @@ pub async fn run(cli: Cli) -> Result<()> {
     config.retry.max_elapsed = Duration::from_secs_f64(cli.retry_budget_secs);
     let client = || Client::with_config(cli.endpoints.clone(), config);
     match cli.command {
-        Command::Serve(args) => serve(args).await,
+        Command::Serve(args) => serve(*args).await,
         Command::Demo(args) => crate::demo::run(args, json).await.map(|_| ()),
         Command::Cluster(cmd) => cluster(&client()?, cmd, json).await,
         Command::Transact(args) => transact(&client()?, &args.file, json).await,
