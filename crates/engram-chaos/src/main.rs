@@ -1,7 +1,8 @@
 //! `engram-chaos`: chaos on real containers. Starts the 3-node compose cluster
 //! (`deploy/compose.yaml`) from scratch; runs concurrent clients that write, compare-and-set
-//! and read registers through the public client while, cycle after cycle, a node (the leader
-//! about a third of the time) is SIGKILLed and restarted, cut off from the network and
+//! and read registers through the public client while, cycle after cycle, a node (the leader on
+//! purpose in a third of the cycles, otherwise one of the three at random) is SIGKILLed and
+//! restarted, cut off from the network and
 //! reconnected, or paused and resumed. Then it heals everything, waits for the replicas to
 //! converge, and checks:
 //!

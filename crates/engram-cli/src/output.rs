@@ -112,6 +112,9 @@ fn civil_from_days(z: i64) -> (i64, u32, u32) {
 
 /// Datoms as a table: one row per datom.
 pub fn datom_table(datoms: &[pb::Datom]) -> String {
+    if datoms.is_empty() {
+        return "  (none)\n".to_string();
+    }
     let mut t = Table::new(&[
         "ENTITY",
         "ATTRIBUTE",

@@ -283,6 +283,7 @@ impl pb::cluster_server::Cluster for ClusterService {
         getrandom::fill(&mut seed)
             .map_err(|e| ApiError::Internal(format!("no OS randomness for a key: {e}")))?;
         let new = engram_audit::NodeKey::from_seed(seed);
+        let new_id = new.key_id();
         let current = node.keys.current();
         let action = engram_audit::KeyAction::Rotate {
             node_id: node.node_id,
@@ -295,6 +296,19 @@ impl pb::cluster_server::Cluster for ClusterService {
         // can always switch to the key its rotation names.
         node.keys.stage(new);
         let audit_index = self.propose_key_change(request).await?;
+        // The entry is committed; answer once this node has applied it too, so the new key is
+        // in use (and persisted) when the caller hears back. A follower may apply a moment
+        // after the leader committed.
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        while node.keys.current().key_id() != new_id {
+            if tokio::time::Instant::now() >= deadline {
+                return Err(ApiError::Unavailable(format!(
+                    "the rotation is committed at audit entry {audit_index}, but this node has not applied it yet; it switches keys when it does"
+                ))
+                .into());
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
         Ok(Response::new(pb::KeyChangeResponse { audit_index }))
     }
 
