@@ -126,6 +126,7 @@ fn client_config(budget: Duration) -> ClientConfig {
             max_elapsed: budget,
             ..RetryPolicy::default()
         },
+        tls: None,
     }
 }
 

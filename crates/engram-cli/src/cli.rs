@@ -48,6 +48,31 @@ pub struct Cli {
     #[arg(long, global = true)]
     pub json: bool,
 
+    /// Connect over TLS, trusting servers whose certificates chain to this CA (PEM).
+    #[arg(long, global = true, env = "ENGRAM_TLS_CA", value_name = "FILE")]
+    pub tls_ca: Option<PathBuf>,
+
+    /// A certificate (PEM) to present: the client's with --tls-ca (mutual TLS), or, for
+    /// `serve`, the node's own.
+    #[arg(
+        long,
+        global = true,
+        env = "ENGRAM_TLS_CERT",
+        value_name = "FILE",
+        requires = "tls_key"
+    )]
+    pub tls_cert: Option<PathBuf>,
+
+    /// The key (PEM) of --tls-cert.
+    #[arg(
+        long,
+        global = true,
+        env = "ENGRAM_TLS_KEY",
+        value_name = "FILE",
+        requires = "tls_cert"
+    )]
+    pub tls_key: Option<PathBuf>,
+
     /// How long to keep retrying a call that fails transiently (no leader, node unreachable),
     /// rotating over the endpoints. Writes are retried only if they carry an idempotency key.
     #[arg(long, global = true, env = "ENGRAM_RETRY_BUDGET_SECS", default_value_t = 15.0, value_name = "SECS",
@@ -209,6 +234,17 @@ pub struct ServeArgs {
     /// HTTP on this address, e.g. 0.0.0.0:9090.
     #[arg(long, env = "ENGRAM_METRICS_LISTEN", value_name = "HOST:PORT")]
     pub metrics_listen: Option<SocketAddr>,
+
+    /// Serve mutual TLS: clients and peers must present a certificate signed by this CA (PEM).
+    /// The node's own certificate and key are --tls-cert and --tls-key; it presents them to
+    /// peers too, and checks theirs against this CA.
+    #[arg(long, env = "ENGRAM_TLS_CLIENT_CA", value_name = "FILE")]
+    pub tls_client_ca: Option<PathBuf>,
+
+    /// Also serve the gRPC health service, alone and in plaintext, on this address: for probes
+    /// that cannot speak TLS (Kubernetes' gRPC probes).
+    #[arg(long, env = "ENGRAM_HEALTH_LISTEN", value_name = "HOST:PORT")]
+    pub health_listen: Option<SocketAddr>,
 
     /// A 32-byte Ed25519 seed (raw or hex) to sign audit entries with [default:
     /// DIR/node.key, generated on first start].

@@ -3,6 +3,7 @@
 
 use std::fmt;
 use std::io::Read;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::{Context, Result, anyhow, bail};
@@ -92,9 +93,11 @@ pub async fn run(cli: Cli) -> Result<()> {
     let json = cli.json;
     let mut config = ClientConfig::default();
     config.retry.max_elapsed = Duration::from_secs_f64(cli.retry_budget_secs);
-    let client = || Client::with_config(cli.endpoints.clone(), config);
+    config.tls = client_tls(&cli)?;
+    let identity = (cli.tls_cert.clone(), cli.tls_key.clone());
+    let client = || Client::with_config(cli.endpoints.clone(), config.clone());
     match cli.command {
-        Command::Serve(args) => serve(*args).await,
+        Command::Serve(args) => serve(*args, identity).await,
         Command::Demo(args) => crate::demo::run(args, json).await.map(|_| ()),
         Command::Cluster(cmd) => cluster(&client()?, cmd, json).await,
         Command::Transact(args) => transact(&client()?, &args.file, json).await,
@@ -119,7 +122,25 @@ pub async fn run(cli: Cli) -> Result<()> {
 
 // ------------------------------------------------------------------ serve
 
-async fn serve(args: ServeArgs) -> Result<()> {
+/// The client's TLS settings from --tls-ca, --tls-cert and --tls-key.
+fn client_tls(cli: &Cli) -> Result<Option<std::sync::Arc<engram_client::ClientTls>>> {
+    let read =
+        |path: &std::path::Path| std::fs::read(path).with_context(|| format!("reading {}", path.display()));
+    let Some(ca) = &cli.tls_ca else {
+        return Ok(None);
+    };
+    let identity = match (&cli.tls_cert, &cli.tls_key) {
+        (Some(cert), Some(key)) => Some((read(cert)?, read(key)?)),
+        _ => None,
+    };
+    Ok(Some(std::sync::Arc::new(engram_client::ClientTls {
+        ca_pem: read(ca).context("--tls-ca")?,
+        identity,
+    })))
+}
+
+/// `identity`: --tls-cert and --tls-key, the node's own certificate and key.
+async fn serve(args: ServeArgs, identity: (Option<PathBuf>, Option<PathBuf>)) -> Result<()> {
     let node_id = match (args.node_id, args.pod_name.as_deref()) {
         (Some(id), _) => id,
         (None, Some(pod)) => engram_server::node_id_from_pod_name(pod).ok_or_else(|| {
@@ -141,6 +162,16 @@ async fn serve(args: ServeArgs) -> Result<()> {
     config.bootstrap = args.bootstrap;
     config.join = args.join;
     config.metrics_listen = args.metrics_listen;
+    config.health_listen = args.health_listen;
+    config.tls = match (&identity.0, &identity.1, &args.tls_client_ca) {
+        (Some(cert), Some(key), Some(ca)) => Some(engram_server::TlsFiles {
+            cert: cert.clone(),
+            key: key.clone(),
+            client_ca: ca.clone(),
+        }),
+        (None, None, None) => None,
+        _ => bail!("TLS needs all of --tls-cert, --tls-key and --tls-client-ca"),
+    };
     if let Some(v) = args.max_tx_bytes {
         config.max_tx_bytes = v;
     }
@@ -229,11 +260,16 @@ fn status_json(endpoint: &str, s: &pb::StatusResponse) -> Json {
 
 /// A client that makes one quick attempt per call: for asking particular nodes how they are,
 /// where a dead node should show up as such rather than after a retry budget.
-pub fn probe_client(endpoints: Vec<String>) -> Result<Client> {
+/// `tls` as the caller's own client has it.
+pub fn probe_client(
+    endpoints: Vec<String>,
+    tls: Option<std::sync::Arc<engram_client::ClientTls>>,
+) -> Result<Client> {
     let config = ClientConfig {
         connect_timeout: Duration::from_millis(1500),
         request_timeout: Duration::from_secs(3),
         retry: RetryPolicy::never(),
+        tls,
     };
     Ok(Client::with_config(endpoints, config)?)
 }
@@ -257,7 +293,7 @@ async fn cluster(client: &Client, cmd: ClusterCommand, json: bool) -> Result<()>
             Ok(())
         }
         ClusterCommand::Status => {
-            let probe = probe_client(endpoints.to_vec())?;
+            let probe = probe_client(endpoints.to_vec(), client.config().tls)?;
             let calls = (0..endpoints.len()).map(|i| {
                 let node = probe.node(i);
                 async move {

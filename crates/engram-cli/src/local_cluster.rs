@@ -76,6 +76,7 @@ fn probe_client(addr: SocketAddr) -> Result<Client> {
         connect_timeout: Duration::from_millis(500),
         request_timeout: Duration::from_secs(2),
         retry: RetryPolicy::never(),
+        tls: None,
     };
     Ok(Client::with_config(vec![addr.to_string()], config)?)
 }
@@ -173,6 +174,11 @@ impl LocalCluster {
             "ENGRAM_JOIN",
             "ENGRAM_POD_NAME",
             "ENGRAM_METRICS_LISTEN",
+            "ENGRAM_TLS_CA",
+            "ENGRAM_TLS_CERT",
+            "ENGRAM_TLS_KEY",
+            "ENGRAM_TLS_CLIENT_CA",
+            "ENGRAM_HEALTH_LISTEN",
             "ENGRAM_KEY_FILE",
             "ENGRAM_MAX_TX_BYTES",
             "ENGRAM_HEARTBEAT_INTERVAL_MS",

@@ -20,14 +20,24 @@ use crate::{ClientError, Idempotency, RetryPolicy, parse_endpoint};
 /// default; the server bounds what it sends by its own limits.
 const MAX_RESPONSE_BYTES: usize = 64 << 20;
 
-/// Timeouts and retry policy of a [`Client`].
-#[derive(Clone, Copy, Debug)]
+/// Timeouts, retry policy and TLS of a [`Client`].
+#[derive(Clone, Debug)]
 pub struct ClientConfig {
     /// Time allowed to establish a TCP + HTTP/2 connection to one endpoint.
     pub connect_timeout: Duration,
     /// Time allowed for one attempt of one call (not for a whole audit stream).
     pub request_timeout: Duration,
     pub retry: RetryPolicy,
+    /// Connect over TLS: `None` is plaintext.
+    pub tls: Option<Arc<ClientTls>>,
+}
+
+/// TLS settings of a client, as PEM: the CA that signed the servers' certificates, and the
+/// client's own certificate and key when the servers require one (mutual TLS).
+#[derive(Clone, Debug)]
+pub struct ClientTls {
+    pub ca_pem: Vec<u8>,
+    pub identity: Option<(Vec<u8>, Vec<u8>)>,
 }
 
 impl Default for ClientConfig {
@@ -36,6 +46,7 @@ impl Default for ClientConfig {
             connect_timeout: Duration::from_secs(2),
             request_timeout: Duration::from_secs(10),
             retry: RetryPolicy::default(),
+            tls: None,
         }
     }
 }
@@ -147,7 +158,10 @@ impl Client {
         }
         let mut nodes = Vec::with_capacity(endpoints.len());
         for raw in endpoints {
-            let uri = parse_endpoint(&raw)?;
+            let mut uri = parse_endpoint(&raw)?;
+            if config.tls.is_some() {
+                uri = uri.replacen("http://", "https://", 1);
+            }
             let endpoint = Endpoint::from_shared(uri)
                 .map_err(|e| ClientError::Endpoint {
                     endpoint: raw.clone(),
@@ -156,6 +170,24 @@ impl Client {
                 .connect_timeout(config.connect_timeout)
                 .timeout(config.request_timeout)
                 .tcp_nodelay(true);
+            #[cfg(not(madsim))]
+            let endpoint = match &config.tls {
+                None => endpoint,
+                Some(tls) => {
+                    use tonic::transport::{Certificate, ClientTlsConfig, Identity};
+                    let mut tls_config =
+                        ClientTlsConfig::new().ca_certificate(Certificate::from_pem(&tls.ca_pem));
+                    if let Some((cert, key)) = &tls.identity {
+                        tls_config = tls_config.identity(Identity::from_pem(cert, key));
+                    }
+                    endpoint
+                        .tls_config(tls_config)
+                        .map_err(|e| ClientError::Endpoint {
+                            endpoint: raw.clone(),
+                            reason: format!("TLS: {e}"),
+                        })?
+                }
+            };
             nodes.push(Node {
                 name: raw.trim().to_string(),
                 channel: endpoint.connect_lazy(),
@@ -186,13 +218,13 @@ impl Client {
                     channel: node.channel.clone(),
                 }],
                 current: AtomicUsize::new(0),
-                config: self.inner.config,
+                config: self.inner.config.clone(),
             }),
         })
     }
 
     pub fn config(&self) -> ClientConfig {
-        self.inner.config
+        self.inner.config.clone()
     }
 
     // ------------------------------------------------------------------ Memory

@@ -1,10 +1,11 @@
 use crate::ClientError;
 
 /// Turns an endpoint as a user writes it (`127.0.0.1:7001`, `node-1:7001`, `http://[::1]:7001`)
-/// into the `http://` URI a channel connects to.
+/// into the `http://` URI a channel connects to (the client switches it to `https://` when it
+/// is configured for TLS; `https://` input is accepted and means the same host and port).
 ///
-/// Refuses what would otherwise fail later and more obscurely: empty input, `https://` (the
-/// client speaks plaintext gRPC only), other schemes, paths, and a missing or invalid port.
+/// Refuses what would otherwise fail later and more obscurely: empty input, other schemes,
+/// paths, and a missing or invalid port.
 pub fn parse_endpoint(raw: &str) -> Result<String, ClientError> {
     let fail = |reason: &str| {
         Err(ClientError::Endpoint {
@@ -16,12 +17,14 @@ pub fn parse_endpoint(raw: &str) -> Result<String, ClientError> {
     if trimmed.is_empty() {
         return fail("is empty");
     }
-    let authority = if let Some(rest) = trimmed.strip_prefix("http://") {
+    // The scheme follows the client's TLS setting; https:// is accepted as a reminder of it.
+    let authority = if let Some(rest) = trimmed
+        .strip_prefix("http://")
+        .or_else(|| trimmed.strip_prefix("https://"))
+    {
         rest
-    } else if trimmed.starts_with("https://") {
-        return fail("TLS is not supported; use host:port or http://host:port");
     } else if trimmed.contains("://") {
-        return fail("only http:// endpoints are supported");
+        return fail("only http:// and https:// endpoints are supported");
     } else {
         trimmed
     };
@@ -70,7 +73,6 @@ mod tests {
             ("localhost:0", "port"),
             ("localhost:70000", "port"),
             (":7001", "host"),
-            ("https://x:1", "TLS"),
             ("grpc://x:1", "http://"),
             ("x:1/path", "path"),
             ("::1:7001", "bracketed"),

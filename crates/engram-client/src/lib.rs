@@ -30,7 +30,7 @@ mod trust;
 mod verify;
 mod watch;
 
-pub use client::{Client, ClientConfig, Consistency, FindQuery, GetOptions, HistoryTarget};
+pub use client::{Client, ClientConfig, ClientTls, Consistency, FindQuery, GetOptions, HistoryTarget};
 pub use endpoint::parse_endpoint;
 pub use engram_proto::pb;
 pub use error::{ClientError, code_name};

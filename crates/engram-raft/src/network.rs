@@ -36,12 +36,41 @@ pub struct Connection {
     client: Result<RaftClient<Channel>, String>,
 }
 
-/// A lazily connecting channel to `addr` (`host:port`).
+/// TLS for the connections this process opens to other nodes (Raft, forwarding, joining),
+/// set once at startup by a node that serves TLS: it presents its own certificate and checks
+/// the peer's against the cluster CA. Process-wide because one process runs one node.
+#[cfg(not(madsim))]
+static PEER_TLS: std::sync::OnceLock<tonic::transport::ClientTlsConfig> = std::sync::OnceLock::new();
+
+/// Makes every later [`channel`] use TLS with `ca_pem` (to verify peers) and this node's
+/// certificate and key (PEM). Returns false if TLS was already set.
+#[cfg(not(madsim))]
+pub fn set_peer_tls(ca_pem: &[u8], cert_pem: &[u8], key_pem: &[u8]) -> bool {
+    use tonic::transport::{Certificate, ClientTlsConfig, Identity};
+    let config = ClientTlsConfig::new()
+        .ca_certificate(Certificate::from_pem(ca_pem))
+        .identity(Identity::from_pem(cert_pem, key_pem));
+    PEER_TLS.set(config).is_ok()
+}
+
+/// A lazily connecting channel to `addr` (`host:port`), over TLS once [`set_peer_tls`] ran.
 pub fn channel(addr: &str) -> Result<Channel, String> {
-    let endpoint = Endpoint::from_shared(format!("http://{addr}"))
+    #[cfg(not(madsim))]
+    let tls = PEER_TLS.get();
+    #[cfg(madsim)]
+    let tls: Option<&()> = None;
+    let scheme = if tls.is_some() { "https" } else { "http" };
+    let endpoint = Endpoint::from_shared(format!("{scheme}://{addr}"))
         .map_err(|e| format!("bad peer address {addr:?}: {e}"))?
         .connect_timeout(Duration::from_secs(2))
         .tcp_nodelay(true);
+    #[cfg(not(madsim))]
+    let endpoint = match tls {
+        Some(config) => endpoint
+            .tls_config(config.clone())
+            .map_err(|e| format!("TLS to {addr:?}: {e}"))?,
+        None => endpoint,
+    };
     Ok(endpoint.connect_lazy())
 }
 

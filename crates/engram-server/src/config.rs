@@ -31,6 +31,15 @@ impl std::str::FromStr for Peer {
     }
 }
 
+/// The PEM files of a node's TLS: its certificate and key (served to clients and presented to
+/// peers), and the CA that client and peer certificates must chain to.
+#[derive(Clone, Debug)]
+pub struct TlsFiles {
+    pub cert: PathBuf,
+    pub key: PathBuf,
+    pub client_ca: PathBuf,
+}
+
 /// Everything a node needs to run. Built by the `engram serve` command from flags and
 /// environment variables.
 #[derive(Clone, Debug)]
@@ -57,6 +66,11 @@ pub struct ServerConfig {
     pub join: bool,
     /// Serve Prometheus metrics at `/metrics` over plain HTTP on this address.
     pub metrics_listen: Option<SocketAddr>,
+    /// Serve gRPC over mutual TLS, and dial other nodes over it.
+    pub tls: Option<TlsFiles>,
+    /// Also serve the gRPC health service (only) in plaintext here: probes that cannot speak
+    /// TLS, such as Kubernetes' gRPC probes, ask it.
+    pub health_listen: Option<SocketAddr>,
     /// Largest encoded transaction accepted, in bytes.
     pub max_tx_bytes: usize,
     pub heartbeat_interval_ms: u64,
@@ -86,6 +100,8 @@ impl ServerConfig {
             bootstrap: false,
             join: false,
             metrics_listen: None,
+            tls: None,
+            health_listen: None,
             max_tx_bytes: 1 << 20,
             heartbeat_interval_ms: 100,
             election_timeout_min_ms: 400,

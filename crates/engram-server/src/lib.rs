@@ -26,7 +26,7 @@ pub mod telemetry;
 use std::sync::Arc;
 use std::time::Duration;
 
-pub use config::{Peer, ServerConfig, node_id_from_pod_name};
+pub use config::{Peer, ServerConfig, TlsFiles, node_id_from_pod_name};
 use engram_audit::{KeyRing, NodeKey};
 use engram_proto::pb;
 use engram_raft::{NodeInfo, RaftNode, RaftSettings};
@@ -158,8 +158,16 @@ pub async fn serve_keys(
     // it, the Memory service refuses transactions above --max-tx-bytes with RESOURCE_EXHAUSTED.
     let request_limit = config.max_tx_bytes.saturating_mul(2).max(64 << 20);
 
-    let router = Server::builder()
-        .tcp_nodelay(true)
+    let builder = Server::builder().tcp_nodelay(true);
+    #[cfg(not(madsim))]
+    let mut builder = builder;
+    #[cfg(not(madsim))]
+    if let Some(tls) = &config.tls {
+        builder = builder
+            .tls_config(server_tls(tls)?)
+            .map_err(|e| ServerError::Startup(format!("TLS: {e}")))?;
+    }
+    let router = builder
         .add_service(
             pb::memory_server::MemoryServer::new(MemoryService::new(shared.clone()))
                 .max_decoding_message_size(request_limit)
@@ -190,6 +198,16 @@ pub async fn serve_keys(
         let reflection_alpha = reflection_builder()
             .build_v1alpha()
             .map_err(|e| ServerError::Startup(format!("reflection: {e}")))?;
+        if let Some(addr) = config.health_listen {
+            // Plaintext, health only: for probes that cannot speak TLS.
+            let health_only = health_service.clone();
+            tokio::task::spawn(async move {
+                let served = Server::builder().add_service(health_only).serve(addr).await;
+                if let Err(e) = served {
+                    warn!(%addr, error = %e, "health listener stopped");
+                }
+            });
+        }
         router
             .add_service(health_service)
             .add_service(reflection)
@@ -199,6 +217,22 @@ pub async fn serve_keys(
     node.shutdown().await;
     info!(node_id = config.node_id, "node stopped");
     served.map_err(|e| ServerError::Serve(e.to_string()))
+}
+
+/// The server side of mutual TLS, and (once per process) the same identity for dialing peers.
+#[cfg(not(madsim))]
+fn server_tls(files: &TlsFiles) -> Result<tonic::transport::ServerTlsConfig, ServerError> {
+    use tonic::transport::{Certificate, Identity, ServerTlsConfig};
+    let read = |path: &std::path::Path, what: &str| {
+        std::fs::read(path).map_err(|e| ServerError::Startup(format!("TLS {what} {}: {e}", path.display())))
+    };
+    let cert = read(&files.cert, "certificate")?;
+    let key = read(&files.key, "key")?;
+    let ca = read(&files.client_ca, "client CA")?;
+    engram_raft::network::set_peer_tls(&ca, &cert, &key);
+    Ok(ServerTlsConfig::new()
+        .identity(Identity::from_pem(cert, key))
+        .client_ca_root(Certificate::from_pem(ca)))
 }
 
 #[cfg(not(madsim))]
