@@ -158,9 +158,9 @@ pub async fn serve_keys(
     // it, the Memory service refuses transactions above --max-tx-bytes with RESOURCE_EXHAUSTED.
     let request_limit = config.max_tx_bytes.saturating_mul(2).max(64 << 20);
 
-    let builder = Server::builder().tcp_nodelay(true);
-    #[cfg(not(madsim))]
-    let mut builder = builder;
+    // Mutable in both builds: TLS configures it here; madsim's builder adds services by `&mut`.
+    #[allow(unused_mut)]
+    let mut builder = Server::builder().tcp_nodelay(true);
     #[cfg(not(madsim))]
     if let Some(tls) = &config.tls {
         builder = builder
