@@ -154,6 +154,24 @@ async fn wait_formed(endpoints: &[String], limit: Duration) -> Result<()> {
     }
 }
 
+/// The node that says it leads, at the highest term any node reports (a node cut off or paused
+/// a moment ago may still name an old leader).
+async fn current_leader(endpoints: &[String]) -> Option<u64> {
+    let mut best: Option<(u64, u64)> = None;
+    for e in endpoints {
+        let Ok(c) = Client::with_config(vec![e.clone()], client_config(Duration::ZERO)) else {
+            continue;
+        };
+        if let Ok(s) = c.status().await
+            && s.role == "Leader"
+            && best.is_none_or(|(term, _)| s.term > term)
+        {
+            best = Some((s.term, s.node_id));
+        }
+    }
+    best.map(|(_, id)| id)
+}
+
 /// Waits until every node has applied the same log position with the same chain head.
 async fn wait_converged(endpoints: &[String], limit: Duration) -> Result<(u64, Vec<u8>)> {
     let start = Instant::now();
@@ -389,7 +407,7 @@ async fn run(args: &Args, compose: &Compose) -> Result<bool> {
     for cycle in 1..=args.cycles {
         tokio::time::sleep(Duration::from_millis(args.settle_ms)).await;
         let fault = Fault::ALL[rng.below(3) as usize];
-        let leader = client.status().await.ok().and_then(|s| s.leader_id);
+        let leader = current_leader(&endpoints).await;
         let node = match leader {
             Some(l) if rng.below(3) == 0 => l,
             _ => rng.below(3) + 1,
