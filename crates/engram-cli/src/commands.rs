@@ -451,7 +451,7 @@ fn attribute(raw: &str) -> Result<Attribute> {
     Attribute::new(raw).map_err(|e| anyhow!("--attribute: {e}"))
 }
 
-fn consistency(stale: bool) -> Consistency {
+pub fn consistency(stale: bool) -> Consistency {
     if stale {
         Consistency::Stale
     } else {

@@ -9,7 +9,7 @@ use engram_types::{
 use serde_json::{Value as Json, json};
 
 use crate::cli::{BranchCommand, SchemaCommand};
-use crate::commands::{namespace, print_json, receipt_output};
+use crate::commands::{consistency, namespace, print_json, receipt_output};
 use crate::output::{Table, datom_table};
 use crate::txjson::{self, JsonError};
 
@@ -234,11 +234,7 @@ pub async fn schema(client: &Client, cmd: SchemaCommand, json: bool) -> Result<(
             stale,
         } => {
             let ns = namespace(&ns)?;
-            let consistency = if stale {
-                Consistency::Stale
-            } else {
-                Consistency::Linearizable
-            };
+            let consistency = consistency(stale);
             let resp = client
                 .schema(&ns, as_of_tx, consistency)
                 .await
@@ -345,11 +341,7 @@ pub async fn branch(client: &Client, cmd: BranchCommand, json: bool) -> Result<(
         } => close_branch(client, &ns, &name, &agent, false, json).await,
         BranchCommand::List { namespace: ns, stale } => {
             let ns = namespace(&ns)?;
-            let consistency = if stale {
-                Consistency::Stale
-            } else {
-                Consistency::Linearizable
-            };
+            let consistency = consistency(stale);
             let resp = client.branches(&ns, consistency).await.context("branch list")?;
             if json {
                 print_json(&json!({
@@ -388,11 +380,7 @@ pub async fn branch(client: &Client, cmd: BranchCommand, json: bool) -> Result<(
         } => {
             let ns = namespace(&ns)?;
             let name = branch_name(&name)?;
-            let consistency = if stale {
-                Consistency::Stale
-            } else {
-                Consistency::Linearizable
-            };
+            let consistency = consistency(stale);
             let resp = client
                 .branch_diff(&ns, &name, entity.map(EntityId), 0, consistency)
                 .await
