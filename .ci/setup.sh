@@ -8,6 +8,10 @@ command -v clang >/dev/null 2>&1 || need_apt+=(clang)
 # bindgen (RocksDB's -sys crate) needs libclang at build time, as the unversioned libclang.so
 # that only libclang-dev installs (clang-sys does not accept the runtime's libclang.so.1).
 ls /usr/lib/llvm-*/lib/libclang.so >/dev/null 2>&1 || need_apt+=(libclang-dev)
+# The bench's etcd client (etcd-client) compiles etcd's protos with protoc at build time.
+command -v protoc >/dev/null 2>&1 || need_apt+=(protobuf-compiler)
+# etcd 3.4, the peer the bench compares Engram with (its test runs a short comparison).
+command -v etcd >/dev/null 2>&1 || need_apt+=(etcd-server)
 if [ ${#need_apt[@]} -gt 0 ]; then
   echo "==> installing ${need_apt[*]} (apt)"
   SUDO=""

@@ -169,6 +169,97 @@ pub enum Command {
         engram demo --agents 8 --duration-secs 30 --data-dir /tmp/engram-demo\n  \
         engram demo --json | jq .checks")]
     Demo(DemoArgs),
+
+    /// Measure a 3-node cluster under closed-loop load: write throughput and latency at several
+    /// client counts, linearizable and stale reads, as-of reads and histories at growing store
+    /// sizes, and Watch fan-out. Starts its own cluster of `engram serve` processes on loopback
+    /// (fsync on) unless --attach is given. The comparison with etcd is `engram-bench versus`.
+    #[command(after_help = "EXAMPLES\n  \
+        engram bench --phases writes --clients 1,16,64 --seconds 5\n  \
+        engram bench --phases reads,history --history-values 1000000 --json > bench.json\n  \
+        engram --endpoint 10.0.0.5:7001 bench --attach --phases writes")]
+    Bench(BenchArgs),
+}
+
+/// What `engram bench` (and `engram-bench versus`) measure.
+#[derive(Args, Debug, Clone)]
+pub struct BenchArgs {
+    /// Which parts to run.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "writes,reads,history,watch",
+        value_name = "LIST"
+    )]
+    pub phases: Vec<BenchPhase>,
+    /// Concurrent closed-loop clients of the write and point-read runs.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "1,16,64,256",
+        value_name = "LIST"
+    )]
+    pub clients: Vec<usize>,
+    /// Datoms per write transaction (each a new entity's value).
+    #[arg(long, value_delimiter = ',', default_value = "1", value_name = "LIST")]
+    pub datoms: Vec<usize>,
+    /// Bytes per written value.
+    #[arg(long, value_delimiter = ',', default_value = "100", value_name = "LIST")]
+    pub value_bytes: Vec<usize>,
+    /// Keys loaded for the point reads.
+    #[arg(long, default_value_t = 10_000, value_name = "N")]
+    pub keys: usize,
+    /// Store sizes (values written by the preload, keys rewritten in turn) at which as-of reads
+    /// and histories are measured.
+    #[arg(long, value_delimiter = ',', default_value = "1000000", value_name = "LIST")]
+    pub history_values: Vec<u64>,
+    /// Client counts of the as-of and history runs.
+    #[arg(long, value_delimiter = ',', default_value = "1,16", value_name = "LIST")]
+    pub history_clients: Vec<usize>,
+    /// Subscriber counts of the Watch fan-out runs.
+    #[arg(long, value_delimiter = ',', default_value = "100", value_name = "LIST")]
+    pub subscribers: Vec<usize>,
+    /// Markers written per fan-out run (each one transaction).
+    #[arg(long, default_value_t = 200, value_name = "N")]
+    pub markers: u64,
+    /// Measured seconds per point.
+    #[arg(long, default_value_t = 10, value_name = "S", value_parser = clap::value_parser!(u64).range(1..=3600))]
+    pub seconds: u64,
+    /// Unmeasured seconds before each point.
+    #[arg(long, default_value_t = 2, value_name = "S")]
+    pub warmup_secs: u64,
+    /// Measure every point this many times (systems taking turns); the table shows the median.
+    #[arg(long, default_value_t = 2, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=100))]
+    pub rounds: u64,
+    /// gRPC connections per system (clients share them round-robin).
+    #[arg(long, default_value_t = 8, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=1024))]
+    pub connections: u64,
+    /// Build a snapshot every this many entries on the bench cluster (etcd's default
+    /// --snapshot-count is the same).
+    #[arg(long, default_value_t = 100_000, value_name = "N")]
+    pub snapshot_every_entries: u64,
+    /// Keep the nodes' data and logs here instead of a temporary directory.
+    #[arg(long, value_name = "DIR")]
+    pub data_dir: Option<PathBuf>,
+    /// Measure the cluster at --endpoint (the first is taken to lead) instead of starting one;
+    /// server CPU is then not measured.
+    #[arg(long)]
+    pub attach: bool,
+    /// Also write the full report (every round, latency CDFs) as JSON to this file.
+    #[arg(long, value_name = "FILE")]
+    pub out: Option<PathBuf>,
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BenchPhase {
+    /// Write transactions at each client count.
+    Writes,
+    /// Linearizable and stale point reads of loaded keys.
+    Reads,
+    /// As-of point reads and entity histories at each --history-values size.
+    History,
+    /// Watch fan-out to each --subscribers count.
+    Watch,
 }
 
 #[derive(Args, Debug)]

@@ -99,6 +99,7 @@ pub async fn run(cli: Cli) -> Result<()> {
     match cli.command {
         Command::Serve(args) => serve(*args, identity).await,
         Command::Demo(args) => crate::demo::run(args, json).await.map(|_| ()),
+        Command::Bench(args) => crate::bench::run(args, cli.endpoints.clone(), json).await,
         Command::Cluster(cmd) => cluster(&client()?, cmd, json).await,
         Command::Transact(args) => transact(&client()?, &args.file, json).await,
         Command::Get(args) => get(&client()?, args, json).await,

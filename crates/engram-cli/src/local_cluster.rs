@@ -42,6 +42,11 @@ impl LocalNode {
         self.child.is_some()
     }
 
+    /// The process id of the running node, for CPU accounting.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
     /// The last `lines` lines of the node's log, for error messages.
     pub fn log_tail(&self, lines: usize) -> String {
         let text = std::fs::read_to_string(&self.log_path).unwrap_or_default();

@@ -1,0 +1,117 @@
+//! `engram-bench versus`: Engram and etcd side by side under the same closed-loop load.
+//!
+//! Starts a 3-node Engram cluster and a 3-member etcd cluster on loopback (both fsync every
+//! log append), drives both with the same load generator, taking turns point by point
+//! (A B A B), and prints one table with the Engram/etcd ratio at each point.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+use clap::Parser;
+use engram_bench::etcd::{EtcdCluster, EtcdSystem};
+use engram_cli::bench::{BenchCluster, EngramSystem, UiProgress, check_args, emit, failures, suite_spec};
+use engram_cli::cli::BenchArgs;
+use engram_cli::ui::Ui;
+use engram_loadgen::{System, run_suite};
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "versus",
+    about = "Engram and etcd side by side: the same closed-loop load against a 3-node cluster of each, interleaved",
+    after_help = "EXAMPLES\n  versus --phases writes --clients 1,16,64,256 --seconds 10 --rounds 2\n  \
+        versus --out bench/results/versus.json   # then: python3 bench/plot.py bench/results/versus.json docs/img"
+)]
+struct Args {
+    #[command(flatten)]
+    bench: BenchArgs,
+    /// The `engram` executable (default: the one built beside this binary).
+    #[arg(long, value_name = "FILE")]
+    engram_bin: Option<PathBuf>,
+    /// The `etcd` executable (etcd 3.4, e.g. Debian's etcd-server).
+    #[arg(long, value_name = "FILE", default_value = "etcd")]
+    etcd_bin: PathBuf,
+    /// Print the report as JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+fn engram_exe(given: Option<PathBuf>) -> Result<PathBuf> {
+    if let Some(p) = given {
+        return Ok(p);
+    }
+    let me = std::env::current_exe().context("locating this executable")?;
+    let sibling = me.with_file_name("engram");
+    if !sibling.exists() {
+        bail!(
+            "no engram executable at {}: build it (cargo build --release -p engram-cli) or pass --engram-bin",
+            sibling.display()
+        );
+    }
+    Ok(sibling)
+}
+
+fn which(bin: &std::path::Path) -> Result<PathBuf> {
+    if bin.components().count() > 1 {
+        return Ok(bin.to_path_buf());
+    }
+    std::env::var_os("PATH")
+        .into_iter()
+        .flat_map(|p| std::env::split_paths(&p).collect::<Vec<_>>())
+        .map(|d| d.join(bin))
+        .find(|p| p.is_file())
+        .with_context(|| {
+            format!(
+                "{} is not on PATH: install etcd 3.4 (apt-get install etcd-server) or pass --etcd-bin",
+                bin.display()
+            )
+        })
+}
+
+#[tokio::main]
+async fn main() -> Result<()> {
+    let args = Args::parse();
+    check_args(&args.bench)?;
+    if args.bench.attach {
+        bail!("versus starts both clusters itself; --attach is for `engram bench`");
+    }
+    let ui = Ui::new(args.json);
+    let engram_bin = engram_exe(args.engram_bin.clone())?;
+    let etcd_bin = which(&args.etcd_bin)?;
+    let spec = suite_spec(&args.bench);
+
+    let engram_dir = args.bench.data_dir.as_ref().map(|d| d.join("engram"));
+    let etcd_dir = args.bench.data_dir.as_ref().map(|d| d.join("etcd"));
+    let engram = BenchCluster::start(
+        &engram_bin,
+        engram_dir.as_deref(),
+        args.bench.snapshot_every_entries,
+        ui,
+    )
+    .await?;
+    let pb = ui.spinner("starting 3 etcd members");
+    let mut etcd = EtcdCluster::start(&etcd_bin, etcd_dir.as_deref())?;
+    let etcd_leader = etcd.wait_for_leader(Duration::from_secs(30)).await?;
+    ui.done(&pb, format!("etcd cluster up; leader at {etcd_leader}"));
+
+    let conns = args.bench.connections as usize;
+    let systems: Vec<Arc<dyn System>> = vec![
+        Arc::new(EngramSystem::connect(
+            &engram.leader,
+            &engram.cluster.endpoints(),
+            conns,
+            engram.pids(),
+        )?),
+        Arc::new(EtcdSystem::connect(&etcd_leader, &etcd.client_urls, conns, etcd.pids()).await?),
+    ];
+    let progress = UiProgress::new(ui);
+    let report = run_suite(&systems, &spec, &progress).await;
+    drop(progress);
+    emit(&args.bench, &spec, &report, args.json)?;
+    let failed = failures(&report);
+    if !failed.is_empty() {
+        bail!("requests failed during the bench:\n  {}", failed.join("\n  "));
+    }
+    Ok(())
+}

@@ -1,0 +1,693 @@
+//! `engram bench`: Engram as a [`System`] for the closed-loop load generator, and the command
+//! that runs the matrix against a local 3-node cluster of `engram serve` processes.
+
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+use engram_client::{
+    Client, ClientConfig, Consistency, GetOptions, HistoryTarget, RetryPolicy, WatchFilter, pb,
+};
+use engram_loadgen::{
+    Machine, OpFuture, Progress, ReadKind, Row, SuiteReport, SuiteSpec, System, rows, run_suite, table,
+};
+use engram_types::{
+    Attribute, EntityId, EntityRef, Namespace, Op, Provenance, Status, TxOp, TxRequest, Value,
+};
+use futures::future::BoxFuture;
+use futures::stream::BoxStream;
+use futures::{FutureExt, StreamExt};
+use indicatif::ProgressBar;
+use serde::Serialize;
+
+use crate::cli::{BenchArgs, BenchPhase};
+use crate::local_cluster::{LocalCluster, LocalNode, free_ports};
+use crate::ui::Ui;
+
+/// The namespace the load runs write and read.
+const NAMESPACE: &str = "bench/load";
+const VALUE_ATTR: &str = ":bench/value";
+const MARKER_ATTR: &str = ":bench/marker";
+/// Values per preload transaction: large transactions load faster, and stay well under the
+/// default 1 MiB request limit at the value sizes the bench uses.
+const PRELOAD_BATCH: usize = 2_000;
+/// Concurrent preload writers.
+const PRELOAD_WRITERS: usize = 4;
+
+/// Engram behind the load generator's [`System`] interface.
+pub struct EngramSystem {
+    /// One client per connection, each to the leader only: writes and linearizable reads go
+    /// where they are served, with no forwarding hop (the etcd runs do the same).
+    leader: Vec<Client>,
+    /// One client per connection to each node in turn, for stale reads, which any node serves.
+    spread: Vec<Client>,
+    pids: Vec<u32>,
+    ns: Namespace,
+    value_attr: Attribute,
+    marker_attr: Attribute,
+    loaded: Arc<Loaded>,
+}
+
+/// What the preload wrote, for the reads to pick from.
+struct Loaded {
+    keys: std::sync::RwLock<Vec<EntityId>>,
+    /// The first rewrite transaction (`u64::MAX` before any) and the last transaction: as-of
+    /// reads pick a tx between them, where every key has a value.
+    first_rewrite_tx: AtomicU64,
+    last_tx: AtomicU64,
+}
+
+fn provenance() -> Provenance {
+    Provenance {
+        agent: "bench".into(),
+        session: "engram-bench".into(),
+        source: "load generator".into(),
+        confidence: 1.0,
+        status: Status::Candidate,
+    }
+}
+
+/// A client that makes one attempt per call: the load generator counts failures rather than
+/// hiding them behind retries.
+fn one_shot(endpoint: &str) -> Result<Client> {
+    let config = ClientConfig {
+        retry: RetryPolicy::never(),
+        ..ClientConfig::default()
+    };
+    Ok(Client::with_config(vec![endpoint.to_string()], config)?)
+}
+
+impl EngramSystem {
+    /// Connects `connections` channels to `leader` and as many spread over `endpoints`.
+    pub fn connect(
+        leader: &str,
+        endpoints: &[String],
+        connections: usize,
+        pids: Vec<u32>,
+    ) -> Result<EngramSystem> {
+        if endpoints.is_empty() || connections == 0 {
+            bail!("the bench needs at least one endpoint and one connection");
+        }
+        let leader_clients = (0..connections)
+            .map(|_| one_shot(leader))
+            .collect::<Result<_>>()?;
+        let spread = (0..connections)
+            .map(|i| one_shot(&endpoints[i % endpoints.len()]))
+            .collect::<Result<_>>()?;
+        Ok(EngramSystem {
+            leader: leader_clients,
+            spread,
+            pids,
+            ns: Namespace::new(NAMESPACE)?,
+            value_attr: Attribute::new(VALUE_ATTR)?,
+            marker_attr: Attribute::new(MARKER_ATTR)?,
+            loaded: Arc::new(Loaded {
+                keys: std::sync::RwLock::new(Vec::new()),
+                first_rewrite_tx: AtomicU64::new(u64::MAX),
+                last_tx: AtomicU64::new(0),
+            }),
+        })
+    }
+
+    fn conn(&self, client: usize) -> Client {
+        self.leader[client % self.leader.len()].clone()
+    }
+
+    fn assert_op(&self, entity: EntityRef, attribute: &Attribute, value: Value) -> TxOp {
+        TxOp {
+            op: Op::Assert,
+            entity,
+            attribute: attribute.clone(),
+            value,
+            valid_from_ns: None,
+            valid_to_ns: None,
+        }
+    }
+
+    fn key(&self, pick: u64) -> Option<EntityId> {
+        let keys = self.loaded.keys.read().ok()?;
+        if keys.is_empty() {
+            return None;
+        }
+        Some(keys[(pick % keys.len() as u64) as usize])
+    }
+}
+
+fn text(value: &[u8]) -> Value {
+    Value::String(String::from_utf8_lossy(value).into_owned())
+}
+
+fn err(e: impl std::fmt::Display) -> String {
+    e.to_string()
+}
+
+impl System for EngramSystem {
+    fn name(&self) -> String {
+        "engram".into()
+    }
+
+    fn server_pids(&self) -> Vec<u32> {
+        self.pids.clone()
+    }
+
+    fn write(&self, client: usize, seq: u64, datoms: usize, value: Arc<[u8]>) -> OpFuture {
+        let ops = (0..datoms)
+            .map(|i| {
+                self.assert_op(
+                    EntityRef::Temp(format!("c{client}s{seq}d{i}")),
+                    &self.value_attr,
+                    text(&value),
+                )
+            })
+            .collect();
+        let req = pb::TransactRequest::from(&TxRequest::data(self.ns.clone(), ops, provenance()));
+        let c = self.conn(client);
+        async move { c.transact_raw(req).await.map(|_| ()).map_err(err) }.boxed()
+    }
+
+    fn preload(
+        &self,
+        keys: usize,
+        value_bytes: usize,
+        total_datoms: u64,
+        progress: Box<dyn Fn(u64) + Send + Sync>,
+    ) -> BoxFuture<'static, Result<(), String>> {
+        let c = self.conn(0);
+        let ns = self.ns.clone();
+        let attr = self.value_attr.clone();
+        let value = text(&engram_loadgen::value_of(value_bytes));
+        let loaded = self.loaded.clone();
+        let op = move |entity: EntityRef| TxOp {
+            op: Op::Assert,
+            entity,
+            attribute: attr.clone(),
+            value: value.clone(),
+            valid_from_ns: None,
+            valid_to_ns: None,
+        };
+        async move {
+            let written = Arc::new(AtomicU64::new(0));
+            let progress: Arc<dyn Fn(u64) + Send + Sync> = Arc::from(progress);
+            // 1. The keys: new entities, PRELOAD_BATCH per transaction.
+            loop {
+                let existing = loaded.keys.read().map(|k| k.len()).map_err(err)?;
+                if existing >= keys {
+                    break;
+                }
+                let n = (keys - existing).min(PRELOAD_BATCH);
+                let ops = (0..n).map(|i| op(EntityRef::Temp(format!("k{i}")))).collect();
+                let resp = c
+                    .transact(&TxRequest::data(ns.clone(), ops, provenance()))
+                    .await
+                    .map_err(err)?;
+                let mut ids: Vec<(usize, EntityId)> = resp
+                    .temp_ids
+                    .iter()
+                    .filter_map(|(k, v)| Some((k.strip_prefix('k')?.parse().ok()?, EntityId(*v))))
+                    .collect();
+                ids.sort();
+                if ids.len() != n {
+                    return Err(format!(
+                        "preload: {n} new entities but {} ids came back",
+                        ids.len()
+                    ));
+                }
+                loaded
+                    .keys
+                    .write()
+                    .map_err(err)?
+                    .extend(ids.into_iter().map(|(_, id)| id));
+                loaded.last_tx.fetch_max(resp.tx, Ordering::Relaxed);
+                progress(written.fetch_add(n as u64, Ordering::Relaxed) + n as u64);
+            }
+            // 2. Rewrites of every key in turn until the store holds `total_datoms` values.
+            let all: Arc<Vec<EntityId>> = Arc::new(loaded.keys.read().map_err(err)?.clone());
+            // Each key appears at most once per transaction (one claim per agent and attribute).
+            let batch = PRELOAD_BATCH.min(all.len()) as u64;
+            let next = Arc::new(AtomicU64::new(0));
+            let mut writers = Vec::new();
+            for _ in 0..PRELOAD_WRITERS {
+                let (c, ns, all, next, written, progress, loaded, op) = (
+                    c.clone(),
+                    ns.clone(),
+                    all.clone(),
+                    next.clone(),
+                    written.clone(),
+                    progress.clone(),
+                    loaded.clone(),
+                    op.clone(),
+                );
+                writers.push(tokio::spawn(async move {
+                    while written.load(Ordering::Relaxed) < total_datoms && batch > 0 {
+                        let start = next.fetch_add(batch, Ordering::Relaxed);
+                        let ops = (0..batch)
+                            .map(|i| op(EntityRef::Id(all[((start + i) % all.len() as u64) as usize])))
+                            .collect();
+                        let resp = c
+                            .transact(&TxRequest::data(ns.clone(), ops, provenance()))
+                            .await
+                            .map_err(err)?;
+                        loaded.first_rewrite_tx.fetch_min(resp.tx, Ordering::Relaxed);
+                        loaded.last_tx.fetch_max(resp.tx, Ordering::Relaxed);
+                        progress(written.fetch_add(batch, Ordering::Relaxed) + batch);
+                    }
+                    Ok::<(), String>(())
+                }));
+            }
+            for w in writers {
+                w.await.map_err(err)??;
+            }
+            Ok(())
+        }
+        .boxed()
+    }
+
+    fn read(&self, client: usize, pick: u64, read: ReadKind) -> OpFuture {
+        let Some(entity) = self.key(pick) else {
+            return async { Err("nothing preloaded to read".to_string()) }.boxed();
+        };
+        let ns = self.ns.clone();
+        match read {
+            ReadKind::Linearizable | ReadKind::Stale => {
+                let (c, consistency) = if read == ReadKind::Linearizable {
+                    (self.conn(client), Consistency::Linearizable)
+                } else {
+                    (
+                        self.spread[client % self.spread.len()].clone(),
+                        Consistency::Stale,
+                    )
+                };
+                let opts = GetOptions {
+                    consistency,
+                    ..GetOptions::default()
+                };
+                async move { c.get(&ns, entity, opts).await.map(|_| ()).map_err(err) }.boxed()
+            }
+            ReadKind::AsOf => {
+                let last = self.loaded.last_tx.load(Ordering::Relaxed);
+                let first = self.loaded.first_rewrite_tx.load(Ordering::Relaxed).min(last);
+                let as_of = first + (pick >> 32) % (last - first + 1);
+                // History never changes below the applied head, so any node answers an as-of
+                // read; both systems read it from the member the client is connected to.
+                let c = self.spread[client % self.spread.len()].clone();
+                let opts = GetOptions {
+                    as_of_tx: Some(as_of),
+                    consistency: Consistency::Stale,
+                    ..GetOptions::default()
+                };
+                async move { c.get(&ns, entity, opts).await.map(|_| ()).map_err(err) }.boxed()
+            }
+            ReadKind::History => {
+                let c = self.spread[client % self.spread.len()].clone();
+                let target = HistoryTarget::Entity {
+                    entity,
+                    attribute: None,
+                };
+                async move {
+                    c.history(&ns, target, 0, Consistency::Stale)
+                        .await
+                        .map(|_| ())
+                        .map_err(err)
+                }
+                .boxed()
+            }
+        }
+    }
+
+    fn subscribe(
+        &self,
+        run: u64,
+        subscriber: usize,
+    ) -> BoxFuture<'static, Result<BoxStream<'static, Result<u64, String>>, String>> {
+        let c = self.spread[subscriber % self.spread.len()].clone();
+        let ns = Namespace::new(format!("bench/watch-{run}"));
+        async move {
+            let filter = WatchFilter {
+                namespace: ns.map_err(err)?,
+                from_tx: 0,
+                attribute: None,
+                entity: None,
+                branch: None,
+            };
+            let stream = c.watch(filter).flat_map(|event| {
+                let markers: Vec<Result<u64, String>> = match event {
+                    Err(e) => vec![Err(e.to_string())],
+                    Ok(ev) => ev
+                        .datoms
+                        .iter()
+                        .filter(|d| d.attribute == MARKER_ATTR)
+                        .filter_map(|d| match d.value.as_ref().and_then(|v| v.kind.as_ref()) {
+                            Some(pb::value::Kind::I64(n)) => u64::try_from(*n).ok().map(Ok),
+                            _ => None,
+                        })
+                        .collect(),
+                };
+                futures::stream::iter(markers)
+            });
+            Ok(stream.boxed())
+        }
+        .boxed()
+    }
+
+    fn write_marker(&self, run: u64, n: u64) -> OpFuture {
+        let c = self.conn(0);
+        let attr = self.marker_attr.clone();
+        let ns = Namespace::new(format!("bench/watch-{run}"));
+        async move {
+            let ns = ns.map_err(err)?;
+            let n = i64::try_from(n).map_err(err)?;
+            let op = TxOp {
+                op: Op::Assert,
+                entity: EntityRef::Temp("m".into()),
+                attribute: attr,
+                value: Value::I64(n),
+                valid_from_ns: None,
+                valid_to_ns: None,
+            };
+            c.transact(&TxRequest::data(ns, vec![op], provenance()))
+                .await
+                .map(|_| ())
+                .map_err(err)
+        }
+        .boxed()
+    }
+}
+
+/// The suite `args` ask for.
+pub fn suite_spec(args: &BenchArgs) -> SuiteSpec {
+    let on = |p: BenchPhase| args.phases.contains(&p);
+    SuiteSpec {
+        clients: args.clients.clone(),
+        writes: if on(BenchPhase::Writes) {
+            args.datoms
+                .iter()
+                .flat_map(|d| args.value_bytes.iter().map(move |v| (*d, *v)))
+                .collect()
+        } else {
+            Vec::new()
+        },
+        reads: if on(BenchPhase::Reads) {
+            vec![ReadKind::Linearizable, ReadKind::Stale]
+        } else {
+            Vec::new()
+        },
+        keys: args.keys,
+        value_bytes: args.value_bytes.first().copied().unwrap_or(100),
+        history_datoms: if on(BenchPhase::History) {
+            args.history_values.clone()
+        } else {
+            Vec::new()
+        },
+        history_reads: if on(BenchPhase::History) {
+            vec![ReadKind::AsOf, ReadKind::History]
+        } else {
+            Vec::new()
+        },
+        history_clients: args.history_clients.clone(),
+        fanout_subscribers: if on(BenchPhase::Watch) {
+            args.subscribers.clone()
+        } else {
+            Vec::new()
+        },
+        fanout_markers: args.markers,
+        fanout_gap_ms: 10,
+        rounds: args.rounds as usize,
+        warmup: Duration::from_secs(args.warmup_secs),
+        measure: Duration::from_secs(args.seconds),
+    }
+}
+
+/// Checks the numbers a suite cannot run with.
+pub fn check_args(args: &BenchArgs) -> Result<()> {
+    if args
+        .clients
+        .iter()
+        .chain(&args.history_clients)
+        .any(|c| *c == 0 || *c > 10_000)
+    {
+        bail!("client counts must be between 1 and 10000");
+    }
+    if args.datoms.iter().any(|d| *d == 0 || *d > TxRequest::MAX_OPS) {
+        bail!("--datoms must be between 1 and {}", TxRequest::MAX_OPS);
+    }
+    if args.value_bytes.iter().any(|v| *v > 64 * 1024) {
+        bail!("--value-bytes above 65536 is not a point this bench measures");
+    }
+    if args.keys == 0 {
+        bail!("--keys must be at least 1");
+    }
+    if args.subscribers.iter().any(|s| *s == 0 || *s > 10_000) {
+        bail!("subscriber counts must be between 1 and 10000");
+    }
+    Ok(())
+}
+
+/// A 3-node bench cluster of `engram serve` processes, and where its data lives.
+pub struct BenchCluster {
+    pub cluster: LocalCluster,
+    pub leader: String,
+    _temp: Option<tempfile::TempDir>,
+}
+
+impl BenchCluster {
+    /// Starts the nodes with `exe`, forms the cluster and waits for a leader.
+    pub async fn start(
+        exe: &Path,
+        data_dir: Option<&Path>,
+        snapshot_every_entries: u64,
+        ui: Ui,
+    ) -> Result<BenchCluster> {
+        let (temp, dir) = match data_dir {
+            Some(d) => {
+                std::fs::create_dir_all(d).with_context(|| format!("creating {}", d.display()))?;
+                (None, d.to_path_buf())
+            }
+            None => {
+                let t = tempfile::Builder::new()
+                    .prefix("engram-bench-")
+                    .tempdir()
+                    .context("creating a temporary directory")?;
+                let p = t.path().to_path_buf();
+                (Some(t), p)
+            }
+        };
+        let pb = ui.spinner(format!("starting 3 engram nodes in {}", dir.display()));
+        let ports = free_ports(3)?;
+        let extra = vec![
+            "--snapshot-every-entries".to_string(),
+            snapshot_every_entries.to_string(),
+            // 8 MiB: the preload sends up to PRELOAD_BATCH values per transaction.
+            "--max-tx-bytes".to_string(),
+            (8u64 << 20).to_string(),
+        ];
+        let mut cluster = LocalCluster::start(exe, &dir, &ports, &extra)?;
+        cluster.wait_all_answer(Duration::from_secs(60)).await?;
+        let leader_id = cluster.init(Duration::from_secs(30)).await?;
+        let leader = cluster.node(leader_id)?.endpoint();
+        ui.done(
+            &pb,
+            format!("engram cluster up; node {leader_id} leads at {leader}"),
+        );
+        Ok(BenchCluster {
+            cluster,
+            leader,
+            _temp: temp,
+        })
+    }
+
+    pub fn pids(&self) -> Vec<u32> {
+        self.cluster.nodes().iter().filter_map(LocalNode::pid).collect()
+    }
+}
+
+/// [`Progress`] on the command's progress display.
+pub struct UiProgress {
+    ui: Ui,
+    bar: Mutex<Option<ProgressBar>>,
+}
+
+impl UiProgress {
+    pub fn new(ui: Ui) -> UiProgress {
+        UiProgress {
+            ui,
+            bar: Mutex::new(None),
+        }
+    }
+
+    fn finish(&self) {
+        if let Ok(mut bar) = self.bar.lock()
+            && let Some(pb) = bar.take()
+        {
+            let msg = pb.message();
+            self.ui.done(&pb, msg);
+        }
+    }
+}
+
+impl Drop for UiProgress {
+    fn drop(&mut self) {
+        self.finish();
+    }
+}
+
+impl Progress for UiProgress {
+    fn phase(&self, name: &str, steps: u64) {
+        self.finish();
+        let pb = if steps == 0 {
+            self.ui.spinner(name.to_string())
+        } else {
+            self.ui.bar(
+                steps,
+                "{spinner:.cyan} {msg} [{bar:30}] {pos}/{len} {elapsed:.dim}",
+                name.to_string(),
+            )
+        };
+        if let Ok(mut bar) = self.bar.lock() {
+            *bar = Some(pb);
+        }
+    }
+
+    fn step(&self, note: &str) {
+        if let Ok(bar) = self.bar.lock()
+            && let Some(pb) = bar.as_ref()
+        {
+            pb.inc(1);
+            pb.println(format!("  {note}"));
+        }
+    }
+
+    fn loaded(&self, system: &str, values: u64, target: u64) {
+        if let Ok(bar) = self.bar.lock()
+            && let Some(pb) = bar.as_ref()
+        {
+            pb.set_message(format!("loading {system}: {values} of {target} values"));
+        }
+    }
+}
+
+/// The JSON document `--json` prints and `--out` writes.
+#[derive(Serialize)]
+pub struct BenchDocument<'a> {
+    pub machine: Machine,
+    pub command: String,
+    pub spec: &'a SuiteSpec,
+    pub rows: Vec<Row>,
+    pub report: &'a SuiteReport,
+}
+
+/// Prints the report (table or JSON) and writes `--out`.
+pub fn emit(args: &BenchArgs, spec: &SuiteSpec, report: &SuiteReport, json: bool) -> Result<()> {
+    let doc = BenchDocument {
+        machine: Machine::read(),
+        command: std::env::args().collect::<Vec<_>>().join(" "),
+        spec,
+        rows: rows(&report.measurements),
+        report,
+    };
+    if let Some(out) = &args.out {
+        std::fs::write(out, serde_json::to_vec_pretty(&doc)?)
+            .with_context(|| format!("writing {}", out.display()))?;
+    }
+    if json {
+        println!("{}", serde_json::to_string_pretty(&doc)?);
+        return Ok(());
+    }
+    println!("{}", doc.machine);
+    print!("{}", table(&doc.rows));
+    for f in &report.fanouts {
+        println!(
+            "watch fan-out {:>6}: {} subscribers x {} markers: {}/{} delivered, p50 {:.3} ms, p99 {:.3} ms, max {:.3} ms",
+            f.system,
+            f.subscribers,
+            f.markers,
+            f.delivered,
+            f.expected,
+            f.latency.p50_us / 1000.0,
+            f.latency.p99_us / 1000.0,
+            f.latency.max_us / 1000.0
+        );
+    }
+    for (system, values, secs) in &report.preloads {
+        println!(
+            "preload {system}: {values} values in {secs:.1} s ({:.0}/s)",
+            *values as f64 / secs.max(1e-9)
+        );
+    }
+    for s in &report.skipped {
+        println!("not measured: {s}");
+    }
+    Ok(())
+}
+
+/// Whether any measured point failed requests: the command then exits non-zero.
+pub fn failures(report: &SuiteReport) -> Vec<String> {
+    let mut out: Vec<String> = report
+        .measurements
+        .iter()
+        .filter(|m| m.errors > 0 || m.ops == 0)
+        .map(|m| {
+            format!(
+                "{} {} x{} round {}: {} errors, {} ok ({})",
+                m.system,
+                engram_loadgen::label(m),
+                m.clients,
+                m.round,
+                m.errors,
+                m.ops,
+                m.first_error.as_deref().unwrap_or("no error message")
+            )
+        })
+        .collect();
+    out.extend(
+        report
+            .fanouts
+            .iter()
+            .filter(|f| f.delivered < f.expected)
+            .map(|f| {
+                format!(
+                    "{} fan-out to {}: {} of {} deliveries",
+                    f.system, f.subscribers, f.delivered, f.expected
+                )
+            }),
+    );
+    out
+}
+
+/// `engram bench`.
+pub async fn run(args: BenchArgs, endpoints: Vec<String>, json: bool) -> Result<()> {
+    check_args(&args)?;
+    let ui = Ui::new(json);
+    let spec = suite_spec(&args);
+    let (_cluster, system) = if args.attach {
+        let leader = endpoints
+            .first()
+            .cloned()
+            .context("--attach needs an --endpoint")?;
+        (
+            None,
+            EngramSystem::connect(&leader, &endpoints, args.connections as usize, Vec::new())?,
+        )
+    } else {
+        let exe = std::env::current_exe().context("locating the engram executable")?;
+        let c = BenchCluster::start(&exe, args.data_dir.as_deref(), args.snapshot_every_entries, ui).await?;
+        let system = EngramSystem::connect(
+            &c.leader,
+            &c.cluster.endpoints(),
+            args.connections as usize,
+            c.pids(),
+        )?;
+        (Some(c), system)
+    };
+    let systems: Vec<Arc<dyn System>> = vec![Arc::new(system)];
+    let progress = UiProgress::new(ui);
+    let report = run_suite(&systems, &spec, &progress).await;
+    drop(progress);
+    emit(&args, &spec, &report, json)?;
+    let failed = failures(&report);
+    if !failed.is_empty() {
+        bail!("requests failed during the bench:\n  {}", failed.join("\n  "));
+    }
+    Ok(())
+}
