@@ -2,6 +2,7 @@ use std::fmt;
 use std::sync::{Arc, Mutex};
 
 use ed25519_dalek::{Signer, SigningKey, VerifyingKey};
+use engram_types::Hash;
 use serde::{Deserialize, Serialize};
 
 /// The short name of a public key: the first 8 bytes of blake3(public key bytes).
@@ -39,6 +40,35 @@ impl PublicKey {
         };
         let sig = ed25519_dalek::Signature::from_bytes(signature);
         key.verify_strict(message, &sig).is_ok()
+    }
+}
+
+/// Checks many attestations by one key at once (one multi-scalar multiplication, several times
+/// cheaper per signature than one by one): `Err(i)` names the first of `items` whose signature
+/// `verify_strict` refuses. For a node's check of its own fresh attestations, whose key it
+/// holds; a weak (small-order) or malformed key is never batched (see `batch.rs`), so the
+/// answer is always `verify_strict`'s.
+pub fn verify_all_by(key: &PublicKey, items: &[(Hash, [u8; 64])]) -> Result<(), usize> {
+    let one_by_one = || match items.iter().position(|(hash, sig)| !key.verify(hash.as_bytes(), sig)) {
+        Some(i) => Err(i),
+        None => Ok(()),
+    };
+    let Ok(vk) = VerifyingKey::from_bytes(&key.0) else {
+        return one_by_one();
+    };
+    if vk.is_weak() || items.len() < 2 {
+        return one_by_one();
+    }
+    let messages: Vec<&[u8]> = items.iter().map(|(h, _)| h.as_bytes().as_slice()).collect();
+    let signatures: Vec<ed25519_dalek::Signature> = items
+        .iter()
+        .map(|(_, s)| ed25519_dalek::Signature::from_bytes(s))
+        .collect();
+    let keys = vec![vk; items.len()];
+    match ed25519_dalek::verify_batch(&messages, &signatures, &keys) {
+        Ok(()) => Ok(()),
+        // Name the culprit the way the inline check would.
+        Err(_) => one_by_one(),
     }
 }
 
@@ -176,6 +206,26 @@ impl fmt::Debug for KeyRing {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_batch_of_own_attestations_verifies_and_names_the_first_bad_one() {
+        let key = NodeKey::from_seed([9; 32]);
+        let mut items: Vec<(Hash, [u8; 64])> = (0..20u8)
+            .map(|i| {
+                let h = Hash::of(&[i]);
+                (h, key.sign(h.as_bytes()))
+            })
+            .collect();
+        assert_eq!(verify_all_by(&key.public(), &items), Ok(()));
+        assert_eq!(verify_all_by(&key.public(), &items[..1]), Ok(()));
+        assert_eq!(verify_all_by(&key.public(), &[]), Ok(()));
+        items[13].1[5] ^= 1;
+        items[17].0 = Hash::of(b"another entry");
+        assert_eq!(verify_all_by(&key.public(), &items), Err(13));
+        // Another key's view of the same signatures: the first fails.
+        let other = NodeKey::from_seed([10; 32]);
+        assert_eq!(verify_all_by(&other.public(), &items), Err(0));
+    }
 
     #[test]
     fn sign_and_verify() {

@@ -3,7 +3,7 @@ use std::io;
 use std::ops::{Bound, RangeBounds};
 use std::sync::Arc;
 
-use engram_storage::{Space, Store, WriteBatch};
+use engram_storage::{Durability, Space, Store, WriteBatch};
 use openraft::entry::RaftEntry;
 use openraft::storage::{IOFlushed, LogState, RaftLogReader, RaftLogStorage};
 use openraft::{OptionalSend, RaftTypeConfig};
@@ -123,7 +123,12 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     }
 
     async fn save_committed(&mut self, committed: Option<LogId>) -> io::Result<()> {
-        self.put_row(COMMITTED, &committed)
+        // Not synced: openraft treats the committed id as a hint that lets a restart apply
+        // sooner; losing the latest one only means learning it again from the leader. Syncing
+        // it would cost an fsync each time the commit index moves.
+        let mut batch = WriteBatch::new();
+        batch.put(Space::Raft, COMMITTED.to_vec(), encode(&committed)?);
+        self.store.write(batch, Durability::Buffered).map_err(io_err)
     }
 
     async fn read_committed(&mut self) -> io::Result<Option<LogId>> {
