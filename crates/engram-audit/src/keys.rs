@@ -49,7 +49,10 @@ impl PublicKey {
 /// holds; a weak (small-order) or malformed key is never batched (see `batch.rs`), so the
 /// answer is always `verify_strict`'s.
 pub fn verify_all_by(key: &PublicKey, items: &[(Hash, [u8; 64])]) -> Result<(), usize> {
-    let one_by_one = || match items.iter().position(|(hash, sig)| !key.verify(hash.as_bytes(), sig)) {
+    let one_by_one = || match items
+        .iter()
+        .position(|(hash, sig)| !key.verify(hash.as_bytes(), sig))
+    {
         Some(i) => Err(i),
         None => Ok(()),
     };

@@ -260,6 +260,8 @@ pub struct Engine {
     /// The group's fresh attestations, `(audit index, signer, entry hash, signature)`, checked
     /// in one batch by [`Engine::end_group`].
     unchecked: Vec<(u64, PublicKey, Hash, [u8; 64])>,
+    /// Only with the planted `HalfBatch` bug: the part of a transaction's batch not yet written.
+    held_back: Option<WriteBatch>,
 }
 
 /// What sealing an entry produced besides the entry.
@@ -303,6 +305,7 @@ impl Engine {
             origin: None,
             grouped: false,
             unchecked: Vec::new(),
+            held_back: None,
         };
         engine.reload()?;
         engine.settle_keys()?;
@@ -383,7 +386,10 @@ impl Engine {
         let unchecked = std::mem::take(&mut self.unchecked);
         let mut by_signer: BTreeMap<PublicKey, Vec<(u64, Hash, [u8; 64])>> = BTreeMap::new();
         for (index, signer, hash, signature) in unchecked {
-            by_signer.entry(signer).or_default().push((index, hash, signature));
+            by_signer
+                .entry(signer)
+                .or_default()
+                .push((index, hash, signature));
         }
         for (signer, items) in by_signer {
             let pairs: Vec<(Hash, [u8; 64])> = items.iter().map(|(_, h, s)| (*h, *s)).collect();
@@ -678,6 +684,9 @@ impl Engine {
         req: &TxRequest,
         mut batch: WriteBatch,
     ) -> Result<TxOutcome, CoreError> {
+        if let Some(rest) = self.held_back.take() {
+            self.store.write(rest, Durability::Buffered)?;
+        }
         if let Some(key) = &req.idempotency_key
             && let Some(row) = self
                 .store
@@ -777,10 +786,11 @@ impl Engine {
             batch.put(Space::State, keys::idempotency(ns, key), encode_row(&receipt));
         }
         if planted::active(PlantedBug::HalfBatch) && datoms.len() >= 2 {
+            // The rest is written only with the next transaction, so a crash in between (even
+            // after a group's closing sync) leaves half of this one.
             let rest = batch.mutations.split_off(batch.mutations.len() / 2);
             self.store.write(batch, Durability::Sync)?;
-            self.store
-                .write(WriteBatch { mutations: rest }, Durability::Buffered)?;
+            self.held_back = Some(WriteBatch { mutations: rest });
             self.head = head;
             return Ok(Ok(receipt));
         }

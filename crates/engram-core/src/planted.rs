@@ -16,7 +16,8 @@ pub enum PlantedBug {
     /// would catch it is skipped).
     WrongPrevHash,
     /// A transaction's write batch is split: the first half (with the applied log position)
-    /// is synced, the rest is buffered, so a crash between them leaves half a transaction.
+    /// is synced, the rest is written only with the next transaction, so a crash between them
+    /// leaves half a transaction.
     HalfBatch,
 }
 

@@ -172,7 +172,9 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
                 answered.push((responder, response));
             }
         }
-        self.engine.end_group(applied_row(&self.applied)?).map_err(io_err)?;
+        self.engine
+            .end_group(applied_row(&self.applied)?)
+            .map_err(io_err)?;
         for (responder, response) in answered {
             responder.send(response);
         }
