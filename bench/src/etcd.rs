@@ -151,7 +151,11 @@ fn free_ports(n: usize) -> Result<Vec<u16>> {
 /// etcd behind the [`System`] interface. Keys are `k/{index}`; a write of k values is one
 /// `Txn` of k puts (a plain `Put` for one), as an Engram transaction of k datoms is one entry.
 pub struct EtcdSystem {
-    leader: Vec<Client>,
+    leader: Arc<RwLock<Vec<Client>>>,
+    /// The member the `leader` clients talk to; [`System::prepare`] follows a new leader.
+    leader_url: Arc<RwLock<String>>,
+    endpoints: Vec<String>,
+    connections: usize,
     spread: Vec<Client>,
     pids: Vec<u32>,
     loaded: Arc<Loaded>,
@@ -185,7 +189,10 @@ impl EtcdSystem {
             spread.push(Client::connect([endpoints[i % endpoints.len()].as_str()], None).await?);
         }
         Ok(EtcdSystem {
-            leader: leader_clients,
+            leader: Arc::new(RwLock::new(leader_clients)),
+            leader_url: Arc::new(RwLock::new(leader.to_string())),
+            endpoints: endpoints.to_vec(),
+            connections,
             spread,
             pids,
             loaded: Arc::new(Loaded {
@@ -197,7 +204,8 @@ impl EtcdSystem {
     }
 
     fn conn(&self, client: usize) -> Client {
-        self.leader[client % self.leader.len()].clone()
+        let clients = self.leader.read().unwrap_or_else(|p| p.into_inner());
+        clients[client % clients.len()].clone()
     }
 }
 
@@ -295,6 +303,37 @@ impl System for EtcdSystem {
                 w.await.map_err(err)??;
             }
             Ok(())
+        }
+        .boxed()
+    }
+
+    fn prepare(&self) -> BoxFuture<'static, Result<(), String>> {
+        let endpoints = self.endpoints.clone();
+        let (leader, leader_url) = (self.leader.clone(), self.leader_url.clone());
+        let connections = self.connections;
+        async move {
+            for url in endpoints {
+                let Ok(mut probe) = Client::connect([url.as_str()], None).await else {
+                    continue;
+                };
+                let Ok(status) = probe.status().await else {
+                    continue;
+                };
+                if status.header().map(|h| h.member_id()) != Some(status.leader()) {
+                    continue;
+                }
+                let current = leader_url.read().map(|u| u.clone()).map_err(err)?;
+                if current != url {
+                    let mut clients = Vec::with_capacity(connections);
+                    for _ in 0..connections {
+                        clients.push(Client::connect([url.as_str()], None).await.map_err(err)?);
+                    }
+                    *leader.write().map_err(err)? = clients;
+                    *leader_url.write().map_err(err)? = url;
+                }
+                return Ok(());
+            }
+            Err("no member says it leads".to_string())
         }
         .boxed()
     }

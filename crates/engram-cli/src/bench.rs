@@ -3,7 +3,7 @@
 
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
@@ -40,7 +40,14 @@ const PRELOAD_WRITERS: usize = 4;
 pub struct EngramSystem {
     /// One client per connection, each to the leader only: writes and linearizable reads go
     /// where they are served, with no forwarding hop (the etcd runs do the same).
-    leader: Vec<Client>,
+    leader: Arc<RwLock<Vec<Client>>>,
+    /// The endpoint the `leader` clients talk to; [`System::prepare`] follows a new leader.
+    leader_endpoint: Arc<RwLock<String>>,
+    endpoints: Vec<String>,
+    connections: usize,
+    /// Over every endpoint, with the default retries: the preload tags its transactions with
+    /// idempotency keys, so it rides out a leader change instead of failing the run.
+    retrying: Client,
     /// One client per connection to each node in turn, for stale reads, which any node serves.
     spread: Vec<Client>,
     pids: Vec<u32>,
@@ -96,8 +103,13 @@ impl EngramSystem {
         let spread = (0..connections)
             .map(|i| one_shot(&endpoints[i % endpoints.len()]))
             .collect::<Result<_>>()?;
+        let retrying = Client::with_config(endpoints.to_vec(), ClientConfig::default())?;
         Ok(EngramSystem {
-            leader: leader_clients,
+            leader: Arc::new(RwLock::new(leader_clients)),
+            leader_endpoint: Arc::new(RwLock::new(leader.to_string())),
+            endpoints: endpoints.to_vec(),
+            connections,
+            retrying,
             spread,
             pids,
             ns: Namespace::new(NAMESPACE)?,
@@ -112,7 +124,8 @@ impl EngramSystem {
     }
 
     fn conn(&self, client: usize) -> Client {
-        self.leader[client % self.leader.len()].clone()
+        let clients = self.leader.read().unwrap_or_else(|p| p.into_inner());
+        clients[client % clients.len()].clone()
     }
 
     fn assert_op(&self, entity: EntityRef, attribute: &Attribute, value: Value) -> TxOp {
@@ -133,6 +146,14 @@ impl EngramSystem {
         }
         Some(keys[(pick % keys.len() as u64) as usize])
     }
+}
+
+/// A preload transaction with a fresh idempotency key, so the client may retry it safely.
+fn keyed(ns: &Namespace, ops: Vec<TxOp>, counter: &AtomicU64) -> TxRequest {
+    let mut tx = TxRequest::data(ns.clone(), ops, provenance());
+    let n = counter.fetch_add(1, Ordering::Relaxed);
+    tx.idempotency_key = Some(format!("bench-preload-{}-{n}", std::process::id()));
+    tx
 }
 
 fn text(value: &[u8]) -> Value {
@@ -174,7 +195,8 @@ impl System for EngramSystem {
         total_datoms: u64,
         progress: Box<dyn Fn(u64) + Send + Sync>,
     ) -> BoxFuture<'static, Result<(), String>> {
-        let c = self.conn(0);
+        let c = self.retrying.clone();
+        let run = Arc::new(AtomicU64::new(0));
         let ns = self.ns.clone();
         let attr = self.value_attr.clone();
         let value = text(&engram_loadgen::value_of(value_bytes));
@@ -198,10 +220,7 @@ impl System for EngramSystem {
                 }
                 let n = (keys - existing).min(PRELOAD_BATCH);
                 let ops = (0..n).map(|i| op(EntityRef::Temp(format!("k{i}")))).collect();
-                let resp = c
-                    .transact(&TxRequest::data(ns.clone(), ops, provenance()))
-                    .await
-                    .map_err(err)?;
+                let resp = c.transact(&keyed(&ns, ops, &run)).await.map_err(err)?;
                 let mut ids: Vec<(usize, EntityId)> = resp
                     .temp_ids
                     .iter()
@@ -229,7 +248,7 @@ impl System for EngramSystem {
             let next = Arc::new(AtomicU64::new(0));
             let mut writers = Vec::new();
             for _ in 0..PRELOAD_WRITERS {
-                let (c, ns, all, next, written, progress, loaded, op) = (
+                let (c, ns, all, next, written, progress, loaded, op, run) = (
                     c.clone(),
                     ns.clone(),
                     all.clone(),
@@ -238,6 +257,7 @@ impl System for EngramSystem {
                     progress.clone(),
                     loaded.clone(),
                     op.clone(),
+                    run.clone(),
                 );
                 writers.push(tokio::spawn(async move {
                     while written.load(Ordering::Relaxed) < total_datoms && batch > 0 {
@@ -245,10 +265,7 @@ impl System for EngramSystem {
                         let ops = (0..batch)
                             .map(|i| op(EntityRef::Id(all[((start + i) % all.len() as u64) as usize])))
                             .collect();
-                        let resp = c
-                            .transact(&TxRequest::data(ns.clone(), ops, provenance()))
-                            .await
-                            .map_err(err)?;
+                        let resp = c.transact(&keyed(&ns, ops, &run)).await.map_err(err)?;
                         loaded.first_rewrite_tx.fetch_min(resp.tx, Ordering::Relaxed);
                         loaded.last_tx.fetch_max(resp.tx, Ordering::Relaxed);
                         progress(written.fetch_add(batch, Ordering::Relaxed) + batch);
@@ -260,6 +277,39 @@ impl System for EngramSystem {
                 w.await.map_err(err)??;
             }
             Ok(())
+        }
+        .boxed()
+    }
+
+    fn prepare(&self) -> BoxFuture<'static, Result<(), String>> {
+        // Follow a leader change, so writes and linearizable reads keep going to the leader.
+        let probes: Vec<(String, Client)> = self
+            .endpoints
+            .iter()
+            .filter_map(|e| Some((e.clone(), one_shot(e).ok()?)))
+            .collect();
+        let (leader, leader_endpoint) = (self.leader.clone(), self.leader_endpoint.clone());
+        let connections = self.connections;
+        async move {
+            for (endpoint, probe) in probes {
+                let Ok(status) = probe.status().await else {
+                    continue;
+                };
+                if status.role != "Leader" {
+                    continue;
+                }
+                let mut current = leader_endpoint.write().map_err(err)?;
+                if *current != endpoint {
+                    let clients = (0..connections)
+                        .map(|_| one_shot(&endpoint))
+                        .collect::<Result<Vec<_>>>()
+                        .map_err(err)?;
+                    *leader.write().map_err(err)? = clients;
+                    *current = endpoint;
+                }
+                return Ok(());
+            }
+            Err("no node says it leads".to_string())
         }
         .boxed()
     }
@@ -478,6 +528,14 @@ impl BenchCluster {
         let extra = vec![
             "--snapshot-every-entries".to_string(),
             snapshot_every_entries.to_string(),
+            // etcd's defaults: heartbeats every 100 ms, elections after a randomised 1-2 s.
+            // Engram's own default (400-800 ms) fails over sooner but, on 2 cores saturated by
+            // six servers and the load generator, also elects needlessly, which would measure
+            // leader changes rather than the write path.
+            "--election-timeout-min-ms".to_string(),
+            "1000".to_string(),
+            "--election-timeout-max-ms".to_string(),
+            "2000".to_string(),
             // 8 MiB: the preload sends up to PRELOAD_BATCH values per transaction.
             "--max-tx-bytes".to_string(),
             (8u64 << 20).to_string(),
@@ -505,7 +563,8 @@ impl BenchCluster {
 /// [`Progress`] on the command's progress display.
 pub struct UiProgress {
     ui: Ui,
-    bar: Mutex<Option<ProgressBar>>,
+    /// The running phase's bar and name (a hidden bar has no message to end with).
+    bar: Mutex<Option<(ProgressBar, String)>>,
 }
 
 impl UiProgress {
@@ -518,10 +577,9 @@ impl UiProgress {
 
     fn finish(&self) {
         if let Ok(mut bar) = self.bar.lock()
-            && let Some(pb) = bar.take()
+            && let Some((pb, name)) = bar.take()
         {
-            let msg = pb.message();
-            self.ui.done(&pb, msg);
+            self.ui.done(&pb, name);
         }
     }
 }
@@ -545,13 +603,13 @@ impl Progress for UiProgress {
             )
         };
         if let Ok(mut bar) = self.bar.lock() {
-            *bar = Some(pb);
+            *bar = Some((pb, name.to_string()));
         }
     }
 
     fn step(&self, note: &str) {
         if let Ok(bar) = self.bar.lock()
-            && let Some(pb) = bar.as_ref()
+            && let Some((pb, _)) = bar.as_ref()
         {
             pb.inc(1);
             pb.println(format!("  {note}"));
@@ -559,9 +617,10 @@ impl Progress for UiProgress {
     }
 
     fn loaded(&self, system: &str, values: u64, target: u64) {
-        if let Ok(bar) = self.bar.lock()
-            && let Some(pb) = bar.as_ref()
+        if let Ok(mut bar) = self.bar.lock()
+            && let Some((pb, name)) = bar.as_mut()
         {
+            *name = format!("loaded {system}: {values} of {target} values");
             pb.set_message(format!("loading {system}: {values} of {target} values"));
         }
     }

@@ -60,6 +60,11 @@ pub trait System: Send + Sync + 'static {
     ) -> BoxFuture<'static, Result<(), String>>;
     /// One read of the preloaded key chosen by `pick` (and, for as-of, the version).
     fn read(&self, client: usize, pick: u64, read: ReadKind) -> OpFuture;
+    /// Called before each measured point: a system can follow a leader change here, so every
+    /// point measures the path the workload means (writes to the leader, not forwarded).
+    fn prepare(&self) -> BoxFuture<'static, Result<(), String>> {
+        Box::pin(async { Ok(()) })
+    }
     /// Whether the system has this read at all.
     fn supports(&self, read: ReadKind) -> bool {
         let _ = read;
@@ -120,6 +125,11 @@ fn mix(client: usize, seq: u64) -> u64 {
 
 /// Runs one point: `workload` from `plan.clients` clients against `system`.
 pub async fn measure(system: Arc<dyn System>, workload: Workload, plan: &Plan, round: usize) -> Measurement {
+    let prepared = system
+        .prepare()
+        .await
+        .err()
+        .map(|e| format!("before the run: {e}"));
     let pids = system.server_pids();
     let sys = system.clone();
     let outcome = match workload {
@@ -152,7 +162,7 @@ pub async fn measure(system: Arc<dyn System>, workload: Workload, plan: &Plan, r
         at_values: None,
         ops: outcome.ops,
         errors: outcome.errors,
-        first_error: outcome.first_error.clone(),
+        first_error: outcome.first_error.clone().or(prepared),
         window_s: outcome.window_s,
         throughput_per_s: outcome.throughput_per_s(),
         latency: outcome.latency.summary(200),

@@ -205,6 +205,7 @@ async fn preload_all(
                 }
             }
         };
+        progress.loaded(&name, written.load(Ordering::Relaxed), total);
         match result {
             Ok(()) => report
                 .preloads
