@@ -33,8 +33,12 @@ def main():
         series[r["label"]][r["system"]].append((r["clients"], r["throughput_per_s"]))
     labels = [l for l, by in series.items() if any(len(v) > 1 for v in by.values())]
     if labels:
-        fig, axes = plt.subplots(1, len(labels), figsize=(5.5 * len(labels), 4.2), squeeze=False)
-        for ax, label in zip(axes[0], labels):
+        cols = min(len(labels), 3)
+        nrows = (len(labels) + cols - 1) // cols
+        fig, axes = plt.subplots(nrows, cols, figsize=(5.5 * cols, 4.2 * nrows), squeeze=False)
+        for ax in axes.flat[len(labels):]:
+            ax.set_visible(False)
+        for ax, label in zip(axes.flat, labels):
             for system, pts in series[label].items():
                 pts.sort()
                 ax.plot([c for c, _ in pts], [t for _, t in pts], marker="o",

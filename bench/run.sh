@@ -21,8 +21,8 @@ cargo build --release -p engram-cli -p engram-bench --bin engram --bin versus
 mkdir -p bench/results
 out=bench/results/versus.json
 if [ $# -eq 0 ]; then
-  set -- --clients 1,16,64,256 --datoms 1,10 --value-bytes 100 --rounds 2 --seconds 6 \
-    --warmup-secs 2 --keys 100000 --history-values 1000000,10000000 --history-clients 1,16 \
+  set -- --clients 1,16,64,256 --datoms 1,10 --value-bytes 100 --rounds 2 --seconds 4 \
+    --warmup-secs 2 --keys 100000 --history-values 1000000 --history-clients 1,16 \
     --subscribers 10,100,1000
 fi
 target/release/versus --out "$out" "$@" | tee bench/results/versus.txt

@@ -371,9 +371,18 @@ impl System for EngramSystem {
         run: u64,
         subscriber: usize,
     ) -> BoxFuture<'static, Result<BoxStream<'static, Result<u64, String>>, String>> {
-        let c = self.spread[subscriber % self.spread.len()].clone();
+        // A watch is one long call: it needs its own client without the per-call deadline
+        // (and, here, each subscriber its own connection).
+        let endpoint = self.endpoints[subscriber % self.endpoints.len()].clone();
+        let config = ClientConfig {
+            retry: RetryPolicy::never(),
+            request_timeout: Duration::from_secs(24 * 3600),
+            ..ClientConfig::default()
+        };
+        let c = Client::with_config(vec![endpoint], config);
         let ns = Namespace::new(format!("bench/watch-{run}"));
         async move {
+            let c = c.map_err(err)?;
             let filter = WatchFilter {
                 namespace: ns.map_err(err)?,
                 from_tx: 0,
