@@ -40,7 +40,7 @@ impl EtcdCluster {
             }
         };
         std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-        let ports = free_ports(6)?;
+        let ports = engram_cli::local_cluster::free_ports(6)?;
         let peer = |i: usize| format!("http://127.0.0.1:{}", ports[3 + i]);
         let client_urls: Vec<String> = (0..3).map(|i| format!("http://127.0.0.1:{}", ports[i])).collect();
         let initial = (0..3)
@@ -139,13 +139,6 @@ impl Drop for EtcdCluster {
             let _ = c.wait();
         }
     }
-}
-
-fn free_ports(n: usize) -> Result<Vec<u16>> {
-    let listeners: Vec<std::net::TcpListener> = (0..n)
-        .map(|_| std::net::TcpListener::bind("127.0.0.1:0"))
-        .collect::<Result<_, _>>()?;
-    listeners.iter().map(|l| Ok(l.local_addr()?.port())).collect()
 }
 
 /// etcd behind the [`System`] interface. Keys are `k/{index}`; a write of k values is one
@@ -273,34 +266,27 @@ impl System for EtcdSystem {
                 progress(written.fetch_add(n as u64, Ordering::Relaxed) + n as u64);
             }
             let all = *loaded.keys.read().map_err(err)? as u64;
-            let batch = (PRELOAD_BATCH as u64).min(all);
-            let next = Arc::new(AtomicU64::new(0));
-            let mut writers = Vec::new();
-            for _ in 0..PRELOAD_WRITERS {
-                let (mut c, next, written, progress, loaded, value) = (
-                    c.clone(),
-                    next.clone(),
-                    written.clone(),
-                    progress.clone(),
-                    loaded.clone(),
-                    value.clone(),
-                );
-                writers.push(tokio::spawn(async move {
-                    while written.load(Ordering::Relaxed) < total_datoms && batch > 0 {
-                        let start = next.fetch_add(batch, Ordering::Relaxed);
-                        let txn = txn_of((0..batch).map(|i| key((start + i) % all)), &value);
+            let range = engram_loadgen::rewrite_in_turn(
+                all,
+                PRELOAD_BATCH as u64,
+                PRELOAD_WRITERS,
+                total_datoms,
+                written,
+                progress,
+                move |start, n| {
+                    let txn = txn_of((start..start + n).map(|i| key(i % all)), &value);
+                    let mut c = c.clone();
+                    async move {
                         let resp = c.txn(txn).await.map_err(err)?;
-                        let rev =
-                            u64::try_from(resp.header().map(|h| h.revision()).unwrap_or(0)).unwrap_or(0);
-                        loaded.first_rewrite_rev.fetch_min(rev, Ordering::Relaxed);
-                        loaded.last_rev.fetch_max(rev, Ordering::Relaxed);
-                        progress(written.fetch_add(batch, Ordering::Relaxed) + batch);
+                        Ok(u64::try_from(resp.header().map(|h| h.revision()).unwrap_or(0)).unwrap_or(0))
                     }
-                    Ok::<(), String>(())
-                }));
-            }
-            for w in writers {
-                w.await.map_err(err)??;
+                    .boxed()
+                },
+            )
+            .await?;
+            if let Some((first, last)) = range {
+                loaded.first_rewrite_rev.fetch_min(first, Ordering::Relaxed);
+                loaded.last_rev.fetch_max(last, Ordering::Relaxed);
             }
             Ok(())
         }

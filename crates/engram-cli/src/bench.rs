@@ -243,38 +243,27 @@ impl System for EngramSystem {
             }
             // 2. Rewrites of every key in turn until the store holds `total_datoms` values.
             let all: Arc<Vec<EntityId>> = Arc::new(loaded.keys.read().map_err(err)?.clone());
-            // Each key appears at most once per transaction (one claim per agent and attribute).
-            let batch = PRELOAD_BATCH.min(all.len()) as u64;
-            let next = Arc::new(AtomicU64::new(0));
-            let mut writers = Vec::new();
-            for _ in 0..PRELOAD_WRITERS {
-                let (c, ns, all, next, written, progress, loaded, op, run) = (
-                    c.clone(),
-                    ns.clone(),
-                    all.clone(),
-                    next.clone(),
-                    written.clone(),
-                    progress.clone(),
-                    loaded.clone(),
-                    op.clone(),
-                    run.clone(),
-                );
-                writers.push(tokio::spawn(async move {
-                    while written.load(Ordering::Relaxed) < total_datoms && batch > 0 {
-                        let start = next.fetch_add(batch, Ordering::Relaxed);
-                        let ops = (0..batch)
-                            .map(|i| op(EntityRef::Id(all[((start + i) % all.len() as u64) as usize])))
-                            .collect();
-                        let resp = c.transact(&keyed(&ns, ops, &run)).await.map_err(err)?;
-                        loaded.first_rewrite_tx.fetch_min(resp.tx, Ordering::Relaxed);
-                        loaded.last_tx.fetch_max(resp.tx, Ordering::Relaxed);
-                        progress(written.fetch_add(batch, Ordering::Relaxed) + batch);
-                    }
-                    Ok::<(), String>(())
-                }));
-            }
-            for w in writers {
-                w.await.map_err(err)??;
+            let keys = all.len() as u64;
+            let range = engram_loadgen::rewrite_in_turn(
+                keys,
+                PRELOAD_BATCH as u64,
+                PRELOAD_WRITERS,
+                total_datoms,
+                written,
+                progress,
+                move |start, n| {
+                    let ops = (start..start + n)
+                        .map(|i| op(EntityRef::Id(all[(i % keys) as usize])))
+                        .collect();
+                    let tx = keyed(&ns, ops, &run);
+                    let c = c.clone();
+                    async move { c.transact(&tx).await.map(|r| r.tx).map_err(err) }.boxed()
+                },
+            )
+            .await?;
+            if let Some((first, last)) = range {
+                loaded.first_rewrite_tx.fetch_min(first, Ordering::Relaxed);
+                loaded.last_tx.fetch_max(last, Ordering::Relaxed);
             }
             Ok(())
         }

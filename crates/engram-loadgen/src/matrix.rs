@@ -1,6 +1,7 @@
 //! The workloads, the [`System`] they run against, and one measured point.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -169,6 +170,50 @@ pub async fn measure(system: Arc<dyn System>, workload: Workload, plan: &Plan, r
         server_cpu_us_per_op: per_op(outcome.server_cpu_s),
         client_cpu_us_per_op: per_op(outcome.client_cpu_s),
     }
+}
+
+/// The rewrite half of a [`System::preload`]: `writers` concurrent writers rewrite keys
+/// `0..keys` in turn, `batch` per transaction (so each key at most once per transaction), until
+/// `written` reaches `target`. `write(start, n)` writes keys `start..start + n` (modulo `keys`)
+/// as one transaction and returns its position in the system's history (tx id, revision); the
+/// lowest and highest positions written come back (`None`: nothing was written).
+pub async fn rewrite_in_turn<W>(
+    keys: u64,
+    batch: u64,
+    writers: usize,
+    target: u64,
+    written: Arc<AtomicU64>,
+    progress: Arc<dyn Fn(u64) + Send + Sync>,
+    write: W,
+) -> Result<Option<(u64, u64)>, String>
+where
+    W: Fn(u64, u64) -> BoxFuture<'static, Result<u64, String>> + Send + Sync + 'static,
+{
+    let batch = batch.min(keys);
+    let write = Arc::new(write);
+    let next = Arc::new(AtomicU64::new(0));
+    let mut tasks = Vec::with_capacity(writers);
+    for _ in 0..writers {
+        let (write, next, written, progress) =
+            (write.clone(), next.clone(), written.clone(), progress.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut range: Option<(u64, u64)> = None;
+            while written.load(Ordering::Relaxed) < target && batch > 0 {
+                let start = next.fetch_add(batch, Ordering::Relaxed) % keys;
+                let at = write(start, batch).await?;
+                range = Some(range.map_or((at, at), |(lo, hi)| (lo.min(at), hi.max(at))));
+                progress(written.fetch_add(batch, Ordering::Relaxed) + batch);
+            }
+            Ok::<_, String>(range)
+        }));
+    }
+    let mut all: Option<(u64, u64)> = None;
+    for t in tasks {
+        if let Some((lo, hi)) = t.await.map_err(|e| e.to_string())?? {
+            all = Some(all.map_or((lo, hi), |(a, b)| (a.min(lo), b.max(hi))));
+        }
+    }
+    Ok(all)
 }
 
 /// Watch fan-out: what `subscribers` subscriptions saw of `markers` writes.
