@@ -154,10 +154,15 @@ async fn a_tls_cluster_serves_only_clients_with_a_certificate_from_its_ca() {
         if code == 0 && out.lines().filter(|l| l.contains("1,2,3")).count() == 3 {
             break;
         }
-        assert!(
-            start.elapsed() < Duration::from_secs(60),
-            "the TLS cluster did not form: {out}"
-        );
+        if start.elapsed() > Duration::from_secs(60) {
+            let logs: Vec<String> = cluster
+                .nodes()
+                .iter()
+                .enumerate()
+                .map(|(i, n)| format!("--- node {} log ---\n{}", i + 1, n.log_tail(40)))
+                .collect();
+            panic!("the TLS cluster did not form: {out}\n{}", logs.join("\n"));
+        }
         tokio::time::sleep(Duration::from_millis(300)).await;
     }
     let tx =
