@@ -346,10 +346,15 @@ pub struct ServeArgs {
     #[arg(long, env = "ENGRAM_MAX_TX_BYTES", value_name = "BYTES")]
     pub max_tx_bytes: Option<usize>,
 
-    /// Raft heartbeat interval [default: 100]. It is also the deadline of every replication
-    /// and heartbeat RPC, so it must exceed the network round trip between nodes.
+    /// Raft heartbeat interval [default: 100]. It is also the deadline of every heartbeat
+    /// and vote RPC, so it must exceed the network round trip between nodes.
     #[arg(long, env = "ENGRAM_HEARTBEAT_INTERVAL_MS", value_name = "MS")]
     pub heartbeat_interval_ms: Option<u64>,
+
+    /// Deadline of a replication RPC that carries log entries: long enough for a follower to
+    /// receive and fsync a full batch [default: 1000; never below the heartbeat interval].
+    #[arg(long, env = "ENGRAM_APPEND_TIMEOUT_MS", value_name = "MS")]
+    pub append_timeout_ms: Option<u64>,
 
     /// Lower bound of the randomised election timeout [default: 400].
     #[arg(long, env = "ENGRAM_ELECTION_TIMEOUT_MIN_MS", value_name = "MS")]

@@ -179,6 +179,9 @@ async fn serve(args: ServeArgs, identity: (Option<PathBuf>, Option<PathBuf>)) ->
     if let Some(v) = args.heartbeat_interval_ms {
         config.heartbeat_interval_ms = v;
     }
+    if let Some(v) = args.append_timeout_ms {
+        config.append_timeout_ms = v;
+    }
     if let Some(v) = args.election_timeout_min_ms {
         config.election_timeout_min_ms = v;
     }

@@ -28,12 +28,16 @@ pub const MAX_MESSAGE_BYTES: usize = 64 << 20;
 const SNAPSHOT_CHUNK_BYTES: usize = 1 << 20;
 
 /// Makes one [`Connection`] per peer. Channels connect lazily and reconnect by themselves.
-#[derive(Clone, Default)]
-pub struct NetworkFactory;
+#[derive(Clone)]
+pub struct NetworkFactory {
+    /// Deadline of an append that carries entries (see [`Connection::append_deadline`]).
+    pub append_timeout: Duration,
+}
 
 pub struct Connection {
     target: u64,
     client: Result<RaftClient<Channel>, String>,
+    append_timeout: Duration,
 }
 
 /// TLS for the connections this process opens to other nodes (Raft, forwarding, joining),
@@ -86,7 +90,11 @@ impl RaftNetworkFactory<TypeConfig> for NetworkFactory {
         if let Err(e) = &client {
             warn!(target_node = target, error = %e, "cannot build a channel to peer");
         }
-        Connection { target, client }
+        Connection {
+            target,
+            client,
+            append_timeout: self.append_timeout,
+        }
     }
 }
 
@@ -107,17 +115,30 @@ impl Connection {
         self.client.clone().map_err(unreachable)
     }
 
-    fn request<T>(message: T, option: &RPCOption) -> Request<T> {
+    fn request<T>(message: T, deadline: Duration) -> Request<T> {
         let mut req = Request::new(message);
-        req.set_timeout(option.hard_ttl());
+        req.set_timeout(deadline);
         req
     }
 
-    /// One unary Raft RPC: encode, send with the RPC's deadline, decode the reply.
+    /// openraft gives every append the heartbeat interval as its deadline. That suits a
+    /// heartbeat (no entries), but an append carrying a full batch of large transactions can
+    /// take longer than a heartbeat to ship and fsync on a busy follower; cutting it off there
+    /// makes the leader resend the same batch forever and the follower never catches up.
+    /// Appends with entries therefore get the longer `append_timeout`.
+    fn append_deadline(&self, option: &RPCOption, carries_entries: bool) -> Duration {
+        if carries_entries {
+            option.hard_ttl().max(self.append_timeout)
+        } else {
+            option.hard_ttl()
+        }
+    }
+
+    /// One unary Raft RPC: encode, send with `deadline`, decode the reply.
     async fn call<Req, Resp, F, Fut>(
         &self,
         rpc: &Req,
-        option: &RPCOption,
+        deadline: Duration,
         what: &str,
         send: F,
     ) -> Result<Resp, RPCError<TypeConfig>>
@@ -128,9 +149,12 @@ impl Connection {
         Fut: Future<Output = Result<Response<pb::RaftMessage>, Status>>,
     {
         let payload = encode(rpc).map_err(|e| RPCError::Network(network_err(e)))?;
-        let reply = send(self.client()?, Self::request(pb::RaftMessage { payload }, option))
-            .await
-            .map_err(|s| self.status_to_rpc(s))?;
+        let reply = send(
+            self.client()?,
+            Self::request(pb::RaftMessage { payload }, deadline),
+        )
+        .await
+        .map_err(|s| self.status_to_rpc(s))?;
         decode(what, &reply.into_inner().payload).map_err(|e| RPCError::Network(network_err(e)))
     }
 
@@ -152,7 +176,8 @@ impl RaftNetworkV2<TypeConfig> for Connection {
         rpc: AppendEntriesRequest<TypeConfig>,
         option: RPCOption,
     ) -> Result<AppendEntriesResponse<TypeConfig>, RPCError<TypeConfig>> {
-        self.call(&rpc, &option, "append response", |mut c, r| async move {
+        let deadline = self.append_deadline(&option, !rpc.entries.is_empty());
+        self.call(&rpc, deadline, "append response", |mut c, r| async move {
             c.append_entries(r).await
         })
         .await
@@ -163,7 +188,7 @@ impl RaftNetworkV2<TypeConfig> for Connection {
         rpc: VoteRequest<TypeConfig>,
         option: RPCOption,
     ) -> Result<VoteResponse<TypeConfig>, RPCError<TypeConfig>> {
-        self.call(&rpc, &option, "vote response", |mut c, r| async move {
+        self.call(&rpc, option.hard_ttl(), "vote response", |mut c, r| async move {
             c.vote(r).await
         })
         .await

@@ -17,6 +17,9 @@ use crate::{Command, LogStore, NodeInfo, Raft, StateMachine, clock};
 #[derive(Clone, Debug)]
 pub struct RaftSettings {
     pub heartbeat_interval_ms: u64,
+    /// Deadline of a replication RPC that carries entries; heartbeats keep the heartbeat
+    /// interval as theirs.
+    pub append_timeout_ms: u64,
     pub election_timeout_min_ms: u64,
     pub election_timeout_max_ms: u64,
     pub snapshot_every_entries: u64,
@@ -111,7 +114,9 @@ impl RaftNode {
         let raft = Raft::new(
             node_id,
             Arc::new(config),
-            NetworkFactory,
+            NetworkFactory {
+                append_timeout: std::time::Duration::from_millis(settings.append_timeout_ms),
+            },
             log_store,
             state_machine,
         )
