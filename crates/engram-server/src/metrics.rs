@@ -69,6 +69,25 @@ pub fn render(node: &RaftNode) -> String {
     out
 }
 
+/// Reads a request's head: up to the blank line that ends it, the first 1 KiB, or the end of
+/// the stream, whichever comes first; `None` if nothing arrives within 5 s. One `read` is not
+/// enough: a client may send the request line in several segments.
+async fn read_head(stream: &mut tokio::net::TcpStream) -> Option<Vec<u8>> {
+    const LIMIT_BYTES: usize = 1024;
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(5);
+    let mut head = Vec::new();
+    let mut buf = [0u8; 256];
+    while head.len() < LIMIT_BYTES && !head.windows(4).any(|w| w == b"\r\n\r\n") {
+        match tokio::time::timeout_at(deadline, stream.read(&mut buf)).await {
+            Ok(Ok(0)) => break,
+            Ok(Ok(n)) => head.extend_from_slice(&buf[..n]),
+            _ if head.is_empty() => return None,
+            _ => break,
+        }
+    }
+    Some(head)
+}
+
 /// Serves `/metrics` on `addr` until the process ends.
 pub async fn serve(addr: SocketAddr, node: RaftNode) -> std::io::Result<()> {
     let listener = TcpListener::bind(addr).await?;
@@ -83,13 +102,10 @@ pub async fn serve(addr: SocketAddr, node: RaftNode) -> std::io::Result<()> {
         };
         let node = node.clone();
         tokio::spawn(async move {
-            let mut buf = [0u8; 1024];
-            let n = match tokio::time::timeout(std::time::Duration::from_secs(5), stream.read(&mut buf)).await
-            {
-                Ok(Ok(n)) => n,
-                _ => return,
+            let Some(head) = read_head(&mut stream).await else {
+                return;
             };
-            let request = String::from_utf8_lossy(&buf[..n]);
+            let request = String::from_utf8_lossy(&head);
             let line = request.lines().next().unwrap_or_default();
             let (status, content_type, body) = match line.split_whitespace().collect::<Vec<_>>()[..] {
                 ["GET", "/metrics", ..] => ("200 OK", "text/plain; version=0.0.4", render(&node)),
@@ -107,5 +123,32 @@ pub async fn serve(addr: SocketAddr, node: RaftNode) -> std::io::Result<()> {
             let _ = stream.write_all(response.as_bytes()).await;
             let _ = stream.shutdown().await;
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use tokio::io::AsyncWriteExt;
+    use tokio::net::{TcpListener, TcpStream};
+
+    use super::read_head;
+
+    #[tokio::test]
+    async fn a_request_sent_in_pieces_is_read_whole() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let client = tokio::spawn(async move {
+            let mut s = TcpStream::connect(addr).await.expect("connect");
+            for piece in ["GET ", "/metrics", " HTTP/1.1\r\nHost: x\r\n", "\r\n"] {
+                s.write_all(piece.as_bytes()).await.expect("write");
+                s.flush().await.expect("flush");
+                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+            }
+            s
+        });
+        let (mut stream, _) = listener.accept().await.expect("accept");
+        let head = read_head(&mut stream).await.expect("a head");
+        assert_eq!(head, b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n");
+        drop(client.await.expect("client"));
     }
 }
