@@ -137,6 +137,14 @@ pub async fn serve_keys(
             every_ms: config.checkpoint_every_ms,
         },
     };
+    // Before anything can dial a peer: `server_tls` also sets the identity this process dials
+    // peers with, and a channel opened before that (Raft, bootstrap) would stay plaintext
+    // against a TLS peer for good.
+    #[cfg(not(madsim))]
+    let tls = match &config.tls {
+        Some(files) => Some(server_tls(files)?),
+        None => None,
+    };
     let node = RaftNode::start(config.node_id, info, store, keys, &settings)
         .await
         .map_err(|e| ServerError::Startup(e.to_string()))?;
@@ -163,9 +171,9 @@ pub async fn serve_keys(
     #[allow(unused_mut)]
     let mut builder = Server::builder().tcp_nodelay(true);
     #[cfg(not(madsim))]
-    if let Some(tls) = &config.tls {
+    if let Some(tls) = tls {
         builder = builder
-            .tls_config(server_tls(tls)?)
+            .tls_config(tls)
             .map_err(|e| ServerError::Startup(format!("TLS: {e}")))?;
     }
     let router = builder
