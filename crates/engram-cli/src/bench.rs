@@ -534,6 +534,11 @@ impl BenchCluster {
             "1000".to_string(),
             "--election-timeout-max-ms".to_string(),
             "2000".to_string(),
+            // The preload's large transactions need more than a heartbeat to reach and be
+            // fsynced by a saturated follower; with the heartbeat as the deadline they are cut
+            // off and resent over and over (see docs/benchmarks.md, 10 M values).
+            "--append-timeout-ms".to_string(),
+            "1000".to_string(),
             // 8 MiB: the preload sends up to PRELOAD_BATCH values per transaction.
             "--max-tx-bytes".to_string(),
             (8u64 << 20).to_string(),

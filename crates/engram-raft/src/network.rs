@@ -125,7 +125,8 @@ impl Connection {
     /// heartbeat (no entries), but an append carrying a full batch of large transactions can
     /// take longer than a heartbeat to ship and fsync on a busy follower; cutting it off there
     /// makes the leader resend the same batch forever and the follower never catches up.
-    /// Appends with entries therefore get the longer `append_timeout`.
+    /// Appends with entries therefore get `append_timeout` when it is longer (operators raise
+    /// it for bulk loads; the default, 0, keeps the heartbeat interval).
     fn append_deadline(&self, option: &RPCOption, carries_entries: bool) -> Duration {
         if carries_entries {
             option.hard_ttl().max(self.append_timeout)

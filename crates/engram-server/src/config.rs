@@ -74,7 +74,8 @@ pub struct ServerConfig {
     /// Largest encoded transaction accepted, in bytes.
     pub max_tx_bytes: usize,
     pub heartbeat_interval_ms: u64,
-    /// Deadline of a replication RPC that carries entries (heartbeats use the interval).
+    /// Deadline of a replication RPC that carries entries; 0 (the default) or anything below
+    /// the heartbeat interval means the heartbeat interval, as for heartbeats.
     pub append_timeout_ms: u64,
     pub election_timeout_min_ms: u64,
     pub election_timeout_max_ms: u64,
@@ -106,7 +107,7 @@ impl ServerConfig {
             health_listen: None,
             max_tx_bytes: 1 << 20,
             heartbeat_interval_ms: 100,
-            append_timeout_ms: 1_000,
+            append_timeout_ms: 0,
             election_timeout_min_ms: 400,
             election_timeout_max_ms: 800,
             snapshot_every_entries: 5_000,

@@ -15,21 +15,6 @@ pub fn run_all(factory: &Factory<'_>) {
     batches_apply_in_order(&*factory());
     for_each_visits_everything_in_order(&*factory());
     binary_keys_and_values(&*factory());
-    buffered_writes_are_visible_before_a_sync(&*factory());
-}
-
-pub fn buffered_writes_are_visible_before_a_sync(store: &dyn Store) {
-    let mut b = WriteBatch::new();
-    b.put(Space::Log, b"k".to_vec(), b"v".to_vec());
-    store.write(b, Durability::Buffered).expect("buffered write");
-    assert_eq!(
-        store.get(Space::Log, b"k").expect("get"),
-        Some(b"v".to_vec()),
-        "a buffered write is readable at once"
-    );
-    store.sync().expect("sync");
-    store.sync().expect("a sync with nothing pending succeeds too");
-    assert_eq!(store.get(Space::Log, b"k").expect("get"), Some(b"v".to_vec()));
 }
 
 fn put(store: &dyn Store, space: Space, key: &[u8], value: &[u8]) {

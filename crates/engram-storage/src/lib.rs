@@ -186,12 +186,6 @@ pub trait Store: Send + Sync + 'static {
 
     fn write(&self, batch: WriteBatch, durability: Durability) -> Result<(), StorageError>;
 
-    /// Makes every earlier write durable, as a [`Durability::Sync`] write would. Lets a caller
-    /// write buffered (visible at once) and pay one fsync later for several writes.
-    fn sync(&self) -> Result<(), StorageError> {
-        self.write(WriteBatch::new(), Durability::Sync)
-    }
-
     fn for_each(&self, space: Space, visit: &mut Visitor<'_>) -> Result<(), StorageError>;
 }
 
