@@ -346,8 +346,9 @@ pub struct ServeArgs {
     #[arg(long, env = "ENGRAM_MAX_TX_BYTES", value_name = "BYTES")]
     pub max_tx_bytes: Option<usize>,
 
-    /// Raft heartbeat interval [default: 100]. It is also the deadline of every heartbeat
-    /// and vote RPC, so it must exceed the network round trip between nodes.
+    /// Raft heartbeat interval [default: 100]. It is also the deadline of every Raft RPC
+    /// (appends carrying entries may get longer, --append-timeout-ms), so it must exceed the
+    /// network round trip between nodes.
     #[arg(long, env = "ENGRAM_HEARTBEAT_INTERVAL_MS", value_name = "MS")]
     pub heartbeat_interval_ms: Option<u64>,
 

@@ -17,8 +17,8 @@ use crate::{Command, LogStore, NodeInfo, Raft, StateMachine, clock};
 #[derive(Clone, Debug)]
 pub struct RaftSettings {
     pub heartbeat_interval_ms: u64,
-    /// Deadline of a replication RPC that carries entries; heartbeats keep the heartbeat
-    /// interval as theirs.
+    /// Deadline of a replication RPC that carries entries when longer than the heartbeat
+    /// interval (0: the interval); heartbeats always keep the interval.
     pub append_timeout_ms: u64,
     pub election_timeout_min_ms: u64,
     pub election_timeout_max_ms: u64,
