@@ -38,6 +38,8 @@ pub struct SimNode {
     /// Read by the node's boot closure, so a restart picks up a new skew.
     pub clock_skew_ns: Arc<Mutex<i64>>,
     pub alive: bool,
+    /// How many times the node crashed: only a crash may roll its applied state back.
+    pub crashes: u64,
 }
 
 impl SimNode {
@@ -107,6 +109,7 @@ impl Cluster {
                     handle: node_handle,
                     clock_skew_ns: skew,
                     alive: true,
+                    crashes: 0,
                 },
             );
         }
@@ -143,6 +146,7 @@ impl Cluster {
             None => node.store.crash(),
         }
         node.alive = false;
+        node.crashes += 1;
     }
 
     /// Boots a crashed node again on what its store kept.

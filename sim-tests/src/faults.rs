@@ -40,6 +40,9 @@ pub struct FaultMix {
     pub registers: usize,
     /// How long faults fire, in simulated ms.
     pub fault_phase_ms: u64,
+    /// Mean gap between forged Raft requests from a host that is not a member (the
+    /// Byzantine-client fault), in ms.
+    pub forge_every_ms: Option<u64>,
 }
 
 impl FaultMix {
@@ -72,6 +75,8 @@ impl FaultMix {
             clients: rng.gen_range(2..=5),
             registers: rng.gen_range(2..=5),
             fault_phase_ms: 20_000,
+            // Drawn last, so the draws above stay what they were for every seed.
+            forge_every_ms: on(&mut rng).then(|| rng.gen_range(20..200)),
         }
     }
 
@@ -114,6 +119,9 @@ impl FaultMix {
         if self.snapshot_every_entries <= 40 {
             k.push("snapshot-install");
         }
+        if self.forge_every_ms.is_some() {
+            k.push("byzantine-client");
+        }
         k
     }
 }
@@ -123,7 +131,7 @@ impl fmt::Display for FaultMix {
         let every = |v: Option<u64>| v.map_or("off".to_string(), |ms| format!("~{ms}ms"));
         write!(
             f,
-            "crash={} torn={} partition={}{} loss={:.3} latency={}-{}ms skew=±{}ms membership={} whole-restart={} snapshot-every={} clients={} registers={}",
+            "crash={} torn={} partition={}{} loss={:.3} latency={}-{}ms skew=±{}ms membership={} whole-restart={} snapshot-every={} clients={} registers={} forge={}",
             every(self.crash_every_ms),
             self.torn_writes,
             every(self.partition_every_ms),
@@ -137,6 +145,7 @@ impl fmt::Display for FaultMix {
             self.snapshot_every_entries,
             self.clients,
             self.registers,
+            every(self.forge_every_ms),
         )
     }
 }

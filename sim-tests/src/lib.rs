@@ -10,7 +10,8 @@
 //!
 //! - [`scenario`]: one seed end to end; returns a [`scenario::SeedReport`].
 //! - [`cluster`]: the simulated nodes, their stores and keys, crash and restart.
-//! - [`faults`]: the per-seed fault mix and the driver that applies it.
+//! - [`faults`]: the per-seed fault mix and the driver that applies it; [`forger`]: the
+//!   Byzantine-client fault (forged Raft requests from a host that is not a member).
 //! - [`workload`]: agent clients; every operation recorded as invoke/return in [`history`].
 //! - [`checkers`]: one file per invariant (I1–I8 in the design brief) plus liveness.
 //! - [`watcher`], [`speculator`]: agents on their own hosts that follow the namespace through
@@ -28,6 +29,7 @@ pub mod checkers;
 pub mod cluster;
 pub mod events;
 pub mod faults;
+pub mod forger;
 /// The operation history (shared with the chaos run): see `engram-lincheck`.
 pub use engram_lincheck::history;
 pub mod scenario;

@@ -29,6 +29,8 @@ pub struct Options {
     pub bug: Option<PlantedBug>,
     /// Overrides the drawn fault phase length, in simulated ms.
     pub fault_phase_ms: Option<u64>,
+    /// Switches the Byzantine-client fault on with this mean gap, whatever the draw said.
+    pub forge_every_ms: Option<u64>,
 }
 
 /// What a seed did and found.
@@ -51,6 +53,8 @@ pub struct SeedReport {
     pub chain_len: u64,
     /// Branch merges and abandons the speculator had acknowledged.
     pub branch_merges: usize,
+    /// Entries a crash rolled back that the node applied again, each checked equal.
+    pub reapplied: u64,
     pub branch_abandons: usize,
     pub fault_counts: BTreeMap<&'static str, u64>,
     pub fault_log: Vec<String>,
@@ -122,6 +126,7 @@ struct Finished {
     history: Vec<crate::history::Op>,
     chain_len: u64,
     branch_merges: usize,
+    reapplied: u64,
     branch_abandons: usize,
     fault_counts: BTreeMap<&'static str, u64>,
     fault_log: Vec<String>,
@@ -174,6 +179,7 @@ fn run_seed_here(seed: u64, options: &Options) -> SeedReport {
         reads: 0,
         chain_len: 0,
         branch_merges: 0,
+        reapplied: 0,
         branch_abandons: 0,
         fault_counts: BTreeMap::new(),
         fault_log: Vec::new(),
@@ -198,6 +204,7 @@ fn run_seed_here(seed: u64, options: &Options) -> SeedReport {
             report.trace_hash = o.trace_hash;
             report.chain_len = o.chain_len;
             report.branch_merges = o.branch_merges;
+            report.reapplied = o.reapplied;
             report.branch_abandons = o.branch_abandons;
             report.fault_counts = o.fault_counts;
             report.fault_log = o.fault_log;
@@ -244,6 +251,9 @@ async fn simulate(options: Options) -> SimResult {
     let mut mix = FaultMix::draw();
     if let Some(ms) = options.fault_phase_ms {
         mix.fault_phase_ms = ms;
+    }
+    if let Some(ms) = options.forge_every_ms {
+        mix.forge_every_ms = Some(ms);
     }
     let pool = mix.pool_size();
     let skews: Vec<i64> = (0..pool).map(|_| draw_skew_ns(mix.clock_skew_ms)).collect();
@@ -336,13 +346,41 @@ async fn simulate(options: Options) -> SimResult {
             speculation.clone(),
         ));
 
+    // The Byzantine client: forged Raft requests from a host outside the cluster, for the
+    // fault phase.
+    let forged = Arc::new(crate::forger::ForgeLog::default());
+    let forger = mix.forge_every_ms.map(|every_ms| {
+        handle
+            .create_node()
+            .name("forger")
+            .ip(std::net::IpAddr::V4(std::net::Ipv4Addr::new(10, 0, 8, 1)))
+            .build()
+            .spawn(crate::forger::run_forger(
+                cluster.nodes.keys().copied().collect(),
+                every_ms,
+                forged.clone(),
+            ))
+    });
+
     let mut monitor = Monitor::default();
-    let (fault_log, fault_counts) = {
+    let (mut fault_log, mut fault_counts) = {
         let mut driver = Driver::new(&mut cluster, mix.clone(), start);
         driver.run(&mut monitor).await;
         driver.heal();
         (driver.log, driver.counts)
     };
+    forged.stop.store(true, Ordering::Relaxed);
+    if let Some(forger) = forger {
+        if let Err(e) = forger.await {
+            return fail(&mix, format!("the forger task failed: {e}"));
+        }
+        let sent = *forged.sent.lock().unwrap_or_else(|e| e.into_inner());
+        let refused = *forged.refused.lock().unwrap_or_else(|e| e.into_inner());
+        fault_counts.insert("byzantine-client", sent);
+        fault_log.push(format!(
+            "forged raft requests: {sent} sent, {refused} refused as unauthenticated"
+        ));
+    }
     w.stop.store(true, Ordering::Relaxed);
     speculation.stop.store(true, Ordering::Relaxed);
     for c in clients {
@@ -417,6 +455,7 @@ async fn simulate(options: Options) -> SimResult {
     let delivered = watch_log.txs.lock().unwrap_or_else(|e| e.into_inner()).clone();
     violations.extend(watch_complete::check(&replicas, &delivered));
     violations.extend(no_partial_apply::check(&replicas));
+    violations.extend(crate::checkers::peer_auth::check(&forged));
     violations.extend(linearizable::check(
         &ops,
         &committed_values(&replicas, &registers),
@@ -434,6 +473,7 @@ async fn simulate(options: Options) -> SimResult {
         trace_hash,
         history: ops,
         chain_len,
+        reapplied: monitor.reapplied,
         branch_merges: speculation.merged.lock().unwrap_or_else(|e| e.into_inner()).len(),
         branch_abandons: speculation
             .abandoned

@@ -13,9 +13,19 @@ const SEED_BOUND: u64 = 12;
 /// the bug is among those that failed. With `ENGRAM_SIM_PLANTED_SEEDS=N` it runs all N seeds
 /// and prints the detection rate instead of stopping at the first catch.
 fn caught_within_bound(bug: PlantedBug, expected: &[&str]) {
-    let options = Options {
-        bug: Some(bug),
-        fault_phase_ms: Some(12_000),
+    caught_with(
+        Options {
+            bug: Some(bug),
+            fault_phase_ms: Some(12_000),
+            ..Options::default()
+        },
+        expected,
+    );
+}
+
+fn caught_with(options: Options, expected: &[&str]) {
+    let Some(bug) = options.bug else {
+        panic!("caught_with needs a planted bug");
     };
     let measure: Option<u64> = std::env::var("ENGRAM_SIM_PLANTED_SEEDS")
         .ok()
@@ -98,5 +108,30 @@ fn half_batch_is_caught() {
             "I1 chain-continuity",
             "I2 replica-agreement",
         ],
+    );
+}
+
+#[test]
+fn eager_idempotency_row_is_caught() {
+    // The entry applied again after a crash differs from the one applied before (the monitor),
+    // or the node's chain differs from the others' (I2), or an acknowledged write is missing.
+    caught_within_bound(
+        PlantedBug::EagerIdempotencyRow,
+        &["I1 chain-continuity", "I2 replica-agreement", "I3 acked-durable"],
+    );
+}
+
+#[test]
+fn accept_unauthenticated_peer_is_caught() {
+    // The forger is switched on for every seed: the bug is only reachable through it. Either
+    // the checker sees a forged request answered, or a forged append that rewrote committed
+    // entries trips openraft's own assertion on the node (a crash in production).
+    caught_with(
+        Options {
+            bug: Some(PlantedBug::AcceptUnauthenticatedPeer),
+            fault_phase_ms: Some(12_000),
+            forge_every_ms: Some(100),
+        },
+        &["peer-auth", "panic:assertion failed"],
     );
 }

@@ -88,7 +88,7 @@ fn seed_sweep() {
     }
     let failed: Vec<&SeedReport> = reports.iter().filter(|r| !r.passed()).collect();
     println!(
-        "sweep: {} seeds from {start}, {} failed, {threads} threads, {wall_s:.1}s wall, {:.1} seeds/min, simulated {sim_s:.0}s in {busy_s:.0}s of thread time (ratio {:.2}), acked writes {}, ops {}, branch merges {}, abandons {}",
+        "sweep: {} seeds from {start}, {} failed, {threads} threads, {wall_s:.1}s wall, {:.1} seeds/min, simulated {sim_s:.0}s in {busy_s:.0}s of thread time (ratio {:.2}), acked writes {}, ops {}, branch merges {}, abandons {}, entries applied again after a crash {} (each the same)",
         reports.len(),
         failed.len(),
         reports.len() as f64 * 60.0 / wall_s.max(0.001),
@@ -97,6 +97,7 @@ fn seed_sweep() {
         reports.iter().map(|r| r.ops).sum::<usize>(),
         reports.iter().map(|r| r.branch_merges).sum::<usize>(),
         reports.iter().map(|r| r.branch_abandons).sum::<usize>(),
+        reports.iter().map(|r| r.reapplied).sum::<u64>(),
     );
     println!("sweep: seeds whose mix enabled each kind {kinds:?}");
     println!("sweep: seeds in which each fault fired / event happened {happened:?}");

@@ -134,6 +134,9 @@ pub struct KeyRing {
 
 struct Ring {
     current: Arc<NodeKey>,
+    /// The key `current` replaced in this process, kept so that peers which have not applied
+    /// the rotation yet still recognise this node (see [`KeyRing::previous`]).
+    previous: Option<Arc<NodeKey>>,
     staged: Vec<Arc<NodeKey>>,
     listener: Option<KeyRingListener>,
 }
@@ -143,6 +146,7 @@ impl KeyRing {
         KeyRing {
             inner: Mutex::new(Ring {
                 current,
+                previous: None,
                 staged: Vec::new(),
                 listener: None,
             }),
@@ -157,6 +161,15 @@ impl KeyRing {
     /// The key to sign with now.
     pub fn current(&self) -> Arc<NodeKey> {
         self.ring().current.clone()
+    }
+
+    /// The key the current one replaced, if this process rotated. A node switches keys when
+    /// it applies the rotation entry, and its peers learn the new key only when they apply the
+    /// same entry, which may be later (a leader applies first): node-to-node messages are
+    /// signed by both keys meanwhile. Not persisted: after a restart the peers have long
+    /// applied the rotation.
+    pub fn previous(&self) -> Option<Arc<NodeKey>> {
+        self.ring().previous.clone()
     }
 
     /// The public keys staged for a rotation.
@@ -180,7 +193,7 @@ impl KeyRing {
             return false;
         };
         let key = ring.staged.remove(at);
-        ring.current = key;
+        ring.previous = Some(std::mem::replace(&mut ring.current, key));
         ring.staged.clear();
         if let Some(listener) = &ring.listener {
             listener(&ring.current, &ring.staged);

@@ -13,11 +13,13 @@
 //! pure function of the entries given to it.
 
 mod batch;
+mod bisect;
 mod chain;
 mod checkpoint;
 mod entry;
 mod keys;
 
+pub use bisect::Bisect;
 pub use chain::{ChainError, ChainFault, ChainVerifier, KeyRecord, apply_key_change};
 pub use checkpoint::{
     Checkpoint, CheckpointError, NoteSignature, SignedCheckpoint, note_key_hash, note_key_name, verifier_key,

@@ -24,6 +24,7 @@ use serde::Serialize;
 
 use crate::cli::{BenchArgs, BenchPhase};
 use crate::local_cluster::{LocalCluster, LocalNode, free_ports};
+use crate::output::{out, outln};
 use crate::ui::Ui;
 
 /// The namespace the load runs write and read.
@@ -148,10 +149,15 @@ impl EngramSystem {
     }
 }
 
+/// Preload transactions made by this process so far. One count for the whole process, not
+/// one per preload: a second preload into the same cluster (another phase) must not reuse the
+/// first one's keys, which the cluster refuses for other content.
+static PRELOAD_TXS: AtomicU64 = AtomicU64::new(0);
+
 /// A preload transaction with a fresh idempotency key, so the client may retry it safely.
-fn keyed(ns: &Namespace, ops: Vec<TxOp>, counter: &AtomicU64) -> TxRequest {
+fn keyed(ns: &Namespace, ops: Vec<TxOp>) -> TxRequest {
     let mut tx = TxRequest::data(ns.clone(), ops, provenance());
-    let n = counter.fetch_add(1, Ordering::Relaxed);
+    let n = PRELOAD_TXS.fetch_add(1, Ordering::Relaxed);
     tx.idempotency_key = Some(format!("bench-preload-{}-{n}", std::process::id()));
     tx
 }
@@ -196,7 +202,6 @@ impl System for EngramSystem {
         progress: Box<dyn Fn(u64) + Send + Sync>,
     ) -> BoxFuture<'static, Result<(), String>> {
         let c = self.retrying.clone();
-        let run = Arc::new(AtomicU64::new(0));
         let ns = self.ns.clone();
         let attr = self.value_attr.clone();
         let value = text(&engram_loadgen::value_of(value_bytes));
@@ -220,7 +225,7 @@ impl System for EngramSystem {
                 }
                 let n = (keys - existing).min(PRELOAD_BATCH);
                 let ops = (0..n).map(|i| op(EntityRef::Temp(format!("k{i}")))).collect();
-                let resp = c.transact(&keyed(&ns, ops, &run)).await.map_err(err)?;
+                let resp = c.transact(&keyed(&ns, ops)).await.map_err(err)?;
                 let mut ids: Vec<(usize, EntityId)> = resp
                     .temp_ids
                     .iter()
@@ -255,7 +260,7 @@ impl System for EngramSystem {
                     let ops = (start..start + n)
                         .map(|i| op(EntityRef::Id(all[(i % keys) as usize])))
                         .collect();
-                    let tx = keyed(&ns, ops, &run);
+                    let tx = keyed(&ns, ops);
                     let c = c.clone();
                     async move { c.transact(&tx).await.map(|r| r.tx).map_err(err) }.boxed()
                 },
@@ -653,13 +658,13 @@ pub fn emit(args: &BenchArgs, spec: &SuiteSpec, report: &SuiteReport, json: bool
             .with_context(|| format!("writing {}", out.display()))?;
     }
     if json {
-        println!("{}", serde_json::to_string_pretty(&doc)?);
+        outln!("{}", serde_json::to_string_pretty(&doc)?)?;
         return Ok(());
     }
-    println!("{}", doc.machine);
-    print!("{}", table(&doc.rows));
+    outln!("{}", doc.machine)?;
+    out!("{}", table(&doc.rows))?;
     for f in &report.fanouts {
-        println!(
+        outln!(
             "watch fan-out {:>6}: {} subscribers x {} markers: {}/{} delivered, p50 {:.3} ms, p99 {:.3} ms, max {:.3} ms",
             f.system,
             f.subscribers,
@@ -669,16 +674,16 @@ pub fn emit(args: &BenchArgs, spec: &SuiteSpec, report: &SuiteReport, json: bool
             f.latency.p50_us / 1000.0,
             f.latency.p99_us / 1000.0,
             f.latency.max_us / 1000.0
-        );
+        )?;
     }
     for (system, values, secs) in &report.preloads {
-        println!(
+        outln!(
             "preload {system}: {values} values in {secs:.1} s ({:.0}/s)",
             *values as f64 / secs.max(1e-9)
-        );
+        )?;
     }
     for s in &report.skipped {
-        println!("not measured: {s}");
+        outln!("not measured: {s}")?;
     }
     Ok(())
 }

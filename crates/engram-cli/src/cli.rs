@@ -380,6 +380,20 @@ pub struct ServeArgs {
     #[arg(long, env = "ENGRAM_CHECKPOINT_EVERY_MS", value_name = "MS")]
     pub checkpoint_every_ms: Option<u64>,
 
+    /// Compare this node's audit chain with every peer's this often; on a mismatch the node
+    /// raises the divergence alarm (logs the first divergent entry and peer, reports not
+    /// ready, refuses writes until restarted). 0 turns the check off [default: 5000].
+    #[arg(long, env = "ENGRAM_DIVERGENCE_CHECK_MS", value_name = "MS")]
+    pub divergence_check_ms: Option<u64>,
+    /// What to check of the store before serving: `none`; `tip` (the chain tip decodes, links,
+    /// is attested by a trusted key and is what the head row names; its datoms reproduce its
+    /// content hash and have their index rows); `sample` (the same for the last 1024 entries);
+    /// `full` (the whole chain, every row of every space with checksums, every index row and
+    /// datom, as `engram audit verify --data-dir`). A node that fails does not start
+    /// [default: tip].
+    #[arg(long, env = "ENGRAM_VERIFY_ON_START", value_name = "none|tip|sample|full")]
+    pub verify_on_start: Option<engram_core::scrub::StartCheck>,
+
     /// Export traces over OTLP/gRPC to this collector, e.g. http://localhost:4317.
     #[arg(long, env = "OTEL_EXPORTER_OTLP_ENDPOINT", value_name = "URL")]
     pub otlp_endpoint: Option<String>,
@@ -779,7 +793,9 @@ pub struct VerifyArgs {
     /// An export file written by `engram audit export`.
     #[arg(value_name = "FILE", conflicts_with_all = ["data_dir", "each"])]
     pub file: Option<PathBuf>,
-    /// A stopped node's data directory (the one given to `engram serve --data-dir`).
+    /// A stopped node's data directory (the one given to `engram serve --data-dir`): its
+    /// chain is verified as an export would be, then every row of the store is read with
+    /// checksums verified and cross-checked (index rows against datoms, datoms against entries).
     #[arg(long, value_name = "DIR", conflicts_with = "each")]
     pub data_dir: Option<PathBuf>,
     /// Live: verify every endpoint's chain separately and check that their heads agree.

@@ -22,6 +22,7 @@ use crate::cli::{
     WatchArgs,
 };
 use crate::output::{Table, datom_table, format_time_ns, plural, short_hash};
+use crate::output::{out, outln};
 use crate::txjson;
 use crate::ui::Ui;
 
@@ -53,7 +54,7 @@ impl std::error::Error for Reported {}
 
 /// Whether the error's details were already printed on stdout.
 pub fn already_reported(err: &anyhow::Error) -> bool {
-    err.chain().any(|e| e.is::<Reported>() || e.is::<Tampered>())
+    err.chain().any(|e| e.is::<Tampered>()) || crate::offline::is_reported(err)
 }
 
 /// The exit code for an error, per the documented table.
@@ -81,12 +82,12 @@ pub fn error_json(err: &anyhow::Error) -> Json {
     })
 }
 
-pub fn print_json(value: &Json) {
+pub fn print_json(value: &Json) -> Result<()> {
     // Serialising a `serde_json::Value` cannot fail; fall back to its Display just in case.
-    println!(
+    outln!(
         "{}",
         serde_json::to_string_pretty(value).unwrap_or_else(|_| value.to_string())
-    );
+    )
 }
 
 pub async fn run(cli: Cli) -> Result<()> {
@@ -107,7 +108,7 @@ pub async fn run(cli: Cli) -> Result<()> {
         Command::Find(args) => find(&client()?, args, json).await,
         Command::Watch(args) => watch(&client()?, args, json).await,
         Command::Diff(args) => diff(&client()?, args, json).await,
-        Command::Health(args) => health(&cli.endpoints, args, json).await,
+        Command::Health(args) => health(&cli.endpoints, &config, args, json).await,
         Command::Schema(cmd) => crate::memory_cmd::schema(&client()?, cmd, json).await,
         Command::Branch(cmd) => crate::memory_cmd::branch(&client()?, cmd, json).await,
         Command::Audit(AuditCommand::Verify(args)) if args.file.is_some() || args.data_dir.is_some() => {
@@ -197,6 +198,12 @@ async fn serve(args: ServeArgs, identity: (Option<PathBuf>, Option<PathBuf>)) ->
     if let Some(v) = args.snapshot_every_entries {
         config.snapshot_every_entries = v;
     }
+    if let Some(v) = args.divergence_check_ms {
+        config.divergence_check_ms = v;
+    }
+    if let Some(v) = args.verify_on_start {
+        config.verify_on_start = v;
+    }
     if config.election_timeout_min_ms >= config.election_timeout_max_ms {
         bail!(
             "--election-timeout-min-ms ({}) must be below --election-timeout-max-ms ({})",
@@ -285,13 +292,13 @@ async fn cluster(client: &Client, cmd: ClusterCommand, json: bool) -> Result<()>
             let members: Vec<(u64, String)> = members.into_iter().map(|p| (p.id, p.addr)).collect();
             let resp = client.init(&members).await.context("cluster init")?;
             if json {
-                print_json(&json!({ "members": resp.members.iter().map(member_json).collect::<Vec<_>>() }));
+                print_json(&json!({ "members": resp.members.iter().map(member_json).collect::<Vec<_>>() }))?;
             } else {
                 if resp.members.is_empty() {
-                    println!("cluster initialised; see `engram cluster status` for its members");
+                    outln!("cluster initialised; see `engram cluster status` for its members")?;
                 } else {
-                    println!("cluster initialised with {} members", resp.members.len());
-                    print!("{}", members_table(&resp.members));
+                    outln!("cluster initialised with {} members", resp.members.len())?;
+                    out!("{}", members_table(&resp.members))?;
                 }
             }
             Ok(())
@@ -322,7 +329,7 @@ async fn cluster(client: &Client, cmd: ClusterCommand, json: bool) -> Result<()>
                             "message": e.to_string(), "code": e.code().map(code_name) } }),
                     })
                     .collect();
-                print_json(&Json::Array(rows));
+                print_json(&Json::Array(rows))?;
             } else {
                 let mut t = Table::new(&[
                     "ENDPOINT",
@@ -361,7 +368,7 @@ async fn cluster(client: &Client, cmd: ClusterCommand, json: bool) -> Result<()>
                         ]),
                     }
                 }
-                print!("{}", t.render());
+                out!("{}", t.render())?;
             }
             if failed > 0 {
                 let first = results
@@ -387,23 +394,23 @@ async fn cluster(client: &Client, cmd: ClusterCommand, json: bool) -> Result<()>
                 .add_node(id, &addr, learner_only)
                 .await
                 .context("cluster add")?;
-            membership_output(&format!("node {id} added"), &resp, json);
+            membership_output(&format!("node {id} added"), &resp, json)?;
             Ok(())
         }
         ClusterCommand::Shrink { to } => shrink(client, to, json).await,
         ClusterCommand::Remove { id } => {
             let resp = client.remove_node(id).await.context("cluster remove")?;
-            membership_output(&format!("node {id} removed"), &resp, json);
+            membership_output(&format!("node {id} removed"), &resp, json)?;
             Ok(())
         }
         ClusterCommand::RotateKey { id } => {
             let index = client.rotate_key(id).await.context("cluster rotate-key")?;
             if json {
-                print_json(&json!({ "ok": true, "node_id": id, "audit_index": index }));
+                print_json(&json!({ "ok": true, "node_id": id, "audit_index": index }))?;
             } else {
-                println!(
+                outln!(
                     "key of node {id} rotated by audit entry {index}; it signs with the new key from there on"
-                );
+                )?;
             }
             Ok(())
         }
@@ -421,22 +428,23 @@ async fn cluster(client: &Client, cmd: ClusterCommand, json: bool) -> Result<()>
                 .await
                 .context("cluster revoke-key")?;
             if json {
-                print_json(&json!({ "ok": true, "node_id": id, "audit_index": index }));
+                print_json(&json!({ "ok": true, "node_id": id, "audit_index": index }))?;
             } else {
-                println!("key of node {id} revoked by audit entry {index}");
+                outln!("key of node {id} revoked by audit entry {index}")?;
             }
             Ok(())
         }
     }
 }
 
-fn membership_output(what: &str, resp: &pb::MembershipResponse, json: bool) {
+fn membership_output(what: &str, resp: &pb::MembershipResponse, json: bool) -> Result<()> {
     if json {
-        print_json(&json!({ "members": resp.members.iter().map(member_json).collect::<Vec<_>>() }));
+        print_json(&json!({ "members": resp.members.iter().map(member_json).collect::<Vec<_>>() }))?;
     } else {
-        println!("{what}; members now:");
-        print!("{}", members_table(&resp.members));
+        outln!("{what}; members now:")?;
+        out!("{}", members_table(&resp.members))?;
     }
+    Ok(())
 }
 
 // ------------------------------------------------------------------ memory
@@ -491,43 +499,45 @@ async fn transact(client: &Client, file: &str, json: bool) -> Result<()> {
     let source = if file == "-" { "stdin" } else { file };
     let tx = txjson::parse_tx(&text).with_context(|| format!("invalid transaction in {source}"))?;
     let receipt = client.transact(&tx).await.context("transaction refused")?;
-    receipt_output(&receipt, json);
+    receipt_output(&receipt, json)?;
     Ok(())
 }
 
 /// A transaction's receipt: JSON, or one line and the temporary names it resolved.
-pub fn receipt_output(receipt: &pb::TransactResponse, json: bool) {
+pub fn receipt_output(receipt: &pb::TransactResponse, json: bool) -> Result<()> {
     if json {
-        print_json(&receipt_json(receipt));
+        print_json(&receipt_json(receipt))?;
     } else {
-        println!(
+        outln!(
             "tx {} at {}: {}, audit entry {} ({})",
             receipt.tx,
             format_time_ns(receipt.tx_time_ns),
             plural(receipt.datom_hashes.len(), "datom"),
             receipt.audit_index,
             short_hash(&receipt.audit_hash)
-        );
+        )?;
         let mut temp: Vec<_> = receipt.temp_ids.iter().collect();
         temp.sort();
         for (name, id) in temp {
-            println!("  {name} -> entity {id}");
+            outln!("  {name} -> entity {id}")?;
         }
     }
+    Ok(())
 }
 
-fn datoms_output(datoms: &[pb::Datom], applied_tx: u64, extra: Json, json: bool) {
+fn datoms_output(datoms: &[pb::Datom], applied_tx: u64, extra: Json, json: bool) -> Result<()> {
     if json {
         let mut doc = extra;
         doc["applied_tx"] = json!(applied_tx);
         doc["datoms"] = Json::Array(datoms.iter().map(txjson::datom_to_json).collect());
-        print_json(&doc);
+        print_json(&doc)?;
     } else if datoms.is_empty() {
-        println!("no datoms (read at tx {applied_tx})");
+        outln!("no datoms (read at tx {applied_tx})")?;
     } else {
-        print!("{}", datom_table(datoms));
-        println!("({}, read at tx {applied_tx})", plural(datoms.len(), "datom"));
+        out!("{}", datom_table(datoms))?;
+        outln!("({}, read at tx {applied_tx})", plural(datoms.len(), "datom"))?;
     }
+    Ok(())
 }
 
 async fn get(client: &Client, args: GetArgs, json: bool) -> Result<()> {
@@ -551,7 +561,7 @@ async fn get(client: &Client, args: GetArgs, json: bool) -> Result<()> {
             .map_err(proof_error)?;
         let mut extra = json!({ "entity": resp.entity });
         verified_output(&mut extra, &trust, resp.datoms.len(), json);
-        datoms_output(&resp.datoms, resp.applied_tx, extra, json);
+        datoms_output(&resp.datoms, resp.applied_tx, extra, json)?;
         return Ok(());
     }
     let resp = client
@@ -562,17 +572,17 @@ async fn get(client: &Client, args: GetArgs, json: bool) -> Result<()> {
         "entity": resp.entity,
         "conflicts": resp.conflicts.iter().map(txjson::datom_to_json).collect::<Vec<_>>(),
     });
-    datoms_output(&resp.datoms, resp.applied_tx, conflicts, json);
+    datoms_output(&resp.datoms, resp.applied_tx, conflicts, json)?;
     if !json && !resp.conflicts.is_empty() {
-        println!(
+        outln!(
             "conflicts: {} that other agents claim and the {} rule did not pick:",
             plural(resp.conflicts.len(), "value"),
             match args.rule {
                 RuleArg::Latest => "latest",
                 RuleArg::Verified => "verified",
             }
-        );
-        print!("{}", datom_table(&resp.conflicts));
+        )?;
+        out!("{}", datom_table(&resp.conflicts))?;
     }
     Ok(())
 }
@@ -630,7 +640,7 @@ async fn history(client: &Client, args: HistoryArgs, json: bool) -> Result<()> {
             .map_err(proof_error)?;
         let mut extra = json!({});
         verified_output(&mut extra, &trust, resp.datoms.len(), json);
-        datoms_output(&resp.datoms, resp.applied_tx, extra, json);
+        datoms_output(&resp.datoms, resp.applied_tx, extra, json)?;
         return Ok(());
     }
     let resp = match branch_arg(args.branch.as_deref())? {
@@ -646,7 +656,7 @@ async fn history(client: &Client, args: HistoryArgs, json: bool) -> Result<()> {
         }
     }
     .context("history")?;
-    datoms_output(&resp.datoms, resp.applied_tx, json!({}), json);
+    datoms_output(&resp.datoms, resp.applied_tx, json!({}), json)?;
     Ok(())
 }
 
@@ -668,15 +678,15 @@ async fn diff(client: &Client, args: DiffArgs, json: bool) -> Result<()> {
             "from_tx": args.from_tx, "to_tx": resp.to_tx, "truncated": resp.truncated,
             "asserted": resp.asserted.iter().map(txjson::datom_to_json).collect::<Vec<_>>(),
             "retracted": resp.retracted.iter().map(txjson::datom_to_json).collect::<Vec<_>>(),
-        }));
+        }))?;
     } else {
-        println!("changes after tx {} up to tx {}:", args.from_tx, resp.to_tx);
-        println!("asserted ({}):", resp.asserted.len());
-        print!("{}", datom_table(&resp.asserted));
-        println!("retracted ({}):", resp.retracted.len());
-        print!("{}", datom_table(&resp.retracted));
+        outln!("changes after tx {} up to tx {}:", args.from_tx, resp.to_tx)?;
+        outln!("asserted ({}):", resp.asserted.len())?;
+        out!("{}", datom_table(&resp.asserted))?;
+        outln!("retracted ({}):", resp.retracted.len())?;
+        out!("{}", datom_table(&resp.retracted))?;
         if resp.truncated {
-            println!("(truncated at the limit: diff again from the last tx shown)");
+            outln!("(truncated at the limit: diff again from the last tx shown)")?;
         }
     }
     Ok(())
@@ -703,15 +713,15 @@ async fn watch(client: &Client, args: WatchArgs, json: bool) -> Result<()> {
                 "audit_hash": hex::encode(&event.audit_hash),
                 "datoms": event.datoms.iter().map(txjson::datom_to_json).collect::<Vec<_>>(),
             });
-            println!("{doc}");
+            outln!("{doc}")?;
         } else {
-            println!(
+            outln!(
                 "tx {} at {} (audit entry {}):",
                 event.tx,
                 format_time_ns(event.tx_time_ns),
                 event.audit_index
-            );
-            print!("{}", datom_table(&event.datoms));
+            )?;
+            out!("{}", datom_table(&event.datoms))?;
         }
     }
     Ok(())
@@ -733,25 +743,27 @@ async fn find(client: &Client, args: FindArgs, json: bool) -> Result<()> {
         branch: branch_arg(args.branch.as_deref())?,
     };
     let resp = client.find(&query).await.context("find")?;
-    datoms_output(&resp.datoms, resp.applied_tx, json!({}), json);
+    datoms_output(&resp.datoms, resp.applied_tx, json!({}), json)?;
     Ok(())
 }
 
-/// `engram health`: one gRPC health check against the first endpoint.
-async fn health(endpoints: &[String], args: crate::cli::HealthArgs, json: bool) -> Result<()> {
+/// `engram health`: one gRPC health check against the first endpoint, connecting as every
+/// other client command does (`--tls-*` included).
+async fn health(
+    endpoints: &[String],
+    config: &ClientConfig,
+    args: crate::cli::HealthArgs,
+    json: bool,
+) -> Result<()> {
     use tonic_health::pb::health_check_response::ServingStatus;
     let endpoint = endpoints
         .first()
         .ok_or_else(|| anyhow!("--endpoint: give a node"))?;
-    let url = if endpoint.contains("://") {
-        endpoint.clone()
-    } else {
-        format!("http://{endpoint}")
-    };
     let timeout = Duration::from_millis(args.timeout_ms);
     let check = async {
-        let channel = tonic::transport::Endpoint::from_shared(url.clone())?
+        let channel = engram_client::node_endpoint(endpoint, config)?
             .connect_timeout(timeout)
+            .timeout(timeout)
             .connect()
             .await?;
         let mut client = tonic_health::pb::health_client::HealthClient::new(channel);
@@ -771,9 +783,9 @@ async fn health(endpoints: &[String], args: crate::cli::HealthArgs, json: bool) 
     if json {
         print_json(
             &json!({ "endpoint": endpoint, "service": args.service, "status": name, "serving": serving }),
-        );
+        )?;
     } else {
-        println!("{endpoint} {}: {name}", args.service);
+        outln!("{endpoint} {}: {name}", args.service)?;
     }
     if serving {
         Ok(())
@@ -795,9 +807,9 @@ async fn shrink(client: &Client, to: u64, json: bool) -> Result<()> {
     let extra: Vec<u64> = members.iter().copied().filter(|id| *id > to).rev().collect();
     if extra.is_empty() {
         if json {
-            print_json(&json!({ "ok": true, "removed": [], "members": members }));
+            print_json(&json!({ "ok": true, "removed": [], "members": members }))?;
         } else {
-            println!("nothing to remove: the members are {members:?}");
+            outln!("nothing to remove: the members are {members:?}")?;
         }
         return Ok(());
     }
@@ -838,12 +850,12 @@ async fn shrink(client: &Client, to: u64, json: bool) -> Result<()> {
             .await
             .with_context(|| format!("removing node {id} (removed so far: {removed:?})"))?;
         if !json {
-            println!("node {id} removed");
+            outln!("node {id} removed")?;
         }
         removed.push(id);
     }
     if json {
-        print_json(&json!({ "ok": true, "removed": removed }));
+        print_json(&json!({ "ok": true, "removed": removed }))?;
     }
     Ok(())
 }
@@ -914,9 +926,9 @@ async fn audit(client: &Client, cmd: AuditCommand, json: bool) -> Result<()> {
                 print_json(&json!({
                     "origin": cp.origin, "size": cp.size, "root": hex::encode(&cp.root),
                     "tx_time_ns": cp.tx_time_ns, "note": cp.note,
-                }));
+                }))?;
             } else {
-                print!("{}", cp.note);
+                out!("{}", cp.note)?;
             }
             Ok(())
         }
@@ -949,8 +961,17 @@ async fn audit(client: &Client, cmd: AuditCommand, json: bool) -> Result<()> {
                     hashes.push((r.endpoint.clone(), entry_hash(c, common).await?));
                 }
                 if hashes.iter().any(|(_, h)| *h != hashes[0].1) {
-                    let listed: Vec<String> = hashes.iter().map(|(ep, h)| format!("{ep}: {h}")).collect();
-                    divergence = Some(format!("chains diverge at entry {common}: {}", listed.join(", ")));
+                    // The heads only show that the chains differ somewhere before them; name
+                    // the first entry where they do.
+                    let mut first = common;
+                    for (c, _) in &reports[1..] {
+                        first = first.min(first_divergence(reports[0].0, c, common).await?);
+                    }
+                    let mut listed = Vec::new();
+                    for (c, r) in &reports {
+                        listed.push(format!("{}: {}", r.endpoint, entry_hash(c, first).await?));
+                    }
+                    divergence = Some(format!("chains diverge at entry {first}: {}", listed.join(", ")));
                 }
             }
             if json {
@@ -968,11 +989,11 @@ async fn audit(client: &Client, cmd: AuditCommand, json: bool) -> Result<()> {
                     Json::Array(rows)
                 } else {
                     rows.swap_remove(0)
-                });
+                })?;
             } else {
                 for (label, _, r) in &outcomes {
                     match r {
-                        Ok(r) => println!(
+                        Ok(r) => outln!(
                             "{}: chain verified: {} entries, head {} {}",
                             r.endpoint,
                             r.entries_checked,
@@ -980,13 +1001,13 @@ async fn audit(client: &Client, cmd: AuditCommand, json: bool) -> Result<()> {
                             r.head_hash
                                 .map(|h| h.to_hex())
                                 .unwrap_or_else(|| "(empty)".into())
-                        ),
-                        Err(e) if e.is_tampering() => println!("{label}: CHAIN DOES NOT VERIFY: {e}"),
-                        Err(e) => println!("{label}: could not verify: {e}"),
+                        )?,
+                        Err(e) if e.is_tampering() => outln!("{label}: CHAIN DOES NOT VERIFY: {e}")?,
+                        Err(e) => outln!("{label}: could not verify: {e}")?,
                     }
                 }
                 if let Some(d) = &divergence {
-                    println!("CHAINS DISAGREE: {d}");
+                    outln!("CHAINS DISAGREE: {d}")?;
                 }
             }
             let tampered = outcomes
@@ -1023,16 +1044,16 @@ async fn audit(client: &Client, cmd: AuditCommand, json: bool) -> Result<()> {
                 print_json(&json!({
                     "index": h.index, "hash": hex::encode(&h.hash), "tx": h.tx,
                     "tx_time_ns": h.tx_time_ns, "node_id": h.node_id,
-                }));
+                }))?;
             } else {
-                println!(
+                outln!(
                     "head: entry {} {} (tx {}, {}; from node {})",
                     h.index,
                     hex::encode(&h.hash),
                     h.tx,
                     format_time_ns(h.tx_time_ns),
                     h.node_id
-                );
+                )?;
             }
             Ok(())
         }
@@ -1071,11 +1092,11 @@ async fn audit(client: &Client, cmd: AuditCommand, json: bool) -> Result<()> {
                 }
             }
             if json {
-                print_json(&Json::Array(rows));
+                print_json(&Json::Array(rows))?;
             } else if table.is_empty() {
-                println!("no entries");
+                outln!("no entries")?;
             } else {
-                print!("{}", table.render());
+                out!("{}", table.render())?;
             }
             Ok(())
         }
@@ -1083,6 +1104,16 @@ async fn audit(client: &Client, cmd: AuditCommand, json: bool) -> Result<()> {
 }
 
 /// The hash of entry `index` of a node's chain, recomputed from its signed form.
+/// The first index in `1..=differ_at` where the chains of `a` and `b` hold different entries,
+/// given that they differ at `differ_at` ([`engram_audit::Bisect`]).
+async fn first_divergence(a: &Client, b: &Client, differ_at: u64) -> Result<u64> {
+    let mut search = engram_audit::Bisect::new(differ_at);
+    while let Some(i) = search.probe() {
+        search.record(i, entry_hash(a, i).await? == entry_hash(b, i).await?);
+    }
+    Ok(search.first())
+}
+
 async fn entry_hash(client: &Client, index: u64) -> Result<engram_types::Hash> {
     let mut stream = client.audit_entries(index, 1).await?;
     let entry = stream

@@ -30,6 +30,7 @@ use crate::cli::DemoArgs;
 use crate::commands::{Reported, print_json};
 use crate::invariants::{self, AckedTx, ChainEntry, ExpectedDatom, NodeView, StoredDatom, Violation};
 use crate::local_cluster::{LocalCluster, agreed_leader, free_ports};
+use crate::output::outln;
 use crate::ui::Ui;
 
 const NODES: usize = 3;
@@ -122,15 +123,17 @@ pub async fn run(args: DemoArgs, json: bool) -> Result<DemoSummary> {
     match outcome {
         Ok(mut summary) => {
             summary.data_dir = kept_dir;
-            if json {
-                print_json(&json!(summary));
+            let printed = if json {
+                print_json(&json!(summary))
             } else {
-                print_summary(&summary);
-            }
+                print_summary(&summary)
+            };
+            // Failed checks outrank a closed stdout: they still end the demo with an error.
             if !summary.ok {
                 let failed: Vec<&str> = summary.checks.iter().filter(|c| !c.ok).map(|c| c.name).collect();
                 return Err(Reported(format!("demo checks failed: {}", failed.join(", "))).into());
             }
+            printed?;
             Ok(summary)
         }
         Err(e) => {
@@ -161,68 +164,78 @@ async fn interrupted() -> &'static str {
     }
 }
 
-fn print_summary(s: &DemoSummary) {
+fn print_summary(s: &DemoSummary) -> Result<()> {
     let verdict = if s.ok {
         "all checks passed"
     } else {
         "CHECKS FAILED"
     };
-    println!();
-    println!(
+    outln!()?;
+    outln!(
         "Engram demo: {} nodes, {} agents, {:.1} s of writes — {verdict}",
-        s.nodes, s.agents, s.write_secs
-    );
-    println!(
+        s.nodes,
+        s.agents,
+        s.write_secs
+    )?;
+    outln!(
         "  transactions acknowledged  {} ({:.1} tx/s, {} datoms, {} with preconditions)",
-        s.tx_acked, s.tx_per_sec, s.datoms_acked, s.precondition_txs_acked
-    );
-    println!("  transactions lost          {}", s.tx_lost);
+        s.tx_acked,
+        s.tx_per_sec,
+        s.datoms_acked,
+        s.precondition_txs_acked
+    )?;
+    outln!("  transactions lost          {}", s.tx_lost)?;
     if s.tx_unacknowledged > 0 {
-        println!(
+        outln!(
             "  outcome unknown            {} (never acknowledged; not counted as acked)",
             s.tx_unacknowledged
-        );
+        )?;
     }
-    println!(
+    outln!(
         "  leader failover            node {} SIGKILLed; node {} elected in {} ms; longest write pause {} ms",
-        s.killed_node, s.new_leader, s.election_ms, s.max_write_pause_ms
-    );
-    println!(
+        s.killed_node,
+        s.new_leader,
+        s.election_ms,
+        s.max_write_pause_ms
+    )?;
+    outln!(
         "  restart                    node {} rejoined{}",
         s.restarted_node,
         s.catch_up_ms
             .map(|ms| format!(" and caught up in {ms} ms"))
             .unwrap_or_default()
-    );
-    println!(
+    )?;
+    outln!(
         "  audit chain                {} entries, head {}",
-        s.chain_length, s.head_hash
-    );
+        s.chain_length,
+        s.head_hash
+    )?;
     for n in &s.node_heads {
-        println!(
+        outln!(
             "    node {} ({})  verified {} entries, head {} {}",
             n.id,
             n.endpoint,
             n.verified_entries,
             n.head_index,
             &n.head_hash[..n.head_hash.len().min(16)]
-        );
+        )?;
     }
-    println!(
+    outln!(
         "  elapsed                    {:.1} s",
         s.elapsed_ms as f64 / 1000.0
-    );
+    )?;
     for c in &s.checks {
-        println!(
+        outln!(
             "  [{}] {}: {}",
             if c.ok { "ok" } else { "FAIL" },
             c.name,
             c.detail
-        );
+        )?;
     }
     if let Some(d) = &s.data_dir {
-        println!("  node data and logs         {d}");
+        outln!("  node data and logs         {d}")?;
     }
+    Ok(())
 }
 
 // ------------------------------------------------------------------ agents

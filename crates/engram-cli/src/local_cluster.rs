@@ -190,6 +190,7 @@ impl LocalCluster {
             "ENGRAM_ELECTION_TIMEOUT_MIN_MS",
             "ENGRAM_ELECTION_TIMEOUT_MAX_MS",
             "ENGRAM_SNAPSHOT_EVERY_ENTRIES",
+            "ENGRAM_VERIFY_ON_START",
         ] {
             cmd.env_remove(var);
         }

@@ -9,7 +9,7 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use engram_cli::cli::Cli;
-use engram_cli::commands;
+use engram_cli::{commands, output};
 
 fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
@@ -47,10 +47,12 @@ fn main() -> ExitCode {
     runtime.shutdown_timeout(std::time::Duration::from_secs(1));
     match result {
         Ok(()) => ExitCode::SUCCESS,
+        // The reader closed the pipe (`engram … | head`): it has what it wanted.
+        Err(err) if output::is_stdout_closed(&err) => ExitCode::SUCCESS,
         Err(err) => {
             eprintln!("error: {err:#}");
             if json && !commands::already_reported(&err) {
-                commands::print_json(&commands::error_json(&err));
+                let _ = commands::print_json(&commands::error_json(&err));
             }
             ExitCode::from(commands::exit_code(&err))
         }

@@ -11,6 +11,7 @@ use serde_json::{Value as Json, json};
 use crate::cli::{BranchCommand, SchemaCommand};
 use crate::commands::{consistency, namespace, print_json, receipt_output};
 use crate::output::{Table, datom_table};
+use crate::output::{out, outln};
 use crate::txjson::{self, JsonError};
 
 /// The schema presets `engram schema apply --preset` knows.
@@ -202,12 +203,12 @@ pub async fn schema(client: &Client, cmd: SchemaCommand, json: bool) -> Result<(
                 if json {
                     print_json(
                         &json!({ "namespace": ns.to_string(), "version": current.version, "changed": 0 }),
-                    );
+                    )?;
                 } else {
-                    println!(
+                    outln!(
                         "schema of {ns} is up to date (version {}): nothing to apply",
                         current.version
-                    );
+                    )?;
                 }
                 return Ok(());
             }
@@ -216,16 +217,16 @@ pub async fn schema(client: &Client, cmd: SchemaCommand, json: bool) -> Result<(
                 .await
                 .context("schema apply")?;
             if !json {
-                println!(
+                outln!(
                     "declared {} attribute{} in {ns} from {source}:",
                     changed.len(),
                     if changed.len() == 1 { "" } else { "s" }
-                );
+                )?;
                 for d in &changed {
-                    println!("  {}", d.ident);
+                    outln!("  {}", d.ident)?;
                 }
             }
-            receipt_output(&receipt, json);
+            receipt_output(&receipt, json)?;
             Ok(())
         }
         SchemaCommand::Show {
@@ -250,10 +251,10 @@ pub async fn schema(client: &Client, cmd: SchemaCommand, json: bool) -> Result<(
                         doc["entity"] = json!(a.entity);
                         doc
                     }).collect::<Vec<_>>(),
-                }));
+                }))?;
                 return Ok(());
             }
-            println!(
+            outln!(
                 "schema of {ns}: version {}, {} (read at tx {})",
                 resp.version,
                 if resp.strict {
@@ -262,7 +263,7 @@ pub async fn schema(client: &Client, cmd: SchemaCommand, json: bool) -> Result<(
                     "open: attributes are typed by their first assertion"
                 },
                 resp.applied_tx
-            );
+            )?;
             let mut t = Table::new(&[
                 "ATTRIBUTE",
                 "TYPE",
@@ -295,7 +296,7 @@ pub async fn schema(client: &Client, cmd: SchemaCommand, json: bool) -> Result<(
                     crate::output::ellipsize(&flags, 60),
                 ]);
             }
-            print!("{}", t.render());
+            out!("{}", t.render())?;
             Ok(())
         }
     }
@@ -324,9 +325,9 @@ pub async fn branch(client: &Client, cmd: BranchCommand, json: bool) -> Result<(
                 .context("branch create")?;
             if !json {
                 let fork = from_tx.map_or("the head".to_string(), |t| format!("tx {t}"));
-                println!("created branch {name} of {ns} from {fork}");
+                outln!("created branch {name} of {ns} from {fork}")?;
             }
-            receipt_output(&receipt, json);
+            receipt_output(&receipt, json)?;
             Ok(())
         }
         BranchCommand::Merge {
@@ -347,11 +348,11 @@ pub async fn branch(client: &Client, cmd: BranchCommand, json: bool) -> Result<(
                 print_json(&json!({
                     "namespace": ns.to_string(), "applied_tx": resp.applied_tx,
                     "branches": resp.branches.iter().map(branch_json).collect::<Vec<_>>(),
-                }));
+                }))?;
                 return Ok(());
             }
             if resp.branches.is_empty() {
-                println!("no branches in {ns} (read at tx {})", resp.applied_tx);
+                outln!("no branches in {ns} (read at tx {})", resp.applied_tx)?;
                 return Ok(());
             }
             let mut t = Table::new(&["BRANCH", "STATE", "FORK TX", "CREATED TX", "CLOSED TX", "WRITES"]);
@@ -369,7 +370,7 @@ pub async fn branch(client: &Client, cmd: BranchCommand, json: bool) -> Result<(
                     b.writes.to_string(),
                 ]);
             }
-            print!("{}", t.render());
+            out!("{}", t.render())?;
             Ok(())
         }
         BranchCommand::Diff {
@@ -391,24 +392,24 @@ pub async fn branch(client: &Client, cmd: BranchCommand, json: bool) -> Result<(
                     "namespace": ns.to_string(), "branch": name.to_string(), "truncated": resp.truncated,
                     "asserted": list(&resp.asserted), "retracted": list(&resp.retracted),
                     "main_changed": list(&resp.main_changed),
-                }));
+                }))?;
                 return Ok(());
             }
-            println!("branch {name} against main:");
-            println!("asserted on the branch ({}):", resp.asserted.len());
-            print!("{}", datom_table(&resp.asserted));
-            println!("retracted on the branch ({}):", resp.retracted.len());
-            print!("{}", datom_table(&resp.retracted));
+            outln!("branch {name} against main:")?;
+            outln!("asserted on the branch ({}):", resp.asserted.len())?;
+            out!("{}", datom_table(&resp.asserted))?;
+            outln!("retracted on the branch ({}):", resp.retracted.len())?;
+            out!("{}", datom_table(&resp.retracted))?;
             if resp.main_changed.is_empty() {
-                println!(
+                outln!(
                     "main has not changed what the branch wrote since the fork: a merge would apply cleanly"
-                );
+                )?;
             } else {
-                println!(
+                outln!(
                     "changed on main since the fork, on what the branch also wrote ({}): a merge would conflict",
                     resp.main_changed.len()
-                );
-                print!("{}", datom_table(&resp.main_changed));
+                )?;
+                out!("{}", datom_table(&resp.main_changed))?;
             }
             Ok(())
         }
@@ -433,12 +434,12 @@ async fn close_branch(
         .with_context(|| format!("branch {what}"))?;
     if !json {
         if merge {
-            println!("merged branch {name} into main of {ns} as one transaction");
+            outln!("merged branch {name} into main of {ns} as one transaction")?;
         } else {
-            println!("abandoned branch {name} of {ns}; its history stays readable");
+            outln!("abandoned branch {name} of {ns}; its history stays readable")?;
         }
     }
-    receipt_output(&receipt, json);
+    receipt_output(&receipt, json)?;
     Ok(())
 }
 

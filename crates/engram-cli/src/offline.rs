@@ -1,6 +1,8 @@
 //! `audit export` and offline `audit verify`: an export file, or a stopped node's store read
 //! through the core's export writer and piped into the same verifier, so a data directory is
-//! judged exactly as its export would be.
+//! judged exactly as its export would be; a data directory is then scrubbed whole
+//! (`engram_core::scrub`): every row of every space read with checksums verified, every index
+//! row checked against its datom and every datom against its index rows and its entry.
 
 use std::fmt;
 use std::fs::File;
@@ -11,6 +13,7 @@ use std::sync::Arc;
 use anyhow::{Context, Result, anyhow};
 use engram_audit::{PublicKey, SignedCheckpoint};
 use engram_client::Client;
+use engram_core::scrub::{FindingKind, ScrubReport};
 use engram_storage::Store;
 use engram_verify::{Report, VerifyError, VerifyOptions, verify_export};
 use futures::StreamExt;
@@ -18,6 +21,7 @@ use serde_json::json;
 
 use crate::cli::VerifyArgs;
 use crate::commands::{Reported, Tampered, print_json};
+use crate::output::outln;
 use crate::ui::Ui;
 
 /// The input of an offline verification could not be read at all: exit code 3.
@@ -32,6 +36,19 @@ impl fmt::Display for Unreadable {
 
 impl std::error::Error for Unreadable {}
 
+/// Like [`Unreadable`] (exit code 3), raised after the full result was printed, so no further
+/// JSON document follows.
+#[derive(Debug)]
+pub struct UnreadableReported(pub String);
+
+impl fmt::Display for UnreadableReported {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for UnreadableReported {}
+
 /// Opens a stopped node's store. RocksDB refuses a store another process holds open, which is
 /// the message an operator needs: stop the node first.
 fn open_store(data_dir: &Path) -> Result<Arc<dyn Store>, Unreadable> {
@@ -45,11 +62,20 @@ fn open_store(data_dir: &Path) -> Result<Arc<dyn Store>, Unreadable> {
     }
     engram_storage_rocks::RocksStore::open(&db)
         .map(|s| Arc::new(s) as Arc<dyn Store>)
-        .map_err(|e| {
-            Unreadable(format!(
+        .map_err(|e| match &e {
+            // Opening reads every table's footer, index and properties: a damaged one shows
+            // here, and it is not a lock held by a running node.
+            engram_storage::StorageError::Corruption { reason, file, .. } => Unreadable(format!(
+                "{}: unreadable: the store does not open: {reason}{}",
+                data_dir.display(),
+                file.as_deref()
+                    .map(|f| format!(" (file {f})"))
+                    .unwrap_or_default()
+            )),
+            engram_storage::StorageError::Engine(_) => Unreadable(format!(
                 "cannot open the store in {} (is the node still running? stop it first): {e}",
                 data_dir.display()
-            ))
+            )),
         })
 }
 
@@ -151,9 +177,9 @@ pub async fn export(client: Option<&Client>, data_dir: Option<&Path>, out: &Path
     if json {
         print_json(
             &json!({ "ok": true, "out": out.display().to_string(), "bytes": bytes, "entries": entries }),
-        );
+        )?;
     } else {
-        println!("wrote {} ({} bytes)", out.display(), bytes);
+        outln!("wrote {} ({} bytes)", out.display(), bytes)?;
     }
     Ok(())
 }
@@ -212,45 +238,7 @@ pub fn verify(args: &VerifyArgs, json: bool) -> Result<()> {
         pb.finish_and_clear();
         (path.display().to_string(), result)
     } else if let Some(dir) = &args.data_dir {
-        let store = open_store(dir)?;
-        let head = engram_core::reads::head(&*store)
-            .map_err(|e| Unreadable(format!("{}: the chain head does not read: {e}", dir.display())))?;
-        let node_id = node_id_of(dir, &*store);
-        let pb = ui.bar(
-            head.index,
-            "{spinner:.cyan} {msg} [{bar:40}] {pos}/{len} entries {per_sec:.dim}",
-            format!("verifying the store in {}", dir.display()),
-        );
-        // The export writer feeds the verifier through a pipe: the store is judged exactly as
-        // its export would be, in bounded memory.
-        let (reader, writer) = std::io::pipe().context("creating a pipe")?;
-        let writer_store = store.clone();
-        let producer = std::thread::spawn(move || {
-            let mut writer = BufWriter::with_capacity(1 << 20, writer);
-            engram_core::export::write_export(&*writer_store, &mut writer, node_id, |_, _| {})
-                .map(|_| ())
-                .map_err(|e| e.to_string())
-                .and_then(|()| writer.flush().map_err(|e| e.to_string()))
-        });
-        let result = verify_export(
-            BufReader::with_capacity(1 << 20, reader),
-            &options,
-            |_, entries| {
-                pb.set_position(entries);
-            },
-        );
-        pb.finish_and_clear();
-        match producer.join() {
-            Ok(Ok(())) => {}
-            // The verifier stops reading at the first failure, which breaks the pipe: only an
-            // error before that is the store's.
-            Ok(Err(e)) if result.as_ref().is_ok_and(|r| r.ok()) => {
-                return Err(Unreadable(format!("reading the store in {}: {e}", dir.display())).into());
-            }
-            Ok(Err(_)) => {}
-            Err(_) => return Err(anyhow!("the export thread panicked")),
-        }
-        (dir.display().to_string(), result)
+        return verify_data_dir(dir, &options, ui, json);
     } else {
         return Err(anyhow!("verify offline needs FILE or --data-dir"));
     };
@@ -259,54 +247,210 @@ pub fn verify(args: &VerifyArgs, json: bool) -> Result<()> {
         Err(VerifyError::Open(e)) => return Err(Unreadable(format!("{label}: {e}")).into()),
         Err(VerifyError::Io(e)) => return Err(Unreadable(format!("{label}: {e}")).into()),
     };
-    print_report(&label, &report, json);
+    let printed = print_report(&label, &report, json);
+    // The verdict outranks a closed stdout: a chain that does not verify exits 2 even when
+    // the reader stopped reading the report.
     if let Some(first) = report.failures.first() {
+        return Err(Tampered(format!("{label}: {first}")).into());
+    }
+    printed
+}
+
+/// `audit verify --data-dir DIR`: the chain, through the export pipe, then the scrub. The
+/// store's own damage (a block that fails its checksum) is reported as unreadable, exit 3,
+/// even when it also made the chain look tampered: that is the cause, the rest its effect.
+fn verify_data_dir(dir: &Path, options: &VerifyOptions, ui: Ui, json: bool) -> Result<()> {
+    let label = dir.display().to_string();
+    let store = open_store(dir)?;
+    let head = engram_core::reads::head(&*store).map_err(|e| {
+        let file = match &e {
+            engram_core::CoreError::Storage(s) => s.file().map(|f| format!(" (file {f})")),
+            _ => None,
+        };
+        Unreadable(format!(
+            "{label}: unreadable: the chain head does not read: {e}{}",
+            file.unwrap_or_default()
+        ))
+    })?;
+    let node_id = node_id_of(dir, &*store);
+    let pb = ui.bar(
+        head.index,
+        "{spinner:.cyan} {msg} [{bar:40}] {pos}/{len} entries {per_sec:.dim}",
+        format!("verifying the chain in {label}"),
+    );
+    // The export writer feeds the verifier through a pipe: the store is judged exactly as
+    // its export would be, in bounded memory.
+    let (reader, writer) = std::io::pipe().context("creating a pipe")?;
+    let writer_store = store.clone();
+    let producer = std::thread::spawn(move || {
+        let mut writer = BufWriter::with_capacity(1 << 20, writer);
+        engram_core::export::write_export(&*writer_store, &mut writer, node_id, |_, _| {})?;
+        writer.flush()?;
+        Ok::<(), engram_core::export::ExportError>(())
+    });
+    let result = verify_export(
+        BufReader::with_capacity(1 << 20, reader),
+        options,
+        |_, entries| {
+            pb.set_position(entries);
+        },
+    );
+    pb.finish_and_clear();
+    let exported = producer
+        .join()
+        .map_err(|_| anyhow!("the export thread panicked"))?;
+    let report = match result {
+        Ok(report) => report,
+        Err(VerifyError::Open(e)) => return Err(Unreadable(format!("{label}: {e}")).into()),
+        Err(VerifyError::Io(e)) => return Err(Unreadable(format!("{label}: {e}")).into()),
+    };
+
+    let pb = ui.spinner(format!("scrubbing every row of {label}"));
+    let mut scrub = engram_core::scrub::scrub(&*store, &mut |space, rows| {
+        pb.set_message(format!("scrubbing {label}: {} space, {rows} rows", space.name()));
+    })
+    .map_err(|e| Unreadable(format!("{label}: scrubbing the store: {e}")))?;
+    pb.finish_and_clear();
+    match exported {
+        Ok(()) => {}
+        // A damaged block the export met is the store's damage, whatever the verifier made of
+        // the stream it cut short; the scrub normally names the same block, but never lose it.
+        Err(engram_core::export::ExportError::Core(engram_core::CoreError::Storage(e)))
+            if e.is_corruption() =>
+        {
+            if scrub.first_unreadable().is_none()
+                && let engram_storage::StorageError::Corruption {
+                    space,
+                    key,
+                    reason,
+                    file,
+                } = e
+            {
+                scrub.findings.insert(
+                    0,
+                    engram_core::scrub::Finding {
+                        kind: FindingKind::Unreadable,
+                        space,
+                        key,
+                        what: reason,
+                        file,
+                    },
+                );
+            }
+        }
+        // The verifier stops reading at its first failure, which breaks the pipe: only an
+        // error before that is the store's.
+        Err(e) if report.ok() => {
+            return Err(Unreadable(format!("reading the store in {label}: {e}")).into());
+        }
+        Err(_) => {}
+    }
+
+    if json {
+        let mut doc = serde_json::to_value(&report).unwrap_or_else(|e| json!({ "error": e.to_string() }));
+        if let Some(map) = doc.as_object_mut() {
+            map.insert("ok".into(), json!(report.ok() && scrub.ok()));
+            map.insert("input".into(), json!(label));
+            map.insert("chain_ok".into(), json!(report.ok()));
+            map.insert(
+                "scrub".into(),
+                serde_json::to_value(&scrub).unwrap_or_else(|e| json!({ "error": e.to_string() })),
+            );
+            map.insert(
+                "verdict".into(),
+                json!(if scrub.first_unreadable().is_some() {
+                    "unreadable"
+                } else if !report.ok() || !scrub.ok() {
+                    "tampered"
+                } else {
+                    "verified"
+                }),
+            );
+        }
+        print_json(&doc)?;
+    } else {
+        print_report(&label, &report, false)?;
+        print_scrub(&scrub)?;
+    }
+    if let Some(first) = scrub.first_unreadable() {
+        return Err(UnreadableReported(format!("{label}: {first}")).into());
+    }
+    if let Some(first) = report.failures.first() {
+        return Err(Tampered(format!("{label}: {first}")).into());
+    }
+    if let Some(first) = scrub.findings.first() {
         return Err(Tampered(format!("{label}: {first}")).into());
     }
     Ok(())
 }
 
-fn print_report(label: &str, report: &Report, json: bool) {
+fn print_scrub(scrub: &ScrubReport) -> Result<()> {
+    let [log, raft, state] = scrub.rows;
+    let read = format!(
+        "{} rows read (log {log}, raft {raft}, state {state}); {} datoms, {} index rows, {} transactions cross-checked",
+        log + raft + state,
+        scrub.datoms,
+        scrub.index_rows,
+        scrub.transactions
+    );
+    if scrub.ok() {
+        outln!("  store scrub  clean: {read}")?;
+        return Ok(());
+    }
+    outln!("  store scrub  FAILED: {read}")?;
+    for f in &scrub.findings {
+        outln!("    {f}")?;
+    }
+    if scrub.more_findings > 0 {
+        outln!("    … and {} more", scrub.more_findings)?;
+    }
+    Ok(())
+}
+
+fn print_report(label: &str, report: &Report, json: bool) -> Result<()> {
     if json {
         let mut doc = serde_json::to_value(report).unwrap_or_else(|e| json!({ "error": e.to_string() }));
         if let Some(map) = doc.as_object_mut() {
             map.insert("ok".into(), json!(report.ok()));
             map.insert("input".into(), json!(label));
         }
-        print_json(&doc);
-        return;
+        return print_json(&doc);
     }
     if report.ok() {
-        println!(
+        outln!(
             "{label}: verified {} entries ({} transactions, {} datoms), {} checkpoints",
-            report.entries, report.transactions, report.datoms, report.checkpoints
-        );
+            report.entries,
+            report.transactions,
+            report.datoms,
+            report.checkpoints
+        )?;
     } else {
-        println!("{label}: DOES NOT VERIFY");
+        outln!("{label}: DOES NOT VERIFY")?;
         for f in &report.failures {
-            println!("  {f}");
+            outln!("  {f}")?;
         }
         if report.stopped_early {
-            println!("  (stopped at the first failure; --all lists every one)");
+            outln!("  (stopped at the first failure; --all lists every one)")?;
         }
-        println!(
+        outln!(
             "checked before stopping: {} entries, {} checkpoints",
-            report.entries, report.checkpoints
-        );
+            report.entries,
+            report.checkpoints
+        )?;
     }
-    println!(
+    outln!(
         "  head         {} {}",
         report.head_index,
         report.head_hash.as_deref().unwrap_or("(empty)")
-    );
-    println!("  merkle root  {}", report.tree_root);
+    )?;
+    outln!("  merkle root  {}", report.tree_root)?;
     if let Some(origin) = &report.origin {
-        println!("  origin       {origin}");
+        outln!("  origin       {origin}")?;
     }
     if let Some(size) = report.pinned_size {
-        println!("  pinned       checkpoint of {size} entries");
+        outln!("  pinned       checkpoint of {size} entries")?;
     }
-    println!("  anchored on  {}", report.anchor);
+    outln!("  anchored on  {}", report.anchor)?;
     for k in &report.keys {
         let mut history = format!("admitted at {}", k.admitted_at);
         if let Some(at) = k.retired_at {
@@ -315,16 +459,20 @@ fn print_report(label: &str, report: &Report, json: bool) {
         if let Some(at) = k.revoked_at {
             history.push_str(&format!(", REVOKED at {at}"));
         }
-        println!("  key          {} (node {}): {history}", k.key_id, k.node_id);
+        outln!("  key          {} (node {}): {history}", k.key_id, k.node_id)?;
     }
+    Ok(())
 }
 
 /// Turns an offline failure into its exit code, if it is one (3 for unreadable input).
 pub fn exit_code(err: &anyhow::Error) -> Option<u8> {
-    err.chain().any(|e| e.is::<Unreadable>()).then_some(3)
+    err.chain()
+        .any(|e| e.is::<Unreadable>() || e.is::<UnreadableReported>())
+        .then_some(3)
 }
 
 /// Whether `err` was already reported in full.
 pub fn is_reported(err: &anyhow::Error) -> bool {
-    err.chain().any(|e| e.is::<Reported>())
+    err.chain()
+        .any(|e| e.is::<Reported>() || e.is::<UnreadableReported>())
 }

@@ -1,9 +1,63 @@
 //! Human output: aligned tables and readable times. Machine output is `--json`, built by each
 //! command with `serde_json`.
+//!
+//! Everything written to stdout goes through [`out!`](crate::output::out) and
+//! [`outln!`](crate::output::outln), never `print!`: the reader may close the pipe early
+//! (`engram audit verify FILE | head -1`), and `print!` panics on that. These return
+//! [`StdoutClosed`] instead, which ends the command quietly with exit 0.
+
+use std::fmt;
+use std::io::{ErrorKind, Write};
 
 use engram_proto::pb;
 
 use crate::txjson;
+
+/// Stdout's reader went away (a closed pipe): not a failure of the command, which stops
+/// writing and exits 0 without a message.
+#[derive(Debug)]
+pub struct StdoutClosed;
+
+impl fmt::Display for StdoutClosed {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("stdout was closed by its reader")
+    }
+}
+
+impl std::error::Error for StdoutClosed {}
+
+/// Whether `err` is, or was caused by, [`StdoutClosed`].
+pub fn is_stdout_closed(err: &anyhow::Error) -> bool {
+    err.chain().any(|e| e.is::<StdoutClosed>())
+}
+
+/// Writes `args` to stdout; a closed pipe is [`StdoutClosed`], not a panic.
+pub fn write_stdout(args: fmt::Arguments<'_>) -> anyhow::Result<()> {
+    match std::io::stdout().lock().write_fmt(args) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == ErrorKind::BrokenPipe => Err(StdoutClosed.into()),
+        Err(e) => Err(anyhow::Error::new(e).context("writing to stdout")),
+    }
+}
+
+/// `print!` to stdout that returns an error (see [`write_stdout`]) instead of panicking.
+macro_rules! out {
+    ($($arg:tt)*) => {
+        $crate::output::write_stdout(format_args!($($arg)*))
+    };
+}
+
+/// `println!` to stdout that returns an error (see [`write_stdout`]) instead of panicking.
+macro_rules! outln {
+    () => {
+        $crate::output::write_stdout(format_args!("\n"))
+    };
+    ($($arg:tt)*) => {
+        $crate::output::write_stdout(format_args!("{}\n", format_args!($($arg)*)))
+    };
+}
+
+pub(crate) use {out, outln};
 
 /// A table printed with columns padded to their widest cell.
 pub struct Table {

@@ -27,6 +27,7 @@ pub const TX_FORMAT_HELP: &str = r#"TRANSACTION FORMAT (JSON)
     "status": "candidate",            optional: "candidate" (default) or "verified"
     "idempotency_key": "plan-42",     optional; a retry with the same key returns the first
                                       receipt, so `engram transact` retries only with a key
+                                      (the key with other content is FAILED_PRECONDITION)
     "ops": [                          required, at least one
       { "op": "assert",               "assert" (default) or "retract"
         "entity": "new-task",         a string names a new entity within this transaction
@@ -272,6 +273,7 @@ pub fn value_from_json(path: &str, v: &Json) -> Result<Value, JsonError> {
 
 /// Parses a value given on the command line, e.g. `--value '{"keyword":":status/open"}'`.
 pub fn parse_value(text: &str) -> Result<Value, JsonError> {
+    exact_numbers("(value)", text)?;
     let json: Json = serde_json::from_str(text).map_err(|e| JsonError {
         path: "(value)".into(),
         reason: format!("invalid JSON: {e}"),
@@ -315,8 +317,19 @@ const OP_FIELDS: [&str; 6] = [
 ];
 const PRE_FIELDS: [&str; 3] = ["entity", "attribute", "expected"];
 
+/// Refuses a document holding a number that parsing would round (an integer beyond 64 bits, a
+/// decimal no f64 holds as written): inside a `json` value it would reach the server already
+/// changed, past the server's own check.
+fn exact_numbers(path: &str, text: &str) -> Result<(), JsonError> {
+    engram_types::check_json_numbers(text).map_err(|e| JsonError {
+        path: path.into(),
+        reason: e.to_string(),
+    })
+}
+
 /// Parses a transaction in the format documented by [`TX_FORMAT_HELP`].
 pub fn parse_tx(text: &str) -> Result<TxRequest, JsonError> {
+    exact_numbers("(document)", text)?;
     let json: Json = serde_json::from_str(text).map_err(|e| JsonError {
         path: "(document)".into(),
         reason: format!("invalid JSON: {e}"),
@@ -688,6 +701,25 @@ mod tests {
         assert_eq!(tx.provenance.status, Status::Candidate);
         assert_eq!(tx.idempotency_key, None);
         assert!(tx.preconditions.is_empty());
+    }
+
+    #[test]
+    fn a_json_number_the_parse_would_round_is_refused() {
+        let tx = GOOD.replace(
+            r#"{"b": 1, "a": [true]}"#,
+            r#"{"n": 123456789012345678901234567890}"#,
+        );
+        assert_ne!(tx, GOOD);
+        let e = parse_tx(&tx).unwrap_err();
+        assert_eq!(e.path, "(document)");
+        assert!(
+            e.reason
+                .contains("number 123456789012345678901234567890 cannot be stored exactly"),
+            "{e}"
+        );
+        let e = parse_value(r#"{"json":[1e-400]}"#).unwrap_err();
+        assert_eq!(e.path, "(value)");
+        assert!(e.reason.contains("number 1e-400 cannot be stored exactly"), "{e}");
     }
 
     type Mutation = Box<dyn Fn(&mut Json)>;

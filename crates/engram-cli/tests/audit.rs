@@ -386,3 +386,126 @@ fn find_entry_signature(bytes: &[u8], index: u64) -> usize {
         }
     }
 }
+
+/// `cluster revoke-key --id N` after N rotated revokes N's current key (not the one it joined
+/// with), and N, which may attest nothing after the revoking entry, stops applying there: it
+/// turns NOT_SERVING and its own store still verifies offline, while the others go on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn revoking_a_rotated_node_revokes_its_current_key_and_the_node_stops_signing() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cluster = start(dir.path()).await;
+    let client = Client::connect(cluster.endpoints()).await.unwrap();
+    for n in 0..4 {
+        client.transact(&tx(n)).await.unwrap();
+    }
+    let leader = cluster
+        .wait_for_leader(None, Duration::from_secs(10))
+        .await
+        .unwrap();
+    let leader_ep = cluster.node(leader).unwrap().endpoint();
+    let target = (1..=3).find(|id| *id != leader).unwrap();
+    let target_ep = cluster.node(target).unwrap().endpoint();
+    let joined_key = node_key(&cluster.node(target).unwrap().data_dir);
+
+    let rotate = run(&[
+        "-e",
+        &target_ep,
+        "--json",
+        "cluster",
+        "rotate-key",
+        "--id",
+        &target.to_string(),
+    ]);
+    assert_eq!(rotate.status.code(), Some(0), "{}", text(&rotate.stderr));
+    let rotated_at = json_of(&rotate)["audit_index"].as_u64().unwrap();
+    let current_key = node_key(&cluster.node(target).unwrap().data_dir);
+    assert_ne!(current_key.key_id(), joined_key.key_id());
+
+    let revoke = run(&[
+        "-e",
+        &leader_ep,
+        "--json",
+        "cluster",
+        "revoke-key",
+        "--id",
+        &target.to_string(),
+    ]);
+    assert_eq!(revoke.status.code(), Some(0), "{}", text(&revoke.stderr));
+    let revoked_at = json_of(&revoke)["audit_index"].as_u64().unwrap();
+    assert!(revoked_at > rotated_at);
+
+    // The survivors keep taking writes past the revocation.
+    let survivors: Vec<String> = (1..=3)
+        .filter(|id| *id != target)
+        .map(|id| cluster.node(id).unwrap().endpoint())
+        .collect();
+    let majority = Client::connect(survivors).await.unwrap();
+    for n in 10..14 {
+        majority.transact(&tx(n)).await.unwrap();
+    }
+
+    // The chain's key history: the current key revoked at the revoking entry, the key it
+    // joined with rotated out earlier and never revoked.
+    let export = dir.path().join("chain.engram-audit");
+    let out = run(&[
+        "-e",
+        &leader_ep,
+        "audit",
+        "export",
+        "--out",
+        export.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let out = run(&["--json", "audit", "verify", export.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stdout));
+    let report = json_of(&out);
+    let key_row = |id: String| {
+        report["keys"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|k| k["key_id"].as_str() == Some(id.as_str()))
+            .cloned()
+            .unwrap_or_else(|| panic!("key {id} is not in the history: {report}"))
+    };
+    let current = key_row(current_key.key_id().to_string());
+    assert_eq!(current["revoked_at"].as_u64(), Some(revoked_at), "{current}");
+    let joined = key_row(joined_key.key_id().to_string());
+    assert_eq!(joined["retired_at"].as_u64(), Some(rotated_at), "{joined}");
+    assert!(joined["revoked_at"].is_null(), "{joined}");
+
+    // The revoked node stops at the revoking entry and says why.
+    let start = tokio::time::Instant::now();
+    loop {
+        let out = run(&["-e", &target_ep, "health", "--service", "engram.ready"]);
+        if !out.status.success() {
+            assert!(text(&out.stdout).contains("NOT_SERVING"), "{}", text(&out.stdout));
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "the revoked node still reports ready\n{}",
+            cluster.node(target).unwrap().log_tail(40)
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let log = cluster.node(target).unwrap().log_tail(400);
+    assert!(
+        log.contains(&format!("revoked by audit entry {revoked_at}")),
+        "{log}"
+    );
+
+    // Its store ends at the revoking entry and verifies on its own.
+    cluster.kill(target).unwrap();
+    let data_dir = cluster.node(target).unwrap().data_dir.clone();
+    let out = run(&[
+        "--json",
+        "audit",
+        "verify",
+        "--data-dir",
+        data_dir.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stdout));
+    assert_eq!(json_of(&out)["entries"].as_u64(), Some(revoked_at));
+    cluster.kill_all();
+}

@@ -483,6 +483,11 @@ async fn bad_requests_are_refused_with_exact_codes_and_change_nothing() {
             }),
             Code::NotFound,
         ),
+        (
+            "idempotency key reused for other content",
+            with(&|r| r.idempotency_key = "seed".into()),
+            Code::FailedPrecondition,
+        ),
     ];
     for (what, req, code) in cases {
         let err = client.transact_raw(req).await.expect_err(what);
@@ -497,6 +502,16 @@ async fn bad_requests_are_refused_with_exact_codes_and_change_nothing() {
             "{what} changed the store or the chain"
         );
     }
+    // The refusal of a reused key names the key and the transaction that first used it.
+    let err = client
+        .transact_raw(with(&|r| r.idempotency_key = "seed".into()))
+        .await
+        .unwrap_err();
+    let message = err.message().unwrap_or("");
+    assert!(
+        message.contains("\"seed\"") && message.contains(&format!("tx {}", receipt.tx)),
+        "{err}"
+    );
     // The good request itself goes through: the refusals above were about their defects.
     let ok = client.transact_raw(good).await.unwrap();
     assert_eq!(ok.audit_index, before.head_index + 1);
@@ -639,7 +654,7 @@ impl pb::audit_server::Audit for TamperedAudit {
     async fn checkpoint(
         &self,
         _: tonic::Request<pb::CheckpointRequest>,
-    ) -> Result<tonic::Response<pb::Checkpoint>, tonic::Status> {
+    ) -> Result<tonic::Response<pb::SignedCheckpoint>, tonic::Status> {
         Err(tonic::Status::unimplemented("not served by this fake"))
     }
 

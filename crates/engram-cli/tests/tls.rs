@@ -180,6 +180,19 @@ async fn a_tls_cluster_serves_only_clients_with_a_certificate_from_its_ca() {
     assert_eq!(code, 0, "{err}");
     let (code, _, err) = engram(&[&["-e", &endpoints][..], &tls, &["audit", "verify"]].concat());
     assert_eq!(code, 0, "{err}");
+    // The health check connects as the other commands do, over TLS with --tls-*. (Liveness:
+    // readiness would depend on how far the node has caught up.)
+    let first = format!("127.0.0.1:{}", ports[0]);
+    let (code, out, err) = engram(
+        &[
+            &["-e", &first][..],
+            &tls,
+            &["health", "--service", "engram.live", "--timeout-ms", "5000"],
+        ]
+        .concat(),
+    );
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("engram.live: SERVING"), "{out}");
 
     // Refused: plaintext, no client certificate, a server CA the client does not trust.
     let one = format!("127.0.0.1:{}", ports[0]);

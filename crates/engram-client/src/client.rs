@@ -20,6 +20,42 @@ use crate::{ClientError, Idempotency, RetryPolicy, parse_endpoint};
 /// default; the server bounds what it sends by its own limits.
 const MAX_RESPONSE_BYTES: usize = 64 << 20;
 
+/// The endpoint of one node address as given (`host:port` or a URL), with the timeouts and TLS
+/// of `config`: what a [`Client`] dials. For callers that speak another gRPC service to a node
+/// (the standard health check), so that they connect exactly as the client does.
+pub fn node_endpoint(raw: &str, config: &ClientConfig) -> Result<Endpoint, ClientError> {
+    let mut uri = parse_endpoint(raw)?;
+    if config.tls.is_some() {
+        uri = uri.replacen("http://", "https://", 1);
+    }
+    let endpoint = Endpoint::from_shared(uri)
+        .map_err(|e| ClientError::Endpoint {
+            endpoint: raw.to_string(),
+            reason: e.to_string(),
+        })?
+        .connect_timeout(config.connect_timeout)
+        .timeout(config.request_timeout)
+        .tcp_nodelay(true);
+    #[cfg(not(madsim))]
+    let endpoint = match &config.tls {
+        None => endpoint,
+        Some(tls) => {
+            use tonic::transport::{Certificate, ClientTlsConfig, Identity};
+            let mut tls_config = ClientTlsConfig::new().ca_certificate(Certificate::from_pem(&tls.ca_pem));
+            if let Some((cert, key)) = &tls.identity {
+                tls_config = tls_config.identity(Identity::from_pem(cert, key));
+            }
+            endpoint
+                .tls_config(tls_config)
+                .map_err(|e| ClientError::Endpoint {
+                    endpoint: raw.to_string(),
+                    reason: format!("TLS: {e}"),
+                })?
+        }
+    };
+    Ok(endpoint)
+}
+
 /// Timeouts, retry policy and TLS of a [`Client`].
 #[derive(Clone, Debug)]
 pub struct ClientConfig {
@@ -158,39 +194,9 @@ impl Client {
         }
         let mut nodes = Vec::with_capacity(endpoints.len());
         for raw in endpoints {
-            let mut uri = parse_endpoint(&raw)?;
-            if config.tls.is_some() {
-                uri = uri.replacen("http://", "https://", 1);
-            }
-            let endpoint = Endpoint::from_shared(uri)
-                .map_err(|e| ClientError::Endpoint {
-                    endpoint: raw.clone(),
-                    reason: e.to_string(),
-                })?
-                .connect_timeout(config.connect_timeout)
-                .timeout(config.request_timeout)
-                .tcp_nodelay(true);
-            #[cfg(not(madsim))]
-            let endpoint = match &config.tls {
-                None => endpoint,
-                Some(tls) => {
-                    use tonic::transport::{Certificate, ClientTlsConfig, Identity};
-                    let mut tls_config =
-                        ClientTlsConfig::new().ca_certificate(Certificate::from_pem(&tls.ca_pem));
-                    if let Some((cert, key)) = &tls.identity {
-                        tls_config = tls_config.identity(Identity::from_pem(cert, key));
-                    }
-                    endpoint
-                        .tls_config(tls_config)
-                        .map_err(|e| ClientError::Endpoint {
-                            endpoint: raw.clone(),
-                            reason: format!("TLS: {e}"),
-                        })?
-                }
-            };
             nodes.push(Node {
                 name: raw.trim().to_string(),
-                channel: endpoint.connect_lazy(),
+                channel: node_endpoint(&raw, &config)?.connect_lazy(),
             });
         }
         Ok(Client {
@@ -615,14 +621,14 @@ impl Client {
 
     /// The answering node's latest checkpoint (signed by its policy), or with `at_head` one of
     /// its current head, signed on request.
-    pub async fn checkpoint(&self, at_head: bool) -> Result<pb::Checkpoint, ClientError> {
+    pub async fn checkpoint(&self, at_head: bool) -> Result<pb::SignedCheckpoint, ClientError> {
         self.checkpoint_from(at_head).await.map(|(_, c)| c)
     }
 
     pub(crate) async fn checkpoint_from(
         &self,
         at_head: bool,
-    ) -> Result<(String, pb::Checkpoint), ClientError> {
+    ) -> Result<(String, pb::SignedCheckpoint), ClientError> {
         self.call_with_endpoint(Idempotency::Safe, move |ch| async move {
             audit(ch).checkpoint(pb::CheckpointRequest { at_head }).await
         })

@@ -30,7 +30,9 @@ mod trust;
 mod verify;
 mod watch;
 
-pub use client::{Client, ClientConfig, ClientTls, Consistency, FindQuery, GetOptions, HistoryTarget};
+pub use client::{
+    Client, ClientConfig, ClientTls, Consistency, FindQuery, GetOptions, HistoryTarget, node_endpoint,
+};
 pub use endpoint::parse_endpoint;
 pub use engram_proto::pb;
 pub use error::{ClientError, code_name};

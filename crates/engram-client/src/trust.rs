@@ -100,7 +100,7 @@ fn digests(list: &[Vec<u8>], what: &str) -> Result<Vec<[u8; 32]>, ProofFailure> 
 /// origin, and its tree extends the trusted tree (by `consistency`). Returns the new trust.
 pub fn verify_checkpoint(
     trust: &TrustedLog,
-    checkpoint: &pb::Checkpoint,
+    checkpoint: &pb::SignedCheckpoint,
     consistency: &[Vec<u8>],
 ) -> Result<TrustedLog, ProofFailure> {
     let note = SignedCheckpoint::parse(&checkpoint.note).map_err(|e| invalid(format!("checkpoint: {e}")))?;

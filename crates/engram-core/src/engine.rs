@@ -28,7 +28,9 @@ pub struct ChainHead {
     pub tx: TxId,
     /// Transaction time of the last audit entry; never decreases.
     pub tx_time_ns: i64,
-    /// The next entity id to allocate; ids are never reused.
+    /// The cluster-wide entity counter ids were allocated from before each namespace drew its
+    /// own (see `keys::entity_id`). No longer advanced: kept so that heads written before
+    /// still decode, and so the head's encoding is unchanged.
     pub next_entity: u64,
     /// The Merkle tree over the entry hashes 1..=index, as its frontier: the roots of its
     /// perfect subtrees, largest first (see `engram_merkle::CompactTree`).
@@ -143,6 +145,26 @@ pub enum Rejection {
         attribute: Attribute,
         reason: String,
     },
+    /// The idempotency key was already used, by transaction `first_tx`, for a request with
+    /// different content. Answering with the first receipt would acknowledge content that was
+    /// never written. `key` is the key as sent, cut to [`Rejection::KEY_SHOWN_CHARS`].
+    IdempotencyKeyReused {
+        key: String,
+        first_tx: TxId,
+    },
+}
+
+impl Rejection {
+    /// How much of an idempotency key a rejection repeats back (keys may be 256 bytes).
+    pub const KEY_SHOWN_CHARS: usize = 48;
+
+    fn key_reused(key: &str, first_tx: TxId) -> Rejection {
+        let mut shown: String = key.chars().take(Self::KEY_SHOWN_CHARS).collect();
+        if shown.len() < key.len() {
+            shown.push('…');
+        }
+        Rejection::IdempotencyKeyReused { key: shown, first_tx }
+    }
 }
 
 impl fmt::Display for Rejection {
@@ -229,6 +251,10 @@ impl fmt::Display for Rejection {
                 f,
                 "merge of branch {branch} conflicts with main at entity {entity} {attribute}: {reason}; nothing was applied"
             ),
+            Rejection::IdempotencyKeyReused { key, first_tx } => write!(
+                f,
+                "idempotency key {key:?} was already used by tx {first_tx} for a transaction with different content; a retry must resend the same transaction, and a new transaction needs a new key"
+            ),
         }
     }
 }
@@ -262,6 +288,78 @@ pub struct Engine {
     unchecked: Vec<(u64, PublicKey, Hash, [u8; 64])>,
     /// Only with the planted `HalfBatch` bug: the part of a transaction's batch not yet written.
     held_back: Option<WriteBatch>,
+    /// The audit entry that revoked this node's current signing key, if the chain revoked it:
+    /// the key may attest entries up to that one and none after it, so the engine refuses to
+    /// seal later entries instead of storing attestations no verifier accepts.
+    signing_revoked_at: Option<u64>,
+}
+
+/// The `I` row: the receipt of the transaction that first used an idempotency key, and the
+/// [`request_content_hash`] of that transaction, so a reuse of the key for other content is
+/// refused instead of acknowledged with a receipt for content that was never written.
+#[derive(Clone, Debug, PartialEq)]
+struct IdempotencyRow {
+    receipt: TxReceipt,
+    /// `None` for a row written before content hashes were recorded.
+    content: Option<Hash>,
+}
+
+impl IdempotencyRow {
+    /// The row is `postcard(receipt)` followed by the 32 content-hash bytes. Rows written
+    /// before the hash was recorded hold `postcard(receipt)` alone. A receipt's postcard
+    /// encoding is self-delimiting, so what follows it tells the two apart without a version
+    /// byte: nothing (an old row) or exactly 32 bytes; anything else is corruption.
+    fn encode(&self) -> Vec<u8> {
+        let mut row = encode_row(&self.receipt);
+        if let Some(content) = &self.content {
+            row.extend_from_slice(content.as_bytes());
+        }
+        row
+    }
+
+    fn decode(bytes: &[u8]) -> Result<IdempotencyRow, CoreError> {
+        let (receipt, rest) = postcard::take_from_bytes::<TxReceipt>(bytes)
+            .map_err(|e| CoreError::corrupt("idempotency row", e))?;
+        let content = match rest.len() {
+            0 => None,
+            _ => Some(Hash::from_slice(rest).ok_or_else(|| {
+                CoreError::corrupt(
+                    "idempotency row",
+                    format!("{} bytes after the receipt, expected 0 or 32", rest.len()),
+                )
+            })?),
+        };
+        Ok(IdempotencyRow { receipt, content })
+    }
+}
+
+/// What an idempotency key vouches for: the blake3 hash of the postcard encoding of every
+/// field of the request but the key itself (ops, schema, branch op, namespace, branch,
+/// preconditions, provenance). Computed at apply from the logged request, so every replica
+/// computes the same hash. The destructuring names every field, so a new field cannot be left
+/// out of the content by accident.
+fn request_content_hash(req: &TxRequest) -> Hash {
+    let TxRequest {
+        namespace,
+        branch,
+        ops,
+        schema,
+        branch_op,
+        preconditions,
+        idempotency_key: _,
+        provenance,
+    } = req;
+    let mut bytes = b"engram/idempotency-content/v1\0".to_vec();
+    bytes.extend_from_slice(&encode_row(&(
+        namespace,
+        branch,
+        ops,
+        schema,
+        branch_op,
+        preconditions,
+        provenance,
+    )));
+    Hash::of(&bytes)
 }
 
 /// What sealing an entry produced besides the entry.
@@ -306,9 +404,11 @@ impl Engine {
             grouped: false,
             unchecked: Vec::new(),
             held_back: None,
+            signing_revoked_at: None,
         };
         engine.reload()?;
         engine.settle_keys()?;
+        engine.signing_revoked_at = engine.revocation_of_signing_key()?;
         Ok(engine)
     }
 
@@ -353,7 +453,14 @@ impl Engine {
             None => None,
         };
         self.origin = reads::origin(&*self.store)?;
+        self.signing_revoked_at = self.revocation_of_signing_key()?;
         Ok(())
+    }
+
+    /// The audit entry that revoked this node's current signing key, as the applied chain says.
+    fn revocation_of_signing_key(&self) -> Result<Option<u64>, CoreError> {
+        let current = self.keys.current().key_id();
+        Ok(reads::signer(&*self.store, current)?.and_then(|row| row.revoked_at))
     }
 
     /// Writes a sealed entry's batch and, once it is durable, advances the cached head.
@@ -366,21 +473,24 @@ impl Engine {
         }
     }
 
-    /// Starts a group of entries whose writes share one fsync: each entry's batch is still
-    /// written atomically and in order, but buffered, so nothing of the group may be
-    /// acknowledged before [`Engine::end_group`] returns. A crash inside the group loses at
-    /// most a suffix of its entries (a synced write makes every earlier write durable), which
-    /// Raft applies again from its log.
+    /// Starts a group of entries (one Raft apply call). Each entry's batch is written
+    /// atomically and in order, buffered: the state machine never syncs. Durability comes from
+    /// the Raft log, synced on a majority before an entry commits; the state's writes share
+    /// the store's write-ahead log with the Raft log, so the next synced write (a log append,
+    /// a vote, a purge) makes them durable too. A crash loses at most a suffix of applied
+    /// entries, which Raft applies again from its log, and apply being a pure function of
+    /// (state, entry) makes the second time byte-identical. The log is never purged past what
+    /// is durable here, because a purge is itself a synced write, made after the entries it
+    /// covers were applied.
     pub fn begin_group(&mut self) {
         self.grouped = true;
     }
 
-    /// Ends the group with one synced write of `closing` (rows the caller writes last, e.g. its
-    /// applied log id), which makes every write of the group durable with it.
+    /// Ends the group with a buffered write of `closing` (rows the caller writes last, e.g.
+    /// its applied log id).
     ///
     /// Before that write, the group's fresh attestations are verified in one batch (I4): a
-    /// bad one stops the node, naming its audit index, before the group is durable or
-    /// acknowledged.
+    /// bad one stops the node, naming its audit index, before anyone hears of the group.
     pub fn end_group(&mut self, closing: WriteBatch) -> Result<(), CoreError> {
         self.grouped = false;
         let unchecked = std::mem::take(&mut self.unchecked);
@@ -401,13 +511,23 @@ impl Engine {
             }
         }
         if !closing.is_empty() {
-            self.store.write(closing, planted::ack_durability())?;
+            self.store.write(closing, Durability::Buffered)?;
         }
         Ok(())
     }
 
     fn commit(&mut self, batch: WriteBatch, head: ChainHead, sealed: &Sealed) -> Result<(), CoreError> {
-        self.store.write(batch, self.entry_durability())?;
+        self.commit_with(batch, head, sealed, self.entry_durability())
+    }
+
+    fn commit_with(
+        &mut self,
+        batch: WriteBatch,
+        head: ChainHead,
+        sealed: &Sealed,
+        durability: Durability,
+    ) -> Result<(), CoreError> {
+        self.store.write(batch, durability)?;
         if self.grouped {
             self.unchecked.push((
                 sealed.signed.entry.index,
@@ -528,13 +648,22 @@ impl Engine {
         };
         let mut head = self.head.clone();
         let sealed = self.seal(entry, &mut head, &mut batch)?;
-        self.commit(batch, head, &sealed)?;
+        // Synced even inside a group: a rotation below switches this node's key (and rewrites
+        // its key file), which must never be ahead of the entry that admits the new key, or a
+        // crash would have the node apply the earlier entries again with a key not yet admitted.
+        self.commit_with(batch, head, &sealed, Durability::Sync)?;
         // This node's own rotation: sign with the new key from the next entry on. (Only the
         // node that staged the new key holds it; the other replicas keep their keys.)
         if let KeyAction::Rotate { old, new, .. } = &req.action
             && *old == self.keys.current().key_id()
         {
             self.keys.promote(new);
+        }
+        // This node's own key revoked: this entry is the last it may attest.
+        if let KeyAction::Revoke { key, .. } = &req.action
+            && *key == self.keys.current().key_id()
+        {
+            self.signing_revoked_at = Some(index);
         }
         Ok(Ok(sealed.signed))
     }
@@ -583,6 +712,13 @@ impl Engine {
             "tx ids must increase at {}",
             entry.index
         );
+        if let Some(revoked_at) = self.signing_revoked_at.filter(|at| entry.index > *at) {
+            return Err(CoreError::SigningKeyRevoked {
+                key_id: self.keys.current().key_id().to_string(),
+                revoked_at,
+                index: entry.index,
+            });
+        }
         let hash = entry.hash();
         let key = self.keys.current();
         let signed = SignedEntry::sign(entry, &key);
@@ -687,19 +823,25 @@ impl Engine {
         if let Some(rest) = self.held_back.take() {
             self.store.write(rest, Durability::Buffered)?;
         }
+        let content = req.idempotency_key.as_ref().map(|_| request_content_hash(req));
         if let Some(key) = &req.idempotency_key
             && let Some(row) = self
                 .store
                 .get(Space::State, &keys::idempotency(&req.namespace, key))?
         {
-            let receipt: TxReceipt = decode_row("idempotency row", &row)?;
+            let first = IdempotencyRow::decode(&row)?;
             self.apply_noop(batch)?;
-            return Ok(Ok(receipt));
+            // An old row has no hash to compare: it keeps answering every retry with its
+            // receipt, as it did when it was written.
+            return Ok(match first.content {
+                Some(hash) if Some(hash) != content => Err(Rejection::key_reused(key, first.receipt.tx)),
+                _ => Ok(first.receipt),
+            });
         }
         let tx = TxId(log_index);
         let tx_time_ns = proposed_time_ns.max(self.head.tx_time_ns);
         let mut head = self.head.clone();
-        let planned = match plan::plan(&*self.store, req, tx, tx_time_ns, &mut head)? {
+        let planned = match plan::plan(&*self.store, req, tx, tx_time_ns)? {
             Ok(planned) => planned,
             Err(rejection) => {
                 self.apply_noop(batch)?;
@@ -783,7 +925,18 @@ impl Engine {
             }),
         );
         if let Some(key) = &req.idempotency_key {
-            batch.put(Space::State, keys::idempotency(ns, key), encode_row(&receipt));
+            let row = IdempotencyRow {
+                receipt: receipt.clone(),
+                content,
+            };
+            if planted::active(PlantedBug::EagerIdempotencyRow) {
+                // Synced ahead of the (buffered) entry it belongs to: a crash in between keeps
+                // the row without the entry, and the entry applied again looks like a retry.
+                let mut eager = WriteBatch::new();
+                eager.put(Space::State, keys::idempotency(ns, key), row.encode());
+                self.store.write(eager, Durability::Sync)?;
+            }
+            batch.put(Space::State, keys::idempotency(ns, key), row.encode());
         }
         if planted::active(PlantedBug::HalfBatch) && datoms.len() >= 2 {
             // The rest is written only with the next transaction, so a crash in between (even
@@ -1083,6 +1236,134 @@ mod tests {
     }
 
     #[test]
+    fn idempotency_key_reused_for_other_content_is_refused() {
+        let (store, mut engine) = engine();
+        let mut req = tx(vec![op(
+            EntityRef::Temp("t".into()),
+            ":task/title",
+            Value::String("once".into()),
+        )]);
+        req.idempotency_key = Some("key-1".into());
+        let first = engine
+            .apply_tx(2, 2_000, &req, WriteBatch::new())
+            .unwrap()
+            .unwrap();
+        let chain = engine.head().clone();
+        let state = state_bytes(&store);
+
+        let mut other_value = req.clone();
+        other_value.ops[0].value = Value::String("twice".into());
+        let mut other_agent = req.clone();
+        other_agent.provenance.agent = "a2".into();
+        let mut other_guard = req.clone();
+        other_guard.preconditions.push(Precondition {
+            entity: first.temp_ids["t"],
+            attribute: attr(":task/title"),
+            expected: None,
+        });
+        for (i, other) in [other_value, other_agent, other_guard].into_iter().enumerate() {
+            let refused = engine
+                .apply_tx(3 + i as u64, 3_000, &other, WriteBatch::new())
+                .unwrap()
+                .unwrap_err();
+            assert_eq!(
+                refused,
+                Rejection::IdempotencyKeyReused {
+                    key: "key-1".into(),
+                    first_tx: first.tx,
+                },
+                "case {i}"
+            );
+            let message = refused.to_string();
+            assert!(
+                message.contains("\"key-1\"") && message.contains("tx 2"),
+                "{message}"
+            );
+            assert_eq!(engine.head(), &chain, "case {i}: no audit entry");
+            assert_eq!(state_bytes(&store), state, "case {i}: nothing written");
+        }
+        // The same content is still a retry.
+        let again = engine
+            .apply_tx(9, 9_000, &req, WriteBatch::new())
+            .unwrap()
+            .unwrap();
+        assert_eq!(again, first);
+        let found = reads::find(&*store, &ns(), &attr(":task/title"), None, None, 10).unwrap();
+        assert_eq!(found.len(), 1);
+        assert_eq!(found[0].value, Value::String("once".into()));
+    }
+
+    #[test]
+    fn a_reused_long_idempotency_key_is_named_by_its_prefix() {
+        let (_store, mut engine) = engine();
+        let key = format!("{}{}", "k".repeat(Rejection::KEY_SHOWN_CHARS), "-tail");
+        let mut req = tx(vec![op(
+            EntityRef::Temp("t".into()),
+            ":task/title",
+            Value::String("a".into()),
+        )]);
+        req.idempotency_key = Some(key);
+        engine
+            .apply_tx(2, 2_000, &req, WriteBatch::new())
+            .unwrap()
+            .unwrap();
+        req.ops[0].value = Value::String("b".into());
+        let refused = engine
+            .apply_tx(3, 3_000, &req, WriteBatch::new())
+            .unwrap()
+            .unwrap_err();
+        let shown = format!("{}…", "k".repeat(Rejection::KEY_SHOWN_CHARS));
+        assert_eq!(
+            refused,
+            Rejection::IdempotencyKeyReused {
+                key: shown,
+                first_tx: TxId(2),
+            }
+        );
+    }
+
+    #[test]
+    fn idempotency_rows_written_before_content_hashes_still_answer() {
+        let (store, mut engine) = engine();
+        let mut req = tx(vec![op(
+            EntityRef::Temp("t".into()),
+            ":task/title",
+            Value::String("once".into()),
+        )]);
+        req.idempotency_key = Some("old".into());
+        let first = engine
+            .apply_tx(2, 2_000, &req, WriteBatch::new())
+            .unwrap()
+            .unwrap();
+        // Rewrite the row the way it was stored before: the receipt alone.
+        let key = keys::idempotency(&ns(), "old");
+        let mut legacy = WriteBatch::new();
+        legacy.put(Space::State, key.clone(), encode_row(&first));
+        store.write(legacy, Durability::Sync).unwrap();
+        assert_eq!(
+            IdempotencyRow::decode(&encode_row(&first)).unwrap(),
+            IdempotencyRow {
+                receipt: first.clone(),
+                content: None,
+            }
+        );
+        // With no hash to compare, a retry gets the receipt, as before.
+        req.ops[0].value = Value::String("changed".into());
+        let again = engine
+            .apply_tx(3, 3_000, &req, WriteBatch::new())
+            .unwrap()
+            .unwrap();
+        assert_eq!(again, first);
+        // A row with anything but 0 or 32 bytes after the receipt is corruption.
+        let mut bad = encode_row(&first);
+        bad.extend_from_slice(&[1, 2, 3]);
+        assert!(matches!(
+            IdempotencyRow::decode(&bad),
+            Err(CoreError::Corrupt { .. })
+        ));
+    }
+
+    #[test]
     fn tx_time_never_goes_backwards_and_as_of_reads_are_stable() {
         let (store, mut engine) = engine();
         let (e, first) = new_task(&mut engine, 2, "v1");
@@ -1153,6 +1434,90 @@ mod tests {
         assert_eq!(
             engine.apply_tx(3, 3_000, &cross, WriteBatch::new()).unwrap(),
             Err(Rejection::UnknownEntity(e))
+        );
+    }
+
+    /// Writes `count` new entities into `namespace` in one transaction; their ids in order.
+    fn new_entities(engine: &mut Engine, index: u64, namespace: &str, count: usize) -> Vec<EntityId> {
+        let mut req = tx((0..count)
+            .map(|i| {
+                op(
+                    EntityRef::Temp(format!("t{i}")),
+                    ":task/title",
+                    Value::String(format!("task {i}")),
+                )
+            })
+            .collect());
+        req.namespace = Namespace::new(namespace).unwrap();
+        let receipt = engine
+            .apply_tx(index, 1_000 * index as i64, &req, WriteBatch::new())
+            .unwrap()
+            .unwrap();
+        (0..count).map(|i| receipt.temp_ids[&format!("t{i}")]).collect()
+    }
+
+    #[test]
+    fn entity_ids_say_nothing_of_other_namespaces() {
+        let (_, mut empty) = engine();
+        let alone = new_entities(&mut empty, 2, "team/b", 2);
+
+        let (_, mut busy) = engine();
+        let mut made = new_entities(&mut busy, 2, "team/a", 40);
+        made.extend(new_entities(&mut busy, 3, "team/a", 7));
+        // Entities made on a branch of team/a draw from team/a too.
+        let branch = BranchName::new("plan-a").unwrap();
+        let mut create = tx(vec![]);
+        create.namespace = Namespace::new("team/a").unwrap();
+        create.branch_op = Some(engram_types::BranchOp::Create {
+            name: branch.clone(),
+            from: None,
+        });
+        busy.apply_tx(4, 4_000, &create, WriteBatch::new())
+            .unwrap()
+            .unwrap();
+        let mut on_branch = tx(vec![op(
+            EntityRef::Temp("b".into()),
+            ":task/title",
+            Value::String("draft".into()),
+        )]);
+        on_branch.namespace = Namespace::new("team/a").unwrap();
+        on_branch.branch = Some(branch);
+        let receipt = busy
+            .apply_tx(5, 5_000, &on_branch, WriteBatch::new())
+            .unwrap()
+            .unwrap();
+        made.push(receipt.temp_ids["b"]);
+
+        let after = new_entities(&mut busy, 6, "team/b", 2);
+        assert_eq!(after, alone, "team/b's ids do not depend on what team/a wrote");
+        // Ids stay unique across namespaces (and below 2^53).
+        let mut all: Vec<EntityId> = made.iter().chain(&after).copied().collect();
+        assert!(all.iter().all(|e| (1..=keys::MAX_DRAWN_ENTITY_ID).contains(&e.0)));
+        all.sort();
+        all.dedup();
+        assert_eq!(all.len(), made.len() + after.len());
+    }
+
+    #[test]
+    fn a_drawn_entity_id_already_held_is_skipped() {
+        let (store, mut engine) = engine();
+        let ns = ns();
+        // An entity of another namespace holds team/a's first draw (as an id from the old
+        // cluster-wide counter could).
+        let mut held = WriteBatch::new();
+        held.put(
+            Space::State,
+            keys::entity(keys::entity_id(&ns, 1)),
+            keys::entity_owner(&Namespace::new("team/z").unwrap(), None),
+        );
+        store.write(held, Durability::Sync).unwrap();
+        let ids = new_entities(&mut engine, 2, "team/a", 2);
+        assert_eq!(ids, vec![keys::entity_id(&ns, 2), keys::entity_id(&ns, 3)]);
+        let next = new_entities(&mut engine, 3, "team/a", 1);
+        assert_eq!(
+            next,
+            vec![keys::entity_id(&ns, 4)],
+            "the counter row kept the draws"
         );
     }
 

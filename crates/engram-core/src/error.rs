@@ -9,6 +9,17 @@ pub enum CoreError {
     Storage(#[from] StorageError),
     #[error("corrupt state at {what}: {reason}")]
     Corrupt { what: String, reason: String },
+    /// The chain revoked this node's signing key: the node attests nothing after the revoking
+    /// entry, so it stops applying rather than store entries no verifier would accept. It
+    /// cannot rotate a revoked key; it must be removed and added back with a new key.
+    #[error(
+        "this node's signing key {key_id} was revoked by audit entry {revoked_at}, so it attests no later entry (entry {index} is next): remove this node from the cluster and add it back with a new key"
+    )]
+    SigningKeyRevoked {
+        key_id: String,
+        revoked_at: u64,
+        index: u64,
+    },
 }
 
 impl CoreError {

@@ -10,8 +10,9 @@
 //! | `R` | ns 0 ref-entity attr 0 entity tx seq | empty (VAET, reverse refs) |
 //! | `T` | tx | tx-log row |
 //! | `H` | audit index | signed audit entry |
-//! | `I` | ns 0 idempotency key | receipt |
+//! | `I` | ns 0 idempotency key | the first receipt, then the 32-byte hash of the request's content (rows from before content hashes: the receipt alone) |
 //! | `N` | entity | owning namespace (then 0 and the branch, for an entity made on a branch) |
+//! | `n` | ns | how many entity ids the namespace has drawn (u64, big-endian; see [`entity_id`]) |
 //! | `S` | ns 0 attr | the attribute's schema row: its declarations, oldest first (or the type its first assertion fixed, in a namespace with no declared schema) |
 //! | `Q` | ns | the namespace's schema version and whether its schema is declared (strict) |
 //! | `B` | ns 0 branch | the branch row: fork point, state, the preconditions its transactions carried |
@@ -35,6 +36,7 @@ pub const TX_LOG: u8 = b'T';
 pub const AUDIT: u8 = b'H';
 pub const IDEMPOTENCY: u8 = b'I';
 pub const ENTITY: u8 = b'N';
+pub const ENTITY_COUNTER: u8 = b'n';
 pub const SCHEMA: u8 = b'S';
 pub const NS_SCHEMA: u8 = b'Q';
 pub const BRANCH: u8 = b'B';
@@ -255,6 +257,32 @@ pub fn entity(e: EntityId) -> Vec<u8> {
     let mut k = vec![ENTITY];
     k.extend_from_slice(&e.0.to_be_bytes());
     k
+}
+
+pub fn entity_counter(ns: &Namespace) -> Vec<u8> {
+    with_ns(ENTITY_COUNTER, ns)
+}
+
+/// The largest entity id [`entity_id`] draws: ids stay below 2^53, so they are exact as JSON
+/// numbers in every client.
+pub const MAX_DRAWN_ENTITY_ID: u64 = (1 << 53) - 1;
+
+/// The `draw`-th candidate entity id of `ns` (`draw` counts from 1): a hash of the namespace
+/// and its own counter, in `1..=MAX_DRAWN_ENTITY_ID`. Ids come from the namespace's own count
+/// so that a tenant's ids say nothing of how much other namespaces wrote (one cluster-wide
+/// counter did); they are hashed rather than the count itself so that they stay unique across
+/// namespaces, which the `N` row (keyed by id alone) and every `Ref` rely on. A candidate that
+/// is already taken (a 1 in 2^53 chance per existing entity, or an id from the sequential
+/// counter used before) is skipped by the next draw.
+pub fn entity_id(ns: &Namespace, draw: u64) -> EntityId {
+    let mut h = blake3::Hasher::new();
+    h.update(b"engram/entity-id/v1\0");
+    h.update(ns.as_str().as_bytes());
+    h.update(&[0]);
+    h.update(&draw.to_be_bytes());
+    let mut first = [0u8; 8];
+    first.copy_from_slice(&h.finalize().as_bytes()[..8]);
+    EntityId(1 + u64::from_be_bytes(first) % MAX_DRAWN_ENTITY_ID)
 }
 
 pub fn schema(ns: &Namespace, attr: &Attribute) -> Vec<u8> {

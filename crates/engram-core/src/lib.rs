@@ -22,6 +22,7 @@ pub mod planted;
 pub mod proofs;
 pub mod reads;
 pub mod schema;
+pub mod scrub;
 pub mod snapshot;
 
 pub use engine::{ChainHead, CheckpointPolicy, Engine, LastCheckpoint, Rejection, TxOutcome};

@@ -4,14 +4,14 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-use engram_storage::Store;
+use engram_storage::{Space, Store};
 use engram_types::{
     Attribute, AttributeDef, BranchName, BranchOp, Cardinality, Datom, EntityId, EntityRef, Namespace, Op,
     Precondition, Provenance, TxId, TxRequest, Unique, Value,
 };
 
 use crate::branch::{self, BranchRow, BranchState};
-use crate::engine::{ChainHead, Rejection, encode_row};
+use crate::engine::{Rejection, encode_row};
 use crate::reads::{self, ReadOptions, View};
 use crate::schema::{self, SchemaRow, SchemaVersion};
 use crate::{CoreError, keys};
@@ -38,20 +38,14 @@ macro_rules! reject_on {
     };
 }
 
-pub(crate) fn plan(
-    store: &dyn Store,
-    req: &TxRequest,
-    tx: TxId,
-    tx_time_ns: i64,
-    head: &mut ChainHead,
-) -> Plan {
+pub(crate) fn plan(store: &dyn Store, req: &TxRequest, tx: TxId, tx_time_ns: i64) -> Plan {
     if !req.schema.is_empty() {
-        return plan_schema(store, req, tx, tx_time_ns, head);
+        return plan_schema(store, req, tx, tx_time_ns);
     }
     if let Some(op) = &req.branch_op {
-        return plan_branch_op(store, req, op, tx, tx_time_ns, head);
+        return plan_branch_op(store, req, op, tx, tx_time_ns);
     }
-    plan_data(store, req, tx, tx_time_ns, head)
+    plan_data(store, req, tx, tx_time_ns)
 }
 
 /// One assertion or retraction to plan, with whom it comes from.
@@ -72,7 +66,10 @@ struct Draft<'a> {
     tx: TxId,
     tx_time_ns: i64,
     strict: bool,
-    next_entity: u64,
+    /// How many ids the namespace has drawn (its `n` row), with this transaction's draws.
+    drawn: u64,
+    /// The `n` row's value before this transaction, to write the row only when it changed.
+    drawn_before: u64,
     datoms: Vec<Datom>,
     rows: Vec<(Vec<u8>, Vec<u8>)>,
     temp_ids: BTreeMap<String, EntityId>,
@@ -86,20 +83,23 @@ struct Draft<'a> {
 }
 
 impl<'a> Draft<'a> {
-    fn new(
-        store: &'a dyn Store,
-        view: View<'a>,
-        tx: TxId,
-        tx_time_ns: i64,
-        head: &ChainHead,
-    ) -> Result<Self, CoreError> {
+    fn new(store: &'a dyn Store, view: View<'a>, tx: TxId, tx_time_ns: i64) -> Result<Self, CoreError> {
+        let drawn = match store.get(Space::State, &keys::entity_counter(view.ns))? {
+            None => 0,
+            Some(row) => <[u8; 8]>::try_from(row.as_slice())
+                .map(u64::from_be_bytes)
+                .map_err(|_| {
+                    CoreError::corrupt("entity counter row", format!("{} bytes, expected 8", row.len()))
+                })?,
+        };
         Ok(Draft {
             store,
             view,
             tx,
             tx_time_ns,
             strict: schema::namespace_schema(store, view.ns)?.strict,
-            next_entity: head.next_entity.max(1),
+            drawn,
+            drawn_before: drawn,
             datoms: Vec::new(),
             rows: Vec::new(),
             temp_ids: BTreeMap::new(),
@@ -120,12 +120,27 @@ impl<'a> Draft<'a> {
         self.view.branch.map(|(name, _)| name)
     }
 
-    fn allocate(&mut self) -> EntityId {
-        let id = EntityId(self.next_entity);
-        self.next_entity += 1;
-        self.new_entities.push(id);
-        self.visible.insert(id, true);
-        id
+    /// A fresh entity id: the namespace's next draw (see [`keys::entity_id`]) that no entity
+    /// holds yet, in any namespace or branch, nor one made earlier in this transaction. Reads
+    /// only the store, so every replica draws the same ids.
+    fn allocate(&mut self) -> Result<EntityId, CoreError> {
+        loop {
+            self.drawn = self
+                .drawn
+                .checked_add(1)
+                .ok_or_else(|| CoreError::corrupt("entity counter row", "the counter is exhausted"))?;
+            let id = keys::entity_id(self.view.ns, self.drawn);
+            // `visible` is true for every id made in this transaction; an id it does not know
+            // as visible may still be held elsewhere, which its `N` row tells.
+            if self.visible.get(&id) == Some(&true)
+                || self.store.get(Space::State, &keys::entity(id))?.is_some()
+            {
+                continue;
+            }
+            self.new_entities.push(id);
+            self.visible.insert(id, true);
+            return Ok(id);
+        }
     }
 
     fn visible(&mut self, e: EntityId) -> Result<bool, CoreError> {
@@ -308,7 +323,7 @@ impl<'a> Draft<'a> {
 
     /// Finishes the plan: owner rows for new entities, schema rows for attributes typed by
     /// first use, and the entity counter.
-    fn finish(mut self, head: &mut ChainHead) -> Planned {
+    fn finish(mut self) -> Planned {
         let owner = keys::entity_owner(self.ns(), self.branch());
         for e in &self.new_entities {
             self.rows.push((keys::entity(*e), owner.clone()));
@@ -325,7 +340,12 @@ impl<'a> Draft<'a> {
             self.rows
                 .push((keys::schema(self.view.ns, &def.ident), encode_row(&row)));
         }
-        head.next_entity = self.next_entity;
+        if self.drawn != self.drawn_before {
+            self.rows.push((
+                keys::entity_counter(self.view.ns),
+                self.drawn.to_be_bytes().to_vec(),
+            ));
+        }
         Planned {
             datoms: self.datoms,
             temp_ids: self.temp_ids,
@@ -351,7 +371,7 @@ fn open_branch(
     }
 }
 
-fn plan_data(store: &dyn Store, req: &TxRequest, tx: TxId, tx_time_ns: i64, head: &mut ChainHead) -> Plan {
+fn plan_data(store: &dyn Store, req: &TxRequest, tx: TxId, tx_time_ns: i64) -> Plan {
     let ns = &req.namespace;
     let mut branch_row = None;
     let view = match &req.branch {
@@ -366,7 +386,7 @@ fn plan_data(store: &dyn Store, req: &TxRequest, tx: TxId, tx_time_ns: i64, head
             view
         }
     };
-    let mut draft = Draft::new(store, view, tx, tx_time_ns, head)?;
+    let mut draft = Draft::new(store, view, tx, tx_time_ns)?;
     for pre in &req.preconditions {
         reject_on!(draft.check(pre));
     }
@@ -396,7 +416,7 @@ fn plan_data(store: &dyn Store, req: &TxRequest, tx: TxId, tx_time_ns: i64, head
             EntityRef::Temp(name) => match draft.temp_ids.get(name) {
                 Some(e) => *e,
                 None => {
-                    let e = draft.allocate();
+                    let e = draft.allocate()?;
                     draft.temp_ids.insert(name.clone(), e);
                     e
                 }
@@ -431,19 +451,19 @@ fn plan_data(store: &dyn Store, req: &TxRequest, tx: TxId, tx_time_ns: i64, head
         row.preconditions.extend(req.preconditions.iter().cloned());
         draft.rows.push((keys::branch(ns, &row.name), encode_row(&row)));
     }
-    Ok(Ok(draft.finish(head)))
+    Ok(Ok(draft.finish()))
 }
 
-fn plan_schema(store: &dyn Store, req: &TxRequest, tx: TxId, tx_time_ns: i64, head: &mut ChainHead) -> Plan {
+fn plan_schema(store: &dyn Store, req: &TxRequest, tx: TxId, tx_time_ns: i64) -> Plan {
     let ns = &req.namespace;
-    let mut draft = Draft::new(store, View::main(ns), tx, tx_time_ns, head)?;
+    let mut draft = Draft::new(store, View::main(ns), tx, tx_time_ns)?;
     let mut ns_schema = schema::namespace_schema(store, ns)?;
     let version = ns_schema.version + 1;
     let mut changed = 0;
     for def in &req.schema {
         let (entity, old, mut row) = match schema::row(store, ns, &def.ident)? {
             None => {
-                let e = draft.allocate();
+                let e = draft.allocate()?;
                 (
                     e,
                     None,
@@ -478,7 +498,7 @@ fn plan_schema(store: &dyn Store, req: &TxRequest, tx: TxId, tx_time_ns: i64, he
                 let e = match row.entity {
                     Some(e) => e,
                     None => {
-                        let e = draft.allocate();
+                        let e = draft.allocate()?;
                         row.entity = Some(e);
                         e
                     }
@@ -504,23 +524,16 @@ fn plan_schema(store: &dyn Store, req: &TxRequest, tx: TxId, tx_time_ns: i64, he
     ns_schema.version = version;
     ns_schema.strict = true;
     draft.rows.push((keys::ns_schema(ns), encode_row(&ns_schema)));
-    Ok(Ok(draft.finish(head)))
+    Ok(Ok(draft.finish()))
 }
 
 fn state_keyword(state: BranchState) -> Value {
     Value::Keyword(format!(":db.branch.state/{}", state.name()))
 }
 
-fn plan_branch_op(
-    store: &dyn Store,
-    req: &TxRequest,
-    op: &BranchOp,
-    tx: TxId,
-    tx_time_ns: i64,
-    head: &mut ChainHead,
-) -> Plan {
+fn plan_branch_op(store: &dyn Store, req: &TxRequest, op: &BranchOp, tx: TxId, tx_time_ns: i64) -> Plan {
     let ns = &req.namespace;
-    let mut draft = Draft::new(store, View::main(ns), tx, tx_time_ns, head)?;
+    let mut draft = Draft::new(store, View::main(ns), tx, tx_time_ns)?;
     let provenance = &req.provenance;
     let row = match op {
         BranchOp::Create { name, from } => {
@@ -531,7 +544,7 @@ fn plan_branch_op(
             if fork >= tx {
                 return Ok(Err(Rejection::ForkInFuture { from: fork, tx }));
             }
-            let entity = draft.allocate();
+            let entity = draft.allocate()?;
             draft.system(
                 entity,
                 schema::BRANCH_NAME,
@@ -593,7 +606,7 @@ fn plan_branch_op(
         );
     }
     draft.rows.push((keys::branch(ns, &row.name), encode_row(&row)));
-    Ok(Ok(draft.finish(head)))
+    Ok(Ok(draft.finish()))
 }
 
 /// Replays a branch's datoms onto main (the draft's view) after re-checking the branch's

@@ -19,14 +19,24 @@ pub enum PlantedBug {
     /// is synced, the rest is written only with the next transaction, so a crash between them
     /// leaves half a transaction.
     HalfBatch,
+    /// The Raft service accepts requests without checking who sent them, so a host that is not
+    /// a member can forge appends and votes.
+    AcceptUnauthenticatedPeer,
+    /// A transaction's idempotency row is synced on its own, ahead of the buffered entry it
+    /// belongs to. The state machine does not sync its writes (they become durable with the
+    /// next Raft log sync), so a crash in between keeps the row without the entry, and when
+    /// Raft applies the entry again it looks like a retry: the index gets another entry.
+    EagerIdempotencyRow,
 }
 
 impl PlantedBug {
-    pub const ALL: [PlantedBug; 4] = [
+    pub const ALL: [PlantedBug; 6] = [
         PlantedBug::AckBeforeCommit,
         PlantedBug::SkipSyncBeforeAck,
         PlantedBug::WrongPrevHash,
         PlantedBug::HalfBatch,
+        PlantedBug::AcceptUnauthenticatedPeer,
+        PlantedBug::EagerIdempotencyRow,
     ];
 }
 

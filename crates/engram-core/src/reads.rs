@@ -569,6 +569,26 @@ pub fn signer(
     }
 }
 
+/// The key the chain trusts now for node `node_id` (admitted to it, neither rotated out nor
+/// revoked), if any: after a rotation this is the new key, not the one the membership recorded
+/// when the node joined.
+pub fn active_key_of(store: &dyn Store, node_id: u64) -> Result<Option<engram_audit::KeyRecord>, CoreError> {
+    let next = head(store)?.index + 1;
+    let rows = store.scan(
+        Space::State,
+        &[keys::SIGNER],
+        prefix_end(&[keys::SIGNER]).as_deref(),
+        usize::MAX,
+    )?;
+    for (_, bytes) in rows {
+        let row: engram_audit::KeyRecord = decode_row("key row", &bytes)?;
+        if row.node_id == node_id && row.active_at(next) {
+            return Ok(Some(row));
+        }
+    }
+    Ok(None)
+}
+
 /// Whether the chain trusts key `id` now, for the entry after the head (admitted, neither
 /// rotated out nor revoked).
 pub fn key_active(store: &dyn Store, id: engram_audit::KeyId) -> Result<bool, CoreError> {

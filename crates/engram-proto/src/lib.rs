@@ -78,12 +78,18 @@ pub fn branch_name(field: &str, raw: String) -> Result<BranchName, WireError> {
 }
 
 pub fn value_type(field: &str, raw: &str) -> Result<ValueType, WireError> {
-    ValueType::ALL.into_iter().find(|t| t.name() == raw).ok_or_else(|| {
-        WireError::new(
-            field,
-            format!("unknown value type {raw:?} (string, i64, f64, bool, bytes, instant, ref, keyword or json)"),
-        )
-    })
+    ValueType::ALL
+        .into_iter()
+        .find(|t| t.name() == raw)
+        .ok_or_else(|| {
+            WireError::new(
+                field,
+                format!(
+                    "unknown value type {} (string, i64, f64, bool, bytes, instant, ref, keyword or json)",
+                    engram_types::excerpt(raw)
+                ),
+            )
+        })
 }
 
 pub fn attribute_def(field: &str, raw: pb::AttributeDef) -> Result<AttributeDef, WireError> {
@@ -463,6 +469,24 @@ mod tests {
         assert_eq!(tx.ops[0].value, Value::Json(r#"{"a":2,"b":1}"#.into()));
         let back = TxRequest::try_from(pb::TransactRequest::from(&tx)).unwrap();
         assert_eq!(back, tx);
+    }
+
+    #[test]
+    fn a_json_number_that_cannot_be_kept_exactly_is_refused_by_name() {
+        let mut req = good();
+        req.ops[0].value = Some(pb::Value {
+            kind: Some(pb::value::Kind::Json(
+                r#"{"n":123456789012345678901234567890}"#.into(),
+            )),
+        });
+        let err = TxRequest::try_from(req).unwrap_err();
+        assert_eq!(err.field, "ops[0].value");
+        assert!(
+            err.to_string().starts_with(
+                "ops[0].value: invalid value for json: number 123456789012345678901234567890 cannot be stored exactly"
+            ),
+            "{err}"
+        );
     }
 
     #[test]

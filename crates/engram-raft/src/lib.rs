@@ -11,6 +11,8 @@
 //!   self-checking snapshot format.
 //! - [`network`]: openraft's `RaftNetworkV2` over the internal `engram.v1.Raft` gRPC service,
 //!   with messages as postcard bytes; snapshots stream in 1 MiB chunks.
+//! - [`peer_auth`]: every Raft request is signed by the sending node's key and checked against
+//!   the keys the receiver's chain and membership bind to that node id.
 //!
 //! The async runtime is openraft's pluggable one: Tokio, or madsim (`engram-sim-rt`) when built
 //! with `--cfg madsim`; the simulation swaps that and the `tonic` package, not this code.
@@ -22,6 +24,7 @@ pub mod clock;
 mod log_store;
 pub mod network;
 mod node;
+pub mod peer_auth;
 mod state_machine;
 
 use std::fmt;
@@ -29,7 +32,7 @@ use std::fmt;
 use engram_audit::KeyChangeRequest;
 use engram_types::TxRequest;
 pub use log_store::LogStore;
-pub use node::{NodeError, NodeStatus, RaftNode, RaftSettings};
+pub use node::{DivergenceAlarm, NodeError, NodeStatus, RaftNode, RaftSettings, Waited};
 use serde::{Deserialize, Serialize};
 pub use state_machine::{StateMachine, applied_index};
 
@@ -112,8 +115,9 @@ pub type SnapshotData = Vec<u8>;
 pub type Snapshot = openraft::alias::SnapshotOf<TypeConfig, SnapshotData>;
 
 /// Postcard encoding for Raft rows and messages. Decoding never panics: corrupt bytes become
-/// an `io::Error` (for storage) or a `Status` (for the network).
-pub(crate) mod codec {
+/// an `io::Error` (for storage) or a `Status` (for the network). Public so tests can build the
+/// messages a hostile host would send.
+pub mod codec {
     use serde::Serialize;
     use serde::de::DeserializeOwned;
 

@@ -1,12 +1,19 @@
 //! Raft messages over gRPC: the client side (`RaftNetworkV2` for openraft) and the server
 //! side ([`RaftService`], the internal `engram.v1.Raft` service).
 //!
-//! Messages are postcard-encoded openraft types inside `RaftMessage.payload`. A remote Raft
-//! error cannot travel inside openraft's `RPCError`, so the server answers it with a gRPC
-//! status and the client reports the peer as unreachable; openraft retries with backoff.
+//! Messages are postcard-encoded openraft types inside `RaftMessage.payload`, each request
+//! signed by the sending node ([`crate::peer_auth`]); the server refuses anything else with
+//! `UNAUTHENTICATED` before decoding it. A remote Raft error cannot travel inside openraft's
+//! `RPCError`, so the server answers it with a gRPC status and the client reports the peer as
+//! unreachable; openraft retries with backoff.
 
 use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
+
+use engram_audit::KeyRing;
+use engram_storage::Store;
 
 use engram_proto::pb;
 use engram_proto::pb::raft_client::RaftClient;
@@ -21,6 +28,7 @@ use tonic::{Request, Response, Status, Streaming};
 use tracing::warn;
 
 use crate::codec::{decode, encode};
+use crate::peer_auth::{self, ClusterKeys, RpcKind};
 use crate::{NodeInfo, Raft, Snapshot, SnapshotData, SnapshotMeta, TypeConfig, Vote};
 
 /// Largest gRPC message between nodes: big enough for a full append batch.
@@ -30,11 +38,16 @@ const SNAPSHOT_CHUNK_BYTES: usize = 1 << 20;
 /// Makes one [`Connection`] per peer. Channels connect lazily and reconnect by themselves.
 #[derive(Clone)]
 pub struct NetworkFactory {
+    /// This node: every request it sends is signed as coming from it.
+    pub node_id: u64,
+    pub keys: Arc<KeyRing>,
     /// Deadline of an append that carries entries (see [`Connection::append_deadline`]).
     pub append_timeout: Duration,
 }
 
 pub struct Connection {
+    from: u64,
+    keys: Arc<KeyRing>,
     target: u64,
     client: Result<RaftClient<Channel>, String>,
     append_timeout: Duration,
@@ -91,6 +104,8 @@ impl RaftNetworkFactory<TypeConfig> for NetworkFactory {
             warn!(target_node = target, error = %e, "cannot build a channel to peer");
         }
         Connection {
+            from: self.node_id,
+            keys: self.keys.clone(),
             target,
             client,
             append_timeout: self.append_timeout,
@@ -139,6 +154,7 @@ impl Connection {
     async fn call<Req, Resp, F, Fut>(
         &self,
         rpc: &Req,
+        kind: RpcKind,
         deadline: Duration,
         what: &str,
         send: F,
@@ -150,9 +166,16 @@ impl Connection {
         Fut: Future<Output = Result<Response<pb::RaftMessage>, Status>>,
     {
         let payload = encode(rpc).map_err(|e| RPCError::Network(network_err(e)))?;
+        let auth = peer_auth::sign(&self.keys, kind, self.from, self.target, &payload);
         let reply = send(
             self.client()?,
-            Self::request(pb::RaftMessage { payload }, deadline),
+            Self::request(
+                pb::RaftMessage {
+                    payload,
+                    auth: Some(auth),
+                },
+                deadline,
+            ),
         )
         .await
         .map_err(|s| self.status_to_rpc(s))?;
@@ -178,9 +201,13 @@ impl RaftNetworkV2<TypeConfig> for Connection {
         option: RPCOption,
     ) -> Result<AppendEntriesResponse<TypeConfig>, RPCError<TypeConfig>> {
         let deadline = self.append_deadline(&option, !rpc.entries.is_empty());
-        self.call(&rpc, deadline, "append response", |mut c, r| async move {
-            c.append_entries(r).await
-        })
+        self.call(
+            &rpc,
+            RpcKind::AppendEntries,
+            deadline,
+            "append response",
+            |mut c, r| async move { c.append_entries(r).await },
+        )
         .await
     }
 
@@ -189,9 +216,13 @@ impl RaftNetworkV2<TypeConfig> for Connection {
         rpc: VoteRequest<TypeConfig>,
         option: RPCOption,
     ) -> Result<VoteResponse<TypeConfig>, RPCError<TypeConfig>> {
-        self.call(&rpc, option.hard_ttl(), "vote response", |mut c, r| async move {
-            c.vote(r).await
-        })
+        self.call(
+            &rpc,
+            RpcKind::Vote,
+            option.hard_ttl(),
+            "vote response",
+            |mut c, r| async move { c.vote(r).await },
+        )
         .await
     }
 
@@ -202,17 +233,32 @@ impl RaftNetworkV2<TypeConfig> for Connection {
         _cancel: impl Future<Output = ReplicationClosed> + OptionalSend + 'static,
         option: RPCOption,
     ) -> Result<SnapshotResponse<TypeConfig>, StreamingError<TypeConfig>> {
-        let header = encode(&(vote, snapshot.meta)).map_err(network_err)?;
         let data = snapshot.snapshot;
+        let header = SnapshotHeader {
+            vote,
+            meta: snapshot.meta,
+            data_bytes: data.len() as u64,
+            data_hash: *engram_types::Hash::of(&data).as_bytes(),
+        };
+        let header = encode(&header).map_err(network_err)?;
+        let auth = peer_auth::sign(
+            &self.keys,
+            RpcKind::InstallSnapshot,
+            self.from,
+            self.target,
+            &header,
+        );
         let mut chunks = Vec::with_capacity(data.len() / SNAPSHOT_CHUNK_BYTES + 1);
         chunks.push(pb::SnapshotChunk {
             header,
             data: Vec::new(),
+            auth: Some(auth),
         });
         for piece in data.chunks(SNAPSHOT_CHUNK_BYTES) {
             chunks.push(pb::SnapshotChunk {
                 header: Vec::new(),
                 data: piece.to_vec(),
+                auth: None,
             });
         }
         let mut client = self
@@ -238,20 +284,63 @@ pub type RaftServer = pb::raft_server::RaftServer<RaftService>;
 #[cfg(madsim)]
 pub type RaftServer = pb::raft_server::RaftServer<RaftService, tonic::codegen::IdentityInterceptor>;
 
+/// What the first chunk of a snapshot stream declares: the Raft vote and snapshot metadata,
+/// and the size and blake3 hash of the data that follows, all covered by the sender's
+/// signature. The receiver stops reading past `data_bytes` and checks the hash at the end.
+#[derive(serde::Serialize, serde::Deserialize)]
+pub struct SnapshotHeader {
+    pub vote: Vote,
+    pub meta: SnapshotMeta,
+    pub data_bytes: u64,
+    pub data_hash: [u8; 32],
+}
+
 /// The server side of the internal Raft service.
 pub struct RaftService {
     raft: Raft,
+    node_id: u64,
+    keys: ClusterKeys,
+    refused: Arc<AtomicU64>,
 }
 
 impl RaftService {
-    pub fn new(raft: Raft) -> RaftService {
-        RaftService { raft }
+    /// The service for node `node_id`, which trusts peers by its `store`'s chain and `raft`'s
+    /// membership; `refused` counts requests it turns away (exported as a metric).
+    pub fn new(raft: Raft, node_id: u64, store: Arc<dyn Store>, refused: Arc<AtomicU64>) -> RaftService {
+        RaftService {
+            keys: ClusterKeys {
+                me: node_id,
+                store,
+                raft: raft.clone(),
+                first_contact: Default::default(),
+            },
+            raft,
+            node_id,
+            refused,
+        }
     }
 
     pub fn into_server(self) -> RaftServer {
         pb::raft_server::RaftServer::new(self)
             .max_decoding_message_size(MAX_MESSAGE_BYTES)
             .max_encoding_message_size(MAX_MESSAGE_BYTES)
+    }
+
+    /// Checks who sent a request before anything in it is decoded or reaches Raft.
+    fn authenticate(
+        &self,
+        auth: Option<&pb::PeerAuth>,
+        kind: RpcKind,
+        payload: &[u8],
+    ) -> Result<u64, Status> {
+        if engram_core::planted::active(engram_core::planted::PlantedBug::AcceptUnauthenticatedPeer) {
+            return Ok(auth.map_or(0, |a| a.from_node));
+        }
+        peer_auth::verify(auth, kind, self.node_id, payload, &self.keys).map_err(|e| {
+            self.refused.fetch_add(1, Ordering::Relaxed);
+            warn!(kind = ?kind, error = %e, "refused a raft request");
+            Status::unauthenticated(e.to_string())
+        })
     }
 }
 
@@ -261,7 +350,7 @@ fn bad_payload(e: std::io::Error) -> Status {
 
 fn reply<T: serde::Serialize>(value: &T) -> Result<Response<pb::RaftMessage>, Status> {
     let payload = encode(value).map_err(|e| Status::internal(format!("encoding raft reply: {e}")))?;
-    Ok(Response::new(pb::RaftMessage { payload }))
+    Ok(Response::new(pb::RaftMessage { payload, auth: None }))
 }
 
 #[tonic::async_trait]
@@ -270,8 +359,10 @@ impl pb::raft_server::Raft for RaftService {
         &self,
         request: Request<pb::RaftMessage>,
     ) -> Result<Response<pb::RaftMessage>, Status> {
+        let message = request.into_inner();
+        self.authenticate(message.auth.as_ref(), RpcKind::AppendEntries, &message.payload)?;
         let rpc: AppendEntriesRequest<TypeConfig> =
-            decode("append request", &request.into_inner().payload).map_err(bad_payload)?;
+            decode("append request", &message.payload).map_err(bad_payload)?;
         let resp = self
             .raft
             .append_entries(rpc)
@@ -281,8 +372,9 @@ impl pb::raft_server::Raft for RaftService {
     }
 
     async fn vote(&self, request: Request<pb::RaftMessage>) -> Result<Response<pb::RaftMessage>, Status> {
-        let rpc: VoteRequest<TypeConfig> =
-            decode("vote request", &request.into_inner().payload).map_err(bad_payload)?;
+        let message = request.into_inner();
+        self.authenticate(message.auth.as_ref(), RpcKind::Vote, &message.payload)?;
+        let rpc: VoteRequest<TypeConfig> = decode("vote request", &message.payload).map_err(bad_payload)?;
         let resp = self
             .raft
             .vote(rpc)
@@ -291,27 +383,69 @@ impl pb::raft_server::Raft for RaftService {
         reply(&resp)
     }
 
+    /// The header must come first and be signed by a member; the data may not exceed the size
+    /// it declares and must hash to what it declares, so nobody can make a node buffer
+    /// without bound or install what no member sent.
     async fn install_snapshot(
         &self,
         request: Request<Streaming<pb::SnapshotChunk>>,
     ) -> Result<Response<pb::RaftMessage>, Status> {
         let mut stream = request.into_inner();
-        let mut header: Option<(Vote, SnapshotMeta)> = None;
+        let first = stream
+            .message()
+            .await?
+            .ok_or_else(|| Status::invalid_argument("empty snapshot stream"))?;
+        if first.header.is_empty() {
+            return Err(Status::invalid_argument(
+                "snapshot stream must start with its header chunk",
+            ));
+        }
+        self.authenticate(first.auth.as_ref(), RpcKind::InstallSnapshot, &first.header)?;
+        let header: SnapshotHeader = decode("snapshot header", &first.header).map_err(bad_payload)?;
+        let declared = usize::try_from(header.data_bytes)
+            .map_err(|_| Status::invalid_argument("snapshot larger than this node can address"))?;
         let mut data = Vec::new();
-        while let Some(chunk) = stream.message().await? {
-            if !chunk.header.is_empty() {
-                if header.is_some() {
-                    return Err(Status::invalid_argument("snapshot stream carries two headers"));
-                }
-                header = Some(decode("snapshot header", &chunk.header).map_err(bad_payload)?);
+        let mut take = |chunk: pb::SnapshotChunk| -> Result<(), Status> {
+            if !chunk.header.is_empty() || chunk.auth.is_some() {
+                return Err(Status::invalid_argument(
+                    "snapshot stream carries a second header",
+                ));
+            }
+            if data.len().saturating_add(chunk.data.len()) > declared {
+                return Err(Status::invalid_argument(format!(
+                    "snapshot stream exceeds its declared {declared} bytes"
+                )));
             }
             data.extend_from_slice(&chunk.data);
+            Ok(())
+        };
+        take(pb::SnapshotChunk {
+            data: first.data,
+            ..Default::default()
+        })?;
+        while let Some(chunk) = stream.message().await? {
+            take(chunk)?;
         }
-        let (vote, meta) =
-            header.ok_or_else(|| Status::invalid_argument("snapshot stream without a header"))?;
+        if data.len() != declared {
+            return Err(Status::invalid_argument(format!(
+                "snapshot stream ended after {} of its declared {declared} bytes",
+                data.len()
+            )));
+        }
+        if engram_types::Hash::of(&data).as_bytes() != &header.data_hash {
+            return Err(Status::invalid_argument(
+                "snapshot data does not match the hash its header declares",
+            ));
+        }
         let resp = self
             .raft
-            .install_full_snapshot(vote, Snapshot { meta, snapshot: data })
+            .install_full_snapshot(
+                header.vote,
+                Snapshot {
+                    meta: header.meta,
+                    snapshot: data,
+                },
+            )
             .await
             .map_err(|e| Status::unavailable(e.to_string()))?;
         reply(&resp)

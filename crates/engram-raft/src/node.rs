@@ -1,5 +1,6 @@
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, Mutex};
 
 use engram_audit::{KeyAction, KeyChangeRequest, KeyId, KeyRing, PublicKey};
 use engram_core::{CheckpointPolicy, Rejection, TxOutcome, reads};
@@ -58,7 +59,42 @@ pub struct RaftNode {
     /// This node's signing keys: the current one attests entries, signs checkpoints and
     /// authorises the key changes this node proposes as leader.
     pub keys: Arc<KeyRing>,
+    /// Raft requests this node refused because their sender was not authenticated.
+    pub peer_refused: Arc<AtomicU64>,
+    /// Set when this node found its chain differs from a peer's (see [`DivergenceAlarm`]);
+    /// cleared only by a restart, which checks again.
+    pub alarm: Arc<Mutex<Option<DivergenceAlarm>>>,
     clock_skew_ns: i64,
+}
+
+/// How [`RaftNode::wait_applied`] ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Waited {
+    Applied,
+    TimedOut,
+    /// The Raft core has stopped: waiting again would return at once, forever.
+    Stopped,
+}
+
+/// Two members hold different audit entries at the same index: one of them applied something
+/// the other did not. Corruption-class: the node stops taking writes and reports not ready.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DivergenceAlarm {
+    /// The first index at which the entries differ.
+    pub index: u64,
+    pub peer: u64,
+    pub ours: String,
+    pub theirs: String,
+}
+
+impl std::fmt::Display for DivergenceAlarm {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "chain diverges from node {} at entry {}: ours {}, theirs {}",
+            self.peer, self.index, self.ours, self.theirs
+        )
+    }
 }
 
 /// A point-in-time view of the node, for status reporting.
@@ -115,6 +151,8 @@ impl RaftNode {
             node_id,
             Arc::new(config),
             NetworkFactory {
+                node_id,
+                keys: keys.clone(),
                 append_timeout: std::time::Duration::from_millis(settings.append_timeout_ms),
             },
             log_store,
@@ -128,6 +166,8 @@ impl RaftNode {
             store,
             info,
             keys,
+            peer_refused: Arc::default(),
+            alarm: Arc::default(),
             clock_skew_ns: settings.clock_skew_ns,
         })
     }
@@ -217,14 +257,27 @@ impl RaftNode {
         }
     }
 
-    /// Waits until this node has applied log index `index`, or `timeout` passes; returns
-    /// whether it has.
-    pub async fn wait_applied(&self, index: u64, timeout: std::time::Duration) -> bool {
-        self.raft
+    /// Why the Raft core stopped, if it failed (an apply or storage error, such as this node's
+    /// key having been revoked): nothing is applied here any more.
+    pub fn stopped(&self) -> Option<String> {
+        let metrics = self.raft.metrics().borrow_watched().clone();
+        metrics.running_state.err().map(|fatal| fatal.to_string())
+    }
+
+    /// Waits until this node has applied log index `index`, or `timeout` passes.
+    pub async fn wait_applied(&self, index: u64, timeout: std::time::Duration) -> Waited {
+        match self
+            .raft
             .wait(Some(timeout))
             .applied_index_at_least(Some(index), "watch")
             .await
-            .is_ok()
+        {
+            Ok(_) => Waited::Applied,
+            Err(openraft::metrics::WaitError::Timeout(..)) => Waited::TimedOut,
+            // The Raft core has stopped (shut down, or failed): nothing will ever be applied
+            // here again, and a new wait would fail at once.
+            Err(openraft::metrics::WaitError::ShuttingDown) => Waited::Stopped,
+        }
     }
 
     pub async fn is_initialized(&self) -> Result<bool, NodeError> {
@@ -361,5 +414,32 @@ impl RaftNode {
         if let Err(e) = self.raft.shutdown().await {
             tracing::warn!(error = %e, "raft shutdown");
         }
+    }
+}
+
+impl RaftNode {
+    /// The divergence alarm, if one is raised.
+    pub fn alarm(&self) -> Option<DivergenceAlarm> {
+        self.alarm.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Raises the divergence alarm (the first one raised is kept).
+    pub fn raise_alarm(&self, alarm: DivergenceAlarm) -> bool {
+        let mut slot = self.alarm.lock().unwrap_or_else(|p| p.into_inner());
+        if slot.is_some() {
+            return false;
+        }
+        *slot = Some(alarm);
+        true
+    }
+
+    /// The internal Raft service of this node.
+    pub fn raft_service(&self) -> crate::network::RaftService {
+        crate::network::RaftService::new(
+            self.raft.clone(),
+            self.node_id,
+            self.store.clone(),
+            self.peer_refused.clone(),
+        )
     }
 }

@@ -162,8 +162,9 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
     where
         Strm: Stream<Item = io::Result<EntryResponder<TypeConfig>>> + Unpin + OptionalSend,
     {
-        // Group commit: the entries of one call share one fsync, made by the synced write
-        // that closes the group, and no client hears of any of them before it.
+        // One group per call: buffered writes (the entries are durable in the Raft log on a
+        // majority already; see `Engine::begin_group`), the group's attestations checked
+        // together, and no client hears of any entry before the whole group is applied.
         self.engine.begin_group();
         let mut answered = Vec::new();
         while let Some((entry, responder)) = entries.try_next().await? {

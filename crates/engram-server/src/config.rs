@@ -89,6 +89,12 @@ pub struct ServerConfig {
     /// Sign a checkpoint once this much transaction time has passed since the last one (0:
     /// never by time).
     pub checkpoint_every_ms: u64,
+    /// Compare this node's audit chain with every peer's this often (0: never); a mismatch
+    /// raises the divergence alarm (`crate::divergence`).
+    pub divergence_check_ms: u64,
+    /// What [`crate::run_until`] checks of the store before serving; a node whose check fails
+    /// does not start.
+    pub verify_on_start: engram_core::scrub::StartCheck,
 }
 
 impl ServerConfig {
@@ -114,6 +120,8 @@ impl ServerConfig {
             checkpoint_every_entries: 1_000,
             checkpoint_every_ms: 1_000,
             clock_skew_ns: 0,
+            divergence_check_ms: 5_000,
+            verify_on_start: engram_core::scrub::StartCheck::Tip,
         }
     }
 

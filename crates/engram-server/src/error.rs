@@ -1,5 +1,12 @@
 //! The one place where errors become gRPC statuses. Handlers return [`ApiError`]; nothing else
 //! builds a `Status` from a domain error.
+//!
+//! Storage corruption (a block that fails its checksum, a row that does not decode) is
+//! `DATA_LOSS`, with a message naming the space and key but no file path, and it is counted
+//! here, where every error passes: [`corruptions_seen`] feeds `/metrics` and makes the node
+//! not ready ([`storage_intact`]), since a damaged store must be repaired, not served from.
+
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use engram_audit::ChainError;
 use engram_core::reads::ReadError;
@@ -11,6 +18,13 @@ use tonic::{Code, Status};
 /// How long a client should wait before retrying an UNAVAILABLE answer, sent as the
 /// `retry-after-ms` response metadata.
 pub const RETRY_AFTER_MS: u64 = 250;
+
+/// Longest status message sent, in bytes. The message travels in an HTTP/2 header
+/// (`grpc-message`, percent-encoded, so up to three times longer); clients refuse header
+/// blocks of a few tens of KiB, which would turn the answer into a transport error. Validation
+/// messages quote bounded excerpts of the input (`engram_types::excerpt`); this cap is the last
+/// resort for messages that still carry large values, such as a rejection naming a value.
+pub const MAX_STATUS_MESSAGE_BYTES: usize = 2048;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ApiError {
@@ -30,6 +44,14 @@ pub enum ApiError {
     Unavailable(String),
     #[error("audit chain corrupt: {0}")]
     Chain(#[from] ChainError),
+    /// The divergence alarm is raised: this node's chain differs from a peer's, so it takes
+    /// no writes until an operator has looked.
+    #[error("this node refuses writes: {0}; an operator must repair or replace it, then restart it")]
+    Diverged(String),
+    /// The node's own store is damaged. The message is the storage error's, which names the
+    /// space and key and never a path.
+    #[error("{0}")]
+    Corrupt(String),
     #[error("internal error: {0}")]
     Internal(String),
     /// The leader's answer to a forwarded request, passed through as it came.
@@ -43,11 +65,48 @@ impl From<WireError> for ApiError {
     }
 }
 
+/// Storage corruption met while serving, process-wide (a process runs one node).
+static CORRUPTIONS_SEEN: AtomicU64 = AtomicU64::new(0);
+
+/// How many requests failed on storage corruption since the process started.
+pub fn corruptions_seen() -> u64 {
+    CORRUPTIONS_SEEN.load(Ordering::Relaxed)
+}
+
+/// `Err` once any request met storage corruption: the node stays unready until it is stopped,
+/// checked (`engram audit verify --data-dir`) and repaired or rebuilt from its peers.
+pub fn storage_intact() -> Result<(), String> {
+    match corruptions_seen() {
+        0 => Ok(()),
+        n => Err(format!(
+            "the store is damaged: {n} reads met storage corruption (stop the node and run `engram audit verify --data-dir`)"
+        )),
+    }
+}
+
 impl From<CoreError> for ApiError {
     fn from(e: CoreError) -> Self {
+        let corrupt = match &e {
+            CoreError::Corrupt { .. } => true,
+            CoreError::Storage(s) => s.is_corruption(),
+            CoreError::SigningKeyRevoked { .. } => return ApiError::Conflict(e.to_string()),
+        };
+        if !corrupt {
+            return ApiError::Internal(e.to_string());
+        }
+        CORRUPTIONS_SEEN.fetch_add(1, Ordering::Relaxed);
         match e {
-            CoreError::Corrupt { .. } => ApiError::Internal(format!("storage corruption: {e}")),
-            CoreError::Storage(_) => ApiError::Internal(e.to_string()),
+            CoreError::Storage(s) => ApiError::Corrupt(s.to_string()),
+            other => ApiError::Corrupt(format!("storage corruption: {other}")),
+        }
+    }
+}
+
+impl From<engram_core::export::ExportError> for ApiError {
+    fn from(e: engram_core::export::ExportError) -> Self {
+        match e {
+            engram_core::export::ExportError::Core(c) => c.into(),
+            engram_core::export::ExportError::Io(io) => ApiError::Internal(format!("export failed: {io}")),
         }
     }
 }
@@ -104,13 +163,15 @@ impl ApiError {
                 | Rejection::UnsafeMigration { .. }
                 | Rejection::SchemaUnchanged
                 | Rejection::BranchClosed { .. }
-                | Rejection::MergeConflict { .. } => Code::FailedPrecondition,
+                | Rejection::MergeConflict { .. }
+                | Rejection::IdempotencyKeyReused { .. } => Code::FailedPrecondition,
             },
             ApiError::NotFound(_) => Code::NotFound,
             ApiError::OutOfRange(_) => Code::OutOfRange,
             ApiError::Conflict(_) => Code::FailedPrecondition,
             ApiError::Unavailable(_) => Code::Unavailable,
-            ApiError::Chain(_) => Code::DataLoss,
+            ApiError::Chain(_) | ApiError::Corrupt(_) => Code::DataLoss,
+            ApiError::Diverged(_) => Code::FailedPrecondition,
             ApiError::Internal(_) => Code::Internal,
             ApiError::Forwarded(s) => s.code(),
         }
@@ -120,14 +181,19 @@ impl ApiError {
 impl From<ApiError> for Status {
     fn from(e: ApiError) -> Status {
         if let ApiError::Forwarded(status) = e {
-            return status;
+            if status.message().len() <= MAX_STATUS_MESSAGE_BYTES {
+                return status;
+            }
+            let message = engram_types::clip(status.message(), MAX_STATUS_MESSAGE_BYTES).into_owned();
+            return Status::with_metadata(status.code(), message, status.metadata().clone());
         }
         let code = e.code();
         if matches!(code, Code::Internal | Code::DataLoss) {
             // Logged once, here, where it is turned into an answer.
             tracing::error!(error = %e, "request failed");
         }
-        let mut status = Status::new(code, e.to_string());
+        let message = e.to_string();
+        let mut status = Status::new(code, engram_types::clip(&message, MAX_STATUS_MESSAGE_BYTES));
         if code == Code::Unavailable
             && let Ok(v) = RETRY_AFTER_MS.to_string().parse()
         {
@@ -171,6 +237,13 @@ mod tests {
                 Code::InvalidArgument,
             ),
             (
+                ApiError::Rejected(Rejection::IdempotencyKeyReused {
+                    key: "k".into(),
+                    first_tx: engram_types::TxId(7),
+                }),
+                Code::FailedPrecondition,
+            ),
+            (
                 ApiError::from(NodeError::Unavailable("no leader".into())),
                 Code::Unavailable,
             ),
@@ -181,5 +254,53 @@ mod tests {
         }
         let status = Status::from(ApiError::Unavailable("x".into()));
         assert_eq!(status.metadata().get("retry-after-ms").unwrap(), "250");
+    }
+
+    #[test]
+    fn storage_corruption_is_data_loss_without_paths_and_makes_the_node_unready() {
+        let before = corruptions_seen();
+        // What the RocksDB store reports for a damaged block: the path is kept aside.
+        let damaged = engram_storage::StorageError::Corruption {
+            space: "state",
+            key: "4574".into(),
+            reason: "block checksum mismatch: stored = 1, computed = 2 in 000010.sst offset 0 size 9".into(),
+            file: Some("/var/lib/engram/db/000010.sst".into()),
+        };
+        let status = Status::from(ApiError::from(engram_core::reads::ReadError::Core(
+            CoreError::Storage(damaged),
+        )));
+        assert_eq!(status.code(), Code::DataLoss, "{status:?}");
+        assert_eq!(
+            status.message(),
+            "storage corruption in state at key 4574: block checksum mismatch: stored = 1, computed = 2 in 000010.sst offset 0 size 9"
+        );
+        assert!(!status.message().contains('/'), "{}", status.message());
+        assert!(corruptions_seen() > before);
+        let why = storage_intact().unwrap_err();
+        assert!(why.contains("store is damaged"), "{why}");
+
+        // An engine failure that is not corruption stays INTERNAL and is not counted as damage.
+        let seen = corruptions_seen();
+        let io = ApiError::from(CoreError::Storage(engram_storage::StorageError::Engine(
+            "IO error: disk full".into(),
+        )));
+        assert_eq!(io.code(), Code::Internal);
+        assert_eq!(corruptions_seen(), seen);
+    }
+
+    #[test]
+    fn status_messages_are_capped() {
+        let huge = "v".repeat(1 << 20);
+        let status = Status::from(ApiError::Conflict(huge.clone()));
+        assert_eq!(status.code(), Code::FailedPrecondition);
+        assert_eq!(
+            status.message(),
+            format!("{}…(1048576 bytes)", "v".repeat(MAX_STATUS_MESSAGE_BYTES))
+        );
+        let forwarded = Status::from(ApiError::Forwarded(Status::not_found(huge)));
+        assert_eq!(forwarded.code(), Code::NotFound);
+        assert!(forwarded.message().len() < MAX_STATUS_MESSAGE_BYTES + 32);
+        let short = Status::from(ApiError::Invalid("namespace: bad".into()));
+        assert_eq!(short.message(), "invalid argument: namespace: bad");
     }
 }

@@ -14,12 +14,15 @@
 //! Must not depend on: `rocksdb` directly (only through `engram-storage-rocks`), or the CLI.
 
 mod config;
+mod divergence;
 pub mod error;
 #[cfg(not(madsim))]
 pub mod metrics;
 #[cfg(not(madsim))]
 mod node_key;
 mod services;
+#[cfg(not(madsim))]
+mod startup;
 #[cfg(not(madsim))]
 pub mod telemetry;
 
@@ -89,6 +92,7 @@ pub async fn run_until(
         engram_storage_rocks::RocksStore::open(&config.data_dir.join("db"))
             .map_err(|e| ServerError::Startup(format!("cannot open the store: {e}")))?,
     );
+    startup::verify_store(&*store, config.verify_on_start, &keys)?;
     serve_keys(config, store, Arc::new(keys), shutdown).await
 }
 
@@ -149,6 +153,15 @@ pub async fn serve_keys(
         .await
         .map_err(|e| ServerError::Startup(e.to_string()))?;
     let shared = Shared::new(node.clone(), config.clone());
+    // Told when the server stops, so the divergence watch ends with it (even if Raft died).
+    let (stopped_tx, stopped_rx) = tokio::sync::watch::channel(false);
+    if config.divergence_check_ms > 0 {
+        tokio::task::spawn(divergence::watch(
+            shared.clone(),
+            Duration::from_millis(config.divergence_check_ms),
+            stopped_rx,
+        ));
+    }
     if config.join {
         tokio::task::spawn(join(shared.clone()));
     } else if config.bootstrap {
@@ -188,7 +201,7 @@ pub async fn serve_keys(
         .add_service(pb::cluster_server::ClusterServer::new(ClusterService::new(
             shared.clone(),
         )))
-        .add_service(engram_raft::network::RaftService::new(node.raft.clone()).into_server());
+        .add_service(node.raft_service().into_server());
     // Health and reflection are real-tonic services; madsim's transport cannot carry them, and
     // the simulation does not need them (the real-TCP tests cover both).
     #[cfg(not(madsim))]
@@ -223,6 +236,7 @@ pub async fn serve_keys(
             .add_service(reflection_alpha)
     };
     let served = router.serve_with_shutdown(config.listen, shutdown).await;
+    let _ = stopped_tx.send(true);
     node.shutdown().await;
     info!(node_id = config.node_id, "node stopped");
     served.map_err(|e| ServerError::Serve(e.to_string()))
@@ -268,8 +282,16 @@ pub const READY_LAG_ENTRIES: u64 = 64;
 
 /// Whether the node should take traffic: it is a member, knows the leader, has applied the
 /// cluster's committed entries (within [`READY_LAG_ENTRIES`]) and its local chain tip verifies
-/// (decodes, links to the entry before it, and is signed by a key the chain trusts).
+/// (decodes, links to the entry before it, and is signed by a key the chain trusts), and no
+/// divergence alarm is raised, the Raft core has not stopped (e.g. on an apply failure) and no
+/// request has met storage corruption ([`error::storage_intact`]).
 pub fn ready(node: &RaftNode) -> Result<(), String> {
+    if let Some(alarm) = node.alarm() {
+        return Err(format!("divergence alarm: {alarm}"));
+    }
+    if let Some(why) = node.stopped() {
+        return Err(format!("Raft stopped: {why}"));
+    }
     let status = node.status();
     if !status.members.iter().any(|(id, _, _)| *id == node.node_id) {
         return Err("not a member of the cluster".into());
@@ -283,6 +305,7 @@ pub fn ready(node: &RaftNode) -> Result<(), String> {
     if behind > READY_LAG_ENTRIES {
         return Err(format!("{behind} committed entries behind leader {leader}"));
     }
+    error::storage_intact()?;
     let head = engram_core::reads::head(&*node.store).map_err(|e| e.to_string())?;
     if head.index > 0 {
         match engram_core::reads::audit_entries(&*node.store, head.index, 1) {
@@ -303,6 +326,8 @@ async fn report_health(node: RaftNode, reporter: tonic_health::server::HealthRep
     reporter.set_service_status("engram.live", Serving).await;
     let mut last: Option<String> = None;
     loop {
+        // Read before the verdict, so the last status set before returning reflects the stop.
+        let shut_down = node.status().role == "Shutdown";
         let verdict = ready(&node);
         let state = if verdict.is_ok() { Serving } else { NotServing };
         let reason = verdict.err();
@@ -316,10 +341,10 @@ async fn report_health(node: RaftNode, reporter: tonic_health::server::HealthRep
         for service in ["", "engram.ready", "engram.v1.Memory"] {
             reporter.set_service_status(service, state).await;
         }
-        tokio::time::sleep(Duration::from_millis(500)).await;
-        if node.status().role == "Shutdown" {
+        if shut_down {
             return;
         }
+        tokio::time::sleep(Duration::from_millis(500)).await;
     }
 }
 

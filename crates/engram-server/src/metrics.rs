@@ -1,6 +1,6 @@
 //! Prometheus metrics over plain HTTP (`--metrics-listen`): `GET /metrics` answers the text
-//! exposition format (version 0.0.4) with the node's Raft position, its audit chain and its
-//! readiness. A deliberately small HTTP/1.1 responder: one request per connection, `GET`
+//! exposition format (version 0.0.4) with the node's Raft position, its audit chain, its
+//! readiness and the storage corruption its requests met. A deliberately small HTTP/1.1 responder: one request per connection, `GET`
 //! only, no body read, so it needs no HTTP stack beyond what the node already links.
 
 use std::fmt::Write as _;
@@ -54,6 +54,11 @@ pub fn render(node: &RaftNode) -> String {
         "Members (voters and learners) of the current configuration.",
         status.members.len() as f64,
     );
+    gauge(
+        "engram_divergence_alarm",
+        "1 once this node found its audit chain differs from a peer's (it then refuses writes and is not ready).",
+        f64::from(u8::from(node.alarm().is_some())),
+    );
     if let Some(head) = head {
         gauge(
             "engram_audit_chain_entries",
@@ -66,6 +71,23 @@ pub fn render(node: &RaftNode) -> String {
             head.tx_time_ns as f64 / 1e9,
         );
     }
+    let refused = node.peer_refused.load(std::sync::atomic::Ordering::Relaxed);
+    let _ = writeln!(
+        out,
+        "# HELP engram_raft_peer_requests_refused_total Raft requests refused because the sender was not an authenticated member.\n# TYPE engram_raft_peer_requests_refused_total counter\nengram_raft_peer_requests_refused_total{{node_id=\"{}\"}} {refused}",
+        node.node_id
+    );
+    let _ = writeln!(
+        out,
+        "# HELP engram_storage_corruption_total Requests that met storage corruption (a block failing its checksum, a row that does not decode); any makes the node not ready."
+    );
+    let _ = writeln!(out, "# TYPE engram_storage_corruption_total counter");
+    let _ = writeln!(
+        out,
+        "engram_storage_corruption_total{{node_id=\"{}\"}} {}",
+        node.node_id,
+        crate::error::corruptions_seen()
+    );
     out
 }
 

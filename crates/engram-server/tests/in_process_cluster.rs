@@ -275,25 +275,34 @@ async fn writes_replicate_and_chains_agree() {
             assert_eq!(titles, vec![pb::value::Kind::String(title.clone())]);
         }
     }
-    // A retry with the same idempotency key returns the original receipt.
+    // A retry with the same idempotency key and the same content returns the original receipt.
     let mut memory = pb::memory_client::MemoryClient::new(channel(cluster.addrs[1]).await);
-    let again = memory
-        .transact(pb::TransactRequest {
-            branch: String::new(),
-            namespace: "team/a".into(),
-            ops: vec![assert_op(
+    let first_request = |title: &str| pb::TransactRequest {
+        branch: String::new(),
+        namespace: "team/a".into(),
+        ops: vec![
+            assert_op(
                 pb::entity_ref::Kind::Temp("t".into()),
                 ":task/title",
-                pb::value::Kind::String("dup".into()),
-            )],
-            preconditions: vec![],
-            idempotency_key: "k-0-0".into(),
-            provenance: prov(),
-        })
+                pb::value::Kind::String(title.into()),
+            ),
+            assert_op(
+                pb::entity_ref::Kind::Temp("t".into()),
+                ":task/rank",
+                pb::value::Kind::I64(0),
+            ),
+        ],
+        preconditions: vec![],
+        idempotency_key: "k-0-0".into(),
+        provenance: prov(),
+    };
+    let again = memory
+        .transact(first_request("task 0-0"))
         .await
         .unwrap()
         .into_inner();
     assert_eq!(again.tx, entities[0].1);
+    assert_eq!(again.temp_ids["t"], entities[0].0);
 
     // Every replica converges on the same chain head.
     let mut heads = Vec::new();
@@ -366,6 +375,15 @@ async fn writes_replicate_and_chains_agree() {
         .await
         .unwrap_err();
     assert_eq!(unknown.code(), Code::NotFound);
+    // The same idempotency key with other content is refused, not answered with the first
+    // receipt: that would acknowledge a write that never happened.
+    let reused = memory.transact(first_request("not task 0-0")).await.unwrap_err();
+    assert_eq!(reused.code(), Code::FailedPrecondition, "{reused:?}");
+    let first_tx = entities[0].1;
+    assert!(
+        reused.message().contains("\"k-0-0\"") && reused.message().contains(&format!("tx {first_tx}")),
+        "{reused:?}"
+    );
     let head_after = audit_leader.head(pb::HeadRequest {}).await.unwrap().into_inner();
     assert_eq!(head_before, head_after, "bad input must not touch the chain");
 
@@ -408,6 +426,110 @@ async fn writes_replicate_and_chains_agree() {
     assert!(status4.initialized);
 
     let _ = stop4.send(());
+    for s in cluster.stops {
+        let _ = s.send(());
+    }
+    drop(cluster.dirs);
+}
+
+/// Asserts that `answer` refuses oversize caller input with INVALID_ARGUMENT and a short
+/// message that names `what` and the input's length instead of quoting all of it.
+fn assert_short_refusal<T: std::fmt::Debug>(
+    answer: Result<T, tonic::Status>,
+    what: &str,
+    input_bytes: usize,
+) {
+    let status = answer.unwrap_err();
+    assert_eq!(status.code(), Code::InvalidArgument, "{what}: {}", status.code());
+    let message = status.message();
+    assert!(message.len() < 300, "{what}: a {}-byte message", message.len());
+    assert!(message.contains(what), "{what}: {message}");
+    assert!(
+        message.contains(&format!("…({input_bytes} bytes)")),
+        "{what}: {message}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn oversize_input_is_refused_with_a_short_message() {
+    let cluster = start(1, 1 << 20).await;
+    let mut memory = pb::memory_client::MemoryClient::new(channel(cluster.addrs[0]).await);
+    let mut audit = pb::audit_client::AuditClient::new(channel(cluster.addrs[0]).await);
+    let head_before = audit.head(pb::HeadRequest {}).await.unwrap().into_inner();
+    for len in [10_000, 1 << 20] {
+        let long = "n".repeat(len);
+        let answer = memory
+            .get(pb::GetRequest {
+                namespace: long.clone(),
+                entity: 1,
+                ..Default::default()
+            })
+            .await;
+        assert_short_refusal(answer, "invalid namespace", len);
+        let answer = memory
+            .transact(pb::TransactRequest {
+                namespace: long.clone(),
+                ops: vec![assert_op(
+                    pb::entity_ref::Kind::Temp("t".into()),
+                    ":task/title",
+                    pb::value::Kind::String("x".into()),
+                )],
+                provenance: prov(),
+                ..Default::default()
+            })
+            .await;
+        assert_short_refusal(answer, "invalid namespace", len);
+        let answer = memory
+            .history(pb::HistoryRequest {
+                namespace: long.clone(),
+                target: Some(pb::history_request::Target::Entity(1)),
+                ..Default::default()
+            })
+            .await;
+        assert_short_refusal(answer, "invalid namespace", len);
+        let answer = memory
+            .diff(pb::DiffRequest {
+                namespace: long.clone(),
+                ..Default::default()
+            })
+            .await;
+        assert_short_refusal(answer, "invalid namespace", len);
+        let answer = memory
+            .watch(pb::WatchRequest {
+                namespace: long.clone(),
+                ..Default::default()
+            })
+            .await;
+        assert_short_refusal(answer, "invalid namespace", len);
+        // The other named fields of reads: attribute and branch.
+        let answer = memory
+            .find(pb::FindRequest {
+                namespace: "team/a".into(),
+                attribute: format!(":a/{long}"),
+                ..Default::default()
+            })
+            .await;
+        assert_short_refusal(answer, "invalid attribute", len + 3);
+        let answer = memory
+            .history(pb::HistoryRequest {
+                namespace: "team/a".into(),
+                target: Some(pb::history_request::Target::Attribute(format!(":a/{long}"))),
+                ..Default::default()
+            })
+            .await;
+        assert_short_refusal(answer, "invalid attribute", len + 3);
+        let answer = memory
+            .get(pb::GetRequest {
+                namespace: "team/a".into(),
+                branch: long.clone(),
+                entity: 1,
+                ..Default::default()
+            })
+            .await;
+        assert_short_refusal(answer, "invalid branch name", len);
+    }
+    let head_after = audit.head(pb::HeadRequest {}).await.unwrap().into_inner();
+    assert_eq!(head_before, head_after, "refused input must not touch the chain");
     for s in cluster.stops {
         let _ = s.send(());
     }

@@ -15,6 +15,15 @@ pub fn run_all(factory: &Factory<'_>) {
     batches_apply_in_order(&*factory());
     for_each_visits_everything_in_order(&*factory());
     binary_keys_and_values(&*factory());
+    an_intact_store_verifies_its_checksums(&*factory());
+}
+
+pub fn an_intact_store_verifies_its_checksums(store: &dyn Store) {
+    store.verify_checksums().expect("an empty store verifies");
+    for space in Space::ALL {
+        put(store, space, b"k", b"v");
+    }
+    store.verify_checksums().expect("an intact store verifies");
 }
 
 fn put(store: &dyn Store, space: Space, key: &[u8], value: &[u8]) {

@@ -2,7 +2,7 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
-use crate::ValidationError;
+use crate::{ValidationError, excerpt};
 
 /// A namespaced keyword naming an attribute, such as `:task/status`.
 ///
@@ -18,7 +18,7 @@ impl Attribute {
     pub fn new(value: impl Into<String>) -> Result<Attribute, ValidationError> {
         let value = value.into();
         check_keyword(&value).map_err(|reason| ValidationError::Attribute {
-            value: value.clone(),
+            value: excerpt(&value).to_string(),
             reason,
         })?;
         Ok(Attribute(value))

@@ -2,17 +2,20 @@ use thiserror::Error;
 
 /// Input that does not form a valid domain value. Always the caller's fault: the wire layer
 /// maps it to `InvalidArgument`.
+///
+/// A `value` here is the input as the message quotes it, [`crate::excerpt`]: a bounded prefix,
+/// never the whole input, which may be megabytes long.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 pub enum ValidationError {
-    #[error("invalid namespace {value:?}: {reason}")]
+    #[error("invalid namespace {value}: {reason}")]
     Namespace { value: String, reason: &'static str },
-    #[error("invalid attribute {value:?}: {reason}")]
+    #[error("invalid attribute {value}: {reason}")]
     Attribute { value: String, reason: &'static str },
     #[error("invalid value for {field}: {reason}")]
     Value { field: &'static str, reason: String },
     #[error("invalid transaction: {0}")]
     Transaction(String),
-    #[error("invalid branch name {value:?}: {reason}")]
+    #[error("invalid branch name {value}: {reason}")]
     Branch { value: String, reason: &'static str },
     #[error("invalid attribute declaration: {0}")]
     Schema(String),

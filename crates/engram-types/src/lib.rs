@@ -14,6 +14,7 @@ mod attribute;
 pub mod codec;
 mod datom;
 mod error;
+mod excerpt;
 mod hash;
 mod ids;
 mod namespace;
@@ -24,12 +25,13 @@ mod value;
 pub use attribute::Attribute;
 pub use datom::{Datom, Op, Provenance, Status};
 pub use error::{DecodeError, ValidationError};
+pub use excerpt::{EXCERPT_MAX_BYTES, Excerpt, clip, excerpt};
 pub use hash::Hash;
 pub use ids::{EntityId, TxId};
 pub use namespace::Namespace;
 pub use schema::{AttributeDef, BranchName, BranchOp, Cardinality, Unique};
 pub use tx::{EntityRef, Precondition, TxOp, TxReceipt, TxRequest};
-pub use value::{Value, ValueType};
+pub use value::{Value, ValueType, check_json_numbers};
 
 /// Format version of the canonical datom encoding. Bumped only with a new decoder arm, never
 /// by changing what an existing version means.

@@ -2,7 +2,7 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
-use crate::ValidationError;
+use crate::{ValidationError, excerpt};
 
 /// A validated, hierarchical namespace such as `team-a/agents/planner`.
 ///
@@ -21,7 +21,7 @@ impl Namespace {
         let value = value.into();
         let fail = |reason| {
             Err(ValidationError::Namespace {
-                value: value.clone(),
+                value: excerpt(&value).to_string(),
                 reason,
             })
         };
@@ -97,5 +97,38 @@ mod tests {
             assert!(Namespace::new(bad).is_err(), "{bad:?} must be refused");
         }
         assert!(Namespace::new("a".repeat(257)).is_err());
+    }
+
+    #[test]
+    fn errors_quote_a_bounded_prefix_of_the_input() {
+        let message = Namespace::new("a".repeat(10_000)).unwrap_err().to_string();
+        assert_eq!(
+            message,
+            format!(
+                "invalid namespace \"{}\"…(10000 bytes): longer than 256 bytes",
+                "a".repeat(crate::EXCERPT_MAX_BYTES)
+            )
+        );
+        let message = Namespace::new("a b").unwrap_err().to_string();
+        assert_eq!(
+            message,
+            "invalid namespace \"a b\": segments may only contain A-Z a-z 0-9 _ - ."
+        );
+        let message = crate::Attribute::new(format!(":a/{}", "b".repeat(1 << 20)))
+            .unwrap_err()
+            .to_string();
+        assert!(message.len() < 200, "{message}");
+        assert!(
+            message.ends_with("…(1048579 bytes): longer than 128 bytes"),
+            "{message}"
+        );
+        let message = crate::BranchName::new("x".repeat(1 << 20))
+            .unwrap_err()
+            .to_string();
+        assert!(message.len() < 200, "{message}");
+        assert!(
+            message.ends_with("…(1048576 bytes): longer than 64 bytes"),
+            "{message}"
+        );
     }
 }

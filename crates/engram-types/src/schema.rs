@@ -6,7 +6,7 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
-use crate::{Attribute, TxId, ValidationError, ValueType};
+use crate::{Attribute, TxId, ValidationError, ValueType, excerpt};
 
 /// How many values an entity holds for an attribute at once.
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Debug, Default, Serialize, Deserialize)]
@@ -104,7 +104,7 @@ impl BranchName {
         let value = value.into();
         let fail = |reason| {
             Err(ValidationError::Branch {
-                value: value.clone(),
+                value: excerpt(&value).to_string(),
                 reason,
             })
         };

@@ -54,7 +54,7 @@ pub struct TxRequest {
     pub branch_op: Option<BranchOp>,
     pub preconditions: Vec<Precondition>,
     /// A retry carrying the same key (in the same namespace) gets the original receipt back
-    /// instead of applying twice.
+    /// instead of applying twice; the same key on a request with other content is refused.
     pub idempotency_key: Option<String>,
     pub provenance: Provenance,
 }

@@ -107,8 +107,10 @@ impl Value {
         }
     }
 
-    /// Builds a json value from any JSON text, canonicalising it.
+    /// Builds a json value from any JSON text, canonicalising it. A number the canonical form
+    /// could not keep as written is refused (see [`check_json_numbers`]).
     pub fn json(text: &str) -> Result<Value, ValidationError> {
+        check_json_numbers(text)?;
         let parsed: serde_json::Value = serde_json::from_str(text).map_err(|e| ValidationError::Value {
             field: "json",
             reason: e.to_string(),
@@ -156,6 +158,180 @@ impl Value {
     }
 }
 
+/// How much of an offending number an error repeats back.
+const NUMBER_SHOWN_CHARS: usize = 40;
+
+/// Refuses every number in the JSON `text` that the canonical form would not keep as written.
+/// serde_json (without `arbitrary_precision`, which stays off: feature unification would change
+/// every crate's JSON) holds an integer as an i64 or u64 and anything else as an f64, so it
+/// silently turns `123456789012345678901234567890` into `1.2345678901234568e+29` and `1e-400`
+/// into `0.0`. This scans the number lexemes outside strings: an integer must fit in i64 or
+/// u64; any other number must print back, through the same parse and print the canonical form
+/// uses, as the same decimal value (so `0.1` and `1.5e300` pass, while a 20-digit fraction, an
+/// overflow and a non-zero underflow do not). It only refuses: a number it accepts keeps the
+/// canonical form it always had, and every canonical text passes (it prints shortest forms).
+/// Lexemes that are not JSON numbers are left to the parser, which reports the syntax error.
+/// Public so that a client parsing a whole document (whose numbers its own parse would round
+/// before they reach [`Value::json`]) can refuse the same numbers first.
+pub fn check_json_numbers(text: &str) -> Result<(), ValidationError> {
+    let bytes = text.as_bytes();
+    let mut i = 0;
+    let mut in_string = false;
+    while i < bytes.len() {
+        let b = bytes[i];
+        if in_string {
+            match b {
+                b'\\' => i += 2,
+                b'"' => {
+                    in_string = false;
+                    i += 1;
+                }
+                _ => i += 1,
+            }
+            continue;
+        }
+        if b == b'"' {
+            in_string = true;
+            i += 1;
+            continue;
+        }
+        if b == b'-' || b.is_ascii_digit() {
+            let start = i;
+            while i < bytes.len() && matches!(bytes[i], b'0'..=b'9' | b'-' | b'+' | b'.' | b'e' | b'E') {
+                i += 1;
+            }
+            // Only ASCII bytes were taken, so the slice is on char boundaries.
+            check_json_number(&text[start..i])?;
+            continue;
+        }
+        i += 1;
+    }
+    Ok(())
+}
+
+/// Checks one number lexeme (see [`check_json_numbers`]).
+fn check_json_number(lexeme: &str) -> Result<(), ValidationError> {
+    let Some(written) = Decimal::parse(lexeme) else {
+        return Ok(());
+    };
+    let shown = || {
+        let mut s: String = lexeme.chars().take(NUMBER_SHOWN_CHARS).collect();
+        if s.len() < lexeme.len() {
+            s.push('…');
+        }
+        s
+    };
+    let refuse = |reason: String| {
+        Err(ValidationError::Value {
+            field: "json",
+            reason,
+        })
+    };
+    if written.integer {
+        if lexeme.parse::<i64>().is_ok() || lexeme.parse::<u64>().is_ok() {
+            return Ok(());
+        }
+        return refuse(format!(
+            "number {} cannot be stored exactly: a JSON integer must fit in 64 bits (i64 or u64); send a larger one as a string",
+            shown()
+        ));
+    }
+    let printed = match serde_json::from_str::<serde_json::Value>(lexeme) {
+        Ok(parsed) => parsed.to_string(),
+        Err(_) => {
+            return refuse(format!(
+                "number {} cannot be stored exactly: it is beyond the range of a 64-bit float",
+                shown()
+            ));
+        }
+    };
+    if Decimal::parse(&printed).is_some_and(|kept| kept.same_value(&written)) {
+        return Ok(());
+    }
+    refuse(format!(
+        "number {} cannot be stored exactly: as a 64-bit float it would become {printed}; send it as a string to keep every digit",
+        shown()
+    ))
+}
+
+/// A JSON number lexeme as a decimal value: `digits * 10^exponent`, with no leading or trailing
+/// zeros in `digits` (empty for zero).
+struct Decimal {
+    negative: bool,
+    digits: String,
+    exponent: i64,
+    /// Written without a fraction or an exponent.
+    integer: bool,
+}
+
+impl Decimal {
+    /// `None` unless `lexeme` follows the JSON number grammar
+    /// (`-? (0 | [1-9][0-9]*) (. [0-9]+)? ([eE] [+-]? [0-9]+)?`).
+    fn parse(lexeme: &str) -> Option<Decimal> {
+        let (negative, rest) = match lexeme.strip_prefix('-') {
+            Some(rest) => (true, rest),
+            None => (false, lexeme),
+        };
+        let (mantissa, exp) = match rest.find(['e', 'E']) {
+            Some(at) => (&rest[..at], Some(&rest[at + 1..])),
+            None => (rest, None),
+        };
+        let (int, frac) = match mantissa.split_once('.') {
+            Some((int, frac)) => (int, Some(frac)),
+            None => (mantissa, None),
+        };
+        let all_digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+        if !all_digits(int) || (int.len() > 1 && int.starts_with('0')) {
+            return None;
+        }
+        if frac.is_some_and(|f| !all_digits(f)) {
+            return None;
+        }
+        let mut exponent: i64 = 0;
+        if let Some(exp) = exp {
+            let (sign, digits) = match exp.as_bytes().first() {
+                Some(b'-') => (-1, &exp[1..]),
+                Some(b'+') => (1, &exp[1..]),
+                _ => (1, exp),
+            };
+            if !all_digits(digits) {
+                return None;
+            }
+            // Saturating: an exponent this large is out of range either way, and the values
+            // compared below stay distinct.
+            for d in digits.bytes() {
+                exponent = exponent.saturating_mul(10).saturating_add(i64::from(d - b'0'));
+            }
+            exponent *= sign;
+        }
+        let frac = frac.unwrap_or("");
+        let frac_len = i64::try_from(frac.len()).unwrap_or(i64::MAX);
+        exponent = exponent.saturating_sub(frac_len);
+        let all = format!("{int}{frac}");
+        let significant = all.trim_start_matches('0');
+        let trimmed = significant.trim_end_matches('0');
+        let trailing = i64::try_from(significant.len() - trimmed.len()).unwrap_or(i64::MAX);
+        Some(Decimal {
+            negative,
+            digits: trimmed.to_string(),
+            exponent: if trimmed.is_empty() {
+                0
+            } else {
+                exponent.saturating_add(trailing)
+            },
+            integer: exp.is_none() && frac.is_empty() && !mantissa.contains('.'),
+        })
+    }
+
+    /// Equal as numbers; zeros are equal whatever their sign.
+    fn same_value(&self, other: &Decimal) -> bool {
+        if self.digits.is_empty() || other.digits.is_empty() {
+            return self.digits.is_empty() && other.digits.is_empty();
+        }
+        self.negative == other.negative && self.digits == other.digits && self.exponent == other.exponent
+    }
+}
+
 impl fmt::Display for Value {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
@@ -184,6 +360,80 @@ mod tests {
         a.validate().unwrap();
         assert!(Value::Json("{ \"a\": 1 }".into()).validate().is_err());
         assert!(Value::json("{oops").is_err());
+    }
+
+    fn refused(text: &str) -> String {
+        match Value::json(text) {
+            Err(ValidationError::Value { field, reason }) => {
+                assert_eq!(field, "json");
+                reason
+            }
+            other => panic!("{text} was not refused: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn json_integers_beyond_64_bits_are_refused_not_rounded() {
+        let reason = refused("123456789012345678901234567890");
+        assert!(
+            reason.starts_with("number 123456789012345678901234567890 cannot be stored exactly"),
+            "{reason}"
+        );
+        let reason = refused(r#"{"a":[1,{"b":-123456789012345678901234567890}]}"#);
+        assert!(
+            reason.starts_with("number -123456789012345678901234567890 "),
+            "{reason}"
+        );
+        // Just past each end of the 64-bit range.
+        refused("18446744073709551616");
+        refused("-9223372036854775809");
+        // A long number is named by its prefix.
+        let reason = refused(&"9".repeat(400));
+        assert!(
+            reason.starts_with(&format!("number {}… ", "9".repeat(40))),
+            "{reason}"
+        );
+    }
+
+    #[test]
+    fn json_floats_that_would_change_are_refused() {
+        assert!(refused("1e400").contains("beyond the range of a 64-bit float"));
+        assert!(refused("-1e400").contains("number -1e400 "));
+        let reason = refused("1e-400");
+        assert!(
+            reason.contains("number 1e-400 ") && reason.contains("would become 0.0"),
+            "{reason}"
+        );
+        let reason = refused(r#"{"x":0.30000000000000000001}"#);
+        assert!(reason.contains("would become 0.3"), "{reason}");
+        // 2^53 + 1 has 16 digits, and still no f64 holds it.
+        refused("9007199254740993.0");
+    }
+
+    #[test]
+    fn json_numbers_that_fit_keep_their_canonical_form() {
+        for (text, canonical) in [
+            ("0", "0"),
+            ("-0", "-0.0"),
+            ("-0.0", "-0.0"),
+            ("0.1", "0.1"),
+            ("-2.5e-3", "-0.0025"),
+            ("1E2", "100.0"),
+            ("1.5e300", "1.5e+300"),
+            ("5e-324", "5e-324"),
+            ("9223372036854775807", "9223372036854775807"),
+            ("-9223372036854775808", "-9223372036854775808"),
+            ("18446744073709551615", "18446744073709551615"),
+            ("1.2345678901234568e+29", "1.2345678901234568e+29"),
+            (
+                r#"{"b":[1,2.25,"1e400 in a string \" 123456789012345678901234567890"],"a":-7}"#,
+                r#"{"a":-7,"b":[1,2.25,"1e400 in a string \" 123456789012345678901234567890"]}"#,
+            ),
+        ] {
+            let value = Value::json(text).unwrap_or_else(|e| panic!("{text}: {e}"));
+            assert_eq!(value, Value::Json(canonical.into()), "{text}");
+            value.validate().unwrap();
+        }
     }
 
     #[test]

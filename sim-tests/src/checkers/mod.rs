@@ -13,6 +13,7 @@ pub mod linearizable;
 pub mod liveness;
 pub mod monitor;
 pub mod no_partial_apply;
+pub mod peer_auth;
 pub mod replica_agreement;
 pub mod signatures_valid;
 pub mod tx_time_monotonic;

@@ -1,16 +1,19 @@
 //! The cheap checks that run while faults fire, so a violation is caught near the moment it
 //! happens (and a later repair cannot hide it). Every sample, for every node, read straight
 //! from its store:
-//! - the chain only grows: an entry seen before never vanishes (applied state survives
-//!   crashes) and is never rewritten (I1, I3);
+//! - an applied entry is never rewritten, and vanishes only in a crash: the state machine
+//!   does not sync its writes (durability comes from the Raft log, synced on a majority before
+//!   commit), so a crash may roll applied state back, and Raft applies those entries again;
+//!   an index applied again must get the same entry as before (I1, I3);
 //! - new entries link to the ones before them (I1) and keep tx time monotonic (I7);
 //! - the state digest is recorded against the node's applied log index, for I2's per-index
-//!   comparison across replicas.
+//!   comparison across replicas (which also compares a node with itself before and after a
+//!   crash, so a re-apply that reaches another state is caught there).
 
 use std::collections::BTreeMap;
 
 use engram_audit::GENESIS_PREV_HASH;
-use engram_core::inspect;
+use engram_core::{inspect, reads};
 use engram_types::Hash;
 
 use super::{Violation, chain_continuity, tx_time_monotonic};
@@ -18,8 +21,13 @@ use crate::cluster::Cluster;
 
 #[derive(Default)]
 struct Seen {
-    /// Entry hashes seen, by index.
+    /// The hash of every entry the node ever applied, by index. Kept across crashes: an
+    /// index applied again must get the same entry.
     hashes: Vec<Hash>,
+    /// How many of `hashes` the node's store holds now (fewer after a crash rolled it back).
+    held: u64,
+    /// The node's crash count at the last sample.
+    crashes: u64,
     last_tx_time_ns: i64,
 }
 
@@ -30,6 +38,8 @@ pub struct Monitor {
     pub samples: BTreeMap<u64, Vec<(u64, Hash)>>,
     pub violations: Vec<Violation>,
     pub rounds: u64,
+    /// Entries that a crash rolled back and the node applied again, each checked equal.
+    pub reapplied: u64,
 }
 
 impl Monitor {
@@ -38,7 +48,20 @@ impl Monitor {
         for (id, node) in &cluster.nodes {
             let store = &*node.store;
             let seen = self.nodes.entry(*id).or_default();
-            let from = seen.hashes.len() as u64;
+            if node.crashes != seen.crashes {
+                seen.crashes = node.crashes;
+                match reads::head(store) {
+                    Ok(head) => seen.held = seen.held.min(head.index),
+                    Err(e) => {
+                        self.violations.push(Violation::new(
+                            "store-readable",
+                            format!("node {id}: chain head: {e}"),
+                        ));
+                        continue;
+                    }
+                }
+            }
+            let from = seen.held;
             // Re-read the last known entry too, to catch a rewrite or a loss of it.
             let rows = match inspect::stored_audit_entries_from(store, from.max(1)) {
                 Ok(rows) => rows,
@@ -63,22 +86,27 @@ impl Monitor {
                                 format!("node {id} index {from}: the entry changed after it was applied"),
                             ));
                             seen.hashes.truncate(from as usize - 1);
+                            seen.held = from - 1;
                             continue;
                         }
                     }
                     _ => {
                         self.violations.push(Violation::new(
                             chain_continuity::NAME,
-                            format!("node {id} index {from}: an applied entry vanished (a crash rolled back applied state)"),
+                            format!("node {id} index {from}: an applied entry vanished without a crash"),
                         ));
                         seen.hashes.truncate(from as usize - 1);
+                        seen.held = from - 1;
                         continue;
                     }
                 }
             }
-            let mut prev = seen.hashes.last().copied().unwrap_or(GENESIS_PREV_HASH);
+            let mut prev = match from {
+                0 => GENESIS_PREV_HASH,
+                n => seen.hashes[n as usize - 1],
+            };
             for stored in rows.iter().skip(usize::from(from > 0)) {
-                let expected = seen.hashes.len() as u64 + 1;
+                let expected = seen.held + 1;
                 let signed = match (&stored.entry, stored.index == expected) {
                     (Ok(s), true) if s.entry.prev_hash == prev && s.entry.index == expected => s,
                     _ => {
@@ -91,18 +119,34 @@ impl Monitor {
                         break;
                     }
                 };
-                if signed.entry.tx_time_ns < seen.last_tx_time_ns {
-                    self.violations.push(Violation::new(
-                        tx_time_monotonic::NAME,
-                        format!(
-                            "node {id} index {expected}: tx time {} ns before {} ns (seen while running)",
-                            signed.entry.tx_time_ns, seen.last_tx_time_ns
-                        ),
-                    ));
+                let hash = signed.entry.hash();
+                if let Some(before) = seen.hashes.get(expected as usize - 1) {
+                    if *before != hash {
+                        self.violations.push(Violation::new(
+                            chain_continuity::NAME,
+                            format!(
+                                "node {id} index {expected}: applied again after a crash, the entry differs from the one applied before"
+                            ),
+                        ));
+                        seen.hashes.truncate(expected as usize - 1);
+                        break;
+                    }
+                    self.reapplied += 1;
+                } else {
+                    if signed.entry.tx_time_ns < seen.last_tx_time_ns {
+                        self.violations.push(Violation::new(
+                            tx_time_monotonic::NAME,
+                            format!(
+                                "node {id} index {expected}: tx time {} ns before {} ns (seen while running)",
+                                signed.entry.tx_time_ns, seen.last_tx_time_ns
+                            ),
+                        ));
+                    }
+                    seen.last_tx_time_ns = seen.last_tx_time_ns.max(signed.entry.tx_time_ns);
+                    seen.hashes.push(hash);
                 }
-                seen.last_tx_time_ns = seen.last_tx_time_ns.max(signed.entry.tx_time_ns);
-                prev = signed.entry.hash();
-                seen.hashes.push(prev);
+                prev = hash;
+                seen.held = expected;
             }
             match (engram_raft::applied_index(store), inspect::state_digest(store)) {
                 (Ok(index), Ok(digest)) => {

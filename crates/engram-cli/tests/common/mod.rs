@@ -32,3 +32,13 @@ pub fn memory_tx(ns: &str, n: i64) -> TxRequest {
         },
     }
 }
+
+/// Runs `engram -e E1 -e E2 ... audit verify --each` with the binary at `exe`.
+#[allow(dead_code)] // each test binary compiles this module; not all of them verify chains
+pub fn verify_each(exe: &str, endpoints: &[String]) -> std::process::Output {
+    let mut cmd = std::process::Command::new(exe);
+    for e in endpoints {
+        cmd.args(["-e", e]);
+    }
+    cmd.args(["audit", "verify", "--each"]).output().unwrap()
+}

@@ -46,9 +46,9 @@ pub(crate) fn to_pb(signed: &SignedEntry) -> pb::AuditEntry {
     }
 }
 
-pub(crate) fn checkpoint_pb(note: &SignedCheckpoint) -> pb::Checkpoint {
+pub(crate) fn checkpoint_pb(note: &SignedCheckpoint) -> pb::SignedCheckpoint {
     let cp = &note.checkpoint;
-    pb::Checkpoint {
+    pb::SignedCheckpoint {
         note: note.to_text(),
         origin: cp.origin.clone(),
         size: cp.size,
@@ -111,7 +111,7 @@ impl pb::audit_server::Audit for AuditService {
     async fn checkpoint(
         &self,
         request: Request<pb::CheckpointRequest>,
-    ) -> Result<Response<pb::Checkpoint>, Status> {
+    ) -> Result<Response<pb::SignedCheckpoint>, Status> {
         let store = &*self.shared.node.store;
         let note = if request.into_inner().at_head {
             proofs::checkpoint_at_head(store, &self.shared.node.keys.current()).map_err(ApiError::from)?
@@ -166,12 +166,9 @@ impl pb::audit_server::Audit for AuditService {
             tokio::task::spawn_blocking(move || {
                 let mut sink = ChunkSink { tx, buf: Vec::new() };
                 let result = engram_core::export::write_export(&*store, &mut sink, node_id, |_, _| {})
-                    .map_err(|e| e.to_string())
-                    .and_then(|_| std::io::Write::flush(&mut sink).map_err(|e| e.to_string()));
+                    .and_then(|_| Ok(std::io::Write::flush(&mut sink)?));
                 if let Err(e) = result {
-                    let _ = errors.blocking_send(Err(Status::from(ApiError::Internal(format!(
-                        "export failed: {e}"
-                    )))));
+                    let _ = errors.blocking_send(Err(Status::from(ApiError::from(e))));
                 }
             });
         }
@@ -186,9 +183,7 @@ impl pb::audit_server::Audit for AuditService {
                         .chunks(EXPORT_CHUNK_BYTES)
                         .map(|c| Ok(pb::ExportChunk { data: c.to_vec() }))
                         .collect(),
-                    Err(e) => vec![Err(Status::from(ApiError::Internal(format!(
-                        "export failed: {e}"
-                    ))))],
+                    Err(e) => vec![Err(Status::from(ApiError::from(e)))],
                 };
                 for item in items {
                     if tx.send(item).await.is_err() {

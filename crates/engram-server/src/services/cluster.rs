@@ -5,6 +5,7 @@ use std::time::Duration;
 use engram_core::reads;
 use engram_proto::pb;
 use engram_raft::NodeInfo;
+use engram_types::excerpt;
 use tonic::{Request, Response, Status};
 
 use super::{Route, Shared, forward_request, forwarded_err, is_forwarded};
@@ -36,8 +37,17 @@ fn members(shared: &Shared) -> Vec<pb::Member> {
         .collect()
 }
 
+/// Longest member address accepted (`host:port`; DNS names are at most 253 bytes).
+const MAX_ADDR_BYTES: usize = 300;
+
 /// Asks the node at `addr` who it is, checking it is node `id`.
 pub async fn fetch_node_info(shared: &Shared, id: u64, addr: &str) -> Result<NodeInfo, ApiError> {
+    if addr.len() > MAX_ADDR_BYTES {
+        return Err(ApiError::Invalid(format!(
+            "addr {}: longer than {MAX_ADDR_BYTES} bytes",
+            excerpt(addr)
+        )));
+    }
     if id == shared.node.node_id {
         return Ok(shared.node.info.clone());
     }
@@ -47,11 +57,18 @@ pub async fn fetch_node_info(shared: &Shared, id: u64, addr: &str) -> Result<Nod
     let status = client
         .status(req)
         .await
-        .map_err(|s| ApiError::Unavailable(format!("node {id} at {addr} did not answer: {}", s.message())))?
+        .map_err(|s| {
+            ApiError::Unavailable(format!(
+                "node {id} at {} did not answer: {}",
+                excerpt(addr),
+                s.message()
+            ))
+        })?
         .into_inner();
     if status.node_id != id {
         return Err(ApiError::Invalid(format!(
-            "the node at {addr} is node {}, not node {id}",
+            "the node at {} is node {}, not node {id}",
+            excerpt(addr),
             status.node_id
         )));
     }
@@ -235,17 +252,14 @@ impl pb::cluster_server::Cluster for ClusterService {
         }
         let key_id = match key_id {
             Some(id) => id,
-            None => self
-                .shared
-                .node
-                .status()
-                .members
-                .iter()
-                .find(|(id, _, _)| *id == req.node_id)
-                .map(|(_, info, _)| engram_audit::PublicKey(info.public_key).key_id())
+            // The key the chain trusts now: after a rotation, the new one (the membership
+            // still records the key the node joined with).
+            None => engram_core::reads::active_key_of(&*self.shared.node.store, req.node_id)
+                .map_err(ApiError::from)?
+                .map(|row| row.key.key_id())
                 .ok_or_else(|| {
                     ApiError::NotFound(format!(
-                        "node {} is not a member; name the key to revoke with its key id",
+                        "node {} has no key the chain trusts now; name the key to revoke with its key id",
                         req.node_id
                     ))
                 })?,

@@ -30,6 +30,9 @@ impl MemoryService {
 
     /// Proposes a write on the leader (forwarding it there when this node does not lead).
     async fn write(&self, forwarded: bool, call: WriteCall) -> Result<pb::TransactResponse, ApiError> {
+        // An invalid namespace is the more precise answer than the size limit (a namespace
+        // of megabytes is both), and checking it first is cheap: its length is checked first.
+        namespace(call.namespace().to_string())?;
         let bytes = call.encoded_len();
         let limit = self.shared.config.max_tx_bytes;
         if bytes > limit {
@@ -87,6 +90,15 @@ impl WriteCall {
         }
     }
 
+    fn namespace(&self) -> &str {
+        match self {
+            WriteCall::Transact(m) => &m.namespace,
+            WriteCall::ApplySchema(m) => &m.namespace,
+            WriteCall::CreateBranch(m) => &m.namespace,
+            WriteCall::MergeBranch(m) | WriteCall::AbandonBranch(m) => &m.namespace,
+        }
+    }
+
     fn encoded_len(&self) -> usize {
         match self {
             WriteCall::Transact(m) => m.encoded_len(),
@@ -131,6 +143,12 @@ impl WriteCall {
         };
         answer.map(Response::into_inner).map_err(forwarded_err)
     }
+}
+
+/// What a History request asks about, validated.
+enum HistoryTarget {
+    Entity(EntityId),
+    Attribute(engram_types::Attribute),
 }
 
 fn namespace(raw: String) -> Result<engram_types::Namespace, ApiError> {
@@ -319,6 +337,10 @@ impl pb::memory_server::Memory for MemoryService {
         let req = request.into_inner();
         let ns = namespace(req.namespace)?;
         let on = branch(req.branch)?;
+        let attribute = match req.attribute.as_str() {
+            "" => None,
+            a => Some(engram_proto::attribute("attribute", a.to_string()).map_err(ApiError::from)?),
+        };
         if let Some(name) = &on
             && engram_core::branch::row(&*self.shared.node.store, &ns, name)
                 .map_err(ApiError::from)?
@@ -326,10 +348,6 @@ impl pb::memory_server::Memory for MemoryService {
         {
             return Err(ApiError::from(reads::ReadError::UnknownBranch(name.clone())).into());
         }
-        let attribute = match req.attribute.as_str() {
-            "" => None,
-            a => Some(engram_proto::attribute("attribute", a.to_string()).map_err(ApiError::from)?),
-        };
         let entity = req.entity.map(EntityId);
         let node = self.shared.node.clone();
         let (tx, rx) = tokio::sync::mpsc::channel(WATCH_BUFFER);
@@ -358,8 +376,20 @@ impl pb::memory_server::Memory for MemoryService {
                     if tx.is_closed() {
                         return;
                     }
-                    node.wait_applied(applied + 1, std::time::Duration::from_secs(1))
+                    let waited = node
+                        .wait_applied(applied + 1, std::time::Duration::from_secs(1))
                         .await;
+                    if waited == engram_raft::Waited::Stopped {
+                        // Without this the loop would spin: every wait on a stopped Raft
+                        // returns at once (it pinned a core, and grew the simulation's timer
+                        // queue without bound). The client reopens on another node.
+                        let _ = tx
+                            .send(Err(Status::from(ApiError::Unavailable(
+                                "this node's Raft has stopped; reopen the watch on another node".into(),
+                            ))))
+                            .await;
+                        return;
+                    }
                 }
                 next = after;
             }
@@ -502,10 +532,15 @@ impl pb::memory_server::Memory for MemoryService {
             "" => None,
             a => Some(engram_proto::attribute("attribute_filter", a.to_string()).map_err(ApiError::from)?),
         };
-        let target = req
-            .target
-            .clone()
-            .ok_or_else(|| ApiError::Invalid("target: entity or attribute is required".into()))?;
+        // Both targets are validated before the request may be forwarded: the leader would
+        // refuse the same input, after a round trip.
+        let target = match req.target.clone() {
+            Some(pb::history_request::Target::Entity(e)) => HistoryTarget::Entity(EntityId(e)),
+            Some(pb::history_request::Target::Attribute(a)) => {
+                HistoryTarget::Attribute(engram_proto::attribute("attribute", a).map_err(ApiError::from)?)
+            }
+            None => return Err(ApiError::Invalid("target: entity or attribute is required".into()).into()),
+        };
         let on = branch(req.branch.clone())?;
         if let Route::Leader(addr) = self.shared.route_read(req.consistency, forwarded).await? {
             let mut client = self.shared.memory_client(&addr).map_err(Status::from)?;
@@ -516,12 +551,11 @@ impl pb::memory_server::Memory for MemoryService {
         }
         let store = &*self.shared.node.store;
         let found = match target {
-            pb::history_request::Target::Entity(e) => {
-                reads::entity_history_on(store, &ns, on.as_ref(), EntityId(e), filter.as_ref(), limit)
+            HistoryTarget::Entity(entity) => {
+                reads::entity_history_on(store, &ns, on.as_ref(), entity, filter.as_ref(), limit)
                     .map_err(ApiError::from)?
             }
-            pb::history_request::Target::Attribute(a) => {
-                let attr = engram_proto::attribute("attribute", a).map_err(ApiError::from)?;
+            HistoryTarget::Attribute(attr) => {
                 reads::attribute_history_on(store, &ns, on.as_ref(), &attr, limit).map_err(ApiError::from)?
             }
         };

@@ -68,6 +68,11 @@ impl Shared {
 
     /// Where a write (or a membership change) must go.
     pub fn route_write(&self, forwarded: bool) -> Result<Route, ApiError> {
+        // A node whose chain diverged neither proposes nor forwards: its view of the cluster
+        // cannot be trusted until an operator has looked.
+        if let Some(alarm) = self.node.alarm() {
+            return Err(ApiError::Diverged(alarm.to_string()));
+        }
         match self.node.leader() {
             Some((id, _)) if id == self.node.node_id => Ok(Route::Local),
             Some((_, info)) if !forwarded => Ok(Route::Leader(info.addr)),

@@ -1,0 +1,345 @@
+//! Who may speak Raft to this node.
+//!
+//! The internal `engram.v1.Raft` service shares the client port, so any client can reach it; a
+//! forged `AppendEntries` from a client used to move leadership and split the replicas. Every
+//! Raft request therefore carries a [`pb::PeerAuth`]: the sender's node id, the node it is for,
+//! and Ed25519 signatures over [`signed_message`] (the request's kind, both ids and the blake3
+//! hash of its payload). The receiver accepts it only if a signature verifies under a key it
+//! binds to that node id ([`PeerKeys`]):
+//!
+//! 1. the audit chain it has applied: the key's row names this node id and is neither rotated
+//!    out nor revoked (the chain is the trust root, as it is for attestations);
+//! 2. otherwise, for a key the applied chain does not know yet, the membership the node has
+//!    appended: the member's recorded public key (a node being added is in the membership before
+//!    its admission entry is applied everywhere);
+//! 3. a node that is not in the membership it has appended (never initialised, or removed)
+//!    belongs to no cluster: it accepts the first sender whose signature verifies and, from
+//!    then on, only that sender's key (`cluster init` and `AddNode` reach nodes in that state,
+//!    and a removed node may be added again by a leader it never knew). Once it has appended
+//!    a membership that includes it, rules 1–2 hold. A hostile first contact can thus make a
+//!    node outside the cluster useless (it refuses the real leader and must be wiped), but not
+//!    make it disturb the cluster when it is added: keep a new node's port private until it
+//!    has joined.
+//!
+//! Signing the payload's hash with the target's id binds a message to one receiver and one
+//! body. A replay of a member's earlier message is a duplicate Raft already tolerates (a stale
+//! term is refused, a same-term append is idempotent). Replies are not signed: they come back
+//! on the connection the sender opened to the member's recorded address (TLS covers an attacker
+//! on the path).
+//!
+//! Client TLS certificates play no part, so a client certificate never passes as a peer.
+
+use std::sync::{Arc, Mutex};
+
+use engram_audit::{KeyRing, NodeKey, PublicKey};
+use engram_core::reads;
+use engram_proto::pb;
+use engram_storage::Store;
+use engram_types::Hash;
+use openraft::async_runtime::WatchReceiver;
+
+use crate::Raft;
+
+/// The most signatures a request may carry (the current key and the one it replaced).
+pub const MAX_SIGNATURES: usize = 2;
+
+const DOMAIN: &[u8] = b"engram.v1 raft peer request\n";
+
+/// Which Raft RPC a request is; part of what is signed, so a signed vote cannot pass as an
+/// append.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RpcKind {
+    AppendEntries,
+    Vote,
+    /// The header chunk of a snapshot stream (it commits to the data's size and hash).
+    InstallSnapshot,
+}
+
+impl RpcKind {
+    fn tag(self) -> u8 {
+        match self {
+            RpcKind::AppendEntries => 1,
+            RpcKind::Vote => 2,
+            RpcKind::InstallSnapshot => 3,
+        }
+    }
+}
+
+/// The bytes a sender signs for a request of `kind` from `from` to `to` carrying `payload`.
+pub fn signed_message(kind: RpcKind, from: u64, to: u64, payload: &[u8]) -> Vec<u8> {
+    let mut m = Vec::with_capacity(DOMAIN.len() + 1 + 16 + 32);
+    m.extend_from_slice(DOMAIN);
+    m.push(kind.tag());
+    m.extend_from_slice(&from.to_be_bytes());
+    m.extend_from_slice(&to.to_be_bytes());
+    m.extend_from_slice(Hash::of(payload).as_bytes());
+    m
+}
+
+/// Signs a request with this node's current key and, right after a rotation, the key it
+/// replaced ([`KeyRing::previous`]).
+pub fn sign(keys: &KeyRing, kind: RpcKind, from: u64, to: u64, payload: &[u8]) -> pb::PeerAuth {
+    let message = signed_message(kind, from, to, payload);
+    let one = |key: &NodeKey| pb::PeerSignature {
+        public_key: key.public().0.to_vec(),
+        signature: key.sign(&message).to_vec(),
+    };
+    let mut signatures = vec![one(&keys.current())];
+    if let Some(previous) = keys.previous() {
+        signatures.push(one(&previous));
+    }
+    pb::PeerAuth {
+        from_node: from,
+        to_node: to,
+        signatures,
+    }
+}
+
+/// Why a Raft request was refused. All of these become `UNAUTHENTICATED`.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum AuthError {
+    #[error("raft request without peer authentication: only cluster members may call the Raft service")]
+    Missing,
+    #[error("raft request addressed to node {to}, but this is node {me}")]
+    WrongTarget { to: u64, me: u64 },
+    #[error("raft request carries {0} signatures; at most {MAX_SIGNATURES} are accepted")]
+    TooManySignatures(usize),
+    #[error("raft request signature is malformed: {0}")]
+    Malformed(&'static str),
+    #[error(
+        "raft request claims to be from node {from}, but no signature is by a key this node binds to node {from}"
+    )]
+    Untrusted { from: u64 },
+    #[error("raft request from node {from}: signature by key {key} does not verify")]
+    BadSignature { from: u64, key: String },
+    #[error("cannot check the raft request's sender: {0}")]
+    Lookup(String),
+}
+
+/// What a receiver knows about which keys speak for which node.
+pub trait PeerKeys {
+    /// Whether `key` may sign for node `from`.
+    fn trusts(&self, from: u64, key: &PublicKey) -> Result<bool, String>;
+
+    /// Called once a request signed by `key` for `from` has verified; `false` withdraws the
+    /// trust (another sender was accepted first, see [`ClusterKeys`]).
+    fn accepted(&self, _from: u64, _key: &PublicKey) -> bool {
+        true
+    }
+}
+
+/// Checks `auth` on a request of `kind` with `payload` received by node `me`; returns the
+/// authenticated sender. Keys are looked up before any signature is checked, so a request
+/// signed by unknown keys costs no signature verification.
+pub fn verify(
+    auth: Option<&pb::PeerAuth>,
+    kind: RpcKind,
+    me: u64,
+    payload: &[u8],
+    keys: &dyn PeerKeys,
+) -> Result<u64, AuthError> {
+    let auth = auth.ok_or(AuthError::Missing)?;
+    if auth.to_node != me {
+        return Err(AuthError::WrongTarget { to: auth.to_node, me });
+    }
+    if auth.signatures.len() > MAX_SIGNATURES {
+        return Err(AuthError::TooManySignatures(auth.signatures.len()));
+    }
+    let from = auth.from_node;
+    let message = signed_message(kind, from, me, payload);
+    for s in &auth.signatures {
+        let key = PublicKey(
+            s.public_key
+                .as_slice()
+                .try_into()
+                .map_err(|_| AuthError::Malformed("a public key is not 32 bytes"))?,
+        );
+        let signature: [u8; 64] = s
+            .signature
+            .as_slice()
+            .try_into()
+            .map_err(|_| AuthError::Malformed("a signature is not 64 bytes"))?;
+        if !keys.trusts(from, &key).map_err(AuthError::Lookup)? {
+            continue;
+        }
+        // A trusted key whose signature fails is a forgery (or corruption), not a key we
+        // merely do not know: say so rather than trying the next one.
+        if !key.verify(&message, &signature) {
+            return Err(AuthError::BadSignature {
+                from,
+                key: key.key_id().to_string(),
+            });
+        }
+        if !keys.accepted(from, &key) {
+            break;
+        }
+        return Ok(from);
+    }
+    Err(AuthError::Untrusted { from })
+}
+
+/// The receiver's [`PeerKeys`]: its applied audit chain, then its appended membership, then
+/// (outside any membership) the first sender it accepted — the three rules in the module docs.
+pub struct ClusterKeys {
+    pub me: u64,
+    pub store: Arc<dyn Store>,
+    pub raft: Raft,
+    /// Outside any membership: the key of the first sender whose request verified. Only it is
+    /// accepted until this node appends a membership that includes it (in memory: a restart
+    /// forgets it).
+    pub first_contact: Mutex<Option<PublicKey>>,
+}
+
+impl ClusterKeys {
+    fn outside_membership(&self) -> bool {
+        let metrics = self.raft.metrics().borrow_watched().clone();
+        metrics
+            .membership_config
+            .membership()
+            .get_node(&self.me)
+            .is_none()
+    }
+
+    fn first_contact(&self) -> std::sync::MutexGuard<'_, Option<PublicKey>> {
+        self.first_contact.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+impl PeerKeys for ClusterKeys {
+    fn trusts(&self, from: u64, key: &PublicKey) -> Result<bool, String> {
+        let metrics = self.raft.metrics().borrow_watched().clone();
+        let membership = metrics.membership_config.membership();
+        if membership.get_node(&self.me).is_none() {
+            // Never initialised, or removed: this node belongs to no cluster yet. Whoever adds
+            // it must be able to reach it, so the first sender wins; everyone else is refused,
+            // so a hostile first contact can make this node useless to the cluster (it must be
+            // wiped) but cannot make it disturb the cluster once added.
+            return Ok(self.first_contact().is_none_or(|k| k == *key));
+        }
+        // A member again: whoever reaches it next time it is outside the cluster starts afresh.
+        self.first_contact().take();
+        if let Some(row) = reads::signer(&*self.store, key.key_id()).map_err(|e| e.to_string())? {
+            // The chain knows this key: it decides, whatever the membership says.
+            return Ok(row.node_id == from && row.retired_at.is_none() && row.revoked_at.is_none());
+        }
+        Ok(membership
+            .get_node(&from)
+            .is_some_and(|node| node.public_key == key.0))
+    }
+
+    fn accepted(&self, _from: u64, key: &PublicKey) -> bool {
+        if !self.outside_membership() {
+            return true;
+        }
+        let mut first = self.first_contact();
+        match *first {
+            Some(k) => k == *key,
+            None => {
+                *first = Some(*key);
+                true
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct Fixed(Vec<(u64, PublicKey)>);
+
+    impl PeerKeys for Fixed {
+        fn trusts(&self, from: u64, key: &PublicKey) -> Result<bool, String> {
+            Ok(self.0.iter().any(|(id, k)| *id == from && k == key))
+        }
+    }
+
+    fn ring(seed: u8) -> KeyRing {
+        KeyRing::new(Arc::new(NodeKey::from_seed([seed; 32])))
+    }
+
+    #[test]
+    fn a_member_signed_request_passes_and_names_its_sender() {
+        let keys = ring(1);
+        let trust = Fixed(vec![(1, keys.current().public())]);
+        let auth = sign(&keys, RpcKind::AppendEntries, 1, 2, b"payload");
+        assert_eq!(
+            verify(Some(&auth), RpcKind::AppendEntries, 2, b"payload", &trust),
+            Ok(1)
+        );
+    }
+
+    #[test]
+    fn forged_or_altered_requests_are_refused() {
+        let member = ring(1);
+        let outsider = ring(9);
+        let trust = Fixed(vec![(1, member.current().public())]);
+        let check =
+            |auth: &pb::PeerAuth, kind, me, payload: &[u8]| verify(Some(auth), kind, me, payload, &trust);
+
+        assert_eq!(
+            verify(None, RpcKind::Vote, 2, b"p", &trust),
+            Err(AuthError::Missing)
+        );
+        // An outsider claiming to be node 1 with its own key.
+        let forged = sign(&outsider, RpcKind::AppendEntries, 1, 2, b"p");
+        assert_eq!(
+            check(&forged, RpcKind::AppendEntries, 2, b"p"),
+            Err(AuthError::Untrusted { from: 1 })
+        );
+        let good = sign(&member, RpcKind::AppendEntries, 1, 2, b"p");
+        // Another body, another receiver, another kind: each breaks the signature or the target.
+        assert!(matches!(
+            check(&good, RpcKind::AppendEntries, 2, b"q"),
+            Err(AuthError::BadSignature { from: 1, .. })
+        ));
+        assert_eq!(
+            check(&good, RpcKind::AppendEntries, 3, b"p"),
+            Err(AuthError::WrongTarget { to: 2, me: 3 })
+        );
+        assert!(matches!(
+            check(&good, RpcKind::Vote, 2, b"p"),
+            Err(AuthError::BadSignature { .. })
+        ));
+        // The member's key used to claim another member's id.
+        let claims_3 = sign(&member, RpcKind::AppendEntries, 3, 2, b"p");
+        assert_eq!(
+            check(&claims_3, RpcKind::AppendEntries, 2, b"p"),
+            Err(AuthError::Untrusted { from: 3 })
+        );
+        let mut short = good.clone();
+        short.signatures[0].signature.truncate(10);
+        assert!(matches!(
+            check(&short, RpcKind::AppendEntries, 2, b"p"),
+            Err(AuthError::Malformed(_))
+        ));
+        let mut many = good.clone();
+        many.signatures = vec![good.signatures[0].clone(); 3];
+        assert_eq!(
+            check(&many, RpcKind::AppendEntries, 2, b"p"),
+            Err(AuthError::TooManySignatures(3))
+        );
+    }
+
+    #[test]
+    fn after_a_rotation_both_keys_sign_so_peers_on_either_side_of_it_accept() {
+        let keys = ring(1);
+        let old = keys.current().public();
+        let new = NodeKey::from_seed([2; 32]);
+        let new_public = new.public();
+        keys.stage(new);
+        assert!(keys.promote(&new_public));
+        let auth = sign(&keys, RpcKind::Vote, 1, 2, b"v");
+        assert_eq!(auth.signatures.len(), 2);
+        let before_rotation = Fixed(vec![(1, old)]);
+        let after_rotation = Fixed(vec![(1, new_public)]);
+        assert_eq!(
+            verify(Some(&auth), RpcKind::Vote, 2, b"v", &before_rotation),
+            Ok(1)
+        );
+        assert_eq!(
+            verify(Some(&auth), RpcKind::Vote, 2, b"v", &after_rotation),
+            Ok(1)
+        );
+    }
+}
