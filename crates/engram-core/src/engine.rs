@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use engram_audit::{
     AuditEntry, Checkpoint, EntryKind, GENESIS_PREV_HASH, KeyAction, KeyChangeRequest, KeyId, KeyRecord,
-    KeyRing, NodeKey, PublicKey, SignedEntry, apply_key_change, tx_content_hash,
+    KeyRing, NodeKey, PublicKey, SignedCheckpoint, SignedEntry, apply_key_change, tx_content_hash,
 };
 use engram_merkle::{Blake3, CompactTree, MerkleHasher};
 use engram_storage::{Durability, Space, Store, WriteBatch};
@@ -648,6 +648,11 @@ impl Engine {
         };
         let mut head = self.head.clone();
         let sealed = self.seal(entry, &mut head, &mut batch)?;
+        if let KeyAction::Revoke { key, .. } = &req.action
+            && *key == self.keys.current().key_id()
+        {
+            self.drop_checkpoints_signed_by_own_key(&mut batch)?;
+        }
         // Synced even inside a group: a rotation below switches this node's key (and rewrites
         // its key file), which must never be ahead of the entry that admits the new key, or a
         // crash would have the node apply the earlier entries again with a key not yet admitted.
@@ -666,6 +671,36 @@ impl Engine {
             self.signing_revoked_at = Some(index);
         }
         Ok(Ok(sealed.signed))
+    }
+
+    /// Deletes, in `batch`, every checkpoint this node signed with its current key. Called when
+    /// the chain revokes that key: a verifier refuses every checkpoint a revoked key ever signed
+    /// (a stolen key could sign one for any size), so they are no longer evidence of anything
+    /// and would only make this node's own store fail verification. Checkpoints are this node's
+    /// evidence, not replicated state, so dropping them changes no replica digest.
+    fn drop_checkpoints_signed_by_own_key(&self, batch: &mut WriteBatch) -> Result<(), CoreError> {
+        const PAGE: usize = 1024;
+        let own = self.keys.current().public();
+        let end = [keys::CHECKPOINT + 1];
+        let mut start = vec![keys::CHECKPOINT];
+        loop {
+            let rows = self.store.scan(Space::State, &start, Some(&end), PAGE)?;
+            let full = rows.len() == PAGE;
+            for (key, value) in &rows {
+                let note = SignedCheckpoint::parse_bytes(value)
+                    .map_err(|e| CoreError::corrupt(format!("checkpoint row {key:02x?}"), e))?;
+                if !note.signers([&own]).is_empty() {
+                    batch.delete(Space::State, key.clone());
+                }
+            }
+            match rows.last() {
+                Some((last, _)) if full => {
+                    start = last.clone();
+                    start.push(0);
+                }
+                _ => return Ok(()),
+            }
+        }
     }
 
     /// Whether `key` is trusted by the chain now (admitted, not rotated out or revoked).
@@ -752,7 +787,13 @@ impl Engine {
         head.tx_time_ns = signed.entry.tx_time_ns;
         batch.put(Space::State, keys::META_HEAD.to_vec(), encode_row(&*head));
 
-        let checkpoint = if self.checkpoint_due(head) {
+        // A node signs no checkpoint with a key the entry it seals revokes.
+        let revokes_own_key = matches!(
+            &signed.entry.kind,
+            EntryKind::KeyChange { action: KeyAction::Revoke { key: revoked, .. }, .. }
+                if *revoked == key.key_id()
+        );
+        let checkpoint = if !revokes_own_key && self.checkpoint_due(head) {
             let origin = match (&self.origin, head.index) {
                 (Some(origin), _) => origin.clone(),
                 // Genesis is being sealed: it fixes the origin.
@@ -1062,7 +1103,7 @@ mod tests {
     }
 
     #[test]
-    fn a_group_shares_one_sync_and_is_durable_only_once_it_ends() {
+    fn a_group_is_buffered_and_made_durable_by_the_next_synced_write() {
         let (store, mut engine) = engine();
         let (_, first) = new_task(&mut engine, 2, "before the group");
         let durable_before = state_bytes(&store);
@@ -1077,7 +1118,7 @@ mod tests {
         store.crash();
         assert_eq!(state_bytes(&store), durable_before);
 
-        // Replayed (as Raft would, from its log) and closed: now it survives a crash.
+        // Replayed (as Raft would, from its log) and closed.
         let mut engine = Engine::open(store.clone(), Arc::new(NodeKey::from_seed([9; 32]))).unwrap();
         engine.begin_group();
         new_task(&mut engine, 3, "in the group");
@@ -1087,15 +1128,27 @@ mod tests {
         closing.put(Space::State, b"Mtest/closing".to_vec(), vec![1]);
         engine.end_group(closing).unwrap();
         let after = state_bytes(&store);
+        // The state machine never syncs: closing the group does not make it durable either.
+        store.crash();
+        assert_eq!(state_bytes(&store), durable_before, "end_group must not sync");
+
+        // Replayed again, byte for byte, then the next synced write of the store (a Raft log
+        // append, a vote, a purge) makes the group durable with it.
+        let mut engine = Engine::open(store.clone(), Arc::new(NodeKey::from_seed([9; 32]))).unwrap();
+        engine.begin_group();
+        new_task(&mut engine, 3, "in the group");
+        new_task(&mut engine, 4, "also in the group");
+        let mut closing = WriteBatch::new();
+        closing.put(Space::State, b"Mtest/closing".to_vec(), vec![1]);
+        engine.end_group(closing).unwrap();
+        assert_eq!(state_bytes(&store), after, "re-applied entries differ");
+        let mut log_append = WriteBatch::new();
+        log_append.put(Space::Log, b"entry".to_vec(), vec![1]);
+        store.write(log_append, Durability::Sync).unwrap();
         store.crash();
         assert_eq!(state_bytes(&store), after);
         let entries = reads::audit_entries(&*store, 1, 10).unwrap().unwrap();
         assert_eq!(entries.len(), 4);
-        // Outside a group every write is synced again.
-        new_task(&mut engine, 5, "after the group");
-        let after = state_bytes(&store);
-        store.crash();
-        assert_eq!(state_bytes(&store), after);
     }
 
     #[test]
