@@ -27,16 +27,21 @@ pub enum PlantedBug {
     /// next Raft log sync), so a crash in between keeps the row without the entry, and when
     /// Raft applies the entry again it looks like a retry: the index gets another entry.
     EagerIdempotencyRow,
+    /// A restarted leader serves linearizable reads at openraft's read index without first
+    /// applying the log it restarted with: its state machine lost its unsynced tail in the
+    /// crash, so a read can miss a write the node acknowledged before it.
+    ReadBeforeRestartCatchUp,
 }
 
 impl PlantedBug {
-    pub const ALL: [PlantedBug; 6] = [
+    pub const ALL: [PlantedBug; 7] = [
         PlantedBug::AckBeforeCommit,
         PlantedBug::SkipSyncBeforeAck,
         PlantedBug::WrongPrevHash,
         PlantedBug::HalfBatch,
         PlantedBug::AcceptUnauthenticatedPeer,
         PlantedBug::EagerIdempotencyRow,
+        PlantedBug::ReadBeforeRestartCatchUp,
     ];
 }
 

@@ -8,6 +8,7 @@ use engram_storage::Store;
 use engram_types::TxRequest;
 use openraft::async_runtime::WatchReceiver;
 use openraft::error::{ClientWriteError, RaftError};
+use openraft::storage::RaftLogStorage;
 use openraft::{ChangeMembers, Config, ReadPolicy, ServerState, SnapshotPolicy};
 use thiserror::Error;
 
@@ -65,7 +66,13 @@ pub struct RaftNode {
     /// cleared only by a restart, which checks again.
     pub alarm: Arc<Mutex<Option<DivergenceAlarm>>>,
     clock_skew_ns: i64,
+    /// The last index of the Raft log when this process started. Linearizable reads wait
+    /// until it is applied: see [`RaftNode::ensure_linearizable`].
+    startup_log_index: u64,
 }
+
+/// How long a linearizable read waits for a restarted node to apply the log it restarted with.
+const RESTART_CATCH_UP: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// How [`RaftNode::wait_applied`] ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -144,7 +151,13 @@ impl RaftNode {
         }
         .validate()
         .map_err(|e| NodeError::Fatal(format!("invalid raft settings: {e}")))?;
-        let log_store = LogStore::new(store.clone());
+        let mut log_store = LogStore::new(store.clone());
+        let startup_log_index = log_store
+            .get_log_state()
+            .await
+            .map_err(|e| NodeError::Fatal(format!("reading the Raft log: {e}")))?
+            .last_log_id
+            .map_or(0, |id| id.index());
         let state_machine = StateMachine::open(store.clone(), keys.clone(), settings.checkpoints)
             .map_err(|e| NodeError::Fatal(e.to_string()))?;
         let raft = Raft::new(
@@ -169,6 +182,7 @@ impl RaftNode {
             peer_refused: Arc::default(),
             alarm: Arc::default(),
             clock_skew_ns: settings.clock_skew_ns,
+            startup_log_index,
         })
     }
 
@@ -209,9 +223,34 @@ impl RaftNode {
 
     /// Waits until this node (the leader) has confirmed leadership with a quorum and applied
     /// everything committed before the call (the read-index protocol).
+    ///
+    /// One more wait after a restart. The state machine does not sync (durability comes from
+    /// the log), so a crash can roll its applied state back behind entries this node had
+    /// already acknowledged. openraft may restore a restarted node straight to leader on the
+    /// vote it persisted, without a new blank entry, and its persisted commit index may be
+    /// behind too (it is not synced either); its read index can then be lower than an entry it
+    /// acknowledged before the crash, and the read would miss that write. Every entry this
+    /// node can have acknowledged is in the log it restarted with, and a leader never drops
+    /// its own entries, so waiting until that log is applied closes the gap. The simulation
+    /// found this (a linearizable read after a leader crash-restart returned the value before
+    /// an acknowledged write).
     pub async fn ensure_linearizable(&self) -> Result<(), NodeError> {
         match self.raft.ensure_linearizable(ReadPolicy::ReadIndex).await {
-            Ok(_) => Ok(()),
+            Ok(_) => {
+                let planted =
+                    engram_core::planted::active(engram_core::planted::PlantedBug::ReadBeforeRestartCatchUp);
+                if planted || self.status().applied_index >= self.startup_log_index {
+                    return Ok(());
+                }
+                match self.wait_applied(self.startup_log_index, RESTART_CATCH_UP).await {
+                    Waited::Applied => Ok(()),
+                    Waited::TimedOut => Err(NodeError::Unavailable(format!(
+                        "this node restarted and has not yet applied the log it restarted with (up to index {}); retry",
+                        self.startup_log_index
+                    ))),
+                    Waited::Stopped => Err(NodeError::Fatal("the Raft core has stopped".into())),
+                }
+            }
             Err(RaftError::Fatal(f)) => Err(NodeError::Fatal(f.to_string())),
             Err(RaftError::APIError(e)) => match self.leader() {
                 Some(leader) if leader.0 != self.node_id => {
