@@ -19,14 +19,8 @@ pub const PORT: u16 = 5000;
 /// Per-request deadline of the harness's own control calls.
 const CONTROL_TIMEOUT: Duration = Duration::from_secs(3);
 
-/// Raft timing and compaction for every node of a seed.
-#[derive(Clone, Debug)]
-pub struct NodeSettings {
-    pub heartbeat_interval_ms: u64,
-    pub election_timeout_min_ms: u64,
-    pub election_timeout_max_ms: u64,
-    pub snapshot_every_entries: u64,
-}
+/// Raft timing and compaction for every node of a seed: the server's own settings type.
+pub type NodeSettings = engram_raft::RaftTiming;
 
 /// One pool member.
 pub struct SimNode {
@@ -273,10 +267,7 @@ impl Cluster {
 fn node_config(id: u64, settings: &NodeSettings, clock_skew_ns: i64) -> ServerConfig {
     let listen = SocketAddr::new(node_ip(id), PORT);
     let mut config = ServerConfig::new(id, listen, format!("/sim/node-{id}").into());
-    config.heartbeat_interval_ms = settings.heartbeat_interval_ms;
-    config.election_timeout_min_ms = settings.election_timeout_min_ms;
-    config.election_timeout_max_ms = settings.election_timeout_max_ms;
-    config.snapshot_every_entries = settings.snapshot_every_entries;
+    config.raft = *settings;
     config.clock_skew_ns = clock_skew_ns;
     config
 }

@@ -258,10 +258,8 @@ async fn simulate(options: Options) -> SimResult {
     let pool = mix.pool_size();
     let skews: Vec<i64> = (0..pool).map(|_| draw_skew_ns(mix.clock_skew_ms)).collect();
     let settings = NodeSettings {
-        heartbeat_interval_ms: 100,
-        election_timeout_min_ms: 400,
-        election_timeout_max_ms: 800,
         snapshot_every_entries: mix.snapshot_every_entries,
+        ..NodeSettings::default()
     };
     let mut cluster = Cluster::boot(handle.clone(), pool, &settings, &skews, handle.seed());
     let fail = |mix: &FaultMix, reason: String| {

@@ -19,10 +19,8 @@ fn assert_seeds_pass(seeds: &[u64]) {
 /// Four nodes booted, 1–3 initialised as voters, node 4 outside the configuration.
 async fn four_nodes_three_voters(seed: u64) -> Cluster {
     let settings = NodeSettings {
-        heartbeat_interval_ms: 100,
-        election_timeout_min_ms: 400,
-        election_timeout_max_ms: 800,
         snapshot_every_entries: 1000,
+        ..NodeSettings::default()
     };
     let cluster = Cluster::boot(madsim::runtime::Handle::current(), 4, &settings, &[0; 4], seed);
     madsim::time::sleep(Duration::from_millis(200)).await;

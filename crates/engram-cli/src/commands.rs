@@ -178,16 +178,16 @@ async fn serve(args: ServeArgs, identity: (Option<PathBuf>, Option<PathBuf>)) ->
         config.max_tx_bytes = v;
     }
     if let Some(v) = args.heartbeat_interval_ms {
-        config.heartbeat_interval_ms = v;
+        config.raft.heartbeat_interval_ms = v;
     }
     if let Some(v) = args.append_timeout_ms {
-        config.append_timeout_ms = v;
+        config.raft.append_timeout_ms = v;
     }
     if let Some(v) = args.election_timeout_min_ms {
-        config.election_timeout_min_ms = v;
+        config.raft.election_timeout_min_ms = v;
     }
     if let Some(v) = args.election_timeout_max_ms {
-        config.election_timeout_max_ms = v;
+        config.raft.election_timeout_max_ms = v;
     }
     if let Some(v) = args.checkpoint_every_entries {
         config.checkpoint_every_entries = v;
@@ -196,7 +196,7 @@ async fn serve(args: ServeArgs, identity: (Option<PathBuf>, Option<PathBuf>)) ->
         config.checkpoint_every_ms = v;
     }
     if let Some(v) = args.snapshot_every_entries {
-        config.snapshot_every_entries = v;
+        config.raft.snapshot_every_entries = v;
     }
     if let Some(v) = args.divergence_check_ms {
         config.divergence_check_ms = v;
@@ -204,12 +204,9 @@ async fn serve(args: ServeArgs, identity: (Option<PathBuf>, Option<PathBuf>)) ->
     if let Some(v) = args.verify_on_start {
         config.verify_on_start = v;
     }
-    if config.election_timeout_min_ms >= config.election_timeout_max_ms {
-        bail!(
-            "--election-timeout-min-ms ({}) must be below --election-timeout-max-ms ({})",
-            config.election_timeout_min_ms,
-            config.election_timeout_max_ms
-        );
+    // Checked here so a bad combination of flags is a usage error, not a failed node.
+    if let Err(e) = config.raft.openraft_config() {
+        bail!("{e}");
     }
     let node_id = config.node_id;
     engram_server::run(config)

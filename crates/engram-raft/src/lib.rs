@@ -32,7 +32,7 @@ use std::fmt;
 use engram_audit::KeyChangeRequest;
 use engram_types::TxRequest;
 pub use log_store::LogStore;
-pub use node::{DivergenceAlarm, NodeError, NodeStatus, RaftNode, RaftSettings, Waited};
+pub use node::{DivergenceAlarm, NodeError, NodeStatus, RaftNode, RaftSettings, RaftTiming, Waited};
 use serde::{Deserialize, Serialize};
 pub use state_machine::{StateMachine, applied_index};
 

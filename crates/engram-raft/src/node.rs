@@ -15,16 +15,72 @@ use thiserror::Error;
 use crate::network::NetworkFactory;
 use crate::{Command, LogStore, NodeInfo, Raft, StateMachine, clock};
 
-/// Timing and compaction knobs of a node.
-#[derive(Clone, Debug)]
-pub struct RaftSettings {
+/// The Raft timing and compaction settings of a node: the one type every layer passes on
+/// (server config, command-line flags, the benchmark cluster, the simulation), so the knobs
+/// are named, defaulted and checked in one place.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RaftTiming {
     pub heartbeat_interval_ms: u64,
     /// Deadline of a replication RPC that carries entries when longer than the heartbeat
     /// interval (0: the interval); heartbeats always keep the interval.
     pub append_timeout_ms: u64,
     pub election_timeout_min_ms: u64,
     pub election_timeout_max_ms: u64,
+    /// A snapshot is built every this many applied entries, and the log purged before it.
     pub snapshot_every_entries: u64,
+}
+
+impl Default for RaftTiming {
+    fn default() -> Self {
+        RaftTiming {
+            heartbeat_interval_ms: 100,
+            append_timeout_ms: 0,
+            election_timeout_min_ms: 400,
+            election_timeout_max_ms: 800,
+            snapshot_every_entries: 5_000,
+        }
+    }
+}
+
+impl RaftTiming {
+    /// The openraft configuration these settings make, or why they cannot make one (named by
+    /// the command-line flags an operator sets them with).
+    pub fn openraft_config(&self) -> Result<Config, String> {
+        if self.heartbeat_interval_ms == 0 {
+            return Err("--heartbeat-interval-ms must be above 0".into());
+        }
+        if self.election_timeout_min_ms >= self.election_timeout_max_ms {
+            return Err(format!(
+                "--election-timeout-min-ms ({}) must be below --election-timeout-max-ms ({})",
+                self.election_timeout_min_ms, self.election_timeout_max_ms
+            ));
+        }
+        if self.snapshot_every_entries == 0 {
+            return Err("--snapshot-every-entries must be above 0".into());
+        }
+        Config {
+            cluster_name: "engram".into(),
+            heartbeat_interval: self.heartbeat_interval_ms,
+            election_timeout_min: self.election_timeout_min_ms,
+            election_timeout_max: self.election_timeout_max_ms,
+            snapshot_policy: SnapshotPolicy::LogsSinceLast(self.snapshot_every_entries),
+            max_in_snapshot_log_to_keep: self.snapshot_every_entries / 2,
+            ..Default::default()
+        }
+        .validate()
+        .map_err(|e| format!("invalid Raft timing: {e}"))
+    }
+
+    /// The deadline of a replication RPC that carries entries.
+    pub fn append_timeout(&self) -> std::time::Duration {
+        std::time::Duration::from_millis(self.append_timeout_ms)
+    }
+}
+
+/// What a node is started with besides its store and keys.
+#[derive(Clone, Debug)]
+pub struct RaftSettings {
+    pub timing: RaftTiming,
     /// Added to the wall clock when this node stamps a proposal: zero in production; the
     /// simulation uses it to skew nodes' clocks against each other.
     pub clock_skew_ns: i64,
@@ -140,17 +196,10 @@ impl RaftNode {
         keys: Arc<KeyRing>,
         settings: &RaftSettings,
     ) -> Result<RaftNode, NodeError> {
-        let config = Config {
-            cluster_name: "engram".into(),
-            heartbeat_interval: settings.heartbeat_interval_ms,
-            election_timeout_min: settings.election_timeout_min_ms,
-            election_timeout_max: settings.election_timeout_max_ms,
-            snapshot_policy: SnapshotPolicy::LogsSinceLast(settings.snapshot_every_entries),
-            max_in_snapshot_log_to_keep: settings.snapshot_every_entries / 2,
-            ..Default::default()
-        }
-        .validate()
-        .map_err(|e| NodeError::Fatal(format!("invalid raft settings: {e}")))?;
+        let config = settings
+            .timing
+            .openraft_config()
+            .map_err(|e| NodeError::Fatal(format!("invalid raft settings: {e}")))?;
         let mut log_store = LogStore::new(store.clone());
         let startup_log_index = log_store
             .get_log_state()
@@ -166,7 +215,7 @@ impl RaftNode {
             NetworkFactory {
                 node_id,
                 keys: keys.clone(),
-                append_timeout: std::time::Duration::from_millis(settings.append_timeout_ms),
+                append_timeout: settings.timing.append_timeout(),
             },
             log_store,
             state_machine,
@@ -480,5 +529,54 @@ impl RaftNode {
             self.store.clone(),
             self.peer_refused.clone(),
         )
+    }
+}
+
+#[cfg(test)]
+mod timing_tests {
+    use super::RaftTiming;
+
+    #[test]
+    fn the_defaults_make_a_valid_config() {
+        let config = RaftTiming::default().openraft_config().unwrap();
+        assert_eq!(config.heartbeat_interval, 100);
+        assert_eq!(
+            (config.election_timeout_min, config.election_timeout_max),
+            (400, 800)
+        );
+    }
+
+    #[test]
+    fn bad_timing_is_refused_by_flag_name() {
+        let inverted = RaftTiming {
+            election_timeout_min_ms: 800,
+            election_timeout_max_ms: 800,
+            ..RaftTiming::default()
+        };
+        let e = inverted.openraft_config().unwrap_err();
+        assert!(
+            e.contains("--election-timeout-min-ms (800) must be below --election-timeout-max-ms (800)"),
+            "{e}"
+        );
+        let no_heartbeat = RaftTiming {
+            heartbeat_interval_ms: 0,
+            ..RaftTiming::default()
+        };
+        assert!(
+            no_heartbeat
+                .openraft_config()
+                .unwrap_err()
+                .contains("--heartbeat-interval-ms")
+        );
+        let no_snapshots = RaftTiming {
+            snapshot_every_entries: 0,
+            ..RaftTiming::default()
+        };
+        assert!(
+            no_snapshots
+                .openraft_config()
+                .unwrap_err()
+                .contains("--snapshot-every-entries")
+        );
     }
 }

@@ -73,14 +73,8 @@ pub struct ServerConfig {
     pub health_listen: Option<SocketAddr>,
     /// Largest encoded transaction accepted, in bytes.
     pub max_tx_bytes: usize,
-    pub heartbeat_interval_ms: u64,
-    /// Deadline of a replication RPC that carries entries; 0 (the default) or anything below
-    /// the heartbeat interval means the heartbeat interval, as for heartbeats.
-    pub append_timeout_ms: u64,
-    pub election_timeout_min_ms: u64,
-    pub election_timeout_max_ms: u64,
-    /// Build a snapshot (and purge the log before it) every this many applied entries.
-    pub snapshot_every_entries: u64,
+    /// Raft timing and compaction (heartbeat, elections, append deadline, snapshots).
+    pub raft: engram_raft::RaftTiming,
     /// Added to this node's clock when it stamps proposals. Zero in production (there is no
     /// flag for it); the simulation sets it to model nodes whose clocks disagree.
     pub clock_skew_ns: i64,
@@ -112,11 +106,7 @@ impl ServerConfig {
             tls: None,
             health_listen: None,
             max_tx_bytes: 1 << 20,
-            heartbeat_interval_ms: 100,
-            append_timeout_ms: 0,
-            election_timeout_min_ms: 400,
-            election_timeout_max_ms: 800,
-            snapshot_every_entries: 5_000,
+            raft: engram_raft::RaftTiming::default(),
             checkpoint_every_entries: 1_000,
             checkpoint_every_ms: 1_000,
             clock_skew_ns: 0,

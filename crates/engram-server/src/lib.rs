@@ -130,11 +130,7 @@ pub async fn serve_keys(
     };
     info!(node_id = config.node_id, addr = %info.addr, key_id = %key.key_id(), "starting engram node");
     let settings = RaftSettings {
-        heartbeat_interval_ms: config.heartbeat_interval_ms,
-        append_timeout_ms: config.append_timeout_ms,
-        election_timeout_min_ms: config.election_timeout_min_ms,
-        election_timeout_max_ms: config.election_timeout_max_ms,
-        snapshot_every_entries: config.snapshot_every_entries,
+        timing: config.raft,
         clock_skew_ns: config.clock_skew_ns,
         checkpoints: engram_core::CheckpointPolicy {
             every_entries: config.checkpoint_every_entries,

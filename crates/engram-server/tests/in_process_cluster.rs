@@ -43,7 +43,7 @@ fn spawn_node(id: u64, max_tx_bytes: usize) -> (SocketAddr, oneshot::Sender<()>,
     let mut config = ServerConfig::new(id, addr, dir.path().to_path_buf());
     config.max_tx_bytes = max_tx_bytes;
     // Small, so the test crosses several snapshots and log purges.
-    config.snapshot_every_entries = 50;
+    config.raft.snapshot_every_entries = 50;
     let (tx, rx) = oneshot::channel::<()>();
     tokio::spawn(async move {
         run_until(config, async {
