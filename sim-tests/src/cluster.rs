@@ -77,7 +77,7 @@ impl Cluster {
                     let store = store.clone();
                     let key = key.clone();
                     let skew = skew.clone();
-                    let settings = settings.clone();
+                    let settings = *settings;
                     move || {
                         let config =
                             node_config(id, &settings, *skew.lock().unwrap_or_else(|e| e.into_inner()));
