@@ -127,8 +127,8 @@ impl Cluster {
         self.nodes.values().filter(|n| n.alive).map(|n| n.id).collect()
     }
 
-    /// Kills the node's process and throws away what it never synced. `torn_keep` also lets
-    /// the first `n` mutations of its oldest unsynced batch reach the disk.
+    /// Kills the node's process and throws away what it never synced. `torn_keep` lets the
+    /// oldest `n` unsynced batches reach the disk whole (a WAL tail cut at a record boundary).
     pub fn crash(&mut self, id: u64, torn_keep: Option<usize>) {
         let node = self.nodes.get_mut(&id).expect("crash of a pool node");
         if !node.alive {

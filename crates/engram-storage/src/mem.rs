@@ -87,16 +87,18 @@ impl MemStore {
         inner.unsynced.clear();
     }
 
-    /// Simulates a crash that tears the newest unsynced batch: its first `keep` mutations
-    /// reach the disk, the rest and any later batch do not. Used to test that the layers
-    /// above never depend on a partially written buffered batch.
+    /// Simulates a crash in which the write-ahead log reached the disk only in part: the
+    /// oldest `keep` unsynced batches survive, whole and in order, and every later one is lost.
+    /// This is what RocksDB guarantees: each write batch is one checksummed WAL record, and
+    /// recovery (point-in-time, the default) replays records up to the first torn one and drops
+    /// it and everything after it. A batch is never half applied, but any prefix of the
+    /// unsynced batches can survive, so the layers above must not depend on unsynced writes
+    /// being lost together.
     pub fn crash_torn(&self, keep: usize) {
         let mut inner = self.lock();
-        if let Some(first) = inner.unsynced.first().cloned() {
-            let torn = WriteBatch {
-                mutations: first.mutations.into_iter().take(keep).collect(),
-            };
-            apply(&mut inner.durable, &torn);
+        let kept: Vec<WriteBatch> = inner.unsynced.iter().take(keep).cloned().collect();
+        for batch in &kept {
+            apply(&mut inner.durable, batch);
         }
         inner.live = inner.durable.clone();
         inner.unsynced.clear();
@@ -224,14 +226,23 @@ mod tests {
     }
 
     #[test]
-    fn torn_crash_keeps_a_prefix_of_the_batch() {
+    fn torn_crash_keeps_a_prefix_of_whole_batches() {
         let s = MemStore::new();
-        let mut b = WriteBatch::new();
-        b.put(Space::State, b"1".to_vec(), b"x".to_vec());
-        b.put(Space::State, b"2".to_vec(), b"y".to_vec());
-        s.write(b, Durability::Buffered).unwrap();
-        s.crash_torn(1);
-        assert!(s.get(Space::State, b"1").unwrap().is_some());
-        assert!(s.get(Space::State, b"2").unwrap().is_none());
+        for (key, value) in [(b"1", b"x"), (b"2", b"y"), (b"3", b"z")] {
+            let mut b = WriteBatch::new();
+            b.put(Space::State, key.to_vec(), value.to_vec());
+            b.put(Space::Raft, key.to_vec(), value.to_vec());
+            s.write(b, Durability::Buffered).unwrap();
+        }
+        s.crash_torn(2);
+        for key in [b"1", b"2"] {
+            assert!(s.get(Space::State, key).unwrap().is_some());
+            assert!(
+                s.get(Space::Raft, key).unwrap().is_some(),
+                "a kept batch is kept whole"
+            );
+        }
+        assert!(s.get(Space::State, b"3").unwrap().is_none());
+        assert!(s.get(Space::Raft, b"3").unwrap().is_none());
     }
 }
