@@ -18,19 +18,6 @@ use tonic::Code;
 
 const EXE: &str = env!("CARGO_BIN_EXE_engram");
 
-fn copy_dir(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for entry in std::fs::read_dir(from).unwrap() {
-        let entry = entry.unwrap();
-        let target = to.join(entry.file_name());
-        if entry.file_type().unwrap().is_dir() {
-            copy_dir(&entry.path(), &target);
-        } else {
-            std::fs::copy(entry.path(), &target).unwrap();
-        }
-    }
-}
-
 /// Starts a cluster over `dir` (node directories `node1..3`), waits for a leader, writes
 /// `count` transactions in namespace `ns`, returns the chain head index, and stops it.
 async fn run_and_write(dir: &Path, ports: &[u16], ns: &str, count: i64, init: bool) -> u64 {
@@ -69,16 +56,16 @@ async fn a_divergent_replica_raises_the_alarm_at_the_first_divergent_entry() {
     let base = work.path().join("base");
     let shared_head = run_and_write(&base, &ports, "div/base", 4, true).await;
     let (x, y) = (work.path().join("x"), work.path().join("y"));
-    copy_dir(&base, &x);
-    copy_dir(&base, &y);
+    common::copy_dir(&base, &x);
+    common::copy_dir(&base, &y);
     run_and_write(&x, &ports, "div/x", 3, false).await;
     run_and_write(&y, &ports, "div/y", 3, false).await;
 
     // Nodes 1 and 2 from copy x, node 3 from copy y; node 3 checks often.
     let mixed = work.path().join("mixed");
-    copy_dir(&x.join("node1"), &mixed.join("node1"));
-    copy_dir(&x.join("node2"), &mixed.join("node2"));
-    copy_dir(&y.join("node3"), &mixed.join("node3"));
+    common::copy_dir(&x.join("node1"), &mixed.join("node1"));
+    common::copy_dir(&x.join("node2"), &mixed.join("node2"));
+    common::copy_dir(&y.join("node3"), &mixed.join("node3"));
     let args = ["--divergence-check-ms", "300"].map(String::from);
     let mut cluster = LocalCluster::start(Path::new(EXE), &mixed, &ports, &args).unwrap();
     cluster.wait_all_answer(Duration::from_secs(30)).await.unwrap();

@@ -3,6 +3,8 @@
 //! lands, as unreadable (exit 3) naming the space and the file, never as verified.
 #![allow(clippy::unwrap_used)] // test helpers: a failed set-up step should stop the test loudly
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::Duration;
@@ -64,19 +66,6 @@ fn tx(n: i64) -> TxRequest {
             confidence: 1.0,
             ..Default::default()
         },
-    }
-}
-
-fn copy_dir(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for entry in std::fs::read_dir(from).unwrap() {
-        let entry = entry.unwrap();
-        let target = to.join(entry.file_name());
-        if entry.file_type().unwrap().is_dir() {
-            copy_dir(&entry.path(), &target);
-        } else {
-            std::fs::copy(entry.path(), target).unwrap();
-        }
     }
 }
 
@@ -200,7 +189,7 @@ async fn every_flipped_byte_of_a_table_file_is_reported() {
     let mut messages = Vec::new();
     for offset in spread.chain(tail) {
         let copy = dir.path().join(format!("flip-{offset}"));
-        copy_dir(&pristine, &copy);
+        common::copy_dir(&pristine, &copy);
         flip(&copy.join("db").join(&name), offset);
 
         let out = run(&["--json", "audit", "verify", "--data-dir", copy.to_str().unwrap()]);
@@ -361,7 +350,7 @@ async fn a_node_whose_store_fails_its_start_check_refuses_to_start() {
     // The tip entry altered behind the node's back (its attestation no longer verifies): the
     // default check (tip) refuses, naming the entry.
     let altered = dir.path().join("altered-tip");
-    copy_dir(&pristine, &altered);
+    common::copy_dir(&pristine, &altered);
     let tip = {
         let store = engram_storage_rocks::RocksStore::open(&altered.join("db")).unwrap();
         let head = engram_core::reads::head(&store).unwrap();
@@ -386,7 +375,7 @@ async fn a_node_whose_store_fails_its_start_check_refuses_to_start() {
     // A damaged block away from the tip: the tip check does not read it (the serving test
     // starts a node on exactly this damage), the full check does and refuses.
     let damaged = dir.path().join("damaged-block");
-    copy_dir(&pristine, &damaged);
+    common::copy_dir(&pristine, &damaged);
     let (table, _) = tables(&damaged)[0].clone();
     flip(&table, 7);
     let stderr = refused_start(&damaged, &["--verify-on-start", "full"]);

@@ -5,6 +5,7 @@ use engram_types::{Attribute, EntityRef, Namespace, Op, Provenance, TxOp, TxRequ
 
 /// A transaction creating one memory entity in `ns` with `:memory/text` and `:memory/n = n`,
 /// with an idempotency key unique to (`ns`, `n`), so retries across failovers apply it once.
+#[allow(dead_code)] // each test binary compiles this module; not all of them write memories
 pub fn memory_tx(ns: &str, n: i64) -> TxRequest {
     let op = |attribute: &str, value: Value| TxOp {
         op: Op::Assert,
@@ -41,4 +42,19 @@ pub fn verify_each(exe: &str, endpoints: &[String]) -> std::process::Output {
         cmd.args(["-e", e]);
     }
     cmd.args(["audit", "verify", "--each"]).output().unwrap()
+}
+
+/// Copies a directory tree (a stopped node's store) so a test can alter the copy.
+#[allow(dead_code)] // each test binary compiles this module; not all of them copy stores
+pub fn copy_dir(from: &std::path::Path, to: &std::path::Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let target = to.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            copy_dir(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), target).unwrap();
+        }
+    }
 }
