@@ -164,3 +164,10 @@ fn read_before_restart_catch_up_is_caught() {
         "{bug:?} was not caught by I6 on seeds 18, 36, 98"
     );
 }
+
+#[test]
+fn skip_group_attestation_is_caught() {
+    // No group's covering attestation is stored: every replica's chain ends uncovered, which
+    // the I4 checker's verifier names (the first entry after the last attested one).
+    caught_within_bound(PlantedBug::SkipGroupAttestation, &["I4 signatures-valid"]);
+}

@@ -136,10 +136,10 @@ fn build_chain(len: u64, keys: &[NodeKey; 3], threads: usize) -> Chain {
         .into_iter()
         .zip(signatures)
         .map(|(entry, signature)| SignedEntry {
-            attestation: Attestation {
+            attestation: Some(Attestation {
                 key_id: signer(keys, entry.index).key_id(),
                 signature,
-            },
+            }),
             entry,
         })
         .collect();
@@ -215,14 +215,14 @@ fn verify_one_by_one(chain: &Chain, keys: &[NodeKey; 3]) -> Result<Duration, Str
         .collect::<Result<_, _>>()?;
     let started = Instant::now();
     for (signed, hash) in chain.entries.iter().zip(&chain.hashes) {
-        let Some((_, key)) = decoded.iter().find(|(id, _)| *id == signed.attestation.key_id) else {
+        let Some(attestation) = &signed.attestation else {
+            return Err(format!("entry {}: no attestation", signed.entry.index));
+        };
+        let Some((_, key)) = decoded.iter().find(|(id, _)| *id == attestation.key_id) else {
             return Err(format!("entry {}: unknown signer", signed.entry.index));
         };
-        key.verify_strict(
-            hash.as_bytes(),
-            &Signature::from_bytes(&signed.attestation.signature),
-        )
-        .map_err(|e| format!("entry {}: {e}", signed.entry.index))?;
+        key.verify_strict(hash.as_bytes(), &Signature::from_bytes(&attestation.signature))
+            .map_err(|e| format!("entry {}: {e}", signed.entry.index))?;
     }
     Ok(started.elapsed())
 }

@@ -27,6 +27,10 @@ pub enum ChainFault {
     BadSignature(KeyId),
     #[error("attestation.key_id: key {key} was {how} at entry {at} and may not sign later entries")]
     RetiredSigner { key: KeyId, how: &'static str, at: u64 },
+    #[error(
+        "attestation: no attestation at or after this entry covers it (the chain ends at entry {head}, which has none)"
+    )]
+    Uncovered { head: u64 },
     #[error("key_change.authorizer: {0}")]
     Unauthorized(String),
     #[error("key_change.authorization: the signature of {0} over the key statement does not verify")]
@@ -48,6 +52,7 @@ impl ChainFault {
             ChainFault::Genesis | ChainFault::GenesisKeys { .. } => "kind",
             ChainFault::UnknownSigner(_) | ChainFault::RetiredSigner { .. } => "attestation.key_id",
             ChainFault::BadSignature(_) => "attestation.signature",
+            ChainFault::Uncovered { .. } => "attestation",
             ChainFault::Unauthorized(_) => "key_change.authorizer",
             ChainFault::BadAuthorization(_) => "key_change.authorization",
             ChainFault::StoredHash { .. } => "hash",
@@ -119,8 +124,11 @@ impl KeyRecord {
 /// 3. `tx` increases and `tx_time_ns` never decreases (invariant I7);
 /// 4. a key change is authorised by a key active at this point (admitted by an earlier entry,
 ///    neither rotated out nor revoked), whose signature over [`key_statement`] verifies;
-/// 5. the attestation verifies, by a key the chain admits, that was not rotated out or revoked
-///    before this entry.
+/// 5. the attestation, if the entry has one, verifies, by a key the chain admits, that was not
+///    rotated out or revoked before this entry;
+/// 6. coverage: every entry has an attestation at or after it (one signature over an entry
+///    vouches for every entry before it through `prev_hash`, so a node signs once per apply
+///    group). [`ChainVerifier::finish`] names the first entry after the last attested one.
 ///
 /// A key may sign entries that precede its own admission: a node that joins later replays
 /// history and attests it with its own key. Such attestations are held pending and checked
@@ -148,6 +156,8 @@ pub struct ChainVerifier {
     defer: bool,
     /// Attestations awaiting [`ChainVerifier::verify_deferred`], in chain order.
     deferred: Vec<Deferred>,
+    /// The first entry after the last attested one: no attestation covers it yet.
+    uncovered_from: Option<u64>,
 }
 
 /// What an entry would change in the verifier, computed before anything is committed.
@@ -370,19 +380,20 @@ impl ChainVerifier {
                 }
             }
         }
-        let key_id = signed.attestation.key_id;
         let mut deferred = None;
-        if let Some(record) = keys.get(&key_id) {
+        if let Some(attestation) = &signed.attestation
+            && let Some(record) = keys.get(&attestation.key_id)
+        {
             if self.defer {
                 deferred = Some(Deferred {
                     index,
                     hash,
                     key: record.key,
-                    signature: signed.attestation.signature,
+                    signature: attestation.signature,
                     invalid: record.valid_at(index).err().map(Box::new),
                 });
-            } else if !record.key.verify(hash.as_bytes(), &signed.attestation.signature) {
-                faults.push(ChainFault::BadSignature(key_id));
+            } else if !record.key.verify(hash.as_bytes(), &attestation.signature) {
+                faults.push(ChainFault::BadSignature(attestation.key_id));
             } else if let Err(fault) = record.valid_at(index) {
                 faults.push(fault);
             }
@@ -423,13 +434,22 @@ impl ChainVerifier {
             self.origin = Some(crate::Checkpoint::origin_for(&hash));
         }
         self.pending.retain(|id, _| !keys.contains_key(id));
-        let key_id = signed.attestation.key_id;
-        if !keys.contains_key(&key_id) {
-            self.pending.entry(key_id).or_default().push((
-                self.next_index,
-                hash,
-                signed.attestation.signature,
-            ));
+        match &signed.attestation {
+            Some(attestation) => {
+                if !keys.contains_key(&attestation.key_id) {
+                    self.pending.entry(attestation.key_id).or_default().push((
+                        self.next_index,
+                        hash,
+                        attestation.signature,
+                    ));
+                }
+                // A bad attestation is reported as such at its own index; either way it ends
+                // the run of entries waiting for one.
+                self.uncovered_from = None;
+            }
+            None => {
+                self.uncovered_from.get_or_insert(self.next_index);
+            }
         }
         self.keys = keys;
         self.next_index += 1;
@@ -439,13 +459,43 @@ impl ChainVerifier {
         self.checked += 1;
     }
 
-    /// Ends the check: fails if some signer was never admitted by the chain, or, with deferred
-    /// signatures, if an attestation still queued does not verify (the lower index wins).
+    /// The first entry no attestation covers yet: every entry after the last attested one.
+    pub fn uncovered_from(&self) -> Option<u64> {
+        self.uncovered_from
+    }
+
+    /// The chain's end as a coverage fault: the first entry after the last attested one, if
+    /// the last entry has no attestation.
+    pub fn uncovered(&self) -> Option<ChainError> {
+        self.uncovered_from.map(|index| ChainError {
+            index,
+            fault: ChainFault::Uncovered {
+                head: self.next_index - 1,
+            },
+        })
+    }
+
+    /// Ends the check: fails if some signer was never admitted by the chain, if the last
+    /// entries have no attestation at or after them, or, with deferred signatures, if an
+    /// attestation still queued does not verify (the lower index wins).
     pub fn finish(&self) -> Result<(), ChainError> {
+        self.first_final_fault(self.uncovered())
+    }
+
+    /// Like [`ChainVerifier::finish`], but the last entries may still await the attestation
+    /// that covers them: a state snapshot taken while the sender was applying a group. The
+    /// receiving node attests them itself once it holds them (it would have, applying them
+    /// from the log); every attestation the chain does carry is still checked.
+    pub fn finish_open_tail(&self) -> Result<(), ChainError> {
+        self.first_final_fault(None)
+    }
+
+    fn first_final_fault(&self, uncovered: Option<ChainError>) -> Result<(), ChainError> {
         let queued = batch::verify(&self.deferred, 1).into_iter().next();
         match queued
             .into_iter()
             .chain(self.unadmitted())
+            .chain(uncovered)
             .min_by_key(|e| e.index)
         {
             Some(error) => Err(error),
@@ -639,6 +689,55 @@ mod tests {
         assert!(matches!(err.fault, ChainFault::UnknownSigner(_)));
     }
 
+    /// A chain attested once per group of `group` entries, as a node applying groups stores
+    /// it: only each group's last entry (and the chain's last) carries an attestation.
+    fn grouped(len: u64, group: u64, key: &NodeKey) -> Vec<SignedEntry> {
+        let mut entries = chain(len, key);
+        for e in entries.iter_mut() {
+            let index = e.entry.index;
+            if index % group != 0 && index != len {
+                e.attestation = None;
+            }
+        }
+        entries
+    }
+
+    #[test]
+    fn one_attestation_covers_the_entries_before_it() {
+        let key = NodeKey::from_seed([3; 32]);
+        verify(&grouped(20, 7, &key)).unwrap();
+        let mut v = ChainVerifier::new().with_deferred_signatures();
+        for e in &grouped(20, 7, &key) {
+            v.push(e).unwrap();
+        }
+        assert!(v.verify_deferred(2).is_empty());
+        v.finish().unwrap();
+    }
+
+    #[test]
+    fn an_uncovered_tail_and_a_bad_covering_attestation_are_named_at_their_index() {
+        let key = NodeKey::from_seed([3; 32]);
+        // The last group lost its attestation: entries 15..=20 are covered by nothing.
+        let mut tail = grouped(20, 7, &key);
+        tail[19].attestation = None;
+        let err = verify(&tail).unwrap_err();
+        assert_eq!(err.index, 15);
+        assert_eq!(err.fault, ChainFault::Uncovered { head: 20 });
+        assert_eq!(err.fault.field(), "attestation");
+        // An unattested entry altered: the link of the entry after it breaks first (entry 11),
+        // before the group's attestation at 14 is reached.
+        let mut altered = grouped(20, 7, &key);
+        altered[9].entry.tx_time_ns += 1;
+        assert_eq!(verify(&altered).unwrap_err().index, 11);
+        // The covering attestation itself forged: named at its entry.
+        let mut forged = grouped(20, 7, &key);
+        let sig = &mut forged[13].attestation.as_mut().unwrap().signature;
+        sig[3] ^= 1;
+        let err = verify(&forged).unwrap_err();
+        assert_eq!(err.index, 14);
+        assert!(matches!(err.fault, ChainFault::BadSignature(_)));
+    }
+
     #[test]
     fn time_must_not_go_backwards() {
         let key = NodeKey::from_seed([3; 32]);
@@ -684,7 +783,7 @@ mod tests {
 
         // A forged attestation among the replayed ones is caught at admission, by index.
         let mut forged = entries.clone();
-        forged[2].attestation.signature[0] ^= 1;
+        forged[2].attestation.as_mut().unwrap().signature[0] ^= 1;
         let err = verify(&forged).unwrap_err();
         assert_eq!(err.index, 3);
         assert!(matches!(err.fault, ChainFault::BadSignature(_)));
@@ -877,7 +976,7 @@ mod tests {
         let key = NodeKey::from_seed([3; 32]);
         let mut entries = chain(8, &key);
         entries[2].entry.tx_time_ns += 1; // entry 3: signature breaks, and entry 4's link
-        entries[6].attestation.signature[0] ^= 1; // entry 7: signature only
+        entries[6].attestation.as_mut().unwrap().signature[0] ^= 1; // entry 7: signature only
         let mut v = ChainVerifier::new();
         let mut found = Vec::new();
         for e in &entries {
@@ -984,13 +1083,13 @@ mod tests {
             append(&mut entries, kind, signer);
         }
         if has(Damage::BadSignature) {
-            entries[49].attestation.signature[10] ^= 4;
+            entries[49].attestation.as_mut().unwrap().signature[10] ^= 4;
         }
         if has(Damage::ForgedPending) {
-            entries[104].attestation.signature[3] ^= 1;
+            entries[104].attestation.as_mut().unwrap().signature[3] ^= 1;
         }
         if has(Damage::RetiredBadSignature) {
-            entries[194].attestation.signature[60] ^= 2;
+            entries[194].attestation.as_mut().unwrap().signature[60] ^= 2;
         }
         if has(Damage::Altered) {
             entries[249].entry.tx_time_ns += 1;
@@ -1117,7 +1216,7 @@ mod tests {
     #[test]
     fn finish_checks_what_is_still_deferred() {
         let mut entries = eventful_chain(&[]);
-        entries[200].attestation.signature[7] ^= 8;
+        entries[200].attestation.as_mut().unwrap().signature[7] ^= 8;
         let mut v = ChainVerifier::new().with_deferred_signatures();
         for e in &entries {
             v.push(e).unwrap();

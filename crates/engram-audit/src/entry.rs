@@ -280,48 +280,79 @@ mod sig_bytes {
     }
 }
 
-/// An entry with the attestation of the node that stored it.
+/// An entry as a node stores it: with that node's attestation, or without one when a later
+/// attestation of the same node covers it.
+///
+/// An attestation signs the entry's hash, and the hash covers `prev_hash`, so one signature over
+/// an entry vouches for every entry before it. A node therefore signs once per apply group: the
+/// group's last entry carries the attestation, the ones before it carry none. The rule a
+/// verifier checks is *coverage*: every entry has an attestation at or after it, by a key valid
+/// at the attested entry ([`crate::ChainVerifier::finish`] names the first entry without one).
 #[derive(Clone, PartialEq, Eq, Debug, Serialize, Deserialize)]
 pub struct SignedEntry {
     pub entry: AuditEntry,
-    pub attestation: Attestation,
+    pub attestation: Option<Attestation>,
 }
 
+/// Bytes an attestation takes after the entry: key id and signature.
+const ATTESTATION_BYTES: usize = 8 + 64;
+
 impl SignedEntry {
+    /// The entry attested by `key`.
     pub fn sign(entry: AuditEntry, key: &NodeKey) -> SignedEntry {
-        let signature = key.sign(entry.hash().as_bytes());
+        let mut signed = SignedEntry::unattested(entry);
+        signed.attest(key);
+        signed
+    }
+
+    /// The entry with no attestation of its own (a later one will cover it).
+    pub fn unattested(entry: AuditEntry) -> SignedEntry {
         SignedEntry {
             entry,
-            attestation: Attestation {
-                key_id: key.key_id(),
-                signature,
-            },
+            attestation: None,
         }
     }
 
+    /// Attests the entry with `key`, replacing any attestation it had.
+    pub fn attest(&mut self, key: &NodeKey) {
+        self.attestation = Some(Attestation {
+            key_id: key.key_id(),
+            signature: key.sign(self.entry.hash().as_bytes()),
+        });
+    }
+
+    /// The entry's encoding, then the attestation's key id and signature if it has one. An
+    /// entry encoded before attestations became optional always has one, so old rows and
+    /// exports decode unchanged.
     pub fn encode(&self) -> Vec<u8> {
         let mut w = Writer::with_capacity(208);
-        w.bytes(&self.entry.encode())
-            .raw(&self.attestation.key_id.0)
-            .raw(&self.attestation.signature);
+        w.bytes(&self.entry.encode());
+        if let Some(attestation) = &self.attestation {
+            w.raw(&attestation.key_id.0).raw(&attestation.signature);
+        }
         w.finish()
     }
 
     pub fn decode(bytes: &[u8]) -> Result<SignedEntry, DecodeError> {
         let mut r = Reader::new(bytes);
         let entry = AuditEntry::decode(r.bytes("entry")?)?;
-        let mut key_id = [0u8; 8];
-        key_id.copy_from_slice(r.take(8, "key id")?);
-        let mut signature = [0u8; 64];
-        signature.copy_from_slice(r.take(64, "signature")?);
+        let attestation = match r.remaining() {
+            0 => None,
+            ATTESTATION_BYTES => {
+                let mut key_id = [0u8; 8];
+                key_id.copy_from_slice(r.take(8, "key id")?);
+                let mut signature = [0u8; 64];
+                signature.copy_from_slice(r.take(64, "signature")?);
+                Some(Attestation {
+                    key_id: KeyId(key_id),
+                    signature,
+                })
+            }
+            n if n < ATTESTATION_BYTES => return Err(DecodeError::Truncated("attestation")),
+            n => return Err(DecodeError::Trailing(n - ATTESTATION_BYTES)),
+        };
         r.finish()?;
-        Ok(SignedEntry {
-            entry,
-            attestation: Attestation {
-                key_id: KeyId(key_id),
-                signature,
-            },
-        })
+        Ok(SignedEntry { entry, attestation })
     }
 }
 
@@ -357,13 +388,27 @@ mod tests {
             prev_hash: GENESIS_PREV_HASH,
         };
         for entry in [membership, tx_entry(2, Hash::of(b"x"))] {
+            let unattested = SignedEntry::unattested(entry.clone());
+            let entry_only = unattested.encode();
+            assert_eq!(SignedEntry::decode(&entry_only).unwrap(), unattested);
             let signed = SignedEntry::sign(entry, &key);
             let bytes = signed.encode();
             assert_eq!(SignedEntry::decode(&bytes).unwrap(), signed);
+            // Every cut fails but the one at the end of the entry, which is the entry without
+            // its attestation: a verifier then finds it uncovered unless a later one covers it.
             for cut in 0..bytes.len() {
-                assert!(SignedEntry::decode(&bytes[..cut]).is_err());
+                let decoded = SignedEntry::decode(&bytes[..cut]);
+                if cut == entry_only.len() {
+                    assert_eq!(decoded.unwrap(), unattested_of(&signed));
+                } else {
+                    assert!(decoded.is_err(), "a cut at {cut} of {} decoded", bytes.len());
+                }
             }
         }
+    }
+
+    fn unattested_of(signed: &SignedEntry) -> SignedEntry {
+        SignedEntry::unattested(signed.entry.clone())
     }
 
     #[test]

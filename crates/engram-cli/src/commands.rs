@@ -1073,7 +1073,9 @@ async fn audit(client: &Client, cmd: AuditCommand, json: bool) -> Result<()> {
                     rows.push(json!({
                         "index": e.index, "tx": e.tx, "tx_time_ns": e.tx_time_ns, "namespace": e.namespace,
                         "kind": e.kind, "prev_hash": hex::encode(&e.prev_hash), "hash": hex::encode(&e.hash),
-                        "signer_key_id": hex::encode(&e.signer_key_id), "signed": hex::encode(&e.signed),
+                        // null: no attestation of its own; a later one of the node covers it.
+                        "signer_key_id": (!e.signer_key_id.is_empty()).then(|| hex::encode(&e.signer_key_id)),
+                        "signed": hex::encode(&e.signed),
                     }));
                 } else {
                     table.row(vec![
@@ -1084,7 +1086,11 @@ async fn audit(client: &Client, cmd: AuditCommand, json: bool) -> Result<()> {
                         e.namespace.clone(),
                         short_hash(&e.hash),
                         short_hash(&e.prev_hash),
-                        hex::encode(&e.signer_key_id),
+                        if e.signer_key_id.is_empty() {
+                            "-".to_string()
+                        } else {
+                            hex::encode(&e.signer_key_id)
+                        },
                     ]);
                 }
             }

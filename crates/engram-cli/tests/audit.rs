@@ -247,9 +247,10 @@ async fn checkpoints_proofs_export_and_offline_verify() {
         "old key rotated out, new key admitted at {rotated_at}: {report}"
     );
 
-    // One flipped byte inside an entry's signature: exit 2, naming that entry.
+    // One flipped byte inside an attestation's signature (the first from entry 5 on: a node
+    // signs once per apply group): exit 2, naming that entry.
     let mut bytes = std::fs::read(&export).unwrap();
-    let at = find_entry_signature(&bytes, 5);
+    let (signed_index, at) = find_entry_signature(&bytes, 5);
     bytes[at] ^= 0x01;
     let flipped = work.path().join("flipped.engram-audit");
     std::fs::write(&flipped, &bytes).unwrap();
@@ -258,7 +259,7 @@ async fn checkpoints_proofs_export_and_offline_verify() {
     let failure = &json_of(&out)["failures"][0];
     assert_eq!(
         (failure["index"].as_u64(), failure["field"].as_str()),
-        (Some(5), Some("attestation.signature")),
+        (Some(signed_index), Some("attestation.signature")),
         "{failure}"
     );
 
@@ -303,19 +304,23 @@ async fn checkpoints_proofs_export_and_offline_verify() {
         .await
         .expect("the rotated node's own chain verifies");
     assert!(chain.entries_checked > rotated_at);
+    // The rotation entry is the old key's last attestation, the next attestation (a node
+    // signs once per apply group) the new key's first.
     let attested: Vec<_> = probe
-        .audit_entries(rotated_at, 2)
+        .audit_entries(rotated_at, 0)
         .await
         .unwrap()
         .collect::<Vec<_>>()
         .await
         .into_iter()
         .map(|e| hex::encode(e.unwrap().signer_key_id))
+        .filter(|signer| !signer.is_empty())
+        .take(2)
         .collect();
     assert_eq!(
         attested,
         vec![old_key.key_id().to_string(), new_key.key_id().to_string()],
-        "the rotation entry is the old key's last, the next entry the new key's first"
+        "the rotation entry is the old key's last, the next attestation the new key's first"
     );
     cluster.kill(follower).unwrap();
     let data_dir = cluster.node(follower).unwrap().data_dir.clone();
@@ -369,7 +374,9 @@ async fn checkpoints_proofs_export_and_offline_verify() {
 
 /// The byte offset of a byte inside the signature of entry `index` in an export: the entry
 /// record's payload ends with the 64-byte signature.
-fn find_entry_signature(bytes: &[u8], index: u64) -> usize {
+/// The index of the first attested entry at or after `from` in an export, and the offset of a
+/// byte inside its signature.
+fn find_entry_signature(bytes: &[u8], from: u64) -> (u64, usize) {
     let mut reader = engram_verify::ExportReader::open(bytes).unwrap();
     let mut seen = 0;
     loop {
@@ -377,12 +384,16 @@ fn find_entry_signature(bytes: &[u8], index: u64) -> usize {
             Ok(engram_verify::format::Next::Record { offset, record }) => {
                 if let engram_verify::Record::Entry(payload) = record {
                     seen += 1;
-                    if seen == index {
-                        return offset as usize + 5 + payload.len() - 10;
+                    let attested = engram_audit::SignedEntry::decode(&payload)
+                        .unwrap()
+                        .attestation
+                        .is_some();
+                    if seen >= from && attested {
+                        return (seen, offset as usize + 5 + payload.len() - 10);
                     }
                 }
             }
-            _ => panic!("entry {index} not found"),
+            _ => panic!("no attested entry from {from} on"),
         }
     }
 }

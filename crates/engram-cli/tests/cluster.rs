@@ -680,8 +680,9 @@ impl pb::audit_server::Audit for TamperedAudit {
     }
 }
 
-/// `engram audit verify` against a chain whose third entry was re-signed by a stranger's
-/// signature bytes: exit code 2, naming index 3 and the signature field.
+/// `engram audit verify` against a chain whose first attestation from entry 3 on (a node signs
+/// once per apply group, so not every entry carries one) has altered signature bytes: exit
+/// code 2, naming that index and the signature field.
 async fn verify_detects_a_tampered_chain(leader: &str) {
     let client = Client::connect(vec![leader.to_string()]).await.unwrap();
     let mut entries: Vec<pb::AuditEntry> = client
@@ -692,9 +693,18 @@ async fn verify_detects_a_tampered_chain(leader: &str) {
         .collect()
         .await;
     assert!(entries.len() >= 4, "{} entries", entries.len());
-    let mut signed = SignedEntry::decode(&entries[2].signed).unwrap();
-    signed.attestation.signature[10] ^= 0x40;
-    entries[2].signed = signed.encode();
+    let at = (2..entries.len())
+        .find(|i| {
+            SignedEntry::decode(&entries[*i].signed)
+                .unwrap()
+                .attestation
+                .is_some()
+        })
+        .expect("the served chain ends with an attested entry");
+    let tampered = entries[at].index;
+    let mut signed = SignedEntry::decode(&entries[at].signed).unwrap();
+    signed.attestation.as_mut().unwrap().signature[10] ^= 0x40;
+    entries[at].signed = signed.encode();
 
     let port = free_ports(1).unwrap()[0];
     let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
@@ -716,7 +726,7 @@ async fn verify_detects_a_tampered_chain(leader: &str) {
     };
     match &err {
         ClientError::Chain { error, .. } => {
-            assert_eq!(error.index, 3, "{err}");
+            assert_eq!(error.index, tampered, "{err}");
             assert!(
                 error.fault.to_string().starts_with("attestation.signature"),
                 "{err}"
@@ -731,7 +741,7 @@ async fn verify_detects_a_tampered_chain(leader: &str) {
             .unwrap();
     assert_eq!(out.status.code(), Some(2), "stderr: {}", text(&out.stderr));
     let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(report["index"], 3, "{report}");
+    assert_eq!(report["index"], tampered, "{report}");
     assert!(
         report["fault"]
             .as_str()

@@ -283,9 +283,12 @@ pub struct Engine {
     /// Inside a group ([`Engine::begin_group`]): writes are buffered and made durable together
     /// by the one synced write of [`Engine::end_group`].
     grouped: bool,
-    /// The group's fresh attestations, `(audit index, signer, entry hash, signature)`, checked
-    /// in one batch by [`Engine::end_group`].
+    /// The group's fresh attestations made inline (key changes), `(audit index, signer, entry
+    /// hash, signature)`, checked in one batch by [`Engine::end_group`].
     unchecked: Vec<(u64, PublicKey, Hash, [u8; 64])>,
+    /// Inside a group: the last entry sealed without an attestation. [`Engine::end_group`]
+    /// attests it, and that one signature covers it and every entry before it.
+    group_tail: Option<SignedEntry>,
     /// Only with the planted `HalfBatch` bug: the part of a transaction's batch not yet written.
     held_back: Option<WriteBatch>,
     /// The audit entry that revoked this node's current signing key, if the chain revoked it:
@@ -403,6 +406,7 @@ impl Engine {
             origin: None,
             grouped: false,
             unchecked: Vec::new(),
+            group_tail: None,
             held_back: None,
             signing_revoked_at: None,
         };
@@ -454,7 +458,61 @@ impl Engine {
         };
         self.origin = reads::origin(&*self.store)?;
         self.signing_revoked_at = self.revocation_of_signing_key()?;
+        self.attest_head()?;
         Ok(())
+    }
+
+    /// Attests the head entry if it has no attestation: the node stopped (or a snapshot was
+    /// taken) after a group's entries were written and before the group's attestation was, so
+    /// no entry stays uncovered for good. Written buffered: if a crash loses it, the next start
+    /// signs again.
+    fn attest_head(&mut self) -> Result<(), CoreError> {
+        if self.head.index == 0 {
+            return Ok(());
+        }
+        let index = self.head.index;
+        let Some(bytes) = self.store.get(Space::State, &keys::audit(index))? else {
+            return Err(CoreError::corrupt(
+                format!("audit entry {index}"),
+                "the chain head names an entry the store does not hold",
+            ));
+        };
+        let stored =
+            SignedEntry::decode(&bytes).map_err(|e| CoreError::corrupt(format!("audit entry {index}"), e))?;
+        if stored.attestation.is_some() {
+            return Ok(());
+        }
+        // A key revoked before the head may not sign it: the entries stay uncovered (and a
+        // verifier says so) until this node runs with a new key.
+        if self.signing_revoked_at.is_some_and(|at| index > at) {
+            return Ok(());
+        }
+        let mut batch = WriteBatch::new();
+        self.attest_into(stored, &mut batch);
+        self.store.write(batch, Durability::Buffered)?;
+        Ok(())
+    }
+
+    /// Attests `entry` with the current key, checks the signature with the public key (the
+    /// pair assertion: what is stored must verify before anyone relies on it), and puts the
+    /// attested row and the `Mattested` mark into `batch`.
+    fn attest_into(&self, mut entry: SignedEntry, batch: &mut WriteBatch) {
+        let key = self.keys.current();
+        entry.attest(&key);
+        let index = entry.entry.index;
+        if !planted::active(PlantedBug::SkipGroupAttestation) {
+            let signature = entry.attestation.as_ref().map(|a| a.signature).unwrap_or([0; 64]);
+            assert!(
+                key.public().verify(entry.entry.hash().as_bytes(), &signature),
+                "I4 signatures-valid: fresh attestation of audit entry {index} does not verify"
+            );
+            batch.put(Space::State, keys::audit(index), entry.encode());
+            batch.put(
+                Space::State,
+                keys::META_ATTESTED.to_vec(),
+                index.to_be_bytes().to_vec(),
+            );
+        }
     }
 
     /// The audit entry that revoked this node's current signing key, as the applied chain says.
@@ -489,10 +547,20 @@ impl Engine {
     /// Ends the group with a buffered write of `closing` (rows the caller writes last, e.g.
     /// its applied log id).
     ///
-    /// Before that write, the group's fresh attestations are verified in one batch (I4): a
-    /// bad one stops the node, naming its audit index, before anyone hears of the group.
-    pub fn end_group(&mut self, closing: WriteBatch) -> Result<(), CoreError> {
+    /// The group's last entry is attested here, once for the whole group: its signature covers
+    /// every entry before it through the hash chain (I4 is coverage, see `docs/AUDIT.md`).
+    /// The new signature and any made inline in the group (key changes) are verified before
+    /// the write: a bad one stops the node, naming its audit index, before anyone hears of the
+    /// group.
+    pub fn end_group(&mut self, mut closing: WriteBatch) -> Result<(), CoreError> {
         self.grouped = false;
+        if let Some(tail) = self.group_tail.take() {
+            assert_eq!(
+                tail.entry.index, self.head.index,
+                "I4 signatures-valid: the group's unattested tail must be the head"
+            );
+            self.attest_into(tail, &mut closing);
+        }
         let unchecked = std::mem::take(&mut self.unchecked);
         let mut by_signer: BTreeMap<PublicKey, Vec<(u64, Hash, [u8; 64])>> = BTreeMap::new();
         for (index, signer, hash, signature) in unchecked {
@@ -528,14 +596,7 @@ impl Engine {
         durability: Durability,
     ) -> Result<(), CoreError> {
         self.store.write(batch, durability)?;
-        if self.grouped {
-            self.unchecked.push((
-                sealed.signed.entry.index,
-                sealed.signer,
-                sealed.hash,
-                sealed.signed.attestation.signature,
-            ));
-        }
+        self.track(sealed);
         if self.origin.is_none() && sealed.signed.entry.index == 1 {
             self.origin = Some(Checkpoint::origin_for(&head.hash));
         }
@@ -544,6 +605,26 @@ impl Engine {
             self.last_checkpoint = Some(cp);
         }
         Ok(())
+    }
+
+    /// Keeps what [`Engine::end_group`] needs of an entry sealed in a group: an inline
+    /// attestation to check, or the unattested tail to attest. An attested entry covers every
+    /// unattested one before it, so it ends the tail.
+    fn track(&mut self, sealed: &Sealed) {
+        match &sealed.signed.attestation {
+            Some(attestation) => {
+                if self.grouped {
+                    self.unchecked.push((
+                        sealed.signed.entry.index,
+                        sealed.signer,
+                        sealed.hash,
+                        attestation.signature,
+                    ));
+                }
+                self.group_tail = None;
+            }
+            None => self.group_tail = Some(sealed.signed.clone()),
+        }
     }
 
     /// Writes rows that belong to an entry with no state change of its own (a blank entry).
@@ -585,7 +666,7 @@ impl Engine {
             prev_hash: self.chain_prev(),
         };
         let mut head = self.head.clone();
-        let sealed = self.seal(entry, &mut head, &mut batch)?;
+        let sealed = self.seal(entry, &mut head, &mut batch, !self.grouped)?;
         self.commit(batch, head, &sealed)?;
         Ok(sealed.signed)
     }
@@ -647,7 +728,9 @@ impl Engine {
             prev_hash: self.chain_prev(),
         };
         let mut head = self.head.clone();
-        let sealed = self.seal(entry, &mut head, &mut batch)?;
+        // Attested inline even in a group: the entry is written synced, and the key it may
+        // retire or revoke must sign it (and everything before it) before the switch below.
+        let sealed = self.seal(entry, &mut head, &mut batch, true)?;
         if let KeyAction::Revoke { key, .. } = &req.action
             && *key == self.keys.current().key_id()
         {
@@ -716,14 +799,16 @@ impl Engine {
         }
     }
 
-    /// Signs `entry`, checks it against the head (a corruption-class assertion), adds it, its
-    /// Merkle tree nodes and (when the policy says so) a signed checkpoint to `batch`, and
-    /// advances `head`.
+    /// Checks `entry` against the head (a corruption-class assertion), signs it if `attest`
+    /// (outside a group, and for key changes; in a group the group's last entry is attested
+    /// by [`Engine::end_group`]), adds it, its Merkle tree nodes and (when the policy says so)
+    /// a signed checkpoint to `batch`, and advances `head`.
     fn seal(
         &self,
         entry: AuditEntry,
         head: &mut ChainHead,
         batch: &mut WriteBatch,
+        attest: bool,
     ) -> Result<Sealed, CoreError> {
         assert_eq!(
             entry.index,
@@ -756,17 +841,31 @@ impl Engine {
         }
         let hash = entry.hash();
         let key = self.keys.current();
-        let signed = SignedEntry::sign(entry, &key);
-        // Pair assertion: what we store must verify with our own key before it is durable and
-        // before anyone is told of it. Inside a group the group's attestations are checked
-        // together, in one batch, before the group's one synced write (`end_group`).
-        if !self.grouped {
-            assert!(
-                key.public()
-                    .verify(hash.as_bytes(), &signed.attestation.signature),
-                "I4 signatures-valid: fresh attestation does not verify"
+        let signed = if attest {
+            let signed = SignedEntry::sign(entry, &key);
+            // Pair assertion: what we store must verify with our own key before anyone is told
+            // of it. Inside a group the inline attestations are checked together, in one
+            // batch, by `end_group`.
+            if !self.grouped {
+                let signature = signed
+                    .attestation
+                    .as_ref()
+                    .map(|a| a.signature)
+                    .unwrap_or([0; 64]);
+                assert!(
+                    key.public().verify(hash.as_bytes(), &signature),
+                    "I4 signatures-valid: fresh attestation does not verify"
+                );
+            }
+            batch.put(
+                Space::State,
+                keys::META_ATTESTED.to_vec(),
+                signed.entry.index.to_be_bytes().to_vec(),
             );
-        }
+            signed
+        } else {
+            SignedEntry::unattested(entry)
+        };
         batch.put(Space::State, keys::audit(signed.entry.index), signed.encode());
 
         // The Merkle tree: every perfect subtree the new leaf completes is stored, so proofs
@@ -947,7 +1046,7 @@ impl Engine {
                 self.chain_prev()
             },
         };
-        let sealed = self.seal(entry, &mut head, &mut batch)?;
+        let sealed = self.seal(entry, &mut head, &mut batch, !self.grouped)?;
         let receipt = TxReceipt {
             tx,
             tx_time_ns,
@@ -985,6 +1084,7 @@ impl Engine {
             let rest = batch.mutations.split_off(batch.mutations.len() / 2);
             self.store.write(batch, Durability::Sync)?;
             self.held_back = Some(WriteBatch { mutations: rest });
+            self.track(&sealed);
             self.head = head;
             return Ok(Ok(receipt));
         }
@@ -1039,8 +1139,12 @@ mod tests {
     }
 
     fn engine() -> (Arc<MemStore>, Engine) {
+        engine_with_key([9; 32])
+    }
+
+    fn engine_with_key(seed: [u8; 32]) -> (Arc<MemStore>, Engine) {
         let store = Arc::new(MemStore::new());
-        let mut engine = Engine::open(store.clone(), Arc::new(NodeKey::from_seed([9; 32]))).unwrap();
+        let mut engine = Engine::open(store.clone(), Arc::new(NodeKey::from_seed(seed))).unwrap();
         let key = NodeKey::from_seed([9; 32]).public();
         engine
             .apply_membership(1, vec![(1, key)], WriteBatch::new())
@@ -1149,6 +1253,79 @@ mod tests {
         assert_eq!(state_bytes(&store), after);
         let entries = reads::audit_entries(&*store, 1, 10).unwrap().unwrap();
         assert_eq!(entries.len(), 4);
+    }
+
+    /// Every stored entry of `store`, run through the verifier an auditor uses, coverage
+    /// included.
+    fn verify_stored(store: &MemStore) -> Result<u64, engram_audit::ChainError> {
+        let mut verifier = engram_audit::ChainVerifier::new();
+        for stored in crate::inspect::stored_audit_entries(store).unwrap() {
+            verifier.push(&stored.entry.unwrap())?;
+        }
+        verifier.finish()?;
+        Ok(verifier.checked())
+    }
+
+    fn attested(store: &MemStore) -> Vec<u64> {
+        crate::inspect::stored_audit_entries(store)
+            .unwrap()
+            .into_iter()
+            .filter(|s| s.entry.as_ref().unwrap().attestation.is_some())
+            .map(|s| s.index)
+            .collect()
+    }
+
+    #[test]
+    fn a_group_is_attested_once_by_its_last_entry() {
+        let (store, mut engine) = engine();
+        engine.begin_group();
+        for index in 2..=4 {
+            new_task(&mut engine, index, "grouped");
+        }
+        // Before the group ends nothing covers its entries, and nothing serves them.
+        assert_eq!(attested(&store), vec![1]);
+        assert_eq!(reads::attested_index(&*store).unwrap(), 1);
+        let err = verify_stored(&store).unwrap_err();
+        assert_eq!(
+            (err.index, err.fault),
+            (2, engram_audit::ChainFault::Uncovered { head: 4 })
+        );
+        engine.end_group(WriteBatch::new()).unwrap();
+        // One signature, on the group's last entry, covers the group.
+        assert_eq!(attested(&store), vec![1, 4]);
+        assert_eq!(reads::attested_index(&*store).unwrap(), 4);
+        assert_eq!(verify_stored(&store).unwrap(), 4);
+        // Attestations are per node (another key, on every entry): the replica digest does not
+        // see them.
+        let digest = crate::inspect::state_digest(&*store).unwrap();
+        let (other, mut ungrouped) = engine_with_key([7; 32]);
+        for index in 2..=4 {
+            new_task(&mut ungrouped, index, "grouped");
+        }
+        assert_eq!(attested(&other), vec![1, 2, 3, 4]);
+        assert_eq!(crate::inspect::state_digest(&*other).unwrap(), digest);
+    }
+
+    #[test]
+    fn entries_a_crash_left_unattested_are_attested_when_the_node_opens() {
+        let (store, mut engine) = engine();
+        engine.begin_group();
+        for index in 2..=4 {
+            new_task(&mut engine, index, "grouped");
+        }
+        // The crash keeps entries 2 and 3 (a prefix of the unsynced writes), not the rest of
+        // the group nor its attestation.
+        store.crash_torn(2);
+        assert_eq!(reads::head(&*store).unwrap().index, 3);
+        assert_eq!(verify_stored(&store).unwrap_err().index, 2);
+        let mut engine = Engine::open(store.clone(), Arc::new(NodeKey::from_seed([9; 32]))).unwrap();
+        assert_eq!(attested(&store), vec![1, 3]);
+        assert_eq!(verify_stored(&store).unwrap(), 3);
+        // Raft applies entry 4 again; the node goes on.
+        engine.begin_group();
+        new_task(&mut engine, 4, "grouped");
+        engine.end_group(WriteBatch::new()).unwrap();
+        assert_eq!(verify_stored(&store).unwrap(), 4);
     }
 
     #[test]

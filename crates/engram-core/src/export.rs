@@ -46,7 +46,10 @@ pub fn write_export<W: Write>(
     node_id: u64,
     mut progress: impl FnMut(u64, u64),
 ) -> Result<ExportSummary, ExportError> {
-    let head = reads::head(store)?;
+    // The chain this node vouches for: up to its last attested entry. Entries after it (an
+    // apply group in progress) follow in a later export, once their attestation is written.
+    let mut head = reads::head(store)?;
+    head.index = head.index.min(reads::attested_index(store)?);
     let origin = reads::origin(store).ok().flatten().unwrap_or_default();
     let mut writer = ExportWriter::new(out)?;
     writer.write(&Record::Header {

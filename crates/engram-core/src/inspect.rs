@@ -111,7 +111,7 @@ pub fn datoms_by_tx(store: &dyn Store) -> Result<BTreeMap<TxId, TxDatoms>, CoreE
 }
 
 /// A digest of the replicated state: every state row, except that an audit row counts as its
-/// entry's hash and this node's checkpoints are left out. Attestations and checkpoints are
+/// entry's hash and this node's checkpoints and attestation mark are left out. Attestations and checkpoints are
 /// left out on purpose: each replica signs with its own key, so they differ between replicas
 /// by design.
 pub fn state_digest(store: &dyn Store) -> Result<Hash, CoreError> {
@@ -119,7 +119,7 @@ pub fn state_digest(store: &dyn Store) -> Result<Hash, CoreError> {
     let mut failed = None;
     store.for_each(Space::State, &mut |k, v| {
         // Checkpoints are signed by each node with its own key, on its own policy.
-        if k.first() == Some(&keys::CHECKPOINT) || k == keys::META_CHECKPOINT {
+        if k.first() == Some(&keys::CHECKPOINT) || k == keys::META_CHECKPOINT || k == keys::META_ATTESTED {
             return Ok(());
         }
         hasher.update(&(k.len() as u64).to_le_bytes());

@@ -21,10 +21,10 @@
 //! | `L` | level(u8) position | Merkle tree node: root of the perfect subtree of `2^level` leaves from `position * 2^level` (level 0: leaf hashes) |
 //! | `X` | tx seq | the EAVT key of the transaction's datom `seq` (datoms by transaction) |
 //! | `C` | tree size | this node's signed checkpoint of that size (a signed note) |
-//! | `M` | name | engine metadata (`Mhead`: the chain head, `Mcheckpoint`: this node's last checkpoint) and the Raft layer's rows |
+//! | `M` | name | engine metadata (`Mhead`: the chain head, `Mcheckpoint`: this node's last checkpoint, `Mattested`: the index of this node's last attested entry, u64 big-endian) and the Raft layer's rows |
 //!
-//! `C` rows and `Mcheckpoint` are per node, like attestations: each node signs its own
-//! checkpoints, so they are left out of the replicated-state digest.
+//! `C` rows, `Mcheckpoint` and `Mattested` are per node, like attestations: each node signs its
+//! own entries and checkpoints, so they are left out of the replicated-state digest.
 
 use engram_types::{Attribute, BranchName, EntityId, Namespace, TxId, Value};
 
@@ -49,6 +49,7 @@ pub const CHECKPOINT: u8 = b'C';
 
 pub const META_HEAD: &[u8] = b"Mhead";
 pub const META_CHECKPOINT: &[u8] = b"Mcheckpoint";
+pub const META_ATTESTED: &[u8] = b"Mattested";
 
 /// The big-endian u64 that follows the one-byte table tag of a `T`, `H` or `C` key (a tx id,
 /// an audit index, a tree size); `None` if the key is too short.

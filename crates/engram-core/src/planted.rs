@@ -31,10 +31,14 @@ pub enum PlantedBug {
     /// applying the log it restarted with: its state machine lost its unsynced tail in the
     /// crash, so a read can miss a write the node acknowledged before it.
     ReadBeforeRestartCatchUp,
+    /// A node never stores the attestation that covers an apply group (the group's last
+    /// entry, or the head at start): its entries are in the chain with no signature of that
+    /// node at or after them.
+    SkipGroupAttestation,
 }
 
 impl PlantedBug {
-    pub const ALL: [PlantedBug; 7] = [
+    pub const ALL: [PlantedBug; 8] = [
         PlantedBug::AckBeforeCommit,
         PlantedBug::SkipSyncBeforeAck,
         PlantedBug::WrongPrevHash,
@@ -42,6 +46,7 @@ impl PlantedBug {
         PlantedBug::AcceptUnauthenticatedPeer,
         PlantedBug::EagerIdempotencyRow,
         PlantedBug::ReadBeforeRestartCatchUp,
+        PlantedBug::SkipGroupAttestation,
     ];
 }
 

@@ -25,6 +25,29 @@ pub fn head(store: &dyn Store) -> Result<ChainHead, CoreError> {
     }
 }
 
+/// The index of the last entry this node attested: the end of the chain it vouches for. The
+/// entries after it (an apply group in progress, or a group the node stopped before signing,
+/// which it signs when it starts) are not served until an attestation covers them. A store
+/// written before attestations were grouped has no mark and every entry attested.
+pub fn attested_index(store: &dyn Store) -> Result<u64, CoreError> {
+    if let Some(bytes) = store.get(Space::State, keys::META_ATTESTED)? {
+        let raw = <[u8; 8]>::try_from(bytes.as_slice())
+            .map_err(|_| CoreError::corrupt("attested mark", format!("{} bytes, expected 8", bytes.len())))?;
+        return Ok(u64::from_be_bytes(raw));
+    }
+    let head = head(store)?;
+    if head.index == 0 {
+        return Ok(0);
+    }
+    match store.get(Space::State, &keys::audit(head.index))? {
+        Some(bytes) => match SignedEntry::decode(&bytes) {
+            Ok(signed) if signed.attestation.is_none() => Ok(0),
+            _ => Ok(head.index),
+        },
+        None => Ok(head.index),
+    }
+}
+
 /// Whether `e` is an entity of main in `ns` (made there, or made on a branch that merged).
 pub fn entity_exists(store: &dyn Store, ns: &Namespace, e: EntityId) -> Result<bool, CoreError> {
     Ok(store
@@ -608,9 +631,10 @@ pub fn origin(store: &dyn Store) -> Result<Option<String>, CoreError> {
 }
 
 /// Audit entries `from..from+limit` (1-based), each re-checked on the way out: it decodes,
-/// its index is where it is stored, it links to the entry before it, and its attestation
-/// verifies against a key the chain admitted and had not rotated out or revoked by then. The
-/// first failure is returned with its exact index.
+/// its index is where it is stored, it links to the entry before it, and its attestation, if
+/// it has one, verifies against a key the chain admitted and had not rotated out or revoked by
+/// then. The first failure is returned with its exact index. Callers that serve the chain stop
+/// at [`attested_index`], so what they serve ends with an attestation that covers it.
 pub fn audit_entries(
     store: &dyn Store,
     from: u64,
@@ -661,23 +685,25 @@ pub fn audit_entries(
             });
         }
         let hash = signed.entry.hash();
-        let key_id = signed.attestation.key_id;
-        let key = match signers.get(&key_id.0) {
-            Some(k) => k.clone(),
-            None => {
-                let k = signer(store, key_id)?;
-                signers.insert(key_id.0, k.clone());
-                k
-            }
-        };
-        match key {
-            None => return fail(ChainFault::UnknownSigner(key_id)),
-            Some(k) if !k.key.verify(hash.as_bytes(), &signed.attestation.signature) => {
-                return fail(ChainFault::BadSignature(key_id));
-            }
-            Some(k) => {
-                if let Err(fault) = k.valid_at(index) {
-                    return fail(fault);
+        if let Some(attestation) = &signed.attestation {
+            let key_id = attestation.key_id;
+            let key = match signers.get(&key_id.0) {
+                Some(k) => k.clone(),
+                None => {
+                    let k = signer(store, key_id)?;
+                    signers.insert(key_id.0, k.clone());
+                    k
+                }
+            };
+            match key {
+                None => return fail(ChainFault::UnknownSigner(key_id)),
+                Some(k) if !k.key.verify(hash.as_bytes(), &attestation.signature) => {
+                    return fail(ChainFault::BadSignature(key_id));
+                }
+                Some(k) => {
+                    if let Err(fault) = k.valid_at(index) {
+                        return fail(fault);
+                    }
                 }
             }
         }

@@ -271,7 +271,15 @@ pub fn check_on_start(
     if head.index == 0 {
         return Ok(StartSummary::default());
     }
-    let from = head.index.saturating_sub(entries.saturating_sub(1)).max(1);
+    // The check reaches back at least to the last attested entry, whose signature covers the
+    // entries after the one before it; the entries after it (the node stopped before signing
+    // its last group) are checked for their links and attested when the node opens.
+    let attested = crate::reads::attested_index(store)?.min(head.index).max(1);
+    let from = head
+        .index
+        .saturating_sub(entries.saturating_sub(1))
+        .max(1)
+        .min(attested);
     let checked = check_chain(store, from, head.index, head.hash, own_keys)?;
     let report = match depth {
         StartCheck::Full => scrub(store, &mut |_, _| {})?,
@@ -288,7 +296,8 @@ pub fn check_on_start(
 }
 
 /// Checks entries `from..=head_index`: each decodes, sits at its index, links to the one
-/// before it and is attested by a key valid then; the last is the one the head row names.
+/// before it and, if it carries an attestation, is attested by a key valid then; the last is
+/// the one the head row names.
 fn check_chain(
     store: &dyn Store,
     from: u64,
@@ -336,29 +345,31 @@ fn check_chain(
                 return fail(index, format!("does not link to entry {}", index - 1));
             }
             let hash = signed.entry.hash();
-            let key_id = signed.attestation.key_id;
-            let record = match signers.get(&key_id.0) {
-                Some(r) => r.clone(),
-                None => {
-                    let r = crate::reads::signer(store, key_id)?;
-                    signers.insert(key_id.0, r.clone());
-                    r
-                }
-            };
-            match record {
-                None if own_keys.contains(&key_id) => {}
-                None => {
-                    return fail(
-                        index,
-                        format!("attested by {key_id}, a key the chain never admitted"),
-                    );
-                }
-                Some(k) if !k.key.verify(hash.as_bytes(), &signed.attestation.signature) => {
-                    return fail(index, format!("its attestation by {key_id} does not verify"));
-                }
-                Some(k) => {
-                    if let Err(fault) = k.valid_at(index) {
-                        return fail(index, format!("attestation: {fault}"));
+            if let Some(attestation) = &signed.attestation {
+                let key_id = attestation.key_id;
+                let record = match signers.get(&key_id.0) {
+                    Some(r) => r.clone(),
+                    None => {
+                        let r = crate::reads::signer(store, key_id)?;
+                        signers.insert(key_id.0, r.clone());
+                        r
+                    }
+                };
+                match record {
+                    None if own_keys.contains(&key_id) => {}
+                    None => {
+                        return fail(
+                            index,
+                            format!("attested by {key_id}, a key the chain never admitted"),
+                        );
+                    }
+                    Some(k) if !k.key.verify(hash.as_bytes(), &attestation.signature) => {
+                        return fail(index, format!("its attestation by {key_id} does not verify"));
+                    }
+                    Some(k) => {
+                        if let Err(fault) = k.valid_at(index) {
+                            return fail(index, format!("attestation: {fault}"));
+                        }
                     }
                 }
             }
@@ -991,7 +1002,7 @@ mod tests {
             e.to_string(),
             format!(
                 "audit entry 4: its attestation by {} does not verify",
-                signed.attestation.key_id
+                signed.attestation.as_ref().unwrap().key_id
             )
         );
         put(&store, tip, std::mem::take(&mut bytes));
@@ -1011,6 +1022,34 @@ mod tests {
                 "{depth}: {e}"
             );
         }
+    }
+
+    #[test]
+    fn the_tip_check_reaches_back_to_the_last_attested_entry() {
+        // The node stopped after writing a group's entries (3 and 4) and before attesting it.
+        let (store, _, _) = populated();
+        let mut stored = Vec::new();
+        for index in [3, 4] {
+            let key = keys::audit(index);
+            let bytes = store.get(Space::State, &key).unwrap().unwrap();
+            let entry = SignedEntry::decode(&bytes).unwrap().entry;
+            put(
+                &store,
+                key.clone(),
+                SignedEntry::unattested(entry.clone()).encode(),
+            );
+            stored.push((key, entry));
+        }
+        put(&store, keys::META_ATTESTED.to_vec(), 2u64.to_be_bytes().to_vec());
+        // Accepted (the node attests the tail when it opens), and entry 2's attestation, the
+        // last one, is among what was checked.
+        assert_eq!(check_on_start(&*store, StartCheck::Tip, &[]).unwrap().entries, 3);
+        // An unattested entry altered: the link of the entry after it names it.
+        let (key, mut entry) = stored[0].clone();
+        entry.tx_time_ns += 1;
+        put(&store, key, SignedEntry::unattested(entry).encode());
+        let e = check_on_start(&*store, StartCheck::Tip, &[]).unwrap_err();
+        assert_eq!(e.to_string(), "audit entry 4: does not link to entry 3");
     }
 
     #[test]

@@ -594,9 +594,9 @@ fn future_versions_and_foreign_files_are_unreadable_not_tampered() {
     let (store, _) = chain(2, 100);
     let mut bytes = export_bytes(&*store);
     let at = engram_verify::format::MAGIC.len();
-    bytes[at..at + 2].copy_from_slice(&2u16.to_be_bytes());
+    bytes[at..at + 2].copy_from_slice(&3u16.to_be_bytes());
     let err = verify_export(&bytes[..], &VerifyOptions::default(), |_, _| {}).unwrap_err();
-    assert!(err.to_string().contains("version 2 is newer"), "{err}");
+    assert!(err.to_string().contains("version 3 is newer"), "{err}");
     let err = verify_export(
         &b"PK\x03\x04 a zip file"[..],
         &VerifyOptions::default(),
@@ -635,7 +635,7 @@ fn a_rotation_switches_the_signing_key_at_its_entry_and_survives_a_restart() {
         .unwrap()
         .unwrap();
     assert_eq!(
-        entry.attestation.key_id,
+        entry.attestation.as_ref().unwrap().key_id,
         founder().key_id(),
         "the rotation is the old key's last entry"
     );
@@ -655,7 +655,7 @@ fn a_rotation_switches_the_signing_key_at_its_entry_and_survives_a_restart() {
             .unwrap(),
     )
     .unwrap();
-    assert_eq!(stored.attestation.key_id, new.key_id());
+    assert_eq!(stored.attestation.as_ref().unwrap().key_id, new.key_id());
     let report = verify(&export_bytes(&*store), &VerifyOptions::default());
     assert!(report.ok(), "{:?}", report.failures);
     let old_row = report

@@ -163,8 +163,9 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         Strm: Stream<Item = io::Result<EntryResponder<TypeConfig>>> + Unpin + OptionalSend,
     {
         // One group per call: buffered writes (the entries are durable in the Raft log on a
-        // majority already; see `Engine::begin_group`), the group's attestations checked
-        // together, and no client hears of any entry before the whole group is applied.
+        // majority already; see `Engine::begin_group`), one attestation on the group's last
+        // entry covering the group (`Engine::end_group`), and no client hears of any entry
+        // before the whole group is applied and attested.
         self.engine.begin_group();
         let mut answered = Vec::new();
         while let Some((entry, responder)) = entries.try_next().await? {

@@ -302,11 +302,12 @@ pub fn ready(node: &RaftNode) -> Result<(), String> {
         return Err(format!("{behind} committed entries behind leader {leader}"));
     }
     error::storage_intact()?;
-    let head = engram_core::reads::head(&*node.store).map_err(|e| e.to_string())?;
-    if head.index > 0 {
-        match engram_core::reads::audit_entries(&*node.store, head.index, 1) {
-            Ok(Ok(tip)) if tip.len() == 1 => {}
-            Ok(Ok(_)) => return Err(format!("chain tip {} is missing", head.index)),
+    // The tip this node vouches for: its last attested entry, whose signature is checked.
+    let tip = engram_core::reads::attested_index(&*node.store).map_err(|e| e.to_string())?;
+    if tip > 0 {
+        match engram_core::reads::audit_entries(&*node.store, tip, 1) {
+            Ok(Ok(entries)) if entries.len() == 1 => {}
+            Ok(Ok(_)) => return Err(format!("chain tip {tip} is missing")),
             Ok(Err(e)) => return Err(format!("chain tip does not verify: {e}")),
             Err(e) => return Err(e.to_string()),
         }

@@ -29,8 +29,13 @@ use engram_types::codec::{Reader, Writer};
 
 /// The first bytes of every export.
 pub const MAGIC: &[u8; 20] = b"ENGRAM-AUDIT-EXPORT\n";
-/// The format version this build writes and reads.
-pub const EXPORT_FORMAT_VERSION: u16 = 1;
+/// The format version this build writes. Version 2 lets an entry carry no attestation when a
+/// later one of the same node covers it (one signature per apply group); a build that reads
+/// only version 1 refuses it as newer instead of calling such entries damaged.
+pub const EXPORT_FORMAT_VERSION: u16 = 2;
+/// The oldest format version this build reads: version 1 exports (every entry attested) are
+/// valid version 2 content.
+pub const OLDEST_READ_FORMAT_VERSION: u16 = 1;
 /// The largest record a reader accepts. A transaction is at most a few MiB; a larger length
 /// is a damaged frame, refused before anything is allocated for it.
 pub const MAX_RECORD_BYTES: u32 = 64 << 20;
@@ -251,6 +256,7 @@ pub struct ExportReader<R: Read> {
     input: R,
     offset: u64,
     broken: bool,
+    version: u16,
 }
 
 impl<R: Read> ExportReader<R> {
@@ -264,16 +270,22 @@ impl<R: Read> ExportReader<R> {
         if read_full(&mut input, &mut version)? < 2 {
             return Err(OpenError::NotAnExport);
         }
-        match u16::from_be_bytes(version) {
+        let version = match u16::from_be_bytes(version) {
             0 => return Err(OpenError::BadVersion),
-            EXPORT_FORMAT_VERSION => {}
+            v @ OLDEST_READ_FORMAT_VERSION..=EXPORT_FORMAT_VERSION => v,
             found => return Err(OpenError::FutureVersion { found }),
-        }
+        };
         Ok(ExportReader {
             input,
             offset: (MAGIC.len() + 2) as u64,
             broken: false,
+            version,
         })
+    }
+
+    /// The format version the file declares.
+    pub fn version(&self) -> u16 {
+        self.version
     }
 
     /// Bytes consumed so far.
@@ -416,6 +428,10 @@ mod tests {
         let err = ExportReader::open(&future[..]).err().unwrap();
         assert!(matches!(err, OpenError::FutureVersion { found: 7 }));
         assert!(err.to_string().contains("newer than this build"), "{err}");
+        // A version 1 export (before attestations were grouped) is still read.
+        let mut old = bytes.clone();
+        old[MAGIC.len()..MAGIC.len() + 2].copy_from_slice(&1u16.to_be_bytes());
+        assert!(ExportReader::open(&old[..]).is_ok());
     }
 
     #[test]

@@ -5,8 +5,10 @@
 //! a magic string and a format version. [`verify_export`] checks it with nothing else at hand
 //! but, optionally, the genesis keys or a checkpoint pinned earlier:
 //!
-//! * every entry: index, link to its predecessor, tx order and time, attestation by a key the
-//!   chain trusts at that point (engram-audit's `ChainVerifier`, key changes included);
+//! * every entry: index, link to its predecessor, tx order and time, and coverage: an
+//!   attestation at or after it (a node signs once per apply group, the group's last entry),
+//!   each by a key the chain trusts at that point (engram-audit's `ChainVerifier`, key changes
+//!   included);
 //! * every transaction's datoms against the content hash its entry records, and that each
 //!   datom belongs to that transaction;
 //! * the Merkle tree of the entries against every checkpoint's root, and every checkpoint's

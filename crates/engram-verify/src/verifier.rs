@@ -144,6 +144,7 @@ fn verify_with<R: Read>(
 ) -> Result<Report, VerifyError> {
     let mut reader = ExportReader::open(input)?;
     let mut v = Verifier::new(options, signature_batch);
+    v.format_version = reader.version();
     loop {
         if v.stop() {
             break;
@@ -196,6 +197,8 @@ struct Verifier<'a> {
     /// The root at the pinned size, once the tree reached it.
     root_at_pin: Option<[u8; 32]>,
     failures: Vec<Failure>,
+    /// The format version the export declares.
+    format_version: u16,
 }
 
 impl<'a> Verifier<'a> {
@@ -223,6 +226,7 @@ impl<'a> Verifier<'a> {
             checkpoints: Vec::new(),
             root_at_pin: None,
             failures: Vec::new(),
+            format_version: EXPORT_FORMAT_VERSION,
         }
     }
 
@@ -578,7 +582,7 @@ impl<'a> Verifier<'a> {
             }
         };
         Report {
-            format_version: EXPORT_FORMAT_VERSION,
+            format_version: self.format_version,
             origin: self.chain.origin().map(str::to_string),
             exported_by_node: self.header.as_ref().map(|(_, node, _)| *node),
             entries: self.chain.checked(),
@@ -606,7 +610,7 @@ impl<'a> Verifier<'a> {
                 "the transaction's datoms record is missing",
             );
         }
-        for error in self.chain.unadmitted() {
+        for error in self.chain.unadmitted().into_iter().chain(self.chain.uncovered()) {
             self.fail(
                 Some(error.index),
                 None,
@@ -827,13 +831,13 @@ mod tests {
         let honest = export(60, |_, _| {});
         assert!(failures(&honest, true, Some(8)).is_empty());
         let damaged = export(60, |datoms, entries| {
-            entries[9].attestation.signature[20] ^= 1; // entry 10: signature
+            entries[9].attestation.as_mut().unwrap().signature[20] ^= 1; // entry 10: signature
             datoms[28] = Record::Datoms {
                 index: 30,
                 datoms: vec![b"extra".to_vec()],
             }; // entry 30: datoms
             entries[39].entry.tx_time_ns += 1; // entry 40: signature, and entry 41's link
-            entries[54].attestation.signature[63] |= 0x80; // entry 55: non-canonical s
+            entries[54].attestation.as_mut().unwrap().signature[63] |= 0x80; // entry 55: non-canonical s
         });
         let inline = failures(&damaged, true, None);
         let named: Vec<(Option<u64>, &str)> = inline.iter().map(|f| (f.index, f.field.as_str())).collect();
@@ -869,12 +873,43 @@ mod tests {
                 index: 30,
                 datoms: vec![b"extra".to_vec()],
             };
-            entries[39].attestation.signature[0] ^= 1;
+            entries[39].attestation.as_mut().unwrap().signature[0] ^= 1;
         });
         let first = failures(&later, false, None);
         assert_eq!((first[0].index, first[0].field.as_str()), (Some(30), "datoms"));
         for batch in [1, 8, 1000] {
             assert_eq!(failures(&later, false, Some(batch)), first, "batches of {batch}");
+        }
+    }
+
+    #[test]
+    fn every_entry_needs_an_attestation_at_or_after_it() {
+        // Attested once per group of five, as nodes applying groups store it: verifies.
+        let grouped = export(30, |_, entries| {
+            for e in entries.iter_mut().filter(|e| e.entry.index % 5 != 0) {
+                e.attestation = None;
+            }
+        });
+        for batch in [None, Some(1), Some(8)] {
+            assert!(failures(&grouped, true, batch).is_empty(), "batches of {batch:?}");
+        }
+        // The last group's attestation is gone: the first entry after the last attested one
+        // (26) is named, with the field, whatever the batching.
+        let uncovered = export(30, |_, entries| {
+            for e in entries.iter_mut().filter(|e| e.entry.index > 25) {
+                e.attestation = None;
+            }
+        });
+        for batch in [None, Some(1), Some(8)] {
+            let named: Vec<(Option<u64>, String)> = failures(&uncovered, false, batch)
+                .into_iter()
+                .map(|f| (f.index, f.field))
+                .collect();
+            assert_eq!(
+                named,
+                vec![(Some(26), "attestation".to_string())],
+                "batches of {batch:?}"
+            );
         }
     }
 }

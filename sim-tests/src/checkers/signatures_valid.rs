@@ -1,9 +1,10 @@
-//! **I4 signatures-valid**: every entry on every replica carries an Ed25519 attestation that
-//! verifies, by a key of the simulated pool (a foreign key means something forged an entry),
-//! and the chain itself establishes trust in that key: genesis or a key change admits it. On a
-//! replica whose own key the chain admits, that is checked with the same `ChainVerifier` an
-//! auditor runs offline (a node that joined later and re-attested history is accepted once
-//! the chain admits it).
+//! **I4 signatures-valid**: every entry on every replica is covered by an Ed25519 attestation
+//! at or after it (a node signs once per apply group: the group's last entry, whose hash
+//! covers the entries before it), every attestation verifies, by a key of the simulated pool
+//! (a foreign key means something forged an entry), and the chain itself establishes trust in
+//! that key: genesis or a key change admits it. On a replica whose own key the chain admits,
+//! that is checked with the same `ChainVerifier` an auditor runs offline, coverage included (a
+//! node that joined later and re-attested history is accepted once the chain admits it).
 //!
 //! A node can hold the chain without being admitted by it: it replicated entries while being
 //! added, and the addition never committed. Its own attestations then cannot be trusted from
@@ -31,12 +32,13 @@ pub fn check(
         // Every signature, independently of the chain's shape.
         for stored in &r.entries {
             let Ok(signed) = &stored.entry else { continue };
-            let key = pool_keys
-                .values()
-                .find(|k| k.key_id() == signed.attestation.key_id);
+            let Some(attestation) = &signed.attestation else {
+                continue;
+            };
+            let key = pool_keys.values().find(|k| k.key_id() == attestation.key_id);
             let fault = match key {
                 None => Some("signed by a key outside the pool"),
-                Some(k) if !k.verify(signed.entry.hash().as_bytes(), &signed.attestation.signature) => {
+                Some(k) if !k.verify(signed.entry.hash().as_bytes(), &attestation.signature) => {
                     Some("attestation.signature does not verify")
                 }
                 Some(_) => None,
@@ -81,7 +83,9 @@ pub fn check(
                 .collect();
             for stored in &r.entries {
                 let Ok(signed) = &stored.entry else { continue };
-                let signer = signed.attestation.key_id;
+                let Some(signer) = signed.attestation.as_ref().map(|a| a.key_id) else {
+                    continue;
+                };
                 if signer != own && !admitted.contains(&signer) {
                     out.push(Violation::new(
                         NAME,

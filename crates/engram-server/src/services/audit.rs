@@ -41,7 +41,11 @@ pub(crate) fn to_pb(signed: &SignedEntry) -> pb::AuditEntry {
         .to_string(),
         prev_hash: e.prev_hash.0.to_vec(),
         hash: e.hash().0.to_vec(),
-        signer_key_id: signed.attestation.key_id.0.to_vec(),
+        signer_key_id: signed
+            .attestation
+            .as_ref()
+            .map(|a| a.key_id.0.to_vec())
+            .unwrap_or_default(),
         signed: signed.encode(),
     }
 }
@@ -212,10 +216,15 @@ impl pb::audit_server::Audit for AuditService {
             .into());
         }
         let from = req.from_index.max(1);
+        // The chain this node vouches for ends at its last attested entry: an apply group in
+        // progress is served once the attestation covering it is written.
+        let end = head
+            .index
+            .min(reads::attested_index(&*store).map_err(ApiError::from)?);
         let last = if req.limit == 0 {
-            head.index
+            end
         } else {
-            head.index.min(from.saturating_add(req.limit) - 1)
+            end.min(from.saturating_add(req.limit) - 1)
         };
         // A bounded channel: a slow reader holds back only its own stream, never apply.
         let (tx, rx) = tokio::sync::mpsc::channel(PAGE_ENTRIES);
@@ -248,17 +257,35 @@ impl pb::audit_server::Audit for AuditService {
         Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
     }
 
+    /// The head of the chain this node vouches for: its last attested entry (the chain head
+    /// itself but while an apply group is being written).
     async fn head(&self, _request: Request<pb::HeadRequest>) -> Result<Response<pb::HeadResponse>, Status> {
-        let head = reads::head(&*self.shared.node.store).map_err(ApiError::from)?;
+        let store = &*self.shared.node.store;
+        let head = reads::head(store).map_err(ApiError::from)?;
+        let attested = reads::attested_index(store).map_err(ApiError::from)?;
+        let (index, hash, tx, tx_time_ns) = if attested >= head.index {
+            (head.index, head.hash, head.tx.0, head.tx_time_ns)
+        } else if attested == 0 {
+            (0, Hash::ZERO, 0, 0)
+        } else {
+            let entry = match reads::audit_entries(store, attested, 1).map_err(ApiError::from)? {
+                Ok(mut page) if page.len() == 1 => page.remove(0).entry,
+                Ok(_) => {
+                    return Err(ApiError::from(engram_core::CoreError::corrupt(
+                        format!("audit entry {attested}"),
+                        "the attested mark names an entry the store does not hold",
+                    ))
+                    .into());
+                }
+                Err(chain) => return Err(ApiError::Chain(chain).into()),
+            };
+            (entry.index, entry.hash(), entry.tx.0, entry.tx_time_ns)
+        };
         Ok(Response::new(pb::HeadResponse {
-            index: head.index,
-            hash: if head.index == 0 {
-                Vec::new()
-            } else {
-                head.hash.0.to_vec()
-            },
-            tx: head.tx.0,
-            tx_time_ns: head.tx_time_ns,
+            index,
+            hash: if index == 0 { Vec::new() } else { hash.0.to_vec() },
+            tx,
+            tx_time_ns,
             node_id: self.shared.node.node_id,
         }))
     }
