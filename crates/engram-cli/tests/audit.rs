@@ -520,3 +520,126 @@ async fn revoking_a_rotated_node_revokes_its_current_key_and_the_node_stops_sign
     assert_eq!(json_of(&out)["entries"].as_u64(), Some(revoked_at));
     cluster.kill_all();
 }
+
+/// A node stopped after writing a group's entries and before attesting them: `audit verify
+/// --data-dir` verifies the chain up to its last attested entry and reports the tail as
+/// unattested (not as tampering); the node attests the tail when it starts, after which the
+/// whole chain verifies.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unattested_tail_is_reported_offline_and_attested_when_the_node_starts() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cluster = start(dir.path()).await;
+    let client = Client::connect(cluster.endpoints()).await.unwrap();
+    let mut last = 0;
+    for n in 0..6 {
+        last = client.transact(&tx(n)).await.unwrap().audit_index;
+    }
+    let leader = cluster
+        .wait_for_leader(None, Duration::from_secs(10))
+        .await
+        .unwrap();
+    let follower = (1..=3).find(|id| *id != leader).unwrap();
+    let probe = Client::connect(vec![cluster.node(follower).unwrap().endpoint()])
+        .await
+        .unwrap();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while probe.status().await.map_or(0, |s| s.chain_index) < last {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "node {follower} did not catch up"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    cluster.kill(follower).unwrap();
+    let data_dir = cluster.node(follower).unwrap().data_dir.clone();
+
+    // Make the store what a crash between a group's entries and its attestation leaves: the
+    // head entry without its attestation, the mark at the attested entry before it.
+    let (head, attested_before) = {
+        let store = engram_storage_rocks::RocksStore::open(&data_dir.join("db")).unwrap();
+        let head = engram_core::reads::head(&store).unwrap().index;
+        let entry = |index: u64| {
+            let bytes = store
+                .get(Space::State, &engram_core::keys::audit(index))
+                .unwrap()
+                .unwrap();
+            engram_audit::SignedEntry::decode(&bytes).unwrap()
+        };
+        let tip = entry(head);
+        assert!(tip.attestation.is_some(), "a stopped node's head is attested");
+        let before = (1..head)
+            .rev()
+            .find(|i| entry(*i).attestation.is_some())
+            .expect("genesis is attested");
+        let mut batch = WriteBatch::new();
+        batch.put(
+            Space::State,
+            engram_core::keys::audit(head),
+            engram_audit::SignedEntry::unattested(tip.entry).encode(),
+        );
+        batch.put(
+            Space::State,
+            engram_core::keys::META_ATTESTED.to_vec(),
+            before.to_be_bytes().to_vec(),
+        );
+        store.write(batch, Durability::Sync).unwrap();
+        (head, before)
+    };
+    let verify = || {
+        run(&[
+            "--json",
+            "audit",
+            "verify",
+            "--data-dir",
+            data_dir.to_str().unwrap(),
+        ])
+    };
+    let out = verify();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stdout));
+    let report = json_of(&out);
+    assert_eq!(report["entries"], attested_before, "{report}");
+    assert_eq!(report["unattested"]["from"], attested_before + 1, "{report}");
+    assert_eq!(report["unattested"]["to"], head, "{report}");
+    let human = run(&["audit", "verify", "--data-dir", data_dir.to_str().unwrap()]);
+    assert!(
+        text(&human.stdout).contains(&format!("unattested   entries {}..={head}", attested_before + 1)),
+        "{}",
+        text(&human.stdout)
+    );
+
+    // Started, the node attests its head; stopped again, the whole chain verifies.
+    cluster.restart(follower).unwrap();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let served = probe.verify_chain(|_| {}).await.map(|r| r.entries_checked);
+        if served.as_ref().is_ok_and(|n| *n >= head) {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "node {follower} did not serve its whole chain after restart: {served:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    cluster.kill(follower).unwrap();
+    {
+        // The head itself was signed at start (a later group would have attested only its own
+        // last entry).
+        let store = engram_storage_rocks::RocksStore::open(&data_dir.join("db")).unwrap();
+        let bytes = store
+            .get(Space::State, &engram_core::keys::audit(head))
+            .unwrap()
+            .unwrap();
+        let signed = engram_audit::SignedEntry::decode(&bytes).unwrap();
+        assert!(
+            signed.attestation.is_some(),
+            "entry {head} was not attested at start"
+        );
+    }
+    let out = verify();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stdout));
+    let report = json_of(&out);
+    assert!(report["entries"].as_u64().unwrap() >= head, "{report}");
+    assert_eq!(report["unattested"], Json::Null, "{report}");
+    cluster.kill_all();
+}
