@@ -175,3 +175,15 @@ fn a_node_is_admitted_by_the_chain_before_it_receives_any_entry() {
         assert_eq!(answer, Ok(()), "an empty chain streams nothing, and no error");
     });
 }
+
+/// Seed 826 of the third soak (seeds 768..): node 4 was being added; while it was outside any
+/// membership the leader of the moment reached it first, and by peer-auth rule 3 it bound that
+/// sender's key alone. Leadership moved to node 1 before node 4 appended its first entry, and
+/// node 4 refused node 1 for the rest of the run (it never joined: liveness, I2, I3, I5 failed
+/// on it). Fixed: every Raft request lists the keys the sender's chain trusts
+/// (`PeerAuth.members`, covered by its signature), and a node outside any membership binds the
+/// first sender together with those members.
+#[test]
+fn seed_that_found_the_stranded_joining_node() {
+    assert_seeds_pass(&[826]);
+}

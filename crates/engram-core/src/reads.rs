@@ -612,6 +612,26 @@ pub fn active_key_of(store: &dyn Store, node_id: u64) -> Result<Option<engram_au
     Ok(None)
 }
 
+/// Every key the chain trusts now, for the entry after the head (admitted, neither rotated
+/// out nor revoked), in key id order.
+pub fn active_keys(store: &dyn Store) -> Result<Vec<engram_audit::KeyRecord>, CoreError> {
+    let next = head(store)?.index + 1;
+    let rows = store.scan(
+        Space::State,
+        &[keys::SIGNER],
+        prefix_end(&[keys::SIGNER]).as_deref(),
+        usize::MAX,
+    )?;
+    let mut out = Vec::new();
+    for (_, bytes) in rows {
+        let row: engram_audit::KeyRecord = decode_row("key row", &bytes)?;
+        if row.active_at(next) {
+            out.push(row);
+        }
+    }
+    Ok(out)
+}
+
 /// Whether the chain trusts key `id` now, for the entry after the head (admitted, neither
 /// rotated out nor revoked).
 pub fn key_active(store: &dyn Store, id: engram_audit::KeyId) -> Result<bool, CoreError> {

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use engram_audit::KeyRing;
+use engram_audit::{KeyRing, PublicKey};
 use engram_storage::Store;
 
 use engram_proto::pb;
@@ -43,6 +43,8 @@ pub struct NetworkFactory {
     pub keys: Arc<KeyRing>,
     /// Deadline of an append that carries entries (see [`Connection::append_deadline`]).
     pub append_timeout: Duration,
+    /// This node's store: its applied chain names the member keys a request lists.
+    pub store: Arc<dyn Store>,
 }
 
 pub struct Connection {
@@ -51,6 +53,10 @@ pub struct Connection {
     target: u64,
     client: Result<RaftClient<Channel>, String>,
     append_timeout: Duration,
+    /// The keys this node's chain trusted when the connection was made, listed in every
+    /// request: a target outside any membership (being added) trusts them as well as this
+    /// sender, so it still accepts whichever member leads next (peer-auth rule 3).
+    members: Vec<(u64, PublicKey)>,
 }
 
 /// TLS for the connections this process opens to other nodes (Raft, forwarding, joining),
@@ -103,12 +109,17 @@ impl RaftNetworkFactory<TypeConfig> for NetworkFactory {
         if let Err(e) = &client {
             warn!(target_node = target, error = %e, "cannot build a channel to peer");
         }
+        let members = peer_auth::chain_member_keys(&*self.store).unwrap_or_else(|e| {
+            warn!(target_node = target, error = %e, "cannot read the chain's member keys; the request lists none");
+            Vec::new()
+        });
         Connection {
             from: self.node_id,
             keys: self.keys.clone(),
             target,
             client,
             append_timeout: self.append_timeout,
+            members,
         }
     }
 }
@@ -166,7 +177,7 @@ impl Connection {
         Fut: Future<Output = Result<Response<pb::RaftMessage>, Status>>,
     {
         let payload = encode(rpc).map_err(|e| RPCError::Network(network_err(e)))?;
-        let auth = peer_auth::sign(&self.keys, kind, self.from, self.target, &payload);
+        let auth = peer_auth::sign_listing(&self.keys, kind, self.from, self.target, &payload, &self.members);
         let reply = send(
             self.client()?,
             Self::request(
@@ -241,12 +252,13 @@ impl RaftNetworkV2<TypeConfig> for Connection {
             data_hash: *engram_types::Hash::of(&data).as_bytes(),
         };
         let header = encode(&header).map_err(network_err)?;
-        let auth = peer_auth::sign(
+        let auth = peer_auth::sign_listing(
             &self.keys,
             RpcKind::InstallSnapshot,
             self.from,
             self.target,
             &header,
+            &self.members,
         );
         let mut chunks = Vec::with_capacity(data.len() / SNAPSHOT_CHUNK_BYTES + 1);
         chunks.push(pb::SnapshotChunk {

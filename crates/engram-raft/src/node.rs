@@ -216,6 +216,7 @@ impl RaftNode {
                 node_id,
                 keys: keys.clone(),
                 append_timeout: settings.timing.append_timeout(),
+                store: store.clone(),
             },
             log_store,
             state_machine,

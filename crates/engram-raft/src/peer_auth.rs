@@ -14,12 +14,15 @@
 //!    its admission entry is applied everywhere);
 //! 3. a node that is not in the membership it has appended (never initialised, or removed)
 //!    belongs to no cluster: it accepts the first sender whose signature verifies and, from
-//!    then on, only that sender's key (`cluster init` and `AddNode` reach nodes in that state,
-//!    and a removed node may be added again by a leader it never knew). Once it has appended
-//!    a membership that includes it, rules 1–2 hold. A hostile first contact can thus make a
-//!    node outside the cluster useless (it refuses the real leader and must be wiped), but not
-//!    make it disturb the cluster when it is added: keep a new node's port private until it
-//!    has joined.
+//!    then on, only that sender's key and the member keys that first request listed
+//!    (`PeerAuth.members`: every key the sender's applied chain trusts, by node id, covered by
+//!    its signature), so a leader change between the first contact and the node's first
+//!    appended entry does not strand it (`cluster init` and `AddNode` reach nodes in that
+//!    state, and a removed node may be added again by a leader it never knew). Once it has
+//!    appended a membership that includes it, rules 1–2 hold. A hostile first contact can
+//!    thus make a node outside the cluster useless (it refuses the real leader and must be
+//!    wiped or restarted), but not make it disturb the cluster when it is added: keep a new
+//!    node's port private until it has joined.
 //!
 //! Signing the payload's hash with the target's id binds a message to one receiver and one
 //! body. A replay of a member's earlier message is a duplicate Raft already tolerates (a stale
@@ -43,6 +46,9 @@ use crate::Raft;
 /// The most signatures a request may carry (the current key and the one it replaced).
 pub const MAX_SIGNATURES: usize = 2;
 
+/// The most member keys a request may list.
+pub const MAX_MEMBERS: usize = 256;
+
 const DOMAIN: &[u8] = b"engram.v1 raft peer request\n";
 
 /// Which Raft RPC a request is; part of what is signed, so a signed vote cannot pass as an
@@ -65,21 +71,47 @@ impl RpcKind {
     }
 }
 
-/// The bytes a sender signs for a request of `kind` from `from` to `to` carrying `payload`.
-pub fn signed_message(kind: RpcKind, from: u64, to: u64, payload: &[u8]) -> Vec<u8> {
-    let mut m = Vec::with_capacity(DOMAIN.len() + 1 + 16 + 32);
+/// The bytes a sender signs for a request of `kind` from `from` to `to` carrying `payload` and
+/// listing `members`.
+pub fn signed_message(
+    kind: RpcKind,
+    from: u64,
+    to: u64,
+    payload: &[u8],
+    members: &[(u64, PublicKey)],
+) -> Vec<u8> {
+    let mut m = Vec::with_capacity(DOMAIN.len() + 1 + 16 + 64);
     m.extend_from_slice(DOMAIN);
     m.push(kind.tag());
     m.extend_from_slice(&from.to_be_bytes());
     m.extend_from_slice(&to.to_be_bytes());
     m.extend_from_slice(Hash::of(payload).as_bytes());
+    let mut listed = Vec::with_capacity(members.len() * 40);
+    for (id, key) in members {
+        listed.extend_from_slice(&id.to_be_bytes());
+        listed.extend_from_slice(&key.0);
+    }
+    m.extend_from_slice(Hash::of(&listed).as_bytes());
     m
 }
 
 /// Signs a request with this node's current key and, right after a rotation, the key it
-/// replaced ([`KeyRing::previous`]).
+/// replaced ([`KeyRing::previous`]), listing no member keys.
 pub fn sign(keys: &KeyRing, kind: RpcKind, from: u64, to: u64, payload: &[u8]) -> pb::PeerAuth {
-    let message = signed_message(kind, from, to, payload);
+    sign_listing(keys, kind, from, to, payload, &[])
+}
+
+/// Like [`sign`], listing `members` (the keys the sender's chain trusts, by node id) for a
+/// receiver outside any membership (rule 3).
+pub fn sign_listing(
+    keys: &KeyRing,
+    kind: RpcKind,
+    from: u64,
+    to: u64,
+    payload: &[u8],
+    members: &[(u64, PublicKey)],
+) -> pb::PeerAuth {
+    let message = signed_message(kind, from, to, payload, members);
     let one = |key: &NodeKey| pb::PeerSignature {
         public_key: key.public().0.to_vec(),
         signature: key.sign(&message).to_vec(),
@@ -92,6 +124,13 @@ pub fn sign(keys: &KeyRing, kind: RpcKind, from: u64, to: u64, payload: &[u8]) -
         from_node: from,
         to_node: to,
         signatures,
+        members: members
+            .iter()
+            .map(|(id, key)| pb::MemberKey {
+                node_id: *id,
+                public_key: key.0.to_vec(),
+            })
+            .collect(),
     }
 }
 
@@ -104,6 +143,8 @@ pub enum AuthError {
     WrongTarget { to: u64, me: u64 },
     #[error("raft request carries {0} signatures; at most {MAX_SIGNATURES} are accepted")]
     TooManySignatures(usize),
+    #[error("raft request lists {0} member keys; at most {MAX_MEMBERS} are accepted")]
+    TooManyMembers(usize),
     #[error("raft request signature is malformed: {0}")]
     Malformed(&'static str),
     #[error(
@@ -121,9 +162,9 @@ pub trait PeerKeys {
     /// Whether `key` may sign for node `from`.
     fn trusts(&self, from: u64, key: &PublicKey) -> Result<bool, String>;
 
-    /// Called once a request signed by `key` for `from` has verified; `false` withdraws the
-    /// trust (another sender was accepted first, see [`ClusterKeys`]).
-    fn accepted(&self, _from: u64, _key: &PublicKey) -> bool {
+    /// Called once a request signed by `key` for `from`, listing `members`, has verified;
+    /// `false` withdraws the trust (another sender was accepted first, see [`ClusterKeys`]).
+    fn accepted(&self, _from: u64, _key: &PublicKey, _members: &[(u64, PublicKey)]) -> bool {
         true
     }
 }
@@ -145,8 +186,20 @@ pub fn verify(
     if auth.signatures.len() > MAX_SIGNATURES {
         return Err(AuthError::TooManySignatures(auth.signatures.len()));
     }
+    if auth.members.len() > MAX_MEMBERS {
+        return Err(AuthError::TooManyMembers(auth.members.len()));
+    }
+    let members = auth
+        .members
+        .iter()
+        .map(|m| {
+            <[u8; 32]>::try_from(m.public_key.as_slice())
+                .map(|key| (m.node_id, PublicKey(key)))
+                .map_err(|_| AuthError::Malformed("a member key is not 32 bytes"))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
     let from = auth.from_node;
-    let message = signed_message(kind, from, me, payload);
+    let message = signed_message(kind, from, me, payload, &members);
     for s in &auth.signatures {
         let key = PublicKey(
             s.public_key
@@ -170,12 +223,20 @@ pub fn verify(
                 key: key.key_id().to_string(),
             });
         }
-        if !keys.accepted(from, &key) {
+        if !keys.accepted(from, &key, &members) {
             break;
         }
         return Ok(from);
     }
     Err(AuthError::Untrusted { from })
+}
+
+/// Every key the applied chain of `store` trusts now, by node id: what a request lists for a
+/// receiver outside any membership (rule 3).
+pub fn chain_member_keys(store: &dyn Store) -> Result<Vec<(u64, PublicKey)>, String> {
+    reads::active_keys(store)
+        .map(|rows| rows.into_iter().map(|row| (row.node_id, row.key)).collect())
+        .map_err(|e| e.to_string())
 }
 
 /// The receiver's [`PeerKeys`]: its applied audit chain, then its appended membership, then
@@ -184,10 +245,24 @@ pub struct ClusterKeys {
     pub me: u64,
     pub store: Arc<dyn Store>,
     pub raft: Raft,
-    /// Outside any membership: the key of the first sender whose request verified. Only it is
-    /// accepted until this node appends a membership that includes it (in memory: a restart
-    /// forgets it).
-    pub first_contact: Mutex<Option<PublicKey>>,
+    /// Outside any membership: the first sender whose request verified. Only it, and the
+    /// member keys it listed, are accepted until this node appends a membership that includes
+    /// it (in memory: a restart forgets it).
+    pub first_contact: Mutex<Option<FirstContact>>,
+}
+
+/// Rule 3's binding: the first sender's key and the member keys its request listed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FirstContact {
+    pub key: PublicKey,
+    pub members: Vec<(u64, PublicKey)>,
+}
+
+impl FirstContact {
+    /// Whether `key` may speak for node `from` under this binding.
+    pub fn trusts(&self, from: u64, key: &PublicKey) -> bool {
+        self.key == *key || self.members.iter().any(|(id, k)| *id == from && k == key)
+    }
 }
 
 impl ClusterKeys {
@@ -200,7 +275,7 @@ impl ClusterKeys {
             .is_none()
     }
 
-    fn first_contact(&self) -> std::sync::MutexGuard<'_, Option<PublicKey>> {
+    fn first_contact(&self) -> std::sync::MutexGuard<'_, Option<FirstContact>> {
         self.first_contact.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
@@ -214,7 +289,7 @@ impl PeerKeys for ClusterKeys {
             // it must be able to reach it, so the first sender wins; everyone else is refused,
             // so a hostile first contact can make this node useless to the cluster (it must be
             // wiped) but cannot make it disturb the cluster once added.
-            return Ok(self.first_contact().is_none_or(|k| k == *key));
+            return Ok(self.first_contact().as_ref().is_none_or(|c| c.trusts(from, key)));
         }
         // A member again: whoever reaches it next time it is outside the cluster starts afresh.
         self.first_contact().take();
@@ -227,15 +302,18 @@ impl PeerKeys for ClusterKeys {
             .is_some_and(|node| node.public_key == key.0))
     }
 
-    fn accepted(&self, _from: u64, key: &PublicKey) -> bool {
+    fn accepted(&self, from: u64, key: &PublicKey, members: &[(u64, PublicKey)]) -> bool {
         if !self.outside_membership() {
             return true;
         }
         let mut first = self.first_contact();
-        match *first {
-            Some(k) => k == *key,
+        match &*first {
+            Some(contact) => contact.trusts(from, key),
             None => {
-                *first = Some(*key);
+                *first = Some(FirstContact {
+                    key: *key,
+                    members: members.to_vec(),
+                });
                 true
             }
         }
@@ -318,6 +396,81 @@ mod tests {
         assert_eq!(
             check(&many, RpcKind::AppendEntries, 2, b"p"),
             Err(AuthError::TooManySignatures(3))
+        );
+    }
+
+    /// Rule 3 as [`ClusterKeys`] keeps it, without a Raft instance: the first verifying
+    /// sender binds itself and the members it lists.
+    #[derive(Default)]
+    struct Outside(Mutex<Option<FirstContact>>);
+
+    impl PeerKeys for Outside {
+        fn trusts(&self, from: u64, key: &PublicKey) -> Result<bool, String> {
+            let bound = self.0.lock().unwrap_or_else(|p| p.into_inner());
+            Ok(bound.as_ref().is_none_or(|c| c.trusts(from, key)))
+        }
+
+        fn accepted(&self, from: u64, key: &PublicKey, members: &[(u64, PublicKey)]) -> bool {
+            let mut bound = self.0.lock().unwrap_or_else(|p| p.into_inner());
+            match &*bound {
+                Some(c) => c.trusts(from, key),
+                None => {
+                    *bound = Some(FirstContact {
+                        key: *key,
+                        members: members.to_vec(),
+                    });
+                    true
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_node_being_added_accepts_every_member_its_first_contact_listed() {
+        let (n1, n2, n3, outsider) = (ring(1), ring(2), ring(3), ring(9));
+        let members: Vec<(u64, PublicKey)> = [(1, &n1), (2, &n2), (3, &n3)]
+            .iter()
+            .map(|(id, k)| (*id, k.current().public()))
+            .collect();
+        let node4 = Outside::default();
+        // Node 2 leads while node 4 is added, and reaches it first.
+        let first = sign_listing(&n2, RpcKind::Vote, 2, 4, b"v", &members);
+        assert_eq!(verify(Some(&first), RpcKind::Vote, 4, b"v", &node4), Ok(2));
+        // Leadership moves to node 1 before node 4 has appended anything: still accepted.
+        let next = sign(&n1, RpcKind::AppendEntries, 1, 4, b"a");
+        assert_eq!(
+            verify(Some(&next), RpcKind::AppendEntries, 4, b"a", &node4),
+            Ok(1)
+        );
+        // An outsider, or a member's key claiming another id, is not.
+        let forged = sign(&outsider, RpcKind::AppendEntries, 99, 4, b"a");
+        assert_eq!(
+            verify(Some(&forged), RpcKind::AppendEntries, 4, b"a", &node4),
+            Err(AuthError::Untrusted { from: 99 })
+        );
+        let claims_3 = sign(&n1, RpcKind::AppendEntries, 3, 4, b"a");
+        assert_eq!(
+            verify(Some(&claims_3), RpcKind::AppendEntries, 4, b"a", &node4),
+            Err(AuthError::Untrusted { from: 3 })
+        );
+        // The member list is covered by the signature: a list altered on the way (an outsider
+        // slipping its key in) breaks it, so a fresh node binds nothing.
+        let mut altered = sign_listing(&n2, RpcKind::Vote, 2, 4, b"v", &members);
+        altered.members.push(pb::MemberKey {
+            node_id: 99,
+            public_key: outsider.current().public().0.to_vec(),
+        });
+        let fresh = Outside::default();
+        assert!(matches!(
+            verify(Some(&altered), RpcKind::Vote, 4, b"v", &fresh),
+            Err(AuthError::BadSignature { from: 2, .. })
+        ));
+        assert!(fresh.0.lock().unwrap_or_else(|p| p.into_inner()).is_none());
+        let mut bad_key = first.clone();
+        bad_key.members[0].public_key.truncate(5);
+        assert_eq!(
+            verify(Some(&bad_key), RpcKind::Vote, 4, b"v", &fresh),
+            Err(AuthError::Malformed("a member key is not 32 bytes"))
         );
     }
 
