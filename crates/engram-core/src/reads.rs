@@ -596,20 +596,7 @@ pub fn signer(
 /// revoked), if any: after a rotation this is the new key, not the one the membership recorded
 /// when the node joined.
 pub fn active_key_of(store: &dyn Store, node_id: u64) -> Result<Option<engram_audit::KeyRecord>, CoreError> {
-    let next = head(store)?.index + 1;
-    let rows = store.scan(
-        Space::State,
-        &[keys::SIGNER],
-        prefix_end(&[keys::SIGNER]).as_deref(),
-        usize::MAX,
-    )?;
-    for (_, bytes) in rows {
-        let row: engram_audit::KeyRecord = decode_row("key row", &bytes)?;
-        if row.node_id == node_id && row.active_at(next) {
-            return Ok(Some(row));
-        }
-    }
-    Ok(None)
+    Ok(active_keys(store)?.into_iter().find(|row| row.node_id == node_id))
 }
 
 /// Every key the chain trusts now, for the entry after the head (admitted, neither rotated
