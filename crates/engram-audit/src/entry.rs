@@ -313,12 +313,14 @@ impl SignedEntry {
         }
     }
 
-    /// Attests the entry with `key`, replacing any attestation it had.
-    pub fn attest(&mut self, key: &NodeKey) {
+    /// Attests the entry with `key`, replacing any attestation it had; returns the signature.
+    pub fn attest(&mut self, key: &NodeKey) -> [u8; 64] {
+        let signature = key.sign(self.entry.hash().as_bytes());
         self.attestation = Some(Attestation {
             key_id: key.key_id(),
-            signature: key.sign(self.entry.hash().as_bytes()),
+            signature,
         });
+        signature
     }
 
     /// The entry's encoding, then the attestation's key id and signature if it has one. An

@@ -498,10 +498,9 @@ impl Engine {
     /// attested row and the `Mattested` mark into `batch`.
     fn attest_into(&self, mut entry: SignedEntry, batch: &mut WriteBatch) {
         let key = self.keys.current();
-        entry.attest(&key);
+        let signature = entry.attest(&key);
         let index = entry.entry.index;
         if !planted::active(PlantedBug::SkipGroupAttestation) {
-            let signature = entry.attestation.as_ref().map(|a| a.signature).unwrap_or([0; 64]);
             assert!(
                 key.public().verify(entry.entry.hash().as_bytes(), &signature),
                 "I4 signatures-valid: fresh attestation of audit entry {index} does not verify"
@@ -842,16 +841,12 @@ impl Engine {
         let hash = entry.hash();
         let key = self.keys.current();
         let signed = if attest {
-            let signed = SignedEntry::sign(entry, &key);
+            let mut signed = SignedEntry::unattested(entry);
+            let signature = signed.attest(&key);
             // Pair assertion: what we store must verify with our own key before anyone is told
             // of it. Inside a group the inline attestations are checked together, in one
             // batch, by `end_group`.
             if !self.grouped {
-                let signature = signed
-                    .attestation
-                    .as_ref()
-                    .map(|a| a.signature)
-                    .unwrap_or([0; 64]);
                 assert!(
                     key.public().verify(hash.as_bytes(), &signature),
                     "I4 signatures-valid: fresh attestation does not verify"
