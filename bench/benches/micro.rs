@@ -4,6 +4,8 @@
 //!   hash over its datoms, as apply computes them;
 //! * `apply`: one data transaction applied by the engine into RocksDB, audit entry, Merkle
 //!   nodes and synced write included;
+//! * `rewrite`: one transaction rewriting a key that already has 10, 1,000 or 10,000 versions
+//!   (its cost must not grow with them: the planner reads the slot's current-claims row);
 //! * `audit_sign`: signing an audit entry, and checking one attestation;
 //! * `chain_verify`: `ChainVerifier` over a 1,000-entry chain, signatures inline and deferred;
 //! * `merkle`: appends to the compact tree, and inclusion and consistency proofs made and
@@ -220,6 +222,48 @@ fn apply(c: &mut Criterion) {
         // A rejected transaction writes no audit entry, so one entry per apply means every
         // timed apply went the whole way.
         assert_eq!(node.engine.head().index, node.log, "an apply was rejected");
+    }
+    group.finish();
+}
+
+// ---------------------------------------------------------------------------------------------
+// rewrite
+
+fn rewrite_request(entity: EntityRef, value: i64) -> TxRequest {
+    let op = TxOp {
+        op: Op::Assert,
+        entity,
+        attribute: Attribute::new(":counter/value").unwrap(),
+        value: Value::I64(value),
+        valid_from_ns: None,
+        valid_to_ns: None,
+    };
+    TxRequest::data(Namespace::new("team/research").unwrap(), vec![op], provenance())
+}
+
+fn rewrite(c: &mut Criterion) {
+    let mut group = c.benchmark_group("rewrite");
+    group
+        .sampling_mode(SamplingMode::Flat)
+        .sample_size(10)
+        .measurement_time(Duration::from_secs(3));
+    for versions in [10u64, 1_000, 10_000] {
+        let mut node = Node::new();
+        let first = node
+            .apply(&rewrite_request(EntityRef::Temp("k".into()), 0))
+            .unwrap();
+        let key = EntityRef::Id(first.temp_ids["k"]);
+        for v in 1..versions {
+            node.apply(&rewrite_request(key.clone(), v as i64)).unwrap();
+        }
+        let mut next = versions as i64;
+        group.bench_function(BenchmarkId::new("one_key", format!("{versions}_versions")), |b| {
+            b.iter(|| {
+                next += 1;
+                black_box(node.apply(&rewrite_request(key.clone(), next)))
+            });
+        });
+        assert_eq!(node.engine.head().index, node.log, "a rewrite was rejected");
     }
     group.finish();
 }
@@ -514,6 +558,6 @@ criterion_group! {
     config = Criterion::default()
         .warm_up_time(Duration::from_secs(1))
         .measurement_time(Duration::from_secs(2));
-    targets = canonical, apply, audit_sign, chain_verify, merkle
+    targets = canonical, apply, rewrite, audit_sign, chain_verify, merkle
 }
 criterion_main!(micro);

@@ -453,6 +453,12 @@ async fn simulate(options: Options) -> SimResult {
     let delivered = watch_log.txs.lock().unwrap_or_else(|e| e.into_inner()).clone();
     violations.extend(watch_complete::check(&replicas, &delivered));
     violations.extend(no_partial_apply::check(&replicas));
+    let all_stores: Vec<(u64, &dyn engram_storage::Store)> = cluster
+        .nodes
+        .iter()
+        .map(|(id, n)| (*id, &*n.store as &dyn engram_storage::Store))
+        .collect();
+    violations.extend(crate::checkers::state_consistent::check(&all_stores));
     violations.extend(crate::checkers::peer_auth::check(&forged));
     violations.extend(linearizable::check(
         &ops,

@@ -171,3 +171,11 @@ fn skip_group_attestation_is_caught() {
     // the I4 checker's verifier names (the first entry after the last attested one).
     caught_within_bound(PlantedBug::SkipGroupAttestation, &["I4 signatures-valid"]);
 }
+
+#[test]
+fn stale_current_row_is_caught() {
+    // A write to a slot that has a current-claims row leaves the row as it was: every replica
+    // plans the next write against the same stale view, so they agree; the scrub over each
+    // replica's store finds the row that is not its slot's history folded.
+    caught_within_bound(PlantedBug::StaleCurrentRow, &["state-consistent"]);
+}

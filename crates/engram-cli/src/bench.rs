@@ -527,7 +527,8 @@ impl BenchCluster {
             }
         };
         let pb = ui.spinner(format!("starting 3 engram nodes in {}", dir.display()));
-        let ports = free_ports(3)?;
+        // Three for gRPC, three for `/metrics` (the leader's write-stage breakdown).
+        let ports = free_ports(6)?;
         let extra = vec![
             "--snapshot-every-entries".to_string(),
             snapshot_every_entries.to_string(),
@@ -548,7 +549,7 @@ impl BenchCluster {
             "--max-tx-bytes".to_string(),
             (8u64 << 20).to_string(),
         ];
-        let mut cluster = LocalCluster::start(exe, &dir, &ports, &extra)?;
+        let mut cluster = LocalCluster::start_with_metrics(exe, &dir, &ports[..3], &ports[3..], &extra)?;
         cluster.wait_all_answer(Duration::from_secs(60)).await?;
         let leader_id = cluster.init(Duration::from_secs(30)).await?;
         let leader = cluster.node(leader_id)?.endpoint();
@@ -565,6 +566,132 @@ impl BenchCluster {
 
     pub fn pids(&self) -> Vec<u32> {
         self.cluster.nodes().iter().filter_map(LocalNode::pid).collect()
+    }
+
+    /// The leader's write-stage breakdown (`engram_write_stage_seconds` in its `/metrics`):
+    /// per stage, the writes it covers and their mean offset from arrival in milliseconds.
+    pub async fn write_stages(&self) -> Result<Vec<StageMean>> {
+        let node = self
+            .cluster
+            .nodes()
+            .iter()
+            .find(|n| n.endpoint() == self.leader)
+            .context("the leader is not one of the bench's nodes")?;
+        let addr = node.metrics_addr.context("the leader serves no /metrics")?;
+        let text = http_get_metrics(addr).await?;
+        Ok(parse_stage_means(&text))
+    }
+}
+
+/// One stage of the write-stage breakdown.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct StageMean {
+    pub stage: String,
+    pub writes: u64,
+    pub mean_ms: f64,
+}
+
+async fn http_get_metrics(addr: std::net::SocketAddr) -> Result<String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut conn = tokio::time::timeout(Duration::from_secs(5), tokio::net::TcpStream::connect(addr))
+        .await
+        .with_context(|| format!("connecting to {addr}: timed out"))?
+        .with_context(|| format!("connecting to {addr}"))?;
+    conn.write_all(b"GET /metrics HTTP/1.0\r\n\r\n").await?;
+    let mut body = Vec::new();
+    tokio::time::timeout(Duration::from_secs(5), conn.read_to_end(&mut body))
+        .await
+        .with_context(|| format!("reading {addr}/metrics: timed out"))??;
+    Ok(String::from_utf8_lossy(&body).into_owned())
+}
+
+/// The `_sum` and `_count` series of `engram_write_stage_seconds`, as means per stage in the
+/// order the exposition lists them.
+fn parse_stage_means(text: &str) -> Vec<StageMean> {
+    let mut sums: Vec<(String, f64)> = Vec::new();
+    let mut counts: Vec<(String, u64)> = Vec::new();
+    for line in text.lines() {
+        let Some(rest) = line.strip_prefix("engram_write_stage_seconds_") else {
+            continue;
+        };
+        let Some((series, value)) = rest.rsplit_once(' ') else {
+            continue;
+        };
+        let Some(stage) = series
+            .split_once("stage=\"")
+            .and_then(|(_, s)| s.split_once('"'))
+            .map(|(s, _)| s.to_string())
+        else {
+            continue;
+        };
+        if series.starts_with("sum{") {
+            if let Ok(v) = value.parse() {
+                sums.push((stage, v));
+            }
+        } else if series.starts_with("count{")
+            && let Ok(v) = value.parse()
+        {
+            counts.push((stage, v));
+        }
+    }
+    counts
+        .into_iter()
+        .map(|(stage, writes)| {
+            let sum = sums.iter().find(|(s, _)| *s == stage).map_or(0.0, |(_, v)| *v);
+            let mean_ms = if writes == 0 {
+                0.0
+            } else {
+                sum * 1e3 / writes as f64
+            };
+            StageMean {
+                stage,
+                writes,
+                mean_ms,
+            }
+        })
+        .collect()
+}
+
+/// The breakdown as one line per stage, for the bench's text report.
+pub fn stage_lines(stages: &[StageMean]) -> String {
+    let mut out = String::from("engram write stages on the leader (mean ms from a write's arrival):\n");
+    for s in stages {
+        out.push_str(&format!(
+            "  {:<20} {:>8.3}  ({} writes)\n",
+            s.stage, s.mean_ms, s.writes
+        ));
+    }
+    out
+}
+
+#[cfg(test)]
+mod stage_tests {
+    use super::*;
+
+    #[test]
+    fn the_stage_means_come_from_the_sum_and_count_series() {
+        let text = "# TYPE engram_write_stage_seconds histogram\n\
+            engram_write_stage_seconds_bucket{node_id=\"1\",stage=\"committed\",le=\"0.001\"} 3\n\
+            engram_write_stage_seconds_sum{node_id=\"1\",stage=\"committed\"} 0.5\n\
+            engram_write_stage_seconds_count{node_id=\"1\",stage=\"committed\"} 4\n\
+            engram_write_stage_seconds_sum{node_id=\"1\",stage=\"applied\"} 0\n\
+            engram_write_stage_seconds_count{node_id=\"1\",stage=\"applied\"} 0\n\
+            engram_up{node_id=\"1\"} 1\n";
+        assert_eq!(
+            parse_stage_means(text),
+            vec![
+                StageMean {
+                    stage: "committed".into(),
+                    writes: 4,
+                    mean_ms: 125.0
+                },
+                StageMean {
+                    stage: "applied".into(),
+                    writes: 0,
+                    mean_ms: 0.0
+                },
+            ]
+        );
     }
 }
 

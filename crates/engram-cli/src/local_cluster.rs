@@ -23,6 +23,8 @@ pub struct LocalNode {
     pub addr: SocketAddr,
     pub data_dir: PathBuf,
     pub log_path: PathBuf,
+    /// Where the node serves `/metrics`, if it was started with it.
+    pub metrics_addr: Option<SocketAddr>,
     child: Option<Child>,
     /// One quick attempt per call, so a dead node is reported as such at once.
     probe: Client,
@@ -90,6 +92,18 @@ impl LocalCluster {
     /// Starts one node per port, with ids 1, 2, ... running `exe serve ... extra_args`. Does
     /// not wait for them to answer or initialise them.
     pub fn start(exe: &Path, dir: &Path, ports: &[u16], extra_args: &[String]) -> Result<LocalCluster> {
+        LocalCluster::start_with_metrics(exe, dir, ports, &[], extra_args)
+    }
+
+    /// [`LocalCluster::start`], node `i` also serving `/metrics` on `metrics_ports[i]` (if
+    /// there is one).
+    pub fn start_with_metrics(
+        exe: &Path,
+        dir: &Path,
+        ports: &[u16],
+        metrics_ports: &[u16],
+        extra_args: &[String],
+    ) -> Result<LocalCluster> {
         let mut cluster = LocalCluster {
             exe: exe.to_path_buf(),
             extra_args: extra_args.to_vec(),
@@ -105,6 +119,9 @@ impl LocalCluster {
                 addr,
                 data_dir,
                 log_path: dir.join(format!("node{id}.log")),
+                metrics_addr: metrics_ports
+                    .get(i)
+                    .map(|p| SocketAddr::from(([127, 0, 0, 1], *p))),
                 child: None,
                 probe: probe_client(addr)?,
             });
@@ -163,6 +180,11 @@ impl LocalCluster {
             .arg(node.addr.to_string())
             .arg("--data-dir")
             .arg(&node.data_dir)
+            .args(
+                node.metrics_addr
+                    .iter()
+                    .flat_map(|m| ["--metrics-listen".to_string(), m.to_string()]),
+            )
             .args(&extra)
             .stdin(Stdio::null())
             .stdout(log)

@@ -20,6 +20,7 @@
 //! | `K` | key id | public key admitted by genesis or a key change |
 //! | `L` | level(u8) position | Merkle tree node: root of the perfect subtree of `2^level` leaves from `position * 2^level` (level 0: leaf hashes) |
 //! | `X` | tx seq | the EAVT key of the transaction's datom `seq` (datoms by transaction) |
+//! | `U` | ns 0 entity attr 0 | the slot's live claims on main under a cardinality (see [`crate::current`]): what a write checks instead of the slot's history |
 //! | `C` | tree size | this node's signed checkpoint of that size (a signed note) |
 //! | `M` | name | engine metadata (`Mhead`: the chain head, `Mcheckpoint`: this node's last checkpoint, `Mattested`: the index of this node's last attested entry, u64 big-endian) and the Raft layer's rows |
 //!
@@ -46,6 +47,7 @@ pub const META: u8 = b'M';
 pub const MERKLE: u8 = b'L';
 pub const TX_DATOMS: u8 = b'X';
 pub const CHECKPOINT: u8 = b'C';
+pub const CURRENT: u8 = b'U';
 
 pub const META_HEAD: &[u8] = b"Mhead";
 pub const META_CHECKPOINT: &[u8] = b"Mcheckpoint";
@@ -185,6 +187,14 @@ pub fn eavt_entity(ns: &Namespace, e: EntityId) -> Vec<u8> {
 
 pub fn eavt_attr(ns: &Namespace, e: EntityId, attr: &Attribute) -> Vec<u8> {
     let mut k = eavt_entity(ns, e);
+    push_attr(&mut k, attr);
+    k
+}
+
+/// The current-claims row of one slot on main.
+pub fn current(ns: &Namespace, e: EntityId, attr: &Attribute) -> Vec<u8> {
+    let mut k = with_ns(CURRENT, ns);
+    k.extend_from_slice(&e.0.to_be_bytes());
     push_attr(&mut k, attr);
     k
 }

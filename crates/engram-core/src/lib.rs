@@ -12,6 +12,7 @@
 //! Must not depend on: Raft, gRPC, RocksDB, an async runtime or a clock.
 
 pub mod branch;
+pub mod current;
 mod engine;
 mod error;
 pub mod export;

@@ -11,7 +11,9 @@ use engram_types::{
 };
 
 use crate::branch::{self, BranchRow, BranchState};
+use crate::current::{CurrentRow, ROW_AFTER_DATOMS};
 use crate::engine::{Rejection, encode_row};
+use crate::planted::{self, PlantedBug};
 use crate::reads::{self, ReadOptions, View};
 use crate::schema::{self, SchemaRow, SchemaVersion};
 use crate::{CoreError, keys};
@@ -78,8 +80,42 @@ struct Draft<'a> {
     visible: HashMap<EntityId, bool>,
     defs: HashMap<Attribute, Option<AttributeDef>>,
     implicit: Vec<AttributeDef>,
-    slots: HashMap<(EntityId, Attribute), Vec<Datom>>,
+    slots: HashMap<(EntityId, Attribute), Slot>,
     value_indexed: BTreeSet<Attribute>,
+}
+
+/// What planning knows of one slot: its live claims (see [`crate::current`]), with this
+/// transaction's datoms folded in.
+struct Slot {
+    row: CurrentRow,
+    /// Whether the slot keeps a current-claims row: on main, for an attribute of the data.
+    /// A branch's slots are read from their history (main's up to the fork, then the
+    /// branch's own).
+    indexed: bool,
+    /// Whether its row was in the store under the slot's cardinality.
+    stored: bool,
+    /// Datoms folded into `row` from the history read and from this transaction.
+    folded: usize,
+    /// Whether this transaction wrote to the slot, so its row is rewritten.
+    written: bool,
+}
+
+impl Slot {
+    fn new(row: CurrentRow, indexed: bool, stored: bool, folded: usize) -> Slot {
+        Slot {
+            row,
+            indexed,
+            stored,
+            folded,
+            written: false,
+        }
+    }
+
+    /// Whether the transaction writes the slot's row: a row once there is kept current; a slot
+    /// without one gets it when its history reaches [`ROW_AFTER_DATOMS`].
+    fn writes_row(&self) -> bool {
+        self.indexed && self.written && (self.stored || self.folded >= ROW_AFTER_DATOMS)
+    }
 }
 
 impl<'a> Draft<'a> {
@@ -161,31 +197,43 @@ impl<'a> Draft<'a> {
         Ok(d)
     }
 
-    fn slot(&mut self, e: EntityId, attr: &Attribute) -> Result<&mut Vec<Datom>, CoreError> {
+    /// The slot of `e` and `attr`, counting this transaction's datoms. Its claims come from
+    /// the slot's current-claims row, so the cost does not grow with the slot's history; the
+    /// history is folded only where there is no row under the attribute's cardinality.
+    fn slot(&mut self, e: EntityId, attr: &Attribute) -> Result<&mut Slot, CoreError> {
         let key = (e, attr.clone());
         if !self.slots.contains_key(&key) {
-            let loaded = if self.new_entities.contains(&e) {
-                Vec::new()
-            } else {
-                self.view.slot_datoms(self.store, e, attr)?
-            };
-            self.slots.insert(key.clone(), loaded);
+            let slot = self.load_slot(e, attr)?;
+            self.slots.insert(key.clone(), slot);
         }
-        Ok(self.slots.entry(key).or_default())
+        // Present: inserted above if it was not.
+        Ok(self
+            .slots
+            .entry(key)
+            .or_insert_with(|| Slot::new(CurrentRow::empty(Cardinality::One), false, false, 0)))
+    }
+
+    fn load_slot(&mut self, e: EntityId, attr: &Attribute) -> Result<Slot, CoreError> {
+        let cardinality = self.def(attr)?.map_or(Cardinality::One, |d| d.cardinality);
+        let indexed = self.view.branch.is_none() && !attr.is_reserved();
+        if self.new_entities.contains(&e) {
+            return Ok(Slot::new(CurrentRow::empty(cardinality), indexed, false, 0));
+        }
+        if indexed && let Some(bytes) = self.store.get(Space::State, &keys::current(self.ns(), e, attr))? {
+            let row = CurrentRow::decode(&bytes)?;
+            // A row folded under another cardinality is stale (the schema changed it since).
+            if row.cardinality == cardinality {
+                return Ok(Slot::new(row, indexed, true, 0));
+            }
+        }
+        let history = self.view.slot_datoms(self.store, e, attr)?;
+        let row = CurrentRow::fold_history(cardinality, &history);
+        Ok(Slot::new(row, indexed, false, history.len()))
     }
 
     /// Whether `e` holds `value` for `attr`, counting this transaction's datoms.
-    fn holds(
-        &mut self,
-        e: EntityId,
-        attr: &Attribute,
-        value: &Value,
-        cardinality: Cardinality,
-    ) -> Result<bool, CoreError> {
-        let slot = self.slot(e, attr)?;
-        Ok(reads::holding(slot, cardinality)
-            .iter()
-            .any(|d| d.value == *value))
+    fn holds(&mut self, e: EntityId, attr: &Attribute, value: &Value) -> Result<bool, CoreError> {
+        Ok(self.slot(e, attr)?.row.claims.iter().any(|d| d.value == *value))
     }
 
     /// The entities other than `except` that hold `value` for `attr`.
@@ -201,7 +249,7 @@ impl<'a> Draft<'a> {
         candidates.dedup();
         let mut out = Vec::new();
         for e in candidates {
-            if Some(e) != except && self.holds(e, attr, value, Cardinality::One)? {
+            if Some(e) != except && self.holds(e, attr, value)? {
                 out.push(e);
             }
         }
@@ -239,7 +287,7 @@ impl<'a> Draft<'a> {
         }
         match fact.op {
             Op::Retract => {
-                if !self.holds(fact.entity, attr, fact.value, def.cardinality)? {
+                if !self.holds(fact.entity, attr, fact.value)? {
                     return Ok(Err(Rejection::NotCurrent {
                         entity: fact.entity,
                         attribute: attr.clone(),
@@ -274,7 +322,10 @@ impl<'a> Draft<'a> {
             tx: self.tx,
             provenance: fact.provenance.clone(),
         };
-        self.slot(fact.entity, attr)?.push(datom.clone());
+        let slot = self.slot(fact.entity, attr)?;
+        slot.row.fold(datom.clone());
+        slot.folded += 1;
+        slot.written = true;
         self.datoms.push(datom);
         Ok(Ok(()))
     }
@@ -300,12 +351,9 @@ impl<'a> Draft<'a> {
         if !self.visible(pre.entity)? {
             return Ok(Err(Rejection::UnknownEntity(pre.entity)));
         }
-        let cardinality = self
-            .def(&pre.attribute)?
-            .map_or(Cardinality::One, |d| d.cardinality);
-        let slot = self.slot(pre.entity, &pre.attribute)?.clone();
-        let current = reads::resolve_slot(&slot, cardinality, &ReadOptions::default()).current;
-        let holds = match (&pre.expected, cardinality) {
+        let row = &self.slot(pre.entity, &pre.attribute)?.row;
+        let current = reads::resolve_slot(&row.claims, row.cardinality, &ReadOptions::default()).current;
+        let holds = match (&pre.expected, row.cardinality) {
             (None, _) => current.is_empty(),
             (Some(v), Cardinality::One) => current.first().is_some_and(|d| d.value == *v),
             (Some(v), Cardinality::Many) => current.iter().any(|d| d.value == *v),
@@ -322,8 +370,18 @@ impl<'a> Draft<'a> {
     }
 
     /// Finishes the plan: owner rows for new entities, schema rows for attributes typed by
-    /// first use, and the entity counter.
+    /// first use, the current-claims rows of the slots it wrote, and the entity counter.
     fn finish(mut self) -> Planned {
+        let mut current: Vec<(Vec<u8>, Vec<u8>)> = self
+            .slots
+            .iter()
+            .filter(|(_, slot)| slot.writes_row())
+            .filter(|(_, slot)| !(slot.stored && planted::active(PlantedBug::StaleCurrentRow)))
+            .map(|((e, attr), slot)| (keys::current(self.view.ns, *e, attr), slot.row.encode()))
+            .collect();
+        // In key order, so every replica builds the same batch.
+        current.sort();
+        self.rows.extend(current);
         let owner = keys::entity_owner(self.ns(), self.branch());
         for e in &self.new_entities {
             self.rows.push((keys::entity(*e), owner.clone()));

@@ -35,10 +35,13 @@ pub enum PlantedBug {
     /// entry, or the head at start): its entries are in the chain with no signature of that
     /// node at or after them.
     SkipGroupAttestation,
+    /// A write to a slot whose current-claims row is in the store leaves that row as it was,
+    /// so the next write to the slot checks a stale view of what it holds.
+    StaleCurrentRow,
 }
 
 impl PlantedBug {
-    pub const ALL: [PlantedBug; 8] = [
+    pub const ALL: [PlantedBug; 9] = [
         PlantedBug::AckBeforeCommit,
         PlantedBug::SkipSyncBeforeAck,
         PlantedBug::WrongPrevHash,
@@ -47,6 +50,7 @@ impl PlantedBug {
         PlantedBug::EagerIdempotencyRow,
         PlantedBug::ReadBeforeRestartCatchUp,
         PlantedBug::SkipGroupAttestation,
+        PlantedBug::StaleCurrentRow,
     ];
 }
 

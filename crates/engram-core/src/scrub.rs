@@ -11,6 +11,8 @@
 //! - **Every datom against its index rows**: an EAVT datom has its AEVT row, its AVET row when
 //!   the attribute's schema keeps a value index, its VAET row when its value is a reference,
 //!   and the `X` row of its (tx, seq); a branch datom (`b`) has its `X` row.
+//! - **Every current-claims row against its slot's history** (`U`): it must be the slot's
+//!   datoms folded under the row's cardinality (a slot need not have one).
 //! - **Every transaction entry against its datoms**: the hashes of the datoms its `X` rows name
 //!   reproduce the entry's content hash and count, and each datom is of that transaction and
 //!   namespace.
@@ -32,6 +34,7 @@ use engram_storage::{Space, StorageError, Store, prefix_end, short_hex_key};
 use engram_types::{Attribute, Datom, EntityId, Hash, Namespace, TxId, Value};
 use serde::Serialize;
 
+use crate::current::CurrentRow;
 use crate::{CoreError, keys, schema};
 
 /// Findings kept in a report; later ones are only counted.
@@ -84,7 +87,7 @@ pub struct ScrubReport {
     pub rows: [u64; 3],
     /// EAVT and branch datoms checked.
     pub datoms: u64,
-    /// AEVT, AVET, VAET and `X` rows checked.
+    /// AEVT, AVET, VAET, `X` and current-claims (`U`) rows checked.
     pub index_rows: u64,
     /// Transaction entries whose datoms were hashed.
     pub transactions: u64,
@@ -470,6 +473,7 @@ impl<'a> Checker<'a> {
             Some(keys::AVET) => self.avet_row(key),
             Some(keys::VAET) => self.vaet_row(key),
             Some(keys::TX_DATOMS) => self.tx_datom_row(key, value),
+            Some(keys::CURRENT) => self.current_row(key, value),
             Some(keys::AUDIT) => self.entry(key, value).map(|_| ()),
             _ => Ok(()),
         }
@@ -499,6 +503,54 @@ impl<'a> Checker<'a> {
             // The datom row reports its own decoding failure when the walk reaches it.
             Err(_) => Ok(None),
         }
+    }
+
+    /// A current-claims row must be its slot's history folded under the row's cardinality.
+    fn current_row(&mut self, key: &[u8], value: &[u8]) -> Result<(), CoreError> {
+        self.report.index_rows += 1;
+        let parsed = split_ns(key).and_then(|(ns, rest)| {
+            let (entity, rest) = rest.split_first_chunk::<8>()?;
+            let (attr, rest) = split_attr(rest)?;
+            rest.is_empty()
+                .then_some((ns, EntityId(u64::from_be_bytes(*entity)), attr))
+        });
+        let Some((ns, e, attr)) = parsed else {
+            self.mismatch(key, "current-claims key does not parse");
+            return Ok(());
+        };
+        let row = match CurrentRow::decode(value) {
+            Ok(row) => row,
+            Err(err) => {
+                self.mismatch(key, err.to_string());
+                return Ok(());
+            }
+        };
+        let prefix = keys::eavt_attr(&ns, e, &attr);
+        let rows = match self
+            .store
+            .scan(Space::State, &prefix, prefix_end(&prefix).as_deref(), usize::MAX)
+        {
+            Ok(rows) => rows,
+            Err(err) => return self.storage(err),
+        };
+        let mut history = Vec::with_capacity(rows.len());
+        for (_, bytes) in rows {
+            match Datom::decode(&bytes) {
+                Ok(d) => history.push(d),
+                // The datom row reports its own decoding failure when the walk reaches it.
+                Err(_) => return Ok(()),
+            }
+        }
+        if CurrentRow::fold_history(row.cardinality, &history) != row {
+            self.mismatch(
+                key,
+                format!(
+                    "current-claims row of entity {e} {attr} is not its {} datoms folded",
+                    history.len()
+                ),
+            );
+        }
+        Ok(())
     }
 
     fn aevt_row(&mut self, key: &[u8]) -> Result<(), CoreError> {

@@ -6,11 +6,13 @@
 #![allow(clippy::unwrap_used)] // test helpers: a failed set-up step should stop the test loudly
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use engram_audit::NodeKey;
+use engram_core::current::{CurrentRow, ROW_AFTER_DATOMS};
 use engram_core::reads::{self, ReadError, ReadOptions, Resolution};
-use engram_core::{Engine, Rejection, TxOutcome, schema};
-use engram_storage::{MemStore, Space, Store, WriteBatch};
+use engram_core::{Engine, Rejection, TxOutcome, keys, schema, scrub};
+use engram_storage::{Durability, KeyValue, MemStore, Space, StorageError, Store, Visitor, WriteBatch};
 use engram_types::{
     Attribute, AttributeDef, BranchName, BranchOp, Cardinality, EntityId, EntityRef, Namespace, Op,
     Precondition, Provenance, Status, TxId, TxOp, TxReceipt, TxRequest, Unique, Value, ValueType,
@@ -63,9 +65,63 @@ fn agent(name: &str, status: Status, confidence: f64) -> Provenance {
     }
 }
 
+/// A memory store that counts the rows its reads return, so a test can tell how much of the
+/// state a write looked at.
+#[derive(Default)]
+struct Counted {
+    inner: MemStore,
+    rows_read: AtomicU64,
+}
+
+impl Counted {
+    fn count(&self, n: usize) {
+        self.rows_read.fetch_add(n as u64, Ordering::Relaxed);
+    }
+}
+
+impl Store for Counted {
+    fn get(&self, space: Space, key: &[u8]) -> Result<Option<Vec<u8>>, StorageError> {
+        let row = self.inner.get(space, key)?;
+        self.count(usize::from(row.is_some()));
+        Ok(row)
+    }
+
+    fn scan(
+        &self,
+        space: Space,
+        start: &[u8],
+        end: Option<&[u8]>,
+        limit: usize,
+    ) -> Result<Vec<KeyValue>, StorageError> {
+        let rows = self.inner.scan(space, start, end, limit)?;
+        self.count(rows.len());
+        Ok(rows)
+    }
+
+    fn scan_rev(
+        &self,
+        space: Space,
+        start: &[u8],
+        end: Option<&[u8]>,
+        limit: usize,
+    ) -> Result<Vec<KeyValue>, StorageError> {
+        let rows = self.inner.scan_rev(space, start, end, limit)?;
+        self.count(rows.len());
+        Ok(rows)
+    }
+
+    fn write(&self, batch: WriteBatch, durability: Durability) -> Result<(), StorageError> {
+        self.inner.write(batch, durability)
+    }
+
+    fn for_each(&self, space: Space, visit: &mut Visitor<'_>) -> Result<(), StorageError> {
+        self.inner.for_each(space, visit)
+    }
+}
+
 /// One node's engine over a memory store, with a log counter.
 struct Mem {
-    store: Arc<MemStore>,
+    store: Arc<Counted>,
     engine: Engine,
     log: u64,
     ns: Namespace,
@@ -73,7 +129,7 @@ struct Mem {
 
 impl Mem {
     fn new(ns: &str) -> Mem {
-        let store = Arc::new(MemStore::new());
+        let store = Arc::new(Counted::default());
         let key = NodeKey::from_seed([5; 32]);
         let mut engine = Engine::open(store.clone(), Arc::new(NodeKey::from_seed(key.seed()))).unwrap();
         engine
@@ -109,6 +165,27 @@ impl Mem {
         req.provenance = who;
         req.ops = ops;
         self.apply(req)
+    }
+
+    /// Applies `write` and returns its outcome with the rows it read.
+    fn rows_read_by(&mut self, write: impl FnOnce(&mut Mem) -> TxOutcome) -> (TxOutcome, u64) {
+        let before = self.store.rows_read.load(Ordering::Relaxed);
+        let outcome = write(self);
+        (outcome, self.store.rows_read.load(Ordering::Relaxed) - before)
+    }
+
+    /// The slot's current-claims row, decoded.
+    fn current_row(&self, e: EntityId, a: &str) -> Option<CurrentRow> {
+        let bytes = self
+            .store
+            .get(Space::State, &keys::current(&self.ns, e, &attr(a)))
+            .unwrap()?;
+        Some(CurrentRow::decode(&bytes).unwrap())
+    }
+
+    fn scrub_findings(&self) -> Vec<String> {
+        let report = scrub::scrub(&*self.store, &mut |_, _| {}).unwrap();
+        report.findings.into_iter().map(|f| f.what).collect()
     }
 
     fn write_on(&mut self, on: &str, ops: Vec<TxOp>) -> TxOutcome {
@@ -959,4 +1036,174 @@ fn schema_branch_and_merge_transactions_verify_offline_and_a_moved_branch_datom_
     let report = engram_verify::verify_export(&export(&*m.store)[..], &options, |_, _| {}).unwrap();
     let failure = report.failures.first().expect("the moved datom is caught");
     assert_eq!(failure.index, Some(on_branch.audit_index), "{failure:?}");
+}
+
+#[test]
+fn a_write_reads_the_slots_current_claims_not_its_history() {
+    // Decision: write cost must not grow with the number of versions a key has. A write,
+    // a retraction and a precondition on a slot with 2 versions and with 600 versions must
+    // read the same number of rows.
+    let mut m = Mem::new("team/a");
+    let who = agent("a", Status::Candidate, 1.0);
+    let e = created(
+        &m.write(
+            who.clone(),
+            vec![assert_op(temp("k"), ":counter/v", Value::I64(0))],
+        )
+        .unwrap(),
+        "k",
+    );
+    let rewrite =
+        |m: &mut Mem, n: i64| m.write(who.clone(), vec![assert_op(id(e), ":counter/v", Value::I64(n))]);
+    let checks = |m: &mut Mem, n: i64| -> [u64; 3] {
+        let (outcome, write) = m.rows_read_by(|m| rewrite(m, n));
+        outcome.unwrap();
+        let mut cas = m.request();
+        cas.provenance = who.clone();
+        cas.preconditions = vec![Precondition {
+            entity: e,
+            attribute: attr(":counter/v"),
+            expected: Some(Value::I64(n)),
+        }];
+        cas.ops = vec![assert_op(id(e), ":counter/v", Value::I64(n + 1))];
+        let (outcome, precondition) = m.rows_read_by(|m| m.apply(cas));
+        outcome.unwrap();
+        let (outcome, retract) =
+            m.rows_read_by(|m| m.write(who.clone(), vec![retract_op(e, ":counter/v", Value::I64(n + 1))]));
+        outcome.unwrap();
+        [write, precondition, retract]
+    };
+    // A slot gets its row once it has ROW_AFTER_DATOMS datoms; below that, its few datoms are
+    // read instead.
+    for n in 1..ROW_AFTER_DATOMS as i64 {
+        assert_eq!(m.current_row(e, ":counter/v"), None, "no row at {n} datoms");
+        rewrite(&mut m, n).unwrap();
+    }
+    assert!(m.current_row(e, ":counter/v").is_some());
+    let few = checks(&mut m, 1);
+    for n in 10..600 {
+        rewrite(&mut m, n).unwrap();
+    }
+    let many = checks(&mut m, 1_000);
+    assert_eq!(few, many, "rows read by a write, a precondition and a retraction");
+    assert_eq!(
+        m.current_row(e, ":counter/v"),
+        Some(CurrentRow::empty(Cardinality::One))
+    );
+    assert_eq!(m.scrub_findings(), Vec::<String>::new());
+
+    // A slot without a row (written before the index existed) folds its history once, gets
+    // the row, and then reads as little as the others.
+    rewrite(&mut m, 7).unwrap();
+    let row = m.current_row(e, ":counter/v").unwrap();
+    let mut drop_row = WriteBatch::new();
+    drop_row.delete(Space::State, keys::current(&m.ns, e, &attr(":counter/v")));
+    m.store.write(drop_row, Durability::Sync).unwrap();
+    let (outcome, first) =
+        m.rows_read_by(|m| m.write(who.clone(), vec![retract_op(e, ":counter/v", Value::I64(7))]));
+    outcome.unwrap();
+    assert!(
+        first > 600,
+        "the first write after folds the history: {first} rows"
+    );
+    let (outcome, next) = m.rows_read_by(|m| rewrite(m, 8));
+    outcome.unwrap();
+    assert!(next < 50, "{next} rows");
+    assert_eq!(row.claims.len(), 1);
+    assert_eq!(m.value(e, ":counter/v", None), Some(Value::I64(8)));
+    assert_eq!(m.scrub_findings(), Vec::<String>::new());
+}
+
+#[test]
+fn current_claims_follow_agents_retractions_and_cardinality_changes() {
+    let mut m = Mem::new("team/a");
+    m.declare(vec![def(":claim/x", ValueType::I64)]).unwrap();
+    let (a, b, c) = (
+        agent("a", Status::Candidate, 1.0),
+        agent("b", Status::Candidate, 1.0),
+        agent("c", Status::Candidate, 1.0),
+    );
+    let held = |m: &Mem, e: EntityId| -> Vec<i64> {
+        let row = m.current_row(e, ":claim/x").unwrap();
+        row.claims
+            .iter()
+            .map(|d| match d.value {
+                Value::I64(v) => v,
+                _ => panic!("{d:?}"),
+            })
+            .collect()
+    };
+    let e = created(
+        &m.write(a.clone(), vec![assert_op(temp("e"), ":claim/x", Value::I64(1))])
+            .unwrap(),
+        "e",
+    );
+    // Agent c rewrites the slot until it keeps a row.
+    let padding: Vec<i64> = (100..100 + ROW_AFTER_DATOMS as i64).collect();
+    for v in &padding {
+        m.write(c.clone(), vec![assert_op(id(e), ":claim/x", Value::I64(*v))])
+            .unwrap();
+    }
+    m.write(b.clone(), vec![assert_op(id(e), ":claim/x", Value::I64(2))])
+        .unwrap();
+    m.write(a.clone(), vec![assert_op(id(e), ":claim/x", Value::I64(3))])
+        .unwrap();
+    // Cardinality one: one claim per agent, a's latest replaced its first, c's last stands.
+    assert_eq!(
+        m.current_row(e, ":claim/x").unwrap().cardinality,
+        Cardinality::One
+    );
+    assert_eq!(held(&m, e), vec![padding[padding.len() - 1], 2, 3]);
+    // 1 is no longer held: retracting it is refused, as it was when the history was read.
+    let refused = m.refused(|m| m.write(b.clone(), vec![retract_op(e, ":claim/x", Value::I64(1))]));
+    assert!(matches!(refused, Rejection::NotCurrent { .. }), "{refused}");
+
+    // Widened to many: the row folded under one is stale, the next write folds the history
+    // under many (every value asserted and not retracted since, 1 included).
+    let mut many = def(":claim/x", ValueType::I64);
+    many.cardinality = Cardinality::Many;
+    m.declare(vec![many]).unwrap();
+    m.write(b.clone(), vec![retract_op(e, ":claim/x", Value::I64(1))])
+        .unwrap();
+    assert_eq!(
+        m.current_row(e, ":claim/x").unwrap().cardinality,
+        Cardinality::Many
+    );
+    let mut all = padding.clone();
+    all.extend([2, 3]);
+    assert_eq!(held(&m, e), all);
+    let refused = m.refused(|m| m.write(b.clone(), vec![retract_op(e, ":claim/x", Value::I64(1))]));
+    assert!(matches!(refused, Rejection::NotCurrent { .. }), "{refused}");
+    assert_eq!(m.scrub_findings(), Vec::<String>::new());
+
+    // Branches read their slots from history and keep no row; a merge writes main's.
+    m.branch_op(BranchOp::Create {
+        name: branch("try"),
+        from: None,
+    })
+    .unwrap();
+    m.write_on("try", vec![retract_op(e, ":claim/x", Value::I64(2))])
+        .unwrap();
+    assert_eq!(held(&m, e), all, "main is untouched");
+    m.branch_op(BranchOp::Merge { name: branch("try") }).unwrap();
+    all.retain(|v| *v != 2);
+    assert_eq!(held(&m, e), all);
+    assert_eq!(m.scrub_findings(), Vec::<String>::new());
+
+    // A row that disagrees with its history is a scrub finding naming the slot.
+    let mut wrong = m.current_row(e, ":claim/x").unwrap();
+    wrong.claims.clear();
+    let mut batch = WriteBatch::new();
+    batch.put(
+        Space::State,
+        keys::current(&m.ns, e, &attr(":claim/x")),
+        wrong.encode(),
+    );
+    m.store.write(batch, Durability::Sync).unwrap();
+    let findings = m.scrub_findings();
+    assert_eq!(findings.len(), 1, "{findings:?}");
+    assert!(
+        findings[0].contains("current-claims row of entity") && findings[0].contains(":claim/x"),
+        "{findings:?}"
+    );
 }

@@ -25,6 +25,7 @@ mod log_store;
 pub mod network;
 mod node;
 pub mod peer_auth;
+pub mod stages;
 mod state_machine;
 
 use std::fmt;

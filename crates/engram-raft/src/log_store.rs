@@ -9,6 +9,7 @@ use openraft::storage::{IOFlushed, LogState, RaftLogReader, RaftLogStorage};
 use openraft::{OptionalSend, RaftTypeConfig};
 
 use crate::codec::{decode, encode};
+use crate::stages::{Stage, WriteStages};
 use crate::{Entry, LogId, TypeConfig, Vote};
 
 const VOTE: &[u8] = b"vote";
@@ -27,11 +28,13 @@ fn log_key(index: u64) -> [u8; 8] {
 #[derive(Clone)]
 pub struct LogStore {
     store: Arc<dyn Store>,
+    /// Marks each synced append (telemetry; see [`WriteStages`]).
+    stages: Arc<WriteStages>,
 }
 
 impl LogStore {
-    pub fn new(store: Arc<dyn Store>) -> LogStore {
-        LogStore { store }
+    pub fn new(store: Arc<dyn Store>, stages: Arc<WriteStages>) -> LogStore {
+        LogStore { store, stages }
     }
 
     fn get_row<T: serde::de::DeserializeOwned>(&self, key: &[u8], what: &str) -> io::Result<Option<T>> {
@@ -143,7 +146,9 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         I::IntoIter: OptionalSend,
     {
         let mut batch = WriteBatch::new();
+        let mut last = None;
         for entry in entries {
+            last = Some(entry.index());
             batch.put(Space::Log, log_key(entry.index()).to_vec(), encode(&entry)?);
         }
         // Synced before the callback: acknowledging an unsynced append lets a crash revert a
@@ -153,7 +158,12 @@ impl RaftLogStorage<TypeConfig> for LogStore {
             .write(batch, engram_core::planted::ack_durability())
             .map_err(io_err);
         let status = match &result {
-            Ok(()) => Ok(()),
+            Ok(()) => {
+                if let Some(last) = last {
+                    self.stages.mark(Stage::LogDurable, last);
+                }
+                Ok(())
+            }
             Err(e) => Err(io::Error::new(e.kind(), e.to_string())),
         };
         callback.io_completed(status);

@@ -18,6 +18,7 @@ use engram_storage::Store;
 use engram_proto::pb;
 use engram_proto::pb::raft_client::RaftClient;
 use openraft::OptionalSend;
+use openraft::entry::RaftEntry;
 use openraft::error::{NetworkError, RPCError, ReplicationClosed, StreamingError, Unreachable};
 use openraft::network::{RPCOption, RaftNetworkFactory, v2::RaftNetworkV2};
 use openraft::raft::{
@@ -29,6 +30,7 @@ use tracing::warn;
 
 use crate::codec::{decode, encode};
 use crate::peer_auth::{self, ClusterKeys, RpcKind};
+use crate::stages::{Stage, WriteStages};
 use crate::{NodeInfo, Raft, Snapshot, SnapshotData, SnapshotMeta, TypeConfig, Vote};
 
 /// Largest gRPC message between nodes: big enough for a full append batch.
@@ -45,6 +47,8 @@ pub struct NetworkFactory {
     pub append_timeout: Duration,
     /// This node's store: its applied chain names the member keys a request lists.
     pub store: Arc<dyn Store>,
+    /// Marks each append a follower acknowledged (telemetry; see [`WriteStages`]).
+    pub stages: Arc<WriteStages>,
 }
 
 pub struct Connection {
@@ -57,6 +61,7 @@ pub struct Connection {
     /// request: a target outside any membership (being added) trusts them as well as this
     /// sender, so it still accepts whichever member leads next (peer-auth rule 3).
     members: Vec<(u64, PublicKey)>,
+    stages: Arc<WriteStages>,
 }
 
 /// TLS for the connections this process opens to other nodes (Raft, forwarding, joining),
@@ -120,6 +125,7 @@ impl RaftNetworkFactory<TypeConfig> for NetworkFactory {
             client,
             append_timeout: self.append_timeout,
             members,
+            stages: self.stages.clone(),
         }
     }
 }
@@ -212,14 +218,21 @@ impl RaftNetworkV2<TypeConfig> for Connection {
         option: RPCOption,
     ) -> Result<AppendEntriesResponse<TypeConfig>, RPCError<TypeConfig>> {
         let deadline = self.append_deadline(&option, !rpc.entries.is_empty());
-        self.call(
-            &rpc,
-            RpcKind::AppendEntries,
-            deadline,
-            "append response",
-            |mut c, r| async move { c.append_entries(r).await },
-        )
-        .await
+        let last = rpc.entries.last().map(|e| e.index());
+        let reply: AppendEntriesResponse<TypeConfig> = self
+            .call(
+                &rpc,
+                RpcKind::AppendEntries,
+                deadline,
+                "append response",
+                |mut c, r| async move { c.append_entries(r).await },
+            )
+            .await?;
+        // A follower answers success only once the entries are synced in its log.
+        if let (Some(last), AppendEntriesResponse::Success) = (last, &reply) {
+            self.stages.mark(Stage::FollowerDurable, last);
+        }
+        Ok(reply)
     }
 
     async fn vote(

@@ -13,6 +13,7 @@ use openraft::{ChangeMembers, Config, ReadPolicy, ServerState, SnapshotPolicy};
 use thiserror::Error;
 
 use crate::network::NetworkFactory;
+use crate::stages::{Stage, WriteStages};
 use crate::{Command, LogStore, NodeInfo, Raft, StateMachine, clock};
 
 /// The Raft timing and compaction settings of a node: the one type every layer passes on
@@ -121,6 +122,8 @@ pub struct RaftNode {
     /// Set when this node found its chain differs from a peer's (see [`DivergenceAlarm`]);
     /// cleared only by a restart, which checks again.
     pub alarm: Arc<Mutex<Option<DivergenceAlarm>>>,
+    /// Where this node's writes spend their time, as leader (telemetry).
+    pub stages: Arc<WriteStages>,
     clock_skew_ns: i64,
     /// The last index of the Raft log when this process started. Linearizable reads wait
     /// until it is applied: see [`RaftNode::ensure_linearizable`].
@@ -173,6 +176,28 @@ pub struct NodeStatus {
     pub members: Vec<(u64, NodeInfo, bool)>,
 }
 
+/// Marks the commit and apply positions as openraft reports them (telemetry, see
+/// [`WriteStages`]). Ends when the Raft instance does.
+fn watch_commit_and_apply(raft: &Raft, stages: Arc<WriteStages>) {
+    let mut metrics = raft.metrics();
+    tokio::task::spawn(async move {
+        loop {
+            {
+                let m = metrics.borrow_watched();
+                if let Some(id) = &m.local_committed {
+                    stages.mark(Stage::Committed, id.index());
+                }
+                if let Some(id) = &m.last_applied {
+                    stages.mark(Stage::Applied, id.index());
+                }
+            }
+            if metrics.changed().await.is_err() {
+                return;
+            }
+        }
+    });
+}
+
 fn write_error(e: RaftError<crate::TypeConfig, ClientWriteError<crate::TypeConfig>>) -> NodeError {
     match e {
         RaftError::APIError(ClientWriteError::ForwardToLeader(f)) => {
@@ -200,7 +225,8 @@ impl RaftNode {
             .timing
             .openraft_config()
             .map_err(|e| NodeError::Fatal(format!("invalid raft settings: {e}")))?;
-        let mut log_store = LogStore::new(store.clone());
+        let stages = Arc::new(WriteStages::default());
+        let mut log_store = LogStore::new(store.clone(), stages.clone());
         let startup_log_index = log_store
             .get_log_state()
             .await
@@ -217,12 +243,14 @@ impl RaftNode {
                 keys: keys.clone(),
                 append_timeout: settings.timing.append_timeout(),
                 store: store.clone(),
+                stages: stages.clone(),
             },
             log_store,
             state_machine,
         )
         .await
         .map_err(|e| NodeError::Fatal(e.to_string()))?;
+        watch_commit_and_apply(&raft, stages.clone());
         Ok(RaftNode {
             raft,
             node_id,
@@ -231,6 +259,7 @@ impl RaftNode {
             keys,
             peer_refused: Arc::default(),
             alarm: Arc::default(),
+            stages,
             clock_skew_ns: settings.clock_skew_ns,
             startup_log_index,
         })

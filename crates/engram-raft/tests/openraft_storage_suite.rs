@@ -28,7 +28,7 @@ impl StoreBuilder<TypeConfig, LogStore, StateMachine> for MemBuilder {
             engram_core::CheckpointPolicy::default(),
         )
         .map_err(|e| StorageError::from_io_error(ErrorSubject::StateMachine, ErrorVerb::Read, e))?;
-        Ok(((), LogStore::new(store), sm))
+        Ok(((), LogStore::new(store, Default::default()), sm))
     }
 }
 

@@ -71,6 +71,7 @@ pub fn render(node: &RaftNode) -> String {
             head.tx_time_ns as f64 / 1e9,
         );
     }
+    node.stages.render(node.node_id, &mut out);
     let refused = node.peer_refused.load(std::sync::atomic::Ordering::Relaxed);
     let _ = writeln!(
         out,

@@ -16,6 +16,7 @@ pub mod no_partial_apply;
 pub mod peer_auth;
 pub mod replica_agreement;
 pub mod signatures_valid;
+pub mod state_consistent;
 pub mod tx_time_monotonic;
 pub mod watch_complete;
 

@@ -32,6 +32,7 @@ impl MemoryService {
     async fn write(&self, forwarded: bool, call: WriteCall) -> Result<pb::TransactResponse, ApiError> {
         // An invalid namespace is the more precise answer than the size limit (a namespace
         // of megabytes is both), and checking it first is cheap: its length is checked first.
+        let received = std::time::Instant::now();
         namespace(call.namespace().to_string())?;
         let bytes = call.encoded_len();
         let limit = self.shared.config.max_tx_bytes;
@@ -42,9 +43,15 @@ impl MemoryService {
         if let Route::Leader(addr) = self.shared.route_write(forwarded)? {
             return call.forward(self.shared.memory_client(&addr)?).await;
         }
+        let proposed = std::time::Instant::now();
         match self.shared.node.propose(tx).await {
             Ok(Ok(receipt)) => {
-                tracing::Span::current().record("tx_id", receipt.tx.0);
+                let span = tracing::Span::current();
+                span.record("tx_id", receipt.tx.0);
+                // The transaction id is the entry's log index.
+                for (stage, us) in self.shared.node.stages.record(received, proposed, receipt.tx.0) {
+                    span.record(stage.span_field(), us);
+                }
                 Ok((&receipt).into())
             }
             Ok(Err(rejection)) => Err(ApiError::Rejected(rejection)),
@@ -64,7 +71,14 @@ impl MemoryService {
             "transact",
             node_id = self.shared.node.node_id,
             kind = call.kind(),
-            tx_id = tracing::field::Empty
+            tx_id = tracing::field::Empty,
+            // Microseconds from arrival to each stage of the write's path (engram_raft::stages).
+            proposed_us = tracing::field::Empty,
+            leader_log_durable_us = tracing::field::Empty,
+            follower_durable_us = tracing::field::Empty,
+            committed_us = tracing::field::Empty,
+            applied_us = tracing::field::Empty,
+            answered_us = tracing::field::Empty
         );
         Ok(Response::new(self.write(forwarded, call).instrument(span).await?))
     }
