@@ -91,6 +91,40 @@ fn both_systems_are_measured_at_every_point_and_compared() {
     for f in fanouts {
         assert_eq!(f["delivered"], f["expected"], "{f}");
     }
+    // The leader's write-stage breakdown: every stage saw the run's writes (the preloads and
+    // the timed writes; the leader answered all of them), and the mean offsets from arrival
+    // grow along the path.
+    let stages = doc["write_stages"].as_array().unwrap();
+    let names: Vec<&str> = stages.iter().map(|s| s["stage"].as_str().unwrap()).collect();
+    assert_eq!(
+        names,
+        [
+            "proposed",
+            "leader_log_durable",
+            "follower_durable",
+            "committed",
+            "applied",
+            "answered"
+        ]
+    );
+    let answered = stages[5]["writes"].as_u64().unwrap();
+    let timed: u64 = ms
+        .iter()
+        .filter(|m| m["system"] == "engram" && m["workload"]["kind"] == "write")
+        .map(|m| m["ops"].as_u64().unwrap())
+        .sum();
+    assert!(
+        answered >= timed && timed > 0,
+        "{answered} answered, {timed} timed writes"
+    );
+    for s in stages {
+        // A stage may miss a write now and then (a mark pushed out by a burst), not often.
+        assert!(s["writes"].as_u64().unwrap() * 10 >= answered * 9, "{s}");
+    }
+    let means: Vec<f64> = stages.iter().map(|s| s["mean_ms"].as_f64().unwrap()).collect();
+    for (earlier, later) in [(0, 1), (0, 2), (2, 3), (3, 4), (4, 5)] {
+        assert!(means[earlier] <= means[later], "{names:?} {means:?}");
+    }
 }
 
 #[test]

@@ -11,9 +11,7 @@ use std::time::Duration;
 use anyhow::{Context, Result, bail};
 use clap::Parser;
 use engram_bench::etcd::{EtcdCluster, EtcdSystem};
-use engram_cli::bench::{
-    BenchCluster, EngramSystem, UiProgress, check_args, emit, failures, stage_lines, suite_spec,
-};
+use engram_cli::bench::{BenchCluster, EngramSystem, UiProgress, check_args, emit, failures, suite_spec};
 use engram_cli::cli::BenchArgs;
 use engram_cli::ui::Ui;
 use engram_loadgen::{System, run_suite};
@@ -110,15 +108,13 @@ async fn main() -> Result<()> {
     let progress = UiProgress::new(ui);
     let report = run_suite(&systems, &spec, &progress).await;
     drop(progress);
-    emit(&args.bench, &spec, &report, args.json)?;
     // Where Engram's writes spent their time on the leader, over every write of this run (run
     // with `--phases writes --clients 1` for the single-client path).
-    if !args.json {
-        match engram.write_stages().await {
-            Ok(stages) => print!("{}", stage_lines(&stages)),
-            Err(e) => eprintln!("no write-stage breakdown: {e:#}"),
-        }
-    }
+    let stages = engram.write_stages().await.unwrap_or_else(|e| {
+        eprintln!("no write-stage breakdown: {e:#}");
+        Vec::new()
+    });
+    emit(&args.bench, &spec, &report, &stages, args.json)?;
     let failed = failures(&report);
     if !failed.is_empty() {
         bail!("requests failed during the bench:\n  {}", failed.join("\n  "));

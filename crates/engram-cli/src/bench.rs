@@ -769,16 +769,26 @@ pub struct BenchDocument<'a> {
     pub spec: &'a SuiteSpec,
     pub rows: Vec<Row>,
     pub report: &'a SuiteReport,
+    /// Engram's write stages on the leader over the whole run (empty when attached to a
+    /// cluster the bench did not start).
+    pub write_stages: &'a [StageMean],
 }
 
 /// Prints the report (table or JSON) and writes `--out`.
-pub fn emit(args: &BenchArgs, spec: &SuiteSpec, report: &SuiteReport, json: bool) -> Result<()> {
+pub fn emit(
+    args: &BenchArgs,
+    spec: &SuiteSpec,
+    report: &SuiteReport,
+    write_stages: &[StageMean],
+    json: bool,
+) -> Result<()> {
     let doc = BenchDocument {
         machine: Machine::read(),
         command: std::env::args().collect::<Vec<_>>().join(" "),
         spec,
         rows: rows(&report.measurements),
         report,
+        write_stages,
     };
     if let Some(out) = &args.out {
         std::fs::write(out, serde_json::to_vec_pretty(&doc)?)
@@ -811,6 +821,9 @@ pub fn emit(args: &BenchArgs, spec: &SuiteSpec, report: &SuiteReport, json: bool
     }
     for s in &report.skipped {
         outln!("not measured: {s}")?;
+    }
+    if !write_stages.is_empty() {
+        out!("{}", stage_lines(write_stages))?;
     }
     Ok(())
 }
@@ -854,7 +867,7 @@ pub async fn run(args: BenchArgs, endpoints: Vec<String>, json: bool) -> Result<
     check_args(&args)?;
     let ui = Ui::new(json);
     let spec = suite_spec(&args);
-    let (_cluster, system) = if args.attach {
+    let (cluster, system) = if args.attach {
         let leader = endpoints
             .first()
             .cloned()
@@ -878,7 +891,14 @@ pub async fn run(args: BenchArgs, endpoints: Vec<String>, json: bool) -> Result<
     let progress = UiProgress::new(ui);
     let report = run_suite(&systems, &spec, &progress).await;
     drop(progress);
-    emit(&args, &spec, &report, json)?;
+    let stages = match &cluster {
+        Some(c) => c.write_stages().await.unwrap_or_else(|e| {
+            tracing::warn!(error = %format!("{e:#}"), "no write-stage breakdown");
+            Vec::new()
+        }),
+        None => Vec::new(),
+    };
+    emit(&args, &spec, &report, &stages, json)?;
     let failed = failures(&report);
     if !failed.is_empty() {
         bail!("requests failed during the bench:\n  {}", failed.join("\n  "));

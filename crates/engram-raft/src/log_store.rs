@@ -129,6 +129,9 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         // Not synced: openraft treats the committed id as a hint that lets a restart apply
         // sooner; losing the latest one only means learning it again from the leader. Syncing
         // it would cost an fsync each time the commit index moves.
+        if let Some(id) = &committed {
+            self.stages.mark(Stage::Committed, id.index());
+        }
         let mut batch = WriteBatch::new();
         batch.put(Space::Raft, COMMITTED.to_vec(), encode(&committed)?);
         self.store.write(batch, Durability::Buffered).map_err(io_err)

@@ -176,28 +176,6 @@ pub struct NodeStatus {
     pub members: Vec<(u64, NodeInfo, bool)>,
 }
 
-/// Marks the commit and apply positions as openraft reports them (telemetry, see
-/// [`WriteStages`]). Ends when the Raft instance does.
-fn watch_commit_and_apply(raft: &Raft, stages: Arc<WriteStages>) {
-    let mut metrics = raft.metrics();
-    tokio::task::spawn(async move {
-        loop {
-            {
-                let m = metrics.borrow_watched();
-                if let Some(id) = &m.local_committed {
-                    stages.mark(Stage::Committed, id.index());
-                }
-                if let Some(id) = &m.last_applied {
-                    stages.mark(Stage::Applied, id.index());
-                }
-            }
-            if metrics.changed().await.is_err() {
-                return;
-            }
-        }
-    });
-}
-
 fn write_error(e: RaftError<crate::TypeConfig, ClientWriteError<crate::TypeConfig>>) -> NodeError {
     match e {
         RaftError::APIError(ClientWriteError::ForwardToLeader(f)) => {
@@ -250,7 +228,6 @@ impl RaftNode {
         )
         .await
         .map_err(|e| NodeError::Fatal(e.to_string()))?;
-        watch_commit_and_apply(&raft, stages.clone());
         Ok(RaftNode {
             raft,
             node_id,
@@ -276,6 +253,7 @@ impl RaftNode {
             return Ok(self.planted_ack_before_commit(command, proposed_time_ns));
         }
         let resp = self.raft.client_write(command).await.map_err(write_error)?;
+        self.stages.mark(Stage::Applied, resp.log_id.index());
         resp.data
             .outcome
             .ok_or_else(|| NodeError::Fatal("apply returned no outcome for a transaction".into()))

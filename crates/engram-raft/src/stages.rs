@@ -1,13 +1,12 @@
 //! Where a write's time goes on the leader: the moments each stage of the Raft path reached a
 //! log index, and per-stage latency histograms of the writes answered.
 //!
-//! The log store marks its own appends durable, the network marks a follower's acknowledged
-//! append, and a watcher of openraft's metrics marks the commit and apply positions. When a
-//! write is answered, the server looks up, for its log index, the first mark of each stage
-//! made after the write arrived, and records the offsets from its arrival
-//! ([`WriteStages::record`]). Telemetry only: nothing here is replicated, and apply never
-//! reads it (the monotonic clock is read by the log store, the network and the watcher, not
-//! by the state machine).
+//! The log store marks its own synced appends and the commit index openraft hands it, the
+//! network marks a follower's acknowledged append, and the proposer marks the answer the
+//! state machine sent back. When a write is answered, the server looks up, for its log index,
+//! the first mark of each stage made after the write was proposed, and records the offsets
+//! from its arrival ([`WriteStages::record`]). Telemetry only: nothing here is replicated, and
+//! the state machine neither reads a clock nor sees these marks.
 
 use std::collections::VecDeque;
 use std::fmt::Write as _;
@@ -26,7 +25,7 @@ pub enum Stage {
     FollowerDurable,
     /// The leader knows the entry committed (a majority holds it).
     Committed,
-    /// The leader's state machine applied it.
+    /// The leader's state machine applied it and its answer reached the proposer.
     Applied,
     /// The client's answer is ready.
     Answered,
