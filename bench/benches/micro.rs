@@ -5,7 +5,8 @@
 //! * `apply`: one data transaction applied by the engine into RocksDB, audit entry, Merkle
 //!   nodes and synced write included;
 //! * `rewrite`: one transaction rewriting a key that already has 10, 1,000 or 10,000 versions
-//!   (its cost must not grow with them: the planner reads the slot's current-claims row);
+//!   (each timed rewrite adds one more); its cost must not grow with them, since the planner
+//!   reads the slot's current-claims row, not its history;
 //! * `audit_sign`: signing an audit entry, and checking one attestation;
 //! * `chain_verify`: `ChainVerifier` over a 1,000-entry chain, signatures inline and deferred;
 //! * `merkle`: appends to the compact tree, and inclusion and consistency proofs made and
@@ -257,12 +258,15 @@ fn rewrite(c: &mut Criterion) {
             node.apply(&rewrite_request(key.clone(), v as i64)).unwrap();
         }
         let mut next = versions as i64;
-        group.bench_function(BenchmarkId::new("one_key", format!("{versions}_versions")), |b| {
-            b.iter(|| {
-                next += 1;
-                black_box(node.apply(&rewrite_request(key.clone(), next)))
-            });
-        });
+        group.bench_function(
+            BenchmarkId::new("one_key", format!("from_{versions}_versions")),
+            |b| {
+                b.iter(|| {
+                    next += 1;
+                    black_box(node.apply(&rewrite_request(key.clone(), next)))
+                });
+            },
+        );
         assert_eq!(node.engine.head().index, node.log, "a rewrite was rejected");
     }
     group.finish();
