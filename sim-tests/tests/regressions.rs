@@ -187,3 +187,16 @@ fn a_node_is_admitted_by_the_chain_before_it_receives_any_entry() {
 fn seed_that_found_the_stranded_joining_node() {
     assert_seeds_pass(&[826]);
 }
+
+/// Seed 3971 of a fresh-seed soak (seeds 3000..): node 3 fell behind (partitioned, then a
+/// whole-cluster restart) before node 5 was admitted; node 5 then led, the admitting leader
+/// was removed, and node 3, whose applied chain and log both ended before node 5's admission,
+/// refused every append and snapshot from node 5 for the rest of the run (liveness, I2, I3, I5
+/// failed on it). Fixed by peer-auth rule 4: a request carries the key changes that admitted
+/// its signing key, back to a genesis key (`PeerAuth.admissions`), checked against the
+/// receiver's own chain — on appends, votes and snapshot streams alike (the first attempt
+/// left them off snapshot headers, and the seed still failed on `InstallSnapshot`).
+#[test]
+fn seed_that_found_the_lagging_member() {
+    assert_seeds_pass(&[3971]);
+}

@@ -61,6 +61,10 @@ pub struct Connection {
     /// request: a target outside any membership (being added) trusts them as well as this
     /// sender, so it still accepts whichever member leads next (peer-auth rule 3).
     members: Vec<(u64, PublicKey)>,
+    /// The key changes that admitted this node's key, back to a genesis key (postcard): a
+    /// target whose chain ends before that admission trusts this node through them (peer-auth
+    /// rule 4).
+    admissions: Vec<Vec<u8>>,
     stages: Arc<WriteStages>,
 }
 
@@ -118,6 +122,17 @@ impl RaftNetworkFactory<TypeConfig> for NetworkFactory {
             warn!(target_node = target, error = %e, "cannot read the chain's member keys; the request lists none");
             Vec::new()
         });
+        let admissions = peer_auth::admission_chain(&*self.store, &self.keys.current().public())
+            .and_then(|chain| {
+                chain
+                    .iter()
+                    .map(|proof| postcard::to_allocvec(proof).map_err(|e| e.to_string()))
+                    .collect()
+            })
+            .unwrap_or_else(|e| {
+                warn!(target_node = target, error = %e, "cannot read this node's admission; the request carries none");
+                Vec::new()
+            });
         Connection {
             from: self.node_id,
             keys: self.keys.clone(),
@@ -125,6 +140,7 @@ impl RaftNetworkFactory<TypeConfig> for NetworkFactory {
             client,
             append_timeout: self.append_timeout,
             members,
+            admissions,
             stages: self.stages.clone(),
         }
     }
@@ -183,7 +199,7 @@ impl Connection {
         Fut: Future<Output = Result<Response<pb::RaftMessage>, Status>>,
     {
         let payload = encode(rpc).map_err(|e| RPCError::Network(network_err(e)))?;
-        let auth = peer_auth::sign_listing(&self.keys, kind, self.from, self.target, &payload, &self.members);
+        let auth = self.sign(kind, &payload);
         let reply = send(
             self.client()?,
             Self::request(
@@ -197,6 +213,15 @@ impl Connection {
         .await
         .map_err(|s| self.status_to_rpc(s))?;
         decode(what, &reply.into_inner().payload).map_err(|e| RPCError::Network(network_err(e)))
+    }
+
+    /// This node's signature over a request to the target, with the member keys it lists
+    /// (rule 3) and its admissions (rule 4).
+    fn sign(&self, kind: RpcKind, payload: &[u8]) -> pb::PeerAuth {
+        let mut auth =
+            peer_auth::sign_listing(&self.keys, kind, self.from, self.target, payload, &self.members);
+        auth.admissions.clone_from(&self.admissions);
+        auth
     }
 
     fn status_to_rpc(&self, status: Status) -> RPCError<TypeConfig> {
@@ -265,14 +290,7 @@ impl RaftNetworkV2<TypeConfig> for Connection {
             data_hash: *engram_types::Hash::of(&data).as_bytes(),
         };
         let header = encode(&header).map_err(network_err)?;
-        let auth = peer_auth::sign_listing(
-            &self.keys,
-            RpcKind::InstallSnapshot,
-            self.from,
-            self.target,
-            &header,
-            &self.members,
-        );
+        let auth = self.sign(RpcKind::InstallSnapshot, &header);
         let mut chunks = Vec::with_capacity(data.len() / SNAPSHOT_CHUNK_BYTES + 1);
         chunks.push(pb::SnapshotChunk {
             header,

@@ -23,6 +23,16 @@
 //!    thus make a node outside the cluster useless (it refuses the real leader and must be
 //!    wiped or restarted), but not make it disturb the cluster when it is added: keep a new
 //!    node's port private until it has joined.
+//! 4. a key neither rule binds (the receiver's chain and log both end before the sender's
+//!    admission: a member that fell behind while that node was added) is accepted if the
+//!    request carries its admission (`PeerAuth.admissions`): the key-change request that
+//!    admitted it (or rotated it in) for that node id, authorised by a key the receiver's
+//!    applied chain trusts now, or by a key an earlier proof of the same request admitted,
+//!    each authorisation checked against the cluster's origin as apply checks it. Without it a
+//!    lagging member refuses every leader admitted after its applied point and, if none it
+//!    knows leads again, never catches up (a simulation soak found this). It trusts no more
+//!    than the chain it is about to append would: the same key changes, authorised by the same
+//!    keys.
 //!
 //! Signing the payload's hash with the target's id binds a message to one receiver and one
 //! body. A replay of a member's earlier message is a duplicate Raft already tolerates (a stale
@@ -34,7 +44,9 @@
 
 use std::sync::{Arc, Mutex};
 
-use engram_audit::{KeyRing, NodeKey, PublicKey};
+use engram_audit::{
+    EntryKind, KeyAction, KeyChangeRequest, KeyId, KeyRing, NodeKey, PublicKey, key_statement,
+};
 use engram_core::reads;
 use engram_proto::pb;
 use engram_storage::Store;
@@ -48,6 +60,10 @@ pub const MAX_SIGNATURES: usize = 2;
 
 /// The most member keys a request may list.
 pub const MAX_MEMBERS: usize = 256;
+
+/// The most key-change proofs a request may carry (rule 4); each costs the receiver at most one
+/// signature check.
+pub const MAX_ADMISSIONS: usize = 8;
 
 const DOMAIN: &[u8] = b"engram.v1 raft peer request\n";
 
@@ -131,6 +147,7 @@ pub fn sign_listing(
                 public_key: key.0.to_vec(),
             })
             .collect(),
+        admissions: Vec::new(),
     }
 }
 
@@ -145,6 +162,8 @@ pub enum AuthError {
     TooManySignatures(usize),
     #[error("raft request lists {0} member keys; at most {MAX_MEMBERS} are accepted")]
     TooManyMembers(usize),
+    #[error("raft request carries {0} admissions; at most {MAX_ADMISSIONS} are accepted")]
+    TooManyAdmissions(usize),
     #[error("raft request signature is malformed: {0}")]
     Malformed(&'static str),
     #[error(
@@ -153,6 +172,8 @@ pub enum AuthError {
     Untrusted { from: u64 },
     #[error("raft request from node {from}: signature by key {key} does not verify")]
     BadSignature { from: u64, key: String },
+    #[error("raft request from node {from}: an admission authorised by key {authorizer} does not verify")]
+    BadAdmission { from: u64, authorizer: String },
     #[error("cannot check the raft request's sender: {0}")]
     Lookup(String),
 }
@@ -167,6 +188,108 @@ pub trait PeerKeys {
     fn accepted(&self, _from: u64, _key: &PublicKey, _members: &[(u64, PublicKey)]) -> bool {
         true
     }
+
+    /// The key `id` if the applied chain trusts it now (neither rotated out nor revoked): who
+    /// may authorise a rule-4 admission.
+    fn active_key(&self, _id: KeyId) -> Result<Option<PublicKey>, String> {
+        Ok(None)
+    }
+
+    /// The cluster's origin, which key-change authorisations are bound to (`None` before
+    /// genesis).
+    fn origin(&self) -> Result<Option<String>, String> {
+        Ok(None)
+    }
+}
+
+/// Rule 4: whether `admissions` admit `key` for node `from`, starting from the keys the
+/// receiver's chain trusts now. A proof whose authoriser is trusted but whose authorisation
+/// does not verify is a forgery.
+fn admitted_by(
+    from: u64,
+    key: &PublicKey,
+    admissions: &[KeyChangeRequest],
+    keys: &dyn PeerKeys,
+) -> Result<bool, AuthError> {
+    if admissions.is_empty() {
+        return Ok(false);
+    }
+    let Some(origin) = keys.origin().map_err(AuthError::Lookup)? else {
+        return Ok(false);
+    };
+    // Keys the proofs checked so far admitted, and which proofs are spent.
+    let mut learnt: Vec<PublicKey> = Vec::new();
+    let mut spent = vec![false; admissions.len()];
+    loop {
+        let mut progress = false;
+        for (i, proof) in admissions.iter().enumerate() {
+            if spent[i] {
+                continue;
+            }
+            let authorizer = match learnt.iter().find(|k| k.key_id() == proof.authorizer) {
+                Some(k) => *k,
+                None => match keys.active_key(proof.authorizer).map_err(AuthError::Lookup)? {
+                    Some(k) => k,
+                    None => continue,
+                },
+            };
+            if !authorizer.verify(&key_statement(&origin, &proof.action), &proof.authorization) {
+                return Err(AuthError::BadAdmission {
+                    from,
+                    authorizer: proof.authorizer.to_string(),
+                });
+            }
+            spent[i] = true;
+            progress = true;
+            let (node, admitted) = match &proof.action {
+                KeyAction::Admit { node_id, key } => (*node_id, *key),
+                KeyAction::Rotate { node_id, new, .. } => (*node_id, *new),
+                KeyAction::Revoke { .. } => continue,
+            };
+            if node == from && admitted == *key {
+                return Ok(true);
+            }
+            learnt.push(admitted);
+        }
+        if !progress {
+            return Ok(false);
+        }
+    }
+}
+
+/// Rule 4's proofs for `key`, read from this node's applied chain: the key change that
+/// admitted it, then the one that admitted that change's authoriser, and so on back to a
+/// genesis key (which every member trusts), at most [`MAX_ADMISSIONS`]. Empty for a genesis
+/// key, or a key the chain has not admitted yet.
+pub fn admission_chain(store: &dyn Store, key: &PublicKey) -> Result<Vec<KeyChangeRequest>, String> {
+    let mut out = Vec::new();
+    let mut id = key.key_id();
+    while out.len() < MAX_ADMISSIONS {
+        let Some(record) = reads::signer(store, id).map_err(|e| e.to_string())? else {
+            break;
+        };
+        if record.admitted_at <= 1 {
+            break;
+        }
+        let entries = reads::audit_entries(store, record.admitted_at, 1)
+            .map_err(|e| e.to_string())?
+            .map_err(|e| e.to_string())?;
+        let Some(EntryKind::KeyChange {
+            action,
+            authorizer,
+            authorization,
+        }) = entries.into_iter().next().map(|s| s.entry.kind)
+        else {
+            break;
+        };
+        out.push(KeyChangeRequest {
+            action,
+            authorizer,
+            authorization,
+        });
+        id = authorizer;
+    }
+    Ok(out)
 }
 
 /// Checks `auth` on a request of `kind` with `payload` received by node `me`; returns the
@@ -198,6 +321,17 @@ pub fn verify(
                 .map_err(|_| AuthError::Malformed("a member key is not 32 bytes"))
         })
         .collect::<Result<Vec<_>, _>>()?;
+    if auth.admissions.len() > MAX_ADMISSIONS {
+        return Err(AuthError::TooManyAdmissions(auth.admissions.len()));
+    }
+    let admissions = auth
+        .admissions
+        .iter()
+        .map(|bytes| {
+            postcard::from_bytes::<KeyChangeRequest>(bytes)
+                .map_err(|_| AuthError::Malformed("an admission does not decode"))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
     let from = auth.from_node;
     let message = signed_message(kind, from, me, payload, &members);
     for s in &auth.signatures {
@@ -212,7 +346,9 @@ pub fn verify(
             .as_slice()
             .try_into()
             .map_err(|_| AuthError::Malformed("a signature is not 64 bytes"))?;
-        if !keys.trusts(from, &key).map_err(AuthError::Lookup)? {
+        if !keys.trusts(from, &key).map_err(AuthError::Lookup)?
+            && !admitted_by(from, &key, &admissions, keys)?
+        {
             continue;
         }
         // A trusted key whose signature fails is a forgery (or corruption), not a key we
@@ -300,6 +436,17 @@ impl PeerKeys for ClusterKeys {
         Ok(membership
             .get_node(&from)
             .is_some_and(|node| node.public_key == key.0))
+    }
+
+    fn active_key(&self, id: KeyId) -> Result<Option<PublicKey>, String> {
+        Ok(reads::signer(&*self.store, id)
+            .map_err(|e| e.to_string())?
+            .filter(|row| row.retired_at.is_none() && row.revoked_at.is_none())
+            .map(|row| row.key))
+    }
+
+    fn origin(&self) -> Result<Option<String>, String> {
+        reads::origin(&*self.store).map_err(|e| e.to_string())
     }
 
     fn accepted(&self, from: u64, key: &PublicKey, members: &[(u64, PublicKey)]) -> bool {
@@ -494,5 +641,98 @@ mod tests {
             verify(Some(&auth), RpcKind::Vote, 2, b"v", &after_rotation),
             Ok(1)
         );
+    }
+
+    /// A receiver whose applied chain trusts only `active` keys (by id), in cluster "origin".
+    struct Lagging(Vec<PublicKey>);
+
+    impl PeerKeys for Lagging {
+        fn trusts(&self, from: u64, key: &PublicKey) -> Result<bool, String> {
+            // Node 1 holds the genesis key; nothing else is bound by the chain or the log.
+            Ok(from == 1 && self.0.first() == Some(key))
+        }
+
+        fn active_key(&self, id: KeyId) -> Result<Option<PublicKey>, String> {
+            Ok(self.0.iter().find(|k| k.key_id() == id).copied())
+        }
+
+        fn origin(&self) -> Result<Option<String>, String> {
+            Ok(Some("origin".into()))
+        }
+    }
+
+    fn admit(node_id: u64, key: &KeyRing, by: &KeyRing) -> Vec<u8> {
+        let action = KeyAction::Admit {
+            node_id,
+            key: key.current().public(),
+        };
+        postcard::to_allocvec(&KeyChangeRequest::sign("origin", action, &by.current())).unwrap()
+    }
+
+    #[test]
+    fn a_lagging_member_trusts_a_node_admitted_after_its_applied_chain_through_its_admissions() {
+        // Genesis key A (node 1); node 4 (key B) was admitted by A, node 5 (key C) by B. The
+        // receiver's chain knows only A: it must accept node 5 with the two proofs, in either
+        // order, and nothing less or altered.
+        let (a, b, c) = (ring(1), ring(4), ring(5));
+        let receiver = Lagging(vec![a.current().public()]);
+        let request = |admissions: Vec<Vec<u8>>| {
+            let mut auth = sign(&c, RpcKind::AppendEntries, 5, 3, b"entries");
+            auth.admissions = admissions;
+            verify(Some(&auth), RpcKind::AppendEntries, 3, b"entries", &receiver)
+        };
+        let (c_by_b, b_by_a) = (admit(5, &c, &b), admit(4, &b, &a));
+        assert_eq!(request(vec![]), Err(AuthError::Untrusted { from: 5 }));
+        assert_eq!(request(vec![c_by_b.clone(), b_by_a.clone()]), Ok(5));
+        assert_eq!(request(vec![b_by_a.clone(), c_by_b.clone()]), Ok(5));
+        // B's admission alone admits B, not C; C's alone has an authoriser nobody trusts.
+        assert_eq!(
+            request(vec![b_by_a.clone()]),
+            Err(AuthError::Untrusted { from: 5 })
+        );
+        assert_eq!(
+            request(vec![c_by_b.clone()]),
+            Err(AuthError::Untrusted { from: 5 })
+        );
+        // An admission of C for another node id does not let C speak for node 5.
+        assert_eq!(
+            request(vec![admit(6, &c, &b), b_by_a.clone()]),
+            Err(AuthError::Untrusted { from: 5 })
+        );
+        // A self-made admission (authorised by C itself) is worth nothing.
+        assert_eq!(
+            request(vec![admit(5, &c, &c)]),
+            Err(AuthError::Untrusted { from: 5 })
+        );
+        // An altered authorisation by a trusted key is a forgery, named as such.
+        let mut forged: KeyChangeRequest = postcard::from_bytes(&b_by_a).unwrap();
+        forged.authorization[0] ^= 1;
+        assert!(matches!(
+            request(vec![c_by_b.clone(), postcard::to_allocvec(&forged).unwrap()]),
+            Err(AuthError::BadAdmission { from: 5, .. })
+        ));
+        // Bounded, and bytes that do not decode are refused.
+        assert_eq!(
+            request(vec![b_by_a.clone(); MAX_ADMISSIONS + 1]),
+            Err(AuthError::TooManyAdmissions(MAX_ADMISSIONS + 1))
+        );
+        assert_eq!(
+            request(vec![vec![0xff; 3]]),
+            Err(AuthError::Malformed("an admission does not decode"))
+        );
+        // Signed by the wrong cluster's origin: the authorisation does not verify.
+        let other = postcard::to_allocvec(&KeyChangeRequest::sign(
+            "another cluster",
+            KeyAction::Admit {
+                node_id: 5,
+                key: c.current().public(),
+            },
+            &a.current(),
+        ))
+        .unwrap();
+        assert!(matches!(
+            request(vec![other]),
+            Err(AuthError::BadAdmission { .. })
+        ));
     }
 }
