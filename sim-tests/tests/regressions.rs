@@ -200,3 +200,14 @@ fn seed_that_found_the_stranded_joining_node() {
 fn seed_that_found_the_lagging_member() {
     assert_seeds_pass(&[3971]);
 }
+
+/// Seed 4275 of a fresh-seed soak (seeds 4200..): the leader, node 1, removed itself; once it
+/// had appended the configuration without itself (not yet committed), peer-auth rule 3 took it
+/// for a node outside any cluster and trusted its first contact, which was the Byzantine
+/// client: a forged append at term 1145 "from node 3" was accepted and tripped openraft's
+/// assertion that a committed entry is never contradicted. Fixed: a node is outside only if
+/// neither the membership it appended last nor the last committed one includes it.
+#[test]
+fn seed_that_found_the_self_removing_leader_trusting_a_forger() {
+    assert_seeds_pass(&[4275]);
+}

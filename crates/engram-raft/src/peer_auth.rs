@@ -12,8 +12,9 @@
 //! 2. otherwise, for a key the applied chain does not know yet, the membership the node has
 //!    appended: the member's recorded public key (a node being added is in the membership before
 //!    its admission entry is applied everywhere);
-//! 3. a node that is not in the membership it has appended (never initialised, or removed)
-//!    belongs to no cluster: it accepts the first sender whose signature verifies and, from
+//! 3. a node that is neither in the membership it has appended nor in the last committed one
+//!    (never initialised, or removed; a leader that has appended its own removal is still a
+//!    member until that commits) belongs to no cluster: it accepts the first sender whose signature verifies and, from
 //!    then on, only that sender's key and the member keys that first request listed
 //!    (`PeerAuth.members`: every key the sender's applied chain trusts, by node id, covered by
 //!    its signature), so a leader change between the first contact and the node's first
@@ -401,14 +402,22 @@ impl FirstContact {
     }
 }
 
+/// Whether node `me` is outside every membership it knows: the one it appended last and the
+/// last committed one. A leader that has appended its own removal is still in the committed
+/// membership until that commits; treating it as outside then would let any first contact
+/// (a forger) speak for a leader of the cluster (a simulation soak found this, seed 4275).
+fn outside(metrics: &openraft::RaftMetrics<crate::TypeConfig>, me: u64) -> bool {
+    metrics.membership_config.membership().get_node(&me).is_none()
+        && metrics
+            .committed_membership_config
+            .membership()
+            .get_node(&me)
+            .is_none()
+}
+
 impl ClusterKeys {
     fn outside_membership(&self) -> bool {
-        let metrics = self.raft.metrics().borrow_watched().clone();
-        metrics
-            .membership_config
-            .membership()
-            .get_node(&self.me)
-            .is_none()
+        outside(&self.raft.metrics().borrow_watched(), self.me)
     }
 
     fn first_contact(&self) -> std::sync::MutexGuard<'_, Option<FirstContact>> {
@@ -420,7 +429,7 @@ impl PeerKeys for ClusterKeys {
     fn trusts(&self, from: u64, key: &PublicKey) -> Result<bool, String> {
         let metrics = self.raft.metrics().borrow_watched().clone();
         let membership = metrics.membership_config.membership();
-        if membership.get_node(&self.me).is_none() {
+        if outside(&metrics, self.me) {
             // Never initialised, or removed: this node belongs to no cluster yet. Whoever adds
             // it must be able to reach it, so the first sender wins; everyone else is refused,
             // so a hostile first contact can make this node useless to the cluster (it must be
