@@ -14,7 +14,9 @@
 //! cardinality it was folded under; a schema change of that cardinality makes the row stale,
 //! and the next write to the slot folds the history once under the new cardinality. A slot
 //! with no row (fewer than [`ROW_AFTER_DATOMS`] datoms, or written before this index existed)
-//! is folded from its history the same way. The store scrub checks every row against its slot's history.
+//! is folded from its history the same way. The store scrub checks every row against its
+//! slot's history. A node run for a while by a build without this index and then by one with
+//! it again would keep rows the older build did not update: the scrub reports them.
 //!
 //! Must not depend on: the planner or the reads (they use this, not the other way round).
 
