@@ -77,6 +77,13 @@ impl Counted {
     fn count(&self, n: usize) {
         self.rows_read.fetch_add(n as u64, Ordering::Relaxed);
     }
+
+    /// Counts the rows a scan returned.
+    fn counted(&self, rows: Result<Vec<KeyValue>, StorageError>) -> Result<Vec<KeyValue>, StorageError> {
+        let rows = rows?;
+        self.count(rows.len());
+        Ok(rows)
+    }
 }
 
 impl Store for Counted {
@@ -93,9 +100,7 @@ impl Store for Counted {
         end: Option<&[u8]>,
         limit: usize,
     ) -> Result<Vec<KeyValue>, StorageError> {
-        let rows = self.inner.scan(space, start, end, limit)?;
-        self.count(rows.len());
-        Ok(rows)
+        self.counted(self.inner.scan(space, start, end, limit))
     }
 
     fn scan_rev(
@@ -105,9 +110,7 @@ impl Store for Counted {
         end: Option<&[u8]>,
         limit: usize,
     ) -> Result<Vec<KeyValue>, StorageError> {
-        let rows = self.inner.scan_rev(space, start, end, limit)?;
-        self.count(rows.len());
-        Ok(rows)
+        self.counted(self.inner.scan_rev(space, start, end, limit))
     }
 
     fn write(&self, batch: WriteBatch, durability: Durability) -> Result<(), StorageError> {

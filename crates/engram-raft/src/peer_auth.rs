@@ -203,18 +203,26 @@ pub trait PeerKeys {
     }
 }
 
-/// Rule 4: whether `admissions` admit `key` for node `from`, starting from the keys the
-/// receiver's chain trusts now. A proof whose authoriser is trusted but whose authorisation
-/// does not verify is a forgery.
+/// Rule 4: whether `admissions` (encoded key-change requests) admit `key` for node `from`,
+/// starting from the keys the receiver's chain trusts now. Decoded only here, so a request
+/// rules 1–3 accept pays nothing for the proofs it carries. A proof whose authoriser is
+/// trusted but whose authorisation does not verify is a forgery.
 fn admitted_by(
     from: u64,
     key: &PublicKey,
-    admissions: &[KeyChangeRequest],
+    admissions: &[Vec<u8>],
     keys: &dyn PeerKeys,
 ) -> Result<bool, AuthError> {
     if admissions.is_empty() {
         return Ok(false);
     }
+    let admissions = admissions
+        .iter()
+        .map(|bytes| {
+            postcard::from_bytes::<KeyChangeRequest>(bytes)
+                .map_err(|_| AuthError::Malformed("an admission does not decode"))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
     let Some(origin) = keys.origin().map_err(AuthError::Lookup)? else {
         return Ok(false);
     };
@@ -325,14 +333,6 @@ pub fn verify(
     if auth.admissions.len() > MAX_ADMISSIONS {
         return Err(AuthError::TooManyAdmissions(auth.admissions.len()));
     }
-    let admissions = auth
-        .admissions
-        .iter()
-        .map(|bytes| {
-            postcard::from_bytes::<KeyChangeRequest>(bytes)
-                .map_err(|_| AuthError::Malformed("an admission does not decode"))
-        })
-        .collect::<Result<Vec<_>, _>>()?;
     let from = auth.from_node;
     let message = signed_message(kind, from, me, payload, &members);
     for s in &auth.signatures {
@@ -348,7 +348,7 @@ pub fn verify(
             .try_into()
             .map_err(|_| AuthError::Malformed("a signature is not 64 bytes"))?;
         if !keys.trusts(from, &key).map_err(AuthError::Lookup)?
-            && !admitted_by(from, &key, &admissions, keys)?
+            && !admitted_by(from, &key, &auth.admissions, keys)?
         {
             continue;
         }

@@ -64,16 +64,16 @@ impl Stage {
         }
     }
 
-    /// The stages marked by position (log index) rather than by the write itself.
-    const MARKED: [Stage; 4] = [
-        Stage::LogDurable,
-        Stage::FollowerDurable,
-        Stage::Committed,
-        Stage::Applied,
-    ];
-
+    /// Where the marks of a stage marked by position (log index) live; `None` for the two
+    /// the write itself stamps (proposed, answered).
     fn marked_slot(self) -> Option<usize> {
-        Stage::MARKED.iter().position(|s| *s == self)
+        match self {
+            Stage::LogDurable => Some(0),
+            Stage::FollowerDurable => Some(1),
+            Stage::Committed => Some(2),
+            Stage::Applied => Some(3),
+            Stage::Proposed | Stage::Answered => None,
+        }
     }
 }
 
@@ -128,13 +128,12 @@ impl WriteStages {
         }
     }
 
-    /// The first time at or after `since` that `stage` reached `index`.
-    fn reached(&self, stage: Stage, index: u64, since: Instant) -> Option<Instant> {
-        let slot = stage.marked_slot()?;
-        let marks = self.marks.lock().unwrap_or_else(|e| e.into_inner());
+    /// The first time at or after `since` that the stage whose marks are `marks` reached
+    /// `index`.
+    fn reached(marks: &VecDeque<(Instant, u64)>, index: u64, since: Instant) -> Option<Instant> {
         // Newest first, stopping at marks older than the write: only the few made while it was
         // in flight are looked at.
-        marks[slot]
+        marks
             .iter()
             .rev()
             .take_while(|(at, _)| *at >= since)
@@ -150,11 +149,12 @@ impl WriteStages {
     pub fn record(&self, received: Instant, proposed: Instant, index: u64) -> Vec<(Stage, u64)> {
         let answered = Instant::now();
         let mut out = Vec::with_capacity(Stage::ALL.len());
+        let marks = self.marks.lock().unwrap_or_else(|e| e.into_inner());
         for (i, stage) in Stage::ALL.into_iter().enumerate() {
-            let at = match stage {
-                Stage::Proposed => Some(proposed),
-                Stage::Answered => Some(answered),
-                marked => self.reached(marked, index, proposed),
+            let at = match (stage, stage.marked_slot()) {
+                (_, Some(slot)) => WriteStages::reached(&marks[slot], index, proposed),
+                (Stage::Proposed, None) => Some(proposed),
+                (_, None) => Some(answered),
             };
             if let Some(at) = at {
                 let us =
