@@ -13,7 +13,7 @@ use std::time::Duration;
 use engram_audit::{Checkpoint, NodeKey, SignedCheckpoint};
 use engram_cli::local_cluster::{LocalCluster, free_ports};
 use engram_client::{Client, ClientError, GetOptions, TrustedLog};
-use engram_storage::{Durability, Space, Store, WriteBatch};
+use engram_storage::{Durability, ReadView, Space, Store, WriteBatch};
 use engram_types::{EntityId, Hash, Namespace, TxId, TxRequest, Value};
 use futures::StreamExt;
 use serde_json::Value as Json;

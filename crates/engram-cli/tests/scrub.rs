@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use engram_cli::local_cluster::{LocalCluster, free_ports};
 use engram_client::{Client, Consistency, HistoryTarget};
-use engram_storage::{Durability, Space, Store, WriteBatch};
+use engram_storage::{Durability, ReadView, Space, Store, WriteBatch};
 use engram_types::{Attribute, EntityRef, Namespace, Op, Provenance, TxOp, TxRequest, Value};
 use serde_json::Value as Json;
 use tonic::Code;

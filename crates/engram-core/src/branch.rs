@@ -8,7 +8,7 @@
 //! them against main as it is then (see `Engine::apply_tx`); a branch, once merged or
 //! abandoned, takes no more writes, and its history stays readable.
 
-use engram_storage::{Space, Store, prefix_end};
+use engram_storage::{ReadView, Space, prefix_end};
 use engram_types::{BranchName, Datom, EntityId, Namespace, Precondition, TxId};
 use serde::{Deserialize, Serialize};
 
@@ -49,7 +49,7 @@ pub struct BranchRow {
     pub preconditions: Vec<Precondition>,
 }
 
-pub fn row(store: &dyn Store, ns: &Namespace, name: &BranchName) -> Result<Option<BranchRow>, CoreError> {
+pub fn row(store: &dyn ReadView, ns: &Namespace, name: &BranchName) -> Result<Option<BranchRow>, CoreError> {
     match store.get(Space::State, &keys::branch(ns, name))? {
         Some(bytes) => Ok(Some(decode_row(&format!("branch row {name}"), &bytes)?)),
         None => Ok(None),
@@ -57,7 +57,7 @@ pub fn row(store: &dyn Store, ns: &Namespace, name: &BranchName) -> Result<Optio
 }
 
 /// Every branch of a namespace, by name.
-pub fn list(store: &dyn Store, ns: &Namespace) -> Result<Vec<BranchRow>, CoreError> {
+pub fn list(store: &dyn ReadView, ns: &Namespace) -> Result<Vec<BranchRow>, CoreError> {
     let prefix = keys::branches_prefix(ns);
     store
         .scan(Space::State, &prefix, prefix_end(&prefix).as_deref(), usize::MAX)?
@@ -67,7 +67,7 @@ pub fn list(store: &dyn Store, ns: &Namespace) -> Result<Vec<BranchRow>, CoreErr
 }
 
 /// Every datom written on the branch, in (tx, seq) order.
-pub fn datoms(store: &dyn Store, ns: &Namespace, name: &BranchName) -> Result<Vec<Datom>, CoreError> {
+pub fn datoms(store: &dyn ReadView, ns: &Namespace, name: &BranchName) -> Result<Vec<Datom>, CoreError> {
     let prefix = keys::branch_eavt_prefix(ns, name);
     let mut out = Vec::new();
     for (key, bytes) in store.scan(Space::State, &prefix, prefix_end(&prefix).as_deref(), usize::MAX)? {

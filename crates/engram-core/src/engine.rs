@@ -7,7 +7,7 @@ use engram_audit::{
     KeyRing, NodeKey, PublicKey, SignedCheckpoint, SignedEntry, apply_key_change, tx_content_hash,
 };
 use engram_merkle::{Blake3, CompactTree, MerkleHasher};
-use engram_storage::{Durability, Space, Store, WriteBatch};
+use engram_storage::{Durability, Layered, Mutation, Overlay, ReadView, Space, Store, WriteBatch};
 use engram_types::{
     Attribute, BranchName, EntityId, Hash, Namespace, TxId, TxReceipt, TxRequest, Value, ValueType,
 };
@@ -280,16 +280,21 @@ pub struct Engine {
     last_checkpoint: Option<LastCheckpoint>,
     /// The cluster's checkpoint origin, fixed by the genesis entry.
     origin: Option<String>,
-    /// Inside a group ([`Engine::begin_group`]): writes are buffered and made durable together
-    /// by the one synced write of [`Engine::end_group`].
+    /// Whether a group is open ([`Engine::begin_group`]). Every entry is applied in one: an
+    /// entry applied outside a group is a group of its own, written synced.
     grouped: bool,
+    /// The open group's writes. Each entry reads through them (it must see what the entries
+    /// before it in the group wrote), and [`Engine::end_group`] hands them to the caller as
+    /// one batch: apply itself writes nothing to the store (key changes aside, see
+    /// [`Engine::apply_key_change`]).
+    pending: Overlay,
     /// The group's fresh attestations made inline (key changes), `(audit index, signer, entry
     /// hash, signature)`, checked in one batch by [`Engine::end_group`].
     unchecked: Vec<(u64, PublicKey, Hash, [u8; 64])>,
     /// Inside a group: the last entry sealed without an attestation. [`Engine::end_group`]
     /// attests it, and that one signature covers it and every entry before it.
     group_tail: Option<SignedEntry>,
-    /// Only with the planted `HalfBatch` bug: the part of a transaction's batch not yet written.
+    /// Only with the planted `HalfBatch` bug: the part of a group's batch not yet written.
     held_back: Option<WriteBatch>,
     /// The audit entry that revoked this node's current signing key, if the chain revoked it:
     /// the key may attest entries up to that one and none after it, so the engine refuses to
@@ -373,6 +378,14 @@ struct Sealed {
     checkpoint: Option<LastCheckpoint>,
 }
 
+/// The key a put or delete writes; `None` for a range delete.
+fn mutation_key(m: &Mutation) -> Option<(Space, Vec<u8>)> {
+    match m {
+        Mutation::Put { space, key, .. } | Mutation::Delete { space, key } => Some((*space, key.clone())),
+        Mutation::DeleteRange { .. } => None,
+    }
+}
+
 pub(crate) fn encode_row<T: Serialize>(row: &T) -> Vec<u8> {
     // postcard serialisation of plain data cannot fail; a failure is a bug in a derive.
     postcard::to_allocvec(row).expect("postcard serialisation of a state row")
@@ -405,6 +418,7 @@ impl Engine {
             last_checkpoint: None,
             origin: None,
             grouped: false,
+            pending: Overlay::new(),
             unchecked: Vec::new(),
             group_tail: None,
             held_back: None,
@@ -424,7 +438,7 @@ impl Engine {
     /// Switches to a staged key if the chain rotated the current key out in its favour.
     fn settle_keys(&self) -> Result<(), CoreError> {
         let current = self.keys.current().key_id();
-        let retired = reads::signer(&*self.store, current)?.is_some_and(|row| row.retired_at.is_some());
+        let retired = reads::signer(&self.view(), current)?.is_some_and(|row| row.retired_at.is_some());
         if !retired {
             return Ok(());
         }
@@ -517,41 +531,44 @@ impl Engine {
     /// The audit entry that revoked this node's current signing key, as the applied chain says.
     fn revocation_of_signing_key(&self) -> Result<Option<u64>, CoreError> {
         let current = self.keys.current().key_id();
-        Ok(reads::signer(&*self.store, current)?.and_then(|row| row.revoked_at))
+        Ok(reads::signer(&self.view(), current)?.and_then(|row| row.revoked_at))
     }
 
-    /// Writes a sealed entry's batch and, once it is durable, advances the cached head.
-    /// How an entry's batch is written: synced, or buffered inside a group.
-    fn entry_durability(&self) -> Durability {
-        if self.grouped {
-            Durability::Buffered
-        } else {
-            planted::ack_durability()
+    /// The store as the open group's next entry sees it: with the group's writes so far.
+    fn view(&self) -> Layered<'_> {
+        self.pending.over(&*self.store)
+    }
+
+    /// Opens a group of entries (one Raft apply call). Entries are applied into the group,
+    /// not the store, and [`Engine::end_group`] returns the whole group as one batch that the
+    /// caller writes buffered: the state machine never syncs. Durability comes from the Raft
+    /// log, synced on a majority before an entry commits; the state's writes share the
+    /// store's write-ahead log with the Raft log, so the next synced write (a log append, a
+    /// vote, a purge) makes them durable too. A crash loses at most the last groups, which Raft
+    /// applies again from its log, and apply being a pure function of (state, entry) makes the
+    /// second time byte-identical. The log is never purged past what is durable here, because
+    /// a purge is itself a synced write, made after the entries it covers were applied.
+    pub fn begin_group(&mut self) {
+        // An apply that failed inside a group stops the node; a second open is a bug.
+        assert!(!self.grouped, "an apply group is already open");
+        self.grouped = true;
+        // Planted `HalfBatch`: what the last group held back is written with this one.
+        if let Some(rest) = self.held_back.take() {
+            self.pending.absorb(rest);
         }
     }
 
-    /// Starts a group of entries (one Raft apply call). Each entry's batch is written
-    /// atomically and in order, buffered: the state machine never syncs. Durability comes from
-    /// the Raft log, synced on a majority before an entry commits; the state's writes share
-    /// the store's write-ahead log with the Raft log, so the next synced write (a log append,
-    /// a vote, a purge) makes them durable too. A crash loses at most a suffix of applied
-    /// entries, which Raft applies again from its log, and apply being a pure function of
-    /// (state, entry) makes the second time byte-identical. The log is never purged past what
-    /// is durable here, because a purge is itself a synced write, made after the entries it
-    /// covers were applied.
-    pub fn begin_group(&mut self) {
-        self.grouped = true;
-    }
-
-    /// Ends the group with a buffered write of `closing` (rows the caller writes last, e.g.
-    /// its applied log id).
+    /// Closes the group and returns its writes as one batch for the caller to write: every
+    /// entry's rows, then `closing` (rows the caller writes last, e.g. its applied log id).
+    /// A row several entries rewrote (the chain head, the applied log id) is in it once.
     ///
     /// The group's last entry is attested here, once for the whole group: its signature covers
     /// every entry before it through the hash chain (I4 is coverage, see `docs/AUDIT.md`).
     /// The new signature and any made inline in the group (key changes) are verified before
-    /// the write: a bad one stops the node, naming its audit index, before anyone hears of the
-    /// group.
-    pub fn end_group(&mut self, mut closing: WriteBatch) -> Result<(), CoreError> {
+    /// the batch is returned: a bad one stops the node, naming its audit index, before anyone
+    /// hears of the group.
+    pub fn end_group(&mut self, mut closing: WriteBatch) -> Result<WriteBatch, CoreError> {
+        assert!(self.grouped, "end_group without an open apply group");
         self.grouped = false;
         if let Some(tail) = self.group_tail.take() {
             assert_eq!(
@@ -577,24 +594,61 @@ impl Engine {
                 );
             }
         }
-        if !closing.is_empty() {
-            self.store.write(closing, Durability::Buffered)?;
+        let half_batch = planted::active(PlantedBug::HalfBatch);
+        let closing_keys: Vec<(Space, Vec<u8>)> = if half_batch {
+            closing.mutations.iter().filter_map(mutation_key).collect()
+        } else {
+            Vec::new()
+        };
+        self.pending.absorb(closing);
+        let mut batch = std::mem::take(&mut self.pending).into_batch();
+        if half_batch && batch.len() >= 2 {
+            // The closing rows (the applied log position) go in the first half, the rest is
+            // written only with the next group, so a crash in between leaves half a group
+            // that the node believes applied.
+            batch
+                .mutations
+                .sort_by_key(|m| mutation_key(m).is_none_or(|k| !closing_keys.contains(&k)));
+            let rest = batch.mutations.split_off(batch.len() / 2);
+            self.held_back = Some(WriteBatch { mutations: rest });
         }
-        Ok(())
+        Ok(batch)
     }
 
-    fn commit(&mut self, batch: WriteBatch, head: ChainHead, sealed: &Sealed) -> Result<(), CoreError> {
-        self.commit_with(batch, head, sealed, self.entry_durability())
+    /// Forgets an open group's writes: its apply failed, and the node stops.
+    fn discard_group(&mut self) {
+        self.grouped = false;
+        self.pending = Overlay::new();
+        self.group_tail = None;
+        self.unchecked.clear();
     }
 
-    fn commit_with(
+    /// Runs `apply` in the open group or, outside one, as a group of its own written at once,
+    /// synced (no Raft log sync follows it). Tools and tests that apply entries one at a time
+    /// go through the same path as the state machine's groups.
+    fn in_group<T>(
         &mut self,
-        batch: WriteBatch,
-        head: ChainHead,
-        sealed: &Sealed,
-        durability: Durability,
-    ) -> Result<(), CoreError> {
-        self.store.write(batch, durability)?;
+        apply: impl FnOnce(&mut Engine) -> Result<T, CoreError>,
+    ) -> Result<T, CoreError> {
+        if self.grouped {
+            return apply(self);
+        }
+        self.begin_group();
+        let out = match apply(self) {
+            Ok(out) => out,
+            Err(e) => {
+                self.discard_group();
+                return Err(e);
+            }
+        };
+        let batch = self.end_group(WriteBatch::new())?;
+        self.store.write(batch, planted::ack_durability())?;
+        Ok(out)
+    }
+
+    /// Adds a sealed entry's batch to the group and advances the cached head.
+    fn commit(&mut self, batch: WriteBatch, head: ChainHead, sealed: &Sealed) {
+        self.pending.absorb(batch);
         self.track(sealed);
         if self.origin.is_none() && sealed.signed.entry.index == 1 {
             self.origin = Some(Checkpoint::origin_for(&head.hash));
@@ -603,7 +657,6 @@ impl Engine {
         if let Some(cp) = sealed.checkpoint {
             self.last_checkpoint = Some(cp);
         }
-        Ok(())
     }
 
     /// Keeps what [`Engine::end_group`] needs of an entry sealed in a group: an inline
@@ -612,26 +665,24 @@ impl Engine {
     fn track(&mut self, sealed: &Sealed) {
         match &sealed.signed.attestation {
             Some(attestation) => {
-                if self.grouped {
-                    self.unchecked.push((
-                        sealed.signed.entry.index,
-                        sealed.signer,
-                        sealed.hash,
-                        attestation.signature,
-                    ));
-                }
+                self.unchecked.push((
+                    sealed.signed.entry.index,
+                    sealed.signer,
+                    sealed.hash,
+                    attestation.signature,
+                ));
                 self.group_tail = None;
             }
             None => self.group_tail = Some(sealed.signed.clone()),
         }
     }
 
-    /// Writes rows that belong to an entry with no state change of its own (a blank entry).
+    /// Records rows that belong to an entry with no state change of its own (a blank entry).
     pub fn apply_noop(&mut self, extra: WriteBatch) -> Result<(), CoreError> {
-        if !extra.is_empty() {
-            self.store.write(extra, self.entry_durability())?;
-        }
-        Ok(())
+        self.in_group(|engine| {
+            engine.pending.absorb(extra);
+            Ok(())
+        })
     }
 
     /// Records a membership change in the chain. Genesis (the first entry) makes its members'
@@ -639,6 +690,15 @@ impl Engine {
     /// key (a key is admitted by a key change, see [`Engine::apply_key_change`]). Membership
     /// entries carry no leader time, so they take the previous transaction time.
     pub fn apply_membership(
+        &mut self,
+        log_index: u64,
+        members: Vec<(u64, PublicKey)>,
+        batch: WriteBatch,
+    ) -> Result<SignedEntry, CoreError> {
+        self.in_group(|engine| engine.membership_in_group(log_index, members, batch))
+    }
+
+    fn membership_in_group(
         &mut self,
         log_index: u64,
         members: Vec<(u64, PublicKey)>,
@@ -665,8 +725,8 @@ impl Engine {
             prev_hash: self.chain_prev(),
         };
         let mut head = self.head.clone();
-        let sealed = self.seal(entry, &mut head, &mut batch, !self.grouped)?;
-        self.commit(batch, head, &sealed)?;
+        let sealed = self.seal(entry, &mut head, &mut batch, false)?;
+        self.commit(batch, head, &sealed);
         Ok(sealed.signed)
     }
 
@@ -674,6 +734,15 @@ impl Engine {
     /// active at this point (the rule is engram-audit's [`apply_key_change`], the same one a
     /// verifier applies). A refused change writes nothing but `batch`.
     pub fn apply_key_change(
+        &mut self,
+        log_index: u64,
+        req: &KeyChangeRequest,
+        batch: WriteBatch,
+    ) -> Result<Result<SignedEntry, Rejection>, CoreError> {
+        self.in_group(|engine| engine.key_change_in_group(log_index, req, batch))
+    }
+
+    fn key_change_in_group(
         &mut self,
         log_index: u64,
         req: &KeyChangeRequest,
@@ -692,7 +761,7 @@ impl Engine {
         }
         let mut known = BTreeMap::new();
         for id in wanted {
-            if let Some(row) = reads::signer(&*self.store, id)? {
+            if let Some(row) = reads::signer(&self.view(), id)? {
                 known.insert(id, row);
             }
         }
@@ -735,10 +804,13 @@ impl Engine {
         {
             self.drop_checkpoints_signed_by_own_key(&mut batch)?;
         }
-        // Synced even inside a group: a rotation below switches this node's key (and rewrites
-        // its key file), which must never be ahead of the entry that admits the new key, or a
-        // crash would have the node apply the earlier entries again with a key not yet admitted.
-        self.commit_with(batch, head, &sealed, Durability::Sync)?;
+        // Written synced at once with the group so far: a rotation below switches this
+        // node's key (and rewrites its key file), which must never be ahead of the entry that
+        // admits the new key, or a crash would have the node apply the earlier entries again
+        // with a key not yet admitted. The only write apply makes itself; key changes are rare.
+        self.commit(batch, head, &sealed);
+        let written = std::mem::take(&mut self.pending).into_batch();
+        self.store.write(written, Durability::Sync)?;
         // This node's own rotation: sign with the new key from the next entry on. (Only the
         // node that staged the new key holds it; the other replicas keep their keys.)
         if let KeyAction::Rotate { old, new, .. } = &req.action
@@ -766,7 +838,7 @@ impl Engine {
         let end = [keys::CHECKPOINT + 1];
         let mut start = vec![keys::CHECKPOINT];
         loop {
-            let rows = self.store.scan(Space::State, &start, Some(&end), PAGE)?;
+            let rows = self.view().scan(Space::State, &start, Some(&end), PAGE)?;
             let full = rows.len() == PAGE;
             for (key, value) in &rows {
                 let note = SignedCheckpoint::parse_bytes(value)
@@ -787,7 +859,7 @@ impl Engine {
 
     /// Whether `key` is trusted by the chain now (admitted, not rotated out or revoked).
     pub fn key_active(&self, key: KeyId) -> Result<bool, CoreError> {
-        reads::key_active(&*self.store, key)
+        reads::key_active(&self.view(), key)
     }
 
     fn chain_prev(&self) -> Hash {
@@ -842,16 +914,9 @@ impl Engine {
         let key = self.keys.current();
         let signed = if attest {
             let mut signed = SignedEntry::unattested(entry);
-            let signature = signed.attest(&key);
-            // Pair assertion: what we store must verify with our own key before anyone is told
-            // of it. Inside a group the inline attestations are checked together, in one
-            // batch, by `end_group`.
-            if !self.grouped {
-                assert!(
-                    key.public().verify(hash.as_bytes(), &signature),
-                    "I4 signatures-valid: fresh attestation does not verify"
-                );
-            }
+            // The pair assertion (what is stored must verify with our own key before anyone
+            // is told of it) is made by `end_group`, for the group's inline signatures at once.
+            signed.attest(&key);
             batch.put(
                 Space::State,
                 keys::META_ATTESTED.to_vec(),
@@ -953,15 +1018,22 @@ impl Engine {
         log_index: u64,
         proposed_time_ns: i64,
         req: &TxRequest,
+        batch: WriteBatch,
+    ) -> Result<TxOutcome, CoreError> {
+        self.in_group(|engine| engine.tx_in_group(log_index, proposed_time_ns, req, batch))
+    }
+
+    fn tx_in_group(
+        &mut self,
+        log_index: u64,
+        proposed_time_ns: i64,
+        req: &TxRequest,
         mut batch: WriteBatch,
     ) -> Result<TxOutcome, CoreError> {
-        if let Some(rest) = self.held_back.take() {
-            self.store.write(rest, Durability::Buffered)?;
-        }
         let content = req.idempotency_key.as_ref().map(|_| request_content_hash(req));
         if let Some(key) = &req.idempotency_key
             && let Some(row) = self
-                .store
+                .view()
                 .get(Space::State, &keys::idempotency(&req.namespace, key))?
         {
             let first = IdempotencyRow::decode(&row)?;
@@ -976,7 +1048,7 @@ impl Engine {
         let tx = TxId(log_index);
         let tx_time_ns = proposed_time_ns.max(self.head.tx_time_ns);
         let mut head = self.head.clone();
-        let planned = match plan::plan(&*self.store, req, tx, tx_time_ns)? {
+        let planned = match plan::plan(&self.view(), req, tx, tx_time_ns)? {
             Ok(planned) => planned,
             Err(rejection) => {
                 self.apply_noop(batch)?;
@@ -1041,7 +1113,7 @@ impl Engine {
                 self.chain_prev()
             },
         };
-        let sealed = self.seal(entry, &mut head, &mut batch, !self.grouped)?;
+        let sealed = self.seal(entry, &mut head, &mut batch, false)?;
         let receipt = TxReceipt {
             tx,
             tx_time_ns,
@@ -1073,17 +1145,7 @@ impl Engine {
             }
             batch.put(Space::State, keys::idempotency(ns, key), row.encode());
         }
-        if planted::active(PlantedBug::HalfBatch) && datoms.len() >= 2 {
-            // The rest is written only with the next transaction, so a crash in between (even
-            // after a group's closing sync) leaves half of this one.
-            let rest = batch.mutations.split_off(batch.mutations.len() / 2);
-            self.store.write(batch, Durability::Sync)?;
-            self.held_back = Some(WriteBatch { mutations: rest });
-            self.track(&sealed);
-            self.head = head;
-            return Ok(Ok(receipt));
-        }
-        self.commit(batch, head, &sealed)?;
+        self.commit(batch, head, &sealed);
         Ok(Ok(receipt))
     }
 }
@@ -1202,7 +1264,7 @@ mod tests {
     }
 
     #[test]
-    fn a_group_is_buffered_and_made_durable_by_the_next_synced_write() {
+    fn a_group_reaches_the_store_as_one_batch_that_the_caller_writes() {
         let (store, mut engine) = engine();
         let (_, first) = new_task(&mut engine, 2, "before the group");
         let durable_before = state_bytes(&store);
@@ -1210,36 +1272,44 @@ mod tests {
         engine.begin_group();
         let (e3, _) = new_task(&mut engine, 3, "in the group");
         let (_, last) = new_task(&mut engine, 4, "also in the group");
-        // Visible at once: the next transaction of the group plans against them.
-        assert_eq!(reads::get(&*store, &ns(), e3, None, None).unwrap().len(), 1);
+        // The group's later entries read its earlier ones; apply wrote nothing to the store.
+        assert_eq!(
+            reads::get(&engine.view(), &ns(), e3, None, None).unwrap().len(),
+            1
+        );
+        assert!(matches!(
+            reads::get(&*store, &ns(), e3, None, None),
+            Err(reads::ReadError::UnknownEntity(_))
+        ));
+        assert_eq!(state_bytes(&store), durable_before, "apply wrote to the store");
         assert_eq!(last.audit_index, first.audit_index + 2);
-        // A crash now loses the whole group, nothing before it.
+        let mut closing = WriteBatch::new();
+        closing.put(Space::State, b"Mtest/closing".to_vec(), vec![1]);
+        let batch = engine.end_group(closing.clone()).unwrap();
+        // Rows both entries rewrote are in the batch once.
+        let heads = batch
+            .mutations
+            .iter()
+            .filter(|m| mutation_key(m).is_some_and(|(_, k)| k == keys::META_HEAD))
+            .count();
+        assert_eq!(heads, 1);
+        store.write(batch, Durability::Buffered).unwrap();
+        let after = state_bytes(&store);
+        assert_eq!(reads::head(&*store).unwrap().hash, last.audit_hash);
+        // Buffered, as the state machine writes it: a crash loses the whole group, nothing
+        // before it.
         store.crash();
         assert_eq!(state_bytes(&store), durable_before);
 
-        // Replayed (as Raft would, from its log) and closed.
+        // Replayed (as Raft would, from its log), byte for byte; the next synced write of the
+        // store (a Raft log append, a vote, a purge) makes the group durable with it.
         let mut engine = Engine::open(store.clone(), Arc::new(NodeKey::from_seed([9; 32]))).unwrap();
         engine.begin_group();
         new_task(&mut engine, 3, "in the group");
         let (_, replayed) = new_task(&mut engine, 4, "also in the group");
         assert_eq!(replayed.audit_hash, last.audit_hash, "replay is deterministic");
-        let mut closing = WriteBatch::new();
-        closing.put(Space::State, b"Mtest/closing".to_vec(), vec![1]);
-        engine.end_group(closing).unwrap();
-        let after = state_bytes(&store);
-        // The state machine never syncs: closing the group does not make it durable either.
-        store.crash();
-        assert_eq!(state_bytes(&store), durable_before, "end_group must not sync");
-
-        // Replayed again, byte for byte, then the next synced write of the store (a Raft log
-        // append, a vote, a purge) makes the group durable with it.
-        let mut engine = Engine::open(store.clone(), Arc::new(NodeKey::from_seed([9; 32]))).unwrap();
-        engine.begin_group();
-        new_task(&mut engine, 3, "in the group");
-        new_task(&mut engine, 4, "also in the group");
-        let mut closing = WriteBatch::new();
-        closing.put(Space::State, b"Mtest/closing".to_vec(), vec![1]);
-        engine.end_group(closing).unwrap();
+        let batch = engine.end_group(closing).unwrap();
+        store.write(batch, Durability::Buffered).unwrap();
         assert_eq!(state_bytes(&store), after, "re-applied entries differ");
         let mut log_append = WriteBatch::new();
         log_append.put(Space::Log, b"entry".to_vec(), vec![1]);
@@ -1277,50 +1347,72 @@ mod tests {
         for index in 2..=4 {
             new_task(&mut engine, index, "grouped");
         }
-        // Before the group ends nothing covers its entries, and nothing serves them.
-        assert_eq!(attested(&store), vec![1]);
-        assert_eq!(reads::attested_index(&*store).unwrap(), 1);
-        let err = verify_stored(&store).unwrap_err();
-        assert_eq!(
-            (err.index, err.fault),
-            (2, engram_audit::ChainFault::Uncovered { head: 4 })
-        );
-        engine.end_group(WriteBatch::new()).unwrap();
+        let batch = engine.end_group(WriteBatch::new()).unwrap();
+        store.write(batch, Durability::Buffered).unwrap();
         // One signature, on the group's last entry, covers the group.
         assert_eq!(attested(&store), vec![1, 4]);
         assert_eq!(reads::attested_index(&*store).unwrap(), 4);
         assert_eq!(verify_stored(&store).unwrap(), 4);
-        // Attestations are per node (another key, on every entry): the replica digest does not
-        // see them.
+        // Attestations are per node (another key; each entry applied alone, so each is a
+        // group of its own): the replica digest does not see them.
         let digest = crate::inspect::state_digest(&*store).unwrap();
-        let (other, mut ungrouped) = engine_with_key([7; 32]);
+        let (other, mut alone) = engine_with_key([7; 32]);
         for index in 2..=4 {
-            new_task(&mut ungrouped, index, "grouped");
+            new_task(&mut alone, index, "grouped");
         }
         assert_eq!(attested(&other), vec![1, 2, 3, 4]);
         assert_eq!(crate::inspect::state_digest(&*other).unwrap(), digest);
     }
 
     #[test]
-    fn entries_a_crash_left_unattested_are_attested_when_the_node_opens() {
+    fn a_torn_crash_keeps_whole_groups_and_each_is_covered() {
+        let (store, mut engine) = engine();
+        for group in [2..=4, 5..=6] {
+            engine.begin_group();
+            for index in group {
+                new_task(&mut engine, index, "grouped");
+            }
+            let batch = engine.end_group(WriteBatch::new()).unwrap();
+            store.write(batch, Durability::Buffered).unwrap();
+        }
+        // The write-ahead log kept the first group's record and lost the second's.
+        store.crash_torn(1);
+        assert_eq!(reads::head(&*store).unwrap().index, 4);
+        assert_eq!(attested(&store), vec![1, 4]);
+        assert_eq!(verify_stored(&store).unwrap(), 4);
+    }
+
+    #[test]
+    fn a_head_left_unattested_is_attested_when_the_node_opens() {
+        // A store written before groups were one batch could keep a group's entries without
+        // its attestation (a crash in between): the node attests its head when it opens.
         let (store, mut engine) = engine();
         engine.begin_group();
         for index in 2..=4 {
             new_task(&mut engine, index, "grouped");
         }
-        // The crash keeps entries 2 and 3 (a prefix of the unsynced writes), not the rest of
-        // the group nor its attestation.
-        store.crash_torn(2);
-        assert_eq!(reads::head(&*store).unwrap().index, 3);
+        let batch = engine.end_group(WriteBatch::new()).unwrap();
+        store.write(batch, Durability::Sync).unwrap();
+        let head = reads::audit_entries(&*store, 4, 1).unwrap().unwrap().remove(0);
+        let mut torn = WriteBatch::new();
+        torn.put(
+            Space::State,
+            keys::audit(4),
+            SignedEntry::unattested(head.entry).encode(),
+        );
+        torn.put(
+            Space::State,
+            keys::META_ATTESTED.to_vec(),
+            1u64.to_be_bytes().to_vec(),
+        );
+        store.write(torn, Durability::Sync).unwrap();
         assert_eq!(verify_stored(&store).unwrap_err().index, 2);
         let mut engine = Engine::open(store.clone(), Arc::new(NodeKey::from_seed([9; 32]))).unwrap();
-        assert_eq!(attested(&store), vec![1, 3]);
-        assert_eq!(verify_stored(&store).unwrap(), 3);
-        // Raft applies entry 4 again; the node goes on.
-        engine.begin_group();
-        new_task(&mut engine, 4, "grouped");
-        engine.end_group(WriteBatch::new()).unwrap();
+        assert_eq!(attested(&store), vec![1, 4]);
         assert_eq!(verify_stored(&store).unwrap(), 4);
+        // Raft applies entry 5; the node goes on.
+        new_task(&mut engine, 5, "grouped");
+        assert_eq!(verify_stored(&store).unwrap(), 5);
     }
 
     #[test]

@@ -4,7 +4,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-use engram_storage::{Space, Store};
+use engram_storage::{ReadView, Space};
 use engram_types::{
     Attribute, AttributeDef, BranchName, BranchOp, Cardinality, Datom, EntityId, EntityRef, Namespace, Op,
     Precondition, Provenance, TxId, TxRequest, Unique, Value,
@@ -40,7 +40,7 @@ macro_rules! reject_on {
     };
 }
 
-pub(crate) fn plan(store: &dyn Store, req: &TxRequest, tx: TxId, tx_time_ns: i64) -> Plan {
+pub(crate) fn plan(store: &dyn ReadView, req: &TxRequest, tx: TxId, tx_time_ns: i64) -> Plan {
     if !req.schema.is_empty() {
         return plan_schema(store, req, tx, tx_time_ns);
     }
@@ -63,7 +63,7 @@ struct Fact<'a> {
 
 /// The transaction being planned: the datoms so far and what it has learnt of the state.
 struct Draft<'a> {
-    store: &'a dyn Store,
+    store: &'a dyn ReadView,
     view: View<'a>,
     tx: TxId,
     tx_time_ns: i64,
@@ -119,7 +119,7 @@ impl Slot {
 }
 
 impl<'a> Draft<'a> {
-    fn new(store: &'a dyn Store, view: View<'a>, tx: TxId, tx_time_ns: i64) -> Result<Self, CoreError> {
+    fn new(store: &'a dyn ReadView, view: View<'a>, tx: TxId, tx_time_ns: i64) -> Result<Self, CoreError> {
         let drawn = match store.get(Space::State, &keys::entity_counter(view.ns))? {
             None => 0,
             Some(row) => <[u8; 8]>::try_from(row.as_slice())
@@ -415,7 +415,7 @@ impl<'a> Draft<'a> {
 
 /// The open branch `name`, or why it cannot be written.
 fn open_branch(
-    store: &dyn Store,
+    store: &dyn ReadView,
     ns: &Namespace,
     name: &BranchName,
 ) -> Result<Result<BranchRow, Rejection>, CoreError> {
@@ -429,7 +429,7 @@ fn open_branch(
     }
 }
 
-fn plan_data(store: &dyn Store, req: &TxRequest, tx: TxId, tx_time_ns: i64) -> Plan {
+fn plan_data(store: &dyn ReadView, req: &TxRequest, tx: TxId, tx_time_ns: i64) -> Plan {
     let ns = &req.namespace;
     let mut branch_row = None;
     let view = match &req.branch {
@@ -512,7 +512,7 @@ fn plan_data(store: &dyn Store, req: &TxRequest, tx: TxId, tx_time_ns: i64) -> P
     Ok(Ok(draft.finish()))
 }
 
-fn plan_schema(store: &dyn Store, req: &TxRequest, tx: TxId, tx_time_ns: i64) -> Plan {
+fn plan_schema(store: &dyn ReadView, req: &TxRequest, tx: TxId, tx_time_ns: i64) -> Plan {
     let ns = &req.namespace;
     let mut draft = Draft::new(store, View::main(ns), tx, tx_time_ns)?;
     let mut ns_schema = schema::namespace_schema(store, ns)?;
@@ -589,7 +589,7 @@ fn state_keyword(state: BranchState) -> Value {
     Value::Keyword(format!(":db.branch.state/{}", state.name()))
 }
 
-fn plan_branch_op(store: &dyn Store, req: &TxRequest, op: &BranchOp, tx: TxId, tx_time_ns: i64) -> Plan {
+fn plan_branch_op(store: &dyn ReadView, req: &TxRequest, op: &BranchOp, tx: TxId, tx_time_ns: i64) -> Plan {
     let ns = &req.namespace;
     let mut draft = Draft::new(store, View::main(ns), tx, tx_time_ns)?;
     let provenance = &req.provenance;

@@ -15,9 +15,9 @@ pub enum PlantedBug {
     /// Every fourth audit entry links to a wrong `prev_hash` (and the in-apply assertion that
     /// would catch it is skipped).
     WrongPrevHash,
-    /// A transaction's write batch is split: the first half (with the applied log position)
-    /// is synced, the rest is written only with the next transaction, so a crash between them
-    /// leaves half a transaction.
+    /// An apply group's batch is split: the first half (with the applied log position) is
+    /// written, the rest only with the next group, so a crash between them leaves half a group
+    /// (and half of a transaction in it) that the node believes applied.
     HalfBatch,
     /// The Raft service accepts requests without checking who sent them, so a host that is not
     /// a member can forge appends and votes.

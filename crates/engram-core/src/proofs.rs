@@ -7,7 +7,7 @@
 
 use engram_audit::{Checkpoint, NodeKey, SignedCheckpoint, SignedEntry};
 use engram_merkle::{Blake3, LeafSource, ProofError, consistency_proof, inclusion_proof};
-use engram_storage::{Space, Store, prefix_end};
+use engram_storage::{ReadView, Space, prefix_end};
 use engram_types::Hash;
 use thiserror::Error;
 
@@ -26,7 +26,7 @@ pub enum ProofReadError {
 
 /// The stored tree, as a proof source.
 struct StoredTree<'a> {
-    store: &'a dyn Store,
+    store: &'a dyn ReadView,
     size: u64,
 }
 
@@ -79,7 +79,7 @@ fn check_size(head: &ChainHead, size: u64) -> Result<(), ProofReadError> {
 
 /// The inclusion proof of audit entry `index` (1-based) in the tree of `tree_size` entries
 /// (0: the current head).
-pub fn inclusion(store: &dyn Store, index: u64, tree_size: u64) -> Result<Inclusion, ProofReadError> {
+pub fn inclusion(store: &dyn ReadView, index: u64, tree_size: u64) -> Result<Inclusion, ProofReadError> {
     let head = reads::head(store)?;
     let size = if tree_size == 0 { head.index } else { tree_size };
     check_size(&head, size)?;
@@ -106,7 +106,7 @@ pub fn inclusion(store: &dyn Store, index: u64, tree_size: u64) -> Result<Inclus
 /// The consistency proof from the tree of `old_size` entries to the tree of `new_size` (0: the
 /// current head).
 pub fn consistency(
-    store: &dyn Store,
+    store: &dyn ReadView,
     old_size: u64,
     new_size: u64,
 ) -> Result<(u64, Vec<Hash>), ProofReadError> {
@@ -127,7 +127,7 @@ pub fn consistency(
 }
 
 /// The latest checkpoint this node signed by policy, if any.
-pub fn latest_checkpoint(store: &dyn Store) -> Result<Option<SignedCheckpoint>, CoreError> {
+pub fn latest_checkpoint(store: &dyn ReadView) -> Result<Option<SignedCheckpoint>, CoreError> {
     let rows = store.scan_rev(
         Space::State,
         &[keys::CHECKPOINT],
@@ -145,7 +145,10 @@ pub fn latest_checkpoint(store: &dyn Store) -> Result<Option<SignedCheckpoint>, 
 /// A checkpoint of the current head, signed now by `key`. Its content is a function of the
 /// chain alone (origin, size, root, the head's transaction time), so it is the checkpoint any
 /// replica at this head would sign; only the signature is this node's.
-pub fn checkpoint_at_head(store: &dyn Store, key: &NodeKey) -> Result<Option<SignedCheckpoint>, CoreError> {
+pub fn checkpoint_at_head(
+    store: &dyn ReadView,
+    key: &NodeKey,
+) -> Result<Option<SignedCheckpoint>, CoreError> {
     let head = reads::head(store)?;
     let Some(origin) = reads::origin(store)? else {
         return Ok(None);
@@ -180,7 +183,7 @@ pub struct DatomProof {
 /// Proves `datoms` (read from this store just before) against a checkpoint of the current
 /// head signed by `key`: per datom, its transaction's entry, datom hashes and inclusion proof.
 pub fn read_proof(
-    store: &dyn Store,
+    store: &dyn ReadView,
     key: &NodeKey,
     datoms: &[engram_types::Datom],
 ) -> Result<(SignedCheckpoint, Vec<DatomProof>), ProofReadError> {

@@ -1,11 +1,11 @@
-//! Reads over the state. Every function takes a [`Store`] and decodes what it reads with
-//! validation: a row that does not decode is reported as corruption with its location, never
-//! unwrapped.
+//! Reads over the state. Every function takes a [`ReadView`] (a store, or a store with an
+//! apply group's writes over it) and decodes what it reads with validation: a row that does
+//! not decode is reported as corruption with its location, never unwrapped.
 
 use std::collections::BTreeMap;
 
 use engram_audit::{ChainError, ChainFault, SignedEntry};
-use engram_storage::{KeyValue, Space, Store, prefix_end};
+use engram_storage::{KeyValue, ReadView, Space, prefix_end};
 use engram_types::{Attribute, BranchName, Cardinality, Datom, EntityId, Namespace, Op, Status, TxId, Value};
 
 use crate::branch::{self, BranchRow};
@@ -15,7 +15,7 @@ use crate::{CoreError, keys, schema};
 /// The largest number of datoms one read returns; callers page with `as_of`/limits.
 pub const MAX_READ_DATOMS: usize = 100_000;
 
-pub fn head(store: &dyn Store) -> Result<ChainHead, CoreError> {
+pub fn head(store: &dyn ReadView) -> Result<ChainHead, CoreError> {
     match store.get(Space::State, keys::META_HEAD)? {
         Some(bytes) => decode_row("chain head", &bytes),
         None => Ok(ChainHead {
@@ -29,7 +29,7 @@ pub fn head(store: &dyn Store) -> Result<ChainHead, CoreError> {
 /// entries after it (an apply group in progress, or a group the node stopped before signing,
 /// which it signs when it starts) are not served until an attestation covers them. A store
 /// written before attestations were grouped has no mark and every entry attested.
-pub fn attested_index(store: &dyn Store) -> Result<u64, CoreError> {
+pub fn attested_index(store: &dyn ReadView) -> Result<u64, CoreError> {
     if let Some(bytes) = store.get(Space::State, keys::META_ATTESTED)? {
         let raw = <[u8; 8]>::try_from(bytes.as_slice())
             .map_err(|_| CoreError::corrupt("attested mark", format!("{} bytes, expected 8", bytes.len())))?;
@@ -49,7 +49,7 @@ pub fn attested_index(store: &dyn Store) -> Result<u64, CoreError> {
 }
 
 /// Whether `e` is an entity of main in `ns` (made there, or made on a branch that merged).
-pub fn entity_exists(store: &dyn Store, ns: &Namespace, e: EntityId) -> Result<bool, CoreError> {
+pub fn entity_exists(store: &dyn ReadView, ns: &Namespace, e: EntityId) -> Result<bool, CoreError> {
     Ok(store
         .get(Space::State, &keys::entity(e))?
         .is_some_and(|owner| owner == keys::entity_owner(ns, None)))
@@ -69,7 +69,7 @@ impl<'a> View<'a> {
 
     /// The view of `branch` (main when `None`); a branch that does not exist is an error.
     pub fn of(
-        store: &dyn Store,
+        store: &dyn ReadView,
         ns: &'a Namespace,
         branch: Option<&'a BranchName>,
     ) -> Result<(View<'a>, Option<BranchRow>), ReadError> {
@@ -91,7 +91,7 @@ impl<'a> View<'a> {
 
     /// Whether `e` can be read and written here: a main entity (on a branch: one that had
     /// facts by the fork point), or an entity made on this branch.
-    pub fn entity_visible(&self, store: &dyn Store, e: EntityId) -> Result<bool, CoreError> {
+    pub fn entity_visible(&self, store: &dyn ReadView, e: EntityId) -> Result<bool, CoreError> {
         let Some(owner) = store.get(Space::State, &keys::entity(e))? else {
             return Ok(false);
         };
@@ -114,7 +114,7 @@ impl<'a> View<'a> {
     }
 
     /// Every datom of `e` seen here, main's first, each part in (attribute, tx) order.
-    pub fn entity_datoms(&self, store: &dyn Store, e: EntityId) -> Result<Vec<Datom>, CoreError> {
+    pub fn entity_datoms(&self, store: &dyn ReadView, e: EntityId) -> Result<Vec<Datom>, CoreError> {
         let mut out = entity_datoms(store, self.ns, e)?;
         if let Some((name, fork)) = self.branch {
             out.retain(|d| d.tx <= fork);
@@ -130,7 +130,7 @@ impl<'a> View<'a> {
     /// Every datom of one slot (entity, attribute) seen here, in tx order.
     pub fn slot_datoms(
         &self,
-        store: &dyn Store,
+        store: &dyn ReadView,
         e: EntityId,
         attr: &Attribute,
     ) -> Result<Vec<Datom>, CoreError> {
@@ -150,7 +150,7 @@ impl<'a> View<'a> {
     /// one's current values). Uses the value index when the attribute has one.
     pub fn value_candidates(
         &self,
-        store: &dyn Store,
+        store: &dyn ReadView,
         attr: &Attribute,
         value: Option<&Value>,
     ) -> Result<Vec<EntityId>, CoreError> {
@@ -178,7 +178,7 @@ impl<'a> View<'a> {
 
 /// Every datom of one slot on main, in tx order.
 pub fn slot_datoms_main(
-    store: &dyn Store,
+    store: &dyn ReadView,
     ns: &Namespace,
     e: EntityId,
     attr: &Attribute,
@@ -200,12 +200,12 @@ pub(crate) fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-fn scan_prefix(store: &dyn Store, prefix: &[u8], limit: usize) -> Result<Vec<KeyValue>, CoreError> {
+fn scan_prefix(store: &dyn ReadView, prefix: &[u8], limit: usize) -> Result<Vec<KeyValue>, CoreError> {
     Ok(store.scan(Space::State, prefix, prefix_end(prefix).as_deref(), limit)?)
 }
 
 /// Every datom ever recorded about `e` in `ns`, in (attribute, tx) order.
-pub fn entity_datoms(store: &dyn Store, ns: &Namespace, e: EntityId) -> Result<Vec<Datom>, CoreError> {
+pub fn entity_datoms(store: &dyn ReadView, ns: &Namespace, e: EntityId) -> Result<Vec<Datom>, CoreError> {
     decode_datoms(scan_prefix(store, &keys::eavt_entity(ns, e), MAX_READ_DATOMS)?)
 }
 
@@ -358,7 +358,7 @@ pub fn current_facts(datoms: &[Datom], as_of: Option<TxId>, valid_at_ns: Option<
 /// The current value of one attribute of one entity on main (the latest claim; for a
 /// cardinality-many attribute, the latest value added).
 pub fn current_value(
-    store: &dyn Store,
+    store: &dyn ReadView,
     ns: &Namespace,
     e: EntityId,
     attr: &Attribute,
@@ -384,7 +384,7 @@ pub enum ReadError {
 
 /// The entity's facts on main as of a transaction and/or a valid time, latest claim winning.
 pub fn get(
-    store: &dyn Store,
+    store: &dyn ReadView,
     ns: &Namespace,
     e: EntityId,
     as_of: Option<TxId>,
@@ -401,7 +401,7 @@ pub fn get(
 /// The entity's facts on main or a branch under `opts`: per attribute, the current value(s)
 /// by the schema in force at `opts.as_of`, and the claims that disagree.
 pub fn get_facts(
-    store: &dyn Store,
+    store: &dyn ReadView,
     ns: &Namespace,
     branch: Option<&BranchName>,
     e: EntityId,
@@ -427,7 +427,7 @@ pub fn get_facts(
 
 /// Every datom of an entity on main, in tx order (optionally one attribute only).
 pub fn entity_history(
-    store: &dyn Store,
+    store: &dyn ReadView,
     ns: &Namespace,
     e: EntityId,
     attr: Option<&Attribute>,
@@ -438,7 +438,7 @@ pub fn entity_history(
 
 /// Every datom of an entity seen on main or a branch, in tx order.
 pub fn entity_history_on(
-    store: &dyn Store,
+    store: &dyn ReadView,
     ns: &Namespace,
     branch: Option<&BranchName>,
     e: EntityId,
@@ -460,7 +460,7 @@ pub fn entity_history_on(
 
 /// Resolves index keys (AEVT/AVET) to their datoms through EAVT.
 fn resolve(
-    store: &dyn Store,
+    store: &dyn ReadView,
     ns: &Namespace,
     attr: &Attribute,
     index_keys: Vec<KeyValue>,
@@ -483,7 +483,7 @@ fn resolve(
 
 /// Every datom of an attribute across entities, in tx order.
 pub fn attribute_history(
-    store: &dyn Store,
+    store: &dyn ReadView,
     ns: &Namespace,
     attr: &Attribute,
     limit: usize,
@@ -497,7 +497,7 @@ pub fn attribute_history(
 
 /// Every datom of an attribute seen on main or a branch, in tx order.
 pub fn attribute_history_on(
-    store: &dyn Store,
+    store: &dyn ReadView,
     ns: &Namespace,
     branch: Option<&BranchName>,
     attr: &Attribute,
@@ -521,7 +521,7 @@ pub fn attribute_history_on(
 /// Entities whose current value of `attr` (as of `as_of`) is `value`, or that have any
 /// current value when `value` is `None`. Returns the current datoms, by entity.
 pub fn find(
-    store: &dyn Store,
+    store: &dyn ReadView,
     ns: &Namespace,
     attr: &Attribute,
     value: Option<&Value>,
@@ -538,7 +538,7 @@ pub fn find(
 
 /// [`find`] on main or a branch.
 pub fn find_on(
-    store: &dyn Store,
+    store: &dyn ReadView,
     ns: &Namespace,
     branch: Option<&BranchName>,
     attr: &Attribute,
@@ -568,7 +568,7 @@ pub fn find_on(
     Ok(out)
 }
 
-pub fn tx(store: &dyn Store, tx: TxId) -> Result<Option<TxLogRow>, CoreError> {
+pub fn tx(store: &dyn ReadView, tx: TxId) -> Result<Option<TxLogRow>, CoreError> {
     store
         .get(Space::State, &keys::tx_log(tx))?
         .map(|row| decode_row("tx log row", &row))
@@ -577,13 +577,13 @@ pub fn tx(store: &dyn Store, tx: TxId) -> Result<Option<TxLogRow>, CoreError> {
 
 /// Whether this store's chain ever admitted the key `id`, by genesis or a key change (so
 /// attestations by it can be verified against the chain itself).
-pub fn signer_admitted(store: &dyn Store, id: engram_audit::KeyId) -> Result<bool, CoreError> {
+pub fn signer_admitted(store: &dyn ReadView, id: engram_audit::KeyId) -> Result<bool, CoreError> {
     Ok(store.get(Space::State, &keys::signer(id))?.is_some())
 }
 
 /// What the chain has said about key `id`, if it ever admitted it.
 pub fn signer(
-    store: &dyn Store,
+    store: &dyn ReadView,
     id: engram_audit::KeyId,
 ) -> Result<Option<engram_audit::KeyRecord>, CoreError> {
     match store.get(Space::State, &keys::signer(id))? {
@@ -595,13 +595,16 @@ pub fn signer(
 /// The key the chain trusts now for node `node_id` (admitted to it, neither rotated out nor
 /// revoked), if any: after a rotation this is the new key, not the one the membership recorded
 /// when the node joined.
-pub fn active_key_of(store: &dyn Store, node_id: u64) -> Result<Option<engram_audit::KeyRecord>, CoreError> {
+pub fn active_key_of(
+    store: &dyn ReadView,
+    node_id: u64,
+) -> Result<Option<engram_audit::KeyRecord>, CoreError> {
     Ok(active_keys(store)?.into_iter().find(|row| row.node_id == node_id))
 }
 
 /// Every key the chain trusts now, for the entry after the head (admitted, neither rotated
 /// out nor revoked), in key id order.
-pub fn active_keys(store: &dyn Store) -> Result<Vec<engram_audit::KeyRecord>, CoreError> {
+pub fn active_keys(store: &dyn ReadView) -> Result<Vec<engram_audit::KeyRecord>, CoreError> {
     let next = head(store)?.index + 1;
     let rows = store.scan(
         Space::State,
@@ -621,13 +624,13 @@ pub fn active_keys(store: &dyn Store) -> Result<Vec<engram_audit::KeyRecord>, Co
 
 /// Whether the chain trusts key `id` now, for the entry after the head (admitted, neither
 /// rotated out nor revoked).
-pub fn key_active(store: &dyn Store, id: engram_audit::KeyId) -> Result<bool, CoreError> {
+pub fn key_active(store: &dyn ReadView, id: engram_audit::KeyId) -> Result<bool, CoreError> {
     let next = head(store)?.index + 1;
     Ok(signer(store, id)?.is_some_and(|row| row.active_at(next)))
 }
 
 /// The cluster's checkpoint origin, derived from the genesis entry; `None` before genesis.
-pub fn origin(store: &dyn Store) -> Result<Option<String>, CoreError> {
+pub fn origin(store: &dyn ReadView) -> Result<Option<String>, CoreError> {
     match store.get(Space::State, &keys::audit(1))? {
         Some(bytes) => {
             let genesis = SignedEntry::decode(&bytes).map_err(|e| CoreError::corrupt("audit entry 1", e))?;
@@ -643,7 +646,7 @@ pub fn origin(store: &dyn Store) -> Result<Option<String>, CoreError> {
 /// then. The first failure is returned with its exact index. Callers that serve the chain stop
 /// at [`attested_index`], so what they serve ends with an attestation that covers it.
 pub fn audit_entries(
-    store: &dyn Store,
+    store: &dyn ReadView,
     from: u64,
     limit: usize,
 ) -> Result<Result<Vec<SignedEntry>, ChainError>, CoreError> {
@@ -732,7 +735,7 @@ pub struct TxRecord {
 /// oldest first, scanning at most `scan_limit` transactions of any namespace. Returns them and
 /// the tx id to continue from.
 pub fn transactions_from(
-    store: &dyn Store,
+    store: &dyn ReadView,
     ns: &Namespace,
     branch: Option<&BranchName>,
     from: TxId,
@@ -799,7 +802,7 @@ impl Diff {
 /// The datoms of one entity (or, with `entity` unset, of the whole namespace) recorded by
 /// transactions `from < tx <= to`, in tx order, at most `limit` of them.
 pub fn diff(
-    store: &dyn Store,
+    store: &dyn ReadView,
     ns: &Namespace,
     entity: Option<EntityId>,
     from: TxId,
@@ -859,7 +862,7 @@ pub struct BranchDiff {
 
 /// Diffs `branch` against main, for one entity or every entity the branch wrote.
 pub fn branch_diff(
-    store: &dyn Store,
+    store: &dyn ReadView,
     ns: &Namespace,
     name: &BranchName,
     entity: Option<EntityId>,

@@ -11,7 +11,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use engram_storage::{Space, Store, prefix_end};
+use engram_storage::{ReadView, Space, prefix_end};
 use engram_types::{
     Attribute, AttributeDef, Cardinality, Datom, EntityId, Namespace, TxId, Unique, Value, ValueType,
 };
@@ -160,14 +160,14 @@ pub fn def_facts(
     out
 }
 
-pub fn namespace_schema(store: &dyn Store, ns: &Namespace) -> Result<NamespaceSchema, CoreError> {
+pub fn namespace_schema(store: &dyn ReadView, ns: &Namespace) -> Result<NamespaceSchema, CoreError> {
     match store.get(Space::State, &keys::ns_schema(ns))? {
         Some(bytes) => decode_row("namespace schema row", &bytes),
         None => Ok(NamespaceSchema::default()),
     }
 }
 
-pub fn row(store: &dyn Store, ns: &Namespace, attr: &Attribute) -> Result<Option<SchemaRow>, CoreError> {
+pub fn row(store: &dyn ReadView, ns: &Namespace, attr: &Attribute) -> Result<Option<SchemaRow>, CoreError> {
     match store.get(Space::State, &keys::schema(ns, attr))? {
         Some(bytes) => Ok(Some(decode_row(&format!("schema row of {attr}"), &bytes)?)),
         None => Ok(None),
@@ -177,7 +177,7 @@ pub fn row(store: &dyn Store, ns: &Namespace, attr: &Attribute) -> Result<Option
 /// The definition of `attr` in `ns` as of `as_of` (`None`: now): built-in for the reserved
 /// attributes, else the schema row's declaration in force then.
 pub fn def_at(
-    store: &dyn Store,
+    store: &dyn ReadView,
     ns: &Namespace,
     attr: &Attribute,
     as_of: Option<TxId>,
@@ -190,7 +190,7 @@ pub fn def_at(
 
 /// Cardinality of `attr` as of `as_of`; attributes with no definition then are cardinality one.
 pub fn cardinality_at(
-    store: &dyn Store,
+    store: &dyn ReadView,
     ns: &Namespace,
     attr: &Attribute,
     as_of: Option<TxId>,
@@ -209,7 +209,7 @@ pub struct SchemaView {
 }
 
 /// The namespace's schema as of `as_of` (`None`: now).
-pub fn view(store: &dyn Store, ns: &Namespace, as_of: Option<TxId>) -> Result<SchemaView, CoreError> {
+pub fn view(store: &dyn ReadView, ns: &Namespace, as_of: Option<TxId>) -> Result<SchemaView, CoreError> {
     let prefix = keys::schema_prefix(ns);
     let rows = store.scan(Space::State, &prefix, prefix_end(&prefix).as_deref(), usize::MAX)?;
     let mut attributes = Vec::new();
@@ -238,7 +238,7 @@ pub fn view(store: &dyn Store, ns: &Namespace, as_of: Option<TxId>) -> Result<Sc
 
 /// Why a declaration is not a forward migration of the one in force.
 pub fn check_migration(
-    store: &dyn Store,
+    store: &dyn ReadView,
     ns: &Namespace,
     old: &AttributeDef,
     declared: bool,
@@ -291,7 +291,7 @@ pub fn check_migration(
 
 /// Every entity's current values of `attr` on main, under `cardinality`.
 fn current_by_entity(
-    store: &dyn Store,
+    store: &dyn ReadView,
     ns: &Namespace,
     attr: &Attribute,
     cardinality: Cardinality,
@@ -319,7 +319,7 @@ fn current_by_entity(
 
 /// The AVET rows an index added to `attr` needs: one per datom already recorded.
 pub fn backfill_value_index(
-    store: &dyn Store,
+    store: &dyn ReadView,
     ns: &Namespace,
     attr: &Attribute,
 ) -> Result<Vec<Vec<u8>>, CoreError> {

@@ -798,7 +798,7 @@ mod tests {
     use std::sync::Arc;
 
     use engram_audit::NodeKey;
-    use engram_storage::{Durability, MemStore, WriteBatch};
+    use engram_storage::{Durability, MemStore, ReadView, WriteBatch};
     use engram_types::{AttributeDef, EntityRef, Op, Provenance, Status, TxOp, TxRequest, Unique, ValueType};
 
     use super::*;

@@ -11,7 +11,7 @@ use engram_audit::{
 };
 use engram_core::{CheckpointPolicy, Engine, export, keys, proofs};
 use engram_merkle::{Blake3, verify_consistency, verify_inclusion};
-use engram_storage::{Durability, MemStore, Space, Store, WriteBatch};
+use engram_storage::{Durability, MemStore, ReadView, Space, Store, WriteBatch};
 use engram_types::{EntityRef, Hash, Namespace, Op, Provenance, TxOp, TxRequest, Value};
 use engram_verify::format::{ExportReader, ExportWriter, Next, Record};
 use engram_verify::{Report, VerifyOptions, verify_export};

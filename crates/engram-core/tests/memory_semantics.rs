@@ -12,7 +12,9 @@ use engram_audit::NodeKey;
 use engram_core::current::{CurrentRow, ROW_AFTER_DATOMS};
 use engram_core::reads::{self, ReadError, ReadOptions, Resolution};
 use engram_core::{Engine, Rejection, TxOutcome, keys, schema, scrub};
-use engram_storage::{Durability, KeyValue, MemStore, Space, StorageError, Store, Visitor, WriteBatch};
+use engram_storage::{
+    Durability, KeyValue, MemStore, ReadView, Space, StorageError, Store, Visitor, WriteBatch,
+};
 use engram_types::{
     Attribute, AttributeDef, BranchName, BranchOp, Cardinality, EntityId, EntityRef, Namespace, Op,
     Precondition, Provenance, Status, TxId, TxOp, TxReceipt, TxRequest, Unique, Value, ValueType,
@@ -86,7 +88,7 @@ impl Counted {
     }
 }
 
-impl Store for Counted {
+impl ReadView for Counted {
     fn get(&self, space: Space, key: &[u8]) -> Result<Option<Vec<u8>>, StorageError> {
         let row = self.inner.get(space, key)?;
         self.count(usize::from(row.is_some()));
@@ -112,7 +114,9 @@ impl Store for Counted {
     ) -> Result<Vec<KeyValue>, StorageError> {
         self.counted(self.inner.scan_rev(space, start, end, limit))
     }
+}
 
+impl Store for Counted {
     fn write(&self, batch: WriteBatch, durability: Durability) -> Result<(), StorageError> {
         self.inner.write(batch, durability)
     }

@@ -3,7 +3,7 @@ use std::sync::Arc;
 
 use engram_audit::{KeyRing, PublicKey};
 use engram_core::{CheckpointPolicy, Engine, snapshot};
-use engram_storage::{Space, Store, WriteBatch};
+use engram_storage::{Durability, Space, Store, WriteBatch};
 use futures::{Stream, TryStreamExt};
 use openraft::entry::RaftEntry;
 use openraft::storage::{EntryResponder, RaftSnapshotBuilder, RaftStateMachine};
@@ -162,10 +162,11 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
     where
         Strm: Stream<Item = io::Result<EntryResponder<TypeConfig>>> + Unpin + OptionalSend,
     {
-        // One group per call: buffered writes (the entries are durable in the Raft log on a
-        // majority already; see `Engine::begin_group`), one attestation on the group's last
-        // entry covering the group (`Engine::end_group`), and no client hears of any entry
-        // before the whole group is applied and attested.
+        // One group per call: the entries are applied into the group, which is written here
+        // as one buffered batch (the entries are durable in the Raft log on a majority
+        // already; see `Engine::begin_group`), with one attestation on the group's last entry
+        // covering the group (`Engine::end_group`); no client hears of any entry before the
+        // whole group is written.
         self.engine.begin_group();
         let mut answered = Vec::new();
         while let Some((entry, responder)) = entries.try_next().await? {
@@ -174,9 +175,12 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
                 answered.push((responder, response));
             }
         }
-        self.engine
+        let group = self
+            .engine
             .end_group(applied_row(&self.applied)?)
             .map_err(io_err)?;
+        // Buffered: the Raft log holds these entries synced on a majority already.
+        self.store.write(group, Durability::Buffered).map_err(io_err)?;
         for (responder, response) in answered {
             responder.send(response);
         }

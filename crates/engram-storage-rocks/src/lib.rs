@@ -18,7 +18,9 @@
 use std::ffi::{CStr, c_char};
 use std::path::Path;
 
-use engram_storage::{Durability, KeyValue, Mutation, Space, StorageError, Store, Visitor, WriteBatch};
+use engram_storage::{
+    Durability, KeyValue, Mutation, ReadView, Space, StorageError, Store, Visitor, WriteBatch,
+};
 use rocksdb::{
     AsRawPtr, BlockBasedOptions, Cache, ColumnFamily, ColumnFamilyDescriptor, DB, Direction, ErrorKind,
     IteratorMode, Options, ReadOptions, WriteOptions,
@@ -190,7 +192,7 @@ impl RocksStore {
     }
 }
 
-impl Store for RocksStore {
+impl ReadView for RocksStore {
     fn get(&self, space: Space, key: &[u8]) -> Result<Option<Vec<u8>>, StorageError> {
         self.db
             .get_cf_opt(self.cf(space)?, key, &read_options())
@@ -216,7 +218,9 @@ impl Store for RocksStore {
     ) -> Result<Vec<KeyValue>, StorageError> {
         self.range(space, start, end, limit, true)
     }
+}
 
+impl Store for RocksStore {
     fn write(&self, batch: WriteBatch, durability: Durability) -> Result<(), StorageError> {
         let mut wb = rocksdb::WriteBatch::default();
         for m in &batch.mutations {

@@ -11,8 +11,10 @@
 
 pub mod conformance;
 mod mem;
+mod overlay;
 
 pub use mem::MemStore;
+pub use overlay::{Layered, Overlay};
 use thiserror::Error;
 
 /// The key spaces. Each is its own ordered map (a RocksDB column family).
@@ -189,19 +191,9 @@ pub type KeyValue = (Vec<u8>, Vec<u8>);
 /// Called by [`Store::for_each`] with each pair; an error stops the walk.
 pub type Visitor<'a> = dyn FnMut(&[u8], &[u8]) -> Result<(), StorageError> + 'a;
 
-/// An ordered key-value store. Implementations are internally synchronised: every method
-/// takes `&self` and may be called from several threads.
-///
-/// Contract (checked by [`conformance`]):
-/// - `write` applies the whole batch atomically, in order: readers see all of it or none.
-/// - After `write(_, Durability::Sync)` returns, that batch and every earlier one survive a
-///   crash.
-/// - `scan` returns keys in `[start, end)` ascending, `scan_rev` the same range descending,
-///   each at most `limit` pairs; `end = None` means no upper bound.
-/// - `for_each` visits every pair of a space in ascending order from one consistent
-///   point-in-time view, even while writes continue.
-/// - No method panics on any byte string a caller or the disk supplies.
-pub trait Store: Send + Sync + 'static {
+/// The read half of a [`Store`]: what planning and queries need, and all an [`Overlay`] layered
+/// over a store offers. Same contract as the store's reads (see [`Store`]).
+pub trait ReadView: Send + Sync {
     fn get(&self, space: Space, key: &[u8]) -> Result<Option<Vec<u8>>, StorageError>;
 
     fn scan(
@@ -219,7 +211,21 @@ pub trait Store: Send + Sync + 'static {
         end: Option<&[u8]>,
         limit: usize,
     ) -> Result<Vec<KeyValue>, StorageError>;
+}
 
+/// An ordered key-value store. Implementations are internally synchronised: every method
+/// takes `&self` and may be called from several threads.
+///
+/// Contract (checked by [`conformance`]):
+/// - `write` applies the whole batch atomically, in order: readers see all of it or none.
+/// - After `write(_, Durability::Sync)` returns, that batch and every earlier one survive a
+///   crash.
+/// - `scan` returns keys in `[start, end)` ascending, `scan_rev` the same range descending,
+///   each at most `limit` pairs; `end = None` means no upper bound.
+/// - `for_each` visits every pair of a space in ascending order from one consistent
+///   point-in-time view, even while writes continue.
+/// - No method panics on any byte string a caller or the disk supplies.
+pub trait Store: ReadView + 'static {
     fn write(&self, batch: WriteBatch, durability: Durability) -> Result<(), StorageError>;
 
     fn for_each(&self, space: Space, visit: &mut Visitor<'_>) -> Result<(), StorageError>;

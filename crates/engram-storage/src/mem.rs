@@ -3,7 +3,8 @@ use std::ops::Bound;
 use std::sync::{Mutex, MutexGuard};
 
 use crate::{
-    Durability, FIRST_INVALID_KEY_BYTE, KeyValue, Mutation, Space, StorageError, Store, Visitor, WriteBatch,
+    Durability, FIRST_INVALID_KEY_BYTE, KeyValue, Mutation, ReadView, Space, StorageError, Store, Visitor,
+    WriteBatch,
 };
 
 type Maps = BTreeMap<Space, BTreeMap<Vec<u8>, Vec<u8>>>;
@@ -140,7 +141,7 @@ impl MemStore {
     }
 }
 
-impl Store for MemStore {
+impl ReadView for MemStore {
     fn get(&self, space: Space, key: &[u8]) -> Result<Option<Vec<u8>>, StorageError> {
         Ok(self.lock().live.get(&space).and_then(|m| m.get(key)).cloned())
     }
@@ -164,7 +165,9 @@ impl Store for MemStore {
     ) -> Result<Vec<KeyValue>, StorageError> {
         Ok(self.range(space, start, end, limit, true))
     }
+}
 
+impl Store for MemStore {
     fn write(&self, batch: WriteBatch, durability: Durability) -> Result<(), StorageError> {
         check_keys(&batch)?;
         let mut inner = self.lock();
