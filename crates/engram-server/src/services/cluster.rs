@@ -8,7 +8,7 @@ use engram_raft::NodeInfo;
 use engram_types::excerpt;
 use tonic::{Request, Response, Status};
 
-use super::{Route, Shared, forward_request, forwarded_err, is_forwarded};
+use super::{Shared, forward_request, is_forwarded, relay};
 use crate::error::ApiError;
 
 /// `engram.v1.Cluster`: initialisation, status and membership.
@@ -177,12 +177,8 @@ impl pb::cluster_server::Cluster for ClusterService {
         if req.id == 0 {
             return Err(ApiError::Invalid("id: node ids start at 1".into()).into());
         }
-        if let Route::Leader(addr) = self.shared.route_write(forwarded)? {
-            let mut client = self.shared.cluster_client(&addr)?;
-            return client
-                .add_node(forward_request(req))
-                .await
-                .map_err(|s| forwarded_err(s).into());
+        if let Some(mut leader) = self.shared.write_leader(forwarded)? {
+            return relay(leader.add_node(forward_request(req)).await);
         }
         let info = fetch_node_info(&self.shared, req.id, &req.addr).await?;
         self.shared
@@ -201,12 +197,8 @@ impl pb::cluster_server::Cluster for ClusterService {
     ) -> Result<Response<pb::MembershipResponse>, Status> {
         let forwarded = is_forwarded(&request);
         let req = request.into_inner();
-        if let Route::Leader(addr) = self.shared.route_write(forwarded)? {
-            let mut client = self.shared.cluster_client(&addr)?;
-            return client
-                .remove_node(forward_request(req))
-                .await
-                .map_err(|s| forwarded_err(s).into());
+        if let Some(mut leader) = self.shared.write_leader(forwarded)? {
+            return relay(leader.remove_node(forward_request(req)).await);
         }
         if !self
             .shared
@@ -243,12 +235,8 @@ impl pb::cluster_server::Cluster for ClusterService {
             }
             n => return Err(ApiError::Invalid(format!("key_id: {n} bytes, expected 8 (or none)")).into()),
         };
-        if let Route::Leader(addr) = self.shared.route_write(forwarded)? {
-            let mut client = self.shared.cluster_client(&addr)?;
-            return client
-                .revoke_key(forward_request(req))
-                .await
-                .map_err(|s| forwarded_err(s).into());
+        if let Some(mut leader) = self.shared.write_leader(forwarded)? {
+            return relay(leader.revoke_key(forward_request(req)).await);
         }
         let key_id = match key_id {
             Some(id) => id,
@@ -334,12 +322,8 @@ impl pb::cluster_server::Cluster for ClusterService {
         let req = request.into_inner();
         let change: engram_audit::KeyChangeRequest = postcard::from_bytes(&req.request)
             .map_err(|e| ApiError::Invalid(format!("request: not a key-change request: {e}")))?;
-        if let Route::Leader(addr) = self.shared.route_write(forwarded)? {
-            let mut client = self.shared.cluster_client(&addr)?;
-            return client
-                .propose_key_change(forward_request(req))
-                .await
-                .map_err(|s| forwarded_err(s).into());
+        if let Some(mut leader) = self.shared.write_leader(forwarded)? {
+            return relay(leader.propose_key_change(forward_request(req)).await);
         }
         let audit_index = self
             .shared

@@ -7,7 +7,7 @@ use prost::Message;
 use tonic::{Request, Response, Status};
 use tracing::Instrument;
 
-use super::{Route, Shared, forward_request, forwarded_err, is_forwarded};
+use super::{Route, Shared, forward_request, forwarded_err, is_forwarded, relay};
 use crate::error::ApiError;
 
 /// `engram.v1.Memory`: transactions and reads.
@@ -300,12 +300,8 @@ impl pb::memory_server::Memory for MemoryService {
             ))
             .into());
         }
-        if let Route::Leader(addr) = self.shared.route_read(req.consistency, forwarded).await? {
-            let mut client = self.shared.memory_client(&addr).map_err(Status::from)?;
-            return client
-                .diff(forward_request(req))
-                .await
-                .map_err(|s| forwarded_err(s).into());
+        if let Some(mut leader) = self.shared.read_leader(req.consistency, forwarded).await? {
+            return relay(leader.diff(forward_request(req)).await);
         }
         if let Some(name) = &on {
             let found = reads::branch_diff(
@@ -465,12 +461,8 @@ impl pb::memory_server::Memory for MemoryService {
         let forwarded = is_forwarded(&request);
         let req = request.into_inner();
         let ns = namespace(req.namespace.clone())?;
-        if let Route::Leader(addr) = self.shared.route_read(req.consistency, forwarded).await? {
-            let mut client = self.shared.memory_client(&addr).map_err(Status::from)?;
-            return client
-                .get_schema(forward_request(req))
-                .await
-                .map_err(|s| forwarded_err(s).into());
+        if let Some(mut leader) = self.shared.read_leader(req.consistency, forwarded).await? {
+            return relay(leader.get_schema(forward_request(req)).await);
         }
         let view = engram_core::schema::view(&*self.shared.node.store, &ns, req.as_of_tx.map(TxId))
             .map_err(ApiError::from)?;
@@ -484,12 +476,8 @@ impl pb::memory_server::Memory for MemoryService {
         let forwarded = is_forwarded(&request);
         let req = request.into_inner();
         let ns = namespace(req.namespace.clone())?;
-        if let Route::Leader(addr) = self.shared.route_read(req.consistency, forwarded).await? {
-            let mut client = self.shared.memory_client(&addr).map_err(Status::from)?;
-            return client
-                .list_branches(forward_request(req))
-                .await
-                .map_err(|s| forwarded_err(s).into());
+        if let Some(mut leader) = self.shared.read_leader(req.consistency, forwarded).await? {
+            return relay(leader.list_branches(forward_request(req)).await);
         }
         let rows = engram_core::branch::list(&*self.shared.node.store, &ns).map_err(ApiError::from)?;
         Ok(Response::new(pb::ListBranchesResponse {
@@ -504,12 +492,8 @@ impl pb::memory_server::Memory for MemoryService {
         let ns = namespace(req.namespace.clone())?;
         let on = branch(req.branch.clone())?;
         resolution(req.rule)?;
-        if let Route::Leader(addr) = self.shared.route_read(req.consistency, forwarded).await? {
-            let mut client = self.shared.memory_client(&addr).map_err(Status::from)?;
-            return client
-                .get(forward_request(req))
-                .await
-                .map_err(|s| forwarded_err(s).into());
+        if let Some(mut leader) = self.shared.read_leader(req.consistency, forwarded).await? {
+            return relay(leader.get(forward_request(req)).await);
         }
         let opts = reads::ReadOptions {
             as_of: req.as_of_tx.map(TxId),
@@ -556,12 +540,8 @@ impl pb::memory_server::Memory for MemoryService {
             None => return Err(ApiError::Invalid("target: entity or attribute is required".into()).into()),
         };
         let on = branch(req.branch.clone())?;
-        if let Route::Leader(addr) = self.shared.route_read(req.consistency, forwarded).await? {
-            let mut client = self.shared.memory_client(&addr).map_err(Status::from)?;
-            return client
-                .history(forward_request(req))
-                .await
-                .map_err(|s| forwarded_err(s).into());
+        if let Some(mut leader) = self.shared.read_leader(req.consistency, forwarded).await? {
+            return relay(leader.history(forward_request(req)).await);
         }
         let store = &*self.shared.node.store;
         let found = match target {
@@ -590,12 +570,8 @@ impl pb::memory_server::Memory for MemoryService {
             None => None,
             some => Some(engram_proto::value("value", some.clone()).map_err(ApiError::from)?),
         };
-        if let Route::Leader(addr) = self.shared.route_read(req.consistency, forwarded).await? {
-            let mut client = self.shared.memory_client(&addr).map_err(Status::from)?;
-            return client
-                .find(forward_request(req))
-                .await
-                .map_err(|s| forwarded_err(s).into());
+        if let Some(mut leader) = self.shared.read_leader(req.consistency, forwarded).await? {
+            return relay(leader.find(forward_request(req)).await);
         }
         let found = reads::find_on(
             &*self.shared.node.store,

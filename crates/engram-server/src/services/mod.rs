@@ -102,6 +102,29 @@ impl Shared {
         }
     }
 
+    /// A client of the leader when a read must be served there; `None`: serve it here.
+    pub async fn read_leader(
+        &self,
+        consistency: i32,
+        forwarded: bool,
+    ) -> Result<Option<pb::memory_client::MemoryClient<Channel>>, ApiError> {
+        match self.route_read(consistency, forwarded).await? {
+            Route::Local => Ok(None),
+            Route::Leader(addr) => Ok(Some(self.memory_client(&addr)?)),
+        }
+    }
+
+    /// A client of the leader when a membership or key change must be made there; `None`: here.
+    pub fn write_leader(
+        &self,
+        forwarded: bool,
+    ) -> Result<Option<pb::cluster_client::ClusterClient<Channel>>, ApiError> {
+        match self.route_write(forwarded)? {
+            Route::Local => Ok(None),
+            Route::Leader(addr) => Ok(Some(self.cluster_client(&addr)?)),
+        }
+    }
+
     pub fn applied_index(&self) -> u64 {
         self.node.status().applied_index
     }
@@ -117,6 +140,14 @@ pub fn forwarded_err(status: tonic::Status) -> ApiError {
         }
         _ => ApiError::Forwarded(status),
     }
+}
+
+/// The leader's answer to a request this node forwarded, as this node's own answer (see
+/// [`forwarded_err`]).
+pub fn relay<T>(
+    answer: Result<tonic::Response<T>, tonic::Status>,
+) -> Result<tonic::Response<T>, tonic::Status> {
+    answer.map_err(|status| forwarded_err(status).into())
 }
 
 /// Whether the request came from another node's forwarding.
