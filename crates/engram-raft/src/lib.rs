@@ -35,7 +35,7 @@ use engram_types::TxRequest;
 pub use log_store::LogStore;
 pub use node::{DivergenceAlarm, NodeError, NodeStatus, RaftNode, RaftSettings, RaftTiming, Waited};
 use serde::{Deserialize, Serialize};
-pub use state_machine::{StateMachine, applied_index};
+pub use state_machine::{MAX_GROUP_ENTRIES, StateMachine, applied_index};
 
 /// A cluster member as the membership config records it.
 #[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]

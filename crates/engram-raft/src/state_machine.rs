@@ -6,12 +6,15 @@ use engram_core::{CheckpointPolicy, Engine, snapshot};
 use engram_storage::{Durability, Space, Store, WriteBatch};
 use futures::{Stream, TryStreamExt};
 use openraft::entry::RaftEntry;
-use openraft::storage::{EntryResponder, RaftSnapshotBuilder, RaftStateMachine};
+use openraft::storage::{ApplyResponder, EntryResponder, RaftSnapshotBuilder, RaftStateMachine};
 use openraft::{EntryPayload, OptionalSend};
 use tracing::{info, warn};
 
 use crate::codec::{decode, encode};
 use crate::{Command, CommandResponse, LogId, Membership, Snapshot, SnapshotData, SnapshotMeta, TypeConfig};
+
+/// The most entries one apply group holds (see the loop of `StateMachine::apply`).
+pub const MAX_GROUP_ENTRIES: usize = 1024;
 
 /// State-space rows owned by this layer (the `M` table belongs to metadata).
 const APPLIED: &[u8] = b"Mraft/applied";
@@ -150,6 +153,25 @@ impl StateMachine {
     }
 }
 
+impl StateMachine {
+    /// Ends the open group, writes it, and only then answers its entries' proposers.
+    fn close_group(
+        &mut self,
+        answered: &mut Vec<(ApplyResponder<TypeConfig>, CommandResponse)>,
+    ) -> io::Result<()> {
+        let group = self
+            .engine
+            .end_group(applied_row(&self.applied)?)
+            .map_err(io_err)?;
+        // Buffered: the Raft log holds these entries synced on a majority already.
+        self.store.write(group, Durability::Buffered).map_err(io_err)?;
+        for (responder, response) in answered.drain(..) {
+            responder.send(response);
+        }
+        Ok(())
+    }
+}
+
 impl RaftStateMachine<TypeConfig> for StateMachine {
     type SnapshotData = SnapshotData;
     type SnapshotBuilder = SnapshotBuilder;
@@ -165,26 +187,26 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         // One group per call: the entries are applied into the group, which is written here
         // as one buffered batch (the entries are durable in the Raft log on a majority
         // already; see `Engine::begin_group`), with one attestation on the group's last entry
-        // covering the group (`Engine::end_group`); no client hears of any entry before the
-        // whole group is written.
-        self.engine.begin_group();
+        // covering the group (`Engine::end_group`); no client hears of any entry before its
+        // group is written. A call of more than `MAX_GROUP_ENTRIES` entries (a node catching
+        // up after a restart or a partition) is cut into several groups, so the writes a group
+        // holds in memory stay bounded.
         let mut answered = Vec::new();
+        let mut in_group = 0;
+        self.engine.begin_group();
         while let Some((entry, responder)) = entries.try_next().await? {
             let response = self.apply_one(entry)?;
             if let Some(responder) = responder {
                 answered.push((responder, response));
             }
+            in_group += 1;
+            if in_group == MAX_GROUP_ENTRIES {
+                self.close_group(&mut answered)?;
+                self.engine.begin_group();
+                in_group = 0;
+            }
         }
-        let group = self
-            .engine
-            .end_group(applied_row(&self.applied)?)
-            .map_err(io_err)?;
-        // Buffered: the Raft log holds these entries synced on a majority already.
-        self.store.write(group, Durability::Buffered).map_err(io_err)?;
-        for (responder, response) in answered {
-            responder.send(response);
-        }
-        Ok(())
+        self.close_group(&mut answered)
     }
 
     async fn get_snapshot_builder(&mut self) -> SnapshotBuilder {
