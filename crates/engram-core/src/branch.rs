@@ -12,7 +12,7 @@ use engram_storage::{ReadView, Space, prefix_end};
 use engram_types::{BranchName, Datom, EntityId, Namespace, Precondition, TxId};
 use serde::{Deserialize, Serialize};
 
-use crate::engine::decode_row;
+use crate::rows::{decode_row, hex};
 use crate::{CoreError, keys};
 
 /// Where a branch is in its life.
@@ -72,7 +72,7 @@ pub fn datoms(store: &dyn ReadView, ns: &Namespace, name: &BranchName) -> Result
     let mut out = Vec::new();
     for (key, bytes) in store.scan(Space::State, &prefix, prefix_end(&prefix).as_deref(), usize::MAX)? {
         let datom = Datom::decode(&bytes)
-            .map_err(|e| CoreError::corrupt(format!("branch datom row {}", crate::reads::hex(&key)), e))?;
+            .map_err(|e| CoreError::corrupt(format!("branch datom row {}", hex(&key)), e))?;
         let (tx, seq) = keys::trailing_tx_seq(&key)
             .ok_or_else(|| CoreError::corrupt("branch datom row", "shorter than tx and seq"))?;
         out.push(((tx, seq), datom));

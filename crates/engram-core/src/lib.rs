@@ -2,12 +2,17 @@
 //! receipt), and the reads over the state it leaves.
 //!
 //! [`Engine::apply_tx`] validates a transaction against the current state (unknown entities,
-//! value types, preconditions, idempotency), and either rejects it with no effect or builds
-//! ONE write batch holding its datoms, the EAVT/AEVT/AVET/VAET index rows, the tx-log row, the
-//! signed audit entry and the caller's own rows (the Raft layer adds its applied log id), then
-//! writes it. The transaction time comes from the log entry; apply reads no clock, no RNG and
-//! nothing but the store. Reads ([`reads`]) are free functions over a [`Store`], so they run
-//! beside apply without going through it.
+//! value types, preconditions, idempotency), and either rejects it with no effect or adds its
+//! rows to the open apply group: its datoms, the EAVT/AEVT/AVET/VAET index rows, the tx-log
+//! row, the audit entry and the caller's own rows (the Raft layer adds its applied log id).
+//! [`Engine::end_group`] returns the group as one batch for the caller to write; apply itself
+//! writes nothing (key changes aside). The transaction time comes from the log entry; apply
+//! reads no clock, no RNG and nothing but the store. Reads ([`reads`]) are free functions over
+//! a `ReadView` (a store, or a store with a group's writes over it), so they run beside apply
+//! without going through it.
+//!
+//! Files import one way: `rows` (row layouts, outcomes) at the bottom; `keys`, `current`,
+//! `branch` and `schema` above it; `reads`, then `plan`, then `engine` on top.
 //!
 //! Must not depend on: Raft, gRPC, RocksDB, an async runtime or a clock.
 
@@ -22,9 +27,11 @@ mod plan;
 pub mod planted;
 pub mod proofs;
 pub mod reads;
+mod rows;
 pub mod schema;
 pub mod scrub;
 pub mod snapshot;
 
-pub use engine::{ChainHead, CheckpointPolicy, Engine, LastCheckpoint, Rejection, TxOutcome};
+pub use engine::{CheckpointPolicy, Engine};
 pub use error::CoreError;
+pub use rows::{ChainHead, LastCheckpoint, Rejection, TxLogRow, TxOutcome};

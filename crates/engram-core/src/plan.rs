@@ -4,7 +4,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-use engram_storage::{ReadView, Space};
+use engram_storage::{ReadView, Space, prefix_end};
 use engram_types::{
     Attribute, AttributeDef, BranchName, BranchOp, Cardinality, Datom, EntityId, EntityRef, Namespace, Op,
     Precondition, Provenance, TxId, TxRequest, Unique, Value,
@@ -12,9 +12,9 @@ use engram_types::{
 
 use crate::branch::{self, BranchRow, BranchState};
 use crate::current::{CurrentRow, ROW_AFTER_DATOMS};
-use crate::engine::{Rejection, encode_row};
 use crate::planted::{self, PlantedBug};
 use crate::reads::{self, ReadOptions, View};
+use crate::rows::{Rejection, encode_row};
 use crate::schema::{self, SchemaRow, SchemaVersion};
 use crate::{CoreError, keys};
 
@@ -542,7 +542,7 @@ fn plan_schema(store: &dyn ReadView, req: &TxRequest, tx: TxId, tx_time_ns: i64)
                 if declared && current == *def {
                     continue;
                 }
-                if let Err(reason) = schema::check_migration(store, ns, &current, declared, def) {
+                if let Err(reason) = check_migration(store, ns, &current, declared, def) {
                     return Ok(Err(Rejection::UnsafeMigration {
                         attribute: def.ident.clone(),
                         reason,
@@ -748,4 +748,85 @@ fn replay(draft: &mut Draft<'_>, row: &BranchRow) -> Result<Result<(), Rejection
         }
     }
     Ok(Ok(()))
+}
+
+/// Why a declaration is not a forward migration of the one in force.
+fn check_migration(
+    store: &dyn ReadView,
+    ns: &Namespace,
+    old: &AttributeDef,
+    declared: bool,
+    new: &AttributeDef,
+) -> Result<(), String> {
+    if old.value_type != new.value_type {
+        return Err(format!(
+            "its value type is {} and a type never changes (declare a new attribute and deprecate this one)",
+            old.value_type
+        ));
+    }
+    if declared {
+        if old.component != new.component {
+            return Err("whether it is a component cannot change after it is declared".into());
+        }
+        if old.indexed && !new.indexed {
+            return Err("an index cannot be dropped: migrations only move forward".into());
+        }
+        if old.deprecated && !new.deprecated {
+            return Err("a deprecated attribute cannot be revived: declare a new one".into());
+        }
+    }
+    let narrowing = old.cardinality == Cardinality::Many && new.cardinality == Cardinality::One;
+    let uniqueness = new.unique.is_some() && (old.unique.is_none() || !declared);
+    if narrowing || uniqueness {
+        let current = current_by_entity(store, ns, &new.ident, old.cardinality).map_err(|e| e.to_string())?;
+        if narrowing && let Some((e, values)) = current.iter().find(|(_, v)| v.len() > 1) {
+            return Err(format!(
+                "entity {e} holds {} values, so narrowing cardinality many to one would hide all but one",
+                values.len()
+            ));
+        }
+        if uniqueness {
+            let mut holders: BTreeMap<Vec<u8>, EntityId> = BTreeMap::new();
+            for (e, values) in &current {
+                for v in values {
+                    if let Some(first) = holders.insert(v.canonical_bytes(), *e)
+                        && first != *e
+                    {
+                        return Err(format!(
+                            "entities {first} and {e} both hold {v}, so it cannot become unique"
+                        ));
+                    }
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Every entity's current values of `attr` on main, under `cardinality`.
+fn current_by_entity(
+    store: &dyn ReadView,
+    ns: &Namespace,
+    attr: &Attribute,
+    cardinality: Cardinality,
+) -> Result<BTreeMap<EntityId, Vec<Value>>, CoreError> {
+    let mut entities = BTreeSet::new();
+    let prefix = keys::aevt_attr(ns, attr);
+    for (k, _) in store.scan(Space::State, &prefix, prefix_end(&prefix).as_deref(), usize::MAX)? {
+        if let Some((e, _, _)) = keys::trailing_entity_tx_seq(&k) {
+            entities.insert(e);
+        }
+    }
+    let mut out = BTreeMap::new();
+    for e in entities {
+        let datoms = reads::slot_datoms_main(store, ns, e, attr)?;
+        let values: Vec<Value> = reads::holding(&datoms, cardinality)
+            .into_iter()
+            .map(|d| d.value.clone())
+            .collect();
+        if !values.is_empty() {
+            out.insert(e, values);
+        }
+    }
+    Ok(out)
 }

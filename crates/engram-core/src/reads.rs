@@ -9,7 +9,7 @@ use engram_storage::{KeyValue, ReadView, Space, prefix_end};
 use engram_types::{Attribute, BranchName, Cardinality, Datom, EntityId, Namespace, Op, Status, TxId, Value};
 
 use crate::branch::{self, BranchRow};
-use crate::engine::{ChainHead, TxLogRow, decode_row};
+use crate::rows::{ChainHead, TxLogRow, decode_row, hex};
 use crate::{CoreError, keys, schema};
 
 /// The largest number of datoms one read returns; callers page with `as_of`/limits.
@@ -194,10 +194,6 @@ fn decode_datoms(rows: Vec<KeyValue>) -> Result<Vec<Datom>, CoreError> {
     rows.into_iter()
         .map(|(k, v)| Datom::decode(&v).map_err(|e| CoreError::corrupt(format!("datom row {}", hex(&k)), e)))
         .collect()
-}
-
-pub(crate) fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 fn scan_prefix(store: &dyn ReadView, prefix: &[u8], limit: usize) -> Result<Vec<KeyValue>, CoreError> {

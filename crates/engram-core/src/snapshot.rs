@@ -17,7 +17,7 @@ use engram_storage::{KeyValue, Space, StorageError, Store, WriteBatch};
 use engram_types::codec::{Reader, Writer};
 use thiserror::Error;
 
-use crate::engine::decode_row;
+use crate::rows::decode_row;
 use crate::{ChainHead, CoreError, keys};
 
 const MAGIC: &[u8] = b"ENGRAMSNAP";
