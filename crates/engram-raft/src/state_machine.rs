@@ -151,9 +151,7 @@ impl StateMachine {
         }
         Ok(response)
     }
-}
 
-impl StateMachine {
     /// Ends the open group, writes it, and only then answers its entries' proposers.
     fn close_group(
         &mut self,

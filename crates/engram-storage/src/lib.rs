@@ -239,6 +239,17 @@ pub trait Store: ReadView + 'static {
     }
 }
 
+/// Removes every key `k` with `start <= k < end` from `map` (nothing when `start >= end`), as a
+/// range delete does: the one rule the in-memory store and an overlay both apply.
+fn remove_range<V>(map: &mut std::collections::BTreeMap<Vec<u8>, V>, start: &[u8], end: &[u8]) {
+    if start >= end {
+        return;
+    }
+    let mut from_start = map.split_off(start);
+    let mut from_end = from_start.split_off(end);
+    map.append(&mut from_end);
+}
+
 /// The smallest key greater than every key starting with `prefix`, or `None` when the prefix
 /// is all `0xff` (no such bound).
 pub fn prefix_end(prefix: &[u8]) -> Option<Vec<u8>> {

@@ -4,7 +4,7 @@ use std::sync::{Mutex, MutexGuard};
 
 use crate::{
     Durability, FIRST_INVALID_KEY_BYTE, KeyValue, Mutation, ReadView, Space, StorageError, Store, Visitor,
-    WriteBatch,
+    WriteBatch, remove_range,
 };
 
 type Maps = BTreeMap<Space, BTreeMap<Vec<u8>, Vec<u8>>>;
@@ -40,16 +40,7 @@ fn apply(maps: &mut Maps, batch: &WriteBatch) {
                 maps.entry(*space).or_default().remove(key);
             }
             Mutation::DeleteRange { space, start, end } => {
-                let map = maps.entry(*space).or_default();
-                if start < end {
-                    let doomed: Vec<Vec<u8>> = map
-                        .range::<[u8], _>((Bound::Included(&start[..]), Bound::Excluded(&end[..])))
-                        .map(|(k, _)| k.clone())
-                        .collect();
-                    for k in doomed {
-                        map.remove(&k);
-                    }
-                }
+                remove_range(maps.entry(*space).or_default(), start, end);
             }
         }
     }

@@ -10,7 +10,7 @@ use std::cmp::Ordering;
 use std::collections::BTreeMap;
 use std::ops::Bound;
 
-use crate::{KeyValue, Mutation, ReadView, Space, StorageError, WriteBatch};
+use crate::{KeyValue, Mutation, ReadView, Space, StorageError, WriteBatch, remove_range};
 
 /// Pending writes: per space, each key's last put (`Some`) or delete (`None`), and the ranges
 /// deleted. A key put after a range delete that covers it is in the map and wins over the range.
@@ -18,7 +18,6 @@ use crate::{KeyValue, Mutation, ReadView, Space, StorageError, WriteBatch};
 pub struct Overlay {
     keys: [BTreeMap<Vec<u8>, Option<Vec<u8>>>; 3],
     ranges: Vec<(Space, Vec<u8>, Vec<u8>)>,
-    mutations: usize,
 }
 
 fn slot(space: Space) -> usize {
@@ -37,7 +36,6 @@ impl Overlay {
     /// Adds a batch after everything already held, as if it had been written.
     pub fn absorb(&mut self, batch: WriteBatch) {
         for m in batch.mutations {
-            self.mutations += 1;
             match m {
                 Mutation::Put { space, key, value } => {
                     self.keys[slot(space)].insert(key, Some(value));
@@ -47,28 +45,12 @@ impl Overlay {
                 }
                 Mutation::DeleteRange { space, start, end } => {
                     if start < end {
-                        let map = &mut self.keys[slot(space)];
-                        let doomed: Vec<Vec<u8>> = map
-                            .range::<[u8], _>((Bound::Included(&start[..]), Bound::Excluded(&end[..])))
-                            .map(|(k, _)| k.clone())
-                            .collect();
-                        for k in doomed {
-                            map.remove(&k);
-                        }
+                        remove_range(&mut self.keys[slot(space)], &start, &end);
                         self.ranges.push((space, start, end));
                     }
                 }
             }
         }
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.mutations == 0
-    }
-
-    /// Mutations absorbed so far, before rewrites of one key were merged.
-    pub fn mutations(&self) -> usize {
-        self.mutations
     }
 
     /// One batch with the same effect as every absorbed batch in order: the range deletes
@@ -348,7 +330,6 @@ mod tests {
             batch.put(Space::State, b"head".to_vec(), vec![v]);
             overlay.absorb(batch);
         }
-        assert_eq!(overlay.mutations(), 5);
         let batch = overlay.into_batch();
         assert_eq!(
             batch.mutations,
