@@ -17,7 +17,12 @@ use tracing_subscriber::{EnvFilter, Layer};
 
 thread_local! {
     static COUNTS: RefCell<BTreeMap<&'static str, u64>> = const { RefCell::new(BTreeMap::new()) };
+    /// The simulated nodes that began a snapshot install since the fault driver last looked.
+    static INSTALLING: RefCell<Vec<madsim::task::NodeId>> = const { RefCell::new(Vec::new()) };
 }
+
+/// What a node logs when it begins to replace its state with a snapshot.
+const INSTALL_BEGINS: &str = "installing a snapshot";
 
 /// The log messages counted, by the name they are reported under.
 const COUNTED: [(&str, &str); 4] = [
@@ -58,6 +63,9 @@ impl<S: tracing::Subscriber> Layer<S> for Counter {
                 COUNTS.with(|c| *c.borrow_mut().entry(name).or_insert(0) += 1);
             }
         }
+        if text.contains(INSTALL_BEGINS) {
+            INSTALLING.with(|i| i.borrow_mut().push(madsim::plugin::node()));
+        }
     }
 }
 
@@ -87,6 +95,12 @@ pub fn init() {
 /// Clears this thread's counts (at the start of a seed).
 pub fn reset() {
     COUNTS.with(|c| c.borrow_mut().clear());
+    INSTALLING.with(|i| i.borrow_mut().clear());
+}
+
+/// The simulated nodes that began a snapshot install since the last call.
+pub fn take_installing() -> Vec<madsim::task::NodeId> {
+    INSTALLING.with(|i| std::mem::take(&mut *i.borrow_mut()))
 }
 
 /// This thread's counts since the last reset.

@@ -43,6 +43,9 @@ pub struct FaultMix {
     /// Mean gap between forged Raft requests from a host that is not a member (the
     /// Byzantine-client fault), in ms.
     pub forge_every_ms: Option<u64>,
+    /// Crash a node a few ms after it begins a snapshot install, in half the installs
+    /// (installs span several batches; the crash lands between them).
+    pub crash_in_install: bool,
 }
 
 impl FaultMix {
@@ -77,6 +80,7 @@ impl FaultMix {
             fault_phase_ms: 20_000,
             // Drawn last, so the draws above stay what they were for every seed.
             forge_every_ms: on(&mut rng).then(|| rng.gen_range(20..200)),
+            crash_in_install: on(&mut rng),
         }
     }
 
@@ -122,6 +126,9 @@ impl FaultMix {
         if self.forge_every_ms.is_some() {
             k.push("byzantine-client");
         }
+        if self.crash_in_install {
+            k.push("crash-in-install");
+        }
         k
     }
 }
@@ -131,7 +138,7 @@ impl fmt::Display for FaultMix {
         let every = |v: Option<u64>| v.map_or("off".to_string(), |ms| format!("~{ms}ms"));
         write!(
             f,
-            "crash={} torn={} partition={}{} loss={:.3} latency={}-{}ms skew=±{}ms membership={} whole-restart={} snapshot-every={} clients={} registers={} forge={}",
+            "crash={} torn={} partition={}{} loss={:.3} latency={}-{}ms skew=±{}ms membership={} whole-restart={} snapshot-every={} clients={} registers={} forge={} crash-in-install={}",
             every(self.crash_every_ms),
             self.torn_writes,
             every(self.partition_every_ms),
@@ -146,6 +153,7 @@ impl fmt::Display for FaultMix {
             self.clients,
             self.registers,
             every(self.forge_every_ms),
+            self.crash_in_install,
         )
     }
 }
@@ -214,8 +222,46 @@ impl<'a> Driver<'a> {
         let mut membership_task: Option<madsim::task::JoinHandle<String>> = None;
 
         let mut tick: u64 = 0;
+        crate::events::take_installing();
+        // Nodes inside a snapshot install, and when to crash each (a few ms in: an install
+        // of the simulation's snapshots takes one ms per chunk).
+        let mut install_crashes: Vec<(u64, Duration)> = Vec::new();
         while self.start.elapsed() < phase_end {
-            madsim::time::sleep(Duration::from_millis(50)).await;
+            // Every 50 ms, in steps short enough to catch a node inside a snapshot install.
+            for _ in 0..25 {
+                madsim::time::sleep(Duration::from_millis(2)).await;
+                let now = self.start.elapsed();
+                for id in self.install_victims() {
+                    // Half the installs: a node crashed in every one would never catch up.
+                    if Self::rng().gen_bool(0.5) && !install_crashes.iter().any(|(v, _)| *v == id) {
+                        install_crashes.push((id, now + Duration::from_millis(Self::rng().gen_range(2..40))));
+                    }
+                }
+                let due: Vec<u64> = install_crashes
+                    .iter()
+                    .filter(|(_, at)| *at <= now)
+                    .map(|(id, _)| *id)
+                    .collect();
+                install_crashes.retain(|(_, at)| *at > now);
+                let alive = self.cluster.alive_ids();
+                for id in due.into_iter().filter(|id| alive.contains(id)) {
+                    // A killed process keeps what it handed the OS (every batch written so
+                    // far), a lost machine only a prefix of what was not synced.
+                    let torn = if Self::rng().gen_bool(0.5) {
+                        Some(usize::MAX)
+                    } else {
+                        Some(Self::rng().gen_range(0..32))
+                    };
+                    self.cluster.crash(id, torn);
+                    monitor.after_crash(id, &*self.cluster.node(id).store);
+                    let back = self.start.elapsed() + Duration::from_millis(Self::rng().gen_range(100..1500));
+                    down_until.push((id, back));
+                    self.note(
+                        "crash-in-install",
+                        format!("crash n{id} in a snapshot install torn={torn:?}"),
+                    );
+                }
+            }
             let now = self.start.elapsed();
             tick += 1;
             if tick.is_multiple_of(10) {
@@ -256,6 +302,7 @@ impl<'a> Driver<'a> {
                 for id in &ids {
                     let torn = self.draw_torn();
                     self.cluster.crash(*id, torn);
+                    monitor.after_crash(*id, &*self.cluster.node(*id).store);
                 }
                 self.note("whole-cluster-restart", format!("crash all {ids:?}"));
                 madsim::time::sleep(Duration::from_millis(Self::rng().gen_range(100..1500))).await;
@@ -276,6 +323,7 @@ impl<'a> Driver<'a> {
                     if let Some(id) = victim {
                         let torn = self.draw_torn();
                         self.cluster.crash(id, torn);
+                        monitor.after_crash(id, &*self.cluster.node(id).store);
                         let back = now + Duration::from_millis(Self::rng().gen_range(100..3000));
                         down_until.push((id, back));
                         self.note("crash-restart", format!("crash n{id} torn={torn:?}"));
@@ -336,6 +384,32 @@ impl<'a> Driver<'a> {
         }
         let t = self.start.elapsed().as_millis();
         self.log.push(format!("t={t}ms heal"));
+    }
+
+    /// Alive nodes that began a snapshot install since the last look, to crash inside it
+    /// (never more than two nodes down at once).
+    fn install_victims(&self) -> Vec<u64> {
+        let began = crate::events::take_installing();
+        if !self.mix.crash_in_install {
+            return Vec::new();
+        }
+        let alive = self.cluster.alive_ids();
+        let mut down = self.cluster.nodes.len() - alive.len();
+        let mut victims = Vec::new();
+        for madsim_id in began {
+            if down >= 2 {
+                break;
+            }
+            if let Some(id) = alive
+                .iter()
+                .copied()
+                .find(|id| self.cluster.node(*id).madsim_id() == madsim_id && !victims.contains(id))
+            {
+                victims.push(id);
+                down += 1;
+            }
+        }
+        victims
     }
 
     fn next_gap(&self, mean_ms: Option<u64>) -> Option<Duration> {

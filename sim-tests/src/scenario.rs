@@ -31,6 +31,10 @@ pub struct Options {
     pub fault_phase_ms: Option<u64>,
     /// Switches the Byzantine-client fault on with this mean gap, whatever the draw said.
     pub forge_every_ms: Option<u64>,
+    /// Switches the crash-in-install fault on, with crashes (which leave nodes behind) and a
+    /// snapshot every 16 entries, whatever the draw said: lagging nodes install snapshots and
+    /// crash inside them.
+    pub install_crashes: bool,
 }
 
 /// What a seed did and found.
@@ -254,6 +258,11 @@ async fn simulate(options: Options) -> SimResult {
     }
     if let Some(ms) = options.forge_every_ms {
         mix.forge_every_ms = Some(ms);
+    }
+    if options.install_crashes {
+        mix.crash_in_install = true;
+        mix.snapshot_every_entries = 16;
+        mix.crash_every_ms.get_or_insert(1_500);
     }
     let pool = mix.pool_size();
     let skews: Vec<i64> = (0..pool).map(|_| draw_skew_ns(mix.clock_skew_ms)).collect();

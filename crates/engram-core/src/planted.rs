@@ -38,10 +38,14 @@ pub enum PlantedBug {
     /// A write to a slot whose current-claims row is in the store leaves that row as it was,
     /// so the next write to the slot checks a stale view of what it holds.
     StaleCurrentRow,
+    /// A snapshot install replaces the state without first recording (synced) that it is under
+    /// way, so a crash between its batches leaves part of the old state and part of the new,
+    /// and the restarted node does not know to finish it.
+    UnrecordedInstall,
 }
 
 impl PlantedBug {
-    pub const ALL: [PlantedBug; 9] = [
+    pub const ALL: [PlantedBug; 10] = [
         PlantedBug::AckBeforeCommit,
         PlantedBug::SkipSyncBeforeAck,
         PlantedBug::WrongPrevHash,
@@ -51,6 +55,7 @@ impl PlantedBug {
         PlantedBug::ReadBeforeRestartCatchUp,
         PlantedBug::SkipGroupAttestation,
         PlantedBug::StaleCurrentRow,
+        PlantedBug::UnrecordedInstall,
     ];
 }
 

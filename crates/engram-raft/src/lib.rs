@@ -8,7 +8,8 @@
 //!   append is synced before openraft is told it is flushed.
 //! - [`StateMachine`]: applies entries through [`engram_core::Engine`], writing the applied log
 //!   id and membership in the same batch as the state change; snapshots are the core's
-//!   self-checking snapshot format.
+//!   self-checking snapshot format, stored, sent and installed a chunk at a time
+//!   ([`snapshots`](StoredSnapshot)), never whole in memory.
 //! - [`network`]: openraft's `RaftNetworkV2` over the internal `engram.v1.Raft` gRPC service,
 //!   with messages as postcard bytes; snapshots stream in 1 MiB chunks.
 //! - [`peer_auth`]: every Raft request is signed by the sending node's key and checked against
@@ -25,6 +26,7 @@ mod log_store;
 pub mod network;
 mod node;
 pub mod peer_auth;
+mod snapshots;
 pub mod stages;
 mod state_machine;
 
@@ -35,6 +37,7 @@ use engram_types::TxRequest;
 pub use log_store::LogStore;
 pub use node::{DivergenceAlarm, NodeError, NodeStatus, RaftNode, RaftSettings, RaftTiming, Waited};
 use serde::{Deserialize, Serialize};
+pub use snapshots::{CHUNK_BYTES, Receiving, Snapshots, StoredRef, StoredSnapshot, install_recorded};
 pub use state_machine::{MAX_GROUP_ENTRIES, StateMachine, applied_index};
 
 /// A cluster member as the membership config records it.
@@ -112,7 +115,7 @@ pub type Entry = openraft::alias::EntryOf<TypeConfig>;
 pub type Vote = openraft::alias::VoteOf<TypeConfig>;
 pub type Membership = openraft::alias::StoredMembershipOf<TypeConfig>;
 pub type SnapshotMeta = openraft::alias::SnapshotMetaOf<TypeConfig>;
-pub type SnapshotData = Vec<u8>;
+pub type SnapshotData = StoredSnapshot;
 pub type Snapshot = openraft::alias::SnapshotOf<TypeConfig, SnapshotData>;
 
 /// Postcard encoding for Raft rows and messages. Decoding never panics: corrupt bytes become

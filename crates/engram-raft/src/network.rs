@@ -30,12 +30,12 @@ use tracing::warn;
 
 use crate::codec::{decode, encode};
 use crate::peer_auth::{self, ClusterKeys, RpcKind};
+use crate::snapshots::Snapshots;
 use crate::stages::{Stage, WriteStages};
 use crate::{NodeInfo, Raft, Snapshot, SnapshotData, SnapshotMeta, TypeConfig, Vote};
 
 /// Largest gRPC message between nodes: big enough for a full append batch.
 pub const MAX_MESSAGE_BYTES: usize = 64 << 20;
-const SNAPSHOT_CHUNK_BYTES: usize = 1 << 20;
 
 /// Makes one [`Connection`] per peer. Channels connect lazily and reconnect by themselves.
 #[derive(Clone)]
@@ -286,28 +286,43 @@ impl RaftNetworkV2<TypeConfig> for Connection {
         let header = SnapshotHeader {
             vote,
             meta: snapshot.meta,
-            data_bytes: data.len() as u64,
-            data_hash: *engram_types::Hash::of(&data).as_bytes(),
+            data_bytes: data.data.bytes,
+            data_hash: data.data.data_hash,
         };
         let header = encode(&header).map_err(network_err)?;
         let auth = self.sign(RpcKind::InstallSnapshot, &header);
-        let mut chunks = Vec::with_capacity(data.len() / SNAPSHOT_CHUNK_BYTES + 1);
-        chunks.push(pb::SnapshotChunk {
+        let first = pb::SnapshotChunk {
             header,
             data: Vec::new(),
             auth: Some(auth),
+        };
+        // The chunks are read from the store as the stream is sent, one at a time. A chunk
+        // that is gone (a newer snapshot replaced this one) ends the stream short, which the
+        // receiver refuses, and openraft sends the newer one.
+        let target = self.target;
+        let rest = futures::stream::unfold((data, 0u32), move |(data, seq)| async move {
+            if seq >= data.data.chunks {
+                return None;
+            }
+            match data.read_chunk(seq) {
+                Ok(chunk) => Some((
+                    pb::SnapshotChunk {
+                        header: Vec::new(),
+                        data: chunk,
+                        auth: None,
+                    },
+                    (data, seq + 1),
+                )),
+                Err(e) => {
+                    warn!(target_node = target, error = %e, "snapshot stream cut short");
+                    None
+                }
+            }
         });
-        for piece in data.chunks(SNAPSHOT_CHUNK_BYTES) {
-            chunks.push(pb::SnapshotChunk {
-                header: Vec::new(),
-                data: piece.to_vec(),
-                auth: None,
-            });
-        }
         let mut client = self
             .client()
             .map_err(|_| network_err(format!("node {} unreachable", self.target)))?;
-        let mut req = Request::new(futures::stream::iter(chunks));
+        let mut req = Request::new(futures::StreamExt::chain(futures::stream::iter([first]), rest));
         // A snapshot may take long to ship; give it a generous bound rather than the
         // per-append one.
         req.set_timeout(option.hard_ttl().max(Duration::from_secs(60)));
@@ -343,13 +358,20 @@ pub struct RaftService {
     raft: Raft,
     node_id: u64,
     keys: ClusterKeys,
+    snapshots: Arc<Snapshots>,
     refused: Arc<AtomicU64>,
 }
 
 impl RaftService {
     /// The service for node `node_id`, which trusts peers by its `store`'s chain and `raft`'s
     /// membership; `refused` counts requests it turns away (exported as a metric).
-    pub fn new(raft: Raft, node_id: u64, store: Arc<dyn Store>, refused: Arc<AtomicU64>) -> RaftService {
+    pub(crate) fn new(
+        raft: Raft,
+        node_id: u64,
+        store: Arc<dyn Store>,
+        snapshots: Arc<Snapshots>,
+        refused: Arc<AtomicU64>,
+    ) -> RaftService {
         RaftService {
             keys: ClusterKeys {
                 me: node_id,
@@ -359,6 +381,7 @@ impl RaftService {
             },
             raft,
             node_id,
+            snapshots,
             refused,
         }
     }
@@ -445,41 +468,20 @@ impl pb::raft_server::Raft for RaftService {
         }
         self.authenticate(first.auth.as_ref(), RpcKind::InstallSnapshot, &first.header)?;
         let header: SnapshotHeader = decode("snapshot header", &first.header).map_err(bad_payload)?;
-        let declared = usize::try_from(header.data_bytes)
-            .map_err(|_| Status::invalid_argument("snapshot larger than this node can address"))?;
-        let mut data = Vec::new();
-        let mut take = |chunk: pb::SnapshotChunk| -> Result<(), Status> {
+        let refused = |e: std::io::Error| Status::invalid_argument(format!("snapshot refused: {e}"));
+        // Each piece is stored and its records framed as it arrives: the node holds one chunk
+        // of the snapshot, whatever its size. Dropped on any error, the pieces are deleted.
+        let mut receiving = self.snapshots.receive(header.data_bytes).map_err(refused)?;
+        receiving.push(&first.data).map_err(refused)?;
+        while let Some(chunk) = stream.message().await? {
             if !chunk.header.is_empty() || chunk.auth.is_some() {
                 return Err(Status::invalid_argument(
                     "snapshot stream carries a second header",
                 ));
             }
-            if data.len().saturating_add(chunk.data.len()) > declared {
-                return Err(Status::invalid_argument(format!(
-                    "snapshot stream exceeds its declared {declared} bytes"
-                )));
-            }
-            data.extend_from_slice(&chunk.data);
-            Ok(())
-        };
-        take(pb::SnapshotChunk {
-            data: first.data,
-            ..Default::default()
-        })?;
-        while let Some(chunk) = stream.message().await? {
-            take(chunk)?;
+            receiving.push(&chunk.data).map_err(refused)?;
         }
-        if data.len() != declared {
-            return Err(Status::invalid_argument(format!(
-                "snapshot stream ended after {} of its declared {declared} bytes",
-                data.len()
-            )));
-        }
-        if engram_types::Hash::of(&data).as_bytes() != &header.data_hash {
-            return Err(Status::invalid_argument(
-                "snapshot data does not match the hash its header declares",
-            ));
-        }
+        let data = receiving.finish(&header.data_hash).map_err(refused)?;
         let resp = self
             .raft
             .install_full_snapshot(

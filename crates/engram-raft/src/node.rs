@@ -124,6 +124,7 @@ pub struct RaftNode {
     pub alarm: Arc<Mutex<Option<DivergenceAlarm>>>,
     /// Where this node's writes spend their time, as leader (telemetry).
     pub stages: Arc<WriteStages>,
+    snapshots: Arc<crate::snapshots::Snapshots>,
     clock_skew_ns: i64,
     /// The last index of the Raft log when this process started. Linearizable reads wait
     /// until it is applied: see [`RaftNode::ensure_linearizable`].
@@ -213,6 +214,7 @@ impl RaftNode {
             .map_or(0, |id| id.index());
         let state_machine = StateMachine::open(store.clone(), keys.clone(), settings.checkpoints)
             .map_err(|e| NodeError::Fatal(e.to_string()))?;
+        let snapshots = state_machine.snapshots();
         let raft = Raft::new(
             node_id,
             Arc::new(config),
@@ -237,6 +239,7 @@ impl RaftNode {
             peer_refused: Arc::default(),
             alarm: Arc::default(),
             stages,
+            snapshots,
             clock_skew_ns: settings.clock_skew_ns,
             startup_log_index,
         })
@@ -318,6 +321,28 @@ impl RaftNode {
                 ))),
             },
         }
+    }
+
+    /// Runs `read` over this node's state, unless a snapshot install replaced part of the
+    /// state before or during it: between an install's batches the state is part old, part
+    /// new, so such a read is refused as `Unavailable` (retry, or read from another node)
+    /// rather than answered from a mixture. A seqlock: the install counter is odd during an
+    /// install and must be the same, and even, before and after the read.
+    pub fn read_state<T>(&self, read: impl FnOnce(&dyn Store) -> T) -> Result<T, NodeError> {
+        let installing = || {
+            NodeError::Unavailable(
+                "this node is installing a snapshot; retry, or read from another node".into(),
+            )
+        };
+        let before = self.snapshots.install_epoch();
+        if before % 2 == 1 {
+            return Err(installing());
+        }
+        let out = read(&*self.store);
+        if self.snapshots.install_epoch() != before {
+            return Err(installing());
+        }
+        Ok(out)
     }
 
     /// The current leader and its address, if known.
@@ -535,6 +560,7 @@ impl RaftNode {
             self.raft.clone(),
             self.node_id,
             self.store.clone(),
+            self.snapshots.clone(),
             self.peer_refused.clone(),
         )
     }

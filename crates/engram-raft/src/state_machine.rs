@@ -2,7 +2,8 @@ use std::io;
 use std::sync::Arc;
 
 use engram_audit::{KeyRing, PublicKey};
-use engram_core::{CheckpointPolicy, Engine, snapshot};
+use engram_core::snapshot::{self, Installer};
+use engram_core::{CheckpointPolicy, Engine};
 use engram_storage::{Durability, Space, Store, WriteBatch};
 use futures::{Stream, TryStreamExt};
 use openraft::entry::RaftEntry;
@@ -11,6 +12,7 @@ use openraft::{EntryPayload, OptionalSend};
 use tracing::{info, warn};
 
 use crate::codec::{decode, encode};
+use crate::snapshots::{INSTALL_BATCH_BYTES, Snapshots, StoredSnapshot};
 use crate::{Command, CommandResponse, LogId, Membership, Snapshot, SnapshotData, SnapshotMeta, TypeConfig};
 
 /// The most entries one apply group holds (see the loop of `StateMachine::apply`).
@@ -19,9 +21,6 @@ pub const MAX_GROUP_ENTRIES: usize = 1024;
 /// State-space rows owned by this layer (the `M` table belongs to metadata).
 const APPLIED: &[u8] = b"Mraft/applied";
 const MEMBERSHIP: &[u8] = b"Mraft/membership";
-/// Raft-space rows holding the latest built or installed snapshot.
-const SNAPSHOT_META: &[u8] = b"snapshot/meta";
-const SNAPSHOT_DATA: &[u8] = b"snapshot/data";
 
 fn io_err(e: impl std::error::Error + Send + Sync + 'static) -> io::Error {
     io::Error::other(e)
@@ -33,6 +32,7 @@ pub struct StateMachine {
     store: Arc<dyn Store>,
     applied: Option<LogId>,
     membership: Membership,
+    snapshots: Arc<Snapshots>,
 }
 
 /// Reads the applied log id and membership rows from a store.
@@ -75,6 +75,19 @@ impl StateMachine {
         keys: Arc<KeyRing>,
         policy: CheckpointPolicy,
     ) -> io::Result<StateMachine> {
+        let (snapshots, interrupted) = Snapshots::open(store.clone())?;
+        if let Some((meta, data)) = interrupted {
+            // A crash cut an install short: the state is part old, part new. The snapshot was
+            // checked before the install began; write it again from the start.
+            warn!(snapshot = ?data, "finishing a snapshot install a crash interrupted");
+            let extra = install_rows(&snapshots, &meta, &data)?;
+            let mut installer =
+                Installer::new(&*store, data.data.bytes, INSTALL_BATCH_BYTES).map_err(io_err)?;
+            for seq in 0..data.data.chunks {
+                installer.push(&data.read_chunk(seq)?).map_err(io_err)?;
+            }
+            installer.finish(extra).map_err(io_err)?;
+        }
         let engine = Engine::open_with(store.clone(), keys, policy).map_err(io_err)?;
         let (applied, membership) = load_applied(&*store)?;
         Ok(StateMachine {
@@ -82,7 +95,13 @@ impl StateMachine {
             store,
             applied,
             membership,
+            snapshots: Arc::new(snapshots),
         })
+    }
+
+    /// The node's snapshot rows, shared with the Raft service that receives snapshots.
+    pub fn snapshots(&self) -> Arc<Snapshots> {
+        self.snapshots.clone()
     }
 
     fn apply_one(&mut self, entry: crate::Entry) -> io::Result<CommandResponse> {
@@ -209,61 +228,68 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
 
     async fn get_snapshot_builder(&mut self) -> SnapshotBuilder {
         SnapshotBuilder {
-            store: self.store.clone(),
+            snapshots: self.snapshots.clone(),
         }
     }
 
     async fn install_snapshot(&mut self, meta: &SnapshotMeta, data: SnapshotData) -> io::Result<()> {
-        let applied = meta.last_log_id;
-        let membership = meta.last_membership.clone();
-        let extra = applied_and_membership_rows(&applied, &membership)?;
-        // Verifies the checksum and the whole audit chain inside before replacing anything.
-        let head = snapshot::install(&*self.store, &data, extra).map_err(|e| {
+        let snapshots = self.snapshots.clone();
+        let _busy = snapshots.busy.lock().await;
+        // One pass over the chunks checks the checksum and the whole audit chain before
+        // anything is replaced; a refused snapshot leaves the state as it was.
+        let head = snapshot::check(&data).map_err(|e| {
             warn!(error = %e, "refused a snapshot");
+            snapshots.discard_unless_current(data.data.id);
             io_err(e)
         })?;
+        // From here until the install is written and the engine reloaded, reads of this node's
+        // state are refused (`RaftNode::read_state`).
+        let replacing = snapshots.replacing();
+        snapshots.begin_install(meta, &data.data)?;
+        info!(snapshot = ?data, "installing a snapshot");
+        let extra = install_rows(&snapshots, meta, &data)?;
+        let mut installer =
+            Installer::new(&*self.store, data.data.bytes, INSTALL_BATCH_BYTES).map_err(io_err)?;
+        for seq in 0..data.data.chunks {
+            installer.push(&data.read_chunk(seq)?).map_err(io_err)?;
+            // Simulated time passes inside an install, as real time does, so the simulation's
+            // crashes can land between its batches.
+            #[cfg(madsim)]
+            tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+        }
+        installer.finish(extra).map_err(io_err)?;
         self.engine.reload().map_err(io_err)?;
-        self.applied = applied;
-        self.membership = membership;
-        save_current(&*self.store, meta, &data)?;
+        self.applied = meta.last_log_id;
+        self.membership = meta.last_membership.clone();
+        drop(replacing);
         info!(
             chain_index = head.index,
+            bytes = data.data.bytes,
             "installed a snapshot; its audit chain verified"
         );
         Ok(())
     }
 
     async fn get_current_snapshot(&mut self) -> io::Result<Option<Snapshot>> {
-        load_current(&*self.store)
+        Ok(self
+            .snapshots
+            .current()?
+            .map(|(meta, snapshot)| Snapshot { meta, snapshot }))
     }
 }
 
-fn save_current(store: &dyn Store, meta: &SnapshotMeta, data: &[u8]) -> io::Result<()> {
-    let mut batch = WriteBatch::new();
-    batch.put(Space::Raft, SNAPSHOT_META.to_vec(), encode(meta)?);
-    batch.put(Space::Raft, SNAPSHOT_DATA.to_vec(), data.to_vec());
-    store
-        .write(batch, engram_core::planted::ack_durability())
-        .map_err(io_err)
-}
-
-fn load_current(store: &dyn Store) -> io::Result<Option<Snapshot>> {
-    let Some(meta) = store.get(Space::Raft, SNAPSHOT_META).map_err(io_err)? else {
-        return Ok(None);
-    };
-    let meta: SnapshotMeta = decode("snapshot meta", &meta)?;
-    let Some(data) = store.get(Space::Raft, SNAPSHOT_DATA).map_err(io_err)? else {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidData,
-            "snapshot meta without its data",
-        ));
-    };
-    Ok(Some(Snapshot { meta, snapshot: data }))
+/// The rows an install's last batch writes besides the snapshot's own: the applied position
+/// and membership, and the snapshot as the current one.
+fn install_rows(snapshots: &Snapshots, meta: &SnapshotMeta, data: &StoredSnapshot) -> io::Result<WriteBatch> {
+    let mut rows = applied_and_membership_rows(&meta.last_log_id, &meta.last_membership)?;
+    rows.mutations
+        .append(&mut snapshots.end_install_rows(meta, &data.data)?.mutations);
+    Ok(rows)
 }
 
 /// Builds a snapshot from one consistent view of the state space.
 pub struct SnapshotBuilder {
-    store: Arc<dyn Store>,
+    snapshots: Arc<Snapshots>,
 }
 
 impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
@@ -272,8 +298,8 @@ impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
     async fn build_snapshot(&mut self) -> io::Result<Snapshot> {
         // The applied position is captured in the same pass as the data, so meta and data
         // agree even though apply keeps running while this builds.
-        let (data, rows) =
-            snapshot::export_capturing(&*self.store, &[APPLIED, MEMBERSHIP]).map_err(io_err)?;
+        let _busy = self.snapshots.busy.lock().await;
+        let (data, rows) = self.snapshots.build(&[APPLIED, MEMBERSHIP])?;
         let applied = match &rows[0] {
             Some(v) => decode("applied log id", v)?,
             None => None,
@@ -286,8 +312,8 @@ impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
             last_log_id: applied,
             last_membership: membership,
         };
-        save_current(&*self.store, &meta, &data)?;
-        info!(bytes = data.len(), last_log_index = ?meta.last_log_id.as_ref().map(|l| l.index()), "built a snapshot");
+        self.snapshots.set_current(&meta, &data.data)?;
+        info!(bytes = data.data.bytes, last_log_index = ?meta.last_log_id.as_ref().map(|l| l.index()), "built a snapshot");
         Ok(Snapshot { meta, snapshot: data })
     }
 }

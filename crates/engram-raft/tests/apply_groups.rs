@@ -3,56 +3,13 @@
 
 #![allow(clippy::unwrap_used)] // test helpers: a failed set-up step should stop the test loudly
 
-use std::collections::{BTreeMap, BTreeSet};
+mod common;
+
 use std::sync::Arc;
 
-use engram_audit::{KeyRing, NodeKey};
-use engram_core::CheckpointPolicy;
-use engram_raft::{Command, Entry, LogId, MAX_GROUP_ENTRIES, NodeInfo, StateMachine, TypeConfig};
+use engram_raft::MAX_GROUP_ENTRIES;
 use engram_storage::MemStore;
-use engram_types::{Attribute, EntityRef, Namespace, Op, Provenance, Status, TxOp, TxRequest, Value};
-use openraft::entry::RaftEntry;
 use openraft::storage::RaftStateMachine;
-use openraft::vote::RaftLeaderIdExt;
-
-fn log_id(index: u64) -> LogId {
-    LogId {
-        leader_id: openraft::alias::LeaderIdOf::<TypeConfig>::new_committed(1, 1),
-        index,
-    }
-}
-
-fn write(index: u64) -> Entry {
-    let request = TxRequest {
-        namespace: Namespace::new("team/a").unwrap(),
-        branch: None,
-        schema: Vec::new(),
-        branch_op: None,
-        ops: vec![TxOp {
-            op: Op::Assert,
-            entity: EntityRef::Temp("t".into()),
-            attribute: Attribute::new(":task/title").unwrap(),
-            value: Value::String(format!("task {index}")),
-            valid_from_ns: None,
-            valid_to_ns: None,
-        }],
-        preconditions: vec![],
-        idempotency_key: None,
-        provenance: Provenance {
-            agent: "a1".into(),
-            confidence: 1.0,
-            status: Status::Candidate,
-            ..Default::default()
-        },
-    };
-    Entry::new_normal(
-        log_id(index),
-        Command::Transact {
-            request,
-            proposed_time_ns: index as i64 * 1_000,
-        },
-    )
-}
 
 /// The audit indexes this node attested.
 fn attested(store: &MemStore) -> Vec<u64> {
@@ -67,28 +24,10 @@ fn attested(store: &MemStore) -> Vec<u64> {
 #[tokio::test]
 async fn a_long_apply_call_is_cut_into_bounded_groups_each_attested_once() {
     let store = Arc::new(MemStore::new());
-    let key = Arc::new(NodeKey::from_seed([1; 32]));
-    let mut sm = StateMachine::open(
-        store.clone(),
-        Arc::new(KeyRing::new(key.clone())),
-        CheckpointPolicy::default(),
-    )
-    .unwrap();
-    let members = openraft::Membership::new(
-        vec![BTreeSet::from([1])],
-        BTreeMap::from([(
-            1,
-            NodeInfo {
-                addr: "127.0.0.1:1".into(),
-                public_key: key.public().0,
-            },
-        )]),
-    )
-    .unwrap();
+    let mut sm = common::open(store.clone(), 1);
     // Genesis, then more writes than two groups hold, in one call.
     let writes = 2 * MAX_GROUP_ENTRIES as u64 + 10;
-    let mut entries = vec![Entry::new_membership(log_id(1), members)];
-    entries.extend((2..=writes + 1).map(write));
+    let entries = common::genesis_and_writes(1, writes + 1);
     let stream = futures::stream::iter(entries.into_iter().map(|e| Ok((e, None))));
     sm.apply(stream).await.unwrap();
 

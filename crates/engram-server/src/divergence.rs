@@ -99,7 +99,10 @@ pub async fn check_once(shared: &Shared) -> Round {
         members: members.len(),
         ..Round::default()
     };
-    let Ok(ours_head) = engram_core::reads::head(&*shared.node.store).map(|h| h.index) else {
+    let Ok(Ok(ours_head)) = shared
+        .node
+        .read_state(|store| engram_core::reads::head(store).map(|h| h.index))
+    else {
         return round;
     };
     if ours_head == 0 {

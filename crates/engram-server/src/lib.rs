@@ -303,16 +303,20 @@ pub fn ready(node: &RaftNode) -> Result<(), String> {
     }
     error::storage_intact()?;
     // The tip this node vouches for: its last attested entry, whose signature is checked.
-    let tip = engram_core::reads::attested_index(&*node.store).map_err(|e| e.to_string())?;
-    if tip > 0 {
-        match engram_core::reads::audit_entries(&*node.store, tip, 1) {
-            Ok(Ok(entries)) if entries.len() == 1 => {}
-            Ok(Ok(_)) => return Err(format!("chain tip {tip} is missing")),
-            Ok(Err(e)) => return Err(format!("chain tip does not verify: {e}")),
-            Err(e) => return Err(e.to_string()),
+    // A node installing a snapshot is not ready: its state is part old, part new.
+    node.read_state(|store| {
+        let tip = engram_core::reads::attested_index(store).map_err(|e| e.to_string())?;
+        if tip > 0 {
+            match engram_core::reads::audit_entries(store, tip, 1) {
+                Ok(Ok(entries)) if entries.len() == 1 => {}
+                Ok(Ok(_)) => return Err(format!("chain tip {tip} is missing")),
+                Ok(Err(e)) => return Err(format!("chain tip does not verify: {e}")),
+                Err(e) => return Err(e.to_string()),
+            }
         }
-    }
-    Ok(())
+        Ok(())
+    })
+    .map_err(|e| e.to_string())?
 }
 
 /// Health: `engram.live` is SERVING while the server answers (liveness); `engram.ready` (and,

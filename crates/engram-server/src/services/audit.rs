@@ -116,12 +116,14 @@ impl pb::audit_server::Audit for AuditService {
         &self,
         request: Request<pb::CheckpointRequest>,
     ) -> Result<Response<pb::SignedCheckpoint>, Status> {
-        let store = &*self.shared.node.store;
-        let note = if request.into_inner().at_head {
-            proofs::checkpoint_at_head(store, &self.shared.node.keys.current()).map_err(ApiError::from)?
-        } else {
-            proofs::latest_checkpoint(store).map_err(ApiError::from)?
-        };
+        let at_head = request.into_inner().at_head;
+        let note = self.shared.read_state(|store| {
+            if at_head {
+                proofs::checkpoint_at_head(store, &self.shared.node.keys.current())
+            } else {
+                proofs::latest_checkpoint(store)
+            }
+        })?;
         match note {
             Some(note) => Ok(Response::new(checkpoint_pb(&note))),
             None => {
@@ -135,8 +137,9 @@ impl pb::audit_server::Audit for AuditService {
         request: Request<pb::InclusionProofRequest>,
     ) -> Result<Response<pb::InclusionProofResponse>, Status> {
         let req = request.into_inner();
-        let proof =
-            proofs::inclusion(&*self.shared.node.store, req.index, req.tree_size).map_err(ApiError::from)?;
+        let proof = self
+            .shared
+            .read_state(|store| proofs::inclusion(store, req.index, req.tree_size))?;
         Ok(Response::new(pb::InclusionProofResponse {
             entry: Some(to_pb(&proof.entry)),
             tree_size: proof.tree_size,
@@ -149,8 +152,9 @@ impl pb::audit_server::Audit for AuditService {
         request: Request<pb::ConsistencyProofRequest>,
     ) -> Result<Response<pb::ConsistencyProofResponse>, Status> {
         let req = request.into_inner();
-        let (new_size, path) = proofs::consistency(&*self.shared.node.store, req.old_size, req.new_size)
-            .map_err(ApiError::from)?;
+        let (new_size, path) = self
+            .shared
+            .read_state(|store| proofs::consistency(store, req.old_size, req.new_size))?;
         Ok(Response::new(pb::ConsistencyProofResponse {
             old_size: req.old_size,
             new_size,
@@ -159,8 +163,8 @@ impl pb::audit_server::Audit for AuditService {
     }
 
     async fn export(&self, _request: Request<pb::ExportRequest>) -> Result<Response<ExportStream>, Status> {
-        let store = self.shared.node.store.clone();
-        let node_id = self.shared.node.node_id;
+        let node = self.shared.node.clone();
+        let node_id = node.node_id;
         // A bounded channel: a slow reader holds back only its own export.
         let (tx, rx) = tokio::sync::mpsc::channel(8);
         #[cfg(not(madsim))]
@@ -169,10 +173,17 @@ impl pb::audit_server::Audit for AuditService {
             // Reading the store is blocking work: off the async workers, streamed as it goes.
             tokio::task::spawn_blocking(move || {
                 let mut sink = ChunkSink { tx, buf: Vec::new() };
-                let result = engram_core::export::write_export(&*store, &mut sink, node_id, |_, _| {})
-                    .and_then(|_| Ok(std::io::Write::flush(&mut sink)?));
+                // A snapshot install during the export would tear it: the export then ends
+                // with UNAVAILABLE instead of its end record.
+                let result = node
+                    .read_state(|store| {
+                        engram_core::export::write_export(store, &mut sink, node_id, |_, _| {})
+                            .and_then(|_| Ok(std::io::Write::flush(&mut sink)?))
+                    })
+                    .map_err(ApiError::from)
+                    .and_then(|written| Ok(written?));
                 if let Err(e) = result {
-                    let _ = errors.blocking_send(Err(Status::from(ApiError::from(e))));
+                    let _ = errors.blocking_send(Err(Status::from(e)));
                 }
             });
         }
@@ -180,14 +191,17 @@ impl pb::audit_server::Audit for AuditService {
         #[cfg(madsim)]
         {
             let mut bytes = Vec::new();
-            let result = engram_core::export::write_export(&*store, &mut bytes, node_id, |_, _| {});
+            let result = node
+                .read_state(|store| engram_core::export::write_export(store, &mut bytes, node_id, |_, _| {}))
+                .map_err(ApiError::from)
+                .and_then(|written| Ok(written?));
             tokio::task::spawn(async move {
                 let items = match result {
                     Ok(_) => bytes
                         .chunks(EXPORT_CHUNK_BYTES)
                         .map(|c| Ok(pb::ExportChunk { data: c.to_vec() }))
                         .collect(),
-                    Err(e) => vec![Err(Status::from(ApiError::from(e)))],
+                    Err(e) => vec![Err(Status::from(e))],
                 };
                 for item in items {
                     if tx.send(item).await.is_err() {
@@ -201,14 +215,14 @@ impl pb::audit_server::Audit for AuditService {
 
     async fn entries(&self, request: Request<pb::EntriesRequest>) -> Result<Response<EntryStream>, Status> {
         let req = request.into_inner();
-        let store = self.shared.node.store.clone();
-        let head = reads::head(&*store).map_err(ApiError::from)?;
+        let node = self.shared.node.clone();
+        let head = self.shared.read_state(|store| reads::head(store))?;
         // A node attests what it applies with its own key. If no membership entry of its chain
         // admits that key — it replicated entries while being added, and the addition never
         // committed — its attestations cannot be verified from the chain, and streaming them
         // would look like tampering to a verifier. Say so instead.
         let key_id = engram_audit::PublicKey(self.shared.node.info.public_key).key_id();
-        if head.index > 0 && !reads::signer_admitted(&*store, key_id).map_err(ApiError::from)? {
+        if head.index > 0 && !self.shared.read_state(|store| reads::signer_admitted(store, key_id))? {
             return Err(ApiError::Conflict(format!(
                 "node {} holds the audit chain but is not admitted by it (its key {key_id} is in no membership entry), so its attestations cannot be verified; read the chain from a member of the cluster",
                 self.shared.node.node_id
@@ -218,9 +232,7 @@ impl pb::audit_server::Audit for AuditService {
         let from = req.from_index.max(1);
         // The chain this node vouches for ends at its last attested entry: an apply group in
         // progress is served once the attestation covering it is written.
-        let end = head
-            .index
-            .min(reads::attested_index(&*store).map_err(ApiError::from)?);
+        let end = head.index.min(self.shared.read_state(|store| reads::attested_index(store))?);
         let last = if req.limit == 0 {
             end
         } else {
@@ -232,14 +244,18 @@ impl pb::audit_server::Audit for AuditService {
             let mut next = from;
             while next <= last {
                 let want = ((last - next + 1) as usize).min(PAGE_ENTRIES);
-                let page = match reads::audit_entries(&*store, next, want) {
-                    Ok(Ok(page)) => page,
-                    Ok(Err(chain)) => {
+                let page = match node.read_state(|store| reads::audit_entries(store, next, want)) {
+                    Ok(Ok(Ok(page))) => page,
+                    Ok(Ok(Err(chain))) => {
                         let _ = tx.send(Err(Status::from(ApiError::Chain(chain)))).await;
                         return;
                     }
-                    Err(core) => {
+                    Ok(Err(core)) => {
                         let _ = tx.send(Err(Status::from(ApiError::from(core)))).await;
+                        return;
+                    }
+                    Err(installing) => {
+                        let _ = tx.send(Err(Status::from(ApiError::from(installing)))).await;
                         return;
                     }
                 };
@@ -260,27 +276,27 @@ impl pb::audit_server::Audit for AuditService {
     /// The head of the chain this node vouches for: its last attested entry (the chain head
     /// itself but while an apply group is being written).
     async fn head(&self, _request: Request<pb::HeadRequest>) -> Result<Response<pb::HeadResponse>, Status> {
-        let store = &*self.shared.node.store;
-        let head = reads::head(store).map_err(ApiError::from)?;
-        let attested = reads::attested_index(store).map_err(ApiError::from)?;
-        let (index, hash, tx, tx_time_ns) = if attested >= head.index {
-            (head.index, head.hash, head.tx.0, head.tx_time_ns)
-        } else if attested == 0 {
-            (0, Hash::ZERO, 0, 0)
-        } else {
+        let (index, hash, tx, tx_time_ns) = self.shared.read_state(|store| {
+            let head = reads::head(store).map_err(ApiError::from)?;
+            let attested = reads::attested_index(store).map_err(ApiError::from)?;
+            if attested >= head.index {
+                return Ok((head.index, head.hash, head.tx.0, head.tx_time_ns));
+            }
+            if attested == 0 {
+                return Ok((0, Hash::ZERO, 0, 0));
+            }
             let entry = match reads::audit_entries(store, attested, 1).map_err(ApiError::from)? {
                 Ok(mut page) if page.len() == 1 => page.remove(0).entry,
                 Ok(_) => {
                     return Err(ApiError::from(engram_core::CoreError::corrupt(
                         format!("audit entry {attested}"),
                         "the attested mark names an entry the store does not hold",
-                    ))
-                    .into());
+                    )));
                 }
-                Err(chain) => return Err(ApiError::Chain(chain).into()),
+                Err(chain) => return Err(ApiError::Chain(chain)),
             };
-            (entry.index, entry.hash(), entry.tx.0, entry.tx_time_ns)
-        };
+            Ok((entry.index, entry.hash(), entry.tx.0, entry.tx_time_ns))
+        })?;
         Ok(Response::new(pb::HeadResponse {
             index,
             hash: if index == 0 { Vec::new() } else { hash.0.to_vec() },

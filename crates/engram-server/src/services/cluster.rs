@@ -147,7 +147,7 @@ impl pb::cluster_server::Cluster for ClusterService {
         _request: Request<pb::StatusRequest>,
     ) -> Result<Response<pb::StatusResponse>, Status> {
         let s = self.shared.node.status();
-        let head = reads::head(&*self.shared.node.store).map_err(ApiError::from)?;
+        let head = self.shared.read_state(|store| reads::head(store))?;
         Ok(Response::new(pb::StatusResponse {
             node_id: self.shared.node.node_id,
             addr: self.shared.config.advertise(),
@@ -242,8 +242,9 @@ impl pb::cluster_server::Cluster for ClusterService {
             Some(id) => id,
             // The key the chain trusts now: after a rotation, the new one (the membership
             // still records the key the node joined with).
-            None => engram_core::reads::active_key_of(&*self.shared.node.store, req.node_id)
-                .map_err(ApiError::from)?
+            None => self
+                .shared
+                .read_state(|store| engram_core::reads::active_key_of(store, req.node_id))?
                 .map(|row| row.key.key_id())
                 .ok_or_else(|| {
                     ApiError::NotFound(format!(

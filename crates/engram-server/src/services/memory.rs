@@ -229,14 +229,16 @@ fn read_proof(
     if !prove {
         return Ok(None);
     }
-    let store = &*shared.node.store;
-    let (checkpoint, proofs) = engram_core::proofs::read_proof(store, &shared.node.keys.current(), found)?;
-    let size = checkpoint.checkpoint.size;
-    let consistency = if trusted_size > 0 && trusted_size <= size {
-        engram_core::proofs::consistency(store, trusted_size, size)?.1
-    } else {
-        Vec::new()
-    };
+    let (checkpoint, proofs, consistency) = shared.read_state(|store| {
+        let (checkpoint, proofs) = engram_core::proofs::read_proof(store, &shared.node.keys.current(), found)?;
+        let size = checkpoint.checkpoint.size;
+        let consistency = if trusted_size > 0 && trusted_size <= size {
+            engram_core::proofs::consistency(store, trusted_size, size)?.1
+        } else {
+            Vec::new()
+        };
+        Ok::<_, ApiError>((checkpoint, proofs, consistency))
+    })?;
     let hashes = |list: &[engram_types::Hash]| list.iter().map(|h| h.0.to_vec()).collect::<Vec<_>>();
     Ok(Some(pb::ReadProof {
         checkpoint: Some(super::audit::checkpoint_pb(&checkpoint)),
@@ -255,6 +257,8 @@ fn read_proof(
 
 /// Transactions scanned per page while a watch catches up.
 const WATCH_PAGE_TXS: usize = 256;
+/// How long a watch waits before reading again while a snapshot install replaces the state.
+const WATCH_INSTALL_WAIT_MS: u64 = 20;
 /// Events buffered per watch: a slow reader holds back only its own stream.
 const WATCH_BUFFER: usize = 64;
 
@@ -304,14 +308,12 @@ impl pb::memory_server::Memory for MemoryService {
             return relay(leader.diff(forward_request(req)).await);
         }
         if let Some(name) = &on {
-            let found = reads::branch_diff(
-                &*self.shared.node.store,
+            let found = self.shared.read_state(|store| reads::branch_diff(store,
                 &ns,
                 name,
                 req.entity.map(EntityId),
                 Self::limit(req.limit),
-            )
-            .map_err(ApiError::from)?;
+            ))?;
             return Ok(Response::new(pb::DiffResponse {
                 asserted: datoms(&found.branch.asserted),
                 retracted: datoms(&found.branch.retracted),
@@ -325,15 +327,13 @@ impl pb::memory_server::Memory for MemoryService {
         } else {
             req.to_tx
         };
-        let found = reads::diff(
-            &*self.shared.node.store,
+        let found = self.shared.read_state(|store| reads::diff(store,
             &ns,
             req.entity.map(EntityId),
             TxId(req.from_tx),
             TxId(to),
             Self::limit(req.limit),
-        )
-        .map_err(ApiError::from)?;
+        ))?;
         Ok(Response::new(pb::DiffResponse {
             asserted: datoms(&found.asserted),
             retracted: datoms(&found.retracted),
@@ -352,8 +352,7 @@ impl pb::memory_server::Memory for MemoryService {
             a => Some(engram_proto::attribute("attribute", a.to_string()).map_err(ApiError::from)?),
         };
         if let Some(name) = &on
-            && engram_core::branch::row(&*self.shared.node.store, &ns, name)
-                .map_err(ApiError::from)?
+            && self.shared.read_state(|store| engram_core::branch::row(store, &ns, name))?
                 .is_none()
         {
             return Err(ApiError::from(reads::ReadError::UnknownBranch(name.clone())).into());
@@ -365,14 +364,27 @@ impl pb::memory_server::Memory for MemoryService {
             let mut next = TxId(req.from_tx);
             loop {
                 let applied = node.status().applied_index;
-                let (records, after) =
-                    match reads::transactions_from(&*node.store, &ns, on.as_ref(), next, WATCH_PAGE_TXS) {
-                        Ok(page) => page,
-                        Err(e) => {
-                            let _ = tx.send(Err(Status::from(ApiError::from(e)))).await;
+                let page = node.read_state(|store| reads::transactions_from(store, &ns, on.as_ref(), next, WATCH_PAGE_TXS));
+                let (records, after) = match page {
+                    Ok(Ok(page)) => page,
+                    // A snapshot install is replacing this node's state: wait for it to end
+                    // and read the page again (the install only moves the state forward).
+                    Err(engram_raft::NodeError::Unavailable(_)) => {
+                        tokio::time::sleep(std::time::Duration::from_millis(WATCH_INSTALL_WAIT_MS)).await;
+                        if tx.is_closed() {
                             return;
                         }
-                    };
+                        continue;
+                    }
+                    Ok(Err(e)) => {
+                        let _ = tx.send(Err(Status::from(ApiError::from(e)))).await;
+                        return;
+                    }
+                    Err(e) => {
+                        let _ = tx.send(Err(Status::from(ApiError::from(e)))).await;
+                        return;
+                    }
+                };
                 for record in records {
                     if let Some(event) = watch_event(record, attribute.as_ref(), entity)
                         && tx.send(Ok(event)).await.is_err()
@@ -464,8 +476,7 @@ impl pb::memory_server::Memory for MemoryService {
         if let Some(mut leader) = self.shared.read_leader(req.consistency, forwarded).await? {
             return relay(leader.get_schema(forward_request(req)).await);
         }
-        let view = engram_core::schema::view(&*self.shared.node.store, &ns, req.as_of_tx.map(TxId))
-            .map_err(ApiError::from)?;
+        let view = self.shared.read_state(|store| engram_core::schema::view(store, &ns, req.as_of_tx.map(TxId)))?;
         Ok(Response::new(schema_pb(&view, self.shared.applied_index())))
     }
 
@@ -479,7 +490,7 @@ impl pb::memory_server::Memory for MemoryService {
         if let Some(mut leader) = self.shared.read_leader(req.consistency, forwarded).await? {
             return relay(leader.list_branches(forward_request(req)).await);
         }
-        let rows = engram_core::branch::list(&*self.shared.node.store, &ns).map_err(ApiError::from)?;
+        let rows = self.shared.read_state(|store| engram_core::branch::list(store, &ns))?;
         Ok(Response::new(pb::ListBranchesResponse {
             branches: rows.iter().map(branch_pb).collect(),
             applied_tx: self.shared.applied_index(),
@@ -501,14 +512,12 @@ impl pb::memory_server::Memory for MemoryService {
             rule: resolution(req.rule)?,
             verified_only: req.verified_only,
         };
-        let found = reads::get_facts(
-            &*self.shared.node.store,
+        let found = self.shared.read_state(|store| reads::get_facts(store,
             &ns,
             on.as_ref(),
             EntityId(req.entity),
             &opts,
-        )
-        .map_err(ApiError::from)?;
+        ))?;
         Ok(Response::new(pb::GetResponse {
             entity: req.entity,
             datoms: datoms(&found.current),
@@ -543,16 +552,12 @@ impl pb::memory_server::Memory for MemoryService {
         if let Some(mut leader) = self.shared.read_leader(req.consistency, forwarded).await? {
             return relay(leader.history(forward_request(req)).await);
         }
-        let store = &*self.shared.node.store;
-        let found = match target {
+        let found = self.shared.read_state(|store| match &target {
             HistoryTarget::Entity(entity) => {
-                reads::entity_history_on(store, &ns, on.as_ref(), entity, filter.as_ref(), limit)
-                    .map_err(ApiError::from)?
+                reads::entity_history_on(store, &ns, on.as_ref(), *entity, filter.as_ref(), limit)
             }
-            HistoryTarget::Attribute(attr) => {
-                reads::attribute_history_on(store, &ns, on.as_ref(), &attr, limit).map_err(ApiError::from)?
-            }
-        };
+            HistoryTarget::Attribute(attr) => reads::attribute_history_on(store, &ns, on.as_ref(), attr, limit),
+        })?;
         Ok(Response::new(pb::HistoryResponse {
             datoms: datoms(&found),
             applied_tx: self.shared.applied_index(),
@@ -573,16 +578,14 @@ impl pb::memory_server::Memory for MemoryService {
         if let Some(mut leader) = self.shared.read_leader(req.consistency, forwarded).await? {
             return relay(leader.find(forward_request(req)).await);
         }
-        let found = reads::find_on(
-            &*self.shared.node.store,
+        let found = self.shared.read_state(|store| reads::find_on(store,
             &ns,
             on.as_ref(),
             &attr,
             value.as_ref(),
             req.as_of_tx.map(TxId),
             Self::limit(req.limit),
-        )
-        .map_err(ApiError::from)?;
+        ))?;
         Ok(Response::new(pb::FindResponse {
             datoms: datoms(&found),
             applied_tx: self.shared.applied_index(),

@@ -125,6 +125,15 @@ impl Shared {
         }
     }
 
+    /// Runs a read of this node's state, refused as `UNAVAILABLE` if a snapshot install
+    /// replaced part of the state during it (see `RaftNode::read_state`).
+    pub fn read_state<T, E: Into<ApiError>>(
+        &self,
+        read: impl FnOnce(&dyn engram_storage::Store) -> Result<T, E>,
+    ) -> Result<T, ApiError> {
+        self.node.read_state(read)?.map_err(Into::into)
+    }
+
     pub fn applied_index(&self) -> u64 {
         self.node.status().applied_index
     }
