@@ -297,7 +297,10 @@ async fn opening_deletes_chunks_no_snapshot_names() {
     let mut sm = common::open(store.clone(), 1);
     assert!(store.get(Space::Raft, &orphan).unwrap().is_none());
     let current = sm.get_current_snapshot().await.unwrap().unwrap();
-    assert_eq!(current.snapshot.to_bytes().unwrap(), snapshot.snapshot.to_bytes().unwrap());
+    assert_eq!(
+        current.snapshot.to_bytes().unwrap(),
+        snapshot.snapshot.to_bytes().unwrap()
+    );
 }
 
 #[tokio::test]
@@ -331,8 +334,16 @@ async fn a_forged_snapshot_is_refused_before_anything_is_replaced_and_its_chunks
     let received = receive(&sm, &forged, 10_000, *blake3::hash(&forged).as_bytes()).unwrap();
     let err = sm.install_snapshot(&snapshot.meta, received).await.unwrap_err();
     // The altered entry no longer hashes to what the next one links to.
-    assert!(err.to_string().contains("broken audit chain: audit entry 6: prev_hash"), "{err}");
+    assert!(
+        err.to_string()
+            .contains("broken audit chain: audit entry 6: prev_hash"),
+        "{err}"
+    );
     assert_eq!(rows(&*target, Space::State), state);
-    assert_eq!(rows(&*target, Space::Raft), raft, "the refused snapshot's chunks are deleted");
+    assert_eq!(
+        rows(&*target, Space::Raft),
+        raft,
+        "the refused snapshot's chunks are deleted"
+    );
     assert_ne!(rows(&*target, Space::State), rows(&*source_store, Space::State));
 }

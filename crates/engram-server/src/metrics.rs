@@ -14,7 +14,10 @@ use tracing::{info, warn};
 /// The exposition text for `node` now.
 pub fn render(node: &RaftNode) -> String {
     let status = node.status();
-    let head = node.read_state(|store| engram_core::reads::head(store)).ok().and_then(Result::ok);
+    let head = node
+        .read_state(|store| engram_core::reads::head(store))
+        .ok()
+        .and_then(Result::ok);
     let ready = crate::ready(node).is_ok();
     let mut out = String::new();
     let mut gauge = |name: &str, help: &str, value: f64| {

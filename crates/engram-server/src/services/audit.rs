@@ -222,7 +222,11 @@ impl pb::audit_server::Audit for AuditService {
         // committed — its attestations cannot be verified from the chain, and streaming them
         // would look like tampering to a verifier. Say so instead.
         let key_id = engram_audit::PublicKey(self.shared.node.info.public_key).key_id();
-        if head.index > 0 && !self.shared.read_state(|store| reads::signer_admitted(store, key_id))? {
+        if head.index > 0
+            && !self
+                .shared
+                .read_state(|store| reads::signer_admitted(store, key_id))?
+        {
             return Err(ApiError::Conflict(format!(
                 "node {} holds the audit chain but is not admitted by it (its key {key_id} is in no membership entry), so its attestations cannot be verified; read the chain from a member of the cluster",
                 self.shared.node.node_id
@@ -232,7 +236,9 @@ impl pb::audit_server::Audit for AuditService {
         let from = req.from_index.max(1);
         // The chain this node vouches for ends at its last attested entry: an apply group in
         // progress is served once the attestation covering it is written.
-        let end = head.index.min(self.shared.read_state(|store| reads::attested_index(store))?);
+        let end = head
+            .index
+            .min(self.shared.read_state(|store| reads::attested_index(store))?);
         let last = if req.limit == 0 {
             end
         } else {

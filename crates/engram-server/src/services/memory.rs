@@ -230,7 +230,8 @@ fn read_proof(
         return Ok(None);
     }
     let (checkpoint, proofs, consistency) = shared.read_state(|store| {
-        let (checkpoint, proofs) = engram_core::proofs::read_proof(store, &shared.node.keys.current(), found)?;
+        let (checkpoint, proofs) =
+            engram_core::proofs::read_proof(store, &shared.node.keys.current(), found)?;
         let size = checkpoint.checkpoint.size;
         let consistency = if trusted_size > 0 && trusted_size <= size {
             engram_core::proofs::consistency(store, trusted_size, size)?.1
@@ -308,12 +309,9 @@ impl pb::memory_server::Memory for MemoryService {
             return relay(leader.diff(forward_request(req)).await);
         }
         if let Some(name) = &on {
-            let found = self.shared.read_state(|store| reads::branch_diff(store,
-                &ns,
-                name,
-                req.entity.map(EntityId),
-                Self::limit(req.limit),
-            ))?;
+            let found = self.shared.read_state(|store| {
+                reads::branch_diff(store, &ns, name, req.entity.map(EntityId), Self::limit(req.limit))
+            })?;
             return Ok(Response::new(pb::DiffResponse {
                 asserted: datoms(&found.branch.asserted),
                 retracted: datoms(&found.branch.retracted),
@@ -327,13 +325,16 @@ impl pb::memory_server::Memory for MemoryService {
         } else {
             req.to_tx
         };
-        let found = self.shared.read_state(|store| reads::diff(store,
-            &ns,
-            req.entity.map(EntityId),
-            TxId(req.from_tx),
-            TxId(to),
-            Self::limit(req.limit),
-        ))?;
+        let found = self.shared.read_state(|store| {
+            reads::diff(
+                store,
+                &ns,
+                req.entity.map(EntityId),
+                TxId(req.from_tx),
+                TxId(to),
+                Self::limit(req.limit),
+            )
+        })?;
         Ok(Response::new(pb::DiffResponse {
             asserted: datoms(&found.asserted),
             retracted: datoms(&found.retracted),
@@ -352,7 +353,9 @@ impl pb::memory_server::Memory for MemoryService {
             a => Some(engram_proto::attribute("attribute", a.to_string()).map_err(ApiError::from)?),
         };
         if let Some(name) = &on
-            && self.shared.read_state(|store| engram_core::branch::row(store, &ns, name))?
+            && self
+                .shared
+                .read_state(|store| engram_core::branch::row(store, &ns, name))?
                 .is_none()
         {
             return Err(ApiError::from(reads::ReadError::UnknownBranch(name.clone())).into());
@@ -364,7 +367,9 @@ impl pb::memory_server::Memory for MemoryService {
             let mut next = TxId(req.from_tx);
             loop {
                 let applied = node.status().applied_index;
-                let page = node.read_state(|store| reads::transactions_from(store, &ns, on.as_ref(), next, WATCH_PAGE_TXS));
+                let page = node.read_state(|store| {
+                    reads::transactions_from(store, &ns, on.as_ref(), next, WATCH_PAGE_TXS)
+                });
                 let (records, after) = match page {
                     Ok(Ok(page)) => page,
                     // A snapshot install is replacing this node's state: wait for it to end
@@ -476,7 +481,9 @@ impl pb::memory_server::Memory for MemoryService {
         if let Some(mut leader) = self.shared.read_leader(req.consistency, forwarded).await? {
             return relay(leader.get_schema(forward_request(req)).await);
         }
-        let view = self.shared.read_state(|store| engram_core::schema::view(store, &ns, req.as_of_tx.map(TxId)))?;
+        let view = self
+            .shared
+            .read_state(|store| engram_core::schema::view(store, &ns, req.as_of_tx.map(TxId)))?;
         Ok(Response::new(schema_pb(&view, self.shared.applied_index())))
     }
 
@@ -490,7 +497,9 @@ impl pb::memory_server::Memory for MemoryService {
         if let Some(mut leader) = self.shared.read_leader(req.consistency, forwarded).await? {
             return relay(leader.list_branches(forward_request(req)).await);
         }
-        let rows = self.shared.read_state(|store| engram_core::branch::list(store, &ns))?;
+        let rows = self
+            .shared
+            .read_state(|store| engram_core::branch::list(store, &ns))?;
         Ok(Response::new(pb::ListBranchesResponse {
             branches: rows.iter().map(branch_pb).collect(),
             applied_tx: self.shared.applied_index(),
@@ -512,12 +521,9 @@ impl pb::memory_server::Memory for MemoryService {
             rule: resolution(req.rule)?,
             verified_only: req.verified_only,
         };
-        let found = self.shared.read_state(|store| reads::get_facts(store,
-            &ns,
-            on.as_ref(),
-            EntityId(req.entity),
-            &opts,
-        ))?;
+        let found = self
+            .shared
+            .read_state(|store| reads::get_facts(store, &ns, on.as_ref(), EntityId(req.entity), &opts))?;
         Ok(Response::new(pb::GetResponse {
             entity: req.entity,
             datoms: datoms(&found.current),
@@ -556,7 +562,9 @@ impl pb::memory_server::Memory for MemoryService {
             HistoryTarget::Entity(entity) => {
                 reads::entity_history_on(store, &ns, on.as_ref(), *entity, filter.as_ref(), limit)
             }
-            HistoryTarget::Attribute(attr) => reads::attribute_history_on(store, &ns, on.as_ref(), attr, limit),
+            HistoryTarget::Attribute(attr) => {
+                reads::attribute_history_on(store, &ns, on.as_ref(), attr, limit)
+            }
         })?;
         Ok(Response::new(pb::HistoryResponse {
             datoms: datoms(&found),
@@ -578,14 +586,17 @@ impl pb::memory_server::Memory for MemoryService {
         if let Some(mut leader) = self.shared.read_leader(req.consistency, forwarded).await? {
             return relay(leader.find(forward_request(req)).await);
         }
-        let found = self.shared.read_state(|store| reads::find_on(store,
-            &ns,
-            on.as_ref(),
-            &attr,
-            value.as_ref(),
-            req.as_of_tx.map(TxId),
-            Self::limit(req.limit),
-        ))?;
+        let found = self.shared.read_state(|store| {
+            reads::find_on(
+                store,
+                &ns,
+                on.as_ref(),
+                &attr,
+                value.as_ref(),
+                req.as_of_tx.map(TxId),
+                Self::limit(req.limit),
+            )
+        })?;
         Ok(Response::new(pb::FindResponse {
             datoms: datoms(&found),
             applied_tx: self.shared.applied_index(),
