@@ -252,8 +252,7 @@ impl<'a> Driver<'a> {
                     } else {
                         Some(Self::rng().gen_range(0..32))
                     };
-                    self.cluster.crash(id, torn);
-                    monitor.after_crash(id, &*self.cluster.node(id).store);
+                    self.crash(monitor, id, torn);
                     let back = self.start.elapsed() + Duration::from_millis(Self::rng().gen_range(100..1500));
                     down_until.push((id, back));
                     self.note(
@@ -301,8 +300,7 @@ impl<'a> Driver<'a> {
                 let ids = self.cluster.alive_ids();
                 for id in &ids {
                     let torn = self.draw_torn();
-                    self.cluster.crash(*id, torn);
-                    monitor.after_crash(*id, &*self.cluster.node(*id).store);
+                    self.crash(monitor, *id, torn);
                 }
                 self.note("whole-cluster-restart", format!("crash all {ids:?}"));
                 madsim::time::sleep(Duration::from_millis(Self::rng().gen_range(100..1500))).await;
@@ -322,8 +320,7 @@ impl<'a> Driver<'a> {
                     let victim = self.pick_victim().await;
                     if let Some(id) = victim {
                         let torn = self.draw_torn();
-                        self.cluster.crash(id, torn);
-                        monitor.after_crash(id, &*self.cluster.node(id).store);
+                        self.crash(monitor, id, torn);
                         let back = now + Duration::from_millis(Self::rng().gen_range(100..3000));
                         down_until.push((id, back));
                         self.note("crash-restart", format!("crash n{id} torn={torn:?}"));
@@ -410,6 +407,13 @@ impl<'a> Driver<'a> {
             }
         }
         victims
+    }
+
+    /// Crashes node `id` (keeping `torn` unsynced batches, see `Cluster::crash`) and checks
+    /// what the crash left.
+    fn crash(&mut self, monitor: &mut Monitor, id: u64, torn: Option<usize>) {
+        self.cluster.crash(id, torn);
+        monitor.after_crash(id, &*self.cluster.node(id).store);
     }
 
     fn next_gap(&self, mean_ms: Option<u64>) -> Option<Duration> {

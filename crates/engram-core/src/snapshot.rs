@@ -418,12 +418,8 @@ pub fn check(source: &dyn ChunkSource) -> Result<ChainHead, SnapshotError> {
 
 /// Parses and checks a whole snapshot in memory without touching any store.
 pub fn parse(bytes: &[u8]) -> Result<Vec<KeyValue>, SnapshotError> {
+    check_digest(bytes)?;
     let mut reader = SnapshotReader::new(bytes.len() as u64)?;
-    // The digest first, so a flipped byte reads as what it is rather than as a bad length.
-    let (body, digest) = bytes.split_at(bytes.len() - 32);
-    if blake3::hash(body).as_bytes() != digest {
-        return Err(SnapshotError::Checksum);
-    }
     let mut out = Vec::new();
     reader.push(bytes, &mut |k, v| {
         out.push((k.to_vec(), v.to_vec()));
@@ -431,6 +427,17 @@ pub fn parse(bytes: &[u8]) -> Result<Vec<KeyValue>, SnapshotError> {
     })?;
     reader.finish()?;
     Ok(out)
+}
+
+/// Checks a whole snapshot's digest before its records are parsed, so a flipped byte reads as
+/// what it is rather than as a bad length.
+fn check_digest(bytes: &[u8]) -> Result<(), SnapshotError> {
+    SnapshotReader::new(bytes.len() as u64)?;
+    let (body, digest) = bytes.split_at(bytes.len() - 32);
+    if blake3::hash(body).as_bytes() != digest {
+        return Err(SnapshotError::Checksum);
+    }
+    Ok(())
 }
 
 /// Verifies the chain inside parsed snapshot records and returns the head they claim.
@@ -499,8 +506,8 @@ impl<'a> Installer<'a> {
 /// Replaces the whole state with a snapshot held in memory, atomically with `extra` (the Raft
 /// layer's rows), after checking it (tests and tools; nodes stream from stored chunks).
 pub fn install(store: &dyn Store, bytes: &[u8], extra: WriteBatch) -> Result<ChainHead, SnapshotError> {
-    let records = parse(bytes)?;
-    let head = verify(&records)?;
+    check_digest(bytes)?;
+    let head = check(&InMemory(bytes))?;
     let mut installer = Installer::new(store, bytes.len() as u64, usize::MAX)?;
     installer.push(bytes)?;
     installer.finish(extra)?;

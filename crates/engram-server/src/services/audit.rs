@@ -250,18 +250,12 @@ impl pb::audit_server::Audit for AuditService {
             let mut next = from;
             while next <= last {
                 let want = ((last - next + 1) as usize).min(PAGE_ENTRIES);
-                let page = match node.read_state(|store| reads::audit_entries(store, next, want)) {
-                    Ok(Ok(Ok(page))) => page,
-                    Ok(Ok(Err(chain))) => {
-                        let _ = tx.send(Err(Status::from(ApiError::Chain(chain)))).await;
-                        return;
-                    }
-                    Ok(Err(core)) => {
-                        let _ = tx.send(Err(Status::from(ApiError::from(core)))).await;
-                        return;
-                    }
-                    Err(installing) => {
-                        let _ = tx.send(Err(Status::from(ApiError::from(installing)))).await;
+                let page = super::read_state(&node, |store| reads::audit_entries(store, next, want))
+                    .and_then(|page| page.map_err(ApiError::Chain));
+                let page = match page {
+                    Ok(page) => page,
+                    Err(e) => {
+                        let _ = tx.send(Err(Status::from(e))).await;
                         return;
                     }
                 };

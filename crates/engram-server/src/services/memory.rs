@@ -367,11 +367,9 @@ impl pb::memory_server::Memory for MemoryService {
             let mut next = TxId(req.from_tx);
             loop {
                 let applied = node.status().applied_index;
-                let page = node.read_state(|store| {
+                let page = match node.read_state(|store| {
                     reads::transactions_from(store, &ns, on.as_ref(), next, WATCH_PAGE_TXS)
-                });
-                let (records, after) = match page {
-                    Ok(Ok(page)) => page,
+                }) {
                     // A snapshot install is replacing this node's state: wait for it to end
                     // and read the page again (the install only moves the state forward).
                     Err(engram_raft::NodeError::Unavailable(_)) => {
@@ -381,12 +379,14 @@ impl pb::memory_server::Memory for MemoryService {
                         }
                         continue;
                     }
-                    Ok(Err(e)) => {
-                        let _ = tx.send(Err(Status::from(ApiError::from(e)))).await;
-                        return;
-                    }
+                    page => page
+                        .map_err(ApiError::from)
+                        .and_then(|p| p.map_err(ApiError::from)),
+                };
+                let (records, after) = match page {
+                    Ok(page) => page,
                     Err(e) => {
-                        let _ = tx.send(Err(Status::from(ApiError::from(e)))).await;
+                        let _ = tx.send(Err(Status::from(e))).await;
                         return;
                     }
                 };

@@ -125,18 +125,27 @@ impl Shared {
         }
     }
 
-    /// Runs a read of this node's state, refused as `UNAVAILABLE` if a snapshot install
-    /// replaced part of the state during it (see `RaftNode::read_state`).
+    /// Runs a read of this node's state (see [`read_state`]).
     pub fn read_state<T, E: Into<ApiError>>(
         &self,
         read: impl FnOnce(&dyn engram_storage::Store) -> Result<T, E>,
     ) -> Result<T, ApiError> {
-        self.node.read_state(read)?.map_err(Into::into)
+        read_state(&self.node, read)
     }
 
     pub fn applied_index(&self) -> u64 {
         self.node.status().applied_index
     }
+}
+
+/// Runs a read of `node`'s state, refused as `UNAVAILABLE` if a snapshot install replaced part
+/// of the state during it (see `RaftNode::read_state`); for tasks that hold the node, not the
+/// shared server state.
+pub fn read_state<T, E: Into<ApiError>>(
+    node: &engram_raft::RaftNode,
+    read: impl FnOnce(&dyn engram_storage::Store) -> Result<T, E>,
+) -> Result<T, ApiError> {
+    node.read_state(read)?.map_err(Into::into)
 }
 
 /// A status from the leader passes through unchanged, except a broken connection to it
