@@ -358,11 +358,12 @@ pub struct ServeArgs {
     #[arg(long, env = "ENGRAM_APPEND_TIMEOUT_MS", value_name = "MS")]
     pub append_timeout_ms: Option<u64>,
 
-    /// Lower bound of the randomised election timeout [default: 400].
+    /// Lower bound of the randomised election timeout [default: 200]. A follower stands for
+    /// election after the leader's lease (the upper bound) plus a draw between the bounds.
     #[arg(long, env = "ENGRAM_ELECTION_TIMEOUT_MIN_MS", value_name = "MS")]
     pub election_timeout_min_ms: Option<u64>,
 
-    /// Upper bound of the randomised election timeout [default: 800].
+    /// Upper bound of the randomised election timeout, also the leader's lease [default: 400].
     #[arg(long, env = "ENGRAM_ELECTION_TIMEOUT_MAX_MS", value_name = "MS")]
     pub election_timeout_max_ms: Option<u64>,
 

@@ -127,10 +127,20 @@ async fn forged_raft_requests_are_refused_and_change_nothing() {
                     payload: vote,
                 })
                 .await;
+            // 4. The same from an outsider as a pre-vote, which changes no state but must
+            // not answer an unauthenticated prober about the cluster either.
+            let vote = forged_vote(term, 99);
+            let probe = raft
+                .pre_vote(pb::RaftMessage {
+                    auth: Some(peer_auth::sign(&outsider, RpcKind::PreVote, 99, target, &vote)),
+                    payload: vote,
+                })
+                .await;
             answers.extend([
                 ("unsigned append", unsigned),
                 ("impostor append", impostor),
                 ("outsider vote", candidate),
+                ("outsider pre-vote", probe),
             ]);
         }
         tokio::time::sleep(Duration::from_millis(30)).await;

@@ -737,39 +737,96 @@ pub fn transactions_from(
     from: TxId,
     scan_limit: usize,
 ) -> Result<(Vec<TxRecord>, TxId), CoreError> {
-    let rows = store.scan(
-        Space::State,
-        &keys::tx_log(from),
-        prefix_end(&[keys::TX_LOG]).as_deref(),
-        scan_limit,
-    )?;
+    let (logged, next, _) = scan_tx_log(store, from, None, scan_limit, usize::MAX, |n, b| {
+        n == ns && b == branch
+    })?;
+    Ok((logged.into_iter().map(|t| t.record).collect(), next))
+}
+
+/// A committed transaction of any namespace, with where it wrote.
+#[derive(Clone, Debug)]
+pub struct LoggedTx {
+    pub namespace: Namespace,
+    /// `None`: main.
+    pub branch: Option<BranchName>,
+    pub record: TxRecord,
+    /// The stored size of its datoms, for callers that bound what they hold in memory.
+    pub datom_bytes: usize,
+}
+
+/// Every committed transaction, of every namespace and branch, with tx id from `from` through
+/// `through`, oldest first, stopping after the transaction that brings the datoms read to
+/// `byte_budget`. Returns them and the tx id to continue from (`through + 1` once all are
+/// read). What a node's watchers share; each filters it for itself.
+pub fn tx_log_range(
+    store: &dyn ReadView,
+    from: TxId,
+    through: TxId,
+    byte_budget: usize,
+) -> Result<(Vec<LoggedTx>, TxId), CoreError> {
+    if through < from {
+        return Ok((Vec::new(), from));
+    }
+    let (txs, next, cut) = scan_tx_log(store, from, Some(through), usize::MAX, byte_budget, |_, _| true)?;
+    Ok((txs, if cut { next } else { TxId(through.0 + 1) }))
+}
+
+/// The tx-log rows from `from` (through `through`, if given; at most `scan_limit` rows), with
+/// the datoms of those `keep` accepts, stopping early once the datoms read reach
+/// `byte_budget`. Returns them, the tx id after the last row scanned, and whether the budget
+/// cut the scan short.
+fn scan_tx_log(
+    store: &dyn ReadView,
+    from: TxId,
+    through: Option<TxId>,
+    scan_limit: usize,
+    byte_budget: usize,
+    keep: impl Fn(&Namespace, Option<&BranchName>) -> bool,
+) -> Result<(Vec<LoggedTx>, TxId, bool), CoreError> {
+    let end = match through {
+        Some(t) => Some(keys::tx_log(TxId(t.0.saturating_add(1)))),
+        None => prefix_end(&[keys::TX_LOG]),
+    };
+    let rows = store.scan(Space::State, &keys::tx_log(from), end.as_deref(), scan_limit)?;
     let mut next = from;
     let mut out = Vec::new();
+    let mut read_bytes = 0usize;
     for (key, value) in rows {
+        if read_bytes >= byte_budget {
+            return Ok((out, next, true));
+        }
         let tx = keys::u64_after_tag(&key)
             .map(TxId)
             .ok_or_else(|| CoreError::corrupt("tx-log key", "shorter than a tx id"))?;
         next = TxId(tx.0 + 1);
         let row: TxLogRow = decode_row("tx log row", &value)?;
-        if &row.namespace != ns || row.branch.as_ref() != branch {
+        if !keep(&row.namespace, row.branch.as_ref()) {
             continue;
         }
         let prefix = keys::tx_datoms_prefix(tx);
         let mut datoms = Vec::new();
+        let mut datom_bytes = 0;
         for (_, eavt) in store.scan(Space::State, &prefix, prefix_end(&prefix).as_deref(), usize::MAX)? {
             let bytes = store
                 .get(Space::State, &eavt)?
                 .ok_or_else(|| CoreError::corrupt(format!("datom of tx {}", tx.0), "indexed but missing"))?;
+            datom_bytes += bytes.len();
             datoms.push(
                 Datom::decode(&bytes).map_err(|e| CoreError::corrupt(format!("datom of tx {}", tx.0), e))?,
             );
         }
-        out.push(TxRecord {
-            receipt: row.receipt,
-            datoms,
+        read_bytes = read_bytes.saturating_add(datom_bytes);
+        out.push(LoggedTx {
+            namespace: row.namespace,
+            branch: row.branch,
+            record: TxRecord {
+                receipt: row.receipt,
+                datoms,
+            },
+            datom_bytes,
         });
     }
-    Ok((out, next))
+    Ok((out, next, false))
 }
 
 /// What changed in a tx range: the datoms recorded by transactions `from < tx <= to`.

@@ -696,6 +696,41 @@ fn branches_are_isolated_diffable_mergeable_and_abandonable() {
         .0;
     assert_eq!(fast_watch.len(), 1);
     assert_eq!(fast_watch[0].datoms[0].branch, Some(fast_name.clone()));
+    // The whole log, as a node's watchers share it: every transaction of main and the branches,
+    // each with where it wrote; and cut after the first once a byte budget is reached.
+    let end = TxId(1 << 40);
+    let (all, next) = reads::tx_log_range(&*m.store, TxId(0), end, usize::MAX).unwrap();
+    assert_eq!(next, TxId(end.0 + 1));
+    assert_eq!(
+        all.iter()
+            .filter(|t| t.branch.as_ref() == Some(&fast_name))
+            .map(|t| t.record.receipt.tx)
+            .collect::<Vec<_>>(),
+        vec![fast_watch[0].receipt.tx]
+    );
+    let last = all.last().unwrap().record.receipt.tx;
+    assert_eq!(
+        all.iter()
+            .filter(|t| t.branch.is_none())
+            .map(|t| t.record.receipt.tx)
+            .collect::<Vec<_>>(),
+        main_watch.iter().map(|r| r.receipt.tx).collect::<Vec<_>>()
+    );
+    assert!(all.iter().all(|t| t.namespace == m.ns && t.datom_bytes > 0));
+    assert!(
+        all.windows(2)
+            .all(|w| w[0].record.receipt.tx < w[1].record.receipt.tx)
+    );
+    let (first, after) = reads::tx_log_range(&*m.store, TxId(0), end, 1).unwrap();
+    assert_eq!(first.len(), 1);
+    assert_eq!(first[0].record.receipt.tx, all[0].record.receipt.tx);
+    assert_eq!(after, TxId(all[0].record.receipt.tx.0 + 1));
+    assert!(
+        reads::tx_log_range(&*m.store, TxId(last.0 + 1), last, usize::MAX)
+            .unwrap()
+            .0
+            .is_empty()
+    );
 
     // Diff against main: the branch's writes, and nothing main changed meanwhile.
     let diff = reads::branch_diff(&*m.store, &m.ns, &fast_name, None, 100).unwrap();

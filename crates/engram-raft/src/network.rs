@@ -275,6 +275,33 @@ impl RaftNetworkV2<TypeConfig> for Connection {
         .await
     }
 
+    /// A peer too old to know the pre-vote RPC (mid rolling upgrade) counts as granting it,
+    /// as openraft does for a network without pre-votes: the real vote that follows is still
+    /// judged by every peer, so the cluster stays live and no safety rule is relaxed.
+    async fn pre_vote(
+        &mut self,
+        rpc: VoteRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> Result<VoteResponse<TypeConfig>, RPCError<TypeConfig>> {
+        let granted = VoteResponse::<TypeConfig>::new(rpc.vote.clone(), None, true);
+        self.call(
+            &rpc,
+            RpcKind::PreVote,
+            option.hard_ttl(),
+            "pre-vote response",
+            |mut c, r| async move {
+                match c.pre_vote(r).await {
+                    Err(s) if s.code() == tonic::Code::Unimplemented => {
+                        let payload = encode(&granted).map_err(|e| Status::internal(e.to_string()))?;
+                        Ok(Response::new(pb::RaftMessage { payload, auth: None }))
+                    }
+                    other => other,
+                }
+            },
+        )
+        .await
+    }
+
     async fn full_snapshot(
         &mut self,
         vote: Vote,
@@ -444,6 +471,19 @@ impl pb::raft_server::Raft for RaftService {
         let resp = self
             .raft
             .vote(rpc)
+            .await
+            .map_err(|e| Status::unavailable(e.to_string()))?;
+        reply(&resp)
+    }
+
+    async fn pre_vote(&self, request: Request<pb::RaftMessage>) -> Result<Response<pb::RaftMessage>, Status> {
+        let message = request.into_inner();
+        self.authenticate(message.auth.as_ref(), RpcKind::PreVote, &message.payload)?;
+        let rpc: VoteRequest<TypeConfig> =
+            decode("pre-vote request", &message.payload).map_err(bad_payload)?;
+        let resp = self
+            .raft
+            .pre_vote(rpc)
             .await
             .map_err(|e| Status::unavailable(e.to_string()))?;
         reply(&resp)

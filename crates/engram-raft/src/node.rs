@@ -36,8 +36,12 @@ impl Default for RaftTiming {
         RaftTiming {
             heartbeat_interval_ms: 100,
             append_timeout_ms: 0,
-            election_timeout_min_ms: 400,
-            election_timeout_max_ms: 800,
+            // A follower stands only once the leader has been silent for the lease (openraft
+            // sets it to the maximum) plus its own draw between the bounds: 600-800 ms here.
+            // That keeps a leader kill's write pause under a second (`engram demo`), with six
+            // heartbeats of slack before a busy but live leader is deposed.
+            election_timeout_min_ms: 200,
+            election_timeout_max_ms: 400,
             snapshot_every_entries: 5_000,
         }
     }
@@ -64,6 +68,11 @@ impl RaftTiming {
             heartbeat_interval: self.heartbeat_interval_ms,
             election_timeout_min: self.election_timeout_min_ms,
             election_timeout_max: self.election_timeout_max_ms,
+            // A node whose election timer fires first but cannot win (its log is behind the
+            // other survivor's) would otherwise take the next term, and the node that could win
+            // must then wait out another timeout before it may stand: the leader-kill pause
+            // grew by a whole election timeout whenever the followers' logs differed.
+            enable_pre_vote: Some(true),
             snapshot_policy: SnapshotPolicy::LogsSinceLast(self.snapshot_every_entries),
             max_in_snapshot_log_to_keep: self.snapshot_every_entries / 2,
             ..Default::default()
@@ -125,6 +134,8 @@ pub struct RaftNode {
     /// Where this node's writes spend their time, as leader (telemetry).
     pub stages: Arc<WriteStages>,
     snapshots: Arc<crate::snapshots::Snapshots>,
+    /// The state machine's applied index, moved once the state it names is readable.
+    applied: tokio::sync::watch::Receiver<u64>,
     clock_skew_ns: i64,
     /// The last index of the Raft log when this process started. Linearizable reads wait
     /// until it is applied: see [`RaftNode::ensure_linearizable`].
@@ -215,6 +226,7 @@ impl RaftNode {
         let state_machine = StateMachine::open(store.clone(), keys.clone(), settings.checkpoints)
             .map_err(|e| NodeError::Fatal(e.to_string()))?;
         let snapshots = state_machine.snapshots();
+        let applied = state_machine.applied_index_watch();
         let raft = Raft::new(
             node_id,
             Arc::new(config),
@@ -240,6 +252,7 @@ impl RaftNode {
             alarm: Arc::default(),
             stages,
             snapshots,
+            applied,
             clock_skew_ns: settings.clock_skew_ns,
             startup_log_index,
         })
@@ -387,18 +400,28 @@ impl RaftNode {
 
     /// Waits until this node has applied log index `index`, or `timeout` passes.
     pub async fn wait_applied(&self, index: u64, timeout: std::time::Duration) -> Waited {
-        match self
-            .raft
-            .wait(Some(timeout))
-            .applied_index_at_least(Some(index), "watch")
-            .await
-        {
-            Ok(_) => Waited::Applied,
-            Err(openraft::metrics::WaitError::Timeout(..)) => Waited::TimedOut,
-            // The Raft core has stopped (shut down, or failed): nothing will ever be applied
-            // here again, and a new wait would fail at once.
-            Err(openraft::metrics::WaitError::ShuttingDown) => Waited::Stopped,
+        let mut applied = self.applied.clone();
+        match tokio::time::timeout(timeout, applied.wait_for(|at| *at >= index)).await {
+            Ok(Ok(_)) => Waited::Applied,
+            // The state machine is gone: the Raft core has stopped, and nothing will ever be
+            // applied here again.
+            Ok(Err(_)) => Waited::Stopped,
+            // The core may also have failed with the state machine still held; a wait on a
+            // stopped node must say so, or its caller would wait again at once, forever.
+            Err(_) if self.has_stopped() => Waited::Stopped,
+            Err(_) => Waited::TimedOut,
         }
+    }
+
+    /// The applied index, as of the last written apply group: cheap enough to read per event.
+    pub fn applied_index(&self) -> u64 {
+        *self.applied.borrow()
+    }
+
+    fn has_stopped(&self) -> bool {
+        let metrics = self.raft.metrics();
+        let m = metrics.borrow_watched();
+        m.running_state.is_err() || m.state == ServerState::Shutdown
     }
 
     pub async fn is_initialized(&self) -> Result<bool, NodeError> {

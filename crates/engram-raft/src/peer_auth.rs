@@ -74,6 +74,8 @@ const DOMAIN: &[u8] = b"engram.v1 raft peer request\n";
 pub enum RpcKind {
     AppendEntries,
     Vote,
+    /// A pre-vote: signed apart from a vote, so neither passes as the other.
+    PreVote,
     /// The header chunk of a snapshot stream (it commits to the data's size and hash).
     InstallSnapshot,
 }
@@ -84,6 +86,7 @@ impl RpcKind {
             RpcKind::AppendEntries => 1,
             RpcKind::Vote => 2,
             RpcKind::InstallSnapshot => 3,
+            RpcKind::PreVote => 4,
         }
     }
 }
@@ -533,6 +536,18 @@ mod tests {
         );
         assert!(matches!(
             check(&good, RpcKind::Vote, 2, b"p"),
+            Err(AuthError::BadSignature { .. })
+        ));
+        // A member's signed pre-vote cannot be replayed as a vote, nor a vote as a pre-vote.
+        let pre_vote = sign(&member, RpcKind::PreVote, 1, 2, b"v");
+        assert_eq!(check(&pre_vote, RpcKind::PreVote, 2, b"v"), Ok(1));
+        assert!(matches!(
+            check(&pre_vote, RpcKind::Vote, 2, b"v"),
+            Err(AuthError::BadSignature { .. })
+        ));
+        let vote = sign(&member, RpcKind::Vote, 1, 2, b"v");
+        assert!(matches!(
+            check(&vote, RpcKind::PreVote, 2, b"v"),
             Err(AuthError::BadSignature { .. })
         ));
         // The member's key used to claim another member's id.

@@ -38,6 +38,8 @@ use services::Shared;
 use services::audit::AuditService;
 use services::cluster::ClusterService;
 use services::memory::MemoryService;
+/// Transactions a node keeps in memory for its watchers (see `services::watch_tail`).
+pub use services::watch_tail::TAIL_TXS as WATCH_TAIL_TXS;
 use tonic::transport::Server;
 use tracing::{info, warn};
 

@@ -544,3 +544,117 @@ async fn oversize_input_is_refused_with_a_short_message() {
     }
     drop(cluster.dirs);
 }
+
+/// Collects `want` events from a watch stream, or fails after a deadline with what it got.
+async fn watched_txs(stream: &mut tonic::Streaming<pb::TxEvent>, want: usize) -> Vec<(u64, String)> {
+    let mut got = Vec::new();
+    while got.len() < want {
+        let event = tokio::time::timeout(Duration::from_secs(60), stream.message())
+            .await
+            .unwrap_or_else(|_| panic!("watch stalled after {} of {want} events", got.len()))
+            .unwrap()
+            .unwrap();
+        let title = match event.datoms[0].value.as_ref().and_then(|v| v.kind.clone()) {
+            Some(pb::value::Kind::String(s)) => s,
+            other => panic!("unexpected value {other:?}"),
+        };
+        got.push((event.tx, title));
+    }
+    got
+}
+
+/// A node's watchers share one in-memory tail of the newest transactions. A watcher that
+/// follows live, one that starts far behind the tail (reading the store, then crossing into
+/// the tail), and one that starts mid-way on another namespace each see exactly their
+/// namespace's transactions, in order, once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn watchers_behind_and_inside_the_shared_tail_see_each_transaction_once() {
+    let cluster = start(1, 1 << 20).await;
+    let ch = channel(cluster.addrs[0]).await;
+    let mut memory = pb::memory_client::MemoryClient::new(ch.clone());
+    let watch = |ns: &str, from_tx: u64| pb::WatchRequest {
+        namespace: ns.into(),
+        from_tx,
+        ..Default::default()
+    };
+    let mut live = memory.watch(watch("tail/a", 0)).await.unwrap().into_inner();
+
+    // More transactions than the tail holds, alternating between two namespaces.
+    let total = engram_server::WATCH_TAIL_TXS + 300;
+    let writers = 16;
+    let mut tasks = Vec::new();
+    for w in 0..writers {
+        let mut memory = pb::memory_client::MemoryClient::new(ch.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut written = Vec::new();
+            for k in (w..total).step_by(writers) {
+                let ns = if k % 2 == 0 { "tail/a" } else { "tail/b" };
+                let title = format!("t{k}");
+                let resp = memory
+                    .transact(pb::TransactRequest {
+                        namespace: ns.into(),
+                        ops: vec![assert_op(
+                            pb::entity_ref::Kind::Temp("t".into()),
+                            ":task/title",
+                            pb::value::Kind::String(title.clone()),
+                        )],
+                        provenance: prov(),
+                        ..Default::default()
+                    })
+                    .await
+                    .unwrap()
+                    .into_inner();
+                written.push((ns, resp.tx, title));
+            }
+            written
+        }));
+    }
+    let mut written = Vec::new();
+    for t in tasks {
+        written.extend(t.await.unwrap());
+    }
+    let expected = |ns: &str, from_tx: u64| {
+        let mut txs: Vec<(u64, String)> = written
+            .iter()
+            .filter(|(n, tx, _)| *n == ns && *tx >= from_tx)
+            .map(|(_, tx, title)| (*tx, title.clone()))
+            .collect();
+        txs.sort();
+        txs
+    };
+    let mid = written.iter().map(|(_, tx, _)| *tx).max().unwrap() / 2;
+    let want_a = expected("tail/a", 0);
+    let want_b = expected("tail/b", mid);
+    assert!(want_a.len() > engram_server::WATCH_TAIL_TXS / 2);
+
+    let mut behind = memory.watch(watch("tail/a", 0)).await.unwrap().into_inner();
+    let mut other = memory.watch(watch("tail/b", mid)).await.unwrap().into_inner();
+    assert_eq!(watched_txs(&mut live, want_a.len()).await, want_a);
+    assert_eq!(watched_txs(&mut behind, want_a.len()).await, want_a);
+    assert_eq!(watched_txs(&mut other, want_b.len()).await, want_b);
+
+    // All three now follow the tail: one more write reaches the two on its namespace.
+    let last = memory
+        .transact(pb::TransactRequest {
+            namespace: "tail/a".into(),
+            ops: vec![assert_op(
+                pb::entity_ref::Kind::Temp("t".into()),
+                ":task/title",
+                pb::value::Kind::String("last".into()),
+            )],
+            provenance: prov(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    for stream in [&mut live, &mut behind] {
+        assert_eq!(watched_txs(stream, 1).await, vec![(last.tx, "last".to_string())]);
+    }
+    let quiet = tokio::time::timeout(Duration::from_millis(300), other.message()).await;
+    assert!(quiet.is_err(), "a watcher of tail/b saw {quiet:?}");
+    for s in cluster.stops {
+        let _ = s.send(());
+    }
+    drop(cluster.dirs);
+}

@@ -7,6 +7,7 @@ use prost::Message;
 use tonic::{Request, Response, Status};
 use tracing::Instrument;
 
+use super::watch_tail::TailPage;
 use super::{Route, Shared, forward_request, forwarded_err, is_forwarded, relay};
 use crate::error::ApiError;
 
@@ -267,7 +268,7 @@ type WatchStream = std::pin::Pin<Box<dyn futures::Stream<Item = Result<pb::TxEve
 
 /// The event for one transaction, with its datoms that pass the filter (`None`: none does).
 fn watch_event(
-    record: engram_core::reads::TxRecord,
+    record: &engram_core::reads::TxRecord,
     attribute: Option<&engram_types::Attribute>,
     entity: Option<EntityId>,
 ) -> Option<pb::TxEvent> {
@@ -362,14 +363,36 @@ impl pb::memory_server::Memory for MemoryService {
         }
         let entity = req.entity.map(EntityId);
         let node = self.shared.node.clone();
+        let tail = self.shared.watch_tail.clone();
         let (tx, rx) = tokio::sync::mpsc::channel(WATCH_BUFFER);
         tokio::task::spawn(async move {
             let mut next = TxId(req.from_tx);
             loop {
-                let applied = node.status().applied_index;
-                let page = match node.read_state(|store| {
-                    reads::transactions_from(store, &ns, on.as_ref(), next, WATCH_PAGE_TXS)
-                }) {
+                let applied = node.applied_index();
+                // The newest transactions come from the node's shared tail; a watcher behind it
+                // reads its own pages from the store until it catches up.
+                let read = match tail.page(&node, next, applied, WATCH_PAGE_TXS).await {
+                    Ok(Ok(TailPage::Served { txs, next })) => Ok(Ok((txs, next))),
+                    Ok(Ok(TailPage::Behind)) => node
+                        .read_state(|store| {
+                            reads::transactions_from(store, &ns, on.as_ref(), next, WATCH_PAGE_TXS)
+                        })
+                        .map(|page| {
+                            page.map(|(records, after)| {
+                                let own = records.into_iter().map(|record| {
+                                    Arc::new(reads::LoggedTx {
+                                        namespace: ns.clone(),
+                                        branch: on.clone(),
+                                        record,
+                                    })
+                                });
+                                (own.collect(), after)
+                            })
+                        }),
+                    Ok(Err(e)) => Ok(Err(e)),
+                    Err(e) => Err(e),
+                };
+                let page = match read {
                     // A snapshot install is replacing this node's state: wait for it to end
                     // and read the page again (the install only moves the state forward).
                     Err(engram_raft::NodeError::Unavailable(_)) => {
@@ -383,15 +406,18 @@ impl pb::memory_server::Memory for MemoryService {
                         .map_err(ApiError::from)
                         .and_then(|p| p.map_err(ApiError::from)),
                 };
-                let (records, after) = match page {
+                let (txs, after): (Vec<Arc<reads::LoggedTx>>, TxId) = match page {
                     Ok(page) => page,
                     Err(e) => {
                         let _ = tx.send(Err(Status::from(e))).await;
                         return;
                     }
                 };
-                for record in records {
-                    if let Some(event) = watch_event(record, attribute.as_ref(), entity)
+                for logged in txs {
+                    if logged.namespace != ns || logged.branch != on {
+                        continue;
+                    }
+                    if let Some(event) = watch_event(&logged.record, attribute.as_ref(), entity)
                         && tx.send(Ok(event)).await.is_err()
                     {
                         return; // the reader went away

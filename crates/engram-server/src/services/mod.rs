@@ -3,6 +3,7 @@
 pub mod audit;
 pub mod cluster;
 pub mod memory;
+pub mod watch_tail;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -21,6 +22,8 @@ pub const FORWARDED: &str = "x-engram-forwarded";
 pub struct Shared {
     pub node: RaftNode,
     pub config: ServerConfig,
+    /// The newest transactions, read once for all of this node's watchers.
+    pub watch_tail: Arc<watch_tail::WatchTail>,
     channels: Mutex<HashMap<String, Channel>>,
 }
 
@@ -37,6 +40,7 @@ impl Shared {
         Arc::new(Shared {
             node,
             config,
+            watch_tail: Arc::default(),
             channels: Mutex::new(HashMap::new()),
         })
     }
@@ -134,7 +138,7 @@ impl Shared {
     }
 
     pub fn applied_index(&self) -> u64 {
-        self.node.status().applied_index
+        self.node.applied_index()
     }
 }
 
