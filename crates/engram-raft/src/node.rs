@@ -599,8 +599,10 @@ mod timing_tests {
         assert_eq!(config.heartbeat_interval, 100);
         assert_eq!(
             (config.election_timeout_min, config.election_timeout_max),
-            (400, 800)
+            (200, 400)
         );
+        // Without a pre-vote a leader kill can cost two election timeouts, not one.
+        assert_eq!(config.enable_pre_vote, Some(true));
     }
 
     #[test]

@@ -384,6 +384,8 @@ impl pb::memory_server::Memory for MemoryService {
                                         namespace: ns.clone(),
                                         branch: on.clone(),
                                         record,
+                                        // Held by this watcher alone, never by the tail.
+                                        datom_bytes: 0,
                                     })
                                 });
                                 (own.collect(), after)
