@@ -283,7 +283,7 @@ impl RaftNetworkV2<TypeConfig> for Connection {
         rpc: VoteRequest<TypeConfig>,
         option: RPCOption,
     ) -> Result<VoteResponse<TypeConfig>, RPCError<TypeConfig>> {
-        let granted = VoteResponse::<TypeConfig>::new(rpc.vote.clone(), None, true);
+        let granted = VoteResponse::<TypeConfig>::new(rpc.vote, None, true);
         self.call(
             &rpc,
             RpcKind::PreVote,
@@ -435,6 +435,18 @@ impl RaftService {
             Status::unauthenticated(e.to_string())
         })
     }
+
+    /// A unary Raft request's payload, decoded only once its sender is authenticated.
+    fn open<T: serde::de::DeserializeOwned>(
+        &self,
+        request: Request<pb::RaftMessage>,
+        kind: RpcKind,
+        what: &str,
+    ) -> Result<T, Status> {
+        let message = request.into_inner();
+        self.authenticate(message.auth.as_ref(), kind, &message.payload)?;
+        decode(what, &message.payload).map_err(bad_payload)
+    }
 }
 
 fn bad_payload(e: std::io::Error) -> Status {
@@ -446,47 +458,29 @@ fn reply<T: serde::Serialize>(value: &T) -> Result<Response<pb::RaftMessage>, St
     Ok(Response::new(pb::RaftMessage { payload, auth: None }))
 }
 
+fn raft_unavailable(e: impl ToString) -> Status {
+    Status::unavailable(e.to_string())
+}
+
 #[tonic::async_trait]
 impl pb::raft_server::Raft for RaftService {
     async fn append_entries(
         &self,
         request: Request<pb::RaftMessage>,
     ) -> Result<Response<pb::RaftMessage>, Status> {
-        let message = request.into_inner();
-        self.authenticate(message.auth.as_ref(), RpcKind::AppendEntries, &message.payload)?;
         let rpc: AppendEntriesRequest<TypeConfig> =
-            decode("append request", &message.payload).map_err(bad_payload)?;
-        let resp = self
-            .raft
-            .append_entries(rpc)
-            .await
-            .map_err(|e| Status::unavailable(e.to_string()))?;
-        reply(&resp)
+            self.open(request, RpcKind::AppendEntries, "append request")?;
+        reply(&self.raft.append_entries(rpc).await.map_err(raft_unavailable)?)
     }
 
     async fn vote(&self, request: Request<pb::RaftMessage>) -> Result<Response<pb::RaftMessage>, Status> {
-        let message = request.into_inner();
-        self.authenticate(message.auth.as_ref(), RpcKind::Vote, &message.payload)?;
-        let rpc: VoteRequest<TypeConfig> = decode("vote request", &message.payload).map_err(bad_payload)?;
-        let resp = self
-            .raft
-            .vote(rpc)
-            .await
-            .map_err(|e| Status::unavailable(e.to_string()))?;
-        reply(&resp)
+        let rpc: VoteRequest<TypeConfig> = self.open(request, RpcKind::Vote, "vote request")?;
+        reply(&self.raft.vote(rpc).await.map_err(raft_unavailable)?)
     }
 
     async fn pre_vote(&self, request: Request<pb::RaftMessage>) -> Result<Response<pb::RaftMessage>, Status> {
-        let message = request.into_inner();
-        self.authenticate(message.auth.as_ref(), RpcKind::PreVote, &message.payload)?;
-        let rpc: VoteRequest<TypeConfig> =
-            decode("pre-vote request", &message.payload).map_err(bad_payload)?;
-        let resp = self
-            .raft
-            .pre_vote(rpc)
-            .await
-            .map_err(|e| Status::unavailable(e.to_string()))?;
-        reply(&resp)
+        let rpc: VoteRequest<TypeConfig> = self.open(request, RpcKind::PreVote, "pre-vote request")?;
+        reply(&self.raft.pre_vote(rpc).await.map_err(raft_unavailable)?)
     }
 
     /// The header must come first and be signed by a member; the data may not exceed the size
