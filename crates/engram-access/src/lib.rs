@@ -1,0 +1,25 @@
+//! Who may do what in Engram.
+//!
+//! - [`Principal`]: the validated name of an agent (or operator) that calls the cluster.
+//! - [`request`]: a request signed by a principal's Ed25519 key — over the method, the blake3
+//!   hash of the request body, a timestamp and a nonce — carried in gRPC metadata, and its
+//!   check; [`ReplayGuard`] refuses a stale timestamp or a nonce seen inside the window.
+//! - [`Action`], [`Grant`], [`Mode`] and [`Policy`]: grants are data (recorded by transactions
+//!   in the system namespace, [`SYSTEM_NAMESPACE`]); [`Policy::allows`] is the one rule that
+//!   decides, at the gateway and again at apply.
+//! - [`PolicyOp`]: the replicated change to agents, keys, grants or the mode.
+//!
+//! Pure: no I/O but reading and writing an agent key file ([`AgentKey`]), no clock (callers
+//! pass the time), no async. Must not depend on: storage, the core, Raft, gRPC.
+
+mod keyfile;
+mod replay;
+pub mod request;
+mod policy;
+
+pub use keyfile::{AgentKey, KeyFileError};
+pub use policy::{
+    Action, Grant, Mode, Policy, PolicyOp, Principal, PrincipalError, SYSTEM_NAMESPACE, prefix_covers,
+};
+pub use replay::{ReplayError, ReplayGuard};
+pub use request::{RequestAuth, RequestError};

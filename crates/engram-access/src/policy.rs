@@ -1,0 +1,400 @@
+//! Principals, actions, grants, the security mode, and the rule that decides.
+
+use std::fmt;
+use std::str::FromStr;
+
+use engram_audit::PublicKey;
+use serde::{Deserialize, Serialize};
+
+/// The namespace that records agents, their keys, grants and the security mode. Clients never
+/// write it directly; the `Access` service's calls become its transactions.
+pub const SYSTEM_NAMESPACE: &str = "engram.system";
+
+/// The validated name of an agent or operator: 1 to 128 bytes of `A-Z a-z 0-9 _ . @ : + -`.
+/// A principal is what an authenticated request acts as, and, in enforced mode, what a
+/// transaction's `provenance.agent` must say.
+#[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Debug, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct Principal(String);
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("principal {value:?}: {reason}")]
+pub struct PrincipalError {
+    pub value: String,
+    pub reason: &'static str,
+}
+
+impl Principal {
+    pub const MAX_BYTES: usize = 128;
+
+    pub fn new(value: impl Into<String>) -> Result<Principal, PrincipalError> {
+        let value = value.into();
+        let fail = |reason| {
+            Err(PrincipalError {
+                value: value.chars().take(40).collect(),
+                reason,
+            })
+        };
+        if value.is_empty() {
+            return fail("must not be empty");
+        }
+        if value.len() > Self::MAX_BYTES {
+            return fail("longer than 128 bytes");
+        }
+        if !value
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'@' | b':' | b'+' | b'-'))
+        {
+            return fail("may only contain A-Z a-z 0-9 _ . @ : + -");
+        }
+        Ok(Principal(value))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl TryFrom<String> for Principal {
+    type Error = PrincipalError;
+    fn try_from(value: String) -> Result<Self, Self::Error> {
+        Principal::new(value)
+    }
+}
+
+impl From<Principal> for String {
+    fn from(p: Principal) -> String {
+        p.0
+    }
+}
+
+impl fmt::Display for Principal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// What a principal may be granted. Each is separate: `write` does not imply `retract`, and
+/// no action implies another, so a grant says exactly what it allows.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Debug, Serialize, Deserialize)]
+pub enum Action {
+    /// Get, Find, GetSchema, ListBranches.
+    Read,
+    /// History and Diff: every version, not only the current facts.
+    ReadHistory,
+    Watch,
+    /// Assert facts (data transactions).
+    Write,
+    /// Retract facts.
+    Retract,
+    /// Record a claim as verified (`status: verified`) rather than candidate.
+    Promote,
+    /// Declare or migrate attributes.
+    Schema,
+    /// Create and abandon branches.
+    Branch,
+    /// Merge a branch into main.
+    Merge,
+    /// The audit chain: entries, proofs, checkpoints, export.
+    Audit,
+    /// Add and remove nodes.
+    ClusterAdmin,
+    /// Add, rotate and revoke agent keys; rotate and revoke node keys.
+    KeyAdmin,
+    /// Grant and revoke actions (on namespaces the grantor's own `grant` covers).
+    Grant,
+}
+
+impl Action {
+    pub const ALL: [Action; 13] = [
+        Action::Read,
+        Action::ReadHistory,
+        Action::Watch,
+        Action::Write,
+        Action::Retract,
+        Action::Promote,
+        Action::Schema,
+        Action::Branch,
+        Action::Merge,
+        Action::Audit,
+        Action::ClusterAdmin,
+        Action::KeyAdmin,
+        Action::Grant,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Action::Read => "read",
+            Action::ReadHistory => "read-history",
+            Action::Watch => "watch",
+            Action::Write => "write",
+            Action::Retract => "retract",
+            Action::Promote => "promote",
+            Action::Schema => "schema",
+            Action::Branch => "branch",
+            Action::Merge => "merge",
+            Action::Audit => "audit",
+            Action::ClusterAdmin => "cluster-admin",
+            Action::KeyAdmin => "key-admin",
+            Action::Grant => "grant",
+        }
+    }
+
+    /// Whether the action concerns the whole cluster rather than a namespace: only a grant
+    /// on the empty prefix (every namespace) gives it.
+    pub fn cluster_wide(self) -> bool {
+        matches!(self, Action::Audit | Action::ClusterAdmin | Action::KeyAdmin)
+    }
+}
+
+impl fmt::Display for Action {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for Action {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Action, String> {
+        Action::ALL
+            .into_iter()
+            .find(|a| a.name() == s)
+            .ok_or_else(|| {
+                let names: Vec<&str> = Action::ALL.iter().map(|a| a.name()).collect();
+                format!("unknown action {s:?}; one of {}", names.join(", "))
+            })
+    }
+}
+
+/// Whether a grant on namespace prefix `prefix` covers namespace `namespace`: the empty prefix
+/// covers every namespace (and the cluster-wide actions); otherwise the namespace is the prefix
+/// or lies below it by whole segments (`team` covers `team/a`, not `teams`).
+pub fn prefix_covers(prefix: &str, namespace: &str) -> bool {
+    prefix.is_empty()
+        || namespace == prefix
+        || (namespace.len() > prefix.len()
+            && namespace.starts_with(prefix)
+            && namespace.as_bytes()[prefix.len()] == b'/')
+}
+
+/// One grant: `principal` may do `action` in every namespace `prefix` covers. The principal
+/// `*` stands for every authenticated principal.
+#[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Debug, Serialize, Deserialize)]
+pub struct Grant {
+    pub principal: String,
+    pub action: Action,
+    pub prefix: String,
+}
+
+impl Grant {
+    /// The principal every authenticated caller matches.
+    pub const ANYONE: &'static str = "*";
+
+    /// Checks the parts: a principal name or `*`, and a prefix that is empty or a valid
+    /// namespace.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.principal != Self::ANYONE {
+            Principal::new(self.principal.clone()).map_err(|e| e.to_string())?;
+        }
+        if !self.prefix.is_empty() {
+            engram_types::Namespace::new(self.prefix.clone()).map_err(|e| format!("prefix: {e}"))?;
+        }
+        if self.action.cluster_wide() && !self.prefix.is_empty() {
+            return Err(format!(
+                "{} is cluster-wide: grant it on every namespace (an empty prefix)",
+                self.action
+            ));
+        }
+        Ok(())
+    }
+
+    pub fn matches(&self, principal: &str, action: Action, namespace: &str) -> bool {
+        self.action == action
+            && (self.principal == principal || self.principal == Self::ANYONE)
+            && prefix_covers(&self.prefix, namespace)
+    }
+}
+
+impl fmt::Display for Grant {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let on = if self.prefix.is_empty() {
+            "every namespace"
+        } else {
+            &self.prefix
+        };
+        write!(f, "{} may {} on {on}", self.principal, self.action)
+    }
+}
+
+/// How a cluster treats callers, chosen when it is initialised and recorded in its chain.
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Serialize, Deserialize)]
+pub enum Mode {
+    /// Anyone who reaches a node may do anything; a signed request is still checked, and its
+    /// principal must match the transaction's agent. Every node warns at start.
+    Open,
+    /// Every request is signed by a registered agent key and allowed by a grant.
+    Enforced,
+}
+
+impl Mode {
+    pub fn name(self) -> &'static str {
+        match self {
+            Mode::Open => "open",
+            Mode::Enforced => "enforced",
+        }
+    }
+}
+
+impl FromStr for Mode {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Mode, String> {
+        match s {
+            "open" => Ok(Mode::Open),
+            "enforced" => Ok(Mode::Enforced),
+            other => Err(format!("unknown security mode {other:?}; open or enforced")),
+        }
+    }
+}
+
+/// What one principal holds: the grants that name it or `*`, in a mode.
+#[derive(Clone, PartialEq, Debug, Default)]
+pub struct Policy {
+    pub grants: Vec<Grant>,
+}
+
+impl Policy {
+    /// The one rule: some grant names the principal (or `*`), the action, and a prefix that
+    /// covers the namespace (`""` for the cluster-wide actions).
+    pub fn allows(&self, principal: &str, action: Action, namespace: &str) -> bool {
+        self.grants.iter().any(|g| g.matches(principal, action, namespace))
+    }
+}
+
+/// A change to who may do what, replicated as one log entry and recorded as one transaction
+/// of the system namespace.
+#[derive(Clone, PartialEq, Debug, Serialize, Deserialize)]
+pub enum PolicyOp {
+    /// The cluster's security mode, recorded once, right after genesis. Enforced mode names
+    /// the first administrator, who is granted every action on every namespace.
+    Configure {
+        mode: Mode,
+        admin: Option<(Principal, PublicKey)>,
+    },
+    AddAgent { name: Principal, key: PublicKey },
+    /// Replaces an agent's key: requests signed by the old one are refused from this entry on.
+    RotateAgentKey { name: Principal, key: PublicKey },
+    /// Refuses every key of the agent from this entry on; its grants stay on record.
+    RevokeAgent { name: Principal },
+    Grant(Grant),
+    Revoke(Grant),
+}
+
+impl PolicyOp {
+    /// What the acting principal must hold for the change, and where (`""`: cluster-wide).
+    /// `None` for [`PolicyOp::Configure`], which only the cluster's initialisation makes.
+    /// Rotating one's own key needs no grant: the request is signed by the current key.
+    pub fn requires(&self, actor: Option<&Principal>) -> Option<(Action, String)> {
+        match self {
+            PolicyOp::Configure { .. } => None,
+            PolicyOp::RotateAgentKey { name, .. } if actor == Some(name) => None,
+            PolicyOp::AddAgent { .. } | PolicyOp::RotateAgentKey { .. } | PolicyOp::RevokeAgent { .. } => {
+                Some((Action::KeyAdmin, String::new()))
+            }
+            PolicyOp::Grant(g) | PolicyOp::Revoke(g) => Some((Action::Grant, g.prefix.clone())),
+        }
+    }
+
+    pub fn kind(&self) -> &'static str {
+        match self {
+            PolicyOp::Configure { .. } => "configure",
+            PolicyOp::AddAgent { .. } => "add-agent",
+            PolicyOp::RotateAgentKey { .. } => "rotate-agent-key",
+            PolicyOp::RevokeAgent { .. } => "revoke-agent",
+            PolicyOp::Grant(_) => "grant",
+            PolicyOp::Revoke(_) => "revoke-grant",
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn grant(principal: &str, action: Action, prefix: &str) -> Grant {
+        Grant {
+            principal: principal.into(),
+            action,
+            prefix: prefix.into(),
+        }
+    }
+
+    #[test]
+    fn principal_names() {
+        assert!(Principal::new("planner-1@team.a").is_ok());
+        assert!(Principal::new("").is_err());
+        assert!(Principal::new("has space").is_err());
+        assert!(Principal::new("x".repeat(129)).is_err());
+        assert!(Principal::new("*").is_err());
+    }
+
+    #[test]
+    fn prefixes_cover_whole_segments() {
+        assert!(prefix_covers("", "anything/at/all"));
+        assert!(prefix_covers("team", "team"));
+        assert!(prefix_covers("team", "team/a"));
+        assert!(!prefix_covers("team", "teams"));
+        assert!(!prefix_covers("team/a", "team"));
+        assert!(!prefix_covers("team", ""));
+    }
+
+    #[test]
+    fn the_rule_needs_principal_action_and_prefix() {
+        let policy = Policy {
+            grants: vec![
+                grant("alice", Action::Write, "team/a"),
+                grant("*", Action::Read, "shared"),
+                grant("root", Action::Audit, ""),
+            ],
+        };
+        assert!(policy.allows("alice", Action::Write, "team/a/notes"));
+        assert!(!policy.allows("alice", Action::Retract, "team/a"));
+        assert!(!policy.allows("alice", Action::Write, "team/b"));
+        assert!(!policy.allows("bob", Action::Write, "team/a"));
+        assert!(policy.allows("bob", Action::Read, "shared"));
+        assert!(!policy.allows("bob", Action::Write, "shared"));
+        assert!(policy.allows("root", Action::Audit, ""));
+        assert!(!policy.allows("alice", Action::Audit, ""));
+    }
+
+    #[test]
+    fn grants_are_validated() {
+        assert!(grant("alice", Action::Write, "team/a").validate().is_ok());
+        assert!(grant("*", Action::Read, "").validate().is_ok());
+        assert!(grant("al ice", Action::Write, "").validate().is_err());
+        assert!(grant("alice", Action::Write, "/abs").validate().is_err());
+        let wide = grant("alice", Action::Audit, "team").validate().unwrap_err();
+        assert!(wide.contains("cluster-wide"), "{wide}");
+    }
+
+    #[test]
+    fn actions_parse_by_name() {
+        for a in Action::ALL {
+            assert_eq!(a.name().parse::<Action>(), Ok(a));
+        }
+        assert!("delete".parse::<Action>().unwrap_err().contains("read-history"));
+    }
+
+    #[test]
+    fn rotating_ones_own_key_needs_no_grant() {
+        let alice = Principal::new("alice").unwrap();
+        let bob = Principal::new("bob").unwrap();
+        let op = PolicyOp::RotateAgentKey {
+            name: alice.clone(),
+            key: PublicKey([1; 32]),
+        };
+        assert_eq!(op.requires(Some(&alice)), None);
+        assert_eq!(op.requires(Some(&bob)), Some((Action::KeyAdmin, String::new())));
+        let g = PolicyOp::Grant(grant("bob", Action::Write, "team"));
+        assert_eq!(g.requires(Some(&alice)), Some((Action::Grant, "team".into())));
+    }
+}
