@@ -179,7 +179,10 @@ impl Cluster {
         let target = node_addr(voters[0]);
         self.control(async move {
             let mut client = pb::cluster_client::ClusterClient::new(channel(&target));
-            let mut req = tonic::Request::new(pb::InitRequest { members });
+            let mut req = tonic::Request::new(pb::InitRequest {
+                members,
+                ..Default::default()
+            });
             req.set_timeout(CONTROL_TIMEOUT);
             client.init(req).await.map(|_| ())
         })

@@ -65,20 +65,29 @@ impl AgentKey {
         };
         let mut principal = None;
         let mut seed = None;
-        for line in text.lines().map(str::trim).filter(|l| !l.is_empty() && !l.starts_with('#')) {
+        for line in text
+            .lines()
+            .map(str::trim)
+            .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        {
             match line.split_once(char::is_whitespace) {
                 Some(("agent", name)) => {
                     principal = Some(Principal::new(name.trim()).map_err(|e| invalid(e.to_string()))?)
                 }
                 Some(("secret", hex_seed)) => {
-                    let raw = hex::decode(hex_seed.trim()).map_err(|_| invalid("secret is not hex".into()))?;
+                    let raw =
+                        hex::decode(hex_seed.trim()).map_err(|_| invalid("secret is not hex".into()))?;
                     let bytes: [u8; 32] = raw
                         .as_slice()
                         .try_into()
                         .map_err(|_| invalid(format!("secret is {} bytes, expected 32", raw.len())))?;
                     seed = Some(bytes);
                 }
-                _ => return Err(invalid("expected the lines `agent <name>` and `secret <hex>`".into())),
+                _ => {
+                    return Err(invalid(
+                        "expected the lines `agent <name>` and `secret <hex>`".into(),
+                    ));
+                }
             }
         }
         match (principal, seed) {
@@ -105,7 +114,9 @@ impl AgentKey {
             self.principal,
             hex::encode(self.key.seed())
         );
-        file.write_all(text.as_bytes()).and_then(|_| file.sync_all()).map_err(io)
+        file.write_all(text.as_bytes())
+            .and_then(|_| file.sync_all())
+            .map_err(io)
     }
 }
 
@@ -129,7 +140,12 @@ mod tests {
         let err = AgentKey::load(&dir.join("bad.key")).unwrap_err().to_string();
         assert!(err.contains("not hex"), "{err}");
         std::fs::write(dir.join("nameless.key"), format!("secret {}\n", "00".repeat(32))).unwrap();
-        assert!(AgentKey::load(&dir.join("nameless.key")).unwrap_err().to_string().contains("agent"));
+        assert!(
+            AgentKey::load(&dir.join("nameless.key"))
+                .unwrap_err()
+                .to_string()
+                .contains("agent")
+        );
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

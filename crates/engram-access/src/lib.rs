@@ -13,9 +13,9 @@
 //! pass the time), no async. Must not depend on: storage, the core, Raft, gRPC.
 
 mod keyfile;
+mod policy;
 mod replay;
 pub mod request;
-mod policy;
 
 pub use keyfile::{AgentKey, KeyFileError};
 pub use policy::{

@@ -156,13 +156,10 @@ impl fmt::Display for Action {
 impl FromStr for Action {
     type Err = String;
     fn from_str(s: &str) -> Result<Action, String> {
-        Action::ALL
-            .into_iter()
-            .find(|a| a.name() == s)
-            .ok_or_else(|| {
-                let names: Vec<&str> = Action::ALL.iter().map(|a| a.name()).collect();
-                format!("unknown action {s:?}; one of {}", names.join(", "))
-            })
+        Action::ALL.into_iter().find(|a| a.name() == s).ok_or_else(|| {
+            let names: Vec<&str> = Action::ALL.iter().map(|a| a.name()).collect();
+            format!("unknown action {s:?}; one of {}", names.join(", "))
+        })
     }
 }
 
@@ -266,7 +263,9 @@ impl Policy {
     /// The one rule: some grant names the principal (or `*`), the action, and a prefix that
     /// covers the namespace (`""` for the cluster-wide actions).
     pub fn allows(&self, principal: &str, action: Action, namespace: &str) -> bool {
-        self.grants.iter().any(|g| g.matches(principal, action, namespace))
+        self.grants
+            .iter()
+            .any(|g| g.matches(principal, action, namespace))
     }
 }
 
@@ -280,11 +279,19 @@ pub enum PolicyOp {
         mode: Mode,
         admin: Option<(Principal, PublicKey)>,
     },
-    AddAgent { name: Principal, key: PublicKey },
+    AddAgent {
+        name: Principal,
+        key: PublicKey,
+    },
     /// Replaces an agent's key: requests signed by the old one are refused from this entry on.
-    RotateAgentKey { name: Principal, key: PublicKey },
+    RotateAgentKey {
+        name: Principal,
+        key: PublicKey,
+    },
     /// Refuses every key of the agent from this entry on; its grants stay on record.
-    RevokeAgent { name: Principal },
+    RevokeAgent {
+        name: Principal,
+    },
     Grant(Grant),
     Revoke(Grant),
 }

@@ -7,8 +7,14 @@ use crate::RequestAuth;
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ReplayError {
-    #[error("request signed at {time_ms} ms, {skew_ms} ms from this node's clock; the window is ±{window_ms} ms (check the agent's clock)")]
-    Stale { time_ms: i64, skew_ms: i64, window_ms: i64 },
+    #[error(
+        "request signed at {time_ms} ms, {skew_ms} ms from this node's clock; the window is ±{window_ms} ms (check the agent's clock)"
+    )]
+    Stale {
+        time_ms: i64,
+        skew_ms: i64,
+        window_ms: i64,
+    },
     #[error("request nonce already used by agent {principal} within the last {window_ms} ms: a replay")]
     Replayed { principal: String, window_ms: i64 },
     #[error("this node remembers {0} nonces, its limit, within the replay window; retry shortly")]
@@ -97,11 +103,20 @@ mod tests {
             Err(ReplayError::Replayed { .. })
         ));
         guard.admit(&auth(10_000, 2), 10_500).unwrap();
-        assert!(matches!(guard.admit(&auth(8_000, 3), 10_000), Err(ReplayError::Stale { .. })));
-        assert!(matches!(guard.admit(&auth(12_001, 3), 11_000), Err(ReplayError::Stale { .. })));
+        assert!(matches!(
+            guard.admit(&auth(8_000, 3), 10_000),
+            Err(ReplayError::Stale { .. })
+        ));
+        assert!(matches!(
+            guard.admit(&auth(12_001, 3), 11_000),
+            Err(ReplayError::Stale { .. })
+        ));
         // Once the first request's time has left the window its nonce is forgotten, and the
         // timestamp alone refuses the replay.
-        assert!(matches!(guard.admit(&auth(10_000, 1), 11_001), Err(ReplayError::Stale { .. })));
+        assert!(matches!(
+            guard.admit(&auth(10_000, 1), 11_001),
+            Err(ReplayError::Stale { .. })
+        ));
         guard.admit(&auth(11_001, 4), 11_001).unwrap();
         assert!(!guard.seen.contains(&("alice".to_string(), [1; 16])));
     }
@@ -112,6 +127,9 @@ mod tests {
         guard.admit(&auth(0, 1), 0).unwrap();
         guard.admit(&auth(0, 2), 0).unwrap();
         assert_eq!(guard.admit(&auth(0, 3), 0), Err(ReplayError::Full(2)));
-        assert!(matches!(guard.admit(&auth(0, 1), 0), Err(ReplayError::Replayed { .. })));
+        assert!(matches!(
+            guard.admit(&auth(0, 1), 0),
+            Err(ReplayError::Replayed { .. })
+        ));
     }
 }

@@ -30,7 +30,9 @@ pub enum RequestError {
     Missing(&'static str),
     #[error("request signature: header {header} is malformed: {reason}")]
     Malformed { header: &'static str, reason: String },
-    #[error("request signature does not verify for agent {principal} (key {key_id}): the request was altered, signed for another call, or signed by another key")]
+    #[error(
+        "request signature does not verify for agent {principal} (key {key_id}): the request was altered, signed for another call, or signed by another key"
+    )]
     BadSignature { principal: String, key_id: String },
 }
 
@@ -81,18 +83,22 @@ impl RequestAuth {
 
     /// Reads the headers through `get`: `Ok(None)` when the request carries none of them (an
     /// unsigned request), an error when it carries some but not all, or a malformed one.
-    pub fn from_headers<'a>(get: impl Fn(&str) -> Option<&'a str>) -> Result<Option<RequestAuth>, RequestError> {
+    pub fn from_headers<'a>(
+        get: impl Fn(&str) -> Option<&'a str>,
+    ) -> Result<Option<RequestAuth>, RequestError> {
         if HEADERS.iter().all(|h| get(h).is_none()) {
             return Ok(None);
         }
         let field = |h: &'static str| get(h).ok_or(RequestError::Missing(h));
         let malformed = |header: &'static str, reason: String| RequestError::Malformed { header, reason };
-        let principal = Principal::new(field(AGENT_HEADER)?).map_err(|e| malformed(AGENT_HEADER, e.to_string()))?;
+        let principal =
+            Principal::new(field(AGENT_HEADER)?).map_err(|e| malformed(AGENT_HEADER, e.to_string()))?;
         let time_ms = field(TIME_HEADER)?
             .parse::<i64>()
             .map_err(|e| malformed(TIME_HEADER, e.to_string()))?;
         let nonce = hex_array::<16>(field(NONCE_HEADER)?).map_err(|r| malformed(NONCE_HEADER, r))?;
-        let signature = hex_array::<64>(field(SIGNATURE_HEADER)?).map_err(|r| malformed(SIGNATURE_HEADER, r))?;
+        let signature =
+            hex_array::<64>(field(SIGNATURE_HEADER)?).map_err(|r| malformed(SIGNATURE_HEADER, r))?;
         Ok(Some(RequestAuth {
             principal,
             time_ms,
@@ -112,7 +118,13 @@ fn hex_array<const N: usize>(text: &str) -> Result<[u8; N], String> {
 
 /// What the agent signs: the domain tag, then each field length-prefixed, so no two field
 /// lists give the same bytes.
-fn signed_message(principal: &Principal, method: &str, body: &[u8], time_ms: i64, nonce: &[u8; 16]) -> Vec<u8> {
+fn signed_message(
+    principal: &Principal,
+    method: &str,
+    body: &[u8],
+    time_ms: i64,
+    nonce: &[u8; 16],
+) -> Vec<u8> {
     let body_hash = blake3::hash(body);
     let mut m = Vec::with_capacity(DOMAIN.len() + 160 + method.len());
     m.extend_from_slice(DOMAIN);
@@ -169,10 +181,19 @@ mod tests {
             RequestAuth::from_headers(without_sig).unwrap_err(),
             RequestError::Missing(SIGNATURE_HEADER)
         );
-        let bad_nonce = |name: &str| if name == NONCE_HEADER { Some("abcd") } else { get(name) };
+        let bad_nonce = |name: &str| {
+            if name == NONCE_HEADER {
+                Some("abcd")
+            } else {
+                get(name)
+            }
+        };
         assert!(matches!(
             RequestAuth::from_headers(bad_nonce).unwrap_err(),
-            RequestError::Malformed { header: NONCE_HEADER, .. }
+            RequestError::Malformed {
+                header: NONCE_HEADER,
+                ..
+            }
         ));
     }
 }

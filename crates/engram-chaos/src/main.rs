@@ -127,6 +127,7 @@ fn client_config(budget: Duration) -> ClientConfig {
             ..RetryPolicy::default()
         },
         tls: None,
+        agent: None,
     }
 }
 

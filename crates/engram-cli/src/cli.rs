@@ -79,8 +79,92 @@ pub struct Cli {
           value_parser = parse_budget)]
     pub retry_budget_secs: f64,
 
+    /// Sign every request as an agent, with its key file (made by `engram agent keygen` or
+    /// `engram agent create`). A cluster in enforced mode refuses unsigned requests.
+    #[arg(long, global = true, env = "ENGRAM_AGENT_KEY", value_name = "FILE")]
+    pub agent_key: Option<PathBuf>,
+
     #[command(subcommand)]
     pub command: Command,
+}
+
+fn parse_admin(s: &str) -> Result<(engram_access::Principal, engram_audit::PublicKey), String> {
+    let (name, key) = s
+        .split_once('=')
+        .ok_or_else(|| format!("{s:?} must look like NAME=PUBLIC_KEY"))?;
+    let name = engram_access::Principal::new(name).map_err(|e| e.to_string())?;
+    let raw = hex::decode(key).map_err(|_| format!("public key {key:?} is not hex"))?;
+    let bytes: [u8; 32] = raw
+        .as_slice()
+        .try_into()
+        .map_err(|_| format!("public key is {} bytes, expected 32", raw.len()))?;
+    Ok((name, engram_audit::PublicKey(bytes)))
+}
+
+const AGENT_EXAMPLES: &str = "EXAMPLES
+  # before `cluster init --security enforced`: the first administrator's key
+  engram agent keygen admin --out admin.key
+  # an administrator registers agents (each gets a new key file) and grants them rights
+  engram --agent-key admin.key agent create alice --out alice.key
+  engram --agent-key admin.key grant alice --action read,write --ns team/a
+  # an agent replaces its own key
+  engram --agent-key alice.key agent rotate alice --out alice-2.key
+  engram --agent-key admin.key agent revoke alice
+  engram --agent-key admin.key agent list --json";
+
+#[derive(Subcommand, Debug)]
+pub enum AgentCommand {
+    /// Make a new key file (no cluster involved) and print its public key.
+    Keygen {
+        /// The agent name the key signs as: A-Z a-z 0-9 _ . @ : + -.
+        name: String,
+        /// Where to write the key file (mode 0600; an existing file is never overwritten).
+        #[arg(long, value_name = "FILE")]
+        out: PathBuf,
+    },
+    /// Make a new key file and register the agent with its public key (needs key-admin).
+    Create {
+        name: String,
+        #[arg(long, value_name = "FILE")]
+        out: PathBuf,
+    },
+    /// Register an agent whose public key is already known (needs key-admin).
+    Add {
+        name: String,
+        /// 64 hex characters.
+        #[arg(long, value_name = "HEX")]
+        public_key: String,
+    },
+    /// Give an agent a new key (written to --out); the old one is refused from then on. An
+    /// agent may rotate its own key; another's needs key-admin.
+    Rotate {
+        name: String,
+        #[arg(long, value_name = "FILE")]
+        out: PathBuf,
+    },
+    /// Refuse every key of an agent from now on (needs key-admin).
+    Revoke { name: String },
+    /// Every registered agent, its key and whether it is revoked.
+    List,
+}
+
+#[derive(Args, Debug)]
+pub struct GrantArgs {
+    /// An agent name, or '*' for every authenticated agent.
+    pub principal: String,
+    /// One or more of: read, read-history, watch, write, retract, promote, schema, branch,
+    /// merge, audit, cluster-admin, key-admin, grant.
+    #[arg(
+        long = "action",
+        value_delimiter = ',',
+        required = true,
+        value_name = "ACTION"
+    )]
+    pub actions: Vec<String>,
+    /// The namespace prefix, by whole segments ("team" covers "team/a", not "teams"); omit
+    /// for every namespace (required for audit, cluster-admin and key-admin).
+    #[arg(long = "ns", default_value = "", value_name = "PREFIX")]
+    pub prefix: String,
 }
 
 fn parse_budget(s: &str) -> Result<f64, String> {
@@ -106,6 +190,29 @@ pub enum Command {
     /// Form the cluster, inspect it, change its membership.
     #[command(subcommand)]
     Cluster(ClusterCommand),
+
+    /// Agents and their keys: make a key file, register, rotate, revoke, list.
+    #[command(subcommand, after_help = AGENT_EXAMPLES)]
+    Agent(AgentCommand),
+
+    /// Allow a principal actions on the namespaces under a prefix (an audited change).
+    #[command(
+        after_help = "EXAMPLES\n  engram --agent-key admin.key grant alice --action read,write --ns team/a\n  \
+        engram --agent-key admin.key grant '*' --action read --ns shared\n  \
+        engram --agent-key admin.key grant auditor --action audit"
+    )]
+    Grant(GrantArgs),
+
+    /// Withdraw a grant (refused if it would leave no active agent holding `grant` on every
+    /// namespace).
+    #[command(
+        after_help = "EXAMPLES\n  engram --agent-key admin.key revoke alice --action write --ns team/a"
+    )]
+    Revoke(GrantArgs),
+
+    /// Who the cluster takes this client for, its security mode, and the grants that apply.
+    #[command(after_help = "EXAMPLES\n  engram --agent-key alice.key whoami --json")]
+    Whoami,
 
     /// Record a transaction read from a JSON file (or stdin).
     #[command(after_help = TX_FORMAT_EXAMPLES, after_long_help = TX_FORMAT_HELP)]
@@ -321,6 +428,20 @@ pub struct ServeArgs {
           value_parser = clap::builder::BoolishValueParser::new())]
     pub join: bool,
 
+    /// With --bootstrap: the security mode to record (see `engram cluster init --help`).
+    #[arg(
+        long,
+        env = "ENGRAM_SECURITY",
+        default_value = "open",
+        value_name = "open|enforced"
+    )]
+    pub security: engram_access::Mode,
+
+    /// With --bootstrap and --security enforced: the first administrator, as NAME=PUBLIC_KEY
+    /// (64 hex characters, as `engram agent keygen` prints it).
+    #[arg(long, env = "ENGRAM_ADMIN", value_name = "NAME=PUBLIC_KEY", value_parser = parse_admin)]
+    pub admin: Option<(engram_access::Principal, engram_audit::PublicKey)>,
+
     /// Serve Prometheus metrics (Raft position, audit chain, readiness) at /metrics over plain
     /// HTTP on this address, e.g. 0.0.0.0:9090.
     #[arg(long, env = "ENGRAM_METRICS_LISTEN", value_name = "HOST:PORT")]
@@ -417,6 +538,15 @@ pub enum ClusterCommand {
             value_name = "ID=HOST:PORT"
         )]
         members: Vec<Peer>,
+        /// open: anyone who reaches a node may do anything (every node warns at start);
+        /// enforced: every request must be signed by a registered agent key and allowed by a
+        /// grant. Recorded in the chain right after genesis; it cannot change later.
+        #[arg(long, default_value = "open", value_name = "open|enforced")]
+        security: engram_access::Mode,
+        /// Enforced mode: the first administrator's key file (its name and public key are
+        /// sent; the secret stays here). It is granted every action on every namespace.
+        #[arg(long, value_name = "FILE")]
+        admin_key: Option<PathBuf>,
     },
 
     /// Show each endpoint's view: role, leader, term, log and chain positions.

@@ -95,6 +95,9 @@ pub async fn run(cli: Cli) -> Result<()> {
     let mut config = ClientConfig::default();
     config.retry.max_elapsed = Duration::from_secs_f64(cli.retry_budget_secs);
     config.tls = client_tls(&cli)?;
+    if let Some(path) = &cli.agent_key {
+        config.agent = Some(std::sync::Arc::new(engram_access::AgentKey::load(path)?));
+    }
     let identity = (cli.tls_cert.clone(), cli.tls_key.clone());
     let client = || Client::with_config(cli.endpoints.clone(), config.clone());
     match cli.command {
@@ -102,6 +105,10 @@ pub async fn run(cli: Cli) -> Result<()> {
         Command::Demo(args) => crate::demo::run(args, json).await.map(|_| ()),
         Command::Bench(args) => crate::bench::run(args, cli.endpoints.clone(), json).await,
         Command::Cluster(cmd) => cluster(&client()?, cmd, json).await,
+        Command::Agent(cmd) => crate::access_cmd::agent(&client()?, cmd, json).await,
+        Command::Grant(args) => crate::access_cmd::grant(&client()?, args, false, json).await,
+        Command::Revoke(args) => crate::access_cmd::grant(&client()?, args, true, json).await,
+        Command::Whoami => crate::access_cmd::whoami(&client()?, json).await,
         Command::Transact(args) => transact(&client()?, &args.file, json).await,
         Command::Get(args) => get(&client()?, args, json).await,
         Command::History(args) => history(&client()?, args, json).await,
@@ -163,6 +170,13 @@ async fn serve(args: ServeArgs, identity: (Option<PathBuf>, Option<PathBuf>)) ->
     config.peers = args.peers;
     config.bootstrap = args.bootstrap;
     config.join = args.join;
+    config.security = engram_server::Security {
+        enforced: args.security == engram_access::Mode::Enforced,
+        admin: args.admin.clone(),
+    };
+    if config.security.enforced && config.security.admin.is_none() && args.bootstrap {
+        bail!("--security enforced with --bootstrap needs --admin NAME=PUBLIC_KEY (the first administrator)");
+    }
     config.metrics_listen = args.metrics_listen;
     config.health_listen = args.health_listen;
     config.tls = match (&identity.0, &identity.1, &args.tls_client_ca) {
@@ -278,6 +292,7 @@ pub fn probe_client(
         request_timeout: Duration::from_secs(3),
         retry: RetryPolicy::never(),
         tls,
+        agent: None,
     };
     Ok(Client::with_config(endpoints, config)?)
 }
@@ -285,9 +300,31 @@ pub fn probe_client(
 async fn cluster(client: &Client, cmd: ClusterCommand, json: bool) -> Result<()> {
     let endpoints = &client.endpoints();
     match cmd {
-        ClusterCommand::Init { members } => {
+        ClusterCommand::Init {
+            members,
+            security,
+            admin_key,
+        } => {
             let members: Vec<(u64, String)> = members.into_iter().map(|p| (p.id, p.addr)).collect();
-            let resp = client.init(&members).await.context("cluster init")?;
+            let admin = match (security, admin_key) {
+                (engram_access::Mode::Open, None) => None,
+                (engram_access::Mode::Open, Some(_)) => {
+                    bail!("--admin-key is for --security enforced (an open cluster has no administrator)")
+                }
+                (engram_access::Mode::Enforced, None) => {
+                    bail!(
+                        "--security enforced needs --admin-key FILE (make one with `engram agent keygen NAME --out FILE`)"
+                    )
+                }
+                (engram_access::Mode::Enforced, Some(path)) => {
+                    let key = engram_access::AgentKey::load(&path)?;
+                    Some((key.principal.to_string(), key.public().0))
+                }
+            };
+            let resp = client
+                .init_with(&members, admin.as_ref().map(|(name, key)| (name.as_str(), *key)))
+                .await
+                .context("cluster init")?;
             if json {
                 print_json(&json!({ "members": resp.members.iter().map(member_json).collect::<Vec<_>>() }))?;
             } else {

@@ -15,6 +15,7 @@
 //! node in-process for `engram serve`, and the core and storage only for the offline audit
 //! commands; everything else goes through the public gRPC API, as any other client would.
 
+pub mod access_cmd;
 pub mod bench;
 pub mod cli;
 pub mod commands;

@@ -84,6 +84,7 @@ fn probe_client(addr: SocketAddr) -> Result<Client> {
         request_timeout: Duration::from_secs(2),
         retry: RetryPolicy::never(),
         tls: None,
+        agent: None,
     };
     Ok(Client::with_config(vec![addr.to_string()], config)?)
 }

@@ -74,7 +74,13 @@ async fn start_node(dir: &std::path::Path) -> (SocketAddr, tokio::sync::oneshot:
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let mut cluster = cluster.expect("the node answers");
-    cluster.init(pb::InitRequest { members: vec![] }).await.unwrap();
+    cluster
+        .init(pb::InitRequest {
+            members: vec![],
+            ..Default::default()
+        })
+        .await
+        .unwrap();
     for _ in 0..200 {
         let status = cluster.status(pb::StatusRequest {}).await.unwrap().into_inner();
         if status.leader_id.is_some() && status.chain_index >= 1 {

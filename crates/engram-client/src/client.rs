@@ -3,10 +3,13 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use engram_proto::pb;
+use engram_access::AgentKey;
+use engram_access::request::RequestAuth;
+use engram_proto::pb::access_client::AccessClient;
 use engram_proto::pb::audit_client::AuditClient;
 use engram_proto::pb::cluster_client::ClusterClient;
 use engram_proto::pb::memory_client::MemoryClient;
+use engram_proto::{methods, pb};
 use engram_types::{Attribute, AttributeDef, BranchName, EntityId, Namespace, Provenance, TxRequest, Value};
 use futures::stream::BoxStream;
 use futures::{StreamExt, TryStreamExt};
@@ -66,6 +69,8 @@ pub struct ClientConfig {
     pub retry: RetryPolicy,
     /// Connect over TLS: `None` is plaintext.
     pub tls: Option<Arc<ClientTls>>,
+    /// Sign every request as this agent (required by clusters in enforced mode).
+    pub agent: Option<Arc<AgentKey>>,
 }
 
 /// TLS settings of a client, as PEM: the CA that signed the servers' certificates, and the
@@ -83,6 +88,7 @@ impl Default for ClientConfig {
             request_timeout: Duration::from_secs(10),
             retry: RetryPolicy::default(),
             tls: None,
+            agent: None,
         }
     }
 }
@@ -254,9 +260,9 @@ impl Client {
         } else {
             Idempotency::Safe
         };
-        self.call(idempotency, move |ch| {
+        self.call(idempotency, move |ch, s| {
             let req = req.clone();
-            async move { memory(ch).transact(req).await }
+            async move { memory(ch).transact(s.sign(methods::TRANSACT, req)).await }
         })
         .await
     }
@@ -277,9 +283,9 @@ impl Client {
         &self,
         req: pb::GetRequest,
     ) -> Result<(String, pb::GetResponse), ClientError> {
-        self.call_with_endpoint(Idempotency::Safe, move |ch| {
+        self.call_with_endpoint(Idempotency::Safe, move |ch, s| {
             let req = req.clone();
-            async move { memory(ch).get(req).await }
+            async move { memory(ch).get(s.sign(methods::GET, req)).await }
         })
         .await
     }
@@ -302,9 +308,9 @@ impl Client {
         &self,
         req: pb::HistoryRequest,
     ) -> Result<(String, pb::HistoryResponse), ClientError> {
-        self.call_with_endpoint(Idempotency::Safe, move |ch| {
+        self.call_with_endpoint(Idempotency::Safe, move |ch, s| {
             let req = req.clone();
-            async move { memory(ch).history(req).await }
+            async move { memory(ch).history(s.sign(methods::HISTORY, req)).await }
         })
         .await
     }
@@ -320,9 +326,9 @@ impl Client {
             consistency: query.consistency.to_pb(),
             branch: query.branch.as_ref().map(ToString::to_string).unwrap_or_default(),
         };
-        self.call(Idempotency::Safe, move |ch| {
+        self.call(Idempotency::Safe, move |ch, s| {
             let req = req.clone();
-            async move { memory(ch).find(req).await }
+            async move { memory(ch).find(s.sign(methods::FIND, req)).await }
         })
         .await
     }
@@ -348,9 +354,9 @@ impl Client {
             consistency: consistency.to_pb(),
             branch: String::new(),
         };
-        self.call(Idempotency::Safe, move |ch| {
+        self.call(Idempotency::Safe, move |ch, s| {
             let req = req.clone();
-            async move { memory(ch).diff(req).await }
+            async move { memory(ch).diff(s.sign(methods::DIFF, req)).await }
         })
         .await
     }
@@ -373,9 +379,9 @@ impl Client {
             branch: branch.to_string(),
             ..Default::default()
         };
-        self.call(Idempotency::Safe, move |ch| {
+        self.call(Idempotency::Safe, move |ch, s| {
             let req = req.clone();
-            async move { memory(ch).diff(req).await }
+            async move { memory(ch).diff(s.sign(methods::DIFF, req)).await }
         })
         .await
     }
@@ -414,9 +420,9 @@ impl Client {
         } else {
             Idempotency::Safe
         };
-        self.call(idempotency, move |ch| {
+        self.call(idempotency, move |ch, s| {
             let req = req.clone();
-            async move { memory(ch).apply_schema(req).await }
+            async move { memory(ch).apply_schema(s.sign(methods::APPLY_SCHEMA, req)).await }
         })
         .await
     }
@@ -433,9 +439,9 @@ impl Client {
             as_of_tx,
             consistency: consistency.to_pb(),
         };
-        self.call(Idempotency::Safe, move |ch| {
+        self.call(Idempotency::Safe, move |ch, s| {
             let req = req.clone();
-            async move { memory(ch).get_schema(req).await }
+            async move { memory(ch).get_schema(s.sign(methods::GET_SCHEMA, req)).await }
         })
         .await
     }
@@ -454,9 +460,13 @@ impl Client {
             from_tx,
             provenance: Some(provenance.into()),
         };
-        self.call(Idempotency::Unsafe, move |ch| {
+        self.call(Idempotency::Unsafe, move |ch, s| {
             let req = req.clone();
-            async move { memory(ch).create_branch(req).await }
+            async move {
+                memory(ch)
+                    .create_branch(s.sign(methods::CREATE_BRANCH, req))
+                    .await
+            }
         })
         .await
     }
@@ -474,13 +484,15 @@ impl Client {
             name: name.to_string(),
             provenance: Some(provenance.into()),
         };
-        self.call(Idempotency::Unsafe, move |ch| {
+        self.call(Idempotency::Unsafe, move |ch, s| {
             let req = req.clone();
             async move {
                 if merge {
-                    memory(ch).merge_branch(req).await
+                    memory(ch).merge_branch(s.sign(methods::MERGE_BRANCH, req)).await
                 } else {
-                    memory(ch).abandon_branch(req).await
+                    memory(ch)
+                        .abandon_branch(s.sign(methods::ABANDON_BRANCH, req))
+                        .await
                 }
             }
         })
@@ -497,9 +509,13 @@ impl Client {
             namespace: namespace.to_string(),
             consistency: consistency.to_pb(),
         };
-        self.call(Idempotency::Safe, move |ch| {
+        self.call(Idempotency::Safe, move |ch, s| {
             let req = req.clone();
-            async move { memory(ch).list_branches(req).await }
+            async move {
+                memory(ch)
+                    .list_branches(s.sign(methods::LIST_BRANCHES, req))
+                    .await
+            }
         })
         .await
     }
@@ -509,16 +525,36 @@ impl Client {
     /// The answering node's view of the cluster. With several endpoints, that is whichever node
     /// answers first; use [`Client::node`] to ask a particular one.
     pub async fn status(&self) -> Result<pb::StatusResponse, ClientError> {
-        self.call(Idempotency::Safe, |ch| async move {
-            cluster(ch).status(pb::StatusRequest {}).await
+        self.call(Idempotency::Safe, |ch, s| async move {
+            cluster(ch)
+                .status(s.sign(methods::STATUS, pb::StatusRequest {}))
+                .await
         })
         .await
     }
 
     /// Initialises the cluster with `members` as `(node id, host:port)`; the server fetches
-    /// their keys. Not retried: the caller checks [`Client::status`] before trying again.
+    /// their keys. Open mode. Not retried: the caller checks [`Client::status`] before trying
+    /// again.
     pub async fn init(&self, members: &[(u64, String)]) -> Result<pb::InitResponse, ClientError> {
+        self.init_with(members, None).await
+    }
+
+    /// [`Client::init`] in enforced mode when `admin` names the first administrator (a name
+    /// and an Ed25519 public key), open mode otherwise.
+    pub async fn init_with(
+        &self,
+        members: &[(u64, String)],
+        admin: Option<(&str, [u8; 32])>,
+    ) -> Result<pb::InitResponse, ClientError> {
+        let (security, admin, admin_public_key) = match admin {
+            Some((name, key)) => ("enforced".to_string(), name.to_string(), key.to_vec()),
+            None => ("open".to_string(), String::new(), Vec::new()),
+        };
         let req = pb::InitRequest {
+            security,
+            admin,
+            admin_public_key,
             members: members
                 .iter()
                 .map(|(id, addr)| pb::Member {
@@ -529,9 +565,9 @@ impl Client {
                 })
                 .collect(),
         };
-        self.call(Idempotency::Unsafe, move |ch| {
+        self.call(Idempotency::Unsafe, move |ch, s| {
             let req = req.clone();
-            async move { cluster(ch).init(req).await }
+            async move { cluster(ch).init(s.sign(methods::INIT, req)).await }
         })
         .await
     }
@@ -549,9 +585,9 @@ impl Client {
             addr: addr.to_string(),
             learner_only,
         };
-        self.call(Idempotency::Unsafe, move |ch| {
+        self.call(Idempotency::Unsafe, move |ch, s| {
             let req = req.clone();
-            async move { cluster(ch).add_node(req).await }
+            async move { cluster(ch).add_node(s.sign(methods::ADD_NODE, req)).await }
         })
         .await
     }
@@ -563,9 +599,9 @@ impl Client {
             node_id,
             key_id: key_id.map(|k| k.to_vec()).unwrap_or_default(),
         };
-        self.call(Idempotency::Unsafe, move |ch| {
+        self.call(Idempotency::Unsafe, move |ch, s| {
             let req = req.clone();
-            async move { cluster(ch).revoke_key(req).await }
+            async move { cluster(ch).revoke_key(s.sign(methods::REVOKE_KEY, req)).await }
         })
         .await
         .map(|r| r.audit_index)
@@ -574,8 +610,10 @@ impl Client {
     /// Rotates the key of node `node_id`, which must be the node this client talks to (it
     /// generates and keeps the new key). Not retried. Returns the key-change entry's index.
     pub async fn rotate_key(&self, node_id: u64) -> Result<u64, ClientError> {
-        self.call(Idempotency::Unsafe, move |ch| async move {
-            cluster(ch).rotate_key(pb::RotateKeyRequest { node_id }).await
+        self.call(Idempotency::Unsafe, move |ch, s| async move {
+            cluster(ch)
+                .rotate_key(s.sign(methods::ROTATE_KEY, pb::RotateKeyRequest { node_id }))
+                .await
         })
         .await
         .map(|r| r.audit_index)
@@ -583,8 +621,121 @@ impl Client {
 
     /// Removes a node from the membership. Not retried.
     pub async fn remove_node(&self, id: u64) -> Result<pb::MembershipResponse, ClientError> {
-        self.call(Idempotency::Unsafe, move |ch| async move {
-            cluster(ch).remove_node(pb::RemoveNodeRequest { id }).await
+        self.call(Idempotency::Unsafe, move |ch, s| async move {
+            cluster(ch)
+                .remove_node(s.sign(methods::REMOVE_NODE, pb::RemoveNodeRequest { id }))
+                .await
+        })
+        .await
+    }
+
+    // ------------------------------------------------------------------ Access
+
+    /// Registers an agent and its public key. Not retried (a retry after an unknown outcome
+    /// answers that the agent exists).
+    pub async fn add_agent(
+        &self,
+        name: &str,
+        public_key: [u8; 32],
+    ) -> Result<pb::PolicyResponse, ClientError> {
+        let req = pb::AddAgentRequest {
+            name: name.to_string(),
+            public_key: public_key.to_vec(),
+        };
+        self.call(Idempotency::Unsafe, move |ch, s| {
+            let req = req.clone();
+            async move { access(ch).add_agent(s.sign(methods::ADD_AGENT, req)).await }
+        })
+        .await
+    }
+
+    /// Replaces an agent's key (an agent may rotate its own). Not retried.
+    pub async fn rotate_agent_key(
+        &self,
+        name: &str,
+        public_key: [u8; 32],
+    ) -> Result<pb::PolicyResponse, ClientError> {
+        let req = pb::RotateAgentKeyRequest {
+            name: name.to_string(),
+            public_key: public_key.to_vec(),
+        };
+        self.call(Idempotency::Unsafe, move |ch, s| {
+            let req = req.clone();
+            async move {
+                access(ch)
+                    .rotate_agent_key(s.sign(methods::ROTATE_AGENT_KEY, req))
+                    .await
+            }
+        })
+        .await
+    }
+
+    /// Revokes every key of an agent. Not retried.
+    pub async fn revoke_agent(&self, name: &str) -> Result<pb::PolicyResponse, ClientError> {
+        let req = pb::RevokeAgentRequest {
+            name: name.to_string(),
+        };
+        self.call(Idempotency::Unsafe, move |ch, s| {
+            let req = req.clone();
+            async move { access(ch).revoke_agent(s.sign(methods::REVOKE_AGENT, req)).await }
+        })
+        .await
+    }
+
+    /// Grants (or, with `revoke`, revokes) `action` on namespaces under `prefix` to
+    /// `principal`. Not retried.
+    pub async fn grant(
+        &self,
+        principal: &str,
+        action: &str,
+        prefix: &str,
+        revoke: bool,
+    ) -> Result<pb::PolicyResponse, ClientError> {
+        let req = pb::GrantRequest {
+            principal: principal.to_string(),
+            action: action.to_string(),
+            prefix: prefix.to_string(),
+        };
+        self.call(Idempotency::Unsafe, move |ch, s| {
+            let req = req.clone();
+            async move {
+                if revoke {
+                    access(ch).revoke_grant(s.sign(methods::REVOKE_GRANT, req)).await
+                } else {
+                    access(ch).grant(s.sign(methods::GRANT, req)).await
+                }
+            }
+        })
+        .await
+    }
+
+    pub async fn list_agents(&self) -> Result<pb::ListAgentsResponse, ClientError> {
+        self.call(Idempotency::Safe, move |ch, s| async move {
+            access(ch)
+                .list_agents(s.sign(methods::LIST_AGENTS, pb::ListAgentsRequest {}))
+                .await
+        })
+        .await
+    }
+
+    /// Active grants, of one principal or (empty) of all.
+    pub async fn list_grants(&self, principal: &str) -> Result<pb::ListGrantsResponse, ClientError> {
+        let req = pb::ListGrantsRequest {
+            principal: principal.to_string(),
+        };
+        self.call(Idempotency::Safe, move |ch, s| {
+            let req = req.clone();
+            async move { access(ch).list_grants(s.sign(methods::LIST_GRANTS, req)).await }
+        })
+        .await
+    }
+
+    /// Who the cluster takes this client for, its mode, and the grants that apply.
+    pub async fn who_am_i(&self) -> Result<pb::WhoAmIResponse, ClientError> {
+        self.call(Idempotency::Safe, move |ch, s| async move {
+            access(ch)
+                .who_am_i(s.sign(methods::WHO_AM_I, pb::WhoAmIRequest {}))
+                .await
         })
         .await
     }
@@ -593,8 +744,8 @@ impl Client {
 
     /// The tip of the answering node's audit chain.
     pub async fn head(&self) -> Result<pb::HeadResponse, ClientError> {
-        self.call(Idempotency::Safe, |ch| async move {
-            audit(ch).head(pb::HeadRequest {}).await
+        self.call(Idempotency::Safe, |ch, s| async move {
+            audit(ch).head(s.sign(methods::HEAD, pb::HeadRequest {})).await
         })
         .await
     }
@@ -610,8 +761,10 @@ impl Client {
         limit: u64,
     ) -> Result<BoxStream<'static, Result<pb::AuditEntry, ClientError>>, ClientError> {
         let (endpoint, stream) = self
-            .call_with_endpoint(Idempotency::Safe, move |ch| async move {
-                audit(ch).entries(pb::EntriesRequest { from_index, limit }).await
+            .call_with_endpoint(Idempotency::Safe, move |ch, s| async move {
+                audit(ch)
+                    .entries(s.sign(methods::ENTRIES, pb::EntriesRequest { from_index, limit }))
+                    .await
             })
             .await?;
         Ok(stream
@@ -629,8 +782,10 @@ impl Client {
         &self,
         at_head: bool,
     ) -> Result<(String, pb::SignedCheckpoint), ClientError> {
-        self.call_with_endpoint(Idempotency::Safe, move |ch| async move {
-            audit(ch).checkpoint(pb::CheckpointRequest { at_head }).await
+        self.call_with_endpoint(Idempotency::Safe, move |ch, s| async move {
+            audit(ch)
+                .checkpoint(s.sign(methods::CHECKPOINT, pb::CheckpointRequest { at_head }))
+                .await
         })
         .await
     }
@@ -642,9 +797,12 @@ impl Client {
         index: u64,
         tree_size: u64,
     ) -> Result<pb::InclusionProofResponse, ClientError> {
-        self.call(Idempotency::Safe, move |ch| async move {
+        self.call(Idempotency::Safe, move |ch, s| async move {
             audit(ch)
-                .inclusion_proof(pb::InclusionProofRequest { index, tree_size })
+                .inclusion_proof(s.sign(
+                    methods::INCLUSION_PROOF,
+                    pb::InclusionProofRequest { index, tree_size },
+                ))
                 .await
         })
         .await
@@ -657,9 +815,12 @@ impl Client {
         old_size: u64,
         new_size: u64,
     ) -> Result<pb::ConsistencyProofResponse, ClientError> {
-        self.call(Idempotency::Safe, move |ch| async move {
+        self.call(Idempotency::Safe, move |ch, s| async move {
             audit(ch)
-                .consistency_proof(pb::ConsistencyProofRequest { old_size, new_size })
+                .consistency_proof(s.sign(
+                    methods::CONSISTENCY_PROOF,
+                    pb::ConsistencyProofRequest { old_size, new_size },
+                ))
                 .await
         })
         .await
@@ -670,8 +831,10 @@ impl Client {
     /// again: an export is cheap to restart and must not be spliced from two streams).
     pub async fn export(&self) -> Result<BoxStream<'static, Result<Vec<u8>, ClientError>>, ClientError> {
         let (endpoint, stream) = self
-            .call_with_endpoint(Idempotency::Safe, move |ch| async move {
-                audit(ch).export(pb::ExportRequest {}).await
+            .call_with_endpoint(Idempotency::Safe, move |ch, s| async move {
+                audit(ch)
+                    .export(s.sign(methods::EXPORT, pb::ExportRequest {}))
+                    .await
             })
             .await?;
         Ok(stream
@@ -684,7 +847,7 @@ impl Client {
 
     async fn call<T, F, Fut>(&self, idempotency: Idempotency, f: F) -> Result<T, ClientError>
     where
-        F: FnMut(Channel) -> Fut,
+        F: FnMut(Channel, Signer) -> Fut,
         Fut: Future<Output = Result<Response<T>, Status>>,
     {
         self.call_with_endpoint(idempotency, f)
@@ -700,16 +863,18 @@ impl Client {
         mut f: F,
     ) -> Result<(String, T), ClientError>
     where
-        F: FnMut(Channel) -> Fut,
+        F: FnMut(Channel, Signer) -> Fut,
         Fut: Future<Output = Result<Response<T>, Status>>,
     {
         let inner = &*self.inner;
+        let signer = Signer(inner.config.agent.clone());
         let start = Instant::now();
         let mut retry = 0u32;
         loop {
             let index = inner.current.load(Ordering::Relaxed) % inner.nodes.len();
             let node = &inner.nodes[index];
-            match f(node.channel.clone()).await {
+            // Each attempt is signed afresh: a retry must not look like a replay.
+            match f(node.channel.clone(), signer.clone()).await {
                 Ok(response) => return Ok((node.name.clone(), response.into_inner())),
                 Err(status) => {
                     let Some(delay) =
@@ -736,12 +901,57 @@ impl Client {
     }
 }
 
+/// Signs each request with the client's agent key, if it has one (see `engram_access::request`).
+#[derive(Clone)]
+pub(crate) struct Signer(Option<Arc<AgentKey>>);
+
+impl Signer {
+    pub(crate) fn sign<T: prost::Message>(&self, method: &str, message: T) -> tonic::Request<T> {
+        let mut req = tonic::Request::new(message);
+        let Some(key) = &self.0 else {
+            return req;
+        };
+        let time_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
+        let auth = RequestAuth::sign(key, method, &req.get_ref().encode_to_vec(), time_ms, nonce());
+        for (name, value) in auth.headers() {
+            if let Ok(value) = value.parse() {
+                req.metadata_mut().insert(name, value);
+            }
+        }
+        req
+    }
+}
+
+/// 16 random bytes; should the OS have no randomness, a hash of the time, the process and a
+/// counter, which is still unique per request of this process.
+fn nonce() -> [u8; 16] {
+    static COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let mut nonce = [0u8; 16];
+    if getrandom::fill(&mut nonce).is_err() {
+        let mut h = blake3::Hasher::new();
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos());
+        h.update(&now.to_le_bytes());
+        h.update(&std::process::id().to_le_bytes());
+        h.update(&COUNTER.fetch_add(1, Ordering::Relaxed).to_le_bytes());
+        nonce.copy_from_slice(&h.finalize().as_bytes()[..16]);
+    }
+    nonce
+}
+
 pub(crate) fn memory(ch: Channel) -> MemoryClient<Channel> {
     MemoryClient::new(ch).max_decoding_message_size(MAX_RESPONSE_BYTES)
 }
 
 fn cluster(ch: Channel) -> ClusterClient<Channel> {
     ClusterClient::new(ch).max_decoding_message_size(MAX_RESPONSE_BYTES)
+}
+
+fn access(ch: Channel) -> AccessClient<Channel> {
+    AccessClient::new(ch).max_decoding_message_size(MAX_RESPONSE_BYTES)
 }
 
 fn audit(ch: Channel) -> AuditClient<Channel> {

@@ -1,7 +1,7 @@
 use engram_audit::{ChainError, ChainFault, ChainVerifier, SignedEntry};
 use engram_merkle::{Blake3, CompactTree};
-use engram_proto::pb;
 use engram_proto::pb::audit_client::AuditClient;
+use engram_proto::{methods, pb};
 use engram_types::Hash;
 use futures::StreamExt;
 use tokio::time::Instant;
@@ -56,8 +56,10 @@ impl Client {
         mut progress: impl FnMut(VerifyProgress<'_>),
     ) -> Result<ChainReport, ClientError> {
         let (endpoint, head) = self
-            .call_with_endpoint(Idempotency::Safe, |ch| async move {
-                AuditClient::new(ch).head(pb::HeadRequest {}).await
+            .call_with_endpoint(Idempotency::Safe, |ch, s| async move {
+                AuditClient::new(ch)
+                    .head(s.sign(methods::HEAD, pb::HeadRequest {}))
+                    .await
             })
             .await?;
         let node = self.node_named(&endpoint).unwrap_or_else(|| self.clone());

@@ -2,7 +2,7 @@
 //! delivered, on whichever endpoint answers, so the caller sees every matching transaction
 //! exactly once, in order, across node failures and leader changes.
 
-use engram_proto::pb;
+use engram_proto::{methods, pb};
 use engram_types::{Attribute, BranchName, EntityId, Namespace};
 use futures::stream::BoxStream;
 use futures::{StreamExt, TryStreamExt};
@@ -71,9 +71,9 @@ impl Client {
                     };
                     match st
                         .client
-                        .call_with_endpoint(Idempotency::Safe, move |ch| {
+                        .call_with_endpoint(Idempotency::Safe, move |ch, s| {
                             let req = req.clone();
-                            async move { memory(ch).watch(req).await }
+                            async move { memory(ch).watch(s.sign(methods::WATCH, req)).await }
                         })
                         .await
                     {

@@ -1,6 +1,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use engram_access::{PolicyOp, Principal};
 use engram_audit::{
     AuditEntry, Checkpoint, EntryKind, GENESIS_PREV_HASH, KeyAction, KeyChangeRequest, KeyId, KeyRecord,
     KeyRing, NodeKey, PublicKey, SignedCheckpoint, SignedEntry, apply_key_change, tx_content_hash,
@@ -11,7 +12,7 @@ use engram_types::{Hash, TxId, TxReceipt, TxRequest, Value};
 
 use crate::planted::{self, PlantedBug};
 use crate::rows::{ChainHead, LastCheckpoint, Rejection, TxLogRow, TxOutcome, decode_row, encode_row};
-use crate::{CoreError, keys, plan, reads};
+use crate::{CoreError, keys, plan, policy, reads};
 
 /// When a node signs a checkpoint of its chain: after every `every_entries` entries, or once
 /// `every_ms` of transaction time has passed since the last one, whichever comes first (0
@@ -771,7 +772,56 @@ impl Engine {
         req: &TxRequest,
         batch: WriteBatch,
     ) -> Result<TxOutcome, CoreError> {
-        self.in_group(|engine| engine.tx_in_group(log_index, proposed_time_ns, req, batch))
+        self.apply_tx_as(log_index, proposed_time_ns, req, None, batch)
+    }
+
+    /// [`Engine::apply_tx`] for a request the gateway authenticated as `principal` (`None`:
+    /// unsigned). The policy in force at this entry decides ([`policy::check_tx`]): a
+    /// transaction it refuses is a `Rejection` that writes nothing but `batch`.
+    pub fn apply_tx_as(
+        &mut self,
+        log_index: u64,
+        proposed_time_ns: i64,
+        req: &TxRequest,
+        principal: Option<&Principal>,
+        batch: WriteBatch,
+    ) -> Result<TxOutcome, CoreError> {
+        self.in_group(|engine| {
+            if let Err(rejection) = policy::check_tx(&engine.view(), principal, req)? {
+                engine.apply_noop(batch)?;
+                return Ok(Err(rejection));
+            }
+            engine.tx_in_group(log_index, proposed_time_ns, req, batch)
+        })
+    }
+
+    /// Applies a change to agents, keys, grants or the mode, made by `actor`: checked against
+    /// the policy in force ([`policy::plan_change`]), recorded as one transaction of the system
+    /// namespace, and reflected in the policy rows in the same group.
+    pub fn apply_policy(
+        &mut self,
+        log_index: u64,
+        proposed_time_ns: i64,
+        op: &PolicyOp,
+        actor: Option<&Principal>,
+        batch: WriteBatch,
+    ) -> Result<TxOutcome, CoreError> {
+        self.in_group(|engine| {
+            let planned = match policy::plan_change(&engine.view(), op, actor)? {
+                Ok(planned) => planned,
+                Err(rejection) => {
+                    engine.apply_noop(batch)?;
+                    return Ok(Err(rejection));
+                }
+            };
+            let request = planned.request.clone();
+            let outcome = engine.tx_in_group(log_index, proposed_time_ns, &request, batch)?;
+            if let Ok(receipt) = &outcome {
+                let rows = planned.rows(receipt.tx, &receipt.temp_ids)?;
+                engine.pending.absorb(rows);
+            }
+            Ok(outcome)
+        })
     }
 
     fn tx_in_group(

@@ -12,7 +12,8 @@
 //! without going through it.
 //!
 //! Files import one way: `rows` (row layouts, outcomes) at the bottom; `keys`, `current`,
-//! `branch` and `schema` above it; `reads`, then `plan`, then `engine` on top.
+//! `branch`, `schema` and `policy` (who may do what) above it; `reads`, then `plan`, then
+//! `engine` on top.
 //!
 //! Must not depend on: Raft, gRPC, RocksDB, an async runtime or a clock.
 
@@ -25,6 +26,7 @@ pub mod inspect;
 pub mod keys;
 mod plan;
 pub mod planted;
+pub mod policy;
 pub mod proofs;
 pub mod reads;
 mod rows;

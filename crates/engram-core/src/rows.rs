@@ -127,6 +127,27 @@ pub enum Rejection {
         key: String,
         first_tx: TxId,
     },
+    /// The acting principal holds no grant for this action on this namespace (`""`: a
+    /// cluster-wide action), or, in enforced mode, the request carried no principal.
+    NotAuthorized {
+        principal: String,
+        action: String,
+        namespace: String,
+    },
+    /// The transaction's `provenance.agent` is not the principal that signed the request.
+    AgentMismatch {
+        agent: String,
+        principal: String,
+    },
+    /// The system namespace is written only by agent and grant changes.
+    SystemNamespace,
+    /// The cluster was initialised but its security mode is not recorded yet.
+    NotConfigured,
+    /// A change to agents or grants that does not apply to the current policy (an unknown or
+    /// revoked agent, a grant already held or not held, a mode already set).
+    Policy(String),
+    /// The change would leave no active agent holding `grant` on every namespace.
+    LockOut(String),
 }
 
 impl Rejection {
@@ -226,6 +247,36 @@ impl fmt::Display for Rejection {
                 f,
                 "merge of branch {branch} conflicts with main at entity {entity} {attribute}: {reason}; nothing was applied"
             ),
+            Rejection::NotAuthorized {
+                principal,
+                action,
+                namespace,
+            } => {
+                let on = if namespace.is_empty() {
+                    "the cluster".to_string()
+                } else {
+                    format!("namespace {namespace}")
+                };
+                write!(
+                    f,
+                    "principal {principal} may not {action} on {on}: no grant allows it"
+                )
+            }
+            Rejection::AgentMismatch { agent, principal } => write!(
+                f,
+                "provenance.agent is {agent:?} but the request is signed by principal {principal:?}; they must be the same"
+            ),
+            Rejection::SystemNamespace => write!(
+                f,
+                "namespace {} is written only by agent and grant changes (engram agent, engram grant)",
+                engram_access::SYSTEM_NAMESPACE
+            ),
+            Rejection::NotConfigured => write!(
+                f,
+                "the cluster's security mode is not recorded yet; finish `engram cluster init` (run it again to retry)"
+            ),
+            Rejection::Policy(why) => write!(f, "{why}"),
+            Rejection::LockOut(why) => write!(f, "refused: {why}"),
             Rejection::IdempotencyKeyReused { key, first_tx } => write!(
                 f,
                 "idempotency key {key:?} was already used by tx {first_tx} for a transaction with different content; a retry must resend the same transaction, and a new transaction needs a new key"

@@ -15,6 +15,9 @@ use engram_types::{
 };
 use thiserror::Error;
 
+mod access;
+pub use access::{methods, principal, public_key};
+
 // Under madsim, messages travel as values and no codec runs.
 #[cfg(not(madsim))]
 pub mod codec;

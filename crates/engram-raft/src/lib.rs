@@ -32,6 +32,7 @@ mod state_machine;
 
 use std::fmt;
 
+use engram_access::{PolicyOp, Principal};
 use engram_audit::KeyChangeRequest;
 use engram_types::TxRequest;
 pub use log_store::LogStore;
@@ -61,6 +62,20 @@ pub enum Command {
     },
     /// Admit, rotate or revoke a key; authorised inside the request by a trusted key.
     KeyChange { request: KeyChangeRequest },
+    /// A transaction made by `principal`, the agent whose signature on the request the leader
+    /// checked (`None`: an unsigned request). Apply checks it against the policy in force at
+    /// this entry. (`Transact` entries, from before principals, apply as unsigned.)
+    TransactAs {
+        request: TxRequest,
+        principal: Option<Principal>,
+        proposed_time_ns: i64,
+    },
+    /// A change to agents, keys, grants or the security mode, made by `principal`.
+    Policy {
+        op: PolicyOp,
+        principal: Option<Principal>,
+        proposed_time_ns: i64,
+    },
 }
 
 impl fmt::Display for Command {
@@ -78,6 +93,27 @@ impl fmt::Display for Command {
                 )
             }
             Command::KeyChange { request } => write!(f, "key-change({:?})", request.action),
+            Command::TransactAs {
+                request,
+                principal,
+                proposed_time_ns,
+            } => write!(
+                f,
+                "transact(ns={}, ops={}, by={}, t={proposed_time_ns})",
+                request.namespace,
+                request.ops.len(),
+                principal.as_ref().map_or("-", Principal::as_str)
+            ),
+            Command::Policy {
+                op,
+                principal,
+                proposed_time_ns,
+            } => write!(
+                f,
+                "policy({}, by={}, t={proposed_time_ns})",
+                op.kind(),
+                principal.as_ref().map_or("-", Principal::as_str)
+            ),
         }
     }
 }

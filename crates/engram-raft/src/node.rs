@@ -2,6 +2,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
 
+use engram_access::{PolicyOp, Principal};
 use engram_audit::{KeyAction, KeyChangeRequest, KeyId, KeyRing, PublicKey};
 use engram_core::{CheckpointPolicy, Rejection, TxOutcome, reads};
 use engram_storage::Store;
@@ -259,10 +260,15 @@ impl RaftNode {
     }
 
     /// Proposes a transaction, stamping it with this node's clock. Only the leader accepts.
-    pub async fn propose(&self, request: TxRequest) -> Result<TxOutcome, NodeError> {
+    pub async fn propose(
+        &self,
+        request: TxRequest,
+        principal: Option<Principal>,
+    ) -> Result<TxOutcome, NodeError> {
         let proposed_time_ns = clock::now_ns().saturating_add(self.clock_skew_ns);
-        let command = Command::Transact {
+        let command = Command::TransactAs {
             request,
+            principal,
             proposed_time_ns,
         };
         if engram_core::planted::active(engram_core::planted::PlantedBug::AckBeforeCommit) {
@@ -273,6 +279,26 @@ impl RaftNode {
         resp.data
             .outcome
             .ok_or_else(|| NodeError::Fatal("apply returned no outcome for a transaction".into()))
+    }
+
+    /// Proposes a change to agents, keys, grants or the security mode, made by `principal`;
+    /// apply checks it against the policy in force and records it as a transaction of the
+    /// system namespace.
+    pub async fn propose_policy(
+        &self,
+        op: PolicyOp,
+        principal: Option<Principal>,
+    ) -> Result<TxOutcome, NodeError> {
+        let proposed_time_ns = clock::now_ns().saturating_add(self.clock_skew_ns);
+        let command = Command::Policy {
+            op,
+            principal,
+            proposed_time_ns,
+        };
+        let resp = self.raft.client_write(command).await.map_err(write_error)?;
+        resp.data
+            .outcome
+            .ok_or_else(|| NodeError::Fatal("apply returned no outcome for a policy change".into()))
     }
 
     /// The planted bug: submit the entry and answer at once with the receipt it would get if
@@ -312,7 +338,7 @@ impl RaftNode {
             Ok(_) => {
                 let planted =
                     engram_core::planted::active(engram_core::planted::PlantedBug::ReadBeforeRestartCatchUp);
-                if planted || self.status().applied_index >= self.startup_log_index {
+                if planted || self.applied_index() >= self.startup_log_index {
                     return Ok(());
                 }
                 match self.wait_applied(self.startup_log_index, RESTART_CATCH_UP).await {
@@ -394,8 +420,9 @@ impl RaftNode {
     /// Why the Raft core stopped, if it failed (an apply or storage error, such as this node's
     /// key having been revoked): nothing is applied here any more.
     pub fn stopped(&self) -> Option<String> {
-        let metrics = self.raft.metrics().borrow_watched().clone();
-        metrics.running_state.err().map(|fatal| fatal.to_string())
+        let metrics = self.raft.metrics();
+        let m = metrics.borrow_watched();
+        m.running_state.as_ref().err().map(|fatal| fatal.to_string())
     }
 
     /// Waits until this node has applied log index `index`, or `timeout` passes.
@@ -418,7 +445,8 @@ impl RaftNode {
         *self.applied.borrow()
     }
 
-    fn has_stopped(&self) -> bool {
+    /// Whether the Raft core failed or shut down.
+    pub fn has_stopped(&self) -> bool {
         let metrics = self.raft.metrics();
         let m = metrics.borrow_watched();
         m.running_state.is_err() || m.state == ServerState::Shutdown

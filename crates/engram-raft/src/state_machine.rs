@@ -150,6 +150,39 @@ impl StateMachine {
                     .map_err(io_err)?;
                 response.outcome = Some(outcome);
             }
+            EntryPayload::Normal(Command::TransactAs {
+                request,
+                principal,
+                proposed_time_ns,
+            }) => {
+                let extra = applied_row(&self.applied)?;
+                let outcome = self
+                    .engine
+                    .apply_tx_as(index, proposed_time_ns, &request, principal.as_ref(), extra)
+                    .map_err(io_err)?;
+                response.outcome = Some(outcome);
+            }
+            EntryPayload::Normal(Command::Policy {
+                op,
+                principal,
+                proposed_time_ns,
+            }) => {
+                let extra = applied_row(&self.applied)?;
+                let outcome = self
+                    .engine
+                    .apply_policy(index, proposed_time_ns, &op, principal.as_ref(), extra)
+                    .map_err(io_err)?;
+                match &outcome {
+                    Ok(receipt) => info!(
+                        log_index = index,
+                        tx = receipt.tx.0,
+                        change = op.kind(),
+                        "policy change recorded"
+                    ),
+                    Err(rejection) => warn!(log_index = index, %rejection, "policy change refused"),
+                }
+                response.outcome = Some(outcome);
+            }
             EntryPayload::Normal(Command::KeyChange { request }) => {
                 let extra = applied_row(&self.applied)?;
                 let outcome = self
@@ -173,7 +206,12 @@ impl StateMachine {
                     .map(|(id, node)| (*id, PublicKey(node.public_key)))
                     .collect();
                 self.membership = Membership::new(Some(log_id), membership);
-                let extra = applied_and_membership_rows(&self.applied, &self.membership)?;
+                let mut extra = applied_and_membership_rows(&self.applied, &self.membership)?;
+                if self.engine.head().index == 0 {
+                    // Genesis: no transaction is accepted until the security mode chosen at
+                    // `cluster init` is recorded, so no write slips in before it.
+                    engram_core::policy::pending_mode_row(&mut extra);
+                }
                 let signed = self
                     .engine
                     .apply_membership(index, members, extra)

@@ -89,6 +89,31 @@ pub struct ServerConfig {
     /// What [`crate::run_until`] checks of the store before serving; a node whose check fails
     /// does not start.
     pub verify_on_start: engram_core::scrub::StartCheck,
+    /// The security mode a bootstrapping node records right after genesis (`Init` requests
+    /// carry their own).
+    pub security: Security,
+}
+
+/// A cluster's security mode as chosen at initialisation, with its first administrator.
+#[derive(Clone, Debug, Default)]
+pub struct Security {
+    pub enforced: bool,
+    /// The first administrator (required when enforced): granted every action everywhere.
+    pub admin: Option<(engram_access::Principal, engram_audit::PublicKey)>,
+}
+
+impl Security {
+    /// The policy change that records it.
+    pub fn op(&self) -> engram_access::PolicyOp {
+        engram_access::PolicyOp::Configure {
+            mode: if self.enforced {
+                engram_access::Mode::Enforced
+            } else {
+                engram_access::Mode::Open
+            },
+            admin: self.admin.clone(),
+        }
+    }
 }
 
 impl ServerConfig {
@@ -112,6 +137,7 @@ impl ServerConfig {
             clock_skew_ns: 0,
             divergence_check_ms: 5_000,
             verify_on_start: engram_core::scrub::StartCheck::Tip,
+            security: Security::default(),
         }
     }
 

@@ -42,6 +42,13 @@ pub enum ApiError {
     Conflict(String),
     #[error("unavailable: {0}")]
     Unavailable(String),
+    /// The request is not signed where it must be, or its signature, key, time or nonce is
+    /// refused.
+    #[error("unauthenticated: {0}")]
+    Unauthenticated(String),
+    /// The authenticated principal holds no grant for the call.
+    #[error("permission denied: {0}")]
+    PermissionDenied(String),
     #[error("audit chain corrupt: {0}")]
     Chain(#[from] ChainError),
     /// The divergence alarm is raised: this node's chain differs from a peer's, so it takes
@@ -164,8 +171,15 @@ impl ApiError {
                 | Rejection::SchemaUnchanged
                 | Rejection::BranchClosed { .. }
                 | Rejection::MergeConflict { .. }
-                | Rejection::IdempotencyKeyReused { .. } => Code::FailedPrecondition,
+                | Rejection::IdempotencyKeyReused { .. }
+                | Rejection::NotConfigured
+                | Rejection::Policy(_)
+                | Rejection::LockOut(_) => Code::FailedPrecondition,
+                Rejection::NotAuthorized { .. } => Code::PermissionDenied,
+                Rejection::AgentMismatch { .. } | Rejection::SystemNamespace => Code::InvalidArgument,
             },
+            ApiError::Unauthenticated(_) => Code::Unauthenticated,
+            ApiError::PermissionDenied(_) => Code::PermissionDenied,
             ApiError::NotFound(_) => Code::NotFound,
             ApiError::OutOfRange(_) => Code::OutOfRange,
             ApiError::Conflict(_) => Code::FailedPrecondition,

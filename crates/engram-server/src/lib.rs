@@ -29,12 +29,13 @@ pub mod telemetry;
 use std::sync::Arc;
 use std::time::Duration;
 
-pub use config::{Peer, ServerConfig, TlsFiles, node_id_from_pod_name};
+pub use config::{Peer, Security, ServerConfig, TlsFiles, node_id_from_pod_name};
 use engram_audit::{KeyRing, NodeKey};
 use engram_proto::pb;
 use engram_raft::{NodeInfo, RaftNode, RaftSettings};
 use engram_storage::Store;
 use services::Shared;
+use services::access::AccessService;
 use services::audit::AuditService;
 use services::cluster::ClusterService;
 use services::memory::MemoryService;
@@ -160,6 +161,7 @@ pub async fn serve_keys(
             stopped_rx,
         ));
     }
+    tokio::task::spawn(announce_security(node.clone()));
     if config.join {
         tokio::task::spawn(join(shared.clone()));
     } else if config.bootstrap {
@@ -194,6 +196,9 @@ pub async fn serve_keys(
                 .max_encoding_message_size(64 << 20),
         )
         .add_service(pb::audit_server::AuditServer::new(AuditService::new(
+            shared.clone(),
+        )))
+        .add_service(pb::access_server::AccessServer::new(AccessService::new(
             shared.clone(),
         )))
         .add_service(pb::cluster_server::ClusterServer::new(ClusterService::new(
@@ -406,6 +411,32 @@ async fn join(shared: Arc<Shared>) {
 
 /// With `--bootstrap`: the lowest-id member initialises the cluster once every listed peer
 /// answers, unless the cluster is already initialised. Others wait to be contacted.
+/// Says once, at start (or once the cluster records it), which security mode the node
+/// serves in: a warning in open mode, where anyone who reaches a node may do anything.
+async fn announce_security(node: RaftNode) {
+    loop {
+        match node.read_state(|store| engram_core::policy::mode(store)) {
+            Ok(Ok(Some(engram_access::Mode::Open))) => {
+                warn!(
+                    "security mode is open: any client that reaches this node may read and write everything; initialise clusters with --security enforced to require signed requests and grants"
+                );
+                return;
+            }
+            Ok(Ok(Some(engram_access::Mode::Enforced))) => {
+                info!(
+                    "security mode is enforced: requests must be signed by registered agent keys and allowed by grants"
+                );
+                return;
+            }
+            // Not recorded yet (or the state is being replaced): look again shortly.
+            _ => tokio::time::sleep(Duration::from_millis(500)).await,
+        }
+        if node.has_stopped() {
+            return;
+        }
+    }
+}
+
 async fn bootstrap(shared: Arc<Shared>) {
     let me = shared.node.node_id;
     let mut list: Vec<(u64, String)> = shared
@@ -433,6 +464,10 @@ async fn bootstrap(shared: Arc<Shared>) {
         match shared.node.is_initialized().await {
             Ok(true) => {
                 info!("bootstrap: cluster already initialised");
+                // A restart between genesis and the security mode's entry finishes the job.
+                if let Err(e) = services::cluster::configure(&shared, shared.config.security.op()).await {
+                    warn!(error = %e, "bootstrap: could not record the security mode");
+                }
                 return;
             }
             Ok(false) => {}
@@ -445,7 +480,7 @@ async fn bootstrap(shared: Arc<Shared>) {
             info!("bootstrap: a peer already has a cluster; joining it instead");
             return;
         }
-        match services::cluster::initialize(&shared, list.clone()).await {
+        match services::cluster::initialize(&shared, list.clone(), shared.config.security.op()).await {
             Ok(()) => {
                 info!(members = list.len(), "bootstrap: cluster initialised");
                 return;

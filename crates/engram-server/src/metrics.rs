@@ -62,6 +62,20 @@ pub fn render(node: &RaftNode) -> String {
         "1 once this node found its audit chain differs from a peer's (it then refuses writes and is not ready).",
         f64::from(u8::from(node.alarm().is_some())),
     );
+    let mode = node
+        .read_state(|store| engram_core::policy::mode(store))
+        .ok()
+        .and_then(Result::ok)
+        .flatten();
+    gauge(
+        "engram_security_enforced",
+        "1 in enforced mode (signed requests, grants); 0 in open mode, where anyone who reaches a node may do anything; -1 until the mode is recorded.",
+        match mode {
+            Some(engram_access::Mode::Enforced) => 1.0,
+            Some(engram_access::Mode::Open) => 0.0,
+            None => -1.0,
+        },
+    );
     if let Some(head) = head {
         gauge(
             "engram_audit_chain_entries",

@@ -79,7 +79,10 @@ async fn start(n: u64, max_tx_bytes: usize) -> Cluster {
         })
         .collect();
     let listed = cluster
-        .init(pb::InitRequest { members })
+        .init(pb::InitRequest {
+            members,
+            ..Default::default()
+        })
         .await
         .unwrap()
         .into_inner()

@@ -73,7 +73,10 @@ async fn spans_are_exported_over_otlp() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
     pb::cluster_client::ClusterClient::new(channel.clone())
-        .init(pb::InitRequest { members: vec![] })
+        .init(pb::InitRequest {
+            members: vec![],
+            ..Default::default()
+        })
         .await
         .unwrap();
     let mut memory = pb::memory_client::MemoryClient::new(channel);

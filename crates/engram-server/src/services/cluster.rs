@@ -2,13 +2,17 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use engram_core::reads;
-use engram_proto::pb;
+use engram_access::Action;
+use engram_access::{Mode, PolicyOp};
+use engram_core::policy::{self, ModeRow};
+use engram_core::{Rejection, reads};
+use engram_proto::{methods, pb};
 use engram_raft::NodeInfo;
 use engram_types::excerpt;
 use tonic::{Request, Response, Status};
 
-use super::{Shared, forward_request, is_forwarded, relay};
+use super::gate::Need;
+use super::{Route, Shared, relay};
 use crate::error::ApiError;
 
 /// `engram.v1.Cluster`: initialisation, status and membership.
@@ -95,8 +99,13 @@ pub async fn any_peer_initialized(shared: &Shared) -> bool {
     false
 }
 
-/// Initialises the cluster with `members` (id, addr) as voters.
-pub async fn initialize(shared: &Shared, list: Vec<(u64, String)>) -> Result<(), ApiError> {
+/// Initialises the cluster with `members` (id, addr) as voters, then records its security
+/// mode (`security`, a [`PolicyOp::Configure`]).
+pub async fn initialize(
+    shared: &Shared,
+    list: Vec<(u64, String)>,
+    security: PolicyOp,
+) -> Result<(), ApiError> {
     let mut nodes = BTreeMap::new();
     for (id, addr) in list {
         if id == 0 {
@@ -113,22 +122,114 @@ pub async fn initialize(shared: &Shared, list: Vec<(u64, String)>) -> Result<(),
         ));
     }
     shared.node.initialize(nodes).await?;
-    Ok(())
+    configure(shared, security).await
+}
+
+/// How long an initialisation waits for the first leader to record the security mode.
+const CONFIGURE_TIMEOUT_MS: u64 = 30_000;
+
+/// Records the security mode, unless it is recorded already: on this node if it leads, or by
+/// passing the `Init` on to the leader (which finishes an initialisation whose mode is not
+/// recorded yet). Until it is recorded every transaction is refused, so nothing is written
+/// under a mode nobody chose.
+pub async fn configure(shared: &Shared, security: PolicyOp) -> Result<(), ApiError> {
+    let deadline = tokio::time::Instant::now() + Duration::from_millis(CONFIGURE_TIMEOUT_MS);
+    loop {
+        if shared.read_state(|store| policy::mode_row(store))? != Some(ModeRow::Pending) {
+            return Ok(());
+        }
+        let attempt = match shared.route_write(false) {
+            Ok(Route::Local) => match shared.node.propose_policy(security.clone(), None).await {
+                // Refused only because another initialisation recorded a mode first.
+                Ok(Ok(_)) | Ok(Err(Rejection::Policy(_))) => return Ok(()),
+                Ok(Err(rejection)) => return Err(ApiError::Rejected(rejection)),
+                Err(e) => Err(ApiError::from(e)),
+            },
+            Ok(Route::Leader(addr)) => {
+                let mut request = tonic::Request::new(init_request(&security));
+                request
+                    .metadata_mut()
+                    .insert(super::FORWARDED, tonic::metadata::MetadataValue::from_static("1"));
+                match shared.cluster_client(&addr)?.init(request).await {
+                    Ok(_) => return Ok(()),
+                    Err(status) => Err(super::forwarded_err(status)),
+                }
+            }
+            Err(e) => Err(e),
+        };
+        if tokio::time::Instant::now() >= deadline {
+            return attempt.map_err(|e| {
+                ApiError::Unavailable(format!(
+                    "the cluster is initialised but its security mode is not recorded yet ({e}); run init again to finish"
+                ))
+            });
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// The `Init` that records `security` (no members: the cluster exists).
+fn init_request(security: &PolicyOp) -> pb::InitRequest {
+    let mut req = pb::InitRequest::default();
+    if let PolicyOp::Configure { mode, admin } = security {
+        req.security = mode.name().to_string();
+        if let Some((name, key)) = admin {
+            req.admin = name.to_string();
+            req.admin_public_key = key.0.to_vec();
+        }
+    }
+    req
+}
+
+/// The security mode an `Init` asks for, validated.
+fn security_op(req: &pb::InitRequest) -> Result<PolicyOp, ApiError> {
+    let mode = match req.security.as_str() {
+        "" => Mode::Open,
+        other => other
+            .parse::<Mode>()
+            .map_err(|e| ApiError::Invalid(format!("security: {e}")))?,
+    };
+    let admin = match (req.admin.is_empty(), req.admin_public_key.is_empty()) {
+        (true, true) => None,
+        (false, false) => Some((
+            engram_proto::principal("admin", req.admin.clone())?,
+            engram_proto::public_key("admin_public_key", &req.admin_public_key)?,
+        )),
+        _ => {
+            return Err(ApiError::Invalid(
+                "admin and admin_public_key: give both or neither".into(),
+            ));
+        }
+    };
+    if mode == Mode::Enforced && admin.is_none() {
+        return Err(ApiError::Invalid(
+            "admin: enforced mode needs a first administrator (its name and public key)".into(),
+        ));
+    }
+    Ok(PolicyOp::Configure { mode, admin })
 }
 
 #[tonic::async_trait]
 impl pb::cluster_server::Cluster for ClusterService {
     async fn init(&self, request: Request<pb::InitRequest>) -> Result<Response<pb::InitResponse>, Status> {
         let req = request.into_inner();
+        let security = security_op(&req)?;
         let list: Vec<(u64, String)> = if req.members.is_empty() {
             vec![(self.shared.node.node_id, self.shared.config.advertise())]
         } else {
             req.members.into_iter().map(|m| (m.id, m.addr)).collect()
         };
         if self.shared.node.is_initialized().await.map_err(ApiError::from)? {
+            // An initialisation cut short before its mode was recorded is finished here.
+            if self.shared.read_state(|store| policy::mode_row(store))? == Some(ModeRow::Pending) {
+                configure(&self.shared, security).await?;
+                return Ok(Response::new(pb::InitResponse {
+                    members: members(&self.shared),
+                }));
+            }
             return Err(ApiError::Conflict("the cluster is already initialised".into()).into());
         }
-        initialize(&self.shared, list).await?;
+        initialize(&self.shared, list, security).await?;
         // initialize() returns once the config is accepted; the metrics that `members` reads
         // catch up a moment later. Wait briefly so the answer lists the new members.
         for _ in 0..40 {
@@ -172,13 +273,16 @@ impl pb::cluster_server::Cluster for ClusterService {
         &self,
         request: Request<pb::AddNodeRequest>,
     ) -> Result<Response<pb::MembershipResponse>, Status> {
-        let forwarded = is_forwarded(&request);
+        let caller = self
+            .shared
+            .admit(&request, methods::ADD_NODE, Need::cluster(Action::ClusterAdmin))?;
+        let forwarded = caller.forwarded;
         let req = request.into_inner();
         if req.id == 0 {
             return Err(ApiError::Invalid("id: node ids start at 1".into()).into());
         }
         if let Some(mut leader) = self.shared.write_leader(forwarded)? {
-            return relay(leader.add_node(forward_request(req)).await);
+            return relay(leader.add_node(caller.forward(req)).await);
         }
         let info = fetch_node_info(&self.shared, req.id, &req.addr).await?;
         self.shared
@@ -195,10 +299,15 @@ impl pb::cluster_server::Cluster for ClusterService {
         &self,
         request: Request<pb::RemoveNodeRequest>,
     ) -> Result<Response<pb::MembershipResponse>, Status> {
-        let forwarded = is_forwarded(&request);
+        let caller = self.shared.admit(
+            &request,
+            methods::REMOVE_NODE,
+            Need::cluster(Action::ClusterAdmin),
+        )?;
+        let forwarded = caller.forwarded;
         let req = request.into_inner();
         if let Some(mut leader) = self.shared.write_leader(forwarded)? {
-            return relay(leader.remove_node(forward_request(req)).await);
+            return relay(leader.remove_node(caller.forward(req)).await);
         }
         if !self
             .shared
@@ -224,7 +333,10 @@ impl pb::cluster_server::Cluster for ClusterService {
         &self,
         request: Request<pb::RevokeKeyRequest>,
     ) -> Result<Response<pb::KeyChangeResponse>, Status> {
-        let forwarded = is_forwarded(&request);
+        let caller = self
+            .shared
+            .admit(&request, methods::REVOKE_KEY, Need::cluster(Action::KeyAdmin))?;
+        let forwarded = caller.forwarded;
         let req = request.into_inner();
         let key_id = match req.key_id.len() {
             0 => None,
@@ -236,7 +348,7 @@ impl pb::cluster_server::Cluster for ClusterService {
             n => return Err(ApiError::Invalid(format!("key_id: {n} bytes, expected 8 (or none)")).into()),
         };
         if let Some(mut leader) = self.shared.write_leader(forwarded)? {
-            return relay(leader.revoke_key(forward_request(req)).await);
+            return relay(leader.revoke_key(caller.forward(req)).await);
         }
         let key_id = match key_id {
             Some(id) => id,
@@ -267,6 +379,8 @@ impl pb::cluster_server::Cluster for ClusterService {
         &self,
         request: Request<pb::RotateKeyRequest>,
     ) -> Result<Response<pb::KeyChangeResponse>, Status> {
+        self.shared
+            .admit(&request, methods::ROTATE_KEY, Need::cluster(Action::KeyAdmin))?;
         let req = request.into_inner();
         let node = &self.shared.node;
         if req.node_id != node.node_id {
@@ -319,12 +433,15 @@ impl pb::cluster_server::Cluster for ClusterService {
         &self,
         request: Request<pb::KeyChangeProposal>,
     ) -> Result<Response<pb::KeyChangeResponse>, Status> {
-        let forwarded = is_forwarded(&request);
+        let caller = self
+            .shared
+            .admit(&request, methods::PROPOSE_KEY_CHANGE, Need::Nothing)?;
+        let forwarded = caller.forwarded;
         let req = request.into_inner();
         let change: engram_audit::KeyChangeRequest = postcard::from_bytes(&req.request)
             .map_err(|e| ApiError::Invalid(format!("request: not a key-change request: {e}")))?;
         if let Some(mut leader) = self.shared.write_leader(forwarded)? {
-            return relay(leader.propose_key_change(forward_request(req)).await);
+            return relay(leader.propose_key_change(caller.forward(req)).await);
         }
         let audit_index = self
             .shared

@@ -1,14 +1,16 @@
 use std::sync::Arc;
 
-use engram_core::reads;
-use engram_proto::pb;
+use engram_access::Action;
+use engram_core::{policy, reads};
+use engram_proto::{methods, pb};
 use engram_types::{BranchOp, EntityId, TxId, TxRequest};
 use prost::Message;
 use tonic::{Request, Response, Status};
 use tracing::Instrument;
 
+use super::gate::{Caller, Need};
 use super::watch_tail::TailPage;
-use super::{Route, Shared, forward_request, forwarded_err, is_forwarded, relay};
+use super::{Route, Shared, forwarded_err, relay};
 use crate::error::ApiError;
 
 /// `engram.v1.Memory`: transactions and reads.
@@ -30,7 +32,8 @@ impl MemoryService {
     }
 
     /// Proposes a write on the leader (forwarding it there when this node does not lead).
-    async fn write(&self, forwarded: bool, call: WriteCall) -> Result<pb::TransactResponse, ApiError> {
+    async fn write(&self, caller: Caller, call: WriteCall) -> Result<pb::TransactResponse, ApiError> {
+        let forwarded = caller.forwarded;
         // An invalid namespace is the more precise answer than the size limit (a namespace
         // of megabytes is both), and checking it first is cheap: its length is checked first.
         let received = std::time::Instant::now();
@@ -41,11 +44,19 @@ impl MemoryService {
             return Err(ApiError::TooLarge { bytes, limit });
         }
         let tx = call.to_tx()?;
+        // The policy at this node's applied state answers early and precisely; apply checks
+        // again at the transaction's own log entry.
+        if let Err(rejection) = self
+            .shared
+            .read_state(|store| policy::check_tx(store, caller.principal.as_ref(), &tx))?
+        {
+            return Err(ApiError::Rejected(rejection));
+        }
         if let Route::Leader(addr) = self.shared.route_write(forwarded)? {
-            return call.forward(self.shared.memory_client(&addr)?).await;
+            return call.forward(self.shared.memory_client(&addr)?, &caller).await;
         }
         let proposed = std::time::Instant::now();
-        match self.shared.node.propose(tx).await {
+        match self.shared.node.propose(tx, caller.principal.clone()).await {
             Ok(Ok(receipt)) => {
                 let span = tracing::Span::current();
                 span.record("tx_id", receipt.tx.0);
@@ -58,14 +69,17 @@ impl MemoryService {
             Ok(Err(rejection)) => Err(ApiError::Rejected(rejection)),
             Err(engram_raft::NodeError::NotLeader {
                 leader: Some((_, info)),
-            }) if !forwarded => call.forward(self.shared.memory_client(&info.addr)?).await,
+            }) if !forwarded => {
+                call.forward(self.shared.memory_client(&info.addr)?, &caller)
+                    .await
+            }
             Err(e) => Err(e.into()),
         }
     }
 
     async fn traced_write(
         &self,
-        forwarded: bool,
+        caller: Caller,
         call: WriteCall,
     ) -> Result<Response<pb::TransactResponse>, Status> {
         let span = tracing::info_span!(
@@ -81,7 +95,7 @@ impl MemoryService {
             applied_us = tracing::field::Empty,
             answered_us = tracing::field::Empty
         );
-        Ok(Response::new(self.write(forwarded, call).instrument(span).await?))
+        Ok(Response::new(self.write(caller, call).instrument(span).await?))
     }
 }
 
@@ -148,13 +162,14 @@ impl WriteCall {
     async fn forward(
         self,
         mut client: pb::memory_client::MemoryClient<tonic::transport::Channel>,
+        caller: &Caller,
     ) -> Result<pb::TransactResponse, ApiError> {
         let answer = match self {
-            WriteCall::Transact(m) => client.transact(forward_request(m)).await,
-            WriteCall::ApplySchema(m) => client.apply_schema(forward_request(m)).await,
-            WriteCall::CreateBranch(m) => client.create_branch(forward_request(m)).await,
-            WriteCall::MergeBranch(m) => client.merge_branch(forward_request(m)).await,
-            WriteCall::AbandonBranch(m) => client.abandon_branch(forward_request(m)).await,
+            WriteCall::Transact(m) => client.transact(caller.forward(m)).await,
+            WriteCall::ApplySchema(m) => client.apply_schema(caller.forward(m)).await,
+            WriteCall::CreateBranch(m) => client.create_branch(caller.forward(m)).await,
+            WriteCall::MergeBranch(m) => client.merge_branch(caller.forward(m)).await,
+            WriteCall::AbandonBranch(m) => client.abandon_branch(caller.forward(m)).await,
         };
         answer.map(Response::into_inner).map_err(forwarded_err)
     }
@@ -295,7 +310,12 @@ impl pb::memory_server::Memory for MemoryService {
     type WatchStream = WatchStream;
 
     async fn diff(&self, request: Request<pb::DiffRequest>) -> Result<Response<pb::DiffResponse>, Status> {
-        let forwarded = is_forwarded(&request);
+        let caller = self.shared.admit(
+            &request,
+            methods::DIFF,
+            Need::on(Action::ReadHistory, &request.get_ref().namespace),
+        )?;
+        let forwarded = caller.forwarded;
         let req = request.into_inner();
         let ns = namespace(req.namespace.clone())?;
         let on = branch(req.branch.clone())?;
@@ -307,7 +327,7 @@ impl pb::memory_server::Memory for MemoryService {
             .into());
         }
         if let Some(mut leader) = self.shared.read_leader(req.consistency, forwarded).await? {
-            return relay(leader.diff(forward_request(req)).await);
+            return relay(leader.diff(caller.forward(req)).await);
         }
         if let Some(name) = &on {
             let found = self.shared.read_state(|store| {
@@ -346,6 +366,11 @@ impl pb::memory_server::Memory for MemoryService {
     }
 
     async fn watch(&self, request: Request<pb::WatchRequest>) -> Result<Response<WatchStream>, Status> {
+        self.shared.admit(
+            &request,
+            methods::WATCH,
+            Need::on(Action::Watch, &request.get_ref().namespace),
+        )?;
         let req = request.into_inner();
         let ns = namespace(req.namespace)?;
         let on = branch(req.branch)?;
@@ -458,8 +483,8 @@ impl pb::memory_server::Memory for MemoryService {
         &self,
         request: Request<pb::TransactRequest>,
     ) -> Result<Response<pb::TransactResponse>, Status> {
-        let forwarded = is_forwarded(&request);
-        self.traced_write(forwarded, WriteCall::Transact(request.into_inner()))
+        let caller = self.shared.admit(&request, methods::TRANSACT, Need::Principal)?;
+        self.traced_write(caller, WriteCall::Transact(request.into_inner()))
             .await
     }
 
@@ -467,8 +492,10 @@ impl pb::memory_server::Memory for MemoryService {
         &self,
         request: Request<pb::ApplySchemaRequest>,
     ) -> Result<Response<pb::TransactResponse>, Status> {
-        let forwarded = is_forwarded(&request);
-        self.traced_write(forwarded, WriteCall::ApplySchema(request.into_inner()))
+        let caller = self
+            .shared
+            .admit(&request, methods::APPLY_SCHEMA, Need::Principal)?;
+        self.traced_write(caller, WriteCall::ApplySchema(request.into_inner()))
             .await
     }
 
@@ -476,8 +503,10 @@ impl pb::memory_server::Memory for MemoryService {
         &self,
         request: Request<pb::CreateBranchRequest>,
     ) -> Result<Response<pb::TransactResponse>, Status> {
-        let forwarded = is_forwarded(&request);
-        self.traced_write(forwarded, WriteCall::CreateBranch(request.into_inner()))
+        let caller = self
+            .shared
+            .admit(&request, methods::CREATE_BRANCH, Need::Principal)?;
+        self.traced_write(caller, WriteCall::CreateBranch(request.into_inner()))
             .await
     }
 
@@ -485,8 +514,10 @@ impl pb::memory_server::Memory for MemoryService {
         &self,
         request: Request<pb::BranchRequest>,
     ) -> Result<Response<pb::TransactResponse>, Status> {
-        let forwarded = is_forwarded(&request);
-        self.traced_write(forwarded, WriteCall::MergeBranch(request.into_inner()))
+        let caller = self
+            .shared
+            .admit(&request, methods::MERGE_BRANCH, Need::Principal)?;
+        self.traced_write(caller, WriteCall::MergeBranch(request.into_inner()))
             .await
     }
 
@@ -494,8 +525,10 @@ impl pb::memory_server::Memory for MemoryService {
         &self,
         request: Request<pb::BranchRequest>,
     ) -> Result<Response<pb::TransactResponse>, Status> {
-        let forwarded = is_forwarded(&request);
-        self.traced_write(forwarded, WriteCall::AbandonBranch(request.into_inner()))
+        let caller = self
+            .shared
+            .admit(&request, methods::ABANDON_BRANCH, Need::Principal)?;
+        self.traced_write(caller, WriteCall::AbandonBranch(request.into_inner()))
             .await
     }
 
@@ -503,11 +536,16 @@ impl pb::memory_server::Memory for MemoryService {
         &self,
         request: Request<pb::GetSchemaRequest>,
     ) -> Result<Response<pb::GetSchemaResponse>, Status> {
-        let forwarded = is_forwarded(&request);
+        let caller = self.shared.admit(
+            &request,
+            methods::GET_SCHEMA,
+            Need::on(Action::Read, &request.get_ref().namespace),
+        )?;
+        let forwarded = caller.forwarded;
         let req = request.into_inner();
         let ns = namespace(req.namespace.clone())?;
         if let Some(mut leader) = self.shared.read_leader(req.consistency, forwarded).await? {
-            return relay(leader.get_schema(forward_request(req)).await);
+            return relay(leader.get_schema(caller.forward(req)).await);
         }
         let view = self
             .shared
@@ -519,11 +557,16 @@ impl pb::memory_server::Memory for MemoryService {
         &self,
         request: Request<pb::ListBranchesRequest>,
     ) -> Result<Response<pb::ListBranchesResponse>, Status> {
-        let forwarded = is_forwarded(&request);
+        let caller = self.shared.admit(
+            &request,
+            methods::LIST_BRANCHES,
+            Need::on(Action::Read, &request.get_ref().namespace),
+        )?;
+        let forwarded = caller.forwarded;
         let req = request.into_inner();
         let ns = namespace(req.namespace.clone())?;
         if let Some(mut leader) = self.shared.read_leader(req.consistency, forwarded).await? {
-            return relay(leader.list_branches(forward_request(req)).await);
+            return relay(leader.list_branches(caller.forward(req)).await);
         }
         let rows = self
             .shared
@@ -535,13 +578,18 @@ impl pb::memory_server::Memory for MemoryService {
     }
 
     async fn get(&self, request: Request<pb::GetRequest>) -> Result<Response<pb::GetResponse>, Status> {
-        let forwarded = is_forwarded(&request);
+        let caller = self.shared.admit(
+            &request,
+            methods::GET,
+            Need::on(Action::Read, &request.get_ref().namespace),
+        )?;
+        let forwarded = caller.forwarded;
         let req = request.into_inner();
         let ns = namespace(req.namespace.clone())?;
         let on = branch(req.branch.clone())?;
         resolution(req.rule)?;
         if let Some(mut leader) = self.shared.read_leader(req.consistency, forwarded).await? {
-            return relay(leader.get(forward_request(req)).await);
+            return relay(leader.get(caller.forward(req)).await);
         }
         let opts = reads::ReadOptions {
             as_of: req.as_of_tx.map(TxId),
@@ -565,7 +613,12 @@ impl pb::memory_server::Memory for MemoryService {
         &self,
         request: Request<pb::HistoryRequest>,
     ) -> Result<Response<pb::HistoryResponse>, Status> {
-        let forwarded = is_forwarded(&request);
+        let caller = self.shared.admit(
+            &request,
+            methods::HISTORY,
+            Need::on(Action::ReadHistory, &request.get_ref().namespace),
+        )?;
+        let forwarded = caller.forwarded;
         let req = request.into_inner();
         let ns = namespace(req.namespace.clone())?;
         let limit = Self::limit(req.limit);
@@ -584,7 +637,7 @@ impl pb::memory_server::Memory for MemoryService {
         };
         let on = branch(req.branch.clone())?;
         if let Some(mut leader) = self.shared.read_leader(req.consistency, forwarded).await? {
-            return relay(leader.history(forward_request(req)).await);
+            return relay(leader.history(caller.forward(req)).await);
         }
         let found = self.shared.read_state(|store| match &target {
             HistoryTarget::Entity(entity) => {
@@ -602,7 +655,12 @@ impl pb::memory_server::Memory for MemoryService {
     }
 
     async fn find(&self, request: Request<pb::FindRequest>) -> Result<Response<pb::FindResponse>, Status> {
-        let forwarded = is_forwarded(&request);
+        let caller = self.shared.admit(
+            &request,
+            methods::FIND,
+            Need::on(Action::Read, &request.get_ref().namespace),
+        )?;
+        let forwarded = caller.forwarded;
         let req = request.into_inner();
         let ns = namespace(req.namespace.clone())?;
         let attr = engram_proto::attribute("attribute", req.attribute.clone()).map_err(ApiError::from)?;
@@ -612,7 +670,7 @@ impl pb::memory_server::Memory for MemoryService {
             some => Some(engram_proto::value("value", some.clone()).map_err(ApiError::from)?),
         };
         if let Some(mut leader) = self.shared.read_leader(req.consistency, forwarded).await? {
-            return relay(leader.find(forward_request(req)).await);
+            return relay(leader.find(caller.forward(req)).await);
         }
         let found = self.shared.read_state(|store| {
             reads::find_on(

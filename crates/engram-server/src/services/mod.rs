@@ -1,7 +1,9 @@
 //! The gRPC services a node serves, and what they share.
 
+pub mod access;
 pub mod audit;
 pub mod cluster;
+pub mod gate;
 pub mod memory;
 pub mod watch_tail;
 
@@ -24,6 +26,8 @@ pub struct Shared {
     pub config: ServerConfig,
     /// The newest transactions, read once for all of this node's watchers.
     pub watch_tail: Arc<watch_tail::WatchTail>,
+    /// Checks who calls, and whether they may.
+    pub gate: gate::Gate,
     channels: Mutex<HashMap<String, Channel>>,
 }
 
@@ -41,6 +45,7 @@ impl Shared {
             node,
             config,
             watch_tail: Arc::default(),
+            gate: gate::Gate::default(),
             channels: Mutex::new(HashMap::new()),
         })
     }
@@ -64,6 +69,10 @@ impl Shared {
         Ok(pb::memory_client::MemoryClient::new(self.channel(addr)?)
             .max_decoding_message_size(64 << 20)
             .max_encoding_message_size(limit))
+    }
+
+    pub fn access_client(&self, addr: &str) -> Result<pb::access_client::AccessClient<Channel>, ApiError> {
+        Ok(pb::access_client::AccessClient::new(self.channel(addr)?))
     }
 
     pub fn cluster_client(&self, addr: &str) -> Result<pb::cluster_client::ClusterClient<Channel>, ApiError> {
@@ -170,17 +179,4 @@ pub fn relay<T>(
     answer: Result<tonic::Response<T>, tonic::Status>,
 ) -> Result<tonic::Response<T>, tonic::Status> {
     answer.map_err(|status| forwarded_err(status).into())
-}
-
-/// Whether the request came from another node's forwarding.
-pub fn is_forwarded<T>(req: &tonic::Request<T>) -> bool {
-    req.metadata().contains_key(FORWARDED)
-}
-
-/// Wraps a message for forwarding to the leader.
-pub fn forward_request<T>(message: T) -> tonic::Request<T> {
-    let mut req = tonic::Request::new(message);
-    req.metadata_mut()
-        .insert(FORWARDED, tonic::metadata::MetadataValue::from_static("1"));
-    req
 }

@@ -1,0 +1,220 @@
+//! `engram agent`, `engram grant`, `engram revoke` and `engram whoami`: agents, their keys and
+//! what they may do.
+
+use std::path::Path;
+
+use anyhow::{Context, Result, anyhow, bail};
+use engram_access::{Action, AgentKey, Principal};
+use engram_client::{Client, pb};
+use serde_json::{Value as Json, json};
+
+use crate::cli::{AgentCommand, GrantArgs};
+use crate::commands::print_json;
+use crate::output::{Table, out, outln};
+
+/// A new agent key for `name`, from the OS RNG, written to `out` (never over an existing file).
+pub fn new_key_file(name: &str, out: &Path) -> Result<AgentKey> {
+    let principal = Principal::new(name).map_err(|e| anyhow!("{e}"))?;
+    let mut seed = [0u8; 32];
+    getrandom::fill(&mut seed).map_err(|e| anyhow!("no OS randomness for a key: {e}"))?;
+    let key = AgentKey::from_seed(principal, seed);
+    key.save(out)?;
+    Ok(key)
+}
+
+fn change_output(what: &str, resp: &pb::PolicyResponse, json: bool, extra: Json) -> Result<()> {
+    if json {
+        let mut value = json!({ "tx": resp.tx, "audit_index": resp.audit_index });
+        if let (Json::Object(map), Json::Object(more)) = (&mut value, extra) {
+            map.extend(more);
+        }
+        print_json(&value)
+    } else {
+        outln!("{what}: tx {}, audit entry {}", resp.tx, resp.audit_index)
+    }
+}
+
+pub async fn agent(client: &Client, cmd: AgentCommand, json: bool) -> Result<()> {
+    match cmd {
+        AgentCommand::Keygen { name, out } => {
+            let key = new_key_file(&name, &out)?;
+            let public = hex::encode(key.public().0);
+            if json {
+                print_json(
+                    &json!({ "agent": name, "public_key": public, "key_file": out.display().to_string() }),
+                )
+            } else {
+                outln!("wrote {} for agent {name}\npublic key {public}", out.display())
+            }
+        }
+        AgentCommand::Create { name, out } => {
+            // The key file is written first: a registration that succeeds must never leave
+            // an agent whose secret nobody holds.
+            let key = new_key_file(&name, &out)?;
+            let resp = client.add_agent(&name, key.public().0).await.with_context(|| {
+                format!(
+                    "registering agent {name} (its key file {} is kept)",
+                    out.display()
+                )
+            })?;
+            let public = hex::encode(key.public().0);
+            change_output(
+                &format!("agent {name} registered (key {public} in {})", out.display()),
+                &resp,
+                json,
+                json!({ "agent": name, "public_key": public, "key_file": out.display().to_string() }),
+            )
+        }
+        AgentCommand::Add { name, public_key } => {
+            let raw = hex::decode(&public_key).map_err(|_| anyhow!("--public-key: not hex"))?;
+            let key: [u8; 32] = raw
+                .as_slice()
+                .try_into()
+                .map_err(|_| anyhow!("--public-key: {} bytes, expected 32", raw.len()))?;
+            let resp = client
+                .add_agent(&name, key)
+                .await
+                .context("registering the agent")?;
+            change_output(
+                &format!("agent {name} registered"),
+                &resp,
+                json,
+                json!({ "agent": name }),
+            )
+        }
+        AgentCommand::Rotate { name, out } => {
+            let key = new_key_file(&name, &out)?;
+            let resp = client
+                .rotate_agent_key(&name, key.public().0)
+                .await
+                .with_context(|| {
+                    format!(
+                        "rotating agent {name}'s key (the new key file {} is kept)",
+                        out.display()
+                    )
+                })?;
+            change_output(
+                &format!("agent {name} now signs with the key in {}", out.display()),
+                &resp,
+                json,
+                json!({ "agent": name, "public_key": hex::encode(key.public().0), "key_file": out.display().to_string() }),
+            )
+        }
+        AgentCommand::Revoke { name } => {
+            let resp = client.revoke_agent(&name).await.context("revoking the agent")?;
+            change_output(
+                &format!("agent {name} revoked"),
+                &resp,
+                json,
+                json!({ "agent": name }),
+            )
+        }
+        AgentCommand::List => {
+            let resp = client.list_agents().await.context("listing agents")?;
+            if json {
+                let rows: Vec<Json> = resp
+                    .agents
+                    .iter()
+                    .map(|a| {
+                        json!({ "name": a.name, "public_key": hex::encode(&a.public_key),
+                            "revoked": a.revoked, "entity": a.entity, "since_tx": a.since_tx })
+                    })
+                    .collect();
+                print_json(&json!({ "agents": rows, "applied_tx": resp.applied_tx }))
+            } else {
+                let mut table = Table::new(&["agent", "public key", "state", "since tx"]);
+                for a in &resp.agents {
+                    let state = if a.revoked { "revoked" } else { "active" };
+                    table.row(vec![
+                        a.name.clone(),
+                        hex::encode(&a.public_key),
+                        state.into(),
+                        a.since_tx.to_string(),
+                    ]);
+                }
+                out!("{}", table.render())
+            }
+        }
+    }
+}
+
+/// Grants (or revokes) each action of `args`, one audited change each.
+pub async fn grant(client: &Client, args: GrantArgs, revoke: bool, json: bool) -> Result<()> {
+    let actions = args
+        .actions
+        .iter()
+        .map(|a| a.parse::<Action>().map_err(|e| anyhow!("--action: {e}")))
+        .collect::<Result<Vec<_>>>()?;
+    let on = if args.prefix.is_empty() {
+        "every namespace".to_string()
+    } else {
+        args.prefix.clone()
+    };
+    let mut done = Vec::new();
+    for action in actions {
+        let resp = client
+            .grant(&args.principal, action.name(), &args.prefix, revoke)
+            .await
+            .with_context(|| {
+                let verb = if revoke { "revoking" } else { "granting" };
+                format!("{verb} {action} on {on} for {}", args.principal)
+            })?;
+        if !json {
+            let verb = if revoke { "revoked" } else { "granted" };
+            outln!(
+                "{verb}: {} may{} {action} on {on} (tx {}, audit entry {})",
+                args.principal,
+                if revoke { " no longer" } else { "" },
+                resp.tx,
+                resp.audit_index
+            )?;
+        }
+        done.push(
+            json!({ "principal": args.principal, "action": action.name(), "prefix": args.prefix,
+            "tx": resp.tx, "audit_index": resp.audit_index }),
+        );
+    }
+    if json {
+        print_json(&Json::Array(done))?;
+    }
+    Ok(())
+}
+
+pub async fn whoami(client: &Client, json: bool) -> Result<()> {
+    let resp = client.who_am_i().await.context("asking who am I")?;
+    let grants: Vec<Json> = resp
+        .grants
+        .iter()
+        .map(|g| json!({ "principal": g.principal, "action": g.action, "prefix": g.prefix }))
+        .collect();
+    if json {
+        return print_json(
+            &json!({ "principal": resp.principal, "security": resp.security, "grants": grants }),
+        );
+    }
+    if resp.principal.is_empty() {
+        outln!(
+            "unsigned requests (no --agent-key); security mode: {}",
+            resp.security
+        )?;
+        if resp.security != "open" {
+            bail!("this cluster refuses unsigned requests: pass --agent-key FILE");
+        }
+        return Ok(());
+    }
+    outln!("agent {}; security mode: {}", resp.principal, resp.security)?;
+    let mut table = Table::new(&["action", "on", "granted to"]);
+    for g in &resp.grants {
+        let on = if g.prefix.is_empty() {
+            "every namespace".to_string()
+        } else {
+            g.prefix.clone()
+        };
+        table.row(vec![g.action.clone(), on, g.principal.clone()]);
+    }
+    if table.is_empty() {
+        outln!("no grants")
+    } else {
+        out!("{}", table.render())
+    }
+}

@@ -1,0 +1,473 @@
+//! Agents as principals against a real 3-node cluster initialised in enforced mode: the CLI
+//! makes the administrator's key, initialises the cluster, registers two agents with different
+//! grants; then every bad input of the access table gets its exact gRPC code (unsigned,
+//! unknown agent, signature over other bytes, stale time, replayed nonce, revoked or rotated
+//! key, no grant, agent field not the signer, a grant that would lock every admin out), the
+//! chain head does not move for any of them, and grants are readable as of a transaction.
+#![allow(clippy::unwrap_used)] // test helpers: a failed set-up step should stop the test loudly
+
+use std::path::Path;
+use std::process::Command;
+use std::sync::Arc;
+use std::time::Duration;
+
+use engram_access::AgentKey;
+use engram_access::request::RequestAuth;
+use engram_cli::local_cluster::{LocalCluster, free_ports};
+use engram_client::{Client, ClientConfig, ClientError, GetOptions, RetryPolicy, pb};
+use engram_proto::methods;
+use engram_types::{
+    Attribute, EntityId, EntityRef, Namespace, Op, Provenance, Status, TxOp, TxRequest, Value,
+};
+use prost::Message;
+use serde_json::Value as Json;
+use tonic::Code;
+
+const EXE: &str = env!("CARGO_BIN_EXE_engram");
+
+struct Cli<'a> {
+    endpoint: String,
+    dir: &'a Path,
+}
+
+impl Cli<'_> {
+    /// Runs `engram` as the agent whose key file is `key` (none: unsigned).
+    fn run(&self, key: Option<&str>, args: &[&str]) -> (i32, String, String) {
+        let mut cmd = Command::new(EXE);
+        cmd.args(["-e", &self.endpoint, "--retry-budget-secs", "5"]);
+        if let Some(key) = key {
+            cmd.arg("--agent-key").arg(self.dir.join(key));
+        }
+        let out = cmd.args(args).output().unwrap();
+        (
+            out.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    }
+
+    fn ok(&self, key: Option<&str>, args: &[&str]) -> Json {
+        let (code, stdout, stderr) = self.run(key, &[&["--json"], args].concat());
+        assert_eq!(code, 0, "{args:?}: {stderr}");
+        serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("not JSON ({e}): {stdout}"))
+    }
+
+    fn fails(&self, key: Option<&str>, args: &[&str]) -> String {
+        let (code, stdout, stderr) = self.run(key, args);
+        assert_ne!(code, 0, "{args:?} should fail: {stdout}");
+        stderr
+    }
+}
+
+fn client(endpoints: Vec<String>, key: Option<Arc<AgentKey>>) -> Client {
+    let config = ClientConfig {
+        retry: RetryPolicy::never(),
+        agent: key,
+        ..ClientConfig::default()
+    };
+    Client::with_config(endpoints, config).unwrap()
+}
+
+fn note(ns: &str, agent: &str, op: Op, status: Status) -> TxRequest {
+    let entity = match op {
+        Op::Assert => EntityRef::Temp("n".into()),
+        Op::Retract => EntityRef::Id(EntityId(1)),
+    };
+    TxRequest::data(
+        Namespace::new(ns).unwrap(),
+        vec![TxOp {
+            op,
+            entity,
+            attribute: Attribute::new(":note/text").unwrap(),
+            value: Value::String("hello".into()),
+            valid_from_ns: None,
+            valid_to_ns: None,
+        }],
+        Provenance {
+            agent: agent.into(),
+            confidence: 1.0,
+            status,
+            ..Default::default()
+        },
+    )
+}
+
+fn code_of<T: std::fmt::Debug>(result: Result<T, ClientError>) -> (Code, String) {
+    match result {
+        Err(ClientError::Rpc { code, message, .. }) => (code, message),
+        other => panic!("expected a gRPC error, got {other:?}"),
+    }
+}
+
+/// A Get request signed by `key` with the given time and nonce, over `signed_body` (which
+/// may differ from the body sent).
+fn raw_get(
+    key: &AgentKey,
+    sent: pb::GetRequest,
+    signed_body: &pb::GetRequest,
+    time_ms: i64,
+    nonce: [u8; 16],
+) -> tonic::Request<pb::GetRequest> {
+    let auth = RequestAuth::sign(key, methods::GET, &signed_body.encode_to_vec(), time_ms, nonce);
+    let mut req = tonic::Request::new(sent);
+    for (name, value) in auth.headers() {
+        req.metadata_mut().insert(name, value.parse().unwrap());
+    }
+    req
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn agents_grants_and_every_refusal_in_enforced_mode() {
+    let dir = tempfile::tempdir().unwrap();
+    let ports = free_ports(3).unwrap();
+    let mut cluster = LocalCluster::start(Path::new(EXE), dir.path(), &ports, &[]).unwrap();
+    cluster.wait_all_answer(Duration::from_secs(60)).await.unwrap();
+    let endpoints = cluster.endpoints();
+    let keys = tempfile::tempdir().unwrap();
+    // Node 2 answers the CLI: a follower most of the time, so calls are forwarded signed.
+    let cli = Cli {
+        endpoint: endpoints[1].clone(),
+        dir: keys.path(),
+    };
+
+    // 1. The administrator's key, then the cluster in enforced mode (bad init input first).
+    let made = cli.ok(
+        None,
+        &[
+            "agent",
+            "keygen",
+            "root",
+            "--out",
+            keys.path().join("root.key").to_str().unwrap(),
+        ],
+    );
+    assert_eq!(made["public_key"].as_str().unwrap().len(), 64);
+    let members: Vec<String> = cluster
+        .members()
+        .iter()
+        .map(|(id, addr)| format!("{id}={addr}"))
+        .collect();
+    let mut init = vec!["cluster", "init"];
+    for m in &members {
+        init.extend(["--member", m.as_str()]);
+    }
+    let err = cli.fails(None, &[&init[..], &["--security", "enforced"]].concat());
+    assert!(err.contains("--admin-key"), "{err}");
+    let root_key = keys.path().join("root.key");
+    cli.ok(
+        None,
+        &[
+            &init[..],
+            &[
+                "--security",
+                "enforced",
+                "--admin-key",
+                root_key.to_str().unwrap(),
+            ],
+        ]
+        .concat(),
+    );
+
+    let anonymous = client(endpoints.clone(), None);
+    let root = Arc::new(AgentKey::load(&root_key).unwrap());
+    let admin = client(endpoints.clone(), Some(root.clone()));
+    let head = || async { admin.head().await.unwrap().index };
+
+    // 2. Agents and grants, through the CLI as root.
+    for name in ["alice", "bob"] {
+        let out = keys.path().join(format!("{name}.key"));
+        let created = cli.ok(
+            Some("root.key"),
+            &["agent", "create", name, "--out", out.to_str().unwrap()],
+        );
+        assert!(created["tx"].as_u64().unwrap() > 0);
+    }
+    cli.ok(
+        Some("root.key"),
+        &["grant", "alice", "--action", "read,write", "--ns", "team/a"],
+    );
+    let bob_grant = cli.ok(
+        Some("root.key"),
+        &["grant", "bob", "--action", "read", "--ns", "team"],
+    );
+    let listed = cli.ok(Some("root.key"), &["agent", "list"]);
+    let names: Vec<&str> = listed["agents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["alice", "bob", "root"]);
+    let who = cli.ok(Some("alice.key"), &["whoami"]);
+    assert_eq!(
+        (who["principal"].as_str(), who["security"].as_str()),
+        (Some("alice"), Some("enforced"))
+    );
+    assert_eq!(who["grants"].as_array().unwrap().len(), 2);
+
+    let alice_key = Arc::new(AgentKey::load(&keys.path().join("alice.key")).unwrap());
+    let bob_key = Arc::new(AgentKey::load(&keys.path().join("bob.key")).unwrap());
+    let alice = client(endpoints.clone(), Some(alice_key.clone()));
+    let bob = client(endpoints.clone(), Some(bob_key.clone()));
+
+    // 3. What is granted works, through any node.
+    let written = alice
+        .transact(&note("team/a", "alice", Op::Assert, Status::Candidate))
+        .await
+        .unwrap();
+    let entity = EntityId(*written.temp_ids.get("n").unwrap());
+    let ns_a = Namespace::new("team/a").unwrap();
+    let seen = bob.get(&ns_a, entity, GetOptions::default()).await.unwrap();
+    assert_eq!(seen.datoms[0].provenance.as_ref().unwrap().agent, "alice");
+
+    // 4. The bad-input table: each refusal has its code, and the chain does not move.
+    let before = head().await;
+    let (code, msg) = code_of(
+        anonymous
+            .transact(&note("team/a", "alice", Op::Assert, Status::Candidate))
+            .await,
+    );
+    assert_eq!(code, Code::Unauthenticated, "{msg}");
+    assert_eq!(
+        code_of(anonymous.get(&ns_a, entity, GetOptions::default()).await).0,
+        Code::Unauthenticated
+    );
+    assert_eq!(code_of(anonymous.head().await).0, Code::Unauthenticated);
+    let (code, msg) = code_of(
+        alice
+            .transact(&note("team/b", "alice", Op::Assert, Status::Candidate))
+            .await,
+    );
+    assert_eq!(code, Code::PermissionDenied);
+    assert!(
+        msg.contains("alice") && msg.contains("write") && msg.contains("team/b"),
+        "the denial names principal, action and namespace: {msg}"
+    );
+    let (code, msg) = code_of(
+        alice
+            .transact(&note("team/a", "alice", Op::Retract, Status::Candidate))
+            .await,
+    );
+    assert_eq!(code, Code::PermissionDenied, "{msg}");
+    assert!(msg.contains("retract"), "{msg}");
+    let (code, msg) = code_of(
+        alice
+            .transact(&note("team/a", "alice", Op::Assert, Status::Verified))
+            .await,
+    );
+    assert_eq!(code, Code::PermissionDenied, "{msg}");
+    assert!(msg.contains("promote"), "{msg}");
+    let (code, msg) = code_of(
+        alice
+            .transact(&note("team/a", "mallory", Op::Assert, Status::Candidate))
+            .await,
+    );
+    assert_eq!(code, Code::InvalidArgument, "{msg}");
+    assert!(msg.contains("mallory") && msg.contains("alice"), "{msg}");
+    assert_eq!(
+        code_of(
+            bob.transact(&note("team/a", "bob", Op::Assert, Status::Candidate))
+                .await
+        )
+        .0,
+        Code::PermissionDenied
+    );
+    assert_eq!(
+        code_of(bob.grant("bob", "write", "team/a", false).await).0,
+        Code::PermissionDenied
+    );
+    let history = bob
+        .history(
+            &ns_a,
+            engram_client::HistoryTarget::Entity {
+                entity,
+                attribute: None,
+            },
+            0,
+            engram_client::Consistency::Linearizable,
+        )
+        .await;
+    assert_eq!(
+        code_of(history).0,
+        Code::PermissionDenied,
+        "read does not give read-history"
+    );
+    // A key nobody registered, under a registered name.
+    let impostor = client(
+        endpoints.clone(),
+        Some(Arc::new(AgentKey::from_seed(
+            engram_access::Principal::new("alice").unwrap(),
+            [9; 32],
+        ))),
+    );
+    assert_eq!(
+        code_of(
+            impostor
+                .transact(&note("team/a", "alice", Op::Assert, Status::Candidate))
+                .await
+        )
+        .0,
+        Code::Unauthenticated
+    );
+    let stranger = client(
+        endpoints.clone(),
+        Some(Arc::new(AgentKey::from_seed(
+            engram_access::Principal::new("zed").unwrap(),
+            [8; 32],
+        ))),
+    );
+    let (code, msg) = code_of(stranger.who_am_i().await);
+    assert_eq!(code, Code::Unauthenticated);
+    assert!(msg.contains("unknown agent zed"), "{msg}");
+    // Raw requests: a signature over other bytes, a stale time, a replayed nonce.
+    let mut raw = pb::memory_client::MemoryClient::connect(format!("http://{}", endpoints[0]))
+        .await
+        .unwrap();
+    let get = |e: u64| pb::GetRequest {
+        namespace: "team/a".into(),
+        entity: e,
+        consistency: pb::ReadConsistency::Stale as i32,
+        ..Default::default()
+    };
+    let other = raw
+        .get(raw_get(
+            &bob_key,
+            get(entity.0),
+            &get(entity.0 + 1),
+            now_ms(),
+            [1; 16],
+        ))
+        .await;
+    assert_eq!(other.unwrap_err().code(), Code::Unauthenticated);
+    let stale = raw
+        .get(raw_get(
+            &bob_key,
+            get(entity.0),
+            &get(entity.0),
+            now_ms() - 600_000,
+            [2; 16],
+        ))
+        .await
+        .unwrap_err();
+    assert_eq!(stale.code(), Code::Unauthenticated);
+    assert!(stale.message().contains("window"), "{}", stale.message());
+    let nonce = [3; 16];
+    let t = now_ms();
+    raw.get(raw_get(&bob_key, get(entity.0), &get(entity.0), t, nonce))
+        .await
+        .unwrap();
+    let replay = raw
+        .get(raw_get(&bob_key, get(entity.0), &get(entity.0), t, nonce))
+        .await
+        .unwrap_err();
+    assert_eq!(replay.code(), Code::Unauthenticated);
+    assert!(replay.message().contains("replay"), "{}", replay.message());
+    // Nobody writes the system namespace directly.
+    let (code, _) = code_of(
+        admin
+            .transact(&note("engram.system", "root", Op::Assert, Status::Candidate))
+            .await,
+    );
+    assert_eq!(code, Code::InvalidArgument);
+    // The last administrator cannot lock everyone out.
+    let err = cli.fails(Some("root.key"), &["revoke", "root", "--action", "grant"]);
+    assert!(
+        err.contains("FAILED_PRECONDITION") || err.contains("no active agent"),
+        "{err}"
+    );
+    let err = cli.fails(Some("root.key"), &["agent", "revoke", "root"]);
+    assert!(err.contains("no active agent"), "{err}");
+    assert_eq!(head().await, before, "a refused request moved the chain");
+
+    // 5. Rotation: the old key is refused from the change on, the new one works.
+    let rotated = keys.path().join("alice-2.key");
+    cli.ok(
+        Some("alice.key"),
+        &["agent", "rotate", "alice", "--out", rotated.to_str().unwrap()],
+    );
+    assert_eq!(
+        code_of(
+            alice
+                .transact(&note("team/a", "alice", Op::Assert, Status::Candidate))
+                .await
+        )
+        .0,
+        Code::Unauthenticated
+    );
+    let alice2 = client(
+        endpoints.clone(),
+        Some(Arc::new(AgentKey::load(&rotated).unwrap())),
+    );
+    alice2
+        .transact(&note("team/a", "alice", Op::Assert, Status::Candidate))
+        .await
+        .unwrap();
+
+    // 6. Revocation: bob's grant, then bob. The grant stays readable as of before it ended.
+    let grant_tx = bob_grant[0]["tx"].as_u64().unwrap();
+    cli.ok(
+        Some("root.key"),
+        &["revoke", "bob", "--action", "read", "--ns", "team"],
+    );
+    assert_eq!(
+        code_of(bob.get(&ns_a, entity, GetOptions::default()).await).0,
+        Code::PermissionDenied
+    );
+    let grants = admin.list_grants("bob").await.unwrap();
+    assert!(grants.grants.is_empty());
+    let system = Namespace::new("engram.system").unwrap();
+    let found = admin
+        .find(&engram_client::FindQuery {
+            namespace: system.clone(),
+            attribute: Attribute::new(":engram.grant/principal").unwrap(),
+            value: Some(Value::String("bob".into())),
+            as_of_tx: Some(grant_tx),
+            limit: 0,
+            consistency: engram_client::Consistency::Linearizable,
+            branch: None,
+        })
+        .await
+        .unwrap();
+    let grant_entity = EntityId(found.datoms[0].entity);
+    let status = |tx: Option<u64>| {
+        let admin = admin.clone();
+        let system = system.clone();
+        async move {
+            let opts = GetOptions {
+                as_of_tx: tx,
+                ..GetOptions::default()
+            };
+            let got = admin.get(&system, grant_entity, opts).await.unwrap();
+            got.datoms
+                .iter()
+                .find(|d| d.attribute == ":engram.grant/status")
+                .and_then(|d| d.value.clone())
+                .and_then(|v| v.kind)
+        }
+    };
+    let active = Some(pb::value::Kind::String("active".into()));
+    let ended = Some(pb::value::Kind::String("revoked".into()));
+    assert_eq!(status(Some(grant_tx)).await, active);
+    assert_eq!(status(None).await, ended);
+    cli.ok(Some("root.key"), &["agent", "revoke", "bob"]);
+    let (code, msg) = code_of(bob.who_am_i().await);
+    assert_eq!(code, Code::Unauthenticated);
+    assert!(msg.contains("revoked"), "{msg}");
+
+    // 7. The chains agree and verify.
+    let out = Command::new(EXE)
+        .args(["--agent-key", root_key.to_str().unwrap()])
+        .args(endpoints.iter().flat_map(|e| ["-e".to_string(), e.clone()]))
+        .args(["audit", "verify", "--each"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    cluster.kill_all();
+}

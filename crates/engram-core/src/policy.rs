@@ -1,0 +1,544 @@
+//! Who may do what, as replicated state: the security mode, agents and their keys, grants.
+//!
+//! Every change ([`PolicyOp`]) is one transaction of the system namespace
+//! ([`SYSTEM_NAMESPACE`]), so it is in the audit chain and readable as of any transaction
+//! (`engram get --ns engram.system`): an agent entity carries `:engram.agent/name`, `/key` and
+//! `/status`; a grant entity `:engram.grant/principal`, `/action`, `/prefix` and `/status`; the
+//! cluster entity `:engram.cluster/security`. The datoms are written by the agent
+//! `engram.policy` (so one claim per attribute holds the current value) with the acting
+//! principal as the provenance source. Beside them, apply keeps `P` rows that answer "which
+//! key does agent X have" and "what may X do" with one or two point reads, so a check costs the
+//! same however long the policy's history is:
+//!
+//! | key | value |
+//! |---|---|
+//! | `Pmode` | [`ModeRow`]: pending (genesis written, mode not yet recorded) or the mode |
+//! | `Pa` name | [`AgentRow`]: the agent's entity, key and whether it is revoked |
+//! | `Pg` principal 0 action 0 prefix | [`GrantRow`]: an active grant |
+//!
+//! A store with no `Pmode` row predates modes: it is open.
+
+use std::collections::BTreeMap;
+
+use engram_access::{Action, Grant, Mode, Policy, PolicyOp, Principal, SYSTEM_NAMESPACE};
+use engram_audit::PublicKey;
+use engram_storage::{ReadView, Space, WriteBatch};
+use engram_types::{
+    Attribute, BranchOp, EntityId, EntityRef, Namespace, Op, Provenance, Status, TxId, TxOp, TxRequest, Value,
+};
+use serde::{Deserialize, Serialize};
+
+use crate::CoreError;
+use crate::rows::{Rejection, decode_row, encode_row};
+
+/// The agent whose claims record the policy in the system namespace.
+pub const POLICY_AGENT: &str = "engram.policy";
+
+const TAG: u8 = b'P';
+const MODE_KEY: &[u8] = b"Pmode";
+
+/// The security mode row.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ModeRow {
+    /// Genesis is applied; no transaction is accepted until the mode is recorded.
+    Pending,
+    Set(Mode),
+}
+
+/// An agent: its entity in the system namespace, its current key, and since when it is revoked.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AgentRow {
+    pub entity: EntityId,
+    pub key: PublicKey,
+    pub since_tx: TxId,
+    pub revoked_tx: Option<TxId>,
+}
+
+/// An active grant: its entity in the system namespace.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GrantRow {
+    pub entity: EntityId,
+    pub since_tx: TxId,
+}
+
+/// The row a genesis entry writes when the cluster will record its mode next.
+pub fn pending_mode_row(batch: &mut WriteBatch) {
+    batch.put(Space::State, MODE_KEY.to_vec(), encode_row(&ModeRow::Pending));
+}
+
+pub fn mode_row(view: &dyn ReadView) -> Result<Option<ModeRow>, CoreError> {
+    view.get(Space::State, MODE_KEY)?
+        .map(|bytes| decode_row("policy mode row", &bytes))
+        .transpose()
+}
+
+/// The mode requests are checked under: a store without a mode row is open; a pending one is
+/// `None`.
+pub fn mode(view: &dyn ReadView) -> Result<Option<Mode>, CoreError> {
+    Ok(match mode_row(view)? {
+        None => Some(Mode::Open),
+        Some(ModeRow::Pending) => None,
+        Some(ModeRow::Set(mode)) => Some(mode),
+    })
+}
+
+fn agent_key(name: &str) -> Vec<u8> {
+    let mut k = vec![TAG, b'a'];
+    k.extend_from_slice(name.as_bytes());
+    k
+}
+
+fn grants_prefix(principal: &str) -> Vec<u8> {
+    let mut k = vec![TAG, b'g'];
+    k.extend_from_slice(principal.as_bytes());
+    k.push(0);
+    k
+}
+
+fn grant_key(g: &Grant) -> Vec<u8> {
+    let mut k = grants_prefix(&g.principal);
+    k.extend_from_slice(g.action.name().as_bytes());
+    k.push(0);
+    k.extend_from_slice(g.prefix.as_bytes());
+    k
+}
+
+fn scan_prefix(view: &dyn ReadView, prefix: &[u8]) -> Result<Vec<(Vec<u8>, Vec<u8>)>, CoreError> {
+    let end = engram_storage::prefix_end(prefix);
+    Ok(view.scan(Space::State, prefix, end.as_deref(), usize::MAX)?)
+}
+
+pub fn agent(view: &dyn ReadView, name: &str) -> Result<Option<AgentRow>, CoreError> {
+    view.get(Space::State, &agent_key(name))?
+        .map(|bytes| decode_row("agent row", &bytes))
+        .transpose()
+}
+
+/// Every agent, by name.
+pub fn agents(view: &dyn ReadView) -> Result<Vec<(String, AgentRow)>, CoreError> {
+    scan_prefix(view, &[TAG, b'a'])?
+        .into_iter()
+        .map(|(k, v)| {
+            let name = String::from_utf8_lossy(&k[2..]).into_owned();
+            Ok((name, decode_row("agent row", &v)?))
+        })
+        .collect()
+}
+
+fn grant_from_key(key: &[u8]) -> Result<Grant, CoreError> {
+    let body = &key[2..];
+    let mut parts = body.splitn(3, |b| *b == 0);
+    let (Some(principal), Some(action), Some(prefix)) = (parts.next(), parts.next(), parts.next()) else {
+        return Err(CoreError::corrupt("grant row key", "fewer than three parts"));
+    };
+    let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+    let action = text(action)
+        .parse::<Action>()
+        .map_err(|e| CoreError::corrupt("grant row key", e))?;
+    Ok(Grant {
+        principal: text(principal),
+        action,
+        prefix: text(prefix),
+    })
+}
+
+/// Every active grant, with its row.
+pub fn grants(view: &dyn ReadView) -> Result<Vec<(Grant, GrantRow)>, CoreError> {
+    scan_prefix(view, &[TAG, b'g'])?
+        .into_iter()
+        .map(|(k, v)| Ok((grant_from_key(&k)?, decode_row("grant row", &v)?)))
+        .collect()
+}
+
+/// The grants that apply to `principal`: its own and those of `*`.
+pub fn policy_of(view: &dyn ReadView, principal: &str) -> Result<Policy, CoreError> {
+    let mut grants = Vec::new();
+    for who in [principal, Grant::ANYONE] {
+        for (k, _) in scan_prefix(view, &grants_prefix(who))? {
+            grants.push(grant_from_key(&k)?);
+        }
+    }
+    Ok(Policy { grants })
+}
+
+/// The actions a transaction needs, from its request alone.
+pub fn actions_of(req: &TxRequest) -> Vec<Action> {
+    let mut need = Vec::new();
+    if req.ops.iter().any(|op| op.op == Op::Assert) {
+        need.push(Action::Write);
+    }
+    if req.ops.iter().any(|op| op.op == Op::Retract) {
+        need.push(Action::Retract);
+    }
+    if !req.ops.is_empty() && req.provenance.status == Status::Verified {
+        need.push(Action::Promote);
+    }
+    if !req.schema.is_empty() {
+        need.push(Action::Schema);
+    }
+    match &req.branch_op {
+        Some(BranchOp::Merge { .. }) => need.push(Action::Merge),
+        Some(_) => need.push(Action::Branch),
+        None => {}
+    }
+    need
+}
+
+/// Whether `principal` may make this transaction under the current policy: the check apply
+/// makes (and the gateway makes first, for a precise answer before anything is proposed).
+/// Open mode checks only that a signed request's principal is the transaction's agent.
+pub fn check_tx(
+    view: &dyn ReadView,
+    principal: Option<&Principal>,
+    req: &TxRequest,
+) -> Result<Result<(), Rejection>, CoreError> {
+    if req.namespace.as_str() == SYSTEM_NAMESPACE {
+        return Ok(Err(Rejection::SystemNamespace));
+    }
+    if let Some(p) = principal
+        && p.as_str() != req.provenance.agent
+    {
+        return Ok(Err(Rejection::AgentMismatch {
+            agent: req.provenance.agent.clone(),
+            principal: p.to_string(),
+        }));
+    }
+    match mode(view)? {
+        None => Ok(Err(Rejection::NotConfigured)),
+        Some(Mode::Open) => Ok(Ok(())),
+        Some(Mode::Enforced) => {
+            for action in actions_of(req) {
+                if let Err(r) = check_action(view, principal, action, req.namespace.as_str())? {
+                    return Ok(Err(r));
+                }
+            }
+            Ok(Ok(()))
+        }
+    }
+}
+
+/// Whether `principal` holds `action` on `namespace` (`""`: cluster-wide) in enforced mode:
+/// an active agent with a grant. Callers check the mode first.
+pub fn check_action(
+    view: &dyn ReadView,
+    principal: Option<&Principal>,
+    action: Action,
+    namespace: &str,
+) -> Result<Result<(), Rejection>, CoreError> {
+    let denied = |who: &str| {
+        Ok(Err(Rejection::NotAuthorized {
+            principal: who.to_string(),
+            action: action.name().to_string(),
+            namespace: namespace.to_string(),
+        }))
+    };
+    let Some(p) = principal else {
+        return denied("(unauthenticated)");
+    };
+    match agent(view, p.as_str())? {
+        Some(row) if row.revoked_tx.is_none() => {}
+        _ => return denied(p.as_str()),
+    }
+    if policy_of(view, p.as_str())?.allows(p.as_str(), action, namespace) {
+        Ok(Ok(()))
+    } else {
+        denied(p.as_str())
+    }
+}
+
+/// A policy change, planned: the system-namespace transaction that records it, and what to
+/// do to the `P` rows once that transaction is applied.
+pub struct PlannedChange {
+    pub request: TxRequest,
+    effect: Effect,
+}
+
+enum Effect {
+    /// Agents to write, by name (`Temp` entities are resolved from the receipt).
+    Agents(Vec<(Principal, EntityRef, PublicKey, Option<TxId>)>),
+    Grants(Vec<(Grant, EntityRef)>),
+    Revoke(Grant),
+    Both {
+        mode: Mode,
+        agents: Vec<(Principal, EntityRef, PublicKey, Option<TxId>)>,
+        grants: Vec<(Grant, EntityRef)>,
+    },
+}
+
+fn attr(name: &str) -> Attribute {
+    Attribute::new(name).expect("a valid built-in attribute name")
+}
+
+fn assert(entity: &EntityRef, attribute: &str, value: Value) -> TxOp {
+    TxOp {
+        op: Op::Assert,
+        entity: entity.clone(),
+        attribute: attr(attribute),
+        value,
+        valid_from_ns: None,
+        valid_to_ns: None,
+    }
+}
+
+fn agent_ops(entity: &EntityRef, name: &Principal, key: &PublicKey, status: &str, ops: &mut Vec<TxOp>) {
+    ops.push(assert(
+        entity,
+        ":engram.agent/name",
+        Value::String(name.to_string()),
+    ));
+    ops.push(assert(entity, ":engram.agent/key", Value::Bytes(key.0.to_vec())));
+    ops.push(assert(
+        entity,
+        ":engram.agent/status",
+        Value::String(status.into()),
+    ));
+}
+
+fn grant_ops(entity: &EntityRef, g: &Grant, status: &str, ops: &mut Vec<TxOp>) {
+    ops.push(assert(
+        entity,
+        ":engram.grant/principal",
+        Value::String(g.principal.clone()),
+    ));
+    ops.push(assert(
+        entity,
+        ":engram.grant/action",
+        Value::String(g.action.name().into()),
+    ));
+    ops.push(assert(
+        entity,
+        ":engram.grant/prefix",
+        Value::String(g.prefix.clone()),
+    ));
+    ops.push(assert(
+        entity,
+        ":engram.grant/status",
+        Value::String(status.into()),
+    ));
+}
+
+/// Checks a policy change against the current policy and plans its transaction. `actor` is
+/// the principal that signed the request (`None`: unsigned, allowed only in open mode).
+pub fn plan_change(
+    view: &dyn ReadView,
+    op: &PolicyOp,
+    actor: Option<&Principal>,
+) -> Result<Result<PlannedChange, Rejection>, CoreError> {
+    let refuse = |why: String| Ok(Err(Rejection::Policy(why)));
+    let current = mode_row(view)?;
+    match (op, current) {
+        (PolicyOp::Configure { .. }, Some(ModeRow::Set(mode))) => {
+            return refuse(format!("the security mode is already recorded: {}", mode.name()));
+        }
+        (PolicyOp::Configure { .. }, None) => {
+            return refuse("this cluster predates security modes: it stays open".into());
+        }
+        (PolicyOp::Configure { .. }, Some(ModeRow::Pending)) => {}
+        (_, Some(ModeRow::Pending)) => return Ok(Err(Rejection::NotConfigured)),
+        (_, _) => {}
+    }
+    if mode(view)? == Some(Mode::Enforced)
+        && let Some((action, namespace)) = op.requires(actor)
+        && let Err(r) = check_action(view, actor, action, &namespace)?
+    {
+        return Ok(Err(r));
+    }
+    let mut ops = Vec::new();
+    let effect = match op {
+        PolicyOp::Configure { mode, admin } => {
+            let cluster = EntityRef::Temp("cluster".into());
+            ops.push(assert(
+                &cluster,
+                ":engram.cluster/security",
+                Value::String(mode.name().into()),
+            ));
+            let mut agents = Vec::new();
+            let mut grants = Vec::new();
+            match (mode, admin) {
+                (Mode::Enforced, None) => {
+                    return refuse(
+                        "enforced mode needs a first administrator (a name and a public key)".into(),
+                    );
+                }
+                (_, Some((name, key))) => {
+                    let entity = EntityRef::Temp(format!("agent {name}"));
+                    agent_ops(&entity, name, key, "active", &mut ops);
+                    agents.push((name.clone(), entity, *key, None));
+                    for action in Action::ALL {
+                        let g = Grant {
+                            principal: name.to_string(),
+                            action,
+                            prefix: String::new(),
+                        };
+                        let entity = EntityRef::Temp(format!("grant {action}"));
+                        grant_ops(&entity, &g, "active", &mut ops);
+                        grants.push((g, entity));
+                    }
+                }
+                (Mode::Open, None) => {}
+            }
+            Effect::Both {
+                mode: *mode,
+                agents,
+                grants,
+            }
+        }
+        PolicyOp::AddAgent { name, key } => {
+            if let Some(row) = agent(view, name.as_str())? {
+                let state = if row.revoked_tx.is_some() {
+                    "revoked"
+                } else {
+                    "active"
+                };
+                return refuse(format!(
+                    "agent {name} already exists ({state}); rotate its key instead (names are never reused)"
+                ));
+            }
+            let entity = EntityRef::Temp("agent".into());
+            agent_ops(&entity, name, key, "active", &mut ops);
+            Effect::Agents(vec![(name.clone(), entity, *key, None)])
+        }
+        PolicyOp::RotateAgentKey { name, key } => {
+            let Some(row) = agent(view, name.as_str())? else {
+                return refuse(format!("no agent named {name}"));
+            };
+            if row.revoked_tx.is_some() {
+                return refuse(format!("agent {name} is revoked"));
+            }
+            if row.key == *key {
+                return refuse(format!("agent {name} already has this key"));
+            }
+            let entity = EntityRef::Id(row.entity);
+            ops.push(assert(&entity, ":engram.agent/key", Value::Bytes(key.0.to_vec())));
+            Effect::Agents(vec![(name.clone(), entity, *key, None)])
+        }
+        PolicyOp::RevokeAgent { name } => {
+            let Some(row) = agent(view, name.as_str())? else {
+                return refuse(format!("no agent named {name}"));
+            };
+            if row.revoked_tx.is_some() {
+                return refuse(format!("agent {name} is already revoked"));
+            }
+            if mode(view)? == Some(Mode::Enforced) && !admins_after(view, None, Some(name.as_str()))? {
+                return Ok(Err(Rejection::LockOut(format!(
+                    "revoking agent {name} would leave no active agent holding grant on every namespace"
+                ))));
+            }
+            let entity = EntityRef::Id(row.entity);
+            ops.push(assert(
+                &entity,
+                ":engram.agent/status",
+                Value::String("revoked".into()),
+            ));
+            // The tx id is only known at apply; `Some(TxId(0))` marks "revoked here".
+            Effect::Agents(vec![(name.clone(), entity, row.key, Some(TxId(0)))])
+        }
+        PolicyOp::Grant(g) => {
+            if let Err(why) = g.validate() {
+                return refuse(why);
+            }
+            if view.get(Space::State, &grant_key(g))?.is_some() {
+                return refuse(format!("already granted: {g}"));
+            }
+            let entity = EntityRef::Temp("grant".into());
+            grant_ops(&entity, g, "active", &mut ops);
+            Effect::Grants(vec![(g.clone(), entity)])
+        }
+        PolicyOp::Revoke(g) => {
+            let Some(bytes) = view.get(Space::State, &grant_key(g))? else {
+                return refuse(format!("no such grant: {g}"));
+            };
+            let row: GrantRow = decode_row("grant row", &bytes)?;
+            if mode(view)? == Some(Mode::Enforced) && !admins_after(view, Some(g), None)? {
+                return Ok(Err(Rejection::LockOut(format!(
+                    "revoking \"{g}\" would leave no active agent holding grant on every namespace"
+                ))));
+            }
+            let entity = EntityRef::Id(row.entity);
+            ops.push(assert(
+                &entity,
+                ":engram.grant/status",
+                Value::String("revoked".into()),
+            ));
+            Effect::Revoke(g.clone())
+        }
+    };
+    let request = TxRequest::data(
+        Namespace::new(SYSTEM_NAMESPACE).expect("the system namespace name is valid"),
+        ops,
+        Provenance {
+            agent: POLICY_AGENT.into(),
+            source: actor.map(ToString::to_string).unwrap_or_default(),
+            confidence: 1.0,
+            status: Status::Verified,
+            ..Default::default()
+        },
+    );
+    Ok(Ok(PlannedChange { request, effect }))
+}
+
+/// Whether some active agent still holds `grant` on every namespace after revoking `grant`
+/// or `agent` (named principals only: a `*` grant is not counted).
+fn admins_after(
+    view: &dyn ReadView,
+    revoked: Option<&Grant>,
+    revoked_agent: Option<&str>,
+) -> Result<bool, CoreError> {
+    for (g, _) in grants(view)? {
+        if g.action != Action::Grant || !g.prefix.is_empty() || g.principal == Grant::ANYONE {
+            continue;
+        }
+        if Some(&g) == revoked || Some(g.principal.as_str()) == revoked_agent {
+            continue;
+        }
+        if matches!(agent(view, &g.principal)?, Some(row) if row.revoked_tx.is_none()) {
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}
+
+impl PlannedChange {
+    /// The `P` rows the change writes, once its transaction is applied as `tx` with the
+    /// entities `temp_ids` allocated.
+    pub fn rows(self, tx: TxId, temp_ids: &BTreeMap<String, EntityId>) -> Result<WriteBatch, CoreError> {
+        let mut batch = WriteBatch::new();
+        let resolve = |entity: &EntityRef| match entity {
+            EntityRef::Id(id) => Ok(*id),
+            EntityRef::Temp(name) => temp_ids
+                .get(name)
+                .copied()
+                .ok_or_else(|| CoreError::corrupt("policy change", format!("no id allocated for {name}"))),
+            EntityRef::Lookup(..) => Err(CoreError::corrupt("policy change", "a lookup ref")),
+        };
+        let (mode, agents, grants, revoke) = match self.effect {
+            Effect::Agents(a) => (None, a, Vec::new(), None),
+            Effect::Grants(g) => (None, Vec::new(), g, None),
+            Effect::Revoke(g) => (None, Vec::new(), Vec::new(), Some(g)),
+            Effect::Both { mode, agents, grants } => (Some(mode), agents, grants, None),
+        };
+        if let Some(mode) = mode {
+            batch.put(Space::State, MODE_KEY.to_vec(), encode_row(&ModeRow::Set(mode)));
+        }
+        for (name, entity, key, revoked) in agents {
+            let row = AgentRow {
+                entity: resolve(&entity)?,
+                key,
+                since_tx: tx,
+                revoked_tx: revoked.map(|_| tx),
+            };
+            batch.put(Space::State, agent_key(name.as_str()), encode_row(&row));
+        }
+        for (g, entity) in grants {
+            let row = GrantRow {
+                entity: resolve(&entity)?,
+                since_tx: tx,
+            };
+            batch.put(Space::State, grant_key(&g), encode_row(&row));
+        }
+        if let Some(g) = revoke {
+            batch.delete(Space::State, grant_key(&g));
+        }
+        Ok(batch)
+    }
+}

@@ -1,0 +1,130 @@
+//! Wire conversions of the `Access` service, and the method paths requests are signed over.
+
+use engram_access::{Action, Grant, Principal};
+use engram_audit::PublicKey;
+
+use crate::{WireError, pb};
+
+/// The gRPC paths of the calls a client signs (the signature covers the path, so a signature
+/// made for one call verifies for no other). Server and clients take them from here.
+pub mod methods {
+    pub const TRANSACT: &str = "/engram.v1.Memory/Transact";
+    pub const DIFF: &str = "/engram.v1.Memory/Diff";
+    pub const GET: &str = "/engram.v1.Memory/Get";
+    pub const HISTORY: &str = "/engram.v1.Memory/History";
+    pub const FIND: &str = "/engram.v1.Memory/Find";
+    pub const WATCH: &str = "/engram.v1.Memory/Watch";
+    pub const APPLY_SCHEMA: &str = "/engram.v1.Memory/ApplySchema";
+    pub const GET_SCHEMA: &str = "/engram.v1.Memory/GetSchema";
+    pub const CREATE_BRANCH: &str = "/engram.v1.Memory/CreateBranch";
+    pub const MERGE_BRANCH: &str = "/engram.v1.Memory/MergeBranch";
+    pub const ABANDON_BRANCH: &str = "/engram.v1.Memory/AbandonBranch";
+    pub const LIST_BRANCHES: &str = "/engram.v1.Memory/ListBranches";
+    pub const ENTRIES: &str = "/engram.v1.Audit/Entries";
+    pub const HEAD: &str = "/engram.v1.Audit/Head";
+    pub const CHECKPOINT: &str = "/engram.v1.Audit/Checkpoint";
+    pub const INCLUSION_PROOF: &str = "/engram.v1.Audit/InclusionProof";
+    pub const CONSISTENCY_PROOF: &str = "/engram.v1.Audit/ConsistencyProof";
+    pub const EXPORT: &str = "/engram.v1.Audit/Export";
+    pub const INIT: &str = "/engram.v1.Cluster/Init";
+    pub const STATUS: &str = "/engram.v1.Cluster/Status";
+    pub const ADD_NODE: &str = "/engram.v1.Cluster/AddNode";
+    pub const REMOVE_NODE: &str = "/engram.v1.Cluster/RemoveNode";
+    pub const REVOKE_KEY: &str = "/engram.v1.Cluster/RevokeKey";
+    pub const ROTATE_KEY: &str = "/engram.v1.Cluster/RotateKey";
+    pub const PROPOSE_KEY_CHANGE: &str = "/engram.v1.Cluster/ProposeKeyChange";
+    pub const ADD_AGENT: &str = "/engram.v1.Access/AddAgent";
+    pub const ROTATE_AGENT_KEY: &str = "/engram.v1.Access/RotateAgentKey";
+    pub const REVOKE_AGENT: &str = "/engram.v1.Access/RevokeAgent";
+    pub const GRANT: &str = "/engram.v1.Access/Grant";
+    pub const REVOKE_GRANT: &str = "/engram.v1.Access/RevokeGrant";
+    pub const LIST_AGENTS: &str = "/engram.v1.Access/ListAgents";
+    pub const LIST_GRANTS: &str = "/engram.v1.Access/ListGrants";
+    pub const WHO_AM_I: &str = "/engram.v1.Access/WhoAmI";
+}
+
+pub fn principal(field: &str, raw: String) -> Result<Principal, WireError> {
+    Principal::new(raw).map_err(|e| WireError::new(field, e))
+}
+
+pub fn public_key(field: &str, raw: &[u8]) -> Result<PublicKey, WireError> {
+    let bytes: [u8; 32] = raw.try_into().map_err(|_| {
+        WireError::new(
+            field,
+            format!("{} bytes, expected a 32-byte Ed25519 key", raw.len()),
+        )
+    })?;
+    Ok(PublicKey(bytes))
+}
+
+impl TryFrom<pb::GrantRequest> for Grant {
+    type Error = WireError;
+    fn try_from(raw: pb::GrantRequest) -> Result<Grant, WireError> {
+        let action = raw
+            .action
+            .parse::<Action>()
+            .map_err(|e| WireError::new("action", e))?;
+        let grant = Grant {
+            principal: raw.principal,
+            action,
+            prefix: raw.prefix,
+        };
+        grant.validate().map_err(|e| {
+            let field = if e.starts_with("principal") {
+                "principal"
+            } else {
+                "prefix"
+            };
+            WireError::new(field, e)
+        })?;
+        Ok(grant)
+    }
+}
+
+impl From<&Grant> for pb::GrantRequest {
+    fn from(g: &Grant) -> pb::GrantRequest {
+        pb::GrantRequest {
+            principal: g.principal.clone(),
+            action: g.action.name().to_string(),
+            prefix: g.prefix.clone(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn grants_are_validated_at_the_wire() {
+        let ok = Grant::try_from(pb::GrantRequest {
+            principal: "alice".into(),
+            action: "write".into(),
+            prefix: "team/a".into(),
+        })
+        .unwrap();
+        assert_eq!(ok.action, Action::Write);
+        let bad_action = Grant::try_from(pb::GrantRequest {
+            principal: "alice".into(),
+            action: "delete".into(),
+            prefix: String::new(),
+        })
+        .unwrap_err();
+        assert_eq!(bad_action.field, "action");
+        let bad_principal = Grant::try_from(pb::GrantRequest {
+            principal: "al ice".into(),
+            action: "read".into(),
+            prefix: String::new(),
+        })
+        .unwrap_err();
+        assert_eq!(bad_principal.field, "principal");
+        let narrow_admin = Grant::try_from(pb::GrantRequest {
+            principal: "alice".into(),
+            action: "key-admin".into(),
+            prefix: "team".into(),
+        })
+        .unwrap_err();
+        assert_eq!(narrow_admin.field, "prefix");
+        assert!(public_key("public_key", &[0; 31]).is_err());
+    }
+}

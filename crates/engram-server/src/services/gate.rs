@@ -1,0 +1,165 @@
+//! The gate every client call passes first: who is calling, and whether a grant allows it.
+//!
+//! A signed request (see `engram_access::request`) is checked against the key the node's
+//! applied policy records for its agent, then against the replay guard (a timestamp within
+//! [`REPLAY_WINDOW_MS`] of this node's clock, a nonce not seen inside the window). In enforced
+//! mode an unsigned request is refused, and the call's action must be granted. A follower that
+//! forwards a call copies the signature headers, and the leader checks them again: the
+//! forwarding marker is a routing hint, never a credential.
+//!
+//! Apply checks transactions and policy changes again against the policy at their own log
+//! entry; the gate's check answers early and covers reads, which never reach the log.
+
+use std::sync::Mutex;
+
+use engram_access::request::{HEADERS, RequestAuth};
+use engram_access::{Action, Mode, Principal, ReplayGuard};
+use engram_core::policy;
+use prost::Message;
+use tonic::metadata::{AsciiMetadataValue, MetadataMap};
+
+use super::{FORWARDED, Shared};
+use crate::error::ApiError;
+
+/// How far a signed request's time may be from this node's clock, either way.
+pub const REPLAY_WINDOW_MS: i64 = 5 * 60 * 1000;
+/// Nonces remembered at most; beyond it the gate refuses signed requests until old ones
+/// expire, rather than forget a nonce inside the window.
+pub const MAX_REMEMBERED_NONCES: usize = 1 << 20;
+
+/// What a call needs of its caller.
+pub enum Need {
+    /// Nothing: served to anyone (cluster status, who-am-I, node-signed key changes).
+    Nothing,
+    /// A principal, in enforced mode; the action is checked later, on the parsed request (a
+    /// transaction's actions depend on its ops).
+    Principal,
+    /// The action on a namespace (`""`: cluster-wide).
+    Action(Action, String),
+}
+
+impl Need {
+    pub fn on(action: Action, namespace: &str) -> Need {
+        Need::Action(action, namespace.to_string())
+    }
+
+    pub fn cluster(action: Action) -> Need {
+        Need::Action(action, String::new())
+    }
+}
+
+/// The node's replay guard.
+pub struct Gate {
+    replay: Mutex<ReplayGuard>,
+}
+
+impl Default for Gate {
+    fn default() -> Gate {
+        Gate {
+            replay: Mutex::new(ReplayGuard::new(REPLAY_WINDOW_MS, MAX_REMEMBERED_NONCES)),
+        }
+    }
+}
+
+/// Who made an admitted call, and how to pass the call on.
+pub struct Caller {
+    pub principal: Option<Principal>,
+    /// The mode the call was admitted under (`None`: the cluster's mode is not recorded yet).
+    pub mode: Option<Mode>,
+    pub forwarded: bool,
+    signature: Vec<(&'static str, AsciiMetadataValue)>,
+}
+
+impl Caller {
+    /// The call as this node forwards it to the leader: marked forwarded, still signed.
+    pub fn forward<T>(&self, message: T) -> tonic::Request<T> {
+        let mut req = tonic::Request::new(message);
+        let meta = req.metadata_mut();
+        meta.insert(FORWARDED, AsciiMetadataValue::from_static("1"));
+        for (name, value) in &self.signature {
+            meta.insert(*name, value.clone());
+        }
+        req
+    }
+}
+
+fn signature_headers(meta: &MetadataMap) -> Vec<(&'static str, AsciiMetadataValue)> {
+    HEADERS
+        .iter()
+        .filter_map(|h| meta.get(*h).map(|v| (*h, v.clone())))
+        .collect()
+}
+
+impl Shared {
+    /// Authenticates `request` (a call of `method`) and checks `need`; see the module docs.
+    pub fn admit<T: Message>(
+        &self,
+        request: &tonic::Request<T>,
+        method: &str,
+        need: Need,
+    ) -> Result<Caller, ApiError> {
+        let meta = request.metadata();
+        let auth = RequestAuth::from_headers(|h| meta.get(h).and_then(|v| v.to_str().ok()))
+            .map_err(|e| ApiError::Unauthenticated(e.to_string()))?;
+        let (mode, agent) = self.read_state(|store| {
+            let mode = policy::mode(store)?;
+            let agent = match &auth {
+                Some(a) => policy::agent(store, a.principal.as_str())?,
+                None => None,
+            };
+            Ok::<_, engram_core::CoreError>((mode, agent))
+        })?;
+        let principal = match auth {
+            None => None,
+            Some(auth) => {
+                let who = &auth.principal;
+                let Some(row) = agent else {
+                    return Err(ApiError::Unauthenticated(format!(
+                        "unknown agent {who}: no key is registered for it on this node (engram agent create)"
+                    )));
+                };
+                if let Some(tx) = row.revoked_tx {
+                    return Err(ApiError::Unauthenticated(format!(
+                        "agent {who} was revoked at tx {tx}"
+                    )));
+                }
+                auth.verify(&row.key, method, &request.get_ref().encode_to_vec())
+                    .map_err(|e| ApiError::Unauthenticated(e.to_string()))?;
+                let now_ms = engram_raft::clock::now_ns() / 1_000_000;
+                self.gate
+                    .replay
+                    .lock()
+                    .map_err(|_| ApiError::Internal("replay guard poisoned".into()))?
+                    .admit(&auth, now_ms)
+                    .map_err(|e| ApiError::Unauthenticated(e.to_string()))?;
+                Some(auth.principal)
+            }
+        };
+        // Until the mode is recorded the gate fails closed, as enforced mode does.
+        if mode != Some(Mode::Open) {
+            match (&need, &principal) {
+                (Need::Nothing, _) => {}
+                (_, None) => {
+                    return Err(ApiError::Unauthenticated(
+                        "this cluster requires signed requests: sign with a registered agent key (--agent-key)".into(),
+                    ));
+                }
+                (Need::Principal, Some(_)) => {}
+                (Need::Action(action, namespace), Some(_)) => {
+                    let verdict = self.read_state(|store| {
+                        policy::check_action(store, principal.as_ref(), *action, namespace)
+                    })?;
+                    if let Err(rejection) = verdict {
+                        return Err(ApiError::PermissionDenied(rejection.to_string()));
+                    }
+                }
+            }
+        }
+        Ok(Caller {
+            principal,
+            mode,
+            forwarded: request.metadata().contains_key(FORWARDED),
+            signature: signature_headers(meta),
+        })
+    }
+}
