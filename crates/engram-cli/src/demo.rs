@@ -15,7 +15,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::{Context, Result, anyhow, bail};
-use engram_client::{Client, ClientError, Consistency, HistoryTarget};
+use engram_access::AgentKey;
+use engram_client::{Client, ClientConfig, ClientError, Consistency, HistoryTarget};
 use engram_types::{
     Attribute, EntityId, EntityRef, Hash, Namespace, Op, Precondition, Provenance, Status, TxOp, TxRequest,
     Value,
@@ -676,6 +677,99 @@ enum Phase {
     Done,
 }
 
+/// The key file `NAME.key` in the demo's directory, made on first use (a --data-dir keeps it,
+/// so a second run signs as the same agents).
+fn key_file(dir: &Path, name: &str) -> Result<AgentKey> {
+    let path = dir.join(format!("{name}.key"));
+    if path.exists() {
+        return Ok(AgentKey::load(&path)?);
+    }
+    crate::access_cmd::new_key_file(name, &path)
+}
+
+fn signed_client(endpoints: Vec<String>, key: Arc<AgentKey>) -> Result<Client> {
+    let config = ClientConfig {
+        agent: Some(key),
+        ..ClientConfig::default()
+    };
+    Ok(Client::with_config(endpoints, config)?)
+}
+
+/// What each demo agent may do, on its own namespace only.
+const AGENT_ACTIONS: [&str; 5] = ["read", "read-history", "write", "retract", "promote"];
+
+/// Registers agent `k` (unless an earlier run did) and grants it [`AGENT_ACTIONS`] on
+/// `demo/agent-k`.
+async fn register_agent(admin: &Client, dir: &Path, k: u32) -> Result<Arc<AgentKey>> {
+    let name = format!("agent-{k}");
+    let key = key_file(dir, &name)?;
+    let known = admin
+        .list_agents()
+        .await?
+        .agents
+        .iter()
+        .any(|a| a.name == name && a.public_key == key.public().0);
+    if !known {
+        admin.add_agent(&name, key.public().0).await?;
+    }
+    let held = admin.list_grants(&name).await?.grants;
+    let ns = format!("demo/agent-{k}");
+    for action in AGENT_ACTIONS {
+        if !held.iter().any(|g| g.action == action && g.prefix == ns) {
+            admin.grant(&name, action, &ns, false).await?;
+        }
+    }
+    Ok(Arc::new(key))
+}
+
+/// Two agents, two sets of rights: agent 1 is refused on agent 2's namespace (and an unsigned
+/// client everywhere), and neither refusal moves the chain. `Err` says what went wrong.
+async fn check_policy(
+    endpoints: &[String],
+    keys: &[Arc<AgentKey>],
+    admin: &Client,
+) -> Result<Result<String, String>> {
+    let (Some(first), true) = (keys.first(), keys.len() >= 2) else {
+        return Ok(Ok("one agent only: no second namespace to be refused on".into()));
+    };
+    let before = admin.head().await?.index;
+    let intruder = signed_client(endpoints.to_vec(), first.clone())?;
+    let mut trespass = TxRequest::data(
+        Namespace::new("demo/agent-2").map_err(|e| anyhow!("{e}"))?,
+        vec![TxOp {
+            op: Op::Assert,
+            entity: EntityRef::Temp("note".into()),
+            attribute: Attribute::new(":memory/text").map_err(|e| anyhow!("{e}"))?,
+            value: Value::String("not mine to write".into()),
+            valid_from_ns: None,
+            valid_to_ns: None,
+        }],
+        Provenance {
+            agent: "agent-1".into(),
+            confidence: 1.0,
+            ..Default::default()
+        },
+    );
+    let denied = intruder.transact(&trespass).await;
+    trespass.provenance.agent = "anyone".into();
+    let anonymous = Client::connect(endpoints.to_vec()).await?;
+    let unsigned = anonymous.transact(&trespass).await;
+    let after = admin.head().await?.index;
+    let code = |r: &Result<engram_client::pb::TransactResponse, ClientError>| {
+        r.as_ref().err().and_then(ClientError::code)
+    };
+    Ok(
+        match (code(&denied), code(&unsigned), before == after) {
+            (Some(tonic::Code::PermissionDenied), Some(tonic::Code::Unauthenticated), true) => Ok(
+                "agent-1 writing demo/agent-2: PERMISSION_DENIED; an unsigned write: UNAUTHENTICATED; the chain did not move".into(),
+            ),
+            (d, u, same) => Err(format!(
+                "expected PERMISSION_DENIED and UNAUTHENTICATED with the chain unchanged, got {d:?}, {u:?}, chain unchanged: {same}"
+            )),
+        },
+    )
+}
+
 async fn run_in(args: &DemoArgs, exe: &Path, dir: &Path, ui: Ui) -> Result<DemoSummary> {
     let started = Instant::now();
 
@@ -689,16 +783,35 @@ async fn run_in(args: &DemoArgs, exe: &Path, dir: &Path, ui: Ui) -> Result<DemoS
         format!("{NODES} nodes answering at {}", cluster.endpoints().join(", ")),
     );
 
-    // 2. Cluster.
-    let pb = ui.spinner("initialising the cluster and electing a leader");
+    // 2. Cluster, in enforced mode: an administrator, then one key and one namespace's rights
+    //    per agent.
+    let pb = ui.spinner("initialising the cluster (enforced mode) and electing a leader");
+    let root = key_file(dir, "root")?;
     let leader = if statuses.iter().any(|s| s.initialized) {
         // A --data-dir from an earlier run: the cluster exists already.
         cluster.wait_for_leader(None, Duration::from_secs(30)).await?
     } else {
-        cluster.init(Duration::from_secs(30)).await?
+        cluster
+            .init_with(Duration::from_secs(30), Some(("root", root.public().0)))
+            .await?
     };
-    let start_index = cluster.node(leader)?.probe().status().await?.chain_index;
     ui.done(&pb, format!("cluster formed; node {leader} leads"));
+    let pb = ui.spinner(format!("registering {} agents and their grants", args.agents));
+    let endpoints = cluster.endpoints();
+    let admin = signed_client(endpoints.clone(), Arc::new(root))?;
+    let mut agent_keys = Vec::new();
+    for k in 1..=args.agents {
+        agent_keys.push(register_agent(&admin, dir, k).await?);
+    }
+    let policy = check_policy(&endpoints, &agent_keys, &admin).await?;
+    let start_index = cluster.node(leader)?.probe().status().await?.chain_index;
+    ui.done(
+        &pb,
+        format!(
+            "{} agents registered, each granted its own namespace only",
+            args.agents
+        ),
+    );
 
     // 3. Agents, with the leader killed and restarted under load.
     let run_id = run_id();
@@ -712,9 +825,8 @@ async fn run_in(args: &DemoArgs, exe: &Path, dir: &Path, ui: Ui) -> Result<DemoS
         refused: AtomicU64::new(0),
         errors: Mutex::new(Vec::new()),
     });
-    let endpoints = cluster.endpoints();
     let mut agents = JoinSet::new();
-    for k in 1..=args.agents {
+    for (k, key) in (1..=args.agents).zip(&agent_keys) {
         // Each agent starts at a different node, as agents spread over a real cluster would.
         let mut eps = endpoints.clone();
         let shift = k as usize % eps.len();
@@ -722,7 +834,7 @@ async fn run_in(args: &DemoArgs, exe: &Path, dir: &Path, ui: Ui) -> Result<DemoS
         let agent = Agent {
             index: k,
             namespace: Namespace::new(format!("demo/agent-{k}")).map_err(|e| anyhow!("{e}"))?,
-            client: Client::connect(eps).await?,
+            client: signed_client(eps, key.clone())?,
             run_id: run_id.clone(),
             rng: Rng(0x9e37_79b9_7f4a_7c15 ^ u64::from(k).wrapping_mul(0xbf58_476d_1ce4_e5b9)),
             memories: Vec::new(),
@@ -927,7 +1039,8 @@ async fn run_in(args: &DemoArgs, exe: &Path, dir: &Path, ui: Ui) -> Result<DemoS
         .collect();
     for node in cluster.nodes() {
         let endpoint = node.endpoint();
-        let client = Client::connect(vec![endpoint.clone()]).await?;
+        let client = admin.node(cluster.nodes().iter().position(|n| n.id == node.id).unwrap_or(0));
+        let client = client.ok_or_else(|| anyhow!("node {} has no endpoint", node.id))?;
         let pb = ui.bar(
             0,
             "{spinner:.cyan} {msg} [{bar:30}] {pos}/{len}",
@@ -1064,6 +1177,14 @@ async fn run_in(args: &DemoArgs, exe: &Path, dir: &Path, ui: Ui) -> Result<DemoS
                     shared.refused.load(Ordering::Relaxed),
                     errors.iter().take(3).cloned().collect::<Vec<_>>().join("; ")
                 )
+            },
+        },
+        Check {
+            name: "grants_enforced",
+            ok: policy.is_ok(),
+            detail: match &policy {
+                Ok(detail) => detail.clone(),
+                Err(e) => e.clone(),
             },
         },
         Check {

@@ -296,6 +296,11 @@ impl LocalCluster {
     /// Initialises the cluster through node 1 with every node as a voter, then waits until all
     /// running nodes agree on a leader that reports itself leader. Returns the leader's id.
     pub async fn init(&mut self, timeout: Duration) -> Result<u64> {
+        self.init_with(timeout, None).await
+    }
+
+    /// [`LocalCluster::init`] in enforced mode when `admin` names the first administrator.
+    pub async fn init_with(&mut self, timeout: Duration, admin: Option<(&str, [u8; 32])>) -> Result<u64> {
         let members = self.members();
         let first = self
             .nodes
@@ -310,7 +315,7 @@ impl LocalCluster {
             },
         )?;
         init_client
-            .init(&members)
+            .init_with(&members, admin)
             .await
             .context("Cluster.Init on node 1")?;
         self.wait_for_leader(None, timeout).await

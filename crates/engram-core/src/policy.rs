@@ -82,6 +82,15 @@ pub fn mode(view: &dyn ReadView) -> Result<Option<Mode>, CoreError> {
     })
 }
 
+/// The mode once it is settled: `None` before genesis is applied (a node not yet in a
+/// cluster) and while the mode is pending; a store whose chain predates modes is open.
+pub fn settled_mode(view: &dyn ReadView) -> Result<Option<Mode>, CoreError> {
+    if view.get(Space::State, crate::keys::META_HEAD)?.is_none() {
+        return Ok(None);
+    }
+    mode(view)
+}
+
 fn agent_key(name: &str) -> Vec<u8> {
     let mut k = vec![TAG, b'a'];
     k.extend_from_slice(name.as_bytes());

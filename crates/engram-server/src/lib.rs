@@ -415,7 +415,7 @@ async fn join(shared: Arc<Shared>) {
 /// serves in: a warning in open mode, where anyone who reaches a node may do anything.
 async fn announce_security(node: RaftNode) {
     loop {
-        match node.read_state(|store| engram_core::policy::mode(store)) {
+        match node.read_state(|store| engram_core::policy::settled_mode(store)) {
             Ok(Ok(Some(engram_access::Mode::Open))) => {
                 warn!(
                     "security mode is open: any client that reaches this node may read and write everything; initialise clusters with --security enforced to require signed requests and grants"

@@ -63,7 +63,7 @@ pub fn render(node: &RaftNode) -> String {
         f64::from(u8::from(node.alarm().is_some())),
     );
     let mode = node
-        .read_state(|store| engram_core::policy::mode(store))
+        .read_state(|store| engram_core::policy::settled_mode(store))
         .ok()
         .and_then(Result::ok)
         .flatten();

@@ -5,11 +5,12 @@ use std::sync::Arc;
 use engram_access::{Action, Grant, PolicyOp, SYSTEM_NAMESPACE};
 use engram_core::policy;
 use engram_proto::{methods, pb};
+use tonic::metadata::MetadataMap;
 use tonic::transport::Channel;
 use tonic::{Request, Response, Status};
 
 use super::gate::{Caller, Need};
-use super::{Route, Shared, forwarded_err};
+use super::{Route, Shared, forwarded_err, relay};
 use crate::error::ApiError;
 
 pub struct AccessService {
@@ -22,18 +23,24 @@ impl AccessService {
     }
 
     /// Proposes a policy change on the leader (forwarding it there when this node does not
-    /// lead). The policy at this node's applied state answers first; apply decides.
-    async fn change(&self, caller: Caller, call: PolicyCall) -> Result<Response<pb::PolicyResponse>, Status> {
+    /// lead). The leader's applied policy answers first; apply decides.
+    async fn change(
+        &self,
+        meta: MetadataMap,
+        call: PolicyCall,
+    ) -> Result<Response<pb::PolicyResponse>, Status> {
         let op = call.to_op()?;
+        let incoming = Caller::incoming(&meta);
+        if let Route::Leader(addr) = self.shared.route_write(incoming.forwarded)? {
+            return Ok(Response::new(
+                call.forward(self.shared.access_client(&addr)?, &incoming).await?,
+            ));
+        }
+        let caller = call.admit(&self.shared, &meta)?;
         if let Err(rejection) = self.shared.read_state(|store| {
             policy::plan_change(store, &op, caller.principal.as_ref()).map(|planned| planned.map(|_| ()))
         })? {
             return Err(ApiError::Rejected(rejection).into());
-        }
-        if let Route::Leader(addr) = self.shared.route_write(caller.forwarded)? {
-            return Ok(Response::new(
-                call.forward(self.shared.access_client(&addr)?, &caller).await?,
-            ));
         }
         match self
             .shared
@@ -57,6 +64,24 @@ impl AccessService {
     }
 }
 
+impl AccessService {
+    /// The leader's Access client when a read of the policy must be served there (the policy
+    /// as of the last committed change, whichever node the caller asked); `None`: here.
+    async fn access_leader(
+        &self,
+        forwarded: bool,
+    ) -> Result<Option<pb::access_client::AccessClient<Channel>>, ApiError> {
+        match self
+            .shared
+            .route_read(pb::ReadConsistency::Linearizable as i32, forwarded)
+            .await?
+        {
+            Route::Local => Ok(None),
+            Route::Leader(addr) => Ok(Some(self.shared.access_client(&addr)?)),
+        }
+    }
+}
+
 /// A call of the Access service that becomes one policy change.
 enum PolicyCall {
     AddAgent(pb::AddAgentRequest),
@@ -67,6 +92,20 @@ enum PolicyCall {
 }
 
 impl PolicyCall {
+    /// Authenticates the call at the node that serves it (see `gate`); the change itself says
+    /// which grant it needs.
+    fn admit(&self, shared: &Shared, meta: &MetadataMap) -> Result<Caller, ApiError> {
+        match self {
+            PolicyCall::AddAgent(m) => shared.admit(meta, m, methods::ADD_AGENT, Need::Principal),
+            PolicyCall::RotateAgentKey(m) => {
+                shared.admit(meta, m, methods::ROTATE_AGENT_KEY, Need::Principal)
+            }
+            PolicyCall::RevokeAgent(m) => shared.admit(meta, m, methods::REVOKE_AGENT, Need::Principal),
+            PolicyCall::Grant(m) => shared.admit(meta, m, methods::GRANT, Need::Principal),
+            PolicyCall::RevokeGrant(m) => shared.admit(meta, m, methods::REVOKE_GRANT, Need::Principal),
+        }
+    }
+
     /// Validates the request into the change it proposes.
     fn to_op(&self) -> Result<PolicyOp, ApiError> {
         Ok(match self {
@@ -119,58 +158,54 @@ impl pb::access_server::Access for AccessService {
         &self,
         request: Request<pb::AddAgentRequest>,
     ) -> Result<Response<pb::PolicyResponse>, Status> {
-        let caller = self.shared.admit(&request, methods::ADD_AGENT, Need::Principal)?;
-        self.change(caller, PolicyCall::AddAgent(request.into_inner()))
-            .await
+        let (meta, _, req) = request.into_parts();
+        self.change(meta, PolicyCall::AddAgent(req)).await
     }
 
     async fn rotate_agent_key(
         &self,
         request: Request<pb::RotateAgentKeyRequest>,
     ) -> Result<Response<pb::PolicyResponse>, Status> {
-        let caller = self
-            .shared
-            .admit(&request, methods::ROTATE_AGENT_KEY, Need::Principal)?;
-        self.change(caller, PolicyCall::RotateAgentKey(request.into_inner()))
-            .await
+        let (meta, _, req) = request.into_parts();
+        self.change(meta, PolicyCall::RotateAgentKey(req)).await
     }
 
     async fn revoke_agent(
         &self,
         request: Request<pb::RevokeAgentRequest>,
     ) -> Result<Response<pb::PolicyResponse>, Status> {
-        let caller = self
-            .shared
-            .admit(&request, methods::REVOKE_AGENT, Need::Principal)?;
-        self.change(caller, PolicyCall::RevokeAgent(request.into_inner()))
-            .await
+        let (meta, _, req) = request.into_parts();
+        self.change(meta, PolicyCall::RevokeAgent(req)).await
     }
 
     async fn grant(
         &self,
         request: Request<pb::GrantRequest>,
     ) -> Result<Response<pb::PolicyResponse>, Status> {
-        let caller = self.shared.admit(&request, methods::GRANT, Need::Principal)?;
-        self.change(caller, PolicyCall::Grant(request.into_inner())).await
+        let (meta, _, req) = request.into_parts();
+        self.change(meta, PolicyCall::Grant(req)).await
     }
 
     async fn revoke_grant(
         &self,
         request: Request<pb::GrantRequest>,
     ) -> Result<Response<pb::PolicyResponse>, Status> {
-        let caller = self
-            .shared
-            .admit(&request, methods::REVOKE_GRANT, Need::Principal)?;
-        self.change(caller, PolicyCall::RevokeGrant(request.into_inner()))
-            .await
+        let (meta, _, req) = request.into_parts();
+        self.change(meta, PolicyCall::RevokeGrant(req)).await
     }
 
     async fn list_agents(
         &self,
         request: Request<pb::ListAgentsRequest>,
     ) -> Result<Response<pb::ListAgentsResponse>, Status> {
+        let (meta, _, req) = request.into_parts();
+        let caller = Caller::incoming(&meta);
+        if let Some(mut leader) = self.access_leader(caller.forwarded).await? {
+            return relay(leader.list_agents(caller.forward(req)).await);
+        }
         self.shared.admit(
-            &request,
+            &meta,
+            &req,
             methods::LIST_AGENTS,
             Need::on(Action::Read, SYSTEM_NAMESPACE),
         )?;
@@ -194,12 +229,18 @@ impl pb::access_server::Access for AccessService {
         &self,
         request: Request<pb::ListGrantsRequest>,
     ) -> Result<Response<pb::ListGrantsResponse>, Status> {
+        let (meta, _, req) = request.into_parts();
+        let caller = Caller::incoming(&meta);
+        if let Some(mut leader) = self.access_leader(caller.forwarded).await? {
+            return relay(leader.list_grants(caller.forward(req)).await);
+        }
         self.shared.admit(
-            &request,
+            &meta,
+            &req,
             methods::LIST_GRANTS,
             Need::on(Action::Read, SYSTEM_NAMESPACE),
         )?;
-        let who = request.into_inner().principal;
+        let who = req.principal;
         let grants = self.shared.read_state(|store| policy::grants(store))?;
         Ok(Response::new(pb::ListGrantsResponse {
             grants: grants
@@ -215,7 +256,12 @@ impl pb::access_server::Access for AccessService {
         &self,
         request: Request<pb::WhoAmIRequest>,
     ) -> Result<Response<pb::WhoAmIResponse>, Status> {
-        let caller = self.shared.admit(&request, methods::WHO_AM_I, Need::Nothing)?;
+        let (meta, _, req) = request.into_parts();
+        let incoming = Caller::incoming(&meta);
+        if let Some(mut leader) = self.access_leader(incoming.forwarded).await? {
+            return relay(leader.who_am_i(incoming.forward(req)).await);
+        }
+        let caller = self.shared.admit(&meta, &req, methods::WHO_AM_I, Need::Nothing)?;
         let grants = match &caller.principal {
             Some(p) => {
                 self.shared

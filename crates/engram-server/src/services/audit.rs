@@ -118,8 +118,12 @@ impl pb::audit_server::Audit for AuditService {
         &self,
         request: Request<pb::CheckpointRequest>,
     ) -> Result<Response<pb::SignedCheckpoint>, Status> {
-        self.shared
-            .admit(&request, methods::CHECKPOINT, Need::cluster(Action::Audit))?;
+        self.shared.admit(
+            request.metadata(),
+            request.get_ref(),
+            methods::CHECKPOINT,
+            Need::cluster(Action::Audit),
+        )?;
         let at_head = request.into_inner().at_head;
         let note = self.shared.read_state(|store| {
             if at_head {
@@ -140,8 +144,12 @@ impl pb::audit_server::Audit for AuditService {
         &self,
         request: Request<pb::InclusionProofRequest>,
     ) -> Result<Response<pb::InclusionProofResponse>, Status> {
-        self.shared
-            .admit(&request, methods::INCLUSION_PROOF, Need::cluster(Action::Audit))?;
+        self.shared.admit(
+            request.metadata(),
+            request.get_ref(),
+            methods::INCLUSION_PROOF,
+            Need::cluster(Action::Audit),
+        )?;
         let req = request.into_inner();
         let proof = self
             .shared
@@ -157,8 +165,12 @@ impl pb::audit_server::Audit for AuditService {
         &self,
         request: Request<pb::ConsistencyProofRequest>,
     ) -> Result<Response<pb::ConsistencyProofResponse>, Status> {
-        self.shared
-            .admit(&request, methods::CONSISTENCY_PROOF, Need::cluster(Action::Audit))?;
+        self.shared.admit(
+            request.metadata(),
+            request.get_ref(),
+            methods::CONSISTENCY_PROOF,
+            Need::cluster(Action::Audit),
+        )?;
         let req = request.into_inner();
         let (new_size, path) = self
             .shared
@@ -171,8 +183,12 @@ impl pb::audit_server::Audit for AuditService {
     }
 
     async fn export(&self, request: Request<pb::ExportRequest>) -> Result<Response<ExportStream>, Status> {
-        self.shared
-            .admit(&request, methods::EXPORT, Need::cluster(Action::Audit))?;
+        self.shared.admit(
+            request.metadata(),
+            request.get_ref(),
+            methods::EXPORT,
+            Need::cluster(Action::Audit),
+        )?;
         let node = self.shared.node.clone();
         let node_id = node.node_id;
         // A bounded channel: a slow reader holds back only its own export.
@@ -224,8 +240,12 @@ impl pb::audit_server::Audit for AuditService {
     }
 
     async fn entries(&self, request: Request<pb::EntriesRequest>) -> Result<Response<EntryStream>, Status> {
-        self.shared
-            .admit(&request, methods::ENTRIES, Need::cluster(Action::Audit))?;
+        self.shared.admit(
+            request.metadata(),
+            request.get_ref(),
+            methods::ENTRIES,
+            Need::cluster(Action::Audit),
+        )?;
         let req = request.into_inner();
         let node = self.shared.node.clone();
         let head = self.shared.read_state(|store| reads::head(store))?;
@@ -288,8 +308,12 @@ impl pb::audit_server::Audit for AuditService {
     /// The head of the chain this node vouches for: its last attested entry (the chain head
     /// itself but while an apply group is being written).
     async fn head(&self, request: Request<pb::HeadRequest>) -> Result<Response<pb::HeadResponse>, Status> {
-        self.shared
-            .admit(&request, methods::HEAD, Need::cluster(Action::Audit))?;
+        self.shared.admit(
+            request.metadata(),
+            request.get_ref(),
+            methods::HEAD,
+            Need::cluster(Action::Audit),
+        )?;
         let (index, hash, tx, tx_time_ns) = self.shared.read_state(|store| {
             let head = reads::head(store).map_err(ApiError::from)?;
             let attested = reads::attested_index(store).map_err(ApiError::from)?;

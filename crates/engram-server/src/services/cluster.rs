@@ -11,7 +11,7 @@ use engram_raft::NodeInfo;
 use engram_types::excerpt;
 use tonic::{Request, Response, Status};
 
-use super::gate::Need;
+use super::gate::{Caller, Need};
 use super::{Route, Shared, relay};
 use crate::error::ApiError;
 
@@ -135,36 +135,56 @@ const CONFIGURE_TIMEOUT_MS: u64 = 30_000;
 pub async fn configure(shared: &Shared, security: PolicyOp) -> Result<(), ApiError> {
     let deadline = tokio::time::Instant::now() + Duration::from_millis(CONFIGURE_TIMEOUT_MS);
     loop {
-        if shared.read_state(|store| policy::mode_row(store))? != Some(ModeRow::Pending) {
+        // Settled (recorded, or a chain from before modes): nothing to do. Before genesis is
+        // applied here, the pending row is not written yet: wait for it.
+        let (row, settled) = shared.read_state(|store| {
+            Ok::<_, engram_core::CoreError>((policy::mode_row(store)?, policy::settled_mode(store)?))
+        })?;
+        if settled.is_some() {
             return Ok(());
         }
-        let attempt = match shared.route_write(false) {
-            Ok(Route::Local) => match shared.node.propose_policy(security.clone(), None).await {
+        let attempt = if row == Some(ModeRow::Pending) {
+            propose_configure(shared, &security).await
+        } else {
+            Err(ApiError::Unavailable(
+                "the genesis entry is not applied yet".into(),
+            ))
+        };
+        match attempt {
+            Ok(()) => return Ok(()),
+            Err(e @ ApiError::Rejected(_)) => return Err(e),
+            Err(e) if tokio::time::Instant::now() >= deadline => {
+                return Err(ApiError::Unavailable(format!(
+                    "the cluster is initialised but its security mode is not recorded yet ({e}); run init again to finish"
+                )));
+            }
+            Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+        }
+    }
+}
+
+/// One attempt to record the security mode: proposed here if this node leads, else passed to
+/// the leader as an `Init`.
+async fn propose_configure(shared: &Shared, security: &PolicyOp) -> Result<(), ApiError> {
+    {
+        match shared.route_write(false)? {
+            Route::Local => match shared.node.propose_policy(security.clone(), None).await {
                 // Refused only because another initialisation recorded a mode first.
-                Ok(Ok(_)) | Ok(Err(Rejection::Policy(_))) => return Ok(()),
-                Ok(Err(rejection)) => return Err(ApiError::Rejected(rejection)),
+                Ok(Ok(_)) | Ok(Err(Rejection::Policy(_))) => Ok(()),
+                Ok(Err(rejection)) => Err(ApiError::Rejected(rejection)),
                 Err(e) => Err(ApiError::from(e)),
             },
-            Ok(Route::Leader(addr)) => {
-                let mut request = tonic::Request::new(init_request(&security));
+            Route::Leader(addr) => {
+                let mut request = tonic::Request::new(init_request(security));
                 request
                     .metadata_mut()
                     .insert(super::FORWARDED, tonic::metadata::MetadataValue::from_static("1"));
                 match shared.cluster_client(&addr)?.init(request).await {
-                    Ok(_) => return Ok(()),
+                    Ok(_) => Ok(()),
                     Err(status) => Err(super::forwarded_err(status)),
                 }
             }
-            Err(e) => Err(e),
-        };
-        if tokio::time::Instant::now() >= deadline {
-            return attempt.map_err(|e| {
-                ApiError::Unavailable(format!(
-                    "the cluster is initialised but its security mode is not recorded yet ({e}); run init again to finish"
-                ))
-            });
         }
-        tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
 
@@ -273,17 +293,21 @@ impl pb::cluster_server::Cluster for ClusterService {
         &self,
         request: Request<pb::AddNodeRequest>,
     ) -> Result<Response<pb::MembershipResponse>, Status> {
-        let caller = self
-            .shared
-            .admit(&request, methods::ADD_NODE, Need::cluster(Action::ClusterAdmin))?;
+        let (meta, _, req) = request.into_parts();
+        let caller = Caller::incoming(&meta);
         let forwarded = caller.forwarded;
-        let req = request.into_inner();
         if req.id == 0 {
             return Err(ApiError::Invalid("id: node ids start at 1".into()).into());
         }
         if let Some(mut leader) = self.shared.write_leader(forwarded)? {
             return relay(leader.add_node(caller.forward(req)).await);
         }
+        self.shared.admit(
+            &meta,
+            &req,
+            methods::ADD_NODE,
+            Need::cluster(Action::ClusterAdmin),
+        )?;
         let info = fetch_node_info(&self.shared, req.id, &req.addr).await?;
         self.shared
             .node
@@ -299,16 +323,18 @@ impl pb::cluster_server::Cluster for ClusterService {
         &self,
         request: Request<pb::RemoveNodeRequest>,
     ) -> Result<Response<pb::MembershipResponse>, Status> {
-        let caller = self.shared.admit(
-            &request,
-            methods::REMOVE_NODE,
-            Need::cluster(Action::ClusterAdmin),
-        )?;
+        let (meta, _, req) = request.into_parts();
+        let caller = Caller::incoming(&meta);
         let forwarded = caller.forwarded;
-        let req = request.into_inner();
         if let Some(mut leader) = self.shared.write_leader(forwarded)? {
             return relay(leader.remove_node(caller.forward(req)).await);
         }
+        self.shared.admit(
+            &meta,
+            &req,
+            methods::REMOVE_NODE,
+            Need::cluster(Action::ClusterAdmin),
+        )?;
         if !self
             .shared
             .node
@@ -333,11 +359,9 @@ impl pb::cluster_server::Cluster for ClusterService {
         &self,
         request: Request<pb::RevokeKeyRequest>,
     ) -> Result<Response<pb::KeyChangeResponse>, Status> {
-        let caller = self
-            .shared
-            .admit(&request, methods::REVOKE_KEY, Need::cluster(Action::KeyAdmin))?;
+        let (meta, _, req) = request.into_parts();
+        let caller = Caller::incoming(&meta);
         let forwarded = caller.forwarded;
-        let req = request.into_inner();
         let key_id = match req.key_id.len() {
             0 => None,
             8 => {
@@ -350,6 +374,8 @@ impl pb::cluster_server::Cluster for ClusterService {
         if let Some(mut leader) = self.shared.write_leader(forwarded)? {
             return relay(leader.revoke_key(caller.forward(req)).await);
         }
+        self.shared
+            .admit(&meta, &req, methods::REVOKE_KEY, Need::cluster(Action::KeyAdmin))?;
         let key_id = match key_id {
             Some(id) => id,
             // The key the chain trusts now: after a rotation, the new one (the membership
@@ -379,8 +405,12 @@ impl pb::cluster_server::Cluster for ClusterService {
         &self,
         request: Request<pb::RotateKeyRequest>,
     ) -> Result<Response<pb::KeyChangeResponse>, Status> {
-        self.shared
-            .admit(&request, methods::ROTATE_KEY, Need::cluster(Action::KeyAdmin))?;
+        self.shared.admit(
+            request.metadata(),
+            request.get_ref(),
+            methods::ROTATE_KEY,
+            Need::cluster(Action::KeyAdmin),
+        )?;
         let req = request.into_inner();
         let node = &self.shared.node;
         if req.node_id != node.node_id {
@@ -433,16 +463,16 @@ impl pb::cluster_server::Cluster for ClusterService {
         &self,
         request: Request<pb::KeyChangeProposal>,
     ) -> Result<Response<pb::KeyChangeResponse>, Status> {
-        let caller = self
-            .shared
-            .admit(&request, methods::PROPOSE_KEY_CHANGE, Need::Nothing)?;
+        let (meta, _, req) = request.into_parts();
+        let caller = Caller::incoming(&meta);
         let forwarded = caller.forwarded;
-        let req = request.into_inner();
         let change: engram_audit::KeyChangeRequest = postcard::from_bytes(&req.request)
             .map_err(|e| ApiError::Invalid(format!("request: not a key-change request: {e}")))?;
         if let Some(mut leader) = self.shared.write_leader(forwarded)? {
             return relay(leader.propose_key_change(caller.forward(req)).await);
         }
+        self.shared
+            .admit(&meta, &req, methods::PROPOSE_KEY_CHANGE, Need::Nothing)?;
         let audit_index = self
             .shared
             .node

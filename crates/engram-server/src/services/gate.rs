@@ -7,8 +7,11 @@
 //! forwards a call copies the signature headers, and the leader checks them again: the
 //! forwarding marker is a routing hint, never a credential.
 //!
-//! Apply checks transactions and policy changes again against the policy at their own log
-//! entry; the gate's check answers early and covers reads, which never reach the log.
+//! The node that serves a call checks it: a follower relays writes and linearizable reads to
+//! the leader unchecked, and the leader (whose policy is current) decides. Apply checks
+//! transactions and policy changes again against the policy at their own log entry; the
+//! gate's check answers early and covers reads, which never reach the log. A stale read, a
+//! watch or an audit call is checked against the answering node's applied policy.
 
 use std::sync::Mutex;
 
@@ -71,6 +74,20 @@ pub struct Caller {
 }
 
 impl Caller {
+    /// What routing needs to know of a call before any check: whether another node forwarded
+    /// it, and its signature headers to pass on. A call is checked by the node that serves it
+    /// ([`Shared::admit`]), which for writes and linearizable reads is the leader: a follower
+    /// whose applied policy lags (an agent registered a moment ago) never refuses a call it
+    /// only relays.
+    pub fn incoming(meta: &MetadataMap) -> Caller {
+        Caller {
+            principal: None,
+            mode: None,
+            forwarded: meta.contains_key(FORWARDED),
+            signature: signature_headers(meta),
+        }
+    }
+
     /// The call as this node forwards it to the leader: marked forwarded, still signed.
     pub fn forward<T>(&self, message: T) -> tonic::Request<T> {
         let mut req = tonic::Request::new(message);
@@ -91,14 +108,15 @@ fn signature_headers(meta: &MetadataMap) -> Vec<(&'static str, AsciiMetadataValu
 }
 
 impl Shared {
-    /// Authenticates `request` (a call of `method`) and checks `need`; see the module docs.
+    /// Authenticates a call of `method` (its metadata `meta` and message `body`) and checks
+    /// `need`; see the module docs.
     pub fn admit<T: Message>(
         &self,
-        request: &tonic::Request<T>,
+        meta: &MetadataMap,
+        body: &T,
         method: &str,
         need: Need,
     ) -> Result<Caller, ApiError> {
-        let meta = request.metadata();
         let auth = RequestAuth::from_headers(|h| meta.get(h).and_then(|v| v.to_str().ok()))
             .map_err(|e| ApiError::Unauthenticated(e.to_string()))?;
         let (mode, agent) = self.read_state(|store| {
@@ -123,7 +141,7 @@ impl Shared {
                         "agent {who} was revoked at tx {tx}"
                     )));
                 }
-                auth.verify(&row.key, method, &request.get_ref().encode_to_vec())
+                auth.verify(&row.key, method, &body.encode_to_vec())
                     .map_err(|e| ApiError::Unauthenticated(e.to_string()))?;
                 let now_ms = engram_raft::clock::now_ns() / 1_000_000;
                 self.gate
@@ -158,7 +176,7 @@ impl Shared {
         Ok(Caller {
             principal,
             mode,
-            forwarded: request.metadata().contains_key(FORWARDED),
+            forwarded: meta.contains_key(FORWARDED),
             signature: signature_headers(meta),
         })
     }

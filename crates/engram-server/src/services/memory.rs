@@ -5,6 +5,7 @@ use engram_core::{policy, reads};
 use engram_proto::{methods, pb};
 use engram_types::{BranchOp, EntityId, TxId, TxRequest};
 use prost::Message;
+use tonic::metadata::MetadataMap;
 use tonic::{Request, Response, Status};
 use tracing::Instrument;
 
@@ -32,8 +33,9 @@ impl MemoryService {
     }
 
     /// Proposes a write on the leader (forwarding it there when this node does not lead).
-    async fn write(&self, caller: Caller, call: WriteCall) -> Result<pb::TransactResponse, ApiError> {
-        let forwarded = caller.forwarded;
+    async fn write(&self, meta: MetadataMap, call: WriteCall) -> Result<pb::TransactResponse, ApiError> {
+        let incoming = Caller::incoming(&meta);
+        let forwarded = incoming.forwarded;
         // An invalid namespace is the more precise answer than the size limit (a namespace
         // of megabytes is both), and checking it first is cheap: its length is checked first.
         let received = std::time::Instant::now();
@@ -44,16 +46,17 @@ impl MemoryService {
             return Err(ApiError::TooLarge { bytes, limit });
         }
         let tx = call.to_tx()?;
-        // The policy at this node's applied state answers early and precisely; apply checks
-        // again at the transaction's own log entry.
+        if let Route::Leader(addr) = self.shared.route_write(forwarded)? {
+            return call.forward(self.shared.memory_client(&addr)?, &incoming).await;
+        }
+        // The leader checks: who signed, and (by the policy it has applied) whether they may;
+        // apply checks again at the transaction's own log entry.
+        let caller = call.admit(&self.shared, &meta)?;
         if let Err(rejection) = self
             .shared
             .read_state(|store| policy::check_tx(store, caller.principal.as_ref(), &tx))?
         {
             return Err(ApiError::Rejected(rejection));
-        }
-        if let Route::Leader(addr) = self.shared.route_write(forwarded)? {
-            return call.forward(self.shared.memory_client(&addr)?, &caller).await;
         }
         let proposed = std::time::Instant::now();
         match self.shared.node.propose(tx, caller.principal.clone()).await {
@@ -79,7 +82,7 @@ impl MemoryService {
 
     async fn traced_write(
         &self,
-        caller: Caller,
+        meta: MetadataMap,
         call: WriteCall,
     ) -> Result<Response<pb::TransactResponse>, Status> {
         let span = tracing::info_span!(
@@ -95,7 +98,7 @@ impl MemoryService {
             applied_us = tracing::field::Empty,
             answered_us = tracing::field::Empty
         );
-        Ok(Response::new(self.write(caller, call).instrument(span).await?))
+        Ok(Response::new(self.write(meta, call).instrument(span).await?))
     }
 }
 
@@ -134,6 +137,17 @@ impl WriteCall {
             WriteCall::ApplySchema(m) => m.encoded_len(),
             WriteCall::CreateBranch(m) => m.encoded_len(),
             WriteCall::MergeBranch(m) | WriteCall::AbandonBranch(m) => m.encoded_len(),
+        }
+    }
+
+    /// Authenticates the call at the node that serves it (see `gate`).
+    fn admit(&self, shared: &Shared, meta: &MetadataMap) -> Result<Caller, ApiError> {
+        match self {
+            WriteCall::Transact(m) => shared.admit(meta, m, methods::TRANSACT, Need::Principal),
+            WriteCall::ApplySchema(m) => shared.admit(meta, m, methods::APPLY_SCHEMA, Need::Principal),
+            WriteCall::CreateBranch(m) => shared.admit(meta, m, methods::CREATE_BRANCH, Need::Principal),
+            WriteCall::MergeBranch(m) => shared.admit(meta, m, methods::MERGE_BRANCH, Need::Principal),
+            WriteCall::AbandonBranch(m) => shared.admit(meta, m, methods::ABANDON_BRANCH, Need::Principal),
         }
     }
 
@@ -310,13 +324,9 @@ impl pb::memory_server::Memory for MemoryService {
     type WatchStream = WatchStream;
 
     async fn diff(&self, request: Request<pb::DiffRequest>) -> Result<Response<pb::DiffResponse>, Status> {
-        let caller = self.shared.admit(
-            &request,
-            methods::DIFF,
-            Need::on(Action::ReadHistory, &request.get_ref().namespace),
-        )?;
+        let (meta, _, req) = request.into_parts();
+        let caller = Caller::incoming(&meta);
         let forwarded = caller.forwarded;
-        let req = request.into_inner();
         let ns = namespace(req.namespace.clone())?;
         let on = branch(req.branch.clone())?;
         if on.is_none() && req.to_tx != 0 && req.from_tx > req.to_tx {
@@ -329,6 +339,12 @@ impl pb::memory_server::Memory for MemoryService {
         if let Some(mut leader) = self.shared.read_leader(req.consistency, forwarded).await? {
             return relay(leader.diff(caller.forward(req)).await);
         }
+        self.shared.admit(
+            &meta,
+            &req,
+            methods::DIFF,
+            Need::on(Action::ReadHistory, &req.namespace),
+        )?;
         if let Some(name) = &on {
             let found = self.shared.read_state(|store| {
                 reads::branch_diff(store, &ns, name, req.entity.map(EntityId), Self::limit(req.limit))
@@ -366,12 +382,13 @@ impl pb::memory_server::Memory for MemoryService {
     }
 
     async fn watch(&self, request: Request<pb::WatchRequest>) -> Result<Response<WatchStream>, Status> {
+        let (meta, _, req) = request.into_parts();
         self.shared.admit(
-            &request,
+            &meta,
+            &req,
             methods::WATCH,
-            Need::on(Action::Watch, &request.get_ref().namespace),
+            Need::on(Action::Watch, &req.namespace),
         )?;
-        let req = request.into_inner();
         let ns = namespace(req.namespace)?;
         let on = branch(req.branch)?;
         let attribute = match req.attribute.as_str() {
@@ -483,70 +500,59 @@ impl pb::memory_server::Memory for MemoryService {
         &self,
         request: Request<pb::TransactRequest>,
     ) -> Result<Response<pb::TransactResponse>, Status> {
-        let caller = self.shared.admit(&request, methods::TRANSACT, Need::Principal)?;
-        self.traced_write(caller, WriteCall::Transact(request.into_inner()))
-            .await
+        let (meta, _, req) = request.into_parts();
+        self.traced_write(meta, WriteCall::Transact(req)).await
     }
 
     async fn apply_schema(
         &self,
         request: Request<pb::ApplySchemaRequest>,
     ) -> Result<Response<pb::TransactResponse>, Status> {
-        let caller = self
-            .shared
-            .admit(&request, methods::APPLY_SCHEMA, Need::Principal)?;
-        self.traced_write(caller, WriteCall::ApplySchema(request.into_inner()))
-            .await
+        let (meta, _, req) = request.into_parts();
+        self.traced_write(meta, WriteCall::ApplySchema(req)).await
     }
 
     async fn create_branch(
         &self,
         request: Request<pb::CreateBranchRequest>,
     ) -> Result<Response<pb::TransactResponse>, Status> {
-        let caller = self
-            .shared
-            .admit(&request, methods::CREATE_BRANCH, Need::Principal)?;
-        self.traced_write(caller, WriteCall::CreateBranch(request.into_inner()))
-            .await
+        let (meta, _, req) = request.into_parts();
+        self.traced_write(meta, WriteCall::CreateBranch(req)).await
     }
 
     async fn merge_branch(
         &self,
         request: Request<pb::BranchRequest>,
     ) -> Result<Response<pb::TransactResponse>, Status> {
-        let caller = self
-            .shared
-            .admit(&request, methods::MERGE_BRANCH, Need::Principal)?;
-        self.traced_write(caller, WriteCall::MergeBranch(request.into_inner()))
-            .await
+        let (meta, _, req) = request.into_parts();
+        self.traced_write(meta, WriteCall::MergeBranch(req)).await
     }
 
     async fn abandon_branch(
         &self,
         request: Request<pb::BranchRequest>,
     ) -> Result<Response<pb::TransactResponse>, Status> {
-        let caller = self
-            .shared
-            .admit(&request, methods::ABANDON_BRANCH, Need::Principal)?;
-        self.traced_write(caller, WriteCall::AbandonBranch(request.into_inner()))
-            .await
+        let (meta, _, req) = request.into_parts();
+        self.traced_write(meta, WriteCall::AbandonBranch(req)).await
     }
 
     async fn get_schema(
         &self,
         request: Request<pb::GetSchemaRequest>,
     ) -> Result<Response<pb::GetSchemaResponse>, Status> {
-        let caller = self.shared.admit(
-            &request,
-            methods::GET_SCHEMA,
-            Need::on(Action::Read, &request.get_ref().namespace),
-        )?;
+        let (meta, _, req) = request.into_parts();
+        let caller = Caller::incoming(&meta);
         let forwarded = caller.forwarded;
-        let req = request.into_inner();
         let ns = namespace(req.namespace.clone())?;
         if let Some(mut leader) = self.shared.read_leader(req.consistency, forwarded).await? {
             return relay(leader.get_schema(caller.forward(req)).await);
         }
+        self.shared.admit(
+            &meta,
+            &req,
+            methods::GET_SCHEMA,
+            Need::on(Action::Read, &req.namespace),
+        )?;
         let view = self
             .shared
             .read_state(|store| engram_core::schema::view(store, &ns, req.as_of_tx.map(TxId)))?;
@@ -557,17 +563,19 @@ impl pb::memory_server::Memory for MemoryService {
         &self,
         request: Request<pb::ListBranchesRequest>,
     ) -> Result<Response<pb::ListBranchesResponse>, Status> {
-        let caller = self.shared.admit(
-            &request,
-            methods::LIST_BRANCHES,
-            Need::on(Action::Read, &request.get_ref().namespace),
-        )?;
+        let (meta, _, req) = request.into_parts();
+        let caller = Caller::incoming(&meta);
         let forwarded = caller.forwarded;
-        let req = request.into_inner();
         let ns = namespace(req.namespace.clone())?;
         if let Some(mut leader) = self.shared.read_leader(req.consistency, forwarded).await? {
             return relay(leader.list_branches(caller.forward(req)).await);
         }
+        self.shared.admit(
+            &meta,
+            &req,
+            methods::LIST_BRANCHES,
+            Need::on(Action::Read, &req.namespace),
+        )?;
         let rows = self
             .shared
             .read_state(|store| engram_core::branch::list(store, &ns))?;
@@ -578,19 +586,17 @@ impl pb::memory_server::Memory for MemoryService {
     }
 
     async fn get(&self, request: Request<pb::GetRequest>) -> Result<Response<pb::GetResponse>, Status> {
-        let caller = self.shared.admit(
-            &request,
-            methods::GET,
-            Need::on(Action::Read, &request.get_ref().namespace),
-        )?;
+        let (meta, _, req) = request.into_parts();
+        let caller = Caller::incoming(&meta);
         let forwarded = caller.forwarded;
-        let req = request.into_inner();
         let ns = namespace(req.namespace.clone())?;
         let on = branch(req.branch.clone())?;
         resolution(req.rule)?;
         if let Some(mut leader) = self.shared.read_leader(req.consistency, forwarded).await? {
             return relay(leader.get(caller.forward(req)).await);
         }
+        self.shared
+            .admit(&meta, &req, methods::GET, Need::on(Action::Read, &req.namespace))?;
         let opts = reads::ReadOptions {
             as_of: req.as_of_tx.map(TxId),
             valid_at_ns: req.valid_at_ns,
@@ -613,13 +619,9 @@ impl pb::memory_server::Memory for MemoryService {
         &self,
         request: Request<pb::HistoryRequest>,
     ) -> Result<Response<pb::HistoryResponse>, Status> {
-        let caller = self.shared.admit(
-            &request,
-            methods::HISTORY,
-            Need::on(Action::ReadHistory, &request.get_ref().namespace),
-        )?;
+        let (meta, _, req) = request.into_parts();
+        let caller = Caller::incoming(&meta);
         let forwarded = caller.forwarded;
-        let req = request.into_inner();
         let ns = namespace(req.namespace.clone())?;
         let limit = Self::limit(req.limit);
         let filter = match req.attribute_filter.as_str() {
@@ -639,6 +641,12 @@ impl pb::memory_server::Memory for MemoryService {
         if let Some(mut leader) = self.shared.read_leader(req.consistency, forwarded).await? {
             return relay(leader.history(caller.forward(req)).await);
         }
+        self.shared.admit(
+            &meta,
+            &req,
+            methods::HISTORY,
+            Need::on(Action::ReadHistory, &req.namespace),
+        )?;
         let found = self.shared.read_state(|store| match &target {
             HistoryTarget::Entity(entity) => {
                 reads::entity_history_on(store, &ns, on.as_ref(), *entity, filter.as_ref(), limit)
@@ -655,13 +663,9 @@ impl pb::memory_server::Memory for MemoryService {
     }
 
     async fn find(&self, request: Request<pb::FindRequest>) -> Result<Response<pb::FindResponse>, Status> {
-        let caller = self.shared.admit(
-            &request,
-            methods::FIND,
-            Need::on(Action::Read, &request.get_ref().namespace),
-        )?;
+        let (meta, _, req) = request.into_parts();
+        let caller = Caller::incoming(&meta);
         let forwarded = caller.forwarded;
-        let req = request.into_inner();
         let ns = namespace(req.namespace.clone())?;
         let attr = engram_proto::attribute("attribute", req.attribute.clone()).map_err(ApiError::from)?;
         let on = branch(req.branch.clone())?;
@@ -672,6 +676,8 @@ impl pb::memory_server::Memory for MemoryService {
         if let Some(mut leader) = self.shared.read_leader(req.consistency, forwarded).await? {
             return relay(leader.find(caller.forward(req)).await);
         }
+        self.shared
+            .admit(&meta, &req, methods::FIND, Need::on(Action::Read, &req.namespace))?;
         let found = self.shared.read_state(|store| {
             reads::find_on(
                 store,
