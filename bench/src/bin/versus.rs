@@ -29,6 +29,10 @@ struct Args {
     /// The `engram` executable (default: the one built beside this binary).
     #[arg(long, value_name = "FILE")]
     engram_bin: Option<PathBuf>,
+    /// Also run a second Engram cluster in enforced mode (signed requests, grants checked)
+    /// in the same rounds, reported as "engram-enforced".
+    #[arg(long)]
+    engram_enforced: bool,
     /// The `etcd` executable (etcd 3.4, e.g. Debian's etcd-server).
     #[arg(long, value_name = "FILE", default_value = "etcd")]
     etcd_bin: PathBuf,
@@ -87,24 +91,52 @@ async fn main() -> Result<()> {
         &engram_bin,
         engram_dir.as_deref(),
         args.bench.snapshot_every_entries,
+        false,
         ui,
     )
     .await?;
+    // With --engram-enforced, a second Engram cluster in enforced mode (every request signed
+    // and checked against grants) runs in the same interleaved rounds.
+    let enforced = if args.engram_enforced {
+        let dir = args.bench.data_dir.as_ref().map(|d| d.join("engram-enforced"));
+        Some(
+            BenchCluster::start(
+                &engram_bin,
+                dir.as_deref(),
+                args.bench.snapshot_every_entries,
+                true,
+                ui,
+            )
+            .await?,
+        )
+    } else {
+        None
+    };
     let pb = ui.spinner("starting 3 etcd members");
     let mut etcd = EtcdCluster::start(&etcd_bin, etcd_dir.as_deref())?;
     let etcd_leader = etcd.wait_for_leader(Duration::from_secs(30)).await?;
     ui.done(&pb, format!("etcd cluster up; leader at {etcd_leader}"));
 
     let conns = args.bench.connections as usize;
-    let systems: Vec<Arc<dyn System>> = vec![
+    let mut systems: Vec<Arc<dyn System>> = vec![
         Arc::new(EngramSystem::connect(
             &engram.leader,
             &engram.cluster.endpoints(),
             conns,
             engram.pids(),
+            None,
         )?),
         Arc::new(EtcdSystem::connect(&etcd_leader, &etcd.client_urls, conns, etcd.pids()).await?),
     ];
+    if let Some(e) = &enforced {
+        systems.push(Arc::new(EngramSystem::connect(
+            &e.leader,
+            &e.cluster.endpoints(),
+            conns,
+            e.pids(),
+            e.agent.clone(),
+        )?));
+    }
     let progress = UiProgress::new(ui);
     let report = run_suite(&systems, &spec, &progress).await;
     drop(progress);

@@ -6,7 +6,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result, anyhow, bail};
+use engram_access::AgentKey;
 use engram_client::{
     Client, ClientConfig, Consistency, GetOptions, HistoryTarget, RetryPolicy, WatchFilter, pb,
 };
@@ -52,6 +53,10 @@ pub struct EngramSystem {
     /// One client per connection to each node in turn, for stale reads, which any node serves.
     spread: Vec<Client>,
     pids: Vec<u32>,
+    /// "engram", or "engram-enforced" when every request is signed (enforced mode).
+    name: String,
+    /// Signs every request (enforced mode).
+    agent: Option<Arc<AgentKey>>,
     ns: Namespace,
     value_attr: Attribute,
     marker_attr: Attribute,
@@ -67,9 +72,12 @@ struct Loaded {
     last_tx: AtomicU64,
 }
 
+/// The principal the bench signs as in enforced mode, and the agent of every transaction.
+pub const BENCH_AGENT: &str = "bench";
+
 fn provenance() -> Provenance {
     Provenance {
-        agent: "bench".into(),
+        agent: BENCH_AGENT.into(),
         session: "engram-bench".into(),
         source: "load generator".into(),
         confidence: 1.0,
@@ -79,32 +87,41 @@ fn provenance() -> Provenance {
 
 /// A client that makes one attempt per call: the load generator counts failures rather than
 /// hiding them behind retries.
-fn one_shot(endpoint: &str) -> Result<Client> {
+fn one_shot(endpoint: &str, agent: &Option<Arc<AgentKey>>) -> Result<Client> {
     let config = ClientConfig {
         retry: RetryPolicy::never(),
+        agent: agent.clone(),
         ..ClientConfig::default()
     };
     Ok(Client::with_config(vec![endpoint.to_string()], config)?)
 }
 
 impl EngramSystem {
-    /// Connects `connections` channels to `leader` and as many spread over `endpoints`.
+    /// Connects `connections` channels to `leader` and as many spread over `endpoints`; with
+    /// `agent`, every request is signed by it (a cluster in enforced mode).
     pub fn connect(
         leader: &str,
         endpoints: &[String],
         connections: usize,
         pids: Vec<u32>,
+        agent: Option<Arc<AgentKey>>,
     ) -> Result<EngramSystem> {
         if endpoints.is_empty() || connections == 0 {
             bail!("the bench needs at least one endpoint and one connection");
         }
         let leader_clients = (0..connections)
-            .map(|_| one_shot(leader))
+            .map(|_| one_shot(leader, &agent))
             .collect::<Result<_>>()?;
         let spread = (0..connections)
-            .map(|i| one_shot(&endpoints[i % endpoints.len()]))
+            .map(|i| one_shot(&endpoints[i % endpoints.len()], &agent))
             .collect::<Result<_>>()?;
-        let retrying = Client::with_config(endpoints.to_vec(), ClientConfig::default())?;
+        let retrying = Client::with_config(
+            endpoints.to_vec(),
+            ClientConfig {
+                agent: agent.clone(),
+                ..ClientConfig::default()
+            },
+        )?;
         Ok(EngramSystem {
             leader: Arc::new(RwLock::new(leader_clients)),
             leader_endpoint: Arc::new(RwLock::new(leader.to_string())),
@@ -113,6 +130,13 @@ impl EngramSystem {
             retrying,
             spread,
             pids,
+            name: if agent.is_some() {
+                "engram-enforced"
+            } else {
+                "engram"
+            }
+            .into(),
+            agent,
             ns: Namespace::new(NAMESPACE)?,
             value_attr: Attribute::new(VALUE_ATTR)?,
             marker_attr: Attribute::new(MARKER_ATTR)?,
@@ -172,7 +196,7 @@ fn err(e: impl std::fmt::Display) -> String {
 
 impl System for EngramSystem {
     fn name(&self) -> String {
-        "engram".into()
+        self.name.clone()
     }
 
     fn server_pids(&self) -> Vec<u32> {
@@ -280,10 +304,11 @@ impl System for EngramSystem {
         let probes: Vec<(String, Client)> = self
             .endpoints
             .iter()
-            .filter_map(|e| Some((e.clone(), one_shot(e).ok()?)))
+            .filter_map(|e| Some((e.clone(), one_shot(e, &None).ok()?)))
             .collect();
         let (leader, leader_endpoint) = (self.leader.clone(), self.leader_endpoint.clone());
         let connections = self.connections;
+        let agent = self.agent.clone();
         async move {
             for (endpoint, probe) in probes {
                 let Ok(status) = probe.status().await else {
@@ -295,7 +320,7 @@ impl System for EngramSystem {
                 let mut current = leader_endpoint.write().map_err(err)?;
                 if *current != endpoint {
                     let clients = (0..connections)
-                        .map(|_| one_shot(&endpoint))
+                        .map(|_| one_shot(&endpoint, &agent))
                         .collect::<Result<Vec<_>>>()
                         .map_err(err)?;
                     *leader.write().map_err(err)? = clients;
@@ -501,15 +526,19 @@ pub fn check_args(args: &BenchArgs) -> Result<()> {
 pub struct BenchCluster {
     pub cluster: LocalCluster,
     pub leader: String,
+    /// In enforced mode, the administrator key the bench signs with.
+    pub agent: Option<Arc<AgentKey>>,
     _temp: Option<tempfile::TempDir>,
 }
 
 impl BenchCluster {
-    /// Starts the nodes with `exe`, forms the cluster and waits for a leader.
+    /// Starts the nodes with `exe`, forms the cluster (in enforced mode, with a fresh
+    /// administrator key the bench signs with) and waits for a leader.
     pub async fn start(
         exe: &Path,
         data_dir: Option<&Path>,
         snapshot_every_entries: u64,
+        enforced: bool,
         ui: Ui,
     ) -> Result<BenchCluster> {
         let (temp, dir) = match data_dir {
@@ -533,7 +562,7 @@ impl BenchCluster {
             "--snapshot-every-entries".to_string(),
             snapshot_every_entries.to_string(),
             // etcd's defaults: heartbeats every 100 ms, elections after a randomised 1-2 s.
-            // Engram's own default (400-800 ms) fails over sooner but, on 2 cores saturated by
+            // Engram's own default (200-400 ms) fails over sooner but, on 2 cores saturated by
             // six servers and the load generator, also elects needlessly, which would measure
             // leader changes rather than the write path.
             "--election-timeout-min-ms".to_string(),
@@ -551,7 +580,16 @@ impl BenchCluster {
         ];
         let mut cluster = LocalCluster::start_with_metrics(exe, &dir, &ports[..3], &ports[3..], &extra)?;
         cluster.wait_all_answer(Duration::from_secs(60)).await?;
-        let leader_id = cluster.init(Duration::from_secs(30)).await?;
+        let agent = if enforced {
+            let principal = engram_access::Principal::new(BENCH_AGENT).map_err(|e| anyhow!("{e}"))?;
+            let mut seed = [0u8; 32];
+            getrandom::fill(&mut seed).map_err(|e| anyhow!("no OS randomness for a key: {e}"))?;
+            Some(Arc::new(AgentKey::from_seed(principal, seed)))
+        } else {
+            None
+        };
+        let admin = agent.as_ref().map(|k| (BENCH_AGENT, k.public().0));
+        let leader_id = cluster.init_with(Duration::from_secs(30), admin).await?;
         let leader = cluster.node(leader_id)?.endpoint();
         ui.done(
             &pb,
@@ -560,6 +598,7 @@ impl BenchCluster {
         Ok(BenchCluster {
             cluster,
             leader,
+            agent,
             _temp: temp,
         })
     }
@@ -863,7 +902,14 @@ pub fn failures(report: &SuiteReport) -> Vec<String> {
 }
 
 /// `engram bench`.
-pub async fn run(args: BenchArgs, endpoints: Vec<String>, json: bool) -> Result<()> {
+/// Runs the suite against a cluster it starts (in `--security` mode), or with `--attach`
+/// against `endpoints`, signing as `agent` when given (`--agent-key`).
+pub async fn run(
+    args: BenchArgs,
+    endpoints: Vec<String>,
+    agent: Option<Arc<AgentKey>>,
+    json: bool,
+) -> Result<()> {
     check_args(&args)?;
     let ui = Ui::new(json);
     let spec = suite_spec(&args);
@@ -874,16 +920,25 @@ pub async fn run(args: BenchArgs, endpoints: Vec<String>, json: bool) -> Result<
             .context("--attach needs an --endpoint")?;
         (
             None,
-            EngramSystem::connect(&leader, &endpoints, args.connections as usize, Vec::new())?,
+            EngramSystem::connect(&leader, &endpoints, args.connections as usize, Vec::new(), agent)?,
         )
     } else {
         let exe = std::env::current_exe().context("locating the engram executable")?;
-        let c = BenchCluster::start(&exe, args.data_dir.as_deref(), args.snapshot_every_entries, ui).await?;
+        let enforced = args.security == engram_access::Mode::Enforced;
+        let c = BenchCluster::start(
+            &exe,
+            args.data_dir.as_deref(),
+            args.snapshot_every_entries,
+            enforced,
+            ui,
+        )
+        .await?;
         let system = EngramSystem::connect(
             &c.leader,
             &c.cluster.endpoints(),
             args.connections as usize,
             c.pids(),
+            c.agent.clone(),
         )?;
         (Some(c), system)
     };

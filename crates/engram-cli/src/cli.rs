@@ -352,6 +352,11 @@ pub struct BenchArgs {
     /// server CPU is then not measured.
     #[arg(long)]
     pub attach: bool,
+    /// The mode of the cluster the bench starts: enforced signs every request (as the
+    /// cluster's administrator) and checks it at the gate and at apply. With --attach, sign
+    /// with --agent-key instead.
+    #[arg(long, default_value = "open", value_name = "open|enforced")]
+    pub security: engram_access::Mode,
     /// Also write the full report (every round, latency CDFs) as JSON to this file.
     #[arg(long, value_name = "FILE")]
     pub out: Option<PathBuf>,

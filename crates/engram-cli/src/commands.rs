@@ -103,7 +103,9 @@ pub async fn run(cli: Cli) -> Result<()> {
     match cli.command {
         Command::Serve(args) => serve(*args, identity).await,
         Command::Demo(args) => crate::demo::run(args, json).await.map(|_| ()),
-        Command::Bench(args) => crate::bench::run(args, cli.endpoints.clone(), json).await,
+        Command::Bench(args) => {
+            crate::bench::run(args, cli.endpoints.clone(), config.agent.clone(), json).await
+        }
         Command::Cluster(cmd) => cluster(&client()?, cmd, json).await,
         Command::Agent(cmd) => crate::access_cmd::agent(&client()?, cmd, json).await,
         Command::Grant(args) => crate::access_cmd::grant(&client()?, args, false, json).await,
