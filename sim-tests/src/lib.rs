@@ -16,6 +16,9 @@
 //! - [`checkers`]: one file per invariant (I1–I8 in the design brief) plus liveness.
 //! - [`watcher`], [`speculator`]: agents on their own hosts that follow the namespace through
 //!   `Client::watch`, and fork, write, merge and abandon branches in a namespace of their own.
+//! - [`access`]: a principal-aware run (enforced mode, two agents with different grants, grants
+//!   changing mid-run, crashes) and its checker: no transaction applied without a grant at its
+//!   index.
 //! - [`events`]: what the nodes logged (snapshots installed, elections), counted per seed.
 //!
 //! Everything is `#[cfg(madsim)]`; build with `cargo sim -p engram-sim-tests`.
@@ -25,6 +28,7 @@
 
 #![cfg(madsim)]
 
+pub mod access;
 pub mod checkers;
 pub mod cluster;
 pub mod events;

@@ -911,9 +911,7 @@ impl Signer {
         let Some(key) = &self.0 else {
             return req;
         };
-        let time_ms = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
+        let time_ms = now_ns() / 1_000_000;
         let auth = RequestAuth::sign(key, method, &req.get_ref().encode_to_vec(), time_ms, nonce());
         for (name, value) in auth.headers() {
             if let Ok(value) = value.parse() {
@@ -924,6 +922,16 @@ impl Signer {
     }
 }
 
+/// The client's wall clock, in nanoseconds since the Unix epoch: the time a request is signed
+/// at, which the server compares with its own (a replay window). A client, unlike a node's
+/// state machine, may read the clock.
+#[allow(clippy::disallowed_methods)]
+fn now_ns() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX))
+}
+
 /// 16 random bytes; should the OS have no randomness, a hash of the time, the process and a
 /// counter, which is still unique per request of this process.
 fn nonce() -> [u8; 16] {
@@ -931,10 +939,7 @@ fn nonce() -> [u8; 16] {
     let mut nonce = [0u8; 16];
     if getrandom::fill(&mut nonce).is_err() {
         let mut h = blake3::Hasher::new();
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos());
-        h.update(&now.to_le_bytes());
+        h.update(&now_ns().to_le_bytes());
         h.update(&std::process::id().to_le_bytes());
         h.update(&COUNTER.fetch_add(1, Ordering::Relaxed).to_le_bytes());
         nonce.copy_from_slice(&h.finalize().as_bytes()[..16]);

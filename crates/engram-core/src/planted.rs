@@ -42,10 +42,13 @@ pub enum PlantedBug {
     /// way, so a crash between its batches leaves part of the old state and part of the new,
     /// and the restarted node does not know to finish it.
     UnrecordedInstall,
+    /// Transactions are never checked against grants, at the gate or at apply: in enforced
+    /// mode an agent writes where no grant allows it.
+    SkipGrantCheck,
 }
 
 impl PlantedBug {
-    pub const ALL: [PlantedBug; 10] = [
+    pub const ALL: [PlantedBug; 11] = [
         PlantedBug::AckBeforeCommit,
         PlantedBug::SkipSyncBeforeAck,
         PlantedBug::WrongPrevHash,
@@ -56,6 +59,7 @@ impl PlantedBug {
         PlantedBug::SkipGroupAttestation,
         PlantedBug::StaleCurrentRow,
         PlantedBug::UnrecordedInstall,
+        PlantedBug::SkipGrantCheck,
     ];
 }
 

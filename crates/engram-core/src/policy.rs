@@ -22,7 +22,7 @@ use std::collections::BTreeMap;
 
 use engram_access::{Action, Grant, Mode, Policy, PolicyOp, Principal, SYSTEM_NAMESPACE};
 use engram_audit::PublicKey;
-use engram_storage::{ReadView, Space, WriteBatch};
+use engram_storage::{KeyValue, ReadView, Space, WriteBatch};
 use engram_types::{
     Attribute, BranchOp, EntityId, EntityRef, Namespace, Op, Provenance, Status, TxId, TxOp, TxRequest, Value,
 };
@@ -112,7 +112,7 @@ fn grant_key(g: &Grant) -> Vec<u8> {
     k
 }
 
-fn scan_prefix(view: &dyn ReadView, prefix: &[u8]) -> Result<Vec<(Vec<u8>, Vec<u8>)>, CoreError> {
+fn scan_prefix(view: &dyn ReadView, prefix: &[u8]) -> Result<Vec<KeyValue>, CoreError> {
     let end = engram_storage::prefix_end(prefix);
     Ok(view.scan(Space::State, prefix, end.as_deref(), usize::MAX)?)
 }
@@ -215,6 +215,9 @@ pub fn check_tx(
     match mode(view)? {
         None => Ok(Err(Rejection::NotConfigured)),
         Some(Mode::Open) => Ok(Ok(())),
+        Some(Mode::Enforced) if crate::planted::active(crate::planted::PlantedBug::SkipGrantCheck) => {
+            Ok(Ok(()))
+        }
         Some(Mode::Enforced) => {
             for action in actions_of(req) {
                 if let Err(r) = check_action(view, principal, action, req.namespace.as_str())? {

@@ -768,7 +768,14 @@ pub fn tx_log_range(
         return Ok((Vec::new(), from));
     }
     let (txs, next, cut) = scan_tx_log(store, from, Some(through), usize::MAX, byte_budget, |_, _| true)?;
-    Ok((txs, if cut { next } else { TxId(through.0 + 1) }))
+    Ok((
+        txs,
+        if cut {
+            next
+        } else {
+            TxId(through.0.saturating_add(1))
+        },
+    ))
 }
 
 /// The tx-log rows from `from` (through `through`, if given; at most `scan_limit` rows), with

@@ -75,10 +75,25 @@ pub fn open(store: Arc<dyn Store>, seed: u8) -> StateMachine {
     StateMachine::open(store, Arc::new(KeyRing::new(key)), CheckpointPolicy::default()).unwrap()
 }
 
-/// Genesis (node 1 with the key of `seed`) and then writes at log indexes `2..=last`.
+/// Genesis (node 1 with the key of `seed`), the open security mode at log index 2 (as `cluster
+/// init` records it), and then writes at log indexes `3..=last`. Every entry is in the chain,
+/// at an audit index equal to its log index.
 pub fn genesis_and_writes(seed: u8, last: u64) -> Vec<Entry> {
     let key = NodeKey::from_seed([seed; 32]);
-    let mut entries = vec![Entry::new_membership(log_id(1), single_member(&key))];
-    entries.extend((2..=last).map(write));
+    let mut entries = vec![
+        Entry::new_membership(log_id(1), single_member(&key)),
+        Entry::new_normal(
+            log_id(2),
+            Command::Policy {
+                op: engram_access::PolicyOp::Configure {
+                    mode: engram_access::Mode::Open,
+                    admin: None,
+                },
+                principal: None,
+                proposed_time_ns: 2_000,
+            },
+        ),
+    ];
+    entries.extend((3..=last).map(write));
     entries
 }
