@@ -143,24 +143,16 @@ impl StateMachine {
                 request,
                 proposed_time_ns,
             }) => {
-                let extra = applied_row(&self.applied)?;
-                let outcome = self
-                    .engine
-                    .apply_tx(index, proposed_time_ns, &request, extra)
-                    .map_err(io_err)?;
-                response.outcome = Some(outcome);
+                // An entry from before principals: an unsigned transaction.
+                response.outcome = Some(self.transact(index, proposed_time_ns, &request, None)?);
             }
             EntryPayload::Normal(Command::TransactAs {
                 request,
                 principal,
                 proposed_time_ns,
             }) => {
-                let extra = applied_row(&self.applied)?;
-                let outcome = self
-                    .engine
-                    .apply_tx_as(index, proposed_time_ns, &request, principal.as_ref(), extra)
-                    .map_err(io_err)?;
-                response.outcome = Some(outcome);
+                response.outcome =
+                    Some(self.transact(index, proposed_time_ns, &request, principal.as_ref())?);
             }
             EntryPayload::Normal(Command::Policy {
                 op,
@@ -224,6 +216,20 @@ impl StateMachine {
             }
         }
         Ok(response)
+    }
+
+    /// Applies a transaction entry made by `principal` into the open group.
+    fn transact(
+        &mut self,
+        index: u64,
+        proposed_time_ns: i64,
+        request: &engram_types::TxRequest,
+        principal: Option<&engram_access::Principal>,
+    ) -> io::Result<engram_core::TxOutcome> {
+        let extra = applied_row(&self.applied)?;
+        self.engine
+            .apply_tx_as(index, proposed_time_ns, request, principal, extra)
+            .map_err(io_err)
     }
 
     /// Ends the open group, writes it, and only then answers its entries' proposers.
