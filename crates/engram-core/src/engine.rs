@@ -61,6 +61,9 @@ pub struct Engine {
     /// the key may attest entries up to that one and none after it, so the engine refuses to
     /// seal later entries instead of storing attestations no verifier accepts.
     signing_revoked_at: Option<u64>,
+    /// The policy rows transactions are checked against, read once and kept until a policy
+    /// change, a genesis entry or a reload (a snapshot install) clears them.
+    grants: policy::PolicyCache,
 }
 
 /// The `I` row: the receipt of the transaction that first used an idempotency key, and the
@@ -175,6 +178,7 @@ impl Engine {
             group_tail: None,
             held_back: None,
             signing_revoked_at: None,
+            grants: policy::PolicyCache::default(),
         };
         engine.reload()?;
         engine.settle_keys()?;
@@ -217,6 +221,7 @@ impl Engine {
 
     /// Re-reads the head after the store was replaced underneath (snapshot install).
     pub fn reload(&mut self) -> Result<(), CoreError> {
+        self.grants.clear();
         self.head = reads::head(&*self.store)?;
         self.last_checkpoint = match self.store.get(Space::State, keys::META_CHECKPOINT)? {
             Some(bytes) => Some(decode_row("last checkpoint", &bytes)?),
@@ -447,6 +452,8 @@ impl Engine {
         members: Vec<(u64, PublicKey)>,
         batch: WriteBatch,
     ) -> Result<SignedEntry, CoreError> {
+        // Genesis may come with the pending-mode row (see `policy::pending_mode_row`).
+        self.grants.clear();
         self.in_group(|engine| engine.membership_in_group(log_index, members, batch))
     }
 
@@ -806,6 +813,8 @@ impl Engine {
         actor: Option<&Principal>,
         batch: WriteBatch,
     ) -> Result<TxOutcome, CoreError> {
+        // Whatever the outcome, the policy rows may change here: read them afresh after.
+        self.grants.clear();
         self.in_group(|engine| {
             let planned = match policy::plan_change(&engine.view(), op, actor)? {
                 Ok(planned) => planned,

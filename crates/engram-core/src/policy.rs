@@ -201,30 +201,84 @@ pub fn check_tx(
     principal: Option<&Principal>,
     req: &TxRequest,
 ) -> Result<Result<(), Rejection>, CoreError> {
-    if req.namespace.as_str() == SYSTEM_NAMESPACE {
-        return Ok(Err(Rejection::SystemNamespace));
+    PolicyCache::default().check_tx(view, principal, req)
+}
+
+/// What [`check_tx`] reads of the policy (the mode, and per principal whether it is an active
+/// agent and its grants), kept between checks. Only a policy change or a replaced state (a
+/// snapshot install) changes those rows, so its owner clears the cache then; apply keeps one,
+/// so a write costs no policy read while the policy stands.
+#[derive(Default)]
+pub struct PolicyCache {
+    mode: Option<Option<Mode>>,
+    principals: std::collections::HashMap<String, (bool, Policy)>,
+}
+
+impl PolicyCache {
+    pub fn clear(&mut self) {
+        self.mode = None;
+        self.principals.clear();
     }
-    if let Some(p) = principal
-        && p.as_str() != req.provenance.agent
-    {
-        return Ok(Err(Rejection::AgentMismatch {
-            agent: req.provenance.agent.clone(),
-            principal: p.to_string(),
-        }));
-    }
-    match mode(view)? {
-        None => Ok(Err(Rejection::NotConfigured)),
-        Some(Mode::Open) => Ok(Ok(())),
-        Some(Mode::Enforced) if crate::planted::active(crate::planted::PlantedBug::SkipGrantCheck) => {
-            Ok(Ok(()))
+
+    /// [`check_tx`], reading through the cache.
+    pub fn check_tx(
+        &mut self,
+        view: &dyn ReadView,
+        principal: Option<&Principal>,
+        req: &TxRequest,
+    ) -> Result<Result<(), Rejection>, CoreError> {
+        if req.namespace.as_str() == SYSTEM_NAMESPACE {
+            return Ok(Err(Rejection::SystemNamespace));
         }
-        Some(Mode::Enforced) => {
-            for action in actions_of(req) {
-                if let Err(r) = check_action(view, principal, action, req.namespace.as_str())? {
-                    return Ok(Err(r));
-                }
+        if let Some(p) = principal
+            && p.as_str() != req.provenance.agent
+        {
+            return Ok(Err(Rejection::AgentMismatch {
+                agent: req.provenance.agent.clone(),
+                principal: p.to_string(),
+            }));
+        }
+        let current = match self.mode {
+            Some(known) => known,
+            None => *self.mode.insert(mode(view)?),
+        };
+        match current {
+            None => Ok(Err(Rejection::NotConfigured)),
+            Some(Mode::Open) => Ok(Ok(())),
+            Some(Mode::Enforced) if crate::planted::active(crate::planted::PlantedBug::SkipGrantCheck) => {
+                Ok(Ok(()))
             }
-            Ok(Ok(()))
+            Some(Mode::Enforced) => {
+                let ns = req.namespace.as_str();
+                let denied = |who: &str, action: Action| {
+                    Ok(Err(Rejection::NotAuthorized {
+                        principal: who.to_string(),
+                        action: action.name().to_string(),
+                        namespace: ns.to_string(),
+                    }))
+                };
+                let actions = actions_of(req);
+                let Some(p) = principal else {
+                    return match actions.first() {
+                        Some(action) => denied("(unauthenticated)", *action),
+                        None => Ok(Ok(())),
+                    };
+                };
+                if !self.principals.contains_key(p.as_str()) {
+                    let active = matches!(agent(view, p.as_str())?, Some(row) if row.revoked_tx.is_none());
+                    let policy = policy_of(view, p.as_str())?;
+                    self.principals.insert(p.to_string(), (active, policy));
+                }
+                let Some((active, policy)) = self.principals.get(p.as_str()) else {
+                    return denied(p.as_str(), Action::Write);
+                };
+                for action in actions {
+                    if !*active || !policy.allows(p.as_str(), action, ns) {
+                        return denied(p.as_str(), action);
+                    }
+                }
+                Ok(Ok(()))
+            }
         }
     }
 }
