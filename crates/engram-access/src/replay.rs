@@ -27,9 +27,21 @@ pub enum ReplayError {
 pub struct ReplayGuard {
     window_ms: i64,
     max_nonces: usize,
-    seen: HashSet<(String, [u8; 16])>,
-    /// (forget after, principal, nonce), oldest first by arrival.
-    expiry: VecDeque<(i64, String, [u8; 16])>,
+    /// blake3(principal, nonce) cut to 16 bytes: a fixed 16 bytes per request remembered,
+    /// whatever the principal's length.
+    seen: HashSet<[u8; 16]>,
+    /// (forget after, key), oldest first by arrival.
+    expiry: VecDeque<(i64, [u8; 16])>,
+}
+
+fn replay_key(auth: &RequestAuth) -> [u8; 16] {
+    let mut h = blake3::Hasher::new();
+    h.update(auth.principal.as_str().as_bytes());
+    h.update(&[0]);
+    h.update(&auth.nonce);
+    let mut key = [0u8; 16];
+    key.copy_from_slice(&h.finalize().as_bytes()[..16]);
+    key
 }
 
 impl ReplayGuard {
@@ -59,17 +71,17 @@ impl ReplayGuard {
         }
         // Arrival order is not timestamp order, so an entry is dropped once the front's time
         // has passed; later ones wait their turn, which only delays forgetting them.
-        while let Some((forget_after, _, _)) = self.expiry.front()
+        while let Some((forget_after, _)) = self.expiry.front()
             && *forget_after < now_ms
         {
-            if let Some((_, principal, nonce)) = self.expiry.pop_front() {
-                self.seen.remove(&(principal, nonce));
+            if let Some((_, key)) = self.expiry.pop_front() {
+                self.seen.remove(&key);
             }
         }
-        let key = (auth.principal.to_string(), auth.nonce);
+        let key = replay_key(auth);
         if self.seen.contains(&key) {
             return Err(ReplayError::Replayed {
-                principal: key.0,
+                principal: auth.principal.to_string(),
                 window_ms: self.window_ms,
             });
         }
@@ -78,7 +90,7 @@ impl ReplayGuard {
         }
         // The nonce must be remembered until the timestamp alone would refuse the request.
         let forget_after = auth.time_ms.saturating_add(self.window_ms);
-        self.expiry.push_back((forget_after, key.0.clone(), key.1));
+        self.expiry.push_back((forget_after, key));
         self.seen.insert(key);
         Ok(())
     }
@@ -118,7 +130,7 @@ mod tests {
             Err(ReplayError::Stale { .. })
         ));
         guard.admit(&auth(11_001, 4), 11_001).unwrap();
-        assert!(!guard.seen.contains(&("alice".to_string(), [1; 16])));
+        assert!(!guard.seen.contains(&replay_key(&auth(10_000, 1))));
     }
 
     #[test]
