@@ -7,7 +7,7 @@
 //! prost's encoding of a message is deterministic, so a client that encodes with prost (every
 //! Engram client does) and a server agree byte for byte.
 
-use engram_audit::PublicKey;
+use engram_audit::{PublicKey, Verifier};
 
 use crate::{AgentKey, Principal};
 
@@ -60,8 +60,20 @@ impl RequestAuth {
 
     /// Checks the signature against `key` for this `method` and `body`.
     pub fn verify(&self, key: &PublicKey, method: &str, body: &[u8]) -> Result<(), RequestError> {
+        self.verify_with(key, key.verifier().as_ref(), method, body)
+    }
+
+    /// [`RequestAuth::verify`] with `key` already decompressed (`None`: not a curve point, so
+    /// nothing verifies).
+    pub fn verify_with(
+        &self,
+        key: &PublicKey,
+        verifier: Option<&Verifier>,
+        method: &str,
+        body: &[u8],
+    ) -> Result<(), RequestError> {
         let message = signed_message(&self.principal, method, body, self.time_ms, &self.nonce);
-        if key.verify(&message, &self.signature) {
+        if verifier.is_some_and(|v| v.verify(&message, &self.signature)) {
             Ok(())
         } else {
             Err(RequestError::BadSignature {

@@ -43,6 +43,26 @@ impl PublicKey {
     }
 }
 
+/// A public key decompressed once, for checking many signatures by it: decompressing a key
+/// (a square root in the field) is a sizeable part of each verification otherwise.
+#[derive(Clone)]
+pub struct Verifier(VerifyingKey);
+
+impl PublicKey {
+    /// The key ready to verify with; `None` for bytes that are not a curve point.
+    pub fn verifier(&self) -> Option<Verifier> {
+        VerifyingKey::from_bytes(&self.0).ok().map(Verifier)
+    }
+}
+
+impl Verifier {
+    /// [`PublicKey::verify`], without decompressing the key again.
+    pub fn verify(&self, message: &[u8], signature: &[u8; 64]) -> bool {
+        let sig = ed25519_dalek::Signature::from_bytes(signature);
+        self.0.verify_strict(message, &sig).is_ok()
+    }
+}
+
 /// Checks many attestations by one key at once (one multi-scalar multiplication, several times
 /// cheaper per signature than one by one): `Err(i)` names the first of `items` whose signature
 /// `verify_strict` refuses. For a node's check of its own fresh attestations, whose key it

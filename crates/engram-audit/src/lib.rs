@@ -28,4 +28,4 @@ pub use entry::{
     AUDIT_FORMAT_VERSION, Attestation, AuditEntry, EntryKind, GENESIS_PREV_HASH, KeyAction, KeyChangeRequest,
     SignedEntry, key_statement, tx_content_hash,
 };
-pub use keys::{KeyId, KeyRing, KeyRingListener, NodeKey, PublicKey, verify_all_by};
+pub use keys::{KeyId, KeyRing, KeyRingListener, NodeKey, PublicKey, Verifier, verify_all_by};

@@ -13,10 +13,12 @@
 //! gate's check answers early and covers reads, which never reach the log. A stale read, a
 //! watch or an audit call is checked against the answering node's applied policy.
 
+use std::collections::HashMap;
 use std::sync::Mutex;
 
 use engram_access::request::{HEADERS, RequestAuth};
 use engram_access::{Action, Mode, Principal, ReplayGuard};
+use engram_audit::{PublicKey, Verifier};
 use engram_core::policy;
 use prost::Message;
 use tonic::metadata::{AsciiMetadataValue, MetadataMap};
@@ -53,16 +55,40 @@ impl Need {
     }
 }
 
-/// The node's replay guard.
+/// Agent keys kept decompressed at most; past it the cache starts over.
+const MAX_VERIFIERS: usize = 10_000;
+
+/// The node's replay guard, and the agent keys it has decompressed (a key's decompressed form
+/// never changes, so the cache needs no invalidation).
 pub struct Gate {
     replay: Mutex<ReplayGuard>,
+    verifiers: Mutex<HashMap<[u8; 32], Option<Verifier>>>,
 }
 
 impl Default for Gate {
     fn default() -> Gate {
         Gate {
             replay: Mutex::new(ReplayGuard::new(REPLAY_WINDOW_MS, MAX_REMEMBERED_NONCES)),
+            verifiers: Mutex::new(HashMap::new()),
         }
+    }
+}
+
+impl Gate {
+    fn verifier(&self, key: &PublicKey) -> Result<Option<Verifier>, ApiError> {
+        let mut cache = self
+            .verifiers
+            .lock()
+            .map_err(|_| ApiError::Internal("verifier cache poisoned".into()))?;
+        if let Some(v) = cache.get(&key.0) {
+            return Ok(v.clone());
+        }
+        if cache.len() >= MAX_VERIFIERS {
+            cache.clear();
+        }
+        let v = key.verifier();
+        cache.insert(key.0, v.clone());
+        Ok(v)
     }
 }
 
@@ -143,7 +169,8 @@ impl Shared {
                         "agent {who} was revoked at tx {tx}"
                     )));
                 }
-                auth.verify(&row.key, method, &body.encode_to_vec())
+                let verifier = self.gate.verifier(&row.key)?;
+                auth.verify_with(&row.key, verifier.as_ref(), method, &body.encode_to_vec())
                     .map_err(|e| ApiError::Unauthenticated(e.to_string()))?;
                 let now_ms = engram_raft::clock::now_ns() / 1_000_000;
                 self.gate
