@@ -204,20 +204,81 @@ pub fn check_tx(
     PolicyCache::default().check_tx(view, principal, req)
 }
 
-/// What [`check_tx`] reads of the policy (the mode, and per principal whether it is an active
-/// agent and its grants), kept between checks. Only a policy change or a replaced state (a
-/// snapshot install) changes those rows, so its owner clears the cache then; apply keeps one,
-/// so a write costs no policy read while the policy stands.
+/// What [`check_tx`] reads of the policy (the mode, and per principal its agent row and its
+/// grants), kept between checks. Only a policy change or a replaced state (a snapshot install)
+/// changes those rows, so its owner clears the cache then. Apply keeps one, and so does each
+/// node's gate (cleared when the state machine's policy-change counter moves), so a request
+/// costs no policy read while the policy stands.
 #[derive(Default)]
 pub struct PolicyCache {
     mode: Option<Option<Mode>>,
-    principals: std::collections::HashMap<String, (bool, Policy)>,
+    principals: std::collections::HashMap<String, (Option<AgentRow>, Policy)>,
 }
 
 impl PolicyCache {
+    /// Principals kept at most; past it the cache starts over.
+    const MAX_PRINCIPALS: usize = 10_000;
+
     pub fn clear(&mut self) {
         self.mode = None;
         self.principals.clear();
+    }
+
+    /// [`mode`], cached.
+    pub fn mode(&mut self, view: &dyn ReadView) -> Result<Option<Mode>, CoreError> {
+        match self.mode {
+            Some(known) => Ok(known),
+            None => Ok(*self.mode.insert(mode(view)?)),
+        }
+    }
+
+    fn principal(
+        &mut self,
+        view: &dyn ReadView,
+        name: &str,
+    ) -> Result<&(Option<AgentRow>, Policy), CoreError> {
+        if !self.principals.contains_key(name) {
+            if self.principals.len() >= Self::MAX_PRINCIPALS {
+                self.principals.clear();
+            }
+            let entry = (agent(view, name)?, policy_of(view, name)?);
+            self.principals.insert(name.to_string(), entry);
+        }
+        self.principals
+            .get(name)
+            .ok_or_else(|| CoreError::corrupt("policy cache", "an entry vanished"))
+    }
+
+    /// [`agent`], cached.
+    pub fn agent(&mut self, view: &dyn ReadView, name: &str) -> Result<Option<AgentRow>, CoreError> {
+        Ok(self.principal(view, name)?.0.clone())
+    }
+
+    /// [`check_action`], cached.
+    pub fn check_action(
+        &mut self,
+        view: &dyn ReadView,
+        principal: Option<&Principal>,
+        action: Action,
+        namespace: &str,
+    ) -> Result<Result<(), Rejection>, CoreError> {
+        let denied = |who: &str| {
+            Ok(Err(Rejection::NotAuthorized {
+                principal: who.to_string(),
+                action: action.name().to_string(),
+                namespace: namespace.to_string(),
+            }))
+        };
+        let Some(p) = principal else {
+            return denied("(unauthenticated)");
+        };
+        let (row, policy) = self.principal(view, p.as_str())?;
+        let active = matches!(row, Some(r) if r.revoked_tx.is_none());
+        if active && policy.allows(p.as_str(), action, namespace) {
+            Ok(Ok(()))
+        } else {
+            denied(p.as_str())
+        }
     }
 
     /// [`check_tx`], reading through the cache.
@@ -238,43 +299,16 @@ impl PolicyCache {
                 principal: p.to_string(),
             }));
         }
-        let current = match self.mode {
-            Some(known) => known,
-            None => *self.mode.insert(mode(view)?),
-        };
-        match current {
+        match self.mode(view)? {
             None => Ok(Err(Rejection::NotConfigured)),
             Some(Mode::Open) => Ok(Ok(())),
             Some(Mode::Enforced) if crate::planted::active(crate::planted::PlantedBug::SkipGrantCheck) => {
                 Ok(Ok(()))
             }
             Some(Mode::Enforced) => {
-                let ns = req.namespace.as_str();
-                let denied = |who: &str, action: Action| {
-                    Ok(Err(Rejection::NotAuthorized {
-                        principal: who.to_string(),
-                        action: action.name().to_string(),
-                        namespace: ns.to_string(),
-                    }))
-                };
-                let actions = actions_of(req);
-                let Some(p) = principal else {
-                    return match actions.first() {
-                        Some(action) => denied("(unauthenticated)", *action),
-                        None => Ok(Ok(())),
-                    };
-                };
-                if !self.principals.contains_key(p.as_str()) {
-                    let active = matches!(agent(view, p.as_str())?, Some(row) if row.revoked_tx.is_none());
-                    let policy = policy_of(view, p.as_str())?;
-                    self.principals.insert(p.to_string(), (active, policy));
-                }
-                let Some((active, policy)) = self.principals.get(p.as_str()) else {
-                    return denied(p.as_str(), Action::Write);
-                };
-                for action in actions {
-                    if !*active || !policy.allows(p.as_str(), action, ns) {
-                        return denied(p.as_str(), action);
+                for action in actions_of(req) {
+                    if let Err(r) = self.check_action(view, principal, action, req.namespace.as_str())? {
+                        return Ok(Err(r));
                     }
                 }
                 Ok(Ok(()))
@@ -291,25 +325,7 @@ pub fn check_action(
     action: Action,
     namespace: &str,
 ) -> Result<Result<(), Rejection>, CoreError> {
-    let denied = |who: &str| {
-        Ok(Err(Rejection::NotAuthorized {
-            principal: who.to_string(),
-            action: action.name().to_string(),
-            namespace: namespace.to_string(),
-        }))
-    };
-    let Some(p) = principal else {
-        return denied("(unauthenticated)");
-    };
-    match agent(view, p.as_str())? {
-        Some(row) if row.revoked_tx.is_none() => {}
-        _ => return denied(p.as_str()),
-    }
-    if policy_of(view, p.as_str())?.allows(p.as_str(), action, namespace) {
-        Ok(Ok(()))
-    } else {
-        denied(p.as_str())
-    }
+    PolicyCache::default().check_action(view, principal, action, namespace)
 }
 
 /// A policy change, planned: the system-namespace transaction that records it, and what to

@@ -137,6 +137,8 @@ pub struct RaftNode {
     snapshots: Arc<crate::snapshots::Snapshots>,
     /// The state machine's applied index, moved once the state it names is readable.
     applied: tokio::sync::watch::Receiver<u64>,
+    /// The state machine's policy-change counter (see [`RaftNode::policy_epoch`]).
+    policy_epoch: Arc<AtomicU64>,
     clock_skew_ns: i64,
     /// The last index of the Raft log when this process started. Linearizable reads wait
     /// until it is applied: see [`RaftNode::ensure_linearizable`].
@@ -228,6 +230,7 @@ impl RaftNode {
             .map_err(|e| NodeError::Fatal(e.to_string()))?;
         let snapshots = state_machine.snapshots();
         let applied = state_machine.applied_index_watch();
+        let policy_epoch = state_machine.policy_epoch();
         let raft = Raft::new(
             node_id,
             Arc::new(config),
@@ -254,6 +257,7 @@ impl RaftNode {
             stages,
             snapshots,
             applied,
+            policy_epoch,
             clock_skew_ns: settings.clock_skew_ns,
             startup_log_index,
         })
@@ -438,6 +442,13 @@ impl RaftNode {
             Err(_) if self.has_stopped() => Waited::Stopped,
             Err(_) => Waited::TimedOut,
         }
+    }
+
+    /// How many writes so far changed the policy rows (policy changes, genesis, snapshot
+    /// installs); it moves only after the write. Read it before reading policy rows, and drop
+    /// what was cached under an older count.
+    pub fn policy_epoch(&self) -> u64 {
+        self.policy_epoch.load(std::sync::atomic::Ordering::Acquire)
     }
 
     /// The applied index, as of the last written apply group: cheap enough to read per event.

@@ -1,5 +1,6 @@
 use std::io;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use engram_audit::{KeyRing, PublicKey};
 use engram_core::snapshot::{self, Installer};
@@ -38,6 +39,12 @@ pub struct StateMachine {
     /// ack and are a large struct to clone: a thousand watchers woken and cloning it on each
     /// change was most of a node's CPU during a watch fan-out.
     published: tokio::sync::watch::Sender<u64>,
+    /// Counts the writes that changed the policy rows (a group holding a policy change or
+    /// genesis, a snapshot install), bumped after the write: a reader that caches policy rows
+    /// drops them when it sees the count move.
+    policy_epoch: Arc<AtomicU64>,
+    /// The open group holds a policy change or genesis.
+    policy_touched: bool,
 }
 
 /// Reads the applied log id and membership rows from a store.
@@ -103,7 +110,14 @@ impl StateMachine {
             membership,
             snapshots: Arc::new(snapshots),
             published,
+            policy_epoch: Arc::new(AtomicU64::new(0)),
+            policy_touched: false,
         })
+    }
+
+    /// The policy-change counter (see the field); shared with the node's gate.
+    pub fn policy_epoch(&self) -> Arc<AtomicU64> {
+        self.policy_epoch.clone()
     }
 
     /// Follows the applied index: it moves only after the state it names is written.
@@ -159,6 +173,7 @@ impl StateMachine {
                 principal,
                 proposed_time_ns,
             }) => {
+                self.policy_touched = true;
                 let extra = applied_row(&self.applied)?;
                 let outcome = self
                     .engine
@@ -200,6 +215,7 @@ impl StateMachine {
                 self.membership = Membership::new(Some(log_id), membership);
                 let mut extra = applied_and_membership_rows(&self.applied, &self.membership)?;
                 if self.engine.head().index == 0 {
+                    self.policy_touched = true;
                     // Genesis: no transaction is accepted until the security mode chosen at
                     // `cluster init` is recorded, so no write slips in before it.
                     engram_core::policy::pending_mode_row(&mut extra);
@@ -243,6 +259,9 @@ impl StateMachine {
             .map_err(io_err)?;
         // Buffered: the Raft log holds these entries synced on a majority already.
         self.store.write(group, Durability::Buffered).map_err(io_err)?;
+        if std::mem::take(&mut self.policy_touched) {
+            self.policy_epoch.fetch_add(1, Ordering::Release);
+        }
         self.publish_applied();
         for (responder, response) in answered.drain(..) {
             responder.send(response);
@@ -321,6 +340,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         }
         installer.finish(extra).map_err(io_err)?;
         self.engine.reload().map_err(io_err)?;
+        self.policy_epoch.fetch_add(1, Ordering::Release);
         self.applied = meta.last_log_id;
         self.membership = meta.last_membership.clone();
         drop(replacing);

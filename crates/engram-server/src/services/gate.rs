@@ -19,7 +19,7 @@ use std::sync::Mutex;
 use engram_access::request::{HEADERS, RequestAuth};
 use engram_access::{Action, Mode, Principal, ReplayGuard};
 use engram_audit::{PublicKey, Verifier};
-use engram_core::policy;
+use engram_core::policy::PolicyCache;
 use prost::Message;
 use tonic::metadata::{AsciiMetadataValue, MetadataMap};
 
@@ -63,6 +63,9 @@ const MAX_VERIFIERS: usize = 10_000;
 pub struct Gate {
     replay: Mutex<ReplayGuard>,
     verifiers: Mutex<HashMap<[u8; 32], Option<Verifier>>>,
+    /// The policy rows this node has applied, read once and kept with the policy-change
+    /// count they were read under (`RaftNode::policy_epoch`): a newer count drops them.
+    policy: Mutex<(u64, PolicyCache)>,
 }
 
 impl Default for Gate {
@@ -70,6 +73,7 @@ impl Default for Gate {
         Gate {
             replay: Mutex::new(ReplayGuard::new(REPLAY_WINDOW_MS, MAX_REMEMBERED_NONCES)),
             verifiers: Mutex::new(HashMap::new()),
+            policy: Mutex::new((0, PolicyCache::default())),
         }
     }
 }
@@ -136,6 +140,39 @@ fn signature_headers(meta: &MetadataMap) -> Vec<(&'static str, AsciiMetadataValu
 }
 
 impl Shared {
+    /// Runs `read` over this node's applied policy rows, through the gate's cache.
+    fn with_policy<T>(
+        &self,
+        read: impl FnOnce(&mut PolicyCache, &dyn engram_storage::Store) -> Result<T, engram_core::CoreError>,
+    ) -> Result<T, ApiError> {
+        // The count is read before the rows: rows read after a change was written but before
+        // the count moved are kept under the old count, and dropped at the next call.
+        let epoch = self.node.policy_epoch();
+        self.read_state(|store| {
+            let mut guard = self
+                .gate
+                .policy
+                .lock()
+                .map_err(|_| ApiError::Internal("policy cache poisoned".into()))?;
+            let (seen, cache) = &mut *guard;
+            if *seen != epoch {
+                cache.clear();
+                *seen = epoch;
+            }
+            read(cache, store).map_err(ApiError::from)
+        })
+    }
+
+    /// [`engram_core::policy::check_tx`] at this node's applied policy, through the gate's
+    /// cache.
+    pub fn check_tx(
+        &self,
+        principal: Option<&Principal>,
+        tx: &engram_types::TxRequest,
+    ) -> Result<Result<(), engram_core::Rejection>, ApiError> {
+        self.with_policy(|cache, store| cache.check_tx(store, principal, tx))
+    }
+
     /// Authenticates a call of `method` (its metadata `meta` and message `body`) and checks
     /// `need`; see the module docs.
     pub fn admit<T: Message>(
@@ -147,13 +184,13 @@ impl Shared {
     ) -> Result<Caller, ApiError> {
         let auth = RequestAuth::from_headers(|h| meta.get(h).and_then(|v| v.to_str().ok()))
             .map_err(|e| ApiError::Unauthenticated(e.to_string()))?;
-        let (mode, agent) = self.read_state(|store| {
-            let mode = policy::mode(store)?;
+        let (mode, agent) = self.with_policy(|cache, store| {
+            let mode = cache.mode(store)?;
             let agent = match &auth {
-                Some(a) => policy::agent(store, a.principal.as_str())?,
+                Some(a) => cache.agent(store, a.principal.as_str())?,
                 None => None,
             };
-            Ok::<_, engram_core::CoreError>((mode, agent))
+            Ok((mode, agent))
         })?;
         let principal = match auth {
             None => None,
@@ -193,8 +230,8 @@ impl Shared {
                 }
                 (Need::Principal, Some(_)) => {}
                 (Need::Action(action, namespace), Some(_)) => {
-                    let verdict = self.read_state(|store| {
-                        policy::check_action(store, principal.as_ref(), *action, namespace)
+                    let verdict = self.with_policy(|cache, store| {
+                        cache.check_action(store, principal.as_ref(), *action, namespace)
                     })?;
                     if let Err(rejection) = verdict {
                         return Err(ApiError::PermissionDenied(rejection.to_string()));

@@ -1,7 +1,7 @@
 use std::sync::Arc;
 
 use engram_access::Action;
-use engram_core::{policy, reads};
+use engram_core::reads;
 use engram_proto::{methods, pb};
 use engram_types::{BranchOp, EntityId, TxId, TxRequest};
 use prost::Message;
@@ -52,10 +52,7 @@ impl MemoryService {
         // The leader checks: who signed, and (by the policy it has applied) whether they may;
         // apply checks again at the transaction's own log entry.
         let caller = call.admit(&self.shared, &meta)?;
-        if let Err(rejection) = self
-            .shared
-            .read_state(|store| policy::check_tx(store, caller.principal.as_ref(), &tx))?
-        {
+        if let Err(rejection) = self.shared.check_tx(caller.principal.as_ref(), &tx)? {
             return Err(ApiError::Rejected(rejection));
         }
         let proposed = std::time::Instant::now();
