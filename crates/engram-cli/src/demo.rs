@@ -698,21 +698,25 @@ fn signed_client(endpoints: Vec<String>, key: Arc<AgentKey>) -> Result<Client> {
 /// What each demo agent may do, on its own namespace only.
 const AGENT_ACTIONS: [&str; 5] = ["read", "read-history", "write", "retract", "promote"];
 
-/// Registers agent `k` (unless an earlier run did) and grants it [`AGENT_ACTIONS`] on
-/// `demo/agent-k`.
-async fn register_agent(admin: &Client, dir: &Path, k: u32) -> Result<Arc<AgentKey>> {
+/// Registers agent `k` and grants it [`AGENT_ACTIONS`] on `demo/agent-k`, unless an earlier
+/// run did (`known` and `granted` are what the cluster held before).
+async fn register_agent(
+    admin: &Client,
+    dir: &Path,
+    k: u32,
+    known: &engram_client::pb::ListAgentsResponse,
+    granted: &engram_client::pb::ListGrantsResponse,
+) -> Result<Arc<AgentKey>> {
     let name = format!("agent-{k}");
     let key = key_file(dir, &name)?;
-    let known = admin
-        .list_agents()
-        .await?
+    if !known
         .agents
         .iter()
-        .any(|a| a.name == name && a.public_key == key.public().0);
-    if !known {
+        .any(|a| a.name == name && a.public_key == key.public().0)
+    {
         admin.add_agent(&name, key.public().0).await?;
     }
-    let held = admin.list_grants(&name).await?.grants;
+    let held: Vec<_> = granted.grants.iter().filter(|g| g.principal == name).collect();
     let ns = format!("demo/agent-{k}");
     for action in AGENT_ACTIONS {
         if !held.iter().any(|g| g.action == action && g.prefix == ns) {
@@ -799,9 +803,10 @@ async fn run_in(args: &DemoArgs, exe: &Path, dir: &Path, ui: Ui) -> Result<DemoS
     let pb = ui.spinner(format!("registering {} agents and their grants", args.agents));
     let endpoints = cluster.endpoints();
     let admin = signed_client(endpoints.clone(), Arc::new(root))?;
+    let (known, granted) = (admin.list_agents().await?, admin.list_grants("").await?);
     let mut agent_keys = Vec::new();
     for k in 1..=args.agents {
-        agent_keys.push(register_agent(&admin, dir, k).await?);
+        agent_keys.push(register_agent(&admin, dir, k, &known, &granted).await?);
     }
     let policy = check_policy(&endpoints, &agent_keys, &admin).await?;
     let start_index = cluster.node(leader)?.probe().status().await?.chain_index;

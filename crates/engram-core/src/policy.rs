@@ -335,16 +335,17 @@ pub struct PlannedChange {
     effect: Effect,
 }
 
-enum Effect {
-    /// Agents to write, by name (`Temp` entities are resolved from the receipt).
-    Agents(Vec<(Principal, EntityRef, PublicKey, Option<TxId>)>),
-    Grants(Vec<(Grant, EntityRef)>),
-    Revoke(Grant),
-    Both {
-        mode: Mode,
-        agents: Vec<(Principal, EntityRef, PublicKey, Option<TxId>)>,
-        grants: Vec<(Grant, EntityRef)>,
-    },
+/// What a planned change does to the `P` rows once its transaction is applied.
+#[derive(Default)]
+struct Effect {
+    mode: Option<Mode>,
+    /// Agents to write: name, entity (`Temp` entities are resolved from the receipt), key,
+    /// and whether this change revokes it.
+    agents: Vec<(Principal, EntityRef, PublicKey, bool)>,
+    /// Grants to record, with their entities.
+    grants: Vec<(Grant, EntityRef)>,
+    /// A grant this change ends.
+    revoke: Option<Grant>,
 }
 
 fn attr(name: &str) -> Attribute {
@@ -445,7 +446,7 @@ pub fn plan_change(
                 (_, Some((name, key))) => {
                     let entity = EntityRef::Temp(format!("agent {name}"));
                     agent_ops(&entity, name, key, "active", &mut ops);
-                    agents.push((name.clone(), entity, *key, None));
+                    agents.push((name.clone(), entity, *key, false));
                     for action in Action::ALL {
                         let g = Grant {
                             principal: name.to_string(),
@@ -459,10 +460,11 @@ pub fn plan_change(
                 }
                 (Mode::Open, None) => {}
             }
-            Effect::Both {
-                mode: *mode,
+            Effect {
+                mode: Some(*mode),
                 agents,
                 grants,
+                revoke: None,
             }
         }
         PolicyOp::AddAgent { name, key } => {
@@ -478,7 +480,10 @@ pub fn plan_change(
             }
             let entity = EntityRef::Temp("agent".into());
             agent_ops(&entity, name, key, "active", &mut ops);
-            Effect::Agents(vec![(name.clone(), entity, *key, None)])
+            Effect {
+                agents: vec![(name.clone(), entity, *key, false)],
+                ..Effect::default()
+            }
         }
         PolicyOp::RotateAgentKey { name, key } => {
             let Some(row) = agent(view, name.as_str())? else {
@@ -492,7 +497,10 @@ pub fn plan_change(
             }
             let entity = EntityRef::Id(row.entity);
             ops.push(assert(&entity, ":engram.agent/key", Value::Bytes(key.0.to_vec())));
-            Effect::Agents(vec![(name.clone(), entity, *key, None)])
+            Effect {
+                agents: vec![(name.clone(), entity, *key, false)],
+                ..Effect::default()
+            }
         }
         PolicyOp::RevokeAgent { name } => {
             let Some(row) = agent(view, name.as_str())? else {
@@ -512,8 +520,10 @@ pub fn plan_change(
                 ":engram.agent/status",
                 Value::String("revoked".into()),
             ));
-            // The tx id is only known at apply; `Some(TxId(0))` marks "revoked here".
-            Effect::Agents(vec![(name.clone(), entity, row.key, Some(TxId(0)))])
+            Effect {
+                agents: vec![(name.clone(), entity, row.key, true)],
+                ..Effect::default()
+            }
         }
         PolicyOp::Grant(g) => {
             if let Err(why) = g.validate() {
@@ -524,7 +534,10 @@ pub fn plan_change(
             }
             let entity = EntityRef::Temp("grant".into());
             grant_ops(&entity, g, "active", &mut ops);
-            Effect::Grants(vec![(g.clone(), entity)])
+            Effect {
+                grants: vec![(g.clone(), entity)],
+                ..Effect::default()
+            }
         }
         PolicyOp::Revoke(g) => {
             let Some(bytes) = view.get(Space::State, &grant_key(g))? else {
@@ -542,7 +555,10 @@ pub fn plan_change(
                 ":engram.grant/status",
                 Value::String("revoked".into()),
             ));
-            Effect::Revoke(g.clone())
+            Effect {
+                revoke: Some(g.clone()),
+                ..Effect::default()
+            }
         }
     };
     let request = TxRequest::data(
@@ -593,12 +609,12 @@ impl PlannedChange {
                 .ok_or_else(|| CoreError::corrupt("policy change", format!("no id allocated for {name}"))),
             EntityRef::Lookup(..) => Err(CoreError::corrupt("policy change", "a lookup ref")),
         };
-        let (mode, agents, grants, revoke) = match self.effect {
-            Effect::Agents(a) => (None, a, Vec::new(), None),
-            Effect::Grants(g) => (None, Vec::new(), g, None),
-            Effect::Revoke(g) => (None, Vec::new(), Vec::new(), Some(g)),
-            Effect::Both { mode, agents, grants } => (Some(mode), agents, grants, None),
-        };
+        let Effect {
+            mode,
+            agents,
+            grants,
+            revoke,
+        } = self.effect;
         if let Some(mode) = mode {
             batch.put(Space::State, MODE_KEY.to_vec(), encode_row(&ModeRow::Set(mode)));
         }
@@ -607,7 +623,7 @@ impl PlannedChange {
                 entity: resolve(&entity)?,
                 key,
                 since_tx: tx,
-                revoked_tx: revoked.map(|_| tx),
+                revoked_tx: revoked.then_some(tx),
             };
             batch.put(Space::State, agent_key(name.as_str()), encode_row(&row));
         }

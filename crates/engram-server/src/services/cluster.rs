@@ -166,23 +166,21 @@ pub async fn configure(shared: &Shared, security: PolicyOp) -> Result<(), ApiErr
 /// One attempt to record the security mode: proposed here if this node leads, else passed to
 /// the leader as an `Init`.
 async fn propose_configure(shared: &Shared, security: &PolicyOp) -> Result<(), ApiError> {
-    {
-        match shared.route_write(false)? {
-            Route::Local => match shared.node.propose_policy(security.clone(), None).await {
-                // Refused only because another initialisation recorded a mode first.
-                Ok(Ok(_)) | Ok(Err(Rejection::Policy(_))) => Ok(()),
-                Ok(Err(rejection)) => Err(ApiError::Rejected(rejection)),
-                Err(e) => Err(ApiError::from(e)),
-            },
-            Route::Leader(addr) => {
-                let mut request = tonic::Request::new(init_request(security));
-                request
-                    .metadata_mut()
-                    .insert(super::FORWARDED, tonic::metadata::MetadataValue::from_static("1"));
-                match shared.cluster_client(&addr)?.init(request).await {
-                    Ok(_) => Ok(()),
-                    Err(status) => Err(super::forwarded_err(status)),
-                }
+    match shared.route_write(false)? {
+        Route::Local => match shared.node.propose_policy(security.clone(), None).await {
+            // Refused only because another initialisation recorded a mode first.
+            Ok(Ok(_)) | Ok(Err(Rejection::Policy(_))) => Ok(()),
+            Ok(Err(rejection)) => Err(ApiError::Rejected(rejection)),
+            Err(e) => Err(ApiError::from(e)),
+        },
+        Route::Leader(addr) => {
+            let mut request = tonic::Request::new(init_request(security));
+            request
+                .metadata_mut()
+                .insert(super::FORWARDED, tonic::metadata::MetadataValue::from_static("1"));
+            match shared.cluster_client(&addr)?.init(request).await {
+                Ok(_) => Ok(()),
+                Err(status) => Err(super::forwarded_err(status)),
             }
         }
     }

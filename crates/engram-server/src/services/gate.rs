@@ -184,13 +184,21 @@ impl Shared {
     ) -> Result<Caller, ApiError> {
         let auth = RequestAuth::from_headers(|h| meta.get(h).and_then(|v| v.to_str().ok()))
             .map_err(|e| ApiError::Unauthenticated(e.to_string()))?;
-        let (mode, agent) = self.with_policy(|cache, store| {
+        // One pass over the policy: the mode, the claimed agent's row and, if the call needs
+        // an action, whether that agent holds it (used only once its signature verifies).
+        let (mode, agent, verdict) = self.with_policy(|cache, store| {
             let mode = cache.mode(store)?;
-            let agent = match &auth {
-                Some(a) => cache.agent(store, a.principal.as_str())?,
-                None => None,
+            let Some(a) = &auth else {
+                return Ok((mode, None, Ok(())));
             };
-            Ok((mode, agent))
+            let agent = cache.agent(store, a.principal.as_str())?;
+            let verdict = match &need {
+                Need::Action(action, namespace) => {
+                    cache.check_action(store, Some(&a.principal), *action, namespace)?
+                }
+                Need::Nothing | Need::Principal => Ok(()),
+            };
+            Ok((mode, agent, verdict))
         })?;
         let principal = match auth {
             None => None,
@@ -228,11 +236,7 @@ impl Shared {
                         "this cluster requires signed requests: sign with a registered agent key (--agent-key)".into(),
                     ));
                 }
-                (Need::Principal, Some(_)) => {}
-                (Need::Action(action, namespace), Some(_)) => {
-                    let verdict = self.with_policy(|cache, store| {
-                        cache.check_action(store, principal.as_ref(), *action, namespace)
-                    })?;
+                (Need::Principal | Need::Action(..), Some(_)) => {
                     if let Err(rejection) = verdict {
                         return Err(ApiError::PermissionDenied(rejection.to_string()));
                     }
