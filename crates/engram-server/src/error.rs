@@ -172,10 +172,11 @@ impl ApiError {
                 | Rejection::BranchClosed { .. }
                 | Rejection::MergeConflict { .. }
                 | Rejection::IdempotencyKeyReused { .. }
-                | Rejection::NotConfigured
                 | Rejection::Policy(_)
                 | Rejection::LockOut(_) => Code::FailedPrecondition,
                 Rejection::NotAuthorized { .. } => Code::PermissionDenied,
+                // Transient: the cluster is being initialised.
+                Rejection::NotConfigured => Code::Unavailable,
                 Rejection::AgentMismatch { .. } | Rejection::SystemNamespace => Code::InvalidArgument,
             },
             ApiError::Unauthenticated(_) => Code::Unauthenticated,

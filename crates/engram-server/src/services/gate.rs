@@ -227,8 +227,14 @@ impl Shared {
                 Some(auth.principal)
             }
         };
-        // Until the mode is recorded the gate fails closed, as enforced mode does.
-        if mode != Some(Mode::Open) {
+        // Until the mode is recorded (a cluster being initialised) nothing but what needs no
+        // principal is served: the caller retries, and the mode decides the retry.
+        if mode.is_none() && !matches!(need, Need::Nothing) {
+            return Err(ApiError::Unavailable(
+                "this cluster's security mode is not recorded yet (it is being initialised); retry".into(),
+            ));
+        }
+        if mode == Some(Mode::Enforced) {
             match (&need, &principal) {
                 (Need::Nothing, _) => {}
                 (_, None) => {
