@@ -64,13 +64,66 @@ pub struct LocalCluster {
     nodes: Vec<LocalNode>,
 }
 
-/// Ports the OS reports free right now: bound together (so they are distinct), then released
-/// for the nodes to bind. Another process could take one in between; the node would then fail
-/// to start and say so in its log.
+/// Ports free right now for nodes to bind, distinct from each other and from every port this
+/// process picked before.
+///
+/// They are drawn at random from below the kernel's ephemeral range (on Linux,
+/// `ip_local_port_range`), each checked by binding it. A port taken with `bind(0)` would come
+/// from that range, which is also where the kernel picks the source port of every outgoing
+/// connection: between the pick and the node's own bind, a connection between other nodes on
+/// the machine (another test's cluster, say) could take it, and the node would fail to start.
+/// Where the range cannot be read, or leaves no room below it, the OS picks as before.
 pub fn free_ports(count: usize) -> Result<Vec<u16>> {
     if count == 0 {
         return Ok(Vec::new());
     }
+    let Some(low) = ephemeral_low().filter(|low| *low >= PICK_FROM + 1_000) else {
+        return os_ports(count);
+    };
+    let mut picked = PICKED.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let mut ports = Vec::with_capacity(count);
+    let span = u32::from(low - PICK_FROM);
+    for _ in 0..count.saturating_mul(64).max(256) {
+        if ports.len() == count {
+            break;
+        }
+        let mut bytes = [0u8; 4];
+        getrandom::fill(&mut bytes).map_err(|e| anyhow!("picking free ports: {e}"))?;
+        let offset = u16::try_from(u32::from_le_bytes(bytes) % span).unwrap_or(0);
+        let port = PICK_FROM + offset;
+        if picked.contains(&port) || ports.contains(&port) {
+            continue;
+        }
+        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            ports.push(port);
+        }
+    }
+    if ports.len() < count {
+        bail!(
+            "picking free ports: found {} of {count} below port {low}",
+            ports.len()
+        );
+    }
+    picked.extend(ports.iter().copied());
+    Ok(ports)
+}
+
+/// The lowest port [`free_ports`] hands out: above the ports services usually own.
+const PICK_FROM: u16 = 10_000;
+
+/// Every port [`free_ports`] handed out in this process, so two clusters of one test binary
+/// never share one.
+static PICKED: std::sync::Mutex<std::collections::BTreeSet<u16>> =
+    std::sync::Mutex::new(std::collections::BTreeSet::new());
+
+/// The first port of the kernel's ephemeral range, where it can be read.
+fn ephemeral_low() -> Option<u16> {
+    let text = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range").ok()?;
+    text.split_whitespace().next()?.parse().ok()
+}
+
+/// Ports the OS reports free right now: bound together (so they are distinct), then released.
+fn os_ports(count: usize) -> Result<Vec<u16>> {
     let listeners: Vec<TcpListener> = (0..count)
         .map(|_| TcpListener::bind("127.0.0.1:0"))
         .collect::<Result<_, _>>()

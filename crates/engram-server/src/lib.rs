@@ -148,6 +148,12 @@ pub async fn serve_keys(
         Some(files) => Some(server_tls(files)?),
         None => None,
     };
+    // Bound before Raft starts, so a port another process holds is a start-up error that
+    // names it, not a server that stops with "transport error" once Raft is running.
+    #[cfg(not(madsim))]
+    let incoming = tonic::transport::server::TcpIncoming::bind(config.listen)
+        .map_err(|e| ServerError::Startup(format!("cannot listen on {}: {e}", config.listen)))?
+        .with_nodelay(Some(true));
     let node = RaftNode::start(config.node_id, info, store, keys, &settings)
         .await
         .map_err(|e| ServerError::Startup(e.to_string()))?;
@@ -238,11 +244,27 @@ pub async fn serve_keys(
             .add_service(reflection)
             .add_service(reflection_alpha)
     };
+    #[cfg(not(madsim))]
+    let served = router.serve_with_incoming_shutdown(incoming, shutdown).await;
+    #[cfg(madsim)]
     let served = router.serve_with_shutdown(config.listen, shutdown).await;
     let _ = stopped_tx.send(true);
     node.shutdown().await;
     info!(node_id = config.node_id, "node stopped");
-    served.map_err(|e| ServerError::Serve(e.to_string()))
+    served.map_err(|e| ServerError::Serve(with_sources(&e)))
+}
+
+/// An error and its causes, outermost first: the transport's own message is only
+/// "transport error", and what went wrong is in its sources.
+fn with_sources(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut cause = error.source();
+    while let Some(e) = cause {
+        text.push_str(": ");
+        text.push_str(&e.to_string());
+        cause = e.source();
+    }
+    text
 }
 
 /// The server side of mutual TLS, and (once per process) the same identity for dialing peers.
