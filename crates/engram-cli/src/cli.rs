@@ -149,6 +149,20 @@ pub enum AgentCommand {
 }
 
 #[derive(Args, Debug)]
+pub struct McpArgs {
+    /// The agent the facts are recorded as; with --agent-key it is the key's agent (and every
+    /// request is signed by it).
+    #[arg(long, env = "ENGRAM_AGENT", value_name = "NAME")]
+    pub agent: Option<String>,
+}
+
+const MCP_EXAMPLES: &str = "EXAMPLES\n  \
+    engram -e 127.0.0.1:7001,127.0.0.1:7002 mcp --agent researcher\n  \
+    engram -e n1:7001 --agent-key researcher.key mcp\n\n\
+    In an MCP host's configuration (e.g. a JSON \"mcpServers\" entry):\n  \
+    {\"command\": \"engram\", \"args\": [\"-e\", \"127.0.0.1:7001\", \"mcp\", \"--agent\", \"researcher\"]}";
+
+#[derive(Args, Debug)]
 pub struct GrantArgs {
     /// An agent name, or '*' for every authenticated agent.
     pub principal: String,
@@ -213,6 +227,11 @@ pub enum Command {
     /// Who the cluster takes this client for, its security mode, and the grants that apply.
     #[command(after_help = "EXAMPLES\n  engram --agent-key alice.key whoami --json")]
     Whoami,
+
+    /// Serve the memory as Model Context Protocol tools on stdin/stdout, acting as one agent
+    /// (remember, recall, get, history, what_changed, branch, verify).
+    #[command(after_help = MCP_EXAMPLES)]
+    Mcp(McpArgs),
 
     /// Record a transaction read from a JSON file (or stdin).
     #[command(after_help = TX_FORMAT_EXAMPLES, after_long_help = TX_FORMAT_HELP)]

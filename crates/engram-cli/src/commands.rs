@@ -111,6 +111,20 @@ pub async fn run(cli: Cli) -> Result<()> {
         Command::Grant(args) => crate::access_cmd::grant(&client()?, args, false, json).await,
         Command::Revoke(args) => crate::access_cmd::grant(&client()?, args, true, json).await,
         Command::Whoami => crate::access_cmd::whoami(&client()?, json).await,
+        Command::Mcp(args) => {
+            let agent = match (&config.agent, args.agent) {
+                (Some(key), Some(agent)) if agent != key.principal.as_str() => bail!(
+                    "--agent {agent:?} differs from the --agent-key file's agent {:?}: a signed write is recorded as its signer",
+                    key.principal.as_str()
+                ),
+                (Some(key), _) => key.principal.as_str().to_string(),
+                (None, Some(agent)) => agent,
+                (None, None) => bail!(
+                    "mcp: name the agent the facts are recorded as, with --agent NAME or --agent-key FILE"
+                ),
+            };
+            crate::mcp::serve_stdio(client()?, agent).await
+        }
         Command::Transact(args) => transact(&client()?, &args.file, json).await,
         Command::Get(args) => get(&client()?, args, json).await,
         Command::History(args) => history(&client()?, args, json).await,

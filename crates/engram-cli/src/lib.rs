@@ -5,7 +5,8 @@
 //! `engram-client`, [`txjson`] parses the JSON input formats into domain types with field
 //! paths in every error, [`demo`] is the local failover demonstration built on
 //! [`local_cluster`] (child `engram serve` processes) and [`invariants`] (what must hold after
-//! it), [`output`] and [`ui`] print tables and progress.
+//! it), [`output`] and [`ui`] print tables and progress, and [`mcp`] serves the memory as
+//! Model Context Protocol tools (`engram mcp`).
 //!
 //! [`offline`] is the exception to "everything through the API": `audit export --data-dir` and
 //! `audit verify FILE|--data-dir` work on an export file or a stopped node's store, with no
@@ -22,6 +23,7 @@ pub mod commands;
 pub mod demo;
 pub mod invariants;
 pub mod local_cluster;
+pub mod mcp;
 pub mod memory_cmd;
 pub mod offline;
 pub mod output;

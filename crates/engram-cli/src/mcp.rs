@@ -1,0 +1,413 @@
+//! `engram mcp`: the cluster's memory as Model Context Protocol tools, over stdio.
+//!
+//! One process acts as one agent: every fact it remembers is recorded as that agent (with an
+//! agent key, every request is signed by it, so an enforced cluster holds it to its grants).
+//! The tools are written for a language model: few, each with a description that says when to
+//! use it, flat arguments, and answers as compact JSON. Errors come back as tool errors that
+//! carry the gRPC code and the server's message, so the model can correct itself.
+
+use std::sync::Arc;
+
+use anyhow::{Context, Result};
+use engram_client::{Client, Consistency, FindQuery, GetOptions, HistoryTarget, TrustedLog, pb};
+use engram_types::{BranchName, EntityId, Namespace, Provenance, Status};
+use rmcp::handler::server::router::tool::ToolRouter;
+use rmcp::handler::server::wrapper::Parameters;
+use rmcp::model::{Implementation, ServerCapabilities, ServerConfig};
+use rmcp::{ServerHandler, ServiceExt, tool, tool_handler, tool_router};
+use schemars::JsonSchema;
+use serde::Deserialize;
+use serde_json::{Value as Json, json};
+
+use crate::txjson::{self, pb_value_to_json};
+
+const INSTRUCTIONS: &str = "Engram is a shared, append-only memory for a team of agents. \
+Facts are (entity, attribute, value) triples inside a namespace such as \"team/a\"; attributes \
+look like \":memory/content\". Nothing is overwritten: a new value is a new fact, other agents' \
+disagreeing claims are kept and shown as conflicts, and every fact records which agent wrote it \
+and in which transaction (tx). Use `remember` to record facts, `recall` to find entities by an \
+attribute's value, `get` for everything known about an entity (optionally as of an earlier tx), \
+`history` for how a fact changed, `what_changed` for everything since a tx, `branch` to try \
+changes in isolation, and `verify` to check an entity's facts against the cluster's signed audit \
+log.";
+
+/// The MCP server: a client of the cluster, acting as `agent`.
+#[derive(Clone)]
+pub struct EngramTools {
+    client: Client,
+    agent: String,
+    /// What `verify` has checked of the log so far (trust on first use, then extended).
+    trust: Arc<tokio::sync::Mutex<Option<TrustedLog>>>,
+    tool_router: ToolRouter<EngramTools>,
+}
+
+/// Serves the tools on stdin/stdout until the client closes the stream.
+pub async fn serve_stdio(client: Client, agent: String) -> Result<()> {
+    let tools = EngramTools {
+        client,
+        agent,
+        trust: Arc::new(tokio::sync::Mutex::new(None)),
+        tool_router: EngramTools::tool_router(),
+    };
+    let service = tools
+        .serve(rmcp::transport::stdio())
+        .await
+        .context("starting the MCP session on stdio")?;
+    service.waiting().await.context("the MCP session")?;
+    Ok(())
+}
+
+#[derive(Deserialize, JsonSchema)]
+pub struct Fact {
+    /// The entity: an existing entity id (integer), or a short name for a new entity (the same
+    /// name within one call means the same new entity; the answer gives its id).
+    pub entity: Json,
+    /// The attribute, as ":prefix/name", e.g. ":memory/content".
+    pub attribute: String,
+    /// The value: a string, number or boolean as is; or a typed object with one key:
+    /// {"keyword": ":status/open"}, {"ref": 12}, {"instant_ns": 1700000000000000000},
+    /// {"json": {...}}, {"i64": 5}, {"f64": 1.5}.
+    pub value: Json,
+    /// true to retract this value instead of asserting it.
+    #[serde(default)]
+    pub retract: bool,
+}
+
+#[derive(Deserialize, JsonSchema)]
+pub struct RememberArgs {
+    /// The namespace, e.g. "team/a".
+    pub namespace: String,
+    /// The facts to record, all in one atomic transaction.
+    pub facts: Vec<Fact>,
+    /// How sure you are, from 0 to 1 (default 1).
+    pub confidence: Option<f64>,
+    /// "candidate" (default) for a hypothesis, "verified" once checked.
+    pub status: Option<String>,
+    /// Where the facts come from (a URL, a document, a tool).
+    pub source: Option<String>,
+    /// Write to this open branch instead of main.
+    pub branch: Option<String>,
+}
+
+#[derive(Deserialize, JsonSchema)]
+pub struct RecallArgs {
+    pub namespace: String,
+    /// The attribute to look in, e.g. ":memory/key".
+    pub attribute: String,
+    /// Only facts with this value (same forms as in `remember`); omit to list every current
+    /// fact of the attribute.
+    pub value: Option<Json>,
+    /// At most this many facts (default 50).
+    pub limit: Option<u32>,
+}
+
+#[derive(Deserialize, JsonSchema)]
+pub struct GetArgs {
+    pub namespace: String,
+    /// The entity id.
+    pub entity: u64,
+    /// Answer as the memory stood right after this transaction.
+    pub as_of_tx: Option<u64>,
+    /// Read this branch instead of main.
+    pub branch: Option<String>,
+    /// "latest" (default): the newest claim wins; "verified": verified claims first, then
+    /// higher confidence.
+    pub rule: Option<String>,
+}
+
+#[derive(Deserialize, JsonSchema)]
+pub struct HistoryArgs {
+    pub namespace: String,
+    pub entity: u64,
+    /// Only this attribute.
+    pub attribute: Option<String>,
+}
+
+#[derive(Deserialize, JsonSchema)]
+pub struct ChangedArgs {
+    pub namespace: String,
+    /// Changes after this transaction (use the tx of an earlier answer).
+    pub since_tx: u64,
+    /// Only this entity.
+    pub entity: Option<u64>,
+}
+
+#[derive(Deserialize, JsonSchema)]
+pub struct BranchArgs {
+    pub namespace: String,
+    /// The branch name (letters, digits, - _ .).
+    pub name: String,
+    /// "create", "merge" (into main, as one transaction) or "abandon".
+    pub action: String,
+}
+
+#[derive(Deserialize, JsonSchema)]
+pub struct VerifyArgs {
+    pub namespace: String,
+    pub entity: u64,
+}
+
+/// A tool's failure, as the text the model reads.
+fn failed(e: impl std::fmt::Display) -> String {
+    e.to_string()
+}
+
+fn namespace(raw: &str) -> Result<Namespace, String> {
+    Namespace::new(raw).map_err(|e| format!("namespace: {e}"))
+}
+
+fn branch(raw: Option<&str>) -> Result<Option<BranchName>, String> {
+    raw.map(|b| BranchName::new(b).map_err(|e| format!("branch: {e}")))
+        .transpose()
+}
+
+/// A value as the model wrote it: plain JSON scalars as themselves, or a typed object.
+fn value_json(v: &Json) -> Json {
+    match v {
+        Json::String(s) => json!({ "string": s }),
+        Json::Bool(b) => json!({ "bool": b }),
+        Json::Number(n) if n.is_i64() || n.is_u64() => json!({ "i64": n }),
+        Json::Number(n) => json!({ "f64": n }),
+        other => other.clone(),
+    }
+}
+
+/// A datom as the model reads it.
+fn fact(d: &pb::Datom) -> Json {
+    let prov = d.provenance.clone().unwrap_or_default();
+    let value = match pb_value_to_json(d.value.as_ref()) {
+        Json::Object(map) if map.len() == 1 => match map.iter().next() {
+            Some((k, v)) if matches!(k.as_str(), "string" | "i64" | "f64" | "bool") => v.clone(),
+            _ => Json::Object(map),
+        },
+        other => other,
+    };
+    let mut out = json!({
+        "entity": d.entity,
+        "attribute": d.attribute,
+        "value": value,
+        "tx": d.tx,
+        "agent": prov.agent,
+        "status": txjson::datom_status_name(d),
+        "confidence": prov.confidence,
+    });
+    if txjson::datom_op_name(d) == "retract" {
+        out["retracted"] = json!(true);
+    }
+    out
+}
+
+fn facts(datoms: &[pb::Datom]) -> Vec<Json> {
+    datoms.iter().map(fact).collect()
+}
+
+fn answer(v: Json) -> String {
+    serde_json::to_string_pretty(&v).unwrap_or_else(|_| v.to_string())
+}
+
+#[tool_router]
+impl EngramTools {
+    /// Record facts in shared memory as one atomic transaction (this server's agent is recorded
+    /// as their author). Returns the transaction id and the ids given to new entities.
+    #[tool]
+    async fn remember(&self, Parameters(args): Parameters<RememberArgs>) -> Result<String, String> {
+        let ops: Vec<Json> = args
+            .facts
+            .iter()
+            .map(|f| {
+                json!({
+                    "op": if f.retract { "retract" } else { "assert" },
+                    "entity": f.entity,
+                    "attribute": f.attribute,
+                    "value": value_json(&f.value),
+                })
+            })
+            .collect();
+        let mut doc = json!({
+            "namespace": args.namespace,
+            "agent": self.agent,
+            "confidence": args.confidence.unwrap_or(1.0),
+            "status": args.status.as_deref().unwrap_or("candidate"),
+            "ops": ops,
+            "idempotency_key": fresh_key()?,
+        });
+        if let Some(source) = &args.source {
+            doc["source"] = json!(source);
+        }
+        if let Some(b) = &args.branch {
+            doc["branch"] = json!(b);
+        }
+        let tx = txjson::tx_from_json(&doc).map_err(|e| {
+            // The document's paths are the tool's: ops[i] is facts[i].
+            format!("{}: {}", e.path.replace("ops[", "facts["), e.reason)
+        })?;
+        let receipt = self.client.transact(&tx).await.map_err(failed)?;
+        let entities: serde_json::Map<String, Json> = receipt
+            .temp_ids
+            .iter()
+            .map(|(name, id)| (name.clone(), json!(id)))
+            .collect();
+        Ok(answer(json!({ "tx": receipt.tx, "entities": entities })))
+    }
+
+    /// Find entities by an attribute's current value (or list every current fact of the
+    /// attribute). Use it when you do not know an entity's id.
+    #[tool]
+    async fn recall(&self, Parameters(args): Parameters<RecallArgs>) -> Result<String, String> {
+        let value = match &args.value {
+            None => None,
+            Some(v) => Some(txjson::value_from_json("value", &value_json(v)).map_err(failed)?),
+        };
+        let query = FindQuery {
+            namespace: namespace(&args.namespace)?,
+            attribute: engram_types::Attribute::new(args.attribute.as_str())
+                .map_err(|e| format!("attribute: {e}"))?,
+            value,
+            as_of_tx: None,
+            limit: args.limit.unwrap_or(50),
+            consistency: Consistency::Linearizable,
+            branch: None,
+        };
+        let found = self.client.find(&query).await.map_err(failed)?;
+        Ok(answer(
+            json!({ "facts": facts(&found.datoms), "read_at_tx": found.applied_tx }),
+        ))
+    }
+
+    /// Everything currently known about an entity, or as it stood at an earlier transaction.
+    /// Disagreeing claims by other agents are listed under "conflicts".
+    #[tool]
+    async fn get(&self, Parameters(args): Parameters<GetArgs>) -> Result<String, String> {
+        let rule = match args.rule.as_deref() {
+            None | Some("latest") => pb::Resolution::Latest,
+            Some("verified") => pb::Resolution::Verified,
+            Some(other) => return Err(format!("rule: {other:?} is not \"latest\" or \"verified\"")),
+        };
+        let opts = GetOptions {
+            as_of_tx: args.as_of_tx,
+            branch: branch(args.branch.as_deref())?,
+            rule,
+            ..GetOptions::default()
+        };
+        let got = self
+            .client
+            .get(&namespace(&args.namespace)?, EntityId(args.entity), opts)
+            .await
+            .map_err(failed)?;
+        Ok(answer(json!({
+            "entity": got.entity,
+            "facts": facts(&got.datoms),
+            "conflicts": facts(&got.conflicts),
+            "read_at_tx": got.applied_tx,
+        })))
+    }
+
+    /// Every fact ever recorded about an entity (assertions and retractions, by every agent),
+    /// oldest first: how the memory of it changed and who changed it.
+    #[tool]
+    async fn history(&self, Parameters(args): Parameters<HistoryArgs>) -> Result<String, String> {
+        let attribute = args
+            .attribute
+            .as_deref()
+            .map(|a| engram_types::Attribute::new(a).map_err(|e| format!("attribute: {e}")))
+            .transpose()?;
+        let target = HistoryTarget::Entity {
+            entity: EntityId(args.entity),
+            attribute,
+        };
+        let h = self
+            .client
+            .history(&namespace(&args.namespace)?, target, 0, Consistency::Linearizable)
+            .await
+            .map_err(failed)?;
+        Ok(answer(json!({ "facts": facts(&h.datoms) })))
+    }
+
+    /// What was asserted and retracted in a namespace (or on one entity) after a transaction.
+    #[tool]
+    async fn what_changed(&self, Parameters(args): Parameters<ChangedArgs>) -> Result<String, String> {
+        let d = self
+            .client
+            .diff(
+                &namespace(&args.namespace)?,
+                args.entity.map(EntityId),
+                args.since_tx,
+                0,
+                0,
+                Consistency::Linearizable,
+            )
+            .await
+            .map_err(failed)?;
+        Ok(answer(json!({
+            "asserted": facts(&d.asserted),
+            "retracted": facts(&d.retracted),
+            "up_to_tx": d.to_tx,
+            "truncated": d.truncated,
+        })))
+    }
+
+    /// Create a branch to try changes in isolation (write to it with `remember`'s "branch"),
+    /// then merge it into main as one transaction or abandon it.
+    #[tool]
+    async fn branch(&self, Parameters(args): Parameters<BranchArgs>) -> Result<String, String> {
+        let ns = namespace(&args.namespace)?;
+        let name = BranchName::new(args.name.as_str()).map_err(|e| format!("name: {e}"))?;
+        let provenance = Provenance {
+            agent: self.agent.clone(),
+            confidence: 1.0,
+            status: Status::Candidate,
+            ..Provenance::default()
+        };
+        let receipt = match args.action.as_str() {
+            "create" => self.client.create_branch(&ns, &name, None, &provenance).await,
+            "merge" => self.client.close_branch(&ns, &name, true, &provenance).await,
+            "abandon" => self.client.close_branch(&ns, &name, false, &provenance).await,
+            other => return Err(format!("action: {other:?} is not create, merge or abandon")),
+        }
+        .map_err(failed)?;
+        Ok(answer(
+            json!({ "branch": args.name, "action": args.action, "tx": receipt.tx }),
+        ))
+    }
+
+    /// Check an entity's current facts against the cluster's signed audit log (Merkle proofs
+    /// and node signatures). Returns the facts only if every proof verifies.
+    #[tool]
+    async fn verify(&self, Parameters(args): Parameters<VerifyArgs>) -> Result<String, String> {
+        let ns = namespace(&args.namespace)?;
+        let mut guard = self.trust.lock().await;
+        let mut log = match guard.take() {
+            Some(log) => log,
+            None => self.client.trust_chain().await.map_err(failed)?,
+        };
+        let got = self
+            .client
+            .get_verified(&mut log, &ns, EntityId(args.entity), GetOptions::default())
+            .await;
+        let size = log.size();
+        *guard = Some(log);
+        let got = got.map_err(failed)?;
+        Ok(answer(json!({
+            "verified": true,
+            "entity": got.entity,
+            "facts": facts(&got.datoms),
+            "checked_against_log_size": size,
+        })))
+    }
+}
+
+#[tool_handler(router = self.tool_router)]
+impl ServerHandler for EngramTools {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+            .with_server_info(Implementation::new("engram", env!("CARGO_PKG_VERSION")))
+            .with_instructions(INSTRUCTIONS)
+    }
+}
+
+/// A random idempotency key, so the client may retry a write without applying it twice.
+fn fresh_key() -> Result<String, String> {
+    let mut bytes = [0u8; 16];
+    getrandom::fill(&mut bytes).map_err(|e| format!("no randomness for an idempotency key: {e}"))?;
+    Ok(format!("mcp-{}", hex::encode(bytes)))
+}

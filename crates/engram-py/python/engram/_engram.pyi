@@ -1,0 +1,227 @@
+"""Type stubs of the extension module (the Rust client behind `engram`)."""
+
+import datetime
+from os import PathLike
+from typing import Any, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
+
+Value = Union[str, int, float, bool, bytes, datetime.datetime, "Keyword", "Ref", Dict[str, Any], List[Any]]
+EntityArg = Union[int, str, "Ref", "Lookup"]
+Time = Union[datetime.datetime, int]
+Op = Union["Assert", "Retract", Tuple[EntityArg, str, Value]]
+
+class Keyword:
+    """A keyword value such as `:status/open`."""
+    name: str
+    def __init__(self, name: str) -> None: ...
+
+class Ref:
+    """A reference to an entity of the same namespace."""
+    id: int
+    def __init__(self, id: int) -> None: ...
+    def __int__(self) -> int: ...
+
+class Lookup:
+    """The entity whose current value of a unique attribute is `value`."""
+    attribute: str
+    value: Value
+    def __init__(self, attribute: str, value: Value) -> None: ...
+
+class Assert:
+    """Assert `value` for `attribute` of `entity` (a str names a new entity)."""
+    entity: EntityArg
+    attribute: str
+    value: Value
+    valid_from: Optional[Time]
+    valid_to: Optional[Time]
+    def __init__(
+        self,
+        entity: EntityArg,
+        attribute: str,
+        value: Value,
+        *,
+        valid_from: Optional[Time] = None,
+        valid_to: Optional[Time] = None,
+    ) -> None: ...
+
+class Retract:
+    """Retract `value` of `attribute` of `entity`."""
+    entity: EntityArg
+    attribute: str
+    value: Value
+    def __init__(self, entity: EntityArg, attribute: str, value: Value) -> None: ...
+
+class Datom:
+    """One recorded fact."""
+    namespace: str
+    branch: Optional[str]
+    entity: int
+    attribute: str
+    value: Value
+    op: str  # "assert" | "retract"
+    valid_from_ns: int
+    valid_to_ns: Optional[int]
+    tx: int
+    agent: str
+    session: str
+    source: str
+    confidence: float
+    status: str  # "candidate" | "verified"
+    hash: bytes
+
+class Receipt:
+    """What a committed transaction returns."""
+    tx: int
+    tx_time_ns: int
+    audit_index: int
+    audit_hash: bytes
+    temp_ids: Dict[str, int]
+    datom_hashes: List[bytes]
+
+class Entity:
+    """An entity's current facts."""
+    id: int
+    datoms: List[Datom]
+    conflicts: List[Datom]
+    applied_tx: int
+    proven: bool
+    def __getitem__(self, attribute: str) -> Any: ...
+    def __contains__(self, attribute: str) -> bool: ...
+    def get(self, attribute: str, default: Any = None) -> Any: ...
+    def to_dict(self) -> Dict[str, Any]: ...
+
+class Diff:
+    asserted: List[Datom]
+    retracted: List[Datom]
+    main_changed: List[Datom]
+    to_tx: int
+    truncated: bool
+
+class TxEvent:
+    tx: int
+    tx_time_ns: int
+    audit_index: int
+    datoms: List[Datom]
+
+class Watch(Iterator[TxEvent]):
+    def __iter__(self) -> "Watch": ...
+    def __next__(self) -> TxEvent: ...
+    def next(self, timeout_s: float) -> Optional[TxEvent]:
+        """The next transaction, or None if none arrives within `timeout_s`."""
+    def close(self) -> None: ...
+
+class Client:
+    agent: Optional[str]
+    endpoints: List[str]
+    def __init__(
+        self,
+        endpoints: Union[str, Sequence[str]],
+        *,
+        agent_key: Optional[Union[str, PathLike]] = None,
+        agent: Optional[str] = None,
+        timeout_s: float = 10.0,
+        connect_timeout_s: float = 2.0,
+    ) -> None: ...
+    def transact(
+        self,
+        namespace: str,
+        ops: Iterable[Op],
+        *,
+        agent: Optional[str] = None,
+        session: Optional[str] = None,
+        source: Optional[str] = None,
+        confidence: float = 1.0,
+        status: str = "candidate",
+        idempotency_key: Optional[str] = None,
+        branch: Optional[str] = None,
+        preconditions: Optional[Iterable[Tuple[Union[int, Ref], str, Optional[Value]]]] = None,
+    ) -> Receipt: ...
+    def apply_schema(
+        self,
+        namespace: str,
+        attributes: Iterable[Dict[str, Any]],
+        *,
+        agent: Optional[str] = None,
+        idempotency_key: Optional[str] = None,
+    ) -> Receipt: ...
+    def get(
+        self,
+        namespace: str,
+        entity: Union[int, Ref],
+        *,
+        as_of_tx: Optional[int] = None,
+        valid_at: Optional[Time] = None,
+        branch: Optional[str] = None,
+        rule: str = "latest",
+        verified_only: bool = False,
+        prove: bool = False,
+        stale: bool = False,
+    ) -> Entity: ...
+    def history(
+        self,
+        namespace: str,
+        entity: Optional[Union[int, Ref]] = None,
+        *,
+        attribute: Optional[str] = None,
+        limit: int = 0,
+        branch: Optional[str] = None,
+        prove: bool = False,
+        stale: bool = False,
+    ) -> List[Datom]: ...
+    def find(
+        self,
+        namespace: str,
+        attribute: str,
+        value: Optional[Value] = None,
+        *,
+        as_of_tx: Optional[int] = None,
+        limit: int = 0,
+        branch: Optional[str] = None,
+        stale: bool = False,
+    ) -> List[Datom]: ...
+    def diff(
+        self,
+        namespace: str,
+        from_tx: int,
+        to_tx: int = 0,
+        *,
+        entity: Optional[Union[int, Ref]] = None,
+        limit: int = 0,
+        stale: bool = False,
+    ) -> Diff: ...
+    def branch_diff(
+        self, namespace: str, branch: str, *, entity: Optional[Union[int, Ref]] = None, limit: int = 0
+    ) -> Diff: ...
+    def create_branch(
+        self, namespace: str, name: str, *, from_tx: Optional[int] = None, agent: Optional[str] = None
+    ) -> Receipt: ...
+    def merge_branch(self, namespace: str, name: str, *, agent: Optional[str] = None) -> Receipt: ...
+    def abandon_branch(self, namespace: str, name: str, *, agent: Optional[str] = None) -> Receipt: ...
+    def watch(
+        self,
+        namespace: str,
+        *,
+        from_tx: int = 0,
+        attribute: Optional[str] = None,
+        entity: Optional[Union[int, Ref]] = None,
+        branch: Optional[str] = None,
+    ) -> Watch: ...
+    def whoami(self) -> Dict[str, Any]: ...
+
+class EngramError(Exception):
+    code: str
+    message: str
+
+class InvalidArgument(EngramError): ...
+class NotFound(EngramError): ...
+class AlreadyExists(EngramError): ...
+class PermissionDenied(EngramError): ...
+class Unauthenticated(EngramError): ...
+class PreconditionFailed(EngramError): ...
+class ResourceExhausted(EngramError): ...
+class OutOfRange(EngramError): ...
+class Unavailable(EngramError): ...
+class DeadlineExceeded(EngramError): ...
+class Aborted(EngramError): ...
+class Internal(EngramError): ...
+class DataLoss(EngramError): ...
+class ProofError(EngramError): ...

@@ -1,0 +1,846 @@
+//! `engram.Client`: the Rust client behind a synchronous Python API.
+//!
+//! Each call runs on a Tokio runtime the object owns, with the GIL released, so other Python
+//! threads go on while a call waits for the cluster. Leader discovery, endpoint rotation,
+//! retries, request signing and proof checks are the Rust client's.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use engram_access::AgentKey;
+use engram_client::{
+    Client, ClientConfig, ClientError, Consistency, FindQuery, GetOptions, HistoryTarget, TrustedLog,
+    WatchFilter, pb,
+};
+use engram_types::{
+    AttributeDef, BranchName, Cardinality, Namespace, Precondition, Provenance, Status, TxRequest, Unique,
+};
+use futures::StreamExt;
+use futures::stream::BoxStream;
+use pyo3::exceptions::{PyStopIteration, PyTypeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyList, PyString};
+
+use crate::convert;
+use crate::errors;
+use crate::types::{Datom, Diff, Entity, Receipt, TxEvent};
+
+/// A connection to an Engram cluster through one or more of its nodes.
+#[pyclass(subclass, name = "Client", module = "engram")]
+pub struct EngramClient {
+    runtime: Arc<tokio::runtime::Runtime>,
+    client: Client,
+    /// The agent transactions are recorded as by default: the key file's, or the one given.
+    agent: Option<String>,
+    /// What this client has verified of the cluster's log, for `prove=True` reads: established
+    /// on first use from the whole chain, then moved forward by every proven answer.
+    trust: Arc<tokio::sync::Mutex<Option<TrustedLog>>>,
+}
+
+impl EngramClient {
+    /// Runs a client call with the GIL released; its error becomes the matching exception.
+    fn run<T, F>(&self, py: Python<'_>, call: F) -> PyResult<T>
+    where
+        T: Send,
+        F: Future<Output = Result<T, ClientError>> + Send,
+    {
+        let runtime = self.runtime.clone();
+        py.detach(move || runtime.block_on(call))
+            .map_err(|e| errors::to_py(py, &e))
+    }
+
+    fn provenance(
+        &self,
+        agent: Option<String>,
+        session: Option<String>,
+        source: Option<String>,
+        confidence: f64,
+        status: &str,
+    ) -> PyResult<Provenance> {
+        let agent = agent.or_else(|| self.agent.clone()).ok_or_else(|| {
+            PyValueError::new_err("agent: no agent given, and the client has no agent key or default agent")
+        })?;
+        let status = match status {
+            "candidate" => Status::Candidate,
+            "verified" => Status::Verified,
+            other => {
+                return Err(PyValueError::new_err(format!(
+                    "status: {other:?} is not \"candidate\" or \"verified\""
+                )));
+            }
+        };
+        let provenance = Provenance {
+            agent,
+            session: session.unwrap_or_default(),
+            source: source.unwrap_or_default(),
+            confidence,
+            status,
+        };
+        provenance.validate().map_err(invalid)?;
+        Ok(provenance)
+    }
+
+    fn submit(&self, py: Python<'_>, mut request: TxRequest) -> PyResult<Receipt> {
+        if request.idempotency_key.is_none() {
+            // Every write carries a key, so the client may retry it on another node after a
+            // failure in transit without applying it twice.
+            request.idempotency_key = Some(fresh_key()?);
+        }
+        request.validate().map_err(invalid)?;
+        let client = self.client.clone();
+        let response = self.run(py, async move { client.transact(&request).await })?;
+        receipt(py, response)
+    }
+}
+
+#[pymethods]
+impl EngramClient {
+    /// Connects (lazily) to the nodes at `endpoints` (`host:port`, a list or a comma-separated
+    /// string). With `agent_key` every request is signed as that agent, and transactions are
+    /// recorded as it unless a call names another `agent`.
+    #[new]
+    #[pyo3(signature = (endpoints, *, agent_key=None, agent=None, timeout_s=10.0, connect_timeout_s=2.0))]
+    fn new(
+        endpoints: &Bound<'_, PyAny>,
+        agent_key: Option<PathBuf>,
+        agent: Option<String>,
+        timeout_s: f64,
+        connect_timeout_s: f64,
+    ) -> PyResult<EngramClient> {
+        let endpoints: Vec<String> = if endpoints.is_instance_of::<PyString>() {
+            let text: String = endpoints.extract()?;
+            text.split(',')
+                .map(str::trim)
+                .filter(|e| !e.is_empty())
+                .map(String::from)
+                .collect()
+        } else {
+            endpoints
+                .extract()
+                .map_err(|_| PyTypeError::new_err("endpoints: a str or a list of str (\"host:port\")"))?
+        };
+        if endpoints.is_empty() {
+            return Err(PyValueError::new_err(
+                "endpoints: at least one \"host:port\" is needed",
+            ));
+        }
+        let seconds = |field: &str, s: f64| {
+            if s.is_finite() && s > 0.0 {
+                Ok(Duration::from_secs_f64(s))
+            } else {
+                Err(PyValueError::new_err(format!(
+                    "{field}: a positive number of seconds"
+                )))
+            }
+        };
+        let key = agent_key
+            .map(|path| AgentKey::load(&path).map_err(|e| PyValueError::new_err(format!("agent_key: {e}"))))
+            .transpose()?;
+        let agent = match (&key, agent) {
+            (Some(key), Some(agent)) if agent != key.principal.as_str() => {
+                return Err(PyValueError::new_err(format!(
+                    "agent: {agent:?} differs from the key file's agent {:?}; a signed write must be recorded as its signer",
+                    key.principal.as_str()
+                )));
+            }
+            (Some(key), _) => Some(key.principal.as_str().to_string()),
+            (None, agent) => agent,
+        };
+        let config = ClientConfig {
+            connect_timeout: seconds("connect_timeout_s", connect_timeout_s)?,
+            request_timeout: seconds("timeout_s", timeout_s)?,
+            agent: key.map(Arc::new),
+            ..ClientConfig::default()
+        };
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .thread_name("engram-client")
+            .enable_all()
+            .build()
+            .map_err(|e| PyValueError::new_err(format!("cannot start the client's runtime: {e}")))?;
+        // Channels are made inside the runtime they will run on.
+        let client = {
+            let _inside = runtime.enter();
+            Client::with_config(endpoints, config)
+                .map_err(|e| PyValueError::new_err(format!("endpoints: {e}")))?
+        };
+        Ok(EngramClient {
+            runtime: Arc::new(runtime),
+            client,
+            agent,
+            trust: Arc::new(tokio::sync::Mutex::new(None)),
+        })
+    }
+
+    /// The agent transactions are recorded as by default (`None`: every call must name one).
+    #[getter]
+    fn agent(&self) -> Option<String> {
+        self.agent.clone()
+    }
+
+    /// The endpoints, as given.
+    #[getter]
+    fn endpoints(&self) -> Vec<String> {
+        self.client.endpoints()
+    }
+
+    /// Records `ops` (each an `Assert`, a `Retract` or an `(entity, attribute, value)` tuple)
+    /// as one transaction and returns its receipt. `preconditions` are
+    /// `(entity, attribute, expected)` triples (`expected=None`: no current value) that must
+    /// all hold when it applies, or nothing is applied (`PreconditionFailed`). Without an
+    /// `idempotency_key` a fresh one is drawn, so retries never apply twice.
+    #[pyo3(signature = (namespace, ops, *, agent=None, session=None, source=None, confidence=1.0, status="candidate", idempotency_key=None, branch=None, preconditions=None))]
+    #[allow(clippy::too_many_arguments)]
+    fn transact(
+        &self,
+        py: Python<'_>,
+        namespace: &str,
+        ops: &Bound<'_, PyAny>,
+        agent: Option<String>,
+        session: Option<String>,
+        source: Option<String>,
+        confidence: f64,
+        status: &str,
+        idempotency_key: Option<String>,
+        branch: Option<String>,
+        preconditions: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Receipt> {
+        let namespace = namespace_arg(namespace)?;
+        let mut tx_ops = Vec::new();
+        for (i, op) in ops
+            .try_iter()
+            .map_err(|_| PyTypeError::new_err("ops: a list of ops"))?
+            .enumerate()
+        {
+            tx_ops.push(convert::op(&format!("ops[{i}]"), &op?)?);
+        }
+        let provenance = self.provenance(agent, session, source, confidence, status)?;
+        let mut request = TxRequest::data(namespace, tx_ops, provenance);
+        request.branch = branch.map(|b| branch_arg("branch", b)).transpose()?;
+        request.idempotency_key = idempotency_key;
+        if let Some(pre) = preconditions {
+            for (i, item) in pre
+                .try_iter()
+                .map_err(|_| PyTypeError::new_err("preconditions: a list of (entity, attribute, expected)"))?
+                .enumerate()
+            {
+                request.preconditions.push(precondition(i, &item?)?);
+            }
+        }
+        self.submit(py, request)
+    }
+
+    /// Declares or migrates attributes, each a dict: `ident`, `type` (string, i64, f64, bool,
+    /// bytes, instant, ref, keyword, json), and optionally `cardinality` ("one"/"many"),
+    /// `unique` ("identity"/"value"), `indexed`, `component`, `doc`, `deprecated`.
+    #[pyo3(signature = (namespace, attributes, *, agent=None, idempotency_key=None))]
+    fn apply_schema(
+        &self,
+        py: Python<'_>,
+        namespace: &str,
+        attributes: &Bound<'_, PyAny>,
+        agent: Option<String>,
+        idempotency_key: Option<String>,
+    ) -> PyResult<Receipt> {
+        let namespace = namespace_arg(namespace)?;
+        let mut defs = Vec::new();
+        for (i, item) in attributes
+            .try_iter()
+            .map_err(|_| PyTypeError::new_err("attributes: a list of dicts"))?
+            .enumerate()
+        {
+            defs.push(attribute_def(i, &item?)?);
+        }
+        let provenance = self.provenance(agent, None, None, 1.0, "candidate")?;
+        let mut request = TxRequest::data(namespace, Vec::new(), provenance);
+        request.schema = defs;
+        request.idempotency_key = Some(match idempotency_key {
+            Some(key) => key,
+            None => fresh_key()?,
+        });
+        request.validate().map_err(invalid)?;
+        let client = self.client.clone();
+        let response = self.run(py, async move {
+            client
+                .apply_schema(
+                    &request.namespace,
+                    &request.schema,
+                    &request.provenance,
+                    request.idempotency_key.as_deref(),
+                )
+                .await
+        })?;
+        receipt(py, response)
+    }
+
+    /// The current facts of `entity`. `as_of_tx`: as they stood at that transaction;
+    /// `valid_at`: only facts true at that time (datetime or ns); `rule`: "latest" or
+    /// "verified" (verified claims first); `prove=True`: every datom is checked against a
+    /// Merkle proof and a signed checkpoint, and `ProofError` is raised instead of returning
+    /// anything that does not verify; `stale=True`: the answering node's state, possibly behind.
+    #[pyo3(signature = (namespace, entity, *, as_of_tx=None, valid_at=None, branch=None, rule="latest", verified_only=false, prove=false, stale=false))]
+    #[allow(clippy::too_many_arguments)]
+    fn get(
+        &self,
+        py: Python<'_>,
+        namespace: &str,
+        entity: &Bound<'_, PyAny>,
+        as_of_tx: Option<u64>,
+        valid_at: Option<&Bound<'_, PyAny>>,
+        branch: Option<String>,
+        rule: &str,
+        verified_only: bool,
+        prove: bool,
+        stale: bool,
+    ) -> PyResult<Entity> {
+        let namespace = namespace_arg(namespace)?;
+        let entity = convert::entity_id("entity", entity)?;
+        let opts = GetOptions {
+            as_of_tx,
+            valid_at_ns: valid_at.map(|v| convert::time_ns("valid_at", v)).transpose()?,
+            consistency: consistency(stale),
+            branch: branch.map(|b| branch_arg("branch", b)).transpose()?,
+            rule: match rule {
+                "latest" => pb::Resolution::Latest,
+                "verified" => pb::Resolution::Verified,
+                other => {
+                    return Err(PyValueError::new_err(format!(
+                        "rule: {other:?} is not \"latest\" or \"verified\""
+                    )));
+                }
+            },
+            verified_only,
+        };
+        let client = self.client.clone();
+        let response = if prove {
+            let trust = self.trust.clone();
+            self.run(py, async move {
+                let mut guard = trust.lock().await;
+                let mut log = match guard.take() {
+                    Some(log) => log,
+                    None => client.trust_chain().await?,
+                };
+                let answer = client.get_verified(&mut log, &namespace, entity, opts).await;
+                *guard = Some(log);
+                answer
+            })?
+        } else {
+            self.run(py, async move { client.get(&namespace, entity, opts).await })?
+        };
+        Ok(Entity {
+            id: response.entity,
+            datoms: datom_list(py, response.datoms)?,
+            conflicts: datom_list(py, response.conflicts)?,
+            applied_tx: response.applied_tx,
+            proven: prove,
+        })
+    }
+
+    /// Every datom (assertions and retractions) of an entity (optionally one `attribute` of
+    /// it), or of one `attribute` across entities when `entity` is None, in transaction order.
+    #[pyo3(signature = (namespace, entity=None, *, attribute=None, limit=0, branch=None, prove=false, stale=false))]
+    #[allow(clippy::too_many_arguments)]
+    fn history(
+        &self,
+        py: Python<'_>,
+        namespace: &str,
+        entity: Option<&Bound<'_, PyAny>>,
+        attribute: Option<String>,
+        limit: u32,
+        branch: Option<String>,
+        prove: bool,
+        stale: bool,
+    ) -> PyResult<Py<PyList>> {
+        let namespace = namespace_arg(namespace)?;
+        let attribute = attribute
+            .map(|a| convert::attribute("attribute", &a))
+            .transpose()?;
+        let target = match (entity, attribute) {
+            (Some(e), attribute) => HistoryTarget::Entity {
+                entity: convert::entity_id("entity", e)?,
+                attribute,
+            },
+            (None, Some(attribute)) => HistoryTarget::Attribute(attribute),
+            (None, None) => {
+                return Err(PyValueError::new_err(
+                    "entity or attribute: one of them is needed",
+                ));
+            }
+        };
+        let branch = branch.map(|b| branch_arg("branch", b)).transpose()?;
+        let client = self.client.clone();
+        let consistency = consistency(stale);
+        let response = match (prove, branch) {
+            (true, Some(_)) => {
+                return Err(PyValueError::new_err(
+                    "prove: proofs cover main's datoms; a branch's history cannot be proven",
+                ));
+            }
+            (true, None) => {
+                let trust = self.trust.clone();
+                self.run(py, async move {
+                    let mut guard = trust.lock().await;
+                    let mut log = match guard.take() {
+                        Some(log) => log,
+                        None => client.trust_chain().await?,
+                    };
+                    let answer = client
+                        .history_verified(&mut log, &namespace, target, limit, consistency)
+                        .await;
+                    *guard = Some(log);
+                    answer
+                })?
+            }
+            (false, Some(branch)) => self.run(py, async move {
+                client
+                    .history_on(&namespace, &branch, target, limit, consistency)
+                    .await
+            })?,
+            (false, None) => self.run(py, async move {
+                client.history(&namespace, target, limit, consistency).await
+            })?,
+        };
+        datom_list(py, response.datoms)
+    }
+
+    /// The current datoms of `attribute`, optionally only those holding `value`.
+    #[pyo3(signature = (namespace, attribute, value=None, *, as_of_tx=None, limit=0, branch=None, stale=false))]
+    #[allow(clippy::too_many_arguments)]
+    fn find(
+        &self,
+        py: Python<'_>,
+        namespace: &str,
+        attribute: &str,
+        value: Option<&Bound<'_, PyAny>>,
+        as_of_tx: Option<u64>,
+        limit: u32,
+        branch: Option<String>,
+        stale: bool,
+    ) -> PyResult<Py<PyList>> {
+        let query = FindQuery {
+            namespace: namespace_arg(namespace)?,
+            attribute: convert::attribute("attribute", attribute)?,
+            value: value.map(|v| convert::value("value", v)).transpose()?,
+            as_of_tx,
+            limit,
+            consistency: consistency(stale),
+            branch: branch.map(|b| branch_arg("branch", b)).transpose()?,
+        };
+        let client = self.client.clone();
+        let response = self.run(py, async move { client.find(&query).await })?;
+        datom_list(py, response.datoms)
+    }
+
+    /// What changed after `from_tx` up to `to_tx` (0: the head), for one entity or the whole
+    /// namespace.
+    #[pyo3(signature = (namespace, from_tx, to_tx=0, *, entity=None, limit=0, stale=false))]
+    #[allow(clippy::too_many_arguments)]
+    fn diff(
+        &self,
+        py: Python<'_>,
+        namespace: &str,
+        from_tx: u64,
+        to_tx: u64,
+        entity: Option<&Bound<'_, PyAny>>,
+        limit: u32,
+        stale: bool,
+    ) -> PyResult<Diff> {
+        let namespace = namespace_arg(namespace)?;
+        let entity = entity.map(|e| convert::entity_id("entity", e)).transpose()?;
+        let client = self.client.clone();
+        let consistency = consistency(stale);
+        let response = self.run(py, async move {
+            client
+                .diff(&namespace, entity, from_tx, to_tx, limit, consistency)
+                .await
+        })?;
+        Ok(Diff {
+            asserted: datom_list(py, response.asserted)?,
+            retracted: datom_list(py, response.retracted)?,
+            main_changed: datom_list(py, response.main_changed)?,
+            to_tx: response.to_tx,
+            truncated: response.truncated,
+        })
+    }
+
+    /// A branch against main: its own writes and what main changed since the fork on the same
+    /// entity-attribute pairs (`main_changed`).
+    #[pyo3(signature = (namespace, branch, *, entity=None, limit=0))]
+    fn branch_diff(
+        &self,
+        py: Python<'_>,
+        namespace: &str,
+        branch: String,
+        entity: Option<&Bound<'_, PyAny>>,
+        limit: u32,
+    ) -> PyResult<Diff> {
+        let namespace = namespace_arg(namespace)?;
+        let branch = branch_arg("branch", branch)?;
+        let entity = entity.map(|e| convert::entity_id("entity", e)).transpose()?;
+        let client = self.client.clone();
+        let response = self.run(py, async move {
+            client
+                .branch_diff(&namespace, &branch, entity, limit, Consistency::Linearizable)
+                .await
+        })?;
+        Ok(Diff {
+            asserted: datom_list(py, response.asserted)?,
+            retracted: datom_list(py, response.retracted)?,
+            main_changed: datom_list(py, response.main_changed)?,
+            to_tx: response.to_tx,
+            truncated: response.truncated,
+        })
+    }
+
+    /// Forks branch `name` from main as of `from_tx` (None: the head).
+    #[pyo3(signature = (namespace, name, *, from_tx=None, agent=None))]
+    fn create_branch(
+        &self,
+        py: Python<'_>,
+        namespace: &str,
+        name: String,
+        from_tx: Option<u64>,
+        agent: Option<String>,
+    ) -> PyResult<Receipt> {
+        let namespace = namespace_arg(namespace)?;
+        let name = branch_arg("name", name)?;
+        let provenance = self.provenance(agent, None, None, 1.0, "candidate")?;
+        let client = self.client.clone();
+        let response = self.run(py, async move {
+            client
+                .create_branch(&namespace, &name, from_tx, &provenance)
+                .await
+        })?;
+        receipt(py, response)
+    }
+
+    /// Merges branch `name` into main as one transaction.
+    #[pyo3(signature = (namespace, name, *, agent=None))]
+    fn merge_branch(
+        &self,
+        py: Python<'_>,
+        namespace: &str,
+        name: String,
+        agent: Option<String>,
+    ) -> PyResult<Receipt> {
+        self.close_branch(py, namespace, name, true, agent)
+    }
+
+    /// Abandons branch `name`: its writes stay in the log, never in main.
+    #[pyo3(signature = (namespace, name, *, agent=None))]
+    fn abandon_branch(
+        &self,
+        py: Python<'_>,
+        namespace: &str,
+        name: String,
+        agent: Option<String>,
+    ) -> PyResult<Receipt> {
+        self.close_branch(py, namespace, name, false, agent)
+    }
+
+    /// Every transaction of `namespace` from `from_tx` on, as it commits, with the datoms that
+    /// pass the filter. Iterate it; it resumes on another node after a failure, delivering
+    /// each transaction once, in order.
+    #[pyo3(signature = (namespace, *, from_tx=0, attribute=None, entity=None, branch=None))]
+    fn watch(
+        &self,
+        namespace: &str,
+        from_tx: u64,
+        attribute: Option<String>,
+        entity: Option<&Bound<'_, PyAny>>,
+        branch: Option<String>,
+    ) -> PyResult<Watch> {
+        let filter = WatchFilter {
+            namespace: namespace_arg(namespace)?,
+            from_tx,
+            attribute: attribute
+                .map(|a| convert::attribute("attribute", &a))
+                .transpose()?,
+            entity: entity.map(|e| convert::entity_id("entity", e)).transpose()?,
+            branch: branch.map(|b| branch_arg("branch", b)).transpose()?,
+        };
+        let stream = {
+            let _inside = self.runtime.enter();
+            self.client.watch(filter)
+        };
+        Ok(Watch {
+            runtime: self.runtime.clone(),
+            stream: Mutex::new(Some(stream)),
+        })
+    }
+
+    /// The principal this client's requests are authenticated as, the cluster's security mode
+    /// and the grants that apply: `{"principal", "security", "grants"}`.
+    fn whoami<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let client = self.client.clone();
+        let response = self.run(py, async move { client.who_am_i().await })?;
+        let out = PyDict::new(py);
+        out.set_item("principal", response.principal)?;
+        out.set_item("security", response.security)?;
+        let grants = PyList::empty(py);
+        for g in response.grants {
+            let grant = PyDict::new(py);
+            grant.set_item("principal", g.principal)?;
+            grant.set_item("action", g.action)?;
+            grant.set_item("prefix", g.prefix)?;
+            grants.append(grant)?;
+        }
+        out.set_item("grants", grants)?;
+        Ok(out)
+    }
+
+    fn __repr__(&self) -> String {
+        format!("Client({:?}, agent={:?})", self.client.endpoints(), self.agent)
+    }
+}
+
+impl EngramClient {
+    fn close_branch(
+        &self,
+        py: Python<'_>,
+        namespace: &str,
+        name: String,
+        merge: bool,
+        agent: Option<String>,
+    ) -> PyResult<Receipt> {
+        let namespace = namespace_arg(namespace)?;
+        let name = branch_arg("name", name)?;
+        let provenance = self.provenance(agent, None, None, 1.0, "candidate")?;
+        let client = self.client.clone();
+        let response = self.run(py, async move {
+            client.close_branch(&namespace, &name, merge, &provenance).await
+        })?;
+        receipt(py, response)
+    }
+}
+
+/// An open watch: iterate it for [`TxEvent`]s.
+#[pyclass(module = "engram")]
+pub struct Watch {
+    runtime: Arc<tokio::runtime::Runtime>,
+    stream: Mutex<Option<BoxStream<'static, Result<pb::TxEvent, ClientError>>>>,
+}
+
+impl Watch {
+    fn next_event(&self, py: Python<'_>, timeout: Option<Duration>) -> PyResult<Option<TxEvent>> {
+        let mut slot = self
+            .stream
+            .lock()
+            .map_err(|_| PyValueError::new_err("the watch was poisoned by an earlier panic"))?;
+        let Some(mut stream) = slot.take() else {
+            return Err(PyStopIteration::new_err(()));
+        };
+        let runtime = self.runtime.clone();
+        let (stream, next) = py.detach(move || {
+            let next = runtime.block_on(async {
+                match timeout {
+                    Some(t) => tokio::time::timeout(t, stream.next()).await.ok(),
+                    None => Some(stream.next().await),
+                }
+            });
+            (stream, next)
+        });
+        match next {
+            // Timed out: the watch stays open.
+            None => {
+                *slot = Some(stream);
+                Ok(None)
+            }
+            Some(None) => Err(PyStopIteration::new_err(())),
+            Some(Some(Err(e))) => Err(errors::to_py(py, &e)),
+            Some(Some(Ok(event))) => {
+                *slot = Some(stream);
+                Ok(Some(TxEvent {
+                    tx: event.tx,
+                    tx_time_ns: event.tx_time_ns,
+                    audit_index: event.audit_index,
+                    datoms: datom_list(py, event.datoms)?,
+                }))
+            }
+        }
+    }
+}
+
+#[pymethods]
+impl Watch {
+    fn __iter__(slf: PyRef<'_, Self>) -> PyRef<'_, Self> {
+        slf
+    }
+
+    fn __next__(&self, py: Python<'_>) -> PyResult<Option<TxEvent>> {
+        self.next_event(py, None)
+    }
+
+    /// The next transaction, or None if none arrives within `timeout_s`.
+    #[pyo3(signature = (timeout_s))]
+    fn next(&self, py: Python<'_>, timeout_s: f64) -> PyResult<Option<TxEvent>> {
+        if !(timeout_s.is_finite() && timeout_s >= 0.0) {
+            return Err(PyValueError::new_err(
+                "timeout_s: a non-negative number of seconds",
+            ));
+        }
+        self.next_event(py, Some(Duration::from_secs_f64(timeout_s)))
+    }
+
+    /// Stops the watch; iterating it afterwards ends at once.
+    fn close(&self) -> PyResult<()> {
+        let mut slot = self
+            .stream
+            .lock()
+            .map_err(|_| PyValueError::new_err("the watch was poisoned by an earlier panic"))?;
+        *slot = None;
+        Ok(())
+    }
+}
+
+fn invalid(e: impl std::fmt::Display) -> PyErr {
+    PyValueError::new_err(e.to_string())
+}
+
+fn namespace_arg(raw: &str) -> PyResult<Namespace> {
+    Namespace::new(raw).map_err(|e| PyValueError::new_err(format!("namespace: {e}")))
+}
+
+fn branch_arg(field: &str, raw: String) -> PyResult<BranchName> {
+    BranchName::new(raw).map_err(|e| PyValueError::new_err(format!("{field}: {e}")))
+}
+
+fn consistency(stale: bool) -> Consistency {
+    if stale {
+        Consistency::Stale
+    } else {
+        Consistency::Linearizable
+    }
+}
+
+/// A random idempotency key: 128 bits from the OS.
+fn fresh_key() -> PyResult<String> {
+    let mut bytes = [0u8; 16];
+    getrandom::fill(&mut bytes)
+        .map_err(|e| PyValueError::new_err(format!("no randomness for an idempotency key: {e}")))?;
+    Ok(format!("py-{}", hex::encode(bytes)))
+}
+
+fn precondition(i: usize, item: &Bound<'_, PyAny>) -> PyResult<Precondition> {
+    let field = format!("preconditions[{i}]");
+    let (entity, attribute, expected): (Bound<'_, PyAny>, String, Bound<'_, PyAny>) = item
+        .extract()
+        .map_err(|_| PyTypeError::new_err(format!("{field}: an (entity, attribute, expected) tuple")))?;
+    Ok(Precondition {
+        entity: convert::entity_id(&format!("{field}.entity"), &entity)?,
+        attribute: convert::attribute(&format!("{field}.attribute"), &attribute)?,
+        expected: if expected.is_none() {
+            None
+        } else {
+            Some(convert::value(&format!("{field}.expected"), &expected)?)
+        },
+    })
+}
+
+fn attribute_def(i: usize, item: &Bound<'_, PyAny>) -> PyResult<AttributeDef> {
+    let field = format!("attributes[{i}]");
+    let dict = item
+        .cast::<PyDict>()
+        .map_err(|_| PyTypeError::new_err(format!("{field}: a dict with at least \"ident\" and \"type\"")))?;
+    let text = |key: &str| -> PyResult<Option<String>> {
+        match dict.get_item(key)? {
+            None => Ok(None),
+            Some(v) => v
+                .extract()
+                .map(Some)
+                .map_err(|_| PyTypeError::new_err(format!("{field}.{key}: a str"))),
+        }
+    };
+    let flag = |key: &str| -> PyResult<bool> {
+        match dict.get_item(key)? {
+            None => Ok(false),
+            Some(v) => v
+                .extract()
+                .map_err(|_| PyTypeError::new_err(format!("{field}.{key}: a bool"))),
+        }
+    };
+    let ident = text("ident")?.ok_or_else(|| PyValueError::new_err(format!("{field}.ident: missing")))?;
+    let value_type = text("type")?.ok_or_else(|| PyValueError::new_err(format!("{field}.type: missing")))?;
+    let value_type = engram_proto::value_type(&format!("{field}.type"), &value_type).map_err(invalid)?;
+    let mut def = AttributeDef::new(convert::attribute(&format!("{field}.ident"), &ident)?, value_type);
+    def.cardinality = match text("cardinality")?.as_deref() {
+        None | Some("one") => Cardinality::One,
+        Some("many") => Cardinality::Many,
+        Some(other) => {
+            return Err(PyValueError::new_err(format!(
+                "{field}.cardinality: {other:?} is not \"one\" or \"many\""
+            )));
+        }
+    };
+    def.unique = match text("unique")?.as_deref() {
+        None => None,
+        Some("identity") => Some(Unique::Identity),
+        Some("value") => Some(Unique::Value),
+        Some(other) => {
+            return Err(PyValueError::new_err(format!(
+                "{field}.unique: {other:?} is not \"identity\" or \"value\""
+            )));
+        }
+    };
+    def.indexed = flag("indexed")?;
+    def.component = flag("component")?;
+    def.deprecated = flag("deprecated")?;
+    def.doc = text("doc")?.unwrap_or_default();
+    def.validate().map_err(invalid)?;
+    Ok(def)
+}
+
+fn receipt(py: Python<'_>, r: pb::TransactResponse) -> PyResult<Receipt> {
+    let temp_ids = PyDict::new(py);
+    for (name, id) in r.temp_ids.into_iter().collect::<BTreeMap<_, _>>() {
+        temp_ids.set_item(name, id)?;
+    }
+    Ok(Receipt {
+        tx: r.tx,
+        tx_time_ns: r.tx_time_ns,
+        audit_index: r.audit_index,
+        audit_hash: r.audit_hash,
+        temp_ids: temp_ids.unbind(),
+        datom_hashes: r.datom_hashes,
+    })
+}
+
+fn datom_list(py: Python<'_>, datoms: Vec<pb::Datom>) -> PyResult<Py<PyList>> {
+    let list = PyList::empty(py);
+    for raw in datoms {
+        list.append(datom(py, raw)?)?;
+    }
+    Ok(list.unbind())
+}
+
+fn datom(py: Python<'_>, raw: pb::Datom) -> PyResult<Datom> {
+    let hash = raw.hash.clone();
+    let d = engram_proto::datom(raw)
+        .map_err(|e| PyValueError::new_err(format!("a malformed datom from the server: {e}")))?;
+    Ok(Datom {
+        namespace: d.namespace.to_string(),
+        branch: d.branch.map(|b| b.to_string()),
+        entity: d.entity.0,
+        attribute: d.attribute.to_string(),
+        value: convert::to_py(py, &d.value)?.unbind(),
+        op: match d.op {
+            engram_types::Op::Assert => "assert",
+            engram_types::Op::Retract => "retract",
+        },
+        valid_from_ns: d.valid_from_ns,
+        valid_to_ns: d.valid_to_ns,
+        tx: d.tx.0,
+        agent: d.provenance.agent,
+        session: d.provenance.session,
+        source: d.provenance.source,
+        confidence: d.provenance.confidence,
+        status: match d.provenance.status {
+            Status::Candidate => "candidate",
+            Status::Verified => "verified",
+        },
+        hash,
+    })
+}

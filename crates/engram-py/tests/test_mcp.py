@@ -1,0 +1,111 @@
+"""`engram mcp` driven by the official Python MCP SDK's client over stdio: a real MCP client,
+not a mock, lists the tools and calls them against a real cluster."""
+
+import asyncio
+import json
+
+import pytest
+
+mcp = pytest.importorskip("mcp", reason="the MCP SDK is installed by crates/engram-py/check.sh")
+from mcp import ClientSession, StdioServerParameters  # noqa: E402
+from mcp.client.stdio import stdio_client  # noqa: E402
+
+from conftest import ENGRAM_BIN  # noqa: E402
+
+
+def run(cluster, body):
+    params = StdioServerParameters(
+        command=ENGRAM_BIN,
+        args=["-e", ",".join(cluster.endpoints), "mcp", "--agent", "mcp-researcher"],
+    )
+
+    async def session():
+        async with stdio_client(params) as (read, write):
+            async with ClientSession(read, write) as s:
+                await s.initialize()
+                return await body(s)
+
+    return asyncio.run(asyncio.wait_for(session(), 60))
+
+
+def text(result) -> str:
+    return "".join(c.text for c in result.content if c.type == "text")
+
+
+def test_tools_are_listed_with_schemas(cluster):
+    async def body(s):
+        return (await s.list_tools()).tools
+
+    tools = {t.name: t for t in run(cluster, body)}
+    assert set(tools) == {"remember", "recall", "get", "history", "what_changed", "branch", "verify"}
+    remember = tools["remember"]
+    assert "transaction" in remember.description
+    assert set(remember.input_schema["required"]) == {"namespace", "facts"}
+    assert "confidence" in remember.input_schema["properties"]
+
+
+def test_remember_then_recall_get_history_and_verify(cluster):
+    ns = "mcp/research"
+
+    async def body(s):
+        out = {}
+        r = await s.call_tool(
+            "remember",
+            {
+                "namespace": ns,
+                "facts": [
+                    {"entity": "paper", "attribute": ":paper/title", "value": "Attention is all you need"},
+                    {"entity": "paper", "attribute": ":paper/year", "value": 2017},
+                    {"entity": "paper", "attribute": ":paper/topic", "value": {"keyword": ":topic/transformers"}},
+                ],
+                "confidence": 0.8,
+                "source": "arxiv:1706.03762",
+            },
+        )
+        assert not r.is_error, text(r)
+        out["remember"] = json.loads(text(r))
+        paper = out["remember"]["entities"]["paper"]
+        r = await s.call_tool("recall", {"namespace": ns, "attribute": ":paper/year", "value": 2017})
+        out["recall"] = json.loads(text(r))
+        r = await s.call_tool("get", {"namespace": ns, "entity": paper})
+        out["get"] = json.loads(text(r))
+        r = await s.call_tool("history", {"namespace": ns, "entity": paper, "attribute": ":paper/title"})
+        out["history"] = json.loads(text(r))
+        r = await s.call_tool("verify", {"namespace": ns, "entity": paper})
+        assert not r.is_error, text(r)
+        out["verify"] = json.loads(text(r))
+        r = await s.call_tool("what_changed", {"namespace": ns, "since_tx": out["remember"]["tx"] - 1})
+        out["changed"] = json.loads(text(r))
+        return out
+
+    out = run(cluster, body)
+    paper = out["remember"]["entities"]["paper"]
+    assert [f["entity"] for f in out["recall"]["facts"]] == [paper]
+    got = {f["attribute"]: f["value"] for f in out["get"]["facts"]}
+    assert got == {
+        ":paper/title": "Attention is all you need",
+        ":paper/year": 2017,
+        ":paper/topic": {"keyword": ":topic/transformers"},
+    }
+    assert {f["agent"] for f in out["get"]["facts"]} == {"mcp-researcher"}
+    assert out["get"]["facts"][0]["confidence"] == pytest.approx(0.8)
+    assert [f["value"] for f in out["history"]["facts"]] == ["Attention is all you need"]
+    assert out["verify"]["verified"] is True and len(out["verify"]["facts"]) == 3
+    assert len(out["changed"]["asserted"]) == 3
+
+
+def test_bad_calls_are_tool_errors_the_model_can_read(cluster):
+    async def body(s):
+        bad_attr = await s.call_tool(
+            "remember", {"namespace": "mcp/bad", "facts": [{"entity": "x", "attribute": "title", "value": 1}]}
+        )
+        bad_ns = await s.call_tool("get", {"namespace": "/etc", "entity": 1})
+        bad_action = await s.call_tool("branch", {"namespace": "mcp/bad", "name": "b", "action": "delete"})
+        nothing = await s.call_tool("recall", {"namespace": "mcp/bad", "attribute": ":x/title"})
+        return bad_attr, bad_ns, bad_action, nothing
+
+    bad_attr, bad_ns, bad_action, nothing = run(cluster, body)
+    assert bad_attr.is_error and "facts[0].attribute" in text(bad_attr)
+    assert bad_ns.is_error and "namespace" in text(bad_ns)
+    assert bad_action.is_error and "create, merge or abandon" in text(bad_action)
+    assert json.loads(text(nothing))["facts"] == []

@@ -1,0 +1,160 @@
+"""The Python API against a real cluster: the worked example of docs/python.md, every value type
+both ways, time travel, history, find, diff, branches and watch."""
+
+import datetime
+
+import pytest
+
+import engram
+from engram import Assert, Keyword, Lookup, Ref, Retract
+
+UTC = datetime.timezone.utc
+
+
+def test_worked_example(cluster, ns):
+    # Two agents share one memory; each is recorded as the writer of its own claims.
+    planner = engram.Engram(cluster.endpoints, agent="planner")
+    critic = engram.Engram(cluster.endpoints, agent="critic")
+    planner.apply_schema(
+        ns,
+        [
+            {"ident": ":memory/key", "type": "string", "unique": "identity"},
+            {"ident": ":memory/content", "type": "string"},
+            {"ident": ":memory/tags", "type": "keyword", "cardinality": "many", "indexed": True},
+        ],
+    )
+    first = planner.transact(
+        ns,
+        [
+            ("pref", ":memory/key", "alice/editor-theme"),
+            ("pref", ":memory/content", "Alice prefers a dark theme"),
+            ("pref", ":memory/tags", Keyword(":tag/ui")),
+        ],
+        confidence=0.6,
+        session="s-1",
+    )
+    pref = first.temp_ids["pref"]
+
+    # The critic disagrees, and verifies its own claim.
+    critic.transact(
+        ns,
+        [(Lookup(":memory/key", "alice/editor-theme"), ":memory/content", "Alice prefers a light theme")],
+        confidence=0.9,
+        status="verified",
+    )
+
+    latest = planner.get(ns, pref)
+    assert latest[":memory/content"] == "Alice prefers a light theme"
+    assert [c.value for c in latest.conflicts] == ["Alice prefers a dark theme"]
+    assert latest.conflicts[0].agent == "planner"
+
+    # What did we believe right after the planner's write?
+    then = planner.get(ns, pref, as_of_tx=first.tx)
+    assert then[":memory/content"] == "Alice prefers a dark theme"
+    assert then.conflicts == []
+
+    # Only verified claims.
+    verified = planner.get(ns, pref, verified_only=True)
+    assert verified[":memory/content"] == "Alice prefers a light theme"
+    assert verified.datoms[0].agent == "critic" and verified.datoms[0].status == "verified"
+
+    history = planner.history(ns, pref, attribute=":memory/content")
+    assert [(d.agent, d.value) for d in history] == [
+        ("planner", "Alice prefers a dark theme"),
+        ("critic", "Alice prefers a light theme"),
+    ]
+    assert history[0].session == "s-1" and history[0].confidence == pytest.approx(0.6)
+
+    tagged = planner.find(ns, ":memory/tags", Keyword(":tag/ui"))
+    assert [d.entity for d in tagged] == [pref]
+
+    changes = planner.diff(ns, first.tx)
+    assert [d.value for d in changes.asserted] == ["Alice prefers a light theme"]
+    assert changes.retracted == []
+
+
+def test_every_value_type_round_trips(db, ns):
+    when = datetime.datetime(2026, 5, 17, 9, 30, 15, 123456, tzinfo=UTC)
+    target = db.transact(ns, [("t", ":x/name", "target")]).temp_ids["t"]
+    values = {
+        ":v/string": "héllo",
+        ":v/int": -(2**63),
+        ":v/float": 2.5,
+        ":v/bool": True,
+        ":v/bytes": b"\x00\xffraw",
+        ":v/instant": when,
+        ":v/keyword": Keyword(":color/blue"),
+        ":v/ref": Ref(target),
+        ":v/json": {"b": [1, 2, {"c": None}], "a": "x"},
+        ":v/list": [1, "two", 3.0],
+    }
+    r = db.transact(ns, [Assert("e", a, v) for a, v in values.items()])
+    got = db.get(ns, r.temp_ids["e"])
+    assert got.to_dict() == values
+    assert type(got[":v/bool"]) is bool and type(got[":v/int"]) is int
+    assert got[":v/instant"].tzinfo is not None
+    # A datetime in another zone is the same instant.
+    plus_two = datetime.timezone(datetime.timedelta(hours=2))
+    r2 = db.transact(ns, [(r.temp_ids["e"], ":v/instant", when.astimezone(plus_two))])
+    assert db.get(ns, r.temp_ids["e"], as_of_tx=r2.tx)[":v/instant"] == when
+
+
+def test_retract_valid_time_and_preconditions(db, ns):
+    r = db.transact(ns, [("job", ":job/state", Keyword(":state/open"))])
+    job = r.temp_ids["job"]
+    # Compare-and-set: only one of two writers that read "open" wins.
+    db.transact(
+        ns,
+        [Retract(job, ":job/state", Keyword(":state/open")), (job, ":job/state", Keyword(":state/taken"))],
+        preconditions=[(job, ":job/state", Keyword(":state/open"))],
+    )
+    with pytest.raises(engram.PreconditionFailed) as refused:
+        db.transact(
+            ns,
+            [(job, ":job/state", Keyword(":state/taken-twice"))],
+            preconditions=[(job, ":job/state", Keyword(":state/open"))],
+        )
+    assert refused.value.code == "FAILED_PRECONDITION"
+    assert db.get(ns, job)[":job/state"] == Keyword(":state/taken")
+
+    # Valid time: a fact recorded now about last year.
+    last_year = datetime.datetime(2025, 1, 1, tzinfo=UTC)
+    db.transact(ns, [Assert(job, ":job/owner", "ops", valid_from=last_year)])
+    assert db.get(ns, job, valid_at=datetime.datetime(2025, 6, 1, tzinfo=UTC))[":job/owner"] == "ops"
+    assert ":job/owner" not in db.get(ns, job, valid_at=datetime.datetime(2024, 6, 1, tzinfo=UTC))
+
+
+def test_branch_merges_on_success_and_is_abandoned_on_error(db, ns):
+    base = db.transact(ns, [("plan", ":plan/step", "draft")])
+    plan = base.temp_ids["plan"]
+    with db.branch(ns, "try-a") as b:
+        b.transact([(plan, ":plan/step", "try A")])
+        assert b.get(plan)[":plan/step"] == "try A"
+        assert db.get(ns, plan)[":plan/step"] == "draft"  # main does not see it yet
+        assert [d.value for d in b.diff().asserted] == ["try A"]
+    assert db.get(ns, plan)[":plan/step"] == "try A"
+
+    with pytest.raises(RuntimeError):
+        with db.branch(ns, "try-b") as b:
+            b.transact([(plan, ":plan/step", "try B")])
+            raise RuntimeError("the agent changed its mind")
+    assert db.get(ns, plan)[":plan/step"] == "try A"
+    with pytest.raises(engram.EngramError):
+        db.transact(ns, [(plan, ":plan/step", "late")], branch="try-b")
+
+
+def test_watch_delivers_each_transaction_in_order(db, ns):
+    start = db.transact(ns, [("w", ":w/n", 0)])
+    w = start.temp_ids["w"]
+    watch = db.watch(ns, from_tx=start.tx + 1)
+    written = [db.transact(ns, [(w, ":w/n", n)]).tx for n in range(1, 6)]
+    seen = []
+    while len(seen) < len(written):
+        event = watch.next(timeout_s=10)
+        assert event is not None, f"watch delivered {seen} of {written}"
+        seen.append(event.tx)
+        assert [d.value for d in event.datoms] == [len(seen)]
+    assert seen == written
+    assert watch.next(timeout_s=0.3) is None
+    watch.close()
+    assert list(watch) == []
