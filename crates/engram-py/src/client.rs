@@ -12,8 +12,8 @@ use std::time::Duration;
 
 use engram_access::AgentKey;
 use engram_client::{
-    Client, ClientConfig, ClientError, Consistency, FindQuery, GetOptions, HistoryTarget, TrustedLog,
-    WatchFilter, pb,
+    Client, ClientConfig, ClientError, ClientTls, Consistency, FindQuery, GetOptions, HistoryTarget,
+    TrustedLog, WatchFilter, pb,
 };
 use engram_types::{
     AttributeDef, BranchName, Cardinality, Namespace, Precondition, Provenance, Status, TxRequest, Unique,
@@ -100,15 +100,21 @@ impl EngramClient {
 impl EngramClient {
     /// Connects (lazily) to the nodes at `endpoints` (`host:port`, a list or a comma-separated
     /// string). With `agent_key` every request is signed as that agent, and transactions are
-    /// recorded as it unless a call names another `agent`.
+    /// recorded as it unless a call names another `agent`. `timeout_s` bounds one attempt;
+    /// `retry_budget_s` bounds how long a call failing in transit is retried on other nodes.
     #[new]
-    #[pyo3(signature = (endpoints, *, agent_key=None, agent=None, timeout_s=10.0, connect_timeout_s=2.0))]
+    #[pyo3(signature = (endpoints, *, agent_key=None, agent=None, timeout_s=10.0, connect_timeout_s=2.0, retry_budget_s=15.0, tls_ca=None, tls_cert=None, tls_key=None))]
+    #[allow(clippy::too_many_arguments)]
     fn new(
         endpoints: &Bound<'_, PyAny>,
         agent_key: Option<PathBuf>,
         agent: Option<String>,
         timeout_s: f64,
         connect_timeout_s: f64,
+        retry_budget_s: f64,
+        tls_ca: Option<PathBuf>,
+        tls_cert: Option<PathBuf>,
+        tls_key: Option<PathBuf>,
     ) -> PyResult<EngramClient> {
         let endpoints: Vec<String> = if endpoints.is_instance_of::<PyString>() {
             let text: String = endpoints.extract()?;
@@ -149,12 +155,21 @@ impl EngramClient {
             (Some(key), _) => Some(key.principal.as_str().to_string()),
             (None, agent) => agent,
         };
-        let config = ClientConfig {
+        if !(retry_budget_s.is_finite() && retry_budget_s >= 0.0) {
+            return Err(PyValueError::new_err(
+                "retry_budget_s: a non-negative number of seconds",
+            ));
+        }
+        let mut config = ClientConfig {
             connect_timeout: seconds("connect_timeout_s", connect_timeout_s)?,
             request_timeout: seconds("timeout_s", timeout_s)?,
             agent: key.map(Arc::new),
+            tls: tls(tls_ca, tls_cert, tls_key)?,
             ..ClientConfig::default()
         };
+        // How long a call that fails in transit (no leader, a node down) keeps being retried
+        // on the other endpoints.
+        config.retry.max_elapsed = Duration::from_secs_f64(retry_budget_s);
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .thread_name("engram-client")
@@ -693,6 +708,33 @@ impl Watch {
             .map_err(|_| PyValueError::new_err("the watch was poisoned by an earlier panic"))?;
         *slot = None;
         Ok(())
+    }
+}
+
+/// TLS from PEM files: the CA that signed the nodes' certificates, and the client's own
+/// certificate and key where the nodes require one (mutual TLS).
+fn tls(ca: Option<PathBuf>, cert: Option<PathBuf>, key: Option<PathBuf>) -> PyResult<Option<Arc<ClientTls>>> {
+    let read = |field: &str, path: &PathBuf| {
+        std::fs::read(path).map_err(|e| PyValueError::new_err(format!("{field}: {}: {e}", path.display())))
+    };
+    let identity = match (&cert, &key) {
+        (Some(cert), Some(key)) => Some((read("tls_cert", cert)?, read("tls_key", key)?)),
+        (None, None) => None,
+        _ => {
+            return Err(PyValueError::new_err(
+                "tls_cert and tls_key: give both or neither",
+            ));
+        }
+    };
+    match ca {
+        Some(ca) => Ok(Some(Arc::new(ClientTls {
+            ca_pem: read("tls_ca", &ca)?,
+            identity,
+        }))),
+        None if identity.is_some() => Err(PyValueError::new_err(
+            "tls_ca: a client certificate needs the CA that signed the nodes' certificates",
+        )),
+        None => Ok(None),
     }
 }
 

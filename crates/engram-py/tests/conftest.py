@@ -44,9 +44,12 @@ def run_cli(*args: str, check: bool = True) -> subprocess.CompletedProcess:
 
 
 class Cluster:
-    def __init__(self, nodes: int = 3):
-        self.dir = Path(tempfile.mkdtemp(prefix="engram-py-"))
+    def __init__(self, nodes: int = 3, extra_args=None, dir=None):
+        """`extra_args(ports)` gives more `engram serve` flags, for nodes that must know each
+        other's ports (`--peer`)."""
+        self.dir = Path(dir) if dir else Path(tempfile.mkdtemp(prefix="engram-py-"))
         self.ports = [free_port() for _ in range(nodes)]
+        self.extra_args = list(extra_args(self.ports)) if extra_args else []
         self.procs = {}
         for i in range(1, nodes + 1):
             self.start(i)
@@ -67,6 +70,7 @@ class Cluster:
                 self.endpoints[node - 1],
                 "--data-dir",
                 str(self.dir / f"node{node}"),
+                *self.extra_args,
             ],
             stdout=log,
             stderr=subprocess.STDOUT,

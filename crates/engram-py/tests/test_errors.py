@@ -62,6 +62,8 @@ def test_bad_arguments_to_reads(db):
         db.history("py/reads")
     with pytest.raises(TypeError):
         db.get("py/reads", 1, as_of_tx="yesterday")
+    with pytest.raises(ValueError, match="retry_budget_s"):
+        engram.Engram("127.0.0.1:1", retry_budget_s=-1)
     with pytest.raises(TypeError, match="endpoints"):
         engram.Engram(42)
     with pytest.raises(ValueError, match="agent_key"):
@@ -102,7 +104,7 @@ def test_server_refusals_keep_their_code(db, ns):
 
 
 def test_unreachable_cluster_is_unavailable():
-    db = engram.Engram("127.0.0.1:1", agent="x", timeout_s=0.5, connect_timeout_s=0.2)
+    db = engram.Engram("127.0.0.1:1", agent="x", timeout_s=0.5, connect_timeout_s=0.2, retry_budget_s=1)
     with pytest.raises((engram.Unavailable, engram.DeadlineExceeded)) as raised:
         db.get("py/none", 1)
     assert raised.value.code in ("UNAVAILABLE", "DEADLINE_EXCEEDED")

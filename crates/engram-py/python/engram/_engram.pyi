@@ -120,6 +120,10 @@ class Client:
         agent: Optional[str] = None,
         timeout_s: float = 10.0,
         connect_timeout_s: float = 2.0,
+        retry_budget_s: float = 15.0,
+        tls_ca: Optional[Union[str, PathLike]] = None,
+        tls_cert: Optional[Union[str, PathLike]] = None,
+        tls_key: Optional[Union[str, PathLike]] = None,
     ) -> None: ...
     def transact(
         self,
