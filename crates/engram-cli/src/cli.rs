@@ -154,11 +154,21 @@ pub struct McpArgs {
     /// request is signed by it).
     #[arg(long, env = "ENGRAM_AGENT", value_name = "NAME")]
     pub agent: Option<String>,
+    /// Serve MCP's streamable HTTP transport on this address (e.g. 127.0.0.1:8090) instead of
+    /// stdio. Whoever reaches it acts as the agent: keep it on loopback or behind your own
+    /// authentication.
+    #[arg(long, value_name = "HOST:PORT")]
+    pub listen: Option<std::net::SocketAddr>,
+    /// With --listen: a host name clients may use besides loopback (the Host header is checked
+    /// against DNS rebinding). Repeat for several.
+    #[arg(long = "allowed-host", value_name = "HOST", requires = "listen")]
+    pub allowed_hosts: Vec<String>,
 }
 
 const MCP_EXAMPLES: &str = "EXAMPLES\n  \
     engram -e 127.0.0.1:7001,127.0.0.1:7002 mcp --agent researcher\n  \
-    engram -e n1:7001 --agent-key researcher.key mcp\n\n\
+    engram -e n1:7001 --agent-key researcher.key mcp\n  \
+    engram -e n1:7001 mcp --agent researcher --listen 127.0.0.1:8090\n\n\
     In an MCP host's configuration (e.g. a JSON \"mcpServers\" entry):\n  \
     {\"command\": \"engram\", \"args\": [\"-e\", \"127.0.0.1:7001\", \"mcp\", \"--agent\", \"researcher\"]}";
 

@@ -123,7 +123,10 @@ pub async fn run(cli: Cli) -> Result<()> {
                     "mcp: name the agent the facts are recorded as, with --agent NAME or --agent-key FILE"
                 ),
             };
-            crate::mcp::serve_stdio(client()?, agent).await
+            match args.listen {
+                Some(listen) => crate::mcp::serve_http(client()?, agent, listen, args.allowed_hosts).await,
+                None => crate::mcp::serve_stdio(client()?, agent).await,
+            }
         }
         Command::Transact(args) => transact(&client()?, &args.file, json).await,
         Command::Get(args) => get(&client()?, args, json).await,

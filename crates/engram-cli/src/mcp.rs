@@ -1,4 +1,5 @@
-//! `engram mcp`: the cluster's memory as Model Context Protocol tools, over stdio.
+//! `engram mcp`: the cluster's memory as Model Context Protocol tools, over stdio or MCP's
+//! streamable HTTP transport (`--listen`).
 //!
 //! One process acts as one agent: every fact it remembers is recorded as that agent (with an
 //! agent key, every request is signed by it, so an enforced cluster holds it to its grants).
@@ -6,14 +7,19 @@
 //! use it, flat arguments, and answers as compact JSON. Errors come back as tool errors that
 //! carry the gRPC code and the server's message, so the model can correct itself.
 
+use std::net::SocketAddr;
 use std::sync::Arc;
 
 use anyhow::{Context, Result};
 use engram_client::{Client, Consistency, FindQuery, GetOptions, HistoryTarget, TrustedLog, pb};
 use engram_types::{BranchName, EntityId, Namespace, Provenance, Status};
+use hyper_util::rt::TokioIo;
+use hyper_util::service::TowerToHyperService;
 use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::handler::server::wrapper::Parameters;
 use rmcp::model::{Implementation, ServerCapabilities, ServerConfig};
+use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 use rmcp::{ServerHandler, ServiceExt, tool, tool_handler, tool_router};
 use schemars::JsonSchema;
 use serde::Deserialize;
@@ -41,20 +47,67 @@ pub struct EngramTools {
     tool_router: ToolRouter<EngramTools>,
 }
 
+impl EngramTools {
+    pub fn new(client: Client, agent: String) -> EngramTools {
+        EngramTools {
+            client,
+            agent,
+            trust: Arc::new(tokio::sync::Mutex::new(None)),
+            tool_router: EngramTools::tool_router(),
+        }
+    }
+}
+
 /// Serves the tools on stdin/stdout until the client closes the stream.
 pub async fn serve_stdio(client: Client, agent: String) -> Result<()> {
-    let tools = EngramTools {
-        client,
-        agent,
-        trust: Arc::new(tokio::sync::Mutex::new(None)),
-        tool_router: EngramTools::tool_router(),
-    };
-    let service = tools
+    let service = EngramTools::new(client, agent)
         .serve(rmcp::transport::stdio())
         .await
         .context("starting the MCP session on stdio")?;
     service.waiting().await.context("the MCP session")?;
     Ok(())
+}
+
+/// Serves the tools over MCP's streamable HTTP transport on `listen` (any path) until
+/// SIGINT. Requests whose `Host` is not loopback or one of `allowed_hosts` are refused, which
+/// keeps a web page from reaching a local server through DNS rebinding.
+pub async fn serve_http(
+    client: Client,
+    agent: String,
+    listen: SocketAddr,
+    allowed_hosts: Vec<String>,
+) -> Result<()> {
+    let mut config = StreamableHttpServerConfig::default();
+    if !allowed_hosts.is_empty() {
+        let mut hosts = vec!["localhost".to_string(), "127.0.0.1".into(), "::1".into()];
+        hosts.extend(allowed_hosts);
+        config = config.with_allowed_hosts(hosts);
+    }
+    let tools = EngramTools::new(client, agent);
+    let service = StreamableHttpService::new(
+        move || Ok(tools.clone()),
+        Arc::new(LocalSessionManager::default()),
+        config,
+    );
+    let listener = tokio::net::TcpListener::bind(listen)
+        .await
+        .with_context(|| format!("cannot listen on {listen}"))?;
+    let local = listener.local_addr().context("the listening address")?;
+    // On stderr: a host reading stdout expects nothing there from an HTTP server.
+    eprintln!("engram mcp: streamable HTTP on http://{local}/mcp");
+    loop {
+        let (stream, _) = tokio::select! {
+            accepted = listener.accept() => accepted.context("accepting a connection")?,
+            _ = tokio::signal::ctrl_c() => return Ok(()),
+        };
+        let service = TowerToHyperService::new(service.clone());
+        tokio::spawn(async move {
+            // A connection that breaks concerns only its own client.
+            let _ = hyper::server::conn::http1::Builder::new()
+                .serve_connection(TokioIo::new(stream), service)
+                .await;
+        });
+    }
 }
 
 #[derive(Deserialize, JsonSchema)]

@@ -3,14 +3,18 @@ not a mock, lists the tools and calls them against a real cluster."""
 
 import asyncio
 import json
+import socket
+import subprocess
+import time
 
 import pytest
 
 mcp = pytest.importorskip("mcp", reason="the MCP SDK is installed by crates/engram-py/check.sh")
 from mcp import ClientSession, StdioServerParameters  # noqa: E402
 from mcp.client.stdio import stdio_client  # noqa: E402
+from mcp.client.streamable_http import streamable_http_client  # noqa: E402
 
-from conftest import ENGRAM_BIN  # noqa: E402
+from conftest import ENGRAM_BIN, free_port  # noqa: E402
 
 
 def run(cluster, body):
@@ -109,3 +113,43 @@ def test_bad_calls_are_tool_errors_the_model_can_read(cluster):
     assert bad_ns.is_error and "namespace" in text(bad_ns)
     assert bad_action.is_error and "create, merge or abandon" in text(bad_action)
     assert json.loads(text(nothing))["facts"] == []
+
+
+def test_the_same_tools_over_streamable_http(cluster):
+    port = free_port()
+    server = subprocess.Popen(
+        [ENGRAM_BIN, "-e", ",".join(cluster.endpoints), "mcp", "--agent", "mcp-http", "--listen", f"127.0.0.1:{port}"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        deadline = time.time() + 30
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                assert server.poll() is None, server.stderr.read().decode()
+                assert time.time() < deadline, "engram mcp --listen did not start listening"
+                time.sleep(0.1)
+
+        async def session():
+            async with streamable_http_client(f"http://127.0.0.1:{port}/mcp") as (read, write, *_):
+                async with ClientSession(read, write) as s:
+                    await s.initialize()
+                    names = {t.name for t in (await s.list_tools()).tools}
+                    r = await s.call_tool(
+                        "remember",
+                        {"namespace": "mcp/http", "facts": [{"entity": "n", "attribute": ":note/text", "value": "over http"}]},
+                    )
+                    assert not r.is_error, text(r)
+                    entity = json.loads(text(r))["entities"]["n"]
+                    got = json.loads(text(await s.call_tool("get", {"namespace": "mcp/http", "entity": entity})))
+                    return names, got
+
+        names, got = asyncio.run(asyncio.wait_for(session(), 60))
+        assert "remember" in names and "verify" in names
+        assert got["facts"][0]["value"] == "over http" and got["facts"][0]["agent"] == "mcp-http"
+    finally:
+        server.terminate()
+        server.wait(10)
