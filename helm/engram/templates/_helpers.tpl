@@ -156,6 +156,16 @@ Cross-field checks that values.schema.json cannot express. Included by the State
 {{- else if .Values.keys.seeds }}
 {{- fail "keys.seeds is only used with keys.create: true" }}
 {{- end }}
+{{- if eq .Values.security.mode "enforced" }}
+{{- if not (and .Values.security.admin.name .Values.security.admin.publicKey) }}
+{{- fail "security.mode enforced needs security.admin.name and security.admin.publicKey: the first administrator" }}
+{{- end }}
+{{- if not .Values.security.operatorKeySecret }}
+{{- fail "security.mode enforced needs security.operatorKeySecret: the scale-down hook and helm test sign as that agent" }}
+{{- end }}
+{{- else if or .Values.security.admin.name .Values.security.admin.publicKey }}
+{{- fail "security.admin is only used with security.mode: enforced" }}
+{{- end }}
 {{- if .Values.tls.enabled }}
 {{- if and .Values.tls.certManager.enabled .Values.tls.existingSecret }}
 {{- fail "tls.existingSecret and tls.certManager.enabled are mutually exclusive" }}
@@ -235,5 +245,45 @@ presents the node certificate and verifies the server against ca.crt.
   value: /tls/tls.crt
 - name: ENGRAM_TLS_KEY
   value: /tls/tls.key
+{{- end }}
+{{- if .Values.security.operatorKeySecret }}
+- name: ENGRAM_AGENT_KEY
+  value: /agent/agent.key
+{{- end }}
+{{- end }}
+
+{{/*
+The volume mounts of a pod that runs the CLI against the cluster (hook, test): the TLS client
+identity and the operator's agent key, where configured.
+*/}}
+{{- define "engram.cliVolumeMounts" -}}
+{{- if include "engram.tlsSecretName" . }}
+- name: tls
+  mountPath: /tls
+  readOnly: true
+{{- end }}
+{{- if .Values.security.operatorKeySecret }}
+- name: agent-key
+  mountPath: /agent
+  readOnly: true
+{{- end }}
+{{- end }}
+
+{{- define "engram.cliVolumes" -}}
+{{- with include "engram.tlsSecretName" . }}
+- name: tls
+  secret:
+    secretName: {{ . }}
+    defaultMode: 0440
+{{- end }}
+{{- if .Values.security.operatorKeySecret }}
+- name: agent-key
+  secret:
+    secretName: {{ .Values.security.operatorKeySecret }}
+    # Group-readable: the pod runs as a non-root user in the fsGroup that owns the files.
+    defaultMode: 0440
+    items:
+      - key: agent.key
+        path: agent.key
 {{- end }}
 {{- end }}
