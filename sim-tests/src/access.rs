@@ -1,12 +1,12 @@
 //! A principal-aware run: a 3-node cluster initialised in enforced mode, two agents with
 //! different grants writing through the public client (each also tries the other's namespace,
 //! which it may not write, or may only while the administrator allows it), the administrator
-//! granting and revoking one of those rights over and over, and nodes crashing and restarting
-//! throughout. Then the checker: on every replica, every transaction of the agents'
+//! granting and revoking one of those rights over and over, directly and through a role it
+//! assigns and takes away, and nodes crashing and restarting throughout. Then the checker: on every replica, every transaction of the agents'
 //! namespaces was allowed, at its own index, by the grants the chain had recorded before it.
 //!
-//! The checker reads the grants from the system namespace's datoms, as of the transaction
-//! before each write (`reads::find_on` / `get_facts`), not from the policy rows apply consults,
+//! The checker reads the grants and role assignments from the system namespace's datoms, as of
+//! the transaction before each write (`reads::find_on` / `get_facts`), not from the policy rows apply consults,
 //! so a bug in either path shows. The planted `SkipGrantCheck` must be caught.
 
 use std::panic::AssertUnwindSafe;
@@ -27,10 +27,13 @@ use madsim::time::Instant;
 
 use crate::cluster::{Cluster, NodeSettings, channel, node_addr};
 
-/// Alice may write here; Bob may only while the administrator's grant stands.
+/// Alice may write here; Bob may only while the administrator's grant stands, or while he
+/// holds the role [`ROLE`], which may write here.
 pub const NS_A: &str = "sim/a";
 /// Bob may write here; Alice never.
 pub const NS_B: &str = "sim/b";
+/// The role the administrator assigns to Bob and takes away again.
+pub const ROLE: &str = "writers";
 /// How long the agents write while nodes crash.
 const RUN_MS: u64 = 12_000;
 
@@ -178,7 +181,8 @@ async fn simulate(seed: u64, bug: Option<PlantedBug>) -> Result<AccessReport, St
             settle(|| admin.add_agent("alice", alice)).await?;
             settle(|| admin.add_agent("bob", bob)).await?;
             settle(|| admin.grant("alice", "write", NS_A, false)).await?;
-            settle(|| admin.grant("bob", "write", NS_B, false)).await
+            settle(|| admin.grant("bob", "write", NS_B, false)).await?;
+            settle(|| admin.grant(&format!("role:{ROLE}"), "write", NS_A, false)).await
         }
     };
     cluster.control(setup).await?;
@@ -314,19 +318,34 @@ async fn write_loop(
     }
 }
 
-/// Grants Bob write on Alice's namespace and revokes it again, over and over.
+/// Grants Bob write on Alice's namespace and revokes it again, over and over; in between,
+/// assigns him the role that may write there and takes it away again.
 async fn flip_loop(admin: Client, stop: Arc<AtomicBool>, stats: Arc<Stats>) {
     let mut granted = false;
+    let mut assigned = false;
+    let mut turn = 0u64;
     while !stop.load(Ordering::Relaxed) {
         madsim::time::sleep(Duration::from_millis(400)).await;
-        match admin.grant("bob", "write", NS_A, granted).await {
+        turn += 1;
+        let by_role = turn % 2 == 0;
+        let answer = if by_role {
+            admin.assign_role("bob", ROLE, assigned).await
+        } else {
+            admin.grant("bob", "write", NS_A, granted).await
+        };
+        let flipped = match answer {
             Ok(_) => {
-                granted = !granted;
                 stats.flips.fetch_add(1, Ordering::Relaxed);
+                true
             }
             // Already in the state asked for (an acknowledgement lost to a crash): follow it.
-            Err(e) if e.code() == Some(tonic::Code::FailedPrecondition) => granted = !granted,
-            Err(_) => {}
+            Err(e) if e.code() == Some(tonic::Code::FailedPrecondition) => true,
+            Err(_) => false,
+        };
+        if flipped && by_role {
+            assigned = !assigned;
+        } else if flipped {
+            granted = !granted;
         }
     }
 }
@@ -381,8 +400,56 @@ pub fn check_grants(store: &dyn ReadView) -> Result<(u64, Vec<String>), String> 
     Ok((judged, violations))
 }
 
+/// The current values of an entity's string attributes in the system namespace, as of `as_of`.
+fn text_facts(
+    store: &dyn ReadView,
+    entity: engram_types::EntityId,
+    as_of: TxId,
+) -> Result<std::collections::BTreeMap<String, String>, String> {
+    let system = Namespace::new(SYSTEM_NAMESPACE).map_err(|e| e.to_string())?;
+    let opts = ReadOptions {
+        as_of: Some(as_of),
+        ..ReadOptions::default()
+    };
+    let facts = reads::get_facts(store, &system, None, entity, &opts).map_err(|e| e.to_string())?;
+    Ok(facts
+        .current
+        .into_iter()
+        .filter_map(|d| match d.value {
+            Value::String(s) => Some((d.attribute.to_string(), s)),
+            _ => None,
+        })
+        .collect())
+}
+
+/// The principals `agent` acts as at `as_of`: itself, and every role an active assignment in
+/// the system namespace's datoms gives it.
+fn principals_at(store: &dyn ReadView, agent: &str, as_of: TxId) -> Result<Vec<String>, String> {
+    let system = Namespace::new(SYSTEM_NAMESPACE).map_err(|e| e.to_string())?;
+    let assignments = reads::find_on(
+        store,
+        &system,
+        None,
+        &attr(":engram.role/agent"),
+        Some(&Value::String(agent.into())),
+        Some(as_of),
+        usize::MAX,
+    )
+    .map_err(|e| e.to_string())?;
+    let mut principals = vec![agent.to_string()];
+    for a in assignments {
+        let facts = text_facts(store, a.entity, as_of)?;
+        if facts.get(":engram.role/status").map(String::as_str) == Some("active")
+            && let Some(role) = facts.get(":engram.role/role")
+        {
+            principals.push(role.clone());
+        }
+    }
+    Ok(principals)
+}
+
 /// Whether the system namespace's datoms, as of `as_of`, hold an active grant of `action`
-/// to `agent` on a prefix covering `ns`.
+/// on a prefix covering `ns` to `agent` or to a role it held then.
 fn granted_at(
     store: &dyn ReadView,
     agent: &str,
@@ -390,6 +457,7 @@ fn granted_at(
     ns: &str,
     as_of: TxId,
 ) -> Result<bool, String> {
+    let principals = principals_at(store, agent, as_of)?;
     let system = Namespace::new(SYSTEM_NAMESPACE).map_err(|e| e.to_string())?;
     let grants = reads::find_on(
         store,
@@ -401,26 +469,12 @@ fn granted_at(
         usize::MAX,
     )
     .map_err(|e| e.to_string())?;
-    let opts = ReadOptions {
-        as_of: Some(as_of),
-        ..ReadOptions::default()
-    };
     for g in grants {
-        if g.value != Value::String(agent.into()) {
+        if !matches!(&g.value, Value::String(p) if principals.contains(p)) {
             continue;
         }
-        let facts = reads::get_facts(store, &system, None, g.entity, &opts).map_err(|e| e.to_string())?;
-        let value = |a: &str| {
-            facts
-                .current
-                .iter()
-                .find(|d| d.attribute.as_str() == a)
-                .map(|d| d.value.clone())
-        };
-        let text = |a: &str| match value(a) {
-            Some(Value::String(s)) => s,
-            _ => String::new(),
-        };
+        let facts = text_facts(store, g.entity, as_of)?;
+        let text = |a: &str| facts.get(a).cloned().unwrap_or_default();
         if text(":engram.grant/action") == action
             && text(":engram.grant/status") == "active"
             && prefix_covers(&text(":engram.grant/prefix"), ns)

@@ -53,6 +53,26 @@ impl Principal {
     pub fn as_str(&self) -> &str {
         &self.0
     }
+
+    /// The principal grants to role `role` name: `role:<role>`. A role is a name for a set of
+    /// grants that agents are assigned to; no request is ever authenticated as a role.
+    pub fn role(role: &str) -> Result<Principal, PrincipalError> {
+        if role.is_empty() || role.contains(':') {
+            return Err(PrincipalError {
+                value: role.chars().take(40).collect(),
+                reason: "a role name is not empty and has no ':'",
+            });
+        }
+        Principal::new(format!("{}{role}", Self::ROLE_PREFIX))
+    }
+
+    /// What every role principal starts with; no agent's name does.
+    pub const ROLE_PREFIX: &'static str = "role:";
+
+    /// Whether this names a role rather than an agent.
+    pub fn is_role(&self) -> bool {
+        self.0.starts_with(Self::ROLE_PREFIX)
+    }
 }
 
 impl TryFrom<String> for Principal {
@@ -253,19 +273,22 @@ impl FromStr for Mode {
     }
 }
 
-/// What one principal holds: the grants that name it or `*`, in a mode.
+/// What one principal holds: the grants that name it, `*` or one of its roles.
 #[derive(Clone, PartialEq, Debug, Default)]
 pub struct Policy {
     pub grants: Vec<Grant>,
+    /// The role principals (`role:<name>`) the principal is assigned to.
+    pub roles: Vec<String>,
 }
 
 impl Policy {
-    /// The one rule: some grant names the principal (or `*`), the action, and a prefix that
-    /// covers the namespace (`""` for the cluster-wide actions).
+    /// The one rule: some grant names the principal (or `*`, or one of its roles), the action,
+    /// and a prefix that covers the namespace (`""` for the cluster-wide actions).
     pub fn allows(&self, principal: &str, action: Action, namespace: &str) -> bool {
-        self.grants
-            .iter()
-            .any(|g| g.matches(principal, action, namespace))
+        self.grants.iter().any(|g| {
+            g.matches(principal, action, namespace)
+                || (self.roles.contains(&g.principal) && g.matches(&g.principal, action, namespace))
+        })
     }
 }
 
@@ -294,6 +317,16 @@ pub enum PolicyOp {
     },
     Grant(Grant),
     Revoke(Grant),
+    /// Gives `agent` every grant of `role` (a role principal, `role:<name>`), for as long as
+    /// it is assigned.
+    AssignRole {
+        agent: Principal,
+        role: Principal,
+    },
+    UnassignRole {
+        agent: Principal,
+        role: Principal,
+    },
 }
 
 impl PolicyOp {
@@ -308,6 +341,10 @@ impl PolicyOp {
                 Some((Action::KeyAdmin, String::new()))
             }
             PolicyOp::Grant(g) | PolicyOp::Revoke(g) => Some((Action::Grant, g.prefix.clone())),
+            // A role may hold grants anywhere: handing them on takes `grant` everywhere.
+            PolicyOp::AssignRole { .. } | PolicyOp::UnassignRole { .. } => {
+                Some((Action::Grant, String::new()))
+            }
         }
     }
 
@@ -319,6 +356,8 @@ impl PolicyOp {
             PolicyOp::RevokeAgent { .. } => "revoke-agent",
             PolicyOp::Grant(_) => "grant",
             PolicyOp::Revoke(_) => "revoke-grant",
+            PolicyOp::AssignRole { .. } => "assign-role",
+            PolicyOp::UnassignRole { .. } => "unassign-role",
         }
     }
 }
@@ -362,6 +401,7 @@ mod tests {
                 grant("*", Action::Read, "shared"),
                 grant("root", Action::Audit, ""),
             ],
+            roles: Vec::new(),
         };
         assert!(policy.allows("alice", Action::Write, "team/a/notes"));
         assert!(!policy.allows("alice", Action::Retract, "team/a"));
@@ -371,6 +411,31 @@ mod tests {
         assert!(!policy.allows("bob", Action::Write, "shared"));
         assert!(policy.allows("root", Action::Audit, ""));
         assert!(!policy.allows("alice", Action::Audit, ""));
+    }
+
+    #[test]
+    fn a_role_lends_its_grants_only_to_its_members() {
+        let ops = Principal::role("ops").unwrap();
+        assert_eq!(ops.as_str(), "role:ops");
+        assert!(ops.is_role() && !Principal::new("alice").unwrap().is_role());
+        assert!(Principal::role("").is_err() && Principal::role("a:b").is_err());
+        let grants = vec![
+            grant("role:ops", Action::Write, "infra"),
+            grant("bob", Action::Read, "infra"),
+        ];
+        let member = Policy {
+            grants: grants.clone(),
+            roles: vec!["role:ops".into()],
+        };
+        assert!(member.allows("alice", Action::Write, "infra/dns"));
+        assert!(!member.allows("alice", Action::Write, "team"));
+        assert!(!member.allows("alice", Action::Read, "infra"));
+        let outsider = Policy {
+            grants,
+            roles: Vec::new(),
+        };
+        assert!(!outsider.allows("alice", Action::Write, "infra"));
+        assert!(outsider.allows("bob", Action::Read, "infra"));
     }
 
     #[test]

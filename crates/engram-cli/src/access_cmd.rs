@@ -109,6 +109,30 @@ pub async fn agent(client: &Client, cmd: AgentCommand, json: bool) -> Result<()>
                 json!({ "agent": name }),
             )
         }
+        AgentCommand::AssignRole { agent, role } => {
+            let resp = client
+                .assign_role(&agent, &role, false)
+                .await
+                .with_context(|| format!("assigning role {role} to agent {agent}"))?;
+            change_output(
+                &format!("agent {agent} now holds the grants of role:{role}"),
+                &resp,
+                json,
+                json!({ "agent": agent, "role": format!("role:{role}") }),
+            )
+        }
+        AgentCommand::UnassignRole { agent, role } => {
+            let resp = client
+                .assign_role(&agent, &role, true)
+                .await
+                .with_context(|| format!("taking role {role} from agent {agent}"))?;
+            change_output(
+                &format!("agent {agent} no longer holds role:{role}"),
+                &resp,
+                json,
+                json!({ "agent": agent, "role": format!("role:{role}") }),
+            )
+        }
         AgentCommand::List => {
             let resp = client.list_agents().await.context("listing agents")?;
             if json {
@@ -117,18 +141,19 @@ pub async fn agent(client: &Client, cmd: AgentCommand, json: bool) -> Result<()>
                     .iter()
                     .map(|a| {
                         json!({ "name": a.name, "public_key": hex::encode(&a.public_key),
-                            "revoked": a.revoked, "entity": a.entity, "since_tx": a.since_tx })
+                            "revoked": a.revoked, "roles": a.roles, "entity": a.entity, "since_tx": a.since_tx })
                     })
                     .collect();
                 print_json(&json!({ "agents": rows, "applied_tx": resp.applied_tx }))
             } else {
-                let mut table = Table::new(&["agent", "public key", "state", "since tx"]);
+                let mut table = Table::new(&["agent", "public key", "state", "roles", "since tx"]);
                 for a in &resp.agents {
                     let state = if a.revoked { "revoked" } else { "active" };
                     table.row(vec![
                         a.name.clone(),
                         hex::encode(&a.public_key),
                         state.into(),
+                        a.roles.join(","),
                         a.since_tx.to_string(),
                     ]);
                 }

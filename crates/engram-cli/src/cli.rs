@@ -110,6 +110,9 @@ const AGENT_EXAMPLES: &str = "EXAMPLES
   # an agent replaces its own key
   engram --agent-key alice.key agent rotate alice --out alice-2.key
   engram --agent-key admin.key agent revoke alice
+  # roles: grant to role:NAME once, then assign agents to it
+  engram --agent-key admin.key grant role:ops --action read,write --ns infra
+  engram --agent-key admin.key agent assign-role bob ops
   engram --agent-key admin.key agent list --json";
 
 #[derive(Subcommand, Debug)]
@@ -144,8 +147,17 @@ pub enum AgentCommand {
     },
     /// Refuse every key of an agent from now on (needs key-admin).
     Revoke { name: String },
-    /// Every registered agent, its key and whether it is revoked.
+    /// Every registered agent, its key, its roles and whether it is revoked.
     List,
+    /// Give an agent every grant of a role (grants to `role:NAME`) while assigned; needs grant
+    /// on every namespace.
+    AssignRole {
+        agent: String,
+        /// The role's name, without `role:`.
+        role: String,
+    },
+    /// Take a role from an agent (refused if it would leave no administrator).
+    UnassignRole { agent: String, role: String },
 }
 
 #[derive(Args, Debug)]

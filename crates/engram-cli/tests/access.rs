@@ -462,7 +462,34 @@ async fn agents_grants_and_every_refusal_in_enforced_mode() {
     assert_eq!(code, Code::Unauthenticated);
     assert!(msg.contains("revoked"), "{msg}");
 
-    // 7. The chains agree and verify.
+    // 7. Roles: grants to role:ops reach alice (on her rotated key) only while she holds the role.
+    cli.ok(
+        Some("root.key"),
+        &["grant", "role:ops", "--action", "write", "--ns", "infra"],
+    );
+    let infra = note("infra/dns", "alice", Op::Assert, Status::Candidate);
+    let (code, _) = code_of(alice2.transact(&infra).await);
+    assert_eq!(code, Code::PermissionDenied);
+    let err = cli.fails(Some("alice-2.key"), &["agent", "assign-role", "alice", "ops"]);
+    assert!(err.contains("PERMISSION_DENIED"), "{err}");
+    cli.ok(Some("root.key"), &["agent", "assign-role", "alice", "ops"]);
+    let listed = cli.ok(Some("root.key"), &["agent", "list"]);
+    let alice_row = listed["agents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|a| a["name"] == "alice")
+        .unwrap()
+        .clone();
+    assert_eq!(alice_row["roles"], serde_json::json!(["role:ops"]));
+    alice2.transact(&infra).await.unwrap();
+    let err = cli.fails(Some("root.key"), &["agent", "assign-role", "alice", "ops"]);
+    assert!(err.contains("already has role:ops"), "{err}");
+    cli.ok(Some("root.key"), &["agent", "unassign-role", "alice", "ops"]);
+    let (code, msg) = code_of(alice2.transact(&infra).await);
+    assert_eq!(code, Code::PermissionDenied, "{msg}");
+
+    // 8. The chains agree and verify.
     let out = Command::new(EXE)
         .args(["--agent-key", root_key.to_str().unwrap()])
         .args(endpoints.iter().flat_map(|e| ["-e".to_string(), e.clone()]))

@@ -709,6 +709,33 @@ impl Client {
         .await
     }
 
+    /// Assigns `role` (its name, without `role:`) to `agent`, or with `unassign` takes it
+    /// away. Not retried.
+    pub async fn assign_role(
+        &self,
+        agent: &str,
+        role: &str,
+        unassign: bool,
+    ) -> Result<pb::PolicyResponse, ClientError> {
+        let req = pb::RoleRequest {
+            agent: agent.to_string(),
+            role: role.to_string(),
+        };
+        self.call(Idempotency::Unsafe, move |ch, s| {
+            let req = req.clone();
+            async move {
+                if unassign {
+                    access(ch)
+                        .unassign_role(s.sign(methods::UNASSIGN_ROLE, req))
+                        .await
+                } else {
+                    access(ch).assign_role(s.sign(methods::ASSIGN_ROLE, req)).await
+                }
+            }
+        })
+        .await
+    }
+
     pub async fn list_agents(&self) -> Result<pb::ListAgentsResponse, ClientError> {
         self.call(Idempotency::Safe, move |ch, s| async move {
             access(ch)

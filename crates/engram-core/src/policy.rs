@@ -4,7 +4,8 @@
 //! ([`SYSTEM_NAMESPACE`]), so it is in the audit chain and readable as of any transaction
 //! (`engram get --ns engram.system`): an agent entity carries `:engram.agent/name`, `/key` and
 //! `/status`; a grant entity `:engram.grant/principal`, `/action`, `/prefix` and `/status`; the
-//! cluster entity `:engram.cluster/security`. The datoms are written by the agent
+//! cluster entity `:engram.cluster/security`; a role assignment entity `:engram.role/agent`,
+//! `/role` and `/status`. The datoms are written by the agent
 //! `engram.policy` (so one claim per attribute holds the current value) with the acting
 //! principal as the provenance source. Beside them, apply keeps `P` rows that answer "which
 //! key does agent X have" and "what may X do" with one or two point reads, so a check costs the
@@ -15,6 +16,7 @@
 //! | `Pmode` | [`ModeRow`]: pending (genesis written, mode not yet recorded) or the mode |
 //! | `Pa` name | [`AgentRow`]: the agent's entity, key and whether it is revoked |
 //! | `Pg` principal 0 action 0 prefix | [`GrantRow`]: an active grant |
+//! | `Pr` agent 0 role | [`RoleRow`]: the agent holds the role's grants |
 //!
 //! A store with no `Pmode` row predates modes: it is open.
 
@@ -91,6 +93,13 @@ pub fn settled_mode(view: &dyn ReadView) -> Result<Option<Mode>, CoreError> {
     mode(view)
 }
 
+/// An active role assignment: its entity in the system namespace.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RoleRow {
+    pub entity: EntityId,
+    pub since_tx: TxId,
+}
+
 fn agent_key(name: &str) -> Vec<u8> {
     let mut k = vec![TAG, b'a'];
     k.extend_from_slice(name.as_bytes());
@@ -109,6 +118,19 @@ fn grant_key(g: &Grant) -> Vec<u8> {
     k.extend_from_slice(g.action.name().as_bytes());
     k.push(0);
     k.extend_from_slice(g.prefix.as_bytes());
+    k
+}
+
+fn roles_prefix(agent: &str) -> Vec<u8> {
+    let mut k = vec![TAG, b'r'];
+    k.extend_from_slice(agent.as_bytes());
+    k.push(0);
+    k
+}
+
+fn role_key(agent: &str, role: &str) -> Vec<u8> {
+    let mut k = roles_prefix(agent);
+    k.extend_from_slice(role.as_bytes());
     k
 }
 
@@ -159,15 +181,48 @@ pub fn grants(view: &dyn ReadView) -> Result<Vec<(Grant, GrantRow)>, CoreError> 
         .collect()
 }
 
-/// The grants that apply to `principal`: its own and those of `*`.
+/// The roles (`role:<name>`) `agent` is assigned to.
+pub fn roles_of(view: &dyn ReadView, agent: &str) -> Result<Vec<String>, CoreError> {
+    let prefix = roles_prefix(agent);
+    Ok(scan_prefix(view, &prefix)?
+        .into_iter()
+        .map(|(k, _)| String::from_utf8_lossy(&k[prefix.len()..]).into_owned())
+        .collect())
+}
+
+/// Every role assignment: agent, role, row.
+pub fn role_assignments(view: &dyn ReadView) -> Result<Vec<(String, String, RoleRow)>, CoreError> {
+    scan_prefix(view, &[TAG, b'r'])?
+        .into_iter()
+        .map(|(k, v)| {
+            let body = &k[2..];
+            let split = body
+                .iter()
+                .position(|b| *b == 0)
+                .ok_or_else(|| CoreError::corrupt("role row key", "no separator"))?;
+            let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+            Ok((
+                text(&body[..split]),
+                text(&body[split + 1..]),
+                decode_row("role row", &v)?,
+            ))
+        })
+        .collect()
+}
+
+/// The grants that apply to `principal`: its own, those of `*`, and those of its roles.
 pub fn policy_of(view: &dyn ReadView, principal: &str) -> Result<Policy, CoreError> {
+    let roles = roles_of(view, principal)?;
     let mut grants = Vec::new();
-    for who in [principal, Grant::ANYONE] {
+    for who in [principal, Grant::ANYONE]
+        .into_iter()
+        .chain(roles.iter().map(String::as_str))
+    {
         for (k, _) in scan_prefix(view, &grants_prefix(who))? {
             grants.push(grant_from_key(&k)?);
         }
     }
-    Ok(Policy { grants })
+    Ok(Policy { grants, roles })
 }
 
 /// The actions a transaction needs, from its request alone.
@@ -346,6 +401,9 @@ struct Effect {
     grants: Vec<(Grant, EntityRef)>,
     /// A grant this change ends.
     revoke: Option<Grant>,
+    /// A role assignment to record (agent, role, entity), or to end (agent, role).
+    assign: Option<(Principal, Principal, EntityRef)>,
+    unassign: Option<(Principal, Principal)>,
 }
 
 fn attr(name: &str) -> Attribute {
@@ -396,6 +454,24 @@ fn grant_ops(entity: &EntityRef, g: &Grant, status: &str, ops: &mut Vec<TxOp>) {
     ops.push(assert(
         entity,
         ":engram.grant/status",
+        Value::String(status.into()),
+    ));
+}
+
+fn role_ops(entity: &EntityRef, agent: &Principal, role: &Principal, status: &str, ops: &mut Vec<TxOp>) {
+    ops.push(assert(
+        entity,
+        ":engram.role/agent",
+        Value::String(agent.to_string()),
+    ));
+    ops.push(assert(
+        entity,
+        ":engram.role/role",
+        Value::String(role.to_string()),
+    ));
+    ops.push(assert(
+        entity,
+        ":engram.role/status",
         Value::String(status.into()),
     ));
 }
@@ -464,10 +540,16 @@ pub fn plan_change(
                 mode: Some(*mode),
                 agents,
                 grants,
-                revoke: None,
+                ..Effect::default()
             }
         }
         PolicyOp::AddAgent { name, key } => {
+            if name.is_role() {
+                return refuse(format!(
+                    "{name}: names starting with \"{}\" name roles, not agents",
+                    Principal::ROLE_PREFIX
+                ));
+            }
             if let Some(row) = agent(view, name.as_str())? {
                 let state = if row.revoked_tx.is_some() {
                     "revoked"
@@ -509,7 +591,7 @@ pub fn plan_change(
             if row.revoked_tx.is_some() {
                 return refuse(format!("agent {name} is already revoked"));
             }
-            if mode(view)? == Some(Mode::Enforced) && !admins_after(view, None, Some(name.as_str()))? {
+            if mode(view)? == Some(Mode::Enforced) && !admins_after(view, Ending::Agent(name.as_str()))? {
                 return Ok(Err(Rejection::LockOut(format!(
                     "revoking agent {name} would leave no active agent holding grant on every namespace"
                 ))));
@@ -544,7 +626,7 @@ pub fn plan_change(
                 return refuse(format!("no such grant: {g}"));
             };
             let row: GrantRow = decode_row("grant row", &bytes)?;
-            if mode(view)? == Some(Mode::Enforced) && !admins_after(view, Some(g), None)? {
+            if mode(view)? == Some(Mode::Enforced) && !admins_after(view, Ending::Grant(g))? {
                 return Ok(Err(Rejection::LockOut(format!(
                     "revoking \"{g}\" would leave no active agent holding grant on every namespace"
                 ))));
@@ -557,6 +639,50 @@ pub fn plan_change(
             ));
             Effect {
                 revoke: Some(g.clone()),
+                ..Effect::default()
+            }
+        }
+        PolicyOp::AssignRole { agent: who, role } => {
+            if !role.is_role() {
+                return refuse(format!("{role} is not a role (role:<name>)"));
+            }
+            match agent(view, who.as_str())? {
+                None => return refuse(format!("no agent named {who}")),
+                Some(row) if row.revoked_tx.is_some() => return refuse(format!("agent {who} is revoked")),
+                Some(_) => {}
+            }
+            if view
+                .get(Space::State, &role_key(who.as_str(), role.as_str()))?
+                .is_some()
+            {
+                return refuse(format!("agent {who} already has {role}"));
+            }
+            let entity = EntityRef::Temp("role".into());
+            role_ops(&entity, who, role, "active", &mut ops);
+            Effect {
+                assign: Some((who.clone(), role.clone(), entity)),
+                ..Effect::default()
+            }
+        }
+        PolicyOp::UnassignRole { agent: who, role } => {
+            let Some(bytes) = view.get(Space::State, &role_key(who.as_str(), role.as_str()))? else {
+                return refuse(format!("agent {who} does not have {role}"));
+            };
+            let row: RoleRow = decode_row("role row", &bytes)?;
+            if mode(view)? == Some(Mode::Enforced)
+                && !admins_after(view, Ending::Role(who.as_str(), role.as_str()))?
+            {
+                return Ok(Err(Rejection::LockOut(format!(
+                    "taking {role} from {who} would leave no active agent holding grant on every namespace"
+                ))));
+            }
+            ops.push(assert(
+                &EntityRef::Id(row.entity),
+                ":engram.role/status",
+                Value::String("revoked".into()),
+            ));
+            Effect {
+                unassign: Some((who.clone(), role.clone())),
                 ..Effect::default()
             }
         }
@@ -575,21 +701,39 @@ pub fn plan_change(
     Ok(Ok(PlannedChange { request, effect }))
 }
 
-/// Whether some active agent still holds `grant` on every namespace after revoking `grant`
-/// or `agent` (named principals only: a `*` grant is not counted).
-fn admins_after(
-    view: &dyn ReadView,
-    revoked: Option<&Grant>,
-    revoked_agent: Option<&str>,
-) -> Result<bool, CoreError> {
+/// What a change about to be made ends, for [`admins_after`].
+#[derive(Clone, Copy)]
+enum Ending<'a> {
+    Grant(&'a Grant),
+    Agent(&'a str),
+    Role(&'a str, &'a str),
+}
+
+/// Whether some active agent still holds `grant` on every namespace, directly or through a
+/// role, once `ending` is gone (a `*` grant is not counted).
+fn admins_after(view: &dyn ReadView, ending: Ending<'_>) -> Result<bool, CoreError> {
+    let active = |name: &str| -> Result<bool, CoreError> {
+        if matches!(ending, Ending::Agent(gone) if gone == name) {
+            return Ok(false);
+        }
+        Ok(matches!(agent(view, name)?, Some(row) if row.revoked_tx.is_none()))
+    };
+    let assignments = role_assignments(view)?;
     for (g, _) in grants(view)? {
         if g.action != Action::Grant || !g.prefix.is_empty() || g.principal == Grant::ANYONE {
             continue;
         }
-        if Some(&g) == revoked || Some(g.principal.as_str()) == revoked_agent {
+        if matches!(ending, Ending::Grant(gone) if *gone == g) {
             continue;
         }
-        if matches!(agent(view, &g.principal)?, Some(row) if row.revoked_tx.is_none()) {
+        if g.principal.starts_with(Principal::ROLE_PREFIX) {
+            for (who, role, _) in &assignments {
+                let removed = matches!(ending, Ending::Role(a, r) if a == who && r == role);
+                if *role == g.principal && !removed && active(who)? {
+                    return Ok(true);
+                }
+            }
+        } else if active(&g.principal)? {
             return Ok(true);
         }
     }
@@ -614,6 +758,8 @@ impl PlannedChange {
             agents,
             grants,
             revoke,
+            assign,
+            unassign,
         } = self.effect;
         if let Some(mode) = mode {
             batch.put(Space::State, MODE_KEY.to_vec(), encode_row(&ModeRow::Set(mode)));
@@ -636,6 +782,20 @@ impl PlannedChange {
         }
         if let Some(g) = revoke {
             batch.delete(Space::State, grant_key(&g));
+        }
+        if let Some((who, role, entity)) = assign {
+            let row = RoleRow {
+                entity: resolve(&entity)?,
+                since_tx: tx,
+            };
+            batch.put(
+                Space::State,
+                role_key(who.as_str(), role.as_str()),
+                encode_row(&row),
+            );
+        }
+        if let Some((who, role)) = unassign {
+            batch.delete(Space::State, role_key(who.as_str(), role.as_str()));
         }
         Ok(batch)
     }

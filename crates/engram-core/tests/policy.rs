@@ -406,3 +406,150 @@ fn the_last_administrator_cannot_be_locked_out() {
     let after = node.policy(PolicyOp::Grant(grant("ops", Action::Write, "")), Some("root"));
     assert!(matches!(after, Err(Rejection::NotAuthorized { .. })), "{after:?}");
 }
+
+#[test]
+fn a_role_lends_its_grants_while_assigned_and_counts_for_the_lock_out_guard() {
+    let mut node = enforced();
+    for (name, seed) in [("bob", 7u8), ("carol", 8)] {
+        node.policy(
+            PolicyOp::AddAgent {
+                name: principal(name),
+                key: PublicKey([seed; 32]),
+            },
+            Some("root"),
+        )
+        .unwrap();
+    }
+    let ops = Principal::role("ops").unwrap();
+    node.policy(
+        PolicyOp::Grant(grant("role:ops", Action::Write, "infra")),
+        Some("root"),
+    )
+    .unwrap();
+    let write = tx("infra/dns", "bob", Op::Assert, Status::Candidate);
+    assert_eq!(denied(node.write(Some("bob"), &write)).0, "bob");
+
+    // Assigning needs grant on every namespace: bob cannot assign himself.
+    let by_bob = node.policy(
+        PolicyOp::AssignRole {
+            agent: principal("bob"),
+            role: ops.clone(),
+        },
+        Some("bob"),
+    );
+    assert!(
+        matches!(by_bob, Err(Rejection::NotAuthorized { .. })),
+        "{by_bob:?}"
+    );
+    let assigned = node
+        .policy(
+            PolicyOp::AssignRole {
+                agent: principal("bob"),
+                role: ops.clone(),
+            },
+            Some("root"),
+        )
+        .unwrap();
+    assert!(node.write(Some("bob"), &write).is_ok());
+    assert_eq!(
+        denied(node.write(
+            Some("carol"),
+            &tx("infra/dns", "carol", Op::Assert, Status::Candidate)
+        ))
+        .0,
+        "carol"
+    );
+    // Only what the role holds: no retract, nothing outside infra.
+    assert!(
+        node.write(Some("bob"), &tx("team/a", "bob", Op::Assert, Status::Candidate))
+            .is_err()
+    );
+    let view = node.store.clone();
+    assert_eq!(
+        policy::roles_of(&*view, "bob").unwrap(),
+        vec!["role:ops".to_string()]
+    );
+
+    // Assigning twice, to an unknown agent, or a name that is not a role: refused.
+    for (agent, role) in [("bob", "role:ops"), ("nobody", "role:ops"), ("carol", "ops")] {
+        let refused = node.policy(
+            PolicyOp::AssignRole {
+                agent: principal(agent),
+                role: principal(role),
+            },
+            Some("root"),
+        );
+        assert!(
+            matches!(refused, Err(Rejection::Policy(_))),
+            "{agent} {role}: {refused:?}"
+        );
+    }
+    // An agent cannot be named like a role.
+    let refused = node.policy(
+        PolicyOp::AddAgent {
+            name: principal("role:admins"),
+            key: PublicKey([9; 32]),
+        },
+        Some("root"),
+    );
+    assert!(matches!(refused, Err(Rejection::Policy(_))), "{refused:?}");
+
+    // Unassigned, the role's grants are gone at the next entry.
+    node.policy(
+        PolicyOp::UnassignRole {
+            agent: principal("bob"),
+            role: ops.clone(),
+        },
+        Some("root"),
+    )
+    .unwrap();
+    assert_eq!(denied(node.write(Some("bob"), &write)).0, "bob");
+
+    // The assignment is on record, readable as of the transaction that made it, with the
+    // administrator who made it as the source.
+    let on_record = reads::find(
+        &*view,
+        &Namespace::new(SYSTEM_NAMESPACE).unwrap(),
+        &Attribute::new(":engram.role/agent").unwrap(),
+        Some(&Value::String("bob".into())),
+        Some(assigned.tx),
+        10,
+    )
+    .unwrap();
+    assert_eq!(on_record.len(), 1);
+    assert_eq!(on_record[0].provenance.source, "root");
+
+    // An administrator through a role counts: root may step down once carol holds role:admin.
+    let admin = Principal::role("admin").unwrap();
+    node.policy(
+        PolicyOp::Grant(grant("role:admin", Action::Grant, "")),
+        Some("root"),
+    )
+    .unwrap();
+    node.policy(
+        PolicyOp::AssignRole {
+            agent: principal("carol"),
+            role: admin.clone(),
+        },
+        Some("root"),
+    )
+    .unwrap();
+    node.policy(PolicyOp::Revoke(grant("root", Action::Grant, "")), Some("root"))
+        .unwrap();
+    // Now carol is the only administrator, through the role: taking it is a lock-out.
+    let before = node.state();
+    let refused = node.policy(
+        PolicyOp::UnassignRole {
+            agent: principal("carol"),
+            role: admin.clone(),
+        },
+        Some("carol"),
+    );
+    assert!(matches!(refused, Err(Rejection::LockOut(_))), "{refused:?}");
+    let refused = node.policy(
+        PolicyOp::Revoke(grant("role:admin", Action::Grant, "")),
+        Some("carol"),
+    );
+    assert!(matches!(refused, Err(Rejection::LockOut(_))), "{refused:?}");
+    assert_eq!(node.state(), before);
+}

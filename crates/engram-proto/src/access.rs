@@ -41,6 +41,15 @@ pub mod methods {
     pub const LIST_AGENTS: &str = "/engram.v1.Access/ListAgents";
     pub const LIST_GRANTS: &str = "/engram.v1.Access/ListGrants";
     pub const WHO_AM_I: &str = "/engram.v1.Access/WhoAmI";
+    pub const ASSIGN_ROLE: &str = "/engram.v1.Access/AssignRole";
+    pub const UNASSIGN_ROLE: &str = "/engram.v1.Access/UnassignRole";
+}
+
+/// A role request's agent and role principal (`role:<name>`).
+pub fn role_request(req: &pb::RoleRequest) -> Result<(Principal, Principal), WireError> {
+    let agent = principal("agent", req.agent.clone())?;
+    let role = Principal::role(&req.role).map_err(|e| WireError::new("role", e))?;
+    Ok((agent, role))
 }
 
 pub fn principal(field: &str, raw: String) -> Result<Principal, WireError> {

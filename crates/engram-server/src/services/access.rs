@@ -89,6 +89,8 @@ enum PolicyCall {
     RevokeAgent(pb::RevokeAgentRequest),
     Grant(pb::GrantRequest),
     RevokeGrant(pb::GrantRequest),
+    AssignRole(pb::RoleRequest),
+    UnassignRole(pb::RoleRequest),
 }
 
 impl PolicyCall {
@@ -103,6 +105,8 @@ impl PolicyCall {
             PolicyCall::RevokeAgent(m) => shared.admit(meta, m, methods::REVOKE_AGENT, Need::Principal),
             PolicyCall::Grant(m) => shared.admit(meta, m, methods::GRANT, Need::Principal),
             PolicyCall::RevokeGrant(m) => shared.admit(meta, m, methods::REVOKE_GRANT, Need::Principal),
+            PolicyCall::AssignRole(m) => shared.admit(meta, m, methods::ASSIGN_ROLE, Need::Principal),
+            PolicyCall::UnassignRole(m) => shared.admit(meta, m, methods::UNASSIGN_ROLE, Need::Principal),
         }
     }
 
@@ -122,6 +126,14 @@ impl PolicyCall {
             },
             PolicyCall::Grant(m) => PolicyOp::Grant(Grant::try_from(m.clone())?),
             PolicyCall::RevokeGrant(m) => PolicyOp::Revoke(Grant::try_from(m.clone())?),
+            PolicyCall::AssignRole(m) => {
+                let (agent, role) = engram_proto::role_request(m)?;
+                PolicyOp::AssignRole { agent, role }
+            }
+            PolicyCall::UnassignRole(m) => {
+                let (agent, role) = engram_proto::role_request(m)?;
+                PolicyOp::UnassignRole { agent, role }
+            }
         })
     }
 
@@ -137,6 +149,8 @@ impl PolicyCall {
             PolicyCall::RevokeAgent(m) => client.revoke_agent(caller.forward(m)).await,
             PolicyCall::Grant(m) => client.grant(caller.forward(m)).await,
             PolicyCall::RevokeGrant(m) => client.revoke_grant(caller.forward(m)).await,
+            PolicyCall::AssignRole(m) => client.assign_role(caller.forward(m)).await,
+            PolicyCall::UnassignRole(m) => client.unassign_role(caller.forward(m)).await,
         };
         answer.map(Response::into_inner).map_err(forwarded_err)
     }
@@ -194,6 +208,22 @@ impl pb::access_server::Access for AccessService {
         self.change(meta, PolicyCall::RevokeGrant(req)).await
     }
 
+    async fn assign_role(
+        &self,
+        request: Request<pb::RoleRequest>,
+    ) -> Result<Response<pb::PolicyResponse>, Status> {
+        let (meta, _, req) = request.into_parts();
+        self.change(meta, PolicyCall::AssignRole(req)).await
+    }
+
+    async fn unassign_role(
+        &self,
+        request: Request<pb::RoleRequest>,
+    ) -> Result<Response<pb::PolicyResponse>, Status> {
+        let (meta, _, req) = request.into_parts();
+        self.change(meta, PolicyCall::UnassignRole(req)).await
+    }
+
     async fn list_agents(
         &self,
         request: Request<pb::ListAgentsRequest>,
@@ -209,11 +239,18 @@ impl pb::access_server::Access for AccessService {
             methods::LIST_AGENTS,
             Need::on(Action::Read, SYSTEM_NAMESPACE),
         )?;
-        let agents = self.shared.read_state(|store| policy::agents(store))?;
+        let (agents, assignments) = self.shared.read_state(|store| {
+            Ok::<_, engram_core::CoreError>((policy::agents(store)?, policy::role_assignments(store)?))
+        })?;
         Ok(Response::new(pb::ListAgentsResponse {
             agents: agents
                 .into_iter()
                 .map(|(name, row)| pb::AgentInfo {
+                    roles: assignments
+                        .iter()
+                        .filter(|(agent, _, _)| *agent == name)
+                        .map(|(_, role, _)| role.clone())
+                        .collect(),
                     name,
                     public_key: row.key.0.to_vec(),
                     revoked: row.revoked_tx.is_some(),
