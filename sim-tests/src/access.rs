@@ -182,7 +182,8 @@ async fn simulate(seed: u64, bug: Option<PlantedBug>) -> Result<AccessReport, St
             settle(|| admin.add_agent("bob", bob)).await?;
             settle(|| admin.grant("alice", "write", NS_A, false)).await?;
             settle(|| admin.grant("bob", "write", NS_B, false)).await?;
-            settle(|| admin.grant(&format!("role:{ROLE}"), "write", NS_A, false)).await
+            let role = format!("role:{ROLE}");
+            settle(|| admin.grant(&role, "write", NS_A, false)).await
         }
     };
     cluster.control(setup).await?;

@@ -38,6 +38,24 @@ fn no_transaction_applies_without_a_grant_at_its_index() {
 }
 
 #[test]
+fn a_role_kept_after_it_was_taken_away_is_caught() {
+    let r = run_access_seed(0, Some(PlantedBug::StaleRoleAssignment));
+    println!(
+        "StaleRoleAssignment: {} violations, first: {:?}",
+        r.violations.len(),
+        r.violations.first()
+    );
+    assert!(r.panic.is_none(), "{:?}", r.panic);
+    assert!(
+        r.violations
+            .iter()
+            .any(|v| v.contains("by bob") && v.contains("no write grant")),
+        "the planted StaleRoleAssignment was not caught: {:?}",
+        r.violations
+    );
+}
+
+#[test]
 fn skipping_the_grant_check_is_caught() {
     let r = run_access_seed(0, Some(PlantedBug::SkipGrantCheck));
     println!(

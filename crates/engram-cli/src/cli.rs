@@ -488,6 +488,12 @@ pub struct ServeArgs {
     #[arg(long, env = "ENGRAM_ADMIN", value_name = "NAME=PUBLIC_KEY", value_parser = parse_admin)]
     pub admin: Option<(engram_access::Principal, engram_audit::PublicKey)>,
 
+    /// With --join, in an enforced cluster: the agent key file (of an agent granted
+    /// cluster-admin) this node signs its request to be added with; read at each attempt, so
+    /// it may appear after the node starts.
+    #[arg(long, env = "ENGRAM_JOIN_AGENT_KEY", value_name = "FILE")]
+    pub join_agent_key: Option<PathBuf>,
+
     /// Serve Prometheus metrics (Raft position, audit chain, readiness) at /metrics over plain
     /// HTTP on this address, e.g. 0.0.0.0:9090.
     #[arg(long, env = "ENGRAM_METRICS_LISTEN", value_name = "HOST:PORT")]

@@ -192,6 +192,7 @@ async fn serve(args: ServeArgs, identity: (Option<PathBuf>, Option<PathBuf>)) ->
     config.security = engram_server::Security {
         enforced: args.security == engram_access::Mode::Enforced,
         admin: args.admin.clone(),
+        join_key_file: args.join_agent_key.clone(),
     };
     if config.security.enforced && config.security.admin.is_none() && args.bootstrap {
         bail!("--security enforced with --bootstrap needs --admin NAME=PUBLIC_KEY (the first administrator)");

@@ -177,3 +177,108 @@ async fn nodes_form_join_report_readiness_and_shrink_safely() {
     assert!(!out.contains("\"initialized\": false"), "{out}");
     cluster.kill_all();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_joins_an_enforced_cluster_only_with_a_signed_request() {
+    let dir = tempfile::tempdir().unwrap();
+    let admin_key = dir.path().join("admin.key");
+    let (code, out, err) = engram(
+        "127.0.0.1:1",
+        &[
+            "--json",
+            "agent",
+            "keygen",
+            "admin",
+            "--out",
+            admin_key.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(code, 0, "{err}");
+    let public: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let admin = format!("admin={}", public["public_key"].as_str().unwrap());
+    let ports = free_ports(4).unwrap();
+    let peers = (0..3)
+        .map(|i| format!("{}=127.0.0.1:{}", i + 1, ports[i]))
+        .collect::<Vec<_>>()
+        .join(",");
+    let args = [
+        "--bootstrap",
+        "--join",
+        "--peer",
+        &peers,
+        "--security",
+        "enforced",
+        "--admin",
+        &admin,
+    ]
+    .map(String::from);
+    let _cluster = LocalCluster::start(Path::new(EXE), dir.path(), &ports[..3], &args).unwrap();
+    // Node 4's key file does not exist yet: it asks unsigned, and is refused.
+    let join_key = dir.path().join("operator.key");
+    let node4 = Command::new(EXE)
+        .args([
+            "serve",
+            "--id",
+            "4",
+            "--listen",
+            &format!("127.0.0.1:{}", ports[3]),
+        ])
+        .args(["--data-dir", dir.path().join("node4").to_str().unwrap()])
+        .args(["--join-agent-key", join_key.to_str().unwrap()])
+        .args(&args)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(dir.path().join("node4.log")).unwrap())
+        .spawn()
+        .unwrap();
+    let _node4 = KillOnDrop(node4);
+    let config = engram_client::ClientConfig {
+        agent: Some(std::sync::Arc::new(
+            engram_access::AgentKey::load(&admin_key).unwrap(),
+        )),
+        ..engram_client::ClientConfig::default()
+    };
+    let client = Client::with_config(
+        (0..3).map(|i| format!("127.0.0.1:{}", ports[i])).collect(),
+        config,
+    )
+    .unwrap();
+    let voters: Vec<(u64, bool)> = (1..=3).map(|id| (id, true)).collect();
+    eventually(
+        "the three voters form the enforced cluster",
+        Duration::from_secs(60),
+        async || {
+            let mut m = member_ids(&client).await;
+            m.sort();
+            m == voters
+        },
+    )
+    .await;
+    eventually(
+        "node 4 is refused while unsigned",
+        Duration::from_secs(30),
+        async || {
+            let log = std::fs::read_to_string(dir.path().join("node4.log")).unwrap_or_default();
+            log.contains("asking unsigned")
+                && log.contains("not added yet")
+                && log.contains("Unauthenticated")
+        },
+    )
+    .await;
+    let mut m = member_ids(&client).await;
+    m.sort();
+    assert_eq!(m, voters, "an unsigned join must not be admitted");
+
+    // The key appears (as a Secret would): the next attempt is signed and admitted.
+    std::fs::copy(&admin_key, &join_key).unwrap();
+    let all: Vec<(u64, bool)> = (1..=4).map(|id| (id, true)).collect();
+    eventually(
+        "node 4 joins once its key is there",
+        Duration::from_secs(60),
+        async || {
+            let mut m = member_ids(&client).await;
+            m.sort();
+            m == all
+        },
+    )
+    .await;
+}

@@ -45,10 +45,13 @@ pub enum PlantedBug {
     /// Transactions are never checked against grants, at the gate or at apply: in enforced
     /// mode an agent writes where no grant allows it.
     SkipGrantCheck,
+    /// Taking a role from an agent records the change but leaves the agent's role row: it
+    /// keeps the role's grants after they were taken away.
+    StaleRoleAssignment,
 }
 
 impl PlantedBug {
-    pub const ALL: [PlantedBug; 11] = [
+    pub const ALL: [PlantedBug; 12] = [
         PlantedBug::AckBeforeCommit,
         PlantedBug::SkipSyncBeforeAck,
         PlantedBug::WrongPrevHash,
@@ -60,6 +63,7 @@ impl PlantedBug {
         PlantedBug::StaleCurrentRow,
         PlantedBug::UnrecordedInstall,
         PlantedBug::SkipGrantCheck,
+        PlantedBug::StaleRoleAssignment,
     ];
 }
 

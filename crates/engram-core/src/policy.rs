@@ -794,7 +794,9 @@ impl PlannedChange {
                 encode_row(&row),
             );
         }
-        if let Some((who, role)) = unassign {
+        if let Some((who, role)) = unassign
+            && !crate::planted::active(crate::planted::PlantedBug::StaleRoleAssignment)
+        {
             batch.delete(Space::State, role_key(who.as_str(), role.as_str()));
         }
         Ok(batch)

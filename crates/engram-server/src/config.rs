@@ -100,6 +100,11 @@ pub struct Security {
     pub enforced: bool,
     /// The first administrator (required when enforced): granted every action everywhere.
     pub admin: Option<(engram_access::Principal, engram_audit::PublicKey)>,
+    /// With `join`: the agent key file the node signs its own `AddNode` request with, so it
+    /// can join an enforced cluster by itself (the agent needs `cluster-admin`). Read at each
+    /// attempt, so a file that appears later (a Kubernetes Secret made after the cluster) is
+    /// used once it is there.
+    pub join_key_file: Option<std::path::PathBuf>,
 }
 
 impl Security {
@@ -114,6 +119,38 @@ impl Security {
             admin: self.admin.clone(),
         }
     }
+}
+
+/// `message` in a request signed by `key` for `method`, as a client signs it: the node's
+/// clock, and a nonce that is unique per request of this process (a hash of the node, the
+/// time and a counter; a nonce needs uniqueness, not secrecy).
+pub fn signed_request<T: prost::Message>(
+    key: &engram_access::AgentKey,
+    node_id: u64,
+    method: &str,
+    message: T,
+) -> tonic::Request<T> {
+    static COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let now_ns = engram_raft::clock::now_ns();
+    let mut seed = blake3::Hasher::new();
+    seed.update(&node_id.to_le_bytes());
+    seed.update(&now_ns.to_le_bytes());
+    seed.update(
+        &COUNTER
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+            .to_le_bytes(),
+    );
+    let mut nonce = [0u8; 16];
+    nonce.copy_from_slice(&seed.finalize().as_bytes()[..16]);
+    let auth =
+        engram_access::RequestAuth::sign(key, method, &message.encode_to_vec(), now_ns / 1_000_000, nonce);
+    let mut req = tonic::Request::new(message);
+    for (name, value) in auth.headers() {
+        if let Ok(value) = value.parse() {
+            req.metadata_mut().insert(name, value);
+        }
+    }
+    req
 }
 
 impl ServerConfig {

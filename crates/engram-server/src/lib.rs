@@ -411,12 +411,25 @@ async fn join(shared: Arc<Shared>) {
                 addr: shared.config.advertise(),
                 learner_only: false,
             };
+            // An enforced cluster admits a node only on a request signed by an agent with
+            // cluster-admin.
+            let key = shared.config.security.join_key_file.as_deref().and_then(|path| {
+                engram_access::AgentKey::load(path)
+                    .map_err(|e| info!(error = %e, "join: no usable agent key yet; asking unsigned"))
+                    .ok()
+            });
+            let request = match &key {
+                Some(key) => config::signed_request(key, me, engram_proto::methods::ADD_NODE, request),
+                None => tonic::Request::new(request),
+            };
             match client.add_node(request).await {
                 Ok(_) => {
                     info!(via = peer.id, "join: added to the cluster");
                     break;
                 }
-                Err(e) => info!(via = peer.id, error = %e.message(), "join: not added yet; retrying"),
+                Err(e) => {
+                    info!(via = peer.id, code = ?e.code(), error = %e.message(), "join: not added yet; retrying")
+                }
             }
         }
         if !cluster_exists && shared.config.bootstrap && !announced {
