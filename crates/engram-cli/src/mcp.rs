@@ -429,10 +429,7 @@ impl EngramTools {
     async fn verify(&self, Parameters(args): Parameters<VerifyArgs>) -> Result<String, String> {
         let ns = namespace(&args.namespace)?;
         let mut guard = self.trust.lock().await;
-        let mut log = match guard.take() {
-            Some(log) => log,
-            None => self.client.trust_chain().await.map_err(failed)?,
-        };
+        let mut log = self.client.trusted(&mut guard).await.map_err(failed)?;
         let got = self
             .client
             .get_verified(&mut log, &ns, EntityId(args.entity), GetOptions::default())

@@ -64,6 +64,30 @@ async fn member_ids(client: &Client) -> Vec<(u64, bool)> {
     }
 }
 
+/// Waits until nodes 1..=`voters` are the members, all voters.
+async fn voters_become(client: &Client, voters: u64, what: &str) {
+    let expected: Vec<(u64, bool)> = (1..=voters).map(|id| (id, true)).collect();
+    eventually(what, Duration::from_secs(60), async || {
+        let mut m = member_ids(client).await;
+        m.sort();
+        m == expected
+    })
+    .await;
+}
+
+/// Starts node 4 on `port`, logging to DIR/node4.log, with `args` after its own flags.
+fn spawn_node4(dir: &Path, port: u16, args: &[String]) -> KillOnDrop {
+    let child = Command::new(EXE)
+        .args(["serve", "--id", "4", "--listen", &format!("127.0.0.1:{port}")])
+        .args(["--data-dir", dir.join("node4").to_str().unwrap()])
+        .args(args)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(dir.join("node4.log")).unwrap())
+        .spawn()
+        .unwrap();
+    KillOnDrop(child)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nodes_form_join_report_readiness_and_shrink_safely() {
     let dir = tempfile::tempdir().unwrap();
@@ -76,32 +100,16 @@ async fn nodes_form_join_report_readiness_and_shrink_safely() {
     let mut cluster = LocalCluster::start(Path::new(EXE), dir.path(), &ports[..3], &args).unwrap();
     // Node 4 is not among the initial voters; it also serves metrics.
     let metrics_port = free_ports(1).unwrap()[0];
-    let node4 = Command::new(EXE)
-        .args([
-            "serve",
-            "--id",
-            "4",
-            "--listen",
-            &format!("127.0.0.1:{}", ports[3]),
-        ])
-        .args(["--data-dir", dir.path().join("node4").to_str().unwrap()])
-        .args(["--metrics-listen", &format!("127.0.0.1:{metrics_port}")])
-        .args(&args)
-        .stdout(std::process::Stdio::null())
-        .stderr(std::fs::File::create(dir.path().join("node4.log")).unwrap())
-        .spawn()
-        .unwrap();
-    let _node4 = KillOnDrop(node4);
+    let metrics = [
+        "--metrics-listen".to_string(),
+        format!("127.0.0.1:{metrics_port}"),
+    ];
+    let _node4 = spawn_node4(dir.path(), ports[3], &[&metrics[..], &args[..]].concat());
     let client = Client::connect(cluster.endpoints()[..3].to_vec()).await.unwrap();
-    let all_voters: Vec<(u64, bool)> = (1..=4).map(|id| (id, true)).collect();
-    eventually(
+    voters_become(
+        &client,
+        4,
         "three voters bootstrap and the fourth joins as a voter",
-        Duration::from_secs(60),
-        async || {
-            let mut m = member_ids(&client).await;
-            m.sort();
-            m == all_voters
-        },
     )
     .await;
 
@@ -159,7 +167,7 @@ async fn nodes_form_join_report_readiness_and_shrink_safely() {
     assert!(out.contains("nothing to remove"), "{out}");
     let mut m = member_ids(&client).await;
     m.sort();
-    assert_eq!(m, all_voters[..3].to_vec());
+    assert_eq!(m, [(1, true), (2, true), (3, true)]);
 
     // A restarted node rejoins the chain it has; nothing re-initialises.
     let head = client.head().await.unwrap().index;
@@ -215,22 +223,11 @@ async fn a_node_joins_an_enforced_cluster_only_with_a_signed_request() {
     let _cluster = LocalCluster::start(Path::new(EXE), dir.path(), &ports[..3], &args).unwrap();
     // Node 4's key file does not exist yet: it asks unsigned, and is refused.
     let join_key = dir.path().join("operator.key");
-    let node4 = Command::new(EXE)
-        .args([
-            "serve",
-            "--id",
-            "4",
-            "--listen",
-            &format!("127.0.0.1:{}", ports[3]),
-        ])
-        .args(["--data-dir", dir.path().join("node4").to_str().unwrap()])
-        .args(["--join-agent-key", join_key.to_str().unwrap()])
-        .args(&args)
-        .stdout(std::process::Stdio::null())
-        .stderr(std::fs::File::create(dir.path().join("node4.log")).unwrap())
-        .spawn()
-        .unwrap();
-    let _node4 = KillOnDrop(node4);
+    let join = [
+        "--join-agent-key".to_string(),
+        join_key.to_str().unwrap().to_string(),
+    ];
+    let _node4 = spawn_node4(dir.path(), ports[3], &[&join[..], &args[..]].concat());
     let config = engram_client::ClientConfig {
         agent: Some(std::sync::Arc::new(
             engram_access::AgentKey::load(&admin_key).unwrap(),
@@ -242,17 +239,7 @@ async fn a_node_joins_an_enforced_cluster_only_with_a_signed_request() {
         config,
     )
     .unwrap();
-    let voters: Vec<(u64, bool)> = (1..=3).map(|id| (id, true)).collect();
-    eventually(
-        "the three voters form the enforced cluster",
-        Duration::from_secs(60),
-        async || {
-            let mut m = member_ids(&client).await;
-            m.sort();
-            m == voters
-        },
-    )
-    .await;
+    voters_become(&client, 3, "the three voters form the enforced cluster").await;
     eventually(
         "node 4 is refused while unsigned",
         Duration::from_secs(30),
@@ -266,19 +253,13 @@ async fn a_node_joins_an_enforced_cluster_only_with_a_signed_request() {
     .await;
     let mut m = member_ids(&client).await;
     m.sort();
-    assert_eq!(m, voters, "an unsigned join must not be admitted");
+    assert_eq!(
+        m,
+        [(1, true), (2, true), (3, true)],
+        "an unsigned join must not be admitted"
+    );
 
     // The key appears (as a Secret would): the next attempt is signed and admitted.
     std::fs::copy(&admin_key, &join_key).unwrap();
-    let all: Vec<(u64, bool)> = (1..=4).map(|id| (id, true)).collect();
-    eventually(
-        "node 4 joins once its key is there",
-        Duration::from_secs(60),
-        async || {
-            let mut m = member_ids(&client).await;
-            m.sort();
-            m == all
-        },
-    )
-    .await;
+    voters_become(&client, 4, "node 4 joins once its key is there").await;
 }

@@ -247,6 +247,15 @@ impl Client {
         verify_checkpoint(&base, &checkpoint, &consistency).map_err(|f| f.at(&endpoint))
     }
 
+    /// The log kept in `slot`, taken out for a proven read to move forward (the caller puts
+    /// it back), or, on first use, established from the whole chain ([`Client::trust_chain`]).
+    pub async fn trusted(&self, slot: &mut Option<TrustedLog>) -> Result<TrustedLog, ClientError> {
+        match slot.take() {
+            Some(log) => Ok(log),
+            None => self.trust_chain().await,
+        }
+    }
+
     /// [`Client::get`] with a proof: the answer is returned only if it verifies against
     /// `trust`, which then moves to the server's checkpoint.
     pub async fn get_verified(

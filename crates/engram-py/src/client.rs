@@ -334,10 +334,7 @@ impl EngramClient {
             let trust = self.trust.clone();
             self.run(py, async move {
                 let mut guard = trust.lock().await;
-                let mut log = match guard.take() {
-                    Some(log) => log,
-                    None => client.trust_chain().await?,
-                };
+                let mut log = client.trusted(&mut guard).await?;
                 let answer = client.get_verified(&mut log, &namespace, entity, opts).await;
                 *guard = Some(log);
                 answer
@@ -398,10 +395,7 @@ impl EngramClient {
                 let trust = self.trust.clone();
                 self.run(py, async move {
                     let mut guard = trust.lock().await;
-                    let mut log = match guard.take() {
-                        Some(log) => log,
-                        None => client.trust_chain().await?,
-                    };
+                    let mut log = client.trusted(&mut guard).await?;
                     let answer = client
                         .history_verified(&mut log, &namespace, target, limit, consistency)
                         .await;
@@ -472,13 +466,7 @@ impl EngramClient {
                 .diff(&namespace, entity, from_tx, to_tx, limit, consistency)
                 .await
         })?;
-        Ok(Diff {
-            asserted: datom_list(py, response.asserted)?,
-            retracted: datom_list(py, response.retracted)?,
-            main_changed: datom_list(py, response.main_changed)?,
-            to_tx: response.to_tx,
-            truncated: response.truncated,
-        })
+        diff(py, response)
     }
 
     /// A branch against main: its own writes and what main changed since the fork on the same
@@ -501,13 +489,7 @@ impl EngramClient {
                 .branch_diff(&namespace, &branch, entity, limit, Consistency::Linearizable)
                 .await
         })?;
-        Ok(Diff {
-            asserted: datom_list(py, response.asserted)?,
-            retracted: datom_list(py, response.retracted)?,
-            main_changed: datom_list(py, response.main_changed)?,
-            to_tx: response.to_tx,
-            truncated: response.truncated,
-        })
+        diff(py, response)
     }
 
     /// Forks branch `name` from main as of `from_tx` (None: the head).
@@ -847,6 +829,16 @@ fn receipt(py: Python<'_>, r: pb::TransactResponse) -> PyResult<Receipt> {
         audit_hash: r.audit_hash,
         temp_ids: temp_ids.unbind(),
         datom_hashes: r.datom_hashes,
+    })
+}
+
+fn diff(py: Python<'_>, response: pb::DiffResponse) -> PyResult<Diff> {
+    Ok(Diff {
+        asserted: datom_list(py, response.asserted)?,
+        retracted: datom_list(py, response.retracted)?,
+        main_changed: datom_list(py, response.main_changed)?,
+        to_tx: response.to_tx,
+        truncated: response.truncated,
     })
 }
 

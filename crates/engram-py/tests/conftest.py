@@ -117,8 +117,8 @@ class Cluster:
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
-@pytest.fixture(scope="session")
-def cluster():
+def running_cluster():
+    """A three-node cluster, initialised (open mode) and taking writes; stopped afterwards."""
     c = Cluster()
     try:
         c.init()
@@ -126,6 +126,11 @@ def cluster():
         yield c
     finally:
         c.stop()
+
+
+@pytest.fixture(scope="session")
+def cluster():
+    yield from running_cluster()
 
 
 @pytest.fixture
@@ -136,13 +141,7 @@ def db(cluster):
 @pytest.fixture
 def fresh_cluster():
     """A cluster of its own, for a test that kills nodes."""
-    c = Cluster()
-    try:
-        c.init()
-        c.wait_writable(engram.Engram(c.endpoints, agent="setup"))
-        yield c
-    finally:
-        c.stop()
+    yield from running_cluster()
 
 
 @pytest.fixture
