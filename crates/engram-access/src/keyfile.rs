@@ -97,6 +97,19 @@ impl AgentKey {
         }
     }
 
+    /// A fresh key for `principal` from the OS's randomness, written to `path` (see
+    /// [`AgentKey::save`]).
+    pub fn create(principal: Principal, path: &Path) -> Result<AgentKey, KeyFileError> {
+        let mut seed = [0u8; 32];
+        getrandom::fill(&mut seed).map_err(|e| KeyFileError::Invalid {
+            path: path.display().to_string(),
+            reason: format!("no OS randomness for a key: {e}"),
+        })?;
+        let key = AgentKey::from_seed(principal, seed);
+        key.save(path)?;
+        Ok(key)
+    }
+
     /// Writes a new key file (mode 0600); an existing file is never overwritten.
     pub fn save(&self, path: &Path) -> Result<(), KeyFileError> {
         let io = |source| KeyFileError::Io {

@@ -15,11 +15,7 @@ use crate::output::{Table, out, outln};
 /// A new agent key for `name`, from the OS RNG, written to `out` (never over an existing file).
 pub fn new_key_file(name: &str, out: &Path) -> Result<AgentKey> {
     let principal = Principal::new(name).map_err(|e| anyhow!("{e}"))?;
-    let mut seed = [0u8; 32];
-    getrandom::fill(&mut seed).map_err(|e| anyhow!("no OS randomness for a key: {e}"))?;
-    let key = AgentKey::from_seed(principal, seed);
-    key.save(out)?;
-    Ok(key)
+    Ok(AgentKey::create(principal, out)?)
 }
 
 fn change_output(what: &str, resp: &pb::PolicyResponse, json: bool, extra: Json) -> Result<()> {

@@ -579,11 +579,7 @@ impl EngramClient {
         out.set_item("security", response.security)?;
         let grants = PyList::empty(py);
         for g in response.grants {
-            let grant = PyDict::new(py);
-            grant.set_item("principal", g.principal)?;
-            grant.set_item("action", g.action)?;
-            grant.set_item("prefix", g.prefix)?;
-            grants.append(grant)?;
+            grants.append(grant_dict(py, &g)?)?;
         }
         out.set_item("grants", grants)?;
         Ok(out)
@@ -591,6 +587,173 @@ impl EngramClient {
 
     fn __repr__(&self) -> String {
         format!("Client({:?}, agent={:?})", self.client.endpoints(), self.agent)
+    }
+
+    // ---------------------------------------------------------------- agents and grants
+    // Each change is an audited transaction of `engram.system`; in an enforced cluster the
+    // caller needs key-admin (agents) or grant (grants, roles). They return
+    // `{"tx", "audit_index"}` and are never retried.
+
+    /// Makes a new key file for agent `name` at `key_path` (mode 0600, never overwriting) and
+    /// registers its public key. Returns the change and the public key (hex).
+    fn create_agent<'py>(
+        &self,
+        py: Python<'py>,
+        name: &str,
+        key_path: PathBuf,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        let public = keygen(name, key_path)?;
+        let bytes = public_key_bytes(&public)?;
+        let (client, name) = (self.client.clone(), name.to_string());
+        let change = policy_change(
+            py,
+            self.run(py, async move { client.add_agent(&name, bytes).await })?,
+        )?;
+        change.set_item("public_key", public)?;
+        Ok(change)
+    }
+
+    /// Registers agent `name` with a public key it already has (64 hex digits or 32 bytes).
+    fn add_agent<'py>(
+        &self,
+        py: Python<'py>,
+        name: &str,
+        public_key: &Bound<'_, PyAny>,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        let bytes = match public_key.extract::<Vec<u8>>() {
+            Ok(raw) if !public_key.is_instance_of::<PyString>() => raw
+                .try_into()
+                .map_err(|_| PyValueError::new_err("public_key: 32 bytes, or 64 hex digits"))?,
+            _ => public_key_bytes(
+                &public_key
+                    .extract::<String>()
+                    .map_err(|_| PyTypeError::new_err("public_key: 32 bytes, or 64 hex digits"))?,
+            )?,
+        };
+        let (client, name) = (self.client.clone(), name.to_string());
+        policy_change(
+            py,
+            self.run(py, async move { client.add_agent(&name, bytes).await })?,
+        )
+    }
+
+    /// Refuses every key of agent `name` from now on.
+    fn revoke_agent<'py>(&self, py: Python<'py>, name: &str) -> PyResult<Bound<'py, PyDict>> {
+        let (client, name) = (self.client.clone(), name.to_string());
+        policy_change(py, self.run(py, async move { client.revoke_agent(&name).await })?)
+    }
+
+    /// Grants `principal` (an agent, `role:<name>` or `*`) each of `actions` (a name or a list
+    /// of names: read, read-history, watch, write, retract, promote, schema, branch, merge,
+    /// audit, cluster-admin, key-admin, grant) on the namespaces under `prefix` ("" for all).
+    /// One audited change per action; returns the last.
+    #[pyo3(signature = (principal, actions, prefix=""))]
+    fn grant<'py>(
+        &self,
+        py: Python<'py>,
+        principal: &str,
+        actions: &Bound<'_, PyAny>,
+        prefix: &str,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        self.grant_each(py, principal, actions, prefix, false)
+    }
+
+    /// Withdraws what [`grant`] gave.
+    #[pyo3(signature = (principal, actions, prefix=""))]
+    fn revoke_grant<'py>(
+        &self,
+        py: Python<'py>,
+        principal: &str,
+        actions: &Bound<'_, PyAny>,
+        prefix: &str,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        self.grant_each(py, principal, actions, prefix, true)
+    }
+
+    /// Gives `agent` every grant of `role` (its name, without `role:`) while assigned.
+    fn assign_role<'py>(&self, py: Python<'py>, agent: &str, role: &str) -> PyResult<Bound<'py, PyDict>> {
+        let (client, agent, role) = (self.client.clone(), agent.to_string(), role.to_string());
+        policy_change(
+            py,
+            self.run(py, async move { client.assign_role(&agent, &role, false).await })?,
+        )
+    }
+
+    /// Takes `role` away from `agent`.
+    fn unassign_role<'py>(&self, py: Python<'py>, agent: &str, role: &str) -> PyResult<Bound<'py, PyDict>> {
+        let (client, agent, role) = (self.client.clone(), agent.to_string(), role.to_string());
+        policy_change(
+            py,
+            self.run(py, async move { client.assign_role(&agent, &role, true).await })?,
+        )
+    }
+
+    /// Every registered agent: `{"name", "public_key", "revoked", "roles", "since_tx"}`.
+    fn agents<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
+        let client = self.client.clone();
+        let response = self.run(py, async move { client.list_agents().await })?;
+        let out = PyList::empty(py);
+        for a in response.agents {
+            let row = PyDict::new(py);
+            row.set_item("name", a.name)?;
+            row.set_item("public_key", hex::encode(&a.public_key))?;
+            row.set_item("revoked", a.revoked)?;
+            row.set_item("roles", a.roles)?;
+            row.set_item("since_tx", a.since_tx)?;
+            out.append(row)?;
+        }
+        Ok(out)
+    }
+
+    /// Active grants, of `principal` or of everyone: `{"principal", "action", "prefix"}`.
+    #[pyo3(signature = (principal=None))]
+    fn grants<'py>(&self, py: Python<'py>, principal: Option<String>) -> PyResult<Bound<'py, PyList>> {
+        let client = self.client.clone();
+        let who = principal.unwrap_or_default();
+        let response = self.run(py, async move { client.list_grants(&who).await })?;
+        let out = PyList::empty(py);
+        for g in response.grants {
+            out.append(grant_dict(py, &g)?)?;
+        }
+        Ok(out)
+    }
+}
+
+impl EngramClient {
+    fn grant_each<'py>(
+        &self,
+        py: Python<'py>,
+        principal: &str,
+        actions: &Bound<'_, PyAny>,
+        prefix: &str,
+        revoke: bool,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        let actions: Vec<String> = if actions.is_instance_of::<PyString>() {
+            vec![actions.extract()?]
+        } else {
+            actions
+                .extract()
+                .map_err(|_| PyTypeError::new_err("actions: an action name or a list of them"))?
+        };
+        if actions.is_empty() {
+            return Err(PyValueError::new_err("actions: at least one action"));
+        }
+        for (i, a) in actions.iter().enumerate() {
+            a.parse::<engram_access::Action>()
+                .map_err(|e| PyValueError::new_err(format!("actions[{i}]: {e}")))?;
+        }
+        let mut last = None;
+        for action in actions {
+            let (client, principal, prefix) =
+                (self.client.clone(), principal.to_string(), prefix.to_string());
+            last = Some(self.run(py, async move {
+                client.grant(&principal, &action, &prefix, revoke).await
+            })?);
+        }
+        match last {
+            Some(change) => policy_change(py, change),
+            None => Err(PyValueError::new_err("actions: at least one action")),
+        }
     }
 }
 
@@ -718,6 +881,39 @@ fn tls(ca: Option<PathBuf>, cert: Option<PathBuf>, key: Option<PathBuf>) -> PyRe
         )),
         None => Ok(None),
     }
+}
+
+/// Writes a new agent key file for `name` at `path` (mode 0600; an existing file is never
+/// overwritten) and returns its public key as 64 hex digits, for `Cluster.Init`'s first
+/// administrator or `add_agent`. Nothing is sent anywhere.
+#[pyfunction]
+pub fn keygen(name: &str, path: PathBuf) -> PyResult<String> {
+    let principal =
+        engram_access::Principal::new(name).map_err(|e| PyValueError::new_err(format!("name: {e}")))?;
+    let key = AgentKey::create(principal, &path).map_err(|e| PyValueError::new_err(format!("path: {e}")))?;
+    Ok(hex::encode(key.public().0))
+}
+
+fn public_key_bytes(hex_key: &str) -> PyResult<[u8; 32]> {
+    hex::decode(hex_key)
+        .ok()
+        .and_then(|raw| <[u8; 32]>::try_from(raw).ok())
+        .ok_or_else(|| PyValueError::new_err("public_key: 32 bytes, or 64 hex digits"))
+}
+
+fn policy_change(py: Python<'_>, r: pb::PolicyResponse) -> PyResult<Bound<'_, PyDict>> {
+    let out = PyDict::new(py);
+    out.set_item("tx", r.tx)?;
+    out.set_item("audit_index", r.audit_index)?;
+    Ok(out)
+}
+
+fn grant_dict<'py>(py: Python<'py>, g: &pb::GrantInfo) -> PyResult<Bound<'py, PyDict>> {
+    let grant = PyDict::new(py);
+    grant.set_item("principal", &g.principal)?;
+    grant.set_item("action", &g.action)?;
+    grant.set_item("prefix", &g.prefix)?;
+    Ok(grant)
 }
 
 fn invalid(e: impl std::fmt::Display) -> PyErr {

@@ -17,8 +17,9 @@ def enforced():
         c.wait_writable(admin, "ops/ready")
         bob_key = str(c.dir / "bob.key")
         cli = ["-e", ",".join(c.endpoints), "--agent-key", admin_key]
+        # One agent made with the CLI, the rest of the administration from Python.
         run_cli(*cli, "agent", "create", "bob", "--out", bob_key)
-        run_cli(*cli, "grant", "bob", "--action", "read,write", "--ns", "team/b")
+        admin.grant("bob", ["read", "write"], "team/b")
         yield c, admin_key, bob_key
     finally:
         c.stop()
@@ -57,3 +58,44 @@ def test_unsigned_and_mismatched_requests_are_refused(enforced):
     titles = [d.value for d in admin.find("team/b", ":task/title")]
     assert "who am I" not in titles
     assert [d.value for d in admin.find("team/a", ":task/title")] == []
+
+
+def test_agents_grants_and_roles_administered_from_python(enforced):
+    c, admin_key, _ = enforced
+    admin = engram.Engram(c.endpoints, agent_key=admin_key)
+    carol_key = c.dir / "carol.key"
+    made = admin.create_agent("carol", carol_key)
+    assert len(made["public_key"]) == 64 and made["tx"] > 0
+    with pytest.raises(ValueError, match="path"):
+        admin.create_agent("carol2", carol_key)  # an existing key file is never overwritten
+    carol = engram.Engram(c.endpoints, agent_key=carol_key)
+    assert carol.agent == "carol"
+
+    admin.grant("role:ops", "write", "infra")
+    with pytest.raises(engram.PermissionDenied):
+        carol.transact("infra/dns", [("r", ":dns/name", "a.example")])
+    admin.assign_role("carol", "ops")
+    assert carol.transact("infra/dns", [("r", ":dns/name", "a.example")]).tx > 0
+    roles = {a["name"]: a["roles"] for a in admin.agents()}
+    assert roles["carol"] == ["role:ops"] and roles["bob"] == []
+    assert admin.grants("role:ops") == [{"principal": "role:ops", "action": "write", "prefix": "infra"}]
+
+    # A non-administrator cannot hand out roles; a bad action is refused before sending.
+    with pytest.raises(engram.PermissionDenied):
+        carol.assign_role("carol", "admins")
+    with pytest.raises(ValueError, match=r"actions\[1\]"):
+        admin.grant("carol", ["read", "delete"], "infra")
+    with pytest.raises(engram.PreconditionFailed, match="already has role:ops"):
+        admin.assign_role("carol", "ops")
+
+    admin.unassign_role("carol", "ops")
+    with pytest.raises(engram.PermissionDenied):
+        carol.transact("infra/dns", [("r", ":dns/name", "b.example")])
+    admin.revoke_agent("carol")
+    with pytest.raises(engram.Unauthenticated):
+        carol.whoami()
+
+    # A key made in Python registers like one made by the CLI.
+    dave_public = engram.keygen("dave", c.dir / "dave.key")
+    admin.add_agent("dave", dave_public)
+    assert engram.Engram(c.endpoints, agent_key=c.dir / "dave.key").whoami()["principal"] == "dave"

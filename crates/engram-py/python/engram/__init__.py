@@ -46,6 +46,7 @@ from ._engram import (
     Unauthenticated,
     Unavailable,
     Watch,
+    keygen,
 )
 
 __all__ = [
@@ -78,6 +79,7 @@ __all__ = [
     "Unauthenticated",
     "Unavailable",
     "Watch",
+    "keygen",
 ]
 
 
