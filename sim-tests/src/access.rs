@@ -389,7 +389,14 @@ pub fn check_grants(store: &dyn ReadView) -> Result<(u64, Vec<String>), String> 
         let id = tx.record.receipt.tx;
         for datom in &tx.record.datoms {
             let agent = &datom.provenance.agent;
-            if !granted_at(store, agent, "write", ns, TxId(id.0 - 1))? {
+            if !granted_at(
+                store,
+                agent,
+                "write",
+                ns,
+                datom.attribute.as_str(),
+                TxId(id.0 - 1),
+            )? {
                 violations.push(format!(
                     "tx {id} in {ns} by {agent}: no write grant on {ns} was in force at tx {}",
                     id.0 - 1
@@ -450,12 +457,14 @@ fn principals_at(store: &dyn ReadView, agent: &str, as_of: TxId) -> Result<Vec<S
 }
 
 /// Whether the system namespace's datoms, as of `as_of`, hold an active grant of `action`
-/// on a prefix covering `ns` to `agent` or to a role it held then.
+/// on a prefix covering `ns` and on `attribute` (a grant naming no attribute covers all) to
+/// `agent` or to a role it held then.
 fn granted_at(
     store: &dyn ReadView,
     agent: &str,
     action: &str,
     ns: &str,
+    attribute: &str,
     as_of: TxId,
 ) -> Result<bool, String> {
     let principals = principals_at(store, agent, as_of)?;
@@ -476,9 +485,16 @@ fn granted_at(
         }
         let facts = text_facts(store, g.entity, as_of)?;
         let text = |a: &str| facts.get(a).cloned().unwrap_or_default();
+        let only = text(":engram.grant/attribute");
+        let covers = match only.strip_suffix('*') {
+            _ if only.is_empty() => true,
+            Some(prefix) => attribute.starts_with(prefix),
+            None => only == attribute,
+        };
         if text(":engram.grant/action") == action
             && text(":engram.grant/status") == "active"
             && prefix_covers(&text(":engram.grant/prefix"), ns)
+            && covers
         {
             return Ok(true);
         }

@@ -160,6 +160,19 @@ impl Action {
         }
     }
 
+    /// Whether a grant of the action may be limited to some attributes: the actions on facts.
+    pub fn per_attribute(self) -> bool {
+        matches!(
+            self,
+            Action::Read
+                | Action::ReadHistory
+                | Action::Watch
+                | Action::Write
+                | Action::Retract
+                | Action::Promote
+        )
+    }
+
     /// Whether the action concerns the whole cluster rather than a namespace: only a grant
     /// on the empty prefix (every namespace) gives it.
     pub fn cluster_wide(self) -> bool {
@@ -194,13 +207,18 @@ pub fn prefix_covers(prefix: &str, namespace: &str) -> bool {
             && namespace.as_bytes()[prefix.len()] == b'/')
 }
 
-/// One grant: `principal` may do `action` in every namespace `prefix` covers. The principal
-/// `*` stands for every authenticated principal.
+/// One grant: `principal` may do `action` in every namespace `prefix` covers, on every
+/// attribute or only on `attribute`. The principal `*` stands for every authenticated
+/// principal.
 #[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Debug, Serialize, Deserialize)]
 pub struct Grant {
     pub principal: String,
     pub action: Action,
     pub prefix: String,
+    /// Empty: every attribute. Otherwise one attribute (`:hr/salary`) or every attribute of
+    /// one prefix (`:hr/*`); only the data actions (read, read-history, watch, write, retract,
+    /// promote) take one.
+    pub attribute: String,
 }
 
 impl Grant {
@@ -222,13 +240,44 @@ impl Grant {
                 self.action
             ));
         }
+        if !self.attribute.is_empty() {
+            if !self.action.per_attribute() {
+                return Err(format!("attribute: {} is not granted per attribute", self.action));
+            }
+            let checked = match self.attribute.strip_suffix("/*") {
+                Some(prefix) => format!("{prefix}/x"),
+                None => self.attribute.clone(),
+            };
+            engram_types::Attribute::new(checked).map_err(|e| {
+                format!(
+                    "attribute: {:?} is not an attribute or :prefix/* ({e})",
+                    self.attribute
+                )
+            })?;
+        }
         Ok(())
     }
 
-    pub fn matches(&self, principal: &str, action: Action, namespace: &str) -> bool {
+    /// Whether the grant covers `attribute`: it names no attribute, that one, or its prefix.
+    pub fn covers_attribute(&self, attribute: &str) -> bool {
+        match self.attribute.strip_suffix('*') {
+            _ if self.attribute.is_empty() => true,
+            Some(prefix) => attribute.starts_with(prefix),
+            None => self.attribute == attribute,
+        }
+    }
+
+    /// Whether the grant gives `principal` `action` on `namespace`, on any attribute.
+    fn reaches(&self, principal: &str, action: Action, namespace: &str) -> bool {
         self.action == action
             && (self.principal == principal || self.principal == Self::ANYONE)
             && prefix_covers(&self.prefix, namespace)
+    }
+
+    /// Whether the grant gives `principal` `action` on `namespace` as a whole (every
+    /// attribute).
+    pub fn matches(&self, principal: &str, action: Action, namespace: &str) -> bool {
+        self.attribute.is_empty() && self.reaches(principal, action, namespace)
     }
 }
 
@@ -239,7 +288,11 @@ impl fmt::Display for Grant {
         } else {
             &self.prefix
         };
-        write!(f, "{} may {} on {on}", self.principal, self.action)
+        write!(f, "{} may {} on {on}", self.principal, self.action)?;
+        if !self.attribute.is_empty() {
+            write!(f, " ({} only)", self.attribute)?;
+        }
+        Ok(())
     }
 }
 
@@ -282,13 +335,44 @@ pub struct Policy {
 }
 
 impl Policy {
-    /// The one rule: some grant names the principal (or `*`, or one of its roles), the action,
-    /// and a prefix that covers the namespace (`""` for the cluster-wide actions).
-    pub fn allows(&self, principal: &str, action: Action, namespace: &str) -> bool {
-        self.grants.iter().any(|g| {
-            g.matches(principal, action, namespace)
-                || (self.roles.contains(&g.principal) && g.matches(&g.principal, action, namespace))
+    /// The grants that give `principal` (itself, `*` or one of its roles) `action` on
+    /// `namespace`, for some attributes at least.
+    fn reaching<'a>(
+        &'a self,
+        principal: &'a str,
+        action: Action,
+        namespace: &'a str,
+    ) -> impl Iterator<Item = &'a Grant> + 'a {
+        self.grants.iter().filter(move |g| {
+            g.reaches(principal, action, namespace)
+                || (self.roles.contains(&g.principal) && g.reaches(&g.principal, action, namespace))
         })
+    }
+
+    /// The one rule: some grant names the principal (or `*`, or one of its roles), the action,
+    /// and a prefix that covers the namespace (`""` for the cluster-wide actions), on every
+    /// attribute.
+    pub fn allows(&self, principal: &str, action: Action, namespace: &str) -> bool {
+        self.reaching(principal, action, namespace)
+            .any(|g| g.attribute.is_empty())
+    }
+
+    /// The rule for one attribute: some grant as in [`Policy::allows`] covers `attribute`.
+    pub fn allows_attribute(
+        &self,
+        principal: &str,
+        action: Action,
+        namespace: &str,
+        attribute: &str,
+    ) -> bool {
+        self.reaching(principal, action, namespace)
+            .any(|g| g.covers_attribute(attribute))
+    }
+
+    /// Whether some grant gives the action on the namespace, if only on some attributes: a
+    /// read is then answered, with the other attributes' values redacted.
+    pub fn allows_some(&self, principal: &str, action: Action, namespace: &str) -> bool {
+        self.reaching(principal, action, namespace).next().is_some()
     }
 }
 
@@ -371,6 +455,7 @@ mod tests {
             principal: principal.into(),
             action,
             prefix: prefix.into(),
+            attribute: String::new(),
         }
     }
 
@@ -436,6 +521,38 @@ mod tests {
         };
         assert!(!outsider.allows("alice", Action::Write, "infra"));
         assert!(outsider.allows("bob", Action::Read, "infra"));
+    }
+
+    #[test]
+    fn a_grant_on_attributes_covers_only_them() {
+        let on = |attribute: &str| Grant {
+            attribute: attribute.into(),
+            ..grant("bob", Action::Read, "team")
+        };
+        let policy = Policy {
+            grants: vec![on(":person/*"), on(":task/title")],
+            roles: Vec::new(),
+        };
+        assert!(policy.allows_attribute("bob", Action::Read, "team/a", ":person/name"));
+        assert!(policy.allows_attribute("bob", Action::Read, "team/a", ":task/title"));
+        assert!(!policy.allows_attribute("bob", Action::Read, "team/a", ":task/owner"));
+        assert!(!policy.allows_attribute("bob", Action::Read, "team/a", ":personal/x"));
+        assert!(!policy.allows("bob", Action::Read, "team/a"));
+        assert!(policy.allows_some("bob", Action::Read, "team/a"));
+        assert!(!policy.allows_some("bob", Action::Read, "other"));
+        assert!(!policy.allows_some("bob", Action::Write, "team/a"));
+        assert!(on(":hr/*").validate().is_ok() && on(":hr/salary").validate().is_ok());
+        assert!(on("salary").validate().is_err());
+        let schema = Grant {
+            attribute: ":hr/salary".into(),
+            ..grant("bob", Action::Schema, "team")
+        };
+        assert!(
+            schema
+                .validate()
+                .unwrap_err()
+                .contains("not granted per attribute")
+        );
     }
 
     #[test]

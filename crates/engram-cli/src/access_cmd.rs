@@ -166,15 +166,24 @@ pub async fn grant(client: &Client, args: GrantArgs, revoke: bool, json: bool) -
         .iter()
         .map(|a| a.parse::<Action>().map_err(|e| anyhow!("--action: {e}")))
         .collect::<Result<Vec<_>>>()?;
-    let on = if args.prefix.is_empty() {
+    let mut on = if args.prefix.is_empty() {
         "every namespace".to_string()
     } else {
         args.prefix.clone()
     };
+    if !args.attribute.is_empty() {
+        on = format!("{on}, attribute {} only", args.attribute);
+    }
     let mut done = Vec::new();
     for action in actions {
         let resp = client
-            .grant(&args.principal, action.name(), &args.prefix, revoke)
+            .grant_on(
+                &args.principal,
+                action.name(),
+                &args.prefix,
+                &args.attribute,
+                revoke,
+            )
             .await
             .with_context(|| {
                 let verb = if revoke { "revoking" } else { "granting" };
@@ -192,7 +201,7 @@ pub async fn grant(client: &Client, args: GrantArgs, revoke: bool, json: bool) -
         }
         done.push(
             json!({ "principal": args.principal, "action": action.name(), "prefix": args.prefix,
-            "tx": resp.tx, "audit_index": resp.audit_index }),
+            "attribute": args.attribute, "tx": resp.tx, "audit_index": resp.audit_index }),
         );
     }
     if json {
@@ -206,7 +215,7 @@ pub async fn whoami(client: &Client, json: bool) -> Result<()> {
     let grants: Vec<Json> = resp
         .grants
         .iter()
-        .map(|g| json!({ "principal": g.principal, "action": g.action, "prefix": g.prefix }))
+        .map(|g| json!({ "principal": g.principal, "action": g.action, "prefix": g.prefix, "attribute": g.attribute }))
         .collect();
     if json {
         return print_json(

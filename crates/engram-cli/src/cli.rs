@@ -201,6 +201,10 @@ pub struct GrantArgs {
     /// for every namespace (required for audit, cluster-admin and key-admin).
     #[arg(long = "ns", default_value = "", value_name = "PREFIX")]
     pub prefix: String,
+    /// Only this attribute (:hr/salary) or attribute prefix (:hr/*), for the data actions; a
+    /// read of other attributes returns their datoms with the value redacted.
+    #[arg(long, default_value = "", value_name = "ATTRIBUTE")]
+    pub attribute: String,
 }
 
 fn parse_budget(s: &str) -> Result<f64, String> {

@@ -186,7 +186,11 @@ pub fn datom_table(datoms: &[pb::Datom]) -> String {
         t.row(vec![
             d.entity.to_string(),
             d.attribute.clone(),
-            ellipsize(&txjson::pb_value_to_text(d.value.as_ref()), 60),
+            if d.redacted.is_empty() {
+                ellipsize(&txjson::pb_value_to_text(d.value.as_ref()), 60)
+            } else {
+                "[redacted]".to_string()
+            },
             txjson::datom_op_name(d).into(),
             d.tx.to_string(),
             match d.valid_to_ns {

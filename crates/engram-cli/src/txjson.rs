@@ -607,6 +607,7 @@ pub fn datom_to_json(d: &pb::Datom) -> Json {
             "status": status_name(prov.status),
         },
         "hash": hex::encode(&d.hash),
+        "redacted": if d.redacted.is_empty() { Json::Null } else { json!(d.redacted) },
     })
 }
 

@@ -683,7 +683,7 @@ impl Client {
     }
 
     /// Grants (or, with `revoke`, revokes) `action` on namespaces under `prefix` to
-    /// `principal`. Not retried.
+    /// `principal`, on every attribute. Not retried.
     pub async fn grant(
         &self,
         principal: &str,
@@ -691,10 +691,24 @@ impl Client {
         prefix: &str,
         revoke: bool,
     ) -> Result<pb::PolicyResponse, ClientError> {
+        self.grant_on(principal, action, prefix, "", revoke).await
+    }
+
+    /// [`Client::grant`] limited to `attribute` (`:hr/salary`, or `:hr/*`; empty: every
+    /// attribute). Not retried.
+    pub async fn grant_on(
+        &self,
+        principal: &str,
+        action: &str,
+        prefix: &str,
+        attribute: &str,
+        revoke: bool,
+    ) -> Result<pb::PolicyResponse, ClientError> {
         let req = pb::GrantRequest {
             principal: principal.to_string(),
             action: action.to_string(),
             prefix: prefix.to_string(),
+            attribute: attribute.to_string(),
         };
         self.call(Idempotency::Unsafe, move |ch, s| {
             let req = req.clone();

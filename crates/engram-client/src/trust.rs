@@ -157,8 +157,17 @@ pub fn verify_read_proof(
     }
     for (i, (datom, p)) in datoms.iter().zip(&proof.proofs).enumerate() {
         let at = |reason: String| invalid(format!("datom {i}: {reason}"));
-        let datom = engram_proto::datom(datom.clone()).map_err(|e| at(format!("does not decode: {e}")))?;
-        let hash = datom.hash();
+        // A redacted datom's value is withheld: its hash is taken as sent, and the proof
+        // shows that hash was recorded (what the value is stays unknown to this reader).
+        let (hash, tx) = if datom.redacted.is_empty() {
+            let datom =
+                engram_proto::datom(datom.clone()).map_err(|e| at(format!("does not decode: {e}")))?;
+            (datom.hash(), datom.tx)
+        } else {
+            let hash = Hash::from_slice(&datom.hash)
+                .ok_or_else(|| at("a redacted datom's hash is not 32 bytes".into()))?;
+            (hash, engram_types::TxId(datom.tx))
+        };
         let hashes: Vec<Hash> = p
             .tx_datom_hashes
             .iter()
@@ -179,10 +188,10 @@ pub fn verify_read_proof(
         else {
             return Err(at("its audit entry does not record a transaction".into()));
         };
-        if signed.entry.tx != datom.tx {
+        if signed.entry.tx != tx {
             return Err(at(format!(
                 "its audit entry is for tx {}, the datom says tx {}",
-                signed.entry.tx.0, datom.tx.0
+                signed.entry.tx.0, tx.0
             )));
         }
         if tx_content_hash(&hashes) != content_hash || count as usize != hashes.len() {

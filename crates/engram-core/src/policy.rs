@@ -15,7 +15,7 @@
 //! |---|---|
 //! | `Pmode` | [`ModeRow`]: pending (genesis written, mode not yet recorded) or the mode |
 //! | `Pa` name | [`AgentRow`]: the agent's entity, key and whether it is revoked |
-//! | `Pg` principal 0 action 0 prefix | [`GrantRow`]: an active grant |
+//! | `Pg` principal 0 action 0 prefix 0 attribute | [`GrantRow`]: an active grant (attribute empty: all) |
 //! | `Pr` agent 0 role | [`RoleRow`]: the agent holds the role's grants |
 //!
 //! A store with no `Pmode` row predates modes: it is open.
@@ -118,6 +118,8 @@ fn grant_key(g: &Grant) -> Vec<u8> {
     k.extend_from_slice(g.action.name().as_bytes());
     k.push(0);
     k.extend_from_slice(g.prefix.as_bytes());
+    k.push(0);
+    k.extend_from_slice(g.attribute.as_bytes());
     k
 }
 
@@ -158,9 +160,11 @@ pub fn agents(view: &dyn ReadView) -> Result<Vec<(String, AgentRow)>, CoreError>
 
 fn grant_from_key(key: &[u8]) -> Result<Grant, CoreError> {
     let body = &key[2..];
-    let mut parts = body.splitn(3, |b| *b == 0);
-    let (Some(principal), Some(action), Some(prefix)) = (parts.next(), parts.next(), parts.next()) else {
-        return Err(CoreError::corrupt("grant row key", "fewer than three parts"));
+    let mut parts = body.splitn(4, |b| *b == 0);
+    let (Some(principal), Some(action), Some(prefix), Some(attribute)) =
+        (parts.next(), parts.next(), parts.next(), parts.next())
+    else {
+        return Err(CoreError::corrupt("grant row key", "fewer than four parts"));
     };
     let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
     let action = text(action)
@@ -170,6 +174,7 @@ fn grant_from_key(key: &[u8]) -> Result<Grant, CoreError> {
         principal: text(principal),
         action,
         prefix: text(prefix),
+        attribute: text(attribute),
     })
 }
 
@@ -329,10 +334,65 @@ impl PolicyCache {
         };
         let (row, policy) = self.principal(view, p.as_str())?;
         let active = matches!(row, Some(r) if r.revoked_tx.is_none());
-        if active && policy.allows(p.as_str(), action, namespace) {
+        // A read needs some grant on the namespace: what the grants do not cover is
+        // answered redacted (see `ReadScope`); the other actions need a grant on all of it.
+        let allowed = if matches!(action, Action::Read | Action::ReadHistory | Action::Watch) {
+            policy.allows_some(p.as_str(), action, namespace)
+        } else {
+            policy.allows(p.as_str(), action, namespace)
+        };
+        if active && allowed {
             Ok(Ok(()))
         } else {
             denied(p.as_str())
+        }
+    }
+
+    /// The grants of an active `principal` (none for a revoked or unknown one), for a read's
+    /// [`ReadScope`].
+    pub fn policy(&mut self, view: &dyn ReadView, principal: &Principal) -> Result<Policy, CoreError> {
+        let (row, policy) = self.principal(view, principal.as_str())?;
+        Ok(match row {
+            Some(r) if r.revoked_tx.is_none() => policy.clone(),
+            _ => Policy::default(),
+        })
+    }
+
+    /// Whether `principal` may do `action` on `attribute` in `namespace`, as a transaction
+    /// op needs.
+    fn check_attribute(
+        &mut self,
+        view: &dyn ReadView,
+        principal: Option<&Principal>,
+        action: Action,
+        namespace: &str,
+        attribute: &str,
+    ) -> Result<Result<(), Rejection>, CoreError> {
+        // The refusal names the attribute only when the principal may do the action on
+        // other attributes of the namespace; otherwise the action alone is what it lacks.
+        let denied = |who: &str, some: bool| {
+            Ok(Err(Rejection::NotAuthorized {
+                principal: who.to_string(),
+                action: if some {
+                    format!("{} on {attribute}", action.name())
+                } else {
+                    action.name().to_string()
+                },
+                namespace: namespace.to_string(),
+            }))
+        };
+        let Some(p) = principal else {
+            return denied("(unauthenticated)", false);
+        };
+        let (row, policy) = self.principal(view, p.as_str())?;
+        let active = matches!(row, Some(r) if r.revoked_tx.is_none());
+        if active && policy.allows_attribute(p.as_str(), action, namespace, attribute) {
+            Ok(Ok(()))
+        } else {
+            denied(
+                p.as_str(),
+                active && policy.allows_some(p.as_str(), action, namespace),
+            )
         }
     }
 
@@ -361,8 +421,33 @@ impl PolicyCache {
                 Ok(Ok(()))
             }
             Some(Mode::Enforced) => {
+                let ns = req.namespace.as_str();
                 for action in actions_of(req) {
-                    if let Err(r) = self.check_action(view, principal, action, req.namespace.as_str())? {
+                    // The actions on facts are checked per op, on its attribute: a grant may
+                    // cover some attributes only.
+                    let per_op: Vec<&str> = req
+                        .ops
+                        .iter()
+                        .filter(|op| match action {
+                            Action::Write => op.op == Op::Assert,
+                            Action::Retract => op.op == Op::Retract,
+                            _ => true,
+                        })
+                        .map(|op| op.attribute.as_str())
+                        .collect();
+                    let checked = if action.per_attribute() {
+                        let mut outcome = Ok(());
+                        for attribute in per_op {
+                            outcome = self.check_attribute(view, principal, action, ns, attribute)?;
+                            if outcome.is_err() {
+                                break;
+                            }
+                        }
+                        outcome
+                    } else {
+                        self.check_action(view, principal, action, ns)?
+                    };
+                    if let Err(r) = checked {
                         return Ok(Err(r));
                     }
                 }
@@ -381,6 +466,49 @@ pub fn check_action(
     namespace: &str,
 ) -> Result<Result<(), Rejection>, CoreError> {
     PolicyCache::default().check_action(view, principal, action, namespace)
+}
+
+/// What one caller may read of one namespace: the values of the attributes its grants cover;
+/// of the others, a read returns the datom with its value withheld (its hash stays, so a proof
+/// still verifies). `None` in open mode or for a grant on the whole namespace.
+#[derive(Clone, Debug)]
+pub struct ReadScope {
+    pub principal: Principal,
+    pub action: Action,
+    pub namespace: String,
+    pub policy: Policy,
+}
+
+impl ReadScope {
+    /// The scope of a read by `principal` in enforced mode; `None` when its grants cover every
+    /// attribute (nothing to withhold).
+    pub fn of(principal: &Principal, action: Action, namespace: &str, policy: Policy) -> Option<ReadScope> {
+        if policy.allows(principal.as_str(), action, namespace) {
+            return None;
+        }
+        Some(ReadScope {
+            principal: principal.clone(),
+            action,
+            namespace: namespace.to_string(),
+            policy,
+        })
+    }
+
+    /// Whether the values of `attribute` may be shown.
+    pub fn shows(&self, attribute: &str) -> bool {
+        self.policy
+            .allows_attribute(self.principal.as_str(), self.action, &self.namespace, attribute)
+    }
+
+    /// Why a value of `attribute` is withheld, as a redacted datom says it.
+    pub fn reason(&self, attribute: &str) -> String {
+        format!(
+            "{} holds no {} grant on {attribute} in {}",
+            self.principal,
+            self.action.name(),
+            self.namespace
+        )
+    }
 }
 
 /// A policy change, planned: the system-namespace transaction that records it, and what to
@@ -451,6 +579,13 @@ fn grant_ops(entity: &EntityRef, g: &Grant, status: &str, ops: &mut Vec<TxOp>) {
         ":engram.grant/prefix",
         Value::String(g.prefix.clone()),
     ));
+    if !g.attribute.is_empty() {
+        ops.push(assert(
+            entity,
+            ":engram.grant/attribute",
+            Value::String(g.attribute.clone()),
+        ));
+    }
     ops.push(assert(
         entity,
         ":engram.grant/status",
@@ -528,6 +663,7 @@ pub fn plan_change(
                             principal: name.to_string(),
                             action,
                             prefix: String::new(),
+                            attribute: String::new(),
                         };
                         let entity = EntityRef::Temp(format!("grant {action}"));
                         grant_ops(&entity, &g, "active", &mut ops);

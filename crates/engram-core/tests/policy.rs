@@ -108,6 +108,7 @@ fn grant(who: &str, action: Action, prefix: &str) -> Grant {
         principal: who.into(),
         action,
         prefix: prefix.into(),
+        attribute: String::new(),
     }
 }
 
@@ -552,4 +553,45 @@ fn a_role_lends_its_grants_while_assigned_and_counts_for_the_lock_out_guard() {
     );
     assert!(matches!(refused, Err(Rejection::LockOut(_))), "{refused:?}");
     assert_eq!(node.state(), before);
+}
+
+#[test]
+fn a_grant_on_some_attributes_lets_a_transaction_write_only_those() {
+    let mut node = enforced();
+    node.policy(
+        PolicyOp::AddAgent {
+            name: principal("bob"),
+            key: PublicKey([7; 32]),
+        },
+        Some("root"),
+    )
+    .unwrap();
+    let scoped = Grant {
+        attribute: ":note/*".into(),
+        ..grant("bob", Action::Write, "hr")
+    };
+    node.policy(PolicyOp::Grant(scoped.clone()), Some("root"))
+        .unwrap();
+    // `tx` writes :note/text: covered.
+    assert!(
+        node.write(Some("bob"), &tx("hr", "bob", Op::Assert, Status::Candidate))
+            .is_ok()
+    );
+    // One op outside the grant refuses the whole transaction, naming the attribute.
+    let before = node.state();
+    let mut mixed = tx("hr", "bob", Op::Assert, Status::Candidate);
+    let mut salary = mixed.ops[0].clone();
+    salary.attribute = Attribute::new(":hr/salary").unwrap();
+    salary.value = Value::I64(1);
+    mixed.ops.push(salary);
+    let (who, action, ns) = denied(node.write(Some("bob"), &mixed));
+    assert_eq!(
+        (who.as_str(), action.as_str(), ns.as_str()),
+        ("bob", "write on :hr/salary", "hr")
+    );
+    // Before the refusal's own applied-position row, nothing moved.
+    assert_eq!(node.state().len(), before.len());
+    // The grant is recorded with its attribute, and listed with it.
+    let view = node.store.clone();
+    assert!(policy::grants(&*view).unwrap().iter().any(|(g, _)| *g == scoped));
 }

@@ -77,13 +77,13 @@ impl TryFrom<pb::GrantRequest> for Grant {
             principal: raw.principal,
             action,
             prefix: raw.prefix,
+            attribute: raw.attribute,
         };
         grant.validate().map_err(|e| {
-            let field = if e.starts_with("principal") {
-                "principal"
-            } else {
-                "prefix"
-            };
+            let field = ["principal", "attribute"]
+                .into_iter()
+                .find(|f| e.starts_with(f))
+                .unwrap_or("prefix");
             WireError::new(field, e)
         })?;
         Ok(grant)
@@ -96,6 +96,7 @@ impl From<&Grant> for pb::GrantRequest {
             principal: g.principal.clone(),
             action: g.action.name().to_string(),
             prefix: g.prefix.clone(),
+            attribute: g.attribute.clone(),
         }
     }
 }
@@ -110,6 +111,7 @@ mod tests {
             principal: "alice".into(),
             action: "write".into(),
             prefix: "team/a".into(),
+            attribute: String::new(),
         })
         .unwrap();
         assert_eq!(ok.action, Action::Write);
@@ -117,6 +119,7 @@ mod tests {
             principal: "alice".into(),
             action: "delete".into(),
             prefix: String::new(),
+            attribute: String::new(),
         })
         .unwrap_err();
         assert_eq!(bad_action.field, "action");
@@ -124,6 +127,7 @@ mod tests {
             principal: "al ice".into(),
             action: "read".into(),
             prefix: String::new(),
+            attribute: String::new(),
         })
         .unwrap_err();
         assert_eq!(bad_principal.field, "principal");
@@ -131,9 +135,18 @@ mod tests {
             principal: "alice".into(),
             action: "key-admin".into(),
             prefix: "team".into(),
+            attribute: String::new(),
         })
         .unwrap_err();
         assert_eq!(narrow_admin.field, "prefix");
+        let bad_attribute = Grant::try_from(pb::GrantRequest {
+            principal: "alice".into(),
+            action: "read".into(),
+            prefix: "team".into(),
+            attribute: "salary".into(),
+        })
+        .unwrap_err();
+        assert_eq!(bad_attribute.field, "attribute");
         assert!(public_key("public_key", &[0; 31]).is_err());
     }
 }

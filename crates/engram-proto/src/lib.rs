@@ -414,6 +414,7 @@ impl From<&Datom> for pb::Datom {
             provenance: Some((&d.provenance).into()),
             hash: d.hash().0.to_vec(),
             branch: d.branch.as_ref().map(ToString::to_string).unwrap_or_default(),
+            redacted: String::new(),
         }
     }
 }

@@ -646,28 +646,32 @@ impl EngramClient {
     /// Grants `principal` (an agent, `role:<name>` or `*`) each of `actions` (a name or a list
     /// of names: read, read-history, watch, write, retract, promote, schema, branch, merge,
     /// audit, cluster-admin, key-admin, grant) on the namespaces under `prefix` ("" for all).
-    /// One audited change per action; returns the last.
-    #[pyo3(signature = (principal, actions, prefix=""))]
+    /// One audited change per action; returns the last. `attribute` limits the data
+    /// actions to one attribute (`:hr/salary`) or prefix (`:hr/*`): reads of the others
+    /// return them redacted.
+    #[pyo3(signature = (principal, actions, prefix="", *, attribute=""))]
     fn grant<'py>(
         &self,
         py: Python<'py>,
         principal: &str,
         actions: &Bound<'_, PyAny>,
         prefix: &str,
+        attribute: &str,
     ) -> PyResult<Bound<'py, PyDict>> {
-        self.grant_each(py, principal, actions, prefix, false)
+        self.grant_each(py, (principal, prefix, attribute), actions, false)
     }
 
     /// Withdraws what [`grant`] gave.
-    #[pyo3(signature = (principal, actions, prefix=""))]
+    #[pyo3(signature = (principal, actions, prefix="", *, attribute=""))]
     fn revoke_grant<'py>(
         &self,
         py: Python<'py>,
         principal: &str,
         actions: &Bound<'_, PyAny>,
         prefix: &str,
+        attribute: &str,
     ) -> PyResult<Bound<'py, PyDict>> {
-        self.grant_each(py, principal, actions, prefix, true)
+        self.grant_each(py, (principal, prefix, attribute), actions, true)
     }
 
     /// Gives `agent` every grant of `role` (its name, without `role:`) while assigned.
@@ -720,12 +724,12 @@ impl EngramClient {
 }
 
 impl EngramClient {
+    /// Grants or revokes each action to (principal, prefix, attribute).
     fn grant_each<'py>(
         &self,
         py: Python<'py>,
-        principal: &str,
+        (principal, prefix, attribute): (&str, &str, &str),
         actions: &Bound<'_, PyAny>,
-        prefix: &str,
         revoke: bool,
     ) -> PyResult<Bound<'py, PyDict>> {
         let actions: Vec<String> = if actions.is_instance_of::<PyString>() {
@@ -744,10 +748,13 @@ impl EngramClient {
         }
         let mut last = None;
         for action in actions {
-            let (client, principal, prefix) =
-                (self.client.clone(), principal.to_string(), prefix.to_string());
+            let client = self.client.clone();
+            let (principal, prefix, attribute) =
+                (principal.to_string(), prefix.to_string(), attribute.to_string());
             last = Some(self.run(py, async move {
-                client.grant(&principal, &action, &prefix, revoke).await
+                client
+                    .grant_on(&principal, &action, &prefix, &attribute, revoke)
+                    .await
             })?);
         }
         match last {
@@ -913,6 +920,7 @@ fn grant_dict<'py>(py: Python<'py>, g: &pb::GrantInfo) -> PyResult<Bound<'py, Py
     grant.set_item("principal", &g.principal)?;
     grant.set_item("action", &g.action)?;
     grant.set_item("prefix", &g.prefix)?;
+    grant.set_item("attribute", &g.attribute)?;
     Ok(grant)
 }
 
@@ -1046,8 +1054,15 @@ fn datom_list(py: Python<'_>, datoms: Vec<pb::Datom>) -> PyResult<Py<PyList>> {
     Ok(list.unbind())
 }
 
-fn datom(py: Python<'_>, raw: pb::Datom) -> PyResult<Datom> {
+fn datom(py: Python<'_>, mut raw: pb::Datom) -> PyResult<Datom> {
     let hash = raw.hash.clone();
+    let redacted = std::mem::take(&mut raw.redacted);
+    if !redacted.is_empty() {
+        // The value is withheld; decode the rest around a placeholder.
+        raw.value = Some(pb::Value {
+            kind: Some(pb::value::Kind::Bool(false)),
+        });
+    }
     let d = engram_proto::datom(raw)
         .map_err(|e| PyValueError::new_err(format!("a malformed datom from the server: {e}")))?;
     Ok(Datom {
@@ -1055,7 +1070,12 @@ fn datom(py: Python<'_>, raw: pb::Datom) -> PyResult<Datom> {
         branch: d.branch.map(|b| b.to_string()),
         entity: d.entity.0,
         attribute: d.attribute.to_string(),
-        value: convert::to_py(py, &d.value)?.unbind(),
+        value: if redacted.is_empty() {
+            convert::to_py(py, &d.value)?.unbind()
+        } else {
+            py.None()
+        },
+        redacted: (!redacted.is_empty()).then_some(redacted),
         op: match d.op {
             engram_types::Op::Assert => "assert",
             engram_types::Op::Retract => "retract",

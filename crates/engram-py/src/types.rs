@@ -177,6 +177,9 @@ pub struct Datom {
     pub status: &'static str,
     /// blake3 of the datom's canonical bytes: its leaf in the audit proofs.
     pub hash: Vec<u8>,
+    /// Why the value is withheld (`value` is then None): the reader's grants do not cover the
+    /// attribute. The hash is the datom's own, so a proof still verifies.
+    pub redacted: Option<String>,
 }
 
 #[pymethods]

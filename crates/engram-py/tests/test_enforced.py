@@ -78,7 +78,7 @@ def test_agents_grants_and_roles_administered_from_python(enforced):
     assert carol.transact("infra/dns", [("r", ":dns/name", "a.example")]).tx > 0
     roles = {a["name"]: a["roles"] for a in admin.agents()}
     assert roles["carol"] == ["role:ops"] and roles["bob"] == []
-    assert admin.grants("role:ops") == [{"principal": "role:ops", "action": "write", "prefix": "infra"}]
+    assert admin.grants("role:ops") == [{"principal": "role:ops", "action": "write", "prefix": "infra", "attribute": ""}]
 
     # A non-administrator cannot hand out roles; a bad action is refused before sending.
     with pytest.raises(engram.PermissionDenied):
@@ -99,3 +99,47 @@ def test_agents_grants_and_roles_administered_from_python(enforced):
     dave_public = engram.keygen("dave", c.dir / "dave.key")
     admin.add_agent("dave", dave_public)
     assert engram.Engram(c.endpoints, agent_key=c.dir / "dave.key").whoami()["principal"] == "dave"
+
+
+def test_grants_on_attributes_redact_what_they_do_not_cover(enforced):
+    c, admin_key, _ = enforced
+    admin = engram.Engram(c.endpoints, agent_key=admin_key)
+    erin = admin.transact("team/hr", [("e", ":person/name", "Erin"), ("e", ":hr/salary", 91000)]).temp_ids["e"]
+    eve_key = c.dir / "eve.key"
+    admin.create_agent("eve", eve_key)
+    admin.grant("eve", ["read", "read-history", "write"], "team/hr", attribute=":person/*")
+    eve = engram.Engram(c.endpoints, agent_key=eve_key)
+
+    got = {d.attribute: d for d in eve.get("team/hr", erin).datoms}
+    assert got[":person/name"].value == "Erin" and got[":person/name"].redacted is None
+    salary = got[":hr/salary"]
+    assert salary.value is None
+    assert "eve holds no read grant on :hr/salary" in salary.redacted
+    # The datom is there, with its own hash: the administrator's unredacted copy has the same.
+    full = {d.attribute: d for d in admin.get("team/hr", erin).datoms}
+    assert full[":hr/salary"].value == 91000 and full[":hr/salary"].hash == salary.hash
+    history = eve.history("team/hr", erin)
+    assert sorted((d.attribute, d.value or "") for d in history) == [(":hr/salary", ""), (":person/name", "Erin")]
+    # Finding by an attribute one may not read would reveal who holds a value.
+    with pytest.raises(engram.PermissionDenied, match=":hr/salary"):
+        eve.find("team/hr", ":hr/salary", 91000)
+    assert [d.entity for d in eve.find("team/hr", ":person/name", "Erin")] == [erin]
+
+    # Writes are held to the same attributes: one op outside refuses the whole transaction.
+    eve.transact("team/hr", [(erin, ":person/name", "Erin B.")])
+    with pytest.raises(engram.PermissionDenied, match="write on :hr/salary"):
+        eve.transact("team/hr", [(erin, ":person/name", "E."), (erin, ":hr/salary", 1)])
+    assert admin.get("team/hr", erin)[":hr/salary"] == 91000
+    assert admin.get("team/hr", erin)[":person/name"] == "Erin B."
+
+    # A proof still verifies over a redacted answer. (Establishing trust reads the whole audit
+    # chain, which needs the audit grant.)
+    admin.grant("eve", "audit")
+    proven = eve.get("team/hr", erin, prove=True)
+    assert proven.proven and proven[":person/name"] == "Erin B."
+    assert {d.attribute: d.redacted is not None for d in proven.datoms} == {":person/name": False, ":hr/salary": True}
+
+    # Only the actions on facts are granted per attribute.
+    with pytest.raises(engram.InvalidArgument, match="attribute"):
+        admin.grant("eve", "schema", "team/hr", attribute=":person/*")
+    assert {g["attribute"] for g in admin.grants("eve")} == {":person/*", ""}

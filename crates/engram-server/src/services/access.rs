@@ -163,6 +163,7 @@ fn grant_pb(g: &Grant, row: Option<&policy::GrantRow>) -> pb::GrantInfo {
         prefix: g.prefix.clone(),
         since_tx: row.map_or(0, |r| r.since_tx.0),
         entity: row.map_or(0, |r| r.entity.0),
+        attribute: g.attribute.clone(),
     }
 }
 

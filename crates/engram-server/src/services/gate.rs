@@ -19,7 +19,7 @@ use std::sync::Mutex;
 use engram_access::request::{HEADERS, RequestAuth};
 use engram_access::{Action, Mode, Principal, ReplayGuard};
 use engram_audit::{PublicKey, Verifier};
-use engram_core::policy::PolicyCache;
+use engram_core::policy::{PolicyCache, ReadScope};
 use prost::Message;
 use tonic::metadata::{AsciiMetadataValue, MetadataMap};
 
@@ -102,6 +102,9 @@ pub struct Caller {
     /// The mode the call was admitted under (`None`: the cluster's mode is not recorded yet).
     pub mode: Option<Mode>,
     pub forwarded: bool,
+    /// For a read in enforced mode whose grants cover only some attributes: what may be shown
+    /// (the rest is returned redacted). `None`: everything.
+    pub scope: Option<ReadScope>,
     signature: Vec<(&'static str, AsciiMetadataValue)>,
 }
 
@@ -116,6 +119,7 @@ impl Caller {
             principal: None,
             mode: None,
             forwarded: meta.contains_key(FORWARDED),
+            scope: None,
             signature: signature_headers(meta),
         }
     }
@@ -186,19 +190,30 @@ impl Shared {
             .map_err(|e| ApiError::Unauthenticated(e.to_string()))?;
         // One pass over the policy: the mode, the claimed agent's row and, if the call needs
         // an action, whether that agent holds it (used only once its signature verifies).
-        let (mode, agent, verdict) = self.with_policy(|cache, store| {
+        let (mode, agent, verdict, scope) = self.with_policy(|cache, store| {
             let mode = cache.mode(store)?;
             let Some(a) = &auth else {
-                return Ok((mode, None, Ok(())));
+                return Ok((mode, None, Ok(()), None));
             };
             let agent = cache.agent(store, a.principal.as_str())?;
-            let verdict = match &need {
+            let (verdict, scope) = match &need {
                 Need::Action(action, namespace) => {
-                    cache.check_action(store, Some(&a.principal), *action, namespace)?
+                    let verdict = cache.check_action(store, Some(&a.principal), *action, namespace)?;
+                    let scope = if mode == Some(Mode::Enforced) && verdict.is_ok() && action.per_attribute() {
+                        ReadScope::of(
+                            &a.principal,
+                            *action,
+                            namespace,
+                            cache.policy(store, &a.principal)?,
+                        )
+                    } else {
+                        None
+                    };
+                    (verdict, scope)
                 }
-                Need::Nothing | Need::Principal => Ok(()),
+                Need::Nothing | Need::Principal => (Ok(()), None),
             };
-            Ok((mode, agent, verdict))
+            Ok((mode, agent, verdict, scope))
         })?;
         let principal = match auth {
             None => None,
@@ -253,6 +268,8 @@ impl Shared {
             principal,
             mode,
             forwarded: meta.contains_key(FORWARDED),
+            // Only a verified principal's grants narrow what it is shown.
+            scope: if mode == Some(Mode::Enforced) { scope } else { None },
             signature: signature_headers(meta),
         })
     }

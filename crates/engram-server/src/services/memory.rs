@@ -1,6 +1,7 @@
 use std::sync::Arc;
 
 use engram_access::Action;
+use engram_core::policy::ReadScope;
 use engram_core::reads;
 use engram_proto::{methods, pb};
 use engram_types::{BranchOp, EntityId, TxId, TxRequest};
@@ -246,6 +247,25 @@ fn datoms(list: &[engram_types::Datom]) -> Vec<pb::Datom> {
     list.iter().map(Into::into).collect()
 }
 
+/// `list` as `scope` may see it: the values of attributes its grants do not cover are withheld,
+/// with the reason; the datom and its hash stay, so the answer's proof still verifies.
+fn shown(scope: Option<&ReadScope>, list: &[engram_types::Datom]) -> Vec<pb::Datom> {
+    let mut out = datoms(list);
+    if let Some(scope) = scope {
+        redact(scope, &mut out);
+    }
+    out
+}
+
+fn redact(scope: &ReadScope, list: &mut [pb::Datom]) {
+    for d in list {
+        if !scope.shows(&d.attribute) {
+            d.redacted = scope.reason(&d.attribute);
+            d.value = None;
+        }
+    }
+}
+
 /// The read proof for `found`, when the request asked for one.
 fn read_proof(
     shared: &super::Shared,
@@ -336,22 +356,23 @@ impl pb::memory_server::Memory for MemoryService {
         if let Some(mut leader) = self.shared.read_leader(req.consistency, forwarded).await? {
             return relay(leader.diff(caller.forward(req)).await);
         }
-        self.shared.admit(
+        let caller = self.shared.admit(
             &meta,
             &req,
             methods::DIFF,
             Need::on(Action::ReadHistory, &req.namespace),
         )?;
+        let scope = caller.scope.as_ref();
         if let Some(name) = &on {
             let found = self.shared.read_state(|store| {
                 reads::branch_diff(store, &ns, name, req.entity.map(EntityId), Self::limit(req.limit))
             })?;
             return Ok(Response::new(pb::DiffResponse {
-                asserted: datoms(&found.branch.asserted),
-                retracted: datoms(&found.branch.retracted),
+                asserted: shown(scope, &found.branch.asserted),
+                retracted: shown(scope, &found.branch.retracted),
                 to_tx: self.shared.applied_index(),
                 truncated: found.branch.truncated,
-                main_changed: datoms(&found.main_changed),
+                main_changed: shown(scope, &found.main_changed),
             }));
         }
         let to = if req.to_tx == 0 {
@@ -370,8 +391,8 @@ impl pb::memory_server::Memory for MemoryService {
             )
         })?;
         Ok(Response::new(pb::DiffResponse {
-            asserted: datoms(&found.asserted),
-            retracted: datoms(&found.retracted),
+            asserted: shown(scope, &found.asserted),
+            retracted: shown(scope, &found.retracted),
             to_tx: to,
             truncated: found.truncated,
             main_changed: Vec::new(),
@@ -380,12 +401,13 @@ impl pb::memory_server::Memory for MemoryService {
 
     async fn watch(&self, request: Request<pb::WatchRequest>) -> Result<Response<WatchStream>, Status> {
         let (meta, _, req) = request.into_parts();
-        self.shared.admit(
+        let caller = self.shared.admit(
             &meta,
             &req,
             methods::WATCH,
             Need::on(Action::Watch, &req.namespace),
         )?;
+        let scope = caller.scope;
         let ns = namespace(req.namespace)?;
         let on = branch(req.branch)?;
         let attribute = match req.attribute.as_str() {
@@ -458,10 +480,13 @@ impl pb::memory_server::Memory for MemoryService {
                     if logged.namespace != ns || logged.branch != on {
                         continue;
                     }
-                    if let Some(event) = watch_event(&logged.record, attribute.as_ref(), entity)
-                        && tx.send(Ok(event)).await.is_err()
-                    {
-                        return; // the reader went away
+                    if let Some(mut event) = watch_event(&logged.record, attribute.as_ref(), entity) {
+                        if let Some(scope) = &scope {
+                            redact(scope, &mut event.datoms);
+                        }
+                        if tx.send(Ok(event)).await.is_err() {
+                            return; // the reader went away
+                        }
                     }
                 }
                 if after == next {
@@ -592,8 +617,10 @@ impl pb::memory_server::Memory for MemoryService {
         if let Some(mut leader) = self.shared.read_leader(req.consistency, forwarded).await? {
             return relay(leader.get(caller.forward(req)).await);
         }
-        self.shared
+        let caller = self
+            .shared
             .admit(&meta, &req, methods::GET, Need::on(Action::Read, &req.namespace))?;
+        let scope = caller.scope.as_ref();
         let opts = reads::ReadOptions {
             as_of: req.as_of_tx.map(TxId),
             valid_at_ns: req.valid_at_ns,
@@ -605,10 +632,10 @@ impl pb::memory_server::Memory for MemoryService {
             .read_state(|store| reads::get_facts(store, &ns, on.as_ref(), EntityId(req.entity), &opts))?;
         Ok(Response::new(pb::GetResponse {
             entity: req.entity,
-            datoms: datoms(&found.current),
+            datoms: shown(scope, &found.current),
             applied_tx: self.shared.applied_index(),
             proof: read_proof(&self.shared, req.prove, req.trusted_size, &found.current)?,
-            conflicts: datoms(&found.conflicts),
+            conflicts: shown(scope, &found.conflicts),
         }))
     }
 
@@ -638,7 +665,7 @@ impl pb::memory_server::Memory for MemoryService {
         if let Some(mut leader) = self.shared.read_leader(req.consistency, forwarded).await? {
             return relay(leader.history(caller.forward(req)).await);
         }
-        self.shared.admit(
+        let caller = self.shared.admit(
             &meta,
             &req,
             methods::HISTORY,
@@ -653,7 +680,7 @@ impl pb::memory_server::Memory for MemoryService {
             }
         })?;
         Ok(Response::new(pb::HistoryResponse {
-            datoms: datoms(&found),
+            datoms: shown(caller.scope.as_ref(), &found),
             applied_tx: self.shared.applied_index(),
             proof: read_proof(&self.shared, req.prove, req.trusted_size, &found)?,
         }))
@@ -673,8 +700,15 @@ impl pb::memory_server::Memory for MemoryService {
         if let Some(mut leader) = self.shared.read_leader(req.consistency, forwarded).await? {
             return relay(leader.find(caller.forward(req)).await);
         }
-        self.shared
+        let caller = self
+            .shared
             .admit(&meta, &req, methods::FIND, Need::on(Action::Read, &req.namespace))?;
+        // Finding by an attribute one may not read would tell which entities hold a value.
+        if let Some(scope) = &caller.scope
+            && !scope.shows(attr.as_str())
+        {
+            return Err(ApiError::PermissionDenied(scope.reason(attr.as_str())).into());
+        }
         let found = self.shared.read_state(|store| {
             reads::find_on(
                 store,
@@ -687,7 +721,7 @@ impl pb::memory_server::Memory for MemoryService {
             )
         })?;
         Ok(Response::new(pb::FindResponse {
-            datoms: datoms(&found),
+            datoms: shown(caller.scope.as_ref(), &found),
             applied_tx: self.shared.applied_index(),
         }))
     }
