@@ -328,7 +328,7 @@ async fn flip_loop(admin: Client, stop: Arc<AtomicBool>, stats: Arc<Stats>) {
     while !stop.load(Ordering::Relaxed) {
         madsim::time::sleep(Duration::from_millis(400)).await;
         turn += 1;
-        let by_role = turn % 2 == 0;
+        let by_role = turn.is_multiple_of(2);
         let answer = if by_role {
             admin.assign_role("bob", ROLE, assigned).await
         } else {
