@@ -478,7 +478,9 @@ pub struct ServeArgs {
           value_parser = clap::builder::BoolishValueParser::new())]
     pub join: bool,
 
-    /// With --bootstrap: the security mode to record (see `engram cluster init --help`).
+    /// The security mode to record: with --bootstrap this node records it; without, an
+    /// `engram cluster init` asking for another mode or administrator is refused (see
+    /// `engram cluster init --help`).
     #[arg(
         long,
         env = "ENGRAM_SECURITY",
@@ -487,8 +489,8 @@ pub struct ServeArgs {
     )]
     pub security: engram_access::Mode,
 
-    /// With --bootstrap and --security enforced: the first administrator, as NAME=PUBLIC_KEY
-    /// (64 hex characters, as `engram agent keygen` prints it).
+    /// With --security enforced: the first administrator, as NAME=PUBLIC_KEY (64 hex
+    /// characters, as `engram agent keygen` prints it); the only one an Init may name.
     #[arg(long, env = "ENGRAM_ADMIN", value_name = "NAME=PUBLIC_KEY", value_parser = parse_admin)]
     pub admin: Option<(engram_access::Principal, engram_audit::PublicKey)>,
 

@@ -194,8 +194,8 @@ async fn serve(args: ServeArgs, identity: (Option<PathBuf>, Option<PathBuf>)) ->
         admin: args.admin.clone(),
         join_key_file: args.join_agent_key.clone(),
     };
-    if config.security.enforced && config.security.admin.is_none() && args.bootstrap {
-        bail!("--security enforced with --bootstrap needs --admin NAME=PUBLIC_KEY (the first administrator)");
+    if config.security.enforced && config.security.admin.is_none() {
+        bail!("--security enforced needs --admin NAME=PUBLIC_KEY (the first administrator)");
     }
     config.metrics_listen = args.metrics_listen;
     config.health_listen = args.health_listen;

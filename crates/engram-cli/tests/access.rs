@@ -499,3 +499,70 @@ async fn agents_grants_and_every_refusal_in_enforced_mode() {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     cluster.kill_all();
 }
+
+/// Nodes started with `--security enforced --admin NAME=KEY` (no `--bootstrap`) accept only the
+/// `Init` that names that mode and that administrator: a client that reaches them first
+/// cannot make itself the cluster's administrator.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_init_must_match_the_mode_and_administrator_the_nodes_expect() {
+    let dir = tempfile::tempdir().unwrap();
+    let keys = tempfile::tempdir().unwrap();
+    // Key files need no cluster; the endpoint is only parsed.
+    let cli = Cli {
+        endpoint: "127.0.0.1:1".into(),
+        dir: keys.path(),
+    };
+    let mut public = std::collections::BTreeMap::new();
+    for name in ["root", "intruder"] {
+        let out = keys.path().join(format!("{name}.key"));
+        let made = cli.ok(None, &["agent", "keygen", name, "--out", out.to_str().unwrap()]);
+        public.insert(name, made["public_key"].as_str().unwrap().to_string());
+    }
+    let expect = format!("root={}", public["root"]);
+    let args = ["--security", "enforced", "--admin", &expect].map(String::from);
+    let ports = free_ports(3).unwrap();
+    let mut cluster = LocalCluster::start(Path::new(EXE), dir.path(), &ports, &args).unwrap();
+    cluster.wait_all_answer(Duration::from_secs(60)).await.unwrap();
+    let cli = Cli {
+        endpoint: cluster.endpoints()[0].clone(),
+        dir: keys.path(),
+    };
+    let mut init = vec!["cluster".to_string(), "init".to_string()];
+    for (id, addr) in cluster.members() {
+        init.extend(["--member".to_string(), format!("{id}={addr}")]);
+    }
+    let init: Vec<&str> = init.iter().map(String::as_str).collect();
+    let intruder = keys.path().join("intruder.key");
+    for attempt in [
+        vec![
+            "--security",
+            "enforced",
+            "--admin-key",
+            intruder.to_str().unwrap(),
+        ],
+        vec!["--security", "open"],
+    ] {
+        let err = cli.fails(None, &[&init[..], &attempt[..]].concat());
+        assert!(err.contains("FAILED_PRECONDITION"), "{err}");
+        assert!(
+            err.contains("started with --security enforced --admin root="),
+            "{err}"
+        );
+    }
+    // Nothing was initialised by the refused attempts; the expected Init goes through.
+    let root = keys.path().join("root.key");
+    cli.ok(
+        None,
+        &[
+            &init[..],
+            &["--security", "enforced", "--admin-key", root.to_str().unwrap()],
+        ]
+        .concat(),
+    );
+    let who = cli.ok(Some("root.key"), &["whoami"]);
+    assert_eq!(
+        (who["principal"].as_str(), who["security"].as_str()),
+        (Some("root"), Some("enforced"))
+    );
+    cluster.kill_all();
+}

@@ -199,6 +199,26 @@ fn init_request(security: &PolicyOp) -> pb::InitRequest {
     req
 }
 
+/// A node started with `--security enforced --admin NAME=KEY` records no other mode and no
+/// other first administrator: whoever reaches it before the operator cannot initialise the
+/// cluster (or finish a cut-short initialisation) under an administrator of their own.
+fn expected(configured: &crate::Security, asked: &PolicyOp) -> Result<(), ApiError> {
+    if !configured.enforced {
+        return Ok(());
+    }
+    let wanted = configured.op();
+    if *asked == wanted {
+        return Ok(());
+    }
+    let admin = configured.admin.as_ref().map_or_else(
+        || "(none)".to_string(),
+        |(name, key)| format!("{name}={}", hex::encode(key.0)),
+    );
+    Err(ApiError::Conflict(format!(
+        "this node was started with --security enforced --admin {admin}; an Init asking for another mode or first administrator is refused"
+    )))
+}
+
 /// The security mode an `Init` asks for, validated.
 fn security_op(req: &pb::InitRequest) -> Result<PolicyOp, ApiError> {
     let mode = match req.security.as_str() {
@@ -232,6 +252,7 @@ impl pb::cluster_server::Cluster for ClusterService {
     async fn init(&self, request: Request<pb::InitRequest>) -> Result<Response<pb::InitResponse>, Status> {
         let req = request.into_inner();
         let security = security_op(&req)?;
+        expected(&self.shared.config.security, &security)?;
         let list: Vec<(u64, String)> = if req.members.is_empty() {
             vec![(self.shared.node.node_id, self.shared.config.advertise())]
         } else {
