@@ -569,6 +569,76 @@ impl EngramClient {
         })
     }
 
+    /// The namespace's schema, now or as of a transaction: `{"version", "strict",
+    /// "attributes": [{"ident", "type", "cardinality", "unique", "indexed", "component",
+    /// "doc", "deprecated", "since_tx"}]}` (`unique`: None, "identity" or "value").
+    #[pyo3(signature = (namespace, *, as_of_tx=None, stale=false))]
+    fn schema<'py>(
+        &self,
+        py: Python<'py>,
+        namespace: &str,
+        as_of_tx: Option<u64>,
+        stale: bool,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        let namespace = namespace_arg(namespace)?;
+        let client = self.client.clone();
+        let consistency = consistency(stale);
+        let response = self.run(py, async move {
+            client.schema(&namespace, as_of_tx, consistency).await
+        })?;
+        let out = PyDict::new(py);
+        out.set_item("version", response.version)?;
+        out.set_item("strict", response.strict)?;
+        let attributes = PyList::empty(py);
+        for a in response.attributes {
+            let Some(def) = a.def else { continue };
+            let row = PyDict::new(py);
+            row.set_item("ident", def.ident)?;
+            row.set_item("type", def.value_type)?;
+            let cardinality = match pb::Cardinality::try_from(def.cardinality) {
+                Ok(pb::Cardinality::Many) => "many",
+                _ => "one",
+            };
+            row.set_item("cardinality", cardinality)?;
+            let unique = match pb::Uniqueness::try_from(def.unique) {
+                Ok(pb::Uniqueness::Identity) => Some("identity"),
+                Ok(pb::Uniqueness::Value) => Some("value"),
+                _ => None,
+            };
+            row.set_item("unique", unique)?;
+            row.set_item("indexed", def.indexed)?;
+            row.set_item("component", def.component)?;
+            row.set_item("doc", def.doc)?;
+            row.set_item("deprecated", def.deprecated)?;
+            row.set_item("since_tx", a.since_tx)?;
+            attributes.append(row)?;
+        }
+        out.set_item("attributes", attributes)?;
+        Ok(out)
+    }
+
+    /// Every branch of the namespace: `{"name", "state" (open, merged or abandoned),
+    /// "fork_tx", "created_tx", "closed_tx", "writes"}`.
+    #[pyo3(signature = (namespace, *, stale=false))]
+    fn branches<'py>(&self, py: Python<'py>, namespace: &str, stale: bool) -> PyResult<Bound<'py, PyList>> {
+        let namespace = namespace_arg(namespace)?;
+        let client = self.client.clone();
+        let consistency = consistency(stale);
+        let response = self.run(py, async move { client.branches(&namespace, consistency).await })?;
+        let out = PyList::empty(py);
+        for b in response.branches {
+            let row = PyDict::new(py);
+            row.set_item("name", b.name)?;
+            row.set_item("state", b.state)?;
+            row.set_item("fork_tx", b.fork_tx)?;
+            row.set_item("created_tx", b.created_tx)?;
+            row.set_item("closed_tx", b.closed_tx)?;
+            row.set_item("writes", b.writes)?;
+            out.append(row)?;
+        }
+        Ok(out)
+    }
+
     /// The principal this client's requests are authenticated as, the cluster's security mode
     /// and the grants that apply: `{"principal", "security", "grants"}`.
     fn whoami<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {

@@ -141,6 +141,26 @@ def test_branch_merges_on_success_and_is_abandoned_on_error(db, ns):
     assert db.get(ns, plan)[":plan/step"] == "try A"
     with pytest.raises(engram.EngramError):
         db.transact(ns, [(plan, ":plan/step", "late")], branch="try-b")
+    states = {b["name"]: (b["state"], b["writes"]) for b in db.branches(ns)}
+    assert states == {"try-a": ("merged", 1), "try-b": ("abandoned", 1)}
+
+
+def test_schema_as_declared_and_as_of_before(db, ns):
+    before = db.transact(ns, [("x", ":free/form", "open namespace")])
+    declared = db.apply_schema(
+        ns,
+        [
+            {"ident": ":doc/key", "type": "string", "unique": "identity", "doc": "a stable name"},
+            {"ident": ":doc/tags", "type": "keyword", "cardinality": "many", "indexed": True},
+        ],
+    )
+    now = db.schema(ns)
+    assert now["strict"] is True
+    by_ident = {a["ident"]: a for a in now["attributes"]}
+    assert by_ident[":doc/key"]["unique"] == "identity" and by_ident[":doc/key"]["doc"] == "a stable name"
+    assert by_ident[":doc/tags"]["cardinality"] == "many" and by_ident[":doc/tags"]["indexed"] is True
+    assert by_ident[":doc/key"]["since_tx"] == declared.tx
+    assert db.schema(ns, as_of_tx=before.tx)["strict"] is False
 
 
 def test_watch_delivers_each_transaction_in_order(db, ns):
