@@ -36,6 +36,12 @@ def test_concurrent_writes_reads_and_an_async_watch(cluster, ns):
         except KeyError:
             pass
         assert (await db.get(ns, counter))[":c/n"] == 1
+        # The calls without an explicit async twin are awaitable too.
+        assert {b["name"]: b["state"] for b in await db.branches(ns)} == {
+            "async-try": "merged",
+            "async-fail": "abandoned",
+        }
+        assert (await db.schema(ns))["strict"] is False
 
         try:
             await db.transact(ns, [(counter, ":c/n", 3)], preconditions=[(counter, ":c/n", 0)])

@@ -93,6 +93,20 @@ class AsyncEngram:
     async def whoami(self):
         return await asyncio.to_thread(self.sync.whoami)
 
+    def __getattr__(self, name: str) -> Any:
+        """Every other call of `Engram` (schema, branches, agents, grants, roles, ...), awaitable
+        the same way."""
+        attr = getattr(self.sync, name)
+        if not callable(attr):
+            return attr
+
+        async def call(*args: Any, **kwargs: Any) -> Any:
+            return await asyncio.to_thread(attr, *args, **kwargs)
+
+        call.__name__ = name
+        call.__doc__ = attr.__doc__
+        return call
+
     def watch(self, namespace: str, **kwargs: Any) -> AsyncWatch:
         return AsyncWatch(self.sync.watch(namespace, **kwargs))
 
