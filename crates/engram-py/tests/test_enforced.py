@@ -143,3 +143,39 @@ def test_grants_on_attributes_redact_what_they_do_not_cover(enforced):
     with pytest.raises(engram.InvalidArgument, match="attribute"):
         admin.grant("eve", "schema", "team/hr", attribute=":person/*")
     assert {g["attribute"] for g in admin.grants("eve")} == {":person/*", ""}
+
+
+def test_the_mcp_server_signs_as_its_agent(enforced):
+    mcp = pytest.importorskip("mcp", reason="the MCP SDK is installed by crates/engram-py/check.sh")
+    import asyncio
+    import json
+
+    from mcp.client.stdio import stdio_client
+
+    from conftest import ENGRAM_BIN
+
+    c, _, bob_key = enforced
+    params = mcp.StdioServerParameters(
+        command=ENGRAM_BIN,
+        args=["-e", ",".join(c.endpoints), "--agent-key", str(bob_key), "mcp"],
+    )
+
+    async def session():
+        async with stdio_client(params) as (read, write):
+            async with mcp.ClientSession(read, write) as s:
+                await s.initialize()
+                allowed = await s.call_tool(
+                    "remember", {"namespace": "team/b", "facts": [{"entity": "n", "attribute": ":note/text", "value": "mine"}]}
+                )
+                denied = await s.call_tool(
+                    "remember", {"namespace": "team/a", "facts": [{"entity": "n", "attribute": ":note/text", "value": "not mine"}]}
+                )
+                return allowed, denied
+
+    allowed, denied = asyncio.run(asyncio.wait_for(session(), 60))
+    text = lambda r: "".join(x.text for x in r.content if x.type == "text")  # noqa: E731
+    assert not allowed.is_error, text(allowed)
+    entity = json.loads(text(allowed))["entities"]["n"]
+    bob = engram.Engram(c.endpoints, agent_key=bob_key)
+    assert bob.get("team/b", entity).datoms[0].agent == "bob"
+    assert denied.is_error and "PERMISSION_DENIED" in text(denied) and "team/a" in text(denied)
