@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
-use engram_access::{AgentKey, Principal, SYSTEM_NAMESPACE, prefix_covers};
+use engram_access::{AgentKey, Principal, SYSTEM_NAMESPACE, attribute_covers, prefix_covers};
 use engram_client::{Client, ClientConfig, ClientError};
 use engram_core::planted::{self, PlantedBug};
 use engram_core::reads::{self, ReadOptions};
@@ -485,16 +485,10 @@ fn granted_at(
         }
         let facts = text_facts(store, g.entity, as_of)?;
         let text = |a: &str| facts.get(a).cloned().unwrap_or_default();
-        let only = text(":engram.grant/attribute");
-        let covers = match only.strip_suffix('*') {
-            _ if only.is_empty() => true,
-            Some(prefix) => attribute.starts_with(prefix),
-            None => only == attribute,
-        };
         if text(":engram.grant/action") == action
             && text(":engram.grant/status") == "active"
             && prefix_covers(&text(":engram.grant/prefix"), ns)
-            && covers
+            && attribute_covers(&text(":engram.grant/attribute"), attribute)
         {
             return Ok(true);
         }

@@ -19,7 +19,8 @@ pub mod request;
 
 pub use keyfile::{AgentKey, KeyFileError};
 pub use policy::{
-    Action, Grant, Mode, Policy, PolicyOp, Principal, PrincipalError, SYSTEM_NAMESPACE, prefix_covers,
+    Action, Grant, Mode, Policy, PolicyOp, Principal, PrincipalError, SYSTEM_NAMESPACE, attribute_covers,
+    prefix_covers,
 };
 pub use replay::{ReplayError, ReplayGuard};
 pub use request::{RequestAuth, RequestError};

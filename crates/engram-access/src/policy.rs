@@ -207,6 +207,16 @@ pub fn prefix_covers(prefix: &str, namespace: &str) -> bool {
             && namespace.as_bytes()[prefix.len()] == b'/')
 }
 
+/// Whether a grant's attribute part `only` covers `attribute`: empty covers every attribute,
+/// `:hr/*` every attribute of that prefix, `:hr/salary` that one.
+pub fn attribute_covers(only: &str, attribute: &str) -> bool {
+    match only.strip_suffix('*') {
+        _ if only.is_empty() => true,
+        Some(prefix) => attribute.starts_with(prefix),
+        None => only == attribute,
+    }
+}
+
 /// One grant: `principal` may do `action` in every namespace `prefix` covers, on every
 /// attribute or only on `attribute`. The principal `*` stands for every authenticated
 /// principal.
@@ -258,13 +268,9 @@ impl Grant {
         Ok(())
     }
 
-    /// Whether the grant covers `attribute`: it names no attribute, that one, or its prefix.
+    /// Whether the grant covers `attribute` (see [`attribute_covers`]).
     pub fn covers_attribute(&self, attribute: &str) -> bool {
-        match self.attribute.strip_suffix('*') {
-            _ if self.attribute.is_empty() => true,
-            Some(prefix) => attribute.starts_with(prefix),
-            None => self.attribute == attribute,
-        }
+        attribute_covers(&self.attribute, attribute)
     }
 
     /// Whether the grant gives `principal` `action` on `namespace`, on any attribute.

@@ -4,7 +4,6 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use engram_access::AgentKey;
-use engram_access::request::RequestAuth;
 use engram_proto::pb::access_client::AccessClient;
 use engram_proto::pb::audit_client::AuditClient;
 use engram_proto::pb::cluster_client::ClusterClient;
@@ -948,18 +947,10 @@ pub(crate) struct Signer(Option<Arc<AgentKey>>);
 
 impl Signer {
     pub(crate) fn sign<T: prost::Message>(&self, method: &str, message: T) -> tonic::Request<T> {
-        let mut req = tonic::Request::new(message);
-        let Some(key) = &self.0 else {
-            return req;
-        };
-        let time_ms = now_ns() / 1_000_000;
-        let auth = RequestAuth::sign(key, method, &req.get_ref().encode_to_vec(), time_ms, nonce());
-        for (name, value) in auth.headers() {
-            if let Ok(value) = value.parse() {
-                req.metadata_mut().insert(name, value);
-            }
+        match &self.0 {
+            Some(key) => engram_proto::signed_request(key, method, message, now_ns() / 1_000_000, nonce()),
+            None => tonic::Request::new(message),
         }
-        req
     }
 }
 

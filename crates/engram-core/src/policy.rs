@@ -322,78 +322,77 @@ impl PolicyCache {
         action: Action,
         namespace: &str,
     ) -> Result<Result<(), Rejection>, CoreError> {
-        let denied = |who: &str| {
-            Ok(Err(Rejection::NotAuthorized {
-                principal: who.to_string(),
-                action: action.name().to_string(),
-                namespace: namespace.to_string(),
-            }))
-        };
-        let Some(p) = principal else {
-            return denied("(unauthenticated)");
-        };
-        let (row, policy) = self.principal(view, p.as_str())?;
-        let active = matches!(row, Some(r) if r.revoked_tx.is_none());
-        // A read needs some grant on the namespace: what the grants do not cover is
-        // answered redacted (see `ReadScope`); the other actions need a grant on all of it.
-        let allowed = if matches!(action, Action::Read | Action::ReadHistory | Action::Watch) {
-            policy.allows_some(p.as_str(), action, namespace)
-        } else {
-            policy.allows(p.as_str(), action, namespace)
-        };
-        if active && allowed {
-            Ok(Ok(()))
-        } else {
-            denied(p.as_str())
-        }
+        self.decide(view, principal, action, namespace, None)
     }
 
-    /// The grants of an active `principal` (none for a revoked or unknown one), for a read's
-    /// [`ReadScope`].
-    pub fn policy(&mut self, view: &dyn ReadView, principal: &Principal) -> Result<Policy, CoreError> {
-        let (row, policy) = self.principal(view, principal.as_str())?;
-        Ok(match row {
-            Some(r) if r.revoked_tx.is_none() => policy.clone(),
-            _ => Policy::default(),
-        })
-    }
-
-    /// Whether `principal` may do `action` on `attribute` in `namespace`, as a transaction
-    /// op needs.
-    fn check_attribute(
+    /// Whether `principal` may do `action` in `namespace`: on `attribute` (an op of a
+    /// transaction), or on the namespace as a whole (`None`; a read needs only some grant
+    /// there, and what its grants do not cover is answered redacted, see [`ReadScope`]).
+    fn decide(
         &mut self,
         view: &dyn ReadView,
         principal: Option<&Principal>,
         action: Action,
         namespace: &str,
-        attribute: &str,
+        attribute: Option<&str>,
     ) -> Result<Result<(), Rejection>, CoreError> {
-        // The refusal names the attribute only when the principal may do the action on
-        // other attributes of the namespace; otherwise the action alone is what it lacks.
-        let denied = |who: &str, some: bool| {
+        let refuse = |who: &str, what: String| {
             Ok(Err(Rejection::NotAuthorized {
                 principal: who.to_string(),
-                action: if some {
-                    format!("{} on {attribute}", action.name())
-                } else {
-                    action.name().to_string()
-                },
+                action: what,
                 namespace: namespace.to_string(),
             }))
         };
         let Some(p) = principal else {
-            return denied("(unauthenticated)", false);
+            return refuse("(unauthenticated)", action.name().to_string());
         };
-        let (row, policy) = self.principal(view, p.as_str())?;
+        let who = p.as_str();
+        let (row, policy) = self.principal(view, who)?;
         let active = matches!(row, Some(r) if r.revoked_tx.is_none());
-        if active && policy.allows_attribute(p.as_str(), action, namespace, attribute) {
-            Ok(Ok(()))
-        } else {
-            denied(
-                p.as_str(),
-                active && policy.allows_some(p.as_str(), action, namespace),
-            )
+        let allowed = match attribute {
+            Some(a) => policy.allows_attribute(who, action, namespace, a),
+            None if matches!(action, Action::Read | Action::ReadHistory | Action::Watch) => {
+                policy.allows_some(who, action, namespace)
+            }
+            None => policy.allows(who, action, namespace),
+        };
+        if active && allowed {
+            return Ok(Ok(()));
         }
+        // The refusal names the attribute only when the principal may do the action on other
+        // attributes of the namespace; otherwise the action alone is what it lacks.
+        let what = match attribute {
+            Some(a) if active && policy.allows_some(who, action, namespace) => {
+                format!("{} on {a}", action.name())
+            }
+            _ => action.name().to_string(),
+        };
+        refuse(who, what)
+    }
+
+    /// What `principal` may see of a read of `action` in `namespace`: `None` when its grants
+    /// cover every attribute there. The grants are copied only when they narrow the read.
+    pub fn read_scope(
+        &mut self,
+        view: &dyn ReadView,
+        principal: &Principal,
+        action: Action,
+        namespace: &str,
+    ) -> Result<Option<ReadScope>, CoreError> {
+        let (row, policy) = self.principal(view, principal.as_str())?;
+        let policy = match row {
+            Some(r) if r.revoked_tx.is_none() => policy,
+            _ => &Policy::default(),
+        };
+        if policy.allows(principal.as_str(), action, namespace) {
+            return Ok(None);
+        }
+        Ok(Some(ReadScope {
+            principal: principal.clone(),
+            action,
+            namespace: namespace.to_string(),
+            policy: policy.clone(),
+        }))
     }
 
     /// [`check_tx`], reading through the cache.
@@ -422,32 +421,23 @@ impl PolicyCache {
             }
             Some(Mode::Enforced) => {
                 let ns = req.namespace.as_str();
+                // The actions on facts are checked per op, on its attribute (a grant may cover
+                // some attributes only); the others on the namespace.
+                let mut checks: Vec<(Action, Option<&str>)> = Vec::new();
                 for action in actions_of(req) {
-                    // The actions on facts are checked per op, on its attribute: a grant may
-                    // cover some attributes only.
-                    let per_op: Vec<&str> = req
-                        .ops
-                        .iter()
-                        .filter(|op| match action {
-                            Action::Write => op.op == Op::Assert,
-                            Action::Retract => op.op == Op::Retract,
-                            _ => true,
-                        })
-                        .map(|op| op.attribute.as_str())
-                        .collect();
-                    let checked = if action.per_attribute() {
-                        let mut outcome = Ok(());
-                        for attribute in per_op {
-                            outcome = self.check_attribute(view, principal, action, ns, attribute)?;
-                            if outcome.is_err() {
-                                break;
-                            }
-                        }
-                        outcome
-                    } else {
-                        self.check_action(view, principal, action, ns)?
-                    };
-                    if let Err(r) = checked {
+                    if !action.per_attribute() {
+                        checks.push((action, None));
+                        continue;
+                    }
+                    let ops = req.ops.iter().filter(|op| match action {
+                        Action::Write => op.op == Op::Assert,
+                        Action::Retract => op.op == Op::Retract,
+                        _ => true,
+                    });
+                    checks.extend(ops.map(|op| (action, Some(op.attribute.as_str()))));
+                }
+                for (action, attribute) in checks {
+                    if let Err(r) = self.decide(view, principal, action, ns, attribute)? {
                         return Ok(Err(r));
                     }
                 }
@@ -480,20 +470,6 @@ pub struct ReadScope {
 }
 
 impl ReadScope {
-    /// The scope of a read by `principal` in enforced mode; `None` when its grants cover every
-    /// attribute (nothing to withhold).
-    pub fn of(principal: &Principal, action: Action, namespace: &str, policy: Policy) -> Option<ReadScope> {
-        if policy.allows(principal.as_str(), action, namespace) {
-            return None;
-        }
-        Some(ReadScope {
-            principal: principal.clone(),
-            action,
-            namespace: namespace.to_string(),
-            policy,
-        })
-    }
-
     /// Whether the values of `attribute` may be shown.
     pub fn shows(&self, attribute: &str) -> bool {
         self.policy

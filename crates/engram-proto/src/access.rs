@@ -52,6 +52,26 @@ pub fn role_request(req: &pb::RoleRequest) -> Result<(Principal, Principal), Wir
     Ok((agent, role))
 }
 
+/// `message` as a request to `method` signed by `key` at `time_ms` with `nonce`: the
+/// signature over its protobuf bytes travels in the request's metadata
+/// (`engram_access::request`). Clients and a joining node sign through this.
+pub fn signed_request<T: prost::Message>(
+    key: &engram_access::AgentKey,
+    method: &str,
+    message: T,
+    time_ms: i64,
+    nonce: [u8; 16],
+) -> tonic::Request<T> {
+    let auth = engram_access::RequestAuth::sign(key, method, &message.encode_to_vec(), time_ms, nonce);
+    let mut req = tonic::Request::new(message);
+    for (name, value) in auth.headers() {
+        if let Ok(value) = value.parse() {
+            req.metadata_mut().insert(name, value);
+        }
+    }
+    req
+}
+
 pub fn principal(field: &str, raw: String) -> Result<Principal, WireError> {
     Principal::new(raw).map_err(|e| WireError::new(field, e))
 }

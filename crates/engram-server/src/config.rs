@@ -142,15 +142,7 @@ pub fn signed_request<T: prost::Message>(
     );
     let mut nonce = [0u8; 16];
     nonce.copy_from_slice(&seed.finalize().as_bytes()[..16]);
-    let auth =
-        engram_access::RequestAuth::sign(key, method, &message.encode_to_vec(), now_ns / 1_000_000, nonce);
-    let mut req = tonic::Request::new(message);
-    for (name, value) in auth.headers() {
-        if let Ok(value) = value.parse() {
-            req.metadata_mut().insert(name, value);
-        }
-    }
-    req
+    engram_proto::signed_request(key, method, message, now_ns / 1_000_000, nonce)
 }
 
 impl ServerConfig {

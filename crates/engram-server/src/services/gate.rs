@@ -200,12 +200,7 @@ impl Shared {
                 Need::Action(action, namespace) => {
                     let verdict = cache.check_action(store, Some(&a.principal), *action, namespace)?;
                     let scope = if mode == Some(Mode::Enforced) && verdict.is_ok() && action.per_attribute() {
-                        ReadScope::of(
-                            &a.principal,
-                            *action,
-                            namespace,
-                            cache.policy(store, &a.principal)?,
-                        )
+                        cache.read_scope(store, &a.principal, *action, namespace)?
                     } else {
                         None
                     };
