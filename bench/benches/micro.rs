@@ -284,6 +284,7 @@ fn tx_entry(index: u64, prev_hash: Hash) -> AuditEntry {
         kind: EntryKind::Transaction {
             content_hash: Hash::of(&index.to_be_bytes()),
             datoms: 10,
+            author: None,
         },
         prev_hash,
     }

@@ -99,6 +99,7 @@ fn build_chain(len: u64, keys: &[NodeKey; 3], threads: usize) -> Chain {
                 EntryKind::Transaction {
                     content_hash: tx_content_hash(&[]),
                     datoms: 0,
+                    author: None,
                 }
             },
             prev_hash: prev,

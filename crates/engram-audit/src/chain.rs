@@ -614,6 +614,7 @@ mod tests {
                 EntryKind::Transaction {
                     content_hash: Hash::of(&index.to_be_bytes()),
                     datoms: 1,
+                    author: None,
                 }
             };
             let entry = AuditEntry {
@@ -816,6 +817,7 @@ mod tests {
         EntryKind::Transaction {
             content_hash: Hash::of(b"tx"),
             datoms: 1,
+            author: None,
         }
     }
 
@@ -1079,6 +1081,7 @@ mod tests {
             let kind = EntryKind::Transaction {
                 content_hash: Hash::of(&next.to_be_bytes()),
                 datoms: 2,
+                author: None,
             };
             append(&mut entries, kind, signer);
         }

@@ -13,8 +13,14 @@ pub const GENESIS_PREV_HASH: Hash = Hash::ZERO;
 /// What an entry records.
 #[derive(Clone, PartialEq, Eq, Debug, Serialize, Deserialize)]
 pub enum EntryKind {
-    /// An applied transaction. `content_hash` is [`tx_content_hash`] of its datoms.
-    Transaction { content_hash: Hash, datoms: u32 },
+    /// An applied transaction. `content_hash` is [`tx_content_hash`] of its datoms. `author`:
+    /// the agent whose signed request it executes (`None`: an unsigned request, or a change
+    /// the cluster makes itself).
+    Transaction {
+        content_hash: Hash,
+        datoms: u32,
+        author: Option<Box<Author>>,
+    },
     /// A membership change: the members and their public keys, ordered by node id. The first
     /// one is genesis, and its keys are the chain's trust root; later membership entries
     /// record who the members are but trust no key by themselves (see [`EntryKind::KeyChange`]).
@@ -28,6 +34,28 @@ pub enum EntryKind {
         #[serde(with = "sig_bytes")]
         authorization: [u8; 64],
     },
+}
+
+/// The agent whose signed request a transaction executes, and its signature: enough for a
+/// verifier to check the signature from the entry alone. The request itself (its canonical
+/// bytes, `engram_types::TxRequest::signed_bytes`) is kept beside the entry and exported with
+/// it, so the verifier can also hold what was signed against the datoms it produced.
+#[derive(Clone, PartialEq, Eq, Debug, Serialize, Deserialize)]
+pub struct Author {
+    /// The agent's name.
+    pub principal: String,
+    /// The agent's key the signature verifies with: the key the chain's policy records for the
+    /// agent at this entry.
+    pub key: PublicKey,
+    /// The gRPC method the request was signed for (`/engram.v1.Memory/Transact`, ...).
+    pub method: String,
+    /// blake3 of the request's canonical bytes.
+    pub request_hash: Hash,
+    /// When the agent signed, milliseconds since the Unix epoch (its clock).
+    pub time_ms: i64,
+    pub nonce: [u8; 16],
+    #[serde(with = "sig_bytes")]
+    pub signature: [u8; 64],
 }
 
 /// What a [`EntryKind::KeyChange`] does.
@@ -164,8 +192,29 @@ impl AuditEntry {
             .i64(self.tx_time_ns)
             .str(&self.namespace);
         match &self.kind {
-            EntryKind::Transaction { content_hash, datoms } => {
+            EntryKind::Transaction {
+                content_hash,
+                datoms,
+                author: None,
+            } => {
                 w.u8(1).raw(content_hash.as_bytes()).u32(*datoms);
+            }
+            // A separate tag, so entries without an author keep their bytes and hashes.
+            EntryKind::Transaction {
+                content_hash,
+                datoms,
+                author: Some(a),
+            } => {
+                w.u8(4)
+                    .raw(content_hash.as_bytes())
+                    .u32(*datoms)
+                    .str(&a.principal)
+                    .raw(&a.key.0)
+                    .str(&a.method)
+                    .raw(a.request_hash.as_bytes())
+                    .i64(a.time_ms)
+                    .raw(&a.nonce)
+                    .raw(&a.signature);
             }
             EntryKind::Membership { members } => {
                 let count = u32::try_from(members.len()).expect("membership beyond u32 members");
@@ -208,6 +257,28 @@ impl AuditEntry {
             1 => EntryKind::Transaction {
                 content_hash: r.hash("content_hash")?,
                 datoms: r.u32("datoms")?,
+                author: None,
+            },
+            4 => EntryKind::Transaction {
+                content_hash: r.hash("content_hash")?,
+                datoms: r.u32("datoms")?,
+                author: Some(Box::new(Author {
+                    principal: r.string("author principal")?,
+                    key: PublicKey(r.hash("author key")?.0),
+                    method: r.string("author method")?,
+                    request_hash: r.hash("author request hash")?,
+                    time_ms: r.i64("author time")?,
+                    nonce: {
+                        let mut nonce = [0u8; 16];
+                        nonce.copy_from_slice(r.take(16, "author nonce")?);
+                        nonce
+                    },
+                    signature: {
+                        let mut signature = [0u8; 64];
+                        signature.copy_from_slice(r.take(64, "author signature")?);
+                        signature
+                    },
+                })),
             },
             2 => {
                 let count = r.u32("member count")? as usize;
@@ -371,6 +442,7 @@ mod tests {
             kind: EntryKind::Transaction {
                 content_hash: Hash::of(&index.to_be_bytes()),
                 datoms: 2,
+                author: None,
             },
             prev_hash: prev,
         }
@@ -389,7 +461,29 @@ mod tests {
             },
             prev_hash: GENESIS_PREV_HASH,
         };
-        for entry in [membership, tx_entry(2, Hash::of(b"x"))] {
+        let mut authored = tx_entry(3, Hash::of(b"y"));
+        authored.kind = EntryKind::Transaction {
+            content_hash: Hash::of(b"datoms"),
+            datoms: 1,
+            author: Some(Box::new(Author {
+                principal: "alice".into(),
+                key: NodeKey::from_seed([2; 32]).public(),
+                method: "/engram.v1.Memory/Transact".into(),
+                request_hash: Hash::of(b"request"),
+                time_ms: -7,
+                nonce: [5; 16],
+                signature: [6; 64],
+            })),
+        };
+        // The author is part of the hash: an entry without it is another entry.
+        let mut stripped = authored.clone();
+        stripped.kind = EntryKind::Transaction {
+            content_hash: Hash::of(b"datoms"),
+            datoms: 1,
+            author: None,
+        };
+        assert_ne!(stripped.hash(), authored.hash());
+        for entry in [membership, tx_entry(2, Hash::of(b"x")), authored] {
             let unattested = SignedEntry::unattested(entry.clone());
             let entry_only = unattested.encode();
             assert_eq!(SignedEntry::decode(&entry_only).unwrap(), unattested);

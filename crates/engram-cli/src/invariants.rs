@@ -151,7 +151,7 @@ pub fn acked_writes_durable(acked: &[AckedTx], nodes: &[NodeView]) -> Vec<Violat
                 None => fail(format!("{}: audit entry {} is missing", a.label, a.audit_index)),
                 Some(e) => {
                     let content = tx_content_hash(&a.datom_hashes);
-                    let content_ok = matches!(&e.kind, EntryKind::Transaction { content_hash, datoms }
+                    let content_ok = matches!(&e.kind, EntryKind::Transaction { content_hash, datoms, .. }
                         if *content_hash == content && *datoms as usize == a.datom_hashes.len());
                     if e.tx != a.tx
                         || e.namespace != a.namespace.as_str()
@@ -355,6 +355,7 @@ mod tests {
                 kind: EntryKind::Transaction {
                     content_hash: tx_content_hash(&[d.hash()]),
                     datoms: 1,
+                    author: None,
                 },
                 hash: Hash::of(b"entry 2"),
             },

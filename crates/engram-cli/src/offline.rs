@@ -461,6 +461,14 @@ fn print_report(label: &str, report: &Report, json: bool) -> Result<()> {
         report.head_hash.as_deref().unwrap_or("(empty)")
     )?;
     outln!("  merkle root  {}", report.tree_root)?;
+    if !report.signed_by_agent.is_empty() {
+        let agents: Vec<String> = report
+            .signed_by_agent
+            .iter()
+            .map(|(agent, n)| format!("{agent} {n}"))
+            .collect();
+        outln!("  signed by    {} (transactions per agent)", agents.join(", "))?;
+    }
     if let Some(origin) = &report.origin {
         outln!("  origin       {origin}")?;
     }

@@ -946,7 +946,7 @@ impl Client {
 pub(crate) struct Signer(Option<Arc<AgentKey>>);
 
 impl Signer {
-    pub(crate) fn sign<T: prost::Message>(&self, method: &str, message: T) -> tonic::Request<T> {
+    pub(crate) fn sign<T: engram_proto::SignedBody>(&self, method: &str, message: T) -> tonic::Request<T> {
         match &self.0 {
             Some(key) => engram_proto::signed_request(key, method, message, now_ns() / 1_000_000, nonce()),
             None => tonic::Request::new(message),

@@ -184,6 +184,7 @@ pub fn verify_read_proof(
         let EntryKind::Transaction {
             content_hash,
             datoms: count,
+            ..
         } = signed.entry.kind
         else {
             return Err(at("its audit entry does not record a transaction".into()));

@@ -3,8 +3,8 @@ use std::sync::Arc;
 
 use engram_access::{PolicyOp, Principal};
 use engram_audit::{
-    AuditEntry, Checkpoint, EntryKind, GENESIS_PREV_HASH, KeyAction, KeyChangeRequest, KeyId, KeyRecord,
-    KeyRing, NodeKey, PublicKey, SignedCheckpoint, SignedEntry, apply_key_change, tx_content_hash,
+    AuditEntry, Author, Checkpoint, EntryKind, GENESIS_PREV_HASH, KeyAction, KeyChangeRequest, KeyId,
+    KeyRecord, KeyRing, NodeKey, PublicKey, SignedCheckpoint, SignedEntry, apply_key_change, tx_content_hash,
 };
 use engram_merkle::{Blake3, MerkleHasher};
 use engram_storage::{Durability, Layered, Mutation, Overlay, ReadView, Space, Store, WriteBatch};
@@ -798,7 +798,32 @@ impl Engine {
                 engine.apply_noop(batch)?;
                 return Ok(Err(rejection));
             }
-            engine.tx_in_group(log_index, proposed_time_ns, req, batch)
+            engine.tx_in_group(log_index, proposed_time_ns, req, None, batch)
+        })
+    }
+
+    /// Applies a transaction whose request `author` signed: the signature must hold at this
+    /// entry ([`policy::check_author`]), the agent is then checked like any principal, and the
+    /// entry records the signature, with the request's canonical bytes kept beside it (`W`
+    /// row) for the export.
+    pub fn apply_tx_signed(
+        &mut self,
+        log_index: u64,
+        proposed_time_ns: i64,
+        req: &TxRequest,
+        author: &Author,
+        batch: WriteBatch,
+    ) -> Result<TxOutcome, CoreError> {
+        self.in_group(|engine| {
+            let checked = match policy::check_author(&engine.view(), author, req)? {
+                Ok(principal) => policy::check_tx(&engine.view(), Some(&principal), req)?,
+                Err(rejection) => Err(rejection),
+            };
+            if let Err(rejection) = checked {
+                engine.apply_noop(batch)?;
+                return Ok(Err(rejection));
+            }
+            engine.tx_in_group(log_index, proposed_time_ns, req, Some(author), batch)
         })
     }
 
@@ -824,7 +849,7 @@ impl Engine {
                 }
             };
             let request = planned.request.clone();
-            let outcome = engine.tx_in_group(log_index, proposed_time_ns, &request, batch)?;
+            let outcome = engine.tx_in_group(log_index, proposed_time_ns, &request, None, batch)?;
             if let Ok(receipt) = &outcome {
                 let rows = planned.rows(receipt.tx, &receipt.temp_ids)?;
                 engine.pending.absorb(rows);
@@ -838,6 +863,7 @@ impl Engine {
         log_index: u64,
         proposed_time_ns: i64,
         req: &TxRequest,
+        author: Option<&Author>,
         mut batch: WriteBatch,
     ) -> Result<TxOutcome, CoreError> {
         let content = req.idempotency_key.as_ref().map(|_| request_content_hash(req));
@@ -907,6 +933,9 @@ impl Engine {
         for (key, value) in rows {
             batch.put(Space::State, key, value);
         }
+        if author.is_some() {
+            batch.put(Space::State, keys::signed_request(tx), req.signed_bytes());
+        }
         let datom_count = u32::try_from(datoms.len()).expect("op count is bounded by TxRequest::MAX_OPS");
         let entry = AuditEntry {
             index: head.index + 1,
@@ -916,6 +945,7 @@ impl Engine {
             kind: EntryKind::Transaction {
                 content_hash: tx_content_hash(&hashes),
                 datoms: datom_count,
+                author: author.map(|a| Box::new(a.clone())),
             },
             prev_hash: if planted::active(PlantedBug::WrongPrevHash) && (head.index + 1).is_multiple_of(4) {
                 Hash::of(b"planted: wrong prev_hash")

@@ -95,13 +95,22 @@ pub fn write_export<W: Write>(
             writer.write(&Record::Entry(bytes.clone()))?;
             summary.entries += 1;
             if let Ok(signed) = SignedEntry::decode(&bytes)
-                && matches!(signed.entry.kind, EntryKind::Transaction { .. })
+                && let EntryKind::Transaction { author, .. } = &signed.entry.kind
             {
                 let datoms = tx_datoms(store, signed.entry.tx)?;
                 writer.write(&Record::Datoms {
                     index: signed.entry.index,
                     datoms,
                 })?;
+                // A missing request row is exported as absent; the verifier reports it.
+                if author.is_some()
+                    && let Some(request) = store.get(Space::State, &keys::signed_request(signed.entry.tx))?
+                {
+                    writer.write(&Record::Request {
+                        index: signed.entry.index,
+                        bytes: request,
+                    })?;
+                }
             }
             while let Some((_, note)) = checkpoints.next_if(|(size, _)| *size == index) {
                 writer.write(&Record::Checkpoint(note))?;

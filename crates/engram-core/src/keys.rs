@@ -21,6 +21,7 @@
 //! | `L` | level(u8) position | Merkle tree node: root of the perfect subtree of `2^level` leaves from `position * 2^level` (level 0: leaf hashes) |
 //! | `X` | tx seq | the EAVT key of the transaction's datom `seq` (datoms by transaction) |
 //! | `U` | ns 0 entity attr 0 | the slot's live claims on main under a cardinality (see [`crate::current`]): what a write checks instead of the slot's history |
+//! | `W` | tx | the canonical bytes of the signed request a transaction executed (`TxRequest::signed_bytes`), for a transaction whose entry records an agent's signature |
 //! | `C` | tree size | this node's signed checkpoint of that size (a signed note) |
 //! | `M` | name | engine metadata (`Mhead`: the chain head, `Mcheckpoint`: this node's last checkpoint, `Mattested`: the index of this node's last attested entry, u64 big-endian) and the Raft layer's rows |
 //!
@@ -48,6 +49,7 @@ pub const MERKLE: u8 = b'L';
 pub const TX_DATOMS: u8 = b'X';
 pub const CHECKPOINT: u8 = b'C';
 pub const CURRENT: u8 = b'U';
+pub const SIGNED_REQUEST: u8 = b'W';
 
 pub const META_HEAD: &[u8] = b"Mhead";
 pub const META_CHECKPOINT: &[u8] = b"Mcheckpoint";
@@ -80,6 +82,13 @@ pub fn tx_datoms_prefix(tx: TxId) -> Vec<u8> {
 pub fn tx_datom(tx: TxId, seq: u32) -> Vec<u8> {
     let mut k = tx_datoms_prefix(tx);
     k.extend_from_slice(&seq.to_be_bytes());
+    k
+}
+
+pub fn signed_request(tx: TxId) -> Vec<u8> {
+    let mut k = Vec::with_capacity(9);
+    k.push(SIGNED_REQUEST);
+    k.extend_from_slice(&tx.0.to_be_bytes());
     k
 }
 

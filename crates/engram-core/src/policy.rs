@@ -23,10 +23,11 @@
 use std::collections::BTreeMap;
 
 use engram_access::{Action, Grant, Mode, Policy, PolicyOp, Principal, SYSTEM_NAMESPACE};
-use engram_audit::PublicKey;
+use engram_audit::{Author, PublicKey};
 use engram_storage::{KeyValue, ReadView, Space, WriteBatch};
 use engram_types::{
-    Attribute, BranchOp, EntityId, EntityRef, Namespace, Op, Provenance, Status, TxId, TxOp, TxRequest, Value,
+    Attribute, BranchOp, EntityId, EntityRef, Hash, Namespace, Op, Provenance, Status, TxId, TxOp, TxRequest,
+    Value,
 };
 use serde::{Deserialize, Serialize};
 
@@ -145,6 +146,40 @@ pub fn agent(view: &dyn ReadView, name: &str) -> Result<Option<AgentRow>, CoreEr
     view.get(Space::State, &agent_key(name))?
         .map(|bytes| decode_row("agent row", &bytes))
         .transpose()
+}
+
+/// Checks the agent signature a transaction entry will record against the policy at this
+/// entry: the agent exists and is not revoked, `author.key` is its key, and the signature is
+/// for `req` (its canonical bytes hash to `author.request_hash`). The Ed25519 signature itself
+/// was checked by the leader's gate and is checked again by any offline verifier; it is not
+/// re-checked here, where it would cost every replica a verification per write. Returns the
+/// agent as a principal.
+pub fn check_author(
+    view: &dyn ReadView,
+    author: &Author,
+    req: &TxRequest,
+) -> Result<Result<Principal, Rejection>, CoreError> {
+    let refuse = |why: String| Ok(Err(Rejection::Unauthenticated(why)));
+    let Ok(principal) = Principal::new(author.principal.clone()) else {
+        return refuse(format!("{:?} is not an agent name", author.principal));
+    };
+    let Some(row) = agent(view, principal.as_str())? else {
+        return refuse(format!("no agent named {principal}"));
+    };
+    if let Some(tx) = row.revoked_tx {
+        return refuse(format!("agent {principal} was revoked at tx {tx}"));
+    }
+    if row.key != author.key {
+        return refuse(format!(
+            "agent {principal} signed with key {}, but its key here is {}",
+            author.key.key_id(),
+            row.key.key_id()
+        ));
+    }
+    if Hash::of(&req.signed_bytes()) != author.request_hash {
+        return refuse(format!("agent {principal}'s signature is for another request"));
+    }
+    Ok(Ok(principal))
 }
 
 /// Every agent, by name.

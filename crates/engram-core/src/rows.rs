@@ -148,6 +148,10 @@ pub enum Rejection {
     Policy(String),
     /// The change would leave no active agent holding `grant` on every namespace.
     LockOut(String),
+    /// The agent's signature recorded with the transaction does not hold at its entry: the
+    /// agent is unknown or revoked, its key changed since the signature was checked, or the
+    /// signature is for another request.
+    Unauthenticated(String),
 }
 
 impl Rejection {
@@ -277,6 +281,7 @@ impl fmt::Display for Rejection {
             ),
             Rejection::Policy(why) => write!(f, "{why}"),
             Rejection::LockOut(why) => write!(f, "refused: {why}"),
+            Rejection::Unauthenticated(why) => write!(f, "not authenticated at this entry: {why}"),
             Rejection::IdempotencyKeyReused { key, first_tx } => write!(
                 f,
                 "idempotency key {key:?} was already used by tx {first_tx} for a transaction with different content; a retry must resend the same transaction, and a new transaction needs a new key"

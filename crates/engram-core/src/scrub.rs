@@ -732,11 +732,35 @@ impl<'a> Checker<'a> {
                 return Ok(None);
             }
         };
-        let EntryKind::Transaction { content_hash, datoms } = signed.entry.kind else {
+        let EntryKind::Transaction {
+            content_hash,
+            datoms,
+            author,
+        } = signed.entry.kind
+        else {
             return Ok(None);
         };
         self.report.transactions += 1;
         let index = signed.entry.index;
+        if let Some(author) = author {
+            match self.get(&keys::signed_request(signed.entry.tx))? {
+                None => self.mismatch(
+                    key,
+                    format!(
+                        "audit entry {index}: the request agent {} signed is missing",
+                        author.principal
+                    ),
+                ),
+                Some(bytes) if Hash::of(&bytes) != author.request_hash => self.mismatch(
+                    key,
+                    format!(
+                        "audit entry {index}: the stored request does not hash to the one agent {} signed",
+                        author.principal
+                    ),
+                ),
+                Some(_) => {}
+            }
+        }
         let prefix = keys::tx_datoms_prefix(signed.entry.tx);
         let rows = match self
             .store

@@ -52,17 +52,114 @@ pub fn role_request(req: &pb::RoleRequest) -> Result<(Principal, Principal), Wir
     Ok((agent, role))
 }
 
+/// What a request's signature covers, its *body*: the message's protobuf bytes, except for
+/// the calls that become a transaction (`Transact`, `ApplySchema` and the three branch calls),
+/// whose body is the transaction's canonical bytes (`TxRequest::signed_bytes`). Those bytes are
+/// what the state machine executes and what the audit chain keeps beside the transaction's
+/// entry, so an offline verifier can check the agent's signature and hold the request against
+/// the datoms without a protobuf decoder. Clients and servers take the body from here.
+pub trait SignedBody: prost::Message + Sized {
+    fn signed_body(&self, method: &str) -> Vec<u8> {
+        let _ = method;
+        self.encode_to_vec()
+    }
+}
+
+macro_rules! protobuf_body {
+    ($($t:ident),* $(,)?) => { $(impl SignedBody for pb::$t {})* };
+}
+
+protobuf_body!(
+    GetRequest,
+    HistoryRequest,
+    FindRequest,
+    WatchRequest,
+    DiffRequest,
+    GetSchemaRequest,
+    ListBranchesRequest,
+    EntriesRequest,
+    HeadRequest,
+    CheckpointRequest,
+    InclusionProofRequest,
+    ConsistencyProofRequest,
+    ExportRequest,
+    InitRequest,
+    StatusRequest,
+    AddNodeRequest,
+    RemoveNodeRequest,
+    RevokeKeyRequest,
+    RotateKeyRequest,
+    AddAgentRequest,
+    RotateAgentKeyRequest,
+    RevokeAgentRequest,
+    GrantRequest,
+    RoleRequest,
+    ListAgentsRequest,
+    ListGrantsRequest,
+    WhoAmIRequest,
+    KeyChangeProposal,
+);
+
+/// The body of a call that becomes a transaction. A message that does not convert into one is
+/// refused by the server before any signature is checked, so its body is its protobuf bytes.
+fn transaction_body<T: prost::Message>(
+    message: &T,
+    tx: Result<engram_types::TxRequest, WireError>,
+) -> Vec<u8> {
+    match tx {
+        Ok(tx) => tx.signed_bytes(),
+        Err(_) => message.encode_to_vec(),
+    }
+}
+
+impl SignedBody for pb::TransactRequest {
+    fn signed_body(&self, _: &str) -> Vec<u8> {
+        transaction_body(self, engram_types::TxRequest::try_from(self.clone()))
+    }
+}
+
+impl SignedBody for pb::ApplySchemaRequest {
+    fn signed_body(&self, _: &str) -> Vec<u8> {
+        transaction_body(self, crate::schema_request(self.clone()))
+    }
+}
+
+impl SignedBody for pb::CreateBranchRequest {
+    fn signed_body(&self, _: &str) -> Vec<u8> {
+        transaction_body(self, crate::create_branch_request(self.clone()))
+    }
+}
+
+impl SignedBody for pb::BranchRequest {
+    /// One message serves merging and abandoning: the method says which.
+    fn signed_body(&self, method: &str) -> Vec<u8> {
+        use engram_types::BranchOp;
+        let op = if method == methods::ABANDON_BRANCH {
+            |name| BranchOp::Abandon { name }
+        } else {
+            |name| BranchOp::Merge { name }
+        };
+        let tx = crate::branch_request(
+            self.namespace.clone(),
+            self.name.clone(),
+            self.provenance.clone(),
+            op,
+        );
+        transaction_body(self, tx)
+    }
+}
+
 /// `message` as a request to `method` signed by `key` at `time_ms` with `nonce`: the
-/// signature over its protobuf bytes travels in the request's metadata
+/// signature over its body ([`SignedBody`]) travels in the request's metadata
 /// (`engram_access::request`). Clients and a joining node sign through this.
-pub fn signed_request<T: prost::Message>(
+pub fn signed_request<T: SignedBody>(
     key: &engram_access::AgentKey,
     method: &str,
     message: T,
     time_ms: i64,
     nonce: [u8; 16],
 ) -> tonic::Request<T> {
-    let auth = engram_access::RequestAuth::sign(key, method, &message.encode_to_vec(), time_ms, nonce);
+    let auth = engram_access::RequestAuth::sign(key, method, &message.signed_body(method), time_ms, nonce);
     let mut req = tonic::Request::new(message);
     for (name, value) in auth.headers() {
         if let Ok(value) = value.parse() {

@@ -16,7 +16,7 @@ use engram_types::{
 use thiserror::Error;
 
 mod access;
-pub use access::{methods, principal, public_key, role_request, signed_request};
+pub use access::{SignedBody, methods, principal, public_key, role_request, signed_request};
 
 // Under madsim, messages travel as values and no codec runs.
 #[cfg(not(madsim))]

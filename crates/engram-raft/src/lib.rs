@@ -33,7 +33,7 @@ mod state_machine;
 use std::fmt;
 
 use engram_access::{PolicyOp, Principal};
-use engram_audit::KeyChangeRequest;
+use engram_audit::{Author, KeyChangeRequest};
 use engram_types::TxRequest;
 pub use log_store::LogStore;
 pub use node::{DivergenceAlarm, NodeError, NodeStatus, RaftNode, RaftSettings, RaftTiming, Waited};
@@ -76,6 +76,23 @@ pub enum Command {
         principal: Option<Principal>,
         proposed_time_ns: i64,
     },
+    /// A transaction whose request `author` signed, its signature checked by the leader. Apply
+    /// checks that the signature holds at this entry (the agent's key then, the request it
+    /// covers) and the agent's grants, and the entry records the signature.
+    TransactSigned {
+        request: TxRequest,
+        author: Author,
+        proposed_time_ns: i64,
+    },
+}
+
+/// Who proposes a transaction.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Proposer {
+    /// An unsigned request (`None`), or a principal known otherwise.
+    Unsigned(Option<Principal>),
+    /// A request signed by an agent: the entry will record the signature.
+    Signed(Author),
 }
 
 impl fmt::Display for Command {
@@ -103,6 +120,17 @@ impl fmt::Display for Command {
                 request.namespace,
                 request.ops.len(),
                 principal.as_ref().map_or("-", Principal::as_str)
+            ),
+            Command::TransactSigned {
+                request,
+                author,
+                proposed_time_ns,
+            } => write!(
+                f,
+                "transact(ns={}, ops={}, signed by={}, t={proposed_time_ns})",
+                request.namespace,
+                request.ops.len(),
+                author.principal
             ),
             Command::Policy {
                 op,

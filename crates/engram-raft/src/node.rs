@@ -15,7 +15,7 @@ use thiserror::Error;
 
 use crate::network::NetworkFactory;
 use crate::stages::{Stage, WriteStages};
-use crate::{Command, LogStore, NodeInfo, Raft, StateMachine, clock};
+use crate::{Command, LogStore, NodeInfo, Proposer, Raft, StateMachine, clock};
 
 /// The Raft timing and compaction settings of a node: the one type every layer passes on
 /// (server config, command-line flags, the benchmark cluster, the simulation), so the knobs
@@ -264,16 +264,19 @@ impl RaftNode {
     }
 
     /// Proposes a transaction, stamping it with this node's clock. Only the leader accepts.
-    pub async fn propose(
-        &self,
-        request: TxRequest,
-        principal: Option<Principal>,
-    ) -> Result<TxOutcome, NodeError> {
+    pub async fn propose(&self, request: TxRequest, by: Proposer) -> Result<TxOutcome, NodeError> {
         let proposed_time_ns = clock::now_ns().saturating_add(self.clock_skew_ns);
-        let command = Command::TransactAs {
-            request,
-            principal,
-            proposed_time_ns,
+        let command = match by {
+            Proposer::Unsigned(principal) => Command::TransactAs {
+                request,
+                principal,
+                proposed_time_ns,
+            },
+            Proposer::Signed(author) => Command::TransactSigned {
+                request,
+                author,
+                proposed_time_ns,
+            },
         };
         if engram_core::planted::active(engram_core::planted::PlantedBug::AckBeforeCommit) {
             return Ok(self.planted_ack_before_commit(command, proposed_time_ns));

@@ -168,6 +168,18 @@ impl StateMachine {
                 response.outcome =
                     Some(self.transact(index, proposed_time_ns, &request, principal.as_ref())?);
             }
+            EntryPayload::Normal(Command::TransactSigned {
+                request,
+                author,
+                proposed_time_ns,
+            }) => {
+                let extra = applied_row(&self.applied)?;
+                response.outcome = Some(
+                    self.engine
+                        .apply_tx_signed(index, proposed_time_ns, &request, &author, extra)
+                        .map_err(io_err)?,
+                );
+            }
             EntryPayload::Normal(Command::Policy {
                 op,
                 principal,

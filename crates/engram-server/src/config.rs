@@ -124,7 +124,7 @@ impl Security {
 /// `message` in a request signed by `key` for `method`, as a client signs it: the node's
 /// clock, and a nonce that is unique per request of this process (a hash of the node, the
 /// time and a counter; a nonce needs uniqueness, not secrecy).
-pub fn signed_request<T: prost::Message>(
+pub fn signed_request<T: engram_proto::SignedBody>(
     key: &engram_access::AgentKey,
     node_id: u64,
     method: &str,

@@ -177,6 +177,7 @@ impl ApiError {
                 Rejection::NotAuthorized { .. } => Code::PermissionDenied,
                 // Transient: the cluster is being initialised.
                 Rejection::NotConfigured => Code::Unavailable,
+                Rejection::Unauthenticated(_) => Code::Unauthenticated,
                 Rejection::AgentMismatch { .. } | Rejection::SystemNamespace => Code::InvalidArgument,
             },
             ApiError::Unauthenticated(_) => Code::Unauthenticated,

@@ -89,17 +89,33 @@ pub struct Datom {
     pub provenance: Provenance,
 }
 
-fn op_tag(op: Op) -> u8 {
+pub(crate) fn op_tag(op: Op) -> u8 {
     match op {
         Op::Assert => 1,
         Op::Retract => 2,
     }
 }
 
-fn status_tag(status: Status) -> u8 {
+pub(crate) fn status_tag(status: Status) -> u8 {
     match status {
         Status::Candidate => 1,
         Status::Verified => 2,
+    }
+}
+
+pub(crate) fn read_op(r: &mut Reader<'_>) -> Result<Op, DecodeError> {
+    match r.u8("op")? {
+        1 => Ok(Op::Assert),
+        2 => Ok(Op::Retract),
+        tag => Err(DecodeError::Tag { what: "op", tag }),
+    }
+}
+
+pub(crate) fn read_status(r: &mut Reader<'_>) -> Result<Status, DecodeError> {
+    match r.u8("provenance.status")? {
+        1 => Ok(Status::Candidate),
+        2 => Ok(Status::Verified),
+        tag => Err(DecodeError::Tag { what: "status", tag }),
     }
 }
 
@@ -209,11 +225,7 @@ impl Datom {
         let entity = EntityId(r.u64("entity")?);
         let attribute = Attribute::new(r.string("attribute")?)?;
         let value = decode_value(&mut r)?;
-        let op = match r.u8("op")? {
-            1 => Op::Assert,
-            2 => Op::Retract,
-            tag => return Err(DecodeError::Tag { what: "op", tag }),
-        };
+        let op = read_op(&mut r)?;
         let valid_from_ns = r.i64("valid_from")?;
         let valid_to_ns = r.opt_i64("valid_to")?;
         let tx = TxId(r.u64("tx")?);
@@ -222,11 +234,7 @@ impl Datom {
             session: r.string("provenance.session")?,
             source: r.string("provenance.source")?,
             confidence: r.f64("provenance.confidence")?,
-            status: match r.u8("provenance.status")? {
-                1 => Status::Candidate,
-                2 => Status::Verified,
-                tag => return Err(DecodeError::Tag { what: "status", tag }),
-            },
+            status: read_status(&mut r)?,
         };
         provenance.validate()?;
         r.finish()?;

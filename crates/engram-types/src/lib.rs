@@ -20,6 +20,7 @@ mod ids;
 mod namespace;
 mod schema;
 mod tx;
+mod tx_codec;
 mod value;
 
 pub use attribute::Attribute;
@@ -31,6 +32,7 @@ pub use ids::{EntityId, TxId};
 pub use namespace::Namespace;
 pub use schema::{AttributeDef, BranchName, BranchOp, Cardinality, Unique};
 pub use tx::{EntityRef, Precondition, TxOp, TxReceipt, TxRequest};
+pub use tx_codec::TX_REQUEST_FORMAT_VERSION;
 pub use value::{Value, ValueType, check_json_numbers};
 
 /// Format version of the canonical datom encoding. Bumped only with a new decoder arm, never

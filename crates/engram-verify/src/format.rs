@@ -10,6 +10,7 @@
 //! | `O` | header (first) | origin (str), exporting node id (u64), head index at export (u64), checksum (16 bytes) |
 //! | `E` | audit entry | the signed entry, exactly as stored (engram-audit's encoding) |
 //! | `D` | a transaction's datoms (right after its `E`) | entry index (u64), count (u32), each datom's canonical bytes (bytes) |
+//! | `R` | the request an agent signed (right after the `D` of an entry that records an agent's signature) | entry index (u64), the request's canonical bytes (bytes) |
 //! | `C` | checkpoint (right after the entry that completes its tree size) | the signed note text |
 //! | `Z` | end (last) | entries (u64), checkpoints (u64) |
 //!
@@ -31,8 +32,10 @@ use engram_types::codec::{Reader, Writer};
 pub const MAGIC: &[u8; 20] = b"ENGRAM-AUDIT-EXPORT\n";
 /// The format version this build writes. Version 2 lets an entry carry no attestation when a
 /// later one of the same node covers it (one signature per apply group); a build that reads
-/// only version 1 refuses it as newer instead of calling such entries damaged.
-pub const EXPORT_FORMAT_VERSION: u16 = 2;
+/// only version 1 refuses it as newer instead of calling such entries damaged. Version 3 adds
+/// the `R` record (and entries that record an agent's signature), which a version 2 reader
+/// would refuse record by record.
+pub const EXPORT_FORMAT_VERSION: u16 = 3;
 /// The oldest format version this build reads: version 1 exports (every entry attested) are
 /// valid version 2 content.
 pub const OLDEST_READ_FORMAT_VERSION: u16 = 1;
@@ -44,6 +47,7 @@ const TAG_HEADER: u8 = b'O';
 const TAG_ENTRY: u8 = b'E';
 const TAG_DATOMS: u8 = b'D';
 const TAG_CHECKPOINT: u8 = b'C';
+const TAG_REQUEST: u8 = b'R';
 const TAG_END: u8 = b'Z';
 
 /// One record of an export.
@@ -62,6 +66,12 @@ pub enum Record {
         index: u64,
         datoms: Vec<Vec<u8>>,
     },
+    /// The canonical bytes of the request an agent signed, executed by the transaction of
+    /// entry `index`.
+    Request {
+        index: u64,
+        bytes: Vec<u8>,
+    },
     /// A signed checkpoint note's text.
     Checkpoint(Vec<u8>),
     End {
@@ -76,6 +86,7 @@ impl Record {
             Record::Header { .. } => TAG_HEADER,
             Record::Entry(_) => TAG_ENTRY,
             Record::Datoms { .. } => TAG_DATOMS,
+            Record::Request { .. } => TAG_REQUEST,
             Record::Checkpoint(_) => TAG_CHECKPOINT,
             Record::End { .. } => TAG_END,
         }
@@ -103,6 +114,9 @@ impl Record {
                 for d in datoms {
                     w.bytes(d);
                 }
+            }
+            Record::Request { index, bytes } => {
+                w.u64(*index).bytes(bytes);
             }
             Record::End { entries, checkpoints } => {
                 w.u64(*entries).u64(*checkpoints);
@@ -150,6 +164,13 @@ impl Record {
                 }
                 r.finish()?;
                 Record::Datoms { index, datoms }
+            }
+            TAG_REQUEST => {
+                let mut r = Reader::new(&payload);
+                let index = r.u64("entry index")?;
+                let bytes = r.bytes("request")?.to_vec();
+                r.finish()?;
+                Record::Request { index, bytes }
             }
             TAG_END => {
                 let mut r = Reader::new(&payload);

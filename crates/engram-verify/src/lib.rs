@@ -13,6 +13,9 @@
 //!   datom belongs to that transaction;
 //! * the Merkle tree of the entries against every checkpoint's root, and every checkpoint's
 //!   signature against the key history (unknown, rotated-out or revoked signers are refused);
+//! * every transaction an agent signed: its signature against the agent key the chain's own
+//!   policy registered at that entry, and the signed request (an `R` record) against the
+//!   transaction's datoms (`authorship`);
 //! * the pinned checkpoint, if any: the export must contain it (same root at its size), which
 //!   exposes a truncated tail or a rewritten history even when the export is self-consistent.
 //!
@@ -23,8 +26,10 @@
 //! Must not depend on: storage, networking, an async runtime or a clock. Writing an export
 //! from a store is the core crate's job; this crate only defines and checks the format.
 
+mod authorship;
 pub mod format;
 mod verifier;
 
+pub use authorship::MAX_SIGNING_SKEW_MS;
 pub use format::{EXPORT_FORMAT_VERSION, ExportReader, ExportWriter, OpenError, Record};
 pub use verifier::{Failure, KeyReport, Report, VerifyError, VerifyOptions, leaf_hash, verify_export};

@@ -1,16 +1,18 @@
 //! The offline verifier: reads an export as a stream and checks everything in it against
 //! everything else, keeping O(keys + checkpoints) state.
 
+use std::collections::BTreeMap;
 use std::io::Read;
 
 use engram_audit::{
-    ChainError, ChainVerifier, EntryKind, KeyRecord, PublicKey, SignedCheckpoint, SignedEntry,
+    Author, ChainError, ChainVerifier, EntryKind, KeyRecord, PublicKey, SignedCheckpoint, SignedEntry,
     tx_content_hash,
 };
 use engram_merkle::{Blake3, CompactTree, MerkleHasher};
 use engram_types::{Datom, Hash};
 use serde::Serialize;
 
+use crate::authorship::Authorship;
 use crate::format::{EXPORT_FORMAT_VERSION, ExportReader, Next, OpenError, Record};
 
 /// What to check beyond the export itself.
@@ -87,6 +89,9 @@ pub struct Report {
     pub transactions: u64,
     pub datoms: u64,
     pub checkpoints: u64,
+    /// Transactions whose entries record an agent's signature, each checked (see
+    /// `authorship`): how many per agent.
+    pub signed_by_agent: BTreeMap<String, u64>,
     pub head_index: u64,
     pub head_hash: Option<String>,
     /// The Merkle root of all verified entries.
@@ -170,9 +175,20 @@ fn verify_with<R: Read>(
 struct PendingTx {
     index: u64,
     tx: u64,
+    tx_time_ns: i64,
     namespace: String,
     content_hash: Hash,
     datoms: u32,
+    author: Option<Box<Author>>,
+}
+
+/// A transaction whose entry records an agent's signature, waiting for the signed request.
+struct PendingRequest {
+    index: u64,
+    tx_time_ns: i64,
+    namespace: String,
+    author: Box<Author>,
+    datoms: Vec<Datom>,
 }
 
 struct Verifier<'a> {
@@ -190,6 +206,8 @@ struct Verifier<'a> {
     header: Option<(String, u64, u64)>,
     end: Option<(u64, u64, u64)>,
     awaiting_datoms: Option<PendingTx>,
+    awaiting_request: Option<PendingRequest>,
+    authorship: Authorship,
     transactions: u64,
     datoms: u64,
     /// Checkpoints seen, checked against the final key history at the end: (offset, note).
@@ -221,6 +239,8 @@ impl<'a> Verifier<'a> {
             header: None,
             end: None,
             awaiting_datoms: None,
+            awaiting_request: None,
+            authorship: Authorship::default(),
             transactions: 0,
             datoms: 0,
             checkpoints: Vec::new(),
@@ -315,6 +335,11 @@ impl<'a> Verifier<'a> {
                 "the transaction's datoms record is missing",
             );
         }
+        if !matches!(record, Record::Request { .. })
+            && let Some(pending) = self.awaiting_request.take()
+        {
+            self.request_missing(&pending, Some(offset));
+        }
         match record {
             Record::Header {
                 origin,
@@ -328,6 +353,7 @@ impl<'a> Verifier<'a> {
             }
             Record::Entry(bytes) => self.entry(offset, &bytes),
             Record::Datoms { index, datoms } => self.tx_datoms(offset, index, &datoms),
+            Record::Request { index, bytes } => self.request(offset, index, &bytes),
             Record::Checkpoint(text) => self.checkpoint(offset, &text),
             Record::End { entries, checkpoints } => self.end = Some((entries, checkpoints, offset)),
         }
@@ -378,14 +404,21 @@ impl<'a> Verifier<'a> {
         {
             self.root_at_pin = Some(self.tree.root());
         }
-        if let EntryKind::Transaction { content_hash, datoms } = signed.entry.kind {
+        if let EntryKind::Transaction {
+            content_hash,
+            datoms,
+            author,
+        } = signed.entry.kind
+        {
             self.transactions += 1;
             self.awaiting_datoms = Some(PendingTx {
                 index: signed.entry.index,
                 tx: signed.entry.tx.0,
+                tx_time_ns: signed.entry.tx_time_ns,
                 namespace: signed.entry.namespace.clone(),
                 content_hash,
                 datoms,
+                author,
             });
         }
     }
@@ -423,6 +456,7 @@ impl<'a> Verifier<'a> {
             );
         }
         let mut hashes = Vec::with_capacity(datoms.len());
+        let mut decoded = Vec::with_capacity(datoms.len());
         for (seq, bytes) in datoms.iter().enumerate() {
             hashes.push(Hash::of(bytes));
             match Datom::decode(bytes) {
@@ -442,7 +476,7 @@ impl<'a> Verifier<'a> {
                         tx.namespace
                     ),
                 ),
-                Ok(_) => {}
+                Ok(d) => decoded.push(d),
                 Err(e) => self.fail(
                     Some(index),
                     Some(offset),
@@ -450,6 +484,16 @@ impl<'a> Verifier<'a> {
                     format!("does not decode: {e}"),
                 ),
             }
+        }
+        self.authorship.observe(&decoded);
+        if let Some(author) = tx.author {
+            self.awaiting_request = Some(PendingRequest {
+                index,
+                tx_time_ns: tx.tx_time_ns,
+                namespace: tx.namespace.clone(),
+                author,
+                datoms: decoded,
+            });
         }
         let computed = tx_content_hash(&hashes);
         if computed != tx.content_hash {
@@ -463,6 +507,51 @@ impl<'a> Verifier<'a> {
                 ),
             );
         }
+    }
+
+    /// The request an agent signed, for the entry whose datoms came just before.
+    fn request(&mut self, offset: u64, index: u64, bytes: &[u8]) {
+        let Some(pending) = self.awaiting_request.take() else {
+            self.fail(
+                Some(index),
+                Some(offset),
+                "author.request",
+                "a request record that follows no transaction signed by an agent",
+            );
+            return;
+        };
+        if pending.index != index {
+            self.fail(
+                Some(pending.index),
+                Some(offset),
+                "author.request",
+                format!("the request record names entry {index}"),
+            );
+            return;
+        }
+        let faults = self.authorship.check(
+            index,
+            pending.tx_time_ns,
+            &pending.namespace,
+            &pending.author,
+            &pending.datoms,
+            bytes,
+        );
+        for (field, message) in faults {
+            self.fail(Some(index), Some(offset), field, message);
+        }
+    }
+
+    fn request_missing(&mut self, pending: &PendingRequest, offset: Option<u64>) {
+        self.fail(
+            Some(pending.index),
+            offset,
+            "author.request",
+            format!(
+                "the entry records a request signed by agent {}, and the export does not carry it",
+                pending.author.principal
+            ),
+        );
     }
 
     fn checkpoint(&mut self, offset: u64, text: &[u8]) {
@@ -589,6 +678,7 @@ impl<'a> Verifier<'a> {
             transactions: self.transactions,
             datoms: self.datoms,
             checkpoints: self.checkpoints.len() as u64,
+            signed_by_agent: std::mem::take(&mut self.authorship.signed),
             head_index: self.chain.checked(),
             head_hash: self.chain.head().map(|h| h.to_hex()),
             tree_root: hex(&self.tree.root()),
@@ -609,6 +699,9 @@ impl<'a> Verifier<'a> {
                 "datoms",
                 "the transaction's datoms record is missing",
             );
+        }
+        if let Some(pending) = self.awaiting_request.take() {
+            self.request_missing(&pending, None);
         }
         for error in self.chain.unadmitted().into_iter().chain(self.chain.uncovered()) {
             self.fail(
@@ -775,6 +868,7 @@ mod tests {
                 EntryKind::Transaction {
                     content_hash: tx_content_hash(&[]),
                     datoms: 0,
+                    author: None,
                 }
             };
             let entry = AuditEntry {

@@ -17,7 +17,10 @@ pub fn check(replicas: &[Replica]) -> Vec<Violation> {
         let mut chained = BTreeSet::new();
         for stored in &r.entries {
             let Ok(signed) = &stored.entry else { continue };
-            let EntryKind::Transaction { content_hash, datoms } = &signed.entry.kind else {
+            let EntryKind::Transaction {
+                content_hash, datoms, ..
+            } = &signed.entry.kind
+            else {
                 continue;
             };
             let tx = signed.entry.tx;

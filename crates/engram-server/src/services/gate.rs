@@ -18,9 +18,9 @@ use std::sync::Mutex;
 
 use engram_access::request::{HEADERS, RequestAuth};
 use engram_access::{Action, Mode, Principal, ReplayGuard};
-use engram_audit::{PublicKey, Verifier};
+use engram_audit::{Author, PublicKey, Verifier};
 use engram_core::policy::{PolicyCache, ReadScope};
-use prost::Message;
+use engram_proto::SignedBody;
 use tonic::metadata::{AsciiMetadataValue, MetadataMap};
 
 use super::{FORWARDED, Shared};
@@ -105,6 +105,9 @@ pub struct Caller {
     /// For a read in enforced mode whose grants cover only some attributes: what may be shown
     /// (the rest is returned redacted). `None`: everything.
     pub scope: Option<ReadScope>,
+    /// For a call that becomes a transaction ([`Need::Principal`]) signed by a verified agent:
+    /// the signature as the transaction's audit entry records it.
+    pub author: Option<Author>,
     signature: Vec<(&'static str, AsciiMetadataValue)>,
 }
 
@@ -120,6 +123,7 @@ impl Caller {
             mode: None,
             forwarded: meta.contains_key(FORWARDED),
             scope: None,
+            author: None,
             signature: signature_headers(meta),
         }
     }
@@ -177,12 +181,24 @@ impl Shared {
         self.with_policy(|cache, store| cache.check_tx(store, principal, tx))
     }
 
-    /// Authenticates a call of `method` (its metadata `meta` and message `body`) and checks
+    /// Authenticates a call of `method` (its metadata `meta` and message `message`) and checks
     /// `need`; see the module docs.
-    pub fn admit<T: Message>(
+    pub fn admit<T: SignedBody>(
         &self,
         meta: &MetadataMap,
-        body: &T,
+        message: &T,
+        method: &str,
+        need: Need,
+    ) -> Result<Caller, ApiError> {
+        self.admit_body(meta, &message.signed_body(method), method, need)
+    }
+
+    /// [`Shared::admit`] given the call's signed body (for a call that becomes a transaction,
+    /// the transaction's canonical bytes, which the caller has at hand).
+    pub fn admit_body(
+        &self,
+        meta: &MetadataMap,
+        body: &[u8],
         method: &str,
         need: Need,
     ) -> Result<Caller, ApiError> {
@@ -210,6 +226,7 @@ impl Shared {
             };
             Ok((mode, agent, verdict, scope))
         })?;
+        let mut author = None;
         let principal = match auth {
             None => None,
             Some(auth) => {
@@ -225,7 +242,8 @@ impl Shared {
                     )));
                 }
                 let verifier = self.gate.verifier(&row.key)?;
-                auth.verify_with(&row.key, verifier.as_ref(), method, &body.encode_to_vec())
+                let body_hash = engram_types::Hash::of(body);
+                auth.verify_hash(&row.key, verifier.as_ref(), method, body_hash.as_bytes())
                     .map_err(|e| ApiError::Unauthenticated(e.to_string()))?;
                 let now_ms = engram_raft::clock::now_ns() / 1_000_000;
                 self.gate
@@ -234,6 +252,17 @@ impl Shared {
                     .map_err(|_| ApiError::Internal("replay guard poisoned".into()))?
                     .admit(&auth, now_ms)
                     .map_err(|e| ApiError::Unauthenticated(e.to_string()))?;
+                if matches!(need, Need::Principal) {
+                    author = Some(Author {
+                        principal: auth.principal.to_string(),
+                        key: row.key,
+                        method: method.to_string(),
+                        request_hash: body_hash,
+                        time_ms: auth.time_ms,
+                        nonce: auth.nonce,
+                        signature: auth.signature,
+                    });
+                }
                 Some(auth.principal)
             }
         };
@@ -265,6 +294,7 @@ impl Shared {
             forwarded: meta.contains_key(FORWARDED),
             // Only a verified principal's grants narrow what it is shown.
             scope: if mode == Some(Mode::Enforced) { scope } else { None },
+            author,
             signature: signature_headers(meta),
         })
     }

@@ -4,6 +4,7 @@ use engram_access::Action;
 use engram_core::policy::ReadScope;
 use engram_core::reads;
 use engram_proto::{methods, pb};
+use engram_raft::Proposer;
 use engram_types::{BranchOp, EntityId, TxId, TxRequest};
 use prost::Message;
 use tonic::metadata::MetadataMap;
@@ -52,12 +53,18 @@ impl MemoryService {
         }
         // The leader checks: who signed, and (by the policy it has applied) whether they may;
         // apply checks again at the transaction's own log entry.
-        let caller = call.admit(&self.shared, &meta)?;
+        let caller = self
+            .shared
+            .admit_body(&meta, &tx.signed_bytes(), call.method(), Need::Principal)?;
         if let Err(rejection) = self.shared.check_tx(caller.principal.as_ref(), &tx)? {
             return Err(ApiError::Rejected(rejection));
         }
         let proposed = std::time::Instant::now();
-        match self.shared.node.propose(tx, caller.principal.clone()).await {
+        let by = match &caller.author {
+            Some(author) => Proposer::Signed(author.clone()),
+            None => Proposer::Unsigned(caller.principal.clone()),
+        };
+        match self.shared.node.propose(tx, by).await {
             Ok(Ok(receipt)) => {
                 let span = tracing::Span::current();
                 span.record("tx_id", receipt.tx.0);
@@ -138,14 +145,15 @@ impl WriteCall {
         }
     }
 
-    /// Authenticates the call at the node that serves it (see `gate`).
-    fn admit(&self, shared: &Shared, meta: &MetadataMap) -> Result<Caller, ApiError> {
+    /// The method the call was signed for. Its signed body is the transaction's canonical
+    /// bytes (`engram_proto::SignedBody`), which the caller computes from the converted request.
+    fn method(&self) -> &'static str {
         match self {
-            WriteCall::Transact(m) => shared.admit(meta, m, methods::TRANSACT, Need::Principal),
-            WriteCall::ApplySchema(m) => shared.admit(meta, m, methods::APPLY_SCHEMA, Need::Principal),
-            WriteCall::CreateBranch(m) => shared.admit(meta, m, methods::CREATE_BRANCH, Need::Principal),
-            WriteCall::MergeBranch(m) => shared.admit(meta, m, methods::MERGE_BRANCH, Need::Principal),
-            WriteCall::AbandonBranch(m) => shared.admit(meta, m, methods::ABANDON_BRANCH, Need::Principal),
+            WriteCall::Transact(_) => methods::TRANSACT,
+            WriteCall::ApplySchema(_) => methods::APPLY_SCHEMA,
+            WriteCall::CreateBranch(_) => methods::CREATE_BRANCH,
+            WriteCall::MergeBranch(_) => methods::MERGE_BRANCH,
+            WriteCall::AbandonBranch(_) => methods::ABANDON_BRANCH,
         }
     }
 

@@ -101,6 +101,7 @@ impl Chain {
         let entry = self.next_entry(namespace, EntryKind::Transaction {
             content_hash: Hash::ZERO,
             datoms: 0,
+            author: None,
         });
         let datoms: Vec<Vec<u8>> = values
             .into_iter()
@@ -133,6 +134,7 @@ impl Chain {
             kind: EntryKind::Transaction {
                 content_hash: tx_content_hash(&hashes),
                 datoms: datoms.len() as u32,
+                author: None,
             },
             ..entry
         };

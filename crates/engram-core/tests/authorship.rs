@@ -1,0 +1,243 @@
+//! Agent-signed transactions at the state machine and in the export: apply records the
+//! agent's signature in the entry and keeps the signed request beside it; it refuses a
+//! signature that does not hold at the entry (another key, another request); and the offline
+//! verifier proves which agent wrote each transaction, catching what apply does not re-check
+//! (a forged signature, a replayed one) even when the node attested its own chain.
+#![allow(clippy::unwrap_used)] // test helpers: a failed set-up step should stop the test loudly
+
+use std::sync::Arc;
+
+use engram_access::request::RequestAuth;
+use engram_access::{AgentKey, Mode, PolicyOp, Principal};
+use engram_audit::{Author, NodeKey};
+use engram_core::{Engine, Rejection, TxOutcome, export, keys, policy};
+use engram_storage::{MemStore, ReadView, Space, Store, WriteBatch};
+use engram_types::{Attribute, EntityRef, Hash, Namespace, Op, Provenance, TxOp, TxRequest, Value};
+use engram_verify::format::{ExportReader, ExportWriter, Next, Record};
+use engram_verify::{Report, VerifyOptions, verify_export};
+
+const METHOD: &str = "/engram.v1.Memory/Transact";
+
+fn alice() -> AgentKey {
+    AgentKey::from_seed(Principal::new("alice").unwrap(), [3; 32])
+}
+
+struct Node {
+    store: Arc<MemStore>,
+    engine: Engine,
+    log: u64,
+}
+
+impl Node {
+    /// An enforced cluster whose administrator is alice.
+    fn enforced() -> Node {
+        let store = Arc::new(MemStore::new());
+        let key = NodeKey::from_seed([5; 32]);
+        let mut engine = Engine::open(store.clone(), Arc::new(NodeKey::from_seed(key.seed()))).unwrap();
+        let mut extra = WriteBatch::new();
+        policy::pending_mode_row(&mut extra);
+        engine
+            .apply_membership(1, vec![(1, key.public())], extra)
+            .unwrap();
+        let mut node = Node {
+            store,
+            engine,
+            log: 1,
+        };
+        let configure = PolicyOp::Configure {
+            mode: Mode::Enforced,
+            admin: Some((alice().principal.clone(), alice().public())),
+        };
+        let (index, t) = node.next();
+        node.engine
+            .apply_policy(index, t, &configure, None, WriteBatch::new())
+            .unwrap()
+            .unwrap();
+        node
+    }
+
+    fn next(&mut self) -> (u64, i64) {
+        self.log += 1;
+        (self.log, 1_000_000_000 * self.log as i64)
+    }
+
+    fn signed(&mut self, req: &TxRequest, author: &Author) -> TxOutcome {
+        let (index, t) = self.next();
+        self.engine
+            .apply_tx_signed(index, t, req, author, WriteBatch::new())
+            .unwrap()
+    }
+
+    fn export(&self) -> Vec<u8> {
+        let mut out = Vec::new();
+        export::write_export(self.store.as_ref(), &mut out, 1, |_, _| {}).unwrap();
+        out
+    }
+
+    fn state(&self) -> Vec<(Vec<u8>, Vec<u8>)> {
+        let mut rows = Vec::new();
+        self.store
+            .for_each(Space::State, &mut |k, v| {
+                rows.push((k.to_vec(), v.to_vec()));
+                Ok(())
+            })
+            .unwrap();
+        rows
+    }
+}
+
+fn note(text: &str) -> TxRequest {
+    TxRequest::data(
+        Namespace::new("team/a").unwrap(),
+        vec![TxOp {
+            op: Op::Assert,
+            entity: EntityRef::Temp("t".into()),
+            attribute: Attribute::new(":note/text").unwrap(),
+            value: Value::String(text.into()),
+            valid_from_ns: None,
+            valid_to_ns: None,
+        }],
+        Provenance {
+            agent: "alice".into(),
+            confidence: 1.0,
+            ..Default::default()
+        },
+    )
+}
+
+/// `req` signed by `key` with `nonce`, as the leader's gate records it. The signing time is
+/// near the entries' transaction times (`Node::next`).
+fn author(key: &AgentKey, req: &TxRequest, nonce: u8) -> Author {
+    let bytes = req.signed_bytes();
+    let auth = RequestAuth::sign(key, METHOD, &bytes, 3_000, [nonce; 16]);
+    Author {
+        principal: key.principal.to_string(),
+        key: key.public(),
+        method: METHOD.into(),
+        request_hash: Hash::of(&bytes),
+        time_ms: auth.time_ms,
+        nonce: auth.nonce,
+        signature: auth.signature,
+    }
+}
+
+fn verify(bytes: &[u8]) -> Report {
+    let options = VerifyOptions {
+        all: true,
+        ..Default::default()
+    };
+    verify_export(bytes, &options, |_, _| {}).unwrap()
+}
+
+fn failures(report: &Report) -> Vec<(Option<u64>, String)> {
+    report
+        .failures
+        .iter()
+        .map(|f| (f.index, f.field.clone()))
+        .collect()
+}
+
+#[test]
+fn a_signed_transaction_records_its_author_and_the_export_proves_it() {
+    let mut node = Node::enforced();
+    let req = note("hello");
+    let receipt = node.signed(&req, &author(&alice(), &req, 1)).unwrap();
+    // The request the agent signed is kept beside the entry, exactly.
+    let kept = node
+        .store
+        .get(Space::State, &keys::signed_request(receipt.tx))
+        .unwrap();
+    assert_eq!(kept, Some(req.signed_bytes()));
+    let second = note("world");
+    node.signed(&second, &author(&alice(), &second, 2)).unwrap();
+
+    let report = verify(&node.export());
+    assert!(report.ok(), "{:?}", report.failures);
+    assert_eq!(report.signed_by_agent.get("alice"), Some(&2));
+}
+
+#[test]
+fn apply_refuses_a_signature_that_does_not_hold_at_its_entry() {
+    let mut node = Node::enforced();
+    let before = node.state();
+    let req = note("hello");
+    // Signed by a key that is not alice's.
+    let mallory = AgentKey::from_seed(Principal::new("alice").unwrap(), [4; 32]);
+    let refused = node.signed(&req, &author(&mallory, &req, 1));
+    assert!(
+        matches!(&refused, Err(Rejection::Unauthenticated(why)) if why.contains("signed with key")),
+        "{refused:?}"
+    );
+    // Alice's signature, but over another request.
+    let refused = node.signed(&req, &author(&alice(), &note("other"), 2));
+    assert!(
+        matches!(&refused, Err(Rejection::Unauthenticated(why)) if why.contains("another request")),
+        "{refused:?}"
+    );
+    // An agent the chain does not know.
+    let bob = AgentKey::from_seed(Principal::new("bob").unwrap(), [5; 32]);
+    let mut as_bob = note("hello");
+    as_bob.provenance.agent = "bob".into();
+    let refused = node.signed(&as_bob, &author(&bob, &as_bob, 3));
+    assert!(
+        matches!(&refused, Err(Rejection::Unauthenticated(why)) if why.contains("no agent named bob")),
+        "{refused:?}"
+    );
+    // Nothing but the Raft layer's applied position moved (these tests write none).
+    assert_eq!(node.state(), before);
+}
+
+#[test]
+fn the_verifier_catches_a_forged_or_replayed_signature_the_node_attested() {
+    let mut node = Node::enforced();
+    let req = note("hello");
+    let honest = author(&alice(), &req, 1);
+    node.signed(&req, &honest).unwrap();
+    // A node that writes as alice without her key: apply checks the key and the request, not
+    // the Ed25519 signature (the leader's gate does, once), so the node attests this entry.
+    let forged_req = note("transfer everything");
+    let mut forged = author(&alice(), &forged_req, 2);
+    forged.signature = [7; 64];
+    let forged_tx = node.signed(&forged_req, &forged).unwrap();
+    // And one that replays alice's honest request into a second transaction.
+    let replayed_tx = node.signed(&req, &honest).unwrap();
+
+    let report = verify(&node.export());
+    assert_eq!(
+        failures(&report),
+        vec![
+            (Some(forged_tx.audit_index), "author.signature".to_string()),
+            (Some(replayed_tx.audit_index), "author.nonce".to_string()),
+        ],
+        "{:?}",
+        report.failures
+    );
+
+    // The request record altered in the export: named at its entry.
+    let bytes = node.export();
+    let mut reader = ExportReader::open(bytes.as_slice()).unwrap();
+    let mut out = ExportWriter::new(Vec::new()).unwrap();
+    let mut altered_at = None;
+    while let Ok(Next::Record { record, .. }) = reader.next_record() {
+        let record = match record {
+            Record::Request { index, bytes } if altered_at.is_none() => {
+                let mut req = TxRequest::decode_signed(&bytes).unwrap();
+                req.ops[0].value = Value::String("goodbye".into());
+                altered_at = Some(index);
+                Record::Request {
+                    index,
+                    bytes: req.signed_bytes(),
+                }
+            }
+            other => other,
+        };
+        out.write(&record).unwrap();
+    }
+    let report = verify(&out.into_inner().unwrap());
+    let first = &report.failures[0];
+    assert_eq!(
+        (first.index, first.field.as_str()),
+        (altered_at, "author.request")
+    );
+    assert!(first.message.contains("hashes to"), "{}", first.message);
+}
