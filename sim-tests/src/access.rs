@@ -52,6 +52,9 @@ pub struct AccessReport {
     pub crashes: u64,
     /// Transactions of the agents' namespaces the checker judged (summed over replicas).
     pub judged: u64,
+    /// Transactions whose entries record an agent's signature, each proven by the offline
+    /// verifier on the replica's export (summed over replicas).
+    pub signed: u64,
 }
 
 impl AccessReport {
@@ -255,8 +258,35 @@ async fn simulate(seed: u64, bug: Option<PlantedBug>) -> Result<AccessReport, St
                 .violations
                 .push(format!("node {}: cannot read: {e}", node.id)),
         }
+        // Which agent wrote each transaction, as an auditor proves it from the export.
+        match authorship(&*node.store, node.id) {
+            Ok((signed, failure)) => {
+                report.signed += signed;
+                report
+                    .violations
+                    .extend(failure.map(|f| format!("node {}: audit: {f}", node.id)));
+            }
+            Err(e) => report
+                .violations
+                .push(format!("node {}: cannot export: {e}", node.id)),
+        }
     }
     Ok(report)
+}
+
+/// Exports `store`'s chain and verifies it: the transactions proven signed by an agent, and
+/// the first failure, if any.
+fn authorship(store: &dyn engram_storage::Store, node: u64) -> Result<(u64, Option<String>), String> {
+    let mut bytes = Vec::new();
+    engram_core::export::write_export(store, &mut bytes, node, |_, _| {}).map_err(|e| e.to_string())?;
+    let report = engram_verify::verify_export(
+        bytes.as_slice(),
+        &engram_verify::VerifyOptions::default(),
+        |_, _| {},
+    )
+    .map_err(|e| e.to_string())?;
+    let signed = report.signed_by_agent.values().sum();
+    Ok((signed, report.failures.first().map(ToString::to_string)))
 }
 
 /// Retries a policy change until it is acknowledged, or refused as already made.

@@ -12,8 +12,8 @@ fn no_transaction_applies_without_a_grant_at_its_index() {
     for seed in 0..3 {
         let r = run_access_seed(seed, None);
         println!(
-            "access seed {seed}: {} acked, {} denied, {} grant changes, {} crashes, {} transactions judged",
-            r.acked, r.denied, r.flips, r.crashes, r.judged
+            "access seed {seed}: {} acked, {} denied, {} grant changes, {} crashes, {} transactions judged, {} proven signed",
+            r.acked, r.denied, r.flips, r.crashes, r.judged, r.signed
         );
         assert!(r.passed(), "access seed {seed}: {:?} {:?}", r.violations, r.panic);
         // The run must have exercised what it claims: writes, refusals and grant changes.
@@ -28,6 +28,12 @@ fn no_transaction_applies_without_a_grant_at_its_index() {
             r.denied
         );
         assert!(r.flips > 5, "access seed {seed}: only {} grant changes", r.flips);
+        assert!(
+            r.signed >= r.acked,
+            "access seed {seed}: {} transactions proven signed, {} acked",
+            r.signed,
+            r.acked
+        );
         assert!(
             r.judged >= r.acked,
             "access seed {seed}: judged {} of {} acked",
@@ -67,6 +73,24 @@ fn skipping_the_grant_check_is_caught() {
     assert!(
         r.violations.iter().any(|v| v.contains("no write grant")),
         "the planted SkipGrantCheck was not caught: {:?}",
+        r.violations
+    );
+}
+
+#[test]
+fn a_signed_request_not_kept_is_caught() {
+    let r = run_access_seed(0, Some(PlantedBug::SignedRequestNotKept));
+    println!(
+        "SignedRequestNotKept: {} violations, first: {:?}",
+        r.violations.len(),
+        r.violations.first()
+    );
+    assert!(r.panic.is_none(), "{:?}", r.panic);
+    assert!(
+        r.violations
+            .iter()
+            .any(|v| v.contains("author.request") && v.contains("does not carry it")),
+        "the planted SignedRequestNotKept was not caught: {:?}",
         r.violations
     );
 }

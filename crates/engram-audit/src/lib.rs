@@ -12,6 +12,7 @@
 //! Must not depend on: storage, networking, an async runtime or a clock. Verification is a
 //! pure function of the entries given to it.
 
+mod access_event;
 mod batch;
 mod bisect;
 mod chain;
@@ -19,6 +20,9 @@ mod checkpoint;
 mod entry;
 mod keys;
 
+pub use access_event::{
+    ACCESS_FORMAT_VERSION, AccessEvent, AccessFault, AccessLogVerifier, SignedAccessEvent,
+};
 pub use bisect::Bisect;
 pub use chain::{ChainError, ChainFault, ChainVerifier, KeyRecord, apply_key_change};
 pub use checkpoint::{

@@ -8,7 +8,7 @@ use engram_access::{Action, AgentKey, Principal};
 use engram_client::{Client, pb};
 use serde_json::{Value as Json, json};
 
-use crate::cli::{AgentCommand, GrantArgs};
+use crate::cli::{AccessArgs, AgentCommand, GrantArgs};
 use crate::commands::print_json;
 use crate::output::{Table, out, outln};
 
@@ -247,4 +247,194 @@ pub async fn whoami(client: &Client, json: bool) -> Result<()> {
     } else {
         out!("{}", table.render())
     }
+}
+
+/// `engram access`: each node's access log, filtered; or, with `--verify`, each node's whole log
+/// checked.
+pub async fn access_log(client: &Client, endpoints: &[String], args: AccessArgs, json: bool) -> Result<()> {
+    let since_ns = match (args.since_ns, args.last_secs) {
+        (Some(ns), _) => Some(ns),
+        (None, Some(secs)) => Some(
+            wall_clock_ns()
+                .saturating_sub(i64::try_from(secs.saturating_mul(1_000_000_000)).unwrap_or(i64::MAX)),
+        ),
+        (None, None) => None,
+    };
+    let mut docs = Vec::new();
+    let mut failed = Vec::new();
+    for (i, endpoint) in endpoints.iter().enumerate() {
+        let node = client
+            .node(i)
+            .ok_or_else(|| anyhow!("no client for endpoint {endpoint}"))?;
+        if args.verify {
+            let verdict = verify_access_log(&node)
+                .await
+                .with_context(|| format!("reading the access log of {endpoint}"))?;
+            if let Err(fault) = &verdict.result {
+                failed.push(format!("{endpoint}: {fault}"));
+            }
+            if json {
+                docs.push(json!({
+                    "endpoint": endpoint, "node_id": verdict.node_id, "node_key_id": verdict.key_id,
+                    "events": verdict.events, "ok": verdict.result.is_ok(),
+                    "failure": verdict.result.as_ref().err().map(ToString::to_string),
+                }));
+            } else {
+                match &verdict.result {
+                    Ok(()) => outln!(
+                        "{endpoint}: node {} access log verified: {} events, signed by key {}",
+                        verdict.node_id,
+                        verdict.events,
+                        verdict.key_id
+                    )?,
+                    Err(fault) => outln!(
+                        "{endpoint}: node {} ACCESS LOG DOES NOT VERIFY: {fault}",
+                        verdict.node_id
+                    )?,
+                }
+            }
+            continue;
+        }
+        let resp = node
+            .access_events(pb::AccessEventsRequest {
+                namespace: args.ns.clone().unwrap_or_default(),
+                principal: args.principal.clone().unwrap_or_default(),
+                since_ns,
+                after_seq: 0,
+                limit: u32::try_from(args.limit).unwrap_or(u32::MAX),
+            })
+            .await
+            .with_context(|| format!("reading the access log of {endpoint}"))?;
+        if json {
+            let events: Vec<Json> = resp
+                .events
+                .iter()
+                .map(|e| {
+                    json!({
+                        "seq": e.seq, "time_ns": e.time_ns, "principal": e.principal, "call": e.call,
+                        "namespace": e.namespace, "entity": e.entity, "as_of_tx": e.as_of_tx,
+                        "read_at": e.read_at, "datoms": e.datoms, "signed": hex::encode(&e.signed),
+                    })
+                })
+                .collect();
+            docs.push(json!({
+                "endpoint": endpoint, "node_id": resp.node_id, "node_key": hex::encode(&resp.node_key),
+                "logged_prefixes": resp.logged_prefixes, "head_seq": resp.head_seq, "events": events,
+            }));
+            continue;
+        }
+        if resp.logged_prefixes.is_empty() {
+            outln!(
+                "{endpoint}: node {} logs no reads (serve --access-log PREFIX)",
+                resp.node_id
+            )?;
+            continue;
+        }
+        outln!(
+            "{endpoint}: node {} logs {}; {} events in all",
+            resp.node_id,
+            resp.logged_prefixes.join(", "),
+            resp.head_seq
+        )?;
+        let mut table = Table::new(&[
+            "seq",
+            "time",
+            "principal",
+            "call",
+            "namespace",
+            "entity",
+            "as of",
+            "datoms",
+        ]);
+        for e in &resp.events {
+            table.row(vec![
+                e.seq.to_string(),
+                crate::output::format_time_ns(e.time_ns),
+                if e.principal.is_empty() {
+                    "(unsigned)".into()
+                } else {
+                    e.principal.clone()
+                },
+                e.call.clone(),
+                e.namespace.clone(),
+                e.entity.map_or(String::new(), |x| x.to_string()),
+                e.as_of_tx.map_or(String::new(), |x| x.to_string()),
+                e.datoms.to_string(),
+            ]);
+        }
+        if table.is_empty() {
+            outln!("  no matching events")?;
+        } else {
+            out!("{}", table.render())?;
+        }
+    }
+    if json {
+        print_json(&Json::Array(docs))?;
+    }
+    if !failed.is_empty() {
+        return Err(crate::commands::Tampered(failed.join("; ")).into());
+    }
+    Ok(())
+}
+
+/// What checking one node's whole access log found.
+struct AccessVerdict {
+    node_id: u64,
+    key_id: String,
+    events: u64,
+    result: Result<(), engram_audit::AccessFault>,
+}
+
+/// Reads a node's whole log, page by page, and checks it against the key the node names.
+/// The key is the node's word: compare it with the node keys its audit chain lists
+/// (`engram audit verify` prints them).
+async fn verify_access_log(node: &Client) -> Result<AccessVerdict> {
+    let mut after_seq = 0;
+    let mut verifier = None;
+    loop {
+        let resp = node
+            .access_events(pb::AccessEventsRequest {
+                after_seq,
+                limit: 10_000,
+                ..Default::default()
+            })
+            .await?;
+        let key = engram_proto::public_key("node_key", &resp.node_key)?;
+        let identity = (resp.node_id, key.key_id().to_string());
+        let v = verifier.get_or_insert_with(|| engram_audit::AccessLogVerifier::new(key));
+        for e in &resp.events {
+            let signed =
+                engram_audit::SignedAccessEvent::decode(&e.signed).map_err(|err| engram_audit::AccessFault {
+                    seq: e.seq,
+                    field: "encoding",
+                    message: err.to_string(),
+                });
+            if let Err(fault) = signed.and_then(|s| v.push(&s)) {
+                return Ok(AccessVerdict {
+                    node_id: identity.0,
+                    key_id: identity.1,
+                    events: v.checked(),
+                    result: Err(fault),
+                });
+            }
+        }
+        if resp.events.is_empty() || resp.last_seq >= resp.head_seq {
+            let result = v.finish();
+            return Ok(AccessVerdict {
+                node_id: identity.0,
+                key_id: identity.1,
+                events: v.checked(),
+                result,
+            });
+        }
+        after_seq = resp.last_seq;
+    }
+}
+
+/// This machine's clock, for `--last-secs`.
+#[allow(clippy::disallowed_methods)]
+fn wall_clock_ns() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX))
 }

@@ -254,6 +254,16 @@ pub enum Command {
     #[command(after_help = "EXAMPLES\n  engram --agent-key alice.key whoami --json")]
     Whoami,
 
+    /// Who read what, and when: the access log of each node given with -e (the reads,
+    /// watches and exports it served on the namespaces it logs, `serve --access-log PREFIX`).
+    /// Each node keeps and signs its own; `--verify` checks every node's whole log.
+    #[command(
+        after_help = "EXAMPLES\n  engram --agent-key auditor.key -e n1:7001 -e n2:7001 -e n3:7001 access --ns team/a --principal bob\n  \
+        engram --agent-key auditor.key -e n1:7001 access --last-secs 3600 --json\n  \
+        engram --agent-key auditor.key -e n1:7001 -e n2:7001 access --verify"
+    )]
+    Access(AccessArgs),
+
     /// Serve the memory as Model Context Protocol tools on stdin/stdout, acting as one agent
     /// (remember, recall, get, history, what_changed, branch, verify).
     #[command(after_help = MCP_EXAMPLES)]
@@ -520,6 +530,12 @@ pub struct ServeArgs {
     /// DIR/node.key, generated on first start].
     #[arg(long, env = "ENGRAM_KEY_FILE", value_name = "FILE")]
     pub key_file: Option<PathBuf>,
+
+    /// Record the reads, watches and exports this node serves on namespaces under PREFIX in
+    /// its access log (repeat, or comma-separate; `*` logs everything, exports included):
+    /// who read what, and when, signed by the node (`engram access`).
+    #[arg(long, env = "ENGRAM_ACCESS_LOG", value_name = "PREFIX", value_delimiter = ',')]
+    pub access_log: Vec<String>,
 
     /// Largest encoded transaction accepted, in bytes [default: 1 MiB].
     #[arg(long, env = "ENGRAM_MAX_TX_BYTES", value_name = "BYTES")]
@@ -1023,4 +1039,29 @@ pub struct DemoArgs {
     /// Use ports P, P+1, P+2 instead of free ones chosen by the OS.
     #[arg(long, value_name = "P")]
     pub base_port: Option<u16>,
+}
+
+/// `engram access`.
+#[derive(Args, Debug, Clone)]
+pub struct AccessArgs {
+    /// Events on this namespace or below it (`team` matches `team` and `team/a`).
+    #[arg(long, value_name = "NAMESPACE")]
+    pub ns: Option<String>,
+    /// Events of this caller only.
+    #[arg(long, value_name = "AGENT")]
+    pub principal: Option<String>,
+    /// Events served at or after this time (ns since the Unix epoch, the node's clock).
+    #[arg(long, value_name = "NS", conflicts_with = "last_secs")]
+    pub since_ns: Option<i64>,
+    /// Events served in the last this many seconds.
+    #[arg(long, value_name = "SECONDS")]
+    pub last_secs: Option<u64>,
+    /// Events listed at most per node.
+    #[arg(long, value_name = "N", default_value_t = 1000)]
+    pub limit: usize,
+    /// Read each node's whole log and check it: numbering, links, every signature by the
+    /// node's key, and that every event is covered by a signature. Exit code 2 if one does not
+    /// verify.
+    #[arg(long, conflicts_with_all = ["ns", "principal", "since_ns", "last_secs"])]
+    pub verify: bool,
 }

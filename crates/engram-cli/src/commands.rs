@@ -111,6 +111,7 @@ pub async fn run(cli: Cli) -> Result<()> {
         Command::Grant(args) => crate::access_cmd::grant(&client()?, args, false, json).await,
         Command::Revoke(args) => crate::access_cmd::grant(&client()?, args, true, json).await,
         Command::Whoami => crate::access_cmd::whoami(&client()?, json).await,
+        Command::Access(args) => crate::access_cmd::access_log(&client()?, &cli.endpoints, args, json).await,
         Command::Mcp(args) => {
             let agent = match (&config.agent, args.agent) {
                 (Some(key), Some(agent)) if agent != key.principal.as_str() => bail!(
@@ -211,6 +212,13 @@ async fn serve(args: ServeArgs, identity: (Option<PathBuf>, Option<PathBuf>)) ->
     if let Some(v) = args.max_tx_bytes {
         config.max_tx_bytes = v;
     }
+    for prefix in &args.access_log {
+        if prefix != "*" {
+            engram_types::Namespace::new(prefix.as_str())
+                .with_context(|| format!("--access-log {prefix:?}: not a namespace prefix (or *)"))?;
+        }
+    }
+    config.access_log = args.access_log.clone();
     if let Some(v) = args.heartbeat_interval_ms {
         config.raft.heartbeat_interval_ms = v;
     }

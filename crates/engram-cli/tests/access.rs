@@ -497,7 +497,72 @@ async fn agents_grants_and_every_refusal_in_enforced_mode() {
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+
+    // 9. An export proves which agent wrote each transaction, and a tampered agent signature
+    //    is named at its entry.
+    let export = keys.path().join("chain.export");
+    let root_cli = |args: &[&str]| {
+        Command::new(EXE)
+            .args([
+                "--agent-key",
+                root_key.to_str().unwrap(),
+                "-e",
+                endpoints[0].as_str(),
+            ])
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let out = root_cli(&["audit", "export", "--out", export.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = root_cli(&["--json", "audit", "verify", export.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stdout));
+    let report: Json = serde_json::from_slice(&out.stdout).unwrap();
+    let alice_writes = report["signed_by_agent"]["alice"].as_u64().unwrap();
+    assert!(alice_writes >= 2, "{report}");
+    let (tampered, index) = tamper_first_agent_signature(&std::fs::read(&export).unwrap());
+    let tampered_path = keys.path().join("tampered.export");
+    std::fs::write(&tampered_path, tampered).unwrap();
+    let out = root_cli(&["audit", "verify", "--all", tampered_path.to_str().unwrap()]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(!out.status.success(), "{text}");
+    assert!(
+        text.contains(&format!(
+            "audit entry {index}, author.signature: request signature does not verify for agent alice"
+        )),
+        "{text}"
+    );
     cluster.kill_all();
+}
+
+/// The export with one bit of the first agent signature flipped in its entry, and that
+/// entry's index.
+fn tamper_first_agent_signature(bytes: &[u8]) -> (Vec<u8>, u64) {
+    use engram_audit::{EntryKind, SignedEntry};
+    use engram_verify::format::{ExportReader, ExportWriter, Next, Record};
+    let mut reader = ExportReader::open(bytes).unwrap();
+    let mut out = ExportWriter::new(Vec::new()).unwrap();
+    let mut at = None;
+    while let Ok(Next::Record { record, .. }) = reader.next_record() {
+        let record = match record {
+            Record::Entry(entry) if at.is_none() => {
+                let mut signed = SignedEntry::decode(&entry).unwrap();
+                match &mut signed.entry.kind {
+                    EntryKind::Transaction {
+                        author: Some(author), ..
+                    } if author.principal == "alice" => {
+                        author.signature[10] ^= 1;
+                        at = Some(signed.entry.index);
+                        Record::Entry(signed.encode())
+                    }
+                    _ => Record::Entry(entry),
+                }
+            }
+            other => other,
+        };
+        out.write(&record).unwrap();
+    }
+    (out.into_inner().unwrap(), at.expect("an entry signed by alice"))
 }
 
 /// Nodes started with `--security enforced --admin NAME=KEY` (no `--bootstrap`) accept only the

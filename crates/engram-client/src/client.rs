@@ -780,6 +780,19 @@ impl Client {
         .await
     }
 
+    /// One page of the answering node's access log (each node logs the reads it served; use
+    /// [`Client::node`] to ask a given one).
+    pub async fn access_events(
+        &self,
+        req: pb::AccessEventsRequest,
+    ) -> Result<pb::AccessEventsResponse, ClientError> {
+        self.call(Idempotency::Safe, move |ch, s| {
+            let req = req.clone();
+            async move { access(ch).events(s.sign(methods::ACCESS_EVENTS, req)).await }
+        })
+        .await
+    }
+
     // ------------------------------------------------------------------ Audit
 
     /// The tip of the answering node's audit chain.

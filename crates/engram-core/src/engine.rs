@@ -933,7 +933,7 @@ impl Engine {
         for (key, value) in rows {
             batch.put(Space::State, key, value);
         }
-        if author.is_some() {
+        if author.is_some() && !planted::active(PlantedBug::SignedRequestNotKept) {
             batch.put(Space::State, keys::signed_request(tx), req.signed_bytes());
         }
         let datom_count = u32::try_from(datoms.len()).expect("op count is bounded by TxRequest::MAX_OPS");

@@ -17,6 +17,7 @@
 //!
 //! Must not depend on: Raft, gRPC, RocksDB, an async runtime or a clock.
 
+pub mod access_log;
 pub mod branch;
 pub mod current;
 mod engine;

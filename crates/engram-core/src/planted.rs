@@ -48,10 +48,13 @@ pub enum PlantedBug {
     /// Taking a role from an agent records the change but leaves the agent's role row: it
     /// keeps the role's grants after they were taken away.
     StaleRoleAssignment,
+    /// A transaction an agent signed records the signature in its entry, but the request it
+    /// signed is not kept beside it: nothing can show what the agent signed.
+    SignedRequestNotKept,
 }
 
 impl PlantedBug {
-    pub const ALL: [PlantedBug; 12] = [
+    pub const ALL: [PlantedBug; 13] = [
         PlantedBug::AckBeforeCommit,
         PlantedBug::SkipSyncBeforeAck,
         PlantedBug::WrongPrevHash,
@@ -64,6 +67,7 @@ impl PlantedBug {
         PlantedBug::UnrecordedInstall,
         PlantedBug::SkipGrantCheck,
         PlantedBug::StaleRoleAssignment,
+        PlantedBug::SignedRequestNotKept,
     ];
 }
 

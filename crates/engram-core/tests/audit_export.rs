@@ -594,9 +594,13 @@ fn future_versions_and_foreign_files_are_unreadable_not_tampered() {
     let (store, _) = chain(2, 100);
     let mut bytes = export_bytes(&*store);
     let at = engram_verify::format::MAGIC.len();
-    bytes[at..at + 2].copy_from_slice(&3u16.to_be_bytes());
+    let next = engram_verify::EXPORT_FORMAT_VERSION + 1;
+    bytes[at..at + 2].copy_from_slice(&next.to_be_bytes());
     let err = verify_export(&bytes[..], &VerifyOptions::default(), |_, _| {}).unwrap_err();
-    assert!(err.to_string().contains("version 3 is newer"), "{err}");
+    assert!(
+        err.to_string().contains(&format!("version {next} is newer")),
+        "{err}"
+    );
     let err = verify_export(
         &b"PK\x03\x04 a zip file"[..],
         &VerifyOptions::default(),

@@ -43,6 +43,7 @@ pub mod methods {
     pub const WHO_AM_I: &str = "/engram.v1.Access/WhoAmI";
     pub const ASSIGN_ROLE: &str = "/engram.v1.Access/AssignRole";
     pub const UNASSIGN_ROLE: &str = "/engram.v1.Access/UnassignRole";
+    pub const ACCESS_EVENTS: &str = "/engram.v1.Access/Events";
 }
 
 /// A role request's agent and role principal (`role:<name>`).
@@ -98,6 +99,7 @@ protobuf_body!(
     ListGrantsRequest,
     WhoAmIRequest,
     KeyChangeProposal,
+    AccessEventsRequest,
 );
 
 /// The body of a call that becomes a transaction. A message that does not convert into one is

@@ -92,6 +92,9 @@ pub struct ServerConfig {
     /// The security mode a bootstrapping node records right after genesis (`Init` requests
     /// carry their own).
     pub security: Security,
+    /// Namespace prefixes whose reads, watches and exports this node records in its access
+    /// log (`*`: all, exports included); empty: none (`crate::access_log`).
+    pub access_log: Vec<String>,
 }
 
 /// A cluster's security mode as chosen at initialisation, with its first administrator.
@@ -167,6 +170,7 @@ impl ServerConfig {
             divergence_check_ms: 5_000,
             verify_on_start: engram_core::scrub::StartCheck::Tip,
             security: Security::default(),
+            access_log: Vec::new(),
         }
     }
 

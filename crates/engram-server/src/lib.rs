@@ -13,6 +13,7 @@
 //!
 //! Must not depend on: `rocksdb` directly (only through `engram-storage-rocks`), or the CLI.
 
+mod access_log;
 mod config;
 mod divergence;
 pub mod error;
@@ -157,7 +158,10 @@ pub async fn serve_keys(
     let node = RaftNode::start(config.node_id, info, store, keys, &settings)
         .await
         .map_err(|e| ServerError::Startup(e.to_string()))?;
-    let shared = Shared::new(node.clone(), config.clone());
+    let access =
+        access_log::AccessRecorder::start(config.access_log.clone(), node.store.clone(), node.keys.clone())
+            .map_err(ServerError::Startup)?;
+    let shared = Shared::new(node.clone(), config.clone(), access);
     // Told when the server stops, so the divergence watch ends with it (even if Raft died).
     let (stopped_tx, stopped_rx) = tokio::sync::watch::channel(false);
     if config.divergence_check_ms > 0 {

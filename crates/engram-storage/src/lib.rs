@@ -1,4 +1,4 @@
-//! Engram's storage seam: an ordered key-value store with three key spaces and atomic,
+//! Engram's storage seam: an ordered key-value store with four key spaces and atomic,
 //! optionally synced write batches.
 //!
 //! Everything above this crate (the state machine, the Raft log and vote, snapshots) is
@@ -27,16 +27,19 @@ pub enum Space {
     /// The state machine: datoms, indexes, audit chain, applied log id. Snapshots carry
     /// exactly this space.
     State,
+    /// This node's access log: the reads it served, never replicated, never in a snapshot.
+    Access,
 }
 
 impl Space {
-    pub const ALL: [Space; 3] = [Space::Log, Space::Raft, Space::State];
+    pub const ALL: [Space; 4] = [Space::Log, Space::Raft, Space::State, Space::Access];
 
     pub fn name(self) -> &'static str {
         match self {
             Space::Log => "log",
             Space::Raft => "raft",
             Space::State => "state",
+            Space::Access => "access",
         }
     }
 }

@@ -16,7 +16,7 @@ use crate::{KeyValue, Mutation, ReadView, Space, StorageError, WriteBatch, remov
 /// deleted. A key put after a range delete that covers it is in the map and wins over the range.
 #[derive(Default, Debug)]
 pub struct Overlay {
-    keys: [BTreeMap<Vec<u8>, Option<Vec<u8>>>; 3],
+    keys: [BTreeMap<Vec<u8>, Option<Vec<u8>>>; Space::ALL.len()],
     ranges: Vec<(Space, Vec<u8>, Vec<u8>)>,
 }
 
@@ -25,6 +25,7 @@ fn slot(space: Space) -> usize {
         Space::Log => 0,
         Space::Raft => 1,
         Space::State => 2,
+        Space::Access => 3,
     }
 }
 

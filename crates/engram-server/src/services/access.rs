@@ -314,4 +314,67 @@ impl pb::access_server::Access for AccessService {
             grants: grants.iter().map(|g| grant_pb(g, None)).collect(),
         }))
     }
+
+    /// This node's access log, filtered; served by the node asked (each node logs what it
+    /// served).
+    async fn events(
+        &self,
+        request: Request<pb::AccessEventsRequest>,
+    ) -> Result<Response<pb::AccessEventsResponse>, Status> {
+        let (meta, _, req) = request.into_parts();
+        self.shared
+            .admit(&meta, &req, methods::ACCESS_EVENTS, Need::cluster(Action::Audit))?;
+        let limit = match req.limit {
+            0 => 1000,
+            n if n > MAX_ACCESS_EVENTS => {
+                return Err(ApiError::Invalid(format!(
+                    "limit: {n} is above the most one call returns, {MAX_ACCESS_EVENTS}"
+                ))
+                .into());
+            }
+            n => n as usize,
+        };
+        let query = engram_core::access_log::AccessQuery {
+            namespace: req.namespace,
+            principal: req.principal,
+            since_ns: req.since_ns,
+            after_seq: req.after_seq,
+            limit,
+        };
+        let node = &self.shared.node;
+        // The access log is this node's own key space: no snapshot install touches it.
+        let (events, last_seq) =
+            engram_core::access_log::query(node.store.as_ref(), &query).map_err(ApiError::from)?;
+        let head_seq = engram_core::access_log::AccessLog::open(node.store.as_ref())
+            .map_err(ApiError::from)?
+            .head();
+        Ok(Response::new(pb::AccessEventsResponse {
+            events: events
+                .iter()
+                .map(|signed| {
+                    let e = &signed.event;
+                    pb::AccessEventInfo {
+                        seq: e.seq,
+                        time_ns: e.time_ns,
+                        principal: e.principal.clone(),
+                        call: e.call.clone(),
+                        namespace: e.namespace.clone(),
+                        entity: e.entity,
+                        as_of_tx: e.as_of_tx,
+                        read_at: e.read_at,
+                        datoms: e.datoms,
+                        signed: signed.encode(),
+                    }
+                })
+                .collect(),
+            last_seq,
+            head_seq,
+            node_id: node.node_id,
+            node_key: node.keys.current().public().0.to_vec(),
+            logged_prefixes: self.shared.access.prefixes().to_vec(),
+        }))
+    }
 }
+
+/// The most access events one `Events` call returns.
+const MAX_ACCESS_EVENTS: u32 = 10_000;

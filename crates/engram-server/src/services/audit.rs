@@ -183,12 +183,16 @@ impl pb::audit_server::Audit for AuditService {
     }
 
     async fn export(&self, request: Request<pb::ExportRequest>) -> Result<Response<ExportStream>, Status> {
-        self.shared.admit(
+        let caller = self.shared.admit(
             request.metadata(),
             request.get_ref(),
             methods::EXPORT,
             Need::cluster(Action::Audit),
         )?;
+        // An export holds every namespace's datoms: logged when everything is (`*`).
+        self.shared
+            .record_access(&caller, "export", "", None, None, 0)
+            .await;
         let node = self.shared.node.clone();
         let node_id = node.node_id;
         // A bounded channel: a slow reader holds back only its own export.

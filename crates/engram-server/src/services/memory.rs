@@ -375,6 +375,11 @@ impl pb::memory_server::Memory for MemoryService {
             let found = self.shared.read_state(|store| {
                 reads::branch_diff(store, &ns, name, req.entity.map(EntityId), Self::limit(req.limit))
             })?;
+            let returned =
+                found.branch.asserted.len() + found.branch.retracted.len() + found.main_changed.len();
+            self.shared
+                .record_access(&caller, "diff", &req.namespace, req.entity, None, returned)
+                .await;
             return Ok(Response::new(pb::DiffResponse {
                 asserted: shown(scope, &found.branch.asserted),
                 retracted: shown(scope, &found.branch.retracted),
@@ -398,6 +403,16 @@ impl pb::memory_server::Memory for MemoryService {
                 Self::limit(req.limit),
             )
         })?;
+        self.shared
+            .record_access(
+                &caller,
+                "diff",
+                &req.namespace,
+                req.entity,
+                Some(to),
+                found.asserted.len() + found.retracted.len(),
+            )
+            .await;
         Ok(Response::new(pb::DiffResponse {
             asserted: shown(scope, &found.asserted),
             retracted: shown(scope, &found.retracted),
@@ -415,7 +430,7 @@ impl pb::memory_server::Memory for MemoryService {
             methods::WATCH,
             Need::on(Action::Watch, &req.namespace),
         )?;
-        let scope = caller.scope;
+        let scope = caller.scope.clone();
         let ns = namespace(req.namespace)?;
         let on = branch(req.branch)?;
         let attribute = match req.attribute.as_str() {
@@ -430,6 +445,10 @@ impl pb::memory_server::Memory for MemoryService {
         {
             return Err(ApiError::from(reads::ReadError::UnknownBranch(name.clone())).into());
         }
+        // One event for the watch, when it opens: what it will deliver follows from its filter.
+        self.shared
+            .record_access(&caller, "watch", ns.as_str(), req.entity, Some(req.from_tx), 0)
+            .await;
         let entity = req.entity.map(EntityId);
         let node = self.shared.node.clone();
         let tail = self.shared.watch_tail.clone();
@@ -577,7 +596,7 @@ impl pb::memory_server::Memory for MemoryService {
         if let Some(mut leader) = self.shared.read_leader(req.consistency, forwarded).await? {
             return relay(leader.get_schema(caller.forward(req)).await);
         }
-        self.shared.admit(
+        let caller = self.shared.admit(
             &meta,
             &req,
             methods::GET_SCHEMA,
@@ -586,6 +605,9 @@ impl pb::memory_server::Memory for MemoryService {
         let view = self
             .shared
             .read_state(|store| engram_core::schema::view(store, &ns, req.as_of_tx.map(TxId)))?;
+        self.shared
+            .record_access(&caller, "schema", &req.namespace, None, req.as_of_tx, 0)
+            .await;
         Ok(Response::new(schema_pb(&view, self.shared.applied_index())))
     }
 
@@ -638,6 +660,17 @@ impl pb::memory_server::Memory for MemoryService {
         let found = self
             .shared
             .read_state(|store| reads::get_facts(store, &ns, on.as_ref(), EntityId(req.entity), &opts))?;
+        let returned = found.current.len() + found.conflicts.len();
+        self.shared
+            .record_access(
+                &caller,
+                "get",
+                &req.namespace,
+                Some(req.entity),
+                req.as_of_tx,
+                returned,
+            )
+            .await;
         Ok(Response::new(pb::GetResponse {
             entity: req.entity,
             datoms: shown(scope, &found.current),
@@ -687,6 +720,13 @@ impl pb::memory_server::Memory for MemoryService {
                 reads::attribute_history_on(store, &ns, on.as_ref(), attr, limit)
             }
         })?;
+        let entity = match &target {
+            HistoryTarget::Entity(e) => Some(e.0),
+            HistoryTarget::Attribute(_) => None,
+        };
+        self.shared
+            .record_access(&caller, "history", &req.namespace, entity, None, found.len())
+            .await;
         Ok(Response::new(pb::HistoryResponse {
             datoms: shown(caller.scope.as_ref(), &found),
             applied_tx: self.shared.applied_index(),
@@ -728,6 +768,9 @@ impl pb::memory_server::Memory for MemoryService {
                 Self::limit(req.limit),
             )
         })?;
+        self.shared
+            .record_access(&caller, "find", &req.namespace, None, req.as_of_tx, found.len())
+            .await;
         Ok(Response::new(pb::FindResponse {
             datoms: shown(caller.scope.as_ref(), &found),
             applied_tx: self.shared.applied_index(),

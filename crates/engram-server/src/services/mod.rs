@@ -28,6 +28,8 @@ pub struct Shared {
     pub watch_tail: Arc<watch_tail::WatchTail>,
     /// Checks who calls, and whether they may.
     pub gate: gate::Gate,
+    /// Records the reads this node serves on the namespaces it logs.
+    pub access: crate::access_log::AccessRecorder,
     channels: Mutex<HashMap<String, Channel>>,
 }
 
@@ -40,14 +42,50 @@ pub enum Route {
 }
 
 impl Shared {
-    pub fn new(node: RaftNode, config: ServerConfig) -> Arc<Shared> {
+    pub fn new(
+        node: RaftNode,
+        config: ServerConfig,
+        access: crate::access_log::AccessRecorder,
+    ) -> Arc<Shared> {
         Arc::new(Shared {
             node,
             config,
             watch_tail: Arc::default(),
             gate: gate::Gate::default(),
+            access,
             channels: Mutex::new(HashMap::new()),
         })
+    }
+
+    /// Records a read this node served (see `crate::access_log`): `datoms` returned, about
+    /// `entity` when the call was about one, as of `as_of_tx` when it asked.
+    pub async fn record_access(
+        &self,
+        caller: &gate::Caller,
+        call: &'static str,
+        namespace: &str,
+        entity: Option<u64>,
+        as_of_tx: Option<u64>,
+        datoms: usize,
+    ) {
+        if !self.access.covers(namespace) {
+            return;
+        }
+        self.access
+            .record(engram_core::access_log::Access {
+                principal: caller
+                    .principal
+                    .as_ref()
+                    .map(ToString::to_string)
+                    .unwrap_or_default(),
+                call,
+                namespace: namespace.to_string(),
+                entity,
+                as_of_tx,
+                read_at: self.applied_index(),
+                datoms: u32::try_from(datoms).unwrap_or(u32::MAX),
+            })
+            .await;
     }
 
     /// A cached lazily-connecting channel to `addr`.

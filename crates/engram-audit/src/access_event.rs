@@ -1,0 +1,358 @@
+//! The access log: who read what, and when.
+//!
+//! Reads, watches and exports change nothing, so they are not transactions and never enter the
+//! audit chain or the belief state. A node that is asked to (per namespace prefix) records each
+//! one it serves as an [`AccessEvent`] in a log of its own: numbered from 1, each event linked
+//! to the one before by hash, and signed by the node's key in batches under the same coverage
+//! rule as audit attestations (every event is covered by a signature at or after it). Another
+//! node never sees these events; each node vouches only for what it served.
+//!
+//! An event's hash is blake3 over a domain tag and its encoding, so a node's signature over an
+//! event can never be taken for an attestation of an audit entry (the same key signs both).
+
+use engram_types::codec::{Reader, Writer};
+use engram_types::{DecodeError, Hash};
+
+use crate::{Attestation, KeyId, NodeKey, PublicKey};
+
+/// Format version of an access event's encoding.
+pub const ACCESS_FORMAT_VERSION: u8 = 1;
+
+const HASH_DOMAIN: &[u8] = b"engram.access-event.v1\0";
+
+/// One read, watch or export a node served.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct AccessEvent {
+    /// 1-based position in this node's access log; contiguous.
+    pub seq: u64,
+    /// This node's clock when it served the call (never earlier than the event before).
+    pub time_ns: i64,
+    /// The authenticated caller; empty for an unsigned one.
+    pub principal: String,
+    /// What was called: `get`, `history`, `find`, `diff`, `watch`, `schema`, `branches`,
+    /// `export`.
+    pub call: String,
+    /// The namespace read; empty for a cluster-wide call (an export).
+    pub namespace: String,
+    /// The entity read, for a call about one entity.
+    pub entity: Option<u64>,
+    /// The transaction the read was as of, when the caller asked for one.
+    pub as_of_tx: Option<u64>,
+    /// The node's applied log index when it answered: what state the answer came from.
+    pub read_at: u64,
+    /// Datoms returned (redacted ones included).
+    pub datoms: u32,
+    pub prev_hash: Hash,
+}
+
+impl AccessEvent {
+    pub fn encode(&self) -> Vec<u8> {
+        let mut w = Writer::with_capacity(96 + self.principal.len() + self.namespace.len());
+        w.u8(ACCESS_FORMAT_VERSION)
+            .u64(self.seq)
+            .i64(self.time_ns)
+            .str(&self.principal)
+            .str(&self.call)
+            .str(&self.namespace);
+        for v in [self.entity, self.as_of_tx] {
+            match v {
+                None => w.u8(0),
+                Some(v) => w.u8(1).u64(v),
+            };
+        }
+        w.u64(self.read_at)
+            .u32(self.datoms)
+            .raw(self.prev_hash.as_bytes());
+        w.finish()
+    }
+
+    fn read(r: &mut Reader<'_>) -> Result<AccessEvent, DecodeError> {
+        let version = r.u8("access format version")?;
+        if version != ACCESS_FORMAT_VERSION {
+            return Err(DecodeError::Version(version));
+        }
+        let seq = r.u64("seq")?;
+        let time_ns = r.i64("time")?;
+        let principal = r.string("principal")?;
+        let call = r.string("call")?;
+        let namespace = r.string("namespace")?;
+        let mut opt = |what| match r.u8(what)? {
+            0 => Ok(None),
+            1 => r.u64(what).map(Some),
+            tag => Err(DecodeError::Tag { what, tag }),
+        };
+        let entity = opt("entity")?;
+        let as_of_tx = opt("as_of_tx")?;
+        Ok(AccessEvent {
+            seq,
+            time_ns,
+            principal,
+            call,
+            namespace,
+            entity,
+            as_of_tx,
+            read_at: r.u64("read_at")?,
+            datoms: r.u32("datoms")?,
+            prev_hash: r.hash("prev_hash")?,
+        })
+    }
+
+    pub fn hash(&self) -> Hash {
+        let mut bytes = HASH_DOMAIN.to_vec();
+        bytes.extend_from_slice(&self.encode());
+        Hash::of(&bytes)
+    }
+}
+
+/// An event as a node stores it: with the node's signature over its hash, or without one when
+/// a later signed event covers it.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct SignedAccessEvent {
+    pub event: AccessEvent,
+    pub attestation: Option<Attestation>,
+}
+
+impl SignedAccessEvent {
+    /// Signs the event with `key` (replacing any signature).
+    pub fn attest(&mut self, key: &NodeKey) {
+        self.attestation = Some(Attestation {
+            key_id: key.key_id(),
+            signature: key.sign(self.event.hash().as_bytes()),
+        });
+    }
+
+    pub fn encode(&self) -> Vec<u8> {
+        let mut w = Writer::with_capacity(180);
+        w.bytes(&self.event.encode());
+        if let Some(a) = &self.attestation {
+            w.raw(&a.key_id.0).raw(&a.signature);
+        }
+        w.finish()
+    }
+
+    pub fn decode(bytes: &[u8]) -> Result<SignedAccessEvent, DecodeError> {
+        let mut r = Reader::new(bytes);
+        let event_bytes = r.bytes("access event")?;
+        let mut er = Reader::new(event_bytes);
+        let event = AccessEvent::read(&mut er)?;
+        er.finish()?;
+        let attestation = match r.remaining() {
+            0 => None,
+            72 => {
+                let mut key_id = [0u8; 8];
+                key_id.copy_from_slice(r.take(8, "key id")?);
+                let mut signature = [0u8; 64];
+                signature.copy_from_slice(r.take(64, "signature")?);
+                Some(Attestation {
+                    key_id: KeyId(key_id),
+                    signature,
+                })
+            }
+            n if n < 72 => return Err(DecodeError::Truncated("access attestation")),
+            n => return Err(DecodeError::Trailing(n - 72)),
+        };
+        r.finish()?;
+        Ok(SignedAccessEvent { event, attestation })
+    }
+}
+
+/// Why an access log does not verify: the first event that fails, and how.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("access event {seq}, {field}: {message}")]
+pub struct AccessFault {
+    pub seq: u64,
+    pub field: &'static str,
+    pub message: String,
+}
+
+/// Checks an access log event by event, in order: numbering, links, time order, every
+/// signature (by `key`), and, at [`AccessLogVerifier::finish`], that every event is covered.
+pub struct AccessLogVerifier {
+    key: PublicKey,
+    verifier: Option<crate::Verifier>,
+    next_seq: u64,
+    prev_hash: Hash,
+    time_ns: i64,
+    last_attested: u64,
+}
+
+impl AccessLogVerifier {
+    /// Verifies events signed by `key`, from the first.
+    pub fn new(key: PublicKey) -> AccessLogVerifier {
+        AccessLogVerifier {
+            verifier: key.verifier(),
+            key,
+            next_seq: 1,
+            prev_hash: Hash::ZERO,
+            time_ns: i64::MIN,
+            last_attested: 0,
+        }
+    }
+
+    /// Verifies events that continue after event `seq` with hash `hash` (a query that starts
+    /// later than the first event: the links before it are the node's word).
+    pub fn resume(key: PublicKey, seq: u64, hash: Hash) -> AccessLogVerifier {
+        let mut v = AccessLogVerifier::new(key);
+        v.next_seq = seq + 1;
+        v.prev_hash = hash;
+        v.last_attested = seq;
+        v
+    }
+
+    pub fn checked(&self) -> u64 {
+        self.next_seq - 1
+    }
+
+    pub fn push(&mut self, signed: &SignedAccessEvent) -> Result<(), AccessFault> {
+        let e = &signed.event;
+        let fault = |field, message: String| AccessFault {
+            seq: e.seq,
+            field,
+            message,
+        };
+        if e.seq != self.next_seq {
+            return Err(fault("seq", format!("expected event {}", self.next_seq)));
+        }
+        if e.prev_hash != self.prev_hash {
+            return Err(fault(
+                "prev_hash",
+                format!(
+                    "{} does not link to event {}'s hash {}",
+                    e.prev_hash,
+                    self.checked(),
+                    self.prev_hash
+                ),
+            ));
+        }
+        if e.time_ns < self.time_ns {
+            return Err(fault("time", "earlier than the event before it".into()));
+        }
+        let hash = e.hash();
+        if let Some(a) = &signed.attestation {
+            if a.key_id != self.key.key_id() {
+                return Err(fault(
+                    "attestation.key_id",
+                    format!(
+                        "signed by key {}, the node's key is {}",
+                        a.key_id,
+                        self.key.key_id()
+                    ),
+                ));
+            }
+            if !self
+                .verifier
+                .as_ref()
+                .is_some_and(|v| v.verify(hash.as_bytes(), &a.signature))
+            {
+                return Err(fault(
+                    "attestation.signature",
+                    "does not verify (the event was altered)".into(),
+                ));
+            }
+            self.last_attested = e.seq;
+        }
+        self.next_seq += 1;
+        self.prev_hash = hash;
+        self.time_ns = e.time_ns;
+        Ok(())
+    }
+
+    /// Every event must be covered by a signature at or after it.
+    pub fn finish(&self) -> Result<(), AccessFault> {
+        if self.last_attested < self.checked() {
+            return Err(AccessFault {
+                seq: self.last_attested + 1,
+                field: "attestation",
+                message: format!(
+                    "no signature at or after this event covers it (events {}..={} are unsigned)",
+                    self.last_attested + 1,
+                    self.checked()
+                ),
+            });
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn log(key: &NodeKey, n: u64, sign_every: u64) -> Vec<SignedAccessEvent> {
+        let mut prev = Hash::ZERO;
+        (1..=n)
+            .map(|seq| {
+                let event = AccessEvent {
+                    seq,
+                    time_ns: seq as i64 * 10,
+                    principal: "alice".into(),
+                    call: "get".into(),
+                    namespace: "team/a".into(),
+                    entity: Some(seq),
+                    as_of_tx: (seq % 2 == 0).then_some(3),
+                    read_at: 40 + seq,
+                    datoms: 2,
+                    prev_hash: prev,
+                };
+                prev = event.hash();
+                let mut signed = SignedAccessEvent {
+                    event,
+                    attestation: None,
+                };
+                if seq % sign_every == 0 || seq == n {
+                    signed.attest(key);
+                }
+                signed
+            })
+            .collect()
+    }
+
+    fn verify(key: &NodeKey, events: &[SignedAccessEvent]) -> Result<u64, AccessFault> {
+        let mut v = AccessLogVerifier::new(key.public());
+        for e in events {
+            v.push(e)?;
+        }
+        v.finish()?;
+        Ok(v.checked())
+    }
+
+    #[test]
+    fn a_log_round_trips_and_verifies() {
+        let key = NodeKey::from_seed([1; 32]);
+        let events = log(&key, 7, 3);
+        for e in &events {
+            assert_eq!(&SignedAccessEvent::decode(&e.encode()).unwrap(), e);
+        }
+        assert_eq!(verify(&key, &events), Ok(7));
+    }
+
+    #[test]
+    fn alterations_are_named_by_event() {
+        let key = NodeKey::from_seed([1; 32]);
+        let events = log(&key, 7, 3);
+        // A signed event altered.
+        let mut altered = events.clone();
+        altered[2].event.principal = "bob".into();
+        let fault = verify(&key, &altered).unwrap_err();
+        assert_eq!((fault.seq, fault.field), (3, "attestation.signature"));
+        // An unsigned event altered: the next event's link breaks.
+        let mut altered = events.clone();
+        altered[0].event.namespace = "team/b".into();
+        let fault = verify(&key, &altered).unwrap_err();
+        assert_eq!((fault.seq, fault.field), (2, "prev_hash"));
+        // An event removed.
+        let mut removed = events.clone();
+        removed.remove(4);
+        assert_eq!(verify(&key, &removed).unwrap_err().field, "seq");
+        // The signed tail cut off: the rest is uncovered.
+        let fault = verify(&key, &events[..5]).unwrap_err();
+        assert_eq!((fault.seq, fault.field), (4, "attestation"));
+        // Signed by another key.
+        let other = NodeKey::from_seed([2; 32]);
+        let fault = verify(&other, &events).unwrap_err();
+        assert_eq!((fault.seq, fault.field), (3, "attestation.key_id"));
+        // An access event's signature is not an attestation of anything else: its hash is
+        // domain-separated from its bytes.
+        assert_ne!(events[0].event.hash(), Hash::of(&events[0].event.encode()));
+    }
+}

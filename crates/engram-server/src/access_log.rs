@@ -1,0 +1,122 @@
+//! Records the reads, watches and exports this node serves on the namespaces it was started to
+//! log (`serve --access-log PREFIX`) into its access log (`engram_core::access_log`).
+//!
+//! A served call hands its event to one writer task over a bounded queue; the writer takes
+//! whatever is queued, stamps it with this node's clock (node-local evidence, not replicated
+//! state, so the clock is allowed here), and appends it in one synced write signed by the
+//! node's current key. The call does not wait for the write: an event is durable within one
+//! batch of the answer it records, and a crash in that window loses it. A full queue makes
+//! calls wait rather than drop events.
+
+use std::sync::Arc;
+
+use engram_audit::KeyRing;
+use engram_core::access_log::{Access, AccessLog};
+use engram_storage::Store;
+use tokio::sync::mpsc;
+use tracing::error;
+
+/// Events queued at most before a call waits for the writer.
+const QUEUE: usize = 4096;
+/// Events appended at most per write.
+const BATCH: usize = 1024;
+
+/// The recording end, shared by every service of the node.
+pub struct AccessRecorder {
+    /// Namespace prefixes logged (`team` logs `team` and `team/...`; `*` logs everything,
+    /// exports included). Empty: nothing is logged.
+    prefixes: Vec<String>,
+    queue: Option<mpsc::Sender<(i64, Access)>>,
+}
+
+impl AccessRecorder {
+    /// A recorder that logs nothing.
+    pub fn off() -> AccessRecorder {
+        AccessRecorder {
+            prefixes: Vec::new(),
+            queue: None,
+        }
+    }
+
+    /// Starts the writer for `prefixes` over `store`, signing with the ring's current key.
+    pub fn start(
+        prefixes: Vec<String>,
+        store: Arc<dyn Store>,
+        keys: Arc<KeyRing>,
+    ) -> Result<AccessRecorder, String> {
+        if prefixes.is_empty() {
+            return Ok(AccessRecorder::off());
+        }
+        let log = AccessLog::open(store.as_ref()).map_err(|e| format!("cannot open the access log: {e}"))?;
+        let (tx, rx) = mpsc::channel(QUEUE);
+        tokio::task::spawn(write(log, store, keys, rx));
+        Ok(AccessRecorder {
+            prefixes,
+            queue: Some(tx),
+        })
+    }
+
+    pub fn prefixes(&self) -> &[String] {
+        &self.prefixes
+    }
+
+    /// Whether calls on `namespace` are logged (`""`: a cluster-wide call, logged under `*`).
+    pub fn covers(&self, namespace: &str) -> bool {
+        self.queue.is_some()
+            && self.prefixes.iter().any(|p| {
+                p == "*"
+                    || (!namespace.is_empty()
+                        && (namespace == p
+                            || namespace
+                                .strip_prefix(p.as_str())
+                                .is_some_and(|rest| rest.starts_with('/'))))
+            })
+    }
+
+    /// Records `access` if its namespace is logged.
+    pub async fn record(&self, access: Access) {
+        if !self.covers(&access.namespace) {
+            return;
+        }
+        if let Some(queue) = &self.queue {
+            let now_ns = engram_raft::clock::now_ns();
+            if queue.send((now_ns, access)).await.is_err() {
+                error!("the access log writer has stopped: an access event was not recorded");
+            }
+        }
+    }
+}
+
+async fn write(
+    mut log: AccessLog,
+    store: Arc<dyn Store>,
+    keys: Arc<KeyRing>,
+    mut rx: mpsc::Receiver<(i64, Access)>,
+) {
+    let mut batch = Vec::with_capacity(BATCH);
+    while rx.recv_many(&mut batch, BATCH).await > 0 {
+        let calls = std::mem::take(&mut batch);
+        let n = calls.len();
+        let key = keys.current();
+        let store = store.clone();
+        // The synced write blocks; it runs off the async threads. The log moves in and out so
+        // the task owns it throughout.
+        let done = tokio::task::spawn_blocking(move || {
+            let result = log.append(store.as_ref(), calls, &key);
+            (log, result)
+        })
+        .await;
+        match done {
+            Ok((back, result)) => {
+                log = back;
+                if let Err(e) = result {
+                    error!(events = n, error = %e, "cannot write the access log: events lost");
+                }
+            }
+            Err(e) => {
+                error!(error = %e, "the access log writer failed");
+                return;
+            }
+        }
+    }
+}
