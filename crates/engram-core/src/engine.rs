@@ -933,8 +933,16 @@ impl Engine {
         for (key, value) in rows {
             batch.put(Space::State, key, value);
         }
-        if author.is_some() && !planted::active(PlantedBug::SignedRequestNotKept) {
-            batch.put(Space::State, keys::signed_request(tx), req.signed_bytes());
+        if let Some(author) = author {
+            if !planted::active(PlantedBug::SignedRequestNotKept) {
+                batch.put(Space::State, keys::signed_request(tx), req.signed_bytes());
+            }
+            // Kept for good, like the datoms: about 40 bytes per signed write.
+            batch.put(
+                Space::State,
+                keys::used_nonce(&author.principal, &author.nonce),
+                tx.0.to_be_bytes().to_vec(),
+            );
         }
         let datom_count = u32::try_from(datoms.len()).expect("op count is bounded by TxRequest::MAX_OPS");
         let entry = AuditEntry {

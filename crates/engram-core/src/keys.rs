@@ -22,6 +22,7 @@
 //! | `X` | tx seq | the EAVT key of the transaction's datom `seq` (datoms by transaction) |
 //! | `U` | ns 0 entity attr 0 | the slot's live claims on main under a cardinality (see [`crate::current`]): what a write checks instead of the slot's history |
 //! | `W` | tx | the canonical bytes of the signed request a transaction executed (`TxRequest::signed_bytes`), for a transaction whose entry records an agent's signature |
+//! | `w` | agent 0 nonce | the tx that used this agent's request nonce: a signed request applies once, cluster-wide |
 //! | `C` | tree size | this node's signed checkpoint of that size (a signed note) |
 //! | `M` | name | engine metadata (`Mhead`: the chain head, `Mcheckpoint`: this node's last checkpoint, `Mattested`: the index of this node's last attested entry, u64 big-endian) and the Raft layer's rows |
 //!
@@ -50,6 +51,7 @@ pub const TX_DATOMS: u8 = b'X';
 pub const CHECKPOINT: u8 = b'C';
 pub const CURRENT: u8 = b'U';
 pub const SIGNED_REQUEST: u8 = b'W';
+pub const USED_NONCE: u8 = b'w';
 
 pub const META_HEAD: &[u8] = b"Mhead";
 pub const META_CHECKPOINT: &[u8] = b"Mcheckpoint";
@@ -89,6 +91,15 @@ pub fn signed_request(tx: TxId) -> Vec<u8> {
     let mut k = Vec::with_capacity(9);
     k.push(SIGNED_REQUEST);
     k.extend_from_slice(&tx.0.to_be_bytes());
+    k
+}
+
+pub fn used_nonce(agent: &str, nonce: &[u8; 16]) -> Vec<u8> {
+    let mut k = Vec::with_capacity(18 + agent.len());
+    k.push(USED_NONCE);
+    k.extend_from_slice(agent.as_bytes());
+    k.push(0);
+    k.extend_from_slice(nonce);
     k
 }
 

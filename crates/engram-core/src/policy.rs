@@ -149,8 +149,8 @@ pub fn agent(view: &dyn ReadView, name: &str) -> Result<Option<AgentRow>, CoreEr
 }
 
 /// Checks the agent signature a transaction entry will record against the policy at this
-/// entry: the agent exists and is not revoked, `author.key` is its key, and the signature is
-/// for `req` (its canonical bytes hash to `author.request_hash`). The Ed25519 signature itself
+/// entry: the agent exists and is not revoked, `author.key` is its key, the signature is for
+/// `req` (its canonical bytes hash to `author.request_hash`), and its nonce was never applied. The Ed25519 signature itself
 /// was checked by the leader's gate and is checked again by any offline verifier; it is not
 /// re-checked here, where it would cost every replica a verification per write. Returns the
 /// agent as a principal.
@@ -178,6 +178,17 @@ pub fn check_author(
     }
     if Hash::of(&req.signed_bytes()) != author.request_hash {
         return refuse(format!("agent {principal}'s signature is for another request"));
+    }
+    // Every replica holds the nonces applied before, so a replay is refused wherever it is
+    // proposed, after any leader change.
+    if let Some(tx) = view.get(
+        Space::State,
+        &crate::keys::used_nonce(principal.as_str(), &author.nonce),
+    )? {
+        let tx = <[u8; 8]>::try_from(tx.as_slice()).map_or(0, u64::from_be_bytes);
+        return refuse(format!(
+            "agent {principal}'s request with this nonce was already applied at tx {tx} (a replay)"
+        ));
     }
     Ok(Ok(principal))
 }
