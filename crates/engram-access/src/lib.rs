@@ -14,6 +14,7 @@
 
 mod keyfile;
 mod policy;
+mod policy_codec;
 mod replay;
 pub mod request;
 
@@ -22,5 +23,6 @@ pub use policy::{
     Action, Grant, Mode, Policy, PolicyOp, Principal, PrincipalError, SYSTEM_NAMESPACE, attribute_covers,
     prefix_covers,
 };
+pub use policy_codec::POLICY_FORMAT_VERSION;
 pub use replay::{ReplayError, ReplayGuard};
 pub use request::{RequestAuth, RequestError};

@@ -815,7 +815,7 @@ impl Engine {
         batch: WriteBatch,
     ) -> Result<TxOutcome, CoreError> {
         self.in_group(|engine| {
-            let checked = match policy::check_author(&engine.view(), author, req)? {
+            let checked = match policy::check_author(&engine.view(), author, &req.signed_bytes())? {
                 Ok(principal) => policy::check_tx(&engine.view(), Some(&principal), req)?,
                 Err(rejection) => Err(rejection),
             };
@@ -823,7 +823,13 @@ impl Engine {
                 engine.apply_noop(batch)?;
                 return Ok(Err(rejection));
             }
-            engine.tx_in_group(log_index, proposed_time_ns, req, Some(author), batch)
+            engine.tx_in_group(
+                log_index,
+                proposed_time_ns,
+                req,
+                Some((author, &req.signed_bytes())),
+                batch,
+            )
         })
     }
 
@@ -835,13 +841,33 @@ impl Engine {
         log_index: u64,
         proposed_time_ns: i64,
         op: &PolicyOp,
-        actor: Option<&Principal>,
+        by: &PolicyActor,
         batch: WriteBatch,
     ) -> Result<TxOutcome, CoreError> {
         // Whatever the outcome, the policy rows may change here: read them afresh after.
         self.grants.clear();
         self.in_group(|engine| {
-            let planned = match policy::plan_change(&engine.view(), op, actor)? {
+            // A signed change: its signature must hold at this entry, as a transaction's must.
+            let (actor, author) = match by {
+                PolicyActor::Unsigned(principal) => (principal.clone(), None),
+                PolicyActor::Signed(author) => {
+                    let checked = match op.signed_bytes() {
+                        None => Err(Rejection::Unauthenticated(
+                            "the security mode is recorded by the cluster's initialisation, never by an agent".into(),
+                        )),
+                        Some(bytes) => policy::check_author(&engine.view(), author, &bytes)?
+                            .map(|principal| (principal, bytes)),
+                    };
+                    match checked {
+                        Ok((principal, bytes)) => (Some(principal), Some((author, bytes))),
+                        Err(rejection) => {
+                            engine.apply_noop(batch)?;
+                            return Ok(Err(rejection));
+                        }
+                    }
+                }
+            };
+            let planned = match policy::plan_change(&engine.view(), op, actor.as_ref())? {
                 Ok(planned) => planned,
                 Err(rejection) => {
                     engine.apply_noop(batch)?;
@@ -849,7 +875,8 @@ impl Engine {
                 }
             };
             let request = planned.request.clone();
-            let outcome = engine.tx_in_group(log_index, proposed_time_ns, &request, None, batch)?;
+            let signed = author.as_ref().map(|(a, bytes)| (*a, bytes.as_slice()));
+            let outcome = engine.tx_in_group(log_index, proposed_time_ns, &request, signed, batch)?;
             if let Ok(receipt) = &outcome {
                 let rows = planned.rows(receipt.tx, &receipt.temp_ids)?;
                 engine.pending.absorb(rows);
@@ -863,7 +890,7 @@ impl Engine {
         log_index: u64,
         proposed_time_ns: i64,
         req: &TxRequest,
-        author: Option<&Author>,
+        author: Option<(&Author, &[u8])>,
         mut batch: WriteBatch,
     ) -> Result<TxOutcome, CoreError> {
         let content = req.idempotency_key.as_ref().map(|_| request_content_hash(req));
@@ -933,9 +960,9 @@ impl Engine {
         for (key, value) in rows {
             batch.put(Space::State, key, value);
         }
-        if let Some(author) = author {
+        if let Some((author, signed)) = author {
             if !planted::active(PlantedBug::SignedRequestNotKept) {
-                batch.put(Space::State, keys::signed_request(tx), req.signed_bytes());
+                batch.put(Space::State, keys::signed_request(tx), signed.to_vec());
             }
             // Kept for good, like the datoms: about 40 bytes per signed write.
             batch.put(
@@ -953,7 +980,7 @@ impl Engine {
             kind: EntryKind::Transaction {
                 content_hash: tx_content_hash(&hashes),
                 datoms: datom_count,
-                author: author.map(|a| Box::new(a.clone())),
+                author: author.map(|(a, _)| Box::new(a.clone())),
             },
             prev_hash: if planted::active(PlantedBug::WrongPrevHash) && (head.index + 1).is_multiple_of(4) {
                 Hash::of(b"planted: wrong prev_hash")
@@ -1742,4 +1769,12 @@ mod tests {
         let err = reads::audit_entries(&*store, 1, 100).unwrap().unwrap_err();
         assert_eq!(err.index, 4);
     }
+}
+
+/// Who makes a policy change: a principal known otherwise (or nobody, for the cluster's own
+/// initialisation), or an agent whose signed request the entry will record.
+#[derive(Clone, Debug, PartialEq)]
+pub enum PolicyActor {
+    Unsigned(Option<Principal>),
+    Signed(Author),
 }

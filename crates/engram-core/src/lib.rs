@@ -35,6 +35,6 @@ pub mod schema;
 pub mod scrub;
 pub mod snapshot;
 
-pub use engine::{CheckpointPolicy, Engine};
+pub use engine::{CheckpointPolicy, Engine, PolicyActor};
 pub use error::CoreError;
 pub use rows::{ChainHead, LastCheckpoint, Rejection, TxLogRow, TxOutcome};

@@ -150,14 +150,15 @@ pub fn agent(view: &dyn ReadView, name: &str) -> Result<Option<AgentRow>, CoreEr
 
 /// Checks the agent signature a transaction entry will record against the policy at this
 /// entry: the agent exists and is not revoked, `author.key` is its key, the signature is for
-/// `req` (its canonical bytes hash to `author.request_hash`), and its nonce was never applied. The Ed25519 signature itself
+/// `request` (the canonical bytes of the transaction or policy change, which hash to
+/// `author.request_hash`), and its nonce was never applied. The Ed25519 signature itself
 /// was checked by the leader's gate and is checked again by any offline verifier; it is not
 /// re-checked here, where it would cost every replica a verification per write. Returns the
 /// agent as a principal.
 pub fn check_author(
     view: &dyn ReadView,
     author: &Author,
-    req: &TxRequest,
+    request: &[u8],
 ) -> Result<Result<Principal, Rejection>, CoreError> {
     let refuse = |why: String| Ok(Err(Rejection::Unauthenticated(why)));
     let Ok(principal) = Principal::new(author.principal.clone()) else {
@@ -176,7 +177,7 @@ pub fn check_author(
             row.key.key_id()
         ));
     }
-    if Hash::of(&req.signed_bytes()) != author.request_hash {
+    if Hash::of(request) != author.request_hash {
         return refuse(format!("agent {principal}'s signature is for another request"));
     }
     // Every replica holds the nonces applied before, so a replay is refused wherever it is

@@ -9,9 +9,9 @@
 use std::sync::Arc;
 
 use engram_access::request::RequestAuth;
-use engram_access::{AgentKey, Mode, PolicyOp, Principal};
+use engram_access::{Action, AgentKey, Grant, Mode, PolicyOp, Principal};
 use engram_audit::{Author, NodeKey};
-use engram_core::{Engine, Rejection, TxOutcome, export, keys, policy};
+use engram_core::{Engine, PolicyActor, Rejection, TxOutcome, export, keys, policy};
 use engram_storage::{MemStore, ReadView, Space, Store, WriteBatch};
 use engram_types::{Attribute, EntityRef, Hash, Namespace, Op, Provenance, TxOp, TxRequest, Value};
 use engram_verify::format::{ExportReader, ExportWriter, Next, Record};
@@ -51,7 +51,13 @@ impl Node {
         };
         let (index, t) = node.next();
         node.engine
-            .apply_policy(index, t, &configure, None, WriteBatch::new())
+            .apply_policy(
+                index,
+                t,
+                &configure,
+                &PolicyActor::Unsigned(None),
+                WriteBatch::new(),
+            )
             .unwrap()
             .unwrap();
         node
@@ -66,6 +72,19 @@ impl Node {
         let (index, t) = self.next();
         self.engine
             .apply_tx_signed(index, t, req, author, WriteBatch::new())
+            .unwrap()
+    }
+
+    fn change(&mut self, op: &PolicyOp, author: &Author) -> TxOutcome {
+        let (index, t) = self.next();
+        self.engine
+            .apply_policy(
+                index,
+                t,
+                op,
+                &PolicyActor::Signed(author.clone()),
+                WriteBatch::new(),
+            )
             .unwrap()
     }
 
@@ -88,6 +107,10 @@ impl Node {
 }
 
 fn note(text: &str) -> TxRequest {
+    note_by("alice", text)
+}
+
+fn note_by(agent: &str, text: &str) -> TxRequest {
     TxRequest::data(
         Namespace::new("team/a").unwrap(),
         vec![TxOp {
@@ -99,7 +122,7 @@ fn note(text: &str) -> TxRequest {
             valid_to_ns: None,
         }],
         Provenance {
-            agent: "alice".into(),
+            agent: agent.into(),
             confidence: 1.0,
             ..Default::default()
         },
@@ -109,13 +132,21 @@ fn note(text: &str) -> TxRequest {
 /// `req` signed by `key` with `nonce`, as the leader's gate records it. The signing time is
 /// near the entries' transaction times (`Node::next`).
 fn author(key: &AgentKey, req: &TxRequest, nonce: u8) -> Author {
-    let bytes = req.signed_bytes();
-    let auth = RequestAuth::sign(key, METHOD, &bytes, 3_000, [nonce; 16]);
+    signed_by(key, METHOD, &req.signed_bytes(), nonce)
+}
+
+/// A policy change signed by `key` for `method`.
+fn change_author(key: &AgentKey, op: &PolicyOp, method: &str, nonce: u8) -> Author {
+    signed_by(key, method, &op.signed_bytes().unwrap(), nonce)
+}
+
+fn signed_by(key: &AgentKey, method: &str, bytes: &[u8], nonce: u8) -> Author {
+    let auth = RequestAuth::sign(key, method, bytes, 3_000, [nonce; 16]);
     Author {
         principal: key.principal.to_string(),
         key: key.public(),
-        method: METHOD.into(),
-        request_hash: Hash::of(&bytes),
+        method: method.into(),
+        request_hash: Hash::of(bytes),
         time_ms: auth.time_ms,
         nonce: auth.nonce,
         signature: auth.signature,
@@ -248,4 +279,61 @@ fn the_verifier_catches_a_forged_signature_the_node_attested() {
         (altered_at, "author.request")
     );
     assert!(first.message.contains("hashes to"), "{}", first.message);
+}
+
+#[test]
+fn signed_policy_changes_record_their_author_and_the_export_proves_them() {
+    let mut node = Node::enforced();
+    let bob = AgentKey::from_seed(Principal::new("bob").unwrap(), [8; 32]);
+    let add = PolicyOp::AddAgent {
+        name: bob.principal.clone(),
+        key: bob.public(),
+    };
+    let by_alice = change_author(&alice(), &add, "/engram.v1.Access/AddAgent", 1);
+    // A signature over another change is refused, and nothing is recorded.
+    let other = PolicyOp::RevokeAgent {
+        name: bob.principal.clone(),
+    };
+    let refused = node.change(&other, &by_alice);
+    assert!(
+        matches!(&refused, Err(Rejection::Unauthenticated(why)) if why.contains("another request")),
+        "{refused:?}"
+    );
+    let added = node.change(&add, &by_alice).unwrap();
+    let kept = node
+        .store
+        .get(Space::State, &keys::signed_request(added.tx))
+        .unwrap();
+    assert_eq!(kept, add.signed_bytes());
+    let grant = PolicyOp::Grant(Grant {
+        principal: "bob".into(),
+        action: Action::Write,
+        prefix: "team".into(),
+        attribute: String::new(),
+    });
+    node.change(
+        &grant,
+        &change_author(&alice(), &grant, "/engram.v1.Access/Grant", 2),
+    )
+    .unwrap();
+    let req = note_by("bob", "from bob");
+    node.signed(&req, &author(&bob, &req, 3)).unwrap();
+    // Bob rotates his own key, signing with the old one; his next write uses the new one.
+    let bob2 = AgentKey::from_seed(Principal::new("bob").unwrap(), [9; 32]);
+    let rotate = PolicyOp::RotateAgentKey {
+        name: bob.principal.clone(),
+        key: bob2.public(),
+    };
+    node.change(
+        &rotate,
+        &change_author(&bob, &rotate, "/engram.v1.Access/RotateAgentKey", 4),
+    )
+    .unwrap();
+    let req = note_by("bob", "from bob, new key");
+    node.signed(&req, &author(&bob2, &req, 5)).unwrap();
+
+    let report = verify(&node.export());
+    assert!(report.ok(), "{:?}", report.failures);
+    assert_eq!(report.signed_by_agent.get("alice"), Some(&2));
+    assert_eq!(report.signed_by_agent.get("bob"), Some(&3));
 }

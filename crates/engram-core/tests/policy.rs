@@ -9,7 +9,7 @@ use std::sync::Arc;
 use engram_access::{Action, Grant, Mode, PolicyOp, Principal, SYSTEM_NAMESPACE};
 use engram_audit::{NodeKey, PublicKey};
 use engram_core::reads::{self, ReadOptions};
-use engram_core::{Engine, Rejection, TxOutcome, policy};
+use engram_core::{Engine, PolicyActor, Rejection, TxOutcome, policy};
 use engram_storage::{MemStore, Space, Store, WriteBatch};
 use engram_types::{
     Attribute, EntityId, EntityRef, Namespace, Op, Provenance, Status, TxId, TxOp, TxRequest, Value,
@@ -53,7 +53,7 @@ impl Node {
         let (index, t) = self.next();
         let by = by.map(principal);
         self.engine
-            .apply_policy(index, t, &op, by.as_ref(), WriteBatch::new())
+            .apply_policy(index, t, &op, &PolicyActor::Unsigned(by), WriteBatch::new())
             .unwrap()
     }
 
@@ -193,7 +193,7 @@ fn a_store_from_before_modes_is_open() {
         admin: Some((principal("root"), PublicKey([1; 32]))),
     };
     let refused = engine
-        .apply_policy(3, 3, &configure, None, WriteBatch::new())
+        .apply_policy(3, 3, &configure, &PolicyActor::Unsigned(None), WriteBatch::new())
         .unwrap();
     assert!(matches!(refused, Err(Rejection::Policy(m)) if m.contains("stays open")));
 }

@@ -1,6 +1,6 @@
 //! Wire conversions of the `Access` service, and the method paths requests are signed over.
 
-use engram_access::{Action, Grant, Principal};
+use engram_access::{Action, Grant, PolicyOp, Principal};
 use engram_audit::PublicKey;
 
 use crate::{WireError, pb};
@@ -55,7 +55,9 @@ pub fn role_request(req: &pb::RoleRequest) -> Result<(Principal, Principal), Wir
 
 /// What a request's signature covers, its *body*: the message's protobuf bytes, except for
 /// the calls that become a transaction (`Transact`, `ApplySchema` and the three branch calls),
-/// whose body is the transaction's canonical bytes (`TxRequest::signed_bytes`). Those bytes are
+/// whose body is the transaction's canonical bytes (`TxRequest::signed_bytes`), and the calls
+/// that change the policy (agents, grants, roles), whose body is the change's canonical bytes
+/// (`PolicyOp::signed_bytes`). Those bytes are
 /// what the state machine executes and what the audit chain keeps beside the transaction's
 /// entry, so an offline verifier can check the agent's signature and hold the request against
 /// the datoms without a protobuf decoder. Clients and servers take the body from here.
@@ -90,11 +92,6 @@ protobuf_body!(
     RemoveNodeRequest,
     RevokeKeyRequest,
     RotateKeyRequest,
-    AddAgentRequest,
-    RotateAgentKeyRequest,
-    RevokeAgentRequest,
-    GrantRequest,
-    RoleRequest,
     ListAgentsRequest,
     ListGrantsRequest,
     WhoAmIRequest,
@@ -148,6 +145,88 @@ impl SignedBody for pb::BranchRequest {
             op,
         );
         transaction_body(self, tx)
+    }
+}
+
+/// The body of a call that becomes a policy change: the change's canonical bytes
+/// (`PolicyOp::signed_bytes`), or the protobuf bytes of a message that does not convert (the
+/// server refuses it before any signature is checked).
+fn policy_body<T: prost::Message>(message: &T, op: Result<PolicyOp, WireError>) -> Vec<u8> {
+    match op.map(|op| op.signed_bytes()) {
+        Ok(Some(bytes)) => bytes,
+        _ => message.encode_to_vec(),
+    }
+}
+
+pub fn add_agent_op(m: &pb::AddAgentRequest) -> Result<PolicyOp, WireError> {
+    Ok(PolicyOp::AddAgent {
+        name: principal("name", m.name.clone())?,
+        key: public_key("public_key", &m.public_key)?,
+    })
+}
+
+pub fn rotate_agent_key_op(m: &pb::RotateAgentKeyRequest) -> Result<PolicyOp, WireError> {
+    Ok(PolicyOp::RotateAgentKey {
+        name: principal("name", m.name.clone())?,
+        key: public_key("public_key", &m.public_key)?,
+    })
+}
+
+pub fn revoke_agent_op(m: &pb::RevokeAgentRequest) -> Result<PolicyOp, WireError> {
+    Ok(PolicyOp::RevokeAgent {
+        name: principal("name", m.name.clone())?,
+    })
+}
+
+/// A grant request as the change it asks for: revoking when `revoke`.
+pub fn grant_op(m: &pb::GrantRequest, revoke: bool) -> Result<PolicyOp, WireError> {
+    let grant = Grant::try_from(m.clone())?;
+    Ok(if revoke {
+        PolicyOp::Revoke(grant)
+    } else {
+        PolicyOp::Grant(grant)
+    })
+}
+
+/// A role request as the change it asks for: unassigning when `unassign`.
+pub fn role_op(m: &pb::RoleRequest, unassign: bool) -> Result<PolicyOp, WireError> {
+    let (agent, role) = role_request(m)?;
+    Ok(if unassign {
+        PolicyOp::UnassignRole { agent, role }
+    } else {
+        PolicyOp::AssignRole { agent, role }
+    })
+}
+
+impl SignedBody for pb::AddAgentRequest {
+    fn signed_body(&self, _: &str) -> Vec<u8> {
+        policy_body(self, add_agent_op(self))
+    }
+}
+
+impl SignedBody for pb::RotateAgentKeyRequest {
+    fn signed_body(&self, _: &str) -> Vec<u8> {
+        policy_body(self, rotate_agent_key_op(self))
+    }
+}
+
+impl SignedBody for pb::RevokeAgentRequest {
+    fn signed_body(&self, _: &str) -> Vec<u8> {
+        policy_body(self, revoke_agent_op(self))
+    }
+}
+
+impl SignedBody for pb::GrantRequest {
+    /// One message serves granting and revoking: the method says which.
+    fn signed_body(&self, method: &str) -> Vec<u8> {
+        policy_body(self, grant_op(self, method == methods::REVOKE_GRANT))
+    }
+}
+
+impl SignedBody for pb::RoleRequest {
+    /// One message serves assigning and unassigning: the method says which.
+    fn signed_body(&self, method: &str) -> Vec<u8> {
+        policy_body(self, role_op(self, method == methods::UNASSIGN_ROLE))
     }
 }
 

@@ -16,7 +16,10 @@ use engram_types::{
 use thiserror::Error;
 
 mod access;
-pub use access::{SignedBody, methods, principal, public_key, role_request, signed_request};
+pub use access::{
+    SignedBody, add_agent_op, grant_op, methods, principal, public_key, revoke_agent_op, role_op,
+    role_request, rotate_agent_key_op, signed_request,
+};
 
 // Under madsim, messages travel as values and no codec runs.
 #[cfg(not(madsim))]

@@ -84,6 +84,13 @@ pub enum Command {
         author: Author,
         proposed_time_ns: i64,
     },
+    /// A policy change whose request `author` signed; checked and recorded like
+    /// [`Command::TransactSigned`].
+    PolicySigned {
+        op: PolicyOp,
+        author: Author,
+        proposed_time_ns: i64,
+    },
 }
 
 /// Who proposes a transaction.
@@ -130,6 +137,16 @@ impl fmt::Display for Command {
                 "transact(ns={}, ops={}, signed by={}, t={proposed_time_ns})",
                 request.namespace,
                 request.ops.len(),
+                author.principal
+            ),
+            Command::PolicySigned {
+                op,
+                author,
+                proposed_time_ns,
+            } => write!(
+                f,
+                "policy({}, signed by={}, t={proposed_time_ns})",
+                op.kind(),
                 author.principal
             ),
             Command::Policy {

@@ -2,7 +2,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
 
-use engram_access::{PolicyOp, Principal};
+use engram_access::PolicyOp;
 use engram_audit::{KeyAction, KeyChangeRequest, KeyId, KeyRing, PublicKey};
 use engram_core::{CheckpointPolicy, Rejection, TxOutcome, reads};
 use engram_storage::Store;
@@ -291,16 +291,19 @@ impl RaftNode {
     /// Proposes a change to agents, keys, grants or the security mode, made by `principal`;
     /// apply checks it against the policy in force and records it as a transaction of the
     /// system namespace.
-    pub async fn propose_policy(
-        &self,
-        op: PolicyOp,
-        principal: Option<Principal>,
-    ) -> Result<TxOutcome, NodeError> {
+    pub async fn propose_policy(&self, op: PolicyOp, by: Proposer) -> Result<TxOutcome, NodeError> {
         let proposed_time_ns = clock::now_ns().saturating_add(self.clock_skew_ns);
-        let command = Command::Policy {
-            op,
-            principal,
-            proposed_time_ns,
+        let command = match by {
+            Proposer::Unsigned(principal) => Command::Policy {
+                op,
+                principal,
+                proposed_time_ns,
+            },
+            Proposer::Signed(author) => Command::PolicySigned {
+                op,
+                author,
+                proposed_time_ns,
+            },
         };
         let resp = self.raft.client_write(command).await.map_err(write_error)?;
         resp.data

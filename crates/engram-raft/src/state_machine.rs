@@ -185,22 +185,16 @@ impl StateMachine {
                 principal,
                 proposed_time_ns,
             }) => {
-                self.policy_touched = true;
-                let extra = applied_row(&self.applied)?;
-                let outcome = self
-                    .engine
-                    .apply_policy(index, proposed_time_ns, &op, principal.as_ref(), extra)
-                    .map_err(io_err)?;
-                match &outcome {
-                    Ok(receipt) => info!(
-                        log_index = index,
-                        tx = receipt.tx.0,
-                        change = op.kind(),
-                        "policy change recorded"
-                    ),
-                    Err(rejection) => warn!(log_index = index, %rejection, "policy change refused"),
-                }
-                response.outcome = Some(outcome);
+                let by = engram_core::PolicyActor::Unsigned(principal);
+                response.outcome = Some(self.policy(index, proposed_time_ns, &op, &by)?);
+            }
+            EntryPayload::Normal(Command::PolicySigned {
+                op,
+                author,
+                proposed_time_ns,
+            }) => {
+                let by = engram_core::PolicyActor::Signed(author);
+                response.outcome = Some(self.policy(index, proposed_time_ns, &op, &by)?);
             }
             EntryPayload::Normal(Command::KeyChange { request }) => {
                 let extra = applied_row(&self.applied)?;
@@ -258,6 +252,31 @@ impl StateMachine {
         self.engine
             .apply_tx_as(index, proposed_time_ns, request, principal, extra)
             .map_err(io_err)
+    }
+
+    fn policy(
+        &mut self,
+        index: u64,
+        proposed_time_ns: i64,
+        op: &engram_access::PolicyOp,
+        by: &engram_core::PolicyActor,
+    ) -> io::Result<engram_core::TxOutcome> {
+        self.policy_touched = true;
+        let extra = applied_row(&self.applied)?;
+        let outcome = self
+            .engine
+            .apply_policy(index, proposed_time_ns, op, by, extra)
+            .map_err(io_err)?;
+        match &outcome {
+            Ok(receipt) => info!(
+                log_index = index,
+                tx = receipt.tx.0,
+                change = op.kind(),
+                "policy change recorded"
+            ),
+            Err(rejection) => warn!(log_index = index, %rejection, "policy change refused"),
+        }
+        Ok(outcome)
     }
 
     /// Ends the open group, writes it, and only then answers its entries' proposers.

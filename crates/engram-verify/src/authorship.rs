@@ -17,6 +17,11 @@
 //! - the signature was made near the transaction's time and its nonce is not used twice
 //!   (a node cannot replay an agent's request into another transaction).
 //!
+//! A signed policy change (an agent, a grant or a role given or taken) is checked the same
+//! way, its exported bytes being the change (`PolicyOp::signed_bytes`): its datoms must record
+//! it as the signer's change and say what it says. The agent registry a signature is checked
+//! against is the one before the entry, so an agent rotating its own key signs with the old.
+//!
 //! So a node, even one holding a trusted node key that attests its own chain, cannot record a
 //! transaction as some agent's without that agent's key. Schema and branch transactions are
 //! checked for signature, key, namespace and agent; their datoms follow from the state (a
@@ -25,9 +30,16 @@
 use std::collections::{BTreeMap, HashMap, VecDeque};
 
 use engram_access::request::RequestAuth;
-use engram_access::{Principal, SYSTEM_NAMESPACE};
+use engram_access::{PolicyOp, Principal, SYSTEM_NAMESPACE};
 use engram_audit::{Author, PublicKey};
 use engram_types::{Datom, EntityId, EntityRef, Hash, Op, TxRequest, Value};
+
+/// The gRPC path prefix of the calls whose signed body is a policy change (`PolicyOp`); every
+/// other signed write's is a transaction request.
+const POLICY_METHODS: &str = "/engram.v1.Access/";
+
+/// The agent whose claims record policy changes in the system namespace.
+const POLICY_AGENT: &str = "engram.policy";
 
 /// How far an agent's signing time may be from its transaction's time. A node's gate accepts a
 /// signature within a minute of its own clock and the transaction time is the leader's clock
@@ -173,14 +185,111 @@ impl Authorship {
             ));
         }
         self.check_nonce(index, tx_time_ms, author, &mut faults);
-        match TxRequest::decode_signed(request) {
-            Err(e) => faults.push((
-                "author.request",
-                format!("the exported request does not decode: {e}"),
-            )),
-            Ok(req) => bind(&req, author, namespace, tx_time_ns, datoms, &mut faults),
+        if author.method.starts_with(POLICY_METHODS) {
+            match PolicyOp::decode_signed(request) {
+                Err(e) => faults.push((
+                    "author.request",
+                    format!("the exported change does not decode: {e}"),
+                )),
+                Ok(op) => self.bind_policy(&op, author, namespace, datoms, &mut faults),
+            }
+        } else {
+            match TxRequest::decode_signed(request) {
+                Err(e) => faults.push((
+                    "author.request",
+                    format!("the exported request does not decode: {e}"),
+                )),
+                Ok(req) => bind(&req, author, namespace, tx_time_ns, datoms, &mut faults),
+            }
         }
         faults
+    }
+
+    /// Holds a signed policy change against the system-namespace transaction that records it:
+    /// every datom records the change as the signer's, and the datoms say what the change
+    /// says (for an agent's key or status, on that agent's entity).
+    fn bind_policy(
+        &self,
+        op: &PolicyOp,
+        author: &Author,
+        namespace: &str,
+        datoms: &[Datom],
+        faults: &mut Vec<Fault>,
+    ) {
+        if namespace != SYSTEM_NAMESPACE {
+            faults.push((
+                "author.request",
+                format!("a signed policy change recorded in namespace {namespace:?}, not {SYSTEM_NAMESPACE}"),
+            ));
+            return;
+        }
+        if let Some(i) = datoms
+            .iter()
+            .position(|d| d.provenance.agent != POLICY_AGENT || d.provenance.source != author.principal)
+        {
+            faults.push((
+                "author.request",
+                format!(
+                    "datom {i} is not recorded as a policy change made by agent {}",
+                    author.principal
+                ),
+            ));
+        }
+        let s = |v: &str| Value::String(v.to_string());
+        let expected: Vec<(&str, Value, Option<&str>)> = match op {
+            PolicyOp::Configure { .. } => vec![],
+            PolicyOp::AddAgent { name, key } => vec![
+                (":engram.agent/name", s(name.as_str()), None),
+                (":engram.agent/key", Value::Bytes(key.0.to_vec()), None),
+            ],
+            PolicyOp::RotateAgentKey { name, key } => {
+                vec![(
+                    ":engram.agent/key",
+                    Value::Bytes(key.0.to_vec()),
+                    Some(name.as_str()),
+                )]
+            }
+            PolicyOp::RevokeAgent { name } => {
+                vec![(":engram.agent/status", s("revoked"), Some(name.as_str()))]
+            }
+            PolicyOp::Grant(g) => {
+                let mut v = vec![
+                    (":engram.grant/principal", s(&g.principal), None),
+                    (":engram.grant/action", s(g.action.name()), None),
+                    (":engram.grant/prefix", s(&g.prefix), None),
+                    (":engram.grant/status", s("active"), None),
+                ];
+                if !g.attribute.is_empty() {
+                    v.push((":engram.grant/attribute", s(&g.attribute), None));
+                }
+                v
+            }
+            PolicyOp::Revoke(_) => vec![(":engram.grant/status", s("revoked"), None)],
+            PolicyOp::AssignRole { agent, role } => vec![
+                (":engram.role/agent", s(agent.as_str()), None),
+                (":engram.role/role", s(role.as_str()), None),
+                (":engram.role/status", s("active"), None),
+            ],
+            PolicyOp::UnassignRole { .. } => vec![(":engram.role/status", s("revoked"), None)],
+        };
+        for (attribute, value, on_agent) in expected {
+            let found = datoms.iter().any(|d| {
+                d.op == Op::Assert
+                    && d.attribute.as_str() == attribute
+                    && d.value == value
+                    && on_agent
+                        .is_none_or(|name| self.names.get(&d.entity.0).map(String::as_str) == Some(name))
+            });
+            if !found {
+                faults.push((
+                    "author.request",
+                    format!(
+                        "the signed {} change asks for {attribute} {value}, and the transaction does not record it",
+                        op.kind()
+                    ),
+                ));
+            }
+        }
     }
 
     fn check_nonce(&mut self, index: u64, tx_time_ms: i64, author: &Author, faults: &mut Vec<Fault>) {
@@ -489,5 +598,57 @@ mod tests {
             fields(&b.check(9, TX_TIME_NS, "team/a", &author, &datoms, &bytes)),
             vec!["author.key"]
         );
+    }
+
+    #[test]
+    fn a_signed_policy_change_must_be_what_its_datoms_record() {
+        let root = AgentKey::from_seed(Principal::new("root").unwrap(), [7; 32]);
+        let bob = AgentKey::from_seed(Principal::new("bob").unwrap(), [8; 32]);
+        let op = PolicyOp::AddAgent {
+            name: bob.principal.clone(),
+            key: bob.public(),
+        };
+        let bytes = op.signed_bytes().unwrap();
+        let method = "/engram.v1.Access/AddAgent";
+        let auth = RequestAuth::sign(&root, method, &bytes, SIGNED_MS, [1; 16]);
+        let author = Author {
+            principal: "root".into(),
+            key: root.public(),
+            method: method.into(),
+            request_hash: Hash::of(&bytes),
+            time_ms: auth.time_ms,
+            nonce: auth.nonce,
+            signature: auth.signature,
+        };
+        let recorded = |key: &AgentKey, source: &str| -> Vec<Datom> {
+            let sys = |a: &str, v: Value| {
+                let mut d = datom(SYSTEM_NAMESPACE, 6, a, v, "engram.policy");
+                d.provenance.source = source.into();
+                d
+            };
+            vec![
+                sys(":engram.agent/name", Value::String("bob".into())),
+                sys(":engram.agent/key", Value::Bytes(key.public().0.to_vec())),
+                sys(":engram.agent/status", Value::String("active".into())),
+            ]
+        };
+        let check = |datoms: &[Datom]| {
+            let mut a = Authorship::default();
+            let mut root_reg = register(&root);
+            for d in &mut root_reg {
+                if let Value::String(name) = &mut d.value
+                    && name == "alice"
+                {
+                    *name = "root".into();
+                }
+            }
+            a.observe(&root_reg);
+            fields(&a.check(10, TX_TIME_NS, SYSTEM_NAMESPACE, &author, datoms, &bytes))
+        };
+        assert_eq!(check(&recorded(&bob, "root")), Vec::<&str>::new());
+        // The datoms register another key than the one root signed for.
+        assert_eq!(check(&recorded(&key(3), "root")), vec!["author.request"]);
+        // The datoms name another actor.
+        assert_eq!(check(&recorded(&bob, "mallory")), vec!["author.request"]);
     }
 }

@@ -485,15 +485,19 @@ impl<'a> Verifier<'a> {
                 ),
             }
         }
-        self.authorship.observe(&decoded);
-        if let Some(author) = tx.author {
-            self.awaiting_request = Some(PendingRequest {
-                index,
-                tx_time_ns: tx.tx_time_ns,
-                namespace: tx.namespace.clone(),
-                author,
-                datoms: decoded,
-            });
+        // A signed change's own datoms (a rotation, say) count from after its signature is
+        // checked, against the agents as they were before it.
+        match tx.author {
+            Some(author) => {
+                self.awaiting_request = Some(PendingRequest {
+                    index,
+                    tx_time_ns: tx.tx_time_ns,
+                    namespace: tx.namespace.clone(),
+                    author,
+                    datoms: decoded,
+                });
+            }
+            None => self.authorship.observe(&decoded),
         }
         let computed = tx_content_hash(&hashes);
         if computed != tx.content_hash {
@@ -537,12 +541,14 @@ impl<'a> Verifier<'a> {
             &pending.datoms,
             bytes,
         );
+        self.authorship.observe(&pending.datoms);
         for (field, message) in faults {
             self.fail(Some(index), Some(offset), field, message);
         }
     }
 
     fn request_missing(&mut self, pending: &PendingRequest, offset: Option<u64>) {
+        self.authorship.observe(&pending.datoms);
         self.fail(
             Some(pending.index),
             offset,

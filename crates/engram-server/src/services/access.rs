@@ -5,6 +5,7 @@ use std::sync::Arc;
 use engram_access::{Action, Grant, PolicyOp, SYSTEM_NAMESPACE};
 use engram_core::policy;
 use engram_proto::{methods, pb};
+use engram_raft::Proposer;
 use tonic::metadata::MetadataMap;
 use tonic::transport::Channel;
 use tonic::{Request, Response, Status};
@@ -36,18 +37,20 @@ impl AccessService {
                 call.forward(self.shared.access_client(&addr)?, &incoming).await?,
             ));
         }
-        let caller = call.admit(&self.shared, &meta)?;
+        let body = op.signed_bytes().unwrap_or_default();
+        let caller = self
+            .shared
+            .admit_body(&meta, &body, call.method(), Need::Principal)?;
         if let Err(rejection) = self.shared.read_state(|store| {
             policy::plan_change(store, &op, caller.principal.as_ref()).map(|planned| planned.map(|_| ()))
         })? {
             return Err(ApiError::Rejected(rejection).into());
         }
-        match self
-            .shared
-            .node
-            .propose_policy(op, caller.principal.clone())
-            .await
-        {
+        let by = match &caller.author {
+            Some(author) => Proposer::Signed(author.clone()),
+            None => Proposer::Unsigned(caller.principal.clone()),
+        };
+        match self.shared.node.propose_policy(op, by).await {
             Ok(Ok(receipt)) => Ok(Response::new(pb::PolicyResponse {
                 tx: receipt.tx.0,
                 audit_index: receipt.audit_index,
@@ -94,46 +97,30 @@ enum PolicyCall {
 }
 
 impl PolicyCall {
-    /// Authenticates the call at the node that serves it (see `gate`); the change itself says
-    /// which grant it needs.
-    fn admit(&self, shared: &Shared, meta: &MetadataMap) -> Result<Caller, ApiError> {
+    /// The method the call was signed for. Its signed body is the change's canonical bytes
+    /// (`engram_proto::SignedBody`), which the caller computes from the converted change.
+    fn method(&self) -> &'static str {
         match self {
-            PolicyCall::AddAgent(m) => shared.admit(meta, m, methods::ADD_AGENT, Need::Principal),
-            PolicyCall::RotateAgentKey(m) => {
-                shared.admit(meta, m, methods::ROTATE_AGENT_KEY, Need::Principal)
-            }
-            PolicyCall::RevokeAgent(m) => shared.admit(meta, m, methods::REVOKE_AGENT, Need::Principal),
-            PolicyCall::Grant(m) => shared.admit(meta, m, methods::GRANT, Need::Principal),
-            PolicyCall::RevokeGrant(m) => shared.admit(meta, m, methods::REVOKE_GRANT, Need::Principal),
-            PolicyCall::AssignRole(m) => shared.admit(meta, m, methods::ASSIGN_ROLE, Need::Principal),
-            PolicyCall::UnassignRole(m) => shared.admit(meta, m, methods::UNASSIGN_ROLE, Need::Principal),
+            PolicyCall::AddAgent(_) => methods::ADD_AGENT,
+            PolicyCall::RotateAgentKey(_) => methods::ROTATE_AGENT_KEY,
+            PolicyCall::RevokeAgent(_) => methods::REVOKE_AGENT,
+            PolicyCall::Grant(_) => methods::GRANT,
+            PolicyCall::RevokeGrant(_) => methods::REVOKE_GRANT,
+            PolicyCall::AssignRole(_) => methods::ASSIGN_ROLE,
+            PolicyCall::UnassignRole(_) => methods::UNASSIGN_ROLE,
         }
     }
 
     /// Validates the request into the change it proposes.
     fn to_op(&self) -> Result<PolicyOp, ApiError> {
         Ok(match self {
-            PolicyCall::AddAgent(m) => PolicyOp::AddAgent {
-                name: engram_proto::principal("name", m.name.clone())?,
-                key: engram_proto::public_key("public_key", &m.public_key)?,
-            },
-            PolicyCall::RotateAgentKey(m) => PolicyOp::RotateAgentKey {
-                name: engram_proto::principal("name", m.name.clone())?,
-                key: engram_proto::public_key("public_key", &m.public_key)?,
-            },
-            PolicyCall::RevokeAgent(m) => PolicyOp::RevokeAgent {
-                name: engram_proto::principal("name", m.name.clone())?,
-            },
-            PolicyCall::Grant(m) => PolicyOp::Grant(Grant::try_from(m.clone())?),
-            PolicyCall::RevokeGrant(m) => PolicyOp::Revoke(Grant::try_from(m.clone())?),
-            PolicyCall::AssignRole(m) => {
-                let (agent, role) = engram_proto::role_request(m)?;
-                PolicyOp::AssignRole { agent, role }
-            }
-            PolicyCall::UnassignRole(m) => {
-                let (agent, role) = engram_proto::role_request(m)?;
-                PolicyOp::UnassignRole { agent, role }
-            }
+            PolicyCall::AddAgent(m) => engram_proto::add_agent_op(m)?,
+            PolicyCall::RotateAgentKey(m) => engram_proto::rotate_agent_key_op(m)?,
+            PolicyCall::RevokeAgent(m) => engram_proto::revoke_agent_op(m)?,
+            PolicyCall::Grant(m) => engram_proto::grant_op(m, false)?,
+            PolicyCall::RevokeGrant(m) => engram_proto::grant_op(m, true)?,
+            PolicyCall::AssignRole(m) => engram_proto::role_op(m, false)?,
+            PolicyCall::UnassignRole(m) => engram_proto::role_op(m, true)?,
         })
     }
 

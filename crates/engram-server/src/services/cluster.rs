@@ -167,7 +167,11 @@ pub async fn configure(shared: &Shared, security: PolicyOp) -> Result<(), ApiErr
 /// the leader as an `Init`.
 async fn propose_configure(shared: &Shared, security: &PolicyOp) -> Result<(), ApiError> {
     match shared.route_write(false)? {
-        Route::Local => match shared.node.propose_policy(security.clone(), None).await {
+        Route::Local => match shared
+            .node
+            .propose_policy(security.clone(), engram_raft::Proposer::Unsigned(None))
+            .await
+        {
             // Refused only because another initialisation recorded a mode first.
             Ok(Ok(_)) | Ok(Err(Rejection::Policy(_))) => Ok(()),
             Ok(Err(rejection)) => Err(ApiError::Rejected(rejection)),
