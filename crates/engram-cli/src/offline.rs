@@ -402,10 +402,10 @@ fn verify_data_dir(dir: &Path, options: &VerifyOptions, ui: Ui, json: bool) -> R
 }
 
 fn print_scrub(scrub: &ScrubReport) -> Result<()> {
-    let [log, raft, state] = scrub.rows;
+    let [log, raft, state, access] = scrub.rows;
     let read = format!(
-        "{} rows read (log {log}, raft {raft}, state {state}); {} datoms, {} index rows, {} transactions cross-checked",
-        log + raft + state,
+        "{} rows read (log {log}, raft {raft}, state {state}, access log {access}); {} datoms, {} index rows, {} transactions cross-checked",
+        log + raft + state + access,
         scrub.datoms,
         scrub.index_rows,
         scrub.transactions

@@ -296,6 +296,17 @@ impl Engine {
         self.pending.over(&*self.store)
     }
 
+    /// [`policy::check_tx`] at this entry, through the engine's cache of the policy rows (a
+    /// policy change, a genesis entry and a reload clear it, so it answers as the rows do).
+    fn check_grants(
+        &mut self,
+        principal: Option<&Principal>,
+        req: &TxRequest,
+    ) -> Result<Result<(), Rejection>, CoreError> {
+        let view = self.pending.over(&*self.store);
+        self.grants.check_tx(&view, principal, req)
+    }
+
     /// Opens a group of entries (one Raft apply call). Entries are applied into the group,
     /// not the store, and [`Engine::end_group`] returns the whole group as one batch that the
     /// caller writes buffered: the state machine never syncs. Durability comes from the Raft
@@ -794,7 +805,7 @@ impl Engine {
         batch: WriteBatch,
     ) -> Result<TxOutcome, CoreError> {
         self.in_group(|engine| {
-            if let Err(rejection) = policy::check_tx(&engine.view(), principal, req)? {
+            if let Err(rejection) = engine.check_grants(principal, req)? {
                 engine.apply_noop(batch)?;
                 return Ok(Err(rejection));
             }
@@ -816,7 +827,7 @@ impl Engine {
     ) -> Result<TxOutcome, CoreError> {
         self.in_group(|engine| {
             let checked = match policy::check_author(&engine.view(), author, &req.signed_bytes())? {
-                Ok(principal) => policy::check_tx(&engine.view(), Some(&principal), req)?,
+                Ok(principal) => engine.check_grants(Some(&principal), req)?,
                 Err(rejection) => Err(rejection),
             };
             if let Err(rejection) = checked {

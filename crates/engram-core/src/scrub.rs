@@ -84,7 +84,7 @@ impl std::fmt::Display for Finding {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct ScrubReport {
     /// Rows read, per space, in [`Space::ALL`] order.
-    pub rows: [u64; 3],
+    pub rows: [u64; Space::ALL.len()],
     /// EAVT and branch datoms checked.
     pub datoms: u64,
     /// AEVT, AVET, VAET, `X` and current-claims (`U`) rows checked.
