@@ -13,7 +13,8 @@
 use engram_types::codec::{Reader, Writer};
 use engram_types::{DecodeError, Hash};
 
-use crate::{Attestation, KeyId, NodeKey, PublicKey};
+use crate::entry::{decode_attested, encode_attested};
+use crate::{Attestation, NodeKey, PublicKey};
 
 /// Format version of an access event's encoding.
 pub const ACCESS_FORMAT_VERSION: u8 = 1;
@@ -122,35 +123,13 @@ impl SignedAccessEvent {
     }
 
     pub fn encode(&self) -> Vec<u8> {
-        let mut w = Writer::with_capacity(180);
-        w.bytes(&self.event.encode());
-        if let Some(a) = &self.attestation {
-            w.raw(&a.key_id.0).raw(&a.signature);
-        }
-        w.finish()
+        encode_attested(&self.event.encode(), self.attestation.as_ref())
     }
 
     pub fn decode(bytes: &[u8]) -> Result<SignedAccessEvent, DecodeError> {
-        let mut r = Reader::new(bytes);
-        let event_bytes = r.bytes("access event")?;
-        let mut er = Reader::new(event_bytes);
-        let event = AccessEvent::read(&mut er)?;
-        er.finish()?;
-        let attestation = match r.remaining() {
-            0 => None,
-            72 => {
-                let mut key_id = [0u8; 8];
-                key_id.copy_from_slice(r.take(8, "key id")?);
-                let mut signature = [0u8; 64];
-                signature.copy_from_slice(r.take(64, "signature")?);
-                Some(Attestation {
-                    key_id: KeyId(key_id),
-                    signature,
-                })
-            }
-            n if n < 72 => return Err(DecodeError::Truncated("access attestation")),
-            n => return Err(DecodeError::Trailing(n - 72)),
-        };
+        let (event, attestation) = decode_attested(bytes, "access event")?;
+        let mut r = Reader::new(event);
+        let event = AccessEvent::read(&mut r)?;
         r.finish()?;
         Ok(SignedAccessEvent { event, attestation })
     }

@@ -398,35 +398,54 @@ impl SignedEntry {
     /// entry encoded before attestations became optional always has one, so old rows and
     /// exports decode unchanged.
     pub fn encode(&self) -> Vec<u8> {
-        let mut w = Writer::with_capacity(208);
-        w.bytes(&self.entry.encode());
-        if let Some(attestation) = &self.attestation {
-            w.raw(&attestation.key_id.0).raw(&attestation.signature);
-        }
-        w.finish()
+        encode_attested(&self.entry.encode(), self.attestation.as_ref())
     }
 
     pub fn decode(bytes: &[u8]) -> Result<SignedEntry, DecodeError> {
-        let mut r = Reader::new(bytes);
-        let entry = AuditEntry::decode(r.bytes("entry")?)?;
-        let attestation = match r.remaining() {
-            0 => None,
-            ATTESTATION_BYTES => {
-                let mut key_id = [0u8; 8];
-                key_id.copy_from_slice(r.take(8, "key id")?);
-                let mut signature = [0u8; 64];
-                signature.copy_from_slice(r.take(64, "signature")?);
-                Some(Attestation {
-                    key_id: KeyId(key_id),
-                    signature,
-                })
-            }
-            n if n < ATTESTATION_BYTES => return Err(DecodeError::Truncated("attestation")),
-            n => return Err(DecodeError::Trailing(n - ATTESTATION_BYTES)),
-        };
-        r.finish()?;
-        Ok(SignedEntry { entry, attestation })
+        let (entry, attestation) = decode_attested(bytes, "entry")?;
+        Ok(SignedEntry {
+            entry: AuditEntry::decode(entry)?,
+            attestation,
+        })
     }
+}
+
+/// A signed record's stored form: the record's encoding (length-prefixed), then the
+/// attestation's key id and signature if it carries one. Audit entries and access events are
+/// stored this way.
+pub(crate) fn encode_attested(record: &[u8], attestation: Option<&Attestation>) -> Vec<u8> {
+    let mut w = Writer::with_capacity(record.len() + 4 + ATTESTATION_BYTES);
+    w.bytes(record);
+    if let Some(a) = attestation {
+        w.raw(&a.key_id.0).raw(&a.signature);
+    }
+    w.finish()
+}
+
+/// Splits [`encode_attested`]'s bytes into the record's encoding (`what`) and the attestation.
+pub(crate) fn decode_attested<'a>(
+    bytes: &'a [u8],
+    what: &'static str,
+) -> Result<(&'a [u8], Option<Attestation>), DecodeError> {
+    let mut r = Reader::new(bytes);
+    let record = r.bytes(what)?;
+    let attestation = match r.remaining() {
+        0 => None,
+        ATTESTATION_BYTES => {
+            let mut key_id = [0u8; 8];
+            key_id.copy_from_slice(r.take(8, "key id")?);
+            let mut signature = [0u8; 64];
+            signature.copy_from_slice(r.take(64, "signature")?);
+            Some(Attestation {
+                key_id: KeyId(key_id),
+                signature,
+            })
+        }
+        n if n < ATTESTATION_BYTES => return Err(DecodeError::Truncated("attestation")),
+        n => return Err(DecodeError::Trailing(n - ATTESTATION_BYTES)),
+    };
+    r.finish()?;
+    Ok((record, attestation))
 }
 
 #[cfg(test)]

@@ -1096,6 +1096,21 @@ async fn run_in(args: &DemoArgs, exe: &Path, dir: &Path, ui: Ui) -> Result<DemoS
         });
     }
 
+    // 5b. Who wrote what, proven as an auditor would: one node's export verified offline.
+    let pb = ui.spinner("exporting the audit chain and verifying it offline");
+    let authorship = prove_authorship(&admin).await;
+    let signed: u64 = authorship
+        .as_ref()
+        .map_or(0, |r| r.signed_by_agent.values().sum());
+    match &authorship {
+        Ok(r) if r.ok() => ui.done(
+            &pb,
+            format!("export verified: {signed} transactions signed by their agents"),
+        ),
+        Ok(r) => ui.failed(&pb, format!("export does not verify: {}", r.failures[0])),
+        Err(e) => ui.failed(&pb, format!("export: {e}")),
+    }
+
     // 6. The invariants.
     let unacknowledged = shared.unacknowledged.load(Ordering::Relaxed);
     let durable = invariants::acked_writes_durable(&acked, &views);
@@ -1146,6 +1161,23 @@ async fn run_in(args: &DemoArgs, exe: &Path, dir: &Path, ui: Ui) -> Result<DemoS
                 format!("every link and signature verified on all {NODES} nodes")
             } else {
                 verify_failures.join("; ")
+            },
+        },
+        Check {
+            name: "writes_signed_by_their_agents",
+            ok: matches!(&authorship, Ok(r) if r.ok()) && signed >= acked.len() as u64,
+            detail: match &authorship {
+                Ok(r) if r.ok() => format!(
+                    "an export verified offline proves {signed} transactions signed by their agents ({}), {} acknowledged agent writes among them",
+                    r.signed_by_agent
+                        .iter()
+                        .map(|(agent, n)| format!("{agent} {n}"))
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                    acked.len()
+                ),
+                Ok(r) => format!("the export does not verify: {}", r.failures[0]),
+                Err(e) => format!("no export: {e}"),
             },
         },
         Check {
@@ -1262,4 +1294,19 @@ pub async fn read_histories(
         out.insert(key, datoms);
     }
     Ok(out)
+}
+
+/// Exports the answering node's audit chain and verifies it offline, as an auditor would.
+async fn prove_authorship(client: &Client) -> Result<engram_verify::Report, String> {
+    let mut stream = client.export().await.map_err(|e| e.to_string())?;
+    let mut bytes = Vec::new();
+    while let Some(chunk) = stream.next().await {
+        bytes.extend(chunk.map_err(|e| e.to_string())?);
+    }
+    engram_verify::verify_export(
+        bytes.as_slice(),
+        &engram_verify::VerifyOptions::default(),
+        |_, _| {},
+    )
+    .map_err(|e| e.to_string())
 }

@@ -96,7 +96,7 @@ pub(crate) fn op_tag(op: Op) -> u8 {
     }
 }
 
-pub(crate) fn status_tag(status: Status) -> u8 {
+fn status_tag(status: Status) -> u8 {
     match status {
         Status::Candidate => 1,
         Status::Verified => 2,
@@ -111,7 +111,25 @@ pub(crate) fn read_op(r: &mut Reader<'_>) -> Result<Op, DecodeError> {
     }
 }
 
-pub(crate) fn read_status(r: &mut Reader<'_>) -> Result<Status, DecodeError> {
+pub(crate) fn write_provenance(w: &mut Writer, p: &Provenance) {
+    w.str(&p.agent)
+        .str(&p.session)
+        .str(&p.source)
+        .f64(p.confidence)
+        .u8(status_tag(p.status));
+}
+
+pub(crate) fn read_provenance(r: &mut Reader<'_>) -> Result<Provenance, DecodeError> {
+    Ok(Provenance {
+        agent: r.string("provenance.agent")?,
+        session: r.string("provenance.session")?,
+        source: r.string("provenance.source")?,
+        confidence: r.f64("provenance.confidence")?,
+        status: read_status(r)?,
+    })
+}
+
+fn read_status(r: &mut Reader<'_>) -> Result<Status, DecodeError> {
     match r.u8("provenance.status")? {
         1 => Ok(Status::Candidate),
         2 => Ok(Status::Verified),
@@ -199,12 +217,8 @@ impl Datom {
         w.u8(op_tag(self.op))
             .i64(self.valid_from_ns)
             .opt_i64(self.valid_to_ns)
-            .u64(self.tx.0)
-            .str(&self.provenance.agent)
-            .str(&self.provenance.session)
-            .str(&self.provenance.source)
-            .f64(self.provenance.confidence)
-            .u8(status_tag(self.provenance.status));
+            .u64(self.tx.0);
+        write_provenance(&mut w, &self.provenance);
         w.finish()
     }
 
@@ -229,13 +243,7 @@ impl Datom {
         let valid_from_ns = r.i64("valid_from")?;
         let valid_to_ns = r.opt_i64("valid_to")?;
         let tx = TxId(r.u64("tx")?);
-        let provenance = Provenance {
-            agent: r.string("provenance.agent")?,
-            session: r.string("provenance.session")?,
-            source: r.string("provenance.source")?,
-            confidence: r.f64("provenance.confidence")?,
-            status: read_status(&mut r)?,
-        };
+        let provenance = read_provenance(&mut r)?;
         provenance.validate()?;
         r.finish()?;
         Ok(Datom {

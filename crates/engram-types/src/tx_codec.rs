@@ -14,10 +14,10 @@
 //! the datom encoding's value form.
 
 use crate::codec::{Reader, Writer};
-use crate::datom::{decode_value, encode_value, op_tag, read_op, read_status, status_tag};
+use crate::datom::{decode_value, encode_value, op_tag, read_op, read_provenance, write_provenance};
 use crate::{
     Attribute, AttributeDef, BranchName, BranchOp, Cardinality, DecodeError, EntityId, EntityRef, Namespace,
-    Precondition, Provenance, TxId, TxOp, TxRequest, Unique, ValueType,
+    Precondition, TxId, TxOp, TxRequest, Unique, ValueType,
 };
 
 /// Format version of [`TxRequest::signed_bytes`].
@@ -79,12 +79,7 @@ impl TxRequest {
         opt(&mut w, self.idempotency_key.as_ref(), |w, k| {
             w.str(k);
         });
-        let p = &self.provenance;
-        w.str(&p.agent)
-            .str(&p.session)
-            .str(&p.source)
-            .f64(p.confidence)
-            .u8(status_tag(p.status));
+        write_provenance(&mut w, &self.provenance);
         w.finish()
     }
 
@@ -135,13 +130,7 @@ impl TxRequest {
             })
         })?;
         let idempotency_key = read_opt(&mut r, "idempotency key", |r| r.string("idempotency key"))?;
-        let provenance = Provenance {
-            agent: r.string("provenance.agent")?,
-            session: r.string("provenance.session")?,
-            source: r.string("provenance.source")?,
-            confidence: r.f64("provenance.confidence")?,
-            status: read_status(&mut r)?,
-        };
+        let provenance = read_provenance(&mut r)?;
         r.finish()?;
         let req = TxRequest {
             namespace,
@@ -280,7 +269,7 @@ fn read_def(r: &mut Reader<'_>) -> Result<AttributeDef, DecodeError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{Op, Status, Value};
+    use crate::{Op, Provenance, Status, Value};
 
     fn attr(name: &str) -> Attribute {
         Attribute::new(name).unwrap()
