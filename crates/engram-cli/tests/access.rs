@@ -526,7 +526,10 @@ async fn agents_grants_and_every_refusal_in_enforced_mode() {
     let out = root_cli(&["audit", "verify", "--all", tampered_path.to_str().unwrap()]);
     let text = String::from_utf8_lossy(&out.stdout);
     // What an auditor sees (shown with --nocapture).
-    println!("engram audit verify --all tampered.export  (exit {:?})\n{text}", out.status.code());
+    println!(
+        "engram audit verify --all tampered.export  (exit {:?})\n{text}",
+        out.status.code()
+    );
     assert!(!out.status.success(), "{text}");
     assert!(
         text.contains(&format!(
