@@ -99,24 +99,44 @@ async fn write(
         let n = calls.len();
         let key = keys.current();
         let store = store.clone();
-        // The synced write blocks; it runs off the async threads. The log moves in and out so
-        // the task owns it throughout.
-        let done = tokio::task::spawn_blocking(move || {
-            let result = log.append(store.as_ref(), calls, &key);
-            (log, result)
-        })
-        .await;
-        match done {
-            Ok((back, result)) => {
-                log = back;
-                if let Err(e) = result {
-                    error!(events = n, error = %e, "cannot write the access log: events lost");
-                }
-            }
-            Err(e) => {
-                error!(error = %e, "the access log writer failed");
-                return;
-            }
+        let Some((back, result)) = append(log, store, calls, key).await else {
+            error!("the access log writer failed");
+            return;
+        };
+        log = back;
+        if let Err(e) = result {
+            error!(events = n, error = %e, "cannot write the access log: events lost");
         }
     }
+}
+
+type Appended = (AccessLog, Result<(), engram_core::CoreError>);
+
+/// Appends `calls` to `log`. The synced write blocks, so it runs off the async threads; the
+/// log moves in and out so the writer task owns it throughout. `None`: the blocking task died.
+#[cfg(not(madsim))]
+async fn append(
+    mut log: AccessLog,
+    store: Arc<dyn Store>,
+    calls: Vec<(i64, Access)>,
+    key: Arc<engram_audit::NodeKey>,
+) -> Option<Appended> {
+    tokio::task::spawn_blocking(move || {
+        let result = log.append(store.as_ref(), calls, &key);
+        (log, result)
+    })
+    .await
+    .ok()
+}
+
+/// The simulation has no blocking threads: the append runs in the task.
+#[cfg(madsim)]
+async fn append(
+    mut log: AccessLog,
+    store: Arc<dyn Store>,
+    calls: Vec<(i64, Access)>,
+    key: Arc<engram_audit::NodeKey>,
+) -> Option<Appended> {
+    let result = log.append(store.as_ref(), calls, &key);
+    Some((log, result))
 }
