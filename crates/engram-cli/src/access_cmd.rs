@@ -262,36 +262,28 @@ pub async fn access_log(client: &Client, endpoints: &[String], args: AccessArgs,
     };
     let mut docs = Vec::new();
     let mut failed = Vec::new();
+    if let Some(path) = &args.verify_file {
+        for (endpoint, log) in read_export(path)? {
+            report_verdict(&endpoint, &check_log(&log), json, &mut docs, &mut failed)?;
+        }
+        return finish(docs, failed, json);
+    }
+    let mut exported = Vec::new();
     for (i, endpoint) in endpoints.iter().enumerate() {
         let node = client
             .node(i)
             .ok_or_else(|| anyhow!("no client for endpoint {endpoint}"))?;
-        if args.verify {
-            let verdict = verify_access_log(&node)
+        if args.verify || args.export.is_some() {
+            let log = read_whole_log(&node)
                 .await
                 .with_context(|| format!("reading the access log of {endpoint}"))?;
-            if let Err(fault) = &verdict.result {
-                failed.push(format!("{endpoint}: {fault}"));
-            }
-            if json {
-                docs.push(json!({
-                    "endpoint": endpoint, "node_id": verdict.node_id, "node_key_id": verdict.key_id,
-                    "events": verdict.events, "ok": verdict.result.is_ok(),
-                    "failure": verdict.result.as_ref().err().map(ToString::to_string),
-                }));
+            if args.verify {
+                report_verdict(endpoint, &check_log(&log), json, &mut docs, &mut failed)?;
             } else {
-                match &verdict.result {
-                    Ok(()) => outln!(
-                        "{endpoint}: node {} access log verified: {} events, signed by key {}",
-                        verdict.node_id,
-                        verdict.events,
-                        verdict.key_id
-                    )?,
-                    Err(fault) => outln!(
-                        "{endpoint}: node {} ACCESS LOG DOES NOT VERIFY: {fault}",
-                        verdict.node_id
-                    )?,
-                }
+                exported.push(json!({
+                    "endpoint": endpoint, "node_id": log.node_id, "node_key": hex::encode(log.key.0),
+                    "events": log.events.iter().map(hex::encode).collect::<Vec<_>>(),
+                }));
             }
             continue;
         }
@@ -368,6 +360,27 @@ pub async fn access_log(client: &Client, endpoints: &[String], args: AccessArgs,
             out!("{}", table.render())?;
         }
     }
+    if let Some(path) = &args.export {
+        let events: usize = exported
+            .iter()
+            .map(|n| n["events"].as_array().map_or(0, Vec::len))
+            .sum();
+        let doc = json!({ "format": EXPORT_FORMAT, "nodes": exported });
+        let text = serde_json::to_string_pretty(&doc).unwrap_or_else(|_| doc.to_string());
+        std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))?;
+        if json {
+            return print_json(&json!({ "export": path.display().to_string(), "events": events }));
+        }
+        return outln!(
+            "{events} access events of {} nodes written to {}",
+            endpoints.len(),
+            path.display()
+        );
+    }
+    finish(docs, failed, json)
+}
+
+fn finish(docs: Vec<Json>, failed: Vec<String>, json: bool) -> Result<()> {
     if json {
         print_json(&Json::Array(docs))?;
     }
@@ -375,6 +388,38 @@ pub async fn access_log(client: &Client, endpoints: &[String], args: AccessArgs,
         return Err(crate::commands::Tampered(failed.join("; ")).into());
     }
     Ok(())
+}
+
+fn report_verdict(
+    endpoint: &str,
+    verdict: &AccessVerdict,
+    json: bool,
+    docs: &mut Vec<Json>,
+    failed: &mut Vec<String>,
+) -> Result<()> {
+    if let Err(fault) = &verdict.result {
+        failed.push(format!("{endpoint}: {fault}"));
+    }
+    if json {
+        docs.push(json!({
+            "endpoint": endpoint, "node_id": verdict.node_id, "node_key_id": verdict.key_id,
+            "events": verdict.events, "ok": verdict.result.is_ok(),
+            "failure": verdict.result.as_ref().err().map(ToString::to_string),
+        }));
+        return Ok(());
+    }
+    match &verdict.result {
+        Ok(()) => outln!(
+            "{endpoint}: node {} access log verified: {} events, signed by key {}",
+            verdict.node_id,
+            verdict.events,
+            verdict.key_id
+        ),
+        Err(fault) => outln!(
+            "{endpoint}: node {} ACCESS LOG DOES NOT VERIFY: {fault}",
+            verdict.node_id
+        ),
+    }
 }
 
 /// What checking one node's whole access log found.
@@ -385,12 +430,20 @@ struct AccessVerdict {
     result: Result<(), engram_audit::AccessFault>,
 }
 
-/// Reads a node's whole log, page by page, and checks it against the key the node names.
-/// The key is the node's word: compare it with the node keys its audit chain lists
-/// (`engram audit verify` prints them).
-async fn verify_access_log(node: &Client) -> Result<AccessVerdict> {
+/// One node's whole access log, as its stored (signed) events.
+struct NodeLog {
+    node_id: u64,
+    key: engram_audit::PublicKey,
+    events: Vec<Vec<u8>>,
+}
+
+/// The format tag of `engram access --export` files.
+const EXPORT_FORMAT: &str = "engram-access-log/1";
+
+/// Reads a node's whole log, page by page.
+async fn read_whole_log(node: &Client) -> Result<NodeLog> {
     let mut after_seq = 0;
-    let mut verifier = None;
+    let mut log: Option<NodeLog> = None;
     loop {
         let resp = node
             .access_events(pb::AccessEventsRequest {
@@ -400,35 +453,93 @@ async fn verify_access_log(node: &Client) -> Result<AccessVerdict> {
             })
             .await?;
         let key = engram_proto::public_key("node_key", &resp.node_key)?;
-        let identity = (resp.node_id, key.key_id().to_string());
-        let v = verifier.get_or_insert_with(|| engram_audit::AccessLogVerifier::new(key));
-        for e in &resp.events {
-            let signed =
-                engram_audit::SignedAccessEvent::decode(&e.signed).map_err(|err| engram_audit::AccessFault {
-                    seq: e.seq,
-                    field: "encoding",
-                    message: err.to_string(),
-                });
-            if let Err(fault) = signed.and_then(|s| v.push(&s)) {
-                return Ok(AccessVerdict {
-                    node_id: identity.0,
-                    key_id: identity.1,
-                    events: v.checked(),
-                    result: Err(fault),
-                });
-            }
-        }
+        let log = log.get_or_insert_with(|| NodeLog {
+            node_id: resp.node_id,
+            key,
+            events: Vec::new(),
+        });
+        log.events.extend(resp.events.iter().map(|e| e.signed.clone()));
         if resp.events.is_empty() || resp.last_seq >= resp.head_seq {
-            let result = v.finish();
-            return Ok(AccessVerdict {
-                node_id: identity.0,
-                key_id: identity.1,
-                events: v.checked(),
-                result,
-            });
+            return Ok(std::mem::replace(
+                log,
+                NodeLog {
+                    node_id: 0,
+                    key,
+                    events: Vec::new(),
+                },
+            ));
         }
         after_seq = resp.last_seq;
     }
+}
+
+/// Checks a node's whole log against the key it names. The key is the node's word: compare it
+/// with the node keys its audit chain lists (`engram audit verify` prints them).
+fn check_log(log: &NodeLog) -> AccessVerdict {
+    let mut v = engram_audit::AccessLogVerifier::new(log.key);
+    let mut result = Ok(());
+    for bytes in &log.events {
+        let signed =
+            engram_audit::SignedAccessEvent::decode(bytes).map_err(|err| engram_audit::AccessFault {
+                seq: v.checked() + 1,
+                field: "encoding",
+                message: err.to_string(),
+            });
+        if let Err(fault) = signed.and_then(|s| v.push(&s)) {
+            result = Err(fault);
+            break;
+        }
+    }
+    if result.is_ok() {
+        result = v.finish();
+    }
+    AccessVerdict {
+        node_id: log.node_id,
+        key_id: log.key.key_id().to_string(),
+        events: v.checked(),
+        result,
+    }
+}
+
+/// Reads an `engram access --export` file.
+fn read_export(path: &Path) -> Result<Vec<(String, NodeLog)>> {
+    let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let doc: Json = serde_json::from_str(&text).with_context(|| format!("{}: not JSON", path.display()))?;
+    if doc["format"] != EXPORT_FORMAT {
+        bail!(
+            "{}: not an access log export (format {EXPORT_FORMAT})",
+            path.display()
+        );
+    }
+    let nodes = doc["nodes"]
+        .as_array()
+        .ok_or_else(|| anyhow!("{}: no nodes", path.display()))?;
+    nodes
+        .iter()
+        .enumerate()
+        .map(|(i, n)| {
+            let field = |name: &str| format!("{}: nodes[{i}].{name}", path.display());
+            let key =
+                hex::decode(n["node_key"].as_str().unwrap_or_default()).with_context(|| field("node_key"))?;
+            let key = engram_proto::public_key("node_key", &key).with_context(|| field("node_key"))?;
+            let events = n["events"]
+                .as_array()
+                .ok_or_else(|| anyhow!(field("events")))?
+                .iter()
+                .enumerate()
+                .map(|(j, e)| {
+                    hex::decode(e.as_str().unwrap_or_default())
+                        .with_context(|| field(&format!("events[{j}]")))
+                })
+                .collect::<Result<Vec<_>>>()?;
+            let log = NodeLog {
+                node_id: n["node_id"].as_u64().ok_or_else(|| anyhow!(field("node_id")))?,
+                key,
+                events,
+            };
+            Ok((n["endpoint"].as_str().unwrap_or("?").to_string(), log))
+        })
+        .collect()
 }
 
 /// This machine's clock, for `--last-secs`.

@@ -260,7 +260,9 @@ pub enum Command {
     #[command(
         after_help = "EXAMPLES\n  engram --agent-key auditor.key -e n1:7001 -e n2:7001 -e n3:7001 access --ns team/a --principal bob\n  \
         engram --agent-key auditor.key -e n1:7001 access --last-secs 3600 --json\n  \
-        engram --agent-key auditor.key -e n1:7001 -e n2:7001 access --verify"
+        engram --agent-key auditor.key -e n1:7001 -e n2:7001 access --verify\n  \
+        engram --agent-key auditor.key -e n1:7001 -e n2:7001 access --export reads.json\n  \
+        engram access --verify-file reads.json"
     )]
     Access(AccessArgs),
 
@@ -1062,6 +1064,13 @@ pub struct AccessArgs {
     /// Read each node's whole log and check it: numbering, links, every signature by the
     /// node's key, and that every event is covered by a signature. Exit code 2 if one does not
     /// verify.
-    #[arg(long, conflicts_with_all = ["ns", "principal", "since_ns", "last_secs"])]
+    #[arg(long, conflicts_with_all = ["ns", "principal", "since_ns", "last_secs", "export", "verify_file"])]
     pub verify: bool,
+    /// Write each node's whole log, signed events and the key they are signed with, to FILE
+    /// (JSON), for `--verify-file` to check later with no cluster at hand.
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["ns", "principal", "since_ns", "last_secs", "verify_file"])]
+    pub export: Option<std::path::PathBuf>,
+    /// Check an `--export` file offline, as `--verify` checks the live logs.
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["ns", "principal", "since_ns", "last_secs"])]
+    pub verify_file: Option<std::path::PathBuf>,
 }

@@ -166,6 +166,48 @@ async fn reads_on_logged_namespaces_are_recorded_signed_and_verifiable() {
     assert_eq!(code, 0, "{out}");
     assert_eq!(out.matches("access log verified").count(), 3, "{out}");
 
+    // Exported, the logs verify offline; an altered event is named.
+    let export = keys.path().join("reads.json");
+    let (code, out) = cli(
+        root_key,
+        &endpoints,
+        &["access", "--export", export.to_str().unwrap()],
+    );
+    assert_eq!(code, 0, "{out}");
+    let (code, out) = cli(
+        root_key,
+        &endpoints,
+        &["access", "--verify-file", export.to_str().unwrap()],
+    );
+    assert_eq!(code, 0, "{out}");
+    assert_eq!(out.matches("access log verified").count(), 3, "{out}");
+    let mut doc: Json = serde_json::from_str(&std::fs::read_to_string(&export).unwrap()).unwrap();
+    let events = doc["nodes"]
+        .as_array_mut()
+        .unwrap()
+        .iter_mut()
+        .find_map(|n| n["events"].as_array_mut().filter(|e| !e.is_empty()))
+        .expect("a node with events");
+    // Rewrite the first event's principal (inside its encoding) from bob to eve.
+    let first = events[0].as_str().unwrap().to_string();
+    let forged = first.replacen(&hex::encode(b"bob"), &hex::encode(b"eve"), 1);
+    assert_ne!(first, forged, "the first event names bob");
+    events[0] = Json::String(forged);
+    let tampered = keys.path().join("tampered.json");
+    std::fs::write(&tampered, doc.to_string()).unwrap();
+    let (code, out) = cli(
+        root_key,
+        &endpoints,
+        &["access", "--verify-file", tampered.to_str().unwrap()],
+    );
+    assert_eq!(code, 2, "{out}");
+    // Named at the event if it carries the batch's signature, else where its link breaks.
+    assert!(
+        out.contains("ACCESS LOG DOES NOT VERIFY: access event 1, attestation.signature")
+            || out.contains("ACCESS LOG DOES NOT VERIFY: access event 2, prev_hash"),
+        "{out}"
+    );
+
     // The log is for auditors: a reader without the audit grant is refused.
     let denied = bob
         .access_events(pb::AccessEventsRequest::default())
