@@ -145,10 +145,10 @@ pub struct AccessFault {
 }
 
 /// Checks an access log event by event, in order: numbering, links, time order, every
-/// signature (by `key`), and, at [`AccessLogVerifier::finish`], that every event is covered.
+/// signature (by one of the node's keys: a node that rotated signed its earlier events with
+/// the key it had then), and, at [`AccessLogVerifier::finish`], that every event is covered.
 pub struct AccessLogVerifier {
-    key: PublicKey,
-    verifier: Option<crate::Verifier>,
+    keys: Vec<(PublicKey, Option<crate::Verifier>)>,
     next_seq: u64,
     prev_hash: Hash,
     time_ns: i64,
@@ -156,26 +156,16 @@ pub struct AccessLogVerifier {
 }
 
 impl AccessLogVerifier {
-    /// Verifies events signed by `key`, from the first.
-    pub fn new(key: PublicKey) -> AccessLogVerifier {
+    /// Verifies events signed by any of `keys` (the node's current key and the ones it rotated
+    /// out), from the first.
+    pub fn new(keys: &[PublicKey]) -> AccessLogVerifier {
         AccessLogVerifier {
-            verifier: key.verifier(),
-            key,
+            keys: keys.iter().map(|k| (*k, k.verifier())).collect(),
             next_seq: 1,
             prev_hash: Hash::ZERO,
             time_ns: i64::MIN,
             last_attested: 0,
         }
-    }
-
-    /// Verifies events that continue after event `seq` with hash `hash` (a query that starts
-    /// later than the first event: the links before it are the node's word).
-    pub fn resume(key: PublicKey, seq: u64, hash: Hash) -> AccessLogVerifier {
-        let mut v = AccessLogVerifier::new(key);
-        v.next_seq = seq + 1;
-        v.prev_hash = hash;
-        v.last_attested = seq;
-        v
     }
 
     pub fn checked(&self) -> u64 {
@@ -208,18 +198,18 @@ impl AccessLogVerifier {
         }
         let hash = e.hash();
         if let Some(a) = &signed.attestation {
-            if a.key_id != self.key.key_id() {
+            let Some((_, verifier)) = self.keys.iter().find(|(k, _)| k.key_id() == a.key_id) else {
+                let known: Vec<String> = self.keys.iter().map(|(k, _)| k.key_id().to_string()).collect();
                 return Err(fault(
                     "attestation.key_id",
                     format!(
-                        "signed by key {}, the node's key is {}",
+                        "signed by key {}, not one of the node's keys ({})",
                         a.key_id,
-                        self.key.key_id()
+                        known.join(", ")
                     ),
                 ));
-            }
-            if !self
-                .verifier
+            };
+            if !verifier
                 .as_ref()
                 .is_some_and(|v| v.verify(hash.as_bytes(), &a.signature))
             {
@@ -287,7 +277,7 @@ mod tests {
     }
 
     fn verify(key: &NodeKey, events: &[SignedAccessEvent]) -> Result<u64, AccessFault> {
-        let mut v = AccessLogVerifier::new(key.public());
+        let mut v = AccessLogVerifier::new(&[key.public()]);
         for e in events {
             v.push(e)?;
         }
@@ -330,6 +320,17 @@ mod tests {
         let other = NodeKey::from_seed([2; 32]);
         let fault = verify(&other, &events).unwrap_err();
         assert_eq!((fault.seq, fault.field), (3, "attestation.key_id"));
+        // A node that rotated: its earlier events carry the old key's signatures, its later
+        // ones the new key's; both keys given, the whole log verifies.
+        let mut rotated = events.clone();
+        for e in rotated.iter_mut().skip(3).filter(|e| e.attestation.is_some()) {
+            e.attest(&other);
+        }
+        let mut v = AccessLogVerifier::new(&[other.public(), key.public()]);
+        for e in &rotated {
+            v.push(e).unwrap();
+        }
+        v.finish().unwrap();
         // An access event's signature is not an attestation of anything else: its hash is
         // domain-separated from its bytes.
         assert_ne!(events[0].event.hash(), Hash::of(&events[0].event.encode()));

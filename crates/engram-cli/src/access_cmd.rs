@@ -281,7 +281,8 @@ pub async fn access_log(client: &Client, endpoints: &[String], args: AccessArgs,
                 report_verdict(endpoint, &check_log(&log), json, &mut docs, &mut failed)?;
             } else {
                 exported.push(json!({
-                    "endpoint": endpoint, "node_id": log.node_id, "node_key": hex::encode(log.key.0),
+                    "endpoint": endpoint, "node_id": log.node_id,
+                    "node_keys": log.keys.iter().map(|k| hex::encode(k.0)).collect::<Vec<_>>(),
                     "events": log.events.iter().map(hex::encode).collect::<Vec<_>>(),
                 }));
             }
@@ -410,7 +411,7 @@ fn report_verdict(
     }
     match &verdict.result {
         Ok(()) => outln!(
-            "{endpoint}: node {} access log verified: {} events, signed by key {}",
+            "{endpoint}: node {} access log verified: {} events, signed by key(s) {}",
             verdict.node_id,
             verdict.events,
             verdict.key_id
@@ -433,7 +434,8 @@ struct AccessVerdict {
 /// One node's whole access log, as its stored (signed) events.
 struct NodeLog {
     node_id: u64,
-    key: engram_audit::PublicKey,
+    /// The keys it may have signed with: its current key first.
+    keys: Vec<engram_audit::PublicKey>,
     events: Vec<Vec<u8>>,
 }
 
@@ -443,7 +445,7 @@ const EXPORT_FORMAT: &str = "engram-access-log/1";
 /// Reads a node's whole log, page by page.
 async fn read_whole_log(node: &Client) -> Result<NodeLog> {
     let mut after_seq = 0;
-    let mut log: Option<NodeLog> = None;
+    let mut events = Vec::new();
     loop {
         let resp = node
             .access_events(pb::AccessEventsRequest {
@@ -452,31 +454,29 @@ async fn read_whole_log(node: &Client) -> Result<NodeLog> {
                 ..Default::default()
             })
             .await?;
-        let key = engram_proto::public_key("node_key", &resp.node_key)?;
-        let log = log.get_or_insert_with(|| NodeLog {
-            node_id: resp.node_id,
-            key,
-            events: Vec::new(),
-        });
-        log.events.extend(resp.events.iter().map(|e| e.signed.clone()));
+        events.extend(resp.events.iter().map(|e| e.signed.clone()));
         if resp.events.is_empty() || resp.last_seq >= resp.head_seq {
-            return Ok(std::mem::replace(
-                log,
-                NodeLog {
-                    node_id: 0,
-                    key,
-                    events: Vec::new(),
-                },
-            ));
+            let mut keys = vec![engram_proto::public_key("node_key", &resp.node_key)?];
+            for k in &resp.node_keys {
+                let k = engram_proto::public_key("node_keys", k)?;
+                if !keys.contains(&k) {
+                    keys.push(k);
+                }
+            }
+            return Ok(NodeLog {
+                node_id: resp.node_id,
+                keys,
+                events,
+            });
         }
         after_seq = resp.last_seq;
     }
 }
 
-/// Checks a node's whole log against the key it names. The key is the node's word: compare it
-/// with the node keys its audit chain lists (`engram audit verify` prints them).
+/// Checks a node's whole log against the keys it names. The keys are the node's word: compare
+/// them with the node keys its audit chain lists (`engram audit verify` prints them).
 fn check_log(log: &NodeLog) -> AccessVerdict {
-    let mut v = engram_audit::AccessLogVerifier::new(log.key);
+    let mut v = engram_audit::AccessLogVerifier::new(&log.keys);
     let mut result = Ok(());
     for bytes in &log.events {
         let signed =
@@ -495,7 +495,12 @@ fn check_log(log: &NodeLog) -> AccessVerdict {
     }
     AccessVerdict {
         node_id: log.node_id,
-        key_id: log.key.key_id().to_string(),
+        key_id: log
+            .keys
+            .iter()
+            .map(|k| k.key_id().to_string())
+            .collect::<Vec<_>>()
+            .join(", "),
         events: v.checked(),
         result,
     }
@@ -519,9 +524,16 @@ fn read_export(path: &Path) -> Result<Vec<(String, NodeLog)>> {
         .enumerate()
         .map(|(i, n)| {
             let field = |name: &str| format!("{}: nodes[{i}].{name}", path.display());
-            let key =
-                hex::decode(n["node_key"].as_str().unwrap_or_default()).with_context(|| field("node_key"))?;
-            let key = engram_proto::public_key("node_key", &key).with_context(|| field("node_key"))?;
+            let keys = n["node_keys"]
+                .as_array()
+                .ok_or_else(|| anyhow!(field("node_keys")))?
+                .iter()
+                .map(|k| {
+                    let bytes =
+                        hex::decode(k.as_str().unwrap_or_default()).with_context(|| field("node_keys"))?;
+                    engram_proto::public_key("node_keys", &bytes).with_context(|| field("node_keys"))
+                })
+                .collect::<Result<Vec<_>>>()?;
             let events = n["events"]
                 .as_array()
                 .ok_or_else(|| anyhow!(field("events")))?
@@ -534,7 +546,7 @@ fn read_export(path: &Path) -> Result<Vec<(String, NodeLog)>> {
                 .collect::<Result<Vec<_>>>()?;
             let log = NodeLog {
                 node_id: n["node_id"].as_u64().ok_or_else(|| anyhow!(field("node_id")))?,
-                key,
+                keys,
                 events,
             };
             Ok((n["endpoint"].as_str().unwrap_or("?").to_string(), log))

@@ -167,6 +167,26 @@ pub fn query(store: &dyn ReadView, q: &AccessQuery) -> Result<(Vec<SignedAccessE
     Ok((out, last))
 }
 
+/// The keys node `node_id` may have signed its access events with: every key the chain
+/// admitted for it that was never revoked (a rotated-out key signed the events before its
+/// rotation; a revoked one may have been stolen, so nothing it signed counts).
+pub fn signing_keys(store: &dyn ReadView, node_id: u64) -> Result<Vec<engram_audit::PublicKey>, CoreError> {
+    let rows = store.scan(
+        Space::State,
+        &[crate::keys::SIGNER],
+        Some(&[crate::keys::SIGNER + 1]),
+        usize::MAX,
+    )?;
+    let mut out = Vec::new();
+    for (_, bytes) in rows {
+        let row: engram_audit::KeyRecord = crate::rows::decode_row("key row", &bytes)?;
+        if row.node_id == node_id && row.revoked_at.is_none() {
+            out.push(row.key);
+        }
+    }
+    Ok(out)
+}
+
 fn decode(bytes: &[u8]) -> Result<SignedAccessEvent, CoreError> {
     SignedAccessEvent::decode(bytes).map_err(|e| CoreError::corrupt("access log event", e))
 }
@@ -217,7 +237,7 @@ mod tests {
         assert_eq!(last, 3);
         // The clock went back between the first two; the log's time did not.
         assert_eq!(events[1].event.time_ns, 100);
-        let mut v = AccessLogVerifier::new(key.public());
+        let mut v = AccessLogVerifier::new(&[key.public()]);
         for e in &events {
             v.push(e).unwrap();
         }

@@ -335,6 +335,9 @@ impl pb::access_server::Access for AccessService {
         let head_seq = engram_core::access_log::AccessLog::open(node.store.as_ref())
             .map_err(ApiError::from)?
             .head();
+        let node_keys = self
+            .shared
+            .read_state(|store| engram_core::access_log::signing_keys(store, node.node_id))?;
         Ok(Response::new(pb::AccessEventsResponse {
             events: events
                 .iter()
@@ -359,6 +362,7 @@ impl pb::access_server::Access for AccessService {
             node_id: node.node_id,
             node_key: node.keys.current().public().0.to_vec(),
             logged_prefixes: self.shared.access.prefixes().to_vec(),
+            node_keys: node_keys.iter().map(|k| k.0.to_vec()).collect(),
         }))
     }
 }
