@@ -382,6 +382,16 @@ impl Policy {
     }
 }
 
+/// Checks an access log prefix: `*` (everything) or a namespace prefix.
+pub fn access_log_prefix(prefix: &str) -> Result<(), String> {
+    if prefix == "*" {
+        return Ok(());
+    }
+    engram_types::Namespace::new(prefix)
+        .map(|_| ())
+        .map_err(|e| format!("{prefix:?} is not a namespace prefix (or *): {e}"))
+}
+
 /// A change to who may do what, replicated as one log entry and recorded as one transaction
 /// of the system namespace.
 #[derive(Clone, PartialEq, Debug, Serialize, Deserialize)]
@@ -417,6 +427,12 @@ pub enum PolicyOp {
         agent: Principal,
         role: Principal,
     },
+    /// Every node records the reads, watches and exports it serves on namespaces under
+    /// `prefix` (`*`: everything, exports included) in its access log (`on`), or stops.
+    AccessLog {
+        prefix: String,
+        on: bool,
+    },
 }
 
 impl PolicyOp {
@@ -435,6 +451,8 @@ impl PolicyOp {
             PolicyOp::AssignRole { .. } | PolicyOp::UnassignRole { .. } => {
                 Some((Action::Grant, String::new()))
             }
+            // Who reads what is audit evidence: switching it needs `audit` everywhere.
+            PolicyOp::AccessLog { .. } => Some((Action::Audit, String::new())),
         }
     }
 
@@ -448,6 +466,8 @@ impl PolicyOp {
             PolicyOp::Revoke(_) => "revoke-grant",
             PolicyOp::AssignRole { .. } => "assign-role",
             PolicyOp::UnassignRole { .. } => "unassign-role",
+            PolicyOp::AccessLog { on: true, .. } => "access-log-on",
+            PolicyOp::AccessLog { on: false, .. } => "access-log-off",
         }
     }
 }

@@ -8,8 +8,9 @@
 //! ```
 //! Kinds: 1 add-agent (name:str key:32), 2 rotate-agent-key (name:str key:32), 3 revoke-agent
 //! (name:str), 4 grant and 5 revoke-grant (principal:str action:str prefix:str attribute:str),
-//! 6 assign-role and 7 unassign-role (agent:str role:str). `Configure` is made by the cluster's
-//! initialisation, never signed by an agent, and has no encoding.
+//! 6 assign-role and 7 unassign-role (agent:str role:str), 8 access-log (prefix:str on:u8).
+//! `Configure` is made by the cluster's initialisation, never signed by an agent, and has no
+//! encoding.
 
 use engram_audit::PublicKey;
 use engram_types::DecodeError;
@@ -51,6 +52,9 @@ impl PolicyOp {
                 })
                 .str(agent.as_str())
                 .str(role.as_str());
+            }
+            PolicyOp::AccessLog { prefix, on } => {
+                w.u8(8).str(prefix).u8(u8::from(*on));
             }
         }
         Some(w.finish())
@@ -109,6 +113,21 @@ impl PolicyOp {
                     PolicyOp::UnassignRole { agent, role }
                 }
             }
+            8 => {
+                let prefix = r.string("access log prefix")?;
+                crate::policy::access_log_prefix(&prefix).map_err(|e| invalid("access log prefix", e))?;
+                let on = match r.u8("access log switch")? {
+                    0 => false,
+                    1 => true,
+                    tag => {
+                        return Err(DecodeError::Tag {
+                            what: "access log switch",
+                            tag,
+                        });
+                    }
+                };
+                PolicyOp::AccessLog { prefix, on }
+            }
             tag => {
                 return Err(DecodeError::Tag {
                     what: "policy change",
@@ -154,6 +173,14 @@ mod tests {
             PolicyOp::UnassignRole {
                 agent: name,
                 role: Principal::role("ops").unwrap(),
+            },
+            PolicyOp::AccessLog {
+                prefix: "team".into(),
+                on: true,
+            },
+            PolicyOp::AccessLog {
+                prefix: "*".into(),
+                on: false,
             },
         ];
         let mut seen = std::collections::BTreeSet::new();

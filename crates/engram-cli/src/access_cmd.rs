@@ -260,6 +260,30 @@ pub async fn access_log(client: &Client, endpoints: &[String], args: AccessArgs,
         ),
         (None, None) => None,
     };
+    if let Some((prefix, enabled)) = args
+        .enable
+        .as_ref()
+        .map(|p| (p, true))
+        .or(args.disable.as_ref().map(|p| (p, false)))
+    {
+        let resp = client.set_access_log(prefix, enabled).await.with_context(|| {
+            format!(
+                "switching the access log {} for {prefix}",
+                if enabled { "on" } else { "off" }
+            )
+        })?;
+        if json {
+            return print_json(&json!({
+                "prefix": prefix, "enabled": enabled, "tx": resp.tx, "audit_index": resp.audit_index,
+            }));
+        }
+        let now = if enabled { "now logs" } else { "no longer logs" };
+        return outln!(
+            "every node {now} the reads under {prefix} (tx {}, audit entry {})",
+            resp.tx,
+            resp.audit_index
+        );
+    }
     let mut docs = Vec::new();
     let mut failed = Vec::new();
     if let Some(path) = &args.verify_file {

@@ -262,7 +262,8 @@ pub enum Command {
         engram --agent-key auditor.key -e n1:7001 access --last-secs 3600 --json\n  \
         engram --agent-key auditor.key -e n1:7001 -e n2:7001 access --verify\n  \
         engram --agent-key auditor.key -e n1:7001 -e n2:7001 access --export reads.json\n  \
-        engram access --verify-file reads.json"
+        engram access --verify-file reads.json\n  \
+        engram --agent-key auditor.key access --enable team/finance"
     )]
     Access(AccessArgs),
 
@@ -1070,6 +1071,13 @@ pub struct AccessArgs {
     /// (JSON), for `--verify-file` to check later with no cluster at hand.
     #[arg(long, value_name = "FILE", conflicts_with_all = ["ns", "principal", "since_ns", "last_secs", "verify_file"])]
     pub export: Option<std::path::PathBuf>,
+    /// Have every node log the reads under PREFIX (`*`: everything, exports included), from
+    /// now on: a policy change recorded in the audit chain (needs the `audit` grant).
+    #[arg(long, value_name = "PREFIX", conflicts_with_all = ["ns", "principal", "since_ns", "last_secs", "verify", "export", "verify_file", "disable"])]
+    pub enable: Option<String>,
+    /// Stop logging the reads under PREFIX (a prefix `--enable` switched on).
+    #[arg(long, value_name = "PREFIX", conflicts_with_all = ["ns", "principal", "since_ns", "last_secs", "verify", "export", "verify_file"])]
+    pub disable: Option<String>,
     /// Check an `--export` file offline, as `--verify` checks the live logs.
     #[arg(long, value_name = "FILE", conflicts_with_all = ["ns", "principal", "since_ns", "last_secs"])]
     pub verify_file: Option<std::path::PathBuf>,

@@ -208,6 +208,59 @@ async fn reads_on_logged_namespaces_are_recorded_signed_and_verifiable() {
         "{out}"
     );
 
+    // A switch in the policy: every node logs `shared` from the change on, until it is
+    // switched off; the changes are audited transactions of root's.
+    let shared = Namespace::new("shared/notes").unwrap();
+    let shared_note = admin.transact(&note("shared/notes")).await.unwrap();
+    let shared_entity = EntityId(*shared_note.temp_ids.get("n").unwrap());
+    let (code, out) = cli(root_key, &endpoints, &["access", "--enable", "shared"]);
+    assert_eq!(code, 0, "{out}");
+    assert!(
+        out.contains("every node now logs the reads under shared"),
+        "{out}"
+    );
+    let (code, out) = cli(root_key, &endpoints, &["access", "--enable", "shared"]);
+    assert_ne!(code, 0, "{out}");
+    assert!(out.contains("already logged"), "{out}");
+    let bob_key_path = bob_path.as_path();
+    let (code, out) = cli(bob_key_path, &endpoints, &["access", "--disable", "shared"]);
+    assert_ne!(code, 0, "{out}");
+    assert!(out.contains("PERMISSION_DENIED"), "{out}");
+    bob.get(&shared, shared_entity, GetOptions::default())
+        .await
+        .unwrap();
+    let shared_events = |expect: usize| {
+        let endpoints = endpoints.clone();
+        async move {
+            let mut found = 0;
+            for _ in 0..50 {
+                let (code, out) = cli(root_key, &endpoints, &["--json", "access", "--ns", "shared"]);
+                assert_eq!(code, 0, "{out}");
+                found = out.matches("\"call\": \"get\"").count();
+                if found >= expect {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            found
+        }
+    };
+    assert_eq!(shared_events(1).await, 1);
+    let (code, out) = cli(root_key, &endpoints, &["access", "--disable", "shared"]);
+    assert_eq!(code, 0, "{out}");
+    bob.get(&shared, shared_entity, GetOptions::default())
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(
+        shared_events(1).await,
+        1,
+        "a read after the switch was turned off was logged"
+    );
+    let (code, out) = cli(root_key, &endpoints, &["access", "--disable", "shared"]);
+    assert_ne!(code, 0, "{out}");
+    assert!(out.contains("not logged"), "{out}");
+
     // The log is for auditors: a reader without the audit grant is refused.
     let denied = bob
         .access_events(pb::AccessEventsRequest::default())

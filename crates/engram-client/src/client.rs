@@ -780,6 +780,28 @@ impl Client {
         .await
     }
 
+    /// Switches the access log of every node on (`enabled`) or off for the reads under
+    /// `prefix` (`*`: everything): a policy change, recorded in the audit chain.
+    pub async fn set_access_log(
+        &self,
+        prefix: &str,
+        enabled: bool,
+    ) -> Result<pb::PolicyResponse, ClientError> {
+        let req = pb::AccessLogRequest {
+            prefix: prefix.to_string(),
+            enabled,
+        };
+        self.call(Idempotency::Unsafe, move |ch, s| {
+            let req = req.clone();
+            async move {
+                access(ch)
+                    .set_access_log(s.sign(methods::SET_ACCESS_LOG, req))
+                    .await
+            }
+        })
+        .await
+    }
+
     /// One page of the answering node's access log (each node logs the reads it served; use
     /// [`Client::node`] to ask a given one).
     pub async fn access_events(

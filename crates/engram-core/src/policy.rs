@@ -17,6 +17,7 @@
 //! | `Pa` name | [`AgentRow`]: the agent's entity, key and whether it is revoked |
 //! | `Pg` principal 0 action 0 prefix 0 attribute | [`GrantRow`]: an active grant (attribute empty: all) |
 //! | `Pr` agent 0 role | [`RoleRow`]: the agent holds the role's grants |
+//! | `Pl` prefix | [`AccessLogRow`]: every node logs the reads under the prefix |
 //!
 //! A store with no `Pmode` row predates modes: it is open.
 
@@ -194,6 +195,28 @@ pub fn check_author(
     Ok(Ok(principal))
 }
 
+/// A namespace prefix whose reads every node logs (`*`: everything): its entity in the system
+/// namespace.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AccessLogRow {
+    pub entity: EntityId,
+    pub since_tx: TxId,
+}
+
+fn access_log_key(prefix: &str) -> Vec<u8> {
+    let mut k = vec![TAG, b'l'];
+    k.extend_from_slice(prefix.as_bytes());
+    k
+}
+
+/// The prefixes the policy says every node logs the reads of (`engram access --enable`).
+pub fn access_log_prefixes(view: &dyn ReadView) -> Result<Vec<String>, CoreError> {
+    Ok(scan_prefix(view, &[TAG, b'l'])?
+        .into_iter()
+        .map(|(k, _)| String::from_utf8_lossy(&k[2..]).into_owned())
+        .collect())
+}
+
 /// Every agent, by name.
 pub fn agents(view: &dyn ReadView) -> Result<Vec<(String, AgentRow)>, CoreError> {
     scan_prefix(view, &[TAG, b'a'])?
@@ -319,6 +342,7 @@ pub fn check_tx(
 #[derive(Default)]
 pub struct PolicyCache {
     mode: Option<Option<Mode>>,
+    access_log: Option<Vec<String>>,
     principals: std::collections::HashMap<String, (Option<AgentRow>, Policy)>,
 }
 
@@ -328,7 +352,16 @@ impl PolicyCache {
 
     pub fn clear(&mut self) {
         self.mode = None;
+        self.access_log = None;
         self.principals.clear();
+    }
+
+    /// [`access_log_prefixes`], cached.
+    pub fn access_log(&mut self, view: &dyn ReadView) -> Result<&[String], CoreError> {
+        if self.access_log.is_none() {
+            self.access_log = Some(access_log_prefixes(view)?);
+        }
+        Ok(self.access_log.as_deref().unwrap_or_default())
     }
 
     /// [`mode`], cached.
@@ -555,6 +588,8 @@ struct Effect {
     /// A role assignment to record (agent, role, entity), or to end (agent, role).
     assign: Option<(Principal, Principal, EntityRef)>,
     unassign: Option<(Principal, Principal)>,
+    /// An access log prefix switched on (with its entity) or off.
+    access_log: Option<(String, EntityRef, bool)>,
 }
 
 fn attr(name: &str) -> Attribute {
@@ -845,6 +880,37 @@ pub fn plan_change(
                 ..Effect::default()
             }
         }
+        PolicyOp::AccessLog { prefix, on } => {
+            if let Err(why) = engram_access::access_log_prefix(prefix) {
+                return refuse(why);
+            }
+            let current = view.get(Space::State, &access_log_key(prefix))?;
+            let entity = match (current, *on) {
+                (Some(_), true) => return refuse(format!("reads under {prefix} are already logged")),
+                (None, false) => return refuse(format!("reads under {prefix} are not logged")),
+                (None, true) => {
+                    let entity = EntityRef::Temp("access-log".into());
+                    ops.push(assert(
+                        &entity,
+                        ":engram.access-log/prefix",
+                        Value::String(prefix.clone()),
+                    ));
+                    entity
+                }
+                (Some(bytes), false) => {
+                    EntityRef::Id(decode_row::<AccessLogRow>("access log row", &bytes)?.entity)
+                }
+            };
+            ops.push(assert(
+                &entity,
+                ":engram.access-log/status",
+                Value::String(if *on { "on" } else { "off" }.into()),
+            ));
+            Effect {
+                access_log: Some((prefix.clone(), entity, *on)),
+                ..Effect::default()
+            }
+        }
     };
     let request = TxRequest::data(
         Namespace::new(SYSTEM_NAMESPACE).expect("the system namespace name is valid"),
@@ -919,6 +985,7 @@ impl PlannedChange {
             revoke,
             assign,
             unassign,
+            access_log,
         } = self.effect;
         if let Some(mode) = mode {
             batch.put(Space::State, MODE_KEY.to_vec(), encode_row(&ModeRow::Set(mode)));
@@ -957,6 +1024,17 @@ impl PlannedChange {
             && !crate::planted::active(crate::planted::PlantedBug::StaleRoleAssignment)
         {
             batch.delete(Space::State, role_key(who.as_str(), role.as_str()));
+        }
+        match access_log {
+            Some((prefix, entity, true)) => {
+                let row = AccessLogRow {
+                    entity: resolve(&entity)?,
+                    since_tx: tx,
+                };
+                batch.put(Space::State, access_log_key(&prefix), encode_row(&row));
+            }
+            Some((prefix, _, false)) => batch.delete(Space::State, access_log_key(&prefix)),
+            None => {}
         }
         Ok(batch)
     }

@@ -332,8 +332,46 @@ fn signed_policy_changes_record_their_author_and_the_export_proves_them() {
     let req = note_by("bob", "from bob, new key");
     node.signed(&req, &author(&bob2, &req, 5)).unwrap();
 
+    // Alice switches the access log on and off for `team`: the policy rows follow, and each
+    // switch is a signed change like the others.
+    let on = PolicyOp::AccessLog {
+        prefix: "team".into(),
+        on: true,
+    };
+    node.change(
+        &on,
+        &change_author(&alice(), &on, "/engram.v1.Access/SetAccessLog", 6),
+    )
+    .unwrap();
+    assert_eq!(
+        policy::access_log_prefixes(node.store.as_ref()).unwrap(),
+        vec!["team".to_string()]
+    );
+    let again = node.change(
+        &on,
+        &change_author(&alice(), &on, "/engram.v1.Access/SetAccessLog", 7),
+    );
+    assert!(
+        matches!(&again, Err(Rejection::Policy(why)) if why.contains("already logged")),
+        "{again:?}"
+    );
+    let off = PolicyOp::AccessLog {
+        prefix: "team".into(),
+        on: false,
+    };
+    node.change(
+        &off,
+        &change_author(&alice(), &off, "/engram.v1.Access/SetAccessLog", 8),
+    )
+    .unwrap();
+    assert!(
+        policy::access_log_prefixes(node.store.as_ref())
+            .unwrap()
+            .is_empty()
+    );
+
     let report = verify(&node.export());
     assert!(report.ok(), "{:?}", report.failures);
-    assert_eq!(report.signed_by_agent.get("alice"), Some(&2));
+    assert_eq!(report.signed_by_agent.get("alice"), Some(&4));
     assert_eq!(report.signed_by_agent.get("bob"), Some(&3));
 }

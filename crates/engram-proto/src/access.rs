@@ -44,6 +44,7 @@ pub mod methods {
     pub const ASSIGN_ROLE: &str = "/engram.v1.Access/AssignRole";
     pub const UNASSIGN_ROLE: &str = "/engram.v1.Access/UnassignRole";
     pub const ACCESS_EVENTS: &str = "/engram.v1.Access/Events";
+    pub const SET_ACCESS_LOG: &str = "/engram.v1.Access/SetAccessLog";
 }
 
 /// A role request's agent and role principal (`role:<name>`).
@@ -196,6 +197,20 @@ pub fn role_op(m: &pb::RoleRequest, unassign: bool) -> Result<PolicyOp, WireErro
     } else {
         PolicyOp::AssignRole { agent, role }
     })
+}
+
+pub fn access_log_op(m: &pb::AccessLogRequest) -> Result<PolicyOp, WireError> {
+    engram_access::access_log_prefix(&m.prefix).map_err(|e| WireError::new("prefix", e))?;
+    Ok(PolicyOp::AccessLog {
+        prefix: m.prefix.clone(),
+        on: m.enabled,
+    })
+}
+
+impl SignedBody for pb::AccessLogRequest {
+    fn signed_body(&self, _: &str) -> Vec<u8> {
+        policy_body(self, access_log_op(self))
+    }
 }
 
 impl SignedBody for pb::AddAgentRequest {

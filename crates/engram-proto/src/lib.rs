@@ -17,8 +17,8 @@ use thiserror::Error;
 
 mod access;
 pub use access::{
-    SignedBody, add_agent_op, grant_op, methods, principal, public_key, revoke_agent_op, role_op,
-    role_request, rotate_agent_key_op, signed_request,
+    SignedBody, access_log_op, add_agent_op, grant_op, methods, principal, public_key, revoke_agent_op,
+    role_op, role_request, rotate_agent_key_op, signed_request,
 };
 
 // Under madsim, messages travel as values and no codec runs.

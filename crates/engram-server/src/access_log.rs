@@ -1,5 +1,6 @@
-//! Records the reads, watches and exports this node serves on the namespaces it was started to
-//! log (`serve --access-log PREFIX`) into its access log (`engram_core::access_log`).
+//! Records the reads, watches and exports this node serves on the namespaces it logs (its
+//! `serve --access-log PREFIX` flag, and the prefixes the policy switches on for every node
+//! with `engram access --enable`) into its access log (`engram_core::access_log`).
 //!
 //! A served call hands its event to one writer task over a bounded queue; the writer takes
 //! whatever is queued, stamps it with this node's clock (node-local evidence, not replicated
@@ -23,66 +24,52 @@ const BATCH: usize = 1024;
 
 /// The recording end, shared by every service of the node.
 pub struct AccessRecorder {
-    /// Namespace prefixes logged (`team` logs `team` and `team/...`; `*` logs everything,
-    /// exports included). Empty: nothing is logged.
+    /// Namespace prefixes this node's flag logs (`team` logs `team` and `team/...`; `*` logs
+    /// everything, exports included).
     prefixes: Vec<String>,
-    queue: Option<mpsc::Sender<(i64, Access)>>,
+    queue: mpsc::Sender<(i64, Access)>,
+}
+
+/// Whether `prefix` (an access log switch) covers calls on `namespace` (`""`: a cluster-wide
+/// call, covered by `*` only).
+pub fn prefix_logs(prefix: &str, namespace: &str) -> bool {
+    prefix == "*"
+        || (!namespace.is_empty()
+            && (namespace == prefix
+                || namespace
+                    .strip_prefix(prefix)
+                    .is_some_and(|rest| rest.starts_with('/'))))
 }
 
 impl AccessRecorder {
-    /// A recorder that logs nothing.
-    pub fn off() -> AccessRecorder {
-        AccessRecorder {
-            prefixes: Vec::new(),
-            queue: None,
-        }
-    }
-
-    /// Starts the writer for `prefixes` over `store`, signing with the ring's current key.
+    /// Starts the writer over `store`, signing with the ring's current key; `prefixes` are the
+    /// node flag's. The policy may switch more on at any time, so the writer always runs.
     pub fn start(
         prefixes: Vec<String>,
         store: Arc<dyn Store>,
         keys: Arc<KeyRing>,
     ) -> Result<AccessRecorder, String> {
-        if prefixes.is_empty() {
-            return Ok(AccessRecorder::off());
-        }
         let log = AccessLog::open(store.as_ref()).map_err(|e| format!("cannot open the access log: {e}"))?;
         let (tx, rx) = mpsc::channel(QUEUE);
         tokio::task::spawn(write(log, store, keys, rx));
-        Ok(AccessRecorder {
-            prefixes,
-            queue: Some(tx),
-        })
+        Ok(AccessRecorder { prefixes, queue: tx })
     }
 
+    /// The node flag's prefixes.
     pub fn prefixes(&self) -> &[String] {
         &self.prefixes
     }
 
-    /// Whether calls on `namespace` are logged (`""`: a cluster-wide call, logged under `*`).
+    /// Whether this node's flag logs calls on `namespace`.
     pub fn covers(&self, namespace: &str) -> bool {
-        self.queue.is_some()
-            && self.prefixes.iter().any(|p| {
-                p == "*"
-                    || (!namespace.is_empty()
-                        && (namespace == p
-                            || namespace
-                                .strip_prefix(p.as_str())
-                                .is_some_and(|rest| rest.starts_with('/'))))
-            })
+        self.prefixes.iter().any(|p| prefix_logs(p, namespace))
     }
 
-    /// Records `access` if its namespace is logged.
+    /// Records `access` (the caller decided it is logged).
     pub async fn record(&self, access: Access) {
-        if !self.covers(&access.namespace) {
-            return;
-        }
-        if let Some(queue) = &self.queue {
-            let now_ns = engram_raft::clock::now_ns();
-            if queue.send((now_ns, access)).await.is_err() {
-                error!("the access log writer has stopped: an access event was not recorded");
-            }
+        let now_ns = engram_raft::clock::now_ns();
+        if self.queue.send((now_ns, access)).await.is_err() {
+            error!("the access log writer has stopped: an access event was not recorded");
         }
     }
 }

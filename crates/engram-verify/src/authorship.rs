@@ -271,6 +271,11 @@ impl Authorship {
                 (":engram.role/status", s("active"), None),
             ],
             PolicyOp::UnassignRole { .. } => vec![(":engram.role/status", s("revoked"), None)],
+            PolicyOp::AccessLog { prefix, on: true } => vec![
+                (":engram.access-log/prefix", s(prefix), None),
+                (":engram.access-log/status", s("on"), None),
+            ],
+            PolicyOp::AccessLog { on: false, .. } => vec![(":engram.access-log/status", s("off"), None)],
         };
         for (attribute, value, on_agent) in expected {
             let found = datoms.iter().any(|d| {

@@ -94,6 +94,7 @@ enum PolicyCall {
     RevokeGrant(pb::GrantRequest),
     AssignRole(pb::RoleRequest),
     UnassignRole(pb::RoleRequest),
+    SetAccessLog(pb::AccessLogRequest),
 }
 
 impl PolicyCall {
@@ -108,6 +109,7 @@ impl PolicyCall {
             PolicyCall::RevokeGrant(_) => methods::REVOKE_GRANT,
             PolicyCall::AssignRole(_) => methods::ASSIGN_ROLE,
             PolicyCall::UnassignRole(_) => methods::UNASSIGN_ROLE,
+            PolicyCall::SetAccessLog(_) => methods::SET_ACCESS_LOG,
         }
     }
 
@@ -121,6 +123,7 @@ impl PolicyCall {
             PolicyCall::RevokeGrant(m) => engram_proto::grant_op(m, true)?,
             PolicyCall::AssignRole(m) => engram_proto::role_op(m, false)?,
             PolicyCall::UnassignRole(m) => engram_proto::role_op(m, true)?,
+            PolicyCall::SetAccessLog(m) => engram_proto::access_log_op(m)?,
         })
     }
 
@@ -138,6 +141,7 @@ impl PolicyCall {
             PolicyCall::RevokeGrant(m) => client.revoke_grant(caller.forward(m)).await,
             PolicyCall::AssignRole(m) => client.assign_role(caller.forward(m)).await,
             PolicyCall::UnassignRole(m) => client.unassign_role(caller.forward(m)).await,
+            PolicyCall::SetAccessLog(m) => client.set_access_log(caller.forward(m)).await,
         };
         answer.map(Response::into_inner).map_err(forwarded_err)
     }
@@ -302,6 +306,14 @@ impl pb::access_server::Access for AccessService {
         }))
     }
 
+    async fn set_access_log(
+        &self,
+        request: Request<pb::AccessLogRequest>,
+    ) -> Result<Response<pb::PolicyResponse>, Status> {
+        let (meta, _, req) = request.into_parts();
+        self.change(meta, PolicyCall::SetAccessLog(req)).await
+    }
+
     /// This node's access log, filtered; served by the node asked (each node logs what it
     /// served).
     async fn events(
@@ -361,7 +373,7 @@ impl pb::access_server::Access for AccessService {
             head_seq,
             node_id: node.node_id,
             node_key: node.keys.current().public().0.to_vec(),
-            logged_prefixes: self.shared.access.prefixes().to_vec(),
+            logged_prefixes: self.shared.access_log_prefixes()?,
             node_keys: node_keys.iter().map(|k| k.0.to_vec()).collect(),
         }))
     }

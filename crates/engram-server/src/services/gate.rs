@@ -149,7 +149,7 @@ fn signature_headers(meta: &MetadataMap) -> Vec<(&'static str, AsciiMetadataValu
 
 impl Shared {
     /// Runs `read` over this node's applied policy rows, through the gate's cache.
-    fn with_policy<T>(
+    pub(super) fn with_policy<T>(
         &self,
         read: impl FnOnce(&mut PolicyCache, &dyn engram_storage::Store) -> Result<T, engram_core::CoreError>,
     ) -> Result<T, ApiError> {
@@ -169,6 +169,19 @@ impl Shared {
             }
             read(cache, store).map_err(ApiError::from)
         })
+    }
+
+    /// The namespace prefixes this node logs the reads of: its `--access-log` flag and the
+    /// policy's (`engram access --enable`), through the gate's cache.
+    pub fn access_log_prefixes(&self) -> Result<Vec<String>, ApiError> {
+        let mut all = self.access.prefixes().to_vec();
+        let policy = self.with_policy(|cache, store| cache.access_log(store).map(<[String]>::to_vec))?;
+        for p in policy {
+            if !all.contains(&p) {
+                all.push(p);
+            }
+        }
+        Ok(all)
     }
 
     /// [`engram_core::policy::check_tx`] at this node's applied policy, through the gate's
