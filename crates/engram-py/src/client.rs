@@ -779,6 +779,72 @@ impl EngramClient {
         Ok(out)
     }
 
+    /// Has every node log the reads, watches and exports under `prefix` (`*`: everything) in
+    /// its access log (`enabled=False`: stop). An audited change; needs `audit` everywhere.
+    #[pyo3(signature = (prefix, enabled=true))]
+    fn set_access_log<'py>(
+        &self,
+        py: Python<'py>,
+        prefix: &str,
+        enabled: bool,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        let (client, prefix) = (self.client.clone(), prefix.to_string());
+        policy_change(
+            py,
+            self.run(py, async move { client.set_access_log(&prefix, enabled).await })?,
+        )
+    }
+
+    /// Who read what, and when: the access events of each node (a node logs what it served),
+    /// filtered by namespace prefix, caller and time (ns since the Unix epoch, the node's
+    /// clock). Each event is a dict `{"node", "seq", "time_ns", "principal", "call",
+    /// "namespace", "entity", "as_of_tx", "read_at", "datoms"}`; at most `limit` per node.
+    #[pyo3(signature = (namespace="", *, principal="", since_ns=None, limit=1000))]
+    fn access_events<'py>(
+        &self,
+        py: Python<'py>,
+        namespace: &str,
+        principal: &str,
+        since_ns: Option<i64>,
+        limit: u32,
+    ) -> PyResult<Bound<'py, PyList>> {
+        let request = pb::AccessEventsRequest {
+            namespace: namespace.to_string(),
+            principal: principal.to_string(),
+            since_ns,
+            after_seq: 0,
+            limit,
+        };
+        let nodes: Vec<_> = (0..self.client.endpoints().len())
+            .filter_map(|i| self.client.node(i))
+            .collect();
+        let responses = self.run(py, async move {
+            let mut all = Vec::new();
+            for node in nodes {
+                all.push(node.access_events(request.clone()).await?);
+            }
+            Ok::<_, engram_client::ClientError>(all)
+        })?;
+        let out = PyList::empty(py);
+        for resp in responses {
+            for e in resp.events {
+                let row = PyDict::new(py);
+                row.set_item("node", resp.node_id)?;
+                row.set_item("seq", e.seq)?;
+                row.set_item("time_ns", e.time_ns)?;
+                row.set_item("principal", e.principal)?;
+                row.set_item("call", e.call)?;
+                row.set_item("namespace", e.namespace)?;
+                row.set_item("entity", e.entity)?;
+                row.set_item("as_of_tx", e.as_of_tx)?;
+                row.set_item("read_at", e.read_at)?;
+                row.set_item("datoms", e.datoms)?;
+                out.append(row)?;
+            }
+        }
+        Ok(out)
+    }
+
     /// Active grants, of `principal` or of everyone: `{"principal", "action", "prefix"}`.
     #[pyo3(signature = (principal=None))]
     fn grants<'py>(&self, py: Python<'py>, principal: Option<String>) -> PyResult<Bound<'py, PyList>> {

@@ -1,6 +1,8 @@
 """An enforced cluster: the Python client signs every request with its agent key; grants decide
 what each agent may do, and refusals carry their code."""
 
+import time
+
 import engram
 import pytest
 from conftest import Cluster, run_cli
@@ -179,3 +181,31 @@ def test_the_mcp_server_signs_as_its_agent(enforced):
     bob = engram.Engram(c.endpoints, agent_key=bob_key)
     assert bob.get("team/b", entity).datoms[0].agent == "bob"
     assert denied.is_error and "PERMISSION_DENIED" in text(denied) and "team/a" in text(denied)
+
+
+def test_the_access_log_records_who_read_what(enforced):
+    c, admin_key, bob_key = enforced
+    admin = engram.Engram(c.endpoints, agent_key=admin_key)
+    bob = engram.Engram(c.endpoints, agent_key=bob_key)
+    entity = bob.transact("team/b", [("n", ":note/text", "read me")]).temp_ids["n"]
+    # Switching the log is an audited change that needs the audit grant.
+    with pytest.raises(engram.PermissionDenied):
+        bob.set_access_log("team/b")
+    change = admin.set_access_log("team/b")
+    assert change["tx"] > 0
+    bob.get("team/b", entity)
+    events = []
+    for _ in range(50):
+        events = admin.access_events("team", principal="bob")
+        if events:
+            break
+        time.sleep(0.1)
+    assert [(e["call"], e["namespace"], e["entity"], e["datoms"]) for e in events] == [
+        ("get", "team/b", entity, 1)
+    ]
+    assert events[0]["read_at"] >= change["tx"]
+    with pytest.raises(engram.PermissionDenied):
+        bob.access_events("team")
+    admin.set_access_log("team/b", enabled=False)
+    with pytest.raises(engram.PreconditionFailed):
+        admin.set_access_log("team/b", enabled=False)

@@ -228,6 +228,16 @@ class Client:
     def unassign_role(self, agent: str, role: str) -> Dict[str, Any]: ...
     def agents(self) -> List[Dict[str, Any]]: ...
     def grants(self, principal: Optional[str] = None) -> List[Dict[str, Any]]: ...
+    # The access log: who read what, and when (each node logs what it served).
+    def set_access_log(self, prefix: str, enabled: bool = True) -> Dict[str, Any]: ...
+    def access_events(
+        self,
+        namespace: str = "",
+        *,
+        principal: str = "",
+        since_ns: Optional[int] = None,
+        limit: int = 1000,
+    ) -> List[Dict[str, Any]]: ...
 
 def keygen(name: str, path: Union[str, PathLike]) -> str:
     """Writes a new agent key file (mode 0600, never overwriting); returns its public key (hex)."""
