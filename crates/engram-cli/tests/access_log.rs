@@ -261,6 +261,23 @@ async fn reads_on_logged_namespaces_are_recorded_signed_and_verifiable() {
     assert_ne!(code, 0, "{out}");
     assert!(out.contains("not logged"), "{out}");
 
+    // Bad input: a malformed prefix, a page above the limit.
+    let (code, out) = cli(root_key, &endpoints, &["access", "--enable", "a//b"]);
+    assert_ne!(code, 0, "{out}");
+    assert!(
+        out.contains("INVALID_ARGUMENT") && out.contains("prefix"),
+        "{out}"
+    );
+    let too_many = admin
+        .access_events(pb::AccessEventsRequest {
+            limit: 10_001,
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(too_many.code(), Some(tonic::Code::InvalidArgument), "{too_many}");
+    assert!(too_many.to_string().contains("limit"), "{too_many}");
+
     // The log is for auditors: a reader without the audit grant is refused.
     let denied = bob
         .access_events(pb::AccessEventsRequest::default())
@@ -268,4 +285,29 @@ async fn reads_on_logged_namespaces_are_recorded_signed_and_verifiable() {
         .unwrap_err();
     assert_eq!(denied.code(), Some(tonic::Code::PermissionDenied), "{denied}");
     cluster.kill_all();
+}
+
+#[test]
+fn a_node_refuses_a_malformed_access_log_prefix() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new(EXE)
+        .args([
+            "serve",
+            "--id",
+            "1",
+            "--listen",
+            "127.0.0.1:0",
+            "--access-log",
+            "team,a//b",
+        ])
+        .arg("--data-dir")
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("--access-log \"a//b\": not a namespace prefix (or *)"),
+        "{stderr}"
+    );
 }
