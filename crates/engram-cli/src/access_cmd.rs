@@ -287,29 +287,31 @@ pub async fn access_log(client: &Client, endpoints: &[String], args: AccessArgs,
     let mut docs = Vec::new();
     let mut failed = Vec::new();
     if let Some(path) = &args.verify_file {
-        for (endpoint, log) in read_export(path)? {
-            report_verdict(&endpoint, &check_log(&log), json, &mut docs, &mut failed)?;
+        for (endpoint, verdict) in verify_file(path)? {
+            report_verdict(&endpoint, &verdict, json, &mut docs, &mut failed)?;
         }
         return finish(docs, failed, json);
     }
-    let mut exported = Vec::new();
+    if let Some(path) = &args.export {
+        let events = export_logs(client, endpoints, path).await?;
+        if json {
+            return print_json(&json!({ "export": path.display().to_string(), "events": events }));
+        }
+        return outln!(
+            "{events} access events of {} nodes written to {}",
+            endpoints.len(),
+            path.display()
+        );
+    }
     for (i, endpoint) in endpoints.iter().enumerate() {
         let node = client
             .node(i)
             .ok_or_else(|| anyhow!("no client for endpoint {endpoint}"))?;
-        if args.verify || args.export.is_some() {
-            let log = read_whole_log(&node)
+        if args.verify {
+            let verdict = verify_live(&node)
                 .await
                 .with_context(|| format!("reading the access log of {endpoint}"))?;
-            if args.verify {
-                report_verdict(endpoint, &check_log(&log), json, &mut docs, &mut failed)?;
-            } else {
-                exported.push(json!({
-                    "endpoint": endpoint, "node_id": log.node_id,
-                    "node_keys": log.keys.iter().map(|k| hex::encode(k.0)).collect::<Vec<_>>(),
-                    "events": log.events.iter().map(hex::encode).collect::<Vec<_>>(),
-                }));
-            }
+            report_verdict(endpoint, &verdict, json, &mut docs, &mut failed)?;
             continue;
         }
         let resp = node
@@ -385,23 +387,6 @@ pub async fn access_log(client: &Client, endpoints: &[String], args: AccessArgs,
             out!("{}", table.render())?;
         }
     }
-    if let Some(path) = &args.export {
-        let events: usize = exported
-            .iter()
-            .map(|n| n["events"].as_array().map_or(0, Vec::len))
-            .sum();
-        let doc = json!({ "format": EXPORT_FORMAT, "nodes": exported });
-        let text = serde_json::to_string_pretty(&doc).unwrap_or_else(|_| doc.to_string());
-        std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))?;
-        if json {
-            return print_json(&json!({ "export": path.display().to_string(), "events": events }));
-        }
-        return outln!(
-            "{events} access events of {} nodes written to {}",
-            endpoints.len(),
-            path.display()
-        );
-    }
     finish(docs, failed, json)
 }
 
@@ -455,21 +440,26 @@ struct AccessVerdict {
     result: Result<(), engram_audit::AccessFault>,
 }
 
-/// One node's whole access log, as its stored (signed) events.
-struct NodeLog {
-    node_id: u64,
-    /// The keys it may have signed with: its current key first.
-    keys: Vec<engram_audit::PublicKey>,
-    events: Vec<Vec<u8>>,
-}
-
-/// The format tag of `engram access --export` files.
+/// The format tag of `engram access --export` files: JSON lines, a header line
+/// `{"format": ...}`, then per node a line `{"node": {"endpoint", "node_id", "node_keys"}}`
+/// followed by one line `{"event": HEX}` per stored event, in order. Written and read as a
+/// stream, so a long log never sits in memory whole.
 const EXPORT_FORMAT: &str = "engram-access-log/1";
 
-/// Reads a node's whole log, page by page.
-async fn read_whole_log(node: &Client) -> Result<NodeLog> {
+/// One node's log as it is read: the node, then its events in order.
+enum LogItem<'a> {
+    Node {
+        node_id: u64,
+        /// The keys it may have signed with: its current key first.
+        keys: &'a [engram_audit::PublicKey],
+    },
+    Event(&'a [u8]),
+}
+
+/// Reads a node's whole log, page by page, handing each item to `visit`.
+async fn stream_log(node: &Client, mut visit: impl FnMut(LogItem<'_>) -> Result<()>) -> Result<()> {
     let mut after_seq = 0;
-    let mut events = Vec::new();
+    let mut started = false;
     loop {
         let resp = node
             .access_events(pb::AccessEventsRequest {
@@ -478,8 +468,7 @@ async fn read_whole_log(node: &Client) -> Result<NodeLog> {
                 ..Default::default()
             })
             .await?;
-        events.extend(resp.events.iter().map(|e| e.signed.clone()));
-        if resp.events.is_empty() || resp.last_seq >= resp.head_seq {
+        if !started {
             let mut keys = vec![engram_proto::public_key("node_key", &resp.node_key)?];
             for k in &resp.node_keys {
                 let k = engram_proto::public_key("node_keys", k)?;
@@ -487,95 +476,180 @@ async fn read_whole_log(node: &Client) -> Result<NodeLog> {
                     keys.push(k);
                 }
             }
-            return Ok(NodeLog {
+            visit(LogItem::Node {
                 node_id: resp.node_id,
-                keys,
-                events,
-            });
+                keys: &keys,
+            })?;
+            started = true;
+        }
+        for e in &resp.events {
+            visit(LogItem::Event(&e.signed))?;
+        }
+        if resp.events.is_empty() || resp.last_seq >= resp.head_seq {
+            return Ok(());
         }
         after_seq = resp.last_seq;
     }
 }
 
-/// Checks a node's whole log against the keys it names. The keys are the node's word: compare
-/// them with the node keys its audit chain lists (`engram audit verify` prints them).
-fn check_log(log: &NodeLog) -> AccessVerdict {
-    let mut v = engram_audit::AccessLogVerifier::new(&log.keys);
-    let mut result = Ok(());
-    for bytes in &log.events {
+/// Checks one node's log as it streams, against the keys the node names. The keys are the
+/// node's word: compare them with the node keys its audit chain lists (`engram audit verify`
+/// prints them).
+struct LogCheck {
+    node_id: u64,
+    key_ids: String,
+    verifier: engram_audit::AccessLogVerifier,
+    fault: Option<engram_audit::AccessFault>,
+}
+
+impl LogCheck {
+    fn new(node_id: u64, keys: &[engram_audit::PublicKey]) -> LogCheck {
+        LogCheck {
+            node_id,
+            key_ids: keys
+                .iter()
+                .map(|k| k.key_id().to_string())
+                .collect::<Vec<_>>()
+                .join(", "),
+            verifier: engram_audit::AccessLogVerifier::new(keys),
+            fault: None,
+        }
+    }
+
+    fn event(&mut self, bytes: &[u8]) {
+        if self.fault.is_some() {
+            return;
+        }
+        let seq = self.verifier.checked() + 1;
         let signed =
             engram_audit::SignedAccessEvent::decode(bytes).map_err(|err| engram_audit::AccessFault {
-                seq: v.checked() + 1,
+                seq,
                 field: "encoding",
                 message: err.to_string(),
             });
-        if let Err(fault) = signed.and_then(|s| v.push(&s)) {
-            result = Err(fault);
-            break;
+        if let Err(fault) = signed.and_then(|s| self.verifier.push(&s)) {
+            self.fault = Some(fault);
         }
     }
-    if result.is_ok() {
-        result = v.finish();
-    }
-    AccessVerdict {
-        node_id: log.node_id,
-        key_id: log
-            .keys
-            .iter()
-            .map(|k| k.key_id().to_string())
-            .collect::<Vec<_>>()
-            .join(", "),
-        events: v.checked(),
-        result,
+
+    fn verdict(self) -> AccessVerdict {
+        let result = match self.fault {
+            Some(fault) => Err(fault),
+            None => self.verifier.finish(),
+        };
+        AccessVerdict {
+            node_id: self.node_id,
+            key_id: self.key_ids,
+            events: self.verifier.checked(),
+            result,
+        }
     }
 }
 
-/// Reads an `engram access --export` file.
-fn read_export(path: &Path) -> Result<Vec<(String, NodeLog)>> {
-    let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-    let doc: Json = serde_json::from_str(&text).with_context(|| format!("{}: not JSON", path.display()))?;
-    if doc["format"] != EXPORT_FORMAT {
+/// Checks a node's whole log as it is read.
+async fn verify_live(node: &Client) -> Result<AccessVerdict> {
+    let mut check: Option<LogCheck> = None;
+    stream_log(node, |item| {
+        match item {
+            LogItem::Node { node_id, keys } => check = Some(LogCheck::new(node_id, keys)),
+            LogItem::Event(bytes) => {
+                if let Some(c) = &mut check {
+                    c.event(bytes);
+                }
+            }
+        }
+        Ok(())
+    })
+    .await?;
+    check
+        .map(LogCheck::verdict)
+        .ok_or_else(|| anyhow!("the node sent no access log"))
+}
+
+/// Writes every node's log to `path` (see [`EXPORT_FORMAT`]); returns the events written.
+async fn export_logs(client: &Client, endpoints: &[String], path: &Path) -> Result<u64> {
+    use std::io::Write;
+    let file = std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?;
+    let mut out = std::io::BufWriter::new(file);
+    let io = |e: std::io::Error| anyhow!("writing {}: {e}", path.display());
+    writeln!(out, "{}", json!({ "format": EXPORT_FORMAT })).map_err(io)?;
+    let mut events = 0u64;
+    for (i, endpoint) in endpoints.iter().enumerate() {
+        let node = client
+            .node(i)
+            .ok_or_else(|| anyhow!("no client for endpoint {endpoint}"))?;
+        stream_log(&node, |item| {
+            let line = match item {
+                LogItem::Node { node_id, keys } => json!({ "node": {
+                    "endpoint": endpoint, "node_id": node_id,
+                    "node_keys": keys.iter().map(|k| hex::encode(k.0)).collect::<Vec<_>>(),
+                }}),
+                LogItem::Event(bytes) => {
+                    events += 1;
+                    json!({ "event": hex::encode(bytes) })
+                }
+            };
+            writeln!(out, "{line}").map_err(io)
+        })
+        .await
+        .with_context(|| format!("reading the access log of {endpoint}"))?;
+    }
+    out.flush().map_err(io)?;
+    Ok(events)
+}
+
+/// Checks an `engram access --export` file, line by line.
+fn verify_file(path: &Path) -> Result<Vec<(String, AccessVerdict)>> {
+    use std::io::BufRead;
+    let file = std::fs::File::open(path).with_context(|| format!("reading {}", path.display()))?;
+    let mut lines = std::io::BufReader::new(file).lines().enumerate();
+    let at = |n: usize| format!("{} line {}", path.display(), n + 1);
+    let header: Json = match lines.next() {
+        Some((n, line)) => serde_json::from_str(&line.with_context(|| at(n))?).with_context(|| at(n))?,
+        None => bail!("{}: empty", path.display()),
+    };
+    if header["format"] != EXPORT_FORMAT {
         bail!(
             "{}: not an access log export (format {EXPORT_FORMAT})",
             path.display()
         );
     }
-    let nodes = doc["nodes"]
-        .as_array()
-        .ok_or_else(|| anyhow!("{}: no nodes", path.display()))?;
-    nodes
-        .iter()
-        .enumerate()
-        .map(|(i, n)| {
-            let field = |name: &str| format!("{}: nodes[{i}].{name}", path.display());
-            let keys = n["node_keys"]
+    let mut done = Vec::new();
+    let mut current: Option<(String, LogCheck)> = None;
+    for (n, line) in lines {
+        let line: Json = serde_json::from_str(&line.with_context(|| at(n))?).with_context(|| at(n))?;
+        if let Some(node) = line.get("node") {
+            if let Some((endpoint, check)) = current.take() {
+                done.push((endpoint, check.verdict()));
+            }
+            let keys = node["node_keys"]
                 .as_array()
-                .ok_or_else(|| anyhow!(field("node_keys")))?
+                .ok_or_else(|| anyhow!("{}: node_keys", at(n)))?
                 .iter()
                 .map(|k| {
-                    let bytes =
-                        hex::decode(k.as_str().unwrap_or_default()).with_context(|| field("node_keys"))?;
-                    engram_proto::public_key("node_keys", &bytes).with_context(|| field("node_keys"))
+                    let bytes = hex::decode(k.as_str().unwrap_or_default()).with_context(|| at(n))?;
+                    engram_proto::public_key("node_keys", &bytes).with_context(|| at(n))
                 })
                 .collect::<Result<Vec<_>>>()?;
-            let events = n["events"]
-                .as_array()
-                .ok_or_else(|| anyhow!(field("events")))?
-                .iter()
-                .enumerate()
-                .map(|(j, e)| {
-                    hex::decode(e.as_str().unwrap_or_default())
-                        .with_context(|| field(&format!("events[{j}]")))
-                })
-                .collect::<Result<Vec<_>>>()?;
-            let log = NodeLog {
-                node_id: n["node_id"].as_u64().ok_or_else(|| anyhow!(field("node_id")))?,
-                keys,
-                events,
+            let node_id = node["node_id"]
+                .as_u64()
+                .ok_or_else(|| anyhow!("{}: node_id", at(n)))?;
+            let endpoint = node["endpoint"].as_str().unwrap_or("?").to_string();
+            current = Some((endpoint, LogCheck::new(node_id, &keys)));
+        } else if let Some(event) = line.get("event") {
+            let Some((_, check)) = &mut current else {
+                bail!("{}: an event before any node", at(n));
             };
-            Ok((n["endpoint"].as_str().unwrap_or("?").to_string(), log))
-        })
-        .collect()
+            let bytes = hex::decode(event.as_str().unwrap_or_default()).with_context(|| at(n))?;
+            check.event(&bytes);
+        } else {
+            bail!("{}: neither a node nor an event", at(n));
+        }
+    }
+    if let Some((endpoint, check)) = current {
+        done.push((endpoint, check.verdict()));
+    }
+    Ok(done)
 }
 
 /// This machine's clock, for `--last-secs`.

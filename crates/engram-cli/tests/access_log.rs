@@ -181,20 +181,22 @@ async fn reads_on_logged_namespaces_are_recorded_signed_and_verifiable() {
     );
     assert_eq!(code, 0, "{out}");
     assert_eq!(out.matches("access log verified").count(), 3, "{out}");
-    let mut doc: Json = serde_json::from_str(&std::fs::read_to_string(&export).unwrap()).unwrap();
-    let events = doc["nodes"]
-        .as_array_mut()
+    // JSON lines: the header, then each node and its events. Rewrite the first event's
+    // principal (inside its encoding) from bob to eve.
+    let mut lines: Vec<String> = std::fs::read_to_string(&export)
         .unwrap()
-        .iter_mut()
-        .find_map(|n| n["events"].as_array_mut().filter(|e| !e.is_empty()))
-        .expect("a node with events");
-    // Rewrite the first event's principal (inside its encoding) from bob to eve.
-    let first = events[0].as_str().unwrap().to_string();
-    let forged = first.replacen(&hex::encode(b"bob"), &hex::encode(b"eve"), 1);
-    assert_ne!(first, forged, "the first event names bob");
-    events[0] = Json::String(forged);
+        .lines()
+        .map(str::to_string)
+        .collect();
+    let first = lines
+        .iter()
+        .position(|l| l.starts_with("{\"event\""))
+        .expect("an exported event");
+    let forged = lines[first].replacen(&hex::encode(b"bob"), &hex::encode(b"eve"), 1);
+    assert_ne!(lines[first], forged, "the first event names bob");
+    lines[first] = forged;
     let tampered = keys.path().join("tampered.json");
-    std::fs::write(&tampered, doc.to_string()).unwrap();
+    std::fs::write(&tampered, lines.join("\n")).unwrap();
     let (code, out) = cli(
         root_key,
         &endpoints,
