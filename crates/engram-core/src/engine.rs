@@ -826,7 +826,8 @@ impl Engine {
         batch: WriteBatch,
     ) -> Result<TxOutcome, CoreError> {
         self.in_group(|engine| {
-            let checked = match policy::check_author(&engine.view(), author, &req.signed_bytes())? {
+            let signed = req.signed_bytes();
+            let checked = match policy::check_author(&engine.view(), author, &signed)? {
                 Ok(principal) => engine.check_grants(Some(&principal), req)?,
                 Err(rejection) => Err(rejection),
             };
@@ -834,13 +835,7 @@ impl Engine {
                 engine.apply_noop(batch)?;
                 return Ok(Err(rejection));
             }
-            engine.tx_in_group(
-                log_index,
-                proposed_time_ns,
-                req,
-                Some((author, &req.signed_bytes())),
-                batch,
-            )
+            engine.tx_in_group(log_index, proposed_time_ns, req, Some((author, &signed)), batch)
         })
     }
 
