@@ -30,7 +30,6 @@ use engram_lincheck::history::{Call, History, Key, Outcome};
 use engram_types::{
     Attribute, EntityId, EntityRef, Namespace, Op, Precondition, Provenance, TxOp, TxRequest, Value,
 };
-use futures::StreamExt;
 use serde_json::json;
 
 use crate::docker::{Compose, Fault};
@@ -321,14 +320,10 @@ async fn register_log(endpoint: &str, registers: &[EntityId]) -> Result<BTreeMap
 /// One node's audit chain, exported and verified offline.
 async fn verify_chain(endpoint: &str) -> Result<engram_verify::Report> {
     let client = Client::with_config(vec![endpoint.to_string()], client_config(Duration::from_secs(10)))?;
-    let mut stream = client
-        .export()
+    let bytes = client
+        .export_bytes()
         .await
         .with_context(|| format!("{endpoint}: export"))?;
-    let mut bytes = Vec::new();
-    while let Some(chunk) = stream.next().await {
-        bytes.extend(chunk.with_context(|| format!("{endpoint}: export"))?);
-    }
     let options = engram_verify::VerifyOptions {
         all: true,
         ..Default::default()

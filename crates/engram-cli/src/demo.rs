@@ -1298,11 +1298,7 @@ pub async fn read_histories(
 
 /// Exports the answering node's audit chain and verifies it offline, as an auditor would.
 async fn prove_authorship(client: &Client) -> Result<engram_verify::Report, String> {
-    let mut stream = client.export().await.map_err(|e| e.to_string())?;
-    let mut bytes = Vec::new();
-    while let Some(chunk) = stream.next().await {
-        bytes.extend(chunk.map_err(|e| e.to_string())?);
-    }
+    let bytes = client.export_bytes().await.map_err(|e| e.to_string())?;
     engram_verify::verify_export(
         bytes.as_slice(),
         &engram_verify::VerifyOptions::default(),

@@ -918,6 +918,17 @@ impl Client {
             .boxed())
     }
 
+    /// The answering node's whole export, read into memory: for chains small enough to hold
+    /// (the demo, the chaos run, tests); stream [`Client::export`] to a file otherwise.
+    pub async fn export_bytes(&self) -> Result<Vec<u8>, ClientError> {
+        let mut stream = self.export().await?;
+        let mut bytes = Vec::new();
+        while let Some(chunk) = stream.next().await {
+            bytes.extend(chunk?);
+        }
+        Ok(bytes)
+    }
+
     // ------------------------------------------------------------------ plumbing
 
     async fn call<T, F, Fut>(&self, idempotency: Idempotency, f: F) -> Result<T, ClientError>

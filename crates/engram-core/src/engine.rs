@@ -296,7 +296,7 @@ impl Engine {
         self.pending.over(&*self.store)
     }
 
-    /// [`policy::check_tx`] at this entry, through the engine's cache of the policy rows (a
+    /// [`policy::PolicyCache::check_tx`] at this entry, through the engine's cache of the policy rows (a
     /// policy change, a genesis entry and a reload clear it, so it answers as the rows do).
     fn check_grants(
         &mut self,
@@ -794,7 +794,7 @@ impl Engine {
     }
 
     /// [`Engine::apply_tx`] for a request the gateway authenticated as `principal` (`None`:
-    /// unsigned). The policy in force at this entry decides ([`policy::check_tx`]): a
+    /// unsigned). The policy in force at this entry decides ([`policy::PolicyCache::check_tx`]): a
     /// transaction it refuses is a `Rejection` that writes nothing but `batch`.
     pub fn apply_tx_as(
         &mut self,

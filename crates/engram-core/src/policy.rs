@@ -323,18 +323,7 @@ pub fn actions_of(req: &TxRequest) -> Vec<Action> {
     need
 }
 
-/// Whether `principal` may make this transaction under the current policy: the check apply
-/// makes (and the gateway makes first, for a precise answer before anything is proposed).
-/// Open mode checks only that a signed request's principal is the transaction's agent.
-pub fn check_tx(
-    view: &dyn ReadView,
-    principal: Option<&Principal>,
-    req: &TxRequest,
-) -> Result<Result<(), Rejection>, CoreError> {
-    PolicyCache::default().check_tx(view, principal, req)
-}
-
-/// What [`check_tx`] reads of the policy (the mode, and per principal its agent row and its
+/// What [`PolicyCache::check_tx`] reads of the policy (the mode, and per principal its agent row and its
 /// grants), kept between checks. Only a policy change or a replaced state (a snapshot install)
 /// changes those rows, so its owner clears the cache then. Apply keeps one, and so does each
 /// node's gate (cleared when the state machine's policy-change counter moves), so a request
@@ -475,7 +464,9 @@ impl PolicyCache {
         }))
     }
 
-    /// [`check_tx`], reading through the cache.
+    /// Whether `principal` may make this transaction under the current policy: the check apply
+    /// makes (and the gateway makes first, for a precise answer before anything is proposed).
+    /// Open mode checks only that a signed request's principal is the transaction's agent.
     pub fn check_tx(
         &mut self,
         view: &dyn ReadView,

@@ -100,33 +100,41 @@ protobuf_body!(
     AccessEventsRequest,
 );
 
-/// The body of a call that becomes a transaction. A message that does not convert into one is
-/// refused by the server before any signature is checked, so its body is its protobuf bytes.
-fn transaction_body<T: prost::Message>(
-    message: &T,
-    tx: Result<engram_types::TxRequest, WireError>,
-) -> Vec<u8> {
-    match tx {
-        Ok(tx) => tx.signed_bytes(),
-        Err(_) => message.encode_to_vec(),
-    }
+/// The body of a call that becomes a transaction or a policy change: its canonical bytes, or,
+/// for a message that does not convert (`None`; the server refuses it before any signature is
+/// checked), its protobuf bytes.
+fn canonical_body<T: prost::Message>(message: &T, canonical: Option<Vec<u8>>) -> Vec<u8> {
+    canonical.unwrap_or_else(|| message.encode_to_vec())
 }
 
 impl SignedBody for pb::TransactRequest {
     fn signed_body(&self, _: &str) -> Vec<u8> {
-        transaction_body(self, engram_types::TxRequest::try_from(self.clone()))
+        canonical_body(
+            self,
+            engram_types::TxRequest::try_from(self.clone())
+                .ok()
+                .map(|t| t.signed_bytes()),
+        )
     }
 }
 
 impl SignedBody for pb::ApplySchemaRequest {
     fn signed_body(&self, _: &str) -> Vec<u8> {
-        transaction_body(self, crate::schema_request(self.clone()))
+        canonical_body(
+            self,
+            crate::schema_request(self.clone()).ok().map(|t| t.signed_bytes()),
+        )
     }
 }
 
 impl SignedBody for pb::CreateBranchRequest {
     fn signed_body(&self, _: &str) -> Vec<u8> {
-        transaction_body(self, crate::create_branch_request(self.clone()))
+        canonical_body(
+            self,
+            crate::create_branch_request(self.clone())
+                .ok()
+                .map(|t| t.signed_bytes()),
+        )
     }
 }
 
@@ -145,18 +153,13 @@ impl SignedBody for pb::BranchRequest {
             self.provenance.clone(),
             op,
         );
-        transaction_body(self, tx)
+        canonical_body(self, tx.ok().map(|t| t.signed_bytes()))
     }
 }
 
-/// The body of a call that becomes a policy change: the change's canonical bytes
-/// (`PolicyOp::signed_bytes`), or the protobuf bytes of a message that does not convert (the
-/// server refuses it before any signature is checked).
-fn policy_body<T: prost::Message>(message: &T, op: Result<PolicyOp, WireError>) -> Vec<u8> {
-    match op.map(|op| op.signed_bytes()) {
-        Ok(Some(bytes)) => bytes,
-        _ => message.encode_to_vec(),
-    }
+/// A policy change's canonical bytes, if the message converts into one.
+fn policy_bytes(op: Result<PolicyOp, WireError>) -> Option<Vec<u8>> {
+    op.ok().and_then(|op| op.signed_bytes())
 }
 
 pub fn add_agent_op(m: &pb::AddAgentRequest) -> Result<PolicyOp, WireError> {
@@ -209,39 +212,45 @@ pub fn access_log_op(m: &pb::AccessLogRequest) -> Result<PolicyOp, WireError> {
 
 impl SignedBody for pb::AccessLogRequest {
     fn signed_body(&self, _: &str) -> Vec<u8> {
-        policy_body(self, access_log_op(self))
+        canonical_body(self, policy_bytes(access_log_op(self)))
     }
 }
 
 impl SignedBody for pb::AddAgentRequest {
     fn signed_body(&self, _: &str) -> Vec<u8> {
-        policy_body(self, add_agent_op(self))
+        canonical_body(self, policy_bytes(add_agent_op(self)))
     }
 }
 
 impl SignedBody for pb::RotateAgentKeyRequest {
     fn signed_body(&self, _: &str) -> Vec<u8> {
-        policy_body(self, rotate_agent_key_op(self))
+        canonical_body(self, policy_bytes(rotate_agent_key_op(self)))
     }
 }
 
 impl SignedBody for pb::RevokeAgentRequest {
     fn signed_body(&self, _: &str) -> Vec<u8> {
-        policy_body(self, revoke_agent_op(self))
+        canonical_body(self, policy_bytes(revoke_agent_op(self)))
     }
 }
 
 impl SignedBody for pb::GrantRequest {
     /// One message serves granting and revoking: the method says which.
     fn signed_body(&self, method: &str) -> Vec<u8> {
-        policy_body(self, grant_op(self, method == methods::REVOKE_GRANT))
+        canonical_body(
+            self,
+            policy_bytes(grant_op(self, method == methods::REVOKE_GRANT)),
+        )
     }
 }
 
 impl SignedBody for pb::RoleRequest {
     /// One message serves assigning and unassigning: the method says which.
     fn signed_body(&self, method: &str) -> Vec<u8> {
-        policy_body(self, role_op(self, method == methods::UNASSIGN_ROLE))
+        canonical_body(
+            self,
+            policy_bytes(role_op(self, method == methods::UNASSIGN_ROLE)),
+        )
     }
 }
 

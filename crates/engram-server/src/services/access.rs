@@ -37,10 +37,12 @@ impl AccessService {
                 call.forward(self.shared.access_client(&addr)?, &incoming).await?,
             ));
         }
-        let body = op.signed_bytes().unwrap_or_default();
-        let caller = self
-            .shared
-            .admit_body(&meta, &body, call.method(), Need::Principal)?;
+        let caller = self.shared.admit_body(
+            &meta,
+            || op.signed_bytes().unwrap_or_default(),
+            call.method(),
+            Need::Principal,
+        )?;
         if let Err(rejection) = self.shared.read_state(|store| {
             policy::plan_change(store, &op, caller.principal.as_ref()).map(|planned| planned.map(|_| ()))
         })? {

@@ -108,6 +108,9 @@ pub struct Caller {
     /// For a call that becomes a transaction ([`Need::Principal`]) signed by a verified agent:
     /// the signature as the transaction's audit entry records it.
     pub author: Option<Author>,
+    /// Whether the policy switches the access log on for the namespace of the call's action
+    /// (a node's own `--access-log` flag is checked where the call is recorded).
+    pub access_logged: bool,
     signature: Vec<(&'static str, AsciiMetadataValue)>,
 }
 
@@ -124,6 +127,7 @@ impl Caller {
             forwarded: meta.contains_key(FORWARDED),
             scope: None,
             author: None,
+            access_logged: false,
             signature: signature_headers(meta),
         }
     }
@@ -149,7 +153,7 @@ fn signature_headers(meta: &MetadataMap) -> Vec<(&'static str, AsciiMetadataValu
 
 impl Shared {
     /// Runs `read` over this node's applied policy rows, through the gate's cache.
-    pub(super) fn with_policy<T>(
+    fn with_policy<T>(
         &self,
         read: impl FnOnce(&mut PolicyCache, &dyn engram_storage::Store) -> Result<T, engram_core::CoreError>,
     ) -> Result<T, ApiError> {
@@ -184,8 +188,8 @@ impl Shared {
         Ok(all)
     }
 
-    /// [`engram_core::policy::check_tx`] at this node's applied policy, through the gate's
-    /// cache.
+    /// [`engram_core::policy::PolicyCache::check_tx`] at this node's applied policy, through
+    /// the gate's cache.
     pub fn check_tx(
         &self,
         principal: Option<&Principal>,
@@ -203,15 +207,16 @@ impl Shared {
         method: &str,
         need: Need,
     ) -> Result<Caller, ApiError> {
-        self.admit_body(meta, &message.signed_body(method), method, need)
+        self.admit_body(meta, || message.signed_body(method), method, need)
     }
 
-    /// [`Shared::admit`] given the call's signed body (for a call that becomes a transaction,
-    /// the transaction's canonical bytes, which the caller has at hand).
+    /// [`Shared::admit`] given how to make the call's signed body (for a call that becomes a
+    /// transaction, from the converted request the caller has at hand). The body is made only
+    /// for a signed request.
     pub fn admit_body(
         &self,
         meta: &MetadataMap,
-        body: &[u8],
+        body: impl FnOnce() -> Vec<u8>,
         method: &str,
         need: Need,
     ) -> Result<Caller, ApiError> {
@@ -219,8 +224,16 @@ impl Shared {
             .map_err(|e| ApiError::Unauthenticated(e.to_string()))?;
         // One pass over the policy: the mode, the claimed agent's row and, if the call needs
         // an action, whether that agent holds it (used only once its signature verifies).
+        // Whether the policy has every node log this call's reads (`engram access --enable`).
+        let mut logged = false;
         let (mode, agent, verdict, scope) = self.with_policy(|cache, store| {
             let mode = cache.mode(store)?;
+            if let Need::Action(_, namespace) = &need {
+                logged = cache
+                    .access_log(store)?
+                    .iter()
+                    .any(|p| crate::access_log::prefix_logs(p, namespace));
+            }
             let Some(a) = &auth else {
                 return Ok((mode, None, Ok(()), None));
             };
@@ -255,7 +268,7 @@ impl Shared {
                     )));
                 }
                 let verifier = self.gate.verifier(&row.key)?;
-                let body_hash = engram_types::Hash::of(body);
+                let body_hash = engram_types::Hash::of(&body());
                 auth.verify_hash(&row.key, verifier.as_ref(), method, body_hash.as_bytes())
                     .map_err(|e| ApiError::Unauthenticated(e.to_string()))?;
                 let now_ms = engram_raft::clock::now_ns() / 1_000_000;
@@ -308,6 +321,7 @@ impl Shared {
             // Only a verified principal's grants narrow what it is shown.
             scope: if mode == Some(Mode::Enforced) { scope } else { None },
             author,
+            access_logged: logged,
             signature: signature_headers(meta),
         })
     }

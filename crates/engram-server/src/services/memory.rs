@@ -55,7 +55,7 @@ impl MemoryService {
         // apply checks again at the transaction's own log entry.
         let caller = self
             .shared
-            .admit_body(&meta, &tx.signed_bytes(), call.method(), Need::Principal)?;
+            .admit_body(&meta, || tx.signed_bytes(), call.method(), Need::Principal)?;
         if let Err(rejection) = self.shared.check_tx(caller.principal.as_ref(), &tx)? {
             return Err(ApiError::Rejected(rejection));
         }

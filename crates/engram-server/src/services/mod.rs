@@ -68,19 +68,8 @@ impl Shared {
         as_of_tx: Option<u64>,
         datoms: usize,
     ) {
-        let logged = self.access.covers(namespace)
-            || self
-                .with_policy(|cache, store| {
-                    Ok(cache
-                        .access_log(store)?
-                        .iter()
-                        .any(|p| crate::access_log::prefix_logs(p, namespace)))
-                })
-                .unwrap_or_else(|e| {
-                    tracing::warn!(error = %e, "cannot read the access log switches; this read is not logged");
-                    false
-                });
-        if !logged {
+        // The policy's switches were read with the caller's grants (`Caller::access_logged`).
+        if !caller.access_logged && !self.access.covers(namespace) {
             return;
         }
         self.access
