@@ -11,7 +11,9 @@ use std::time::Duration;
 use anyhow::{Context, Result, bail};
 use clap::Parser;
 use engram_bench::etcd::{EtcdCluster, EtcdSystem};
-use engram_cli::bench::{BenchCluster, EngramSystem, UiProgress, check_args, emit, failures, suite_spec};
+use engram_cli::bench::{
+    BenchCluster, BenchTls, Credentials, EngramSystem, UiProgress, check_args, emit, failures, suite_spec,
+};
 use engram_cli::cli::BenchArgs;
 use engram_cli::ui::Ui;
 use engram_loadgen::{System, run_suite};
@@ -33,12 +35,26 @@ struct Args {
     /// in the same rounds, reported as "engram-enforced".
     #[arg(long)]
     engram_enforced: bool,
+    /// Every Engram cluster serves mutual TLS, and the bench presents a client certificate
+    /// (made with openssl for the run) whose common name is the bench's agent.
+    #[arg(long)]
+    tls: bool,
+    /// How the enforced cluster authenticates the bench: a signature on every request, or
+    /// (with --tls) the client certificate alone.
+    #[arg(long, value_enum, default_value = "signature", requires = "engram_enforced")]
+    enforced_auth: EnforcedAuth,
     /// The `etcd` executable (etcd 3.4, e.g. Debian's etcd-server).
     #[arg(long, value_name = "FILE", default_value = "etcd")]
     etcd_bin: PathBuf,
     /// Print the report as JSON.
     #[arg(long)]
     json: bool,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum EnforcedAuth {
+    Signature,
+    Certificate,
 }
 
 fn engram_exe(given: Option<PathBuf>) -> Result<PathBuf> {
@@ -84,6 +100,15 @@ async fn main() -> Result<()> {
     let engram_bin = engram_exe(args.engram_bin.clone())?;
     let etcd_bin = which(&args.etcd_bin)?;
     let spec = suite_spec(&args.bench);
+    if args.enforced_auth == EnforcedAuth::Certificate && !args.tls {
+        bail!("--enforced-auth certificate needs --tls");
+    }
+    let tls = if args.tls {
+        Some(BenchTls::generate()?)
+    } else {
+        None
+    };
+    let tls_client = tls.as_ref().map(|t| t.client.clone());
 
     let engram_dir = args.bench.data_dir.as_ref().map(|d| d.join("engram"));
     let etcd_dir = args.bench.data_dir.as_ref().map(|d| d.join("etcd"));
@@ -92,6 +117,7 @@ async fn main() -> Result<()> {
         engram_dir.as_deref(),
         args.bench.snapshot_every_entries,
         false,
+        tls.as_ref(),
         ui,
     )
     .await?;
@@ -105,6 +131,7 @@ async fn main() -> Result<()> {
                 dir.as_deref(),
                 args.bench.snapshot_every_entries,
                 true,
+                tls.as_ref(),
                 ui,
             )
             .await?,
@@ -120,21 +147,34 @@ async fn main() -> Result<()> {
     let conns = args.bench.connections as usize;
     let mut systems: Vec<Arc<dyn System>> = vec![
         Arc::new(EngramSystem::connect(
+            if args.tls { "engram-tls" } else { "engram" },
             &engram.leader,
             &engram.cluster.endpoints(),
             conns,
             engram.pids(),
-            None,
+            Credentials {
+                agent: None,
+                tls: tls_client.clone(),
+            },
         )?),
         Arc::new(EtcdSystem::connect(&etcd_leader, &etcd.client_urls, conns, etcd.pids()).await?),
     ];
     if let Some(e) = &enforced {
+        let (name, agent) = match (args.enforced_auth, args.tls) {
+            (EnforcedAuth::Signature, false) => ("engram-enforced", e.agent.clone()),
+            (EnforcedAuth::Signature, true) => ("engram-enforced-tls", e.agent.clone()),
+            (EnforcedAuth::Certificate, _) => ("engram-enforced-cert", None),
+        };
         systems.push(Arc::new(EngramSystem::connect(
+            name,
             &e.leader,
             &e.cluster.endpoints(),
             conns,
             e.pids(),
-            e.agent.clone(),
+            Credentials {
+                agent,
+                tls: tls_client.clone(),
+            },
         )?));
     }
     let progress = UiProgress::new(ui);

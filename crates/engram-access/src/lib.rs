@@ -8,10 +8,13 @@
 //!   in the system namespace, [`SYSTEM_NAMESPACE`]); [`Policy::allows`] is the one rule that
 //!   decides, at the gateway and again at apply.
 //! - [`PolicyOp`]: the replicated change to agents, keys, grants or the mode.
+//! - [`cert`]: the principal a client's TLS certificate names (a URI `engram:agent:NAME`, or
+//!   the subject's common name).
 //!
 //! Pure: no I/O but reading and writing an agent key file ([`AgentKey`]), no clock (callers
 //! pass the time), no async. Must not depend on: storage, the core, Raft, gRPC.
 
+pub mod cert;
 mod keyfile;
 mod policy;
 mod policy_codec;

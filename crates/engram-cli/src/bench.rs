@@ -9,7 +9,7 @@ use std::time::Duration;
 use anyhow::{Context, Result, anyhow, bail};
 use engram_access::AgentKey;
 use engram_client::{
-    Client, ClientConfig, Consistency, GetOptions, HistoryTarget, RetryPolicy, WatchFilter, pb,
+    Client, ClientConfig, ClientTls, Consistency, GetOptions, HistoryTarget, RetryPolicy, WatchFilter, pb,
 };
 use engram_loadgen::{
     Machine, OpFuture, Progress, ReadKind, Row, SuiteReport, SuiteSpec, System, rows, run_suite, table,
@@ -53,10 +53,10 @@ pub struct EngramSystem {
     /// One client per connection to each node in turn, for stale reads, which any node serves.
     spread: Vec<Client>,
     pids: Vec<u32>,
-    /// "engram", or "engram-enforced" when every request is signed (enforced mode).
+    /// How the report names this system ("engram", "engram-enforced", ...).
     name: String,
-    /// Signs every request (enforced mode).
-    agent: Option<Arc<AgentKey>>,
+    /// How every request is made: signed by an agent key, over TLS.
+    creds: Credentials,
     ns: Namespace,
     value_attr: Attribute,
     marker_attr: Attribute,
@@ -85,40 +85,53 @@ fn provenance() -> Provenance {
     }
 }
 
+/// How the bench's clients present themselves.
+#[derive(Clone, Debug, Default)]
+pub struct Credentials {
+    /// Signs every request (a cluster in enforced mode).
+    pub agent: Option<Arc<AgentKey>>,
+    /// Connects over TLS, presenting the bench's client certificate (which names
+    /// [`BENCH_AGENT`]: in an enforced cluster it authenticates unsigned requests).
+    pub tls: Option<Arc<ClientTls>>,
+}
+
 /// A client that makes one attempt per call: the load generator counts failures rather than
 /// hiding them behind retries.
-fn one_shot(endpoint: &str, agent: &Option<Arc<AgentKey>>) -> Result<Client> {
+fn one_shot(endpoint: &str, creds: &Credentials) -> Result<Client> {
     let config = ClientConfig {
         retry: RetryPolicy::never(),
-        agent: agent.clone(),
+        agent: creds.agent.clone(),
+        tls: creds.tls.clone(),
         ..ClientConfig::default()
     };
     Ok(Client::with_config(vec![endpoint.to_string()], config)?)
 }
 
 impl EngramSystem {
-    /// Connects `connections` channels to `leader` and as many spread over `endpoints`; with
-    /// `agent`, every request is signed by it (a cluster in enforced mode).
+    /// Connects `connections` channels to `leader` and as many spread over `endpoints`, each
+    /// with `creds`; the report calls it `name`.
     pub fn connect(
+        name: &str,
         leader: &str,
         endpoints: &[String],
         connections: usize,
         pids: Vec<u32>,
-        agent: Option<Arc<AgentKey>>,
+        creds: Credentials,
     ) -> Result<EngramSystem> {
         if endpoints.is_empty() || connections == 0 {
             bail!("the bench needs at least one endpoint and one connection");
         }
         let leader_clients = (0..connections)
-            .map(|_| one_shot(leader, &agent))
+            .map(|_| one_shot(leader, &creds))
             .collect::<Result<_>>()?;
         let spread = (0..connections)
-            .map(|i| one_shot(&endpoints[i % endpoints.len()], &agent))
+            .map(|i| one_shot(&endpoints[i % endpoints.len()], &creds))
             .collect::<Result<_>>()?;
         let retrying = Client::with_config(
             endpoints.to_vec(),
             ClientConfig {
-                agent: agent.clone(),
+                agent: creds.agent.clone(),
+                tls: creds.tls.clone(),
                 ..ClientConfig::default()
             },
         )?;
@@ -130,13 +143,8 @@ impl EngramSystem {
             retrying,
             spread,
             pids,
-            name: if agent.is_some() {
-                "engram-enforced"
-            } else {
-                "engram"
-            }
-            .into(),
-            agent,
+            name: name.to_string(),
+            creds,
             ns: Namespace::new(NAMESPACE)?,
             value_attr: Attribute::new(VALUE_ATTR)?,
             marker_attr: Attribute::new(MARKER_ATTR)?,
@@ -301,14 +309,14 @@ impl System for EngramSystem {
 
     fn prepare(&self) -> BoxFuture<'static, Result<(), String>> {
         // Follow a leader change, so writes and linearizable reads keep going to the leader.
+        let creds = self.creds.clone();
         let probes: Vec<(String, Client)> = self
             .endpoints
             .iter()
-            .filter_map(|e| Some((e.clone(), one_shot(e, &None).ok()?)))
+            .filter_map(|e| Some((e.clone(), one_shot(e, &creds).ok()?)))
             .collect();
         let (leader, leader_endpoint) = (self.leader.clone(), self.leader_endpoint.clone());
         let connections = self.connections;
-        let agent = self.agent.clone();
         async move {
             for (endpoint, probe) in probes {
                 let Ok(status) = probe.status().await else {
@@ -320,7 +328,7 @@ impl System for EngramSystem {
                 let mut current = leader_endpoint.write().map_err(err)?;
                 if *current != endpoint {
                     let clients = (0..connections)
-                        .map(|_| one_shot(&endpoint, &agent))
+                        .map(|_| one_shot(&endpoint, &creds))
                         .collect::<Result<Vec<_>>>()
                         .map_err(err)?;
                     *leader.write().map_err(err)? = clients;
@@ -396,6 +404,8 @@ impl System for EngramSystem {
         let config = ClientConfig {
             retry: RetryPolicy::never(),
             request_timeout: Duration::from_secs(24 * 3600),
+            agent: self.creds.agent.clone(),
+            tls: self.creds.tls.clone(),
             ..ClientConfig::default()
         };
         let c = Client::with_config(vec![endpoint], config);
@@ -539,6 +549,7 @@ impl BenchCluster {
         data_dir: Option<&Path>,
         snapshot_every_entries: u64,
         enforced: bool,
+        tls: Option<&BenchTls>,
         ui: Ui,
     ) -> Result<BenchCluster> {
         let (temp, dir) = match data_dir {
@@ -578,7 +589,18 @@ impl BenchCluster {
             "--max-tx-bytes".to_string(),
             (8u64 << 20).to_string(),
         ];
-        let mut cluster = LocalCluster::start_with_metrics(exe, &dir, &ports[..3], &ports[3..], &extra)?;
+        let mut extra = extra;
+        if let Some(tls) = tls {
+            extra.extend(tls.server_args());
+        }
+        let mut cluster = LocalCluster::start_with_tls(
+            exe,
+            &dir,
+            &ports[..3],
+            &ports[3..],
+            &extra,
+            tls.map(|t| t.client.clone()),
+        )?;
         cluster.wait_all_answer(Duration::from_secs(60)).await?;
         let agent = if enforced {
             let principal = engram_access::Principal::new(BENCH_AGENT).map_err(|e| anyhow!("{e}"))?;
@@ -619,6 +641,119 @@ impl BenchCluster {
         let addr = node.metrics_addr.context("the leader serves no /metrics")?;
         let text = http_get_metrics(addr).await?;
         Ok(parse_stage_means(&text))
+    }
+}
+
+/// Certificates for a bench run over mutual TLS, made with `openssl` in a temporary
+/// directory: a CA, one certificate every node serves and dials its peers with, and the bench's
+/// client certificate, whose common name is [`BENCH_AGENT`].
+pub struct BenchTls {
+    dir: tempfile::TempDir,
+    pub client: Arc<ClientTls>,
+}
+
+impl BenchTls {
+    pub fn generate() -> Result<BenchTls> {
+        let dir = tempfile::Builder::new()
+            .prefix("engram-bench-tls-")
+            .tempdir()
+            .context("creating a temporary directory")?;
+        let d = dir.path();
+        let openssl = |args: &[&str]| -> Result<()> {
+            let out = std::process::Command::new("openssl")
+                .current_dir(d)
+                .args(args)
+                .output()
+                .context("running openssl (needed to make the bench's TLS certificates)")?;
+            if !out.status.success() {
+                bail!("openssl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+            }
+            Ok(())
+        };
+        let ec = [
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-nodes",
+        ];
+        openssl(
+            &[
+                &["req", "-x509"][..],
+                &ec,
+                &[
+                    "-keyout",
+                    "ca.key",
+                    "-out",
+                    "ca.pem",
+                    "-days",
+                    "2",
+                    "-subj",
+                    "/CN=engram-bench-ca",
+                ],
+            ]
+            .concat(),
+        )?;
+        for (name, subject, ext) in [
+            (
+                "node",
+                "/CN=engram-bench-node",
+                "subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth,clientAuth\n",
+            ),
+            ("client", "/CN=bench", "extendedKeyUsage=clientAuth\n"),
+        ] {
+            let (key, csr, pem, cnf) = (
+                format!("{name}.key"),
+                format!("{name}.csr"),
+                format!("{name}.pem"),
+                format!("{name}.cnf"),
+            );
+            openssl(
+                &[
+                    &["req"][..],
+                    &ec,
+                    &["-keyout", &key, "-out", &csr, "-subj", subject],
+                ]
+                .concat(),
+            )?;
+            std::fs::write(d.join(&cnf), ext).with_context(|| format!("writing {cnf}"))?;
+            openssl(&[
+                "x509",
+                "-req",
+                "-in",
+                &csr,
+                "-CA",
+                "ca.pem",
+                "-CAkey",
+                "ca.key",
+                "-CAcreateserial",
+                "-out",
+                &pem,
+                "-days",
+                "2",
+                "-extfile",
+                &cnf,
+            ])?;
+        }
+        let read = |f: &str| std::fs::read(d.join(f)).with_context(|| format!("reading {f}"));
+        let client = Arc::new(ClientTls {
+            ca_pem: read("ca.pem")?,
+            identity: Some((read("client.pem")?, read("client.key")?)),
+        });
+        Ok(BenchTls { dir, client })
+    }
+
+    /// The `serve` arguments of a node.
+    fn server_args(&self) -> Vec<String> {
+        let path = |f: &str| self.dir.path().join(f).display().to_string();
+        vec![
+            "--tls-cert".into(),
+            path("node.pem"),
+            "--tls-key".into(),
+            path("node.key"),
+            "--tls-client-ca".into(),
+            path("ca.pem"),
+        ]
     }
 }
 
@@ -920,7 +1055,14 @@ pub async fn run(
             .context("--attach needs an --endpoint")?;
         (
             None,
-            EngramSystem::connect(&leader, &endpoints, args.connections as usize, Vec::new(), agent)?,
+            EngramSystem::connect(
+                "engram",
+                &leader,
+                &endpoints,
+                args.connections as usize,
+                Vec::new(),
+                Credentials { agent, tls: None },
+            )?,
         )
     } else {
         let exe = std::env::current_exe().context("locating the engram executable")?;
@@ -930,15 +1072,20 @@ pub async fn run(
             args.data_dir.as_deref(),
             args.snapshot_every_entries,
             enforced,
+            None,
             ui,
         )
         .await?;
         let system = EngramSystem::connect(
+            if enforced { "engram-enforced" } else { "engram" },
             &c.leader,
             &c.cluster.endpoints(),
             args.connections as usize,
             c.pids(),
-            c.agent.clone(),
+            Credentials {
+                agent: c.agent.clone(),
+                tls: None,
+            },
         )?;
         (Some(c), system)
     };

@@ -10,10 +10,11 @@ use std::fs::OpenOptions;
 use std::net::{SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, Result, anyhow, bail};
-use engram_client::{Client, ClientConfig, RetryPolicy, pb};
+use engram_client::{Client, ClientConfig, ClientTls, RetryPolicy, pb};
 use tokio::time::Instant;
 
 /// One node of a [`LocalCluster`].
@@ -62,6 +63,8 @@ pub struct LocalCluster {
     exe: PathBuf,
     extra_args: Vec<String>,
     nodes: Vec<LocalNode>,
+    /// How this process's own clients (probes, `init`) reach nodes that serve TLS.
+    tls: Option<Arc<ClientTls>>,
 }
 
 /// Ports free right now for nodes to bind, distinct from each other and from every port this
@@ -131,12 +134,12 @@ fn os_ports(count: usize) -> Result<Vec<u16>> {
     listeners.iter().map(|l| Ok(l.local_addr()?.port())).collect()
 }
 
-fn probe_client(addr: SocketAddr) -> Result<Client> {
+fn probe_client(addr: SocketAddr, tls: Option<Arc<ClientTls>>) -> Result<Client> {
     let config = ClientConfig {
         connect_timeout: Duration::from_millis(500),
         request_timeout: Duration::from_secs(2),
         retry: RetryPolicy::never(),
-        tls: None,
+        tls,
         agent: None,
     };
     Ok(Client::with_config(vec![addr.to_string()], config)?)
@@ -158,10 +161,24 @@ impl LocalCluster {
         metrics_ports: &[u16],
         extra_args: &[String],
     ) -> Result<LocalCluster> {
+        LocalCluster::start_with_tls(exe, dir, ports, metrics_ports, extra_args, None)
+    }
+
+    /// [`LocalCluster::start_with_metrics`] for nodes that serve TLS (`extra_args` name their
+    /// certificates): this process's own clients connect with `tls`.
+    pub fn start_with_tls(
+        exe: &Path,
+        dir: &Path,
+        ports: &[u16],
+        metrics_ports: &[u16],
+        extra_args: &[String],
+        tls: Option<Arc<ClientTls>>,
+    ) -> Result<LocalCluster> {
         let mut cluster = LocalCluster {
             exe: exe.to_path_buf(),
             extra_args: extra_args.to_vec(),
             nodes: Vec::new(),
+            tls: tls.clone(),
         };
         for (i, &port) in ports.iter().enumerate() {
             let id = i as u64 + 1;
@@ -177,7 +194,7 @@ impl LocalCluster {
                     .get(i)
                     .map(|p| SocketAddr::from(([127, 0, 0, 1], *p))),
                 child: None,
-                probe: probe_client(addr)?,
+                probe: probe_client(addr, tls.clone())?,
             });
         }
         for id in 1..=ports.len() as u64 {
@@ -364,6 +381,7 @@ impl LocalCluster {
             ClientConfig {
                 request_timeout: timeout,
                 retry: RetryPolicy::never(),
+                tls: self.tls.clone(),
                 ..ClientConfig::default()
             },
         )?;

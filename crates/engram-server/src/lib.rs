@@ -39,6 +39,8 @@ use services::Shared;
 use services::access::AccessService;
 use services::audit::AuditService;
 use services::cluster::ClusterService;
+/// What a follower signs to vouch for a caller its TLS authenticated (see `services::gate`).
+pub use services::gate::vouch_message;
 use services::memory::MemoryService;
 /// Transactions a node keeps in memory for its watchers (see `services::watch_tail`).
 pub use services::watch_tail::TAIL_TXS as WATCH_TAIL_TXS;
@@ -200,19 +202,19 @@ pub async fn serve_keys(
             .map_err(|e| ServerError::Startup(format!("TLS: {e}")))?;
     }
     let router = builder
-        .add_service(
+        .add_service(with_certificates(
             pb::memory_server::MemoryServer::new(MemoryService::new(shared.clone()))
                 .max_decoding_message_size(request_limit)
                 .max_encoding_message_size(64 << 20),
-        )
-        .add_service(pb::audit_server::AuditServer::new(AuditService::new(
-            shared.clone(),
+        ))
+        .add_service(with_certificates(pb::audit_server::AuditServer::new(
+            AuditService::new(shared.clone()),
         )))
-        .add_service(pb::access_server::AccessServer::new(AccessService::new(
-            shared.clone(),
+        .add_service(with_certificates(pb::access_server::AccessServer::new(
+            AccessService::new(shared.clone()),
         )))
-        .add_service(pb::cluster_server::ClusterServer::new(ClusterService::new(
-            shared.clone(),
+        .add_service(with_certificates(pb::cluster_server::ClusterServer::new(
+            ClusterService::new(shared.clone()),
         )))
         .add_service(node.raft_service().into_server());
     // Health and reflection are real-tonic services; madsim's transport cannot carry them, and
@@ -256,6 +258,23 @@ pub async fn serve_keys(
     node.shutdown().await;
     info!(node_id = config.node_id, "node stopped");
     served.map_err(|e| ServerError::Serve(with_sources(&e)))
+}
+
+/// A client service behind the interceptor that reads whom the caller's TLS client
+/// certificate names (and never takes that from the client: see
+/// `services::gate::certificate_principal`).
+#[cfg(not(madsim))]
+fn with_certificates<S>(
+    service: S,
+) -> tonic::service::interceptor::InterceptedService<S, services::gate::CertInterceptor> {
+    tonic::service::interceptor::InterceptedService::new(service, services::gate::certificate_principal)
+}
+
+/// The simulation runs without TLS, so no certificate names anyone (and its network carries
+/// only the simulation's own clients).
+#[cfg(madsim)]
+fn with_certificates<S>(service: S) -> S {
+    service
 }
 
 /// An error and its causes, outermost first: the transport's own message is only

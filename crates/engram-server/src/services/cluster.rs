@@ -11,7 +11,7 @@ use engram_raft::NodeInfo;
 use engram_types::excerpt;
 use tonic::{Request, Response, Status};
 
-use super::gate::{Caller, Need};
+use super::gate::Need;
 use super::{Route, Shared, relay};
 use crate::error::ApiError;
 
@@ -317,7 +317,7 @@ impl pb::cluster_server::Cluster for ClusterService {
         request: Request<pb::AddNodeRequest>,
     ) -> Result<Response<pb::MembershipResponse>, Status> {
         let (meta, _, req) = request.into_parts();
-        let caller = Caller::incoming(&meta);
+        let caller = self.shared.incoming(&meta);
         let forwarded = caller.forwarded;
         if req.id == 0 {
             return Err(ApiError::Invalid("id: node ids start at 1".into()).into());
@@ -347,7 +347,7 @@ impl pb::cluster_server::Cluster for ClusterService {
         request: Request<pb::RemoveNodeRequest>,
     ) -> Result<Response<pb::MembershipResponse>, Status> {
         let (meta, _, req) = request.into_parts();
-        let caller = Caller::incoming(&meta);
+        let caller = self.shared.incoming(&meta);
         let forwarded = caller.forwarded;
         if let Some(mut leader) = self.shared.write_leader(forwarded)? {
             return relay(leader.remove_node(caller.forward(req)).await);
@@ -383,7 +383,7 @@ impl pb::cluster_server::Cluster for ClusterService {
         request: Request<pb::RevokeKeyRequest>,
     ) -> Result<Response<pb::KeyChangeResponse>, Status> {
         let (meta, _, req) = request.into_parts();
-        let caller = Caller::incoming(&meta);
+        let caller = self.shared.incoming(&meta);
         let forwarded = caller.forwarded;
         let key_id = match req.key_id.len() {
             0 => None,
@@ -487,7 +487,7 @@ impl pb::cluster_server::Cluster for ClusterService {
         request: Request<pb::KeyChangeProposal>,
     ) -> Result<Response<pb::KeyChangeResponse>, Status> {
         let (meta, _, req) = request.into_parts();
-        let caller = Caller::incoming(&meta);
+        let caller = self.shared.incoming(&meta);
         let forwarded = caller.forwarded;
         let change: engram_audit::KeyChangeRequest = postcard::from_bytes(&req.request)
             .map_err(|e| ApiError::Invalid(format!("request: not a key-change request: {e}")))?;

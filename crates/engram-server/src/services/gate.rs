@@ -12,13 +12,24 @@
 //! transactions and policy changes again against the policy at their own log entry; the
 //! gate's check answers early and covers reads, which never reach the log. A stale read, a
 //! watch or an audit call is checked against the answering node's applied policy.
+//!
+//! Without a signature, a call over mutual TLS may be authenticated by its client certificate
+//! ([`certificate_principal`] reads the name it gives, `engram_access::cert`): the name counts
+//! as the principal if it is a registered agent that is not revoked. Such a call's writes are
+//! attributed to the agent but carry no agent signature into the audit entry (there is none to
+//! carry). A follower that forwards such a call vouches for the name it authenticated: it signs
+//! (its node id, the time, the name) with its node key ([`VOUCH`]), and the serving node
+//! accepts the name only if that signature verifies under a key its applied chain trusts for
+//! that node, within [`REPLAY_WINDOW_MS`]. A forwarded call's own client certificate is the
+//! forwarding node's, so it never names the caller; a client that marks its call forwarded
+//! loses its certificate's name instead of gaining another's.
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use engram_access::request::{HEADERS, RequestAuth};
 use engram_access::{Action, Mode, Principal, ReplayGuard};
-use engram_audit::{Author, PublicKey, Verifier};
+use engram_audit::{Author, KeyRing, PublicKey, Verifier};
 use engram_core::policy::{PolicyCache, ReadScope};
 use engram_proto::SignedBody;
 use tonic::metadata::{AsciiMetadataValue, MetadataMap};
@@ -33,6 +44,65 @@ pub const REPLAY_WINDOW_MS: i64 = 60 * 1000;
 /// Nonces remembered at most; beyond it the gate refuses signed requests until old ones
 /// expire, rather than forget a nonce inside the window (about 250 MiB at the limit).
 pub const MAX_REMEMBERED_NONCES: usize = 4 << 20;
+
+/// The principal the caller's TLS client certificate names; set by [`certificate_principal`]
+/// only (a value the client sends is removed first).
+pub const CERT_PRINCIPAL: &str = "x-engram-cert-principal";
+/// Why the caller's client certificate names no principal; set like [`CERT_PRINCIPAL`].
+pub const CERT_REFUSED: &str = "x-engram-cert-refused";
+/// A forwarding node's vouch for the principal its client's certificate named:
+/// `NODE_ID.TIME_MS.KEY_HEX.SIGNATURE_HEX`, the signature over [`vouch_message`].
+pub const VOUCH: &str = "x-engram-vouch";
+/// The principal a [`VOUCH`] is for.
+pub const VOUCHED_PRINCIPAL: &str = "x-engram-vouched-principal";
+const VOUCH_DOMAIN: &[u8] = b"engram.v1 forwarded caller\n";
+
+/// The bytes node `from` signs at `time_ms` to vouch that its client authenticated as
+/// `principal`.
+pub fn vouch_message(from: u64, time_ms: i64, principal: &str) -> Vec<u8> {
+    let mut m = Vec::with_capacity(VOUCH_DOMAIN.len() + 16 + principal.len());
+    m.extend_from_slice(VOUCH_DOMAIN);
+    m.extend_from_slice(&from.to_be_bytes());
+    m.extend_from_slice(&time_ms.to_be_bytes());
+    m.extend_from_slice(principal.as_bytes());
+    m
+}
+
+/// The type of [`certificate_principal`].
+#[cfg_attr(madsim, allow(dead_code))] // the simulation has no TLS
+pub type CertInterceptor = fn(tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status>;
+
+/// The interceptor in front of every client service: drops whatever the client put in
+/// [`CERT_PRINCIPAL`], [`CERT_REFUSED`], then sets one of them from the certificate the TLS
+/// handshake verified (without TLS, neither is set).
+#[cfg_attr(madsim, allow(dead_code))] // the simulation has no TLS
+pub fn certificate_principal(mut req: tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> {
+    let named = req.peer_certs().and_then(|certs| {
+        certs
+            .first()
+            .map(|leaf| engram_access::cert::principal_of(leaf.as_ref()))
+    });
+    let meta = req.metadata_mut();
+    meta.remove(CERT_PRINCIPAL);
+    meta.remove(CERT_REFUSED);
+    let (header, text) = match named {
+        None => return Ok(req),
+        Some(Ok(Some(principal))) => (CERT_PRINCIPAL, principal.to_string()),
+        Some(Ok(None)) => (
+            CERT_REFUSED,
+            "the client certificate names no agent (no engram:agent: URI, no common name)".to_string(),
+        ),
+        Some(Err(e)) => (
+            CERT_REFUSED,
+            format!("the client certificate names no agent: {e}"),
+        ),
+    };
+    // A name is ASCII by construction; a refusal may quote a common name that is not.
+    let value = AsciiMetadataValue::try_from(text.as_str())
+        .unwrap_or_else(|_| AsciiMetadataValue::from_static("the client certificate names no agent"));
+    meta.insert(header, value);
+    Ok(req)
+}
 
 /// What a call needs of its caller.
 pub enum Need {
@@ -112,33 +182,46 @@ pub struct Caller {
     /// (a node's own `--access-log` flag is checked where the call is recorded).
     pub access_logged: bool,
     signature: Vec<(&'static str, AsciiMetadataValue)>,
+    /// For a call this node took directly whose client certificate named a principal: what
+    /// [`Caller::forward`] vouches for.
+    vouch: Option<Vouch>,
+}
+
+/// A principal this node's TLS authenticated, and the key to vouch for it with.
+struct Vouch {
+    principal: Principal,
+    node_id: u64,
+    keys: Arc<KeyRing>,
 }
 
 impl Caller {
-    /// What routing needs to know of a call before any check: whether another node forwarded
-    /// it, and its signature headers to pass on. A call is checked by the node that serves it
-    /// ([`Shared::admit`]), which for writes and linearizable reads is the leader: a follower
-    /// whose applied policy lags (an agent registered a moment ago) never refuses a call it
-    /// only relays.
-    pub fn incoming(meta: &MetadataMap) -> Caller {
-        Caller {
-            principal: None,
-            mode: None,
-            forwarded: meta.contains_key(FORWARDED),
-            scope: None,
-            author: None,
-            access_logged: false,
-            signature: signature_headers(meta),
-        }
-    }
-
-    /// The call as this node forwards it to the leader: marked forwarded, still signed.
+    /// The call as this node forwards it to the leader: marked forwarded, still signed, and
+    /// vouched for if this node's TLS authenticated its caller.
     pub fn forward<T>(&self, message: T) -> tonic::Request<T> {
         let mut req = tonic::Request::new(message);
         let meta = req.metadata_mut();
         meta.insert(FORWARDED, AsciiMetadataValue::from_static("1"));
         for (name, value) in &self.signature {
             meta.insert(*name, value.clone());
+        }
+        if let Some(v) = &self.vouch {
+            let time_ms = engram_raft::clock::now_ns() / 1_000_000;
+            let key = v.keys.current();
+            let signature = key.sign(&vouch_message(v.node_id, time_ms, v.principal.as_str()));
+            let vouch = format!(
+                "{}.{time_ms}.{}.{}",
+                v.node_id,
+                hex::encode(key.public().0),
+                hex::encode(signature)
+            );
+            // Both are ASCII: a principal by construction, the vouch by its format.
+            if let (Ok(vouch), Ok(principal)) = (
+                AsciiMetadataValue::try_from(vouch.as_str()),
+                AsciiMetadataValue::try_from(v.principal.as_str()),
+            ) {
+                meta.insert(VOUCH, vouch);
+                meta.insert(VOUCHED_PRINCIPAL, principal);
+            }
         }
         req
     }
@@ -152,6 +235,94 @@ fn signature_headers(meta: &MetadataMap) -> Vec<(&'static str, AsciiMetadataValu
 }
 
 impl Shared {
+    /// What routing needs to know of a call before any check: whether another node forwarded
+    /// it, its signature headers to pass on, and whom to vouch for. A call is checked by the
+    /// node that serves it ([`Shared::admit`]), which for writes and linearizable reads is the
+    /// leader: a follower whose applied policy lags (an agent registered a moment ago) never
+    /// refuses a call it only relays.
+    pub fn incoming(&self, meta: &MetadataMap) -> Caller {
+        Caller {
+            principal: None,
+            mode: None,
+            forwarded: meta.contains_key(FORWARDED),
+            scope: None,
+            author: None,
+            access_logged: false,
+            signature: signature_headers(meta),
+            vouch: self.vouch_for(meta),
+        }
+    }
+
+    fn vouch_for(&self, meta: &MetadataMap) -> Option<Vouch> {
+        if meta.contains_key(FORWARDED) {
+            return None;
+        }
+        let principal = Principal::new(meta.get(CERT_PRINCIPAL)?.to_str().ok()?).ok()?;
+        Some(Vouch {
+            principal,
+            node_id: self.node.node_id,
+            keys: self.node.keys.clone(),
+        })
+    }
+
+    /// The principal the transport authenticated for an unsigned call: its client
+    /// certificate's name, or for a forwarded call the forwarding node's verified vouch.
+    fn transport_principal(&self, meta: &MetadataMap) -> Result<Option<Principal>, ApiError> {
+        if !meta.contains_key(FORWARDED) {
+            return Ok(meta
+                .get(CERT_PRINCIPAL)
+                .and_then(|v| v.to_str().ok())
+                .and_then(|name| Principal::new(name).ok()));
+        }
+        let Some(vouch) = meta.get(VOUCH) else {
+            return Ok(None);
+        };
+        let bad =
+            |why: &str| ApiError::Unauthenticated(format!("a forwarded call's vouch for its caller {why}"));
+        let text = vouch.to_str().map_err(|_| bad("is not ASCII"))?;
+        let parts: Vec<&str> = text.split('.').collect();
+        let [from, time_ms, key, signature] = parts[..] else {
+            return Err(bad("is not NODE.TIME.KEY.SIGNATURE"));
+        };
+        let from: u64 = from.parse().map_err(|_| bad("has no node id"))?;
+        let time_ms: i64 = time_ms.parse().map_err(|_| bad("has no time"))?;
+        let key: [u8; 32] = hex::decode(key)
+            .ok()
+            .and_then(|k| k.try_into().ok())
+            .ok_or_else(|| bad("has no 32-byte key"))?;
+        let signature: [u8; 64] = hex::decode(signature)
+            .ok()
+            .and_then(|s| s.try_into().ok())
+            .ok_or_else(|| bad("has no 64-byte signature"))?;
+        let principal = meta
+            .get(VOUCHED_PRINCIPAL)
+            .and_then(|v| v.to_str().ok())
+            .ok_or_else(|| bad("names no principal"))?;
+        let principal = Principal::new(principal).map_err(|e| bad(&e.to_string()))?;
+        let now_ms = engram_raft::clock::now_ns() / 1_000_000;
+        if (now_ms - time_ms).abs() > REPLAY_WINDOW_MS {
+            return Err(bad(&format!(
+                "was made {} s from this node's clock (the window is {} s)",
+                (now_ms - time_ms) / 1000,
+                REPLAY_WINDOW_MS / 1000
+            )));
+        }
+        let key = PublicKey(key);
+        let trusted = self.read_state(|store| {
+            engram_core::reads::active_keys(store)
+                .map(|rows| rows.iter().any(|row| row.node_id == from && row.key == key))
+        })?;
+        if !trusted {
+            return Err(bad(&format!(
+                "is signed by a key this node's chain does not trust for node {from}"
+            )));
+        }
+        if !key.verify(&vouch_message(from, time_ms, principal.as_str()), &signature) {
+            return Err(bad(&format!("does not verify under node {from}'s key")));
+        }
+        Ok(Some(principal))
+    }
+
     /// Runs `read` over this node's applied policy rows, through the gate's cache.
     fn with_policy<T>(
         &self,
@@ -222,6 +393,12 @@ impl Shared {
     ) -> Result<Caller, ApiError> {
         let auth = RequestAuth::from_headers(|h| meta.get(h).and_then(|v| v.to_str().ok()))
             .map_err(|e| ApiError::Unauthenticated(e.to_string()))?;
+        // A signature names the caller; without one, the transport may.
+        let transport = match &auth {
+            Some(_) => None,
+            None => self.transport_principal(meta)?,
+        };
+        let claimed = auth.as_ref().map(|a| &a.principal).or(transport.as_ref());
         // One pass over the policy: the mode, the claimed agent's row and, if the call needs
         // an action, whether that agent holds it (used only once its signature verifies).
         // Whether the policy has every node log this call's reads (`engram access --enable`).
@@ -234,15 +411,15 @@ impl Shared {
                     .iter()
                     .any(|p| crate::access_log::prefix_logs(p, namespace));
             }
-            let Some(a) = &auth else {
+            let Some(claimed) = claimed else {
                 return Ok((mode, None, Ok(()), None));
             };
-            let agent = cache.agent(store, a.principal.as_str())?;
+            let agent = cache.agent(store, claimed.as_str())?;
             let (verdict, scope) = match &need {
                 Need::Action(action, namespace) => {
-                    let verdict = cache.check_action(store, Some(&a.principal), *action, namespace)?;
+                    let verdict = cache.check_action(store, Some(claimed), *action, namespace)?;
                     let scope = if mode == Some(Mode::Enforced) && verdict.is_ok() && action.per_attribute() {
-                        cache.read_scope(store, &a.principal, *action, namespace)?
+                        cache.read_scope(store, claimed, *action, namespace)?
                     } else {
                         None
                     };
@@ -253,8 +430,30 @@ impl Shared {
             Ok((mode, agent, verdict, scope))
         })?;
         let mut author = None;
+        // Why an unsigned call's certificate did not name a principal, for a refusal.
+        let mut unnamed = meta
+            .get(CERT_REFUSED)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string);
         let principal = match auth {
-            None => None,
+            None => match (transport, &agent) {
+                (None, _) => None,
+                (Some(p), Some(row)) => match row.revoked_tx {
+                    None => Some(p),
+                    Some(tx) => {
+                        unnamed = Some(format!(
+                            "the client certificate names agent {p}, revoked at tx {tx}"
+                        ));
+                        None
+                    }
+                },
+                (Some(p), None) => {
+                    unnamed = Some(format!(
+                        "the client certificate names {p}, which is not a registered agent (engram agent create)"
+                    ));
+                    None
+                }
+            },
             Some(auth) => {
                 let who = &auth.principal;
                 let Some(row) = agent else {
@@ -303,9 +502,12 @@ impl Shared {
             match (&need, &principal) {
                 (Need::Nothing, _) => {}
                 (_, None) => {
-                    return Err(ApiError::Unauthenticated(
-                        "this cluster requires signed requests: sign with a registered agent key (--agent-key)".into(),
-                    ));
+                    let mut why = "this cluster requires an authenticated caller: sign with a registered agent key (--agent-key), or present a TLS client certificate that names a registered agent".to_string();
+                    if let Some(unnamed) = unnamed {
+                        why.push_str("; ");
+                        why.push_str(&unnamed);
+                    }
+                    return Err(ApiError::Unauthenticated(why));
                 }
                 (Need::Principal | Need::Action(..), Some(_)) => {
                     if let Err(rejection) = verdict {
@@ -323,6 +525,7 @@ impl Shared {
             author,
             access_logged: logged,
             signature: signature_headers(meta),
+            vouch: self.vouch_for(meta),
         })
     }
 }
