@@ -127,6 +127,7 @@ fn client_config(budget: Duration) -> ClientConfig {
         },
         tls: None,
         agent: None,
+        trust_keys: Vec::new(),
     }
 }
 

@@ -84,6 +84,13 @@ pub struct Cli {
     #[arg(long, global = true, env = "ENGRAM_AGENT_KEY", value_name = "FILE")]
     pub agent_key: Option<PathBuf>,
 
+    /// Trust checkpoints signed by this node key (64 hex characters, as `engram cluster status`
+    /// lists them; repeat or comma-separate for several) for proven reads, instead of verifying
+    /// the whole chain first, which needs the `audit` grant. Pin the new key after a rotation.
+    #[arg(long, global = true, env = "ENGRAM_TRUST_KEYS", value_name = "HEX", value_delimiter = ',',
+          value_parser = parse_node_key)]
+    pub trust_key: Vec<engram_audit::PublicKey>,
+
     #[command(subcommand)]
     pub command: Command,
 }
@@ -205,6 +212,14 @@ pub struct GrantArgs {
     /// read of other attributes returns their datoms with the value redacted.
     #[arg(long, default_value = "", value_name = "ATTRIBUTE")]
     pub attribute: String,
+}
+
+fn parse_node_key(s: &str) -> Result<engram_audit::PublicKey, String> {
+    let bytes = hex::decode(s.trim()).map_err(|_| format!("{s:?} is not hex"))?;
+    let key: [u8; 32] = bytes
+        .try_into()
+        .map_err(|b: Vec<u8>| format!("a node key is 32 bytes (64 hex characters), not {}", b.len()))?;
+    Ok(engram_audit::PublicKey(key))
 }
 
 fn parse_budget(s: &str) -> Result<f64, String> {

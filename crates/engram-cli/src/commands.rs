@@ -95,6 +95,7 @@ pub async fn run(cli: Cli) -> Result<()> {
     let mut config = ClientConfig::default();
     config.retry.max_elapsed = Duration::from_secs_f64(cli.retry_budget_secs);
     config.tls = client_tls(&cli)?;
+    config.trust_keys.clone_from(&cli.trust_key);
     if let Some(path) = &cli.agent_key {
         config.agent = Some(std::sync::Arc::new(engram_access::AgentKey::load(path)?));
     }
@@ -321,6 +322,7 @@ pub fn probe_client(
         retry: RetryPolicy::never(),
         tls,
         agent: None,
+        trust_keys: Vec::new(),
     };
     Ok(Client::with_config(endpoints, config)?)
 }
@@ -649,9 +651,10 @@ async fn get(client: &Client, args: GetArgs, json: bool) -> Result<()> {
     Ok(())
 }
 
-/// Trust for a verified read: the chain verified from genesis, and a checkpoint of its head.
+/// Trust for a verified read: a checkpoint of the head signed by a pinned key (`--trust-key`),
+/// or else the chain verified from genesis and a checkpoint of its head.
 async fn trusted_log(client: &Client) -> Result<engram_client::TrustedLog> {
-    client.trust_chain().await.map_err(proof_error)
+    client.trusted(&mut None).await.map_err(proof_error)
 }
 
 /// A failed proof or chain is tampering (exit 2); anything else keeps its context.

@@ -141,6 +141,7 @@ fn probe_client(addr: SocketAddr, tls: Option<Arc<ClientTls>>) -> Result<Client>
         retry: RetryPolicy::never(),
         tls,
         agent: None,
+        trust_keys: Vec::new(),
     };
     Ok(Client::with_config(vec![addr.to_string()], config)?)
 }

@@ -228,6 +228,30 @@ async fn agents_grants_and_every_refusal_in_enforced_mode() {
     let seen = bob.get(&ns_a, entity, GetOptions::default()).await.unwrap();
     assert_eq!(seen.datoms[0].provenance.as_ref().unwrap().agent, "alice");
 
+    // 3b. Proven reads without `audit`: bob pins the node keys the cluster lists and reads
+    // with a proof; verifying the whole chain first would need `audit`.
+    let members = admin.status().await.unwrap().members;
+    let node_keys: Vec<engram_client::PublicKey> = members
+        .iter()
+        .map(|m| engram_client::PublicKey(m.public_key.as_slice().try_into().unwrap()))
+        .collect();
+    assert_eq!(node_keys.len(), 3);
+    assert_eq!(code_of(bob.trust_chain().await).0, Code::PermissionDenied);
+    let mut log = bob.trust_keys(&node_keys).await.unwrap();
+    let proven = bob
+        .get_verified(&mut log, &ns_a, entity, GetOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(proven.datoms[0].provenance.as_ref().unwrap().agent, "alice");
+    // A key the cluster does not hold signed none of its checkpoints.
+    let stranger_key = engram_audit::NodeKey::from_seed([5; 32]).public();
+    match bob.trust_keys(&[stranger_key]).await {
+        Err(ClientError::Proof { reason, .. }) => {
+            assert!(reason.contains("none of the trusted keys"), "{reason}")
+        }
+        other => panic!("a checkpoint trusted under a foreign key: {other:?}"),
+    }
+
     // 4. The bad-input table: each refusal has its code, and the chain does not move.
     let before = head().await;
     let (code, msg) = code_of(

@@ -70,6 +70,10 @@ pub struct ClientConfig {
     pub tls: Option<Arc<ClientTls>>,
     /// Sign every request as this agent (required by clusters in enforced mode).
     pub agent: Option<Arc<AgentKey>>,
+    /// Node keys trusted to sign checkpoints. With any, a proven read starts from a checkpoint
+    /// one of them signed ([`Client::trust_keys`]) instead of verifying the whole chain
+    /// ([`Client::trust_chain`], which needs the `audit` grant).
+    pub trust_keys: Vec<engram_audit::PublicKey>,
 }
 
 /// TLS settings of a client, as PEM: the CA that signed the servers' certificates, and the
@@ -88,6 +92,7 @@ impl Default for ClientConfig {
             retry: RetryPolicy::default(),
             tls: None,
             agent: None,
+            trust_keys: Vec::new(),
         }
     }
 }

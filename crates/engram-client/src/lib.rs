@@ -34,6 +34,8 @@ pub use client::{
     Client, ClientConfig, ClientTls, Consistency, FindQuery, GetOptions, HistoryTarget, node_endpoint,
 };
 pub use endpoint::parse_endpoint;
+/// A node's public key, as [`ClientConfig::trust_keys`] pins it.
+pub use engram_audit::PublicKey;
 pub use engram_proto::pb;
 pub use error::{ClientError, code_name};
 pub use retry::{Idempotency, RetryPolicy, is_transient};

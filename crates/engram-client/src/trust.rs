@@ -257,12 +257,35 @@ impl Client {
         verify_checkpoint(&base, &checkpoint, &consistency).map_err(|f| f.at(&endpoint))
     }
 
+    /// Establishes trust from node keys the caller pins (an operator hands them out, as
+    /// `engram cluster status` lists them): the answering node's checkpoint of its head must
+    /// be signed by one of `keys`. Reads neither the chain nor any datom, so a principal
+    /// without the `audit` grant can make proven reads; what it takes on faith is the keys,
+    /// which must be pinned again after a rotation retires them.
+    pub async fn trust_keys(&self, keys: &[PublicKey]) -> Result<TrustedLog, ClientError> {
+        let (endpoint, checkpoint) = self.checkpoint_from(true).await?;
+        let note = SignedCheckpoint::parse(&checkpoint.note).map_err(|e| ClientError::Proof {
+            endpoint: endpoint.clone(),
+            reason: format!("checkpoint: {e}"),
+        })?;
+        TrustedLog::new(note, keys.to_vec()).map_err(|reason| ClientError::Proof { endpoint, reason })
+    }
+
     /// The log kept in `slot`, taken out for a proven read to move forward (the caller puts
-    /// it back), or, on first use, established from the whole chain ([`Client::trust_chain`]).
+    /// it back), or, on first use, established from the keys the client pins
+    /// ([`ClientConfig::trust_keys`](crate::ClientConfig), [`Client::trust_keys`]) or else from
+    /// the whole chain ([`Client::trust_chain`]).
     pub async fn trusted(&self, slot: &mut Option<TrustedLog>) -> Result<TrustedLog, ClientError> {
         match slot.take() {
             Some(log) => Ok(log),
-            None => self.trust_chain().await,
+            None => {
+                let pinned = self.config().trust_keys;
+                if pinned.is_empty() {
+                    self.trust_chain().await
+                } else {
+                    self.trust_keys(&pinned).await
+                }
+            }
         }
     }
 

@@ -102,8 +102,10 @@ impl EngramClient {
     /// string). With `agent_key` every request is signed as that agent, and transactions are
     /// recorded as it unless a call names another `agent`. `timeout_s` bounds one attempt;
     /// `retry_budget_s` bounds how long a call failing in transit is retried on other nodes.
+    /// With `trust_keys` (node keys, hex), proven reads trust a checkpoint one of them signed
+    /// instead of verifying the whole chain first (which needs the `audit` grant).
     #[new]
-    #[pyo3(signature = (endpoints, *, agent_key=None, agent=None, timeout_s=10.0, connect_timeout_s=2.0, retry_budget_s=15.0, tls_ca=None, tls_cert=None, tls_key=None))]
+    #[pyo3(signature = (endpoints, *, agent_key=None, agent=None, timeout_s=10.0, connect_timeout_s=2.0, retry_budget_s=15.0, tls_ca=None, tls_cert=None, tls_key=None, trust_keys=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         endpoints: &Bound<'_, PyAny>,
@@ -115,6 +117,7 @@ impl EngramClient {
         tls_ca: Option<PathBuf>,
         tls_cert: Option<PathBuf>,
         tls_key: Option<PathBuf>,
+        trust_keys: Option<Vec<String>>,
     ) -> PyResult<EngramClient> {
         let endpoints: Vec<String> = if endpoints.is_instance_of::<PyString>() {
             let text: String = endpoints.extract()?;
@@ -165,6 +168,21 @@ impl EngramClient {
             request_timeout: seconds("timeout_s", timeout_s)?,
             agent: key.map(Arc::new),
             tls: tls(tls_ca, tls_cert, tls_key)?,
+            trust_keys: trust_keys
+                .unwrap_or_default()
+                .iter()
+                .map(|k| {
+                    hex::decode(k.trim())
+                        .ok()
+                        .and_then(|b| <[u8; 32]>::try_from(b).ok())
+                        .map(engram_client::PublicKey)
+                        .ok_or_else(|| {
+                            PyValueError::new_err(format!(
+                                "trust_keys: {k:?} is not a node key (64 hex characters)"
+                            ))
+                        })
+                })
+                .collect::<PyResult<_>>()?,
             ..ClientConfig::default()
         };
         // How long a call that fails in transit (no leader, a node down) keeps being retried

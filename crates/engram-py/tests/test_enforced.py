@@ -1,6 +1,7 @@
 """An enforced cluster: the Python client signs every request with its agent key; grants decide
 what each agent may do, and refusals carry their code."""
 
+import json
 import time
 
 import engram
@@ -134,17 +135,28 @@ def test_grants_on_attributes_redact_what_they_do_not_cover(enforced):
     assert admin.get("team/hr", erin)[":hr/salary"] == 91000
     assert admin.get("team/hr", erin)[":person/name"] == "Erin B."
 
-    # A proof still verifies over a redacted answer. (Establishing trust reads the whole audit
-    # chain, which needs the audit grant.)
-    admin.grant("eve", "audit")
-    proven = eve.get("team/hr", erin, prove=True)
+    # A proof still verifies over a redacted answer. Establishing trust from the whole audit
+    # chain needs the audit grant; eve has none, so she pins the node keys the cluster lists
+    # and trusts the checkpoints they sign.
+    with pytest.raises(engram.PermissionDenied, match="audit"):
+        eve.get("team/hr", erin, prove=True)
+    status = json.loads(run_cli("-e", ",".join(c.endpoints), "--json", "cluster", "status").stdout)
+    node_keys = [node["public_key"] for node in status]
+    assert len(node_keys) == 3
+    pinned = engram.Engram(c.endpoints, agent_key=eve_key, trust_keys=node_keys)
+    proven = pinned.get("team/hr", erin, prove=True)
     assert proven.proven and proven[":person/name"] == "Erin B."
     assert {d.attribute: d.redacted is not None for d in proven.datoms} == {":person/name": False, ":hr/salary": True}
+    with pytest.raises(ValueError, match="trust_keys"):
+        engram.Engram(c.endpoints, agent_key=eve_key, trust_keys=["beef"])
+    stranger = engram.Engram(c.endpoints, agent_key=eve_key, trust_keys=["11" * 32])
+    with pytest.raises(engram.ProofError):
+        stranger.get("team/hr", erin, prove=True)
 
     # Only the actions on facts are granted per attribute.
     with pytest.raises(engram.InvalidArgument, match="attribute"):
         admin.grant("eve", "schema", "team/hr", attribute=":person/*")
-    assert {g["attribute"] for g in admin.grants("eve")} == {":person/*", ""}
+    assert {g["attribute"] for g in admin.grants("eve")} == {":person/*"}
 
 
 def test_the_mcp_server_signs_as_its_agent(enforced):

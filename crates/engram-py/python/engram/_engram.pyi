@@ -125,6 +125,7 @@ class Client:
         tls_ca: Optional[Union[str, PathLike]] = None,
         tls_cert: Optional[Union[str, PathLike]] = None,
         tls_key: Optional[Union[str, PathLike]] = None,
+        trust_keys: Optional[Sequence[str]] = None,
     ) -> None: ...
     def transact(
         self,
