@@ -644,7 +644,7 @@ impl BenchCluster {
     }
 }
 
-/// Certificates for a bench run over mutual TLS, made with `openssl` in a temporary
+/// Certificates for a bench run over mutual TLS, made with `openssl` ([`crate::pki`]) in a temporary
 /// directory: a CA, one certificate every node serves and dials its peers with, and the bench's
 /// client certificate, whose common name is [`BENCH_AGENT`].
 pub struct BenchTls {
@@ -659,85 +659,24 @@ impl BenchTls {
             .tempdir()
             .context("creating a temporary directory")?;
         let d = dir.path();
-        let openssl = |args: &[&str]| -> Result<()> {
-            let out = std::process::Command::new("openssl")
-                .current_dir(d)
-                .args(args)
-                .output()
-                .context("running openssl (needed to make the bench's TLS certificates)")?;
-            if !out.status.success() {
-                bail!("openssl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
-            }
-            Ok(())
-        };
-        let ec = [
-            "-newkey",
-            "ec",
-            "-pkeyopt",
-            "ec_paramgen_curve:prime256v1",
-            "-nodes",
-        ];
-        openssl(
-            &[
-                &["req", "-x509"][..],
-                &ec,
-                &[
-                    "-keyout",
-                    "ca.key",
-                    "-out",
-                    "ca.pem",
-                    "-days",
-                    "2",
-                    "-subj",
-                    "/CN=engram-bench-ca",
-                ],
-            ]
-            .concat(),
+        crate::pki::make_ca(d, "bench")?;
+        crate::pki::issue(
+            d,
+            "bench",
+            "node",
+            "/CN=engram-bench-node",
+            crate::pki::NODE_EXTENSIONS,
         )?;
-        for (name, subject, ext) in [
-            (
-                "node",
-                "/CN=engram-bench-node",
-                "subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth,clientAuth\n",
-            ),
-            ("client", "/CN=bench", "extendedKeyUsage=clientAuth\n"),
-        ] {
-            let (key, csr, pem, cnf) = (
-                format!("{name}.key"),
-                format!("{name}.csr"),
-                format!("{name}.pem"),
-                format!("{name}.cnf"),
-            );
-            openssl(
-                &[
-                    &["req"][..],
-                    &ec,
-                    &["-keyout", &key, "-out", &csr, "-subj", subject],
-                ]
-                .concat(),
-            )?;
-            std::fs::write(d.join(&cnf), ext).with_context(|| format!("writing {cnf}"))?;
-            openssl(&[
-                "x509",
-                "-req",
-                "-in",
-                &csr,
-                "-CA",
-                "ca.pem",
-                "-CAkey",
-                "ca.key",
-                "-CAcreateserial",
-                "-out",
-                &pem,
-                "-days",
-                "2",
-                "-extfile",
-                &cnf,
-            ])?;
-        }
+        crate::pki::issue(
+            d,
+            "bench",
+            "client",
+            "/CN=bench",
+            &crate::pki::client_extensions(None),
+        )?;
         let read = |f: &str| std::fs::read(d.join(f)).with_context(|| format!("reading {f}"));
         let client = Arc::new(ClientTls {
-            ca_pem: read("ca.pem")?,
+            ca_pem: read("bench-ca.pem")?,
             identity: Some((read("client.pem")?, read("client.key")?)),
         });
         Ok(BenchTls { dir, client })
@@ -752,7 +691,7 @@ impl BenchTls {
             "--tls-key".into(),
             path("node.key"),
             "--tls-client-ca".into(),
-            path("ca.pem"),
+            path("bench-ca.pem"),
         ]
     }
 }

@@ -27,5 +27,6 @@ pub mod mcp;
 pub mod memory_cmd;
 pub mod offline;
 pub mod output;
+pub mod pki;
 pub mod txjson;
 pub mod ui;

@@ -15,139 +15,21 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use engram_cli::local_cluster::{LocalCluster, free_ports};
+use engram_cli::pki;
 
 const EXE: &str = env!("CARGO_BIN_EXE_engram");
-
-fn openssl(dir: &Path, args: &[&str]) {
-    let out = Command::new("openssl")
-        .current_dir(dir)
-        .args(args)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "openssl {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
 
 /// A CA and a certificate it signs (for 127.0.0.1, usable by servers and clients) in `dir`,
 /// as `<name>-ca.pem` and `<name>.pem`/`<name>.key`.
 fn pki(dir: &Path, name: &str) {
-    let ec = [
-        "-newkey",
-        "ec",
-        "-pkeyopt",
-        "ec_paramgen_curve:prime256v1",
-        "-nodes",
-    ];
-    let ca_key = format!("{name}-ca.key");
-    let ca = format!("{name}-ca.pem");
-    openssl(
-        dir,
-        &[
-            &["req", "-x509"][..],
-            &ec,
-            &[
-                "-keyout",
-                &ca_key,
-                "-out",
-                &ca,
-                "-days",
-                "2",
-                "-subj",
-                "/CN=test-ca",
-            ],
-        ]
-        .concat(),
-    );
-    let key = format!("{name}.key");
-    let csr = format!("{name}.csr");
-    openssl(
-        dir,
-        &[
-            &["req"][..],
-            &ec,
-            &["-keyout", &key, "-out", &csr, "-subj", "/CN=engram"],
-        ]
-        .concat(),
-    );
-    std::fs::write(
-        dir.join("ext.cnf"),
-        "subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth,clientAuth\n",
-    )
-    .unwrap();
-    let pem = format!("{name}.pem");
-    openssl(
-        dir,
-        &[
-            "x509",
-            "-req",
-            "-in",
-            &csr,
-            "-CA",
-            &ca,
-            "-CAkey",
-            &ca_key,
-            "-CAcreateserial",
-            "-out",
-            &pem,
-            "-days",
-            "2",
-            "-extfile",
-            "ext.cnf",
-        ],
-    );
+    pki::make_ca(dir, name).unwrap();
+    pki::issue(dir, name, name, "/CN=engram", pki::NODE_EXTENSIONS).unwrap();
 }
 
 /// A client certificate for `subject` (with `san` as its subject-alternative names, if any),
 /// signed by the CA `pki(dir, ca)` made, as `<name>.pem`/`<name>.key`.
 fn client_cert(dir: &Path, ca: &str, name: &str, subject: &str, san: Option<&str>) {
-    let key = format!("{name}.key");
-    let csr = format!("{name}.csr");
-    openssl(
-        dir,
-        &[
-            "req",
-            "-newkey",
-            "ec",
-            "-pkeyopt",
-            "ec_paramgen_curve:prime256v1",
-            "-nodes",
-            "-keyout",
-            &key,
-            "-out",
-            &csr,
-            "-subj",
-            subject,
-        ],
-    );
-    let ext = format!("{name}.cnf");
-    let mut lines = "extendedKeyUsage=clientAuth\n".to_string();
-    if let Some(san) = san {
-        lines.push_str(&format!("subjectAltName={san}\n"));
-    }
-    std::fs::write(dir.join(&ext), lines).unwrap();
-    openssl(
-        dir,
-        &[
-            "x509",
-            "-req",
-            "-in",
-            &csr,
-            "-CA",
-            &format!("{ca}-ca.pem"),
-            "-CAkey",
-            &format!("{ca}-ca.key"),
-            "-CAcreateserial",
-            "-out",
-            &format!("{name}.pem"),
-            "-days",
-            "2",
-            "-extfile",
-            &ext,
-        ],
-    );
+    pki::issue(dir, ca, name, subject, &pki::client_extensions(san)).unwrap();
 }
 
 fn engram(args: &[&str]) -> (i32, String, String) {

@@ -621,8 +621,17 @@ pub fn active_keys(store: &dyn ReadView) -> Result<Vec<engram_audit::KeyRecord>,
 /// Whether the chain trusts key `id` now, for the entry after the head (admitted, neither
 /// rotated out nor revoked).
 pub fn key_active(store: &dyn ReadView, id: engram_audit::KeyId) -> Result<bool, CoreError> {
+    Ok(active_signer(store, id)?.is_some())
+}
+
+/// What the chain says of key `id` if it trusts the key now, for the entry after the head
+/// (admitted, neither rotated out nor revoked): one point read.
+pub fn active_signer(
+    store: &dyn ReadView,
+    id: engram_audit::KeyId,
+) -> Result<Option<engram_audit::KeyRecord>, CoreError> {
     let next = head(store)?.index + 1;
-    Ok(signer(store, id)?.is_some_and(|row| row.active_at(next)))
+    Ok(signer(store, id)?.filter(|row| row.active_at(next)))
 }
 
 /// The cluster's checkpoint origin, derived from the genesis entry; `None` before genesis.

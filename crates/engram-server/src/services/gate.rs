@@ -309,8 +309,8 @@ impl Shared {
         }
         let key = PublicKey(key);
         let trusted = self.read_state(|store| {
-            engram_core::reads::active_keys(store)
-                .map(|rows| rows.iter().any(|row| row.node_id == from && row.key == key))
+            engram_core::reads::active_signer(store, key.key_id())
+                .map(|row| row.is_some_and(|row| row.node_id == from && row.key == key))
         })?;
         if !trusted {
             return Err(bad(&format!(
