@@ -565,9 +565,9 @@ pub struct ServeArgs {
     #[arg(long, env = "ENGRAM_HEARTBEAT_INTERVAL_MS", value_name = "MS")]
     pub heartbeat_interval_ms: Option<u64>,
 
-    /// Deadline of a replication RPC that carries log entries. Raise it (e.g. 1000) when
-    /// followers need longer than a heartbeat to receive and fsync large batches, as in bulk
-    /// loads [default: 0, meaning the heartbeat interval].
+    /// Deadline of a replication RPC that carries log entries: followers may need longer than
+    /// a heartbeat to receive and fsync large batches, as in bulk loads; 0 means the
+    /// heartbeat interval [default: 1000].
     #[arg(long, env = "ENGRAM_APPEND_TIMEOUT_MS", value_name = "MS")]
     pub append_timeout_ms: Option<u64>,
 

@@ -8,6 +8,8 @@ use openraft::entry::RaftEntry;
 use openraft::storage::{IOFlushed, LogState, RaftLogReader, RaftLogStorage};
 use openraft::{OptionalSend, RaftTypeConfig};
 
+use tokio::sync::{mpsc, oneshot};
+
 use crate::codec::{decode, encode};
 use crate::stages::{Stage, WriteStages};
 use crate::{Entry, LogId, TypeConfig, Vote};
@@ -24,17 +26,51 @@ fn log_key(index: u64) -> [u8; 8] {
     index.to_be_bytes()
 }
 
-/// The Raft log and vote on a [`Store`]. Cheap to clone: clones share the store.
+/// The Raft log and vote on a [`Store`]. Cheap to clone: clones share the store and the
+/// flusher.
+///
+/// Appends are written buffered, so they are readable (and so replicable) at once, and a
+/// flusher task makes them durable before openraft hears they are flushed. That keeps the
+/// fsync out of openraft's core loop: a leader ships entries to its followers while its own
+/// disk syncs, and appends that arrive during one sync share the next.
 #[derive(Clone)]
 pub struct LogStore {
     store: Arc<dyn Store>,
     /// Marks each synced append (telemetry; see [`WriteStages`]).
     stages: Arc<WriteStages>,
+    flusher: mpsc::UnboundedSender<FlushJob>,
+}
+
+/// Work for the flusher, done in the order sent.
+enum FlushJob {
+    /// Make every earlier append durable, then report it to openraft (and mark the stage for
+    /// the last index it holds).
+    Flush(IOFlushed<TypeConfig>, Option<u64>),
+    /// Answer once every earlier flush has been reported.
+    Barrier(oneshot::Sender<()>),
 }
 
 impl LogStore {
+    /// Must be called inside the runtime: it starts the flusher task, which ends once every
+    /// clone of this store is dropped.
     pub fn new(store: Arc<dyn Store>, stages: Arc<WriteStages>) -> LogStore {
-        LogStore { store, stages }
+        let (flusher, jobs) = mpsc::unbounded_channel();
+        tokio::task::spawn(flush_loop(store.clone(), stages.clone(), jobs));
+        LogStore {
+            store,
+            stages,
+            flusher,
+        }
+    }
+
+    /// Waits until every append handed to the flusher so far is durable (or has failed) and
+    /// has been reported to openraft.
+    async fn flushed(&self) {
+        let (done, wait) = oneshot::channel();
+        if self.flusher.send(FlushJob::Barrier(done)).is_ok() {
+            // An error means the flusher is gone, and with it anything left to wait for.
+            let _ = wait.await;
+        }
     }
 
     fn get_row<T: serde::de::DeserializeOwned>(&self, key: &[u8], what: &str) -> io::Result<Option<T>> {
@@ -154,26 +190,27 @@ impl RaftLogStorage<TypeConfig> for LogStore {
             last = Some(entry.index());
             batch.put(Space::Log, log_key(entry.index()).to_vec(), encode(&entry)?);
         }
-        // Synced before the callback: acknowledging an unsynced append lets a crash revert a
-        // follower's log, which Raft forbids.
-        let result = self
-            .store
-            .write(batch, engram_core::planted::ack_durability())
-            .map_err(io_err);
-        let status = match &result {
-            Ok(()) => {
-                if let Some(last) = last {
-                    self.stages.mark(Stage::LogDurable, last);
-                }
-                Ok(())
+        self.store.write(batch, Durability::Buffered).map_err(io_err)?;
+        if engram_core::planted::ack_durability() == Durability::Buffered {
+            // The planted bug: report the append as flushed while it is only buffered.
+            callback.io_completed(Ok(()));
+            return Ok(());
+        }
+        // Durable before the callback: reporting an unsynced append lets a crash revert a
+        // follower's log after it acknowledged the entries, which Raft forbids.
+        if let Err(mpsc::error::SendError(job)) = self.flusher.send(FlushJob::Flush(callback, last)) {
+            if let FlushJob::Flush(callback, _) = job {
+                callback.io_completed(Err(io::Error::other("the log flusher has stopped")));
             }
-            Err(e) => Err(io::Error::new(e.kind(), e.to_string())),
-        };
-        callback.io_completed(status);
-        result
+            return Err(io::Error::other("the log flusher has stopped"));
+        }
+        Ok(())
     }
 
     async fn truncate_after(&mut self, last_log_id: Option<LogId>) -> io::Result<()> {
+        // Appends still being flushed are reported before the entries they wrote vanish, so
+        // openraft never hears "flushed" for an entry that is no longer there.
+        self.flushed().await;
         let from = last_log_id.map_or(0, |id| id.index() + 1);
         let mut batch = WriteBatch::new();
         batch.delete_range(
@@ -198,4 +235,53 @@ impl RaftLogStorage<TypeConfig> for LogStore {
             .write(batch, engram_core::planted::ack_durability())
             .map_err(io_err)
     }
+}
+
+/// The flusher: takes every job queued so far, syncs the store once for all of them, then
+/// reports each in order.
+async fn flush_loop(
+    store: Arc<dyn Store>,
+    stages: Arc<WriteStages>,
+    mut jobs: mpsc::UnboundedReceiver<FlushJob>,
+) {
+    while let Some(first) = jobs.recv().await {
+        let mut round = vec![first];
+        while let Ok(more) = jobs.try_recv() {
+            round.push(more);
+        }
+        let needs_sync = round.iter().any(|job| matches!(job, FlushJob::Flush(..)));
+        let result = if needs_sync {
+            sync(store.clone()).await
+        } else {
+            Ok(())
+        };
+        for job in round {
+            match job {
+                FlushJob::Flush(callback, last) => {
+                    if let (Ok(()), Some(last)) = (&result, last) {
+                        stages.mark(Stage::LogDurable, last);
+                    }
+                    callback.io_completed(result.clone().map_err(io::Error::other));
+                }
+                FlushJob::Barrier(done) => {
+                    let _ = done.send(());
+                }
+            }
+        }
+    }
+}
+
+/// An fsync blocks its thread for a disk round trip; keep it off the async workers.
+#[cfg(not(madsim))]
+async fn sync(store: Arc<dyn Store>) -> Result<(), String> {
+    match tokio::task::spawn_blocking(move || store.sync()).await {
+        Ok(result) => result.map_err(|e| e.to_string()),
+        Err(e) => Err(format!("log sync task failed: {e}")),
+    }
+}
+
+/// The simulated store syncs in memory, at once.
+#[cfg(madsim)]
+async fn sync(store: Arc<dyn Store>) -> Result<(), String> {
+    store.sync().map_err(|e| e.to_string())
 }

@@ -36,7 +36,9 @@ impl Default for RaftTiming {
     fn default() -> Self {
         RaftTiming {
             heartbeat_interval_ms: 100,
-            append_timeout_ms: 0,
+            // A batch of large entries can take a busy follower longer than a heartbeat to
+            // receive and fsync; cut off at the heartbeat, it would be resent whole, forever.
+            append_timeout_ms: 1_000,
             // A follower stands only once the leader has been silent for the lease (openraft
             // sets it to the maximum) plus its own draw between the bounds: 600-800 ms here.
             // That keeps a leader kill's write pause under a second (`engram demo`), with six

@@ -239,6 +239,11 @@ impl Store for RocksStore {
         self.db.write_opt(wb, &wo).map_err(engine)
     }
 
+    fn sync(&self) -> Result<(), StorageError> {
+        // One write-ahead log serves every column family, so syncing it covers all spaces.
+        self.db.flush_wal(true).map_err(engine)
+    }
+
     fn for_each(&self, space: Space, visit: &mut Visitor<'_>) -> Result<(), StorageError> {
         let cf = self.cf(space)?;
         let snapshot = self.db.snapshot();

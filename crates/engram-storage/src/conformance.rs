@@ -16,6 +16,21 @@ pub fn run_all(factory: &Factory<'_>) {
     for_each_visits_everything_in_order(&*factory());
     binary_keys_and_values(&*factory());
     an_intact_store_verifies_its_checksums(&*factory());
+    buffered_writes_are_visible_before_a_sync(&*factory());
+}
+
+pub fn buffered_writes_are_visible_before_a_sync(store: &dyn Store) {
+    let mut b = WriteBatch::new();
+    b.put(Space::Log, b"k".to_vec(), b"v".to_vec());
+    store.write(b, Durability::Buffered).expect("buffered write");
+    assert_eq!(
+        store.get(Space::Log, b"k").expect("get"),
+        Some(b"v".to_vec()),
+        "a buffered write is readable at once"
+    );
+    store.sync().expect("sync");
+    store.sync().expect("a sync with nothing pending succeeds too");
+    assert_eq!(store.get(Space::Log, b"k").expect("get"), Some(b"v".to_vec()));
 }
 
 pub fn an_intact_store_verifies_its_checksums(store: &dyn Store) {

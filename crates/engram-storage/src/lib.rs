@@ -231,6 +231,12 @@ pub trait ReadView: Send + Sync {
 pub trait Store: ReadView + 'static {
     fn write(&self, batch: WriteBatch, durability: Durability) -> Result<(), StorageError>;
 
+    /// Makes every earlier write durable, as a [`Durability::Sync`] write would. Lets a caller
+    /// write buffered (visible at once) and pay one fsync later for several writes.
+    fn sync(&self) -> Result<(), StorageError> {
+        self.write(WriteBatch::new(), Durability::Sync)
+    }
+
     fn for_each(&self, space: Space, visit: &mut Visitor<'_>) -> Result<(), StorageError>;
 
     /// Reads every stored block of every space and checks it against the engine's own

@@ -220,6 +220,22 @@ mod tests {
     }
 
     #[test]
+    fn an_explicit_sync_makes_earlier_buffered_writes_durable() {
+        let s = MemStore::new();
+        let mut b = WriteBatch::new();
+        b.put(Space::Log, b"x".to_vec(), b"1".to_vec());
+        s.write(b, Durability::Buffered).unwrap();
+        s.sync().unwrap();
+        assert_eq!(s.unsynced_batches(), 0);
+        let mut c = WriteBatch::new();
+        c.put(Space::Log, b"z".to_vec(), b"3".to_vec());
+        s.write(c, Durability::Buffered).unwrap();
+        s.crash();
+        assert_eq!(s.get(Space::Log, b"x").unwrap(), Some(b"1".to_vec()));
+        assert_eq!(s.get(Space::Log, b"z").unwrap(), None, "written after the sync");
+    }
+
+    #[test]
     fn torn_crash_keeps_a_prefix_of_whole_batches() {
         let s = MemStore::new();
         for (key, value) in [(b"1", b"x"), (b"2", b"y"), (b"3", b"z")] {
