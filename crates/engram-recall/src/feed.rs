@@ -1,0 +1,123 @@
+//! Feeding the text index from committed transactions: which facts start holding, and which
+//! stop.
+//!
+//! A slot (entity, attribute) holds what Engram's current-claims rule says it holds: under
+//! cardinality one, each agent's latest assertion not retracted since; under cardinality many,
+//! the latest assertion of each value not retracted since; a retraction ends every claim of
+//! its value, whoever made it. The feeder keeps each slot's live claims (of every value type,
+//! since a number can replace a text) and tells the index when a text claim ends, so an as-of
+//! search finds exactly the claims that held then. Claims of several agents in one slot all
+//! hold: they are a contradiction, and each is its own hit.
+//!
+//! One limit, written down rather than hidden: the cardinality used is the one given when a
+//! datom is fed. A schema change of an attribute's cardinality refolds a slot's history in the
+//! store; here it applies from the change on.
+
+use std::collections::HashMap;
+
+use engram_types::{Attribute, Cardinality, Datom, EntityId, Op, TxId, Value};
+
+use crate::text::TextIndex;
+use crate::types::{FactMeta, FactRef, RecallError, Scope};
+
+/// The live claims of every slot the feeder has seen.
+#[derive(Default)]
+pub struct Feeder {
+    slots: HashMap<(Scope, EntityId, Attribute), Vec<Claim>>,
+}
+
+struct Claim {
+    agent: String,
+    value: Value,
+    fact: FactRef,
+}
+
+/// What one transaction changed in the index.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Fed {
+    /// Text claims indexed.
+    pub added: usize,
+    /// Text claims that stopped holding.
+    pub ended: usize,
+}
+
+impl Feeder {
+    pub fn new() -> Feeder {
+        Feeder::default()
+    }
+
+    /// Feeds transaction `tx` (its datoms in transaction order, committed at `tx_time_ns`) to
+    /// `index`. `cardinality` names each attribute's cardinality in a scope at this
+    /// transaction. Transactions must come in order, each once.
+    pub fn feed_tx(
+        &mut self,
+        index: &mut TextIndex,
+        tx: TxId,
+        tx_time_ns: i64,
+        datoms: &[Datom],
+        cardinality: impl Fn(&Scope, &Attribute) -> Cardinality,
+    ) -> Result<Fed, RecallError> {
+        index.advance(tx)?;
+        let mut fed = Fed::default();
+        for (seq, d) in datoms.iter().enumerate() {
+            if d.tx != tx {
+                return Err(RecallError::Feed(format!(
+                    "datom {seq} of transaction {} says transaction {}",
+                    tx.0, d.tx.0
+                )));
+            }
+            let scope = Scope {
+                namespace: d.namespace.clone(),
+                branch: d.branch.clone(),
+            };
+            let claims = self
+                .slots
+                .entry((scope.clone(), d.entity, d.attribute.clone()))
+                .or_default();
+            let ends = |c: &Claim| match (d.op, cardinality(&scope, &d.attribute)) {
+                (Op::Assert, Cardinality::One) => c.agent == d.provenance.agent,
+                (Op::Assert, Cardinality::Many) | (Op::Retract, _) => c.value == d.value,
+            };
+            let mut kept = Vec::with_capacity(claims.len());
+            for c in claims.drain(..) {
+                if ends(&c) {
+                    if index.end(&scope, &c.fact, tx)? {
+                        fed.ended += 1;
+                    }
+                } else {
+                    kept.push(c);
+                }
+            }
+            *claims = kept;
+            if d.op == Op::Retract {
+                // A retraction ends claims; it is not one.
+                continue;
+            }
+            let fact = FactRef {
+                tx,
+                seq: u32::try_from(seq).unwrap_or(u32::MAX),
+                entity: d.entity,
+                attribute: d.attribute.clone(),
+            };
+            if let Value::String(text) = &d.value {
+                let meta = FactMeta {
+                    agent: d.provenance.agent.clone(),
+                    status: d.provenance.status,
+                    confidence: d.provenance.confidence,
+                    tx_time_ns,
+                    valid_from_ns: d.valid_from_ns,
+                    valid_to_ns: d.valid_to_ns,
+                };
+                if index.add(&scope, fact.clone(), text, meta)? {
+                    fed.added += 1;
+                }
+            }
+            claims.push(Claim {
+                agent: d.provenance.agent.clone(),
+                value: d.value.clone(),
+                fact,
+            });
+        }
+        Ok(fed)
+    }
+}

@@ -1,0 +1,34 @@
+//! Engram's recall indexes: how an agent finds facts without knowing their ids.
+//!
+//! - [`TextIndex`]: BM25 over the words of string values, per scope (namespace and branch),
+//!   answerable as of any transaction with the statistics of that transaction, so an as-of
+//!   search returns exactly what an index fed the log up to it would.
+//! - [`fuse`]: reciprocal rank fusion of ranked signals; [`TextIndex::recall`] re-ranks what the
+//!   words found with recency and the priors (verified, confidence), and every hit says which
+//!   signals ranked it and where.
+//!
+//! - [`Feeder`]: turns committed transactions into the index's additions and endings, by the
+//!   rule Engram's current claims follow (an agent's newer claim replaces its older one under
+//!   cardinality one; a retraction ends every claim of its value).
+//!
+//! The indexes are derived, node-local state: fed the committed log in transaction order and
+//! rebuilt from the datoms, never part of the audit chain or the replica digest. Everything
+//! here is deterministic (no clock, no randomness, ties broken by fact), so two nodes fed the
+//! same log answer the same query the same way.
+//!
+//! Depends on `engram-types` only: no storage, no Raft, no server. Feeding the index from the
+//! state machine and serving it lives above.
+
+mod feed;
+mod fuse;
+mod text;
+mod tokenize;
+mod types;
+
+pub use feed::{Fed, Feeder};
+pub use fuse::{RRF_K, Ranking, fuse};
+pub use text::{TextIndex, WEIGHTS};
+pub use tokenize::{MAX_TOKEN_CHARS, tokens};
+pub use types::{
+    FactMeta, FactRef, Filter, Hit, MAX_K, MAX_QUERY_BYTES, Query, RecallError, Scope, Scored, Signal,
+};

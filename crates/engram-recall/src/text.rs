@@ -1,0 +1,355 @@
+//! The bitemporal text index: BM25 over the words of string values, answerable as of any
+//! transaction.
+//!
+//! Every indexed fact carries the transactions between which it holds: from the one that
+//! asserted it to the one that ended it (a retraction, or a newer claim in its slot), if any.
+//! A query as of `T` sees exactly the facts holding at `T`, and ranks them with the statistics
+//! (how many facts, how many words, how many facts hold each word) of `T`, so its answer is the
+//! one an index fed the log only up to `T` would give, score for score. Facts are never
+//! removed, so memory grows with the number of facts ever asserted, like the datom store.
+
+use std::collections::HashMap;
+
+use engram_types::{Status, TxId};
+
+use crate::fuse::{Ranking, fuse, ranks};
+use crate::tokenize::tokens;
+use crate::types::{
+    FactMeta, FactRef, Filter, Hit, MAX_K, MAX_QUERY_BYTES, Query, RecallError, Scope, Scored, Signal,
+};
+
+/// BM25's term-frequency saturation and length normalisation (the usual defaults).
+const K1: f64 = 1.2;
+const B: f64 = 0.75;
+
+/// Text hits gathered per requested hit before the other signals re-rank them.
+const CANDIDATES_PER_HIT: usize = 4;
+
+/// How much each signal counts in [`TextIndex::recall`]'s fusion. Recency and the priors
+/// re-order facts the words found; they find nothing themselves, so they weigh less than the
+/// words. A starting point for the recall benchmark to tune.
+pub const WEIGHTS: [(Signal, f64); 3] = [(Signal::Text, 1.0), (Signal::Recency, 0.2), (Signal::Prior, 0.2)];
+
+/// The text index of every scope a node holds. Fed the committed log in order, one
+/// transaction after another; derived state, kept out of the audit chain and the replica
+/// digest, and rebuilt from the datoms whenever in doubt.
+#[derive(Default)]
+pub struct TextIndex {
+    shelves: HashMap<Scope, Shelf>,
+    /// The newest transaction fed so far.
+    last: TxId,
+}
+
+/// One scope's facts, words and running totals.
+#[derive(Default)]
+struct Shelf {
+    docs: Vec<Doc>,
+    by_fact: HashMap<FactRef, u32>,
+    /// Word → (doc, occurrences), docs in the order they were added.
+    postings: HashMap<String, Vec<(u32, u32)>>,
+    /// After each transaction that changed them: how many facts hold, and their words.
+    totals: Vec<Totals>,
+}
+
+struct Doc {
+    fact: FactRef,
+    meta: FactMeta,
+    words: u32,
+    from: TxId,
+    to: Option<TxId>,
+}
+
+#[derive(Clone, Copy)]
+struct Totals {
+    tx: TxId,
+    docs: u64,
+    words: u64,
+}
+
+impl Doc {
+    fn holds_at(&self, as_of: TxId) -> bool {
+        self.from <= as_of && self.to.is_none_or(|to| as_of < to)
+    }
+}
+
+impl Shelf {
+    fn change_totals(&mut self, tx: TxId, docs: i64, words: i64) {
+        let last = self.totals.last().copied().unwrap_or(Totals {
+            tx,
+            docs: 0,
+            words: 0,
+        });
+        let next = Totals {
+            tx,
+            docs: last.docs.saturating_add_signed(docs),
+            words: last.words.saturating_add_signed(words),
+        };
+        match self.totals.last_mut() {
+            Some(t) if t.tx == tx => *t = next,
+            _ => self.totals.push(next),
+        }
+    }
+
+    fn totals_at(&self, as_of: TxId) -> (u64, u64) {
+        let i = self.totals.partition_point(|t| t.tx <= as_of);
+        match i.checked_sub(1).and_then(|i| self.totals.get(i)) {
+            Some(t) => (t.docs, t.words),
+            None => (0, 0),
+        }
+    }
+}
+
+impl TextIndex {
+    pub fn new() -> TextIndex {
+        TextIndex::default()
+    }
+
+    /// The newest transaction fed so far.
+    pub fn last_tx(&self) -> TxId {
+        self.last
+    }
+
+    /// How many facts were ever indexed, across scopes.
+    pub fn facts(&self) -> usize {
+        self.shelves.values().map(|s| s.docs.len()).sum()
+    }
+
+    /// Moves the index to transaction `tx`, refusing to go back.
+    pub(crate) fn advance(&mut self, tx: TxId) -> Result<(), RecallError> {
+        if tx < self.last {
+            return Err(RecallError::OutOfOrder {
+                last: self.last.0,
+                got: tx.0,
+            });
+        }
+        self.last = tx;
+        Ok(())
+    }
+
+    /// Indexes `text`, the value `fact` asserted, holding from `fact.tx` on. Returns whether
+    /// anything was indexed: a text without words, or a fact already indexed, is not.
+    pub fn add(
+        &mut self,
+        scope: &Scope,
+        fact: FactRef,
+        text: &str,
+        meta: FactMeta,
+    ) -> Result<bool, RecallError> {
+        self.advance(fact.tx)?;
+        let words = tokens(text);
+        if words.is_empty() {
+            return Ok(false);
+        }
+        let shelf = self.shelves.entry(scope.clone()).or_default();
+        if shelf.by_fact.contains_key(&fact) {
+            return Ok(false);
+        }
+        let Ok(id) = u32::try_from(shelf.docs.len()) else {
+            // Four billion facts in one scope: far beyond one node's memory anyway.
+            return Ok(false);
+        };
+        let mut counts: Vec<(String, u32)> = Vec::new();
+        let mut at: HashMap<&str, usize> = HashMap::new();
+        for w in &words {
+            match at.get(w.as_str()) {
+                Some(&i) => counts[i].1 += 1,
+                None => {
+                    at.insert(w, counts.len());
+                    counts.push((w.clone(), 1));
+                }
+            }
+        }
+        for (word, n) in counts {
+            shelf.postings.entry(word).or_default().push((id, n));
+        }
+        let len = u32::try_from(words.len()).unwrap_or(u32::MAX);
+        shelf.change_totals(fact.tx, 1, i64::from(len));
+        shelf.by_fact.insert(fact.clone(), id);
+        shelf.docs.push(Doc {
+            from: fact.tx,
+            fact,
+            meta,
+            words: len,
+            to: None,
+        });
+        Ok(true)
+    }
+
+    /// Records that `fact` no longer holds from transaction `at` on (it was retracted, or a
+    /// newer claim replaced it). Returns whether it was indexed and holding.
+    pub fn end(&mut self, scope: &Scope, fact: &FactRef, at: TxId) -> Result<bool, RecallError> {
+        self.advance(at)?;
+        let Some(shelf) = self.shelves.get_mut(scope) else {
+            return Ok(false);
+        };
+        let Some(&id) = shelf.by_fact.get(fact) else {
+            return Ok(false);
+        };
+        let Some(doc) = shelf.docs.get_mut(id as usize) else {
+            return Ok(false);
+        };
+        if doc.to.is_some() {
+            return Ok(false);
+        }
+        doc.to = Some(at.max(doc.from));
+        let words = i64::from(doc.words);
+        shelf.change_totals(at, -1, -words);
+        Ok(true)
+    }
+
+    /// The facts of `scope` holding at `query.as_of` that match `query.filter`, ranked by
+    /// BM25 of the query's words, best `query.k` first.
+    pub fn search(&self, scope: &Scope, query: &Query) -> Result<Vec<Scored>, RecallError> {
+        let words = validate(query)?;
+        Ok(self.ranked(scope, &words, query.as_of, &query.filter, query.k))
+    }
+
+    /// What [`search`](Self::search) finds, re-ranked with recency and the priors by reciprocal
+    /// rank fusion ([`WEIGHTS`]); each hit says which signals ranked it, and where.
+    pub fn recall(&self, scope: &Scope, query: &Query) -> Result<Vec<Hit>, RecallError> {
+        let words = validate(query)?;
+        let limit = query.k.saturating_mul(CANDIDATES_PER_HIT);
+        let found = self.ranked(scope, &words, query.as_of, &query.filter, limit);
+        let Some(shelf) = self.shelves.get(scope) else {
+            return Ok(Vec::new());
+        };
+        let meta = |f: &FactRef| shelf.by_fact.get(f).and_then(|&id| shelf.docs.get(id as usize));
+        let text_ranks = ranks(&found, |a, b| a.score == b.score);
+        let text: Vec<(FactRef, usize)> = found.into_iter().map(|s| s.fact).zip(text_ranks).collect();
+
+        let when = |f: &FactRef| meta(f).map(|d| d.meta.tx_time_ns);
+        let mut recency: Vec<&FactRef> = text.iter().map(|(f, _)| f).collect();
+        recency.sort_by(|a, b| when(b).cmp(&when(a)).then_with(|| a.cmp(b)));
+        let recency = ranked_by(&recency, |a, b| when(a) == when(b));
+
+        let belief = |f: &FactRef| {
+            meta(f).map_or((false, 0.0), |d| {
+                (d.meta.status == Status::Verified, d.meta.confidence)
+            })
+        };
+        let mut prior: Vec<&FactRef> = text.iter().map(|(f, _)| f).collect();
+        prior.sort_by(|a, b| {
+            let ((va, ca), (vb, cb)) = (belief(a), belief(b));
+            vb.cmp(&va).then_with(|| cb.total_cmp(&ca)).then_with(|| a.cmp(b))
+        });
+        let prior = ranked_by(&prior, |a, b| belief(a) == belief(b));
+
+        let weight = |s: Signal| WEIGHTS.iter().find(|(w, _)| *w == s).map_or(0.0, |(_, w)| *w);
+        Ok(fuse(
+            &[
+                Ranking {
+                    signal: Signal::Text,
+                    weight: weight(Signal::Text),
+                    facts: &text,
+                },
+                Ranking {
+                    signal: Signal::Recency,
+                    weight: weight(Signal::Recency),
+                    facts: &recency,
+                },
+                Ranking {
+                    signal: Signal::Prior,
+                    weight: weight(Signal::Prior),
+                    facts: &prior,
+                },
+            ],
+            query.k,
+        ))
+    }
+
+    fn ranked(&self, scope: &Scope, words: &[String], as_of: TxId, filter: &Filter, k: usize) -> Vec<Scored> {
+        let Some(shelf) = self.shelves.get(scope) else {
+            return Vec::new();
+        };
+        let (n, total_words) = shelf.totals_at(as_of);
+        if n == 0 {
+            return Vec::new();
+        }
+        let n = n as f64;
+        let avg_len = total_words as f64 / n;
+        // Summed per doc in the query's word order: the same floating-point sums on every node.
+        let mut scores: HashMap<u32, f64> = HashMap::new();
+        for word in words {
+            let Some(postings) = shelf.postings.get(word) else {
+                continue;
+            };
+            let holding: Vec<(u32, u32)> = postings
+                .iter()
+                .copied()
+                .filter(|(id, _)| shelf.docs.get(*id as usize).is_some_and(|d| d.holds_at(as_of)))
+                .collect();
+            let df = holding.len() as f64;
+            if df == 0.0 {
+                continue;
+            }
+            let idf = (1.0 + (n - df + 0.5) / (df + 0.5)).ln();
+            for (id, tf) in holding {
+                let Some(doc) = shelf.docs.get(id as usize) else {
+                    continue;
+                };
+                let tf = f64::from(tf);
+                let norm = K1 * (1.0 - B + B * f64::from(doc.words) / avg_len);
+                *scores.entry(id).or_insert(0.0) += idf * tf * (K1 + 1.0) / (tf + norm);
+            }
+        }
+        let mut hits: Vec<Scored> = scores
+            .into_iter()
+            .filter_map(|(id, score)| {
+                let doc = shelf.docs.get(id as usize)?;
+                matches(filter, doc).then(|| Scored {
+                    fact: doc.fact.clone(),
+                    score,
+                })
+            })
+            .collect();
+        hits.sort_by(|a, b| b.score.total_cmp(&a.score).then_with(|| a.fact.cmp(&b.fact)));
+        hits.truncate(k);
+        hits
+    }
+}
+
+/// `sorted` with competition ranks, facts `same` as the one before sharing its rank.
+fn ranked_by(sorted: &[&FactRef], same: impl Fn(&FactRef, &FactRef) -> bool) -> Vec<(FactRef, usize)> {
+    let r = ranks(sorted, |a, b| same(a, b));
+    sorted.iter().map(|f| (*f).clone()).zip(r).collect()
+}
+
+fn matches(filter: &Filter, doc: &Doc) -> bool {
+    (filter.attributes.is_empty() || filter.attributes.contains(&doc.fact.attribute))
+        && (filter.agents.is_empty() || filter.agents.contains(&doc.meta.agent))
+        && (filter.statuses.is_empty() || filter.statuses.contains(&doc.meta.status))
+        && filter.valid_between_ns.is_none_or(|(from, to)| {
+            doc.meta.valid_from_ns < to && doc.meta.valid_to_ns.is_none_or(|end| from < end)
+        })
+}
+
+/// Checks `query` and returns its distinct words in order.
+fn validate(query: &Query) -> Result<Vec<String>, RecallError> {
+    if query.k == 0 || query.k > MAX_K {
+        return Err(RecallError::invalid(
+            "k",
+            format!("must be 1 to {MAX_K}, not {}", query.k),
+        ));
+    }
+    if query.text.len() > MAX_QUERY_BYTES {
+        return Err(RecallError::invalid(
+            "text",
+            format!("is {} bytes; at most {MAX_QUERY_BYTES}", query.text.len()),
+        ));
+    }
+    if let Some((from, to)) = query.filter.valid_between_ns
+        && from >= to
+    {
+        return Err(RecallError::invalid(
+            "filter.valid_between_ns",
+            format!("the window [{from}, {to}) is empty"),
+        ));
+    }
+    let mut words = tokens(&query.text);
+    let mut seen = std::collections::HashSet::new();
+    words.retain(|w| seen.insert(w.clone()));
+    if words.is_empty() {
+        return Err(RecallError::invalid("text", "has no words to search for"));
+    }
+    Ok(words)
+}

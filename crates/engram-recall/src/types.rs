@@ -1,0 +1,123 @@
+//! The shapes every part of the crate shares: what a fact is called, what is known about it,
+//! what a query asks, what a hit says, and the errors. Nothing here depends on the rest of
+//! the crate.
+
+use engram_types::{Attribute, BranchName, EntityId, Namespace, Status, TxId};
+use thiserror::Error;
+
+/// Most hits one query may ask for.
+pub const MAX_K: usize = 100;
+
+/// Longest query text, in bytes.
+pub const MAX_QUERY_BYTES: usize = 4096;
+
+/// Where facts live: a namespace, on main (`None`) or on a branch. Each scope has its own
+/// index and its own statistics, so one namespace's words never weigh on another's ranking.
+#[derive(Clone, PartialEq, Eq, Hash, Debug, PartialOrd, Ord)]
+pub struct Scope {
+    pub namespace: Namespace,
+    pub branch: Option<BranchName>,
+}
+
+/// The assertion a hit points at: the datom `seq` of transaction `tx`, which asserted a value
+/// of `attribute` for `entity`. Its inclusion proof is the proof of transaction `tx`.
+#[derive(Clone, PartialEq, Eq, Hash, Debug, PartialOrd, Ord)]
+pub struct FactRef {
+    pub tx: TxId,
+    pub seq: u32,
+    pub entity: EntityId,
+    pub attribute: Attribute,
+}
+
+/// What the filters and the priors read about a fact, copied from its datom.
+#[derive(Clone, PartialEq, Debug)]
+pub struct FactMeta {
+    pub agent: String,
+    pub status: Status,
+    /// In `[0, 1]`.
+    pub confidence: f64,
+    /// Transaction time of the asserting transaction, ns since the epoch.
+    pub tx_time_ns: i64,
+    /// The fact's valid-time interval: from, and the exclusive end (`None`: open-ended).
+    pub valid_from_ns: i64,
+    pub valid_to_ns: Option<i64>,
+}
+
+/// Which facts a query may return. Empty lists mean "any".
+#[derive(Clone, PartialEq, Debug, Default)]
+pub struct Filter {
+    pub attributes: Vec<Attribute>,
+    pub agents: Vec<String>,
+    pub statuses: Vec<Status>,
+    /// Only facts whose valid time overlaps `[from, to)`.
+    pub valid_between_ns: Option<(i64, i64)>,
+}
+
+/// One search: words, the transaction it is answered as of, how many hits, which facts.
+#[derive(Clone, PartialEq, Debug)]
+pub struct Query {
+    pub text: String,
+    /// The answer is what an index fed the log up to and including this transaction gives.
+    pub as_of: TxId,
+    pub k: usize,
+    pub filter: Filter,
+}
+
+/// A ranked signal that can find or order facts.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug, PartialOrd, Ord)]
+pub enum Signal {
+    /// BM25 over the words of string values.
+    Text,
+    /// Newest transaction first.
+    Recency,
+    /// Verified before candidate, then higher confidence first.
+    Prior,
+}
+
+impl Signal {
+    pub fn name(self) -> &'static str {
+        match self {
+            Signal::Text => "text",
+            Signal::Recency => "recency",
+            Signal::Prior => "prior",
+        }
+    }
+}
+
+/// A fact a signal ranked, with its score under that signal (BM25 for text).
+#[derive(Clone, PartialEq, Debug)]
+pub struct Scored {
+    pub fact: FactRef,
+    pub score: f64,
+}
+
+/// A fused hit: its reciprocal-rank-fusion score and, for each signal that ranked it, its rank
+/// there (1 is first).
+#[derive(Clone, PartialEq, Debug)]
+pub struct Hit {
+    pub fact: FactRef,
+    pub score: f64,
+    pub found_by: Vec<(Signal, usize)>,
+}
+
+#[derive(Debug, Error, PartialEq)]
+pub enum RecallError {
+    /// A query field is out of range; names the field, as the wire error will.
+    #[error("{field}: {reason}")]
+    InvalidQuery { field: &'static str, reason: String },
+    /// The index was fed out of order. It is derived state: rebuild it from the datoms.
+    #[error("recall index fed out of order: transaction {got} after {last}")]
+    OutOfOrder { last: u64, got: u64 },
+    /// A transaction fed does not hang together (its datoms name another transaction).
+    #[error("recall index fed a malformed transaction: {0}")]
+    Feed(String),
+}
+
+impl RecallError {
+    pub(crate) fn invalid(field: &'static str, reason: impl Into<String>) -> RecallError {
+        RecallError::InvalidQuery {
+            field,
+            reason: reason.into(),
+        }
+    }
+}

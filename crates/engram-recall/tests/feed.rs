@@ -1,0 +1,244 @@
+//! Feeding committed transactions: a fact is found while the current-claims rule says it
+//! holds, and as of any earlier transaction exactly as it held then.
+
+#![allow(clippy::unwrap_used)] // tests: a failed step should stop the test loudly
+
+use engram_recall::{Fed, Feeder, Filter, Query, RecallError, Scope, TextIndex};
+use engram_types::{Attribute, Cardinality, Datom, EntityId, Namespace, Op, Provenance, Status, TxId, Value};
+
+fn ns() -> Namespace {
+    Namespace::new("team/a").unwrap()
+}
+
+fn scope() -> Scope {
+    Scope {
+        namespace: ns(),
+        branch: None,
+    }
+}
+
+fn datom(tx: u64, op: Op, entity: u64, attribute: &str, value: Value, agent: &str) -> Datom {
+    Datom {
+        namespace: ns(),
+        branch: None,
+        entity: EntityId(entity),
+        attribute: Attribute::new(attribute).unwrap(),
+        value,
+        op,
+        valid_from_ns: 0,
+        valid_to_ns: None,
+        tx: TxId(tx),
+        provenance: Provenance {
+            agent: agent.into(),
+            confidence: 0.5,
+            status: Status::Candidate,
+            ..Provenance::default()
+        },
+    }
+}
+
+fn text(s: &str) -> Value {
+    Value::String(s.into())
+}
+
+/// `:note/tags` is cardinality many; every other attribute one.
+fn cardinality(_: &Scope, a: &Attribute) -> Cardinality {
+    if a.as_str() == ":note/tags" {
+        Cardinality::Many
+    } else {
+        Cardinality::One
+    }
+}
+
+struct Log {
+    index: TextIndex,
+    feeder: Feeder,
+}
+
+impl Log {
+    fn new() -> Log {
+        Log {
+            index: TextIndex::new(),
+            feeder: Feeder::new(),
+        }
+    }
+
+    fn tx(&mut self, tx: u64, datoms: Vec<Datom>) -> Fed {
+        self.feeder
+            .feed_tx(&mut self.index, TxId(tx), tx as i64 * 1_000, &datoms, cardinality)
+            .unwrap()
+    }
+
+    /// (entity, tx, agent's fact seq) of every hit for `words` as of `as_of`.
+    fn find(&self, words: &str, as_of: u64) -> Vec<(u64, u64)> {
+        let q = Query {
+            text: words.into(),
+            as_of: TxId(as_of),
+            k: 50,
+            filter: Filter::default(),
+        };
+        let mut hits: Vec<(u64, u64)> = self
+            .index
+            .search(&scope(), &q)
+            .unwrap()
+            .iter()
+            .map(|h| (h.fact.entity.0, h.fact.tx.0))
+            .collect();
+        hits.sort();
+        hits
+    }
+}
+
+#[test]
+fn an_agent_s_newer_claim_replaces_its_older_one_and_other_agents_claims_stand() {
+    let mut log = Log::new();
+    let fed = log.tx(
+        1,
+        vec![datom(
+            1,
+            Op::Assert,
+            7,
+            ":task/title",
+            text("ship the parser"),
+            "alice",
+        )],
+    );
+    assert_eq!(fed, Fed { added: 1, ended: 0 });
+    // Bob disagrees: both claims hold (a contradiction), both are found.
+    log.tx(
+        2,
+        vec![datom(
+            2,
+            Op::Assert,
+            7,
+            ":task/title",
+            text("ship the lexer"),
+            "bob",
+        )],
+    );
+    assert_eq!(log.find("ship", 2), [(7, 1), (7, 2)]);
+    // Alice changes her mind: her first claim stops holding at tx 3, Bob's stands.
+    let fed = log.tx(
+        3,
+        vec![datom(
+            3,
+            Op::Assert,
+            7,
+            ":task/title",
+            text("ship the grammar"),
+            "alice",
+        )],
+    );
+    assert_eq!(fed, Fed { added: 1, ended: 1 });
+    assert_eq!(log.find("parser", 3), []);
+    assert_eq!(log.find("parser", 2), [(7, 1)], "as of tx 2 it still held");
+    assert_eq!(log.find("ship", 3), [(7, 2), (7, 3)]);
+    // A number replaces Bob's text: his text claim ends although the new value is no text.
+    let fed = log.tx(
+        4,
+        vec![datom(4, Op::Assert, 7, ":task/title", Value::I64(3), "bob")],
+    );
+    assert_eq!(fed, Fed { added: 0, ended: 1 });
+    assert_eq!(log.find("lexer", 4), []);
+    assert_eq!(log.find("lexer", 3), [(7, 2)]);
+}
+
+#[test]
+fn a_retraction_ends_every_claim_of_its_value_whoever_made_it() {
+    let mut log = Log::new();
+    log.tx(
+        1,
+        vec![
+            datom(
+                1,
+                Op::Assert,
+                1,
+                ":note/text",
+                text("rotate the deploy key"),
+                "alice",
+            ),
+            datom(
+                1,
+                Op::Assert,
+                1,
+                ":note/text",
+                text("rotate the deploy key"),
+                "bob",
+            ),
+            datom(1, Op::Assert, 2, ":note/text", text("deploy on friday"), "alice"),
+        ],
+    );
+    assert_eq!(log.find("deploy", 1).len(), 3);
+    let fed = log.tx(
+        2,
+        vec![datom(
+            2,
+            Op::Retract,
+            1,
+            ":note/text",
+            text("rotate the deploy key"),
+            "carol",
+        )],
+    );
+    assert_eq!(fed, Fed { added: 0, ended: 2 });
+    assert_eq!(log.find("deploy", 2), [(2, 1)]);
+    assert_eq!(
+        log.find("rotate", 1),
+        [(1, 1), (1, 1)],
+        "both held before the retraction"
+    );
+    // Retracting a value nobody holds ends nothing.
+    let fed = log.tx(
+        3,
+        vec![datom(
+            3,
+            Op::Retract,
+            2,
+            ":note/text",
+            text("another value"),
+            "carol",
+        )],
+    );
+    assert_eq!(fed, Fed { added: 0, ended: 0 });
+}
+
+#[test]
+fn under_cardinality_many_each_value_holds_until_retracted() {
+    let mut log = Log::new();
+    log.tx(
+        1,
+        vec![
+            datom(1, Op::Assert, 5, ":note/tags", text("urgent"), "alice"),
+            datom(1, Op::Assert, 5, ":note/tags", text("backend"), "alice"),
+        ],
+    );
+    // Re-asserting a value: its newest assertion stands for it.
+    let fed = log.tx(
+        2,
+        vec![datom(2, Op::Assert, 5, ":note/tags", text("urgent"), "bob")],
+    );
+    assert_eq!(fed, Fed { added: 1, ended: 1 });
+    assert_eq!(log.find("urgent backend", 2), [(5, 1), (5, 2)]);
+    log.tx(
+        3,
+        vec![datom(3, Op::Retract, 5, ":note/tags", text("backend"), "alice")],
+    );
+    assert_eq!(log.find("backend", 3), []);
+    assert_eq!(log.find("urgent", 3), [(5, 2)]);
+}
+
+#[test]
+fn a_transaction_must_hang_together_and_come_in_order() {
+    let mut log = Log::new();
+    log.tx(5, vec![datom(5, Op::Assert, 1, ":note/text", text("hello"), "a")]);
+    let old = log.feeder.feed_tx(&mut log.index, TxId(4), 0, &[], cardinality);
+    assert_eq!(old, Err(RecallError::OutOfOrder { last: 5, got: 4 }));
+    let mixed = log.feeder.feed_tx(
+        &mut log.index,
+        TxId(6),
+        0,
+        &[datom(7, Op::Assert, 1, ":note/text", text("x"), "a")],
+        cardinality,
+    );
+    assert!(matches!(mixed, Err(RecallError::Feed(_))), "{mixed:?}");
+}
