@@ -310,6 +310,15 @@ pub enum Command {
     )]
     Find(FindArgs),
 
+    /// Find facts by their words: BM25 over string values, re-ranked by recency and by the
+    /// priors (verified first, then confidence). Each hit says which signals ranked it.
+    #[command(
+        after_help = "EXAMPLES\n  engram search --ns team/a \"deploy key rotation\"\n  \
+        engram search --ns team/a incident --attribute :note/text --agent planner --k 5\n  \
+        engram search --ns team/a incident --as-of-tx 120 --json"
+    )]
+    Search(SearchArgs),
+
     /// Show what changed between two transactions, for an entity or a whole namespace:
     /// the datoms asserted and retracted by transactions after --from-tx up to --to-tx.
     #[command(
@@ -838,6 +847,37 @@ pub struct FindArgs {
     #[arg(long)]
     pub stale: bool,
     /// Read this branch: main as of its fork plus the branch's own writes [default: main].
+    #[arg(long, value_name = "NAME")]
+    pub branch: Option<String>,
+}
+
+#[derive(Args, Debug)]
+pub struct SearchArgs {
+    #[arg(long = "ns", value_name = "NAMESPACE")]
+    pub namespace: String,
+    /// The words to look for (letters and digits; case does not matter).
+    #[arg(value_name = "WORDS", required = true, num_args = 1..)]
+    pub words: Vec<String>,
+    /// Hits wanted, 1 to 100 [default: 10].
+    #[arg(long, default_value_t = 0, value_name = "N")]
+    pub k: u32,
+    /// Search as of this transaction (inclusive): what was true then, ranked as it would
+    /// have been then.
+    #[arg(long, value_name = "TX")]
+    pub as_of_tx: Option<u64>,
+    /// Only facts of this attribute (repeatable).
+    #[arg(long, value_name = ":PREFIX/NAME")]
+    pub attribute: Vec<String>,
+    /// Only facts asserted by this agent (repeatable).
+    #[arg(long, value_name = "AGENT")]
+    pub agent: Vec<String>,
+    /// Only verified facts.
+    #[arg(long)]
+    pub verified_only: bool,
+    /// Read the answering node's local state, possibly behind the leader.
+    #[arg(long)]
+    pub stale: bool,
+    /// Search this branch [default: main].
     #[arg(long, value_name = "NAME")]
     pub branch: Option<String>,
 }

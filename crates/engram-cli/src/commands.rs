@@ -10,7 +10,7 @@ use anyhow::{Context, Result, anyhow, bail};
 use engram_audit::SignedEntry;
 use engram_client::{
     Client, ClientConfig, ClientError, Consistency, FindQuery, GetOptions, HistoryTarget, RetryPolicy,
-    code_name, pb,
+    SearchQuery, code_name, pb,
 };
 use engram_server::{ServerConfig, telemetry};
 use engram_types::{Attribute, BranchName, EntityId, Namespace};
@@ -18,8 +18,8 @@ use futures::StreamExt;
 use serde_json::{Value as Json, json};
 
 use crate::cli::{
-    AuditCommand, Cli, ClusterCommand, Command, DiffArgs, FindArgs, GetArgs, HistoryArgs, RuleArg, ServeArgs,
-    WatchArgs,
+    AuditCommand, Cli, ClusterCommand, Command, DiffArgs, FindArgs, GetArgs, HistoryArgs, RuleArg,
+    SearchArgs, ServeArgs, WatchArgs,
 };
 use crate::output::{Table, datom_table, format_time_ns, plural, short_hash};
 use crate::output::{out, outln};
@@ -134,6 +134,7 @@ pub async fn run(cli: Cli) -> Result<()> {
         Command::Get(args) => get(&client()?, args, json).await,
         Command::History(args) => history(&client()?, args, json).await,
         Command::Find(args) => find(&client()?, args, json).await,
+        Command::Search(args) => search(&client()?, args, json).await,
         Command::Watch(args) => watch(&client()?, args, json).await,
         Command::Diff(args) => diff(&client()?, args, json).await,
         Command::Health(args) => health(&cli.endpoints, &config, args, json).await,
@@ -809,6 +810,85 @@ async fn find(client: &Client, args: FindArgs, json: bool) -> Result<()> {
     };
     let resp = client.find(&query).await.context("find")?;
     datoms_output(&resp.datoms, resp.applied_tx, json!({}), json)?;
+    Ok(())
+}
+
+async fn search(client: &Client, args: SearchArgs, json: bool) -> Result<()> {
+    let mut query = SearchQuery::new(namespace(&args.namespace)?, args.words.join(" "));
+    query.k = args.k;
+    query.as_of_tx = args.as_of_tx;
+    query.attributes = args
+        .attribute
+        .iter()
+        .map(|a| attribute(a))
+        .collect::<Result<_>>()?;
+    query.agents = args.agent;
+    query.verified_only = args.verified_only;
+    query.consistency = consistency(args.stale);
+    query.branch = branch_arg(args.branch.as_deref())?;
+    let resp = client.search(&query).await.context("search")?;
+    let signals = |hit: &pb::SearchHit| {
+        hit.signals
+            .iter()
+            .map(|s| format!("{} #{}", s.signal, s.rank))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    if json {
+        let hits: Vec<Json> = resp
+            .hits
+            .iter()
+            .map(|h| {
+                json!({
+                    "score": h.score,
+                    "seq": h.seq,
+                    "conflicting": h.conflicting,
+                    "signals": h.signals.iter().map(|s| json!({ "signal": s.signal, "rank": s.rank })).collect::<Vec<_>>(),
+                    "datom": h.datom.as_ref().map(txjson::datom_to_json),
+                })
+            })
+            .collect();
+        print_json(&json!({ "applied_tx": resp.applied_tx, "as_of_tx": resp.as_of_tx, "hits": hits }))?;
+        return Ok(());
+    }
+    if resp.hits.is_empty() {
+        outln!("no hits (as of tx {})", resp.as_of_tx)?;
+        return Ok(());
+    }
+    let mut t = Table::new(&[
+        "#",
+        "ENTITY",
+        "ATTRIBUTE",
+        "VALUE",
+        "TX",
+        "AGENT",
+        "SCORE",
+        "FOUND BY",
+    ]);
+    for (i, h) in resp.hits.iter().enumerate() {
+        let d = h.datom.clone().unwrap_or_default();
+        let value = if d.redacted.is_empty() {
+            txjson::pb_value_to_text(d.value.as_ref())
+        } else {
+            "[redacted]".to_string()
+        };
+        t.row(vec![
+            (i + 1).to_string(),
+            d.entity.to_string(),
+            d.attribute.clone(),
+            if h.conflicting {
+                format!("{value} (conflicting)")
+            } else {
+                value
+            },
+            d.tx.to_string(),
+            d.provenance.map(|p| p.agent).unwrap_or_default(),
+            format!("{:.4}", h.score),
+            signals(h),
+        ]);
+    }
+    out!("{}", t.render())?;
+    outln!("({}, as of tx {})", plural(resp.hits.len(), "hit"), resp.as_of_tx)?;
     Ok(())
 }
 

@@ -11,7 +11,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use anyhow::{Context, Result};
-use engram_client::{Client, Consistency, FindQuery, GetOptions, HistoryTarget, TrustedLog, pb};
+use engram_client::{Client, Consistency, FindQuery, GetOptions, HistoryTarget, SearchQuery, TrustedLog, pb};
 use engram_types::{BranchName, EntityId, Namespace, Provenance, Status};
 use hyper_util::rt::TokioIo;
 use hyper_util::service::TowerToHyperService;
@@ -145,12 +145,19 @@ pub struct RememberArgs {
 #[derive(Deserialize, JsonSchema)]
 pub struct RecallArgs {
     pub namespace: String,
-    /// The attribute to look in, e.g. ":memory/key".
-    pub attribute: String,
-    /// Only facts with this value (same forms as in `remember`); omit to list every current
-    /// fact of the attribute.
+    /// Words to search for in the facts' text, e.g. "deploy key rotation". Hits come best
+    /// first (word relevance, then recency and verified/confidence), each with the signals
+    /// that ranked it. Give this or `attribute`.
+    pub query: Option<String>,
+    /// The attribute to look in, e.g. ":memory/key". With `query`: only facts of this
+    /// attribute. Without: every current fact of the attribute (or those holding `value`).
+    pub attribute: Option<String>,
+    /// Only facts with this value (same forms as in `remember`); with `attribute`, not
+    /// `query`.
     pub value: Option<Json>,
-    /// At most this many facts (default 50).
+    /// Search as of this earlier transaction (with `query`).
+    pub as_of_tx: Option<u64>,
+    /// At most this many facts (default: 10 hits for a query, 50 facts for an attribute).
     pub limit: Option<u32>,
 }
 
@@ -303,18 +310,55 @@ impl EngramTools {
         Ok(answer(json!({ "tx": receipt.tx, "entities": entities })))
     }
 
-    /// Find entities by an attribute's current value (or list every current fact of the
-    /// attribute). Use it when you do not know an entity's id.
+    /// Find facts when you do not know an entity's id: by words in their text (`query`), or by
+    /// an attribute's current value (`attribute`, optionally `value`).
     #[tool]
     async fn recall(&self, Parameters(args): Parameters<RecallArgs>) -> Result<String, String> {
+        let ns = namespace(&args.namespace)?;
+        let attribute = args
+            .attribute
+            .as_deref()
+            .map(|a| engram_types::Attribute::new(a).map_err(|e| format!("attribute: {e}")))
+            .transpose()?;
+        if let Some(text) = args.query {
+            if args.value.is_some() {
+                return Err("value: give it with attribute alone, not with query".into());
+            }
+            let mut query = SearchQuery::new(ns, text);
+            query.k = args.limit.unwrap_or(0);
+            query.as_of_tx = args.as_of_tx;
+            query.attributes = attribute.into_iter().collect();
+            let found = self.client.search(&query).await.map_err(failed)?;
+            let hits: Vec<Json> = found
+                .hits
+                .iter()
+                .map(|h| {
+                    let mut f = h.datom.as_ref().map(fact).unwrap_or(Json::Null);
+                    f["score"] = json!(h.score);
+                    f["found_by"] = json!(
+                        h.signals
+                            .iter()
+                            .map(|s| json!({ "signal": s.signal, "rank": s.rank }))
+                            .collect::<Vec<_>>()
+                    );
+                    if h.conflicting {
+                        f["conflicting"] = json!(true);
+                    }
+                    f
+                })
+                .collect();
+            return Ok(answer(json!({ "hits": hits, "as_of_tx": found.as_of_tx })));
+        }
+        let Some(attribute) = attribute else {
+            return Err("give query (words to search for) or attribute".into());
+        };
         let value = match &args.value {
             None => None,
             Some(v) => Some(txjson::value_from_json("value", &value_json(v)).map_err(failed)?),
         };
         let query = FindQuery {
-            namespace: namespace(&args.namespace)?,
-            attribute: engram_types::Attribute::new(args.attribute.as_str())
-                .map_err(|e| format!("attribute: {e}"))?,
+            namespace: ns,
+            attribute,
             value,
             as_of_tx: None,
             limit: args.limit.unwrap_or(50),

@@ -158,6 +158,44 @@ pub struct FindQuery {
     pub branch: Option<BranchName>,
 }
 
+/// What [`Client::search`] asks: words, and optionally which facts and as of when.
+#[derive(Clone, Debug)]
+pub struct SearchQuery {
+    pub namespace: Namespace,
+    pub text: String,
+    /// Hits wanted, 1 to 100; 0: the server's default (10).
+    pub k: u32,
+    pub as_of_tx: Option<u64>,
+    /// Only facts of these attributes; empty: any.
+    pub attributes: Vec<Attribute>,
+    /// Only facts asserted by these agents; empty: any.
+    pub agents: Vec<String>,
+    /// Only verified facts.
+    pub verified_only: bool,
+    /// Only facts whose valid time overlaps `[from, to)`.
+    pub valid_between_ns: Option<(i64, i64)>,
+    pub consistency: Consistency,
+    pub branch: Option<BranchName>,
+}
+
+impl SearchQuery {
+    /// The words `text` in `namespace`, ten hits, latest state, no filter.
+    pub fn new(namespace: Namespace, text: impl Into<String>) -> SearchQuery {
+        SearchQuery {
+            namespace,
+            text: text.into(),
+            k: 0,
+            as_of_tx: None,
+            attributes: Vec::new(),
+            agents: Vec::new(),
+            verified_only: false,
+            valid_between_ns: None,
+            consistency: Consistency::default(),
+            branch: None,
+        }
+    }
+}
+
 struct Node {
     /// As the user wrote it, for messages.
     name: String,
@@ -333,6 +371,33 @@ impl Client {
         self.call(Idempotency::Safe, move |ch, s| {
             let req = req.clone();
             async move { memory(ch).find(s.sign(methods::FIND, req)).await }
+        })
+        .await
+    }
+
+    /// Facts found by their words, ranked (BM25, then recency and the priors fused); each hit
+    /// names the signals that ranked it. See `Memory.Search`.
+    pub async fn search(&self, query: &SearchQuery) -> Result<pb::SearchResponse, ClientError> {
+        let req = pb::SearchRequest {
+            namespace: query.namespace.to_string(),
+            text: query.text.clone(),
+            k: query.k,
+            as_of_tx: query.as_of_tx,
+            attributes: query.attributes.iter().map(ToString::to_string).collect(),
+            agents: query.agents.clone(),
+            statuses: if query.verified_only {
+                vec![pb::Status::Verified as i32]
+            } else {
+                Vec::new()
+            },
+            valid_from_ns: query.valid_between_ns.map(|(from, _)| from),
+            valid_to_ns: query.valid_between_ns.map(|(_, to)| to),
+            consistency: query.consistency.to_pb(),
+            branch: query.branch.as_ref().map(ToString::to_string).unwrap_or_default(),
+        };
+        self.call(Idempotency::Safe, move |ch, s| {
+            let req = req.clone();
+            async move { memory(ch).search(s.sign(methods::SEARCH, req)).await }
         })
         .await
     }

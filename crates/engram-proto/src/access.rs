@@ -13,6 +13,7 @@ pub mod methods {
     pub const GET: &str = "/engram.v1.Memory/Get";
     pub const HISTORY: &str = "/engram.v1.Memory/History";
     pub const FIND: &str = "/engram.v1.Memory/Find";
+    pub const SEARCH: &str = "/engram.v1.Memory/Search";
     pub const WATCH: &str = "/engram.v1.Memory/Watch";
     pub const APPLY_SCHEMA: &str = "/engram.v1.Memory/ApplySchema";
     pub const GET_SCHEMA: &str = "/engram.v1.Memory/GetSchema";
@@ -77,6 +78,7 @@ protobuf_body!(
     GetRequest,
     HistoryRequest,
     FindRequest,
+    SearchRequest,
     WatchRequest,
     DiffRequest,
     GetSchemaRequest,

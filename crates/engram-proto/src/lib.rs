@@ -15,6 +15,9 @@ use engram_types::{
 };
 use thiserror::Error;
 
+mod search;
+pub use search::{DEFAULT_K, search_request};
+
 mod access;
 pub use access::{
     SignedBody, access_log_op, add_agent_op, grant_op, methods, principal, public_key, revoke_agent_op,

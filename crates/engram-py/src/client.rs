@@ -13,7 +13,7 @@ use std::time::Duration;
 use engram_access::AgentKey;
 use engram_client::{
     Client, ClientConfig, ClientError, ClientTls, Consistency, FindQuery, GetOptions, HistoryTarget,
-    TrustedLog, WatchFilter, pb,
+    SearchQuery, TrustedLog, WatchFilter, pb,
 };
 use engram_types::{
     AttributeDef, BranchName, Cardinality, Namespace, Precondition, Provenance, Status, TxRequest, Unique,
@@ -26,7 +26,7 @@ use pyo3::types::{PyDict, PyList, PyString};
 
 use crate::convert;
 use crate::errors;
-use crate::types::{Datom, Diff, Entity, Receipt, TxEvent};
+use crate::types::{Datom, Diff, Entity, Hit, Receipt, TxEvent};
 
 /// A connection to an Engram cluster through one or more of its nodes.
 #[pyclass(subclass, name = "Client", module = "engram")]
@@ -459,6 +459,56 @@ impl EngramClient {
         let client = self.client.clone();
         let response = self.run(py, async move { client.find(&query).await })?;
         datom_list(py, response.datoms)
+    }
+
+    /// Facts found by their words: BM25 over string values, re-ranked by recency and the
+    /// priors (verified first, then confidence), best `k` first; `as_of_tx` searches what held
+    /// then, ranked as it would have been then.
+    #[pyo3(signature = (namespace, text, *, k=10, as_of_tx=None, attributes=None, agents=None, verified_only=false, valid_between_ns=None, branch=None, stale=false))]
+    #[allow(clippy::too_many_arguments)]
+    fn search(
+        &self,
+        py: Python<'_>,
+        namespace: &str,
+        text: &str,
+        k: u32,
+        as_of_tx: Option<u64>,
+        attributes: Option<Vec<String>>,
+        agents: Option<Vec<String>>,
+        verified_only: bool,
+        valid_between_ns: Option<(i64, i64)>,
+        branch: Option<String>,
+        stale: bool,
+    ) -> PyResult<Py<PyList>> {
+        let mut query = SearchQuery::new(namespace_arg(namespace)?, text);
+        query.k = k;
+        query.as_of_tx = as_of_tx;
+        query.attributes = attributes
+            .unwrap_or_default()
+            .iter()
+            .map(|a| convert::attribute("attributes", a))
+            .collect::<PyResult<_>>()?;
+        query.agents = agents.unwrap_or_default();
+        query.verified_only = verified_only;
+        query.valid_between_ns = valid_between_ns;
+        query.consistency = consistency(stale);
+        query.branch = branch.map(|b| branch_arg("branch", b)).transpose()?;
+        let client = self.client.clone();
+        let response = self.run(py, async move { client.search(&query).await })?;
+        let list = PyList::empty(py);
+        for hit in response.hits {
+            let raw = hit
+                .datom
+                .ok_or_else(|| PyValueError::new_err("a search hit from the server without its datom"))?;
+            list.append(Hit {
+                datom: Py::new(py, datom(py, raw)?)?,
+                score: hit.score,
+                signals: hit.signals.into_iter().map(|s| (s.signal, s.rank)).collect(),
+                conflicting: hit.conflicting,
+                seq: hit.seq,
+            })?;
+        }
+        Ok(list.unbind())
     }
 
     /// What changed after `from_tx` up to `to_tx` (0: the head), for one entity or the whole

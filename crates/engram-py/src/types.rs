@@ -223,6 +223,36 @@ impl Receipt {
     }
 }
 
+/// A fact `search` found: the asserting datom, its fused score, and each signal's rank for it.
+#[pyclass(frozen, get_all, module = "engram")]
+pub struct Hit {
+    pub datom: Py<Datom>,
+    /// The fused score; hits come best first.
+    pub score: f64,
+    /// `(signal, rank)` for each signal that ranked it: "text", "recency", "prior"; rank 1 is
+    /// first, and facts a signal cannot tell apart share a rank.
+    pub signals: Vec<(String, u32)>,
+    /// Another hit of the same answer is another agent's different claim on the same slot.
+    pub conflicting: bool,
+    /// The datom's position in its transaction.
+    pub seq: u32,
+}
+
+#[pymethods]
+impl Hit {
+    fn __repr__(&self, py: Python<'_>) -> PyResult<String> {
+        let d = self.datom.bind(py).get();
+        Ok(format!(
+            "Hit(entity={}, attribute={:?}, score={:.4}, signals={:?}{})",
+            d.entity,
+            d.attribute,
+            self.score,
+            self.signals,
+            if self.conflicting { ", conflicting" } else { "" }
+        ))
+    }
+}
+
 /// An entity's current facts, as of the read's point in time.
 #[pyclass(frozen, get_all, module = "engram")]
 pub struct Entity {

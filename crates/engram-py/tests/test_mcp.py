@@ -71,6 +71,9 @@ def test_remember_then_recall_get_history_and_verify(cluster):
         paper = out["remember"]["entities"]["paper"]
         r = await s.call_tool("recall", {"namespace": ns, "attribute": ":paper/year", "value": 2017})
         out["recall"] = json.loads(text(r))
+        r = await s.call_tool("recall", {"namespace": ns, "query": "attention"})
+        assert not r.is_error, text(r)
+        out["recall_words"] = json.loads(text(r))
         r = await s.call_tool("get", {"namespace": ns, "entity": paper})
         out["get"] = json.loads(text(r))
         r = await s.call_tool("history", {"namespace": ns, "entity": paper, "attribute": ":paper/title"})
@@ -85,6 +88,11 @@ def test_remember_then_recall_get_history_and_verify(cluster):
     out = run(cluster, body)
     paper = out["remember"]["entities"]["paper"]
     assert [f["entity"] for f in out["recall"]["facts"]] == [paper]
+    words = out["recall_words"]["hits"]
+    assert [(h["entity"], h["attribute"], h["value"]) for h in words] == [
+        (paper, ":paper/title", "Attention is all you need")
+    ]
+    assert words[0]["found_by"][0] == {"signal": "text", "rank": 1} and words[0]["score"] > 0
     got = {f["attribute"]: f["value"] for f in out["get"]["facts"]}
     assert got == {
         ":paper/title": "Attention is all you need",
@@ -106,9 +114,13 @@ def test_bad_calls_are_tool_errors_the_model_can_read(cluster):
         bad_ns = await s.call_tool("get", {"namespace": "/etc", "entity": 1})
         bad_action = await s.call_tool("branch", {"namespace": "mcp/bad", "name": "b", "action": "delete"})
         nothing = await s.call_tool("recall", {"namespace": "mcp/bad", "attribute": ":x/title"})
-        return bad_attr, bad_ns, bad_action, nothing
+        neither = await s.call_tool("recall", {"namespace": "mcp/bad"})
+        no_words = await s.call_tool("recall", {"namespace": "mcp/bad", "query": "?!"})
+        return bad_attr, bad_ns, bad_action, nothing, neither, no_words
 
-    bad_attr, bad_ns, bad_action, nothing = run(cluster, body)
+    bad_attr, bad_ns, bad_action, nothing, neither, no_words = run(cluster, body)
+    assert neither.is_error and "give query" in text(neither)
+    assert no_words.is_error and "text: has no words" in text(no_words)
     assert bad_attr.is_error and "facts[0].attribute" in text(bad_attr)
     assert bad_ns.is_error and "namespace" in text(bad_ns)
     assert bad_action.is_error and "create, merge or abandon" in text(bad_action)

@@ -10,7 +10,7 @@
 
 use std::collections::HashMap;
 
-use engram_types::{Status, TxId};
+use engram_types::{Attribute, Status, TxId};
 
 use crate::fuse::{Ranking, fuse, ranks};
 use crate::tokenize::tokens;
@@ -201,15 +201,27 @@ impl TextIndex {
     /// BM25 of the query's words, best `query.k` first.
     pub fn search(&self, scope: &Scope, query: &Query) -> Result<Vec<Scored>, RecallError> {
         let words = validate(query)?;
-        Ok(self.ranked(scope, &words, query.as_of, &query.filter, query.k))
+        Ok(self.ranked(scope, &words, query, &|_| true, query.k))
     }
 
     /// What [`search`](Self::search) finds, re-ranked with recency and the priors by reciprocal
     /// rank fusion ([`WEIGHTS`]); each hit says which signals ranked it, and where.
     pub fn recall(&self, scope: &Scope, query: &Query) -> Result<Vec<Hit>, RecallError> {
+        self.recall_where(scope, query, &|_| true)
+    }
+
+    /// [`recall`](Self::recall) over the facts whose attribute `shown` accepts only (a reader
+    /// whose grants cover some attributes): the others are neither returned nor let through
+    /// into the candidates, though they still count in the statistics, as in a replay.
+    pub fn recall_where(
+        &self,
+        scope: &Scope,
+        query: &Query,
+        shown: &dyn Fn(&Attribute) -> bool,
+    ) -> Result<Vec<Hit>, RecallError> {
         let words = validate(query)?;
         let limit = query.k.saturating_mul(CANDIDATES_PER_HIT);
-        let found = self.ranked(scope, &words, query.as_of, &query.filter, limit);
+        let found = self.ranked(scope, &words, query, shown, limit);
         let Some(shelf) = self.shelves.get(scope) else {
             return Ok(Vec::new());
         };
@@ -257,7 +269,15 @@ impl TextIndex {
         ))
     }
 
-    fn ranked(&self, scope: &Scope, words: &[String], as_of: TxId, filter: &Filter, k: usize) -> Vec<Scored> {
+    fn ranked(
+        &self,
+        scope: &Scope,
+        words: &[String],
+        query: &Query,
+        shown: &dyn Fn(&Attribute) -> bool,
+        k: usize,
+    ) -> Vec<Scored> {
+        let (as_of, filter) = (query.as_of, &query.filter);
         let Some(shelf) = self.shelves.get(scope) else {
             return Vec::new();
         };
@@ -296,7 +316,7 @@ impl TextIndex {
             .into_iter()
             .filter_map(|(id, score)| {
                 let doc = shelf.docs.get(id as usize)?;
-                matches(filter, doc).then(|| Scored {
+                (matches(filter, doc) && shown(&doc.fact.attribute)).then(|| Scored {
                     fact: doc.fact.clone(),
                     score,
                 })

@@ -29,6 +29,7 @@ from ._engram import (
     Diff,
     EngramError,
     Entity,
+    Hit,
     Internal,
     InvalidArgument,
     Keyword,
@@ -62,6 +63,7 @@ __all__ = [
     "Engram",
     "EngramError",
     "Entity",
+    "Hit",
     "Internal",
     "InvalidArgument",
     "Keyword",
@@ -102,6 +104,9 @@ class Branch:
 
     def find(self, attribute: str, value=None, **kwargs):
         return self.db.find(self.namespace, attribute, value, branch=self.name, **kwargs)
+
+    def search(self, text: str, **kwargs):
+        return self.db.search(self.namespace, text, branch=self.name, **kwargs)
 
     def diff(self, **kwargs) -> Diff:
         return self.db.branch_diff(self.namespace, self.name, **kwargs)

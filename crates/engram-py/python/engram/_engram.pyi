@@ -90,6 +90,14 @@ class Entity:
     def get(self, attribute: str, default: Any = None) -> Any: ...
     def to_dict(self) -> Dict[str, Any]: ...
 
+class Hit:
+    """A fact `search` found."""
+    datom: Datom
+    score: float  # the fused score; hits come best first
+    signals: List[Tuple[str, int]]  # (signal, rank): "text", "recency", "prior"; rank 1 is first
+    conflicting: bool  # another hit is another agent's different claim on the same slot
+    seq: int  # the datom's position in its transaction
+
 class Diff:
     asserted: List[Datom]
     retracted: List[Datom]
@@ -184,6 +192,20 @@ class Client:
         branch: Optional[str] = None,
         stale: bool = False,
     ) -> List[Datom]: ...
+    def search(
+        self,
+        namespace: str,
+        text: str,
+        *,
+        k: int = 10,
+        as_of_tx: Optional[int] = None,
+        attributes: Optional[List[str]] = None,
+        agents: Optional[List[str]] = None,
+        verified_only: bool = False,
+        valid_between_ns: Optional[Tuple[int, int]] = None,
+        branch: Optional[str] = None,
+        stale: bool = False,
+    ) -> List[Hit]: ...
     def diff(
         self,
         namespace: str,

@@ -776,4 +776,85 @@ impl pb::memory_server::Memory for MemoryService {
             applied_tx: self.shared.applied_index(),
         }))
     }
+
+    async fn search(
+        &self,
+        request: Request<pb::SearchRequest>,
+    ) -> Result<Response<pb::SearchResponse>, Status> {
+        let (meta, _, req) = request.into_parts();
+        let caller = self.shared.incoming(&meta);
+        let forwarded = caller.forwarded;
+        // Checked here too, so a bad request is refused by the node it reached.
+        engram_proto::search_request(req.clone(), TxId(0)).map_err(ApiError::from)?;
+        if let Some(mut leader) = self.shared.read_leader(req.consistency, forwarded).await? {
+            return relay(leader.search(caller.forward(req)).await);
+        }
+        let caller = self.shared.admit(
+            &meta,
+            &req,
+            methods::SEARCH,
+            Need::on(Action::Read, &req.namespace),
+        )?;
+        let applied = self.shared.applied_index();
+        let (scope, query) =
+            engram_proto::search_request(req.clone(), TxId(applied)).map_err(ApiError::from)?;
+        // Searching by an attribute one may not read would tell what its values say.
+        if let Some(grants) = &caller.scope
+            && let Some(hidden) = query.filter.attributes.iter().find(|a| !grants.shows(a.as_str()))
+        {
+            return Err(ApiError::PermissionDenied(grants.reason(hidden.as_str())).into());
+        }
+        let shows = |a: &engram_types::Attribute| caller.scope.as_ref().is_none_or(|g| g.shows(a.as_str()));
+        let hits = self
+            .shared
+            .search
+            .recall(&self.shared.node, applied, &scope, &query, &shows)
+            .await?;
+        let found = self.shared.read_state(|store| {
+            hits.iter()
+                .map(|hit| {
+                    reads::datom_of_tx(store, hit.fact.tx, hit.fact.seq)?.ok_or_else(|| {
+                        engram_core::CoreError::corrupt(
+                            format!("datom {} of tx {}", hit.fact.seq, hit.fact.tx.0),
+                            "indexed for search but not stored",
+                        )
+                    })
+                })
+                .collect::<Result<Vec<_>, _>>()
+        })?;
+        let shown_datoms = shown(caller.scope.as_ref(), &found);
+        let hits: Vec<pb::SearchHit> = hits
+            .iter()
+            .zip(shown_datoms)
+            .enumerate()
+            .map(|(i, (hit, datom))| pb::SearchHit {
+                conflicting: found.iter().enumerate().any(|(j, other)| {
+                    j != i
+                        && other.entity == found[i].entity
+                        && other.attribute == found[i].attribute
+                        && other.provenance.agent != found[i].provenance.agent
+                        && other.value != found[i].value
+                }),
+                datom: Some(datom),
+                seq: hit.fact.seq,
+                score: hit.score,
+                signals: hit
+                    .found_by
+                    .iter()
+                    .map(|(signal, rank)| pb::SignalRank {
+                        signal: signal.name().to_string(),
+                        rank: u32::try_from(*rank).unwrap_or(u32::MAX),
+                    })
+                    .collect(),
+            })
+            .collect();
+        self.shared
+            .record_access(&caller, "search", &req.namespace, None, req.as_of_tx, hits.len())
+            .await;
+        Ok(Response::new(pb::SearchResponse {
+            hits,
+            applied_tx: applied,
+            as_of_tx: query.as_of.0,
+        }))
+    }
 }

@@ -5,6 +5,7 @@ pub mod audit;
 pub mod cluster;
 pub mod gate;
 pub mod memory;
+pub mod search_index;
 pub mod watch_tail;
 
 use std::collections::HashMap;
@@ -30,6 +31,8 @@ pub struct Shared {
     pub gate: gate::Gate,
     /// Records the reads this node serves on the namespaces it logs.
     pub access: crate::access_log::AccessRecorder,
+    /// The recall index `Memory.Search` answers from.
+    pub search: search_index::SearchIndex,
     channels: Mutex<HashMap<String, Channel>>,
 }
 
@@ -53,6 +56,7 @@ impl Shared {
             watch_tail: Arc::default(),
             gate: gate::Gate::default(),
             access,
+            search: search_index::SearchIndex::default(),
             channels: Mutex::new(HashMap::new()),
         })
     }

@@ -1,0 +1,281 @@
+//! `Memory.Search` against a real 3-node cluster, through the CLI: facts found by their words
+//! through any node, a retracted fact gone now and found as of before its retraction, a
+//! contradiction flagged, filters, every node's own index giving the same answer, and bad
+//! queries refused by field with the chain unchanged.
+#![allow(clippy::unwrap_used)] // test helpers: a failed set-up step should stop the test loudly
+
+use std::io::Write;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use engram_cli::local_cluster::{LocalCluster, free_ports};
+use engram_client::Client;
+use serde_json::{Value as Json, json};
+
+const EXE: &str = env!("CARGO_BIN_EXE_engram");
+const NS: &str = "team/search";
+
+/// Runs the CLI against `endpoint`; returns (exit code, stdout, stderr).
+fn run(endpoint: &str, args: &[&str], stdin: Option<&str>) -> (i32, String, String) {
+    let mut child = Command::new(EXE)
+        .args(["-e", endpoint])
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    if let Some(text) = stdin {
+        child.stdin.take().unwrap().write_all(text.as_bytes()).unwrap();
+    }
+    let out = child.wait_with_output().unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn ok(endpoint: &str, args: &[&str], stdin: Option<&str>) -> Json {
+    let (code, stdout, stderr) = run(endpoint, &[&["--json"], args].concat(), stdin);
+    assert_eq!(code, 0, "{args:?}: {stderr}");
+    serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("not JSON ({e}): {stdout}"))
+}
+
+/// Asserts `text` on `entity` (a new one when `entity` is a name) as `agent`; returns the
+/// transaction's receipt.
+fn note(endpoint: &str, agent: &str, entity: Json, attribute: &str, text: &str) -> Json {
+    let tx = json!({
+        "namespace": NS, "agent": agent,
+        "ops": [{"entity": entity, "attribute": attribute, "value": {"string": text}}]
+    });
+    ok(endpoint, &["transact"], Some(&tx.to_string()))
+}
+
+/// (entity, value, agent) of each hit, in rank order.
+fn hits(doc: &Json) -> Vec<(u64, String, String)> {
+    doc["hits"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| {
+            let d = &h["datom"];
+            (
+                d["entity"].as_u64().unwrap(),
+                d["value"]["string"].as_str().unwrap_or_default().to_string(),
+                d["provenance"]["agent"].as_str().unwrap_or_default().to_string(),
+            )
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn search_finds_facts_by_their_words_as_of_any_transaction() {
+    let dir = tempfile::tempdir().unwrap();
+    let ports = free_ports(3).unwrap();
+    let mut cluster = LocalCluster::start(Path::new(EXE), dir.path(), &ports, &[]).unwrap();
+    cluster.wait_all_answer(Duration::from_secs(60)).await.unwrap();
+    cluster.init(Duration::from_secs(30)).await.unwrap();
+    let client = Client::connect(cluster.endpoints()).await.unwrap();
+    let endpoints = cluster.endpoints();
+    let e = |i: usize| endpoints[i].as_str();
+
+    // 1. Notes written through different nodes.
+    let a = note(
+        e(0),
+        "planner",
+        json!("n"),
+        ":note/text",
+        "rotate the deploy key before friday",
+    );
+    let key_note = a["temp_ids"]["n"].as_u64().unwrap();
+    let b = note(
+        e(1),
+        "ops",
+        json!("n"),
+        ":note/text",
+        "deploy failed on the eu cluster; deploy again",
+    );
+    let failed_note = b["temp_ids"]["n"].as_u64().unwrap();
+    note(e(2), "planner", json!("n"), ":note/text", "lunch menu for friday");
+    let task = note(
+        e(0),
+        "planner",
+        json!("t"),
+        ":task/title",
+        "migrate the search index",
+    );
+    let task_id = task["temp_ids"]["t"].as_u64().unwrap();
+
+    // 2. Found by words, through a follower, best first; each hit names its signals.
+    let found = ok(e(1), &["search", "--ns", NS, "deploy"], None);
+    assert_eq!(
+        hits(&found),
+        [
+            (
+                failed_note,
+                "deploy failed on the eu cluster; deploy again".into(),
+                "ops".into()
+            ),
+            (
+                key_note,
+                "rotate the deploy key before friday".into(),
+                "planner".into()
+            ),
+        ],
+        "the note saying 'deploy' twice ranks first"
+    );
+    let first = &found["hits"][0];
+    let signals: Vec<&str> = first["signals"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["signal"].as_str().unwrap())
+        .collect();
+    assert_eq!(signals, ["text", "recency", "prior"]);
+    assert_eq!(first["signals"][0]["rank"], 1);
+    assert!(first["score"].as_f64().unwrap() > found["hits"][1]["score"].as_f64().unwrap());
+    let before_retraction = found["as_of_tx"].as_u64().unwrap();
+
+    // Filters: by agent, by attribute; several words.
+    let by_agent = ok(
+        e(2),
+        &["search", "--ns", NS, "deploy", "friday", "--agent", "planner"],
+        None,
+    );
+    let entities: Vec<u64> = hits(&by_agent).iter().map(|h| h.0).collect();
+    assert_eq!(
+        entities.len(),
+        2,
+        "the planner's key note and lunch note: {by_agent}"
+    );
+    assert!(!entities.contains(&failed_note));
+    let by_attr = ok(
+        e(0),
+        &[
+            "search",
+            "--ns",
+            NS,
+            "search",
+            "index",
+            "--attribute",
+            ":task/title",
+        ],
+        None,
+    );
+    assert_eq!(hits(&by_attr).iter().map(|h| h.0).collect::<Vec<_>>(), [task_id]);
+    assert!(hits(&ok(e(0), &["search", "--ns", "team/other", "deploy"], None)).is_empty());
+
+    // 3. A retracted fact is not found now, and is as of before its retraction.
+    let retract = json!({
+        "namespace": NS, "agent": "ops",
+        "ops": [{"op": "retract", "entity": failed_note, "attribute": ":note/text",
+                 "value": {"string": "deploy failed on the eu cluster; deploy again"}}]
+    });
+    ok(e(2), &["transact"], Some(&retract.to_string()));
+    let now = ok(e(0), &["search", "--ns", NS, "deploy"], None);
+    assert_eq!(hits(&now).iter().map(|h| h.0).collect::<Vec<_>>(), [key_note]);
+    let then = ok(
+        e(1),
+        &[
+            "search",
+            "--ns",
+            NS,
+            "deploy",
+            "--as-of-tx",
+            &before_retraction.to_string(),
+        ],
+        None,
+    );
+    assert_eq!(
+        hits(&then),
+        hits(&found),
+        "as of before the retraction: the same answer as then"
+    );
+
+    // 4. Two agents disagree on a title: both claims are hits, flagged as conflicting.
+    note(
+        e(1),
+        "critic",
+        json!(task_id),
+        ":task/title",
+        "migrate the search cluster",
+    );
+    let both = ok(e(2), &["search", "--ns", NS, "migrate"], None);
+    let titles = hits(&both);
+    assert_eq!(titles.len(), 2, "{both}");
+    assert!(
+        both["hits"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|h| h["conflicting"] == true)
+    );
+    // The planner replaces its own title: its old claim stops holding, the critic's stands.
+    note(
+        e(0),
+        "planner",
+        json!(task_id),
+        ":task/title",
+        "migrate the recall index",
+    );
+    let replaced = ok(e(0), &["search", "--ns", NS, "migrate"], None);
+    let mut values: Vec<String> = hits(&replaced).into_iter().map(|h| h.1).collect();
+    values.sort();
+    assert_eq!(values, ["migrate the recall index", "migrate the search cluster"]);
+
+    // 5. Every node's own index gives the leader's answer once it has applied as much.
+    let head = client.head().await.unwrap().index;
+    let leader_view = ok(
+        e(0),
+        &["search", "--ns", NS, "friday", "deploy", "migrate", "--k", "20"],
+        None,
+    );
+    for i in 0..3 {
+        let mut local = Json::Null;
+        for _ in 0..100 {
+            local = ok(
+                e(i),
+                &[
+                    "search", "--ns", NS, "friday", "deploy", "migrate", "--k", "20", "--stale",
+                ],
+                None,
+            );
+            if local["applied_tx"].as_u64().unwrap() >= head {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        assert_eq!(
+            local["hits"],
+            leader_view["hits"],
+            "node {} answers as the leader does",
+            i + 1
+        );
+    }
+
+    // 6. Bad queries: refused naming the field, and nothing changes.
+    for (args, field) in [
+        (vec!["search", "--ns", NS, "?!"], "text: has no words"),
+        (
+            vec!["search", "--ns", NS, "deploy", "--k", "101"],
+            "k: must be at most 100",
+        ),
+        (
+            vec!["search", "--ns", NS, "deploy", "--attribute", "no-colon"],
+            "--attribute",
+        ),
+        (vec!["search", "--ns", "Bad Namespace!", "deploy"], "--ns"),
+    ] {
+        let (code, _, stderr) = run(e(1), &args, None);
+        assert_ne!(code, 0, "{args:?} should fail");
+        assert!(stderr.contains(field), "{args:?}: {stderr}");
+    }
+    assert_eq!(
+        client.head().await.unwrap().index,
+        head,
+        "bad queries changed nothing"
+    );
+    cluster.kill_all();
+}

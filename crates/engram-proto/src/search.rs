@@ -1,0 +1,214 @@
+//! The wire form of a search, checked: `pb::SearchRequest` → the recall index's scope and
+//! query.
+
+use engram_recall::{Filter, MAX_K, MAX_QUERY_BYTES, Query, Scope};
+use engram_types::{Status, TxId};
+
+use crate::{WireError, attribute, branch, namespace, pb};
+
+/// Hits returned when a request leaves `k` at 0.
+pub const DEFAULT_K: usize = 10;
+
+/// The scope and query `req` asks for; `latest` is the transaction to answer as of when the
+/// request names none (the answering node's applied state). Refuses, naming the field, a `k`
+/// above [`MAX_K`], a text over [`MAX_QUERY_BYTES`] or without a word, an invalid attribute,
+/// an unknown status, and a valid-time window that is half given or empty.
+pub fn search_request(req: pb::SearchRequest, latest: TxId) -> Result<(Scope, Query), WireError> {
+    let scope = Scope {
+        namespace: namespace("namespace", req.namespace)?,
+        branch: branch("branch", req.branch)?,
+    };
+    let k = match req.k as usize {
+        0 => DEFAULT_K,
+        k if k > MAX_K => return Err(WireError::new("k", format!("must be at most {MAX_K}, not {k}"))),
+        k => k,
+    };
+    if req.text.len() > MAX_QUERY_BYTES {
+        return Err(WireError::new(
+            "text",
+            format!("is {} bytes; at most {MAX_QUERY_BYTES}", req.text.len()),
+        ));
+    }
+    if engram_recall::tokens(&req.text).is_empty() {
+        return Err(WireError::new(
+            "text",
+            "has no words to search for (letters or digits)",
+        ));
+    }
+    let attributes = req
+        .attributes
+        .into_iter()
+        .enumerate()
+        .map(|(i, a)| attribute(&format!("attributes[{i}]"), a))
+        .collect::<Result<Vec<_>, _>>()?;
+    for (i, agent) in req.agents.iter().enumerate() {
+        if agent.is_empty() {
+            return Err(WireError::new(format!("agents[{i}]"), "must not be empty"));
+        }
+    }
+    let statuses = req
+        .statuses
+        .iter()
+        .enumerate()
+        .map(|(i, s)| match pb::Status::try_from(*s) {
+            Ok(pb::Status::Unspecified | pb::Status::Candidate) => Ok(Status::Candidate),
+            Ok(pb::Status::Verified) => Ok(Status::Verified),
+            Err(_) => Err(WireError::new(
+                format!("statuses[{i}]"),
+                format!("unknown status {s}"),
+            )),
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let valid_between_ns = match (req.valid_from_ns, req.valid_to_ns) {
+        (None, None) => None,
+        (Some(from), Some(to)) if from < to => Some((from, to)),
+        (Some(from), Some(to)) => {
+            return Err(WireError::new(
+                "valid_to_ns",
+                format!("the window [{from}, {to}) is empty"),
+            ));
+        }
+        (Some(_), None) => return Err(WireError::new("valid_to_ns", "is required with valid_from_ns")),
+        (None, Some(_)) => return Err(WireError::new("valid_from_ns", "is required with valid_to_ns")),
+    };
+    Ok((
+        scope,
+        Query {
+            text: req.text,
+            as_of: req.as_of_tx.map_or(latest, TxId),
+            k,
+            filter: Filter {
+                attributes,
+                agents: req.agents,
+                statuses,
+                valid_between_ns,
+            },
+        },
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn good() -> pb::SearchRequest {
+        pb::SearchRequest {
+            namespace: "team/a".into(),
+            text: "deploy key".into(),
+            ..Default::default()
+        }
+    }
+
+    fn field(req: pb::SearchRequest) -> String {
+        match search_request(req, TxId(9)) {
+            Err(e) => e.field,
+            Ok(q) => panic!("accepted: {q:?}"),
+        }
+    }
+
+    #[test]
+    fn a_plain_request_searches_the_latest_state_for_ten_hits() {
+        let (scope, q) = search_request(good(), TxId(9)).expect("valid");
+        assert_eq!(scope.namespace.as_str(), "team/a");
+        assert_eq!(scope.branch, None);
+        assert_eq!((q.as_of, q.k), (TxId(9), DEFAULT_K));
+        let (_, q) = search_request(
+            pb::SearchRequest {
+                as_of_tx: Some(4),
+                k: 3,
+                statuses: vec![pb::Status::Verified as i32],
+                valid_from_ns: Some(1),
+                valid_to_ns: Some(2),
+                ..good()
+            },
+            TxId(9),
+        )
+        .expect("valid");
+        assert_eq!((q.as_of, q.k), (TxId(4), 3));
+        assert_eq!(q.filter.statuses, [Status::Verified]);
+        assert_eq!(q.filter.valid_between_ns, Some((1, 2)));
+    }
+
+    #[test]
+    fn bad_fields_are_named() {
+        assert_eq!(
+            field(pb::SearchRequest {
+                namespace: "".into(),
+                ..good()
+            }),
+            "namespace"
+        );
+        assert_eq!(
+            field(pb::SearchRequest {
+                branch: "a/b".into(),
+                ..good()
+            }),
+            "branch"
+        );
+        assert_eq!(field(pb::SearchRequest { k: 101, ..good() }), "k");
+        assert_eq!(
+            field(pb::SearchRequest {
+                text: "".into(),
+                ..good()
+            }),
+            "text"
+        );
+        assert_eq!(
+            field(pb::SearchRequest {
+                text: "?!".into(),
+                ..good()
+            }),
+            "text"
+        );
+        assert_eq!(
+            field(pb::SearchRequest {
+                text: "w ".repeat(3000),
+                ..good()
+            }),
+            "text"
+        );
+        assert_eq!(
+            field(pb::SearchRequest {
+                attributes: vec![":ok/a".into(), "bad".into()],
+                ..good()
+            }),
+            "attributes[1]"
+        );
+        assert_eq!(
+            field(pb::SearchRequest {
+                agents: vec!["".into()],
+                ..good()
+            }),
+            "agents[0]"
+        );
+        assert_eq!(
+            field(pb::SearchRequest {
+                statuses: vec![9],
+                ..good()
+            }),
+            "statuses[0]"
+        );
+        assert_eq!(
+            field(pb::SearchRequest {
+                valid_from_ns: Some(5),
+                ..good()
+            }),
+            "valid_to_ns"
+        );
+        assert_eq!(
+            field(pb::SearchRequest {
+                valid_to_ns: Some(5),
+                ..good()
+            }),
+            "valid_from_ns"
+        );
+        assert_eq!(
+            field(pb::SearchRequest {
+                valid_from_ns: Some(5),
+                valid_to_ns: Some(5),
+                ..good()
+            }),
+            "valid_to_ns"
+        );
+    }
+}

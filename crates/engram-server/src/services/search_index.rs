@@ -1,0 +1,116 @@
+//! This node's recall index: fed the transactions it has applied, in order, the first time a
+//! search needs them.
+//!
+//! Derived state (see `engram_recall`): it lives in memory only, starts empty when the node
+//! starts, and is never part of the chain, a snapshot or the replica digest. A snapshot install
+//! needs no rebuild: the transactions it brings up to the index's position are the ones the
+//! index already read (applied state is replicated exactly), and the index goes on from there.
+
+use std::collections::HashMap;
+
+use engram_core::reads::{self, LoggedTx};
+use engram_core::schema;
+use engram_raft::RaftNode;
+use engram_recall::{Feeder, Hit, Query, Scope, TextIndex};
+use engram_types::{Attribute, Cardinality, Datom, Namespace, TxId};
+use tokio::sync::Mutex;
+
+use crate::error::ApiError;
+
+/// Datom bytes read from the store per step of a catch-up, so a first search over a large
+/// store holds no more than this of the log in memory at once.
+const CATCH_UP_BYTES: usize = 8 << 20;
+
+#[derive(Default)]
+pub struct SearchIndex {
+    state: Mutex<Fed>,
+}
+
+#[derive(Default)]
+struct Fed {
+    index: TextIndex,
+    feeder: Feeder,
+    /// The next transaction to read from the log.
+    next: TxId,
+}
+
+impl SearchIndex {
+    /// Feeds what `node` has applied through `through`, then answers `query` over the facts
+    /// whose attribute `shown` accepts.
+    pub async fn recall(
+        &self,
+        node: &RaftNode,
+        through: u64,
+        scope: &Scope,
+        query: &Query,
+        shown: &(dyn Fn(&Attribute) -> bool + Sync),
+    ) -> Result<Vec<Hit>, ApiError> {
+        let mut fed = self.state.lock().await;
+        while fed.next.0 <= through {
+            let from = fed.next;
+            let (txs, next) = super::read_state(node, |store| {
+                let (txs, next) = reads::tx_log_range(store, from, TxId(through), CATCH_UP_BYTES)?;
+                let mut out = Vec::with_capacity(txs.len());
+                for logged in txs {
+                    let cards = cardinalities(store, &logged)?;
+                    out.push((logged, cards));
+                }
+                Ok::<_, engram_core::CoreError>((out, next))
+            })?;
+            let Fed { index, feeder, .. } = &mut *fed;
+            for (logged, cards) in &txs {
+                let receipt = &logged.record.receipt;
+                let cardinality = |s: &Scope, a: &Attribute| {
+                    cards
+                        .get(&(s.namespace.clone(), a.clone()))
+                        .copied()
+                        .unwrap_or_default()
+                };
+                if let Err(e) = feeder.feed_tx(
+                    index,
+                    receipt.tx,
+                    receipt.tx_time_ns,
+                    &logged.record.datoms,
+                    cardinality,
+                ) {
+                    // Half fed, the index cannot go on: start again from nothing next time.
+                    *fed = Fed::default();
+                    return Err(ApiError::Internal(format!(
+                        "search index: {e}; it will be rebuilt"
+                    )));
+                }
+            }
+            if next <= from {
+                break;
+            }
+            fed.next = next;
+            // A first catch-up over a large log is long: let other tasks run between steps.
+            tokio::task::yield_now().await;
+        }
+        fed.index
+            .recall_where(scope, query, shown)
+            .map_err(|e| ApiError::Invalid(e.to_string()))
+    }
+}
+
+/// The cardinality of each attribute `logged` writes, as its transaction found it.
+fn cardinalities(
+    store: &dyn engram_storage::ReadView,
+    logged: &LoggedTx,
+) -> Result<HashMap<(Namespace, Attribute), Cardinality>, engram_core::CoreError> {
+    let mut out = HashMap::new();
+    for Datom {
+        namespace,
+        attribute,
+        tx,
+        ..
+    } in &logged.record.datoms
+    {
+        if let std::collections::hash_map::Entry::Vacant(slot) =
+            out.entry((namespace.clone(), attribute.clone()))
+        {
+            slot.insert(schema::cardinality_at(store, namespace, attribute, Some(*tx))?);
+        }
+    }
+    Ok(out)
+}
