@@ -127,6 +127,18 @@ def test_grants_on_attributes_redact_what_they_do_not_cover(enforced):
     with pytest.raises(engram.PermissionDenied, match=":hr/salary"):
         eve.find("team/hr", ":hr/salary", 91000)
     assert [d.entity for d in eve.find("team/hr", ":person/name", "Erin")] == [erin]
+    # Searching by words sees only the attributes one may read: a note on :hr/* is not found,
+    # and naming an attribute outside the grant is refused.
+    admin.transact("team/hr", [("m", ":hr/note", "Erin asked for a raise"), ("m", ":person/bio", "Erin joined in spring")])
+    assert {(h.datom.attribute, h.datom.value) for h in admin.search("team/hr", "Erin")} == {
+        (":person/name", "Erin"),
+        (":hr/note", "Erin asked for a raise"),
+        (":person/bio", "Erin joined in spring"),
+    }
+    assert {h.datom.attribute for h in eve.search("team/hr", "Erin")} == {":person/name", ":person/bio"}
+    assert eve.search("team/hr", "raise") == []
+    with pytest.raises(engram.PermissionDenied, match=":hr/note"):
+        eve.search("team/hr", "raise", attributes=[":hr/note"])
 
     # Writes are held to the same attributes: one op outside refuses the whole transaction.
     eve.transact("team/hr", [(erin, ":person/name", "Erin B.")])
