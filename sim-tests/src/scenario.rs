@@ -477,6 +477,16 @@ async fn simulate(options: Options) -> SimResult {
         .map(|(id, n)| (*id, &*n.store as &dyn engram_storage::Store))
         .collect();
     violations.extend(crate::checkers::state_consistent::check(&all_stores));
+    // As of a transaction every member has applied, so each can answer it from its own state.
+    if let Some(as_of) = replicas
+        .iter()
+        .filter(|r| r.member)
+        .map(|r| r.applied_index)
+        .min()
+        .filter(|at| *at > 0)
+    {
+        violations.extend(crate::checkers::search_agrees::check(&cluster, &members, as_of).await);
+    }
     violations.extend(crate::checkers::peer_auth::check(&forged));
     violations.extend(linearizable::check(
         &ops,

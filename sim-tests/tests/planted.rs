@@ -95,6 +95,11 @@ fn skip_sync_before_ack_is_caught() {
 }
 
 #[test]
+fn search_index_not_rebuilt_is_caught() {
+    caught_within_bound(PlantedBug::SearchIndexNotRebuilt, &["search-agrees"]);
+}
+
+#[test]
 fn wrong_prev_hash_is_caught() {
     caught_within_bound(PlantedBug::WrongPrevHash, &["I1 chain-continuity"]);
 }

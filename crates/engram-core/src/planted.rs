@@ -51,10 +51,13 @@ pub enum PlantedBug {
     /// A transaction an agent signed records the signature in its entry, but the request it
     /// signed is not kept beside it: nothing can show what the agent signed.
     SignedRequestNotKept,
+    /// A node's search index is not rebuilt from its store when the node starts: it is fed
+    /// only what the node applies after the restart, so it misses every earlier transaction.
+    SearchIndexNotRebuilt,
 }
 
 impl PlantedBug {
-    pub const ALL: [PlantedBug; 13] = [
+    pub const ALL: [PlantedBug; 14] = [
         PlantedBug::AckBeforeCommit,
         PlantedBug::SkipSyncBeforeAck,
         PlantedBug::WrongPrevHash,
@@ -68,6 +71,7 @@ impl PlantedBug {
         PlantedBug::SkipGrantCheck,
         PlantedBug::StaleRoleAssignment,
         PlantedBug::SignedRequestNotKept,
+        PlantedBug::SearchIndexNotRebuilt,
     ];
 }
 

@@ -459,6 +459,11 @@ impl RaftNode {
         self.policy_epoch.load(std::sync::atomic::Ordering::Acquire)
     }
 
+    /// The last index of the Raft log this node started with (0 on a first start).
+    pub fn startup_log_index(&self) -> u64 {
+        self.startup_log_index
+    }
+
     /// The applied index, as of the last written apply group: cheap enough to read per event.
     pub fn applied_index(&self) -> u64 {
         *self.applied.borrow()

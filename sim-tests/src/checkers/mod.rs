@@ -15,6 +15,7 @@ pub mod monitor;
 pub mod no_partial_apply;
 pub mod peer_auth;
 pub mod replica_agreement;
+pub mod search_agrees;
 pub mod signatures_valid;
 pub mod state_consistent;
 pub mod tx_time_monotonic;

@@ -46,6 +46,11 @@ impl SearchIndex {
         shown: &(dyn Fn(&Attribute) -> bool + Sync),
     ) -> Result<Vec<Hit>, ApiError> {
         let mut fed = self.state.lock().await;
+        if fed.next == TxId(0)
+            && engram_core::planted::active(engram_core::planted::PlantedBug::SearchIndexNotRebuilt)
+        {
+            fed.next = TxId(node.startup_log_index() + 1);
+        }
         while fed.next.0 <= through {
             let from = fed.next;
             let (txs, next) = super::read_state(node, |store| {
