@@ -5,9 +5,9 @@
 //! its exact error and no change to the chain.
 #![allow(clippy::unwrap_used)] // test helpers: a failed set-up step should stop the test loudly
 
-use std::io::Write;
+mod common;
+
 use std::path::Path;
-use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use engram_cli::local_cluster::{LocalCluster, free_ports};
@@ -22,11 +22,7 @@ struct Cli {
     endpoint: String,
 }
 
-struct Out {
-    code: i32,
-    stdout: String,
-    stderr: String,
-}
+use common::Out;
 
 impl Out {
     fn json(&self) -> Json {
@@ -36,23 +32,7 @@ impl Out {
 
 impl Cli {
     fn run(&self, args: &[&str], stdin: Option<&str>) -> Out {
-        let mut child = Command::new(EXE)
-            .args(["-e", &self.endpoint])
-            .args(args)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        if let Some(text) = stdin {
-            child.stdin.take().unwrap().write_all(text.as_bytes()).unwrap();
-        }
-        let out = child.wait_with_output().unwrap();
-        Out {
-            code: out.status.code().unwrap_or(-1),
-            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-        }
+        common::run_cli(EXE, &self.endpoint, args, stdin)
     }
 
     fn ok(&self, args: &[&str], stdin: Option<&str>) -> Json {

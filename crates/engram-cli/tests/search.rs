@@ -4,9 +4,9 @@
 //! queries refused by field with the chain unchanged.
 #![allow(clippy::unwrap_used)] // test helpers: a failed set-up step should stop the test loudly
 
-use std::io::Write;
+mod common;
+
 use std::path::Path;
-use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use engram_cli::local_cluster::{LocalCluster, free_ports};
@@ -18,23 +18,8 @@ const NS: &str = "team/search";
 
 /// Runs the CLI against `endpoint`; returns (exit code, stdout, stderr).
 fn run(endpoint: &str, args: &[&str], stdin: Option<&str>) -> (i32, String, String) {
-    let mut child = Command::new(EXE)
-        .args(["-e", endpoint])
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    if let Some(text) = stdin {
-        child.stdin.take().unwrap().write_all(text.as_bytes()).unwrap();
-    }
-    let out = child.wait_with_output().unwrap();
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
+    let out = common::run_cli(EXE, endpoint, args, stdin);
+    (out.code, out.stdout, out.stderr)
 }
 
 fn ok(endpoint: &str, args: &[&str], stdin: Option<&str>) -> Json {

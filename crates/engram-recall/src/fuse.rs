@@ -77,6 +77,29 @@ mod tests {
         }
     }
 
+    /// Fuses two rankings: `a` by `sa` with weight `wa`, then `b` by `sb` with weight `wb`.
+    fn fuse_two(
+        (sa, wa, a): (Signal, f64, &[(FactRef, usize)]),
+        (sb, wb, b): (Signal, f64, &[(FactRef, usize)]),
+        k: usize,
+    ) -> Vec<Hit> {
+        fuse(
+            &[
+                Ranking {
+                    signal: sa,
+                    weight: wa,
+                    facts: a,
+                },
+                Ranking {
+                    signal: sb,
+                    weight: wb,
+                    facts: b,
+                },
+            ],
+            k,
+        )
+    }
+
     /// Facts `txs` ranked 1, 2, 3... in that order.
     fn order(txs: &[u64]) -> Vec<(FactRef, usize)> {
         txs.iter().enumerate().map(|(i, tx)| (fact(*tx), i + 1)).collect()
@@ -89,21 +112,7 @@ mod tests {
         assert!(ranks(&[] as &[f64], |a, b| a == b).is_empty());
         let text = [(fact(1), 1), (fact(2), 1)];
         let recency = order(&[2, 1]);
-        let hits = fuse(
-            &[
-                Ranking {
-                    signal: Signal::Text,
-                    weight: 1.0,
-                    facts: &text,
-                },
-                Ranking {
-                    signal: Signal::Recency,
-                    weight: 0.1,
-                    facts: &recency,
-                },
-            ],
-            2,
-        );
+        let hits = fuse_two((Signal::Text, 1.0, &text), (Signal::Recency, 0.1, &recency), 2);
         assert_eq!(
             hits[0].fact,
             fact(2),
@@ -115,21 +124,7 @@ mod tests {
     fn a_fact_two_signals_agree_on_beats_one_signal_s_favourite() {
         let text = order(&[1, 2, 3]);
         let recency = order(&[3, 2, 9]);
-        let hits = fuse(
-            &[
-                Ranking {
-                    signal: Signal::Text,
-                    weight: 1.0,
-                    facts: &text,
-                },
-                Ranking {
-                    signal: Signal::Recency,
-                    weight: 1.0,
-                    facts: &recency,
-                },
-            ],
-            10,
-        );
+        let hits = fuse_two((Signal::Text, 1.0, &text), (Signal::Recency, 1.0, &recency), 10);
         let order: Vec<u64> = hits.iter().map(|h| h.fact.tx.0).collect();
         // 2: 1/62 + 1/62; 3: 1/63 + 1/61; 1: 1/61; 9: 1/63.
         assert_eq!(order, [3, 2, 1, 9]);
@@ -143,37 +138,9 @@ mod tests {
     fn weights_scale_a_signal_s_say() {
         let text = order(&[1, 2]);
         let recency = order(&[2, 1]);
-        let light = fuse(
-            &[
-                Ranking {
-                    signal: Signal::Text,
-                    weight: 1.0,
-                    facts: &text,
-                },
-                Ranking {
-                    signal: Signal::Recency,
-                    weight: 0.2,
-                    facts: &recency,
-                },
-            ],
-            2,
-        );
+        let light = fuse_two((Signal::Text, 1.0, &text), (Signal::Recency, 0.2, &recency), 2);
         assert_eq!(light[0].fact, fact(1), "text outweighs a light recency signal");
-        let heavy = fuse(
-            &[
-                Ranking {
-                    signal: Signal::Text,
-                    weight: 0.2,
-                    facts: &text,
-                },
-                Ranking {
-                    signal: Signal::Recency,
-                    weight: 1.0,
-                    facts: &recency,
-                },
-            ],
-            2,
-        );
+        let heavy = fuse_two((Signal::Text, 0.2, &text), (Signal::Recency, 1.0, &recency), 2);
         assert_eq!(heavy[0].fact, fact(2));
     }
 
@@ -181,21 +148,7 @@ mod tests {
     fn equal_scores_are_ordered_by_fact_and_k_cuts() {
         let a = order(&[5]);
         let b = order(&[4]);
-        let hits = fuse(
-            &[
-                Ranking {
-                    signal: Signal::Text,
-                    weight: 1.0,
-                    facts: &a,
-                },
-                Ranking {
-                    signal: Signal::Prior,
-                    weight: 1.0,
-                    facts: &b,
-                },
-            ],
-            1,
-        );
+        let hits = fuse_two((Signal::Text, 1.0, &a), (Signal::Prior, 1.0, &b), 1);
         assert_eq!(hits.len(), 1);
         assert_eq!(hits[0].fact, fact(4));
         assert!(fuse(&[], 5).is_empty());

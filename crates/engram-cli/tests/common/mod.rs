@@ -58,3 +58,35 @@ pub fn copy_dir(from: &std::path::Path, to: &std::path::Path) {
         }
     }
 }
+
+/// What one run of the CLI gave.
+#[allow(dead_code)] // each test binary compiles this module; not all of them run the CLI
+pub struct Out {
+    pub code: i32,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+/// Runs the binary at `exe` as `engram -e ENDPOINT ARGS...`, with `stdin` on its standard input.
+#[allow(dead_code)] // each test binary compiles this module; not all of them run the CLI
+pub fn run_cli(exe: &str, endpoint: &str, args: &[&str], stdin: Option<&str>) -> Out {
+    use std::io::Write;
+    use std::process::Stdio;
+    let mut child = std::process::Command::new(exe)
+        .args(["-e", endpoint])
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    if let Some(text) = stdin {
+        child.stdin.take().unwrap().write_all(text.as_bytes()).unwrap();
+    }
+    let out = child.wait_with_output().unwrap();
+    Out {
+        code: out.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
