@@ -10,7 +10,9 @@
 //! * `audit_sign`: signing an audit entry, and checking one attestation;
 //! * `chain_verify`: `ChainVerifier` over a 1,000-entry chain, signatures inline and deferred;
 //! * `merkle`: appends to the compact tree, and inclusion and consistency proofs made and
-//!   checked, for trees of 1,000 and 1,000,000 leaves.
+//!   checked, for trees of 1,000 and 1,000,000 leaves;
+//! * `recall`: the text index alone (no server): feeding it 100,000 generated facts, and a
+//!   two-word `recall` over them, now and as of halfway.
 //!
 //! Every benchmark first checks once, untimed, that what it times gives the right answer, so a
 //! broken setup fails the run instead of producing a figure.
@@ -557,12 +559,110 @@ fn merkle(c: &mut Criterion) {
     group.finish();
 }
 
+/// Facts in the `recall` benchmark's corpus.
+const RECALL_FACTS: u64 = 100_000;
+
+/// A generated corpus: fact `i` asserts 6 to 20 words drawn from 20,000 (small word numbers far
+/// more often, as in text), by one of 8 agents; every tenth transaction also retracts the fact
+/// written 50 transactions before it.
+fn recall_corpus(facts: u64) -> engram_recall::TextIndex {
+    use engram_recall::{FactMeta, FactRef, Scope, TextIndex};
+    let scope = Scope {
+        namespace: Namespace::new("bench/recall").unwrap(),
+        branch: None,
+    };
+    let mut index = TextIndex::new();
+    let mut state = 0x9E37_79B9_7F4A_7C15u64;
+    let mut next = move || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state
+    };
+    let fact = |tx: u64| FactRef {
+        tx: TxId(tx),
+        seq: 0,
+        entity: EntityId(tx),
+        attribute: Attribute::new(":note/text").unwrap(),
+    };
+    for tx in 1..=facts {
+        let words = 6 + next() % 15;
+        let text: Vec<String> = (0..words)
+            .map(|_| {
+                let r = next() % 20_000;
+                format!("w{}", r * r / 20_000)
+            })
+            .collect();
+        let meta = FactMeta {
+            agent: format!("agent-{}", tx % 8),
+            status: Status::Candidate,
+            confidence: 0.5,
+            tx_time_ns: tx as i64,
+            valid_from_ns: 0,
+            valid_to_ns: None,
+        };
+        index.add(&scope, fact(tx), &text.join(" "), meta).unwrap();
+        if tx % 10 == 0 && tx > 50 {
+            index.end(&scope, &fact(tx - 50), TxId(tx)).unwrap();
+        }
+    }
+    index
+}
+
+fn recall(c: &mut Criterion) {
+    use engram_recall::{Filter, Query, Scope};
+    let scope = Scope {
+        namespace: Namespace::new("bench/recall").unwrap(),
+        branch: None,
+    };
+    let index = recall_corpus(RECALL_FACTS);
+    let query = |text: &str, as_of: u64| Query {
+        text: text.into(),
+        as_of: TxId(as_of),
+        k: 10,
+        filter: Filter::default(),
+    };
+    // Checked once: common words find a full page, as of now and as of halfway.
+    for as_of in [RECALL_FACTS, RECALL_FACTS / 2] {
+        let hits = index.recall(&scope, &query("w3 w17", as_of)).unwrap();
+        assert_eq!(hits.len(), 10, "as of {as_of}");
+        assert!(hits.iter().all(|h| h.fact.tx.0 <= as_of));
+    }
+    let texts: Vec<String> = (0..64)
+        .map(|i| format!("w{} w{}", i * 7 % 500, 1000 + i * 13))
+        .collect();
+
+    let mut group = c.benchmark_group("recall");
+    group.sampling_mode(SamplingMode::Flat);
+    group.sample_size(10);
+    group.throughput(Throughput::Elements(RECALL_FACTS));
+    group.bench_function(BenchmarkId::new("feed", RECALL_FACTS), |b| {
+        b.iter(|| black_box(recall_corpus(RECALL_FACTS)))
+    });
+    group.finish();
+
+    let mut group = c.benchmark_group("recall");
+    for (name, as_of) in [
+        ("search_now", RECALL_FACTS),
+        ("search_as_of_half", RECALL_FACTS / 2),
+    ] {
+        group.bench_function(BenchmarkId::new(name, RECALL_FACTS), |b| {
+            let mut n = 0usize;
+            b.iter(|| {
+                n = (n + 1) % texts.len();
+                index.recall(&scope, &query(&texts[n], as_of)).unwrap()
+            });
+        });
+    }
+    group.finish();
+}
+
 criterion_group! {
     name = micro;
     // Short runs: the whole suite has to finish in a few minutes on a two-core machine.
     config = Criterion::default()
         .warm_up_time(Duration::from_secs(1))
         .measurement_time(Duration::from_secs(2));
-    targets = canonical, apply, rewrite, audit_sign, chain_verify, merkle
+    targets = canonical, apply, rewrite, audit_sign, chain_verify, merkle, recall
 }
 criterion_main!(micro);
