@@ -874,6 +874,10 @@ pub struct SearchArgs {
     /// Only verified facts.
     #[arg(long)]
     pub verified_only: bool,
+    /// Check every hit's datom against its audit entry, a Merkle proof and a signed
+    /// checkpoint (the ranking is not proven, the content is).
+    #[arg(long)]
+    pub verify: bool,
     /// Read the answering node's local state, possibly behind the leader.
     #[arg(long)]
     pub stale: bool,

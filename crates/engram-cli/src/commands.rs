@@ -826,7 +826,18 @@ async fn search(client: &Client, args: SearchArgs, json: bool) -> Result<()> {
     query.verified_only = args.verified_only;
     query.consistency = consistency(args.stale);
     query.branch = branch_arg(args.branch.as_deref())?;
-    let resp = client.search(&query).await.context("search")?;
+    let mut extra = json!({});
+    let resp = if args.verify {
+        let mut trust = trusted_log(client).await?;
+        let resp = client
+            .search_verified(&mut trust, &query)
+            .await
+            .map_err(proof_error)?;
+        verified_output(&mut extra, &trust, resp.hits.len(), json);
+        resp
+    } else {
+        client.search(&query).await.context("search")?
+    };
     let signals = |hit: &pb::SearchHit| {
         hit.signals
             .iter()
@@ -848,7 +859,10 @@ async fn search(client: &Client, args: SearchArgs, json: bool) -> Result<()> {
                 })
             })
             .collect();
-        print_json(&json!({ "applied_tx": resp.applied_tx, "as_of_tx": resp.as_of_tx, "hits": hits }))?;
+        extra["applied_tx"] = json!(resp.applied_tx);
+        extra["as_of_tx"] = json!(resp.as_of_tx);
+        extra["hits"] = Json::Array(hits);
+        print_json(&extra)?;
         return Ok(());
     }
     if resp.hits.is_empty() {

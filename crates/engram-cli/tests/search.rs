@@ -210,6 +210,12 @@ async fn search_finds_facts_by_their_words_as_of_any_transaction() {
     values.sort();
     assert_eq!(values, ["migrate the recall index", "migrate the search cluster"]);
 
+    // Proven: each hit's datom against a Merkle proof and a signed checkpoint.
+    let proven = ok(e(1), &["search", "--ns", NS, "migrate", "--verify"], None);
+    assert_eq!(hits(&proven), hits(&replaced));
+    assert_eq!(proven["verified"]["datoms"], 2);
+    assert!(proven["verified"]["checkpoint_size"].as_u64().unwrap() > 0);
+
     // 5. Every node's own index gives the leader's answer once it has applied as much.
     let head = client.head().await.unwrap().index;
     let leader_view = ok(

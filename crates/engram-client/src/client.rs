@@ -378,24 +378,15 @@ impl Client {
     /// Facts found by their words, ranked (BM25, then recency and the priors fused); each hit
     /// names the signals that ranked it. See `Memory.Search`.
     pub async fn search(&self, query: &SearchQuery) -> Result<pb::SearchResponse, ClientError> {
-        let req = pb::SearchRequest {
-            namespace: query.namespace.to_string(),
-            text: query.text.clone(),
-            k: query.k,
-            as_of_tx: query.as_of_tx,
-            attributes: query.attributes.iter().map(ToString::to_string).collect(),
-            agents: query.agents.clone(),
-            statuses: if query.verified_only {
-                vec![pb::Status::Verified as i32]
-            } else {
-                Vec::new()
-            },
-            valid_from_ns: query.valid_between_ns.map(|(from, _)| from),
-            valid_to_ns: query.valid_between_ns.map(|(_, to)| to),
-            consistency: query.consistency.to_pb(),
-            branch: query.branch.as_ref().map(ToString::to_string).unwrap_or_default(),
-        };
-        self.call(Idempotency::Safe, move |ch, s| {
+        self.search_raw(search_request(query)).await.map(|(_, resp)| resp)
+    }
+
+    /// `Memory.Search` as given, with the endpoint that answered.
+    pub(crate) async fn search_raw(
+        &self,
+        req: pb::SearchRequest,
+    ) -> Result<(String, pb::SearchResponse), ClientError> {
+        self.call_with_endpoint(Idempotency::Safe, move |ch, s| {
             let req = req.clone();
             async move { memory(ch).search(s.sign(methods::SEARCH, req)).await }
         })
@@ -1157,5 +1148,28 @@ pub(crate) fn history_request(
         prove,
         trusted_size: 0,
         branch: String::new(),
+    }
+}
+
+/// The request a [`SearchQuery`] makes (without a proof).
+pub(crate) fn search_request(query: &SearchQuery) -> pb::SearchRequest {
+    pb::SearchRequest {
+        namespace: query.namespace.to_string(),
+        text: query.text.clone(),
+        k: query.k,
+        as_of_tx: query.as_of_tx,
+        attributes: query.attributes.iter().map(ToString::to_string).collect(),
+        agents: query.agents.clone(),
+        statuses: if query.verified_only {
+            vec![pb::Status::Verified as i32]
+        } else {
+            Vec::new()
+        },
+        valid_from_ns: query.valid_between_ns.map(|(from, _)| from),
+        valid_to_ns: query.valid_between_ns.map(|(_, to)| to),
+        consistency: query.consistency.to_pb(),
+        branch: query.branch.as_ref().map(ToString::to_string).unwrap_or_default(),
+        prove: false,
+        trusted_size: 0,
     }
 }

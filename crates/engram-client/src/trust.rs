@@ -16,8 +16,8 @@ use engram_merkle::{Blake3, MerkleHasher, parse_proof, verify_consistency, verif
 use engram_proto::pb;
 use engram_types::{EntityId, Hash, Namespace};
 
-use crate::client::{get_request, history_request};
-use crate::{Client, ClientError, Consistency, GetOptions, HistoryTarget};
+use crate::client::{get_request, history_request, search_request};
+use crate::{Client, ClientError, Consistency, GetOptions, HistoryTarget, SearchQuery};
 
 /// The client's view of a cluster's log that it has verified.
 #[derive(Clone, Debug)]
@@ -326,6 +326,30 @@ impl Client {
             reason: "the server sent no proof".into(),
         })?;
         *trust = verify_read_proof(trust, &resp.datoms, proof).map_err(|f| f.at(&endpoint))?;
+        Ok(resp)
+    }
+
+    /// [`Client::search`] with a proof of every hit's datom (not of the ranking), as
+    /// [`Client::get_verified`].
+    pub async fn search_verified(
+        &self,
+        trust: &mut TrustedLog,
+        query: &SearchQuery,
+    ) -> Result<pb::SearchResponse, ClientError> {
+        let mut req = search_request(query);
+        req.prove = true;
+        req.trusted_size = trust.size();
+        let (endpoint, resp) = self.search_raw(req).await?;
+        let proof = resp.proof.as_ref().ok_or_else(|| ClientError::Proof {
+            endpoint: endpoint.clone(),
+            reason: "the server sent no proof".into(),
+        })?;
+        let datoms: Vec<pb::Datom> = resp
+            .hits
+            .iter()
+            .map(|h| h.datom.clone().unwrap_or_default())
+            .collect();
+        *trust = verify_read_proof(trust, &datoms, proof).map_err(|f| f.at(&endpoint))?;
         Ok(resp)
     }
 }

@@ -464,7 +464,7 @@ impl EngramClient {
     /// Facts found by their words: BM25 over string values, re-ranked by recency and the
     /// priors (verified first, then confidence), best `k` first; `as_of_tx` searches what held
     /// then, ranked as it would have been then.
-    #[pyo3(signature = (namespace, text, *, k=10, as_of_tx=None, attributes=None, agents=None, verified_only=false, valid_between_ns=None, branch=None, stale=false))]
+    #[pyo3(signature = (namespace, text, *, k=10, as_of_tx=None, attributes=None, agents=None, verified_only=false, valid_between_ns=None, branch=None, prove=false, stale=false))]
     #[allow(clippy::too_many_arguments)]
     fn search(
         &self,
@@ -478,6 +478,7 @@ impl EngramClient {
         verified_only: bool,
         valid_between_ns: Option<(i64, i64)>,
         branch: Option<String>,
+        prove: bool,
         stale: bool,
     ) -> PyResult<Py<PyList>> {
         let mut query = SearchQuery::new(namespace_arg(namespace)?, text);
@@ -494,7 +495,18 @@ impl EngramClient {
         query.consistency = consistency(stale);
         query.branch = branch.map(|b| branch_arg("branch", b)).transpose()?;
         let client = self.client.clone();
-        let response = self.run(py, async move { client.search(&query).await })?;
+        let response = if prove {
+            let trust = self.trust.clone();
+            self.run(py, async move {
+                let mut guard = trust.lock().await;
+                let mut log = client.trusted(&mut guard).await?;
+                let answer = client.search_verified(&mut log, &query).await;
+                *guard = Some(log);
+                answer
+            })?
+        } else {
+            self.run(py, async move { client.search(&query).await })?
+        };
         let list = PyList::empty(py);
         for hit in response.hits {
             let raw = hit

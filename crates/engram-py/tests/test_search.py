@@ -35,6 +35,10 @@ def test_search_finds_facts_by_their_words(cluster, ns):
     assert sorted(h.datom.agent for h in both) == ["critic", "planner"]
     assert all(h.conflicting for h in both)
 
+    # Proven: every hit's datom is checked against a Merkle proof and a signed checkpoint.
+    proven = planner.search(ns, "rotate", prove=True)
+    assert [(h.datom.entity, h.datom.value) for h in proven] == [(h.datom.entity, h.datom.value) for h in both]
+
     # Filters and k.
     assert [h.datom.agent for h in planner.search(ns, "rotate", agents=["critic"])] == ["critic"]
     assert planner.search(ns, "friday", attributes=[":other/attr"]) == []

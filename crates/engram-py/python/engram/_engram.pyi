@@ -204,6 +204,7 @@ class Client:
         verified_only: bool = False,
         valid_between_ns: Optional[Tuple[int, int]] = None,
         branch: Optional[str] = None,
+        prove: bool = False,
         stale: bool = False,
     ) -> List[Hit]: ...
     def diff(

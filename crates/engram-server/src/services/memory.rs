@@ -848,6 +848,7 @@ impl pb::memory_server::Memory for MemoryService {
                     .collect(),
             })
             .collect();
+        let proof = read_proof(&self.shared, req.prove, req.trusted_size, &found)?;
         self.shared
             .record_access(&caller, "search", &req.namespace, None, req.as_of_tx, hits.len())
             .await;
@@ -855,6 +856,7 @@ impl pb::memory_server::Memory for MemoryService {
             hits,
             applied_tx: applied,
             as_of_tx: query.as_of.0,
+            proof,
         }))
     }
 }
