@@ -52,6 +52,25 @@ impl EngramClient {
             .map_err(|e| errors::to_py(py, &e))
     }
 
+    /// Runs a proven read: `call` gets the client and the trusted log (established on first
+    /// use), and returns the log as the verified answer left it, with the answer.
+    fn run_proven<T, F, Fut>(&self, py: Python<'_>, call: F) -> PyResult<T>
+    where
+        T: Send,
+        F: FnOnce(Client, TrustedLog) -> Fut + Send,
+        Fut: Future<Output = (TrustedLog, Result<T, ClientError>)> + Send,
+    {
+        let client = self.client.clone();
+        let trust = self.trust.clone();
+        self.run(py, async move {
+            let mut guard = trust.lock().await;
+            let log = client.trusted(&mut guard).await?;
+            let (log, answer) = call(client, log).await;
+            *guard = Some(log);
+            answer
+        })
+    }
+
     fn provenance(
         &self,
         agent: Option<String>,
@@ -349,13 +368,9 @@ impl EngramClient {
         };
         let client = self.client.clone();
         let response = if prove {
-            let trust = self.trust.clone();
-            self.run(py, async move {
-                let mut guard = trust.lock().await;
-                let mut log = client.trusted(&mut guard).await?;
+            self.run_proven(py, move |client, mut log| async move {
                 let answer = client.get_verified(&mut log, &namespace, entity, opts).await;
-                *guard = Some(log);
-                answer
+                (log, answer)
             })?
         } else {
             self.run(py, async move { client.get(&namespace, entity, opts).await })?
@@ -409,18 +424,12 @@ impl EngramClient {
                     "prove: proofs cover main's datoms; a branch's history cannot be proven",
                 ));
             }
-            (true, None) => {
-                let trust = self.trust.clone();
-                self.run(py, async move {
-                    let mut guard = trust.lock().await;
-                    let mut log = client.trusted(&mut guard).await?;
-                    let answer = client
-                        .history_verified(&mut log, &namespace, target, limit, consistency)
-                        .await;
-                    *guard = Some(log);
-                    answer
-                })?
-            }
+            (true, None) => self.run_proven(py, move |client, mut log| async move {
+                let answer = client
+                    .history_verified(&mut log, &namespace, target, limit, consistency)
+                    .await;
+                (log, answer)
+            })?,
             (false, Some(branch)) => self.run(py, async move {
                 client
                     .history_on(&namespace, &branch, target, limit, consistency)
@@ -496,13 +505,9 @@ impl EngramClient {
         query.branch = branch.map(|b| branch_arg("branch", b)).transpose()?;
         let client = self.client.clone();
         let response = if prove {
-            let trust = self.trust.clone();
-            self.run(py, async move {
-                let mut guard = trust.lock().await;
-                let mut log = client.trusted(&mut guard).await?;
+            self.run_proven(py, move |client, mut log| async move {
                 let answer = client.search_verified(&mut log, &query).await;
-                *guard = Some(log);
-                answer
+                (log, answer)
             })?
         } else {
             self.run(py, async move { client.search(&query).await })?

@@ -784,8 +784,10 @@ impl pb::memory_server::Memory for MemoryService {
         let (meta, _, req) = request.into_parts();
         let caller = self.shared.incoming(&meta);
         let forwarded = caller.forwarded;
-        // Checked here too, so a bad request is refused by the node it reached.
-        engram_proto::search_request(req.clone(), TxId(0)).map_err(ApiError::from)?;
+        // Checked before forwarding, so a bad request is refused by the node it reached. A
+        // request naming no transaction is answered as of this node's applied state, set below.
+        let (scope, mut query) =
+            engram_proto::search_request(req.clone(), TxId(0)).map_err(ApiError::from)?;
         if let Some(mut leader) = self.shared.read_leader(req.consistency, forwarded).await? {
             return relay(leader.search(caller.forward(req)).await);
         }
@@ -796,8 +798,9 @@ impl pb::memory_server::Memory for MemoryService {
             Need::on(Action::Read, &req.namespace),
         )?;
         let applied = self.shared.applied_index();
-        let (scope, query) =
-            engram_proto::search_request(req.clone(), TxId(applied)).map_err(ApiError::from)?;
+        if req.as_of_tx.is_none() {
+            query.as_of = TxId(applied);
+        }
         // Searching by an attribute one may not read would tell what its values say.
         if let Some(grants) = &caller.scope
             && let Some(hidden) = query.filter.attributes.iter().find(|a| !grants.shows(a.as_str()))
