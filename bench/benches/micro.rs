@@ -565,13 +565,13 @@ const RECALL_FACTS: u64 = 100_000;
 /// A generated corpus: fact `i` asserts 6 to 20 words drawn from 20,000 (small word numbers far
 /// more often, as in text), by one of 8 agents; every tenth transaction also retracts the fact
 /// written 50 transactions before it.
-fn recall_corpus(facts: u64) -> engram_recall::TextIndex {
-    use engram_recall::{FactMeta, FactRef, Scope, TextIndex};
+fn recall_corpus(facts: u64) -> engram_recall::RecallIndex {
+    use engram_recall::{FactMeta, FactRef, RecallIndex, Scope};
     let scope = Scope {
         namespace: Namespace::new("bench/recall").unwrap(),
         branch: None,
     };
-    let mut index = TextIndex::new();
+    let mut index = RecallIndex::new();
     let mut state = 0x9E37_79B9_7F4A_7C15u64;
     let mut next = move || {
         state ^= state << 13;
@@ -601,7 +601,7 @@ fn recall_corpus(facts: u64) -> engram_recall::TextIndex {
             valid_from_ns: 0,
             valid_to_ns: None,
         };
-        index.add(&scope, fact(tx), &text.join(" "), meta).unwrap();
+        index.add_text(&scope, fact(tx), &text.join(" "), meta).unwrap();
         if tx % 10 == 0 && tx > 50 {
             index.end(&scope, &fact(tx - 50), TxId(tx)).unwrap();
         }
@@ -621,6 +621,7 @@ fn recall(c: &mut Criterion) {
         as_of: TxId(as_of),
         k: 10,
         filter: Filter::default(),
+        ..Query::default()
     };
     // Checked once: common words find a full page, as of now and as of halfway.
     for as_of in [RECALL_FACTS, RECALL_FACTS / 2] {

@@ -22,6 +22,10 @@ pub const NAMESPACE: &str = "sim";
 pub const REG_VALUE: &str = ":reg/v";
 pub const REG_WRITER: &str = ":reg/by";
 pub const REG_NAME: &str = ":reg/name";
+/// A 3-component vector derived from the value written, so recall's vector index is fed.
+pub const REG_EMBEDDING: &str = ":reg/embedding";
+/// A ref to the next register, so recall's ref graph is fed.
+pub const REG_PEER: &str = ":reg/peer";
 
 /// Per-attempt deadline.
 const ATTEMPT_TIMEOUT: Duration = Duration::from_millis(1500);
@@ -236,6 +240,22 @@ async fn execute(client: usize, agent: &str, seq: u64, call: &Call, w: &Workload
                         REG_WRITER,
                         pb::Value {
                             kind: Some(pb::value::Kind::String(agent.to_string())),
+                        },
+                    ),
+                    assert_op(
+                        pb::entity_ref::Kind::Id(entity),
+                        REG_EMBEDDING,
+                        pb::Value {
+                            kind: Some(pb::value::Kind::Vector(pb::Vector {
+                                values: vec![(value % 7) as f32, (value % 5) as f32 - 2.0, 1.0],
+                            })),
+                        },
+                    ),
+                    assert_op(
+                        pb::entity_ref::Kind::Id(entity),
+                        REG_PEER,
+                        pb::Value {
+                            kind: Some(pb::value::Kind::Ref(w.registers[(*key + 1) % w.registers.len()])),
                         },
                     ),
                 ],

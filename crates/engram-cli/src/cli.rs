@@ -855,9 +855,18 @@ pub struct FindArgs {
 pub struct SearchArgs {
     #[arg(long = "ns", value_name = "NAMESPACE")]
     pub namespace: String,
-    /// The words to look for (letters and digits; case does not matter).
-    #[arg(value_name = "WORDS", required = true, num_args = 1..)]
+    /// The words to look for (letters and digits; case does not matter). Optional with
+    /// --vector.
+    #[arg(value_name = "WORDS", required_unless_present = "vector", num_args = 0..)]
     pub words: Vec<String>,
+    /// A query embedding as a JSON array of numbers, e.g. '[0.12, -0.5, 0.33]': nearest
+    /// neighbours among the searchable vector attributes of that dimension (computed by your
+    /// model; the server has none).
+    #[arg(long, value_name = "JSON")]
+    pub vector: Option<String>,
+    /// Ref hops to walk from the best hits (graph expansion), 0 to 3 [default: 1].
+    #[arg(long, value_name = "N")]
+    pub hops: Option<u32>,
     /// Hits wanted, 1 to 100 [default: 10].
     #[arg(long, default_value_t = 0, value_name = "N")]
     pub k: u32,
@@ -924,13 +933,15 @@ pub enum SchemaCommand {
 
 const SCHEMA_FORMAT_HELP: &str = r#"SCHEMA FORMAT (JSON): an array of declarations
   [ { "ident": ":memory/key",          required, :prefix/name (the :db prefixes are reserved)
-      "type": "string",                required: string i64 f64 bool bytes instant ref keyword json
+      "type": "string",                required: string i64 f64 bool bytes instant ref keyword json vector
       "cardinality": "one",            "one" (default) or "many"
       "unique": "identity",            optional: "identity" (upsert, lookup refs) or "value"
       "indexed": true,                 optional: keep a value index for find by value
       "component": false,              optional: ref attributes only
       "doc": "what it means",          optional
-      "deprecated": false } ]          optional: closed for new assertions
+      "deprecated": false,             optional: closed for new assertions
+      "searchable": true,              optional: string and vector attributes; found by `engram search`
+      "dimension": 384 } ]             vector attributes: components per value (1 to 4096)
 
 EXAMPLES
   engram schema apply --ns team/a --preset agent-memory

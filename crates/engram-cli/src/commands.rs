@@ -815,6 +815,13 @@ async fn find(client: &Client, args: FindArgs, json: bool) -> Result<()> {
 
 async fn search(client: &Client, args: SearchArgs, json: bool) -> Result<()> {
     let mut query = SearchQuery::new(namespace(&args.namespace)?, args.words.join(" "));
+    query.vector = args
+        .vector
+        .as_deref()
+        .map(txjson::parse_vector)
+        .transpose()
+        .context("--vector")?;
+    query.hops = args.hops;
     query.k = args.k;
     query.as_of_tx = args.as_of_tx;
     query.attributes = args

@@ -149,6 +149,12 @@ pub struct RecallArgs {
     /// first (word relevance, then recency and verified/confidence), each with the signals
     /// that ranked it. Give this or `attribute`.
     pub query: Option<String>,
+    /// An embedding of what you are looking for, from the same model as the stored vectors:
+    /// finds the facts whose vectors are nearest (with or without `query`).
+    pub vector: Option<Vec<f32>>,
+    /// How many refs to follow from the best hits to the entities around them (0 to 3;
+    /// default 1), with `query` or `vector`.
+    pub hops: Option<u32>,
     /// The attribute to look in, e.g. ":memory/key". With `query`: only facts of this
     /// attribute. Without: every current fact of the attribute (or those holding `value`).
     pub attribute: Option<String>,
@@ -320,11 +326,13 @@ impl EngramTools {
             .as_deref()
             .map(|a| engram_types::Attribute::new(a).map_err(|e| format!("attribute: {e}")))
             .transpose()?;
-        if let Some(text) = args.query {
+        if args.query.is_some() || args.vector.is_some() {
             if args.value.is_some() {
-                return Err("value: give it with attribute alone, not with query".into());
+                return Err("value: give it with attribute alone, not with query or vector".into());
             }
-            let mut query = SearchQuery::new(ns, text);
+            let mut query = SearchQuery::new(ns, args.query.unwrap_or_default());
+            query.vector = args.vector;
+            query.hops = args.hops;
             query.k = args.limit.unwrap_or(0);
             query.as_of_tx = args.as_of_tx;
             query.attributes = attribute.into_iter().collect();
@@ -350,7 +358,7 @@ impl EngramTools {
             return Ok(answer(json!({ "hits": hits, "as_of_tx": found.as_of_tx })));
         }
         let Some(attribute) = attribute else {
-            return Err("give query (words to search for) or attribute".into());
+            return Err("give query (words to search for), vector, or attribute".into());
         };
         let value = match &args.value {
             None => None,

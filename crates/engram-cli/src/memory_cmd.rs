@@ -17,7 +17,7 @@ use crate::txjson::{self, JsonError};
 /// The schema presets `engram schema apply --preset` knows.
 pub const PRESETS: [(&str, &str); 1] = [("agent-memory", include_str!("../presets/agent-memory.json"))];
 
-const DEF_FIELDS: [&str; 8] = [
+const DEF_FIELDS: [&str; 10] = [
     "ident",
     "type",
     "cardinality",
@@ -26,6 +26,8 @@ const DEF_FIELDS: [&str; 8] = [
     "component",
     "doc",
     "deprecated",
+    "searchable",
+    "dimension",
 ];
 
 fn err<T>(path: String, reason: impl Into<String>) -> Result<T, JsonError> {
@@ -36,7 +38,8 @@ fn err<T>(path: String, reason: impl Into<String>) -> Result<T, JsonError> {
 }
 
 /// Parses a schema document: an array of attribute declarations, each
-/// `{"ident", "type", "cardinality"?, "unique"?, "indexed"?, "component"?, "doc"?, "deprecated"?}`.
+/// `{"ident", "type", "cardinality"?, "unique"?, "indexed"?, "component"?, "doc"?, "deprecated"?,
+/// "searchable"?, "dimension"?}`.
 pub fn parse_schema(text: &str) -> Result<Vec<AttributeDef>, JsonError> {
     let json: Json = serde_json::from_str(text).map_err(|e| JsonError {
         path: "(document)".into(),
@@ -85,7 +88,7 @@ pub fn parse_schema(text: &str) -> Result<Vec<AttributeDef>, JsonError> {
         let Some(value_type) = value_type else {
             return err(
                 path("type"),
-                format!("unknown type {ty:?} (string, i64, f64, bool, bytes, instant, ref, keyword or json)"),
+                format!("unknown type {ty:?} (string, i64, f64, bool, bytes, instant, ref, keyword, json or vector)"),
             );
         };
         let cardinality = match text("cardinality")? {
@@ -118,6 +121,15 @@ pub fn parse_schema(text: &str) -> Result<Vec<AttributeDef>, JsonError> {
             component: flag("component")?,
             doc: text("doc")?.unwrap_or_default().to_string(),
             deprecated: flag("deprecated")?,
+            searchable: flag("searchable")?,
+            dimension: match map.get("dimension") {
+                None => 0,
+                Some(Json::Number(n)) => match n.as_u64().and_then(|d| u32::try_from(d).ok()) {
+                    Some(d) => d,
+                    None => return err(path("dimension"), format!("expected a component count, found {n}")),
+                },
+                Some(_) => return err(path("dimension"), "expected a number"),
+            },
         };
         def.validate().map_err(|e| JsonError {
             path: format!("[{i}]"),
@@ -142,6 +154,7 @@ fn def_json(def: &pb::AttributeDef) -> Json {
     json!({
         "ident": def.ident, "type": def.value_type, "cardinality": cardinality, "unique": unique,
         "indexed": def.indexed, "component": def.component, "doc": def.doc, "deprecated": def.deprecated,
+        "searchable": def.searchable, "dimension": def.dimension,
     })
 }
 

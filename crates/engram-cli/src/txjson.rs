@@ -200,7 +200,7 @@ fn as_u64(path: &str, v: &Json) -> Result<u64, JsonError> {
     }
 }
 
-const VALUE_KINDS: [&str; 9] = [
+const VALUE_KINDS: [&str; 10] = [
     "string",
     "i64",
     "f64",
@@ -210,7 +210,39 @@ const VALUE_KINDS: [&str; 9] = [
     "ref",
     "keyword",
     "json",
+    "vector",
 ];
+
+/// The components of a JSON array of numbers at `path`, as f32s; refuses anything else, and a
+/// number that an f32 cannot hold (it would become infinite).
+fn vector_from_json(path: &str, raw: &Json) -> Result<Vec<f32>, JsonError> {
+    let Json::Array(items) = raw else {
+        return err(path, format!("expected an array of numbers, found {}", kind(raw)));
+    };
+    items
+        .iter()
+        .enumerate()
+        .map(|(i, item)| match item.as_f64() {
+            Some(x) if (x as f32).is_finite() => Ok(x as f32),
+            Some(x) => err(format!("{path}[{i}]"), format!("{x} is beyond the range of a 32-bit float")),
+            None => err(format!("{path}[{i}]"), format!("expected a number, found {}", kind(item))),
+        })
+        .collect()
+}
+
+/// Parses a query vector given on the command line, e.g. `--vector '[0.1, -0.5, 0.3]'`.
+pub fn parse_vector(text: &str) -> Result<Vec<f32>, JsonError> {
+    let json: Json = serde_json::from_str(text).map_err(|e| JsonError {
+        path: "(vector)".into(),
+        reason: format!("invalid JSON: {e}"),
+    })?;
+    let v = vector_from_json("(vector)", &json)?;
+    engram_types::check_vector("vector", &v).map_err(|e| JsonError {
+        path: "(vector)".into(),
+        reason: e.to_string(),
+    })?;
+    Ok(v)
+}
 
 /// Parses a value object such as `{"i64": 5}` found at `path`.
 pub fn value_from_json(path: &str, v: &Json) -> Result<Value, JsonError> {
@@ -262,6 +294,7 @@ pub fn value_from_json(path: &str, v: &Json) -> Result<Value, JsonError> {
             Ok(v) => v,
             Err(e) => return err(p, e.to_string()),
         },
+        "vector" => Value::Vector(vector_from_json(&p, raw)?),
         // Obj::new refused every other key.
         other => return err(p, format!("unknown value kind {other:?}")),
     };
@@ -553,6 +586,7 @@ pub fn value_to_json(v: &Value) -> Json {
             // Stored json is canonical and parses; keep the text rather than fail the output.
             Err(_) => json!({ "json_text": text }),
         },
+        Value::Vector(v) => json!({ "vector": v }),
     }
 }
 

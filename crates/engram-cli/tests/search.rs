@@ -216,6 +216,34 @@ async fn search_finds_facts_by_their_words_as_of_any_transaction() {
     assert_eq!(proven["verified"]["datoms"], 2);
     assert!(proven["verified"]["checkpoint_size"].as_u64().unwrap() > 0);
 
+    // Vectors and refs: found by meaning (shown by the entity's text), and one ref away.
+    let doc = json!({
+        "namespace": NS, "agent": "planner",
+        "ops": [
+            {"entity": "d", "attribute": ":doc/text", "value": {"string": "quarterly budget review"}},
+            {"entity": "d", "attribute": ":doc/embedding", "value": {"vector": [0.0, 1.0, 0.0]}},
+            {"entity": "d", "attribute": ":doc/about", "value": {"ref": task_id}}
+        ]
+    });
+    let d = ok(e(0), &["transact"], Some(&doc.to_string()))["temp_ids"]["d"]
+        .as_u64()
+        .unwrap();
+    let near = ok(
+        e(1),
+        &["search", "--ns", NS, "--vector", "[0.1, 2.0, 0.0]", "--hops", "0"],
+        None,
+    );
+    assert_eq!(hits(&near)[0].0, d, "{near}");
+    assert_eq!(near["hits"][0]["signals"][0]["signal"], "vector");
+    let around = ok(e(2), &["search", "--ns", NS, "budget"], None);
+    let entities: Vec<u64> = hits(&around).iter().map(|h| h.0).collect();
+    assert_eq!(
+        entities,
+        [d, task_id, task_id],
+        "the doc, then both title claims of the task it is about: {around}"
+    );
+    assert_eq!(around["hits"][1]["signals"][0]["signal"], "graph");
+
     // 5. Every node's own index gives the leader's answer once it has applied as much.
     let head = client.head().await.unwrap().index;
     let leader_view = ok(
@@ -258,6 +286,22 @@ async fn search_finds_facts_by_their_words_as_of_any_transaction() {
             "--attribute",
         ),
         (vec!["search", "--ns", "Bad Namespace!", "deploy"], "--ns"),
+        (
+            vec!["search", "--ns", NS, "--vector", "[1, \"a\"]"],
+            "expected a number",
+        ),
+        (
+            vec!["search", "--ns", NS, "--vector", "[1, 0]"],
+            "vector: has 2 components; of the searchable vector attributes of team/search, :doc/embedding has 3",
+        ),
+        (
+            vec!["search", "--ns", NS, "deploy", "--hops", "4"],
+            "hops: must be at most 3",
+        ),
+        (
+            vec!["search", "--ns", NS, "deploy", "--attribute", ":nope/x"],
+            "attributes[0]: :nope/x is not a searchable attribute",
+        ),
     ] {
         let (code, _, stderr) = run(e(1), &args, None);
         assert_ne!(code, 0, "{args:?} should fail");

@@ -158,11 +158,18 @@ pub struct FindQuery {
     pub branch: Option<BranchName>,
 }
 
-/// What [`Client::search`] asks: words, and optionally which facts and as of when.
+/// What [`Client::search`] asks: words and or a query vector, and optionally which facts, as
+/// of when, and how far along refs.
 #[derive(Clone, Debug)]
 pub struct SearchQuery {
     pub namespace: Namespace,
+    /// Words; may be empty when `vector` is set.
     pub text: String,
+    /// A query embedding (the same model as the stored vectors): nearest neighbours among the
+    /// searchable vector attributes of its dimension.
+    pub vector: Option<Vec<f32>>,
+    /// Ref hops from the best hits, 0 to 3; `None`: the server's default (1).
+    pub hops: Option<u32>,
     /// Hits wanted, 1 to 100; 0: the server's default (10).
     pub k: u32,
     pub as_of_tx: Option<u64>,
@@ -184,6 +191,8 @@ impl SearchQuery {
         SearchQuery {
             namespace,
             text: text.into(),
+            vector: None,
+            hops: None,
             k: 0,
             as_of_tx: None,
             attributes: Vec::new(),
@@ -1171,5 +1180,7 @@ pub(crate) fn search_request(query: &SearchQuery) -> pb::SearchRequest {
         branch: query.branch.as_ref().map(ToString::to_string).unwrap_or_default(),
         prove: false,
         trusted_size: 0,
+        vector: query.vector.clone().unwrap_or_default(),
+        hops: query.hops,
     }
 }

@@ -1368,6 +1368,38 @@ mod tests {
     }
 
     #[test]
+    fn a_vector_attribute_keeps_its_first_dimension() {
+        let (store, mut engine) = engine();
+        let (e, _) = new_task(&mut engine, 2, "x");
+        let first = tx(vec![op(
+            EntityRef::Id(e),
+            ":task/embedding",
+            Value::Vector(vec![1.0, 0.0, 0.5]),
+        )]);
+        assert!(engine.apply_tx(3, 3_000, &first, WriteBatch::new()).unwrap().is_ok());
+        let before = state_bytes(&store);
+        let short = tx(vec![op(
+            EntityRef::Id(e),
+            ":task/embedding",
+            Value::Vector(vec![1.0, 0.0]),
+        )]);
+        let r = engine.apply_tx(4, 4_000, &short, WriteBatch::new()).unwrap();
+        assert_eq!(
+            r,
+            Err(Rejection::DimensionMismatch {
+                attribute: attr(":task/embedding"),
+                expected: 3,
+                found: 2,
+            })
+        );
+        assert_eq!(
+            r.unwrap_err().to_string(),
+            "wrong vector dimension for :task/embedding: expected 3 components, got 2"
+        );
+        assert_eq!(state_bytes(&store), before, "a refused vector changes nothing");
+    }
+
+    #[test]
     fn preconditions_that_hold_apply() {
         let (_store, mut engine) = engine();
         let (e, _) = new_task(&mut engine, 2, "x");

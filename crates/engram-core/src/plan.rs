@@ -263,7 +263,7 @@ impl<'a> Draft<'a> {
             Some(def) => def,
             None if self.strict => return Ok(Err(Rejection::UnknownAttribute(attr.clone()))),
             None => {
-                let def = schema::implicit_def(attr, fact.value.value_type());
+                let def = schema::implicit_def(attr, fact.value);
                 self.implicit.push(def.clone());
                 self.defs.insert(attr.clone(), Some(def.clone()));
                 def
@@ -275,6 +275,15 @@ impl<'a> Draft<'a> {
                 attribute: attr.clone(),
                 expected: def.value_type,
                 found,
+            }));
+        }
+        if let Value::Vector(v) = fact.value
+            && v.len() != def.dimension as usize
+        {
+            return Ok(Err(Rejection::DimensionMismatch {
+                attribute: attr.clone(),
+                expected: def.dimension,
+                found: u32::try_from(v.len()).unwrap_or(u32::MAX),
             }));
         }
         if def.deprecated && fact.op == Op::Assert {
@@ -762,6 +771,12 @@ fn check_migration(
         return Err(format!(
             "its value type is {} and a type never changes (declare a new attribute and deprecate this one)",
             old.value_type
+        ));
+    }
+    if old.dimension != new.dimension {
+        return Err(format!(
+            "its dimension is {} and a vector's dimension never changes (declare a new attribute)",
+            old.dimension
         ));
     }
     if declared {

@@ -152,6 +152,13 @@ pub enum Rejection {
     /// agent is unknown or revoked, its key changed since the signature was checked, or the
     /// signature is for another request.
     Unauthenticated(String),
+    /// A vector whose number of components differs from the attribute's dimension. (Variants
+    /// are added at the end: rejections are stored with their position.)
+    DimensionMismatch {
+        attribute: Attribute,
+        expected: u32,
+        found: u32,
+    },
 }
 
 impl Rejection {
@@ -193,6 +200,14 @@ impl fmt::Display for Rejection {
                     "wrong value type for {attribute}: expected {expected}, got {found}"
                 )
             }
+            Rejection::DimensionMismatch {
+                attribute,
+                expected,
+                found,
+            } => write!(
+                f,
+                "wrong vector dimension for {attribute}: expected {expected} components, got {found}"
+            ),
             Rejection::NotCurrent {
                 entity,
                 attribute,

@@ -61,9 +61,21 @@ pub struct NamespaceSchema {
 
 /// The definition an attribute gets from its first assertion in an open namespace: its
 /// type, cardinality one, indexed by value (as every attribute was before it is declared).
-pub fn implicit_def(attr: &Attribute, value_type: ValueType) -> AttributeDef {
-    let mut def = AttributeDef::new(attr.clone(), value_type);
-    def.indexed = true;
+/// Strings and vectors are searchable, so recall works before any schema is written; a
+/// vector's dimension is the first value's, and it has no value index.
+pub fn implicit_def(attr: &Attribute, first: &Value) -> AttributeDef {
+    let mut def = AttributeDef::new(attr.clone(), first.value_type());
+    match first {
+        Value::Vector(v) => {
+            def.dimension = u32::try_from(v.len()).unwrap_or(u32::MAX);
+            def.searchable = true;
+        }
+        Value::String(_) => {
+            def.indexed = true;
+            def.searchable = true;
+        }
+        _ => def.indexed = true,
+    }
     def
 }
 
@@ -71,9 +83,9 @@ pub fn implicit_def(attr: &Attribute, value_type: ValueType) -> AttributeDef {
 pub fn builtin(attr: &Attribute) -> Option<AttributeDef> {
     let ty = match attr.as_str() {
         IDENT | VALUE_TYPE | CARDINALITY | UNIQUE | BRANCH_STATE => ValueType::Keyword,
-        INDEX | COMPONENT | DEPRECATED => ValueType::Bool,
+        INDEX | COMPONENT | DEPRECATED | SEARCHABLE => ValueType::Bool,
         DOC | BRANCH_NAME => ValueType::String,
-        SCHEMA_VERSION | BRANCH_FORK => ValueType::I64,
+        SCHEMA_VERSION | BRANCH_FORK | DIMENSION => ValueType::I64,
         _ => return None,
     };
     Some(AttributeDef::new(attr.clone(), ty))
@@ -87,6 +99,8 @@ pub const INDEX: &str = ":db/index";
 pub const COMPONENT: &str = ":db/isComponent";
 pub const DOC: &str = ":db/doc";
 pub const DEPRECATED: &str = ":db/deprecated";
+pub const SEARCHABLE: &str = ":db/searchable";
+pub const DIMENSION: &str = ":db/dimension";
 pub const SCHEMA_VERSION: &str = ":db/schemaVersion";
 pub const BRANCH_NAME: &str = ":db.branch/name";
 pub const BRANCH_FORK: &str = ":db.branch/fork";
@@ -147,6 +161,13 @@ pub fn def_facts(
     field(DEPRECATED, &|d| Value::Bool(d.deprecated));
     if !new.doc.is_empty() || old.is_some_and(|o| !o.doc.is_empty()) {
         field(DOC, &|d| Value::String(d.doc.clone()));
+    }
+    // Written once set, like the doc: a schema that never used them has the facts it always had.
+    if new.searchable || old.is_some_and(|o| o.searchable) {
+        field(SEARCHABLE, &|d| Value::Bool(d.searchable));
+    }
+    if new.dimension != 0 {
+        field(DIMENSION, &|d| Value::I64(i64::from(d.dimension)));
     }
     match (old.and_then(|o| o.unique), new.unique) {
         (a, Some(b)) if a != Some(b) => out.push((reserved(UNIQUE), unique_keyword(b), true)),

@@ -104,10 +104,11 @@ pub struct Measurement {
     pub client_cpu_us_per_op: f64,
 }
 
-/// The payload of a write workload: `bytes` printable bytes (both systems store strings).
+/// The payload of a write workload: `bytes` printable bytes (both systems store strings), in
+/// words of five letters, so Engram's recall index has words to index, as it would in prose.
 pub fn value_of(bytes: usize) -> Arc<[u8]> {
     (0..bytes)
-        .map(|i| b'a' + (i % 26) as u8)
+        .map(|i| if i % 6 == 5 { b' ' } else { b'a' + (i % 26) as u8 })
         .collect::<Vec<u8>>()
         .into()
 }
@@ -311,9 +312,11 @@ mod tests {
     }
 
     #[test]
-    fn values_have_the_asked_size_and_are_printable() {
+    fn values_have_the_asked_size_and_are_words() {
         let v = value_of(100);
         assert_eq!(v.len(), 100);
-        assert!(v.iter().all(|b| b.is_ascii_lowercase()));
+        assert!(v.iter().all(|b| b.is_ascii_lowercase() || *b == b' '));
+        let text = String::from_utf8(v.to_vec()).unwrap();
+        assert_eq!(text.split(' ').filter(|w| w.len() == 5).count(), 16, "{text}");
     }
 }

@@ -133,6 +133,8 @@ pub fn attribute_def(field: &str, raw: pb::AttributeDef) -> Result<AttributeDef,
         component: raw.component,
         doc: raw.doc,
         deprecated: raw.deprecated,
+        searchable: raw.searchable,
+        dimension: raw.dimension,
     };
     def.validate().map_err(at(field))?;
     Ok(def)
@@ -156,6 +158,8 @@ impl From<&AttributeDef> for pb::AttributeDef {
             component: d.component,
             doc: d.doc.clone(),
             deprecated: d.deprecated,
+            searchable: d.searchable,
+            dimension: d.dimension,
         }
     }
 }
@@ -215,6 +219,7 @@ pub fn value(field: &str, raw: Option<pb::Value>) -> Result<Value, WireError> {
         Kind::Ref(e) => Value::Ref(EntityId(e)),
         Kind::Keyword(k) => Value::Keyword(k),
         Kind::Json(text) => Value::json(&text).map_err(at(field))?,
+        Kind::Vector(v) => Value::Vector(v.values),
     };
     v.validate().map_err(at(field))?;
     Ok(v)
@@ -233,6 +238,7 @@ impl From<&Value> for pb::Value {
             Value::Ref(e) => Kind::Ref(e.0),
             Value::Keyword(k) => Kind::Keyword(k.clone()),
             Value::Json(j) => Kind::Json(j.clone()),
+            Value::Vector(v) => Kind::Vector(pb::Vector { values: v.clone() }),
         };
         pb::Value { kind: Some(kind) }
     }

@@ -1,8 +1,8 @@
 //! The wire form of a search, checked: `pb::SearchRequest` → the recall index's scope and
 //! query.
 
-use engram_recall::{Filter, MAX_K, MAX_QUERY_BYTES, Query, Scope};
-use engram_types::{Status, TxId};
+use engram_recall::{DEFAULT_HOPS, Filter, MAX_HOPS, MAX_K, MAX_QUERY_BYTES, Query, Scope};
+use engram_types::{Status, TxId, check_vector};
 
 use crate::{WireError, attribute, branch, namespace, pb};
 
@@ -11,8 +11,10 @@ pub const DEFAULT_K: usize = 10;
 
 /// The scope and query `req` asks for; `latest` is the transaction to answer as of when the
 /// request names none (the answering node's applied state). Refuses, naming the field, a `k`
-/// above [`MAX_K`], a text over [`MAX_QUERY_BYTES`] or without a word, an invalid attribute,
-/// an unknown status, and a valid-time window that is half given or empty.
+/// above [`MAX_K`], a text over [`MAX_QUERY_BYTES`], a query with neither a word nor a
+/// vector, a vector that is too long or not finite, hops above [`MAX_HOPS`], an invalid
+/// attribute, an unknown status, and a valid-time window that is half given or empty. (Whether
+/// the vector's dimension is one the namespace's schema has is checked where the schema is.)
 pub fn search_request(req: pb::SearchRequest, latest: TxId) -> Result<(Scope, Query), WireError> {
     let scope = Scope {
         namespace: namespace("namespace", req.namespace)?,
@@ -29,12 +31,28 @@ pub fn search_request(req: pb::SearchRequest, latest: TxId) -> Result<(Scope, Qu
             format!("is {} bytes; at most {MAX_QUERY_BYTES}", req.text.len()),
         ));
     }
-    if engram_recall::tokens(&req.text).is_empty() {
+    let vector = if req.vector.is_empty() {
+        None
+    } else {
+        check_vector("vector", &req.vector).map_err(|e| match e {
+            engram_types::ValidationError::Value { reason, .. } => WireError::new("vector", reason),
+            other => WireError::new("vector", other.to_string()),
+        })?;
+        Some(req.vector)
+    };
+    if vector.is_none() && engram_recall::tokens(&req.text).is_empty() {
         return Err(WireError::new(
             "text",
-            "has no words to search for (letters or digits)",
+            "has no words to search for (letters or digits), and no vector is given",
         ));
     }
+    let hops = match req.hops {
+        None => DEFAULT_HOPS,
+        Some(h) if h as usize > MAX_HOPS => {
+            return Err(WireError::new("hops", format!("must be at most {MAX_HOPS}, not {h}")));
+        }
+        Some(h) => h as usize,
+    };
     let attributes = req
         .attributes
         .into_iter()
@@ -75,6 +93,8 @@ pub fn search_request(req: pb::SearchRequest, latest: TxId) -> Result<(Scope, Qu
         scope,
         Query {
             text: req.text,
+            vector,
+            hops,
             as_of: req.as_of_tx.map_or(latest, TxId),
             k,
             filter: Filter {
@@ -127,6 +147,18 @@ mod tests {
         assert_eq!((q.as_of, q.k), (TxId(4), 3));
         assert_eq!(q.filter.statuses, [Status::Verified]);
         assert_eq!(q.filter.valid_between_ns, Some((1, 2)));
+        assert_eq!((q.vector.as_ref(), q.hops), (None, DEFAULT_HOPS));
+        let (_, q) = search_request(
+            pb::SearchRequest {
+                text: String::new(),
+                vector: vec![0.5, -1.0],
+                hops: Some(0),
+                ..good()
+            },
+            TxId(9),
+        )
+        .expect("a vector alone is a query");
+        assert_eq!((q.vector, q.hops), (Some(vec![0.5, -1.0]), 0));
     }
 
     #[test]
@@ -146,6 +178,16 @@ mod tests {
             "branch"
         );
         assert_eq!(field(pb::SearchRequest { k: 101, ..good() }), "k");
+        assert_eq!(field(pb::SearchRequest { hops: Some(4), ..good() }), "hops");
+        for bad in [vec![f32::NAN], vec![1.0, f32::INFINITY], vec![0.0; 4097]] {
+            assert_eq!(
+                field(pb::SearchRequest {
+                    vector: bad,
+                    ..good()
+                }),
+                "vector"
+            );
+        }
         assert_eq!(
             field(pb::SearchRequest {
                 text: "".into(),

@@ -286,8 +286,10 @@ impl EngramClient {
     }
 
     /// Declares or migrates attributes, each a dict: `ident`, `type` (string, i64, f64, bool,
-    /// bytes, instant, ref, keyword, json), and optionally `cardinality` ("one"/"many"),
-    /// `unique` ("identity"/"value"), `indexed`, `component`, `doc`, `deprecated`.
+    /// bytes, instant, ref, keyword, json, vector), and optionally `cardinality`
+    /// ("one"/"many"), `unique` ("identity"/"value"), `indexed`, `component`, `doc`,
+    /// `deprecated`, `searchable` (strings and vectors: found by `search`) and `dimension`
+    /// (vectors: components per value).
     #[pyo3(signature = (namespace, attributes, *, agent=None, idempotency_key=None))]
     fn apply_schema(
         &self,
@@ -470,16 +472,19 @@ impl EngramClient {
         datom_list(py, response.datoms)
     }
 
-    /// Facts found by their words: BM25 over string values, re-ranked by recency and the
-    /// priors (verified first, then confidence), best `k` first; `as_of_tx` searches what held
-    /// then, ranked as it would have been then.
-    #[pyo3(signature = (namespace, text, *, k=10, as_of_tx=None, attributes=None, agents=None, verified_only=false, valid_between_ns=None, branch=None, prove=false, stale=false))]
+    /// Facts found by their words (BM25 over searchable string values), by a query `vector`
+    /// (nearest searchable vectors of its dimension, cosine) and `hops` refs around the best of
+    /// those, fused and re-ranked by recency and the priors (verified first, then confidence),
+    /// best `k` first; `as_of_tx` searches what held then, ranked as it would have been then.
+    #[pyo3(signature = (namespace, text="", *, vector=None, hops=None, k=10, as_of_tx=None, attributes=None, agents=None, verified_only=false, valid_between_ns=None, branch=None, prove=false, stale=false))]
     #[allow(clippy::too_many_arguments)]
     fn search(
         &self,
         py: Python<'_>,
         namespace: &str,
         text: &str,
+        vector: Option<Vec<f32>>,
+        hops: Option<u32>,
         k: u32,
         as_of_tx: Option<u64>,
         attributes: Option<Vec<String>>,
@@ -491,6 +496,11 @@ impl EngramClient {
         stale: bool,
     ) -> PyResult<Py<PyList>> {
         let mut query = SearchQuery::new(namespace_arg(namespace)?, text);
+        if let Some(v) = &vector {
+            engram_types::check_vector("vector", v).map_err(|e| PyValueError::new_err(format!("vector: {e}")))?;
+        }
+        query.vector = vector;
+        query.hops = hops;
         query.k = k;
         query.as_of_tx = as_of_tx;
         query.attributes = attributes
@@ -656,7 +666,8 @@ impl EngramClient {
 
     /// The namespace's schema, now or as of a transaction: `{"version", "strict",
     /// "attributes": [{"ident", "type", "cardinality", "unique", "indexed", "component",
-    /// "doc", "deprecated", "since_tx"}]}` (`unique`: None, "identity" or "value").
+    /// "doc", "deprecated", "searchable", "dimension", "since_tx"}]}` (`unique`: None,
+    /// "identity" or "value").
     #[pyo3(signature = (namespace, *, as_of_tx=None, stale=false))]
     fn schema<'py>(
         &self,
@@ -695,6 +706,8 @@ impl EngramClient {
             row.set_item("component", def.component)?;
             row.set_item("doc", def.doc)?;
             row.set_item("deprecated", def.deprecated)?;
+            row.set_item("searchable", def.searchable)?;
+            row.set_item("dimension", def.dimension)?;
             row.set_item("since_tx", a.since_tx)?;
             attributes.append(row)?;
         }
@@ -1237,6 +1250,13 @@ fn attribute_def(i: usize, item: &Bound<'_, PyAny>) -> PyResult<AttributeDef> {
     def.indexed = flag("indexed")?;
     def.component = flag("component")?;
     def.deprecated = flag("deprecated")?;
+    def.searchable = flag("searchable")?;
+    def.dimension = match dict.get_item("dimension")? {
+        None => 0,
+        Some(v) => v
+            .extract()
+            .map_err(|_| PyTypeError::new_err(format!("{field}.dimension: an int from 1 to 4096")))?,
+    };
     def.doc = text("doc")?.unwrap_or_default();
     def.validate().map_err(invalid)?;
     Ok(def)

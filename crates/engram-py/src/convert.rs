@@ -8,10 +8,10 @@ use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyBytes, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
 
-use crate::types::{Assert, Keyword, Lookup, Ref, Retract};
+use crate::types::{Assert, Keyword, Lookup, Ref, Retract, Vector};
 
 /// A Python value as a datom value: `str`, `int`, `float`, `bool`, `bytes`, an aware
-/// `datetime`, [`Keyword`], [`Ref`], or a `dict`/`list` (stored as canonical JSON).
+/// `datetime`, [`Keyword`], [`Ref`], [`Vector`], or a `dict`/`list` (stored as canonical JSON).
 pub fn value(field: &str, obj: &Bound<'_, PyAny>) -> PyResult<Value> {
     let py = obj.py();
     let value = if obj.is_instance_of::<PyBool>() {
@@ -32,6 +32,8 @@ pub fn value(field: &str, obj: &Bound<'_, PyAny>) -> PyResult<Value> {
         Value::Keyword(k.get().name.clone())
     } else if let Ok(r) = obj.cast::<Ref>() {
         Value::Ref(EntityId(r.get().id))
+    } else if let Ok(v) = obj.cast::<Vector>() {
+        Value::Vector(v.get().values.clone())
     } else if obj.is_instance_of::<PyDict>() || obj.is_instance_of::<PyList>() {
         let json = py.import("json")?;
         let kwargs = PyDict::new(py);
@@ -47,7 +49,7 @@ pub fn value(field: &str, obj: &Bound<'_, PyAny>) -> PyResult<Value> {
         Value::Instant(datetime_ns(field, obj)?)
     } else {
         return Err(PyTypeError::new_err(format!(
-            "{field}: {} is not a datom value (str, int, float, bool, bytes, datetime, Keyword, Ref, dict or list)",
+            "{field}: {} is not a datom value (str, int, float, bool, bytes, datetime, Keyword, Ref, Vector, dict or list)",
             type_name(obj)
         )));
     };
@@ -70,6 +72,7 @@ pub fn to_py<'py>(py: Python<'py>, value: &Value) -> PyResult<Bound<'py, PyAny>>
         Value::Ref(e) => Bound::new(py, Ref { id: e.0 })?.into_any(),
         Value::Keyword(k) => Bound::new(py, Keyword { name: k.clone() })?.into_any(),
         Value::Json(text) => py.import("json")?.call_method1("loads", (text,))?,
+        Value::Vector(v) => Bound::new(py, Vector { values: v.clone() })?.into_any(),
     })
 }
 

@@ -19,6 +19,7 @@ fn _engram(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<client::EngramClient>()?;
     m.add_class::<client::Watch>()?;
     m.add_class::<types::Keyword>()?;
+    m.add_class::<types::Vector>()?;
     m.add_class::<types::Ref>()?;
     m.add_class::<types::Lookup>()?;
     m.add_class::<types::Assert>()?;

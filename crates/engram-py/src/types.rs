@@ -53,6 +53,33 @@ impl Ref {
     }
 }
 
+/// An embedding value: finite floats (stored as 32-bit), as many as the attribute's schema
+/// dimension. Your model computes it; Engram stores, proves and searches it.
+#[pyclass(frozen, eq, module = "engram")]
+#[derive(Clone, PartialEq)]
+pub struct Vector {
+    #[pyo3(get)]
+    pub values: Vec<f32>,
+}
+
+#[pymethods]
+impl Vector {
+    #[new]
+    fn new(values: Vec<f32>) -> Vector {
+        Vector { values }
+    }
+
+    fn __repr__(&self) -> String {
+        let shown: Vec<String> = self.values.iter().take(4).map(|x| format!("{x}")).collect();
+        let more = if self.values.len() > 4 { ", ..." } else { "" };
+        format!("Vector([{}{more}]) # {} components", shown.join(", "), self.values.len())
+    }
+
+    fn __len__(&self) -> usize {
+        self.values.len()
+    }
+}
+
 /// The entity whose current value of a unique attribute is `value`.
 #[pyclass(frozen, module = "engram")]
 pub struct Lookup {

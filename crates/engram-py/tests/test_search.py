@@ -1,5 +1,6 @@
-"""`search` against a real cluster: facts found by their words, contradictions flagged, a
-retracted fact found only as of before its retraction, filters, and bad queries refused."""
+"""`search` against a real cluster: facts found by their words, by a vector and along refs,
+contradictions flagged, a retracted fact found only as of before its retraction, what the
+schema makes searchable, filters, and bad queries refused."""
 
 import pytest
 
@@ -41,7 +42,8 @@ def test_search_finds_facts_by_their_words(cluster, ns):
 
     # Filters and k.
     assert [h.datom.agent for h in planner.search(ns, "rotate", agents=["critic"])] == ["critic"]
-    assert planner.search(ns, "friday", attributes=[":other/attr"]) == []
+    with pytest.raises(engram.InvalidArgument, match=r"attributes\[0\]: :other/attr is not a searchable attribute"):
+        planner.search(ns, "friday", attributes=[":other/attr"])
     assert len(planner.search(ns, "friday deploy rotate lunch", k=1)) == 1
     assert planner.search(ns, "rotate", verified_only=True) == []
 
@@ -56,3 +58,76 @@ def test_bad_searches_are_refused_by_field(cluster, ns):
         db.search(ns, "deploy", valid_between_ns=(5, 5))
     with pytest.raises(ValueError, match="attributes"):
         db.search(ns, "deploy", attributes=["no-colon"])
+
+
+def test_search_by_vector_and_along_refs_under_a_declared_schema(cluster, ns):
+    db = engram.Engram(cluster.endpoints, agent="planner")
+    db.apply_schema(
+        ns,
+        [
+            {"ident": ":doc/text", "type": "string", "searchable": True},
+            {"ident": ":doc/embedding", "type": "vector", "dimension": 3, "searchable": True},
+            {"ident": ":doc/author", "type": "ref"},
+            {"ident": ":person/bio", "type": "string", "searchable": True},
+            {"ident": ":doc/draft", "type": "string"},
+        ],
+    )
+    shown = {a["ident"]: a for a in db.schema(ns)["attributes"]}
+    assert shown[":doc/embedding"]["dimension"] == 3 and shown[":doc/embedding"]["searchable"]
+    assert not shown[":doc/draft"]["searchable"]
+
+    person = db.transact(ns, [("p", ":person/bio", "owns the platform team")]).temp_ids["p"]
+    r = db.transact(
+        ns,
+        [
+            ("a", ":doc/text", "rotate the deploy key"),
+            ("a", ":doc/embedding", engram.Vector([1.0, 0.0, 0.0])),
+            ("a", ":doc/author", engram.Ref(person)),
+            ("a", ":doc/draft", "secret deploy plan"),
+            ("b", ":doc/text", "credentials expire soon"),
+            ("b", ":doc/embedding", engram.Vector([0.9, 0.1, 0.0])),
+            ("c", ":doc/text", "lunch on friday"),
+            ("c", ":doc/embedding", engram.Vector([0.0, 1.0, 0.0])),
+        ],
+    )
+    a, b, c = (r.temp_ids[n] for n in "abc")
+    got = db.get(ns, a)
+    assert got[":doc/embedding"] == engram.Vector([1.0, 0.0, 0.0])
+
+    # By meaning: no shared word, a near vector; each hit shown by its entity's text.
+    near = db.search(ns, vector=[1.0, 0.05, 0.0], hops=0)
+    assert [h.datom.entity for h in near] == [a, b, c]
+    assert near[0].signals[0] == ("vector", 1)
+    assert near[0].datom.attribute == ":doc/text"
+
+    # Words and graph: the deploy doc, then its author one ref away; the unsearchable draft
+    # is never found.
+    hits = db.search(ns, "deploy")
+    assert [(h.datom.entity, h.datom.attribute) for h in hits] == [(a, ":doc/text"), (person, ":person/bio")]
+    assert hits[1].signals[0] == ("graph", 1)
+    assert [h.datom.entity for h in db.search(ns, "deploy", hops=0)] == [a]
+    assert db.search(ns, "secret") == []
+
+    # The schema refuses what it cannot serve, naming the field; nothing is written.
+    before = [(h.datom.entity, h.datom.tx) for h in db.search(ns, "deploy")]
+    with pytest.raises(engram.InvalidArgument, match="vector: has 2 components; of the searchable vector attributes"):
+        db.search(ns, vector=[1.0, 0.0])
+    with pytest.raises(engram.InvalidArgument, match=r"attributes\[0\]: :doc/draft is not a searchable attribute"):
+        db.search(ns, "deploy", attributes=[":doc/draft"])
+    with pytest.raises(engram.InvalidArgument, match="wrong vector dimension for :doc/embedding: expected 3 components, got 2"):
+        db.transact(ns, [(a, ":doc/embedding", engram.Vector([1.0, 0.0]))])
+    assert [(h.datom.entity, h.datom.tx) for h in db.search(ns, "deploy")] == before
+
+
+def test_bad_vectors_are_refused_by_field(cluster, ns):
+    db = engram.Engram(cluster.endpoints, agent="planner")
+    with pytest.raises(ValueError, match="vector: .*component 1 is NaN"):
+        db.search(ns, vector=[1.0, float("nan")])
+    with pytest.raises(ValueError, match="vector: .*has 0 components"):
+        db.search(ns, vector=[])
+    with pytest.raises(engram.InvalidArgument, match="hops: must be at most 3"):
+        db.search(ns, "deploy", hops=4)
+    with pytest.raises(engram.InvalidArgument, match="text: has no words"):
+        db.search(ns)
+    with pytest.raises(ValueError, match=r"ops\[0\].value: .*component 0 is inf"):
+        db.transact(ns, [("x", ":doc/embedding", engram.Vector([float("inf")]))])

@@ -3,9 +3,12 @@
 //! - [`TextIndex`]: BM25 over the words of string values, per scope (namespace and branch),
 //!   answerable as of any transaction with the statistics of that transaction, so an as-of
 //!   search returns exactly what an index fed the log up to it would.
-//! - [`fuse`]: reciprocal rank fusion of ranked signals; [`TextIndex::recall`] re-ranks what the
-//!   words found with recency and the priors (verified, confidence), and every hit says which
-//!   signals ranked it and where.
+//! - the vector index: exact nearest neighbours of a query embedding by cosine similarity
+//!   (the client computes embeddings; nothing here knows a model);
+//! - the ref graph: which entity points at which, walked from the best hits;
+//! - [`RecallIndex`]: the three together, and [`RecallIndex::recall`], which fuses text,
+//!   vector, graph, recency and the priors (verified, confidence) by reciprocal rank fusion
+//!   ([`fuse`]); every hit says which signals ranked it and where.
 //!
 //! - [`Feeder`]: turns committed transactions into the index's additions and endings, by the
 //!   rule Engram's current claims follow (an agent's newer claim replaces its older one under
@@ -21,14 +24,19 @@
 
 mod feed;
 mod fuse;
+mod graph;
+mod index;
 mod text;
 mod tokenize;
 mod types;
+mod vector;
 
-pub use feed::{Fed, Feeder};
+pub use feed::{Fed, Feeder, Indexing};
 pub use fuse::{RRF_K, Ranking, fuse};
-pub use text::{TextIndex, WEIGHTS};
+pub use index::{HOP_DECAY, RecallIndex, Sizes, WEIGHTS};
+pub use text::TextIndex;
 pub use tokenize::{MAX_TOKEN_CHARS, tokens};
 pub use types::{
-    FactMeta, FactRef, Filter, Hit, MAX_K, MAX_QUERY_BYTES, Query, RecallError, Scope, Scored, Signal,
+    DEFAULT_HOPS, FactMeta, FactRef, Filter, Hit, MAX_HOPS, MAX_K, MAX_QUERY_BYTES, Query, RecallError, Scope,
+    Scored, Signal,
 };

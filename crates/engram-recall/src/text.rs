@@ -10,25 +10,14 @@
 
 use std::collections::HashMap;
 
-use engram_types::{Attribute, Status, TxId};
+use engram_types::{Attribute, EntityId, TxId};
 
-use crate::fuse::{Ranking, fuse, ranks};
 use crate::tokenize::tokens;
-use crate::types::{
-    FactMeta, FactRef, Filter, Hit, MAX_K, MAX_QUERY_BYTES, Query, RecallError, Scope, Scored, Signal,
-};
+use crate::types::{FactMeta, FactRef, Filter, MAX_K, MAX_QUERY_BYTES, Query, RecallError, Scope, Scored};
 
 /// BM25's term-frequency saturation and length normalisation (the usual defaults).
 const K1: f64 = 1.2;
 const B: f64 = 0.75;
-
-/// Text hits gathered per requested hit before the other signals re-rank them.
-const CANDIDATES_PER_HIT: usize = 4;
-
-/// How much each signal counts in [`TextIndex::recall`]'s fusion. Recency and the priors
-/// re-order facts the words found; they find nothing themselves, so they weigh less than the
-/// words. A starting point for the recall benchmark to tune.
-pub const WEIGHTS: [(Signal, f64); 3] = [(Signal::Text, 1.0), (Signal::Recency, 0.2), (Signal::Prior, 0.2)];
 
 /// The text index of every scope a node holds. Fed the committed log in order, one
 /// transaction after another; derived state, kept out of the audit chain and the replica
@@ -45,15 +34,16 @@ pub struct TextIndex {
 struct Shelf {
     docs: Vec<Doc>,
     by_fact: HashMap<FactRef, u32>,
+    by_entity: HashMap<EntityId, Vec<u32>>,
     /// Word → (doc, occurrences), docs in the order they were added.
     postings: HashMap<String, Vec<(u32, u32)>>,
     /// After each transaction that changed them: how many facts hold, and their words.
     totals: Vec<Totals>,
 }
 
-struct Doc {
-    fact: FactRef,
-    meta: FactMeta,
+pub(crate) struct Doc {
+    pub(crate) fact: FactRef,
+    pub(crate) meta: FactMeta,
     words: u32,
     from: TxId,
     to: Option<TxId>,
@@ -67,7 +57,7 @@ struct Totals {
 }
 
 impl Doc {
-    fn holds_at(&self, as_of: TxId) -> bool {
+    pub(crate) fn holds_at(&self, as_of: TxId) -> bool {
         self.from <= as_of && self.to.is_none_or(|to| as_of < to)
     }
 }
@@ -165,6 +155,7 @@ impl TextIndex {
         let len = u32::try_from(words.len()).unwrap_or(u32::MAX);
         shelf.change_totals(fact.tx, 1, i64::from(len));
         shelf.by_fact.insert(fact.clone(), id);
+        shelf.by_entity.entry(fact.entity).or_default().push(id);
         shelf.docs.push(Doc {
             from: fact.tx,
             fact,
@@ -201,75 +192,36 @@ impl TextIndex {
     /// BM25 of the query's words, best `query.k` first.
     pub fn search(&self, scope: &Scope, query: &Query) -> Result<Vec<Scored>, RecallError> {
         let words = validate(query)?;
+        if words.is_empty() {
+            return Err(RecallError::invalid("text", "has no words to search for"));
+        }
         Ok(self.ranked(scope, &words, query, &|_| true, query.k))
     }
 
-    /// What [`search`](Self::search) finds, re-ranked with recency and the priors by reciprocal
-    /// rank fusion ([`WEIGHTS`]); each hit says which signals ranked it, and where.
-    pub fn recall(&self, scope: &Scope, query: &Query) -> Result<Vec<Hit>, RecallError> {
-        self.recall_where(scope, query, &|_| true)
-    }
-
-    /// [`recall`](Self::recall) over the facts whose attribute `shown` accepts only (a reader
-    /// whose grants cover some attributes): the others are neither returned nor let through
-    /// into the candidates, though they still count in the statistics, as in a replay.
-    pub fn recall_where(
-        &self,
+    /// The text facts of `entity` in `scope` holding at `as_of`.
+    pub(crate) fn of_entity<'a>(
+        &'a self,
         scope: &Scope,
-        query: &Query,
-        shown: &dyn Fn(&Attribute) -> bool,
-    ) -> Result<Vec<Hit>, RecallError> {
-        let words = validate(query)?;
-        let limit = query.k.saturating_mul(CANDIDATES_PER_HIT);
-        let found = self.ranked(scope, &words, query, shown, limit);
-        let Some(shelf) = self.shelves.get(scope) else {
-            return Ok(Vec::new());
-        };
-        let meta = |f: &FactRef| shelf.by_fact.get(f).and_then(|&id| shelf.docs.get(id as usize));
-        let text_ranks = ranks(&found, |a, b| a.score == b.score);
-        let text: Vec<(FactRef, usize)> = found.into_iter().map(|s| s.fact).zip(text_ranks).collect();
-
-        let when = |f: &FactRef| meta(f).map(|d| d.meta.tx_time_ns);
-        let mut recency: Vec<&FactRef> = text.iter().map(|(f, _)| f).collect();
-        recency.sort_by(|a, b| when(b).cmp(&when(a)).then_with(|| a.cmp(b)));
-        let recency = ranked_by(&recency, |a, b| when(a) == when(b));
-
-        let belief = |f: &FactRef| {
-            meta(f).map_or((false, 0.0), |d| {
-                (d.meta.status == Status::Verified, d.meta.confidence)
-            })
-        };
-        let mut prior: Vec<&FactRef> = text.iter().map(|(f, _)| f).collect();
-        prior.sort_by(|a, b| {
-            let ((va, ca), (vb, cb)) = (belief(a), belief(b));
-            vb.cmp(&va).then_with(|| cb.total_cmp(&ca)).then_with(|| a.cmp(b))
-        });
-        let prior = ranked_by(&prior, |a, b| belief(a) == belief(b));
-
-        let weight = |s: Signal| WEIGHTS.iter().find(|(w, _)| *w == s).map_or(0.0, |(_, w)| *w);
-        Ok(fuse(
-            &[
-                Ranking {
-                    signal: Signal::Text,
-                    weight: weight(Signal::Text),
-                    facts: &text,
-                },
-                Ranking {
-                    signal: Signal::Recency,
-                    weight: weight(Signal::Recency),
-                    facts: &recency,
-                },
-                Ranking {
-                    signal: Signal::Prior,
-                    weight: weight(Signal::Prior),
-                    facts: &prior,
-                },
-            ],
-            query.k,
-        ))
+        entity: EntityId,
+        as_of: TxId,
+    ) -> impl Iterator<Item = &'a Doc> + 'a {
+        let shelf = self.shelves.get(scope);
+        shelf
+            .and_then(|s| s.by_entity.get(&entity))
+            .into_iter()
+            .flatten()
+            .filter_map(move |id| shelf?.docs.get(*id as usize))
+            .filter(move |d| d.holds_at(as_of))
     }
 
-    fn ranked(
+    pub(crate) fn meta(&self, scope: &Scope, fact: &FactRef) -> Option<&FactMeta> {
+        let shelf = self.shelves.get(scope)?;
+        Some(&shelf.docs.get(*shelf.by_fact.get(fact)? as usize)?.meta)
+    }
+
+    /// The facts holding at `query.as_of` that match `query.filter` and whose attribute `shown`
+    /// accepts, ranked by BM25 of `words`, best `k` first.
+    pub(crate) fn ranked(
         &self,
         scope: &Scope,
         words: &[String],
@@ -328,23 +280,13 @@ impl TextIndex {
     }
 }
 
-/// `sorted` with competition ranks, facts `same` as the one before sharing its rank.
-fn ranked_by(sorted: &[&FactRef], same: impl Fn(&FactRef, &FactRef) -> bool) -> Vec<(FactRef, usize)> {
-    let r = ranks(sorted, |a, b| same(a, b));
-    sorted.iter().map(|f| (*f).clone()).zip(r).collect()
-}
-
 fn matches(filter: &Filter, doc: &Doc) -> bool {
-    (filter.attributes.is_empty() || filter.attributes.contains(&doc.fact.attribute))
-        && (filter.agents.is_empty() || filter.agents.contains(&doc.meta.agent))
-        && (filter.statuses.is_empty() || filter.statuses.contains(&doc.meta.status))
-        && filter.valid_between_ns.is_none_or(|(from, to)| {
-            doc.meta.valid_from_ns < to && doc.meta.valid_to_ns.is_none_or(|end| from < end)
-        })
+    filter.admits(&doc.fact, &doc.meta)
 }
 
-/// Checks `query` and returns its distinct words in order.
-fn validate(query: &Query) -> Result<Vec<String>, RecallError> {
+/// Checks `query` and returns its distinct words in order (none when it searches by vector
+/// alone).
+pub(crate) fn validate(query: &Query) -> Result<Vec<String>, RecallError> {
     if query.k == 0 || query.k > MAX_K {
         return Err(RecallError::invalid(
             "k",
@@ -368,8 +310,25 @@ fn validate(query: &Query) -> Result<Vec<String>, RecallError> {
     let mut words = tokens(&query.text);
     let mut seen = std::collections::HashSet::new();
     words.retain(|w| seen.insert(w.clone()));
-    if words.is_empty() {
-        return Err(RecallError::invalid("text", "has no words to search for"));
+    if let Some(v) = &query.vector {
+        engram_types::check_vector("vector", v).map_err(|e| match e {
+            engram_types::ValidationError::Value { reason, .. } => RecallError::invalid("vector", reason),
+            other => RecallError::invalid("vector", other.to_string()),
+        })?;
+        if crate::vector::unit(v).is_none() {
+            return Err(RecallError::invalid(
+                "vector",
+                "has no direction (every component is zero)",
+            ));
+        }
+    } else if words.is_empty() {
+        return Err(RecallError::invalid("text", "has no words to search for, and no vector is given"));
+    }
+    if query.hops > crate::types::MAX_HOPS {
+        return Err(RecallError::invalid(
+            "hops",
+            format!("must be at most {}, not {}", crate::types::MAX_HOPS, query.hops),
+        ));
     }
     Ok(words)
 }

@@ -11,6 +11,13 @@ pub const MAX_K: usize = 100;
 /// Longest query text, in bytes.
 pub const MAX_QUERY_BYTES: usize = 4096;
 
+/// Most ref hops a graph expansion may walk.
+pub const MAX_HOPS: usize = 3;
+
+/// Hops walked when the wire request does not say (the library's [`Query::default`] walks
+/// none).
+pub const DEFAULT_HOPS: usize = 1;
+
 /// Where facts live: a namespace, on main (`None`) or on a branch. Each scope has its own
 /// index and its own statistics, so one namespace's words never weigh on another's ranking.
 #[derive(Clone, PartialEq, Eq, Hash, Debug, PartialOrd, Ord)]
@@ -53,10 +60,33 @@ pub struct Filter {
     pub valid_between_ns: Option<(i64, i64)>,
 }
 
-/// One search: words, the transaction it is answered as of, how many hits, which facts.
-#[derive(Clone, PartialEq, Debug)]
+impl Filter {
+    /// Whether the fact passes every filter.
+    pub fn admits(&self, fact: &FactRef, meta: &FactMeta) -> bool {
+        (self.attributes.is_empty() || self.attributes.contains(&fact.attribute)) && self.admits_meta(meta)
+    }
+
+    /// Whether the fact passes every filter but the attribute list (which says what is
+    /// returned, not what may lead to it).
+    pub fn admits_meta(&self, meta: &FactMeta) -> bool {
+        (self.agents.is_empty() || self.agents.contains(&meta.agent))
+            && (self.statuses.is_empty() || self.statuses.contains(&meta.status))
+            && self.valid_between_ns.is_none_or(|(from, to)| {
+                meta.valid_from_ns < to && meta.valid_to_ns.is_none_or(|end| from < end)
+            })
+    }
+}
+
+/// One search: words and or a vector, the transaction it is answered as of, how many hits,
+/// which facts, how far along refs to look.
+#[derive(Clone, PartialEq, Debug, Default)]
 pub struct Query {
+    /// Words to find (may be empty when `vector` is given).
     pub text: String,
+    /// A query embedding: nearest neighbours among the vectors of its dimension.
+    pub vector: Option<Vec<f32>>,
+    /// Ref hops walked from the best hits (0: no graph expansion), at most [`MAX_HOPS`].
+    pub hops: usize,
     /// The answer is what an index fed the log up to and including this transaction gives.
     pub as_of: TxId,
     pub k: usize,
@@ -68,6 +98,10 @@ pub struct Query {
 pub enum Signal {
     /// BM25 over the words of string values.
     Text,
+    /// Cosine similarity of a vector value to the query vector.
+    Vector,
+    /// Ref hops from the best text and vector hits.
+    Graph,
     /// Newest transaction first.
     Recency,
     /// Verified before candidate, then higher confidence first.
@@ -78,6 +112,8 @@ impl Signal {
     pub fn name(self) -> &'static str {
         match self {
             Signal::Text => "text",
+            Signal::Vector => "vector",
+            Signal::Graph => "graph",
             Signal::Recency => "recency",
             Signal::Prior => "prior",
         }

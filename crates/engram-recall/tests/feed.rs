@@ -3,7 +3,7 @@
 
 #![allow(clippy::unwrap_used)] // tests: a failed step should stop the test loudly
 
-use engram_recall::{Fed, Feeder, Filter, Query, RecallError, Scope, TextIndex};
+use engram_recall::{Fed, Feeder, Filter, Indexing, Query, RecallError, RecallIndex, Scope};
 use engram_types::{Attribute, Cardinality, Datom, EntityId, Namespace, Op, Provenance, Status, TxId, Value};
 
 fn ns() -> Namespace {
@@ -41,24 +41,28 @@ fn text(s: &str) -> Value {
     Value::String(s.into())
 }
 
-/// `:note/tags` is cardinality many; every other attribute one.
-fn cardinality(_: &Scope, a: &Attribute) -> Cardinality {
-    if a.as_str() == ":note/tags" {
-        Cardinality::Many
-    } else {
-        Cardinality::One
+/// `:note/tags` is cardinality many, every other attribute one; `:note/secret` is not
+/// searchable, every other attribute is.
+fn cardinality(_: &Scope, a: &Attribute) -> Indexing {
+    Indexing {
+        cardinality: if a.as_str() == ":note/tags" {
+            Cardinality::Many
+        } else {
+            Cardinality::One
+        },
+        searchable: a.as_str() != ":note/secret",
     }
 }
 
 struct Log {
-    index: TextIndex,
+    index: RecallIndex,
     feeder: Feeder,
 }
 
 impl Log {
     fn new() -> Log {
         Log {
-            index: TextIndex::new(),
+            index: RecallIndex::new(),
             feeder: Feeder::new(),
         }
     }
@@ -76,9 +80,11 @@ impl Log {
             as_of: TxId(as_of),
             k: 50,
             filter: Filter::default(),
+            ..Query::default()
         };
         let mut hits: Vec<(u64, u64)> = self
             .index
+            .text()
             .search(&scope(), &q)
             .unwrap()
             .iter()

@@ -3,7 +3,7 @@
 
 #![allow(clippy::unwrap_used)] // tests: a failed step should stop the test loudly
 
-use engram_recall::{FactMeta, FactRef, Filter, MAX_K, Query, RecallError, Scope, Signal, TextIndex};
+use engram_recall::{FactMeta, FactRef, Filter, MAX_K, Query, RecallError, RecallIndex, Scope, Signal, TextIndex};
 use engram_types::{Attribute, EntityId, Namespace, Status, TxId};
 
 fn scope(ns: &str) -> Scope {
@@ -39,6 +39,7 @@ fn query(text: &str, as_of: u64) -> Query {
         as_of: TxId(as_of),
         k: 10,
         filter: Filter::default(),
+        ..Query::default()
     }
 }
 
@@ -190,10 +191,10 @@ fn filters_keep_only_the_facts_asked_for() {
 #[test]
 fn recall_says_which_signals_ranked_each_hit() {
     let a = scope("team/a");
-    let mut index = TextIndex::new();
+    let mut index = RecallIndex::new();
     // Equal words, so BM25 ties and recency and the priors decide.
     index
-        .add(
+        .add_text(
             &a,
             fact(1, 0, 1, ":note/text"),
             "incident in region west",
@@ -204,10 +205,10 @@ fn recall_says_which_signals_ranked_each_hit() {
     sure.status = Status::Verified;
     sure.confidence = 0.9;
     index
-        .add(&a, fact(2, 0, 2, ":note/text"), "incident in region east", sure)
+        .add_text(&a, fact(2, 0, 2, ":note/text"), "incident in region east", sure)
         .unwrap();
     index
-        .add(&a, fact(3, 0, 3, ":note/text"), "unrelated words", meta("c", 3))
+        .add_text(&a, fact(3, 0, 3, ":note/text"), "unrelated words", meta("c", 3))
         .unwrap();
 
     let hits = index.recall(&a, &query("incident", 10)).unwrap();
@@ -252,17 +253,30 @@ fn bad_queries_are_refused_naming_the_field() {
     let mut empty_window = query("deploy", 1);
     empty_window.filter.valid_between_ns = Some((5, 5));
     assert_eq!(field(empty_window), "filter.valid_between_ns");
-    assert!(
-        index
-            .recall(
-                &a,
-                &Query {
-                    k: 0,
-                    ..query("deploy", 1)
-                }
-            )
-            .is_err()
-    );
+    let recall = RecallIndex::new();
+    let field = |q: Query| match recall.recall(&a, &q) {
+        Err(RecallError::InvalidQuery { field, .. }) => field,
+        other => panic!("expected a refusal, got {other:?}"),
+    };
+    assert_eq!(field(Query { k: 0, ..query("deploy", 1) }), "k");
+    assert_eq!(field(query("", 1)), "text", "no words and no vector");
+    for bad in [vec![1.0, f32::NAN], vec![0.0, 0.0], vec![0.5; 4097], vec![]] {
+        assert_eq!(
+            field(Query {
+                vector: Some(bad.clone()),
+                ..query("", 1)
+            }),
+            "vector",
+            "{:?}",
+            &bad[..bad.len().min(2)]
+        );
+    }
+    assert_eq!(field(Query { hops: 4, ..query("deploy", 1) }), "hops");
+    let vector_alone = Query {
+        vector: Some(vec![1.0, 0.0]),
+        ..query("", 1)
+    };
+    assert_eq!(recall.recall(&a, &vector_alone), Ok(vec![]));
 }
 
 #[test]
@@ -338,14 +352,14 @@ fn an_answer_as_of_t_is_the_answer_of_an_index_fed_only_up_to_t() {
                 }
             }
         }
-        let feed = |index: &mut TextIndex, through: u64| {
+        let feed = |index: &mut RecallIndex, through: u64| {
             for (tx, event) in &events {
                 if *tx > through {
                     break;
                 }
                 match event {
                     Event::Add(f, text, m) => {
-                        index.add(&a, f.clone(), text, m.clone()).unwrap();
+                        index.add_text(&a, f.clone(), text, m.clone()).unwrap();
                     }
                     Event::End(f, at) => {
                         index.end(&a, f, *at).unwrap();
@@ -353,10 +367,10 @@ fn an_answer_as_of_t_is_the_answer_of_an_index_fed_only_up_to_t() {
                 }
             }
         };
-        let mut full = TextIndex::new();
+        let mut full = RecallIndex::new();
         feed(&mut full, u64::MAX);
         for t in [0, 1, 7, 20, 33, 59, 60] {
-            let mut replay = TextIndex::new();
+            let mut replay = RecallIndex::new();
             feed(&mut replay, t);
             for q in [
                 "deploy",
@@ -365,8 +379,8 @@ fn an_answer_as_of_t_is_the_answer_of_an_index_fed_only_up_to_t() {
                 "memory cache agent review",
             ] {
                 let q = Query { k: 25, ..query(q, t) };
-                let now = full.search(&a, &q).unwrap();
-                let then = replay.search(&a, &q).unwrap();
+                let now = full.text().search(&a, &q).unwrap();
+                let then = replay.text().search(&a, &q).unwrap();
                 assert_eq!(
                     now, then,
                     "seed {seed}, as of {t}, query {:?}: scores and order",

@@ -161,6 +161,7 @@ impl ApiError {
                 | Rejection::UnknownBranch(_)
                 | Rejection::LookupNotFound { .. } => Code::NotFound,
                 Rejection::TypeMismatch { .. }
+                | Rejection::DimensionMismatch { .. }
                 | Rejection::UnknownAttribute(_)
                 | Rejection::NotUnique(_)
                 | Rejection::ForkInFuture { .. } => Code::InvalidArgument,

@@ -166,6 +166,10 @@ pub async fn serve_keys(
     let shared = Shared::new(node.clone(), config.clone(), access);
     // Told when the server stops, so the divergence watch ends with it (even if Raft died).
     let (stopped_tx, stopped_rx) = tokio::sync::watch::channel(false);
+    tokio::task::spawn(services::search_index::keep_current(
+        shared.clone(),
+        stopped_rx.clone(),
+    ));
     if config.divergence_check_ms > 0 {
         tokio::task::spawn(divergence::watch(
             shared.clone(),

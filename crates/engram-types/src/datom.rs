@@ -159,6 +159,13 @@ pub(crate) fn encode_value(w: &mut Writer, value: &Value) {
         Value::Ref(e) => {
             w.u64(e.0);
         }
+        Value::Vector(v) => {
+            // Validated values have at most MAX_VECTOR_DIMENSION components.
+            w.u32(u32::try_from(v.len()).unwrap_or(u32::MAX));
+            for x in v {
+                w.raw(&x.to_bits().to_be_bytes());
+            }
+        }
     }
 }
 
@@ -187,6 +194,17 @@ pub(crate) fn decode_value(r: &mut Reader<'_>) -> Result<Value, DecodeError> {
         },
         ValueType::Bytes => Value::Bytes(r.bytes("bytes value")?.to_vec()),
         ValueType::Ref => Value::Ref(EntityId(r.u64("ref value")?)),
+        ValueType::Vector => {
+            let n = r.u32("vector length")? as usize;
+            // The length is checked against what is left before anything is allocated.
+            let bytes = r.take(n.saturating_mul(4), "vector components")?;
+            Value::Vector(
+                bytes
+                    .chunks_exact(4)
+                    .map(|c| f32::from_bits(u32::from_be_bytes([c[0], c[1], c[2], c[3]])))
+                    .collect(),
+            )
+        }
     };
     value.validate()?;
     Ok(value)

@@ -42,6 +42,12 @@ pub struct AttributeDef {
     pub doc: String,
     /// Closed for new assertions; existing facts stay readable and retractable.
     pub deprecated: bool,
+    /// Found by recall (`Memory.Search`): a string attribute's words, a vector attribute's
+    /// nearest neighbours. Only string and vector attributes can be searchable.
+    pub searchable: bool,
+    /// A vector attribute's number of components (every value has exactly this many); 0 for
+    /// every other type.
+    pub dimension: u32,
 }
 
 impl AttributeDef {
@@ -58,7 +64,17 @@ impl AttributeDef {
             component: false,
             doc: String::new(),
             deprecated: false,
+            searchable: false,
+            dimension: 0,
         }
+    }
+
+    /// A vector attribute of `dimension` components, searchable by nearest neighbours.
+    pub fn vector(ident: Attribute, dimension: u32) -> AttributeDef {
+        let mut def = AttributeDef::new(ident, ValueType::Vector);
+        def.dimension = dimension;
+        def.searchable = true;
+        def
     }
 
     /// Whether lookups by value use an index (AVET rows are written for this attribute).
@@ -84,8 +100,27 @@ impl AttributeDef {
         if self.unique.is_some() && self.cardinality == Cardinality::Many {
             return fail("a unique attribute must have cardinality one".into());
         }
-        if self.unique.is_some() && matches!(self.value_type, ValueType::F64 | ValueType::Json) {
+        if self.unique.is_some() && matches!(self.value_type, ValueType::F64 | ValueType::Json | ValueType::Vector) {
             return fail(format!("a {} value cannot be unique", self.value_type));
+        }
+        if self.searchable && !matches!(self.value_type, ValueType::String | ValueType::Vector) {
+            return fail(format!(
+                "only string and vector attributes can be searchable, not {}",
+                self.value_type
+            ));
+        }
+        match (self.value_type, self.dimension) {
+            (ValueType::Vector, d) if d == 0 || d as usize > crate::MAX_VECTOR_DIMENSION => {
+                return fail(format!(
+                    "a vector attribute needs a dimension from 1 to {}, not {d}",
+                    crate::MAX_VECTOR_DIMENSION
+                ));
+            }
+            (ValueType::Vector, _) if self.indexed => {
+                return fail("a vector attribute has no value index (it is searched by nearest neighbours)".into());
+            }
+            (ValueType::Vector, _) | (_, 0) => {}
+            (t, _) => return fail(format!("only a vector attribute has a dimension, not {t}")),
         }
         Ok(())
     }
@@ -207,5 +242,28 @@ mod tests {
         let mut doc = AttributeDef::new(attr(":a/e"), ValueType::String);
         doc.doc = "line\u{7}".into();
         assert!(doc.validate().is_err());
+    }
+
+    #[test]
+    fn searchable_and_vector_definitions_are_checked() {
+        let reason = |d: &AttributeDef| d.validate().unwrap_err().to_string();
+        AttributeDef::vector(attr(":doc/embedding"), 384).validate().unwrap();
+        let mut text = AttributeDef::new(attr(":doc/text"), ValueType::String);
+        text.searchable = true;
+        text.validate().unwrap();
+        assert!(reason(&AttributeDef::vector(attr(":a/v"), 0)).contains("dimension from 1 to 4096, not 0"));
+        assert!(reason(&AttributeDef::vector(attr(":a/v"), 4097)).contains("not 4097"));
+        let mut indexed = AttributeDef::vector(attr(":a/v"), 3);
+        indexed.indexed = true;
+        assert!(reason(&indexed).contains("no value index"));
+        let mut unique = AttributeDef::vector(attr(":a/v"), 3);
+        unique.unique = Some(Unique::Value);
+        assert!(reason(&unique).contains("a vector value cannot be unique"));
+        let mut number = AttributeDef::new(attr(":a/n"), ValueType::I64);
+        number.searchable = true;
+        assert!(reason(&number).contains("only string and vector attributes can be searchable, not i64"));
+        number.searchable = false;
+        number.dimension = 3;
+        assert!(reason(&number).contains("only a vector attribute has a dimension, not i64"));
     }
 }

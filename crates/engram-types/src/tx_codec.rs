@@ -20,14 +20,24 @@ use crate::{
     Precondition, TxId, TxOp, TxRequest, Unique, ValueType,
 };
 
-/// Format version of [`TxRequest::signed_bytes`].
+/// Format version of [`TxRequest::signed_bytes`]: 1, or 2 when a declaration carries the
+/// fields version 2 added (`searchable`, `dimension`, each written after `deprecated`). A
+/// request that needs no version 2 field is written as version 1, so its bytes, and the
+/// signatures over them, are what they always were.
 pub const TX_REQUEST_FORMAT_VERSION: u8 = 1;
+pub const TX_REQUEST_FORMAT_VERSION_2: u8 = 2;
 
 impl TxRequest {
     /// The canonical bytes of this request (see the module docs).
     pub fn signed_bytes(&self) -> Vec<u8> {
         let mut w = Writer::with_capacity(64 + 64 * self.ops.len());
-        w.u8(TX_REQUEST_FORMAT_VERSION).str(self.namespace.as_str());
+        let v2 = self.schema.iter().any(|d| d.searchable || d.dimension != 0);
+        let version = if v2 {
+            TX_REQUEST_FORMAT_VERSION_2
+        } else {
+            TX_REQUEST_FORMAT_VERSION
+        };
+        w.u8(version).str(self.namespace.as_str());
         opt(&mut w, self.branch.as_ref(), |w, b| {
             w.str(b.as_str());
         });
@@ -56,6 +66,9 @@ impl TxRequest {
                 .u8(u8::from(def.component))
                 .str(&def.doc)
                 .u8(u8::from(def.deprecated));
+            if v2 {
+                w.u8(u8::from(def.searchable)).u32(def.dimension);
+            }
         }
         opt(&mut w, self.branch_op.as_ref(), |w, op| match op {
             BranchOp::Create { name, from } => {
@@ -88,9 +101,10 @@ impl TxRequest {
     pub fn decode_signed(bytes: &[u8]) -> Result<TxRequest, DecodeError> {
         let mut r = Reader::new(bytes);
         let version = r.u8("request format version")?;
-        if version != TX_REQUEST_FORMAT_VERSION {
+        if version != TX_REQUEST_FORMAT_VERSION && version != TX_REQUEST_FORMAT_VERSION_2 {
             return Err(DecodeError::Version(version));
         }
+        let v2 = version == TX_REQUEST_FORMAT_VERSION_2;
         let namespace = Namespace::new(r.string("namespace")?)?;
         let branch = read_opt(&mut r, "branch", |r| Ok(BranchName::new(r.string("branch")?)?))?;
         let ops = read_list(&mut r, "ops", TxRequest::MAX_OPS, |r| {
@@ -103,7 +117,11 @@ impl TxRequest {
                 valid_to_ns: r.opt_i64("valid_to")?,
             })
         })?;
-        let schema = read_list(&mut r, "schema", TxRequest::MAX_SCHEMA_DEFS, read_def)?;
+        let schema = read_list(&mut r, "schema", TxRequest::MAX_SCHEMA_DEFS, |r| read_def(r, v2))?;
+        if v2 && !schema.iter().any(|d| d.searchable || d.dimension != 0) {
+            // One encoding per request: this one is written as version 1.
+            return Err(DecodeError::Version(version));
+        }
         let branch_op = read_opt(&mut r, "branch op", |r| {
             let tag = r.u8("branch op")?;
             let name = BranchName::new(r.string("branch name")?)?;
@@ -221,7 +239,7 @@ fn read_entity(r: &mut Reader<'_>) -> Result<EntityRef, DecodeError> {
     })
 }
 
-fn read_def(r: &mut Reader<'_>) -> Result<AttributeDef, DecodeError> {
+fn read_def(r: &mut Reader<'_>, v2: bool) -> Result<AttributeDef, DecodeError> {
     let ident = Attribute::new(r.string("schema ident")?)?;
     let tag = r.u8("schema value type")?;
     let value_type = ValueType::from_tag(tag).ok_or(DecodeError::Tag {
@@ -254,7 +272,7 @@ fn read_def(r: &mut Reader<'_>) -> Result<AttributeDef, DecodeError> {
         1 => Ok(true),
         tag => Err(DecodeError::Tag { what, tag }),
     };
-    Ok(AttributeDef {
+    let mut def = AttributeDef {
         ident,
         value_type,
         cardinality,
@@ -263,7 +281,14 @@ fn read_def(r: &mut Reader<'_>) -> Result<AttributeDef, DecodeError> {
         component: flag(r, "schema component")?,
         doc: r.string("schema doc")?,
         deprecated: flag(r, "schema deprecated")?,
-    })
+        searchable: false,
+        dimension: 0,
+    };
+    if v2 {
+        def.searchable = flag(r, "schema searchable")?;
+        def.dimension = r.u32("schema dimension")?;
+    }
+    Ok(def)
 }
 
 #[cfg(test)]
@@ -353,8 +378,15 @@ mod tests {
         merge.branch_op = Some(BranchOp::Merge {
             name: BranchName::new("b").unwrap(),
         });
-        for req in [data(), schema, fork, merge] {
+        let mut recall = TxRequest::data(Namespace::new("team/a").unwrap(), vec![], provenance());
+        let mut text = AttributeDef::new(attr(":doc/text"), ValueType::String);
+        text.searchable = true;
+        recall.schema = vec![text, AttributeDef::vector(attr(":doc/embedding"), 384)];
+        let mut with_vector = data();
+        with_vector.ops[0].value = Value::Vector(vec![0.25, -1.5, 3.0]);
+        for (req, version) in [(data(), 1), (schema, 1), (fork, 1), (merge, 1), (recall, 2), (with_vector, 1)] {
             let bytes = req.signed_bytes();
+            assert_eq!(bytes[0], version, "{req:?}");
             assert_eq!(TxRequest::decode_signed(&bytes).unwrap(), req);
             // One request, one encoding.
             assert_eq!(req.clone().signed_bytes(), bytes);
@@ -386,6 +418,13 @@ mod tests {
         assert!(matches!(
             TxRequest::decode_signed(&version),
             Err(DecodeError::Version(9))
+        ));
+        // A version 2 request with nothing version 2 needs is written as version 1 only.
+        let mut as_v2 = data().signed_bytes();
+        as_v2[0] = TX_REQUEST_FORMAT_VERSION_2;
+        assert!(matches!(
+            TxRequest::decode_signed(&as_v2),
+            Err(DecodeError::Version(2))
         ));
         // Well-formed bytes of an invalid request (no ops, schema or branch op) are refused.
         let empty = TxRequest::data(Namespace::new("team/a").unwrap(), vec![], provenance());

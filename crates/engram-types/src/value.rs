@@ -10,7 +10,8 @@ use crate::{EntityId, MAX_VALUE_BYTES, ValidationError};
 /// Invariants (checked by [`Value::validate`], which the wire layer calls on every value it
 /// receives): `F64` is never NaN, so equality is total; `Keyword` has the attribute form;
 /// `Json` holds canonical JSON (object keys sorted, no insignificant white space) so that equal
-/// documents hash equally; payloads are at most [`MAX_VALUE_BYTES`].
+/// documents hash equally; `Vector` has 1 to [`MAX_VECTOR_DIMENSION`] finite components;
+/// payloads are at most [`MAX_VALUE_BYTES`].
 #[derive(Clone, PartialEq, Debug, Serialize, Deserialize)]
 pub enum Value {
     String(String),
@@ -23,7 +24,13 @@ pub enum Value {
     Ref(EntityId),
     Keyword(String),
     Json(String),
+    /// An embedding the client computed: finite f32 components, as many as the attribute's
+    /// schema `dimension` says.
+    Vector(Vec<f32>),
 }
+
+/// Most components a vector value may have.
+pub const MAX_VECTOR_DIMENSION: usize = 4096;
 
 /// The type of a [`Value`], without its payload.
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Debug, Serialize, Deserialize)]
@@ -37,10 +44,11 @@ pub enum ValueType {
     Ref,
     Keyword,
     Json,
+    Vector,
 }
 
 impl ValueType {
-    pub const ALL: [ValueType; 9] = [
+    pub const ALL: [ValueType; 10] = [
         ValueType::String,
         ValueType::I64,
         ValueType::F64,
@@ -50,6 +58,7 @@ impl ValueType {
         ValueType::Ref,
         ValueType::Keyword,
         ValueType::Json,
+        ValueType::Vector,
     ];
 
     /// Stable one-byte tag used by the canonical encoding and storage keys.
@@ -64,6 +73,7 @@ impl ValueType {
             ValueType::Ref => 7,
             ValueType::Keyword => 8,
             ValueType::Json => 9,
+            ValueType::Vector => 10,
         }
     }
 
@@ -82,6 +92,7 @@ impl ValueType {
             ValueType::Ref => "ref",
             ValueType::Keyword => "keyword",
             ValueType::Json => "json",
+            ValueType::Vector => "vector",
         }
     }
 }
@@ -104,6 +115,7 @@ impl Value {
             Value::Ref(_) => ValueType::Ref,
             Value::Keyword(_) => ValueType::Keyword,
             Value::Json(_) => ValueType::Json,
+            Value::Vector(_) => ValueType::Vector,
         }
     }
 
@@ -141,6 +153,7 @@ impl Value {
                 field: "keyword",
                 reason: reason.into(),
             }),
+            Value::Vector(v) => check_vector("vector", v),
             Value::Json(text) => {
                 if text.len() > MAX_VALUE_BYTES {
                     return Err(too_big("json"));
@@ -156,6 +169,27 @@ impl Value {
             _ => Ok(()),
         }
     }
+}
+
+/// Checks a vector's length and components; `field` names it in the error (a stored value's
+/// type, or a query's field).
+pub fn check_vector(field: &'static str, v: &[f32]) -> Result<(), ValidationError> {
+    if v.is_empty() || v.len() > MAX_VECTOR_DIMENSION {
+        return Err(ValidationError::Value {
+            field,
+            reason: format!(
+                "has {} components; a vector has 1 to {MAX_VECTOR_DIMENSION}",
+                v.len()
+            ),
+        });
+    }
+    if let Some(i) = v.iter().position(|x| !x.is_finite()) {
+        return Err(ValidationError::Value {
+            field,
+            reason: format!("component {i} is {}, not a finite number", v[i]),
+        });
+    }
+    Ok(())
 }
 
 /// How much of an offending number an error repeats back.
@@ -344,6 +378,22 @@ impl fmt::Display for Value {
             Value::Ref(e) => write!(f, "#ref {e}"),
             Value::Keyword(k) => f.write_str(k),
             Value::Json(j) => f.write_str(j),
+            Value::Vector(v) => {
+                // A vector of hundreds of components is noise in a message: its size and
+                // first components say which one it is.
+                const SHOWN: usize = 3;
+                write!(f, "#vector[{}](", v.len())?;
+                for (i, x) in v.iter().take(SHOWN).enumerate() {
+                    if i > 0 {
+                        f.write_str(" ")?;
+                    }
+                    write!(f, "{x}")?;
+                }
+                if v.len() > SHOWN {
+                    f.write_str(" …")?;
+                }
+                f.write_str(")")
+            }
         }
     }
 }
@@ -442,6 +492,20 @@ mod tests {
         assert!(Value::F64(1.5).validate().is_ok());
         assert!(Value::Keyword("status".into()).validate().is_err());
         assert!(Value::Keyword(":status/open".into()).validate().is_ok());
+    }
+
+    #[test]
+    fn vectors_are_finite_and_sized() {
+        Value::Vector(vec![0.5, -1.0]).validate().unwrap();
+        let reason = |v: Vec<f32>| Value::Vector(v).validate().unwrap_err().to_string();
+        assert!(reason(vec![]).contains("has 0 components"));
+        assert!(reason(vec![0.0; MAX_VECTOR_DIMENSION + 1]).contains("has 4097 components"));
+        assert!(reason(vec![1.0, f32::NAN]).contains("component 1 is NaN"));
+        assert!(reason(vec![f32::INFINITY]).contains("component 0 is inf"));
+        assert_eq!(
+            Value::Vector(vec![1.0, 2.5, 3.0, 4.0]).to_string(),
+            "#vector[4](1 2.5 3 …)"
+        );
     }
 
     #[test]

@@ -17,6 +17,9 @@ pub const NAME: &str = "search-agrees";
 /// Words the workload writes: its agents are named `agent-N`.
 const QUERY: &str = "agent 0 1 2 3 4 5 6 7";
 
+/// Near some of the vectors the workload writes (see `workload::REG_EMBEDDING`).
+const QUERY_VECTOR: [f32; 3] = [3.0, 1.0, 1.0];
+
 /// Asks each of `members` for the same search as of `as_of` (a transaction every one of them
 /// has applied) from its own state, and compares the answers.
 pub async fn check(cluster: &Cluster, members: &[u64], as_of: u64) -> Vec<Violation> {
@@ -33,6 +36,8 @@ pub async fn check(cluster: &Cluster, members: &[u64], as_of: u64) -> Vec<Violat
                     let mut req = tonic::Request::new(pb::SearchRequest {
                         namespace: workload::NAMESPACE.into(),
                         text: QUERY.into(),
+                        vector: QUERY_VECTOR.to_vec(),
+                        hops: Some(2),
                         k: 100,
                         as_of_tx: Some(as_of),
                         consistency: pb::ReadConsistency::Stale as i32,

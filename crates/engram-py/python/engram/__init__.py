@@ -46,6 +46,7 @@ from ._engram import (
     TxEvent,
     Unauthenticated,
     Unavailable,
+    Vector,
     Watch,
     keygen,
 )
@@ -80,6 +81,7 @@ __all__ = [
     "TxEvent",
     "Unauthenticated",
     "Unavailable",
+    "Vector",
     "Watch",
     "keygen",
 ]
@@ -105,7 +107,7 @@ class Branch:
     def find(self, attribute: str, value=None, **kwargs):
         return self.db.find(self.namespace, attribute, value, branch=self.name, **kwargs)
 
-    def search(self, text: str, **kwargs):
+    def search(self, text: str = "", **kwargs):
         return self.db.search(self.namespace, text, branch=self.name, **kwargs)
 
     def diff(self, **kwargs) -> Diff:

@@ -4,7 +4,7 @@ import datetime
 from os import PathLike
 from typing import Any, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
 
-Value = Union[str, int, float, bool, bytes, datetime.datetime, "Keyword", "Ref", Dict[str, Any], List[Any]]
+Value = Union[str, int, float, bool, bytes, datetime.datetime, "Keyword", "Ref", "Vector", Dict[str, Any], List[Any]]
 EntityArg = Union[int, str, "Ref", "Lookup"]
 Time = Union[datetime.datetime, int]
 Op = Union["Assert", "Retract", Tuple[EntityArg, str, Value]]
@@ -13,6 +13,12 @@ class Keyword:
     """A keyword value such as `:status/open`."""
     name: str
     def __init__(self, name: str) -> None: ...
+
+class Vector:
+    """An embedding value: finite floats (stored as 32-bit), as many as the attribute's schema dimension."""
+    values: List[float]
+    def __init__(self, values: List[float]) -> None: ...
+    def __len__(self) -> int: ...
 
 class Ref:
     """A reference to an entity of the same namespace."""
@@ -195,8 +201,10 @@ class Client:
     def search(
         self,
         namespace: str,
-        text: str,
+        text: str = "",
         *,
+        vector: Optional[List[float]] = None,
+        hops: Optional[int] = None,
         k: int = 10,
         as_of_tx: Optional[int] = None,
         attributes: Optional[List[str]] = None,

@@ -75,7 +75,7 @@ class AsyncEngram:
     async def find(self, namespace: str, attribute: str, value=None, **kwargs: Any):
         return await asyncio.to_thread(self.sync.find, namespace, attribute, value, **kwargs)
 
-    async def search(self, namespace: str, text: str, **kwargs: Any):
+    async def search(self, namespace: str, text: str = "", **kwargs: Any):
         return await asyncio.to_thread(self.sync.search, namespace, text, **kwargs)
 
     async def diff(self, namespace: str, from_tx: int, to_tx: int = 0, **kwargs: Any) -> Diff:

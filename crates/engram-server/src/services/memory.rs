@@ -807,6 +807,11 @@ impl pb::memory_server::Memory for MemoryService {
         {
             return Err(ApiError::PermissionDenied(grants.reason(hidden.as_str())).into());
         }
+        let namespace = scope.namespace.clone();
+        let schema =
+            self.shared
+                .read_state(|store| engram_core::schema::view(store, &namespace, Some(query.as_of)))?;
+        check_search_schema(&query, &namespace, &schema).map_err(ApiError::from)?;
         let shows = |a: &engram_types::Attribute| caller.scope.as_ref().is_none_or(|g| g.shows(a.as_str()));
         let hits = self
             .shared
@@ -862,4 +867,56 @@ impl pb::memory_server::Memory for MemoryService {
             proof,
         }))
     }
+}
+
+/// Refuses, naming the field, a search the namespace's schema (as of the answer's transaction)
+/// cannot serve: a filter on an attribute that is not searchable, or a vector whose size no
+/// searchable vector attribute (of the filter's, if it names any) has.
+fn check_search_schema(
+    query: &engram_recall::Query,
+    namespace: &engram_types::Namespace,
+    schema: &engram_core::schema::SchemaView,
+) -> Result<(), engram_proto::WireError> {
+    use engram_proto::WireError;
+    use engram_types::ValueType;
+    let def = |a: &engram_types::Attribute| {
+        schema
+            .attributes
+            .iter()
+            .map(|(v, _)| &v.def)
+            .find(|d| d.ident == *a)
+    };
+    for (i, a) in query.filter.attributes.iter().enumerate() {
+        if !def(a).is_some_and(|d| d.searchable) {
+            return Err(WireError::new(
+                format!("attributes[{i}]"),
+                format!(
+                    "{a} is not a searchable attribute of {namespace} (declare it with searchable: true)"
+                ),
+            ));
+        }
+    }
+    if let Some(v) = &query.vector {
+        let vectors: Vec<(&engram_types::Attribute, u32)> = schema
+            .attributes
+            .iter()
+            .map(|(v, _)| &v.def)
+            .filter(|d| d.value_type == ValueType::Vector && d.searchable)
+            .filter(|d| query.filter.attributes.is_empty() || query.filter.attributes.contains(&d.ident))
+            .map(|d| (&d.ident, d.dimension))
+            .collect();
+        if !vectors.iter().any(|(_, dim)| *dim as usize == v.len()) {
+            let have = if vectors.is_empty() {
+                format!("{namespace} has no searchable vector attribute")
+            } else {
+                let list: Vec<String> = vectors.iter().map(|(a, d)| format!("{a} has {d}")).collect();
+                format!("of the searchable vector attributes of {namespace}, {}", list.join(", "))
+            };
+            return Err(WireError::new(
+                "vector",
+                format!("has {} components; {have}", v.len()),
+            ));
+        }
+    }
+    Ok(())
 }

@@ -1,5 +1,6 @@
-//! This node's recall index: fed the transactions it has applied, in order, the first time a
-//! search needs them.
+//! This node's recall index: fed the transactions it has applied, in order, by a background
+//! task that follows the applied index ([`keep_current`]), and by a search that finds it
+//! behind (so a linearizable search sees every write acknowledged before it).
 //!
 //! Derived state (see `engram_recall`): it lives in memory only, starts empty when the node
 //! starts, and is never part of the chain, a snapshot or the replica digest. A snapshot install
@@ -11,8 +12,11 @@ use std::collections::HashMap;
 use engram_core::reads::{self, LoggedTx};
 use engram_core::schema;
 use engram_raft::RaftNode;
-use engram_recall::{Feeder, Hit, Query, Scope, TextIndex};
-use engram_types::{Attribute, Cardinality, Datom, Namespace, TxId};
+use std::sync::Arc;
+use std::time::Duration;
+
+use engram_recall::{Feeder, Hit, Indexing, Query, RecallIndex, Scope};
+use engram_types::{Attribute, Datom, Namespace, TxId};
 use tokio::sync::Mutex;
 
 use crate::error::ApiError;
@@ -28,7 +32,7 @@ pub struct SearchIndex {
 
 #[derive(Default)]
 struct Fed {
-    index: TextIndex,
+    index: RecallIndex,
     feeder: Feeder,
     /// The next transaction to read from the log.
     next: TxId,
@@ -46,6 +50,19 @@ impl SearchIndex {
         shown: &(dyn Fn(&Attribute) -> bool + Sync),
     ) -> Result<Vec<Hit>, ApiError> {
         let mut fed = self.state.lock().await;
+        Self::feed(&mut fed, node, through).await?;
+        fed.index
+            .recall_where(scope, query, shown)
+            .map_err(|e| ApiError::Invalid(e.to_string()))
+    }
+
+    /// Feeds what `node` has applied through `through`.
+    pub async fn catch_up(&self, node: &RaftNode, through: u64) -> Result<(), ApiError> {
+        let mut fed = self.state.lock().await;
+        Self::feed(&mut fed, node, through).await
+    }
+
+    async fn feed(fed: &mut Fed, node: &RaftNode, through: u64) -> Result<(), ApiError> {
         if fed.next == TxId(0)
             && engram_core::planted::active(engram_core::planted::PlantedBug::SearchIndexNotRebuilt)
         {
@@ -57,17 +74,16 @@ impl SearchIndex {
                 let (txs, next) = reads::tx_log_range(store, from, TxId(through), CATCH_UP_BYTES)?;
                 let mut out = Vec::with_capacity(txs.len());
                 for logged in txs {
-                    let cards = cardinalities(store, &logged)?;
-                    out.push((logged, cards));
+                    let defs = indexing(store, &logged)?;
+                    out.push((logged, defs));
                 }
                 Ok::<_, engram_core::CoreError>((out, next))
             })?;
             let Fed { index, feeder, .. } = &mut *fed;
-            for (logged, cards) in &txs {
+            for (logged, defs) in &txs {
                 let receipt = &logged.record.receipt;
-                let cardinality = |s: &Scope, a: &Attribute| {
-                    cards
-                        .get(&(s.namespace.clone(), a.clone()))
+                let schema = |s: &Scope, a: &Attribute| {
+                    defs.get(&(s.namespace.clone(), a.clone()))
                         .copied()
                         .unwrap_or_default()
                 };
@@ -76,7 +92,7 @@ impl SearchIndex {
                     receipt.tx,
                     receipt.tx_time_ns,
                     &logged.record.datoms,
-                    cardinality,
+                    schema,
                 ) {
                     // Half fed, the index cannot go on: start again from nothing next time.
                     *fed = Fed::default();
@@ -92,17 +108,44 @@ impl SearchIndex {
             // A first catch-up over a large log is long: let other tasks run between steps.
             tokio::task::yield_now().await;
         }
-        fed.index
-            .recall_where(scope, query, shown)
-            .map_err(|e| ApiError::Invalid(e.to_string()))
+        Ok(())
     }
 }
 
-/// The cardinality of each attribute `logged` writes, as its transaction found it.
-fn cardinalities(
+/// Longest wait for the next applied transaction before the feeder looks again.
+const FOLLOW_WAIT: Duration = Duration::from_secs(1);
+
+/// Keeps the index of `shared`'s node current: feeds each batch of transactions soon after it
+/// is applied, so searches rarely wait for a feed and the first search after a start does not
+/// read the whole log. Ends when the node's Raft core stops or `stopped` turns true.
+pub async fn keep_current(
+    shared: Arc<super::Shared>,
+    mut stopped: tokio::sync::watch::Receiver<bool>,
+) {
+    loop {
+        let applied = shared.applied_index();
+        if let Err(e) = shared.search.catch_up(&shared.node, applied).await {
+            tracing::warn!(error = %e, "search index: feed failed; it is rebuilt from the log");
+        }
+        tokio::select! {
+            waited = shared.node.wait_applied(applied + 1, FOLLOW_WAIT) => {
+                if waited == engram_raft::Waited::Stopped {
+                    return;
+                }
+            }
+            _ = stopped.changed() => return,
+        }
+        if *stopped.borrow() {
+            return;
+        }
+    }
+}
+
+/// How each attribute `logged` writes was indexed as its transaction found it.
+fn indexing(
     store: &dyn engram_storage::ReadView,
     logged: &LoggedTx,
-) -> Result<HashMap<(Namespace, Attribute), Cardinality>, engram_core::CoreError> {
+) -> Result<HashMap<(Namespace, Attribute), Indexing>, engram_core::CoreError> {
     let mut out = HashMap::new();
     for Datom {
         namespace,
@@ -114,7 +157,11 @@ fn cardinalities(
         if let std::collections::hash_map::Entry::Vacant(slot) =
             out.entry((namespace.clone(), attribute.clone()))
         {
-            slot.insert(schema::cardinality_at(store, namespace, attribute, Some(*tx))?);
+            let def = schema::def_at(store, namespace, attribute, Some(*tx))?;
+            slot.insert(def.map_or_else(Indexing::default, |d| Indexing {
+                cardinality: d.cardinality,
+                searchable: d.searchable,
+            }));
         }
     }
     Ok(out)
