@@ -81,7 +81,9 @@ fn mix(mut z: u64) -> u64 {
 
 /// A roughly normal number (sum of four uniforms, centred, unit variance), from `seed`.
 fn gauss(seed: u64) -> f32 {
-    let s: f64 = (0..4).map(|i| (mix(seed ^ (i * 0x1234_5678)) >> 11) as f64 / (1u64 << 53) as f64).sum();
+    let s: f64 = (0..4)
+        .map(|i| (mix(seed ^ (i * 0x1234_5678)) >> 11) as f64 / (1u64 << 53) as f64)
+        .sum();
     ((s - 2.0) * (3.0f64).sqrt()) as f32
 }
 
@@ -148,6 +150,9 @@ fn datoms_of(e: u64, entities: u64, tx: TxId) -> Vec<Datom> {
         d(":doc/cites", Value::Ref(EntityId(cites(e, entities) + 1))),
     ]
 }
+
+/// One way of asking a labelled query: some of its signals taken away.
+type Variant = fn(&Query) -> Query;
 
 struct Labelled {
     query: Query,
@@ -248,7 +253,7 @@ fn run(args: &Args) -> Result<serde_json::Value, String> {
     let labelled = queries(args, as_of);
 
     // Quality per signal: the same queries with parts taken away.
-    let variants: [(&str, fn(&Query) -> Query); 4] = [
+    let variants: [(&str, Variant); 4] = [
         ("text", |q| Query {
             vector: None,
             hops: 0,
@@ -263,13 +268,23 @@ fn run(args: &Args) -> Result<serde_json::Value, String> {
         ("text+vector+graph", Query::clone),
     ];
     let mut quality = serde_json::Map::new();
+    let mut by_signal = serde_json::Map::new();
     for (name, variant) in variants {
         let mut sum = 0.0;
+        let mut times = Vec::with_capacity(labelled.len());
         for l in &labelled {
-            let hits = index.recall(&scope, &variant(&l.query)).map_err(|e| e.to_string())?;
+            let q = variant(&l.query);
+            let t = Instant::now();
+            let hits = index.recall(&scope, &q).map_err(|e| e.to_string())?;
+            times.push(t.elapsed());
             sum += recall_at_k(&hits, &l.relevant);
         }
+        times.sort();
         quality.insert(name.to_string(), json!(sum / labelled.len() as f64));
+        by_signal.insert(
+            name.to_string(),
+            json!({ "p50_ms": percentile(&times, 0.5), "p99_ms": percentile(&times, 0.99) }),
+        );
     }
 
     // Latency of the full query, at 1 and 16 concurrent callers.
@@ -291,7 +306,10 @@ fn run(args: &Args) -> Result<serde_json::Value, String> {
                     })
                 })
                 .collect();
-            handles.into_iter().flat_map(|h| h.join().unwrap_or_default()).collect()
+            handles
+                .into_iter()
+                .flat_map(|h| h.join().unwrap_or_default())
+                .collect()
         });
         all.sort();
         latency.insert(
@@ -310,6 +328,7 @@ fn run(args: &Args) -> Result<serde_json::Value, String> {
         "bytes_per_million_facts": grown as f64 / (facts as f64 / 1e6),
         "queries": labelled.len(),
         "recall_at_10": quality,
+        "latency_by_signal_1_caller": by_signal,
         "latency": latency,
     }))
 }
@@ -351,7 +370,13 @@ fn main() -> ExitCode {
     println!("recall@10 over {} labelled queries:", report["queries"]);
     if let Some(q) = report["recall_at_10"].as_object() {
         for (name, v) in q {
-            println!("  {name:<20} {:.3}", v.as_f64().unwrap_or(0.0));
+            let t = &report["latency_by_signal_1_caller"][name];
+            println!(
+                "  {name:<20} {:.3}   (1 caller: p50 {:.2} ms, p99 {:.2} ms)",
+                v.as_f64().unwrap_or(0.0),
+                t["p50_ms"].as_f64().unwrap_or(0.0),
+                t["p99_ms"].as_f64().unwrap_or(0.0)
+            );
         }
     }
     if let Some(l) = report["latency"].as_object() {

@@ -88,7 +88,9 @@ pub fn parse_schema(text: &str) -> Result<Vec<AttributeDef>, JsonError> {
         let Some(value_type) = value_type else {
             return err(
                 path("type"),
-                format!("unknown type {ty:?} (string, i64, f64, bool, bytes, instant, ref, keyword, json or vector)"),
+                format!(
+                    "unknown type {ty:?} (string, i64, f64, bool, bytes, instant, ref, keyword, json or vector)"
+                ),
             );
         };
         let cardinality = match text("cardinality")? {
@@ -126,7 +128,12 @@ pub fn parse_schema(text: &str) -> Result<Vec<AttributeDef>, JsonError> {
                 None => 0,
                 Some(Json::Number(n)) => match n.as_u64().and_then(|d| u32::try_from(d).ok()) {
                     Some(d) => d,
-                    None => return err(path("dimension"), format!("expected a component count, found {n}")),
+                    None => {
+                        return err(
+                            path("dimension"),
+                            format!("expected a component count, found {n}"),
+                        );
+                    }
                 },
                 Some(_) => return err(path("dimension"), "expected a number"),
             },
@@ -283,6 +290,7 @@ pub async fn schema(client: &Client, cmd: SchemaCommand, json: bool) -> Result<(
                 "CARD",
                 "UNIQUE",
                 "INDEX",
+                "SEARCH",
                 "SINCE TX",
                 "VERSION",
                 "DOC",
@@ -294,12 +302,18 @@ pub async fn schema(client: &Client, cmd: SchemaCommand, json: bool) -> Result<(
                 if d.deprecated {
                     flags = format!("(deprecated) {flags}");
                 }
+                let value_type = if d.dimension > 0 {
+                    format!("{}[{}]", d.value_type, d.dimension)
+                } else {
+                    d.value_type.clone()
+                };
                 t.row(vec![
                     d.ident.clone(),
-                    d.value_type.clone(),
+                    value_type,
                     doc["cardinality"].as_str().unwrap_or("one").to_string(),
                     doc["unique"].as_str().unwrap_or("-").to_string(),
                     if d.indexed { "yes" } else { "-" }.to_string(),
+                    if d.searchable { "yes" } else { "-" }.to_string(),
                     a.since_tx.to_string(),
                     if a.entity.is_some() {
                         a.version.to_string()

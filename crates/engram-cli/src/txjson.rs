@@ -224,8 +224,14 @@ fn vector_from_json(path: &str, raw: &Json) -> Result<Vec<f32>, JsonError> {
         .enumerate()
         .map(|(i, item)| match item.as_f64() {
             Some(x) if (x as f32).is_finite() => Ok(x as f32),
-            Some(x) => err(format!("{path}[{i}]"), format!("{x} is beyond the range of a 32-bit float")),
-            None => err(format!("{path}[{i}]"), format!("expected a number, found {}", kind(item))),
+            Some(x) => err(
+                format!("{path}[{i}]"),
+                format!("{x} is beyond the range of a 32-bit float"),
+            ),
+            None => err(
+                format!("{path}[{i}]"),
+                format!("expected a number, found {}", kind(item)),
+            ),
         })
         .collect()
 }

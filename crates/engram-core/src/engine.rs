@@ -1376,7 +1376,12 @@ mod tests {
             ":task/embedding",
             Value::Vector(vec![1.0, 0.0, 0.5]),
         )]);
-        assert!(engine.apply_tx(3, 3_000, &first, WriteBatch::new()).unwrap().is_ok());
+        assert!(
+            engine
+                .apply_tx(3, 3_000, &first, WriteBatch::new())
+                .unwrap()
+                .is_ok()
+        );
         let before = state_bytes(&store);
         let short = tx(vec![op(
             EntityRef::Id(e),

@@ -49,7 +49,10 @@ pub fn search_request(req: pb::SearchRequest, latest: TxId) -> Result<(Scope, Qu
     let hops = match req.hops {
         None => DEFAULT_HOPS,
         Some(h) if h as usize > MAX_HOPS => {
-            return Err(WireError::new("hops", format!("must be at most {MAX_HOPS}, not {h}")));
+            return Err(WireError::new(
+                "hops",
+                format!("must be at most {MAX_HOPS}, not {h}"),
+            ));
         }
         Some(h) => h as usize,
     };
@@ -178,7 +181,13 @@ mod tests {
             "branch"
         );
         assert_eq!(field(pb::SearchRequest { k: 101, ..good() }), "k");
-        assert_eq!(field(pb::SearchRequest { hops: Some(4), ..good() }), "hops");
+        assert_eq!(
+            field(pb::SearchRequest {
+                hops: Some(4),
+                ..good()
+            }),
+            "hops"
+        );
         for bad in [vec![f32::NAN], vec![1.0, f32::INFINITY], vec![0.0; 4097]] {
             assert_eq!(
                 field(pb::SearchRequest {

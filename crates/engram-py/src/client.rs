@@ -497,7 +497,8 @@ impl EngramClient {
     ) -> PyResult<Py<PyList>> {
         let mut query = SearchQuery::new(namespace_arg(namespace)?, text);
         if let Some(v) = &vector {
-            engram_types::check_vector("vector", v).map_err(|e| PyValueError::new_err(format!("vector: {e}")))?;
+            engram_types::check_vector("vector", v)
+                .map_err(|e| PyValueError::new_err(format!("vector: {e}")))?;
         }
         query.vector = vector;
         query.hops = hops;

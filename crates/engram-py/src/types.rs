@@ -72,7 +72,11 @@ impl Vector {
     fn __repr__(&self) -> String {
         let shown: Vec<String> = self.values.iter().take(4).map(|x| format!("{x}")).collect();
         let more = if self.values.len() > 4 { ", ..." } else { "" };
-        format!("Vector([{}{more}]) # {} components", shown.join(", "), self.values.len())
+        format!(
+            "Vector([{}{more}]) # {} components",
+            shown.join(", "),
+            self.values.len()
+        )
     }
 
     fn __len__(&self) -> usize {

@@ -119,8 +119,12 @@ impl Feeder {
                 valid_to_ns: d.valid_to_ns,
             };
             let added = match &d.value {
-                Value::String(text) if indexing.searchable => index.add_text(&scope, fact.clone(), text, meta())?,
-                Value::Vector(v) if indexing.searchable => index.add_vector(&scope, fact.clone(), v, meta())?,
+                Value::String(text) if indexing.searchable => {
+                    index.add_text(&scope, fact.clone(), text, meta())?
+                }
+                Value::Vector(v) if indexing.searchable => {
+                    index.add_vector(&scope, fact.clone(), v, meta())?
+                }
                 Value::Ref(target) => index.add_edge(&scope, fact.clone(), *target)?,
                 _ => false,
             };

@@ -58,7 +58,11 @@ impl Graph {
         let Some(shelf) = self.shelves.get_mut(scope) else {
             return false;
         };
-        let Some(edge) = shelf.by_fact.get(fact).and_then(|&id| shelf.edges.get_mut(id as usize)) else {
+        let Some(edge) = shelf
+            .by_fact
+            .get(fact)
+            .and_then(|&id| shelf.edges.get_mut(id as usize))
+        else {
             return false;
         };
         if edge.to.is_some() {

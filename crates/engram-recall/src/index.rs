@@ -4,10 +4,12 @@
 //! How one query is answered, as of its transaction `T`:
 //! 1. **text**: the facts whose words match, by BM25 (see `text`);
 //! 2. **vector**: the vectors nearest the query vector, by cosine similarity (see `vector`).
-//!    A vector describes its entity, so its rank is credited to the entity's text facts (the
-//!    vector fact itself stands in when the entity has none);
+//!    A vector describes its entity, so its rank is credited to the entity's facts the words
+//!    found, else to its first text fact (the vector fact itself stands in when the entity
+//!    has no text): one hit per entity, so an entity with many texts does not fill the page;
 //! 3. **graph**: from the best entities of 1 and 2, the entities up to `hops` refs away, either
-//!    direction, each hop counting [`HOP_DECAY`] of the one before; credited like 2;
+//!    direction, each hop counting [`HOP_DECAY`] of the one before, ranked among the seeds (so
+//!    never above the hit that led to them); credited like 2;
 //! 4. **recency** and **prior** re-order every fact 1–3 found;
 //! 5. reciprocal rank fusion of the five rankings ([`WEIGHTS`]).
 //!
@@ -30,13 +32,15 @@ const CANDIDATES_PER_HIT: usize = 4;
 /// How much of a seed's weight one ref hop keeps.
 pub const HOP_DECAY: f64 = 0.5;
 
-/// How much each signal counts in the fusion. Text and vectors find facts on their own; the
-/// graph finds neighbours of what they found, so it counts half; recency and the priors only
-/// re-order, so they weigh least. Tuned against the labelled corpus in `bench/`.
+/// How much each signal counts in the fusion. Text, vectors and the graph each find facts
+/// (the graph's own ranking already halves each hop); recency and the priors only re-order,
+/// so they weigh least. Chosen against the labelled corpus in `bench/` (`recall`): at 0.5 the
+/// graph never lifted a neighbour into the first ten, since reciprocal rank fusion is flat
+/// (0.5/61 is below the tenth rank of a full-weight signal, 1/70).
 pub const WEIGHTS: [(Signal, f64); 5] = [
     (Signal::Text, 1.0),
     (Signal::Vector, 1.0),
-    (Signal::Graph, 0.5),
+    (Signal::Graph, 1.0),
     (Signal::Recency, 0.2),
     (Signal::Prior, 0.2),
 ];
@@ -83,7 +87,13 @@ impl RecallIndex {
     }
 
     /// Indexes `text`, asserted by `fact`. Returns whether anything was indexed.
-    pub fn add_text(&mut self, scope: &Scope, fact: FactRef, text: &str, meta: FactMeta) -> Result<bool, RecallError> {
+    pub fn add_text(
+        &mut self,
+        scope: &Scope,
+        fact: FactRef,
+        text: &str,
+        meta: FactMeta,
+    ) -> Result<bool, RecallError> {
         self.text.add(scope, fact, text, meta)
     }
 
@@ -135,26 +145,6 @@ impl RecallIndex {
         let limit = query.k.saturating_mul(CANDIDATES_PER_HIT);
         let filter = &query.filter;
 
-        // The facts an entity shows as hits: its text facts that pass the filters, else its
-        // vector facts that do.
-        let shows = |e: EntityId| -> Vec<FactRef> {
-            let passes = |f: &FactRef, m: &FactMeta| filter.admits(f, m) && shown(&f.attribute);
-            let texts: Vec<FactRef> = self
-                .text
-                .of_entity(scope, e, as_of)
-                .filter(|d| passes(&d.fact, &d.meta))
-                .map(|d| d.fact.clone())
-                .collect();
-            if !texts.is_empty() {
-                return texts;
-            }
-            self.vectors
-                .of_entity(scope, e, as_of)
-                .filter(|d| passes(&d.fact, &d.meta))
-                .map(|d| d.fact.clone())
-                .collect()
-        };
-
         // 1. Words.
         let found = if words.is_empty() {
             Vec::new()
@@ -163,6 +153,35 @@ impl RecallIndex {
         };
         let text_ranks = ranks(&found, |a, b| a.score == b.score);
         let text: Vec<(FactRef, usize)> = found.into_iter().map(|s| s.fact).zip(text_ranks).collect();
+
+        // The facts an entity found by a vector or a ref shows as hits: those of its facts the
+        // words found; else its first text fact that passes the filters (one hit per entity,
+        // so an entity with many texts does not fill the page); else its first vector fact.
+        let shows = |e: EntityId| -> Vec<FactRef> {
+            let by_words: Vec<FactRef> = text
+                .iter()
+                .filter(|(f, _)| f.entity == e)
+                .map(|(f, _)| f.clone())
+                .collect();
+            if !by_words.is_empty() {
+                return by_words;
+            }
+            let passes = |f: &FactRef, m: &FactMeta| filter.admits(f, m) && shown(&f.attribute);
+            let first_text = self
+                .text
+                .of_entity(scope, e, as_of)
+                .filter(|d| passes(&d.fact, &d.meta))
+                .map(|d| &d.fact)
+                .min();
+            let first = first_text.or_else(|| {
+                self.vectors
+                    .of_entity(scope, e, as_of)
+                    .filter(|d| passes(&d.fact, &d.meta))
+                    .map(|d| &d.fact)
+                    .min()
+            });
+            first.into_iter().cloned().collect()
+        };
 
         // 2. Nearest vectors, as entities.
         let mut near_entities: Vec<(EntityId, usize)> = Vec::new();
@@ -184,8 +203,22 @@ impl RecallIndex {
             let text_entities = first_per_entity(&text);
             let seeds = fuse_entities(&[(&text_entities, 1.0), (&near_entities, 1.0)], query.k);
             let reached = expand(&self.graph, scope, &seeds, query.hops, as_of, shown, limit);
-            let reached_ranks = ranks(&reached, |a, b| a.1 == b.1);
-            let reached: Vec<(EntityId, usize)> = reached.iter().map(|(e, _)| *e).zip(reached_ranks).collect();
+            // Ranked among the seeds too (which the graph does not credit: the words and the
+            // vectors already did), so a neighbour never ranks above the hit that led to it.
+            let mut all: Vec<(EntityId, f64, bool)> = seeds.iter().map(|(e, w)| (*e, *w, true)).collect();
+            all.extend(reached.iter().map(|(e, w)| (*e, *w, false)));
+            all.sort_by(|a, b| {
+                b.1.total_cmp(&a.1)
+                    .then_with(|| b.2.cmp(&a.2))
+                    .then_with(|| a.0.cmp(&b.0))
+            });
+            let all_ranks = ranks(&all, |a, b| a.1 == b.1);
+            let reached: Vec<(EntityId, usize)> = all
+                .iter()
+                .zip(all_ranks)
+                .filter(|((_, _, seed), _)| !seed)
+                .map(|((e, _, _), rank)| (*e, rank))
+                .collect();
             graph = credit(&reached, &shows);
         }
 
@@ -202,7 +235,8 @@ impl RecallIndex {
         let mut recency = found.clone();
         recency.sort_by(|a, b| when(b).cmp(&when(a)).then_with(|| a.cmp(b)));
         let recency = ranked_by(&recency, |a, b| when(a) == when(b));
-        let belief = |f: &FactRef| meta(f).map_or((false, 0.0), |m| (m.status == Status::Verified, m.confidence));
+        let belief =
+            |f: &FactRef| meta(f).map_or((false, 0.0), |m| (m.status == Status::Verified, m.confidence));
         let mut prior = found;
         prior.sort_by(|a, b| {
             let ((va, ca), (vb, cb)) = (belief(a), belief(b));

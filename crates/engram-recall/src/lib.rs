@@ -37,6 +37,6 @@ pub use index::{HOP_DECAY, RecallIndex, Sizes, WEIGHTS};
 pub use text::TextIndex;
 pub use tokenize::{MAX_TOKEN_CHARS, tokens};
 pub use types::{
-    DEFAULT_HOPS, FactMeta, FactRef, Filter, Hit, MAX_HOPS, MAX_K, MAX_QUERY_BYTES, Query, RecallError, Scope,
-    Scored, Signal,
+    DEFAULT_HOPS, FactMeta, FactRef, Filter, Hit, MAX_HOPS, MAX_K, MAX_QUERY_BYTES, Query, RecallError,
+    Scope, Scored, Signal,
 };

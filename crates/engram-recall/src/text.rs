@@ -264,19 +264,29 @@ impl TextIndex {
                 *scores.entry(id).or_insert(0.0) += idf * tf * (K1 + 1.0) / (tf + norm);
             }
         }
-        let mut hits: Vec<Scored> = scores
+        // Ranked by (score, doc) first and only the best `k` copied out: a common word's
+        // postings score a large share of the scope, and cloning each fact would dominate.
+        let mut ranked: Vec<(f64, &Doc)> = scores
             .into_iter()
             .filter_map(|(id, score)| {
                 let doc = shelf.docs.get(id as usize)?;
-                (matches(filter, doc) && shown(&doc.fact.attribute)).then(|| Scored {
-                    fact: doc.fact.clone(),
-                    score,
-                })
+                (matches(filter, doc) && shown(&doc.fact.attribute)).then_some((score, doc))
             })
             .collect();
-        hits.sort_by(|a, b| b.score.total_cmp(&a.score).then_with(|| a.fact.cmp(&b.fact)));
-        hits.truncate(k);
-        hits
+        let better =
+            |a: &(f64, &Doc), b: &(f64, &Doc)| b.0.total_cmp(&a.0).then_with(|| a.1.fact.cmp(&b.1.fact));
+        if k > 0 && ranked.len() > k {
+            ranked.select_nth_unstable_by(k - 1, better);
+        }
+        ranked.truncate(k);
+        ranked.sort_by(better);
+        ranked
+            .into_iter()
+            .map(|(score, doc)| Scored {
+                fact: doc.fact.clone(),
+                score,
+            })
+            .collect()
     }
 }
 
@@ -322,7 +332,10 @@ pub(crate) fn validate(query: &Query) -> Result<Vec<String>, RecallError> {
             ));
         }
     } else if words.is_empty() {
-        return Err(RecallError::invalid("text", "has no words to search for, and no vector is given"));
+        return Err(RecallError::invalid(
+            "text",
+            "has no words to search for, and no vector is given",
+        ));
     }
     if query.hops > crate::types::MAX_HOPS {
         return Err(RecallError::invalid(

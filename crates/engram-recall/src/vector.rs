@@ -52,7 +52,11 @@ impl Doc {
 /// `v` scaled to length one, or `None` for the zero vector (it has no direction to compare).
 pub(crate) fn unit(v: &[f32]) -> Option<Vec<f32>> {
     // The norm is summed in f64, in order, so every node scales by the same factor.
-    let norm = v.iter().map(|x| f64::from(*x) * f64::from(*x)).sum::<f64>().sqrt();
+    let norm = v
+        .iter()
+        .map(|x| f64::from(*x) * f64::from(*x))
+        .sum::<f64>()
+        .sqrt();
     if norm == 0.0 || !norm.is_finite() {
         return None;
     }
@@ -112,7 +116,11 @@ impl VectorIndex {
         let Some(&(dim, id)) = shelf.by_fact.get(fact) else {
             return false;
         };
-        let Some(doc) = shelf.arenas.get_mut(&dim).and_then(|a| a.docs.get_mut(id as usize)) else {
+        let Some(doc) = shelf
+            .arenas
+            .get_mut(&dim)
+            .and_then(|a| a.docs.get_mut(id as usize))
+        else {
             return false;
         };
         if doc.to.is_some() {

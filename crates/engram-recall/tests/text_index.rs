@@ -3,7 +3,9 @@
 
 #![allow(clippy::unwrap_used)] // tests: a failed step should stop the test loudly
 
-use engram_recall::{FactMeta, FactRef, Filter, MAX_K, Query, RecallError, RecallIndex, Scope, Signal, TextIndex};
+use engram_recall::{
+    FactMeta, FactRef, Filter, MAX_K, Query, RecallError, RecallIndex, Scope, Signal, TextIndex,
+};
 use engram_types::{Attribute, EntityId, Namespace, Status, TxId};
 
 fn scope(ns: &str) -> Scope {
@@ -258,7 +260,13 @@ fn bad_queries_are_refused_naming_the_field() {
         Err(RecallError::InvalidQuery { field, .. }) => field,
         other => panic!("expected a refusal, got {other:?}"),
     };
-    assert_eq!(field(Query { k: 0, ..query("deploy", 1) }), "k");
+    assert_eq!(
+        field(Query {
+            k: 0,
+            ..query("deploy", 1)
+        }),
+        "k"
+    );
     assert_eq!(field(query("", 1)), "text", "no words and no vector");
     for bad in [vec![1.0, f32::NAN], vec![0.0, 0.0], vec![0.5; 4097], vec![]] {
         assert_eq!(
@@ -271,7 +279,13 @@ fn bad_queries_are_refused_naming_the_field() {
             &bad[..bad.len().min(2)]
         );
     }
-    assert_eq!(field(Query { hops: 4, ..query("deploy", 1) }), "hops");
+    assert_eq!(
+        field(Query {
+            hops: 4,
+            ..query("deploy", 1)
+        }),
+        "hops"
+    );
     let vector_alone = Query {
         vector: Some(vec![1.0, 0.0]),
         ..query("", 1)

@@ -100,7 +100,12 @@ impl AttributeDef {
         if self.unique.is_some() && self.cardinality == Cardinality::Many {
             return fail("a unique attribute must have cardinality one".into());
         }
-        if self.unique.is_some() && matches!(self.value_type, ValueType::F64 | ValueType::Json | ValueType::Vector) {
+        if self.unique.is_some()
+            && matches!(
+                self.value_type,
+                ValueType::F64 | ValueType::Json | ValueType::Vector
+            )
+        {
             return fail(format!("a {} value cannot be unique", self.value_type));
         }
         if self.searchable && !matches!(self.value_type, ValueType::String | ValueType::Vector) {
@@ -117,7 +122,9 @@ impl AttributeDef {
                 ));
             }
             (ValueType::Vector, _) if self.indexed => {
-                return fail("a vector attribute has no value index (it is searched by nearest neighbours)".into());
+                return fail(
+                    "a vector attribute has no value index (it is searched by nearest neighbours)".into(),
+                );
             }
             (ValueType::Vector, _) | (_, 0) => {}
             (t, _) => return fail(format!("only a vector attribute has a dimension, not {t}")),
@@ -247,7 +254,9 @@ mod tests {
     #[test]
     fn searchable_and_vector_definitions_are_checked() {
         let reason = |d: &AttributeDef| d.validate().unwrap_err().to_string();
-        AttributeDef::vector(attr(":doc/embedding"), 384).validate().unwrap();
+        AttributeDef::vector(attr(":doc/embedding"), 384)
+            .validate()
+            .unwrap();
         let mut text = AttributeDef::new(attr(":doc/text"), ValueType::String);
         text.searchable = true;
         text.validate().unwrap();

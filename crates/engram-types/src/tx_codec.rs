@@ -384,7 +384,14 @@ mod tests {
         recall.schema = vec![text, AttributeDef::vector(attr(":doc/embedding"), 384)];
         let mut with_vector = data();
         with_vector.ops[0].value = Value::Vector(vec![0.25, -1.5, 3.0]);
-        for (req, version) in [(data(), 1), (schema, 1), (fork, 1), (merge, 1), (recall, 2), (with_vector, 1)] {
+        for (req, version) in [
+            (data(), 1),
+            (schema, 1),
+            (fork, 1),
+            (merge, 1),
+            (recall, 2),
+            (with_vector, 1),
+        ] {
             let bytes = req.signed_bytes();
             assert_eq!(bytes[0], version, "{req:?}");
             assert_eq!(TxRequest::decode_signed(&bytes).unwrap(), req);

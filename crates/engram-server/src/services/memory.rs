@@ -808,9 +808,9 @@ impl pb::memory_server::Memory for MemoryService {
             return Err(ApiError::PermissionDenied(grants.reason(hidden.as_str())).into());
         }
         let namespace = scope.namespace.clone();
-        let schema =
-            self.shared
-                .read_state(|store| engram_core::schema::view(store, &namespace, Some(query.as_of)))?;
+        let schema = self
+            .shared
+            .read_state(|store| engram_core::schema::view(store, &namespace, Some(query.as_of)))?;
         check_search_schema(&query, &namespace, &schema).map_err(ApiError::from)?;
         let shows = |a: &engram_types::Attribute| caller.scope.as_ref().is_none_or(|g| g.shows(a.as_str()));
         let hits = self
@@ -910,7 +910,10 @@ fn check_search_schema(
                 format!("{namespace} has no searchable vector attribute")
             } else {
                 let list: Vec<String> = vectors.iter().map(|(a, d)| format!("{a} has {d}")).collect();
-                format!("of the searchable vector attributes of {namespace}, {}", list.join(", "))
+                format!(
+                    "of the searchable vector attributes of {namespace}, {}",
+                    list.join(", ")
+                )
             };
             return Err(WireError::new(
                 "vector",

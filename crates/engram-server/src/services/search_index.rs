@@ -118,10 +118,7 @@ const FOLLOW_WAIT: Duration = Duration::from_secs(1);
 /// Keeps the index of `shared`'s node current: feeds each batch of transactions soon after it
 /// is applied, so searches rarely wait for a feed and the first search after a start does not
 /// read the whole log. Ends when the node's Raft core stops or `stopped` turns true.
-pub async fn keep_current(
-    shared: Arc<super::Shared>,
-    mut stopped: tokio::sync::watch::Receiver<bool>,
-) {
+pub async fn keep_current(shared: Arc<super::Shared>, mut stopped: tokio::sync::watch::Receiver<bool>) {
     loop {
         let applied = shared.applied_index();
         if let Err(e) = shared.search.catch_up(&shared.node, applied).await {
