@@ -3,43 +3,11 @@
 
 #![allow(clippy::unwrap_used)] // tests: a failed step should stop the test loudly
 
+mod common;
+
+use common::{datom, scope, text};
 use engram_recall::{Fed, Feeder, Filter, Indexing, Query, RecallError, RecallIndex, Scope};
-use engram_types::{Attribute, Cardinality, Datom, EntityId, Namespace, Op, Provenance, Status, TxId, Value};
-
-fn ns() -> Namespace {
-    Namespace::new("team/a").unwrap()
-}
-
-fn scope() -> Scope {
-    Scope {
-        namespace: ns(),
-        branch: None,
-    }
-}
-
-fn datom(tx: u64, op: Op, entity: u64, attribute: &str, value: Value, agent: &str) -> Datom {
-    Datom {
-        namespace: ns(),
-        branch: None,
-        entity: EntityId(entity),
-        attribute: Attribute::new(attribute).unwrap(),
-        value,
-        op,
-        valid_from_ns: 0,
-        valid_to_ns: None,
-        tx: TxId(tx),
-        provenance: Provenance {
-            agent: agent.into(),
-            confidence: 0.5,
-            status: Status::Candidate,
-            ..Provenance::default()
-        },
-    }
-}
-
-fn text(s: &str) -> Value {
-    Value::String(s.into())
-}
+use engram_types::{Attribute, Cardinality, Datom, Op, TxId, Value};
 
 /// `:note/tags` is cardinality many, every other attribute one; `:note/secret` is not
 /// searchable, every other attribute is.

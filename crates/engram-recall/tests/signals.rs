@@ -4,38 +4,15 @@
 
 #![allow(clippy::unwrap_used)] // tests: a failed step should stop the test loudly
 
+mod common;
+
+use common::{Rng, scope, text};
 use engram_recall::{Feeder, Filter, Hit, Indexing, Query, RecallIndex, Scope, Signal};
-use engram_types::{Attribute, Cardinality, Datom, EntityId, Namespace, Op, Provenance, Status, TxId, Value};
+use engram_types::{Attribute, Cardinality, Datom, EntityId, Op, TxId, Value};
 
-fn ns() -> Namespace {
-    Namespace::new("team/a").unwrap()
-}
-
-fn scope() -> Scope {
-    Scope {
-        namespace: ns(),
-        branch: None,
-    }
-}
-
+/// An assertion by alice.
 fn datom(tx: u64, entity: u64, attribute: &str, value: Value) -> Datom {
-    Datom {
-        namespace: ns(),
-        branch: None,
-        entity: EntityId(entity),
-        attribute: Attribute::new(attribute).unwrap(),
-        value,
-        op: Op::Assert,
-        valid_from_ns: 0,
-        valid_to_ns: None,
-        tx: TxId(tx),
-        provenance: Provenance {
-            agent: "alice".into(),
-            confidence: 0.5,
-            status: Status::Candidate,
-            ..Provenance::default()
-        },
-    }
+    common::datom(tx, Op::Assert, entity, attribute, value, "alice")
 }
 
 /// Every attribute cardinality one; `:doc/draft` is not searchable.
@@ -44,10 +21,6 @@ fn indexing(_: &Scope, a: &Attribute) -> Indexing {
         cardinality: Cardinality::One,
         searchable: a.as_str() != ":doc/draft",
     }
-}
-
-fn text(s: &str) -> Value {
-    Value::String(s.into())
 }
 
 fn vector(v: &[f32]) -> Value {
@@ -274,21 +247,6 @@ fn an_entity_without_text_is_shown_by_its_vector() {
         .unwrap();
     assert_eq!(shown(&hits), [(4, ":img/embedding".into())]);
     assert_eq!(index.sizes().vectors, 1);
-}
-
-/// A small deterministic generator (xorshift64*), so the property below needs no dependency.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
 }
 
 #[test]

@@ -3,6 +3,9 @@
 
 #![allow(clippy::unwrap_used)] // tests: a failed step should stop the test loudly
 
+mod common;
+
+use common::Rng;
 use engram_recall::{
     FactMeta, FactRef, Filter, MAX_K, Query, RecallError, RecallIndex, Scope, Signal, TextIndex,
 };
@@ -318,21 +321,6 @@ fn the_index_is_fed_in_transaction_order() {
         );
     }
     assert_eq!(index.facts(), 5);
-}
-
-/// A small deterministic generator (xorshift64*), so the property below needs no dependency.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
 }
 
 enum Event {
