@@ -6,7 +6,7 @@ use std::collections::HashMap;
 
 use engram_types::{Attribute, EntityId, TxId};
 
-use crate::types::{FactRef, Scope};
+use crate::types::{FactRef, Held, Scope};
 
 #[derive(Default)]
 pub(crate) struct Graph {
@@ -25,8 +25,7 @@ struct Edge {
     /// The ref assertion: its entity is the source, its attribute the edge's label.
     fact: FactRef,
     target: EntityId,
-    from: TxId,
-    to: Option<TxId>,
+    held: Held,
 }
 
 impl Graph {
@@ -45,10 +44,9 @@ impl Graph {
         }
         shelf.by_fact.insert(fact.clone(), id);
         shelf.edges.push(Edge {
-            from: fact.tx,
+            held: Held::since(fact.tx),
             fact,
             target,
-            to: None,
         });
         true
     }
@@ -65,11 +63,7 @@ impl Graph {
         else {
             return false;
         };
-        if edge.to.is_some() {
-            return false;
-        }
-        edge.to = Some(at.max(edge.from));
-        true
+        edge.held.end(at)
     }
 
     /// The entities one hop from `entity` at `as_of`, either way along an edge whose attribute
@@ -89,8 +83,7 @@ impl Graph {
             let Some(edge) = shelf.edges.get(*id as usize) else {
                 continue;
             };
-            let holds = edge.from <= as_of && edge.to.is_none_or(|to| as_of < to);
-            if !holds || !follow(&edge.fact.attribute) {
+            if !edge.held.at(as_of) || !follow(&edge.fact.attribute) {
                 continue;
             }
             let other = if edge.fact.entity == entity {

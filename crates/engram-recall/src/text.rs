@@ -13,7 +13,9 @@ use std::collections::HashMap;
 use engram_types::{Attribute, EntityId, TxId};
 
 use crate::tokenize::tokens;
-use crate::types::{FactMeta, FactRef, Filter, MAX_K, MAX_QUERY_BYTES, Query, RecallError, Scope, Scored};
+use crate::types::{
+    FactMeta, FactRef, Filter, Held, MAX_K, MAX_QUERY_BYTES, Query, RecallError, Scope, Scored,
+};
 
 /// BM25's term-frequency saturation and length normalisation (the usual defaults).
 const K1: f64 = 1.2;
@@ -45,8 +47,7 @@ pub(crate) struct Doc {
     pub(crate) fact: FactRef,
     pub(crate) meta: FactMeta,
     words: u32,
-    from: TxId,
-    to: Option<TxId>,
+    held: Held,
 }
 
 #[derive(Clone, Copy)]
@@ -58,7 +59,7 @@ struct Totals {
 
 impl Doc {
     pub(crate) fn holds_at(&self, as_of: TxId) -> bool {
-        self.from <= as_of && self.to.is_none_or(|to| as_of < to)
+        self.held.at(as_of)
     }
 }
 
@@ -157,11 +158,10 @@ impl TextIndex {
         shelf.by_fact.insert(fact.clone(), id);
         shelf.by_entity.entry(fact.entity).or_default().push(id);
         shelf.docs.push(Doc {
-            from: fact.tx,
+            held: Held::since(fact.tx),
             fact,
             meta,
             words: len,
-            to: None,
         });
         Ok(true)
     }
@@ -179,10 +179,9 @@ impl TextIndex {
         let Some(doc) = shelf.docs.get_mut(id as usize) else {
             return Ok(false);
         };
-        if doc.to.is_some() {
+        if !doc.held.end(at) {
             return Ok(false);
         }
-        doc.to = Some(at.max(doc.from));
         let words = i64::from(doc.words);
         shelf.change_totals(at, -1, -words);
         Ok(true)

@@ -93,6 +93,34 @@ pub struct Query {
     pub filter: Filter,
 }
 
+/// When an indexed fact (a text, a vector, an edge) holds: from the transaction that asserted
+/// it until the one that ended it, if any. Every index keeps one per fact, so an as-of query
+/// reads exactly what held then.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) struct Held {
+    from: TxId,
+    to: Option<TxId>,
+}
+
+impl Held {
+    pub(crate) fn since(from: TxId) -> Held {
+        Held { from, to: None }
+    }
+
+    pub(crate) fn at(&self, as_of: TxId) -> bool {
+        self.from <= as_of && self.to.is_none_or(|to| as_of < to)
+    }
+
+    /// Ends it at `at` (never before it began). False when it had already ended.
+    pub(crate) fn end(&mut self, at: TxId) -> bool {
+        if self.to.is_some() {
+            return false;
+        }
+        self.to = Some(at.max(self.from));
+        true
+    }
+}
+
 /// A ranked signal that can find or order facts.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug, PartialOrd, Ord)]
 pub enum Signal {

@@ -13,7 +13,7 @@ use std::collections::HashMap;
 
 use engram_types::{EntityId, TxId};
 
-use crate::types::{FactMeta, FactRef, Scope};
+use crate::types::{FactMeta, FactRef, Held, Scope};
 
 /// The vector index of every scope a node holds.
 #[derive(Default)]
@@ -39,13 +39,12 @@ struct Arena {
 pub(crate) struct Doc {
     pub(crate) fact: FactRef,
     pub(crate) meta: FactMeta,
-    from: TxId,
-    to: Option<TxId>,
+    held: Held,
 }
 
 impl Doc {
     pub(crate) fn holds_at(&self, as_of: TxId) -> bool {
-        self.from <= as_of && self.to.is_none_or(|to| as_of < to)
+        self.held.at(as_of)
     }
 }
 
@@ -99,10 +98,9 @@ impl VectorIndex {
         shelf.by_fact.insert(fact.clone(), (dim, id));
         shelf.by_entity.entry(fact.entity).or_default().push((dim, id));
         arena.docs.push(Doc {
-            from: fact.tx,
+            held: Held::since(fact.tx),
             fact,
             meta,
-            to: None,
         });
         true
     }
@@ -123,11 +121,7 @@ impl VectorIndex {
         else {
             return false;
         };
-        if doc.to.is_some() {
-            return false;
-        }
-        doc.to = Some(at.max(doc.from));
-        true
+        doc.held.end(at)
     }
 
     /// The `limit` vectors of `scope` nearest to `query` (unit-length) among those holding at
