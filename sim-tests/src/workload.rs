@@ -26,6 +26,9 @@ pub const REG_NAME: &str = ":reg/name";
 pub const REG_EMBEDDING: &str = ":reg/embedding";
 /// A ref to the next register, so recall's ref graph is fed.
 pub const REG_PEER: &str = ":reg/peer";
+/// A kind of memory by the value's parity (`:memory.kind/fact` even, `/blocker` odd), so
+/// recall's kind index is fed and each writer's claim keeps being replaced.
+pub const REG_KIND: &str = ":memory/kind";
 
 /// Per-attempt deadline.
 const ATTEMPT_TIMEOUT: Duration = Duration::from_millis(1500);
@@ -256,6 +259,20 @@ async fn execute(client: usize, agent: &str, seq: u64, call: &Call, w: &Workload
                         REG_PEER,
                         pb::Value {
                             kind: Some(pb::value::Kind::Ref(w.registers[(*key + 1) % w.registers.len()])),
+                        },
+                    ),
+                    assert_op(
+                        pb::entity_ref::Kind::Id(entity),
+                        REG_KIND,
+                        pb::Value {
+                            kind: Some(pb::value::Kind::Keyword(
+                                if value % 2 == 0 {
+                                    ":memory.kind/fact"
+                                } else {
+                                    ":memory.kind/blocker"
+                                }
+                                .into(),
+                            )),
                         },
                     ),
                 ],

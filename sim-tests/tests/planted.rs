@@ -100,6 +100,11 @@ fn search_index_not_rebuilt_is_caught() {
 }
 
 #[test]
+fn search_gap_not_read_is_caught() {
+    caught_within_bound(PlantedBug::SearchGapNotRead, &["search-agrees"]);
+}
+
+#[test]
 fn wrong_prev_hash_is_caught() {
     caught_within_bound(PlantedBug::WrongPrevHash, &["I1 chain-continuity"]);
 }

@@ -4,7 +4,7 @@
 //! The corpus (deterministic; `--entities N` documents, 5 facts each): every document has a
 //! topic (one of 500), a `:doc/title` (three topic words and one word only it has), a
 //! `:doc/body` (common words, topic words and a second word only it has), a `:doc/note`
-//! (common words), a 32-component `:doc/embedding` (its topic's direction plus noise of its
+//! (common words), a 32-component (`--dimension`) `:doc/embedding` (its topic's direction plus noise of its
 //! own) and a `:doc/cites` ref to a document of another topic. Fed through the same feeder the
 //! server uses, in transactions of 100 facts.
 //!
@@ -23,7 +23,7 @@
 //! cores). The index in process: no gRPC, no store reads (see docs/benchmarks.md for what an
 //! end-to-end search adds).
 //!
-//! Usage: `recall [--entities N] [--queries N] [--json]`.
+//! Usage: `recall [--entities N] [--queries N] [--dimension N] [--json]`.
 
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
@@ -32,17 +32,19 @@ use engram_recall::{Feeder, Filter, Hit, Indexing, Query, RecallIndex, Scope};
 use engram_types::{Attribute, Cardinality, Datom, EntityId, Namespace, Op, Provenance, Status, TxId, Value};
 use serde_json::json;
 
-const USAGE: &str = "usage: recall [--entities N] [--queries N] [--json]";
+const USAGE: &str = "usage: recall [--entities N] [--queries N] [--dimension N] [--json]";
 const TOPICS: u64 = 500;
 const TOPIC_WORDS: u64 = 40;
 const COMMON_WORDS: u64 = 5_000;
-const DIMENSION: usize = 32;
+/// Components per embedding unless `--dimension` says otherwise.
+const DEFAULT_DIMENSION: usize = 32;
 const FACTS_PER_TX: usize = 100;
 const K: usize = 10;
 
 struct Args {
     entities: u64,
     queries: usize,
+    dimension: usize,
     json: bool,
 }
 
@@ -50,6 +52,7 @@ fn parse_args() -> Result<Args, String> {
     let mut args = Args {
         entities: 200_000,
         queries: 400,
+        dimension: DEFAULT_DIMENSION,
         json: false,
     };
     let mut it = std::env::args().skip(1);
@@ -63,6 +66,9 @@ fn parse_args() -> Result<Args, String> {
         match a.as_str() {
             "--entities" => args.entities = number("--entities")?.max(TOPICS * 2),
             "--queries" => args.queries = number("--queries")? as usize,
+            "--dimension" => {
+                args.dimension = (number("--dimension")? as usize).min(engram_types::MAX_VECTOR_DIMENSION)
+            }
             "--json" => args.json = true,
             "-h" | "--help" => return Err(USAGE.to_string()),
             other => return Err(format!("unknown argument {other}\n{USAGE}")),
@@ -106,14 +112,26 @@ fn common_word(seed: u64) -> String {
     format!("c{}", r * r / COMMON_WORDS)
 }
 
-fn embedding(e: u64) -> Vec<f32> {
+fn embedding(e: u64, dimension: usize) -> Vec<f32> {
     let t = topic_of(e);
-    (0..DIMENSION as u64)
-        .map(|i| gauss(t * 1_000 + i) + 0.6 * gauss(0xE000_0000 + e * 64 + i))
+    (0..dimension as u64)
+        .map(|i| {
+            gauss(component_seed(0, t * 1_000, t, i)) + 0.6 * gauss(component_seed(0xE000_0000, e * 64, e, i))
+        })
         .collect()
 }
 
-fn datoms_of(e: u64, entities: u64, tx: TxId) -> Vec<Datom> {
+/// The seed of component `i` of the stream `base + first64` for item `n`: the first 64
+/// components as the 32-component corpus always had them, wider ones from a stream of their own.
+fn component_seed(base: u64, first64: u64, n: u64, i: u64) -> u64 {
+    if i < 64 {
+        base + first64 + i
+    } else {
+        0x7000_0000_0000 + base + n * 4_096 + i
+    }
+}
+
+fn datoms_of(e: u64, entities: u64, dimension: usize, tx: TxId) -> Vec<Datom> {
     let t = topic_of(e);
     let ns = Namespace::new("bench/recall").unwrap_or_else(|_| unreachable!("a valid namespace"));
     let attr = |a: &str| Attribute::new(a).unwrap_or_else(|_| unreachable!("a valid attribute"));
@@ -146,7 +164,7 @@ fn datoms_of(e: u64, entities: u64, tx: TxId) -> Vec<Datom> {
         d(":doc/title", Value::String(title)),
         d(":doc/body", Value::String(body)),
         d(":doc/note", Value::String(note)),
-        d(":doc/embedding", Value::Vector(embedding(e))),
+        d(":doc/embedding", Value::Vector(embedding(e, dimension))),
         d(":doc/cites", Value::Ref(EntityId(cites(e, entities) + 1))),
     ]
 }
@@ -173,11 +191,11 @@ fn queries(args: &Args, as_of: TxId) -> Vec<Labelled> {
             if i % 2 == 0 {
                 words.push(format!("u{x}a"));
             }
-            let target = embedding(x);
+            let target = embedding(x, args.dimension);
             let vector: Vec<f32> = target
                 .iter()
                 .enumerate()
-                .map(|(j, v)| v + 0.6 * gauss(0xD000_0000 + i * 64 + j as u64))
+                .map(|(j, v)| v + 0.6 * gauss(component_seed(0xD000_0000, i * 64, i, j as u64)))
                 .collect();
             Labelled {
                 query: Query {
@@ -237,7 +255,7 @@ fn run(args: &Args) -> Result<serde_json::Value, String> {
         if pending.is_empty() {
             tx += 1;
         }
-        pending.extend(datoms_of(e, args.entities, TxId(tx)));
+        pending.extend(datoms_of(e, args.entities, args.dimension, TxId(tx)));
         if pending.len() >= FACTS_PER_TX || e + 1 == args.entities {
             facts += pending.len();
             feeder
@@ -320,6 +338,7 @@ fn run(args: &Args) -> Result<serde_json::Value, String> {
     let grown = rss_after.saturating_sub(rss_before);
     Ok(json!({
         "entities": args.entities,
+        "dimension": args.dimension,
         "facts": facts,
         "indexed": { "texts": sizes.texts, "vectors": sizes.vectors, "edges": sizes.edges },
         "build_secs": build.as_secs_f64(),

@@ -883,6 +883,10 @@ pub struct SearchArgs {
     /// Only verified facts.
     #[arg(long)]
     pub verified_only: bool,
+    /// Only memories of this kind (repeatable): the entity's :memory/kind, by the
+    /// agent-memory schema's short name (preference, blocker, ...) or as a keyword.
+    #[arg(long, value_name = "KIND")]
+    pub kind: Vec<String>,
     /// Check every hit's datom against its audit entry, a Merkle proof and a signed
     /// checkpoint (the ranking is not proven, the content is).
     #[arg(long)]

@@ -831,6 +831,7 @@ async fn search(client: &Client, args: SearchArgs, json: bool) -> Result<()> {
         .collect::<Result<_>>()?;
     query.agents = args.agent;
     query.verified_only = args.verified_only;
+    query.kinds = args.kind;
     query.consistency = consistency(args.stale);
     query.branch = branch_arg(args.branch.as_deref())?;
     let mut extra = json!({});

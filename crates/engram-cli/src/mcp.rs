@@ -161,6 +161,9 @@ pub struct RecallArgs {
     /// Only facts with this value (same forms as in `remember`); with `attribute`, not
     /// `query`.
     pub value: Option<Json>,
+    /// Only memories of these kinds, e.g. ["preference", "blocker"] (the memory's
+    /// :memory/kind), with `query` or `vector`.
+    pub kinds: Option<Vec<String>>,
     /// Search as of this earlier transaction (with `query`).
     pub as_of_tx: Option<u64>,
     /// At most this many facts (default: 10 hits for a query, 50 facts for an attribute).
@@ -326,6 +329,9 @@ impl EngramTools {
             .as_deref()
             .map(|a| engram_types::Attribute::new(a).map_err(|e| format!("attribute: {e}")))
             .transpose()?;
+        if args.kinds.is_some() && args.query.is_none() && args.vector.is_none() {
+            return Err("kinds: give it with query or vector".into());
+        }
         if args.query.is_some() || args.vector.is_some() {
             if args.value.is_some() {
                 return Err("value: give it with attribute alone, not with query or vector".into());
@@ -333,6 +339,7 @@ impl EngramTools {
             let mut query = SearchQuery::new(ns, args.query.unwrap_or_default());
             query.vector = args.vector;
             query.hops = args.hops;
+            query.kinds = args.kinds.unwrap_or_default();
             query.k = args.limit.unwrap_or(0);
             query.as_of_tx = args.as_of_tx;
             query.attributes = attribute.into_iter().collect();

@@ -244,6 +244,21 @@ async fn search_finds_facts_by_their_words_as_of_any_transaction() {
     );
     assert_eq!(around["hits"][1]["signals"][0]["signal"], "graph");
 
+    // Kinds of memory: only the doc says it is a preference, so only it is kept, through
+    // any node, by short name or keyword.
+    let kind = json!({
+        "namespace": NS, "agent": "planner",
+        "ops": [{"entity": d, "attribute": ":memory/kind", "value": {"keyword": ":memory.kind/preference"}}]
+    });
+    ok(e(0), &["transact"], Some(&kind.to_string()));
+    for (node, name) in [(1, "preference"), (2, ":memory.kind/preference")] {
+        let kept = ok(e(node), &["search", "--ns", NS, "budget", "--kind", name], None);
+        let entities: Vec<u64> = hits(&kept).iter().map(|h| h.0).collect();
+        assert_eq!(entities, [d], "{kept}");
+    }
+    let none = ok(e(1), &["search", "--ns", NS, "budget", "--kind", "blocker"], None);
+    assert!(hits(&none).is_empty(), "{none}");
+
     // 5. Every node's own index gives the leader's answer once it has applied as much.
     let head = client.head().await.unwrap().index;
     let leader_view = ok(
@@ -301,6 +316,10 @@ async fn search_finds_facts_by_their_words_as_of_any_transaction() {
         (
             vec!["search", "--ns", NS, "deploy", "--attribute", ":nope/x"],
             "attributes[0]: :nope/x is not a searchable attribute",
+        ),
+        (
+            vec!["search", "--ns", NS, "deploy", "--kind", "two words"],
+            "kinds[0]:",
         ),
     ] {
         let (code, _, stderr) = run(e(1), &args, None);

@@ -181,6 +181,9 @@ pub struct SearchQuery {
     pub verified_only: bool,
     /// Only facts whose valid time overlaps `[from, to)`.
     pub valid_between_ns: Option<(i64, i64)>,
+    /// Only facts of entities of these kinds of memory (`:memory/kind`): keywords, or the
+    /// agent-memory schema's short names (`preference`); empty: any.
+    pub kinds: Vec<String>,
     pub consistency: Consistency,
     pub branch: Option<BranchName>,
 }
@@ -199,6 +202,7 @@ impl SearchQuery {
             agents: Vec::new(),
             verified_only: false,
             valid_between_ns: None,
+            kinds: Vec::new(),
             consistency: Consistency::default(),
             branch: None,
         }
@@ -1182,5 +1186,6 @@ pub(crate) fn search_request(query: &SearchQuery) -> pb::SearchRequest {
         trusted_size: 0,
         vector: query.vector.clone().unwrap_or_default(),
         hops: query.hops,
+        kinds: query.kinds.clone(),
     }
 }

@@ -64,6 +64,11 @@ pub struct Engine {
     /// The policy rows transactions are checked against, read once and kept until a policy
     /// change, a genesis entry or a reload (a snapshot install) clears them.
     grants: policy::PolicyCache,
+    /// With [`Engine::keep_committed`]: the transactions the open group committed, with their
+    /// datoms, for node-local indexes to take after the group is written
+    /// ([`Engine::take_committed`]) instead of reading them back from the store. `None`: not
+    /// kept (tools, tests).
+    committed: Option<Vec<reads::LoggedTx>>,
 }
 
 /// The `I` row: the receipt of the transaction that first used an idempotency key, and the
@@ -179,6 +184,7 @@ impl Engine {
             held_back: None,
             signing_revoked_at: None,
             grants: policy::PolicyCache::default(),
+            committed: None,
         };
         engine.reload()?;
         engine.settle_keys()?;
@@ -383,8 +389,23 @@ impl Engine {
         Ok(batch)
     }
 
+    /// From now on, keeps each group's committed transactions for [`Engine::take_committed`].
+    pub fn keep_committed(&mut self) {
+        self.committed.get_or_insert_with(Vec::new);
+    }
+
+    /// The transactions committed since the last call, oldest first, each as the tx log holds
+    /// it; empty unless [`Engine::keep_committed`] was called. Take them only once their group
+    /// is written: until then they are not in the store, and may never be.
+    pub fn take_committed(&mut self) -> Vec<reads::LoggedTx> {
+        self.committed.as_mut().map(std::mem::take).unwrap_or_default()
+    }
+
     /// Forgets an open group's writes: its apply failed, and the node stops.
     fn discard_group(&mut self) {
+        if let Some(committed) = &mut self.committed {
+            committed.clear();
+        }
         self.grouped = false;
         self.pending = Overlay::new();
         self.group_tail = None;
@@ -933,9 +954,11 @@ impl Engine {
 
         let ns = &req.namespace;
         let mut hashes = Vec::with_capacity(datoms.len());
+        let mut datom_bytes = 0;
         for (seq, datom) in datoms.iter().enumerate() {
             let seq = seq as u32;
             let encoded = datom.encode();
+            datom_bytes += encoded.len();
             hashes.push(Hash::of(&encoded));
             let (e, a) = (datom.entity, &datom.attribute);
             match &datom.branch {
@@ -1027,6 +1050,17 @@ impl Engine {
             batch.put(Space::State, keys::idempotency(ns, key), row.encode());
         }
         self.commit(batch, head, &sealed);
+        if let Some(committed) = &mut self.committed {
+            committed.push(reads::LoggedTx {
+                namespace: ns.clone(),
+                branch: req.branch.clone(),
+                record: reads::TxRecord {
+                    receipt: receipt.clone(),
+                    datoms,
+                },
+                datom_bytes,
+            });
+        }
         Ok(Ok(receipt))
     }
 }

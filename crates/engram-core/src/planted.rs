@@ -54,10 +54,14 @@ pub enum PlantedBug {
     /// A node's search index is not rebuilt from its store when the node starts: it is fed
     /// only what the node applies after the restart, so it misses every earlier transaction.
     SearchIndexNotRebuilt,
+    /// A node's search index, finding that what apply handed it starts past its position (a
+    /// snapshot was installed, or groups were dropped while it lagged), feeds it without
+    /// reading the gap from the store, so it misses the transactions in between.
+    SearchGapNotRead,
 }
 
 impl PlantedBug {
-    pub const ALL: [PlantedBug; 14] = [
+    pub const ALL: [PlantedBug; 15] = [
         PlantedBug::AckBeforeCommit,
         PlantedBug::SkipSyncBeforeAck,
         PlantedBug::WrongPrevHash,
@@ -72,6 +76,7 @@ impl PlantedBug {
         PlantedBug::StaleRoleAssignment,
         PlantedBug::SignedRequestNotKept,
         PlantedBug::SearchIndexNotRebuilt,
+        PlantedBug::SearchGapNotRead,
     ];
 }
 

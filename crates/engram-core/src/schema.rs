@@ -207,6 +207,41 @@ pub fn def_at(
     Ok(row(store, ns, attr)?.and_then(|r| r.at(as_of).map(|v| v.def.clone())))
 }
 
+/// [`def_at`] over one read view for a caller that asks about many transactions of the same
+/// attributes: each schema row is read and decoded once. Use one per view; a later view may
+/// hold newer rows.
+#[derive(Default)]
+pub struct DefsAt {
+    rows: std::collections::HashMap<Namespace, std::collections::HashMap<Attribute, Option<SchemaRow>>>,
+}
+
+impl DefsAt {
+    pub fn def_at(
+        &mut self,
+        store: &dyn ReadView,
+        ns: &Namespace,
+        attr: &Attribute,
+        as_of: Option<TxId>,
+    ) -> Result<Option<AttributeDef>, CoreError> {
+        if let Some(def) = builtin(attr) {
+            return Ok(Some(def));
+        }
+        if !self.rows.get(ns).is_some_and(|rows| rows.contains_key(attr)) {
+            let read = row(store, ns, attr)?;
+            self.rows
+                .entry(ns.clone())
+                .or_default()
+                .insert(attr.clone(), read);
+        }
+        let row = self
+            .rows
+            .get(ns)
+            .and_then(|rows| rows.get(attr))
+            .and_then(Option::as_ref);
+        Ok(row.and_then(|r| r.at(as_of).map(|v| v.def.clone())))
+    }
+}
+
 /// Cardinality of `attr` as of `as_of`; attributes with no definition then are cardinality one.
 pub fn cardinality_at(
     store: &dyn ReadView,

@@ -80,6 +80,12 @@ pub fn search_request(req: pb::SearchRequest, latest: TxId) -> Result<(Scope, Qu
             )),
         })
         .collect::<Result<Vec<_>, _>>()?;
+    let kinds = req
+        .kinds
+        .into_iter()
+        .enumerate()
+        .map(|(i, k)| memory_kind(&format!("kinds[{i}]"), k))
+        .collect::<Result<Vec<_>, _>>()?;
     let valid_between_ns = match (req.valid_from_ns, req.valid_to_ns) {
         (None, None) => None,
         (Some(from), Some(to)) if from < to => Some((from, to)),
@@ -105,9 +111,27 @@ pub fn search_request(req: pb::SearchRequest, latest: TxId) -> Result<(Scope, Qu
                 agents: req.agents,
                 statuses,
                 valid_between_ns,
+                kinds,
             },
         },
     ))
+}
+
+/// A kind of memory as a keyword: a keyword as given, a short name (`preference`) as the
+/// agent-memory schema spells its kinds (`:memory.kind/preference`).
+fn memory_kind(field: &str, kind: String) -> Result<String, WireError> {
+    let keyword = if kind.starts_with(':') {
+        kind
+    } else {
+        format!(":memory.kind/{kind}")
+    };
+    engram_types::Value::Keyword(keyword.clone())
+        .validate()
+        .map_err(|e| match e {
+            engram_types::ValidationError::Value { reason, .. } => WireError::new(field, reason),
+            other => WireError::new(field, other.to_string()),
+        })?;
+    Ok(keyword)
 }
 
 #[cfg(test)]
@@ -162,6 +186,29 @@ mod tests {
         )
         .expect("a vector alone is a query");
         assert_eq!((q.vector, q.hops), (Some(vec![0.5, -1.0]), 0));
+        let (_, q) = search_request(
+            pb::SearchRequest {
+                kinds: vec!["preference".into(), ":team.kind/decision".into()],
+                ..good()
+            },
+            TxId(9),
+        )
+        .expect("kinds by short name or keyword");
+        assert_eq!(q.filter.kinds, [":memory.kind/preference", ":team.kind/decision"]);
+    }
+
+    #[test]
+    fn a_kind_that_is_no_keyword_is_named() {
+        for bad in ["", ":", "two words", ":no/"] {
+            assert_eq!(
+                field(pb::SearchRequest {
+                    kinds: vec!["fact".into(), bad.into()],
+                    ..good()
+                }),
+                "kinds[1]",
+                "{bad:?}"
+            );
+        }
     }
 
     #[test]

@@ -475,8 +475,9 @@ impl EngramClient {
     /// Facts found by their words (BM25 over searchable string values), by a query `vector`
     /// (nearest searchable vectors of its dimension, cosine) and `hops` refs around the best of
     /// those, fused and re-ranked by recency and the priors (verified first, then confidence),
-    /// best `k` first; `as_of_tx` searches what held then, ranked as it would have been then.
-    #[pyo3(signature = (namespace, text="", *, vector=None, hops=None, k=10, as_of_tx=None, attributes=None, agents=None, verified_only=false, valid_between_ns=None, branch=None, prove=false, stale=false))]
+    /// best `k` first; `as_of_tx` searches what held then, ranked as it would have been then;
+    /// `kinds` keeps memories of those kinds only (their `:memory/kind`).
+    #[pyo3(signature = (namespace, text="", *, vector=None, hops=None, k=10, as_of_tx=None, attributes=None, agents=None, verified_only=false, valid_between_ns=None, kinds=None, branch=None, prove=false, stale=false))]
     #[allow(clippy::too_many_arguments)]
     fn search(
         &self,
@@ -491,6 +492,7 @@ impl EngramClient {
         agents: Option<Vec<String>>,
         verified_only: bool,
         valid_between_ns: Option<(i64, i64)>,
+        kinds: Option<Vec<String>>,
         branch: Option<String>,
         prove: bool,
         stale: bool,
@@ -512,6 +514,7 @@ impl EngramClient {
         query.agents = agents.unwrap_or_default();
         query.verified_only = verified_only;
         query.valid_between_ns = valid_between_ns;
+        query.kinds = kinds.unwrap_or_default();
         query.consistency = consistency(stale);
         query.branch = branch.map(|b| branch_arg("branch", b)).transpose()?;
         let client = self.client.clone();

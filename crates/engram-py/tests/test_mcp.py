@@ -74,6 +74,9 @@ def test_remember_then_recall_get_history_and_verify(cluster):
         r = await s.call_tool("recall", {"namespace": ns, "query": "attention"})
         assert not r.is_error, text(r)
         out["recall_words"] = json.loads(text(r))
+        r = await s.call_tool("recall", {"namespace": ns, "query": "attention", "kinds": ["preference"]})
+        assert not r.is_error, text(r)
+        out["recall_kind"] = json.loads(text(r))
         r = await s.call_tool("get", {"namespace": ns, "entity": paper})
         out["get"] = json.loads(text(r))
         r = await s.call_tool("history", {"namespace": ns, "entity": paper, "attribute": ":paper/title"})
@@ -93,6 +96,7 @@ def test_remember_then_recall_get_history_and_verify(cluster):
         (paper, ":paper/title", "Attention is all you need")
     ]
     assert words[0]["found_by"][0] == {"signal": "text", "rank": 1} and words[0]["score"] > 0
+    assert out["recall_kind"]["hits"] == [], "the paper is no preference"
     got = {f["attribute"]: f["value"] for f in out["get"]["facts"]}
     assert got == {
         ":paper/title": "Attention is all you need",
@@ -116,9 +120,11 @@ def test_bad_calls_are_tool_errors_the_model_can_read(cluster):
         nothing = await s.call_tool("recall", {"namespace": "mcp/bad", "attribute": ":x/title"})
         neither = await s.call_tool("recall", {"namespace": "mcp/bad"})
         no_words = await s.call_tool("recall", {"namespace": "mcp/bad", "query": "?!"})
-        return bad_attr, bad_ns, bad_action, nothing, neither, no_words
+        kinds_alone = await s.call_tool("recall", {"namespace": "mcp/bad", "attribute": ":x/title", "kinds": ["fact"]})
+        return bad_attr, bad_ns, bad_action, nothing, neither, no_words, kinds_alone
 
-    bad_attr, bad_ns, bad_action, nothing, neither, no_words = run(cluster, body)
+    bad_attr, bad_ns, bad_action, nothing, neither, no_words, kinds_alone = run(cluster, body)
+    assert kinds_alone.is_error and "kinds: give it with query or vector" in text(kinds_alone)
     assert neither.is_error and "give query" in text(neither)
     assert no_words.is_error and "text: has no words" in text(no_words)
     assert bad_attr.is_error and "facts[0].attribute" in text(bad_attr)

@@ -131,3 +131,32 @@ def test_bad_vectors_are_refused_by_field(cluster, ns):
         db.search(ns)
     with pytest.raises(ValueError, match=r"ops\[0\].value: .*component 0 is inf"):
         db.transact(ns, [("x", ":doc/embedding", engram.Vector([float("inf")]))])
+
+
+def test_search_keeps_the_kinds_of_memory_asked_for(cluster, ns):
+    db = engram.Engram(cluster.endpoints, agent="planner")
+    first = db.transact(
+        ns,
+        [
+            ("p", ":memory/text", "always pin the deploy key version"),
+            ("b", ":memory/text", "the deploy key expired"),
+            ("n", ":memory/text", "deploy key notes"),
+        ],
+    )
+    p, b, n = (first.temp_ids[x] for x in "pbn")
+    db.transact(
+        ns,
+        [
+            (p, ":memory/kind", engram.Keyword(":memory.kind/preference")),
+            (b, ":memory/kind", engram.Keyword(":memory.kind/blocker")),
+        ],
+    )
+    assert {h.datom.entity for h in db.search(ns, "deploy key")} == {p, b, n}
+    assert [h.datom.entity for h in db.search(ns, "deploy key", kinds=["preference"])] == [p]
+    both = db.search(ns, "deploy key", kinds=["preference", ":memory.kind/blocker"])
+    assert {h.datom.entity for h in both} == {p, b}
+    # As of the first transaction the memories were there, but none had a kind yet.
+    assert len(db.search(ns, "deploy key", as_of_tx=first.tx)) == 3
+    assert db.search(ns, "deploy key", kinds=["preference"], as_of_tx=first.tx) == []
+    with pytest.raises(engram.InvalidArgument, match=r"kinds\[1\]: "):
+        db.search(ns, "deploy", kinds=["fact", "two words"])

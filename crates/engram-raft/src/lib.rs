@@ -22,6 +22,7 @@
 //! [`clock`].
 
 pub mod clock;
+pub mod committed;
 mod log_store;
 pub mod network;
 mod node;

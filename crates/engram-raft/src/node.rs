@@ -145,6 +145,8 @@ pub struct RaftNode {
     /// The last index of the Raft log when this process started. Linearizable reads wait
     /// until it is applied: see [`RaftNode::ensure_linearizable`].
     startup_log_index: u64,
+    /// What apply hands the recall index (see [`crate::committed`]).
+    committed: Arc<crate::committed::CommittedFeed>,
 }
 
 /// How long a linearizable read waits for a restarted node to apply the log it restarted with.
@@ -233,6 +235,7 @@ impl RaftNode {
         let snapshots = state_machine.snapshots();
         let applied = state_machine.applied_index_watch();
         let policy_epoch = state_machine.policy_epoch();
+        let committed = state_machine.committed_feed();
         let raft = Raft::new(
             node_id,
             Arc::new(config),
@@ -262,6 +265,7 @@ impl RaftNode {
             policy_epoch,
             clock_skew_ns: settings.clock_skew_ns,
             startup_log_index,
+            committed,
         })
     }
 
@@ -462,6 +466,12 @@ impl RaftNode {
     /// The last index of the Raft log this node started with (0 on a first start).
     pub fn startup_log_index(&self) -> u64 {
         self.startup_log_index
+    }
+
+    /// The transactions of the apply groups written since the last call, oldest first (see
+    /// [`crate::committed`]): for the node's recall index, which reads any gap from the store.
+    pub fn take_committed(&self) -> Vec<crate::committed::CommittedGroup> {
+        self.committed.take()
     }
 
     /// The applied index, as of the last written apply group: cheap enough to read per event.

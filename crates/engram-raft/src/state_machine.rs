@@ -13,6 +13,7 @@ use openraft::{EntryPayload, OptionalSend};
 use tracing::{info, warn};
 
 use crate::codec::{decode, encode};
+use crate::committed::{CommittedFeed, CommittedGroup};
 use crate::snapshots::{INSTALL_BATCH_BYTES, Snapshots, StoredSnapshot};
 use crate::{Command, CommandResponse, LogId, Membership, Snapshot, SnapshotData, SnapshotMeta, TypeConfig};
 
@@ -45,6 +46,10 @@ pub struct StateMachine {
     policy_epoch: Arc<AtomicU64>,
     /// The open group holds a policy change or genesis.
     policy_touched: bool,
+    /// Where each written group's committed transactions go for the node's recall index.
+    committed: Arc<CommittedFeed>,
+    /// The first log index of the open group.
+    group_from: u64,
 }
 
 /// Reads the applied log id and membership rows from a store.
@@ -100,7 +105,8 @@ impl StateMachine {
             }
             installer.finish(extra).map_err(io_err)?;
         }
-        let engine = Engine::open_with(store.clone(), keys, policy).map_err(io_err)?;
+        let mut engine = Engine::open_with(store.clone(), keys, policy).map_err(io_err)?;
+        engine.keep_committed();
         let (applied, membership) = load_applied(&*store)?;
         let (published, _) = tokio::sync::watch::channel(applied.map_or(0, |id| id.index()));
         Ok(StateMachine {
@@ -112,6 +118,8 @@ impl StateMachine {
             published,
             policy_epoch: Arc::new(AtomicU64::new(0)),
             policy_touched: false,
+            committed: Arc::default(),
+            group_from: applied.map_or(0, |id| id.index()) + 1,
         })
     }
 
@@ -128,6 +136,11 @@ impl StateMachine {
     fn publish_applied(&self) {
         self.published
             .send_replace(self.applied.as_ref().map_or(0, |id| id.index()));
+    }
+
+    /// The committed transactions of each written group (see [`crate::committed`]).
+    pub fn committed_feed(&self) -> Arc<CommittedFeed> {
+        self.committed.clone()
     }
 
     /// The node's snapshot rows, shared with the Raft service that receives snapshots.
@@ -293,6 +306,18 @@ impl StateMachine {
         if std::mem::take(&mut self.policy_touched) {
             self.policy_epoch.fetch_add(1, Ordering::Release);
         }
+        // Handed over before the applied index moves, so whatever a reader finds applied is
+        // either waiting here or was taken.
+        let through = self.applied.as_ref().map_or(0, |id| id.index());
+        let txs = self.engine.take_committed();
+        if through >= self.group_from {
+            self.committed.push(CommittedGroup {
+                from: self.group_from,
+                through,
+                txs,
+            });
+            self.group_from = through + 1;
+        }
         self.publish_applied();
         for (responder, response) in answered.drain(..) {
             responder.send(response);
@@ -373,6 +398,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         self.engine.reload().map_err(io_err)?;
         self.policy_epoch.fetch_add(1, Ordering::Release);
         self.applied = meta.last_log_id;
+        self.group_from = self.applied.as_ref().map_or(0, |id| id.index()) + 1;
         self.membership = meta.last_membership.clone();
         drop(replacing);
         self.publish_applied();

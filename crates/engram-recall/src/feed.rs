@@ -7,7 +7,8 @@
 //! its value, whoever made it. The feeder keeps each slot's live claims (of every value type,
 //! since a number can replace a text) and tells the index when a claim it holds ends, so an
 //! as-of search finds exactly the claims that held then. Texts and vectors are indexed when
-//! their attribute is searchable at their transaction; refs always (they are the graph). Claims of several agents in one slot all
+//! their attribute is searchable at their transaction; refs always (they are the graph), and
+//! `:memory/kind` values always (they are the kind filter). Claims of several agents in one slot all
 //! hold: they are a contradiction, and each is its own hit.
 //!
 //! One limit, written down rather than hidden: the schema used is the one in force when a
@@ -20,6 +21,7 @@ use std::collections::HashMap;
 use engram_types::{Attribute, Cardinality, Datom, EntityId, Op, TxId, Value};
 
 use crate::index::RecallIndex;
+use crate::kind::MEMORY_KIND;
 use crate::types::{FactMeta, FactRef, RecallError, Scope};
 
 /// What the feeder needs to know of an attribute at a transaction.
@@ -128,7 +130,13 @@ impl Feeder {
                 Value::Ref(target) => index.add_edge(&scope, fact.clone(), *target)?,
                 _ => false,
             };
-            if added {
+            let kind = match &d.value {
+                Value::Keyword(k) | Value::String(k) if d.attribute.as_str() == MEMORY_KIND => {
+                    index.add_kind(&scope, fact.clone(), k)?
+                }
+                _ => false,
+            };
+            if added || kind {
                 fed.added += 1;
             }
             claims.push(Claim {

@@ -62,6 +62,42 @@ pub fn fuse(rankings: &[Ranking<'_>], k: usize) -> Vec<Hit> {
     hits
 }
 
+/// The best `k` of `items` under `better` that `admit` accepts, in order. Orders only a
+/// growing head of `items` (selected, then sorted) and checks only it, so a query whose
+/// filters pass most items orders about `k` of them, not all.
+pub(crate) fn best_admitted<T, D>(
+    items: &mut [T],
+    k: usize,
+    better: impl Fn(&T, &T) -> std::cmp::Ordering,
+    admit: impl Fn(T) -> Option<D>,
+) -> Vec<(T, D)>
+where
+    T: Copy,
+{
+    let mut out = Vec::with_capacity(k.min(items.len()));
+    let mut start = 0;
+    let mut chunk = k.max(16);
+    while out.len() < k && start < items.len() {
+        let rest = &mut items[start..];
+        let take = chunk.min(rest.len());
+        if take < rest.len() {
+            rest.select_nth_unstable_by(take - 1, &better);
+        }
+        rest[..take].sort_by(&better);
+        for item in &rest[..take] {
+            if let Some(d) = admit(*item) {
+                out.push((*item, d));
+                if out.len() == k {
+                    break;
+                }
+            }
+        }
+        start += take;
+        chunk = chunk.saturating_mul(4);
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use engram_types::{Attribute, EntityId, TxId};
@@ -152,5 +188,41 @@ mod tests {
         assert_eq!(hits.len(), 1);
         assert_eq!(hits[0].fact, fact(4));
         assert!(fuse(&[], 5).is_empty());
+    }
+
+    #[test]
+    fn best_admitted_is_a_full_sort_then_filter() {
+        // Scores with many ties, filters that pass everything, every third, or nearly nothing:
+        // always the first k of the fully sorted, filtered list.
+        let mut z: u64 = 7;
+        for round in 0..200u64 {
+            let n = (round * 37 % 500) as usize;
+            let items: Vec<(u32, u32)> = (0..n as u32)
+                .map(|i| {
+                    z = z
+                        .wrapping_mul(6364136223846793005)
+                        .wrapping_add(1442695040888963407);
+                    ((z >> 59) as u32, i)
+                })
+                .collect();
+            let better = |a: &(u32, u32), b: &(u32, u32)| b.0.cmp(&a.0).then_with(|| a.1.cmp(&b.1));
+            let every = [1, 3, 97][(round % 3) as usize];
+            let admit = |(_, i): (u32, u32)| (i % every == 0).then_some(i);
+            for k in [1, 10, 40] {
+                let mut expected = items.clone();
+                expected.sort_by(better);
+                let expected: Vec<((u32, u32), u32)> = expected
+                    .into_iter()
+                    .filter_map(|it| admit(it).map(|d| (it, d)))
+                    .take(k)
+                    .collect();
+                let mut work = items.clone();
+                assert_eq!(
+                    best_admitted(&mut work, k, better, admit),
+                    expected,
+                    "n {n}, every {every}, k {k}"
+                );
+            }
+        }
     }
 }

@@ -22,6 +22,7 @@ use engram_types::{Attribute, EntityId, Status, TxId};
 
 use crate::fuse::{Ranking, fuse, ranks};
 use crate::graph::Graph;
+use crate::kind::Kinds;
 use crate::text::{TextIndex, validate};
 use crate::types::{FactMeta, FactRef, Hit, Query, RecallError, Scope, Signal};
 use crate::vector::{VectorIndex, unit};
@@ -53,6 +54,7 @@ pub struct RecallIndex {
     pub(crate) text: TextIndex,
     pub(crate) vectors: VectorIndex,
     pub(crate) graph: Graph,
+    pub(crate) kinds: Kinds,
 }
 
 /// What an index holds, for metrics and the benchmark.
@@ -116,13 +118,21 @@ impl RecallIndex {
         Ok(self.graph.add(scope, fact, target))
     }
 
+    /// Records that `fact` says its entity is a memory of `kind` (see [`crate::MEMORY_KIND`]).
+    /// Returns whether it was new.
+    pub fn add_kind(&mut self, scope: &Scope, fact: FactRef, kind: &str) -> Result<bool, RecallError> {
+        self.text.advance(fact.tx)?;
+        Ok(self.kinds.add(scope, fact, kind))
+    }
+
     /// Records that `fact` no longer holds from `at` on, whichever index holds it. Returns
     /// whether it was indexed and holding.
     pub fn end(&mut self, scope: &Scope, fact: &FactRef, at: TxId) -> Result<bool, RecallError> {
         let text = self.text.end(scope, fact, at)?;
         let vector = self.vectors.end(scope, fact, at);
         let edge = self.graph.end(scope, fact, at);
-        Ok(text || vector || edge)
+        let kind = self.kinds.end(scope, fact, at);
+        Ok(text || vector || edge || kind)
     }
 
     /// The best `query.k` facts of `scope` for `query`, fused from every signal.
@@ -144,12 +154,18 @@ impl RecallIndex {
         let as_of = query.as_of;
         let limit = query.k.saturating_mul(CANDIDATES_PER_HIT);
         let filter = &query.filter;
+        // Which facts may be hits, beyond the filters on the fact itself: the caller may see
+        // the attribute, and the entity is a kind of memory asked for. (What may merely lead
+        // to a hit, a ref walked, is `shown`'s alone.)
+        let kind_ok =
+            |e: EntityId| filter.kinds.is_empty() || self.kinds.is_any(scope, e, as_of, &filter.kinds);
+        let admit = |f: &FactRef| shown(&f.attribute) && kind_ok(f.entity);
 
         // 1. Words.
         let found = if words.is_empty() {
             Vec::new()
         } else {
-            self.text.ranked(scope, &words, query, shown, limit)
+            self.text.ranked(scope, &words, query, &admit, limit)
         };
         let text_ranks = ranks(&found, |a, b| a.score == b.score);
         let text: Vec<(FactRef, usize)> = found.into_iter().map(|s| s.fact).zip(text_ranks).collect();
@@ -166,7 +182,7 @@ impl RecallIndex {
             if !by_words.is_empty() {
                 return by_words;
             }
-            let passes = |f: &FactRef, m: &FactMeta| filter.admits(f, m) && shown(&f.attribute);
+            let passes = |f: &FactRef, m: &FactMeta| filter.admits(f, m) && admit(f);
             let first_text = self
                 .text
                 .of_entity(scope, e, as_of)
@@ -186,7 +202,7 @@ impl RecallIndex {
         // 2. Nearest vectors, as entities.
         let mut near_entities: Vec<(EntityId, usize)> = Vec::new();
         if let Some(q) = query.vector.as_deref().and_then(unit) {
-            let keep = |d: &crate::vector::Doc| filter.admits_meta(&d.meta) && shown(&d.fact.attribute);
+            let keep = |d: &crate::vector::Doc| filter.admits_meta(&d.meta) && admit(&d.fact);
             let near = self.vectors.nearest(scope, &q, as_of, &keep, limit);
             let near_ranks = ranks(&near, |a, b| a.1 == b.1);
             for ((fact, _), rank) in near.iter().zip(near_ranks) {

@@ -6,6 +6,7 @@
 //! - the vector index: exact nearest neighbours of a query embedding by cosine similarity
 //!   (the client computes embeddings; nothing here knows a model);
 //! - the ref graph: which entity points at which, walked from the best hits;
+//! - the kinds: which kind of memory each entity is (`:memory/kind`), for the kind filter;
 //! - [`RecallIndex`]: the three together, and [`RecallIndex::recall`], which fuses text,
 //!   vector, graph, recency and the priors (verified, confidence) by reciprocal rank fusion
 //!   ([`fuse`]); every hit says which signals ranked it and where.
@@ -26,6 +27,7 @@ mod feed;
 mod fuse;
 mod graph;
 mod index;
+mod kind;
 mod text;
 mod tokenize;
 mod types;
@@ -34,6 +36,7 @@ mod vector;
 pub use feed::{Fed, Feeder, Indexing};
 pub use fuse::{RRF_K, Ranking, fuse};
 pub use index::{HOP_DECAY, RecallIndex, Sizes, WEIGHTS};
+pub use kind::MEMORY_KIND;
 pub use text::TextIndex;
 pub use tokenize::{MAX_TOKEN_CHARS, tokens};
 pub use types::{

@@ -10,7 +10,7 @@
 
 use std::collections::HashMap;
 
-use engram_types::{Attribute, EntityId, TxId};
+use engram_types::{EntityId, TxId};
 
 use crate::tokenize::tokens;
 use crate::types::{
@@ -35,6 +35,10 @@ pub struct TextIndex {
 #[derive(Default)]
 struct Shelf {
     docs: Vec<Doc>,
+    /// Per doc, beside `docs`: when it holds and how many words it has. Ranking a common word
+    /// reads these for every posting, and 20 bytes a doc stay in cache where a whole `Doc`
+    /// would not.
+    spans: Vec<Span>,
     by_fact: HashMap<FactRef, u32>,
     by_entity: HashMap<EntityId, Vec<u32>>,
     /// Word → (doc, occurrences), docs in the order they were added.
@@ -46,8 +50,12 @@ struct Shelf {
 pub(crate) struct Doc {
     pub(crate) fact: FactRef,
     pub(crate) meta: FactMeta,
-    words: u32,
+}
+
+#[derive(Clone, Copy)]
+struct Span {
     held: Held,
+    words: u32,
 }
 
 #[derive(Clone, Copy)]
@@ -55,12 +63,6 @@ struct Totals {
     tx: TxId,
     docs: u64,
     words: u64,
-}
-
-impl Doc {
-    pub(crate) fn holds_at(&self, as_of: TxId) -> bool {
-        self.held.at(as_of)
-    }
 }
 
 impl Shelf {
@@ -79,6 +81,10 @@ impl Shelf {
             Some(t) if t.tx == tx => *t = next,
             _ => self.totals.push(next),
         }
+    }
+
+    fn holds_at(&self, id: u32, as_of: TxId) -> bool {
+        self.spans.get(id as usize).is_some_and(|s| s.held.at(as_of))
     }
 
     fn totals_at(&self, as_of: TxId) -> (u64, u64) {
@@ -139,30 +145,28 @@ impl TextIndex {
             // Four billion facts in one scope: far beyond one node's memory anyway.
             return Ok(false);
         };
-        let mut counts: Vec<(String, u32)> = Vec::new();
-        let mut at: HashMap<&str, usize> = HashMap::new();
-        for w in &words {
-            match at.get(w.as_str()) {
-                Some(&i) => counts[i].1 += 1,
+        // Each distinct word once, with its count; a word already in the scope's postings
+        // (most are) costs no allocation.
+        let mut sorted: Vec<&str> = words.iter().map(String::as_str).collect();
+        sorted.sort_unstable();
+        for run in sorted.chunk_by(|a, b| a == b) {
+            let n = u32::try_from(run.len()).unwrap_or(u32::MAX);
+            match shelf.postings.get_mut(run[0]) {
+                Some(list) => list.push((id, n)),
                 None => {
-                    at.insert(w, counts.len());
-                    counts.push((w.clone(), 1));
+                    shelf.postings.insert(run[0].to_string(), vec![(id, n)]);
                 }
             }
-        }
-        for (word, n) in counts {
-            shelf.postings.entry(word).or_default().push((id, n));
         }
         let len = u32::try_from(words.len()).unwrap_or(u32::MAX);
         shelf.change_totals(fact.tx, 1, i64::from(len));
         shelf.by_fact.insert(fact.clone(), id);
         shelf.by_entity.entry(fact.entity).or_default().push(id);
-        shelf.docs.push(Doc {
+        shelf.spans.push(Span {
             held: Held::since(fact.tx),
-            fact,
-            meta,
             words: len,
         });
+        shelf.docs.push(Doc { fact, meta });
         Ok(true)
     }
 
@@ -176,13 +180,13 @@ impl TextIndex {
         let Some(&id) = shelf.by_fact.get(fact) else {
             return Ok(false);
         };
-        let Some(doc) = shelf.docs.get_mut(id as usize) else {
+        let Some(span) = shelf.spans.get_mut(id as usize) else {
             return Ok(false);
         };
-        if !doc.held.end(at) {
+        if !span.held.end(at) {
             return Ok(false);
         }
-        let words = i64::from(doc.words);
+        let words = i64::from(span.words);
         shelf.change_totals(at, -1, -words);
         Ok(true)
     }
@@ -209,8 +213,8 @@ impl TextIndex {
             .and_then(|s| s.by_entity.get(&entity))
             .into_iter()
             .flatten()
+            .filter(move |id| shelf.is_some_and(|s| s.holds_at(**id, as_of)))
             .filter_map(move |id| shelf?.docs.get(*id as usize))
-            .filter(move |d| d.holds_at(as_of))
     }
 
     pub(crate) fn meta(&self, scope: &Scope, fact: &FactRef) -> Option<&FactMeta> {
@@ -218,14 +222,14 @@ impl TextIndex {
         Some(&shelf.docs.get(*shelf.by_fact.get(fact)? as usize)?.meta)
     }
 
-    /// The facts holding at `query.as_of` that match `query.filter` and whose attribute `shown`
-    /// accepts, ranked by BM25 of `words`, best `k` first.
+    /// The facts holding at `query.as_of` that match `query.filter`'s fact filters and that
+    /// `admit` accepts, ranked by BM25 of `words`, best `k` first.
     pub(crate) fn ranked(
         &self,
         scope: &Scope,
         words: &[String],
         query: &Query,
-        shown: &dyn Fn(&Attribute) -> bool,
+        admit: &dyn Fn(&FactRef) -> bool,
         k: usize,
     ) -> Vec<Scored> {
         let (as_of, filter) = (query.as_of, &query.filter);
@@ -238,50 +242,58 @@ impl TextIndex {
         }
         let n = n as f64;
         let avg_len = total_words as f64 / n;
+        // Docs are numbered in the order they were fed, so those asserted by `as_of` are a
+        // prefix, and numbers order them as their facts (transaction, then datom) do.
+        let fed = shelf.spans.partition_point(|s| s.held.begun_by(as_of));
+        // Scores by doc number: dense, since a common word scores a large share of the scope.
         // Summed per doc in the query's word order: the same floating-point sums on every node.
-        let mut scores: HashMap<u32, f64> = HashMap::new();
+        let mut scores: Vec<f64> = vec![0.0; fed];
+        let mut scored: Vec<u32> = Vec::new();
+        let mut holding: Vec<(u32, u32)> = Vec::new();
         for word in words {
             let Some(postings) = shelf.postings.get(word) else {
                 continue;
             };
-            let holding: Vec<(u32, u32)> = postings
-                .iter()
-                .copied()
-                .filter(|(id, _)| shelf.docs.get(*id as usize).is_some_and(|d| d.holds_at(as_of)))
-                .collect();
+            let end = postings.partition_point(|(id, _)| (*id as usize) < fed);
+            holding.clear();
+            holding.extend(
+                postings[..end]
+                    .iter()
+                    .copied()
+                    .filter(|(id, _)| shelf.holds_at(*id, as_of)),
+            );
             let df = holding.len() as f64;
             if df == 0.0 {
                 continue;
             }
             let idf = (1.0 + (n - df + 0.5) / (df + 0.5)).ln();
-            for (id, tf) in holding {
-                let Some(doc) = shelf.docs.get(id as usize) else {
+            for &(id, tf) in &holding {
+                let (Some(span), Some(score)) = (shelf.spans.get(id as usize), scores.get_mut(id as usize))
+                else {
                     continue;
                 };
                 let tf = f64::from(tf);
-                let norm = K1 * (1.0 - B + B * f64::from(doc.words) / avg_len);
-                *scores.entry(id).or_insert(0.0) += idf * tf * (K1 + 1.0) / (tf + norm);
+                let norm = K1 * (1.0 - B + B * f64::from(span.words) / avg_len);
+                // Every term adds more than zero (idf > 0 since df <= n), so zero means unseen.
+                if *score == 0.0 {
+                    scored.push(id);
+                }
+                *score += idf * tf * (K1 + 1.0) / (tf + norm);
             }
         }
-        // Ranked by (score, doc) first and only the best `k` copied out: a common word's
-        // postings score a large share of the scope, and cloning each fact would dominate.
-        let mut ranked: Vec<(f64, &Doc)> = scores
+        let mut ranked: Vec<(f64, u32)> = scored.into_iter().map(|id| (scores[id as usize], id)).collect();
+        // Best first, ties by doc number (the fact order); only the best are ordered and
+        // checked against the filters, a growing slice at a time, until `k` pass.
+        let better = |a: &(f64, u32), b: &(f64, u32)| b.0.total_cmp(&a.0).then_with(|| a.1.cmp(&b.1));
+        let admitted = |(_, id): (f64, u32)| {
+            shelf
+                .docs
+                .get(id as usize)
+                .filter(|d| matches(filter, d) && admit(&d.fact))
+        };
+        crate::fuse::best_admitted(&mut ranked, k, better, admitted)
             .into_iter()
-            .filter_map(|(id, score)| {
-                let doc = shelf.docs.get(id as usize)?;
-                (matches(filter, doc) && shown(&doc.fact.attribute)).then_some((score, doc))
-            })
-            .collect();
-        let better =
-            |a: &(f64, &Doc), b: &(f64, &Doc)| b.0.total_cmp(&a.0).then_with(|| a.1.fact.cmp(&b.1.fact));
-        if k > 0 && ranked.len() > k {
-            ranked.select_nth_unstable_by(k - 1, better);
-        }
-        ranked.truncate(k);
-        ranked.sort_by(better);
-        ranked
-            .into_iter()
-            .map(|(score, doc)| Scored {
+            .map(|((score, _), doc)| Scored {
                 fact: doc.fact.clone(),
                 score,
             })

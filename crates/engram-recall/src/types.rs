@@ -58,6 +58,10 @@ pub struct Filter {
     pub statuses: Vec<Status>,
     /// Only facts whose valid time overlaps `[from, to)`.
     pub valid_between_ns: Option<(i64, i64)>,
+    /// Only facts of entities that are one of these kinds of memory at the query's
+    /// transaction (their `:memory/kind`, e.g. `:memory.kind/preference`). Applies to what
+    /// every signal finds, the graph's starting points included.
+    pub kinds: Vec<String>,
 }
 
 impl Filter {
@@ -95,28 +99,38 @@ pub struct Query {
 
 /// When an indexed fact (a text, a vector, an edge) holds: from the transaction that asserted
 /// it until the one that ended it, if any. Every index keeps one per fact, so an as-of query
-/// reads exactly what held then.
+/// reads exactly what held then. Sixteen bytes, kept apart from the facts themselves, so a scan
+/// over a common word's postings or a scope's vectors reads little memory per fact.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub(crate) struct Held {
     from: TxId,
-    to: Option<TxId>,
+    /// `OPEN` while it holds: a log index never reaches it.
+    to: TxId,
 }
+
+const OPEN: TxId = TxId(u64::MAX);
 
 impl Held {
     pub(crate) fn since(from: TxId) -> Held {
-        Held { from, to: None }
+        Held { from, to: OPEN }
     }
 
     pub(crate) fn at(&self, as_of: TxId) -> bool {
-        self.from <= as_of && self.to.is_none_or(|to| as_of < to)
+        self.from <= as_of && as_of < self.to
+    }
+
+    /// Whether it had begun by `as_of` (whether or not it still held).
+    pub(crate) fn begun_by(&self, as_of: TxId) -> bool {
+        self.from <= as_of
     }
 
     /// Ends it at `at` (never before it began). False when it had already ended.
     pub(crate) fn end(&mut self, at: TxId) -> bool {
-        if self.to.is_some() {
+        if self.to != OPEN {
             return false;
         }
-        self.to = Some(at.max(self.from));
+        // Below `OPEN` whatever `at` is, so an ended fact never reads as holding again.
+        self.to = at.max(self.from).min(TxId(u64::MAX - 1));
         true
     }
 }

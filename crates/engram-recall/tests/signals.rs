@@ -256,6 +256,7 @@ fn every_signal_as_of_t_answers_as_a_replay_up_to_t() {
     ];
     let mut graph_hits = 0;
     let mut vector_hits = 0;
+    let mut kind_hits = 0;
     for seed in 1..=12u64 {
         let mut rng = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
         let mut log: Vec<Vec<Datom>> = Vec::new();
@@ -263,7 +264,7 @@ fn every_signal_as_of_t_answers_as_a_replay_up_to_t() {
             let mut datoms = Vec::new();
             for _ in 0..=rng.below(2) {
                 let e = 1 + rng.below(12);
-                let d = match rng.below(4) {
+                let d = match rng.below(5) {
                     0 => {
                         let words: Vec<&str> = (0..1 + rng.below(4))
                             .map(|_| WORDS[rng.below(8) as usize])
@@ -275,6 +276,11 @@ fn every_signal_as_of_t_answers_as_a_replay_up_to_t() {
                         datom(tx, e, ":doc/embedding", vector(&v))
                     }
                     2 => datom(tx, e, ":doc/link", Value::Ref(EntityId(1 + rng.below(12)))),
+                    3 => {
+                        // A kind, replaced by the next one this agent gives the entity.
+                        let kind = [":memory.kind/fact", ":memory.kind/blocker"][rng.below(2) as usize];
+                        datom(tx, e, ":memory/kind", Value::Keyword(kind.into()))
+                    }
                     _ => {
                         // Replacing a text with a number ends the text claim.
                         datom(tx, e, ":doc/text", Value::I64(tx as i64))
@@ -291,6 +297,13 @@ fn every_signal_as_of_t_answers_as_a_replay_up_to_t() {
                 query("deploy key", None, 1, t),
                 query("", Some(&[1.0, -1.0, 0.5]), 2, t),
                 query("memory", Some(&[0.0, 1.0, 1.0]), 3, t),
+                Query {
+                    filter: Filter {
+                        kinds: vec![":memory.kind/blocker".into()],
+                        ..Filter::default()
+                    },
+                    ..query("deploy plan cache", Some(&[1.0, 1.0, 0.0]), 1, t)
+                },
             ] {
                 let q = Query { k: 20, ..q };
                 let hits = full.recall(&scope(), &q).unwrap();
@@ -302,12 +315,125 @@ fn every_signal_as_of_t_answers_as_a_replay_up_to_t() {
                 let by = |s: Signal| hits.iter().filter(|h| signals(h).contains(&s)).count();
                 graph_hits += by(Signal::Graph);
                 vector_hits += by(Signal::Vector);
+                if !q.filter.kinds.is_empty() {
+                    kind_hits += hits.len();
+                }
             }
         }
     }
-    // The property is about real answers: both signals found things.
+    // The property is about real answers: both signals, and the kind-filtered query, found
+    // things.
     assert!(
-        graph_hits > 50 && vector_hits > 50,
-        "graph {graph_hits}, vector {vector_hits}"
+        graph_hits > 50 && vector_hits > 50 && kind_hits > 50,
+        "graph {graph_hits}, vector {vector_hits}, kind-filtered {kind_hits}"
     );
+}
+
+fn kind(tx: u64, entity: u64, kind: &str) -> Datom {
+    datom(
+        tx,
+        entity,
+        ":memory/kind",
+        Value::Keyword(format!(":memory.kind/{kind}")),
+    )
+}
+
+fn of_kinds(q: Query, kinds: &[&str]) -> Query {
+    Query {
+        filter: Filter {
+            kinds: kinds.iter().map(|k| format!(":memory.kind/{k}")).collect(),
+            ..Filter::default()
+        },
+        ..q
+    }
+}
+
+/// Three memories that all mention the deploy key: a preference, a blocker, and one of no
+/// kind; the blocker points at the preference.
+fn memories() -> Vec<Vec<Datom>> {
+    vec![
+        vec![
+            datom(1, 1, ":memory/text", text("use the deploy key from the vault")),
+            datom(1, 1, ":memory/embedding", vector(&[1.0, 0.0, 0.0])),
+            kind(1, 1, "preference"),
+        ],
+        vec![
+            datom(2, 2, ":memory/text", text("deploy key expired, deploys fail")),
+            datom(2, 2, ":memory/embedding", vector(&[0.9, 0.1, 0.0])),
+            datom(2, 2, ":memory/about", Value::Ref(EntityId(1))),
+            kind(2, 2, "blocker"),
+        ],
+        vec![datom(
+            3,
+            3,
+            ":memory/text",
+            text("the deploy key is rotated monthly"),
+        )],
+    ]
+}
+
+#[test]
+fn a_kind_filter_keeps_memories_of_those_kinds_whichever_signal_found_them() {
+    let index = fed(&memories());
+    let entities = |q: Query| -> Vec<u64> {
+        let mut e: Vec<u64> = index
+            .recall(&scope(), &q)
+            .unwrap()
+            .iter()
+            .map(|h| h.fact.entity.0)
+            .collect();
+        e.sort();
+        e.dedup();
+        e
+    };
+    let words = query("deploy key", None, 0, 3);
+    assert_eq!(entities(words.clone()), [1, 2, 3]);
+    assert_eq!(entities(of_kinds(words.clone(), &["preference"])), [1]);
+    assert_eq!(
+        entities(of_kinds(words.clone(), &["preference", "blocker"])),
+        [1, 2]
+    );
+    assert!(entities(of_kinds(words, &["procedure"])).is_empty());
+    // By the vector alone: the blocker's vector is near, but only the preference is shown.
+    let near = query("", Some(&[0.9, 0.1, 0.0]), 0, 3);
+    assert_eq!(entities(of_kinds(near, &["preference"])), [1]);
+    // Along a ref: words that find only the blocker reach the preference it is about. The
+    // filter applies to every signal, the graph's seeds included: asking for blockers keeps
+    // the blocker and drops the preference it reached; asking for preferences finds no seed.
+    let about = query("expired fail", None, 1, 3);
+    assert_eq!(entities(about.clone()), [1, 2]);
+    assert_eq!(entities(of_kinds(about.clone(), &["blocker"])), [2]);
+    assert!(entities(of_kinds(about, &["preference"])).is_empty());
+}
+
+#[test]
+fn a_kind_holds_from_its_claim_until_the_next_one_replaces_it() {
+    let mut log = memories();
+    // The preference becomes a blocker at 4, and the first blocker's kind is retracted at 5.
+    log.push(vec![kind(4, 1, "blocker")]);
+    let mut retract = kind(5, 2, "blocker");
+    retract.op = Op::Retract;
+    log.push(vec![retract]);
+    let index = fed(&log);
+    let blockers_as_of = |t: u64| -> Vec<u64> {
+        let q = of_kinds(query("deploy key", None, 0, t), &["blocker"]);
+        let mut e: Vec<u64> = index
+            .recall(&scope(), &q)
+            .unwrap()
+            .iter()
+            .map(|h| h.fact.entity.0)
+            .collect();
+        e.sort();
+        e
+    };
+    assert_eq!(blockers_as_of(3), [2]);
+    assert_eq!(blockers_as_of(4), [1, 2]);
+    assert_eq!(blockers_as_of(5), [1]);
+    // A string works as a keyword does, searchable or not.
+    let index = fed(&[vec![
+        datom(1, 7, ":memory/text", text("deploy key note")),
+        datom(1, 7, ":memory/kind", text(":memory.kind/identity")),
+    ]]);
+    let q = of_kinds(query("deploy", None, 0, 1), &["identity"]);
+    assert_eq!(index.recall(&scope(), &q).unwrap().len(), 1);
 }

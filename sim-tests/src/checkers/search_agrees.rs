@@ -20,13 +20,22 @@ const QUERY: &str = "agent 0 1 2 3 4 5 6 7";
 /// Near some of the vectors the workload writes (see `workload::REG_EMBEDDING`).
 const QUERY_VECTOR: [f32; 3] = [3.0, 1.0, 1.0];
 
-/// Asks each of `members` for the same search as of `as_of` (a transaction every one of them
-/// has applied) from its own state, and compares the answers.
+/// Asks each of `members` for the same searches as of `as_of` (a transaction every one of them
+/// has applied) from its own state, and compares the answers: one over every kind of memory,
+/// one over blockers only (see `workload::REG_KIND`).
 pub async fn check(cluster: &Cluster, members: &[u64], as_of: u64) -> Vec<Violation> {
+    let mut out = check_one(cluster, members, as_of, &[]).await;
+    out.extend(check_one(cluster, members, as_of, &["blocker"]).await);
+    out
+}
+
+async fn check_one(cluster: &Cluster, members: &[u64], as_of: u64, kinds: &[&str]) -> Vec<Violation> {
+    let kinds: Vec<String> = kinds.iter().map(|k| k.to_string()).collect();
     let mut answers: Vec<(u64, Vec<pb::SearchHit>)> = Vec::new();
     let mut out = Vec::new();
     for &id in members {
         let target = node_addr(id);
+        let kinds = kinds.clone();
         let answer = cluster
             .control(async move {
                 let mut last = None;
@@ -41,6 +50,7 @@ pub async fn check(cluster: &Cluster, members: &[u64], as_of: u64) -> Vec<Violat
                         k: 100,
                         as_of_tx: Some(as_of),
                         consistency: pb::ReadConsistency::Stale as i32,
+                        kinds: kinds.clone(),
                         ..Default::default()
                     });
                     req.set_timeout(Duration::from_secs(5));
@@ -80,7 +90,7 @@ pub async fn check(cluster: &Cluster, members: &[u64], as_of: u64) -> Vec<Violat
                 out.push(Violation::new(
                     NAME,
                     format!(
-                        "as of tx {as_of}, node {id} found {} hits [{}…], node {first} found {} [{}…]",
+                        "as of tx {as_of}, kinds {kinds:?}: node {id} found {} hits [{}…], node {first} found {} [{}…]",
                         hits.len(),
                         show(hits),
                         reference.len(),

@@ -211,6 +211,7 @@ class Client:
         agents: Optional[List[str]] = None,
         verified_only: bool = False,
         valid_between_ns: Optional[Tuple[int, int]] = None,
+        kinds: Optional[List[str]] = None,
         branch: Optional[str] = None,
         prove: bool = False,
         stale: bool = False,

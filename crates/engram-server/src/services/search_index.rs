@@ -2,12 +2,16 @@
 //! task that follows the applied index ([`keep_current`]), and by a search that finds it
 //! behind (so a linearizable search sees every write acknowledged before it).
 //!
+//! The transactions come from apply itself: each written apply group hands its committed
+//! transactions over in memory (`engram_raft::committed`), so feeding costs no store read of
+//! the datoms, only a read of the schema rows they name. Whatever was not handed over (the log
+//! applied before this process started, a snapshot install, groups dropped while the index
+//! lagged) is read from the store, which holds every applied transaction.
+//!
 //! Derived state (see `engram_recall`): it lives in memory only, starts empty when the node
 //! starts, and is never part of the chain, a snapshot or the replica digest. A snapshot install
 //! needs no rebuild: the transactions it brings up to the index's position are the ones the
 //! index already read (applied state is replicated exactly), and the index goes on from there.
-
-use std::collections::HashMap;
 
 use engram_core::reads::{self, LoggedTx};
 use engram_core::schema;
@@ -62,52 +66,99 @@ impl SearchIndex {
         Self::feed(&mut fed, node, through).await
     }
 
+    /// Feeds every transaction applied through `through` (and any later ones apply already
+    /// handed over): first what apply handed over in memory, then, for any gap, the store.
     async fn feed(fed: &mut Fed, node: &RaftNode, through: u64) -> Result<(), ApiError> {
         if fed.next == TxId(0)
             && engram_core::planted::active(engram_core::planted::PlantedBug::SearchIndexNotRebuilt)
         {
             fed.next = TxId(node.startup_log_index() + 1);
         }
+        // Consecutive handed-over groups are fed together, with one read of the schema.
+        let mut run: Vec<LoggedTx> = Vec::new();
+        let mut run_next = fed.next;
+        for group in node.take_committed() {
+            if group.through < run_next.0 {
+                // Fed already (read from the store before apply handed it over).
+                continue;
+            }
+            if group.from > run_next.0
+                && !engram_core::planted::active(engram_core::planted::PlantedBug::SearchGapNotRead)
+            {
+                // A gap: groups dropped while the index lagged, a snapshot installed, or the
+                // log applied before this process started. The store holds it.
+                Self::feed_txs(fed, node, std::mem::take(&mut run), run_next)?;
+                Self::feed_from_store(fed, node, group.from - 1).await?;
+                if fed.next.0 < group.from {
+                    return Err(ApiError::Internal(format!(
+                        "search index: the store's tx log stops at {} before the group applied from {}",
+                        fed.next.0, group.from
+                    )));
+                }
+                run_next = fed.next;
+            }
+            run.extend(group.txs.into_iter().filter(|t| t.record.receipt.tx >= run_next));
+            run_next = TxId(group.through + 1);
+        }
+        Self::feed_txs(fed, node, run, run_next)?;
+        Self::feed_from_store(fed, node, through).await
+    }
+
+    /// Feeds what the store holds from the index's position through `through`, a bounded
+    /// step at a time.
+    async fn feed_from_store(fed: &mut Fed, node: &RaftNode, through: u64) -> Result<(), ApiError> {
         while fed.next.0 <= through {
             let from = fed.next;
             let (txs, next) = super::read_state(node, |store| {
-                let (txs, next) = reads::tx_log_range(store, from, TxId(through), CATCH_UP_BYTES)?;
-                let mut out = Vec::with_capacity(txs.len());
-                for logged in txs {
-                    let defs = indexing(store, &logged)?;
-                    out.push((logged, defs));
-                }
-                Ok::<_, engram_core::CoreError>((out, next))
+                reads::tx_log_range(store, from, TxId(through), CATCH_UP_BYTES)
             })?;
-            let Fed { index, feeder, .. } = &mut *fed;
-            for (logged, defs) in &txs {
-                let receipt = &logged.record.receipt;
-                let schema = |s: &Scope, a: &Attribute| {
-                    defs.get(&(s.namespace.clone(), a.clone()))
-                        .copied()
-                        .unwrap_or_default()
-                };
-                if let Err(e) = feeder.feed_tx(
-                    index,
-                    receipt.tx,
-                    receipt.tx_time_ns,
-                    &logged.record.datoms,
-                    schema,
-                ) {
-                    // Half fed, the index cannot go on: start again from nothing next time.
-                    *fed = Fed::default();
-                    return Err(ApiError::Internal(format!(
-                        "search index: {e}; it will be rebuilt"
-                    )));
-                }
-            }
+            Self::feed_txs(fed, node, txs, next.max(from))?;
             if next <= from {
                 break;
             }
-            fed.next = next;
             // A first catch-up over a large log is long: let other tasks run between steps.
             tokio::task::yield_now().await;
         }
+        Ok(())
+    }
+
+    /// Feeds `txs` (in order, none before the index's position), then moves the index's
+    /// position to `next`.
+    fn feed_txs(fed: &mut Fed, node: &RaftNode, txs: Vec<LoggedTx>, next: TxId) -> Result<(), ApiError> {
+        if txs.is_empty() {
+            fed.next = fed.next.max(next);
+            return Ok(());
+        }
+        let defs = super::read_state(node, |store| {
+            let mut defs = schema::DefsAt::default();
+            txs.iter()
+                .map(|logged| indexing(store, &mut defs, logged))
+                .collect::<Result<Vec<_>, engram_core::CoreError>>()
+        })?;
+        let Fed { index, feeder, .. } = &mut *fed;
+        for (logged, defs) in txs.iter().zip(&defs) {
+            let receipt = &logged.record.receipt;
+            let schema = |s: &Scope, a: &Attribute| {
+                defs.iter()
+                    .find(|(ns, attr, _)| *ns == s.namespace && attr == a)
+                    .map(|(_, _, i)| *i)
+                    .unwrap_or_default()
+            };
+            if let Err(e) = feeder.feed_tx(
+                index,
+                receipt.tx,
+                receipt.tx_time_ns,
+                &logged.record.datoms,
+                schema,
+            ) {
+                // Half fed, the index cannot go on: start again from nothing next time.
+                *fed = Fed::default();
+                return Err(ApiError::Internal(format!(
+                    "search index: {e}; it will be rebuilt"
+                )));
+            }
+        }
+        fed.next = fed.next.max(next);
         Ok(())
     }
 }
@@ -144,12 +195,14 @@ pub async fn keep_current(shared: Arc<super::Shared>, mut stopped: tokio::sync::
     }
 }
 
-/// How each attribute `logged` writes was indexed as its transaction found it.
+/// How each attribute `logged` writes was indexed as its transaction found it: a few per
+/// transaction, so a list.
 fn indexing(
     store: &dyn engram_storage::ReadView,
+    defs: &mut schema::DefsAt,
     logged: &LoggedTx,
-) -> Result<HashMap<(Namespace, Attribute), Indexing>, engram_core::CoreError> {
-    let mut out = HashMap::new();
+) -> Result<Vec<(Namespace, Attribute, Indexing)>, engram_core::CoreError> {
+    let mut out: Vec<(Namespace, Attribute, Indexing)> = Vec::new();
     for Datom {
         namespace,
         attribute,
@@ -157,15 +210,15 @@ fn indexing(
         ..
     } in &logged.record.datoms
     {
-        if let std::collections::hash_map::Entry::Vacant(slot) =
-            out.entry((namespace.clone(), attribute.clone()))
-        {
-            let def = schema::def_at(store, namespace, attribute, Some(*tx))?;
-            slot.insert(def.map_or_else(Indexing::default, |d| Indexing {
-                cardinality: d.cardinality,
-                searchable: d.searchable,
-            }));
+        if out.iter().any(|(ns, a, _)| ns == namespace && a == attribute) {
+            continue;
         }
+        let def = defs.def_at(store, namespace, attribute, Some(*tx))?;
+        let indexing = def.map_or_else(Indexing::default, |d| Indexing {
+            cardinality: d.cardinality,
+            searchable: d.searchable,
+        });
+        out.push((namespace.clone(), attribute.clone(), indexing));
     }
     Ok(out)
 }
