@@ -1,6 +1,9 @@
 //! The seed sweep: `ENGRAM_SIM_SEEDS` seeds (default 64) from `ENGRAM_SIM_START` (default 0),
 //! spread over `ENGRAM_SIM_THREADS` threads (default: every core). Each seed draws its own
 //! fault mix; every failure prints its seed, its mix, what broke and a one-line replay.
+//! With `ENGRAM_SIM_BUG=<PlantedBug>` it searches instead: every seed runs with that bug
+//! planted, and it lists the seeds that caught it and by which checkers (how a planted-bug
+//! test's known seeds are found again when the schedule moves).
 
 #![cfg(madsim)]
 
@@ -38,8 +41,16 @@ fn summary_line(r: &SeedReport) -> String {
     )
 }
 
+/// The bug `ENGRAM_SIM_BUG` names, if any.
+fn planted_from_env() -> Option<PlantedBug> {
+    std::env::var("ENGRAM_SIM_BUG")
+        .ok()
+        .and_then(|name| PlantedBug::ALL.into_iter().find(|b| format!("{b:?}") == name))
+}
+
 #[test]
 fn seed_sweep() {
+    let bug = planted_from_env();
     let count = env_u64("ENGRAM_SIM_SEEDS", 64);
     let start = env_u64("ENGRAM_SIM_START", 0);
     let cores = std::thread::available_parallelism().map_or(2, |n| n.get() as u64);
@@ -51,7 +62,13 @@ fn seed_sweep() {
                 let mut reports = Vec::new();
                 let mut seed = start + t;
                 while seed < start + count {
-                    let r = run_seed(seed, &Options::default());
+                    let r = run_seed(
+                        seed,
+                        &Options {
+                            bug,
+                            ..Options::default()
+                        },
+                    );
                     println!("{}", summary_line(&r));
                     if !r.passed() {
                         println!("{}", r.failure_text());
@@ -87,6 +104,17 @@ fn seed_sweep() {
         }
     }
     let failed: Vec<&SeedReport> = reports.iter().filter(|r| !r.passed()).collect();
+    if let Some(bug) = bug {
+        for r in &failed {
+            println!("sweep: {bug:?} caught on seed {} by {:?}", r.seed, r.failed_checkers());
+        }
+        println!(
+            "sweep: {bug:?} planted: caught on {} of {} seeds",
+            failed.len(),
+            reports.len()
+        );
+        return;
+    }
     println!(
         "sweep: {} seeds from {start}, {} failed, {threads} threads, {wall_s:.1}s wall, {:.1} seeds/min, simulated {sim_s:.0}s in {busy_s:.0}s of thread time (ratio {:.2}), acked writes {}, ops {}, branch merges {}, abandons {}, entries applied again after a crash {} (each the same)",
         reports.len(),
@@ -118,9 +146,7 @@ fn seed_sweep() {
 #[test]
 fn one_seed() {
     let seed = env_u64("ENGRAM_SIM_SEED", 0);
-    let bug = std::env::var("ENGRAM_SIM_BUG")
-        .ok()
-        .and_then(|name| PlantedBug::ALL.into_iter().find(|b| format!("{b:?}") == name));
+    let bug = planted_from_env();
     let r = run_seed(
         seed,
         &Options {
