@@ -106,7 +106,11 @@ fn seed_sweep() {
     let failed: Vec<&SeedReport> = reports.iter().filter(|r| !r.passed()).collect();
     if let Some(bug) = bug {
         for r in &failed {
-            println!("sweep: {bug:?} caught on seed {} by {:?}", r.seed, r.failed_checkers());
+            println!(
+                "sweep: {bug:?} caught on seed {} by {:?}",
+                r.seed,
+                r.failed_checkers()
+            );
         }
         println!(
             "sweep: {bug:?} planted: caught on {} of {} seeds",

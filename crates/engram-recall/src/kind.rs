@@ -75,6 +75,6 @@ impl Kinds {
             .into_iter()
             .flatten()
             .filter_map(|id| shelf.claims.get(*id as usize))
-            .any(|c| c.held.at(as_of) && kinds.iter().any(|k| *k == c.kind))
+            .any(|c| c.held.at(as_of) && kinds.contains(&c.kind))
     }
 }

@@ -339,7 +339,7 @@ mod tests {
             let c = &centres[(i % 40) as usize];
             let v: Vec<f32> = c.iter().map(|x| x + 0.15 * noise.next()).collect();
             assert!(index.add(&scope(), fact(i), &v, meta()));
-            if i % 7 == 0 && i >= 30 {
+            if i.is_multiple_of(7) && i >= 30 {
                 index.end(&scope(), &fact(i - 30), fact(i).tx);
             }
             all.push(v);
@@ -374,7 +374,7 @@ mod tests {
         // Entity j was ended when entity j + 30 was fed, if that is a multiple of 7.
         let held = |j: u64| {
             let by = j + 30;
-            !(by % 7 == 0 && by < n && fact(by).tx <= as_of)
+            !(by.is_multiple_of(7) && by < n && fact(by).tx <= as_of)
         };
         let mut noise = Noise(99);
         let (mut found, mut wanted, mut first) = (0, 0, 0);
@@ -410,7 +410,7 @@ mod tests {
                 let q: Vec<f32> = all[t * 311].iter().map(|x| x + 0.3 * noise.next()).collect();
                 let q = unit(&q).expect("non-zero");
                 // Only even entities: the filter is checked in the approximate order too.
-                let keep = |d: &Doc| d.fact.entity.0 % 2 == 0;
+                let keep = |d: &Doc| d.fact.entity.0.is_multiple_of(2);
                 assert_eq!(
                     full.nearest(&scope(), &q, as_of, &keep, 40),
                     replay.nearest(&scope(), &q, as_of, &keep, 40),
