@@ -201,10 +201,13 @@ pub fn def_at(
     attr: &Attribute,
     as_of: Option<TxId>,
 ) -> Result<Option<AttributeDef>, CoreError> {
-    if let Some(def) = builtin(attr) {
-        return Ok(Some(def));
-    }
-    Ok(row(store, ns, attr)?.and_then(|r| r.at(as_of).map(|v| v.def.clone())))
+    Ok(def_in(attr, row(store, ns, attr)?.as_ref(), as_of))
+}
+
+/// The definition of `attr` as of `as_of`: built-in for the reserved attributes, else the one
+/// `row` (its schema row) holds then.
+fn def_in(attr: &Attribute, row: Option<&SchemaRow>, as_of: Option<TxId>) -> Option<AttributeDef> {
+    builtin(attr).or_else(|| row?.at(as_of).map(|v| v.def.clone()))
 }
 
 /// [`def_at`] over one read view for a caller that asks about many transactions of the same
@@ -223,9 +226,6 @@ impl DefsAt {
         attr: &Attribute,
         as_of: Option<TxId>,
     ) -> Result<Option<AttributeDef>, CoreError> {
-        if let Some(def) = builtin(attr) {
-            return Ok(Some(def));
-        }
         if !self.rows.get(ns).is_some_and(|rows| rows.contains_key(attr)) {
             let read = row(store, ns, attr)?;
             self.rows
@@ -238,7 +238,7 @@ impl DefsAt {
             .get(ns)
             .and_then(|rows| rows.get(attr))
             .and_then(Option::as_ref);
-        Ok(row.and_then(|r| r.at(as_of).map(|v| v.def.clone())))
+        Ok(def_in(attr, row, as_of))
     }
 }
 

@@ -338,6 +338,19 @@ fn kind(tx: u64, entity: u64, kind: &str) -> Datom {
     )
 }
 
+/// The entities `q` finds, in id order, each once.
+fn entities_found(index: &RecallIndex, q: &Query) -> Vec<u64> {
+    let mut e: Vec<u64> = index
+        .recall(&scope(), q)
+        .unwrap()
+        .iter()
+        .map(|h| h.fact.entity.0)
+        .collect();
+    e.sort();
+    e.dedup();
+    e
+}
+
 fn of_kinds(q: Query, kinds: &[&str]) -> Query {
     Query {
         filter: Filter {
@@ -375,17 +388,7 @@ fn memories() -> Vec<Vec<Datom>> {
 #[test]
 fn a_kind_filter_keeps_memories_of_those_kinds_whichever_signal_found_them() {
     let index = fed(&memories());
-    let entities = |q: Query| -> Vec<u64> {
-        let mut e: Vec<u64> = index
-            .recall(&scope(), &q)
-            .unwrap()
-            .iter()
-            .map(|h| h.fact.entity.0)
-            .collect();
-        e.sort();
-        e.dedup();
-        e
-    };
+    let entities = |q: Query| entities_found(&index, &q);
     let words = query("deploy key", None, 0, 3);
     assert_eq!(entities(words.clone()), [1, 2, 3]);
     assert_eq!(entities(of_kinds(words.clone(), &["preference"])), [1]);
@@ -415,17 +418,8 @@ fn a_kind_holds_from_its_claim_until_the_next_one_replaces_it() {
     retract.op = Op::Retract;
     log.push(vec![retract]);
     let index = fed(&log);
-    let blockers_as_of = |t: u64| -> Vec<u64> {
-        let q = of_kinds(query("deploy key", None, 0, t), &["blocker"]);
-        let mut e: Vec<u64> = index
-            .recall(&scope(), &q)
-            .unwrap()
-            .iter()
-            .map(|h| h.fact.entity.0)
-            .collect();
-        e.sort();
-        e
-    };
+    let blockers_as_of =
+        |t: u64| entities_found(&index, &of_kinds(query("deploy key", None, 0, t), &["blocker"]));
     assert_eq!(blockers_as_of(3), [2]);
     assert_eq!(blockers_as_of(4), [1, 2]);
     assert_eq!(blockers_as_of(5), [1]);
