@@ -168,7 +168,10 @@ impl VectorIndex {
                 .get(at..at + dim)
                 .map_or(f32::NEG_INFINITY, |v| dot(query, v))
         };
-        let mut scored: Vec<(f32, u32)> = if dim >= APPROXIMATE_FROM_DIMENSION && fed > EXACT_BELOW_VECTORS {
+        // The approximate pass checks `keep` while choosing candidates; the re-rank need not
+        // check it again.
+        let approximate = dim >= APPROXIMATE_FROM_DIMENSION && fed > EXACT_BELOW_VECTORS;
+        let mut scored: Vec<(f32, u32)> = if approximate {
             // Wide vectors, many of them: rank by the 8-bit codes first (a quarter of the
             // memory read), then re-rank the best candidates exactly.
             let q = Codes::of(query);
@@ -189,7 +192,14 @@ impl VectorIndex {
                 .map(|(i, v)| (dot(query, v), i as u32))
                 .collect()
         };
-        crate::fuse::best_admitted(&mut scored, limit, better, kept)
+        let admitted = |item: (f32, u32)| {
+            if approximate {
+                arena.docs.get(item.1 as usize)
+            } else {
+                kept(item)
+            }
+        };
+        crate::fuse::best_admitted(&mut scored, limit, better, admitted)
             .into_iter()
             .map(|((score, _), doc)| (doc.fact.clone(), score))
             .collect()
