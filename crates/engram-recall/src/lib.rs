@@ -3,11 +3,12 @@
 //! - [`TextIndex`]: BM25 over the words of string values, per scope (namespace and branch),
 //!   answerable as of any transaction with the statistics of that transaction, so an as-of
 //!   search returns exactly what an index fed the log up to it would.
-//! - the vector index: exact nearest neighbours of a query embedding by cosine similarity
+//! - the vector index: nearest neighbours of a query embedding by cosine similarity, exact
+//!   for narrow vectors and small sets, and past that an 8-bit first pass re-ranked exactly
 //!   (the client computes embeddings; nothing here knows a model);
 //! - the ref graph: which entity points at which, walked from the best hits;
 //! - the kinds: which kind of memory each entity is (`:memory/kind`), for the kind filter;
-//! - [`RecallIndex`]: the three together, and [`RecallIndex::recall`], which fuses text,
+//! - [`RecallIndex`]: the four together, and [`RecallIndex::recall`], which fuses text,
 //!   vector, graph, recency and the priors (verified, confidence) by reciprocal rank fusion
 //!   ([`fuse`]); every hit says which signals ranked it and where.
 //!
@@ -28,6 +29,7 @@ mod fuse;
 mod graph;
 mod index;
 mod kind;
+mod ledger;
 mod text;
 mod tokenize;
 mod types;
