@@ -145,18 +145,22 @@ async fn main() -> Result<()> {
     ui.done(&pb, format!("etcd cluster up; leader at {etcd_leader}"));
 
     let conns = args.bench.connections as usize;
+    let open = EngramSystem::connect(
+        if args.tls { "engram-tls" } else { "engram" },
+        &engram.leader,
+        &engram.cluster.endpoints(),
+        conns,
+        engram.pids(),
+        Credentials {
+            agent: None,
+            tls: tls_client.clone(),
+        },
+    )?;
+    if args.bench.searchable {
+        open.declare_searchable().await?;
+    }
     let mut systems: Vec<Arc<dyn System>> = vec![
-        Arc::new(EngramSystem::connect(
-            if args.tls { "engram-tls" } else { "engram" },
-            &engram.leader,
-            &engram.cluster.endpoints(),
-            conns,
-            engram.pids(),
-            Credentials {
-                agent: None,
-                tls: tls_client.clone(),
-            },
-        )?),
+        Arc::new(open),
         Arc::new(EtcdSystem::connect(&etcd_leader, &etcd.client_urls, conns, etcd.pids()).await?),
     ];
     if let Some(e) = &enforced {
@@ -165,7 +169,7 @@ async fn main() -> Result<()> {
             (EnforcedAuth::Signature, true) => ("engram-enforced-tls", e.agent.clone()),
             (EnforcedAuth::Certificate, _) => ("engram-enforced-cert", None),
         };
-        systems.push(Arc::new(EngramSystem::connect(
+        let enforced = EngramSystem::connect(
             name,
             &e.leader,
             &e.cluster.endpoints(),
@@ -175,7 +179,11 @@ async fn main() -> Result<()> {
                 agent,
                 tls: tls_client.clone(),
             },
-        )?));
+        )?;
+        if args.bench.searchable {
+            enforced.declare_searchable().await?;
+        }
+        systems.push(Arc::new(enforced));
     }
     let progress = UiProgress::new(ui);
     let report = run_suite(&systems, &spec, &progress).await;

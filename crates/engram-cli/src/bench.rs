@@ -15,7 +15,8 @@ use engram_loadgen::{
     Machine, OpFuture, Progress, ReadKind, Row, SuiteReport, SuiteSpec, System, rows, run_suite, table,
 };
 use engram_types::{
-    Attribute, EntityId, EntityRef, Namespace, Op, Provenance, Status, TxOp, TxRequest, Value,
+    Attribute, AttributeDef, EntityId, EntityRef, Namespace, Op, Provenance, Status, TxOp, TxRequest, Value,
+    ValueType,
 };
 use futures::future::BoxFuture;
 use futures::stream::BoxStream;
@@ -154,6 +155,18 @@ impl EngramSystem {
                 last_tx: AtomicU64::new(0),
             }),
         })
+    }
+
+    /// Declares the written attribute a searchable string (`--searchable`), so the writes
+    /// measured after it feed every node's recall index.
+    pub async fn declare_searchable(&self) -> Result<()> {
+        let mut def = AttributeDef::new(self.value_attr.clone(), ValueType::String);
+        def.searchable = true;
+        self.retrying
+            .apply_schema(&self.ns, &[def], &provenance(), Some("bench-searchable"))
+            .await
+            .context("declaring :bench/value searchable")?;
+        Ok(())
     }
 
     fn conn(&self, client: usize) -> Client {
@@ -1028,6 +1041,9 @@ pub async fn run(
         )?;
         (Some(c), system)
     };
+    if args.searchable {
+        system.declare_searchable().await?;
+    }
     let systems: Vec<Arc<dyn System>> = vec![Arc::new(system)];
     let progress = UiProgress::new(ui);
     let report = run_suite(&systems, &spec, &progress).await;

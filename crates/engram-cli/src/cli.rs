@@ -430,6 +430,10 @@ pub struct BenchArgs {
     /// Keep the nodes' data and logs here instead of a temporary directory.
     #[arg(long, value_name = "DIR")]
     pub data_dir: Option<PathBuf>,
+    /// Declare the written attribute (`:bench/value`, a string) searchable before the run, so
+    /// every written value's words also go into each node's recall index.
+    #[arg(long)]
+    pub searchable: bool,
     /// Measure the cluster at --endpoint (the first is taken to lead) instead of starting one;
     /// server CPU is then not measured.
     #[arg(long)]

@@ -4,9 +4,10 @@
 //! A slot (entity, attribute) holds what Engram's current-claims rule says it holds: under
 //! cardinality one, each agent's latest assertion not retracted since; under cardinality many,
 //! the latest assertion of each value not retracted since; a retraction ends every claim of
-//! its value, whoever made it. The feeder keeps each slot's live claims (of every value type,
-//! since a number can replace a text) and tells the index when a claim it holds ends, so an
-//! as-of search finds exactly the claims that held then. Texts and vectors are indexed when
+//! its value, whoever made it. The feeder keeps each slot's live indexed claims and tells the
+//! index when one ends, so an as-of search finds exactly the claims that held then. Every datom
+//! is checked against them, of whatever type (a number can replace a text), but only claims
+//! that went into an index are kept. Texts and vectors are indexed when
 //! their attribute is searchable at their transaction; refs always (they are the graph), and
 //! `:memory/kind` values always (they are the kind filter). Claims of several agents in one slot all
 //! hold: they are a contradiction, and each is its own hit.
@@ -32,10 +33,18 @@ pub struct Indexing {
     pub searchable: bool,
 }
 
-/// The live claims of every slot the feeder has seen.
+/// The live indexed claims, per scope and entity, of each attribute that has any. Only claims
+/// that went into an index are kept: the others have nothing to end, and keeping them would
+/// hold a copy of every current value in memory whether or not anything is searchable.
 #[derive(Default)]
 pub struct Feeder {
-    slots: HashMap<(Scope, EntityId, Attribute), Vec<Claim>>,
+    slots: HashMap<Scope, HashMap<EntityId, Vec<Slot>>>,
+}
+
+/// One (entity, attribute) slot's live indexed claims; never empty while kept.
+struct Slot {
+    attribute: Attribute,
+    claims: Vec<Claim>,
 }
 
 struct Claim {
@@ -71,6 +80,8 @@ impl Feeder {
     ) -> Result<Fed, RecallError> {
         index.text.advance(tx)?;
         let mut fed = Fed::default();
+        // A transaction's datoms almost always share one scope: built again only on a change.
+        let mut scope: Option<Scope> = None;
         for (seq, d) in datoms.iter().enumerate() {
             if d.tx != tx {
                 return Err(RecallError::Feed(format!(
@@ -78,30 +89,19 @@ impl Feeder {
                     tx.0, d.tx.0
                 )));
             }
-            let scope = Scope {
-                namespace: d.namespace.clone(),
-                branch: d.branch.clone(),
+            let scope = match &mut scope {
+                Some(s) if s.namespace == d.namespace && s.branch == d.branch => &*s,
+                slot => &*slot.insert(Scope {
+                    namespace: d.namespace.clone(),
+                    branch: d.branch.clone(),
+                }),
             };
-            let claims = self
-                .slots
-                .entry((scope.clone(), d.entity, d.attribute.clone()))
-                .or_default();
-            let indexing = schema(&scope, &d.attribute);
+            let indexing = schema(scope, &d.attribute);
             let ends = |c: &Claim| match (d.op, indexing.cardinality) {
                 (Op::Assert, Cardinality::One) => c.agent == d.provenance.agent,
                 (Op::Assert, Cardinality::Many) | (Op::Retract, _) => c.value == d.value,
             };
-            let mut kept = Vec::with_capacity(claims.len());
-            for c in claims.drain(..) {
-                if ends(&c) {
-                    if index.end(&scope, &c.fact, tx)? {
-                        fed.ended += 1;
-                    }
-                } else {
-                    kept.push(c);
-                }
-            }
-            *claims = kept;
+            fed.ended += self.end_claims(index, scope, d, tx, ends)?;
             if d.op == Op::Retract {
                 // A retraction ends claims; it is not one.
                 continue;
@@ -120,31 +120,99 @@ impl Feeder {
                 valid_from_ns: d.valid_from_ns,
                 valid_to_ns: d.valid_to_ns,
             };
-            let added = match &d.value {
+            let (mut indexed, mut added) = (true, false);
+            match &d.value {
                 Value::String(text) if indexing.searchable => {
-                    index.add_text(&scope, fact.clone(), text, meta())?
+                    added |= index.add_text(scope, fact.clone(), text, meta())?
                 }
                 Value::Vector(v) if indexing.searchable => {
-                    index.add_vector(&scope, fact.clone(), v, meta())?
+                    added |= index.add_vector(scope, fact.clone(), v, meta())?
                 }
-                Value::Ref(target) => index.add_edge(&scope, fact.clone(), *target)?,
-                _ => false,
-            };
-            let kind = match &d.value {
-                Value::Keyword(k) | Value::String(k) if d.attribute.as_str() == MEMORY_KIND => {
-                    index.add_kind(&scope, fact.clone(), k)?
-                }
-                _ => false,
-            };
-            if added || kind {
+                Value::Ref(target) => added |= index.add_edge(scope, fact.clone(), *target)?,
+                _ => indexed = false,
+            }
+            if let Value::Keyword(k) | Value::String(k) = &d.value
+                && d.attribute.as_str() == MEMORY_KIND
+            {
+                indexed = true;
+                added |= index.add_kind(scope, fact.clone(), k)?;
+            }
+            if added {
                 fed.added += 1;
             }
-            claims.push(Claim {
-                agent: d.provenance.agent.clone(),
-                value: d.value.clone(),
-                fact,
-            });
+            if indexed {
+                self.keep(scope, d, fact);
+            }
         }
         Ok(fed)
+    }
+
+    /// How many indexed claims hold now, across scopes: what the feeder keeps in memory.
+    pub fn live_claims(&self) -> usize {
+        self.slots
+            .values()
+            .flat_map(|entities| entities.values().flatten())
+            .map(|slot| slot.claims.len())
+            .sum()
+    }
+
+    /// Ends the live claims of `d`'s slot that `ends` picks, in the index at `tx`; drops the
+    /// slot once it holds none. Returns how many indexed claims stopped holding.
+    fn end_claims(
+        &mut self,
+        index: &mut RecallIndex,
+        scope: &Scope,
+        d: &Datom,
+        tx: TxId,
+        ends: impl Fn(&Claim) -> bool,
+    ) -> Result<usize, RecallError> {
+        let Some(entities) = self.slots.get_mut(scope) else {
+            return Ok(0);
+        };
+        let Some(slots) = entities.get_mut(&d.entity) else {
+            return Ok(0);
+        };
+        let Some(at) = slots.iter().position(|s| s.attribute == d.attribute) else {
+            return Ok(0);
+        };
+        let mut ended = 0;
+        let claims = std::mem::take(&mut slots[at].claims);
+        for c in claims {
+            if ends(&c) {
+                if index.end(scope, &c.fact, tx)? {
+                    ended += 1;
+                }
+            } else {
+                slots[at].claims.push(c);
+            }
+        }
+        if slots[at].claims.is_empty() {
+            slots.swap_remove(at);
+            if slots.is_empty() {
+                entities.remove(&d.entity);
+            }
+        }
+        Ok(ended)
+    }
+
+    /// Keeps `d`, indexed as `fact`, among its slot's live claims.
+    fn keep(&mut self, scope: &Scope, d: &Datom, fact: FactRef) {
+        let entities = match self.slots.get_mut(scope) {
+            Some(e) => e,
+            None => self.slots.entry(scope.clone()).or_default(),
+        };
+        let slots = entities.entry(d.entity).or_default();
+        let claim = Claim {
+            agent: d.provenance.agent.clone(),
+            value: d.value.clone(),
+            fact,
+        };
+        match slots.iter_mut().find(|s| s.attribute == d.attribute) {
+            Some(slot) => slot.claims.push(claim),
+            None => slots.push(Slot {
+                attribute: d.attribute.clone(),
+                claims: vec![claim],
+            }),
+        }
     }
 }

@@ -216,3 +216,83 @@ fn a_transaction_must_hang_together_and_come_in_order() {
     );
     assert!(matches!(mixed, Err(RecallError::Feed(_))), "{mixed:?}");
 }
+
+#[test]
+fn only_indexed_claims_are_kept_and_each_until_it_ends() {
+    let mut log = Log::new();
+    // Values no index takes (an unsearchable text, numbers): nothing is kept for them.
+    for tx in 1..=200 {
+        let fed = log.tx(
+            tx,
+            vec![
+                datom(
+                    tx,
+                    Op::Assert,
+                    tx,
+                    ":note/secret",
+                    text("the vault code"),
+                    "alice",
+                ),
+                datom(tx, Op::Assert, tx, ":note/count", Value::I64(tx as i64), "alice"),
+            ],
+        );
+        assert_eq!(fed, Fed::default());
+    }
+    assert_eq!(log.feeder.live_claims(), 0);
+    assert_eq!(log.find("vault", 200), []);
+    // Two agents' texts in one slot are two live claims.
+    log.tx(
+        201,
+        vec![datom(
+            201,
+            Op::Assert,
+            9,
+            ":note/body",
+            text("green parser"),
+            "alice",
+        )],
+    );
+    log.tx(
+        202,
+        vec![datom(202, Op::Assert, 9, ":note/body", text("blue lexer"), "bob")],
+    );
+    assert_eq!(log.feeder.live_claims(), 2);
+    // Alice's number ends her text and is not kept itself; Bob's retraction ends his.
+    let fed = log.tx(
+        203,
+        vec![datom(203, Op::Assert, 9, ":note/body", Value::I64(1), "alice")],
+    );
+    assert_eq!(fed, Fed { added: 0, ended: 1 });
+    assert_eq!(log.feeder.live_claims(), 1);
+    let fed = log.tx(
+        204,
+        vec![datom(
+            204,
+            Op::Retract,
+            9,
+            ":note/body",
+            text("blue lexer"),
+            "carol",
+        )],
+    );
+    assert_eq!(fed, Fed { added: 0, ended: 1 });
+    assert_eq!(log.feeder.live_claims(), 0);
+    assert_eq!(log.find("green", 204), []);
+    assert_eq!(log.find("green", 202), [(9, 201)]);
+    assert_eq!(log.find("lexer", 203), [(9, 202)]);
+    // A text asserted again after its slot emptied holds again.
+    let fed = log.tx(
+        205,
+        vec![datom(
+            205,
+            Op::Assert,
+            9,
+            ":note/body",
+            text("green parser"),
+            "alice",
+        )],
+    );
+    assert_eq!(fed, Fed { added: 1, ended: 0 });
+    assert_eq!(log.feeder.live_claims(), 1);
+    assert_eq!(log.find("green", 205), [(9, 205)]);
+}
