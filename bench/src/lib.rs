@@ -4,4 +4,5 @@
 //! Must not depend on: the server's or the core's internals; the systems are driven through
 //! their public gRPC APIs, as their users drive them.
 
+pub mod args;
 pub mod etcd;

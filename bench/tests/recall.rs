@@ -3,8 +3,11 @@
 //! (`cargo test --workspace` builds both).
 #![allow(clippy::unwrap_used)] // test helpers: a failed set-up step should stop the test loudly
 
+mod common;
+
 use std::process::Command;
 
+use common::json_report;
 use serde_json::Value;
 
 const SIGNALS: [&str; 4] = ["text", "vector", "text+vector", "text+vector+graph"];
@@ -24,18 +27,11 @@ fn the_cluster_finds_what_the_index_in_process_finds() {
         "build the engram binary first: {}",
         engram.display()
     );
-    let out = Command::new(recall)
-        .args(["--entities", "1000", "--queries", "60", "--cluster", "--json"])
-        .args(["--engram-bin", engram.to_str().unwrap()])
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "stdout:\n{stdout}\nstderr:\n{}",
-        String::from_utf8_lossy(&out.stderr)
+    let doc = json_report(
+        Command::new(recall)
+            .args(["--entities", "1000", "--queries", "60", "--cluster", "--json"])
+            .args(["--engram-bin", engram.to_str().unwrap()]),
     );
-    let doc: Value = serde_json::from_str(&stdout).unwrap();
     let (local, cluster) = (&doc["in_process"], &doc["cluster"]);
     assert_eq!(local["facts"], 5_000);
     assert_eq!(cluster["facts"], 5_000);

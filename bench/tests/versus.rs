@@ -4,9 +4,11 @@
 //! both).
 #![allow(clippy::unwrap_used)] // test helpers: a failed set-up step should stop the test loudly
 
+mod common;
+
 use std::process::Command;
 
-use serde_json::Value;
+use common::json_report;
 
 #[test]
 fn both_systems_are_measured_at_every_point_and_compared() {
@@ -18,37 +20,30 @@ fn both_systems_are_measured_at_every_point_and_compared() {
         engram.display()
     );
     let dir = tempfile::tempdir().unwrap();
-    let out = Command::new(versus)
-        .args(["--engram-bin", engram.to_str().unwrap()])
-        .args([
-            "--clients",
-            "1,4",
-            "--seconds",
-            "1",
-            "--warmup-secs",
-            "0",
-            "--rounds",
-            "2",
-        ])
-        .args([
-            "--keys",
-            "30",
-            "--history-values",
-            "300",
-            "--history-clients",
-            "2",
-        ])
-        .args(["--subscribers", "2", "--markers", "4"])
-        .args(["--data-dir", dir.path().to_str().unwrap(), "--json"])
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "stdout:\n{stdout}\nstderr:\n{}",
-        String::from_utf8_lossy(&out.stderr)
+    let doc = json_report(
+        Command::new(versus)
+            .args(["--engram-bin", engram.to_str().unwrap()])
+            .args([
+                "--clients",
+                "1,4",
+                "--seconds",
+                "1",
+                "--warmup-secs",
+                "0",
+                "--rounds",
+                "2",
+            ])
+            .args([
+                "--keys",
+                "30",
+                "--history-values",
+                "300",
+                "--history-clients",
+                "2",
+            ])
+            .args(["--subscribers", "2", "--markers", "4"])
+            .args(["--data-dir", dir.path().to_str().unwrap(), "--json"]),
     );
-    let doc: Value = serde_json::from_str(&stdout).unwrap();
     let ms = doc["report"]["measurements"].as_array().unwrap();
     // Interleaved: every point ran twice per system, the systems taking turns.
     let order: Vec<(&str, u64)> = ms

@@ -20,6 +20,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use engram_audit::{KeyRing, NodeKey};
+use engram_bench::args::positive;
 use engram_core::CheckpointPolicy;
 use engram_raft::{Command, Entry, LogId, NodeInfo, StateMachine, TypeConfig};
 use engram_storage::Store;
@@ -46,12 +47,7 @@ fn parse_args() -> Result<Args, String> {
     };
     let mut it = std::env::args().skip(1);
     while let Some(a) = it.next() {
-        let mut number = |name: &str| -> Result<u64, String> {
-            it.next()
-                .and_then(|v| v.replace('_', "").parse().ok())
-                .filter(|n| *n > 0)
-                .ok_or_else(|| format!("{name} needs a positive number\n{USAGE}"))
-        };
+        let mut number = |name: &str| positive(&mut it, name, USAGE);
         match a.as_str() {
             "--values" => args.values = number("--values")?,
             "--json" => args.json = true,

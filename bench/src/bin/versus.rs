@@ -156,8 +156,8 @@ async fn main() -> Result<()> {
             tls: tls_client.clone(),
         },
     )?;
-    if args.bench.searchable {
-        open.declare_searchable().await?;
+    if args.bench.unsearchable {
+        open.declare_unsearchable().await?;
     }
     let mut systems: Vec<Arc<dyn System>> = vec![
         Arc::new(open),
@@ -180,8 +180,8 @@ async fn main() -> Result<()> {
                 tls: tls_client.clone(),
             },
         )?;
-        if args.bench.searchable {
-            enforced.declare_searchable().await?;
+        if args.bench.unsearchable {
+            enforced.declare_unsearchable().await?;
         }
         systems.push(Arc::new(enforced));
     }

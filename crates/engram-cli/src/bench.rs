@@ -157,15 +157,17 @@ impl EngramSystem {
         })
     }
 
-    /// Declares the written attribute a searchable string (`--searchable`), so the writes
-    /// measured after it feed every node's recall index.
-    pub async fn declare_searchable(&self) -> Result<()> {
+    /// Declares the written attribute a string that is not searchable (`--unsearchable`), with
+    /// the value index an implicit declaration would give it, so the writes measured after it
+    /// differ from the default only in feeding no recall index.
+    pub async fn declare_unsearchable(&self) -> Result<()> {
         let mut def = AttributeDef::new(self.value_attr.clone(), ValueType::String);
-        def.searchable = true;
+        def.indexed = true;
+        def.searchable = false;
         self.retrying
-            .apply_schema(&self.ns, &[def], &provenance(), Some("bench-searchable"))
+            .apply_schema(&self.ns, &[def], &provenance(), Some("bench-unsearchable"))
             .await
-            .context("declaring :bench/value searchable")?;
+            .context("declaring :bench/value unsearchable")?;
         Ok(())
     }
 
@@ -1041,8 +1043,8 @@ pub async fn run(
         )?;
         (Some(c), system)
     };
-    if args.searchable {
-        system.declare_searchable().await?;
+    if args.unsearchable {
+        system.declare_unsearchable().await?;
     }
     let systems: Vec<Arc<dyn System>> = vec![Arc::new(system)];
     let progress = UiProgress::new(ui);

@@ -430,10 +430,11 @@ pub struct BenchArgs {
     /// Keep the nodes' data and logs here instead of a temporary directory.
     #[arg(long, value_name = "DIR")]
     pub data_dir: Option<PathBuf>,
-    /// Declare the written attribute (`:bench/value`, a string) searchable before the run, so
-    /// every written value's words also go into each node's recall index.
+    /// Declare the written attribute (`:bench/value`) a string that is not searchable before
+    /// the run, so the writes feed no recall index: the "without" of a with/without comparison.
+    /// By default its first value declares it, and an implicitly declared string is searchable.
     #[arg(long)]
-    pub searchable: bool,
+    pub unsearchable: bool,
     /// Measure the cluster at --endpoint (the first is taken to lead) instead of starting one;
     /// server CPU is then not measured.
     #[arg(long)]

@@ -217,6 +217,11 @@ fn a_transaction_must_hang_together_and_come_in_order() {
     assert!(matches!(mixed, Err(RecallError::Feed(_))), "{mixed:?}");
 }
 
+/// One datom on entity 9's `:note/body` as transaction `tx`.
+fn body(log: &mut Log, tx: u64, op: Op, value: Value, agent: &str) -> Fed {
+    log.tx(tx, vec![datom(tx, op, 9, ":note/body", value, agent)])
+}
+
 #[test]
 fn only_indexed_claims_are_kept_and_each_until_it_ends() {
     let mut log = Log::new();
@@ -241,57 +246,21 @@ fn only_indexed_claims_are_kept_and_each_until_it_ends() {
     assert_eq!(log.feeder.live_claims(), 0);
     assert_eq!(log.find("vault", 200), []);
     // Two agents' texts in one slot are two live claims.
-    log.tx(
-        201,
-        vec![datom(
-            201,
-            Op::Assert,
-            9,
-            ":note/body",
-            text("green parser"),
-            "alice",
-        )],
-    );
-    log.tx(
-        202,
-        vec![datom(202, Op::Assert, 9, ":note/body", text("blue lexer"), "bob")],
-    );
+    body(&mut log, 201, Op::Assert, text("green parser"), "alice");
+    body(&mut log, 202, Op::Assert, text("blue lexer"), "bob");
     assert_eq!(log.feeder.live_claims(), 2);
-    // Alice's number ends her text and is not kept itself; Bob's retraction ends his.
-    let fed = log.tx(
-        203,
-        vec![datom(203, Op::Assert, 9, ":note/body", Value::I64(1), "alice")],
-    );
+    // Alice's number ends her text and is not kept itself; Carol's retraction ends Bob's text.
+    let fed = body(&mut log, 203, Op::Assert, Value::I64(1), "alice");
     assert_eq!(fed, Fed { added: 0, ended: 1 });
     assert_eq!(log.feeder.live_claims(), 1);
-    let fed = log.tx(
-        204,
-        vec![datom(
-            204,
-            Op::Retract,
-            9,
-            ":note/body",
-            text("blue lexer"),
-            "carol",
-        )],
-    );
+    let fed = body(&mut log, 204, Op::Retract, text("blue lexer"), "carol");
     assert_eq!(fed, Fed { added: 0, ended: 1 });
     assert_eq!(log.feeder.live_claims(), 0);
     assert_eq!(log.find("green", 204), []);
     assert_eq!(log.find("green", 202), [(9, 201)]);
     assert_eq!(log.find("lexer", 203), [(9, 202)]);
     // A text asserted again after its slot emptied holds again.
-    let fed = log.tx(
-        205,
-        vec![datom(
-            205,
-            Op::Assert,
-            9,
-            ":note/body",
-            text("green parser"),
-            "alice",
-        )],
-    );
+    let fed = body(&mut log, 205, Op::Assert, text("green parser"), "alice");
     assert_eq!(fed, Fed { added: 1, ended: 0 });
     assert_eq!(log.feeder.live_claims(), 1);
     assert_eq!(log.find("green", 205), [(9, 205)]);

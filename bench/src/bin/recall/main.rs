@@ -38,6 +38,7 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use corpus::{K, NAMESPACE, Shape, TOPICS, VARIANTS, percentile_ms, rss_bytes, share_found};
+use engram_bench::args::positive;
 use engram_recall::{Feeder, Indexing, RecallIndex, Scope};
 use engram_types::{Attribute, Cardinality, Datom, EntityId, Namespace, Op, Provenance, Status, TxId, Value};
 use serde_json::json;
@@ -70,12 +71,7 @@ fn parse_args() -> Result<Args, String> {
     };
     let mut it = std::env::args().skip(1);
     while let Some(a) = it.next() {
-        let mut number = |name: &str| -> Result<u64, String> {
-            it.next()
-                .and_then(|v| v.replace('_', "").parse().ok())
-                .filter(|n| *n > 0)
-                .ok_or_else(|| format!("{name} needs a positive number\n{USAGE}"))
-        };
+        let mut number = |name: &str| positive(&mut it, name, USAGE);
         match a.as_str() {
             "--entities" => args.shape.documents = number("--entities")?.max(TOPICS * 2),
             "--queries" => args.shape.queries = number("--queries")? as usize,
