@@ -6,3 +6,4 @@
 
 pub mod args;
 pub mod etcd;
+pub mod process;

@@ -21,6 +21,7 @@ use std::time::{Duration, Instant};
 
 use engram_audit::{KeyRing, NodeKey};
 use engram_bench::args::positive;
+use engram_bench::process::rss_bytes;
 use engram_core::CheckpointPolicy;
 use engram_raft::{Command, Entry, LogId, NodeInfo, StateMachine, TypeConfig};
 use engram_storage::Store;
@@ -58,15 +59,6 @@ fn parse_args() -> Result<Args, String> {
     Ok(args)
 }
 
-/// Resident set size of this process, from `/proc/self/statm` (0 where it cannot be read).
-fn rss_bytes() -> u64 {
-    let pages = std::fs::read_to_string("/proc/self/statm")
-        .ok()
-        .and_then(|s| s.split_whitespace().nth(1).and_then(|p| p.parse::<u64>().ok()))
-        .unwrap_or(0);
-    pages * 4096
-}
-
 /// Samples the RSS every 20 ms and keeps the highest reading since the last `reset`.
 struct Sampler {
     peak: Arc<AtomicU64>,
@@ -75,12 +67,12 @@ struct Sampler {
 
 impl Sampler {
     fn start() -> Sampler {
-        let peak = Arc::new(AtomicU64::new(rss_bytes()));
+        let peak = Arc::new(AtomicU64::new(rss_bytes("self")));
         let stop = Arc::new(AtomicBool::new(false));
         let (p, s) = (peak.clone(), stop.clone());
         std::thread::spawn(move || {
             while !s.load(Ordering::Relaxed) {
-                p.fetch_max(rss_bytes(), Ordering::Relaxed);
+                p.fetch_max(rss_bytes("self"), Ordering::Relaxed);
                 std::thread::sleep(Duration::from_millis(20));
             }
         });
@@ -89,13 +81,13 @@ impl Sampler {
 
     /// Starts a step: returns the RSS now, and the peak counts from here.
     fn reset(&self) -> u64 {
-        let now = rss_bytes();
+        let now = rss_bytes("self");
         self.peak.store(now, Ordering::Relaxed);
         now
     }
 
     fn peak(&self) -> u64 {
-        self.peak.load(Ordering::Relaxed).max(rss_bytes())
+        self.peak.load(Ordering::Relaxed).max(rss_bytes("self"))
     }
 }
 

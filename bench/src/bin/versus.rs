@@ -8,9 +8,10 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result, anyhow, bail};
 use clap::Parser;
 use engram_bench::etcd::{EtcdCluster, EtcdSystem};
+use engram_bench::process::engram_exe;
 use engram_cli::bench::{
     BenchCluster, BenchTls, Credentials, EngramSystem, UiProgress, check_args, emit, failures, suite_spec,
 };
@@ -57,21 +58,6 @@ enum EnforcedAuth {
     Certificate,
 }
 
-fn engram_exe(given: Option<PathBuf>) -> Result<PathBuf> {
-    if let Some(p) = given {
-        return Ok(p);
-    }
-    let me = std::env::current_exe().context("locating this executable")?;
-    let sibling = me.with_file_name("engram");
-    if !sibling.exists() {
-        bail!(
-            "no engram executable at {}: build it (cargo build --release -p engram-cli) or pass --engram-bin",
-            sibling.display()
-        );
-    }
-    Ok(sibling)
-}
-
 fn which(bin: &std::path::Path) -> Result<PathBuf> {
     if bin.components().count() > 1 {
         return Ok(bin.to_path_buf());
@@ -97,7 +83,7 @@ async fn main() -> Result<()> {
         bail!("versus starts both clusters itself; --attach is for `engram bench`");
     }
     let ui = Ui::new(args.json);
-    let engram_bin = engram_exe(args.engram_bin.clone())?;
+    let engram_bin = engram_exe(args.engram_bin.clone()).map_err(|e| anyhow!(e))?;
     let etcd_bin = which(&args.etcd_bin)?;
     let spec = suite_spec(&args.bench);
     if args.enforced_auth == EnforcedAuth::Certificate && !args.tls {

@@ -8,11 +8,12 @@
 //! corpus holds the same facts as in process, under other entity ids.
 
 use std::collections::HashSet;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, anyhow, bail};
+use engram_bench::process::rss_bytes;
 use engram_cli::bench::BenchCluster;
 use engram_cli::ui::Ui;
 use engram_client::{Client, ClientConfig, SearchQuery};
@@ -24,7 +25,7 @@ use engram_types::{
 use futures::{StreamExt, TryStreamExt};
 use serde_json::json;
 
-use crate::corpus::{self, K, Labelled, Shape, VARIANTS, percentile_ms, rss_bytes, share_found};
+use crate::corpus::{self, K, Labelled, Shape, VARIANTS, percentile_ms, share_found};
 
 const DOCUMENTS_PER_TX: u64 = 20;
 const CITATIONS_PER_TX: u64 = 100;
@@ -32,22 +33,6 @@ const CITATIONS_PER_TX: u64 = 100;
 const LOAD_CONCURRENCY: usize = 16;
 /// The first search after the load waits for the leader's index to take in every fact.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(300);
-
-/// The `engram` executable: `given`, or the one built beside this binary.
-pub fn engram_exe(given: Option<PathBuf>) -> Result<PathBuf, String> {
-    if let Some(p) = given {
-        return Ok(p);
-    }
-    let me = std::env::current_exe().map_err(|e| format!("locating this executable: {e}"))?;
-    let sibling = me.with_file_name("engram");
-    if !sibling.exists() {
-        return Err(format!(
-            "no engram executable at {}: build it (cargo build --release -p engram-cli) or pass --engram-bin",
-            sibling.display()
-        ));
-    }
-    Ok(sibling)
-}
 
 fn attr(name: &str) -> Result<Attribute> {
     Attribute::new(name).map_err(|e| anyhow!("{name}: {e}"))
@@ -143,7 +128,8 @@ async fn load(client: &Client, ns: &Namespace, shape: Shape, ui: Ui) -> Result<(
     for (e, id) in written.into_iter().flatten() {
         ids[e as usize] = id;
     }
-    let ids = Arc::new(ids);
+    // The citation futures run on this task (not spawned), so they borrow the ids.
+    let by_doc = &ids;
     let citations: Vec<(u64, u64)> = (0..shape.documents)
         .step_by(CITATIONS_PER_TX as usize)
         .map(|from| (from, (from + CITATIONS_PER_TX).min(shape.documents)))
@@ -152,12 +138,16 @@ async fn load(client: &Client, ns: &Namespace, shape: Shape, ui: Ui) -> Result<(
     let cites = attr(corpus::CITES)?;
     futures::stream::iter(citations)
         .map(|(from, to)| {
-            let (pb, ids, cites) = (pb.clone(), ids.clone(), cites.clone());
+            let (pb, cites) = (pb.clone(), cites.clone());
             async move {
                 let ops: Vec<TxOp> = (from..to)
                     .map(|e| {
-                        let target = ids[corpus::cites(e, shape.documents) as usize];
-                        assert_op(EntityRef::Id(ids[e as usize]), cites.clone(), Value::Ref(target))
+                        let target = by_doc[corpus::cites(e, shape.documents) as usize];
+                        assert_op(
+                            EntityRef::Id(by_doc[e as usize]),
+                            cites.clone(),
+                            Value::Ref(target),
+                        )
                     })
                     .collect();
                 let facts = ops.len() as u64;
@@ -176,7 +166,6 @@ async fn load(client: &Client, ns: &Namespace, shape: Shape, ui: Ui) -> Result<(
         &pb,
         format!("wrote {facts_total} facts in {transactions} transactions"),
     );
-    let ids = Arc::try_unwrap(ids).unwrap_or_else(|shared| (*shared).clone());
     Ok((ids, facts_total, transactions))
 }
 

@@ -178,11 +178,3 @@ pub fn percentile_ms(sorted: &[Duration], p: f64) -> f64 {
     let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
     sorted[i.min(sorted.len() - 1)].as_secs_f64() * 1e3
 }
-
-/// Resident memory of process `pid` (`self` for this one), from `/proc`.
-pub fn rss_bytes(pid: &str) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/statm"))
-        .ok()
-        .and_then(|s| s.split_whitespace().nth(1).and_then(|p| p.parse::<u64>().ok()))
-        .map_or(0, |pages| pages * 4096)
-}

@@ -37,8 +37,9 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use corpus::{K, NAMESPACE, Shape, TOPICS, VARIANTS, percentile_ms, rss_bytes, share_found};
+use corpus::{K, NAMESPACE, Shape, TOPICS, VARIANTS, percentile_ms, share_found};
 use engram_bench::args::positive;
+use engram_bench::process::{engram_exe, rss_bytes};
 use engram_recall::{Feeder, Indexing, RecallIndex, Scope};
 use engram_types::{Attribute, Cardinality, Datom, EntityId, Namespace, Op, Provenance, Status, TxId, Value};
 use serde_json::json;
@@ -231,7 +232,7 @@ fn run(args: &Args) -> Result<serde_json::Value, String> {
     let local = in_process(args.shape)?;
     let through_cluster = if args.cluster {
         let runtime = tokio::runtime::Runtime::new().map_err(|e| format!("starting tokio: {e}"))?;
-        let exe = cluster::engram_exe(args.engram_bin.clone())?;
+        let exe = engram_exe(args.engram_bin.clone())?;
         Some(
             runtime
                 .block_on(cluster::run(&exe, args.shape, args.json))
