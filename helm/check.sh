@@ -14,7 +14,9 @@
 #             against helm/tests/crd-schemas/; plus cross-object invariants (tests/validate.py)
 # then:
 #   bad values  every helm/tests/bad-values/*.yaml must fail `helm template`, with an error
-#               matching the file's "# expect: <regex>" line
+#               matching the file's "# expect: <regex>" line; each is rendered over
+#               helm/tests/bad-values-base.yaml (the first administrator enforced mode needs),
+#               unless it has a "# no-base-values" line
 #   selftest    the validator must catch deliberate breakages of correct renders
 #   golden      the default render (and its NOTES) must equal helm/tests/golden/
 #   helm4       (--helm4) Helm 4 renders the same documents and NOTES, lints clean, and refuses
@@ -122,11 +124,12 @@ data:
 EOF
 
 helm_args_of() { sed -n 's/^# helm-args: *//p' "$1" | head -1; }
+BASE=() # values files applied before VALUES (set around a call to render)
 render() { # render CHART VALUES [extra helm args...]
   local chart=$1 values=$2; shift 2
   # shellcheck disable=SC2046
   "$HELM" template "$RELEASE" "$chart" --namespace "$NAMESPACE" --kube-version "${KUBE_VERSIONS[0]}.0" \
-    -f "$values" $(helm_args_of "$values") "$@"
+    "${BASE[@]}" -f "$values" $(helm_args_of "$values") "$@"
 }
 
 # ---------------------------------------------------------------------------------------------
@@ -173,6 +176,8 @@ for values in "${BAD[@]}"; do
   name=$(basename "$values" .yaml)
   expect=$(sed -n 's/^# expect: *//p' "$values" | head -1)
   if [ -z "$expect" ]; then bad bad-values "$name: no '# expect: <regex>' line"; continue; fi
+  BASE=(-f "$TESTS/bad-values-base.yaml")
+  grep -q '^# no-base-values' "$values" && BASE=()
   if out=$(render "$CHART" "$values" 2>&1); then
     bad bad-values "$name: rendered without error (expected: $expect)"
   elif printf '%s\n' "$out" | grep -Eq -- "$expect"; then
@@ -181,6 +186,8 @@ for values in "${BAD[@]}"; do
     bad bad-values "$name: refused, but not for the expected reason /$expect/"; echo "$out" | indent
   fi
 done
+
+BASE=()
 
 # ---------------------------------------------------------------------------------------------
 echo "${BOLD}== selftest${RESET} (the validator catches deliberate breakages)"

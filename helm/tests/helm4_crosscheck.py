@@ -31,6 +31,14 @@ def key(d: dict) -> tuple:
     return (d["kind"], d["metadata"]["name"])
 
 
+def merged(base: dict, over: dict) -> dict:
+    """`over` on top of `base`, maps merged key by key (as helm merges -f files)."""
+    out = dict(base)
+    for k, v in over.items():
+        out[k] = merged(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--chart", type=pathlib.Path, required=True)
@@ -75,8 +83,13 @@ def main() -> int:
         problems = [m for m in lint.get("messages", []) if m["severity"] >= 2] + lint.get("errors", [])
         report(not problems, f"{name}: lint --strict{'' if not problems else ': ' + str(problems)}")
 
+    # As check.sh does: each bad-values file over the base, so it is refused for its own reason.
+    base = yaml.safe_load((args.bad_values.parent / "bad-values-base.yaml").read_text()) or {}
     for path in sorted(args.bad_values.glob("*.yaml")):
-        values = yaml.safe_load(path.read_text()) or {}
+        text = path.read_text()
+        values = yaml.safe_load(text) or {}
+        if "\n# no-base-values" not in "\n" + text:
+            values = merged(base, values)
         try:
             chart.render(values, name=RELEASE, namespace=NAMESPACE, is_install=True)
             report(False, f"bad values {path.stem}: rendered without error")

@@ -158,10 +158,10 @@ Cross-field checks that values.schema.json cannot express. Included by the State
 {{- end }}
 {{- if eq .Values.security.mode "enforced" }}
 {{- if not (and .Values.security.admin.name .Values.security.admin.publicKey) }}
-{{- fail "security.mode enforced needs security.admin.name and security.admin.publicKey: the first administrator" }}
+{{- fail "security.mode enforced (the default) needs security.admin.name and security.admin.publicKey: the first administrator (`engram agent keygen admin --out admin.key` prints its public key). To run without signed requests instead, set security.mode: open, which lets anyone who reaches a pod read and write everything (the pods run with --insecure-open)" }}
 {{- end }}
 {{- if not .Values.security.operatorKeySecret }}
-{{- fail "security.mode enforced needs security.operatorKeySecret: the scale-down hook and helm test sign as that agent" }}
+{{- fail "security.mode enforced (the default) needs security.operatorKeySecret: the scale-down hook and helm test sign as that agent" }}
 {{- end }}
 {{- else if or .Values.security.admin.name .Values.security.admin.publicKey }}
 {{- fail "security.admin is only used with security.mode: enforced" }}
