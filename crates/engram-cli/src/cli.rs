@@ -536,6 +536,17 @@ pub struct ServeArgs {
     #[arg(long, env = "ENGRAM_ADMIN", value_name = "NAME=PUBLIC_KEY", value_parser = parse_admin)]
     pub admin: Option<(engram_access::Principal, engram_audit::PublicKey)>,
 
+    /// Serve open mode to anyone who reaches this node. Without it, a node listening beyond
+    /// loopback (0.0.0.0, ::, a LAN address) whose cluster is not enforced serves remote callers
+    /// only what it takes to become enforced (`engram cluster init --security enforced
+    /// --admin-key FILE`), and refuses to start if it would record open mode or its chain
+    /// records it. Membership, key and policy changes in open mode are taken from loopback only,
+    /// with or without it. Logged as a warning at start; /metrics: engram_insecure_open 1.
+    /// (From the environment: true/false, 1/0, yes/no, on/off.)
+    #[arg(long, env = "ENGRAM_INSECURE_OPEN", action = clap::ArgAction::SetTrue,
+          value_parser = clap::builder::BoolishValueParser::new())]
+    pub insecure_open: bool,
+
     /// With --join, in an enforced cluster: the agent key file (of an agent granted
     /// cluster-admin) this node signs its request to be added with; read at each attempt, so
     /// it may appear after the node starts.

@@ -198,8 +198,11 @@ async fn serve(args: ServeArgs, identity: (Option<PathBuf>, Option<PathBuf>)) ->
         join_key_file: args.join_agent_key.clone(),
     };
     if config.security.enforced && config.security.admin.is_none() {
-        bail!("--security enforced needs --admin NAME=PUBLIC_KEY (the first administrator)");
+        bail!(
+            "--security enforced needs --admin NAME=PUBLIC_KEY (ENGRAM_ADMIN), the first administrator: `engram agent keygen admin --out admin.key` prints its public key. For open mode instead, pass --security open, and --insecure-open if the node listens beyond loopback"
+        );
     }
+    config.insecure_open = args.insecure_open;
     config.metrics_listen = args.metrics_listen;
     config.health_listen = args.health_listen;
     config.tls = match (&identity.0, &identity.1, &args.tls_client_ca) {

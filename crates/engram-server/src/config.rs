@@ -92,6 +92,11 @@ pub struct ServerConfig {
     /// The security mode a bootstrapping node records right after genesis (`Init` requests
     /// carry their own).
     pub security: Security,
+    /// Serve open mode to callers beyond loopback (`--insecure-open`): without it, a node
+    /// whose cluster is not enforced serves remote callers only what it takes to become
+    /// enforced (`services::exposure`). Membership, key and policy changes in open mode are
+    /// taken from loopback only either way.
+    pub insecure_open: bool,
     /// Namespace prefixes whose reads, watches and exports this node records in its access
     /// log (`*`: all, exports included); empty: none (`crate::access_log`).
     pub access_log: Vec<String>,
@@ -170,6 +175,7 @@ impl ServerConfig {
             divergence_check_ms: 5_000,
             verify_on_start: engram_core::scrub::StartCheck::Tip,
             security: Security::default(),
+            insecure_open: false,
             access_log: Vec::new(),
         }
     }

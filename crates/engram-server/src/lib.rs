@@ -143,6 +143,23 @@ pub async fn serve_keys(
             every_ms: config.checkpoint_every_ms,
         },
     };
+    // Known before any request: a node that would serve open mode beyond loopback without
+    // being told to refuses to start, rather than serve no one but its own host.
+    let recorded = engram_core::policy::settled_mode(&*store)
+        .map_err(|e| ServerError::Startup(format!("cannot read the security mode: {e}")))?;
+    let bootstraps_open = config.bootstrap && !config.security.enforced;
+    if let Some(why) =
+        services::exposure::refuse_at_start(config.listen, config.insecure_open, bootstraps_open, recorded)
+    {
+        return Err(ServerError::Startup(why));
+    }
+    if config.insecure_open {
+        warn!(
+            listen = %config.listen,
+            "--insecure-open: if this cluster is in open mode, anyone who reaches {} may read and write everything (membership, key and policy changes still need a loopback caller); initialise clusters with --security enforced instead",
+            config.listen
+        );
+    }
     // Before anything can dial a peer: `server_tls` also sets the identity this process dials
     // peers with, and a channel opened before that (Raft, bootstrap) would stay plaintext
     // against a TLS peer for good.
@@ -177,7 +194,11 @@ pub async fn serve_keys(
             stopped_rx,
         ));
     }
-    tokio::task::spawn(announce_security(node.clone()));
+    tokio::task::spawn(announce_security(
+        node.clone(),
+        config.listen,
+        config.insecure_open,
+    ));
     if config.join {
         tokio::task::spawn(join(shared.clone()));
     } else if config.bootstrap {
@@ -186,8 +207,9 @@ pub async fn serve_keys(
     #[cfg(not(madsim))]
     if let Some(addr) = config.metrics_listen {
         let node = node.clone();
+        let insecure_open = config.insecure_open;
         tokio::task::spawn(async move {
-            if let Err(e) = metrics::serve(addr, node).await {
+            if let Err(e) = metrics::serve(addr, node, insecure_open).await {
                 warn!(%addr, error = %e, "metrics: cannot serve");
             }
         });
@@ -206,20 +228,24 @@ pub async fn serve_keys(
             .map_err(|e| ServerError::Startup(format!("TLS: {e}")))?;
     }
     let router = builder
-        .add_service(with_certificates(
+        .add_service(client_facing(
             pb::memory_server::MemoryServer::new(MemoryService::new(shared.clone()))
                 .max_decoding_message_size(request_limit)
                 .max_encoding_message_size(64 << 20),
+            &shared,
         ))
-        .add_service(with_certificates(pb::audit_server::AuditServer::new(
-            AuditService::new(shared.clone()),
-        )))
-        .add_service(with_certificates(pb::access_server::AccessServer::new(
-            AccessService::new(shared.clone()),
-        )))
-        .add_service(with_certificates(pb::cluster_server::ClusterServer::new(
-            ClusterService::new(shared.clone()),
-        )))
+        .add_service(client_facing(
+            pb::audit_server::AuditServer::new(AuditService::new(shared.clone())),
+            &shared,
+        ))
+        .add_service(client_facing(
+            pb::access_server::AccessServer::new(AccessService::new(shared.clone())),
+            &shared,
+        ))
+        .add_service(client_facing(
+            pb::cluster_server::ClusterServer::new(ClusterService::new(shared.clone())),
+            &shared,
+        ))
         .add_service(node.raft_service().into_server());
     // Health and reflection are real-tonic services; madsim's transport cannot carry them, and
     // the simulation does not need them (the real-TCP tests cover both).
@@ -264,20 +290,28 @@ pub async fn serve_keys(
     served.map_err(|e| ServerError::Serve(with_sources(&e)))
 }
 
-/// A client service behind the interceptor that reads whom the caller's TLS client
-/// certificate names (and never takes that from the client: see
-/// `services::gate::certificate_principal`).
+/// A client service behind what every client call passes first: the interceptor that reads
+/// whom the caller's TLS client certificate names (and never takes that from the client: see
+/// `services::gate::certificate_principal`), then the check of who may reach a node whose
+/// cluster is not enforced (`services::exposure`).
 #[cfg(not(madsim))]
-fn with_certificates<S>(
+fn client_facing<S>(
     service: S,
-) -> tonic::service::interceptor::InterceptedService<S, services::gate::CertInterceptor> {
-    tonic::service::interceptor::InterceptedService::new(service, services::gate::certificate_principal)
+    shared: &Arc<Shared>,
+) -> tonic::service::interceptor::InterceptedService<
+    services::exposure::Exposure<S>,
+    services::gate::CertInterceptor,
+> {
+    tonic::service::interceptor::InterceptedService::new(
+        services::exposure::Exposure::new(service, shared.clone()),
+        services::gate::certificate_principal,
+    )
 }
 
-/// The simulation runs without TLS, so no certificate names anyone (and its network carries
-/// only the simulation's own clients).
+/// The simulation runs without TLS, so no certificate names anyone, and its network carries
+/// only the simulation's own clients.
 #[cfg(madsim)]
-fn with_certificates<S>(service: S) -> S {
+fn client_facing<S>(service: S, _shared: &Arc<Shared>) -> S {
     service
 }
 
@@ -475,13 +509,27 @@ async fn join(shared: Arc<Shared>) {
 /// answers, unless the cluster is already initialised. Others wait to be contacted.
 /// Says once, at start (or once the cluster records it), which security mode the node
 /// serves in: a warning in open mode, where anyone who reaches a node may do anything.
-async fn announce_security(node: RaftNode) {
+async fn announce_security(node: RaftNode, listen: std::net::SocketAddr, insecure_open: bool) {
     loop {
         match node.read_state(|store| engram_core::policy::settled_mode(store)) {
             Ok(Ok(Some(engram_access::Mode::Open))) => {
-                warn!(
-                    "security mode is open: any client that reaches this node may read and write everything; initialise clusters with --security enforced to require signed requests and grants"
-                );
+                if !services::exposure::exposed(listen) {
+                    warn!(
+                        "security mode is open: any client on this host may read and write everything; initialise clusters with --security enforced to require signed requests and grants"
+                    );
+                } else if insecure_open {
+                    warn!(
+                        %listen,
+                        "security mode is open and --insecure-open is set: ANY client that reaches this node may read and write everything; initialise clusters with --security enforced to require signed requests and grants"
+                    );
+                } else {
+                    // The cluster was initialised open through another node: this one keeps
+                    // serving loopback only, so its peers' forwarded calls are refused too.
+                    warn!(
+                        %listen,
+                        "security mode is open but this node runs without --insecure-open: it serves loopback callers only, and refuses its peers' forwarded calls; restart it with --insecure-open, or run an enforced cluster"
+                    );
+                }
                 return;
             }
             Ok(Ok(Some(engram_access::Mode::Enforced))) => {

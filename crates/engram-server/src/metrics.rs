@@ -11,8 +11,8 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 use tracing::{info, warn};
 
-/// The exposition text for `node` now.
-pub fn render(node: &RaftNode) -> String {
+/// The exposition text for `node` now; `insecure_open`: the node runs with `--insecure-open`.
+pub fn render(node: &RaftNode, insecure_open: bool) -> String {
     let status = node.status();
     let head = node
         .read_state(|store| engram_core::reads::head(store))
@@ -76,6 +76,11 @@ pub fn render(node: &RaftNode) -> String {
             None => -1.0,
         },
     );
+    gauge(
+        "engram_insecure_open",
+        "1 when the node runs with --insecure-open: in open mode it serves anyone who reaches it, not only loopback callers.",
+        f64::from(u8::from(insecure_open)),
+    );
     if let Some(head) = head {
         gauge(
             "engram_audit_chain_entries",
@@ -129,7 +134,7 @@ async fn read_head(stream: &mut tokio::net::TcpStream) -> Option<Vec<u8>> {
 }
 
 /// Serves `/metrics` on `addr` until the process ends.
-pub async fn serve(addr: SocketAddr, node: RaftNode) -> std::io::Result<()> {
+pub async fn serve(addr: SocketAddr, node: RaftNode, insecure_open: bool) -> std::io::Result<()> {
     let listener = TcpListener::bind(addr).await?;
     info!(%addr, "metrics: serving /metrics");
     loop {
@@ -148,7 +153,11 @@ pub async fn serve(addr: SocketAddr, node: RaftNode) -> std::io::Result<()> {
             let request = String::from_utf8_lossy(&head);
             let line = request.lines().next().unwrap_or_default();
             let (status, content_type, body) = match line.split_whitespace().collect::<Vec<_>>()[..] {
-                ["GET", "/metrics", ..] => ("200 OK", "text/plain; version=0.0.4", render(&node)),
+                ["GET", "/metrics", ..] => (
+                    "200 OK",
+                    "text/plain; version=0.0.4",
+                    render(&node, insecure_open),
+                ),
                 ["GET", ..] => (
                     "404 Not Found",
                     "text/plain",

@@ -257,6 +257,10 @@ impl pb::cluster_server::Cluster for ClusterService {
         let req = request.into_inner();
         let security = security_op(&req)?;
         expected(&self.shared.config.security, &security)?;
+        if let PolicyOp::Configure { mode, .. } = &security {
+            let config = &self.shared.config;
+            super::exposure::check_init(config.listen, config.insecure_open, *mode)?;
+        }
         let list: Vec<(u64, String)> = if req.members.is_empty() {
             vec![(self.shared.node.node_id, self.shared.config.advertise())]
         } else {

@@ -346,6 +346,16 @@ impl Shared {
         })
     }
 
+    /// The security mode this node's applied chain records (`None`: not yet, this node being
+    /// in no cluster or its cluster being initialised). Enforced comes from the gate's cache;
+    /// anything else is read again, since an uninitialised store also reads as open there.
+    pub fn security_mode(&self) -> Result<Option<Mode>, ApiError> {
+        self.with_policy(|cache, store| match cache.mode(store)? {
+            Some(Mode::Enforced) => Ok(Some(Mode::Enforced)),
+            _ => engram_core::policy::settled_mode(store),
+        })
+    }
+
     /// The namespace prefixes this node logs the reads of: its `--access-log` flag and the
     /// policy's (`engram access --enable`), through the gate's cache.
     pub fn access_log_prefixes(&self) -> Result<Vec<String>, ApiError> {

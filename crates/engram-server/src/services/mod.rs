@@ -3,6 +3,7 @@
 pub mod access;
 pub mod audit;
 pub mod cluster;
+pub mod exposure;
 pub mod gate;
 pub mod memory;
 pub mod search_index;
