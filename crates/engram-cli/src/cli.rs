@@ -713,7 +713,9 @@ pub enum ClusterCommand {
 
     /// Revoke a node's signing key (it is compromised): a key-change entry in the audit chain,
     /// authorised by the leader. Attestations and checkpoints by the key after this point, and
-    /// every checkpoint it ever signed, are refused by verifiers. Remove the node too.
+    /// every checkpoint it ever signed, are refused by verifiers. The node stops for good: it
+    /// attests nothing more and reports NOT_SERVING until it is removed (`cluster remove`) and
+    /// added back with a new key. Revoking a majority's keys leaves the cluster unable to write.
     #[command(
         after_help = "EXAMPLES\n  engram cluster revoke-key --id 4\n  engram cluster revoke-key --id 4 --key-id 1a2b3c4d5e6f7081"
     )]
@@ -736,6 +738,10 @@ pub struct TransactArgs {
     /// JSON file with the transaction; `-` or nothing reads stdin. The format is below.
     #[arg(value_name = "FILE|-", default_value = "-")]
     pub file: String,
+    /// Print only the entity id the transaction gave the temporary name NAME (for scripts:
+    /// `E=$(engram transact tx.json --print-id task)`); an error if NAME made no new entity.
+    #[arg(long, value_name = "NAME")]
+    pub print_id: Option<String>,
 }
 
 #[derive(Args, Debug)]
@@ -788,7 +794,7 @@ pub struct HistoryArgs {
     #[arg(long, value_name = ":PREFIX/NAME")]
     pub attribute: Option<String>,
     /// At most this many datoms [default: the server's maximum].
-    #[arg(long, default_value_t = 0, value_name = "N")]
+    #[arg(long, hide_default_value = true, default_value_t = 0, value_name = "N")]
     pub limit: u32,
     /// Read the answering node's local state, possibly behind the leader.
     #[arg(long)]
@@ -812,10 +818,10 @@ pub struct DiffArgs {
     #[arg(long, value_name = "TX")]
     pub from_tx: u64,
     /// Up to this transaction (inclusive) [default: the head].
-    #[arg(long, default_value_t = 0, value_name = "TX")]
+    #[arg(long, hide_default_value = true, default_value_t = 0, value_name = "TX")]
     pub to_tx: u64,
     /// At most this many datoms [default: the server's maximum].
-    #[arg(long, default_value_t = 0, value_name = "N")]
+    #[arg(long, hide_default_value = true, default_value_t = 0, value_name = "N")]
     pub limit: u32,
     /// Read the answering node's local state, possibly behind the leader.
     #[arg(long)]
@@ -828,7 +834,7 @@ pub struct WatchArgs {
     pub namespace: String,
     /// The first transaction to show; resume a watch with the last tx id shown + 1 [default:
     /// from the start].
-    #[arg(long, default_value_t = 0, value_name = "TX")]
+    #[arg(long, hide_default_value = true, default_value_t = 0, value_name = "TX")]
     pub from_tx: u64,
     /// Only datoms of this attribute.
     #[arg(long, value_name = ":PREFIX/NAME")]
@@ -857,7 +863,7 @@ pub struct FindArgs {
     #[arg(long, value_name = "TX")]
     pub as_of_tx: Option<u64>,
     /// At most this many datoms [default: the server's maximum].
-    #[arg(long, default_value_t = 0, value_name = "N")]
+    #[arg(long, hide_default_value = true, default_value_t = 0, value_name = "N")]
     pub limit: u32,
     /// Read the answering node's local state, possibly behind the leader.
     #[arg(long)]
@@ -884,7 +890,7 @@ pub struct SearchArgs {
     #[arg(long, value_name = "N")]
     pub hops: Option<u32>,
     /// Hits wanted, 1 to 100 [default: 10].
-    #[arg(long, default_value_t = 0, value_name = "N")]
+    #[arg(long, hide_default_value = true, default_value_t = 0, value_name = "N")]
     pub k: u32,
     /// Search as of this transaction (inclusive): what was true then, ranked as it would
     /// have been then.
@@ -1171,4 +1177,53 @@ pub struct AccessArgs {
     /// Check an `--export` file offline, as `--verify` checks the live logs.
     #[arg(long, value_name = "FILE", conflicts_with_all = ["ns", "principal", "since_ns", "last_secs"])]
     pub verify_file: Option<std::path::PathBuf>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Cli;
+    use clap::CommandFactory;
+
+    /// Every argument of every command, with the path of the command that has it.
+    fn every_arg(cmd: &clap::Command, path: &str, out: &mut Vec<(String, clap::Arg)>) {
+        for arg in cmd.get_arguments() {
+            out.push((path.to_string(), arg.clone()));
+        }
+        for sub in cmd.get_subcommands() {
+            every_arg(sub, &format!("{path} {}", sub.get_name()), out);
+        }
+    }
+
+    #[test]
+    fn clap_definitions_are_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    /// A flag whose doc names its default in words ("[default: 10]") hides clap's own, so
+    /// `--help` never shows two defaults that disagree ("[default: 10] [default: 0]").
+    #[test]
+    fn no_argument_shows_two_defaults() {
+        let mut args = Vec::new();
+        every_arg(&Cli::command(), "engram", &mut args);
+        let doubled: Vec<String> = args
+            .iter()
+            .filter(|(_, arg)| {
+                let doc = arg.get_help().map(|h| h.to_string()).unwrap_or_default();
+                doc.contains("[default:")
+                    && !arg.get_default_values().is_empty()
+                    && !arg.is_hide_default_value_set()
+            })
+            .map(|(path, arg)| format!("{path} --{}", arg.get_id()))
+            .collect();
+        assert!(
+            doubled.is_empty(),
+            "flags whose help shows two defaults: {doubled:?}"
+        );
+        // The rendered help of `search` says 10 once and nothing else.
+        let mut cmd = Cli::command();
+        let search = cmd.find_subcommand_mut("search").expect("engram search exists");
+        let help = search.render_long_help().to_string();
+        assert!(help.contains("[default: 10]"), "{help}");
+        assert!(!help.contains("[default: 0]"), "{help}");
+    }
 }

@@ -130,7 +130,7 @@ pub async fn run(cli: Cli) -> Result<()> {
                 None => crate::mcp::serve_stdio(client()?, agent).await,
             }
         }
-        Command::Transact(args) => transact(&client()?, &args.file, json).await,
+        Command::Transact(args) => transact(&client()?, &args.file, args.print_id.as_deref(), json).await,
         Command::Get(args) => get(&client()?, args, json).await,
         Command::History(args) => history(&client()?, args, json).await,
         Command::Find(args) => find(&client()?, args, json).await,
@@ -429,14 +429,23 @@ async fn cluster(client: &Client, cmd: ClusterCommand, json: bool) -> Result<()>
                             short_hash(&s.chain_head),
                             members_text(&s.members),
                         ]),
+                        // A short word in the table; the whole message below it, so a long
+                        // one does not widen the ROLE column for every row.
                         Err(e) => t.row(vec![
                             ep.clone(),
                             "?".into(),
-                            format!("unreachable: {}", e.message().unwrap_or("")),
+                            e.code()
+                                .map(|c| code_name(c).to_lowercase())
+                                .unwrap_or_else(|| "unreachable".into()),
                         ]),
                     }
                 }
                 out!("{}", t.render())?;
+                for (ep, r) in endpoints.iter().zip(&results) {
+                    if let Err(e) = r {
+                        outln!("{ep}: {}", e.message().unwrap_or("no answer"))?;
+                    }
+                }
             }
             if failed > 0 {
                 let first = results
@@ -498,7 +507,11 @@ async fn cluster(client: &Client, cmd: ClusterCommand, json: bool) -> Result<()>
             if json {
                 print_json(&json!({ "ok": true, "node_id": id, "audit_index": index }))?;
             } else {
-                outln!("key of node {id} revoked by audit entry {index}")?;
+                outln!(
+                    "key of node {id} revoked by audit entry {index}; node {id} attests nothing from here on \
+                     and reports NOT_SERVING: remove it (`engram cluster remove --id {id}`) and add it \
+                     back later with a new key"
+                )?;
             }
             Ok(())
         }
@@ -562,12 +575,33 @@ pub fn receipt_json(r: &pb::TransactResponse) -> Json {
     })
 }
 
-async fn transact(client: &Client, file: &str, json: bool) -> Result<()> {
+async fn transact(client: &Client, file: &str, print_id: Option<&str>, json: bool) -> Result<()> {
     let text = read_input(file)?;
     let source = if file == "-" { "stdin" } else { file };
     let tx = txjson::parse_tx(&text).with_context(|| format!("invalid transaction in {source}"))?;
     let receipt = client.transact(&tx).await.context("transaction refused")?;
-    receipt_output(&receipt, json)?;
+    match print_id {
+        // The receipt is already committed when a name is missing: say so, so a script
+        // does not retry a write that happened.
+        Some(name) => match receipt.temp_ids.get(name) {
+            Some(id) if json => print_json(&json!({ "entity": id }))?,
+            Some(id) => outln!("{id}")?,
+            None => {
+                let mut names: Vec<_> = receipt.temp_ids.keys().map(String::as_str).collect();
+                names.sort_unstable();
+                bail!(
+                    "tx {} committed, but it gave no new entity the name {name:?} (its new names: {})",
+                    receipt.tx,
+                    if names.is_empty() {
+                        "none".to_string()
+                    } else {
+                        names.join(", ")
+                    }
+                );
+            }
+        },
+        None => receipt_output(&receipt, json)?,
+    }
     Ok(())
 }
 

@@ -455,6 +455,32 @@ async fn revoking_a_rotated_node_revokes_its_current_key_and_the_node_stops_sign
         majority.transact(&tx(n)).await.unwrap();
     }
 
+    // Revoking a second voter's key would leave one of three voters able to attest: refused
+    // before anything is proposed, the chain unmoved.
+    let second = (1..=3).find(|id| *id != target && *id != leader).unwrap();
+    let head_before = json_of(&run(&["-e", &leader_ep, "--json", "audit", "head"]));
+    let refused = run(&[
+        "-e",
+        &leader_ep,
+        "cluster",
+        "revoke-key",
+        "--id",
+        &second.to_string(),
+    ]);
+    assert_eq!(refused.status.code(), Some(1), "{}", text(&refused.stdout));
+    let message = text(&refused.stderr);
+    assert!(message.contains("FAILED_PRECONDITION"), "{message}");
+    assert!(
+        message.contains("would leave 1 of 3 voters able to attest")
+            && message.contains(&format!("remove node {second} first")),
+        "{message}"
+    );
+    let head_after = json_of(&run(&["-e", &leader_ep, "--json", "audit", "head"]));
+    assert_eq!(
+        head_before["index"], head_after["index"],
+        "a refused revocation moved the chain"
+    );
+
     // The chain's key history: the current key revoked at the revoking entry, the key it
     // joined with rotated out earlier and never revoked.
     let export = dir.path().join("chain.engram-audit");

@@ -130,7 +130,7 @@ pub struct RaftNode {
     /// authorises the key changes this node proposes as leader.
     pub keys: Arc<KeyRing>,
     /// Raft requests this node refused because their sender was not authenticated.
-    pub peer_refused: Arc<AtomicU64>,
+    pub peer_refused: Arc<crate::refusals::PeerRefusals>,
     /// Set when this node found its chain differs from a peer's (see [`DivergenceAlarm`]);
     /// cleared only by a restart, which checks again.
     pub alarm: Arc<Mutex<Option<DivergenceAlarm>>>,
@@ -551,8 +551,34 @@ impl RaftNode {
 
     /// Revokes `key` of node `node_id`: a key change authorised by this node's (the leader's)
     /// key. Returns the audit index of the key-change entry, or why apply refused it.
+    ///
+    /// Refused (before anything is proposed) when it would leave fewer than a majority of the
+    /// voters holding a key the chain trusts: a node whose key is revoked attests nothing, so
+    /// such a cluster could no longer commit writes. The operator removes nodes first.
     pub async fn revoke_key(&self, node_id: u64, key: KeyId) -> Result<Result<u64, Rejection>, NodeError> {
         self.ensure_voting_leader()?;
+        let voters: BTreeSet<u64> = self
+            .raft
+            .metrics()
+            .borrow_watched()
+            .membership_config
+            .membership()
+            .voter_ids()
+            .collect();
+        let keyed: BTreeSet<u64> = reads::active_keys(&*self.store)
+            .map_err(|e| NodeError::Fatal(e.to_string()))?
+            .into_iter()
+            .filter(|row| voters.contains(&row.node_id) && row.key.key_id() != key)
+            .map(|row| row.node_id)
+            .collect();
+        if voters.contains(&node_id) && keyed.len() * 2 <= voters.len() {
+            return Ok(Err(Rejection::KeyChange(format!(
+                "revoking this key would leave {} of {} voters able to attest, and a cluster without \
+                 a majority of them cannot commit; remove node {node_id} first (`engram cluster remove --id {node_id}`)",
+                keyed.len(),
+                voters.len()
+            ))));
+        }
         let request = KeyChangeRequest::sign(
             &self.origin()?,
             KeyAction::Revoke { node_id, key },
