@@ -5,7 +5,8 @@
 //! an agent writes. Every forged request must be refused as UNAUTHENTICATED (or, for a stream
 //! without a header, INVALID_ARGUMENT) before Raft sees it; the term and the leader must not
 //! move to the forger's; every acknowledged write must be on every node; and the chains must
-//! verify and agree.
+//! verify and agree. Every refusal is counted per reason in `/metrics`, while the node's log
+//! gets at most a line per reason every 10 s, even under a flood.
 #![allow(clippy::unwrap_used)] // test helpers: a failed set-up step should stop the test loudly
 
 mod common;
@@ -57,6 +58,18 @@ fn forged_vote(term: u64, candidate: u64) -> Vec<u8> {
     engram_raft::codec::encode(&VoteRequest::<TypeConfig>::new(vote, Some(last))).unwrap()
 }
 
+/// The `/metrics` text of the node serving it on `port`.
+fn metrics(port: u16) -> String {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    stream
+        .write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        .unwrap();
+    let mut body = String::new();
+    stream.read_to_string(&mut body).unwrap();
+    body
+}
+
 async fn raft_client(endpoint: &str) -> pb::raft_client::RaftClient<Channel> {
     let ch = Channel::from_shared(format!("http://{endpoint}"))
         .unwrap()
@@ -69,8 +82,10 @@ async fn raft_client(endpoint: &str) -> pb::raft_client::RaftClient<Channel> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn forged_raft_requests_are_refused_and_change_nothing() {
     let dir = tempfile::tempdir().unwrap();
-    let ports = free_ports(3).unwrap();
-    let mut cluster = LocalCluster::start(Path::new(EXE), dir.path(), &ports, &[]).unwrap();
+    let ports = free_ports(6).unwrap();
+    let (ports, metrics_ports) = ports.split_at(3);
+    let mut cluster =
+        LocalCluster::start_with_metrics(Path::new(EXE), dir.path(), ports, metrics_ports, &[]).unwrap();
     cluster.wait_all_answer(Duration::from_secs(30)).await.unwrap();
     cluster.init(Duration::from_secs(30)).await.unwrap();
     let endpoints = cluster.endpoints();
@@ -91,6 +106,7 @@ async fn forged_raft_requests_are_refused_and_change_nothing() {
     };
 
     let outsider = KeyRing::new(std::sync::Arc::new(NodeKey::from_seed([0xAB; 32])));
+    let forging = std::time::Instant::now();
     let mut answers = Vec::new();
     for round in 0..30u64 {
         let term = FORGED_TERM + round;
@@ -214,6 +230,99 @@ async fn forged_raft_requests_are_refused_and_change_nothing() {
         head_before,
         "a refused snapshot changed the chain"
     );
+
+    // A flood of unsigned appends at node 1, as fast as one connection sends them: every one
+    // is refused and counted, and the node's log gets a bounded sample, not a line each.
+    const FLOOD: u64 = 3_000;
+    let append = forged_append(FORGED_TERM, 2);
+    for _ in 0..FLOOD {
+        let refused = raft
+            .append_entries(pb::RaftMessage {
+                payload: append.clone(),
+                auth: None,
+            })
+            .await
+            .unwrap_err();
+        assert_eq!(refused.code(), Code::Unauthenticated);
+    }
+    let forged_for = forging.elapsed();
+    for (i, node) in cluster.nodes().iter().enumerate() {
+        let body = metrics(node.metrics_addr.unwrap().port());
+        let count = |reason: &str| -> u64 {
+            let series = format!(
+                "engram_peer_refusals_total{{node_id=\"{}\",reason=\"{reason}\"}} ",
+                node.id
+            );
+            body.lines()
+                .find_map(|l| l.strip_prefix(&series))
+                .unwrap_or_else(|| panic!("no {series} in {body}"))
+                .parse()
+                .unwrap()
+        };
+        // Per round: one unsigned append; an impostor's append, an outsider's vote and pre-vote,
+        // all signed by a key no member holds. Node 1 also met the flood and a forged snapshot
+        // header.
+        let (missing, untrusted) = if i == 0 { (30 + FLOOD, 91) } else { (30, 90) };
+        assert_eq!(count("missing"), missing, "node {}", node.id);
+        assert_eq!(count("untrusted"), untrusted, "node {}", node.id);
+        assert_eq!(count("bad_signature"), 0, "node {}", node.id);
+        let total = format!(
+            "engram_raft_peer_requests_refused_total{{node_id=\"{}\"}} {}",
+            node.id,
+            missing + untrusted
+        );
+        assert!(body.contains(&total), "{total} not in {body}");
+        // At most one line per reason per 10 s window.
+        let log = std::fs::read_to_string(&node.log_path).unwrap();
+        let lines: Vec<&str> = log
+            .lines()
+            .filter(|l| l.contains("refused a raft request"))
+            .collect();
+        let windows = forged_for.as_secs() / 10 + 2;
+        assert!(
+            !lines.is_empty() && lines.len() as u64 <= 2 * windows,
+            "node {}: {} lines about refusals in {forged_for:?}:\n{}",
+            node.id,
+            lines.len(),
+            lines.join("\n")
+        );
+        assert!(lines.iter().all(|l| l.contains("WARN")), "{lines:?}");
+    }
+    // Past the window, the next refusal logs again, saying how many it did not log: the
+    // lines about unsigned requests and the counts they give add up to every one refused.
+    tokio::time::sleep(engram_raft::refusals::LOG_EVERY).await;
+    raft.append_entries(pb::RaftMessage {
+        payload: append.clone(),
+        auth: None,
+    })
+    .await
+    .unwrap_err();
+    let node1 = &cluster.nodes()[0];
+    let mut logged = (0, 0);
+    for _ in 0..50 {
+        let log = std::fs::read_to_string(&node1.log_path).unwrap();
+        let missing: Vec<&str> = log
+            .lines()
+            .filter(|l| l.contains("refused a raft request") && l.contains("without peer authentication"))
+            .collect();
+        let suppressed: u64 = missing
+            .iter()
+            .filter_map(|l| l.split("suppressed_since_last=").nth(1))
+            .filter_map(|rest| rest.split(|c: char| !c.is_ascii_digit()).next())
+            .map(|n| n.parse::<u64>().unwrap())
+            .sum();
+        logged = (missing.len() as u64, suppressed);
+        if logged.0 + logged.1 == 30 + FLOOD + 1 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(
+        logged.0 + logged.1,
+        30 + FLOOD + 1,
+        "(lines, suppressed) {logged:?}"
+    );
+    assert!(logged.1 >= FLOOD, "(lines, suppressed) {logged:?}");
 
     // Nobody adopted the forger's terms or leaders.
     for (id, status) in cluster.statuses().await {

@@ -27,6 +27,7 @@ mod log_store;
 pub mod network;
 mod node;
 pub mod peer_auth;
+pub mod refusals;
 mod snapshots;
 pub mod stages;
 mod state_machine;

@@ -9,7 +9,6 @@
 
 use std::future::Future;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use engram_audit::{KeyRing, PublicKey};
@@ -386,7 +385,7 @@ pub struct RaftService {
     node_id: u64,
     keys: ClusterKeys,
     snapshots: Arc<Snapshots>,
-    refused: Arc<AtomicU64>,
+    refused: Arc<crate::refusals::PeerRefusals>,
 }
 
 impl RaftService {
@@ -397,7 +396,7 @@ impl RaftService {
         node_id: u64,
         store: Arc<dyn Store>,
         snapshots: Arc<Snapshots>,
-        refused: Arc<AtomicU64>,
+        refused: Arc<crate::refusals::PeerRefusals>,
     ) -> RaftService {
         RaftService {
             keys: ClusterKeys {
@@ -430,8 +429,7 @@ impl RaftService {
             return Ok(auth.map_or(0, |a| a.from_node));
         }
         peer_auth::verify(auth, kind, self.node_id, payload, &self.keys).map_err(|e| {
-            self.refused.fetch_add(1, Ordering::Relaxed);
-            warn!(kind = ?kind, error = %e, "refused a raft request");
+            self.refused.refused(kind, &e);
             Status::unauthenticated(e.to_string())
         })
     }

@@ -94,12 +94,25 @@ pub fn render(node: &RaftNode, insecure_open: bool) -> String {
         );
     }
     node.stages.render(node.node_id, &mut out);
-    let refused = node.peer_refused.load(std::sync::atomic::Ordering::Relaxed);
+    let refused = node.peer_refused.total();
     let _ = writeln!(
         out,
         "# HELP engram_raft_peer_requests_refused_total Raft requests refused because the sender was not an authenticated member.\n# TYPE engram_raft_peer_requests_refused_total counter\nengram_raft_peer_requests_refused_total{{node_id=\"{}\"}} {refused}",
         node.node_id
     );
+    // The log names at most one refusal per reason every few seconds; this counts each.
+    let _ = writeln!(
+        out,
+        "# HELP engram_peer_refusals_total Raft requests refused, by why (the node logs a sample of them).\n# TYPE engram_peer_refusals_total counter"
+    );
+    for (reason, count) in node.peer_refused.counts() {
+        let _ = writeln!(
+            out,
+            "engram_peer_refusals_total{{node_id=\"{}\",reason=\"{reason}\"}} {count}",
+            node.node_id
+        );
+    }
+    crate::services::search_index::render_metrics(node.node_id, &mut out);
     let _ = writeln!(
         out,
         "# HELP engram_storage_corruption_total Requests that met storage corruption (a block failing its checksum, a row that does not decode); any makes the node not ready."

@@ -17,6 +17,7 @@ use engram_core::reads::{self, LoggedTx};
 use engram_core::schema;
 use engram_raft::RaftNode;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use engram_recall::{Feeder, Hit, Indexing, Query, RecallIndex, Scope};
@@ -169,20 +170,161 @@ impl SearchIndex {
 /// feeds the rest itself).
 const FOLLOW_EVERY: Duration = Duration::from_millis(25);
 
+/// How the feeder retries a feed that failed. A feed that fails once (a snapshot install
+/// replacing state under a read) likely succeeds soon; one that keeps failing (a damaged block
+/// in the log it reads) fails the same way on every try, and retrying it every
+/// [`FOLLOW_EVERY`] cost a sixth of a core and a log line 40 times a second, for ever. So the
+/// wait doubles from `first` up to `max`, and after `give_up_after` failures in a row the
+/// feeder stops until the node restarts (see [`keep_current`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FeedRetry {
+    pub first: Duration,
+    pub max: Duration,
+    pub give_up_after: u32,
+}
+
+/// The feeder's retries: 0.1 s, 0.2 s, ... up to 30 s, 10 tries in all (about 80 s of trying).
+pub const FEED_RETRY: FeedRetry = FeedRetry {
+    first: Duration::from_millis(100),
+    max: Duration::from_secs(30),
+    give_up_after: 10,
+};
+
+impl FeedRetry {
+    /// After `failures` feeds in a row failed (1 or more): how long to wait before the next
+    /// try, or `None`: try no more.
+    pub fn after(&self, failures: u32) -> Option<Duration> {
+        if failures >= self.give_up_after {
+            return None;
+        }
+        let doubling = 1u32.checked_shl(failures.saturating_sub(1)).unwrap_or(u32::MAX);
+        Some(self.first.saturating_mul(doubling).min(self.max))
+    }
+}
+
+/// What the feeder has met, for `/metrics`.
+#[derive(Debug, Default)]
+pub struct FeedHealth {
+    failures: AtomicU64,
+    stopped: AtomicBool,
+}
+
+impl FeedHealth {
+    pub const fn new() -> FeedHealth {
+        FeedHealth {
+            failures: AtomicU64::new(0),
+            stopped: AtomicBool::new(false),
+        }
+    }
+
+    /// Feeds that failed, in all.
+    pub fn failures(&self) -> u64 {
+        self.failures.load(Ordering::Relaxed)
+    }
+
+    /// Whether the feeder gave up (until the node restarts).
+    pub fn stopped(&self) -> bool {
+        self.stopped.load(Ordering::Relaxed)
+    }
+}
+
+/// The feeder of this process's node. A process serves one node; the simulation runs several
+/// in one process, but serves no `/metrics` (like `crate::error::corruptions_seen`).
+static FEED_HEALTH: FeedHealth = FeedHealth::new();
+
+/// The feeder's lines of the `/metrics` text.
+pub fn render_metrics(node_id: u64, out: &mut String) {
+    use std::fmt::Write as _;
+    let _ = writeln!(
+        out,
+        "# HELP engram_recall_feed_failures_total Times the search index's feeder failed to feed it (it retries with backoff, then stops).\n# TYPE engram_recall_feed_failures_total counter\nengram_recall_feed_failures_total{{node_id=\"{node_id}\"}} {}",
+        FEED_HEALTH.failures()
+    );
+    let _ = writeln!(
+        out,
+        "# HELP engram_recall_feed_stopped 1 once the search index's feeder gave up after repeated failures: the index follows no more writes until the node restarts (each search still feeds it first).\n# TYPE engram_recall_feed_stopped gauge\nengram_recall_feed_stopped{{node_id=\"{node_id}\"}} {}",
+        u8::from(FEED_HEALTH.stopped())
+    );
+}
+
+/// What the feeder follows: a node's applied index, and how to feed its index through one.
+trait Followed {
+    fn applied(&self) -> u64;
+    async fn feed(&self, through: u64) -> Result<(), ApiError>;
+    /// Whether the node's Raft core stopped.
+    fn has_stopped(&self) -> bool;
+}
+
+impl Followed for super::Shared {
+    fn applied(&self) -> u64 {
+        self.applied_index()
+    }
+
+    async fn feed(&self, through: u64) -> Result<(), ApiError> {
+        self.search.catch_up(&self.node, through).await
+    }
+
+    fn has_stopped(&self) -> bool {
+        self.node.has_stopped()
+    }
+}
+
 /// Keeps the index of `shared`'s node current: feeds each batch of transactions soon after it
 /// is applied, so searches rarely wait for a feed and the first search after a start does not
-/// read the whole log. Ends when the node's Raft core stops or `stopped` turns true.
-pub async fn keep_current(shared: Arc<super::Shared>, mut stopped: tokio::sync::watch::Receiver<bool>) {
+/// read the whole log. Ends when the node's Raft core stops or `stopped` turns true, or after
+/// [`FEED_RETRY`]'s failures in a row: then `engram_recall_feed_stopped` is 1, and the index,
+/// which lives in memory only, is rebuilt from the log when the node restarts. A search still
+/// feeds the index itself first, so searches stay complete (each refused while the feed
+/// fails), only slower.
+pub async fn keep_current(shared: Arc<super::Shared>, stopped: tokio::sync::watch::Receiver<bool>) {
+    follow(&*shared, &FEED_HEALTH, FEED_RETRY, stopped).await;
+}
+
+async fn follow(
+    target: &impl Followed,
+    health: &FeedHealth,
+    retry: FeedRetry,
+    mut stopped: tokio::sync::watch::Receiver<bool>,
+) {
     let mut fed_through = 0;
+    let mut failures = 0;
     loop {
-        let applied = shared.applied_index();
+        let mut wait = FOLLOW_EVERY;
+        let applied = target.applied();
         if applied > fed_through {
-            match shared.search.catch_up(&shared.node, applied).await {
-                Ok(()) => fed_through = applied,
-                Err(e) => tracing::warn!(error = %e, "search index: feed failed; it is rebuilt from the log"),
+            match target.feed(applied).await {
+                Ok(()) => {
+                    fed_through = applied;
+                    failures = 0;
+                }
+                Err(e) => {
+                    failures += 1;
+                    health.failures.fetch_add(1, Ordering::Relaxed);
+                    match retry.after(failures) {
+                        Some(delay) => {
+                            tracing::warn!(
+                                error = %e,
+                                failures,
+                                retry_in_ms = delay.as_millis() as u64,
+                                "search index: feed failed; it is rebuilt from the log"
+                            );
+                            wait = delay;
+                        }
+                        None => {
+                            health.stopped.store(true, Ordering::Relaxed);
+                            tracing::error!(
+                                error = %e,
+                                failures,
+                                "search index: feed failed {failures} times in a row; the feeder stops \
+                                 (engram_recall_feed_stopped 1) until the node restarts"
+                            );
+                            return;
+                        }
+                    }
+                }
             }
         }
-        if shared.node.has_stopped() {
+        if target.has_stopped() {
             return;
         }
         tokio::select! {
@@ -190,7 +332,7 @@ pub async fn keep_current(shared: Arc<super::Shared>, mut stopped: tokio::sync::
             // simulation does not seed, and would make runs differ.
             biased;
             _ = stopped.changed() => return,
-            _ = tokio::time::sleep(FOLLOW_EVERY) => {}
+            _ = tokio::time::sleep(wait) => {}
         }
     }
 }
@@ -221,4 +363,78 @@ fn indexing(
         out.push((namespace.clone(), attribute.clone(), indexing));
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::AtomicU32;
+
+    use super::*;
+
+    #[test]
+    fn the_retry_wait_doubles_to_its_cap_then_gives_up() {
+        let waits: Vec<Option<u64>> = (1..=11)
+            .map(|n| FEED_RETRY.after(n).map(|d| d.as_millis() as u64))
+            .collect();
+        assert_eq!(
+            waits,
+            [
+                Some(100),
+                Some(200),
+                Some(400),
+                Some(800),
+                Some(1_600),
+                Some(3_200),
+                Some(6_400),
+                Some(12_800),
+                Some(25_600),
+                None,
+                None
+            ]
+        );
+        let long = FeedRetry {
+            give_up_after: u32::MAX,
+            ..FEED_RETRY
+        };
+        assert_eq!(long.after(40), Some(FEED_RETRY.max));
+        assert_eq!(long.after(u32::MAX - 1), Some(FEED_RETRY.max));
+    }
+
+    /// A node whose every feed fails, as a damaged block in its log makes it.
+    struct Broken {
+        tries: AtomicU32,
+    }
+
+    impl Followed for Broken {
+        fn applied(&self) -> u64 {
+            10
+        }
+
+        async fn feed(&self, _: u64) -> Result<(), ApiError> {
+            self.tries.fetch_add(1, Ordering::Relaxed);
+            Err(ApiError::Internal("block checksum mismatch".into()))
+        }
+
+        fn has_stopped(&self) -> bool {
+            false
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_feed_that_keeps_failing_is_tried_a_bounded_number_of_times_then_stopped() {
+        let node = Broken {
+            tries: AtomicU32::new(0),
+        };
+        let health = FeedHealth::new();
+        let (_keep, stopped) = tokio::sync::watch::channel(false);
+        let started = tokio::time::Instant::now();
+        // Returns by itself: the feeder gives up rather than retry for ever.
+        follow(&node, &health, FEED_RETRY, stopped).await;
+        let tries = node.tries.load(Ordering::Relaxed);
+        assert_eq!(tries, FEED_RETRY.give_up_after);
+        assert_eq!(health.failures(), u64::from(tries));
+        assert!(health.stopped());
+        // The backoff, not the 25 ms poll: 0.1 + 0.2 + ... + 25.6 s between the tries.
+        assert_eq!(started.elapsed(), Duration::from_millis(51_100));
+    }
 }
