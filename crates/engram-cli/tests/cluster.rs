@@ -6,7 +6,8 @@
 //!   verify and agree (the invariants of `engram_cli::invariants`).
 //! - `bad_requests_are_refused_with_exact_codes_and_change_nothing`: each kind of bad request
 //!   gets its exact gRPC code and leaves the store and the chain as they were; plus the CLI
-//!   against the same cluster, and `audit verify` against a tampered copy of its chain.
+//!   against the same cluster, and `audit verify` against a tampered copy of its chain; a
+//!   client-set forwarding marker refused by a follower; numbers the CLI keeps or refuses.
 //! - `cli_*`: the binary's own error handling, without a cluster.
 
 #![allow(clippy::unwrap_used)] // test helpers: a failed set-up step should stop the test loudly
@@ -513,7 +514,7 @@ async fn bad_requests_are_refused_with_exact_codes_and_change_nothing() {
         "{err}"
     );
     // The good request itself goes through: the refusals above were about their defects.
-    let ok = client.transact_raw(good).await.unwrap();
+    let ok = client.transact_raw(good.clone()).await.unwrap();
     assert_eq!(ok.audit_index, before.head_index + 1);
 
     // Unknown entity on a read: NOT_FOUND as well.
@@ -523,7 +524,9 @@ async fn bad_requests_are_refused_with_exact_codes_and_change_nothing() {
         .unwrap_err();
     assert_eq!(err.code(), Some(Code::NotFound), "{err}");
 
+    client_marked_forwarding_is_refused(&cluster, leader_id, &client, &leader, &space, id, &good).await;
     cli_against_the_cluster(&cluster, &space, id).await;
+    cli_numbers_are_kept_exactly_or_refused(&cluster).await;
     verify_detects_a_tampered_chain(&cluster.node(leader_id).unwrap().endpoint()).await;
 }
 
@@ -544,6 +547,140 @@ impl FromDomain for pb::Precondition {
             expected: p.expected.as_ref().map(Into::into),
         }
     }
+}
+
+/// A client that sets the forwarding marker itself, on a call to a follower, is refused as
+/// INVALID_ARGUMENT (which it does not retry), not told that leadership is moving (which it
+/// retries for ever); the same call without the marker is forwarded to the leader and served.
+async fn client_marked_forwarding_is_refused(
+    cluster: &LocalCluster,
+    leader_id: u64,
+    client: &Client,
+    leader: &Client,
+    space: &Namespace,
+    id: EntityId,
+    good: &pb::TransactRequest,
+) {
+    let follower = (1..=3).find(|n| *n != leader_id).unwrap();
+    let endpoint = cluster.node(follower).unwrap().endpoint();
+    let channel = tonic::transport::Channel::from_shared(format!("http://{endpoint}"))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut raw = pb::memory_client::MemoryClient::new(channel);
+    fn marked<T>(message: T) -> tonic::Request<T> {
+        let mut req = tonic::Request::new(message);
+        req.metadata_mut()
+            .insert("x-engram-forwarded", "1".parse().unwrap());
+        req
+    }
+    let before = snapshot(client, leader, space, id).await;
+    let status = raw.transact(marked(good.clone())).await.unwrap_err();
+    assert_eq!(status.code(), Code::InvalidArgument, "{status:?}");
+    assert!(
+        status
+            .message()
+            .contains("x-engram-forwarded: is not a node's signed marker"),
+        "{}",
+        status.message()
+    );
+    let read = pb::GetRequest {
+        namespace: space.to_string(),
+        entity: id.0,
+        ..Default::default()
+    };
+    let status = raw.get(marked(read.clone())).await.unwrap_err();
+    assert_eq!(status.code(), Code::InvalidArgument, "{status:?}");
+    assert_eq!(
+        snapshot(client, leader, space, id).await,
+        before,
+        "a refused marked call changed the store or the chain"
+    );
+    // Unmarked, the follower forwards both to the leader (marking them itself), which serves
+    // them.
+    let receipt = raw
+        .transact(tonic::Request::new(good.clone()))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(receipt.audit_index, before.head_index + 1);
+    let got = raw.get(tonic::Request::new(read)).await.unwrap().into_inner();
+    assert!(
+        got.datoms.iter().any(|d| d.tx == receipt.tx),
+        "the forwarded read missed the forwarded write"
+    );
+}
+
+/// The CLI keeps every number exactly or refuses it: an integer beyond 64 bits is refused
+/// (saying to send it as a string) and leaves the chain and the attribute's type as they were;
+/// the largest i64 stays an integer; 0.1 is stored as the float nearest it.
+async fn cli_numbers_are_kept_exactly_or_refused(cluster: &LocalCluster) {
+    let endpoints = cluster.endpoints().join(",");
+    let space = "test/numbers";
+    let tx = |attribute: &str, value: &str| {
+        format!(
+            r#"{{"namespace":"{space}","agent":"cli","ops":[{{"entity":"n","attribute":"{attribute}","value":{value}}}]}}"#
+        )
+    };
+    let transact = |text: String| run_cli(&["-e", &endpoints, "--json", "transact", "-"], Some(&text));
+    let out = transact(tx(":n/big", r#"{"i64": 9223372036854775807}"#));
+    assert!(out.status.success(), "transact: {}", text(&out.stderr));
+    let receipt: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let entity = receipt["temp_ids"]["n"].as_u64().unwrap();
+    let out = transact(tx(":n/tenth", r#"{"f64": 0.1}"#).replace(r#""n""#, &entity.to_string()));
+    assert!(out.status.success(), "transact: {}", text(&out.stderr));
+
+    let head = || {
+        let out = run_cli(&["-e", &endpoints, "--json", "audit", "head"], None);
+        assert!(out.status.success(), "audit head: {}", text(&out.stderr));
+        text(&out.stdout)
+    };
+    let before = head();
+    let bignum =
+        tx(":n/big", r#"{"i64": 123456789012345678901234567890}"#).replace(r#""n""#, &entity.to_string());
+    let out = transact(bignum);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains(
+            "number 123456789012345678901234567890 cannot be stored exactly: a JSON integer must fit in 64 bits (i64 or u64); send a larger one as a string"
+        ),
+        "{}",
+        text(&out.stderr)
+    );
+    assert_eq!(head(), before, "a refused number moved the chain");
+    // The attribute is still an integer one.
+    let out = transact(tx(":n/big", r#"{"i64": -5}"#));
+    assert!(out.status.success(), "transact: {}", text(&out.stderr));
+
+    let out = run_cli(
+        &[
+            "-e",
+            &endpoints,
+            "--json",
+            "get",
+            "--ns",
+            space,
+            "--entity",
+            &entity.to_string(),
+        ],
+        None,
+    );
+    assert!(out.status.success(), "get: {}", text(&out.stderr));
+    let got: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let value = |attribute: &str| {
+        got["datoms"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|d| d["attribute"] == attribute)
+            .map(|d| d["value"].clone())
+    };
+    assert_eq!(
+        value(":n/big"),
+        Some(serde_json::json!({"i64": 9223372036854775807i64}))
+    );
+    assert_eq!(value(":n/tenth"), Some(serde_json::json!({"f64": 0.1})));
 }
 
 /// The binary against a live cluster: a transaction from stdin, a read, and a verification.

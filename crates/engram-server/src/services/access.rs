@@ -31,7 +31,7 @@ impl AccessService {
         call: PolicyCall,
     ) -> Result<Response<pb::PolicyResponse>, Status> {
         let op = call.to_op()?;
-        let incoming = self.shared.incoming(&meta);
+        let incoming = self.shared.incoming(&meta)?;
         if let Route::Leader(addr) = self.shared.route_write(incoming.forwarded)? {
             return Ok(Response::new(
                 call.forward(self.shared.access_client(&addr)?, &incoming).await?,
@@ -223,7 +223,7 @@ impl pb::access_server::Access for AccessService {
         request: Request<pb::ListAgentsRequest>,
     ) -> Result<Response<pb::ListAgentsResponse>, Status> {
         let (meta, _, req) = request.into_parts();
-        let caller = self.shared.incoming(&meta);
+        let caller = self.shared.incoming(&meta)?;
         if let Some(mut leader) = self.access_leader(caller.forwarded).await? {
             return relay(leader.list_agents(caller.forward(req)).await);
         }
@@ -261,7 +261,7 @@ impl pb::access_server::Access for AccessService {
         request: Request<pb::ListGrantsRequest>,
     ) -> Result<Response<pb::ListGrantsResponse>, Status> {
         let (meta, _, req) = request.into_parts();
-        let caller = self.shared.incoming(&meta);
+        let caller = self.shared.incoming(&meta)?;
         if let Some(mut leader) = self.access_leader(caller.forwarded).await? {
             return relay(leader.list_grants(caller.forward(req)).await);
         }
@@ -288,7 +288,7 @@ impl pb::access_server::Access for AccessService {
         request: Request<pb::WhoAmIRequest>,
     ) -> Result<Response<pb::WhoAmIResponse>, Status> {
         let (meta, _, req) = request.into_parts();
-        let incoming = self.shared.incoming(&meta);
+        let incoming = self.shared.incoming(&meta)?;
         if let Some(mut leader) = self.access_leader(incoming.forwarded).await? {
             return relay(leader.who_am_i(incoming.forward(req)).await);
         }

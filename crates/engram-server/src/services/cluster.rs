@@ -181,7 +181,7 @@ async fn propose_configure(shared: &Shared, security: &PolicyOp) -> Result<(), A
             let mut request = tonic::Request::new(init_request(security));
             request
                 .metadata_mut()
-                .insert(super::FORWARDED, tonic::metadata::MetadataValue::from_static("1"));
+                .insert(super::FORWARDED, shared.forward_marker()?);
             match shared.cluster_client(&addr)?.init(request).await {
                 Ok(_) => Ok(()),
                 Err(status) => Err(super::forwarded_err(status)),
@@ -321,7 +321,7 @@ impl pb::cluster_server::Cluster for ClusterService {
         request: Request<pb::AddNodeRequest>,
     ) -> Result<Response<pb::MembershipResponse>, Status> {
         let (meta, _, req) = request.into_parts();
-        let caller = self.shared.incoming(&meta);
+        let caller = self.shared.incoming(&meta)?;
         let forwarded = caller.forwarded;
         if req.id == 0 {
             return Err(ApiError::Invalid("id: node ids start at 1".into()).into());
@@ -351,7 +351,7 @@ impl pb::cluster_server::Cluster for ClusterService {
         request: Request<pb::RemoveNodeRequest>,
     ) -> Result<Response<pb::MembershipResponse>, Status> {
         let (meta, _, req) = request.into_parts();
-        let caller = self.shared.incoming(&meta);
+        let caller = self.shared.incoming(&meta)?;
         let forwarded = caller.forwarded;
         if let Some(mut leader) = self.shared.write_leader(forwarded)? {
             return relay(leader.remove_node(caller.forward(req)).await);
@@ -387,7 +387,7 @@ impl pb::cluster_server::Cluster for ClusterService {
         request: Request<pb::RevokeKeyRequest>,
     ) -> Result<Response<pb::KeyChangeResponse>, Status> {
         let (meta, _, req) = request.into_parts();
-        let caller = self.shared.incoming(&meta);
+        let caller = self.shared.incoming(&meta)?;
         let forwarded = caller.forwarded;
         let key_id = match req.key_id.len() {
             0 => None,
@@ -491,7 +491,7 @@ impl pb::cluster_server::Cluster for ClusterService {
         request: Request<pb::KeyChangeProposal>,
     ) -> Result<Response<pb::KeyChangeResponse>, Status> {
         let (meta, _, req) = request.into_parts();
-        let caller = self.shared.incoming(&meta);
+        let caller = self.shared.incoming(&meta)?;
         let forwarded = caller.forwarded;
         let change: engram_audit::KeyChangeRequest = postcard::from_bytes(&req.request)
             .map_err(|e| ApiError::Invalid(format!("request: not a key-change request: {e}")))?;

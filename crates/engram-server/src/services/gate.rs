@@ -7,6 +7,15 @@
 //! forwards a call copies the signature headers, and the leader checks them again: the
 //! forwarding marker is a routing hint, never a credential.
 //!
+//! The marker ([`FORWARDED`]) is still the forwarding node's to set, not the client's: a call
+//! marked forwarded is never forwarded again, so a client that marked its own call would be
+//! told by every follower that leadership is moving, and retry forever. The node signs the
+//! marker (its id, under its node key: [`forward_message`]), and the receiver accepts it only
+//! if a key its applied chain trusts for that node signed it; any other value is refused as
+//! `INVALID_ARGUMENT`, which a client does not retry. The signature covers no time and no
+//! request: a marker seen on the wire, sent again, only gives the sender back the answers a
+//! marked call gets (no relaying, no certificate name of its own), never another's rights.
+//!
 //! The node that serves a call checks it: a follower relays writes and linearizable reads to
 //! the leader unchecked, and the leader (whose policy is current) decides. Apply checks
 //! transactions and policy changes again against the policy at their own log entry; the
@@ -56,6 +65,20 @@ pub const VOUCH: &str = "x-engram-vouch";
 /// The principal a [`VOUCH`] is for.
 pub const VOUCHED_PRINCIPAL: &str = "x-engram-vouched-principal";
 const VOUCH_DOMAIN: &[u8] = b"engram.v1 forwarded caller\n";
+const FORWARD_DOMAIN: &[u8] = b"engram.v1 forwarded call\n";
+
+/// The bytes node `from` signs for its forwarding marker: `FROM.KEY_HEX.SIGNATURE_HEX` in
+/// [`FORWARDED`].
+pub fn forward_message(from: u64) -> Vec<u8> {
+    let mut m = Vec::with_capacity(FORWARD_DOMAIN.len() + 8);
+    m.extend_from_slice(FORWARD_DOMAIN);
+    m.extend_from_slice(&from.to_be_bytes());
+    m
+}
+
+/// Forwarding markers' signatures that verified, kept at most; past it the set starts over.
+/// Each node has one per key, so this is far more than a cluster needs.
+const MAX_VERIFIED_MARKERS: usize = 1024;
 
 /// The bytes node `from` signs at `time_ms` to vouch that its client authenticated as
 /// `principal`.
@@ -136,6 +159,12 @@ pub struct Gate {
     /// The policy rows this node has applied, read once and kept with the policy-change
     /// count they were read under (`RaftNode::policy_epoch`): a newer count drops them.
     policy: Mutex<(u64, PolicyCache)>,
+    /// This node's forwarding marker, with the key that signed it (remade when the key
+    /// rotates: signing on every forwarded call would be wasted, the marker does not change).
+    marker: Mutex<Option<(Vec<PublicKey>, AsciiMetadataValue)>>,
+    /// Markers of other nodes whose signature verified (whether the chain trusts the key is
+    /// read again for every call: a key may be revoked).
+    verified_markers: Mutex<std::collections::HashSet<String>>,
 }
 
 impl Default for Gate {
@@ -144,6 +173,8 @@ impl Default for Gate {
             replay: Mutex::new(ReplayGuard::new(REPLAY_WINDOW_MS, MAX_REMEMBERED_NONCES)),
             verifiers: Mutex::new(HashMap::new()),
             policy: Mutex::new((0, PolicyCache::default())),
+            marker: Mutex::new(None),
+            verified_markers: Mutex::new(std::collections::HashSet::new()),
         }
     }
 }
@@ -185,6 +216,8 @@ pub struct Caller {
     /// For a call this node took directly whose client certificate named a principal: what
     /// [`Caller::forward`] vouches for.
     vouch: Option<Vouch>,
+    /// This node's signed forwarding marker ([`Shared::forward_marker`]).
+    marker: AsciiMetadataValue,
 }
 
 /// A principal this node's TLS authenticated, and the key to vouch for it with.
@@ -200,7 +233,7 @@ impl Caller {
     pub fn forward<T>(&self, message: T) -> tonic::Request<T> {
         let mut req = tonic::Request::new(message);
         let meta = req.metadata_mut();
-        meta.insert(FORWARDED, AsciiMetadataValue::from_static("1"));
+        meta.insert(FORWARDED, self.marker.clone());
         for (name, value) in &self.signature {
             meta.insert(*name, value.clone());
         }
@@ -240,17 +273,114 @@ impl Shared {
     /// node that serves it ([`Shared::admit`]), which for writes and linearizable reads is the
     /// leader: a follower whose applied policy lags (an agent registered a moment ago) never
     /// refuses a call it only relays.
-    pub fn incoming(&self, meta: &MetadataMap) -> Caller {
-        Caller {
+    ///
+    /// Refuses (`INVALID_ARGUMENT`) a forwarding marker no node of this cluster signed.
+    pub fn incoming(&self, meta: &MetadataMap) -> Result<Caller, ApiError> {
+        Ok(Caller {
             principal: None,
             mode: None,
-            forwarded: meta.contains_key(FORWARDED),
+            forwarded: self.forwarded(meta)?,
             scope: None,
             author: None,
             access_logged: false,
             signature: signature_headers(meta),
             vouch: self.vouch_for(meta),
+            marker: self.forward_marker()?,
+        })
+    }
+
+    /// This node's forwarding marker: `NODE_ID.KEY_HEX.SIGNATURE_HEX`, the signature over
+    /// [`forward_message`] by its current node key, then the same by the key it replaced if
+    /// this process rotated: its leader may apply the rotation after this node does, and
+    /// until then trusts only the old key (as for node-to-node messages).
+    pub fn forward_marker(&self) -> Result<AsciiMetadataValue, ApiError> {
+        let keys = [Some(self.node.keys.current()), self.node.keys.previous()];
+        let signers: Vec<PublicKey> = keys.iter().flatten().map(|k| k.public()).collect();
+        let mut cached = self
+            .gate
+            .marker
+            .lock()
+            .map_err(|_| ApiError::Internal("forwarding marker poisoned".into()))?;
+        if let Some((cached_signers, marker)) = &*cached
+            && *cached_signers == signers
+        {
+            return Ok(marker.clone());
         }
+        let id = self.node.node_id;
+        let mut text = id.to_string();
+        for key in keys.iter().flatten() {
+            text.push('.');
+            text.push_str(&hex::encode(key.public().0));
+            text.push('.');
+            text.push_str(&hex::encode(key.sign(&forward_message(id))));
+        }
+        let marker = AsciiMetadataValue::try_from(text.as_str())
+            .map_err(|e| ApiError::Internal(format!("forwarding marker: {e}")))?;
+        *cached = Some((signers, marker.clone()));
+        Ok(marker)
+    }
+
+    /// Whether another node of this cluster forwarded the call: a signature of its
+    /// [`FORWARDED`] marker verifies under a key this node's applied chain trusts for the node
+    /// it names. A marker that does not is a client's, refused as `INVALID_ARGUMENT` (see the
+    /// module docs).
+    pub fn forwarded(&self, meta: &MetadataMap) -> Result<bool, ApiError> {
+        let Some(marker) = meta.get(FORWARDED) else {
+            return Ok(false);
+        };
+        let bad = |why: &str| {
+            ApiError::Invalid(format!(
+                "{FORWARDED}: {why}; only a node forwarding a call to its leader sets this header, a client must not send it"
+            ))
+        };
+        let text = marker.to_str().map_err(|_| bad("is not ASCII"))?;
+        let parts: Vec<&str> = text.split('.').collect();
+        let (from, signed) = match parts[..] {
+            [from, key, signature] => (from, vec![(key, signature)]),
+            [from, key, signature, old_key, old_signature] => {
+                (from, vec![(key, signature), (old_key, old_signature)])
+            }
+            _ => return Err(bad("is not a node's signed marker (NODE.KEY.SIGNATURE)")),
+        };
+        let from: u64 = from.parse().map_err(|_| bad("names no node id"))?;
+        let mut why = String::new();
+        for (key, signature) in signed {
+            let key: [u8; 32] = hex::decode(key)
+                .ok()
+                .and_then(|k| k.try_into().ok())
+                .ok_or_else(|| bad("has no 32-byte key"))?;
+            let key = PublicKey(key);
+            let trusted = self.read_state(|store| {
+                engram_core::reads::active_signer(store, key.key_id())
+                    .map(|row| row.is_some_and(|row| row.node_id == from && row.key == key))
+            })?;
+            if !trusted {
+                why = format!("is signed by no key this node's chain trusts for node {from}");
+                continue;
+            }
+            let mut verified = self
+                .gate
+                .verified_markers
+                .lock()
+                .map_err(|_| ApiError::Internal("forwarding markers poisoned".into()))?;
+            let pair = format!("{from}.{}.{signature}", hex::encode(key.0));
+            if verified.contains(&pair) {
+                return Ok(true);
+            }
+            let signature: [u8; 64] = hex::decode(signature)
+                .ok()
+                .and_then(|s| s.try_into().ok())
+                .ok_or_else(|| bad("has no 64-byte signature"))?;
+            if !key.verify(&forward_message(from), &signature) {
+                return Err(bad(&format!("does not verify under node {from}'s key")));
+            }
+            if verified.len() >= MAX_VERIFIED_MARKERS {
+                verified.clear();
+            }
+            verified.insert(pair);
+            return Ok(true);
+        }
+        Err(bad(&why))
     }
 
     fn vouch_for(&self, meta: &MetadataMap) -> Option<Vouch> {
@@ -401,6 +531,7 @@ impl Shared {
         method: &str,
         need: Need,
     ) -> Result<Caller, ApiError> {
+        let forwarded = self.forwarded(meta)?;
         let auth = RequestAuth::from_headers(|h| meta.get(h).and_then(|v| v.to_str().ok()))
             .map_err(|e| ApiError::Unauthenticated(e.to_string()))?;
         // A signature names the caller; without one, the transport may.
@@ -529,13 +660,14 @@ impl Shared {
         Ok(Caller {
             principal,
             mode,
-            forwarded: meta.contains_key(FORWARDED),
+            forwarded,
             // Only a verified principal's grants narrow what it is shown.
             scope: if mode == Some(Mode::Enforced) { scope } else { None },
             author,
             access_logged: logged,
             signature: signature_headers(meta),
             vouch: self.vouch_for(meta),
+            marker: self.forward_marker()?,
         })
     }
 }

@@ -36,7 +36,7 @@ impl MemoryService {
 
     /// Proposes a write on the leader (forwarding it there when this node does not lead).
     async fn write(&self, meta: MetadataMap, call: WriteCall) -> Result<pb::TransactResponse, ApiError> {
-        let incoming = self.shared.incoming(&meta);
+        let incoming = self.shared.incoming(&meta)?;
         let forwarded = incoming.forwarded;
         // An invalid namespace is the more precise answer than the size limit (a namespace
         // of megabytes is both), and checking it first is cheap: its length is checked first.
@@ -350,7 +350,7 @@ impl pb::memory_server::Memory for MemoryService {
 
     async fn diff(&self, request: Request<pb::DiffRequest>) -> Result<Response<pb::DiffResponse>, Status> {
         let (meta, _, req) = request.into_parts();
-        let caller = self.shared.incoming(&meta);
+        let caller = self.shared.incoming(&meta)?;
         let forwarded = caller.forwarded;
         let ns = namespace(req.namespace.clone())?;
         let on = branch(req.branch.clone())?;
@@ -590,7 +590,7 @@ impl pb::memory_server::Memory for MemoryService {
         request: Request<pb::GetSchemaRequest>,
     ) -> Result<Response<pb::GetSchemaResponse>, Status> {
         let (meta, _, req) = request.into_parts();
-        let caller = self.shared.incoming(&meta);
+        let caller = self.shared.incoming(&meta)?;
         let forwarded = caller.forwarded;
         let ns = namespace(req.namespace.clone())?;
         if let Some(mut leader) = self.shared.read_leader(req.consistency, forwarded).await? {
@@ -616,7 +616,7 @@ impl pb::memory_server::Memory for MemoryService {
         request: Request<pb::ListBranchesRequest>,
     ) -> Result<Response<pb::ListBranchesResponse>, Status> {
         let (meta, _, req) = request.into_parts();
-        let caller = self.shared.incoming(&meta);
+        let caller = self.shared.incoming(&meta)?;
         let forwarded = caller.forwarded;
         let ns = namespace(req.namespace.clone())?;
         if let Some(mut leader) = self.shared.read_leader(req.consistency, forwarded).await? {
@@ -639,7 +639,7 @@ impl pb::memory_server::Memory for MemoryService {
 
     async fn get(&self, request: Request<pb::GetRequest>) -> Result<Response<pb::GetResponse>, Status> {
         let (meta, _, req) = request.into_parts();
-        let caller = self.shared.incoming(&meta);
+        let caller = self.shared.incoming(&meta)?;
         let forwarded = caller.forwarded;
         let ns = namespace(req.namespace.clone())?;
         let on = branch(req.branch.clone())?;
@@ -685,7 +685,7 @@ impl pb::memory_server::Memory for MemoryService {
         request: Request<pb::HistoryRequest>,
     ) -> Result<Response<pb::HistoryResponse>, Status> {
         let (meta, _, req) = request.into_parts();
-        let caller = self.shared.incoming(&meta);
+        let caller = self.shared.incoming(&meta)?;
         let forwarded = caller.forwarded;
         let ns = namespace(req.namespace.clone())?;
         let limit = Self::limit(req.limit);
@@ -736,7 +736,7 @@ impl pb::memory_server::Memory for MemoryService {
 
     async fn find(&self, request: Request<pb::FindRequest>) -> Result<Response<pb::FindResponse>, Status> {
         let (meta, _, req) = request.into_parts();
-        let caller = self.shared.incoming(&meta);
+        let caller = self.shared.incoming(&meta)?;
         let forwarded = caller.forwarded;
         let ns = namespace(req.namespace.clone())?;
         let attr = engram_proto::attribute("attribute", req.attribute.clone()).map_err(ApiError::from)?;
@@ -782,7 +782,7 @@ impl pb::memory_server::Memory for MemoryService {
         request: Request<pb::SearchRequest>,
     ) -> Result<Response<pb::SearchResponse>, Status> {
         let (meta, _, req) = request.into_parts();
-        let caller = self.shared.incoming(&meta);
+        let caller = self.shared.incoming(&meta)?;
         let forwarded = caller.forwarded;
         // Checked before forwarding, so a bad request is refused by the node it reached. A
         // request naming no transaction is answered as of this node's applied state, set below.

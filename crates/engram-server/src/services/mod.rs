@@ -19,7 +19,8 @@ use tonic::transport::Channel;
 use crate::ServerConfig;
 use crate::error::ApiError;
 
-/// Marks a request a node forwarded to the leader, so it is never forwarded twice.
+/// Marks a request a node forwarded to the leader, so it is never forwarded twice; signed by
+/// that node, so a client cannot set it (see `gate`).
 pub const FORWARDED: &str = "x-engram-forwarded";
 
 /// State shared by the services of one node.
