@@ -14,7 +14,6 @@ use anyhow::{Context, Result};
 use engram_client::{Client, Consistency, FindQuery, GetOptions, HistoryTarget, SearchQuery, TrustedLog, pb};
 use engram_types::{BranchName, EntityId, Namespace, Provenance, Status};
 use hyper_util::rt::TokioIo;
-use hyper_util::service::TowerToHyperService;
 use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::handler::server::wrapper::Parameters;
 use rmcp::model::{Implementation, ServerCapabilities, ServerConfig};
@@ -60,12 +59,95 @@ impl EngramTools {
 
 /// Serves the tools on stdin/stdout until the client closes the stream.
 pub async fn serve_stdio(client: Client, agent: String) -> Result<()> {
+    // Each line passes through [`mark_inexact_numbers`] before the SDK parses it (see there).
+    let (mut marked, to_sdk) = tokio::io::duplex(64 << 10);
+    tokio::spawn(async move {
+        use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
+        let mut stdin = tokio::io::BufReader::new(tokio::io::stdin());
+        let mut line = Vec::new();
+        loop {
+            line.clear();
+            match stdin.read_until(b'\n', &mut line).await {
+                Ok(0) | Err(_) => break,
+                Ok(_) => {}
+            }
+            // Bytes that are not UTF-8 go on as they came: the SDK reports them.
+            let out = match std::str::from_utf8(&line) {
+                Ok(text) => mark_inexact_numbers(text).into_owned().into_bytes(),
+                Err(_) => line.clone(),
+            };
+            if marked.write_all(&out).await.is_err() {
+                break;
+            }
+        }
+        // Dropping `marked` ends the SDK's input, as the end of stdin would.
+    });
     let service = EngramTools::new(client, agent)
-        .serve(rmcp::transport::stdio())
+        .serve((to_sdk, tokio::io::stdout()))
         .await
         .context("starting the MCP session on stdio")?;
     service.waiting().await.context("the MCP session")?;
     Ok(())
+}
+
+/// Starts a marked number: a string no tool accepts (see [`mark_inexact_numbers`]).
+const INEXACT: &str = "\u{0}engram: inexact number: ";
+
+/// The JSON-RPC message `text` with every number in a `tools/call` request's arguments that a
+/// 64-bit value cannot hold exactly (see `engram_types::check_json_numbers`) replaced by a
+/// string that says why. The SDK parses each request into `serde_json` values before a tool
+/// sees it, which silently turns `123456789012345678901234567890` into a float; marked, the
+/// number reaches [`refuse_inexact`], which refuses the call and names the field, as the CLI
+/// refuses the same number. Other messages go through unchanged.
+fn mark_inexact_numbers(text: &str) -> std::borrow::Cow<'_, str> {
+    let found = engram_types::inexact_json_numbers(text);
+    if found.is_empty() {
+        return text.into();
+    }
+    let is_tool_call = serde_json::from_str::<Json>(text)
+        .is_ok_and(|m| m.get("method").and_then(Json::as_str) == Some("tools/call"));
+    if !is_tool_call {
+        return text.into();
+    }
+    let mut out = String::with_capacity(text.len() + 128 * found.len());
+    let mut done = 0;
+    for (at, why) in found {
+        let reason = match why {
+            engram_types::ValidationError::Value { reason, .. } => reason,
+            other => other.to_string(),
+        };
+        out.push_str(&text[done..at.start]);
+        out.push_str(&Json::String(format!("{INEXACT}{reason}")).to_string());
+        done = at.end;
+    }
+    out.push_str(&text[done..]);
+    out.into()
+}
+
+/// Why a tool call is refused, if its arguments hold a number [`mark_inexact_numbers`] marked:
+/// `facts[0].value: number … cannot be stored exactly: …; send … as a string`.
+fn refuse_inexact(arguments: &serde_json::Map<String, Json>) -> Option<String> {
+    fn find(path: &str, v: &Json) -> Option<String> {
+        match v {
+            Json::String(s) => s.strip_prefix(INEXACT).map(|why| format!("{path}: {why}")),
+            Json::Array(items) => items
+                .iter()
+                .enumerate()
+                .find_map(|(i, item)| find(&format!("{path}[{i}]"), item)),
+            Json::Object(map) => map.iter().find_map(|(k, item)| {
+                find(
+                    &if path.is_empty() {
+                        k.clone()
+                    } else {
+                        format!("{path}.{k}")
+                    },
+                    item,
+                )
+            }),
+            _ => None,
+        }
+    }
+    arguments.iter().find_map(|(k, v)| find(k, v))
 }
 
 /// Serves the tools over MCP's streamable HTTP transport on `listen` (any path) until
@@ -83,12 +165,15 @@ pub async fn serve_http(
         hosts.extend(allowed_hosts);
         config = config.with_allowed_hosts(hosts);
     }
+    let body_limit_bytes = config.max_request_body_bytes;
     let tools = EngramTools::new(client, agent);
-    let service = StreamableHttpService::new(
-        move || Ok(tools.clone()),
-        Arc::new(LocalSessionManager::default()),
-        config,
-    );
+    let sessions = Arc::new(LocalSessionManager::default());
+    let service = StreamableHttpService::new(move || Ok(tools.clone()), sessions.clone(), config);
+    let service = Http {
+        service,
+        sessions,
+        body_limit_bytes,
+    };
     let listener = tokio::net::TcpListener::bind(listen)
         .await
         .with_context(|| format!("cannot listen on {listen}"))?;
@@ -100,13 +185,96 @@ pub async fn serve_http(
             accepted = listener.accept() => accepted.context("accepting a connection")?,
             _ = tokio::signal::ctrl_c() => return Ok(()),
         };
-        let service = TowerToHyperService::new(service.clone());
+        let service = service.clone();
+        let service = hyper::service::service_fn(move |req| {
+            let service = service.clone();
+            async move { Ok::<_, std::convert::Infallible>(service.handle(req).await) }
+        });
         tokio::spawn(async move {
             // A connection that breaks concerns only its own client.
             let _ = hyper::server::conn::http1::Builder::new()
                 .serve_connection(TokioIo::new(stream), service)
                 .await;
         });
+    }
+}
+
+/// The SDK's streamable HTTP service, with two things changed in front of it: a `tools/call`
+/// body passes through [`mark_inexact_numbers`] first (as each stdio line does), and `DELETE`
+/// answers as the specification says, which the SDK does not: 404 for a session it does not
+/// hold (the SDK answers 202 for any id, so a client cannot tell its session was gone) and
+/// 204 once it closed one.
+#[derive(Clone)]
+struct Http {
+    service: StreamableHttpService<EngramTools, LocalSessionManager>,
+    sessions: Arc<LocalSessionManager>,
+    body_limit_bytes: usize,
+}
+
+/// The header that names an MCP session.
+const SESSION_HEADER: &str = "mcp-session-id";
+
+type HttpResponse =
+    hyper::Response<http_body_util::combinators::BoxBody<hyper::body::Bytes, std::convert::Infallible>>;
+
+fn plain(status: hyper::StatusCode, text: &'static str) -> HttpResponse {
+    use http_body_util::BodyExt;
+    let mut response = hyper::Response::new(
+        http_body_util::Full::new(hyper::body::Bytes::from_static(text.as_bytes())).boxed(),
+    );
+    *response.status_mut() = status;
+    response
+}
+
+impl Http {
+    async fn handle(&self, req: hyper::Request<hyper::body::Incoming>) -> HttpResponse {
+        use http_body_util::BodyExt;
+        use rmcp::transport::streamable_http_server::SessionManager;
+        match *req.method() {
+            hyper::Method::POST => {
+                let (head, body) = req.into_parts();
+                let body = match http_body_util::Limited::new(body, self.body_limit_bytes)
+                    .collect()
+                    .await
+                {
+                    Ok(collected) => collected.to_bytes(),
+                    Err(_) => {
+                        return plain(
+                            hyper::StatusCode::PAYLOAD_TOO_LARGE,
+                            "the request body is too large, or broke off",
+                        );
+                    }
+                };
+                // A body that is not UTF-8 goes on as it came: the SDK reports it.
+                let marked = match std::str::from_utf8(&body).map(mark_inexact_numbers) {
+                    Ok(std::borrow::Cow::Owned(marked)) => Some(marked),
+                    _ => None,
+                };
+                let body = marked.map_or(body, hyper::body::Bytes::from);
+                self.service
+                    .handle(hyper::Request::from_parts(head, http_body_util::Full::new(body)))
+                    .await
+            }
+            hyper::Method::DELETE => {
+                let id = req
+                    .headers()
+                    .get(SESSION_HEADER)
+                    .and_then(|v| v.to_str().ok())
+                    .map(Arc::<str>::from);
+                if let Some(id) = id {
+                    // A lookup that fails is left to the SDK, which answers it as an error.
+                    if let Ok(false) = self.sessions.has_session(&id).await {
+                        return plain(hyper::StatusCode::NOT_FOUND, "no such session\n");
+                    }
+                }
+                let response = self.service.handle(req).await;
+                if response.status() == hyper::StatusCode::ACCEPTED {
+                    return plain(hyper::StatusCode::NO_CONTENT, "");
+                }
+                response
+            }
+            _ => self.service.handle(req).await,
+        }
     }
 }
 
@@ -507,6 +675,20 @@ impl EngramTools {
 
 #[tool_handler(router = self.tool_router)]
 impl ServerHandler for EngramTools {
+    async fn call_tool(
+        &self,
+        request: rmcp::model::CallToolRequestParams,
+        context: rmcp::service::RequestContext<rmcp::RoleServer>,
+    ) -> Result<rmcp::model::CallToolResponse, rmcp::ErrorData> {
+        // Checked before any tool reads its arguments, so no tool can store a marked number
+        // as the string that marks it.
+        if let Some(why) = request.arguments.as_ref().and_then(refuse_inexact) {
+            return Ok(rmcp::model::CallToolResult::error(vec![rmcp::model::ContentBlock::text(why)]).into());
+        }
+        let tcc = rmcp::handler::server::tool::ToolCallContext::new(self, request, context);
+        self.tool_router.call(tcc).await
+    }
+
     fn get_info(&self) -> ServerConfig {
         ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
             .with_server_info(Implementation::new("engram", env!("CARGO_PKG_VERSION")))
@@ -519,4 +701,38 @@ fn fresh_key() -> Result<String, String> {
     let mut bytes = [0u8; 16];
     getrandom::fill(&mut bytes).map_err(|e| format!("no randomness for an idempotency key: {e}"))?;
     Ok(format!("mcp-{}", hex::encode(bytes)))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::borrow::Cow;
+
+    use super::*;
+
+    #[test]
+    fn inexact_numbers_in_a_tool_call_are_marked_then_refused_by_path() {
+        let call = r#"{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"remember","arguments":{"namespace":"a","facts":[{"entity":"n","attribute":":n/b","value":0.1},{"entity":"n","attribute":":n/c","value":{"json":{"x":[123456789012345678901234567890]}}}]}}}"#;
+        let marked = mark_inexact_numbers(call);
+        let message: Json = serde_json::from_str(&marked).unwrap();
+        let arguments = message["params"]["arguments"].as_object().unwrap();
+        let why = refuse_inexact(arguments).unwrap();
+        assert!(
+            why.starts_with(
+                "facts[1].value.json.x[0]: number 123456789012345678901234567890 cannot be stored exactly"
+            ),
+            "{why}"
+        );
+        assert!(why.ends_with("send a larger one as a string"), "{why}");
+        assert_eq!(arguments["facts"][0]["value"], json!(0.1));
+        // Exact numbers, and messages other than tool calls, pass as they came.
+        let exact = call.replace("123456789012345678901234567890", "9223372036854775807");
+        assert!(matches!(mark_inexact_numbers(&exact), Cow::Borrowed(_)));
+        let listing = call.replace("tools/call", "tools/list");
+        assert!(matches!(mark_inexact_numbers(&listing), Cow::Borrowed(_)));
+        let exact: Json = serde_json::from_str(&exact).unwrap();
+        assert_eq!(
+            refuse_inexact(exact["params"]["arguments"].as_object().unwrap()),
+            None
+        );
+    }
 }

@@ -182,7 +182,12 @@ fn as_i64(path: &str, v: &Json) -> Result<i64, JsonError> {
     match v {
         Json::Number(n) => match n.as_i64() {
             Some(i) => Ok(i),
-            None if n.is_u64() => err(path, format!("{n} is out of range for a signed 64-bit integer")),
+            None if n.is_u64() => err(
+                path,
+                format!(
+                    "{n} is out of range for a signed 64-bit integer; send it as a string to keep every digit"
+                ),
+            ),
             None => err(path, format!("expected an integer, found {n}")),
         },
         _ => err(path, format!("expected an integer, found {}", kind(v))),

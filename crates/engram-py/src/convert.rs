@@ -17,11 +17,13 @@ pub fn value(field: &str, obj: &Bound<'_, PyAny>) -> PyResult<Value> {
     let value = if obj.is_instance_of::<PyBool>() {
         Value::Bool(obj.extract()?)
     } else if obj.is_instance_of::<PyInt>() {
-        Value::I64(
-            obj.extract().map_err(|_| {
-                PyValueError::new_err(format!("{field}: the integer does not fit in 64 bits"))
-            })?,
-        )
+        // A value is an i64 or nothing: an int beyond it is refused, never rounded into a
+        // float (which would also make the attribute a float one).
+        Value::I64(obj.extract().map_err(|_| {
+            PyValueError::new_err(format!(
+                "{field}: the integer does not fit in a signed 64-bit integer; send it as a string to keep every digit"
+            ))
+        })?)
     } else if obj.is_instance_of::<PyFloat>() {
         Value::F64(obj.extract()?)
     } else if obj.is_instance_of::<PyString>() {

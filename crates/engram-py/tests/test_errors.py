@@ -108,3 +108,23 @@ def test_unreachable_cluster_is_unavailable():
     with pytest.raises((engram.Unavailable, engram.DeadlineExceeded)) as raised:
         db.get("py/none", 1)
     assert raised.value.code in ("UNAVAILABLE", "DEADLINE_EXCEEDED")
+
+
+def test_numbers_are_kept_exactly_or_refused(db, ns):
+    receipt = db.transact(ns, [("n", ":n/big", 2**63 - 1), ("n", ":n/tenth", 0.1)])
+    n = receipt.temp_ids["n"]
+    before = [(d.attribute, d.value) for d in db.diff(ns, 0).asserted]
+    for big in (2**63, 2**64, 123456789012345678901234567890, -(2**63) - 1):
+        with pytest.raises(ValueError) as raised:
+            db.transact(ns, [(n, ":n/big", big)])
+        message = str(raised.value)
+        assert message.startswith("ops[0].value: the integer") and "send it as a string" in message, message
+    with pytest.raises(ValueError) as raised:
+        db.transact(ns, [(n, ":n/doc", {"n": 123456789012345678901234567890})])
+    assert "cannot be stored exactly" in str(raised.value) and "as a string" in str(raised.value)
+    # Nothing was sent, and the attribute is still an integer one.
+    assert [(d.attribute, d.value) for d in db.diff(ns, 0).asserted] == before
+    db.transact(ns, [("m", ":n/big", -5)])
+    got = db.get(ns, n)
+    assert got[":n/big"] == 2**63 - 1 and type(got[":n/big"]) is int
+    assert got[":n/tenth"] == 0.1 and type(got[":n/tenth"]) is float

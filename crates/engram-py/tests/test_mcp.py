@@ -171,3 +171,139 @@ def test_the_same_tools_over_streamable_http(cluster):
     finally:
         server.terminate()
         server.wait(10)
+
+
+def remember_value(s, ns, entity, attribute, value):
+    return s.call_tool(
+        "remember", {"namespace": ns, "facts": [{"entity": entity, "attribute": attribute, "value": value}]}
+    )
+
+
+async def numbers_body(s, ns):
+    """Numbers through `remember`: kept exactly, or refused naming the field (never rounded)."""
+    out = {}
+    r = await s.call_tool(
+        "remember",
+        {
+            "namespace": ns,
+            "facts": [
+                {"entity": "n", "attribute": ":n/big", "value": 2**63 - 1},
+                {"entity": "n", "attribute": ":n/tenth", "value": 0.1},
+            ],
+        },
+    )
+    assert not r.is_error, text(r)
+    n = json.loads(text(r))["entities"]["n"]
+    out["before"] = json.loads(text(await s.call_tool("history", {"namespace": ns, "entity": n})))
+    out["refused"] = [
+        await remember_value(s, ns, n, ":n/big", 123456789012345678901234567890),
+        await remember_value(s, ns, n, ":n/big", {"i64": 123456789012345678901234567890}),
+        await remember_value(s, ns, n, ":n/big", 2**64 - 1),
+        await remember_value(s, ns, n, ":n/doc", {"json": {"deep": [123456789012345678901234567890]}}),
+        await remember_value(s, ns, 123456789012345678901234567890, ":n/big", 1),
+    ]
+    out["after"] = json.loads(text(await s.call_tool("history", {"namespace": ns, "entity": n})))
+    # Still an integer attribute.
+    r = await remember_value(s, ns, "m", ":n/big", -5)
+    assert not r.is_error, text(r)
+    out["get"] = json.loads(text(await s.call_tool("get", {"namespace": ns, "entity": n})))
+    return out
+
+
+def check_numbers(out):
+    big, typed, u64, deep, entity = out["refused"]
+    for r in (big, typed, u64, deep, entity):
+        assert r.is_error, text(r)
+        assert "as a string" in text(r), text(r)
+    assert text(big).startswith("facts[0].value: number 123456789012345678901234567890 cannot be stored exactly")
+    assert text(typed).startswith("facts[0].value.i64: number 123456789012345678901234567890")
+    assert "18446744073709551615 is out of range for a signed 64-bit integer" in text(u64)
+    assert text(deep).startswith("facts[0].value.json.deep[0]: number")
+    assert text(entity).startswith("facts[0].entity: number")
+    # The refusals wrote nothing.
+    assert out["after"] == out["before"]
+    values = {f["attribute"]: f["value"] for f in out["get"]["facts"]}
+    assert values[":n/big"] == 2**63 - 1 and type(values[":n/big"]) is int
+    assert values[":n/tenth"] == 0.1 and type(values[":n/tenth"]) is float
+
+
+def test_numbers_are_kept_exactly_or_refused(cluster):
+    check_numbers(run(cluster, lambda s: numbers_body(s, "mcp/numbers")))
+
+
+def start_http(cluster, agent):
+    port = free_port()
+    server = subprocess.Popen(
+        [ENGRAM_BIN, "-e", ",".join(cluster.endpoints), "mcp", "--agent", agent, "--listen", f"127.0.0.1:{port}"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    deadline = time.time() + 30
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return server, port
+        except OSError:
+            assert server.poll() is None, server.stderr.read().decode()
+            assert time.time() < deadline, "engram mcp --listen did not start listening"
+            time.sleep(0.1)
+
+
+def http(port, method, session=None, body=None):
+    import urllib.error
+    import urllib.request
+
+    headers = {"Accept": "application/json, text/event-stream", "MCP-Protocol-Version": "2025-03-26"}
+    if body is not None:
+        headers["Content-Type"] = "application/json"
+    if session is not None:
+        headers["Mcp-Session-Id"] = session
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{port}/mcp",
+        method=method,
+        headers=headers,
+        data=None if body is None else json.dumps(body).encode(),
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return response.status, response.headers
+    except urllib.error.HTTPError as e:
+        return e.code, e.headers
+
+
+def test_http_delete_ends_a_known_session_and_404s_an_unknown_one(cluster, caplog):
+    server, port = start_http(cluster, "mcp-http-delete")
+    try:
+        status, _ = http(port, "DELETE", session="made-up-session")
+        assert status == 404
+        initialize = {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "initialize",
+            "params": {"protocolVersion": "2025-03-26", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}},
+        }
+        status, headers = http(port, "POST", body=initialize)
+        assert status == 200
+        session = headers["Mcp-Session-Id"]
+        assert session
+        status, _ = http(port, "DELETE", session=session)
+        assert status == 204
+        # Gone: a second DELETE, like any id the server does not hold, is 404.
+        status, _ = http(port, "DELETE", session=session)
+        assert status == 404
+
+        # The SDK's own client ends its session on exit without a warning, and numbers over
+        # HTTP are kept or refused as over stdio.
+        async def session_body():
+            async with streamable_http_client(f"http://127.0.0.1:{port}/mcp") as (read, write, *_):
+                async with ClientSession(read, write) as s:
+                    await s.initialize()
+                    return await numbers_body(s, "mcp/http-numbers")
+
+        with caplog.at_level("DEBUG"):
+            out = asyncio.run(asyncio.wait_for(session_body(), 60))
+        check_numbers(out)
+        assert "Session termination failed" not in caplog.text
+    finally:
+        server.terminate()
+        server.wait(10)

@@ -33,7 +33,9 @@ pub use namespace::Namespace;
 pub use schema::{AttributeDef, BranchName, BranchOp, Cardinality, Unique};
 pub use tx::{EntityRef, Precondition, TxOp, TxReceipt, TxRequest};
 pub use tx_codec::TX_REQUEST_FORMAT_VERSION;
-pub use value::{MAX_VECTOR_DIMENSION, Value, ValueType, check_json_numbers, check_vector};
+pub use value::{
+    MAX_VECTOR_DIMENSION, Value, ValueType, check_json_numbers, check_vector, inexact_json_numbers,
+};
 
 /// Format version of the canonical datom encoding. Bumped only with a new decoder arm, never
 /// by changing what an existing version means.

@@ -208,6 +208,18 @@ const NUMBER_SHOWN_CHARS: usize = 40;
 /// Public so that a client parsing a whole document (whose numbers its own parse would round
 /// before they reach [`Value::json`]) can refuse the same numbers first.
 pub fn check_json_numbers(text: &str) -> Result<(), ValidationError> {
+    match inexact_json_numbers(text).into_iter().next() {
+        Some((_, e)) => Err(e),
+        None => Ok(()),
+    }
+}
+
+/// Every number in the JSON `text` that [`check_json_numbers`] refuses: where its lexeme lies
+/// in `text`, and why. For a reader that must parse a document anyway and wants to name the
+/// field the number was in (the MCP server, whose SDK parses the request before any tool
+/// sees it).
+pub fn inexact_json_numbers(text: &str) -> Vec<(std::ops::Range<usize>, ValidationError)> {
+    let mut found = Vec::new();
     let bytes = text.as_bytes();
     let mut i = 0;
     let mut in_string = false;
@@ -235,12 +247,14 @@ pub fn check_json_numbers(text: &str) -> Result<(), ValidationError> {
                 i += 1;
             }
             // Only ASCII bytes were taken, so the slice is on char boundaries.
-            check_json_number(&text[start..i])?;
+            if let Err(e) = check_json_number(&text[start..i]) {
+                found.push((start..i, e));
+            }
             continue;
         }
         i += 1;
     }
-    Ok(())
+    found
 }
 
 /// Checks one number lexeme (see [`check_json_numbers`]).
@@ -420,6 +434,17 @@ mod tests {
             }
             other => panic!("{text} was not refused: {other:?}"),
         }
+    }
+
+    #[test]
+    fn inexact_numbers_are_located_outside_strings_only() {
+        let text = r#"{"a": 1, "b": "123456789012345678901234567890", "c": [0.1, 123456789012345678901234567890, 1e-400]}"#;
+        let found: Vec<&str> = inexact_json_numbers(text)
+            .into_iter()
+            .map(|(at, _)| &text[at])
+            .collect();
+        assert_eq!(found, ["123456789012345678901234567890", "1e-400"]);
+        assert!(inexact_json_numbers(r#"{"n": 9223372036854775807, "f": 0.1}"#).is_empty());
     }
 
     #[test]
