@@ -479,6 +479,7 @@ impl Shared {
     /// The security mode this node's applied chain records (`None`: not yet, this node being
     /// in no cluster or its cluster being initialised). Enforced comes from the gate's cache;
     /// anything else is read again, since an uninitialised store also reads as open there.
+    #[cfg_attr(madsim, allow(dead_code))] // its caller, the exposure check, is not simulated
     pub fn security_mode(&self) -> Result<Option<Mode>, ApiError> {
         self.with_policy(|cache, store| match cache.mode(store)? {
             Some(Mode::Enforced) => Ok(Some(Mode::Enforced)),

@@ -209,6 +209,8 @@ pub struct FeedHealth {
     stopped: AtomicBool,
 }
 
+// Read by `/metrics` only, which the simulation does not serve.
+#[cfg_attr(madsim, allow(dead_code))]
 impl FeedHealth {
     pub const fn new() -> FeedHealth {
         FeedHealth {
@@ -233,6 +235,7 @@ impl FeedHealth {
 static FEED_HEALTH: FeedHealth = FeedHealth::new();
 
 /// The feeder's lines of the `/metrics` text.
+#[cfg_attr(madsim, allow(dead_code))]
 pub fn render_metrics(node_id: u64, out: &mut String) {
     use std::fmt::Write as _;
     let _ = writeln!(
