@@ -22,4 +22,8 @@ if [ "${1:-}" = "--help" ] || [ "${1:-}" = "-h" ]; then
 fi
 command -v docker-compose >/dev/null || { echo "chaos.sh: docker-compose is not installed" >&2; exit 1; }
 deploy/build-image.sh --binary "$bin/engram" --tag engram:dev
+# The compose file defaults to enforced mode; the fault driver's clients are unsigned, so this
+# run opts into open mode explicitly, on the compose network of this one machine.
+echo "chaos: the cluster runs in OPEN mode beyond loopback (ENGRAM_SECURITY=open, ENGRAM_INSECURE_OPEN=true)" >&2
+export ENGRAM_SECURITY=open ENGRAM_INSECURE_OPEN=true
 exec "$bin/engram-chaos" --image engram:dev "$@"
