@@ -11,7 +11,19 @@
 //! `Corruption` errors become [`StorageError::Corruption`] naming the space and key, with the
 //! file path kept out of the message ([`StorageError::file`] has it); other failures are
 //! [`StorageError::Engine`]. [`Store::verify_checksums`] runs RocksDB's whole-database check
-//! through its C API, which the `rocksdb` crate does not wrap: the crate's one `unsafe` block.
+//! through its C API, which the `rocksdb` crate does not wrap.
+//!
+//! [`RocksStore::open_read_only`] is for tools that judge a stopped node's directory: it writes
+//! nothing there (no flush of the write-ahead log, no new MANIFEST, OPTIONS or info log), replays
+//! the log in memory so rows not yet flushed are still read, and refuses a directory whose
+//! `LOCK` a running node holds, found with a lock probe that takes nothing.
+//!
+//! When an open fails on corruption that RocksDB blames on the MANIFEST (it reports a table it
+//! could not load while replaying the MANIFEST under the MANIFEST's name), each table file is
+//! checked on its own and the first that fails is named instead (see [`damaged_table`]).
+//!
+//! The `unsafe` blocks are calls into RocksDB's C API for what the `rocksdb` crate does not
+//! wrap, and one `fcntl` for the lock probe.
 //!
 //! Must not depend on: Engram's data model, Raft, or an async runtime.
 
@@ -108,6 +120,220 @@ fn read_options() -> ReadOptions {
     ro
 }
 
+/// The column family of every space, each with its options.
+fn space_descriptors() -> [ColumnFamilyDescriptor; 4] {
+    // Column families do not inherit the database's options (`DB::open_cf` gives each one
+    // RocksDB's defaults), so every space gets its options explicitly.
+    let cache = Cache::new_lru_cache(BLOCK_CACHE_BYTES);
+    Space::ALL.map(|space| ColumnFamilyDescriptor::new(space.name(), space_options(&cache)))
+}
+
+/// The error of a failed open of the store in `dir`. Opening reads every table's footer, index,
+/// filter and properties, so damage there shows now; when RocksDB blames the MANIFEST for it,
+/// the table that fails on its own is named instead.
+fn open_error(dir: &Path, e: rocksdb::Error) -> StorageError {
+    if e.kind() != ErrorKind::Corruption {
+        return engine(e);
+    }
+    let error = corruption("unknown", "(open)".to_string(), &e.into_string());
+    if error.file().is_some_and(|f| f.ends_with(".sst")) {
+        return error;
+    }
+    let StorageError::Corruption { reason: opened, .. } = &error else {
+        return error;
+    };
+    let Some(table) = damaged_table(dir) else {
+        return error;
+    };
+    let name = table.path.rsplit('/').next().unwrap_or(&table.path);
+    let (reason, _) = split_file(
+        table
+            .message
+            .strip_prefix("Corruption: ")
+            .unwrap_or(&table.message),
+    );
+    StorageError::Corruption {
+        space: table.space.unwrap_or("unknown"),
+        key: "(open)".to_string(),
+        reason: format!("table file {name}: {reason} (the open reported: {opened})"),
+        file: Some(table.path),
+    }
+}
+
+/// A table file that fails when read on its own.
+struct DamagedTable {
+    path: String,
+    /// The space whose table it is, when the store's MANIFEST still says.
+    space: Option<&'static str>,
+    /// RocksDB's message.
+    message: String,
+}
+
+/// The first table file of the store in `dir` that fails when opened and checked on its own
+/// (footer, properties, index, filter and every block against its checksum), or `None`.
+///
+/// RocksDB loads every table while it replays the MANIFEST at open, and a table that fails to
+/// load there (its properties block unreadable, say) is reported as corruption of the MANIFEST.
+/// Its C API has no table reader, but external-file ingestion opens and checks a table from a
+/// path before it copies anything: each table is offered, followed by a path that does not
+/// exist, to an empty scratch store, so the ingestion stops at the absent path when the table
+/// passed and at the table when it did not. The store in `dir` is only read.
+fn damaged_table(dir: &Path) -> Option<DamagedTable> {
+    let scratch = tempfile::tempdir().ok()?;
+    let mut opts = Options::default();
+    opts.create_if_missing(true);
+    let checker = DB::open(&opts, scratch.path().join("db")).ok()?;
+    let absent = scratch.path().join("absent.sst");
+    table_files(dir).into_iter().find_map(|(path, space)| {
+        let message = check_table(&checker, &path, &absent)?;
+        Some(DamagedTable {
+            path: path.to_string_lossy().into_owned(),
+            space,
+            message,
+        })
+    })
+}
+
+/// The table files of the store in `dir`, oldest first, with their spaces: the live ones, from
+/// an open that tolerates tables that do not load (`paranoid_checks` off, read-only), or every
+/// `.sst` file in the directory when even that open fails.
+fn table_files(dir: &Path) -> Vec<(std::path::PathBuf, Option<&'static str>)> {
+    let mut opts = Options::default();
+    opts.set_paranoid_checks(false);
+    let live = DB::open_cf_descriptors_read_only(&opts, dir, space_descriptors(), false)
+        .and_then(|db| db.live_files());
+    let mut files: Vec<_> = match live {
+        Ok(live) => live
+            .into_iter()
+            .map(|f| {
+                let space = Space::ALL
+                    .into_iter()
+                    .find(|s| s.name() == f.column_family_name)
+                    .map(Space::name);
+                (dir.join(f.name.trim_start_matches('/')), space)
+            })
+            .collect(),
+        Err(_) => std::fs::read_dir(dir)
+            .map(|entries| {
+                entries
+                    .filter_map(|e| e.ok().map(|e| e.path()))
+                    .filter(|p| p.extension().is_some_and(|x| x == "sst"))
+                    .map(|p| (p, None))
+                    .collect()
+            })
+            .unwrap_or_default(),
+    };
+    // Table files are numbered in the order they were written, with a fixed width.
+    files.sort();
+    files
+}
+
+/// RocksDB's message when the table at `table` fails to open or to pass its checksums, read by
+/// offering it to `checker` for ingestion ahead of the path `absent`, which must not exist.
+fn check_table(checker: &DB, table: &Path, absent: &Path) -> Option<String> {
+    use std::ffi::CString;
+    use std::os::unix::ffi::OsStrExt;
+    let paths = [
+        CString::new(table.as_os_str().as_bytes()).ok()?,
+        CString::new(absent.as_os_str().as_bytes()).ok()?,
+    ];
+    let list: Vec<*const c_char> = paths.iter().map(|p| p.as_ptr()).collect();
+    let mut err: *mut c_char = std::ptr::null_mut();
+    // SAFETY: `checker` is alive for the whole call; the options are created, used and
+    // destroyed here, exactly once; `list` holds `list.len()` pointers to NUL-terminated strings
+    // that `paths` keeps alive past the call. On failure RocksDB stores a malloc'd,
+    // NUL-terminated message in `err`, copied and then freed with `rocksdb_free`, exactly once.
+    #[allow(unsafe_code)]
+    let message = unsafe {
+        let opts = librocksdb_sys::rocksdb_ingestexternalfileoptions_create();
+        // Copy (never move or link) whatever would be ingested: the table stays untouched.
+        librocksdb_sys::rocksdb_ingestexternalfileoptions_set_move_files(opts, 0);
+        librocksdb_sys::rocksdb_ingestexternalfileoptions_set_link_files(opts, 0);
+        // A node's own tables, not ones made by a table writer: taken as they are.
+        librocksdb_sys::rocksdb_ingestexternalfileoptions_set_allow_db_generated_files(opts, 1);
+        librocksdb_sys::rocksdb_ingestexternalfileoptions_set_snapshot_consistency(opts, 0);
+        librocksdb_sys::rocksdb_ingestexternalfileoptions_set_allow_blocking_flush(opts, 0);
+        // Every block, not only those read to open the table.
+        librocksdb_sys::rocksdb_ingestexternalfileoptions_set_verify_checksums_before_ingest(opts, 1);
+        librocksdb_sys::rocksdb_ingest_external_file(
+            checker.as_raw_ptr(),
+            list.as_ptr(),
+            list.len(),
+            opts,
+            &mut err,
+        );
+        librocksdb_sys::rocksdb_ingestexternalfileoptions_destroy(opts);
+        if err.is_null() {
+            None
+        } else {
+            let message = CStr::from_ptr(err).to_string_lossy().into_owned();
+            librocksdb_sys::rocksdb_free(err.cast());
+            Some(message)
+        }
+    };
+    // No error at all would mean the absent path was found; any error other than corruption is
+    // the absent path's (or the scratch store's), not the table's.
+    message.filter(|m| m.starts_with("Corruption"))
+}
+
+/// Who holds RocksDB's lock on the store in `dir`, if anyone.
+///
+/// RocksDB locks `LOCK` with `fcntl(F_SETLK)` while a store is open for writing and never for a
+/// read-only open, so a read-only open would go ahead on a running node's directory. The probe
+/// asks with `F_OFD_GETLK`, which takes no lock and writes nothing: a stale `LOCK` left by a
+/// killed node is not locked (the kernel dropped the lock with the process) and passes.
+#[cfg(target_os = "linux")]
+fn lock_holder(dir: &Path) -> Result<Option<String>, StorageError> {
+    use std::os::fd::AsRawFd;
+    let path = dir.join("LOCK");
+    let file = match std::fs::File::open(&path) {
+        Ok(file) => file,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => {
+            return Err(StorageError::Engine(format!(
+                "cannot read {}: {e}",
+                path.display()
+            )));
+        }
+    };
+    // SAFETY: `flock` is plain data, valid all zero; `fcntl` with `F_OFD_GETLK` only reads and
+    // writes that struct, through a pointer valid for the call, on a descriptor `file` keeps
+    // open.
+    #[allow(unsafe_code)]
+    let (rc, probe) = unsafe {
+        let mut probe: libc::flock = std::mem::zeroed();
+        probe.l_type = libc::F_WRLCK as libc::c_short;
+        probe.l_whence = libc::SEEK_SET as libc::c_short;
+        let rc = libc::fcntl(file.as_raw_fd(), libc::F_OFD_GETLK, &mut probe);
+        (rc, probe)
+    };
+    if rc != 0 {
+        return Err(StorageError::Engine(format!(
+            "cannot probe the lock on {}: {}",
+            path.display(),
+            std::io::Error::last_os_error()
+        )));
+    }
+    if probe.l_type == libc::F_UNLCK as libc::c_short {
+        return Ok(None);
+    }
+    // Closing any descriptor of a file drops every `fcntl` lock this process holds on it: when
+    // the holder is this very process (a store opened for writing here), closing the probe's
+    // descriptor would silently unlock that store, so it stays open.
+    std::mem::forget(file);
+    Ok(Some(if probe.l_pid > 0 {
+        format!("process {}", probe.l_pid)
+    } else {
+        "another process".to_string()
+    }))
+}
+
+/// Elsewhere no probe: a read-only open there does not notice a running node.
+#[cfg(not(target_os = "linux"))]
+fn lock_holder(_dir: &Path) -> Result<Option<String>, StorageError> {
+    Ok(None)
+}
+
 impl RocksStore {
     /// Opens (creating if missing) the store in `dir`.
     pub fn open(dir: &Path) -> Result<RocksStore, StorageError> {
@@ -115,18 +341,31 @@ impl RocksStore {
         db_opts.create_if_missing(true);
         db_opts.create_missing_column_families(true);
         db_opts.set_max_background_jobs(2);
-        // Column families do not inherit the database's options (`DB::open_cf` gives each
-        // one RocksDB's defaults), so every space gets its options explicitly.
-        let cache = Cache::new_lru_cache(BLOCK_CACHE_BYTES);
-        let spaces = Space::ALL.map(|space| ColumnFamilyDescriptor::new(space.name(), space_options(&cache)));
-        let db = DB::open_cf_descriptors(&db_opts, dir, spaces).map_err(|e| {
-            // Opening reads every table's footer, index and filter: damage there shows now.
-            if e.kind() == ErrorKind::Corruption {
-                corruption("unknown", "(open)".to_string(), &e.into_string())
-            } else {
-                engine(e)
-            }
-        })?;
+        let db =
+            DB::open_cf_descriptors(&db_opts, dir, space_descriptors()).map_err(|e| open_error(dir, e))?;
+        Ok(RocksStore { db })
+    }
+
+    /// Opens the existing store in `dir` for reading, writing nothing in `dir`: rows still only
+    /// in the write-ahead log (a node killed before a flush) are replayed into memory and read
+    /// like the rest. Refuses a directory whose `LOCK` another process holds (a running node),
+    /// naming it. Every write to the returned store fails.
+    pub fn open_read_only(dir: &Path) -> Result<RocksStore, StorageError> {
+        // RocksDB would create a missing directory even for a read-only open.
+        if !dir.join("CURRENT").is_file() {
+            return Err(StorageError::Engine(format!(
+                "{} holds no store (no CURRENT file)",
+                dir.display()
+            )));
+        }
+        if let Some(holder) = lock_holder(dir)? {
+            return Err(StorageError::Engine(format!(
+                "the store in {} is open in {holder}, which holds its LOCK",
+                dir.display()
+            )));
+        }
+        let db = DB::open_cf_descriptors_read_only(&Options::default(), dir, space_descriptors(), false)
+            .map_err(|e| open_error(dir, e))?;
         Ok(RocksStore { db })
     }
 
@@ -418,6 +657,140 @@ mod tests {
         let (reason, file) = split_file("bad table magic number");
         assert_eq!(reason, "bad table magic number");
         assert_eq!(file, None);
+    }
+
+    /// Every file of `dir`: its name, length and contents, in name order.
+    fn files_of(dir: &Path) -> Vec<(String, Vec<u8>)> {
+        let mut files: Vec<_> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| {
+                let e = e.unwrap();
+                (
+                    e.file_name().to_string_lossy().into_owned(),
+                    std::fs::read(e.path()).unwrap(),
+                )
+            })
+            .collect();
+        files.sort();
+        files
+    }
+
+    #[test]
+    fn a_read_only_open_writes_nothing_and_reads_rows_only_in_the_log() {
+        let dir = tempfile::tempdir().unwrap();
+        one_table(dir.path(), 100);
+        {
+            // Closing does not flush: these rows stay in the write-ahead log alone.
+            let store = RocksStore::open(dir.path()).unwrap();
+            let mut b = WriteBatch::new();
+            b.put(Space::Log, b"in-the-log".to_vec(), b"only".to_vec());
+            store.write(b, Durability::Sync).unwrap();
+        }
+        let before = files_of(dir.path());
+        assert!(
+            before
+                .iter()
+                .any(|(name, bytes)| name.ends_with(".log") && !bytes.is_empty())
+        );
+        {
+            let store = RocksStore::open_read_only(dir.path()).unwrap();
+            assert_eq!(
+                store.get(Space::Log, b"in-the-log").unwrap(),
+                Some(b"only".to_vec())
+            );
+            let mut rows = 0;
+            store
+                .for_each(Space::State, &mut |_, _| {
+                    rows += 1;
+                    Ok(())
+                })
+                .unwrap();
+            assert_eq!(rows, 100);
+            store.verify_checksums().unwrap();
+            let mut b = WriteBatch::new();
+            b.put(Space::Log, b"k".to_vec(), b"v".to_vec());
+            assert!(store.write(b, Durability::Sync).is_err());
+        }
+        assert!(
+            before == files_of(dir.path()),
+            "the read-only open changed the directory"
+        );
+    }
+
+    #[test]
+    fn a_read_only_open_refuses_a_directory_a_running_store_holds() {
+        let dir = tempfile::tempdir().unwrap();
+        let _running = RocksStore::open(dir.path()).unwrap();
+        let Err(StorageError::Engine(message)) = RocksStore::open_read_only(dir.path()) else {
+            panic!("a held store opened read-only");
+        };
+        assert!(message.contains("holds its LOCK"), "{message}");
+        // The probe left the holder's lock in place (closing its descriptor would have dropped
+        // the lock this process holds): a second probe still finds it.
+        assert!(lock_holder(dir.path()).unwrap().is_some());
+    }
+
+    #[test]
+    fn a_read_only_open_creates_nothing_where_no_store_is() {
+        let dir = tempfile::tempdir().unwrap();
+        let missing = dir.path().join("db");
+        assert!(RocksStore::open_read_only(&missing).is_err());
+        assert!(!missing.exists());
+    }
+
+    /// Leaves the names in `table`'s properties block unsorted: the block's first entry holds
+    /// the first name ("rocksdb.…") whole, after three one-byte varints (shared length 0, name
+    /// length, value length); the second entry's first own byte is where its name departs from
+    /// the first, and '!' there sorts it before the first. RocksDB then fails to load the table
+    /// while it replays the MANIFEST, and blames the MANIFEST.
+    fn unsort_properties(table: &Path) {
+        let mut bytes = std::fs::read(table).unwrap();
+        let first = bytes.windows(8).position(|w| w == b"rocksdb.").unwrap();
+        let entry = first - 3;
+        assert_eq!(bytes[entry], 0, "not the start of the properties block");
+        let second = first + usize::from(bytes[entry + 1]) + usize::from(bytes[entry + 2]);
+        bytes[second + 3] = b'!';
+        std::fs::write(table, bytes).unwrap();
+    }
+
+    #[test]
+    fn a_table_that_fails_to_load_at_open_is_named_not_the_manifest() {
+        let dir = tempfile::tempdir().unwrap();
+        let table = one_table(dir.path(), 2000);
+        unsort_properties(&table);
+        let name = table.file_name().unwrap().to_str().unwrap();
+        for (how, result) in [
+            ("read-only", RocksStore::open_read_only(dir.path())),
+            ("read-write", RocksStore::open(dir.path())),
+        ] {
+            let Err(e) = result else {
+                panic!("{how}: a damaged table opened");
+            };
+            let StorageError::Corruption {
+                space, reason, file, ..
+            } = &e
+            else {
+                panic!("{how}: expected corruption, got {e:?}");
+            };
+            assert!(
+                reason.starts_with(&format!(
+                    "table file {name}: properties unsorted (the open reported: "
+                )),
+                "{how}: {reason}"
+            );
+            assert_eq!(file.as_deref(), Some(table.to_str().unwrap()), "{how}");
+            assert_eq!(*space, "state", "{how}");
+            assert!(!e.to_string().contains('/'), "{how}: a path in {e}");
+        }
+    }
+
+    #[test]
+    fn no_table_of_an_intact_store_is_taken_for_damaged() {
+        let dir = tempfile::tempdir().unwrap();
+        one_table(dir.path(), 100);
+        let tables = table_files(dir.path());
+        assert!(!tables.is_empty());
+        assert!(damaged_table(dir.path()).is_none());
     }
 
     #[test]
