@@ -2,7 +2,9 @@
 # Chaos on real containers: builds the engram:dev image (from the debug build unless
 # ENGRAM_CHAOS_PROFILE=release), then runs engram-chaos against a fresh 3-node compose cluster
 # (deploy/compose.yaml): kills (the leader too), network partitions and pauses while clients
-# write, then checks every acknowledged write, the audit chains and linearizability.
+# write, then checks every acknowledged write, the audit chains and linearizability. The
+# cluster runs in enforced mode, the compose default: engram-chaos makes an administrator key
+# for the run, gives the nodes its public half (ENGRAM_ADMIN) and signs every call with it.
 #
 #   deploy/chaos.sh                         the CI default: 6 cycles, seed 1 (about 2 minutes)
 #   deploy/chaos.sh --cycles 100 --seed 7   a soak
@@ -22,8 +24,4 @@ if [ "${1:-}" = "--help" ] || [ "${1:-}" = "-h" ]; then
 fi
 command -v docker-compose >/dev/null || { echo "chaos.sh: docker-compose is not installed" >&2; exit 1; }
 deploy/build-image.sh --binary "$bin/engram" --tag engram:dev
-# The compose file defaults to enforced mode; the fault driver's clients are unsigned, so this
-# run opts into open mode explicitly, on the compose network of this one machine.
-echo "chaos: the cluster runs in OPEN mode beyond loopback (ENGRAM_SECURITY=open, ENGRAM_INSECURE_OPEN=true)" >&2
-export ENGRAM_SECURITY=open ENGRAM_INSECURE_OPEN=true
 exec "$bin/engram-chaos" --image engram:dev "$@"

@@ -12,6 +12,8 @@ pub struct Compose {
     pub image: String,
     /// Host ports of nodes 1..=3.
     pub ports: [u16; 3],
+    /// More variables for the compose file (the first administrator, `ENGRAM_ADMIN`).
+    pub env: Vec<(String, String)>,
 }
 
 fn run(cmd: &mut Command) -> Result<String> {
@@ -66,6 +68,7 @@ impl Compose {
         for (i, port) in self.ports.iter().enumerate() {
             cmd.env(format!("ENGRAM_PORT_{}", i + 1), port.to_string());
         }
+        cmd.envs(self.env.iter().map(|(k, v)| (k, v)));
         run(&mut cmd)
     }
 

@@ -14,6 +14,11 @@
 //!
 //! Prints the figures (cycles, faults, writes acknowledged, lost, unknown) and exits non-zero if
 //! any check fails. The fault schedule is a pure function of `--seed`.
+//!
+//! The cluster runs in enforced mode, as the compose file's default: each run makes a fresh
+//! administrator key (never derived from the seed: the compose ports are published on the
+//! host), passes its public half to the nodes as the first administrator, and signs every call
+//! with it.
 
 mod docker;
 
@@ -25,6 +30,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use clap::Parser;
+use engram_access::{AgentKey, Principal};
 use engram_client::{Client, ClientConfig, Consistency, GetOptions, HistoryTarget, RetryPolicy};
 use engram_lincheck::history::{Call, History, Key, Outcome};
 use engram_types::{
@@ -36,6 +42,24 @@ use crate::docker::{Compose, Fault};
 
 const NAMESPACE: &str = "chaos";
 const REG: &str = ":reg/v";
+/// The administrator every call signs as; in enforced mode a transaction's agent must be its
+/// signer, so every write names it too.
+const AGENT: &str = "chaos";
+
+/// This run's administrator key, made once at its start ([`admin_key`]).
+static ADMIN: std::sync::OnceLock<Arc<AgentKey>> = std::sync::OnceLock::new();
+
+/// A fresh administrator key from the OS's randomness: written to a file of its own (that is
+/// how the key library draws one), read back and the file removed.
+fn admin_key() -> Result<Arc<AgentKey>> {
+    let principal = Principal::new(AGENT).context("the administrator's name")?;
+    let path = std::env::temp_dir().join(format!("engram-chaos-{}-admin.key", std::process::id()));
+    // A leftover of an earlier process with the same id (the key library never overwrites).
+    let _ = std::fs::remove_file(&path);
+    let key = AgentKey::create(principal, &path).context("making the administrator key");
+    let _ = std::fs::remove_file(&path);
+    Ok(Arc::new(key?))
+}
 
 #[derive(Parser, Debug)]
 #[command(
@@ -126,7 +150,7 @@ fn client_config(budget: Duration) -> ClientConfig {
             ..RetryPolicy::default()
         },
         tls: None,
-        agent: None,
+        agent: ADMIN.get().cloned(),
         trust_keys: Vec::new(),
     }
 }
@@ -218,6 +242,7 @@ async fn run_client(id: usize, client: Client, shared: Arc<Shared>, seed: u64) {
     let mut rng = Rng(seed ^ (id as u64).wrapping_mul(0x1000_0000_01b3));
     let ns = Namespace::new(NAMESPACE).expect("a valid namespace");
     let agent = format!("chaos-client-{id}");
+    let signer = provenance(AGENT);
     let mut seq = 0i64;
     let mut seen: BTreeMap<Key, Option<i64>> = BTreeMap::new();
     while !shared.stop.load(Ordering::Relaxed) {
@@ -235,7 +260,7 @@ async fn run_client(id: usize, client: Client, shared: Arc<Shared>, seed: u64) {
             let mut tx = TxRequest::data(
                 ns.clone(),
                 vec![reg_op(EntityRef::Id(entity), value)],
-                provenance(&agent),
+                signer.clone(),
             );
             tx.idempotency_key = Some(format!("{agent}-{seq}"));
             let call = match expected {
@@ -336,13 +361,34 @@ async fn verify_chain(endpoint: &str) -> Result<engram_verify::Report> {
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
     let args = Args::parse();
+    let env = match admin_key() {
+        Ok(key) => {
+            let admin = format!("{AGENT}={}", hex::encode(key.public().0));
+            let _ = ADMIN.set(key);
+            println!(
+                "security: enforced; the nodes' first administrator is {admin} (a key made for this run)"
+            );
+            vec![("ENGRAM_ADMIN".to_string(), admin)]
+        }
+        Err(e) => {
+            eprintln!("engram-chaos: {e:#}");
+            Vec::new()
+        }
+    };
     let compose = Compose {
         file: args.compose.clone(),
         project: args.project.clone(),
         image: args.image.clone(),
         ports: [args.port_base, args.port_base + 1, args.port_base + 2],
+        env,
     };
-    let result = run(&args, &compose).await;
+    let result = if compose.env.is_empty() {
+        Err(anyhow::anyhow!(
+            "no administrator key, so the cluster cannot be enforced"
+        ))
+    } else {
+        run(&args, &compose).await
+    };
     compose.heal_all();
     if !args.keep {
         let _ = compose.down();
@@ -376,7 +422,7 @@ async fn run(args: &Args, compose: &Compose) -> Result<bool> {
             valid_to_ns: None,
         })
         .collect();
-    let mut setup = TxRequest::data(ns.clone(), setup_ops, provenance("chaos-setup"));
+    let mut setup = TxRequest::data(ns.clone(), setup_ops, provenance(AGENT));
     setup.idempotency_key = Some("chaos-setup".into());
     let receipt = client.transact(&setup).await.context("creating the registers")?;
     let registers: Vec<EntityId> = (0..args.registers)
