@@ -1,5 +1,5 @@
-//! `audit export` and offline `audit verify`: an export file, or a stopped node's store read
-//! through the core's export writer and piped into the same verifier, so a data directory is
+//! `audit export` and offline `audit verify`: an export file, or a stopped node's store (opened
+//! read-only: a verifier must not change what it judges) read through the core's export writer and piped into the same verifier, so a data directory is
 //! judged exactly as its export would be; a data directory is then scrubbed whole
 //! (`engram_core::scrub`): every row of every space read with checksums verified, every index
 //! row checked against its datom and every datom against its index rows and its entry.
@@ -49,18 +49,20 @@ impl fmt::Display for UnreadableReported {
 
 impl std::error::Error for UnreadableReported {}
 
-/// Opens a stopped node's store. RocksDB refuses a store another process holds open, which is
-/// the message an operator needs: stop the node first.
+/// Opens a stopped node's store for reading only: an offline command judges the directory and
+/// must not change it (no flush of the write-ahead log, no compaction, no new MANIFEST), and
+/// rows the node left only in its write-ahead log are read like the rest. A directory whose
+/// `LOCK` a running node holds is refused: stop the node first.
 fn open_store(data_dir: &Path) -> Result<Arc<dyn Store>, Unreadable> {
     let db = data_dir.join("db");
-    if !db.is_dir() {
+    if !db.join("CURRENT").is_file() {
         return Err(Unreadable(format!(
             "{} holds no Engram store (expected {})",
             data_dir.display(),
             db.display()
         )));
     }
-    engram_storage_rocks::RocksStore::open(&db)
+    engram_storage_rocks::RocksStore::open_read_only(&db)
         .map(|s| Arc::new(s) as Arc<dyn Store>)
         .map_err(|e| match &e {
             // Opening reads every table's footer, index and properties: a damaged one shows
@@ -259,8 +261,34 @@ pub fn verify(args: &VerifyArgs, json: bool) -> Result<()> {
 /// `audit verify --data-dir DIR`: the chain, through the export pipe, then the scrub. The
 /// store's own damage (a block that fails its checksum) is reported as unreadable, exit 3,
 /// even when it also made the chain look tampered: that is the cause, the rest its effect.
+///
+/// The first line of the text output is the verdict, and `--json` always carries `verdict`,
+/// also when the store cannot be read at all: a reader of the first line (or of `verdict`)
+/// never takes a damaged store for a verified one.
 fn verify_data_dir(dir: &Path, options: &VerifyOptions, ui: Ui, json: bool) -> Result<()> {
     let label = dir.display().to_string();
+    let result = judge_data_dir(dir, &label, options, ui, json);
+    let Err(err) = result else {
+        return Ok(());
+    };
+    let Some(Unreadable(message)) = err.downcast_ref::<Unreadable>() else {
+        return Err(err);
+    };
+    if json {
+        print_json(&json!({
+            "ok": false,
+            "verdict": "unreadable",
+            "input": label,
+            "error": { "message": message, "tampered": false },
+        }))?;
+    } else {
+        outln!("FAILED (unreadable): {message}")?;
+    }
+    Err(UnreadableReported(message.clone()).into())
+}
+
+fn judge_data_dir(dir: &Path, label: &str, options: &VerifyOptions, ui: Ui, json: bool) -> Result<()> {
+    let label = label.to_string();
     let store = open_store(dir)?;
     let head = engram_core::reads::head(&*store).map_err(|e| {
         let file = match &e {
@@ -351,10 +379,11 @@ fn verify_data_dir(dir: &Path, options: &VerifyOptions, ui: Ui, json: bool) -> R
         Err(_) => {}
     }
 
+    let verdict = Verdict::of(&report, &scrub);
     if json {
         let mut doc = serde_json::to_value(&report).unwrap_or_else(|e| json!({ "error": e.to_string() }));
         if let Some(map) = doc.as_object_mut() {
-            map.insert("ok".into(), json!(report.ok() && scrub.ok()));
+            map.insert("ok".into(), json!(verdict == Verdict::Verified));
             map.insert("input".into(), json!(label));
             map.insert("chain_ok".into(), json!(report.ok()));
             map.insert(
@@ -368,20 +397,12 @@ fn verify_data_dir(dir: &Path, options: &VerifyOptions, ui: Ui, json: bool) -> R
                 "scrub".into(),
                 serde_json::to_value(&scrub).unwrap_or_else(|e| json!({ "error": e.to_string() })),
             );
-            map.insert(
-                "verdict".into(),
-                json!(if scrub.first_unreadable().is_some() {
-                    "unreadable"
-                } else if !report.ok() || !scrub.ok() {
-                    "tampered"
-                } else {
-                    "verified"
-                }),
-            );
+            map.insert("verdict".into(), json!(verdict.name()));
         }
         print_json(&doc)?;
     } else {
-        print_report(&label, &report, false)?;
+        outln!("{}", verdict_line(&label, verdict, &report, &scrub))?;
+        print_chain(&report)?;
         if let Some((from, to)) = unattested {
             outln!(
                 "  unattested   entries {from}..={to}: applied, not yet attested by this node (it stopped before signing its last group; it attests them when it starts); the chain above ends at {attested}, the scrub read them"
@@ -399,6 +420,90 @@ fn verify_data_dir(dir: &Path, options: &VerifyOptions, ui: Ui, json: bool) -> R
         return Err(Tampered(format!("{label}: {first}")).into());
     }
     Ok(())
+}
+
+/// What an offline verification of a data directory concludes; its exit code follows.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Verdict {
+    Verified,
+    /// The chain does not verify, or rows disagree with the rows they must agree with: exit 2.
+    Tampered,
+    /// A block of the store fails its checksum: exit 3, even when the chain looks tampered too,
+    /// since the damage is the cause.
+    Unreadable,
+}
+
+impl Verdict {
+    fn of(report: &Report, scrub: &ScrubReport) -> Verdict {
+        if scrub.first_unreadable().is_some() {
+            Verdict::Unreadable
+        } else if !report.ok() || !scrub.ok() {
+            Verdict::Tampered
+        } else {
+            Verdict::Verified
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Verdict::Verified => "verified",
+            Verdict::Tampered => "tampered",
+            Verdict::Unreadable => "unreadable",
+        }
+    }
+}
+
+/// The first line of a data directory's text report: the verdict and its first reason.
+fn verdict_line(label: &str, verdict: Verdict, report: &Report, scrub: &ScrubReport) -> String {
+    match verdict {
+        Verdict::Verified => format!(
+            "verified: {label}: {} entries ({} transactions, {} datoms), {} checkpoints; store scrub clean",
+            report.entries, report.transactions, report.datoms, report.checkpoints
+        ),
+        Verdict::Unreadable => {
+            let damage = scrub.first_unreadable().map_or_else(String::new, |f| {
+                let file = f.file.as_deref().map(|p| p.rsplit('/').next().unwrap_or(p));
+                match file {
+                    Some(name) => format!(" in {name}: {f}"),
+                    None => format!(": {f}"),
+                }
+            });
+            format!("FAILED (unreadable): {label}: store scrub found damage{damage}")
+        }
+        Verdict::Tampered => match (report.failures.first(), scrub.findings.first()) {
+            (Some(failure), _) => {
+                format!("FAILED (tampered): {label}: the audit chain does not verify: {failure}")
+            }
+            (None, Some(finding)) => format!("FAILED (tampered): {label}: store scrub found {finding}"),
+            (None, None) => format!("FAILED (tampered): {label}"),
+        },
+    }
+}
+
+/// The chain half of a data directory's text report, under the verdict line.
+fn print_chain(report: &Report) -> Result<()> {
+    if report.ok() {
+        outln!(
+            "  audit chain  verified {} entries ({} transactions, {} datoms), {} checkpoints",
+            report.entries,
+            report.transactions,
+            report.datoms,
+            report.checkpoints
+        )?;
+    } else {
+        outln!(
+            "  audit chain  DOES NOT VERIFY (checked before stopping: {} entries, {} checkpoints)",
+            report.entries,
+            report.checkpoints
+        )?;
+        for f in &report.failures {
+            outln!("    {f}")?;
+        }
+        if report.stopped_early {
+            outln!("    (stopped at the first failure; --all lists every one)")?;
+        }
+    }
+    print_details(report)
 }
 
 fn print_scrub(scrub: &ScrubReport) -> Result<()> {
@@ -455,6 +560,11 @@ fn print_report(label: &str, report: &Report, json: bool) -> Result<()> {
             report.checkpoints
         )?;
     }
+    print_details(report)
+}
+
+/// The lines of a chain report after its verdict: head, root, signers, keys.
+fn print_details(report: &Report) -> Result<()> {
     outln!(
         "  head         {} {}",
         report.head_index,

@@ -104,8 +104,10 @@ async fn stopped_node(metrics_port: u16, extra: &[&str]) -> (tempfile::TempDir, 
     }
     cluster.kill(1).unwrap();
     let data_dir = cluster.node(1).unwrap().data_dir.clone();
-    // The node died with its rows in the write-ahead log; the first open replays the log into
-    // table files. It must verify clean.
+    // The node died with its rows in the write-ahead log. `audit verify` reads them there
+    // without writing; the flips below need table files, which the next open for writing
+    // makes from the log, as the node's restart would.
+    drop(engram_storage_rocks::RocksStore::open(&data_dir.join("db")).unwrap());
     let out = run(&["audit", "verify", "--data-dir", data_dir.to_str().unwrap()]);
     assert_eq!(
         out.status.code(),
@@ -114,10 +116,12 @@ async fn stopped_node(metrics_port: u16, extra: &[&str]) -> (tempfile::TempDir, 
         text(&out.stdout),
         text(&out.stderr)
     );
+    let stdout = text(&out.stdout);
+    assert!(stdout.contains("store scrub  clean"), "{stdout}");
+    // The verdict comes first.
     assert!(
-        text(&out.stdout).contains("store scrub  clean"),
-        "{}",
-        text(&out.stdout)
+        stdout.starts_with(&format!("verified: {}: ", data_dir.display())),
+        "{stdout}"
     );
     (dir, cluster, data_dir)
 }
@@ -207,10 +211,12 @@ async fn every_flipped_byte_of_a_table_file_is_reported() {
             "flip at {offset}: the file is not named: {stderr}"
         );
         let doc: Json = serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("{e}: {stdout}"));
+        // Whether the store opened or not, the document carries the verdict.
+        assert_eq!(doc["verdict"], "unreadable", "flip at {offset}: {doc}");
+        assert_eq!(doc["ok"], false, "flip at {offset}: {doc}");
         match doc.get("scrub") {
             // The store opened: the JSON carries the same finding.
             Some(scrub) => {
-                assert_eq!(doc["verdict"], "unreadable", "flip at {offset}: {doc}");
                 let first = scrub["findings"]
                     .as_array()
                     .unwrap()
@@ -237,6 +243,68 @@ async fn every_flipped_byte_of_a_table_file_is_reported() {
     assert!(
         messages.iter().any(|m| m.contains("block_type = Filter")),
         "no flip landed in the filter block: {messages:#?}"
+    );
+
+    // The text report of a damaged store opens with its verdict, naming the file; the exit
+    // code is unchanged.
+    let copy = dir.path().join("flip-text");
+    common::copy_dir(&pristine, &copy);
+    flip(&copy.join("db").join(&name), 7);
+    let out = run(&["audit", "verify", "--data-dir", copy.to_str().unwrap()]);
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(3), "{stdout}");
+    let first = stdout.lines().next().unwrap_or_default();
+    assert!(
+        first.starts_with(&format!(
+            "FAILED (unreadable): {}: store scrub found damage in {name}: ",
+            copy.display()
+        )),
+        "{stdout}"
+    );
+}
+
+/// Leaves the names in `table`'s properties block unsorted, as one flipped byte did on a real
+/// store: the block's first entry holds the first name ("rocksdb.…") whole, after three one-byte
+/// varints (shared length 0, name length, value length); the second entry's first own byte is
+/// where its name departs from the first, and '!' there sorts it before the first. RocksDB then
+/// fails to load the table at open and reports the MANIFEST it was replaying, not the table.
+fn unsort_properties(table: &Path) {
+    let mut bytes = std::fs::read(table).unwrap();
+    let first = bytes.windows(8).position(|w| w == b"rocksdb.").unwrap();
+    let entry = first - 3;
+    assert_eq!(bytes[entry], 0, "not the start of the properties block");
+    let second = first + usize::from(bytes[entry + 1]) + usize::from(bytes[entry + 2]);
+    bytes[second + 3] = b'!';
+    std::fs::write(table, bytes).unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_table_that_fails_to_load_at_open_is_named_by_verify_and_serve() {
+    let (dir, _cluster, pristine) = stopped_node(free_ports(1).unwrap()[0], &[]).await;
+    let damaged = dir.path().join("unsorted-properties");
+    common::copy_dir(&pristine, &damaged);
+    let (table, _) = tables(&damaged)[0].clone();
+    let name = table.file_name().unwrap().to_str().unwrap().to_string();
+    unsort_properties(&table);
+
+    let out = run(&["audit", "verify", "--data-dir", damaged.to_str().unwrap()]);
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert_eq!(out.status.code(), Some(3), "{stdout}\n{stderr}");
+    let first = stdout.lines().next().unwrap_or_default();
+    assert!(
+        first.starts_with("FAILED (unreadable): ") && first.contains(&format!("table file {name}: ")),
+        "the verdict line does not name {name}: {stdout}"
+    );
+    assert!(
+        stderr.contains(&format!("(file {})", table.display())),
+        "{stderr}"
+    );
+
+    let stderr = refused_start(&damaged, &[]);
+    assert!(
+        stderr.contains("cannot open the store: storage corruption in ")
+            && stderr.contains(&format!("table file {name}: properties unsorted")),
+        "serve does not name {name}: {stderr}"
     );
 }
 
