@@ -6,8 +6,9 @@
 
 mod common;
 
+use common::{json_of, run, text};
+
 use std::path::Path;
-use std::process::{Command, Output};
 use std::time::Duration;
 
 use engram_audit::{Checkpoint, NodeKey, SignedCheckpoint};
@@ -19,23 +20,6 @@ use futures::StreamExt;
 use serde_json::Value as Json;
 
 const EXE: &str = env!("CARGO_BIN_EXE_engram");
-
-fn run(args: &[&str]) -> Output {
-    Command::new(EXE)
-        .args(args)
-        .env_remove("ENGRAM_ENDPOINTS")
-        .output()
-        .expect("run engram")
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
-}
-
-fn json_of(out: &Output) -> Json {
-    serde_json::from_slice(&out.stdout)
-        .unwrap_or_else(|e| panic!("{e}: stdout {} stderr {}", text(&out.stdout), text(&out.stderr)))
-}
 
 fn tx(n: i64) -> TxRequest {
     common::memory_tx("audit/test", n)

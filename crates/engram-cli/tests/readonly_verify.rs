@@ -7,8 +7,10 @@
 
 mod common;
 
+use common::{run, text};
+
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Command;
 use std::time::{Duration, SystemTime};
 
 use engram_cli::local_cluster::{LocalCluster, free_ports};
@@ -16,18 +18,6 @@ use engram_client::Client;
 use serde_json::Value as Json;
 
 const EXE: &str = env!("CARGO_BIN_EXE_engram");
-
-fn run(args: &[&str]) -> Output {
-    Command::new(EXE)
-        .args(args)
-        .env_remove("ENGRAM_ENDPOINTS")
-        .output()
-        .expect("run engram")
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
-}
 
 /// One file of a directory tree as an evidence log would record it: its path under the root,
 /// its length, its modification time and its whole contents (kept, not hashed: the stores are

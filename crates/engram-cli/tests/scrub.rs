@@ -5,6 +5,8 @@
 
 mod common;
 
+use common::{run, text};
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::Duration;
@@ -17,18 +19,6 @@ use serde_json::Value as Json;
 use tonic::Code;
 
 const EXE: &str = env!("CARGO_BIN_EXE_engram");
-
-fn run(args: &[&str]) -> Output {
-    Command::new(EXE)
-        .args(args)
-        .env_remove("ENGRAM_ENDPOINTS")
-        .output()
-        .expect("run engram")
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
-}
 
 /// A transaction whose text is long and varied, so the state's table spans many data blocks
 /// even compressed.

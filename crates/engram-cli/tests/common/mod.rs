@@ -90,3 +90,26 @@ pub fn run_cli(exe: &str, endpoint: &str, args: &[&str], stdin: Option<&str>) ->
         stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
     }
 }
+
+/// Runs the `engram` binary under test with `args`, with no endpoints from the environment.
+#[allow(dead_code)] // each test binary compiles this module; not all of them run the binary
+pub fn run(args: &[&str]) -> std::process::Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_engram"))
+        .args(args)
+        .env_remove("ENGRAM_ENDPOINTS")
+        .output()
+        .expect("run engram")
+}
+
+/// Output bytes as text, for assertions and failure messages.
+#[allow(dead_code)] // each test binary compiles this module; not all of them read output
+pub fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// The JSON a command printed, or a panic showing what it printed instead.
+#[allow(dead_code)] // each test binary compiles this module; not all of them read JSON
+pub fn json_of(out: &std::process::Output) -> serde_json::Value {
+    serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: stdout {} stderr {}", text(&out.stdout), text(&out.stderr)))
+}
