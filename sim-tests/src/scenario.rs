@@ -22,6 +22,11 @@ use crate::faults::{Driver, FaultMix, draw_skew_ns};
 use crate::history::{History, Outcome};
 use crate::workload::{self, Workload};
 
+/// Watchers per seed, each held to the watch's promise on its own.
+const WATCHERS: usize = 100;
+/// How far apart the watchers open (the last opens about 4 s into the run).
+const WATCHER_STAGGER: Duration = Duration::from_millis(40);
+
 /// How to run a seed.
 #[derive(Clone, Debug, Default)]
 pub struct Options {
@@ -337,18 +342,29 @@ async fn simulate(options: Options) -> SimResult {
         clients.push(node.spawn(workload::run_client(c, w.clone())));
     }
 
-    // The watcher follows the namespace from the start to the end of the run, on its own host.
-    let watch_log = Arc::new(crate::watcher::WatchLog::default());
-    let watcher = handle
+    // The watchers follow the namespace from their start to the end of the run, on a host of
+    // their own; they open over the first seconds, so later ones start behind and read pages.
+    let watch_logs: Vec<Arc<crate::watcher::WatchLog>> = (0..WATCHERS).map(|_| Arc::default()).collect();
+    let watcher_host = handle
         .create_node()
         .name("watcher")
         .ip(std::net::IpAddr::V4(std::net::Ipv4Addr::new(10, 0, 2, 1)))
-        .build()
-        .spawn(crate::watcher::run_watcher(
-            w.targets.clone(),
-            watch_log.clone(),
-            Duration::from_secs(300),
-        ));
+        .build();
+    let watchers: Vec<_> = watch_logs
+        .iter()
+        .enumerate()
+        .map(|(i, log)| {
+            // Spread over the nodes: each starts on another one.
+            let mut targets = w.targets.clone();
+            targets.rotate_left(i % targets.len().max(1));
+            watcher_host.spawn(crate::watcher::run_watcher(
+                targets,
+                log.clone(),
+                Duration::from_secs(300),
+                WATCHER_STAGGER * i as u32,
+            ))
+        })
+        .collect();
 
     // The speculator works on branches of its own namespace, on its own host.
     let speculation = Arc::new(crate::speculator::SpeculationLog::default());
@@ -424,9 +440,13 @@ async fn simulate(options: Options) -> SimResult {
         })
         .max()
         .unwrap_or(0);
-    watch_log.until_tx.store(last_tx.max(1), Ordering::Relaxed);
-    if let Err(e) = watcher.await {
-        return fail(&mix, format!("the watcher task failed: {e}"));
+    for log in &watch_logs {
+        log.until_tx.store(last_tx.max(1), Ordering::Relaxed);
+    }
+    for (i, watcher) in watchers.into_iter().enumerate() {
+        if let Err(e) = watcher.await {
+            return fail(&mix, format!("watcher {i}'s task failed: {e}"));
+        }
     }
     monitor.sample(&cluster);
     violations.extend(monitor.violations.iter().cloned());
@@ -468,8 +488,17 @@ async fn simulate(options: Options) -> SimResult {
     ));
     violations.extend(tx_time_monotonic::check(&replicas));
     violations.extend(audit_verifies::check(&replicas));
-    let delivered = watch_log.txs.lock().unwrap_or_else(|e| e.into_inner()).clone();
-    violations.extend(watch_complete::check(&replicas, &delivered));
+    // Every watcher is held to the promise; the first few that break it are named.
+    violations.extend(
+        watch_logs
+            .iter()
+            .enumerate()
+            .flat_map(|(i, log)| {
+                let delivered = log.txs.lock().unwrap_or_else(|e| e.into_inner()).clone();
+                watch_complete::check(&replicas, &delivered, i)
+            })
+            .take(3),
+    );
     violations.extend(no_partial_apply::check(&replicas));
     let all_stores: Vec<(u64, &dyn engram_storage::Store)> = cluster
         .nodes

@@ -1,4 +1,4 @@
-//! A watcher agent: follows the workload's namespace through `Client::watch` (the public
+//! The watcher agents: each follows the workload's namespace through `Client::watch` (the public
 //! client, with its resume-on-another-node logic) for the whole run, through every fault, and
 //! records the tx ids it is given. The `watch_complete` checker then holds it to the watch's
 //! promise: every committed transaction once, in order, none missing.
@@ -28,9 +28,13 @@ pub struct WatchLog {
 /// cluster (or is cut off) keeps its stream open but has nothing new to say.
 const STALL: Duration = Duration::from_secs(3);
 
-/// Runs until the harness sets `until_tx` and the watcher has delivered it, or `deadline`.
-pub async fn run_watcher(targets: Vec<String>, log: Arc<WatchLog>, deadline: Duration) {
+/// Opens after `delay`, then runs until the harness sets `until_tx` and the watcher has
+/// delivered it, or `deadline` after it started.
+pub async fn run_watcher(targets: Vec<String>, log: Arc<WatchLog>, deadline: Duration, delay: Duration) {
     let started = madsim::time::Instant::now();
+    // A watcher that opens late starts behind the node's ring and reads pages of the store
+    // first, with the others that opened at about the same time.
+    madsim::time::sleep(delay).await;
     let namespace = Namespace::new(NAMESPACE).expect("the workload namespace is valid");
     let mut last: Option<u64> = None;
     let mut first = 0usize;

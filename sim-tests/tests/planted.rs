@@ -105,6 +105,11 @@ fn search_gap_not_read_is_caught() {
 }
 
 #[test]
+fn watch_gap_not_read_is_caught() {
+    caught_within_bound(PlantedBug::WatchGapNotRead, &["watch-complete"]);
+}
+
+#[test]
 fn wrong_prev_hash_is_caught() {
     caught_within_bound(PlantedBug::WrongPrevHash, &["I1 chain-continuity"]);
 }

@@ -58,10 +58,14 @@ pub enum PlantedBug {
     /// snapshot was installed, or groups were dropped while it lagged), feeds it without
     /// reading the gap from the store, so it misses the transactions in between.
     SearchGapNotRead,
+    /// A node's watch hub, finding that what apply handed it starts past its ring (a snapshot
+    /// was installed, or groups were dropped while it lagged), appends it to the ring as if
+    /// nothing were missing, so watchers at the head skip the transactions in between.
+    WatchGapNotRead,
 }
 
 impl PlantedBug {
-    pub const ALL: [PlantedBug; 15] = [
+    pub const ALL: [PlantedBug; 16] = [
         PlantedBug::AckBeforeCommit,
         PlantedBug::SkipSyncBeforeAck,
         PlantedBug::WrongPrevHash,
@@ -77,6 +81,7 @@ impl PlantedBug {
         PlantedBug::SignedRequestNotKept,
         PlantedBug::SearchIndexNotRebuilt,
         PlantedBug::SearchGapNotRead,
+        PlantedBug::WatchGapNotRead,
     ];
 }
 

@@ -746,10 +746,36 @@ pub fn transactions_from(
     from: TxId,
     scan_limit: usize,
 ) -> Result<(Vec<TxRecord>, TxId), CoreError> {
-    let (logged, next, _) = scan_tx_log(store, from, None, scan_limit, usize::MAX, |n, b| {
+    let (logged, next) = transactions_page(store, ns, branch, from, scan_limit, usize::MAX)?;
+    Ok((logged.into_iter().map(|t| t.record).collect(), next))
+}
+
+/// As [`transactions_from`], also stopping after the transaction that brings the datoms read
+/// to `byte_budget`, and keeping each transaction's stored size: a page a node's watchers at
+/// the same position can share.
+pub fn transactions_page(
+    store: &dyn ReadView,
+    ns: &Namespace,
+    branch: Option<&BranchName>,
+    from: TxId,
+    scan_limit: usize,
+    byte_budget: usize,
+) -> Result<(Vec<LoggedTx>, TxId), CoreError> {
+    let (logged, next, _) = scan_tx_log(store, from, None, scan_limit, byte_budget, |n, b| {
         n == ns && b == branch
     })?;
-    Ok((logged.into_iter().map(|t| t.record).collect(), next))
+    Ok((logged, next))
+}
+
+/// Whether `ns` has any schema row. A namespace without one has no transaction with a datom:
+/// every datom's attribute is declared in its namespace's schema, explicitly or implicitly by
+/// the write that first uses it (`plan`). A watch from an early position on such a namespace
+/// can start at the applied index instead of scanning the whole tx log.
+pub fn has_schema(store: &dyn ReadView, ns: &Namespace) -> Result<bool, CoreError> {
+    let prefix = keys::schema_prefix(ns);
+    Ok(!store
+        .scan(Space::State, &prefix, prefix_end(&prefix).as_deref(), 1)?
+        .is_empty())
 }
 
 /// A committed transaction of any namespace, with where it wrote.

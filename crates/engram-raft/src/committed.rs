@@ -1,5 +1,7 @@
-//! Committed transactions handed from apply to the node's derived indexes (recall), so they
-//! need not read each transaction back from the store after apply wrote it.
+//! Committed transactions handed from apply to the node's derived indexes (recall) and to its
+//! watchers, so they need not read each transaction back from the store after apply wrote it.
+//! Each consumer has a feed of its own; a group's transactions are shared between the feeds
+//! (`Arc`), so a second consumer costs apply a pointer copy per transaction, not a copy of it.
 //!
 //! A hand-off, not a source of truth: each apply group is pushed after its batch is written
 //! and before the applied index moves past it, and a consumer that finds a gap (it fell behind
@@ -8,7 +10,7 @@
 //! memory only; nothing replicated reads it.
 
 use std::collections::VecDeque;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use engram_core::reads::LoggedTx;
 
@@ -18,12 +20,12 @@ pub const MAX_WAITING_BYTES: usize = 32 << 20;
 
 /// One written apply group: the log indexes it covered and the transactions it committed
 /// (other entries, blanks, membership, refused transactions, commit none).
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub struct CommittedGroup {
     /// First and last log index the group applied.
     pub from: u64,
     pub through: u64,
-    pub txs: Vec<LoggedTx>,
+    pub txs: Vec<Arc<LoggedTx>>,
 }
 
 impl CommittedGroup {
@@ -105,7 +107,7 @@ mod tests {
         CommittedGroup {
             from,
             through,
-            txs: vec![tx],
+            txs: vec![Arc::new(tx)],
         }
     }
 

@@ -147,6 +147,8 @@ pub struct RaftNode {
     startup_log_index: u64,
     /// What apply hands the recall index (see [`crate::committed`]).
     committed: Arc<crate::committed::CommittedFeed>,
+    /// What apply hands the node's watchers.
+    watched: Arc<crate::committed::CommittedFeed>,
 }
 
 /// How long a linearizable read waits for a restarted node to apply the log it restarted with.
@@ -236,6 +238,7 @@ impl RaftNode {
         let applied = state_machine.applied_index_watch();
         let policy_epoch = state_machine.policy_epoch();
         let committed = state_machine.committed_feed();
+        let watched = state_machine.watch_feed();
         let raft = Raft::new(
             node_id,
             Arc::new(config),
@@ -266,6 +269,7 @@ impl RaftNode {
             clock_skew_ns: settings.clock_skew_ns,
             startup_log_index,
             committed,
+            watched,
         })
     }
 
@@ -472,6 +476,12 @@ impl RaftNode {
     /// [`crate::committed`]): for the node's recall index, which reads any gap from the store.
     pub fn take_committed(&self) -> Vec<crate::committed::CommittedGroup> {
         self.committed.take()
+    }
+
+    /// The same groups as [`Self::take_committed`], from the watchers' own feed: for the
+    /// node's watch hub, which resets its tail at any gap.
+    pub fn take_watched(&self) -> Vec<crate::committed::CommittedGroup> {
+        self.watched.take()
     }
 
     /// The applied index, as of the last written apply group: cheap enough to read per event.

@@ -48,6 +48,8 @@ pub struct StateMachine {
     policy_touched: bool,
     /// Where each written group's committed transactions go for the node's recall index.
     committed: Arc<CommittedFeed>,
+    /// The same groups, for the node's watchers.
+    watched: Arc<CommittedFeed>,
     /// The first log index of the open group.
     group_from: u64,
 }
@@ -119,6 +121,7 @@ impl StateMachine {
             policy_epoch: Arc::new(AtomicU64::new(0)),
             policy_touched: false,
             committed: Arc::default(),
+            watched: Arc::default(),
             group_from: applied.map_or(0, |id| id.index()) + 1,
         })
     }
@@ -141,6 +144,11 @@ impl StateMachine {
     /// The committed transactions of each written group (see [`crate::committed`]).
     pub fn committed_feed(&self) -> Arc<CommittedFeed> {
         self.committed.clone()
+    }
+
+    /// The same groups as [`Self::committed_feed`], in a feed of the watchers' own.
+    pub fn watch_feed(&self) -> Arc<CommittedFeed> {
+        self.watched.clone()
     }
 
     /// The node's snapshot rows, shared with the Raft service that receives snapshots.
@@ -311,11 +319,13 @@ impl StateMachine {
         let through = self.applied.as_ref().map_or(0, |id| id.index());
         let txs = self.engine.take_committed();
         if through >= self.group_from {
-            self.committed.push(CommittedGroup {
+            let group = CommittedGroup {
                 from: self.group_from,
                 through,
-                txs,
-            });
+                txs: txs.into_iter().map(Arc::new).collect(),
+            };
+            self.watched.push(group.clone());
+            self.committed.push(group);
             self.group_from = through + 1;
         }
         self.publish_applied();

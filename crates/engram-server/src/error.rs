@@ -32,6 +32,9 @@ pub enum ApiError {
     Invalid(String),
     #[error("transaction is {bytes} bytes, above the limit of {limit} bytes")]
     TooLarge { bytes: usize, limit: usize },
+    /// A bounded resource of the node (open watches of a principal) is in use to its limit.
+    #[error("resource exhausted: {0}")]
+    Exhausted(String),
     #[error("transaction rejected: {0}")]
     Rejected(Rejection),
     #[error("{0}")]
@@ -152,7 +155,7 @@ impl ApiError {
     pub fn code(&self) -> Code {
         match self {
             ApiError::Invalid(_) => Code::InvalidArgument,
-            ApiError::TooLarge { .. } => Code::ResourceExhausted,
+            ApiError::TooLarge { .. } | ApiError::Exhausted(_) => Code::ResourceExhausted,
             ApiError::Rejected(r) => match r {
                 Rejection::PreconditionFailed { .. } | Rejection::NotCurrent { .. } => {
                     Code::FailedPrecondition
@@ -232,6 +235,7 @@ mod tests {
         let cases = [
             (ApiError::Invalid("x".into()), Code::InvalidArgument),
             (ApiError::TooLarge { bytes: 2, limit: 1 }, Code::ResourceExhausted),
+            (ApiError::Exhausted("watches".into()), Code::ResourceExhausted),
             (
                 ApiError::Rejected(Rejection::PreconditionFailed {
                     entity: EntityId(1),

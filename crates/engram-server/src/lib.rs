@@ -42,8 +42,8 @@ use services::cluster::ClusterService;
 /// What a follower signs to vouch for a caller its TLS authenticated (see `services::gate`).
 pub use services::gate::vouch_message;
 use services::memory::MemoryService;
-/// Transactions a node keeps in memory for its watchers (see `services::watch_tail`).
-pub use services::watch_tail::TAIL_TXS as WATCH_TAIL_TXS;
+/// Transactions a node keeps in memory for its watchers (see `services::watch_hub`).
+pub use services::watch_hub::RING_TXS as WATCH_TAIL_TXS;
 use tonic::transport::Server;
 use tracing::{info, warn};
 
@@ -185,6 +185,11 @@ pub async fn serve_keys(
     let (stopped_tx, stopped_rx) = tokio::sync::watch::channel(false);
     tokio::task::spawn(services::search_index::keep_current(
         shared.clone(),
+        stopped_rx.clone(),
+    ));
+    tokio::task::spawn(services::watch_hub::follow(
+        shared.watch_hub.clone(),
+        node.clone(),
         stopped_rx.clone(),
     ));
     if config.divergence_check_ms > 0 {

@@ -113,6 +113,7 @@ pub fn render(node: &RaftNode, insecure_open: bool) -> String {
         );
     }
     crate::services::search_index::render_metrics(node.node_id, &mut out);
+    crate::services::watch_hub::render_metrics(node.node_id, &mut out);
     let _ = writeln!(
         out,
         "# HELP engram_storage_corruption_total Requests that met storage corruption (a block failing its checksum, a row that does not decode); any makes the node not ready."

@@ -1,4 +1,4 @@
-//! **watch-complete**: the watcher (see `watcher.rs`) received every committed transaction of
+//! **watch-complete**: each watcher (see `watcher.rs`) received every committed transaction of
 //! its namespace exactly once, in tx order, up to the last one the cluster committed — across
 //! crashes, partitions, leader changes and reconnects.
 
@@ -11,7 +11,16 @@ use crate::workload::NAMESPACE;
 
 pub const NAME: &str = "watch-complete";
 
-pub fn check(replicas: &[Replica], delivered: &[u64]) -> Vec<Violation> {
+/// `watcher`: which watcher delivered `delivered`, named in each violation.
+pub fn check(replicas: &[Replica], delivered: &[u64], watcher: usize) -> Vec<Violation> {
+    let mut out = check_one(replicas, delivered);
+    for v in &mut out {
+        v.detail = format!("watcher {watcher}: {}", v.detail);
+    }
+    out
+}
+
+fn check_one(replicas: &[Replica], delivered: &[u64]) -> Vec<Violation> {
     let mut out = Vec::new();
     for pair in delivered.windows(2) {
         if pair[1] <= pair[0] {

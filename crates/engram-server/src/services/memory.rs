@@ -12,7 +12,7 @@ use tonic::{Request, Response, Status};
 use tracing::Instrument;
 
 use super::gate::{Caller, Need};
-use super::watch_tail::TailPage;
+use super::watch_hub::{self, Served};
 use super::{Route, Shared, forwarded_err, relay};
 use crate::error::ApiError;
 
@@ -320,30 +320,6 @@ const WATCH_BUFFER: usize = 64;
 
 type WatchStream = std::pin::Pin<Box<dyn futures::Stream<Item = Result<pb::TxEvent, Status>> + Send>>;
 
-/// The event for one transaction, with its datoms that pass the filter (`None`: none does).
-fn watch_event(
-    record: &engram_core::reads::TxRecord,
-    attribute: Option<&engram_types::Attribute>,
-    entity: Option<EntityId>,
-) -> Option<pb::TxEvent> {
-    let datoms: Vec<pb::Datom> = record
-        .datoms
-        .iter()
-        .filter(|d| attribute.is_none_or(|a| &d.attribute == a) && entity.is_none_or(|e| d.entity == e))
-        .map(Into::into)
-        .collect();
-    if datoms.is_empty() {
-        return None;
-    }
-    Some(pb::TxEvent {
-        tx: record.receipt.tx.0,
-        tx_time_ns: record.receipt.tx_time_ns,
-        audit_index: record.receipt.audit_index,
-        audit_hash: record.receipt.audit_hash.0.to_vec(),
-        datoms,
-    })
-}
-
 #[tonic::async_trait]
 impl pb::memory_server::Memory for MemoryService {
     type WatchStream = WatchStream;
@@ -451,84 +427,116 @@ impl pb::memory_server::Memory for MemoryService {
             .await;
         let entity = req.entity.map(EntityId);
         let node = self.shared.node.clone();
-        let tail = self.shared.watch_tail.clone();
+        let hub = self.shared.watch_hub.clone();
+        let mut next = TxId(req.from_tx);
+        let applied = node.applied_index();
+        if next.0 <= applied {
+            // A namespace without a schema row has no transaction to deliver through the
+            // applied index (see `reads::has_schema`): start at the head instead of scanning
+            // the log of every other namespace for none.
+            let ns = ns.clone();
+            let used = self
+                .shared
+                .reads
+                .read(&node, move |store| reads::has_schema(store, &ns))
+                .await
+                .map_err(ApiError::from)?
+                .map_err(ApiError::from)?;
+            if !used {
+                next = TxId(applied + 1);
+            }
+        }
+        let principal = caller
+            .principal
+            .as_ref()
+            .map(ToString::to_string)
+            .unwrap_or_default();
+        let slot = hub.open_watch(&principal, watch_hub::MAX_WATCHES_PER_PRINCIPAL)?;
         let (tx, rx) = tokio::sync::mpsc::channel(WATCH_BUFFER);
         tokio::task::spawn(async move {
-            let mut next = TxId(req.from_tx);
+            // Counted until this task ends (the reader left, or the watch failed).
+            let _slot = slot;
+            let mut progress = hub.subscribe();
+            let wanted = |datom: &pb::Datom| {
+                attribute.as_ref().is_none_or(|a| datom.attribute == a.as_str())
+                    && entity.is_none_or(|e| datom.entity == e.0)
+            };
             loop {
-                let applied = node.applied_index();
-                // The newest transactions come from the node's shared tail; a watcher behind it
-                // reads its own pages from the store until it catches up.
-                let read = match tail.page(&node, next, applied, WATCH_PAGE_TXS).await {
-                    Ok(Ok(TailPage::Served { txs, next })) => Ok(Ok((txs, next))),
-                    Ok(Ok(TailPage::Behind)) => node
-                        .read_state(|store| {
-                            reads::transactions_from(store, &ns, on.as_ref(), next, WATCH_PAGE_TXS)
-                        })
-                        .map(|page| {
-                            page.map(|(records, after)| {
-                                let own = records.into_iter().map(|record| {
-                                    Arc::new(reads::LoggedTx {
-                                        namespace: ns.clone(),
-                                        branch: on.clone(),
-                                        record,
-                                        // Held by this watcher alone, never by the tail.
-                                        datom_bytes: 0,
-                                    })
-                                });
-                                (own.collect(), after)
-                            })
-                        }),
-                    Ok(Err(e)) => Ok(Err(e)),
-                    Err(e) => Err(e),
-                };
-                let page = match read {
-                    // A snapshot install is replacing this node's state: wait for it to end
-                    // and read the page again (the install only moves the state forward).
-                    Err(engram_raft::NodeError::Unavailable(_)) => {
-                        tokio::time::sleep(std::time::Duration::from_millis(WATCH_INSTALL_WAIT_MS)).await;
-                        if tx.is_closed() {
+                // The newest transactions come from the hub's ring; a watcher behind it reads
+                // shared pages of its namespace until it reaches the ring.
+                let (txs, after) = match hub.serve(next, WATCH_PAGE_TXS) {
+                    Served::Head { txs, next } => (txs, next),
+                    Served::Behind => match hub.page(&node, &ns, on.as_ref(), next).await {
+                        Ok(Ok(page)) => match page.read() {
+                            Some((txs, after)) => (txs.clone(), *after),
+                            None => continue,
+                        },
+                        Ok(Err(e)) => {
+                            let _ = tx.send(Err(Status::from(ApiError::from(e)))).await;
                             return;
                         }
-                        continue;
-                    }
-                    page => page
-                        .map_err(ApiError::from)
-                        .and_then(|p| p.map_err(ApiError::from)),
+                        // A snapshot install is replacing this node's state: wait for it to
+                        // end and read the page again (the install only moves the state forward).
+                        Err(engram_raft::NodeError::Unavailable(_)) => {
+                            tokio::time::sleep(std::time::Duration::from_millis(WATCH_INSTALL_WAIT_MS)).await;
+                            if tx.is_closed() {
+                                return;
+                            }
+                            continue;
+                        }
+                        Err(e) => {
+                            let _ = tx.send(Err(Status::from(ApiError::from(e)))).await;
+                            return;
+                        }
+                    },
                 };
-                let (txs, after): (Vec<Arc<reads::LoggedTx>>, TxId) = match page {
-                    Ok(page) => page,
-                    Err(e) => {
-                        let _ = tx.send(Err(Status::from(e))).await;
-                        return;
-                    }
-                };
-                for logged in txs {
+                for shared in &txs {
+                    let logged = &shared.logged;
                     if logged.namespace != ns || logged.branch != on {
                         continue;
                     }
-                    if let Some(mut event) = watch_event(&logged.record, attribute.as_ref(), entity) {
-                        if let Some(scope) = &scope {
-                            redact(scope, &mut event.datoms);
-                        }
-                        if tx.send(Ok(event)).await.is_err() {
-                            return; // the reader went away
-                        }
+                    let all = shared.event();
+                    let datoms: Vec<pb::Datom> = all.datoms.iter().filter(|d| wanted(d)).cloned().collect();
+                    if datoms.is_empty() {
+                        continue;
+                    }
+                    let mut event = pb::TxEvent {
+                        tx: all.tx,
+                        tx_time_ns: all.tx_time_ns,
+                        audit_index: all.audit_index,
+                        audit_hash: all.audit_hash.clone(),
+                        datoms,
+                    };
+                    if let Some(scope) = &scope {
+                        redact(scope, &mut event.datoms);
+                    }
+                    if tx.send(Ok(event)).await.is_err() {
+                        return; // the reader went away
                     }
                 }
-                if after == next {
-                    // Caught up: wait for the next applied entry (bounded, so a reader that
-                    // left is noticed even on an idle cluster).
+                if after <= next {
+                    // Caught up: wait for the ring to move past `next` (bounded, so a reader
+                    // that left is noticed even on an idle cluster).
                     if tx.is_closed() {
                         return;
                     }
-                    let waited = node
-                        .wait_applied(applied + 1, std::time::Duration::from_secs(1))
-                        .await;
-                    if waited == engram_raft::Waited::Stopped {
-                        // Without this the loop would spin: every wait on a stopped Raft
-                        // returns at once (it pinned a core, and grew the simulation's timer
-                        // queue without bound). The client reopens on another node.
+                    let want = next.0;
+                    // The guard `wait_for` returns is dropped at the end of this statement,
+                    // before any await below.
+                    let stopped = match tokio::time::timeout(
+                        std::time::Duration::from_secs(1),
+                        progress.wait_for(|p| p.filled >= want || p.stopped),
+                    )
+                    .await
+                    {
+                        Ok(Ok(p)) => p.stopped,
+                        // The hub is gone with the server.
+                        Ok(Err(_)) => true,
+                        Err(_) => false,
+                    };
+                    if stopped {
+                        // Without this the loop would spin: nothing more comes from a
+                        // stopped Raft. The client reopens on another node.
                         let _ = tx
                             .send(Err(Status::from(ApiError::Unavailable(
                                 "this node's Raft has stopped; reopen the watch on another node".into(),
@@ -537,7 +545,7 @@ impl pb::memory_server::Memory for MemoryService {
                         return;
                     }
                 }
-                next = after;
+                next = after.max(next);
             }
         });
         Ok(Response::new(Box::pin(

@@ -6,8 +6,9 @@ pub mod cluster;
 pub mod exposure;
 pub mod gate;
 pub mod memory;
+pub mod read_pool;
 pub mod search_index;
-pub mod watch_tail;
+pub mod watch_hub;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -27,8 +28,10 @@ pub const FORWARDED: &str = "x-engram-forwarded";
 pub struct Shared {
     pub node: RaftNode,
     pub config: ServerConfig,
-    /// The newest transactions, read once for all of this node's watchers.
-    pub watch_tail: Arc<watch_tail::WatchTail>,
+    /// What this node's watchers share: the newest transactions and pages of older ones.
+    pub watch_hub: Arc<watch_hub::WatchHub>,
+    /// Where long store reads run, off the async workers that drive Raft.
+    pub reads: Arc<read_pool::ReadPool>,
     /// Checks who calls, and whether they may.
     pub gate: gate::Gate,
     /// Records the reads this node serves on the namespaces it logs.
@@ -52,13 +55,17 @@ impl Shared {
         config: ServerConfig,
         access: crate::access_log::AccessRecorder,
     ) -> Arc<Shared> {
+        let reads = Arc::new(read_pool::ReadPool::for_this_machine());
+        let watch_hub = Arc::new(watch_hub::WatchHub::new(node.applied_index(), reads.clone()));
+        let search = search_index::SearchIndex::new(reads.clone());
         Arc::new(Shared {
+            watch_hub,
+            reads,
+            search,
             node,
             config,
-            watch_tail: Arc::default(),
             gate: gate::Gate::default(),
             access,
-            search: search_index::SearchIndex::default(),
             channels: Mutex::new(HashMap::new()),
         })
     }

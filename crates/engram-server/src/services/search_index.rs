@@ -33,6 +33,8 @@ const CATCH_UP_BYTES: usize = 8 << 20;
 #[derive(Default)]
 pub struct SearchIndex {
     state: Mutex<Fed>,
+    /// Where catch-up reads of the log run (a first search, a restart over a large store).
+    pool: Arc<super::read_pool::ReadPool>,
 }
 
 #[derive(Default)]
@@ -44,6 +46,14 @@ struct Fed {
 }
 
 impl SearchIndex {
+    /// An empty index whose catch-up reads run on `pool`.
+    pub fn new(pool: Arc<super::read_pool::ReadPool>) -> SearchIndex {
+        SearchIndex {
+            state: Mutex::default(),
+            pool,
+        }
+    }
+
     /// Feeds what `node` has applied through `through`, then answers `query` over the facts
     /// whose attribute `shown` accepts.
     pub async fn recall(
@@ -55,7 +65,7 @@ impl SearchIndex {
         shown: &(dyn Fn(&Attribute) -> bool + Sync),
     ) -> Result<Vec<Hit>, ApiError> {
         let mut fed = self.state.lock().await;
-        Self::feed(&mut fed, node, through).await?;
+        Self::feed(&mut fed, node, &self.pool, through).await?;
         fed.index
             .recall_where(scope, query, shown)
             .map_err(|e| ApiError::Invalid(e.to_string()))
@@ -64,19 +74,24 @@ impl SearchIndex {
     /// Feeds what `node` has applied through `through`.
     pub async fn catch_up(&self, node: &RaftNode, through: u64) -> Result<(), ApiError> {
         let mut fed = self.state.lock().await;
-        Self::feed(&mut fed, node, through).await
+        Self::feed(&mut fed, node, &self.pool, through).await
     }
 
     /// Feeds every transaction applied through `through` (and any later ones apply already
     /// handed over): first what apply handed over in memory, then, for any gap, the store.
-    async fn feed(fed: &mut Fed, node: &RaftNode, through: u64) -> Result<(), ApiError> {
+    async fn feed(
+        fed: &mut Fed,
+        node: &RaftNode,
+        pool: &super::read_pool::ReadPool,
+        through: u64,
+    ) -> Result<(), ApiError> {
         if fed.next == TxId(0)
             && engram_core::planted::active(engram_core::planted::PlantedBug::SearchIndexNotRebuilt)
         {
             fed.next = TxId(node.startup_log_index() + 1);
         }
         // Consecutive handed-over groups are fed together, with one read of the schema.
-        let mut run: Vec<LoggedTx> = Vec::new();
+        let mut run: Vec<Arc<LoggedTx>> = Vec::new();
         let mut run_next = fed.next;
         for group in node.take_committed() {
             if group.through < run_next.0 {
@@ -89,7 +104,7 @@ impl SearchIndex {
                 // A gap: groups dropped while the index lagged, a snapshot installed, or the
                 // log applied before this process started. The store holds it.
                 Self::feed_txs(fed, node, std::mem::take(&mut run), run_next)?;
-                Self::feed_from_store(fed, node, group.from - 1).await?;
+                Self::feed_from_store(fed, node, pool, group.from - 1).await?;
                 if fed.next.0 < group.from {
                     return Err(ApiError::Internal(format!(
                         "search index: the store's tx log stops at {} before the group applied from {}",
@@ -102,18 +117,28 @@ impl SearchIndex {
             run_next = TxId(group.through + 1);
         }
         Self::feed_txs(fed, node, run, run_next)?;
-        Self::feed_from_store(fed, node, through).await
+        Self::feed_from_store(fed, node, pool, through).await
     }
 
     /// Feeds what the store holds from the index's position through `through`, a bounded
     /// step at a time.
-    async fn feed_from_store(fed: &mut Fed, node: &RaftNode, through: u64) -> Result<(), ApiError> {
+    async fn feed_from_store(
+        fed: &mut Fed,
+        node: &RaftNode,
+        pool: &super::read_pool::ReadPool,
+        through: u64,
+    ) -> Result<(), ApiError> {
         while fed.next.0 <= through {
             let from = fed.next;
-            let (txs, next) = super::read_state(node, |store| {
-                reads::tx_log_range(store, from, TxId(through), CATCH_UP_BYTES)
-            })?;
-            Self::feed_txs(fed, node, txs, next.max(from))?;
+            // On the read pool: a first catch-up over a large log must not hold the workers
+            // that drive Raft.
+            let (txs, next) = pool
+                .read(node, move |store| {
+                    reads::tx_log_range(store, from, TxId(through), CATCH_UP_BYTES)
+                })
+                .await?
+                .map_err(ApiError::from)?;
+            Self::feed_txs(fed, node, txs.into_iter().map(Arc::new).collect(), next.max(from))?;
             if next <= from {
                 break;
             }
@@ -125,7 +150,7 @@ impl SearchIndex {
 
     /// Feeds `txs` (in order, none before the index's position), then moves the index's
     /// position to `next`.
-    fn feed_txs(fed: &mut Fed, node: &RaftNode, txs: Vec<LoggedTx>, next: TxId) -> Result<(), ApiError> {
+    fn feed_txs(fed: &mut Fed, node: &RaftNode, txs: Vec<Arc<LoggedTx>>, next: TxId) -> Result<(), ApiError> {
         if txs.is_empty() {
             fed.next = fed.next.max(next);
             return Ok(());
