@@ -356,7 +356,8 @@ async fn simulate(options: Options) -> SimResult {
         .map(|(i, log)| {
             // Spread over the nodes: each starts on another one.
             let mut targets = w.targets.clone();
-            targets.rotate_left(i % targets.len().max(1));
+            let first = i % targets.len().max(1);
+            targets.rotate_left(first);
             watcher_host.spawn(crate::watcher::run_watcher(
                 targets,
                 log.clone(),

@@ -33,7 +33,7 @@ impl ReadPool {
         // The simulation replays a seed the same way on any machine: its pool does not
         // depend on the cores of the one it runs on.
         #[cfg(madsim)]
-        let cores = 2;
+        let cores: usize = 2;
         #[cfg(not(madsim))]
         let cores = std::thread::available_parallelism().map_or(2, usize::from);
         ReadPool::new(cores.div_ceil(2).max(2))
@@ -52,15 +52,25 @@ impl ReadPool {
             .acquire_owned()
             .await
             .map_err(|_| NodeError::Unavailable("this node is shutting down".into()))?;
-        let node = node.clone();
-        match tokio::task::spawn_blocking(move || {
+        // The simulation has no blocking threads: there the read runs in the task, still
+        // bounded by the permits.
+        #[cfg(madsim)]
+        {
             let _permit = permit;
             node.read_state(read)
-        })
-        .await
+        }
+        #[cfg(not(madsim))]
         {
-            Ok(out) => out,
-            Err(e) => Err(NodeError::Fatal(format!("a store read failed: {e}"))),
+            let node = node.clone();
+            match tokio::task::spawn_blocking(move || {
+                let _permit = permit;
+                node.read_state(read)
+            })
+            .await
+            {
+                Ok(out) => out,
+                Err(e) => Err(NodeError::Fatal(format!("a store read failed: {e}"))),
+            }
         }
     }
 }

@@ -10,9 +10,9 @@
 //!   watcher does reads the store or holds the lock while it sends.
 //! - **behind** (unsynced): their next transaction is older than the ring. They read pages of
 //!   their namespace's transactions from the store on the node's read pool, off the async
-//!   workers that drive Raft; watchers at the same position (a hundred opened from transaction
-//!   1) share each page: the first reads it, the others wait for it. Once past the ring's floor
-//!   a watcher joins the head.
+//!   workers that drive Raft; watchers at the same position (a hundred opened from the first
+//!   transaction) share each page: the first reads it, the others wait for it. Once past the
+//!   ring's floor a watcher joins the head.
 //!
 //! A slow reader holds back only itself: its task waits on its own bounded channel while the
 //! ring moves on; if the ring leaves it behind it reads pages like any other late watcher, so
@@ -71,6 +71,7 @@ struct WatchStats {
 }
 
 /// The watch lines of the node's `/metrics`.
+#[cfg_attr(madsim, allow(dead_code))]
 pub fn render_metrics(node_id: u64, out: &mut String) {
     use std::fmt::Write as _;
     for (name, kind, help, value) in [
