@@ -453,7 +453,7 @@ impl pb::memory_server::Memory for MemoryService {
             .unwrap_or_default();
         let slot = hub.open_watch(&principal, watch_hub::MAX_WATCHES_PER_PRINCIPAL)?;
         let (tx, rx) = tokio::sync::mpsc::channel(WATCH_BUFFER);
-        tokio::task::spawn(async move {
+        super::read_pool::spawn_watcher(async move {
             // Counted until this task ends (the reader left, or the watch failed).
             let _slot = slot;
             let mut progress = hub.subscribe();

@@ -80,3 +80,57 @@ impl Default for ReadPool {
         ReadPool::for_this_machine()
     }
 }
+
+/// Runs a watcher's task where it cannot crowd the node's Raft core: on a runtime of its own
+/// (about half the cores, one at least) whose threads, and the blocking threads its page reads
+/// run on, have a lower CPU priority than the rest of the process.
+///
+/// On the node's own runtime, a hundred watchers reading a 1 M-datom store from its first
+/// transaction queued a hundred busy tasks ahead of every Raft task on two workers; heartbeats
+/// waited longer than the 200-400 ms election timeout and leadership moved. Here the operating
+/// system schedules them as threads, and favours Raft's.
+pub fn spawn_watcher<F>(task: F)
+where
+    F: std::future::Future<Output = ()> + Send + 'static,
+{
+    #[cfg(not(madsim))]
+    if let Some(runtime) = watch_runtime() {
+        runtime.spawn(task);
+        return;
+    }
+    tokio::task::spawn(task);
+}
+
+/// The process's watch runtime, built on first use (`None` if the threads could not be made:
+/// watchers then run on the caller's runtime).
+#[cfg(not(madsim))]
+fn watch_runtime() -> Option<&'static tokio::runtime::Runtime> {
+    static RUNTIME: std::sync::OnceLock<Option<tokio::runtime::Runtime>> = std::sync::OnceLock::new();
+    RUNTIME
+        .get_or_init(|| {
+            let cores = std::thread::available_parallelism().map_or(2, usize::from);
+            tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(cores.div_ceil(2))
+                .thread_name("engram-watch")
+                .on_thread_start(lower_priority)
+                .enable_all()
+                .build()
+                .map_err(|e| tracing::warn!(error = %e, "no watch runtime; watchers share the node's"))
+                .ok()
+        })
+        .as_ref()
+}
+
+/// Lowers the calling thread's scheduling priority (nice 10), on Linux, where a thread has a
+/// priority of its own; elsewhere leaves it.
+#[cfg(not(madsim))]
+#[allow(unsafe_code)] // two libc calls on the calling thread; see the SAFETY note
+fn lower_priority() {
+    #[cfg(target_os = "linux")]
+    // SAFETY: `gettid` has no preconditions; `setpriority` on the calling thread's id only
+    // changes that thread's nice value, and a failure (a sandbox that forbids it) is ignored.
+    unsafe {
+        let tid = libc::gettid();
+        let _ = libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, 10);
+    }
+}
