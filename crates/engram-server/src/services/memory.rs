@@ -456,7 +456,6 @@ impl pb::memory_server::Memory for MemoryService {
         super::read_pool::spawn_watcher(async move {
             // Counted until this task ends (the reader left, or the watch failed).
             let _slot = slot;
-            let mut progress = hub.subscribe();
             let wanted = |datom: &pb::Datom| {
                 attribute.as_ref().is_none_or(|a| datom.attribute == a.as_str())
                     && entity.is_none_or(|e| datom.entity == e.0)
@@ -520,20 +519,10 @@ impl pb::memory_server::Memory for MemoryService {
                     if tx.is_closed() {
                         return;
                     }
-                    let want = next.0;
-                    // The guard `wait_for` returns is dropped at the end of this statement,
-                    // before any await below.
-                    let stopped = match tokio::time::timeout(
-                        std::time::Duration::from_secs(1),
-                        progress.wait_for(|p| p.filled >= want || p.stopped),
-                    )
-                    .await
-                    {
-                        Ok(Ok(p)) => p.stopped,
-                        // The hub is gone with the server.
-                        Ok(Err(_)) => true,
-                        Err(_) => false,
-                    };
+                    let stopped = hub
+                        .wait_for(next.0, std::time::Duration::from_secs(1))
+                        .await
+                        .stopped;
                     if stopped {
                         // Without this the loop would spin: nothing more comes from a
                         // stopped Raft. The client reopens on another node.

@@ -211,7 +211,13 @@ impl Ring {
 /// A node's watch hub (see the module docs).
 pub struct WatchHub {
     ring: Mutex<Ring>,
-    progress: tokio::sync::watch::Sender<Progress>,
+    /// [`Progress::filled`] and [`Progress::stopped`], moved under the ring's lock.
+    filled: AtomicU64,
+    stopped: std::sync::atomic::AtomicBool,
+    /// Wakes the watchers waiting for the ring to move. A `Notify`, not a watch channel: a
+    /// watch channel spreads its waiters over shards picked at random, which wakes them in an
+    /// order the simulation cannot replay.
+    moved: tokio::sync::Notify,
     pages: Mutex<VecDeque<Arc<Page>>>,
     reads: Arc<ReadPool>,
     /// Open watches by principal (`""`: none).
@@ -240,17 +246,15 @@ impl Drop for WatchSlot {
 impl WatchHub {
     /// A hub whose ring starts empty at `applied`: watchers before it read pages.
     pub fn new(applied: u64, reads: Arc<ReadPool>) -> WatchHub {
-        let (progress, _) = tokio::sync::watch::channel(Progress {
-            filled: applied,
-            stopped: false,
-        });
         WatchHub {
             ring: Mutex::new(Ring {
                 floor: applied,
                 filled: applied,
                 ..Ring::default()
             }),
-            progress,
+            filled: AtomicU64::new(applied),
+            stopped: std::sync::atomic::AtomicBool::new(false),
+            moved: tokio::sync::Notify::new(),
             pages: Mutex::new(VecDeque::new()),
             reads,
             open: Mutex::default(),
@@ -299,16 +303,34 @@ impl WatchHub {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// Follows the ring's progress.
-    pub fn subscribe(&self) -> tokio::sync::watch::Receiver<Progress> {
-        self.progress.subscribe()
+    /// Where the ring stands.
+    pub fn progress(&self) -> Progress {
+        Progress {
+            filled: self.filled.load(Ordering::Acquire),
+            stopped: self.stopped.load(Ordering::Acquire),
+        }
+    }
+
+    /// Waits until the ring holds everything through `through` or the node stopped, at most
+    /// `timeout`; returns where the ring then stands.
+    pub async fn wait_for(&self, through: u64, timeout: Duration) -> Progress {
+        let moved = self.moved.notified();
+        tokio::pin!(moved);
+        // Registered before the check, so a move between the check and the wait still wakes.
+        moved.as_mut().enable();
+        let now = self.progress();
+        if now.filled >= through || now.stopped {
+            return now;
+        }
+        let _ = tokio::time::timeout(timeout, moved).await;
+        self.progress()
     }
 
     /// Adds the groups apply handed over (oldest first), given the applied index read before
     /// they were taken. A group that does not follow what the ring holds, or an applied index
     /// beyond the last group, is a gap: the ring starts again there.
     pub fn absorb(&self, applied: u64, groups: Vec<CommittedGroup>) {
-        let filled = {
+        let moved = {
             let mut ring = self.ring();
             for group in groups {
                 if group.through <= ring.filled {
@@ -337,18 +359,19 @@ impl WatchHub {
                 }
             }
             ring.trim();
-            ring.filled
-        };
-        self.progress.send_if_modified(|p| {
-            let moved = p.filled != filled;
-            p.filled = filled;
+            let moved = ring.filled != self.filled.load(Ordering::Acquire);
+            self.filled.store(ring.filled, Ordering::Release);
             moved
-        });
+        };
+        if moved {
+            self.moved.notify_waiters();
+        }
     }
 
     /// Nothing more will come: wakes every watcher so it can say so.
     pub fn stop(&self) {
-        self.progress.send_modify(|p| p.stopped = true);
+        self.stopped.store(true, Ordering::Release);
+        self.moved.notify_waiters();
     }
 
     /// At most `limit` transactions from `next` on, from the ring.
@@ -454,8 +477,11 @@ const FOLLOW_WAIT: Duration = Duration::from_secs(1);
 /// says the server did.
 pub async fn follow(hub: Arc<WatchHub>, node: RaftNode, mut stopped: tokio::sync::watch::Receiver<bool>) {
     loop {
-        let want = hub.progress.borrow().filled + 1;
+        let want = hub.progress().filled + 1;
         tokio::select! {
+            // Polled in order, not at random: a random pick draws from a generator the
+            // simulation does not seed, and would make runs differ.
+            biased;
             waited = node.wait_applied(want, FOLLOW_WAIT) => {
                 if waited == Waited::Stopped {
                     hub.stop();
@@ -524,7 +550,6 @@ mod tests {
     #[test]
     fn groups_in_order_are_served_from_the_ring_once() {
         let hub = hub(5);
-        let progress = hub.subscribe();
         assert!(
             matches!(hub.serve(TxId(5), 10), Served::Behind),
             "before the ring: read pages"
@@ -532,7 +557,7 @@ mod tests {
         // Index 8 is an entry without a transaction (a blank, a membership change).
         hub.absorb(7, vec![group(6, 7, &[6, 7])]);
         hub.absorb(9, vec![group(8, 9, &[9])]);
-        assert_eq!(progress.borrow().filled, 9);
+        assert_eq!(hub.progress().filled, 9);
         assert_eq!(head(&hub, 6, 10), (vec![6, 7, 9], 10));
         assert_eq!(
             head(&hub, 7, 1),
@@ -558,7 +583,7 @@ mod tests {
         hub.absorb(20, vec![]);
         assert!(matches!(hub.serve(TxId(11), 10), Served::Behind));
         assert_eq!(head(&hub, 21, 10), (vec![], 21));
-        assert_eq!(hub.subscribe().borrow().filled, 20);
+        assert_eq!(hub.progress().filled, 20);
     }
 
     #[test]
@@ -588,11 +613,24 @@ mod tests {
         assert!(hub.open_watch("agent-a", 2).is_ok());
     }
 
-    #[test]
-    fn a_stop_wakes_the_watchers() {
+    #[tokio::test]
+    async fn a_move_or_a_stop_wakes_the_watchers() {
         let hub = hub(0);
-        let progress = hub.subscribe();
+        let waiter = {
+            let hub = hub.clone();
+            tokio::spawn(async move { hub.wait_for(2, Duration::from_secs(60)).await })
+        };
+        tokio::task::yield_now().await;
+        hub.absorb(2, vec![group(1, 2, &[1, 2])]);
+        assert_eq!(waiter.await.unwrap().filled, 2);
+        // Already there: no wait at all.
+        assert_eq!(hub.wait_for(1, Duration::from_secs(60)).await.filled, 2);
+        let waiter = {
+            let hub = hub.clone();
+            tokio::spawn(async move { hub.wait_for(3, Duration::from_secs(60)).await })
+        };
+        tokio::task::yield_now().await;
         hub.stop();
-        assert!(progress.borrow().stopped);
+        assert!(waiter.await.unwrap().stopped);
     }
 }
