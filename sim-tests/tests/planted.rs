@@ -169,13 +169,13 @@ fn accept_unauthenticated_peer_is_caught() {
 /// checker must fail on at least one of them (the sweep shows all of them pass without it).
 /// The seeds move whenever the fault schedule, the Raft timing, the start-up or the workload
 /// changes; find them again with `ENGRAM_SIM_BUG=ReadBeforeRestartCatchUp ENGRAM_SIM_SEEDS=400`
-/// on the seed sweep. These came from that search after the workload began writing a kind of
-/// memory with every register write (caught by I6 on 42, 157, 275, 311 and 323).
+/// on the seed sweep. These came from that search after each seed began running 100 watchers
+/// (caught by I6 on 72 and 168 of seeds 0-319).
 #[test]
 fn read_before_restart_catch_up_is_caught() {
     let bug = PlantedBug::ReadBeforeRestartCatchUp;
     let mut caught = Vec::new();
-    for seed in [42, 157, 275, 311] {
+    for seed in [72, 168] {
         let r = run_seed(
             seed,
             &Options {
@@ -191,7 +191,7 @@ fn read_before_restart_catch_up_is_caught() {
     }
     assert!(
         !caught.is_empty(),
-        "{bug:?} was not caught by I6 on seeds 42, 157, 275, 311"
+        "{bug:?} was not caught by I6 on seeds 72, 168"
     );
 }
 
