@@ -403,6 +403,9 @@ async fn main() -> std::process::ExitCode {
     }
 }
 
+/// How long the setup waits for the cluster's bootstrap to record its security mode.
+const SETUP_WAIT: Duration = Duration::from_secs(90);
+
 /// Runs the scenario; `Ok(false)` when a check failed (the report says which).
 async fn run(args: &Args, compose: &Compose) -> Result<bool> {
     let started = Instant::now();
@@ -424,7 +427,18 @@ async fn run(args: &Args, compose: &Compose) -> Result<bool> {
         .collect();
     let mut setup = TxRequest::data(ns.clone(), setup_ops, provenance(AGENT));
     setup.idempotency_key = Some("chaos-setup".into());
-    let receipt = client.transact(&setup).await.context("creating the registers")?;
+    // The cluster has a leader before its bootstrap has recorded the security mode; until
+    // then a node refuses callers that are not on loopback ("not initialised yet"). The setup
+    // carries an idempotency key, so trying again is safe.
+    let receipt = loop {
+        match client.transact(&setup).await {
+            Ok(receipt) => break receipt,
+            Err(e) if e.to_string().contains("not initialised yet") && started.elapsed() < SETUP_WAIT => {
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+            Err(e) => return Err(e).context("creating the registers"),
+        }
+    };
     let registers: Vec<EntityId> = (0..args.registers)
         .map(|i| {
             receipt
