@@ -481,15 +481,17 @@ fn verdict_line(label: &str, verdict: Verdict, report: &Report, scrub: &ScrubRep
 }
 
 /// The chain half of a data directory's text report, under the verdict line.
+/// What a chain that verified holds, as both reports print it.
+fn verified_counts(report: &Report) -> String {
+    format!(
+        "verified {} entries ({} transactions, {} datoms), {} checkpoints",
+        report.entries, report.transactions, report.datoms, report.checkpoints
+    )
+}
+
 fn print_chain(report: &Report) -> Result<()> {
     if report.ok() {
-        outln!(
-            "  audit chain  verified {} entries ({} transactions, {} datoms), {} checkpoints",
-            report.entries,
-            report.transactions,
-            report.datoms,
-            report.checkpoints
-        )?;
+        outln!("  audit chain  {}", verified_counts(report))?;
     } else {
         outln!(
             "  audit chain  DOES NOT VERIFY (checked before stopping: {} entries, {} checkpoints)",
@@ -539,13 +541,7 @@ fn print_report(label: &str, report: &Report, json: bool) -> Result<()> {
         return print_json(&doc);
     }
     if report.ok() {
-        outln!(
-            "{label}: verified {} entries ({} transactions, {} datoms), {} checkpoints",
-            report.entries,
-            report.transactions,
-            report.datoms,
-            report.checkpoints
-        )?;
+        outln!("{label}: {}", verified_counts(report))?;
     } else {
         outln!("{label}: DOES NOT VERIFY")?;
         for f in &report.failures {
