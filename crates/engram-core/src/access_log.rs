@@ -7,10 +7,11 @@
 //! covered by a signature at or after it, whatever the crash.
 
 use engram_audit::{AccessEvent, NodeKey, SignedAccessEvent};
-use engram_storage::{Durability, ReadView, Space, Store, WriteBatch};
+use engram_storage::{ReadView, Space, Store, WriteBatch};
 use engram_types::Hash;
 
 use crate::CoreError;
+use crate::durability::{Write, durability};
 
 const EVENT: u8 = b'e';
 
@@ -104,7 +105,7 @@ impl AccessLog {
         if n == 0 {
             return Ok(());
         }
-        store.write(batch, Durability::Sync)?;
+        store.write(batch, durability(Write::AccessLog))?;
         (self.seq, self.prev_hash, self.time_ns) = (seq, prev_hash, time_ns);
         Ok(())
     }

@@ -7,9 +7,10 @@ use engram_audit::{
     KeyRecord, KeyRing, NodeKey, PublicKey, SignedCheckpoint, SignedEntry, apply_key_change, tx_content_hash,
 };
 use engram_merkle::{Blake3, MerkleHasher};
-use engram_storage::{Durability, Layered, Mutation, Overlay, ReadView, Space, Store, WriteBatch};
+use engram_storage::{Layered, Mutation, Overlay, ReadView, Space, Store, WriteBatch};
 use engram_types::{Hash, TxId, TxReceipt, TxRequest, Value};
 
+use crate::durability::{Write, durability};
 use crate::planted::{self, PlantedBug};
 use crate::rows::{ChainHead, LastCheckpoint, Rejection, TxLogRow, TxOutcome, decode_row, encode_row};
 use crate::{CoreError, keys, plan, policy, reads};
@@ -266,7 +267,7 @@ impl Engine {
         }
         let mut batch = WriteBatch::new();
         self.attest_into(stored, &mut batch);
-        self.store.write(batch, Durability::Buffered)?;
+        self.store.write(batch, durability(Write::StartAttestation))?;
         Ok(())
     }
 
@@ -431,7 +432,7 @@ impl Engine {
             }
         };
         let batch = self.end_group(WriteBatch::new())?;
-        self.store.write(batch, planted::ack_durability())?;
+        self.store.write(batch, durability(Write::StandaloneApply))?;
         Ok(out)
     }
 
@@ -601,7 +602,7 @@ impl Engine {
         // with a key not yet admitted. The only write apply makes itself; key changes are rare.
         self.commit(batch, head, &sealed);
         let written = std::mem::take(&mut self.pending).into_batch();
-        self.store.write(written, Durability::Sync)?;
+        self.store.write(written, durability(Write::KeyChange))?;
         // This node's own rotation: sign with the new key from the next entry on. (Only the
         // node that staged the new key holds it; the other replicas keep their keys.)
         if let KeyAction::Rotate { old, new, .. } = &req.action
@@ -1045,7 +1046,7 @@ impl Engine {
                 // the row without the entry, and the entry applied again looks like a retry.
                 let mut eager = WriteBatch::new();
                 eager.put(Space::State, keys::idempotency(ns, key), row.encode());
-                self.store.write(eager, Durability::Sync)?;
+                self.store.write(eager, durability(Write::PlantedEagerRow))?;
             }
             batch.put(Space::State, keys::idempotency(ns, key), row.encode());
         }
@@ -1067,7 +1068,7 @@ impl Engine {
 
 #[cfg(test)]
 mod tests {
-    use engram_storage::MemStore;
+    use engram_storage::{Durability, MemStore};
     use engram_types::{
         Attribute, BranchName, EntityId, EntityRef, Namespace, Op, Precondition, Provenance, Status, TxOp,
         ValueType,

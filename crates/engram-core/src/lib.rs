@@ -20,6 +20,7 @@
 pub mod access_log;
 pub mod branch;
 pub mod current;
+pub mod durability;
 mod engine;
 mod error;
 pub mod export;

@@ -121,13 +121,3 @@ pub fn active(bug: PlantedBug) -> bool {
         false
     }
 }
-
-/// The durability of a write the caller acknowledges: `Sync`, unless the skip-sync bug is on.
-#[inline]
-pub fn ack_durability() -> engram_storage::Durability {
-    if active(PlantedBug::SkipSyncBeforeAck) {
-        engram_storage::Durability::Buffered
-    } else {
-        engram_storage::Durability::Sync
-    }
-}

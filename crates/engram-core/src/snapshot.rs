@@ -20,9 +20,10 @@
 
 use engram_audit::{ChainError, ChainVerifier, SignedEntry};
 use engram_merkle::{Blake3, CompactTree};
-use engram_storage::{Durability, KeyValue, Space, StorageError, Store, WriteBatch};
+use engram_storage::{KeyValue, Space, StorageError, Store, WriteBatch};
 use thiserror::Error;
 
+use crate::durability::{Write, durability};
 use crate::rows::decode_row;
 use crate::{ChainHead, CoreError, keys};
 
@@ -489,7 +490,7 @@ impl<'a> Installer<'a> {
 
     fn flush(&mut self) -> Result<(), SnapshotError> {
         let batch = std::mem::take(&mut self.batch);
-        self.store.write(batch, Durability::Buffered)?;
+        self.store.write(batch, durability(Write::InstallBatch))?;
         self.pending_bytes = 0;
         Ok(())
     }
@@ -498,7 +499,7 @@ impl<'a> Installer<'a> {
     pub fn finish(mut self, mut extra: WriteBatch) -> Result<u64, SnapshotError> {
         let records = self.reader.finish()?;
         self.batch.mutations.append(&mut extra.mutations);
-        self.store.write(self.batch, crate::planted::ack_durability())?;
+        self.store.write(self.batch, durability(Write::InstallEnd))?;
         Ok(records)
     }
 }
@@ -516,7 +517,7 @@ pub fn install(store: &dyn Store, bytes: &[u8], extra: WriteBatch) -> Result<Cha
 
 #[cfg(test)]
 mod tests {
-    use engram_storage::MemStore;
+    use engram_storage::{Durability, MemStore};
 
     use super::*;
 

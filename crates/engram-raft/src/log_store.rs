@@ -3,6 +3,7 @@ use std::io;
 use std::ops::{Bound, RangeBounds};
 use std::sync::Arc;
 
+use engram_core::durability::{Write, durability};
 use engram_storage::{Durability, Space, Store, WriteBatch};
 use openraft::entry::RaftEntry;
 use openraft::storage::{IOFlushed, LogState, RaftLogReader, RaftLogStorage};
@@ -80,12 +81,10 @@ impl LogStore {
         }
     }
 
-    fn put_row<T: serde::Serialize>(&self, key: &[u8], value: &T) -> io::Result<()> {
+    fn put_row<T: serde::Serialize>(&self, key: &[u8], value: &T, write: Write) -> io::Result<()> {
         let mut batch = WriteBatch::new();
         batch.put(Space::Raft, key.to_vec(), encode(value)?);
-        self.store
-            .write(batch, engram_core::planted::ack_durability())
-            .map_err(io_err)
+        self.store.write(batch, durability(write)).map_err(io_err)
     }
 }
 
@@ -158,7 +157,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     }
 
     async fn save_vote(&mut self, vote: &Vote) -> io::Result<()> {
-        self.put_row(VOTE, vote)
+        self.put_row(VOTE, vote, Write::Vote)
     }
 
     async fn save_committed(&mut self, committed: Option<LogId>) -> io::Result<()> {
@@ -168,9 +167,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         if let Some(id) = &committed {
             self.stages.mark(Stage::Committed, id.index());
         }
-        let mut batch = WriteBatch::new();
-        batch.put(Space::Raft, COMMITTED.to_vec(), encode(&committed)?);
-        self.store.write(batch, Durability::Buffered).map_err(io_err)
+        self.put_row(COMMITTED, &committed, Write::CommittedHint)
     }
 
     async fn read_committed(&mut self) -> io::Result<Option<LogId>> {
@@ -190,8 +187,9 @@ impl RaftLogStorage<TypeConfig> for LogStore {
             last = Some(entry.index());
             batch.put(Space::Log, log_key(entry.index()).to_vec(), encode(&entry)?);
         }
+        // Buffered, so replication can ship the entries at once; the flusher syncs them.
         self.store.write(batch, Durability::Buffered).map_err(io_err)?;
-        if engram_core::planted::ack_durability() == Durability::Buffered {
+        if durability(Write::LogAppend) == Durability::Buffered {
             // The planted bug: report the append as flushed while it is only buffered.
             callback.io_completed(Ok(()));
             return Ok(());
@@ -219,7 +217,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
             vec![engram_storage::FIRST_INVALID_KEY_BYTE],
         );
         self.store
-            .write(batch, engram_core::planted::ack_durability())
+            .write(batch, durability(Write::LogTruncate))
             .map_err(io_err)
     }
 
@@ -232,7 +230,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
             log_key(log_id.index() + 1).to_vec(),
         );
         self.store
-            .write(batch, engram_core::planted::ack_durability())
+            .write(batch, durability(Write::LogPurge))
             .map_err(io_err)
     }
 }

@@ -20,9 +20,10 @@ use std::io;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use engram_core::durability::{Write, durability};
 use engram_core::snapshot::{self, ChunkSource, SnapshotError, SnapshotReader};
 use engram_core::{CoreError, planted};
-use engram_storage::{Durability, Space, StorageError, Store, WriteBatch};
+use engram_storage::{Space, StorageError, Store, WriteBatch};
 use serde::{Deserialize, Serialize};
 
 use crate::SnapshotMeta;
@@ -205,7 +206,7 @@ impl Snapshots {
         delete_chunks_except(&mut batch, keep, u64::MAX);
         snapshots
             .store
-            .write(batch, Durability::Buffered)
+            .write(batch, durability(Write::SnapshotChunk))
             .map_err(storage_err)?;
         let installing = installing.map(|r| (r.meta, snapshots.stored(r.data)));
         Ok((snapshots, installing))
@@ -243,7 +244,9 @@ impl Snapshots {
         }
         batch.delete(Space::Raft, LEGACY_META.to_vec());
         batch.delete(Space::Raft, LEGACY_DATA.to_vec());
-        self.store.write(batch, Durability::Sync).map_err(storage_err)
+        self.store
+            .write(batch, durability(Write::LegacyMigration))
+            .map_err(storage_err)
     }
 
     /// The snapshot openraft is offered, if any.
@@ -271,7 +274,7 @@ impl Snapshots {
     pub(crate) fn set_current(&self, meta: &SnapshotMeta, data: &StoredRef) -> io::Result<()> {
         let batch = self.current_rows(meta, data)?;
         self.store
-            .write(batch, planted::ack_durability())
+            .write(batch, durability(Write::SnapshotCurrent))
             .map_err(storage_err)
     }
 
@@ -286,7 +289,7 @@ impl Snapshots {
             batch.put(Space::Raft, chunk_key(id, seq), chunk);
             seq += 1;
             store
-                .write(batch, Durability::Buffered)
+                .write(batch, durability(Write::SnapshotChunk))
                 .map_err(CoreError::Storage)
         });
         let (sealed, captured) = match result {
@@ -324,7 +327,7 @@ impl Snapshots {
     fn discard(&self, id: u64) {
         let mut batch = WriteBatch::new();
         batch.delete_range(Space::Raft, chunk_key(id, 0), chunk_key(id.saturating_add(1), 0));
-        let _ = self.store.write(batch, Durability::Buffered);
+        let _ = self.store.write(batch, durability(Write::SnapshotChunk));
     }
 
     /// Deletes the chunks of a refused snapshot, unless it is the current one.
@@ -359,7 +362,9 @@ impl Snapshots {
         };
         let mut batch = WriteBatch::new();
         batch.put(Space::Raft, INSTALLING.to_vec(), encode(&row)?);
-        self.store.write(batch, Durability::Sync).map_err(storage_err)
+        self.store
+            .write(batch, durability(Write::InstallBegin))
+            .map_err(storage_err)
     }
 
     /// The rows an install's last batch carries besides the state: `data` becomes current and
@@ -421,7 +426,7 @@ impl Receiving<'_> {
         self.seq += 1;
         self.snapshots
             .store
-            .write(batch, Durability::Buffered)
+            .write(batch, durability(Write::SnapshotChunk))
             .map_err(storage_err)
     }
 

@@ -3,9 +3,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use engram_audit::{KeyRing, PublicKey};
+use engram_core::durability::{Write, durability};
 use engram_core::snapshot::{self, Installer};
 use engram_core::{CheckpointPolicy, Engine};
-use engram_storage::{Durability, Space, Store, WriteBatch};
+use engram_storage::{Space, Store, WriteBatch};
 use futures::{Stream, TryStreamExt};
 use openraft::entry::RaftEntry;
 use openraft::storage::{ApplyResponder, EntryResponder, RaftSnapshotBuilder, RaftStateMachine};
@@ -310,7 +311,9 @@ impl StateMachine {
             .end_group(applied_row(&self.applied)?)
             .map_err(io_err)?;
         // Buffered: the Raft log holds these entries synced on a majority already.
-        self.store.write(group, Durability::Buffered).map_err(io_err)?;
+        self.store
+            .write(group, durability(Write::ApplyGroup))
+            .map_err(io_err)?;
         if std::mem::take(&mut self.policy_touched) {
             self.policy_epoch.fetch_add(1, Ordering::Release);
         }
