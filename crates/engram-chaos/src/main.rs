@@ -428,8 +428,9 @@ async fn run(args: &Args, compose: &Compose) -> Result<bool> {
     let mut setup = TxRequest::data(ns.clone(), setup_ops, provenance(AGENT));
     setup.idempotency_key = Some("chaos-setup".into());
     // The cluster has a leader before its bootstrap has recorded the security mode; until
-    // then a node refuses callers that are not on loopback ("not initialised yet"). The setup
-    // carries an idempotency key, so trying again is safe.
+    // then a node refuses callers that are not on loopback ("not initialised yet",
+    // UNAVAILABLE). The client retries that within its policy; this loop waits longer, for a
+    // slow container start. The setup carries an idempotency key, so trying again is safe.
     let receipt = loop {
         match client.transact(&setup).await {
             Ok(receipt) => break receipt,
@@ -470,6 +471,7 @@ async fn run(args: &Args, compose: &Compose) -> Result<bool> {
             _ => rng.below(3) + 1,
         };
         let on_leader = Some(node) == leader;
+        let at_ms = shared.now_ms();
         compose
             .inject(fault, node)
             .with_context(|| format!("cycle {cycle}: {} node {node}", fault.name()))?;
@@ -478,9 +480,10 @@ async fn run(args: &Args, compose: &Compose) -> Result<bool> {
             .heal(fault, node)
             .with_context(|| format!("cycle {cycle}: healing {} of node {node}", fault.name()))?;
         let line = format!(
-            "cycle {cycle}: {} node {node}{}",
+            "cycle {cycle}: {} node {node}{} at {:.1} s",
             fault.name(),
-            if on_leader { " (the leader)" } else { "" }
+            if on_leader { " (the leader)" } else { "" },
+            at_ms as f64 / 1000.0
         );
         if !args.json {
             println!("{line}");
@@ -561,12 +564,14 @@ async fn run(args: &Args, compose: &Compose) -> Result<bool> {
     let nonlinear = engram_lincheck::linearizable::check(&ops, &committed);
     problems.extend(nonlinear.iter().cloned());
 
+    let pauses = longest_pauses(&ops, PAUSES_REPORTED);
     let passed = problems.is_empty();
     let report = json!({
         "passed": passed, "seed": args.seed, "cycles": args.cycles, "faults": faults,
         "clients": args.clients, "operations": ops.len(), "writes_acked": acked, "writes_lost": lost,
         "writes_unknown": unknown, "reads": reads, "chain_entries": chain_index,
         "linearizable": nonlinear.is_empty(), "problems": problems,
+        "longest_pauses_ms": pauses.iter().map(|p| json!({"from_ms": p.0, "ms": p.1})).collect::<Vec<_>>(),
         "seconds": started.elapsed().as_secs(),
     });
     if args.json {
@@ -587,6 +592,14 @@ async fn run(args: &Args, compose: &Compose) -> Result<bool> {
             },
             started.elapsed().as_secs()
         );
+        let pauses: Vec<String> = pauses
+            .iter()
+            .map(|(from, ms)| format!("{:.2} s from {:.1} s", *ms as f64 / 1000.0, *from as f64 / 1000.0))
+            .collect();
+        println!(
+            "longest pauses between acknowledged writes: {}",
+            pauses.join(", ")
+        );
         for p in &problems {
             println!("FAILED: {p}");
         }
@@ -594,11 +607,54 @@ async fn run(args: &Args, compose: &Compose) -> Result<bool> {
     Ok(passed)
 }
 
+/// How many of the longest pauses a run reports.
+const PAUSES_REPORTED: usize = 5;
+
+/// The `n` longest stretches of time in which no write was acknowledged, as `(from_ms, ms)`,
+/// longest first: from one acknowledgement to the next.
+/// Set beside the cycles' fault times they show which fault a client waited out, and for how
+/// long.
+fn longest_pauses(ops: &[engram_lincheck::history::Op], n: usize) -> Vec<(u64, u64)> {
+    let mut acked: Vec<u64> = ops
+        .iter()
+        .filter(|op| matches!(op.outcome, Outcome::Written { .. }))
+        .map(|op| op.returned_ms)
+        .collect();
+    acked.sort_unstable();
+    let mut gaps: Vec<(u64, u64)> = acked.windows(2).map(|w| (w[0], w[1] - w[0])).collect();
+    gaps.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+    gaps.truncate(n);
+    gaps
+}
+
 #[cfg(test)]
 mod tests {
     use engram_client::ClientError;
 
     use super::*;
+
+    #[test]
+    fn pauses_are_the_longest_gaps_between_acknowledgements() {
+        let op = |returned_ms: u64, outcome: Outcome| engram_lincheck::history::Op {
+            client: 0,
+            call: Call::Write { key: 0, value: 1 },
+            outcome,
+            invoked_at: 0,
+            returned_at: 0,
+            invoked_ms: 0,
+            returned_ms,
+        };
+        let ops = [
+            op(100, Outcome::Written { tx: 1 }),
+            op(250, Outcome::Written { tx: 2 }),
+            // Not an acknowledgement: it does not end a pause.
+            op(900, Outcome::Unknown),
+            op(1_750, Outcome::Written { tx: 3 }),
+            op(1_800, Outcome::Written { tx: 4 }),
+        ];
+        assert_eq!(longest_pauses(&ops, 2), vec![(250, 1_500), (100, 150)]);
+        assert!(longest_pauses(&ops[..1], 5).is_empty());
+    }
 
     #[test]
     fn the_schedule_is_a_function_of_the_seed() {

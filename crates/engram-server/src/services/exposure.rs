@@ -105,6 +105,14 @@ pub fn check(
     if insecure_open {
         return Ok(());
     }
+    if mode.is_none() {
+        // A transient refusal: a cluster bootstrapped with `--security enforced` has a leader
+        // a moment before its chain records the mode, and then serves this caller. Clients
+        // retry UNAVAILABLE; a cluster that records open mode answers as below from then on.
+        return Err(ApiError::Unavailable(format!(
+            "{state} (its security mode is not recorded), and until it is only loopback callers are served ({who} is not one): retry once the cluster is initialised with --security enforced, or {HOW_TO_ENFORCE}"
+        )));
+    }
     Err(ApiError::Conflict(format!(
         "{state}, and open mode serves loopback callers only ({who} is not one): {HOW_TO_ENFORCE}; or start every node with --insecure-open (ENGRAM_INSECURE_OPEN=true) to let anyone who reaches it read and write everything"
     )))
@@ -273,13 +281,14 @@ mod tests {
             }
             assert_eq!(code(check(get, lan, Some(Mode::Enforced), false)), None);
         }
-        for mode in [None, Some(Mode::Open)] {
-            // Data calls: only with --insecure-open.
-            assert_eq!(code(check(get, lan, mode, false)), Some(Code::FailedPrecondition));
-            assert_eq!(
-                code(check(get, None, mode, false)),
-                Some(Code::FailedPrecondition)
-            );
+        // Data calls: only with --insecure-open; before the mode is recorded the refusal is
+        // one a client retries.
+        for (mode, refused) in [
+            (None, Code::Unavailable),
+            (Some(Mode::Open), Code::FailedPrecondition),
+        ] {
+            assert_eq!(code(check(get, lan, mode, false)), Some(refused));
+            assert_eq!(code(check(get, None, mode, false)), Some(refused));
             assert_eq!(code(check(get, lan, mode, true)), None);
             // Membership, key and policy changes: never.
             for path in ADMIN_PATHS {
