@@ -8,7 +8,7 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
-use engram_loadgen::{OpFuture, ReadKind, System};
+use engram_loadgen::{OpFuture, ReadKind, System, WatchLayout};
 use etcd_client::{Client, GetOptions, Txn, TxnOp, WatchOptions};
 use futures::future::BoxFuture;
 use futures::stream::BoxStream;
@@ -368,9 +368,15 @@ impl System for EtcdSystem {
         &self,
         run: u64,
         subscriber: usize,
+        layout: WatchLayout,
     ) -> BoxFuture<'static, Result<BoxStream<'static, Result<u64, String>>, String>> {
-        let mut c = self.spread[subscriber % self.spread.len()].clone();
+        let shared = self.spread[subscriber % self.spread.len()].clone();
+        let endpoint = self.endpoints[subscriber % self.endpoints.len()].clone();
         async move {
+            let mut c = match layout {
+                WatchLayout::Shared => shared,
+                WatchLayout::Own => Client::connect([endpoint.as_str()], None).await.map_err(err)?,
+            };
             let stream = c
                 .watch(format!("watch/{run}/"), Some(WatchOptions::new().with_prefix()))
                 .await

@@ -81,8 +81,9 @@ fn both_systems_are_measured_at_every_point_and_compared() {
             .any(|s| s.as_str().unwrap().contains("etcd has no History")),
         "{skipped:?}"
     );
+    // Two systems, two rounds, two connection layouts.
     let fanouts = doc["report"]["fanouts"].as_array().unwrap();
-    assert_eq!(fanouts.len(), 4);
+    assert_eq!(fanouts.len(), 8);
     for f in fanouts {
         assert_eq!(f["delivered"], f["expected"], "{f}");
     }

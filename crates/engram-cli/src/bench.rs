@@ -12,7 +12,8 @@ use engram_client::{
     Client, ClientConfig, ClientTls, Consistency, GetOptions, HistoryTarget, RetryPolicy, WatchFilter, pb,
 };
 use engram_loadgen::{
-    Machine, OpFuture, Progress, ReadKind, Row, SuiteReport, SuiteSpec, System, rows, run_suite, table,
+    Machine, OpFuture, Progress, ReadKind, Row, SuiteReport, SuiteSpec, System, WatchLayout, rows, run_suite,
+    table,
 };
 use engram_types::{
     Attribute, AttributeDef, EntityId, EntityRef, Namespace, Op, Provenance, Status, TxOp, TxRequest, Value,
@@ -24,7 +25,7 @@ use futures::{FutureExt, StreamExt};
 use indicatif::ProgressBar;
 use serde::Serialize;
 
-use crate::cli::{BenchArgs, BenchPhase};
+use crate::cli::{BenchArgs, BenchPhase, BenchWatchLayout};
 use crate::local_cluster::{LocalCluster, LocalNode, free_ports};
 use crate::output::{out, outln};
 use crate::ui::Ui;
@@ -53,6 +54,8 @@ pub struct EngramSystem {
     retrying: Client,
     /// One client per connection to each node in turn, for stale reads, which any node serves.
     spread: Vec<Client>,
+    /// As `spread`, without a per-call deadline: the connections shared watches multiplex on.
+    watch_spread: Vec<Client>,
     pids: Vec<u32>,
     /// How the report names this system ("engram", "engram-enforced", ...).
     name: String,
@@ -108,6 +111,19 @@ fn one_shot(endpoint: &str, creds: &Credentials) -> Result<Client> {
     Ok(Client::with_config(vec![endpoint.to_string()], config)?)
 }
 
+/// A client for watches on `endpoint`: a watch is one long call, so no per-call deadline,
+/// and no retries (the fan-out counts what arrives on the stream it opened).
+fn watch_client(endpoint: &str, creds: &Credentials) -> Result<Client> {
+    let config = ClientConfig {
+        retry: RetryPolicy::never(),
+        request_timeout: Duration::from_secs(24 * 3600),
+        agent: creds.agent.clone(),
+        tls: creds.tls.clone(),
+        ..ClientConfig::default()
+    };
+    Ok(Client::with_config(vec![endpoint.to_string()], config)?)
+}
+
 impl EngramSystem {
     /// Connects `connections` channels to `leader` and as many spread over `endpoints`, each
     /// with `creds`; the report calls it `name`.
@@ -128,6 +144,9 @@ impl EngramSystem {
         let spread = (0..connections)
             .map(|i| one_shot(&endpoints[i % endpoints.len()], &creds))
             .collect::<Result<_>>()?;
+        let watch_spread = (0..connections)
+            .map(|i| watch_client(&endpoints[i % endpoints.len()], &creds))
+            .collect::<Result<_>>()?;
         let retrying = Client::with_config(
             endpoints.to_vec(),
             ClientConfig {
@@ -143,6 +162,7 @@ impl EngramSystem {
             connections,
             retrying,
             spread,
+            watch_spread,
             pids,
             name: name.to_string(),
             creds,
@@ -412,18 +432,12 @@ impl System for EngramSystem {
         &self,
         run: u64,
         subscriber: usize,
+        layout: WatchLayout,
     ) -> BoxFuture<'static, Result<BoxStream<'static, Result<u64, String>>, String>> {
-        // A watch is one long call: it needs its own client without the per-call deadline
-        // (and, here, each subscriber its own connection).
-        let endpoint = self.endpoints[subscriber % self.endpoints.len()].clone();
-        let config = ClientConfig {
-            retry: RetryPolicy::never(),
-            request_timeout: Duration::from_secs(24 * 3600),
-            agent: self.creds.agent.clone(),
-            tls: self.creds.tls.clone(),
-            ..ClientConfig::default()
+        let c = match layout {
+            WatchLayout::Own => watch_client(&self.endpoints[subscriber % self.endpoints.len()], &self.creds),
+            WatchLayout::Shared => Ok(self.watch_spread[subscriber % self.watch_spread.len()].clone()),
         };
-        let c = Client::with_config(vec![endpoint], config);
         let ns = Namespace::new(format!("bench/watch-{run}"));
         async move {
             let c = c.map_err(err)?;
@@ -514,6 +528,14 @@ pub fn suite_spec(args: &BenchArgs) -> SuiteSpec {
         } else {
             Vec::new()
         },
+        fanout_layouts: args
+            .watch_layouts
+            .iter()
+            .map(|l| match l {
+                BenchWatchLayout::Own => WatchLayout::Own,
+                BenchWatchLayout::Shared => WatchLayout::Shared,
+            })
+            .collect(),
         fanout_markers: args.markers,
         fanout_gap_ms: 10,
         rounds: args.rounds as usize,
@@ -930,15 +952,20 @@ pub fn emit(
     out!("{}", table(&doc.rows))?;
     for f in &report.fanouts {
         outln!(
-            "watch fan-out {:>6}: {} subscribers x {} markers: {}/{} delivered, p50 {:.3} ms, p99 {:.3} ms, max {:.3} ms",
+            "watch fan-out {:>6}: {} subscribers ({}) x {} markers: {}/{} delivered, p50 {:.3} ms, p99 {:.3} ms, max {:.3} ms (the markers' writes: p50 {:.3} ms, p99 {:.3} ms, max {:.3} ms; {:.1} KiB of server memory per idle watcher)",
             f.system,
             f.subscribers,
+            f.layout,
             f.markers,
             f.delivered,
             f.expected,
             f.latency.p50_us / 1000.0,
             f.latency.p99_us / 1000.0,
-            f.latency.max_us / 1000.0
+            f.latency.max_us / 1000.0,
+            f.write_latency.p50_us / 1000.0,
+            f.write_latency.p99_us / 1000.0,
+            f.write_latency.max_us / 1000.0,
+            f.server_bytes_per_watcher / 1024.0
         )?;
     }
     for (system, values, secs) in &report.preloads {
@@ -982,8 +1009,8 @@ pub fn failures(report: &SuiteReport) -> Vec<String> {
             .filter(|f| f.delivered < f.expected)
             .map(|f| {
                 format!(
-                    "{} fan-out to {}: {} of {} deliveries",
-                    f.system, f.subscribers, f.delivered, f.expected
+                    "{} fan-out to {} ({}): {} of {} deliveries",
+                    f.system, f.subscribers, f.layout, f.delivered, f.expected
                 )
             }),
     );

@@ -408,6 +408,15 @@ pub struct BenchArgs {
     /// Subscriber counts of the Watch fan-out runs.
     #[arg(long, value_delimiter = ',', default_value = "100", value_name = "LIST")]
     pub subscribers: Vec<usize>,
+    /// How the fan-out's subscribers connect: each on its own connection, multiplexed over
+    /// the --connections shared ones, or both in turn.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "own,shared",
+        value_name = "LIST"
+    )]
+    pub watch_layouts: Vec<BenchWatchLayout>,
     /// Markers written per fan-out run (each one transaction).
     #[arg(long, default_value_t = 200, value_name = "N")]
     pub markers: u64,
@@ -447,6 +456,14 @@ pub struct BenchArgs {
     /// Also write the full report (every round, latency CDFs) as JSON to this file.
     #[arg(long, value_name = "FILE")]
     pub out: Option<PathBuf>,
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BenchWatchLayout {
+    /// A connection per subscriber.
+    Own,
+    /// Subscribers multiplexed over the shared connections.
+    Shared,
 }
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]

@@ -94,11 +94,15 @@ fn a_short_bench_measures_every_phase_without_a_failed_request() {
         // The servers were measured: three processes doing real work per request.
         assert!(r["server_cpu_us_per_op"].as_f64().unwrap() > 0.0, "{r}");
     }
-    // Every marker reached every subscriber.
+    // Every marker reached every subscriber, on connections of their own and multiplexed.
     let fanouts = doc["report"]["fanouts"].as_array().unwrap();
-    assert_eq!(fanouts.len(), 1);
-    assert_eq!(fanouts[0]["expected"], 15);
-    assert_eq!(fanouts[0]["delivered"], 15);
+    let layouts: Vec<&str> = fanouts.iter().map(|f| f["layout"].as_str().unwrap()).collect();
+    assert_eq!(layouts, ["own", "shared"]);
+    for f in fanouts {
+        assert_eq!(f["expected"], 15, "{f}");
+        assert_eq!(f["delivered"], 15, "{f}");
+        assert_eq!(f["write_latency"]["samples"], 5, "{f}");
+    }
     // The preload wrote at least what the history phase asked for.
     let preloads = doc["report"]["preloads"].as_array().unwrap();
     assert!(preloads.iter().any(|p| p[1] == 400), "{preloads:?}");

@@ -1,4 +1,4 @@
-//! CPU time of processes, read from `/proc/<pid>/stat`.
+//! CPU time and resident memory of processes, read from `/proc/<pid>/stat` and `statm`.
 
 use std::fs;
 
@@ -17,6 +17,20 @@ pub fn cpu_seconds_of(pid: u32) -> Option<f64> {
     let utime: f64 = fields.get(11)?.parse().ok()?;
     let stime: f64 = fields.get(12)?.parse().ok()?;
     Some((utime + stime) / TICKS_PER_S)
+}
+
+/// Resident memory of process `pid` in bytes (`None` if it is gone or `/proc` is unavailable).
+pub fn resident_bytes_of(pid: u32) -> Option<u64> {
+    let statm = fs::read_to_string(format!("/proc/{pid}/statm")).ok()?;
+    // Field 2 is the resident set in pages; the bench runs on Linux with 4 KiB pages (x86-64,
+    // and arm64 as Debian builds it).
+    let pages: u64 = statm.split_whitespace().nth(1)?.parse().ok()?;
+    Some(pages * 4096)
+}
+
+/// Resident memory of a set of processes together, in bytes (what is still readable).
+pub fn resident_bytes(pids: &[u32]) -> u64 {
+    pids.iter().filter_map(|p| resident_bytes_of(*p)).sum()
 }
 
 /// CPU used by a set of processes between [`CpuMeter::start`] and [`CpuMeter::seconds`].

@@ -19,12 +19,13 @@ mod matrix;
 mod report;
 mod suite;
 
-pub use cpu::{CpuMeter, cpu_seconds_of};
+pub use cpu::{CpuMeter, cpu_seconds_of, resident_bytes, resident_bytes_of};
 pub use driver::{Outcome, Plan, closed_loop};
 pub use latency::{Latency, LatencyRecorder};
 pub use machine::Machine;
 pub use matrix::{
-    Fanout, Measurement, ReadKind, System, Workload, measure, rewrite_in_turn, value_of, watch_fanout,
+    Fanout, Measurement, ReadKind, System, WatchLayout, Workload, measure, rewrite_in_turn, value_of,
+    watch_fanout,
 };
 pub use report::{Row, label, rows, table};
 pub use suite::{Progress, SuiteReport, SuiteSpec, run_suite};

@@ -30,6 +30,27 @@ pub enum ReadKind {
     History,
 }
 
+/// How a fan-out run's subscriptions reach the servers.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum WatchLayout {
+    /// Each subscription on a connection of its own (many processes, one agent each).
+    #[default]
+    Own,
+    /// The subscriptions multiplexed over the system's few shared connections (one process
+    /// holding many watches), round-robin.
+    Shared,
+}
+
+impl std::fmt::Display for WatchLayout {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            WatchLayout::Own => "own connections",
+            WatchLayout::Shared => "shared connections",
+        })
+    }
+}
+
 /// One workload of the matrix.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case", tag = "kind")]
@@ -72,11 +93,13 @@ pub trait System: Send + Sync + 'static {
         true
     }
     /// A subscription to the markers [`System::write_marker`] writes in fan-out run `run`,
-    /// delivering each marker's number; it sees nothing of other runs.
+    /// delivering each marker's number; it sees nothing of other runs. `layout` says whether
+    /// it gets a connection of its own.
     fn subscribe(
         &self,
         run: u64,
         subscriber: usize,
+        layout: WatchLayout,
     ) -> BoxFuture<'static, Result<BoxStream<'static, Result<u64, String>>, String>>;
     /// Writes marker `n` of run `run` (one small transaction) where its subscriptions see it.
     fn write_marker(&self, run: u64, n: u64) -> OpFuture;
@@ -222,27 +245,45 @@ where
 pub struct Fanout {
     pub system: String,
     pub subscribers: usize,
+    #[serde(default)]
+    pub layout: WatchLayout,
     pub markers: u64,
     /// Deliveries expected (`subscribers × markers`) and made within the deadline.
     pub expected: u64,
     pub delivered: u64,
     /// From the start of the write to its arrival at each subscriber.
     pub latency: Latency,
+    /// How long each marker's write took to be acknowledged: the part of `latency` that is
+    /// the write's commit, not the delivery (absent from reports made before it was kept).
+    #[serde(default)]
+    pub write_latency: Latency,
+    /// The servers' resident memory grown by opening the subscriptions, per subscription,
+    /// before any marker was written: what an idle watcher costs (bytes).
+    #[serde(default)]
+    pub server_bytes_per_watcher: f64,
 }
 
-/// Opens `subscribers` subscriptions to run `run` (a number no earlier run used), writes `markers` markers one after another (`gap_ms`
-/// apart), and measures how long each took to reach every subscriber.
+/// How long the fan-out waits after opening its subscriptions before it measures the servers'
+/// memory and writes the first marker (plus 0.2 ms per subscription).
+const IDLE_WATCH_SETTLE_MS: u64 = 500;
+
+/// Opens `subscribers` subscriptions to run `run` (a number no earlier run used) in `layout`,
+/// writes `markers` markers one after another (`gap_ms` apart), and measures how long each
+/// took to reach every subscriber.
 pub async fn watch_fanout(
     system: Arc<dyn System>,
     run: u64,
     subscribers: usize,
+    layout: WatchLayout,
     markers: u64,
     gap_ms: u64,
 ) -> Result<Fanout, String> {
     let sent: Arc<Mutex<HashMap<u64, Instant>>> = Arc::default();
+    let pids = system.server_pids();
+    let rss_before = crate::cpu::resident_bytes(&pids);
     let mut streams = Vec::with_capacity(subscribers);
     for s in 0..subscribers {
-        streams.push(system.subscribe(run, s).await?);
+        streams.push(system.subscribe(run, s, layout).await?);
     }
     let base = 0;
     let mut tasks = Vec::with_capacity(subscribers);
@@ -273,12 +314,22 @@ pub async fn watch_fanout(
             rec
         }));
     }
+    // The subscription tasks open their calls as they start polling (some clients open a
+    // watch lazily); give the last ones a moment before measuring what they hold.
+    tokio::time::sleep(Duration::from_millis(
+        IDLE_WATCH_SETTLE_MS + subscribers as u64 / 5,
+    ))
+    .await;
+    let rss_grown = crate::cpu::resident_bytes(&pids).saturating_sub(rss_before);
+    let mut writes = LatencyRecorder::default();
     for i in 0..markers {
         let n = base + i;
+        let start = Instant::now();
         if let Ok(mut m) = sent.lock() {
-            m.insert(n, Instant::now());
+            m.insert(n, start);
         }
         system.write_marker(run, n).await?;
+        writes.record(start.elapsed());
         tokio::time::sleep(Duration::from_millis(gap_ms)).await;
     }
     let mut all = LatencyRecorder::default();
@@ -290,10 +341,13 @@ pub async fn watch_fanout(
     Ok(Fanout {
         system: system.name(),
         subscribers,
+        layout,
         markers,
         expected: subscribers as u64 * markers,
         delivered: all.len() as u64,
         latency: all.summary(200),
+        write_latency: writes.summary(200),
+        server_bytes_per_watcher: rss_grown as f64 / subscribers.max(1) as f64,
     })
 }
 

@@ -8,7 +8,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use crate::driver::Plan;
-use crate::matrix::{Fanout, Measurement, ReadKind, System, Workload, measure, watch_fanout};
+use crate::matrix::{Fanout, Measurement, ReadKind, System, WatchLayout, Workload, measure, watch_fanout};
 
 /// What a suite runs.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -31,6 +31,8 @@ pub struct SuiteSpec {
     pub history_clients: Vec<usize>,
     /// Subscriber counts of the Watch fan-out runs.
     pub fanout_subscribers: Vec<usize>,
+    /// The connection layouts each subscriber count runs in.
+    pub fanout_layouts: Vec<WatchLayout>,
     pub fanout_markers: u64,
     pub fanout_gap_ms: u64,
     /// Each point is measured this many times per system, the systems taking turns.
@@ -147,16 +149,22 @@ pub async fn run_suite(
         }
     }
 
-    progress.phase("watch fan-out", spec.fanout_subscribers.len() as u64 * n);
+    let fanouts: Vec<(usize, WatchLayout)> = spec
+        .fanout_subscribers
+        .iter()
+        .flat_map(|&subs| spec.fanout_layouts.iter().map(move |&layout| (subs, layout)))
+        .collect();
+    progress.phase("watch fan-out", fanouts.len() as u64 * n);
     let mut run = 0u64;
-    for &subs in &spec.fanout_subscribers {
+    for &(subs, layout) in &fanouts {
         for _round in 0..spec.rounds {
             for sys in systems {
                 run += 1;
-                match watch_fanout(sys.clone(), run, subs, spec.fanout_markers, spec.fanout_gap_ms).await {
+                let markers = spec.fanout_markers;
+                match watch_fanout(sys.clone(), run, subs, layout, markers, spec.fanout_gap_ms).await {
                     Ok(f) => {
                         progress.step(&format!(
-                            "{} fan-out to {subs}: {}/{} delivered, p99 {:.2} ms",
+                            "{} fan-out to {subs} ({layout}): {}/{} delivered, p99 {:.2} ms",
                             f.system,
                             f.delivered,
                             f.expected,
@@ -166,7 +174,7 @@ pub async fn run_suite(
                     }
                     Err(e) => report
                         .skipped
-                        .push(format!("{} fan-out to {subs}: {e}", sys.name())),
+                        .push(format!("{} fan-out to {subs} ({layout}): {e}", sys.name())),
                 }
             }
         }
