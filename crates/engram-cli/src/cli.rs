@@ -601,6 +601,12 @@ pub struct ServeArgs {
     #[arg(long, env = "ENGRAM_MAX_TX_BYTES", value_name = "BYTES")]
     pub max_tx_bytes: Option<usize>,
 
+    /// End a watch whose reader has taken nothing for this long while its buffer is full,
+    /// with UNAVAILABLE and the transaction to reopen at (the client libraries reopen it)
+    /// [default: 30000].
+    #[arg(long, env = "ENGRAM_WATCH_STALL_CUTOFF_MS", value_name = "MS", value_parser = clap::value_parser!(u64).range(1..))]
+    pub watch_stall_cutoff_ms: Option<u64>,
+
     /// Raft heartbeat interval [default: 100]. It is also the deadline of every Raft RPC
     /// (appends carrying entries may get longer, --append-timeout-ms), so it must exceed the
     /// network round trip between nodes.

@@ -217,6 +217,9 @@ async fn serve(args: ServeArgs, identity: (Option<PathBuf>, Option<PathBuf>)) ->
     if let Some(v) = args.max_tx_bytes {
         config.max_tx_bytes = v;
     }
+    if let Some(v) = args.watch_stall_cutoff_ms {
+        config.watch_stall_cutoff_ms = v;
+    }
     for prefix in &args.access_log {
         if prefix != "*" {
             engram_types::Namespace::new(prefix.as_str())

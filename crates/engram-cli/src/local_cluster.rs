@@ -280,6 +280,7 @@ impl LocalCluster {
             "ENGRAM_HEALTH_LISTEN",
             "ENGRAM_KEY_FILE",
             "ENGRAM_MAX_TX_BYTES",
+            "ENGRAM_WATCH_STALL_CUTOFF_MS",
             "ENGRAM_HEARTBEAT_INTERVAL_MS",
             "ENGRAM_ELECTION_TIMEOUT_MIN_MS",
             "ENGRAM_ELECTION_TIMEOUT_MAX_MS",

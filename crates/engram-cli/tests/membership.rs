@@ -4,6 +4,8 @@
 //! safe, and a restart that rejoins without re-initialising.
 #![allow(clippy::unwrap_used)] // test helpers: a failed set-up step should stop the test loudly
 
+mod common;
+
 use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -33,16 +35,6 @@ impl Drop for KillOnDrop {
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
-}
-
-fn http_get(port: u16, path: &str) -> String {
-    use std::io::{Read, Write};
-    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
-    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes())
-        .unwrap();
-    let mut out = String::new();
-    s.read_to_string(&mut out).unwrap();
-    out
 }
 
 /// Polls `cond` every 200 ms until it holds or `limit` passes.
@@ -125,7 +117,7 @@ async fn nodes_form_join_report_readiness_and_shrink_safely() {
     );
     let (code, _, err) = engram("127.0.0.1:1", &["health", "--timeout-ms", "500"]);
     assert_eq!(code, 1, "an unreachable node is not healthy: {err}");
-    let metrics = http_get(metrics_port, "/metrics");
+    let metrics = common::http_get(metrics_port, "/metrics");
     assert!(metrics.starts_with("HTTP/1.1 200 OK"), "{metrics}");
     for line in [
         "engram_up{node_id=\"4\"} 1",
@@ -134,7 +126,7 @@ async fn nodes_form_join_report_readiness_and_shrink_safely() {
     ] {
         assert!(metrics.contains(line), "{line} missing from:\n{metrics}");
     }
-    assert!(http_get(metrics_port, "/other").starts_with("HTTP/1.1 404"));
+    assert!(common::http_get(metrics_port, "/other").starts_with("HTTP/1.1 404"));
 
     // Shrinking to more nodes than there are is a no-op (a scale-up runs the same hook);
     // shrinking past a node that does not answer is refused and removes nothing.

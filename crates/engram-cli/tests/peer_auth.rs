@@ -58,18 +58,6 @@ fn forged_vote(term: u64, candidate: u64) -> Vec<u8> {
     engram_raft::codec::encode(&VoteRequest::<TypeConfig>::new(vote, Some(last))).unwrap()
 }
 
-/// The `/metrics` text of the node serving it on `port`.
-fn metrics(port: u16) -> String {
-    use std::io::{Read, Write};
-    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
-    stream
-        .write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
-        .unwrap();
-    let mut body = String::new();
-    stream.read_to_string(&mut body).unwrap();
-    body
-}
-
 async fn raft_client(endpoint: &str) -> pb::raft_client::RaftClient<Channel> {
     let ch = Channel::from_shared(format!("http://{endpoint}"))
         .unwrap()
@@ -247,7 +235,7 @@ async fn forged_raft_requests_are_refused_and_change_nothing() {
     }
     let forged_for = forging.elapsed();
     for (i, node) in cluster.nodes().iter().enumerate() {
-        let body = metrics(node.metrics_addr.unwrap().port());
+        let body = common::http_get(node.metrics_addr.unwrap().port(), "/metrics");
         let count = |reason: &str| -> u64 {
             let series = format!(
                 "engram_peer_refusals_total{{node_id=\"{}\",reason=\"{reason}\"}} ",

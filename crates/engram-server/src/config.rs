@@ -73,6 +73,10 @@ pub struct ServerConfig {
     pub health_listen: Option<SocketAddr>,
     /// Largest encoded transaction accepted, in bytes.
     pub max_tx_bytes: usize,
+    /// A watch whose reader takes nothing for this long while its buffer is full is ended with
+    /// `UNAVAILABLE` and the transaction to reopen at, so a stalled reader holds no task and
+    /// no buffer for ever (the client library reopens it).
+    pub watch_stall_cutoff_ms: u64,
     /// Raft timing and compaction (heartbeat, elections, append deadline, snapshots).
     pub raft: engram_raft::RaftTiming,
     /// Added to this node's clock when it stamps proposals. Zero in production (there is no
@@ -168,6 +172,7 @@ impl ServerConfig {
             tls: None,
             health_listen: None,
             max_tx_bytes: 1 << 20,
+            watch_stall_cutoff_ms: 30_000,
             raft: engram_raft::RaftTiming::default(),
             checkpoint_every_entries: 1_000,
             checkpoint_every_ms: 1_000,

@@ -315,8 +315,24 @@ fn read_proof(
 const WATCH_PAGE_TXS: usize = 256;
 /// How long a watch waits before reading again while a snapshot install replaces the state.
 const WATCH_INSTALL_WAIT_MS: u64 = 20;
-/// Events buffered per watch: a slow reader holds back only its own stream.
+/// Events buffered per watch: a slow reader holds back only its own stream. One more place is
+/// kept for the last word of a watch cut off for stalling (see [`cut_off`]).
 const WATCH_BUFFER: usize = 64;
+
+/// Ends a watch whose reader stalled with its buffer full: `UNAVAILABLE` (which clients take
+/// as "reopen") naming the first transaction it did not get, also in the `resume-from-tx`
+/// metadata. It follows the buffered events, so a client that reopens after the last event it
+/// read misses nothing and gets nothing twice.
+fn cut_off(resume_from: u64, stalled: std::time::Duration) -> Status {
+    let mut status = Status::unavailable(format!(
+        "this watch was ended: its reader took nothing for {} ms while {WATCH_BUFFER} events waited; reopen it from tx {resume_from}",
+        stalled.as_millis()
+    ));
+    if let Ok(v) = resume_from.to_string().parse() {
+        status.metadata_mut().insert("resume-from-tx", v);
+    }
+    status
+}
 
 type WatchStream = std::pin::Pin<Box<dyn futures::Stream<Item = Result<pb::TxEvent, Status>> + Send>>;
 
@@ -452,7 +468,12 @@ impl pb::memory_server::Memory for MemoryService {
             .map(ToString::to_string)
             .unwrap_or_default();
         let slot = hub.open_watch(&principal, watch_hub::MAX_WATCHES_PER_PRINCIPAL)?;
-        let (tx, rx) = tokio::sync::mpsc::channel(WATCH_BUFFER);
+        let stall_cutoff = std::time::Duration::from_millis(self.shared.config.watch_stall_cutoff_ms);
+        let (tx, rx) = tokio::sync::mpsc::channel(WATCH_BUFFER + 1);
+        // The place kept for a cut-off's last word, taken before any event.
+        let Ok(last_word) = tx.clone().try_reserve_owned() else {
+            return Err(Status::internal("a new watch channel has no room"));
+        };
         super::read_pool::spawn_watcher(async move {
             // Counted until this task ends (the reader left, or the watch failed).
             let _slot = slot;
@@ -509,8 +530,16 @@ impl pb::memory_server::Memory for MemoryService {
                     if let Some(scope) = &scope {
                         redact(scope, &mut event.datoms);
                     }
-                    if tx.send(Ok(event)).await.is_err() {
-                        return; // the reader went away
+                    let at = event.tx;
+                    // (`Sender::send_timeout` would read the real clock under the simulation.)
+                    match tokio::time::timeout(stall_cutoff, tx.send(Ok(event))).await {
+                        Ok(Ok(())) => {}
+                        Ok(Err(_)) => return, // the reader went away
+                        Err(_) => {
+                            watch_hub::count_cut_off();
+                            last_word.send(Err(cut_off(at, stall_cutoff)));
+                            return;
+                        }
                     }
                 }
                 if after <= next {

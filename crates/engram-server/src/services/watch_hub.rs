@@ -61,6 +61,7 @@ static STATS: WatchStats = WatchStats {
     refused: AtomicU64::new(0),
     pages_read: AtomicU64::new(0),
     resets: AtomicU64::new(0),
+    cut_off: AtomicU64::new(0),
 };
 
 struct WatchStats {
@@ -68,6 +69,12 @@ struct WatchStats {
     refused: AtomicU64,
     pages_read: AtomicU64,
     resets: AtomicU64,
+    cut_off: AtomicU64,
+}
+
+/// Counts a watcher cut off for reading nothing while its buffer was full.
+pub fn count_cut_off() {
+    STATS.cut_off.fetch_add(1, Ordering::Relaxed);
 }
 
 /// The watch lines of the node's `/metrics`.
@@ -98,6 +105,12 @@ pub fn render_metrics(node_id: u64, out: &mut String) {
             "counter",
             "Times the shared ring started again at the applied index (a snapshot install, or transactions applied while it lagged).",
             &STATS.resets,
+        ),
+        (
+            "engram_watches_cut_off_total",
+            "counter",
+            "Watches ended because their reader took nothing for --watch-stall-cutoff-ms while its buffer was full (told where to reopen).",
+            &STATS.cut_off,
         ),
     ] {
         let _ = writeln!(
