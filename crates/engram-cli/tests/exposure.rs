@@ -5,8 +5,9 @@
 //! - a node that would record open mode beyond loopback without `--insecure-open` refuses to
 //!   start (`--bootstrap` without `--security enforced`, or a chain that records open mode);
 //! - an uninitialised node without the flag serves a remote caller only `Status` and an `Init`
-//!   asking for enforced mode (FAILED_PRECONDITION otherwise, saying how to enforce), then the
-//!   enforced cluster's own checks apply;
+//!   asking for enforced mode (data calls get UNAVAILABLE, which clients retry, since a cluster
+//!   bootstrapped as enforced is one moment from serving them; the message says how to
+//!   enforce), then the enforced cluster's own checks apply;
 //! - with `--insecure-open`, data calls from a remote caller work as before, but membership,
 //!   key and policy calls are PERMISSION_DENIED, naming how to enable enforced mode, and the
 //!   chain does not move; from loopback they are served; `/metrics` says
@@ -188,7 +189,7 @@ async fn an_uninitialised_node_beyond_loopback_serves_only_the_way_to_enforced_m
     let message = expect_code(
         "a remote Get on an uninitialised node",
         memory.get(pb::GetRequest::default()).await,
-        Code::FailedPrecondition,
+        Code::Unavailable,
     );
     assert!(message.contains("not initialised"), "{message}");
     assert!(

@@ -110,7 +110,7 @@ pub fn check(
         // a moment before its chain records the mode, and then serves this caller. Clients
         // retry UNAVAILABLE; a cluster that records open mode answers as below from then on.
         return Err(ApiError::Unavailable(format!(
-            "{state} (its security mode is not recorded), and until it is only loopback callers are served ({who} is not one): retry once the cluster is initialised with --security enforced, or {HOW_TO_ENFORCE}"
+            "{state} (its security mode is not recorded), and until it is only loopback callers are served ({who} is not one): retry once the cluster is initialised with --security enforced, or {HOW_TO_ENFORCE}; or start every node with --insecure-open (ENGRAM_INSECURE_OPEN=true) to let anyone who reaches it read and write everything"
         )));
     }
     Err(ApiError::Conflict(format!(
