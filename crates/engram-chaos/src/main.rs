@@ -434,7 +434,7 @@ async fn run(args: &Args, compose: &Compose) -> Result<bool> {
     let receipt = loop {
         match client.transact(&setup).await {
             Ok(receipt) => break receipt,
-            Err(e) if e.to_string().contains("not initialised yet") && started.elapsed() < SETUP_WAIT => {
+            Err(e) if e.code() == Some(tonic::Code::Unavailable) && started.elapsed() < SETUP_WAIT => {
                 tokio::time::sleep(Duration::from_millis(500)).await;
             }
             Err(e) => return Err(e).context("creating the registers"),

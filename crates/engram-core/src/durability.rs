@@ -58,28 +58,6 @@ pub enum Write {
     PlantedEagerRow,
 }
 
-impl Write {
-    pub const ALL: [Write; 17] = [
-        Write::LogAppend,
-        Write::LogTruncate,
-        Write::LogPurge,
-        Write::Vote,
-        Write::CommittedHint,
-        Write::ApplyGroup,
-        Write::StandaloneApply,
-        Write::KeyChange,
-        Write::StartAttestation,
-        Write::SnapshotChunk,
-        Write::SnapshotCurrent,
-        Write::InstallBegin,
-        Write::InstallBatch,
-        Write::InstallEnd,
-        Write::LegacyMigration,
-        Write::AccessLog,
-        Write::PlantedEagerRow,
-    ];
-}
-
 /// The durability `write` gets on this node.
 pub fn durability(write: Write) -> Durability {
     use Durability::{Buffered, Sync};

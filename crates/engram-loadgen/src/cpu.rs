@@ -20,7 +20,7 @@ pub fn cpu_seconds_of(pid: u32) -> Option<f64> {
 }
 
 /// Resident memory of process `pid` in bytes (`None` if it is gone or `/proc` is unavailable).
-pub fn resident_bytes_of(pid: u32) -> Option<u64> {
+fn resident_bytes_of(pid: u32) -> Option<u64> {
     let statm = fs::read_to_string(format!("/proc/{pid}/statm")).ok()?;
     // Field 2 is the resident set in pages; the bench runs on Linux with 4 KiB pages (x86-64,
     // and arm64 as Debian builds it).

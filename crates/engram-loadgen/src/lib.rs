@@ -19,7 +19,7 @@ mod matrix;
 mod report;
 mod suite;
 
-pub use cpu::{CpuMeter, cpu_seconds_of, resident_bytes, resident_bytes_of};
+pub use cpu::{CpuMeter, cpu_seconds_of};
 pub use driver::{Outcome, Plan, closed_loop};
 pub use latency::{Latency, LatencyRecorder};
 pub use machine::Machine;

@@ -334,6 +334,36 @@ fn cut_off(resume_from: u64, stalled: std::time::Duration) -> Status {
     status
 }
 
+/// What became of an event handed to a watcher's buffer.
+enum Sent {
+    Yes,
+    /// The reader went away.
+    ReaderGone,
+    /// The buffer stayed full for the whole stall cut-off.
+    Stalled,
+}
+
+/// Puts `event` in a watcher's buffer, waiting at most `limit` for room.
+async fn send_within(
+    tx: &tokio::sync::mpsc::Sender<Result<pb::TxEvent, Status>>,
+    event: pb::TxEvent,
+    limit: std::time::Duration,
+) -> Sent {
+    use tokio::sync::mpsc::error::TrySendError;
+    // The common case, room in the buffer, sets no timer.
+    let event = match tx.try_send(Ok(event)) {
+        Ok(()) => return Sent::Yes,
+        Err(TrySendError::Closed(_)) => return Sent::ReaderGone,
+        Err(TrySendError::Full(event)) => event,
+    };
+    // (`Sender::send_timeout` would read the real clock under the simulation.)
+    match tokio::time::timeout(limit, tx.send(event)).await {
+        Ok(Ok(())) => Sent::Yes,
+        Ok(Err(_)) => Sent::ReaderGone,
+        Err(_) => Sent::Stalled,
+    }
+}
+
 type WatchStream = std::pin::Pin<Box<dyn futures::Stream<Item = Result<pb::TxEvent, Status>> + Send>>;
 
 #[tonic::async_trait]
@@ -531,17 +561,10 @@ impl pb::memory_server::Memory for MemoryService {
                         redact(scope, &mut event.datoms);
                     }
                     let at = event.tx;
-                    // The common case, room in the buffer, sets no timer.
-                    let event = match tx.try_send(Ok(event)) {
-                        Ok(()) => continue,
-                        Err(tokio::sync::mpsc::error::TrySendError::Closed(_)) => return, // the reader went away
-                        Err(tokio::sync::mpsc::error::TrySendError::Full(event)) => event,
-                    };
-                    // (`Sender::send_timeout` would read the real clock under the simulation.)
-                    match tokio::time::timeout(stall_cutoff, tx.send(event)).await {
-                        Ok(Ok(())) => {}
-                        Ok(Err(_)) => return, // the reader went away
-                        Err(_) => {
+                    match send_within(&tx, event, stall_cutoff).await {
+                        Sent::Yes => {}
+                        Sent::ReaderGone => return,
+                        Sent::Stalled => {
                             watch_hub::count_cut_off();
                             last_word.send(Err(cut_off(at, stall_cutoff)));
                             return;
