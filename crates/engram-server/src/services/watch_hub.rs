@@ -55,6 +55,28 @@ pub const PAGES_KEPT: usize = 64;
 /// a team of agents holds (the fan-out bench opens 10,000 in one run).
 pub const MAX_WATCHES_PER_PRINCIPAL: usize = 25_000;
 
+/// Watches one client connection may hold open on a node. HTTP/2 sets no bound of its own (a
+/// stream over the server's limit would wait, unseen, for another to close); this one is a
+/// precise refusal instead. Above the 1,250 a connection carries when the fan-out bench
+/// multiplexes 10,000 watches over 8 connections.
+pub const MAX_WATCHES_PER_CONNECTION: usize = 10_000;
+
+/// The bounds [`WatchHub::open_watch`] applies.
+#[derive(Clone, Copy, Debug)]
+pub struct WatchLimits {
+    pub per_principal: usize,
+    pub per_connection: usize,
+}
+
+impl Default for WatchLimits {
+    fn default() -> Self {
+        WatchLimits {
+            per_principal: MAX_WATCHES_PER_PRINCIPAL,
+            per_connection: MAX_WATCHES_PER_CONNECTION,
+        }
+    }
+}
+
 /// What `/metrics` reports of the node's watches (a process runs one node).
 static STATS: WatchStats = WatchStats {
     open: AtomicU64::new(0),
@@ -91,7 +113,7 @@ pub fn render_metrics(node_id: u64, out: &mut String) {
         (
             "engram_watches_refused_total",
             "counter",
-            "Watches refused because their principal held the most open watches it may.",
+            "Watches refused because their principal or their connection held the most open watches it may.",
             &STATS.refused,
         ),
         (
@@ -233,23 +255,32 @@ pub struct WatchHub {
     moved: tokio::sync::Notify,
     pages: Mutex<VecDeque<Arc<Page>>>,
     reads: Arc<ReadPool>,
-    /// Open watches by principal (`""`: none).
-    open: Mutex<HashMap<String, usize>>,
+    /// Open watches by principal (`""`: none) and by client connection.
+    open: Mutex<HashMap<Holder, usize>>,
 }
 
-/// One open watch, counted against its principal until dropped.
+/// What a watch is counted against.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+enum Holder {
+    Principal(String),
+    Connection(std::net::SocketAddr),
+}
+
+/// One open watch, counted against its principal and its connection until dropped.
 pub struct WatchSlot {
     hub: Arc<WatchHub>,
-    principal: String,
+    holders: Vec<Holder>,
 }
 
 impl Drop for WatchSlot {
     fn drop(&mut self) {
         let mut open = self.hub.open_counts();
-        if let Some(n) = open.get_mut(&self.principal) {
-            *n = n.saturating_sub(1);
-            if *n == 0 {
-                open.remove(&self.principal);
+        for holder in &self.holders {
+            if let Some(n) = open.get_mut(holder) {
+                *n = n.saturating_sub(1);
+                if *n == 0 {
+                    open.remove(holder);
+                }
             }
         }
         STATS.open.fetch_sub(1, Ordering::Relaxed);
@@ -274,38 +305,48 @@ impl WatchHub {
         }
     }
 
-    fn open_counts(&self) -> std::sync::MutexGuard<'_, HashMap<String, usize>> {
+    fn open_counts(&self) -> std::sync::MutexGuard<'_, HashMap<Holder, usize>> {
         self.open
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// Counts a new watch of `principal` (`""`: none), or refuses it when the principal holds
-    /// `limit` already.
+    /// Counts a new watch of `principal` (`""`: none) on `connection` (the client's address;
+    /// `None` where the transport has none), or refuses it with `RESOURCE_EXHAUSTED` when
+    /// either already holds its limit.
     pub fn open_watch(
         self: &Arc<Self>,
         principal: &str,
-        limit: usize,
+        connection: Option<std::net::SocketAddr>,
+        limits: WatchLimits,
     ) -> Result<WatchSlot, crate::error::ApiError> {
         let mut open = self.open_counts();
-        let n = open.entry(principal.to_string()).or_default();
-        if *n >= limit {
-            let who = if principal.is_empty() {
-                "callers without a principal".to_string()
-            } else {
-                format!("principal {principal}")
-            };
-            STATS.refused.fetch_add(1, Ordering::Relaxed);
-            return Err(crate::error::ApiError::Exhausted(format!(
-                "{who} holds {n} open watches on this node, the most it may; close one, or \
-                 watch several entities with one filter"
-            )));
+        let mut holders = vec![(Holder::Principal(principal.to_string()), limits.per_principal)];
+        if let Some(addr) = connection {
+            holders.push((Holder::Connection(addr), limits.per_connection));
         }
-        *n += 1;
+        for (holder, limit) in &holders {
+            let n = open.get(holder).copied().unwrap_or(0);
+            if n >= *limit {
+                let who = match holder {
+                    Holder::Principal(p) if p.is_empty() => "callers without a principal".to_string(),
+                    Holder::Principal(p) => format!("principal {p}"),
+                    Holder::Connection(addr) => format!("the connection from {addr}"),
+                };
+                STATS.refused.fetch_add(1, Ordering::Relaxed);
+                return Err(crate::error::ApiError::Exhausted(format!(
+                    "{who} holds {n} open watches on this node, the most it may; close one, \
+                     watch several entities with one filter, or open another connection"
+                )));
+            }
+        }
+        for (holder, _) in &holders {
+            *open.entry(holder.clone()).or_default() += 1;
+        }
         STATS.open.fetch_add(1, Ordering::Relaxed);
         Ok(WatchSlot {
             hub: self.clone(),
-            principal: principal.to_string(),
+            holders: holders.into_iter().map(|(h, _)| h).collect(),
         })
     }
 
@@ -613,17 +654,52 @@ mod tests {
     #[test]
     fn a_principal_holds_a_bounded_number_of_watches() {
         let hub = hub(0);
-        let a = hub.open_watch("agent-a", 2).unwrap();
-        let _b = hub.open_watch("agent-a", 2).unwrap();
-        let refused = hub.open_watch("agent-a", 2).err().unwrap();
-        assert_eq!(
-            tonic::Status::from(refused).code(),
-            tonic::Code::ResourceExhausted
+        let limits = WatchLimits {
+            per_principal: 2,
+            per_connection: 100,
+        };
+        let a = hub.open_watch("agent-a", None, limits).unwrap();
+        let _b = hub.open_watch("agent-a", None, limits).unwrap();
+        let refused = hub.open_watch("agent-a", None, limits).err().unwrap();
+        let status = tonic::Status::from(refused);
+        assert_eq!(status.code(), tonic::Code::ResourceExhausted);
+        assert!(
+            status.message().contains("principal agent-a holds 2"),
+            "{}",
+            status.message()
         );
         // Another principal has its own count; a closed watch frees its place.
-        assert!(hub.open_watch("agent-b", 2).is_ok());
+        assert!(hub.open_watch("agent-b", None, limits).is_ok());
         drop(a);
-        assert!(hub.open_watch("agent-a", 2).is_ok());
+        assert!(hub.open_watch("agent-a", None, limits).is_ok());
+    }
+
+    #[test]
+    fn a_connection_holds_a_bounded_number_of_watches() {
+        let hub = hub(0);
+        let limits = WatchLimits {
+            per_principal: 100,
+            per_connection: 2,
+        };
+        let one: std::net::SocketAddr = "10.0.0.1:5000".parse().unwrap();
+        let other: std::net::SocketAddr = "10.0.0.1:5001".parse().unwrap();
+        let a = hub.open_watch("agent-a", Some(one), limits).unwrap();
+        let _b = hub.open_watch("agent-b", Some(one), limits).unwrap();
+        let refused = hub.open_watch("agent-c", Some(one), limits).err().unwrap();
+        let status = tonic::Status::from(refused);
+        assert_eq!(status.code(), tonic::Code::ResourceExhausted);
+        assert!(
+            status.message().contains("connection from 10.0.0.1:5000"),
+            "{}",
+            status.message()
+        );
+        // The refusal counted nothing against agent-c; another connection has its own count.
+        assert!(hub.open_watch("agent-c", Some(other), limits).is_ok());
+        drop(a);
+        assert!(hub.open_watch("agent-c", Some(one), limits).is_ok());
+        // Every holder's count went back with its watches.
+        drop(_b);
+        assert_eq!(hub.open_counts().get(&Holder::Principal("agent-b".into())), None);
     }
 
     #[tokio::test]
