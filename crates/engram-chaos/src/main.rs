@@ -31,7 +31,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail};
 use clap::Parser;
 use engram_access::{AgentKey, Principal};
-use engram_client::{Client, ClientConfig, Consistency, GetOptions, HistoryTarget, RetryPolicy};
+use engram_client::{Client, ClientConfig, Consistency, GetOptions, HistoryTarget, Keepalive, RetryPolicy};
 use engram_lincheck::history::{Call, History, Key, Outcome};
 use engram_types::{
     Attribute, EntityId, EntityRef, Namespace, Op, Precondition, Provenance, TxOp, TxRequest, Value,
@@ -145,6 +145,8 @@ fn client_config(budget: Duration) -> ClientConfig {
     ClientConfig {
         connect_timeout: Duration::from_millis(500),
         request_timeout: Duration::from_secs(2),
+        // Every write here carries an idempotency key, so a reconnection is only a retry.
+        keepalive: Some(Keepalive::fast()),
         retry: RetryPolicy {
             max_elapsed: budget,
             ..RetryPolicy::default()

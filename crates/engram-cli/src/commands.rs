@@ -9,8 +9,8 @@ use std::time::Duration;
 use anyhow::{Context, Result, anyhow, bail};
 use engram_audit::SignedEntry;
 use engram_client::{
-    Client, ClientConfig, ClientError, Consistency, FindQuery, GetOptions, HistoryTarget, RetryPolicy,
-    SearchQuery, code_name, pb,
+    Client, ClientConfig, ClientError, Consistency, FindQuery, GetOptions, HistoryTarget, Keepalive,
+    RetryPolicy, SearchQuery, code_name, pb,
 };
 use engram_server::{ServerConfig, telemetry};
 use engram_types::{Attribute, BranchName, EntityId, Namespace};
@@ -326,6 +326,7 @@ pub fn probe_client(
     let config = ClientConfig {
         connect_timeout: Duration::from_millis(1500),
         request_timeout: Duration::from_secs(3),
+        keepalive: Some(Keepalive::default()),
         retry: RetryPolicy::never(),
         tls,
         agent: None,

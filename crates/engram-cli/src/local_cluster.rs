@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, Result, anyhow, bail};
-use engram_client::{Client, ClientConfig, ClientTls, RetryPolicy, pb};
+use engram_client::{Client, ClientConfig, ClientTls, Keepalive, RetryPolicy, pb};
 use tokio::time::Instant;
 
 /// One node of a [`LocalCluster`].
@@ -138,6 +138,7 @@ fn probe_client(addr: SocketAddr, tls: Option<Arc<ClientTls>>) -> Result<Client>
     let config = ClientConfig {
         connect_timeout: Duration::from_millis(500),
         request_timeout: Duration::from_secs(2),
+        keepalive: Some(Keepalive::default()),
         retry: RetryPolicy::never(),
         tls,
         agent: None,

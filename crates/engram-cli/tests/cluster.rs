@@ -322,6 +322,91 @@ struct Snapshot {
 /// `leader` answers Audit.Head: the leader applies a transaction before acknowledging it, so its
 /// head already shows anything a refused request wrongly appended (a follower's might lag).
 /// The Get is linearizable.
+/// Sends `signal` (`STOP`, `CONT`) to a node's process.
+fn signal(pid: u32, signal: &str) {
+    let status = Command::new("kill")
+        .args([format!("-{signal}"), pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success(), "kill -{signal} {pid}");
+}
+
+/// A node that stops answering (frozen, as by SIGSTOP or a dead network) holds the calls in
+/// flight to it until the client's HTTP/2 pings go unanswered; the client then moves to the
+/// next endpoint and a keyed write succeeds there, long before the request timeout. Without
+/// the pings the write would wait out the whole timeout (60 s here) first.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_to_a_frozen_node_moves_on_within_the_keepalive() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cluster = start_cluster(dir.path(), &[]).await;
+    let leader = cluster
+        .wait_for_leader(None, Duration::from_secs(30))
+        .await
+        .unwrap();
+    let follower = cluster
+        .nodes()
+        .iter()
+        .map(|n| n.id)
+        .find(|id| *id != leader)
+        .unwrap();
+    let mut endpoints = vec![cluster.node(follower).unwrap().endpoint()];
+    endpoints.extend(
+        cluster
+            .nodes()
+            .iter()
+            .filter(|n| n.id != follower)
+            .map(|n| n.endpoint()),
+    );
+    let request_timeout = Duration::from_secs(60);
+    let client = Client::with_config(
+        endpoints,
+        engram_client::ClientConfig {
+            request_timeout,
+            keepalive: Some(engram_client::Keepalive::fast()),
+            ..engram_client::ClientConfig::default()
+        },
+    )
+    .unwrap();
+    let namespace = ns("test/frozen");
+    // The first write goes through the follower (forwarded), so its connection is open.
+    client
+        .transact(&new_memory_tx(&namespace, "k1".into(), 1))
+        .await
+        .unwrap();
+
+    let pid = cluster.node(follower).unwrap().pid().unwrap();
+    signal(pid, "STOP");
+    let started = Instant::now();
+    let written = client.transact(&new_memory_tx(&namespace, "k2".into(), 2)).await;
+    let took = started.elapsed();
+    signal(pid, "CONT");
+    let receipt = written.unwrap();
+    assert!(receipt.tx > 0);
+    assert!(
+        took < request_timeout / 2,
+        "the write waited {took:?} on the frozen node; the pings should have moved it on"
+    );
+    // It was answered by another node, and the frozen node, thawed, catches up with it.
+    let thawed = Client::connect(vec![cluster.node(follower).unwrap().endpoint()])
+        .await
+        .unwrap();
+    wait_until_applied(&thawed, receipt.tx).await;
+}
+
+/// Waits until the node behind `client` has applied `tx`.
+async fn wait_until_applied(client: &Client, tx: u64) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Ok(status) = client.status().await
+            && status.applied_index >= tx
+        {
+            return;
+        }
+        assert!(Instant::now() < deadline, "the thawed node never applied tx {tx}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 async fn snapshot(client: &Client, leader: &Client, namespace: &Namespace, entity: EntityId) -> Snapshot {
     let head = leader.head().await.unwrap();
     let mut datoms = client

@@ -38,6 +38,13 @@ pub fn node_endpoint(raw: &str, config: &ClientConfig) -> Result<Endpoint, Clien
         .connect_timeout(config.connect_timeout)
         .timeout(config.request_timeout)
         .tcp_nodelay(true);
+    let endpoint = match config.keepalive {
+        Some(keepalive) => endpoint
+            .http2_keep_alive_interval(keepalive.interval)
+            .keep_alive_timeout(keepalive.timeout)
+            .keep_alive_while_idle(false),
+        None => endpoint,
+    };
     #[cfg(not(madsim))]
     let endpoint = match &config.tls {
         None => endpoint,
@@ -65,6 +72,8 @@ pub struct ClientConfig {
     pub connect_timeout: Duration,
     /// Time allowed for one attempt of one call (not for a whole audit stream).
     pub request_timeout: Duration,
+    /// HTTP/2 pings while calls are in flight (`None`: none).
+    pub keepalive: Option<Keepalive>,
     pub retry: RetryPolicy,
     /// Connect over TLS: `None` is plaintext.
     pub tls: Option<Arc<ClientTls>>,
@@ -74,6 +83,43 @@ pub struct ClientConfig {
     /// one of them signed ([`Client::trust_keys`]) instead of verifying the whole chain
     /// ([`Client::trust_chain`], which needs the `audit` grant).
     pub trust_keys: Vec<engram_audit::PublicKey>,
+}
+
+/// HTTP/2 pings on a connection while it carries calls. A node that stops answering (a frozen
+/// process, a cut network) fails the calls in flight to it after `interval + timeout`, not
+/// after the whole request timeout, and a retryable call moves to the next endpoint at once:
+/// that is the write pause a client sees when the node it talks to stops.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Keepalive {
+    /// Time between pings.
+    pub interval: Duration,
+    /// Time a ping may wait for its answer before the connection is closed.
+    pub timeout: Duration,
+}
+
+impl Default for Keepalive {
+    /// 1 s and 1 s: a stopped node is noticed within 2 s, not after the 10 s request timeout.
+    /// Not shorter by default: a node too busy to answer a ping in time has its connection
+    /// closed, and a call in flight on it without an idempotency key then fails although the
+    /// node was live. A client whose writes all carry keys can afford [`Keepalive::fast`].
+    fn default() -> Keepalive {
+        Keepalive {
+            interval: Duration::from_secs(1),
+            timeout: Duration::from_secs(1),
+        }
+    }
+}
+
+impl Keepalive {
+    /// 500 ms and 500 ms: a stopped node is noticed within a second. For clients whose writes
+    /// are all retryable (they carry idempotency keys), where a needless reconnection costs a
+    /// retry that returns the first receipt.
+    pub fn fast() -> Keepalive {
+        Keepalive {
+            interval: Duration::from_millis(500),
+            timeout: Duration::from_millis(500),
+        }
+    }
 }
 
 /// TLS settings of a client, as PEM: the CA that signed the servers' certificates, and the
@@ -89,6 +135,7 @@ impl Default for ClientConfig {
         ClientConfig {
             connect_timeout: Duration::from_secs(2),
             request_timeout: Duration::from_secs(10),
+            keepalive: Some(Keepalive::default()),
             retry: RetryPolicy::default(),
             tls: None,
             agent: None,

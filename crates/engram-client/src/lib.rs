@@ -31,8 +31,8 @@ mod verify;
 mod watch;
 
 pub use client::{
-    Client, ClientConfig, ClientTls, Consistency, FindQuery, GetOptions, HistoryTarget, SearchQuery,
-    node_endpoint,
+    Client, ClientConfig, ClientTls, Consistency, FindQuery, GetOptions, HistoryTarget, Keepalive,
+    SearchQuery, node_endpoint,
 };
 pub use endpoint::parse_endpoint;
 /// A node's public key, as [`ClientConfig::trust_keys`] pins it.

@@ -49,7 +49,8 @@ impl MemoryService {
         }
         let tx = call.to_tx()?;
         if let Route::Leader(addr) = self.shared.route_write(forwarded)? {
-            return call.forward(self.shared.memory_client(&addr)?, &incoming).await;
+            let client = self.shared.memory_client(&addr)?;
+            return super::while_leading(&self.shared.node, &addr, call.forward(client, &incoming)).await;
         }
         // The leader checks: who signed, and (by the policy it has applied) whether they may;
         // apply checks again at the transaction's own log entry.
@@ -78,8 +79,8 @@ impl MemoryService {
             Err(engram_raft::NodeError::NotLeader {
                 leader: Some((_, info)),
             }) if !forwarded => {
-                call.forward(self.shared.memory_client(&info.addr)?, &caller)
-                    .await
+                let client = self.shared.memory_client(&info.addr)?;
+                super::while_leading(&self.shared.node, &info.addr, call.forward(client, &caller)).await
             }
             Err(e) => Err(e.into()),
         }
@@ -445,6 +446,8 @@ impl pb::memory_server::Memory for MemoryService {
     }
 
     async fn watch(&self, request: Request<pb::WatchRequest>) -> Result<Response<WatchStream>, Status> {
+        // Watches are counted per connection as well as per principal.
+        let connection = request.remote_addr();
         let (meta, _, req) = request.into_parts();
         let caller = self.shared.admit(
             &meta,
@@ -497,7 +500,7 @@ impl pb::memory_server::Memory for MemoryService {
             .as_ref()
             .map(ToString::to_string)
             .unwrap_or_default();
-        let slot = hub.open_watch(&principal, watch_hub::MAX_WATCHES_PER_PRINCIPAL)?;
+        let slot = hub.open_watch(&principal, connection, watch_hub::WatchLimits::default())?;
         let stall_cutoff = std::time::Duration::from_millis(self.shared.config.watch_stall_cutoff_ms);
         let (tx, rx) = tokio::sync::mpsc::channel(WATCH_BUFFER + 1);
         // The place kept for a cut-off's last word, taken before any event.
