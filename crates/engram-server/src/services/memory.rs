@@ -49,8 +49,7 @@ impl MemoryService {
         }
         let tx = call.to_tx()?;
         if let Route::Leader(addr) = self.shared.route_write(forwarded)? {
-            let client = self.shared.memory_client(&addr)?;
-            return super::while_leading(&self.shared.node, &addr, call.forward(client, &incoming)).await;
+            return call.forward(self.shared.memory_client(&addr)?, &incoming).await;
         }
         // The leader checks: who signed, and (by the policy it has applied) whether they may;
         // apply checks again at the transaction's own log entry.
@@ -79,8 +78,8 @@ impl MemoryService {
             Err(engram_raft::NodeError::NotLeader {
                 leader: Some((_, info)),
             }) if !forwarded => {
-                let client = self.shared.memory_client(&info.addr)?;
-                super::while_leading(&self.shared.node, &info.addr, call.forward(client, &caller)).await
+                call.forward(self.shared.memory_client(&info.addr)?, &caller)
+                    .await
             }
             Err(e) => Err(e.into()),
         }
