@@ -127,9 +127,9 @@ fn acked(label: String, tx: &TxRequest, r: &pb::TransactResponse) -> AckedTx {
     }
 }
 
-async fn wait_until(what: &str, timeout: Duration, mut cond: impl FnMut() -> bool) {
+async fn wait_until(what: &str, timeout: Duration, mut cond: impl AsyncFnMut() -> bool) {
     let deadline = Instant::now() + timeout;
-    while !cond() {
+    while !cond().await {
         assert!(
             Instant::now() < deadline,
             "timed out after {timeout:?} waiting for {what}"
@@ -208,7 +208,7 @@ async fn failover_keeps_every_acknowledged_write() {
     }
     let acked_count = || ledger.lock().unwrap().len();
 
-    wait_until("20 acknowledged writes", Duration::from_secs(30), || {
+    wait_until("20 acknowledged writes", Duration::from_secs(30), async || {
         acked_count() >= 20
     })
     .await;
@@ -233,15 +233,17 @@ async fn failover_keeps_every_acknowledged_write() {
         wait_until(
             "20 writes acknowledged by the new leader",
             Duration::from_secs(30),
-            || acked_count() >= at_kill + 20,
+            async || acked_count() >= at_kill + 20,
         )
         .await;
 
         cluster.restart(leader).unwrap();
         let at_restart = acked_count();
-        wait_until("10 writes after the restart", Duration::from_secs(30), || {
-            acked_count() >= at_restart + 10
-        })
+        wait_until(
+            "10 writes after the restart",
+            Duration::from_secs(30),
+            async || acked_count() >= at_restart + 10,
+        )
         .await;
     }
     stop.store(true, Ordering::Relaxed);
@@ -390,21 +392,17 @@ async fn a_write_to_a_frozen_node_moves_on_within_the_keepalive() {
     let thawed = Client::connect(vec![cluster.node(follower).unwrap().endpoint()])
         .await
         .unwrap();
-    wait_until_applied(&thawed, receipt.tx).await;
-}
-
-/// Waits until the node behind `client` has applied `tx`.
-async fn wait_until_applied(client: &Client, tx: u64) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        if let Ok(status) = client.status().await
-            && status.applied_index >= tx
-        {
-            return;
-        }
-        assert!(Instant::now() < deadline, "the thawed node never applied tx {tx}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    wait_until(
+        "the thawed node applies the write",
+        Duration::from_secs(30),
+        async || {
+            thawed
+                .status()
+                .await
+                .is_ok_and(|status| status.applied_index >= receipt.tx)
+        },
+    )
+    .await;
 }
 
 async fn snapshot(client: &Client, leader: &Client, namespace: &Namespace, entity: EntityId) -> Snapshot {

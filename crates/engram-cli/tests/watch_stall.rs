@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use engram_cli::local_cluster::{LocalCluster, free_ports};
 use engram_client::{Client, ClientConfig, WatchFilter, pb};
-use engram_types::{Attribute, EntityRef, Namespace, Op, Provenance, TxOp, TxRequest, Value};
+use engram_types::{Namespace, TxRequest, Value};
 use futures::StreamExt;
 use tonic::Code;
 
@@ -25,28 +25,11 @@ const TXS: usize = 400;
 const VALUE_BYTES: usize = 16 * 1024;
 const CUTOFF_MS: u64 = 1_000;
 
+/// Transaction `n`: one memory whose text is 16 KiB, keyed so a retry applies it once.
 fn tx(n: usize) -> TxRequest {
-    TxRequest {
-        namespace: Namespace::new(NS).unwrap(),
-        branch: None,
-        schema: Vec::new(),
-        branch_op: None,
-        ops: vec![TxOp {
-            op: Op::Assert,
-            entity: EntityRef::Temp("e".into()),
-            attribute: Attribute::new(":stall/text").unwrap(),
-            value: Value::String(format!("{n:04} {}", "x".repeat(VALUE_BYTES))),
-            valid_from_ns: None,
-            valid_to_ns: None,
-        }],
-        preconditions: vec![],
-        idempotency_key: Some(format!("stall-{n}")),
-        provenance: Provenance {
-            agent: "integration-test".into(),
-            confidence: 1.0,
-            ..Default::default()
-        },
-    }
+    let mut tx = common::memory_tx(NS, n as i64);
+    tx.ops[0].value = Value::String(format!("{n:04} {}", "x".repeat(VALUE_BYTES)));
+    tx
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

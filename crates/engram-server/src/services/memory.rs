@@ -328,9 +328,7 @@ fn cut_off(resume_from: u64, stalled: std::time::Duration) -> Status {
         "this watch was ended: its reader took nothing for {} ms while {WATCH_BUFFER} events waited; reopen it from tx {resume_from}",
         stalled.as_millis()
     ));
-    if let Ok(v) = resume_from.to_string().parse() {
-        status.metadata_mut().insert("resume-from-tx", v);
-    }
+    status.metadata_mut().insert("resume-from-tx", resume_from.into());
     status
 }
 
