@@ -488,7 +488,8 @@ async fn simulate(options: Options) -> SimResult {
         &speculation,
     ));
     violations.extend(tx_time_monotonic::check(&replicas));
-    violations.extend(audit_verifies::check(&replicas));
+    let unadmitted: Vec<u64> = refusals.keys().copied().collect();
+    violations.extend(audit_verifies::check(&replicas, &pool_keys, &unadmitted));
     // Every watcher is held to the promise; the first few that break it are named.
     violations.extend(
         watch_logs

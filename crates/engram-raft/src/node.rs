@@ -142,6 +142,9 @@ pub struct RaftNode {
     /// The state machine's policy-change counter (see [`RaftNode::policy_epoch`]).
     policy_epoch: Arc<AtomicU64>,
     clock_skew_ns: i64,
+    /// openraft's leader lease (the longest election timeout): a leader that has not heard
+    /// from a quorum for this long may have been replaced (see [`RaftNode::while_quorate`]).
+    lease: std::time::Duration,
     /// The last index of the Raft log when this process started. Linearizable reads wait
     /// until it is applied: see [`RaftNode::ensure_linearizable`].
     startup_log_index: u64,
@@ -150,6 +153,9 @@ pub struct RaftNode {
     /// What apply hands the node's watchers.
     watched: Arc<crate::committed::CommittedFeed>,
 }
+
+/// How often a proposal in flight checks that its leader still holds a quorum.
+const QUORUM_CHECK_EVERY: std::time::Duration = std::time::Duration::from_millis(50);
 
 /// How long a linearizable read waits for a restarted node to apply the log it restarted with.
 const RESTART_CATCH_UP: std::time::Duration = std::time::Duration::from_secs(2);
@@ -267,6 +273,7 @@ impl RaftNode {
             applied,
             policy_epoch,
             clock_skew_ns: settings.clock_skew_ns,
+            lease: std::time::Duration::from_millis(settings.timing.election_timeout_max_ms),
             startup_log_index,
             committed,
             watched,
@@ -291,7 +298,7 @@ impl RaftNode {
         if engram_core::planted::active(engram_core::planted::PlantedBug::AckBeforeCommit) {
             return Ok(self.planted_ack_before_commit(command, proposed_time_ns));
         }
-        let resp = self.raft.client_write(command).await.map_err(write_error)?;
+        let resp = self.while_quorate(self.raft.client_write(command)).await?;
         self.stages.mark(Stage::Applied, resp.log_id.index());
         resp.data
             .outcome
@@ -315,10 +322,55 @@ impl RaftNode {
                 proposed_time_ns,
             },
         };
-        let resp = self.raft.client_write(command).await.map_err(write_error)?;
+        let resp = self.while_quorate(self.raft.client_write(command)).await?;
         resp.data
             .outcome
             .ok_or_else(|| NodeError::Fatal("apply returned no outcome for a policy change".into()))
+    }
+
+    /// Runs `write` (this node's proposal as leader) until it answers, or until this node has
+    /// stopped leading or has heard from no quorum for a whole leader lease. A leader cut off
+    /// from its peers but not from its clients stops accepting proposals once its lease runs
+    /// out, but the ones it accepted just before would wait for their clients' deadlines
+    /// (seconds), though the others elect a new leader within an election timeout; ended as
+    /// `UNAVAILABLE` here, a keyed write is retried at once on the new leader (and returns the
+    /// first receipt if the entry did commit after all), an unkeyed one learns sooner that its
+    /// outcome is unknown. A single voter is never cut off from its quorum.
+    async fn while_quorate<T>(
+        &self,
+        write: impl std::future::Future<
+            Output = Result<T, RaftError<crate::TypeConfig, ClientWriteError<crate::TypeConfig>>>,
+        >,
+    ) -> Result<T, NodeError> {
+        let started = tokio::time::Instant::now();
+        tokio::pin!(write);
+        let mut check = tokio::time::interval(QUORUM_CHECK_EVERY);
+        check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            // Biased: the answer first, and no random draw the simulation could not replay.
+            tokio::select! {
+                biased;
+                answer = &mut write => return answer.map_err(write_error),
+                _ = check.tick() => {
+                    if started.elapsed() < self.lease {
+                        continue;
+                    }
+                    let m = self.raft.metrics().borrow_watched().clone();
+                    let voters = m.membership_config.membership().voter_ids().count();
+                    let lost = match m.state {
+                        ServerState::Leader => voters > 1
+                            && m.last_quorum_acked.as_ref().is_none_or(|at| openraft::Instant::elapsed(&**at) > self.lease),
+                        _ => true,
+                    };
+                    if lost {
+                        return Err(NodeError::Unavailable(format!(
+                            "this node has stopped leading or heard from no quorum for {} ms; the write may still commit: retry with the same idempotency key",
+                            self.lease.as_millis()
+                        )));
+                    }
+                }
+            }
+        }
     }
 
     /// The planted bug: submit the entry and answer at once with the receipt it would get if

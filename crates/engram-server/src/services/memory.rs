@@ -49,7 +49,8 @@ impl MemoryService {
         }
         let tx = call.to_tx()?;
         if let Route::Leader(addr) = self.shared.route_write(forwarded)? {
-            return call.forward(self.shared.memory_client(&addr)?, &incoming).await;
+            let client = self.shared.memory_client(&addr)?;
+            return super::while_leading(&self.shared.node, &addr, call.forward(client, &incoming)).await;
         }
         // The leader checks: who signed, and (by the policy it has applied) whether they may;
         // apply checks again at the transaction's own log entry.
@@ -78,8 +79,8 @@ impl MemoryService {
             Err(engram_raft::NodeError::NotLeader {
                 leader: Some((_, info)),
             }) if !forwarded => {
-                call.forward(self.shared.memory_client(&info.addr)?, &caller)
-                    .await
+                let client = self.shared.memory_client(&info.addr)?;
+                super::while_leading(&self.shared.node, &info.addr, call.forward(client, &caller)).await
             }
             Err(e) => Err(e.into()),
         }
