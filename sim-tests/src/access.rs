@@ -464,10 +464,9 @@ fn text_facts(
 /// the system namespace's datoms gives it.
 fn principals_at(store: &dyn ReadView, agent: &str, as_of: TxId) -> Result<Vec<String>, String> {
     let system = Namespace::new(SYSTEM_NAMESPACE).map_err(|e| e.to_string())?;
-    let assignments = reads::find_on(
+    let assignments = reads::find(
         store,
         &system,
-        None,
         &attr(":engram.role/agent"),
         Some(&Value::String(agent.into())),
         Some(as_of),
@@ -499,10 +498,9 @@ fn granted_at(
 ) -> Result<bool, String> {
     let principals = principals_at(store, agent, as_of)?;
     let system = Namespace::new(SYSTEM_NAMESPACE).map_err(|e| e.to_string())?;
-    let grants = reads::find_on(
+    let grants = reads::find(
         store,
         &system,
-        None,
         &attr(":engram.grant/principal"),
         None,
         Some(as_of),

@@ -797,6 +797,10 @@ pub struct GetArgs {
     /// Ignore candidate claims entirely.
     #[arg(long)]
     pub verified_only: bool,
+    /// Include entities whose :memory/expires has passed (reads of the current state leave
+    /// them out; reads with --as-of-tx never do).
+    #[arg(long)]
+    pub include_expired: bool,
 }
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -894,6 +898,10 @@ pub struct FindArgs {
     /// Read this branch: main as of its fork plus the branch's own writes [default: main].
     #[arg(long, value_name = "NAME")]
     pub branch: Option<String>,
+    /// Include entities whose :memory/expires has passed (reads of the current state leave
+    /// them out; reads with --as-of-tx never do).
+    #[arg(long)]
+    pub include_expired: bool,
 }
 
 #[derive(Args, Debug)]
@@ -932,6 +940,10 @@ pub struct SearchArgs {
     /// agent-memory schema's short name (preference, blocker, ...) or as a keyword.
     #[arg(long, value_name = "KIND")]
     pub kind: Vec<String>,
+    /// Include entities whose :memory/expires has passed (reads of the current state leave
+    /// them out; reads with --as-of-tx never do).
+    #[arg(long)]
+    pub include_expired: bool,
     /// Check every hit's datom against its audit entry, a Merkle proof and a signed
     /// checkpoint (the ranking is not proven, the content is).
     #[arg(long)]

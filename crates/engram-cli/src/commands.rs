@@ -658,6 +658,7 @@ async fn get(client: &Client, args: GetArgs, json: bool) -> Result<()> {
             RuleArg::Verified => pb::Resolution::Verified,
         },
         verified_only: args.verified_only,
+        include_expired: args.include_expired,
     };
     if args.verify {
         let mut trust = trusted_log(client).await?;
@@ -674,11 +675,21 @@ async fn get(client: &Client, args: GetArgs, json: bool) -> Result<()> {
         .get(&ns, EntityId(args.entity), opts)
         .await
         .context("get")?;
-    let conflicts = json!({
+    let mut extra = json!({
         "entity": resp.entity,
         "conflicts": resp.conflicts.iter().map(txjson::datom_to_json).collect::<Vec<_>>(),
     });
-    datoms_output(&resp.datoms, resp.applied_tx, conflicts, json)?;
+    if let Some(at_ns) = resp.expired_at_ns {
+        extra["expired_at_ns"] = json!(at_ns);
+        if !json {
+            outln!(
+                "entity {} expired at {} (:memory/expires); --include-expired reads it anyway",
+                resp.entity,
+                format_time_ns(at_ns)
+            )?;
+        }
+    }
+    datoms_output(&resp.datoms, resp.applied_tx, extra, json)?;
     if !json && !resp.conflicts.is_empty() {
         outln!(
             "conflicts: {} that other agents claim and the {} rule did not pick:",
@@ -848,6 +859,7 @@ async fn find(client: &Client, args: FindArgs, json: bool) -> Result<()> {
         limit: args.limit,
         consistency: consistency(args.stale),
         branch: branch_arg(args.branch.as_deref())?,
+        include_expired: args.include_expired,
     };
     let resp = client.find(&query).await.context("find")?;
     datoms_output(&resp.datoms, resp.applied_tx, json!({}), json)?;
@@ -873,6 +885,7 @@ async fn search(client: &Client, args: SearchArgs, json: bool) -> Result<()> {
     query.agents = args.agent;
     query.verified_only = args.verified_only;
     query.kinds = args.kind;
+    query.include_expired = args.include_expired;
     query.consistency = consistency(args.stale);
     query.branch = branch_arg(args.branch.as_deref())?;
     let mut extra = json!({});

@@ -336,6 +336,8 @@ pub struct RecallArgs {
     pub as_of_tx: Option<u64>,
     /// At most this many facts (default: 10 hits for a query, 50 facts for an attribute).
     pub limit: Option<u32>,
+    /// Also recall memories whose :memory/expires has passed (left out by default).
+    pub include_expired: Option<bool>,
 }
 
 #[derive(Deserialize, JsonSchema)]
@@ -350,6 +352,9 @@ pub struct GetArgs {
     /// "latest" (default): the newest claim wins; "verified": verified claims first, then
     /// higher confidence.
     pub rule: Option<String>,
+    /// Read the memory even if its :memory/expires has passed (then it answers no facts and
+    /// says when it expired).
+    pub include_expired: Option<bool>,
 }
 
 #[derive(Deserialize, JsonSchema)]
@@ -511,6 +516,7 @@ impl EngramTools {
             query.k = args.limit.unwrap_or(0);
             query.as_of_tx = args.as_of_tx;
             query.attributes = attribute.into_iter().collect();
+            query.include_expired = args.include_expired.unwrap_or(false);
             let found = self.client.search(&query).await.map_err(failed)?;
             let hits: Vec<Json> = found
                 .hits
@@ -547,6 +553,7 @@ impl EngramTools {
             limit: args.limit.unwrap_or(50),
             consistency: Consistency::Linearizable,
             branch: None,
+            include_expired: args.include_expired.unwrap_or(false),
         };
         let found = self.client.find(&query).await.map_err(failed)?;
         Ok(answer(
@@ -567,6 +574,7 @@ impl EngramTools {
             as_of_tx: args.as_of_tx,
             branch: branch(args.branch.as_deref())?,
             rule,
+            include_expired: args.include_expired.unwrap_or(false),
             ..GetOptions::default()
         };
         let got = self
@@ -574,12 +582,16 @@ impl EngramTools {
             .get(&namespace(&args.namespace)?, EntityId(args.entity), opts)
             .await
             .map_err(failed)?;
-        Ok(answer(json!({
+        let mut out = json!({
             "entity": got.entity,
             "facts": facts(&got.datoms),
             "conflicts": facts(&got.conflicts),
             "read_at_tx": got.applied_tx,
-        })))
+        });
+        if let Some(at_ns) = got.expired_at_ns {
+            out["expired_at_ns"] = json!(at_ns);
+        }
+        Ok(answer(out))
     }
 
     /// Every fact ever recorded about an entity (assertions and retractions, by every agent),

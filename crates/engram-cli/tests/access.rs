@@ -457,6 +457,7 @@ async fn agents_grants_and_every_refusal_in_enforced_mode() {
             limit: 0,
             consistency: engram_client::Consistency::Linearizable,
             branch: None,
+            include_expired: false,
         })
         .await
         .unwrap();

@@ -333,3 +333,146 @@ async fn search_finds_facts_by_their_words_as_of_any_transaction() {
     );
     cluster.kill_all();
 }
+
+/// `:memory/expires` on a real cluster: a memory whose instant has passed drops out of search,
+/// find and get of the current state on every node, is still there with `--include-expired`
+/// and in every read as of a transaction, and one that has not expired yet stays.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn expired_memories_drop_out_of_reads_of_now_and_stay_in_reads_as_of_a_transaction() {
+    let dir = tempfile::tempdir().unwrap();
+    let ports = free_ports(3).unwrap();
+    let mut cluster = LocalCluster::start(Path::new(EXE), dir.path(), &ports, &[]).unwrap();
+    cluster.wait_all_answer(Duration::from_secs(60)).await.unwrap();
+    cluster.init(Duration::from_secs(30)).await.unwrap();
+    let endpoints = cluster.endpoints();
+    let e = |i: usize| endpoints[i].as_str();
+    const NS_EXP: &str = "team/expiry";
+
+    let tx = json!({
+        "namespace": NS_EXP, "agent": "planner",
+        "ops": [
+            {"entity": "old", "attribute": ":note/text", "value": {"string": "deploy window friday"}},
+            {"entity": "new", "attribute": ":note/text", "value": {"string": "deploy freeze monday"}},
+        ]
+    });
+    let written = ok(e(0), &["transact"], Some(&tx.to_string()));
+    let (old, new) = (
+        written["temp_ids"]["old"].as_u64().unwrap(),
+        written["temp_ids"]["new"].as_u64().unwrap(),
+    );
+    let before_expiry = written["tx"].as_u64().unwrap();
+    // One expiry an hour ago, one a day ahead.
+    let now_ns = engram_raft::clock::now_ns();
+    let hour_ns: i64 = 3_600_000_000_000;
+    let passed = now_ns - hour_ns;
+    let tx = json!({
+        "namespace": NS_EXP, "agent": "planner",
+        "ops": [
+            {"entity": old, "attribute": ":memory/expires", "value": {"instant_ns": passed}},
+            {"entity": new, "attribute": ":memory/expires", "value": {"instant_ns": now_ns + 24 * hour_ns}},
+        ]
+    });
+    let expiry_tx = ok(e(1), &["transact"], Some(&tx.to_string()))["tx"]
+        .as_u64()
+        .unwrap();
+    let entities = |doc: &Json| -> Vec<u64> {
+        let mut ids: Vec<u64> = hits(doc).into_iter().map(|(id, _, _)| id).collect();
+        ids.sort_unstable();
+        ids
+    };
+    let mut both = vec![old, new];
+    both.sort_unstable();
+
+    for i in 0..3 {
+        // Search, as of now: the expired memory is gone on every node.
+        let now = ok(e(i), &["search", "--ns", NS_EXP, "deploy"], None);
+        assert_eq!(entities(&now), [new], "node {i}: search as of now");
+        let all = ok(
+            e(i),
+            &["search", "--ns", NS_EXP, "deploy", "--include-expired"],
+            None,
+        );
+        assert_eq!(entities(&all), both, "node {i}: --include-expired");
+        for as_of in [before_expiry, expiry_tx] {
+            let then = ok(
+                e(i),
+                &[
+                    "search",
+                    "--ns",
+                    NS_EXP,
+                    "deploy",
+                    "--as-of-tx",
+                    &as_of.to_string(),
+                ],
+                None,
+            );
+            assert_eq!(
+                entities(&then),
+                both,
+                "node {i}: a search as of tx {as_of} is the record"
+            );
+        }
+
+        // Find, as of now and otherwise.
+        let found = |extra: &[&str]| -> Vec<u64> {
+            let doc = ok(
+                e(i),
+                &[&["find", "--ns", NS_EXP, "--attribute", ":note/text"], extra].concat(),
+                None,
+            );
+            let mut ids: Vec<u64> = doc["datoms"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|d| d["entity"].as_u64().unwrap())
+                .collect();
+            ids.sort_unstable();
+            ids
+        };
+        assert_eq!(found(&[]), [new], "node {i}: find as of now");
+        assert_eq!(found(&["--include-expired"]), both, "node {i}");
+        assert_eq!(found(&["--as-of-tx", &expiry_tx.to_string()]), both, "node {i}");
+    }
+
+    // Get, as of now: no facts, and when it expired; the text with --include-expired.
+    let got = ok(e(2), &["get", "--ns", NS_EXP, "--entity", &old.to_string()], None);
+    assert_eq!(got["datoms"], json!([]), "{got}");
+    assert_eq!(got["expired_at_ns"], json!(passed), "{got}");
+    let (code, stdout, _) = run(e(2), &["get", "--ns", NS_EXP, "--entity", &old.to_string()], None);
+    assert_eq!(code, 0);
+    assert!(stdout.contains("expired at"), "{stdout}");
+    for extra in [
+        vec!["--include-expired"],
+        vec!["--as-of-tx", &expiry_tx.to_string()],
+    ] {
+        let got = ok(
+            e(2),
+            &[&["get", "--ns", NS_EXP, "--entity", &old.to_string()], &extra[..]].concat(),
+            None,
+        );
+        let texts: Vec<&str> = got["datoms"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|d| d["value"]["string"].as_str())
+            .collect();
+        assert_eq!(texts, ["deploy window friday"], "{extra:?}: {got}");
+        assert!(got.get("expired_at_ns").is_none(), "{extra:?}: {got}");
+    }
+    let live = ok(e(2), &["get", "--ns", NS_EXP, "--entity", &new.to_string()], None);
+    assert_eq!(
+        live["datoms"].as_array().unwrap().len(),
+        2,
+        "text and expiry: {live}"
+    );
+
+    // Moving the expiry ahead brings the memory back.
+    let tx = json!({
+        "namespace": NS_EXP, "agent": "planner",
+        "ops": [{"entity": old, "attribute": ":memory/expires", "value": {"instant_ns": now_ns + hour_ns}}]
+    });
+    ok(e(0), &["transact"], Some(&tx.to_string()));
+    let now = ok(e(0), &["search", "--ns", NS_EXP, "deploy"], None);
+    assert_eq!(entities(&now), both, "the later expiry has not passed");
+    cluster.kill_all();
+}

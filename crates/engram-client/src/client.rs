@@ -177,6 +177,9 @@ pub struct GetOptions {
     pub rule: pb::Resolution,
     /// Ignore candidate claims.
     pub verified_only: bool,
+    /// Read the entity even if its `:memory/expires` has passed (only reads of the current
+    /// state leave expired entities out).
+    pub include_expired: bool,
 }
 
 /// What [`Client::history`] lists.
@@ -203,6 +206,9 @@ pub struct FindQuery {
     pub consistency: Consistency,
     /// Search this branch instead of main.
     pub branch: Option<BranchName>,
+    /// Find entities whose `:memory/expires` has passed too (only reads of the current state
+    /// leave them out).
+    pub include_expired: bool,
 }
 
 /// What [`Client::search`] asks: words and or a query vector, and optionally which facts, as
@@ -233,6 +239,9 @@ pub struct SearchQuery {
     pub kinds: Vec<String>,
     pub consistency: Consistency,
     pub branch: Option<BranchName>,
+    /// Find entities whose `:memory/expires` has passed too (only searches of the current
+    /// state leave them out).
+    pub include_expired: bool,
 }
 
 impl SearchQuery {
@@ -252,6 +261,7 @@ impl SearchQuery {
             kinds: Vec::new(),
             consistency: Consistency::default(),
             branch: None,
+            include_expired: false,
         }
     }
 }
@@ -427,6 +437,7 @@ impl Client {
             limit: query.limit,
             consistency: query.consistency.to_pb(),
             branch: query.branch.as_ref().map(ToString::to_string).unwrap_or_default(),
+            include_expired: query.include_expired,
         };
         self.call(Idempotency::Safe, move |ch, s| {
             let req = req.clone();
@@ -1179,6 +1190,7 @@ pub(crate) fn get_request(
         branch: opts.branch.map(String::from).unwrap_or_default(),
         rule: opts.rule as i32,
         verified_only: opts.verified_only,
+        include_expired: opts.include_expired,
     }
 }
 
@@ -1234,5 +1246,6 @@ pub(crate) fn search_request(query: &SearchQuery) -> pb::SearchRequest {
         vector: query.vector.clone().unwrap_or_default(),
         hops: query.hops,
         kinds: query.kinds.clone(),
+        include_expired: query.include_expired,
     }
 }

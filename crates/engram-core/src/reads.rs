@@ -225,6 +225,10 @@ pub struct ReadOptions {
     pub rule: Resolution,
     /// Ignore candidate claims entirely.
     pub verified_only: bool,
+    /// Leave out an entity that had expired by this instant (nanoseconds since the Unix
+    /// epoch): it holds `:memory/expires` values under this read, and every one of them is at
+    /// or before the instant (see [`expiry`]). `None`: expiry is not applied.
+    pub expired_at_ns: Option<i64>,
 }
 
 /// An entity's current facts, and the claims they won against.
@@ -234,6 +238,28 @@ pub struct Facts {
     pub current: Vec<Datom>,
     /// Cardinality one: the other agents' claims whose values differ from the winner's.
     pub conflicts: Vec<Datom>,
+    /// Set when the read left the entity out because it had expired (see
+    /// [`ReadOptions::expired_at_ns`]): when it expired. `current` and `conflicts` are empty.
+    pub expired_at_ns: Option<i64>,
+}
+
+/// The attribute whose instant says when a memory stops being worth recalling (the
+/// agent-memory schema's `:memory/expires`).
+pub const MEMORY_EXPIRES: &str = ":memory/expires";
+
+/// When an entity expires, from its holding claims (`current` and `conflicts` of a read): the
+/// latest of their `:memory/expires` instants, `None` if none has one. Every agent's claim
+/// counts, not only the one a resolution rule picks: a memory stays while any agent says it is
+/// still worth recalling (the recall index's expiry filter follows the same rule).
+pub fn expiry<'a>(claims: impl IntoIterator<Item = &'a Datom>) -> Option<i64> {
+    claims
+        .into_iter()
+        .filter(|d| d.attribute.as_str() == MEMORY_EXPIRES)
+        .filter_map(|d| match d.value {
+            Value::Instant(at_ns) => Some(at_ns),
+            _ => None,
+        })
+        .max()
 }
 
 /// The live claims of one slot after its datoms in tx order.
@@ -418,6 +444,14 @@ pub fn get_facts(
         facts.current.extend(resolved.current);
         facts.conflicts.extend(resolved.conflicts);
     }
+    if let Some(now_ns) = opts.expired_at_ns
+        && let Some(at_ns) = expiry(facts.current.iter().chain(&facts.conflicts)).filter(|at| *at <= now_ns)
+    {
+        return Ok(Facts {
+            expired_at_ns: Some(at_ns),
+            ..Facts::default()
+        });
+    }
     Ok(facts)
 }
 
@@ -524,7 +558,11 @@ pub fn find(
     as_of: Option<TxId>,
     limit: usize,
 ) -> Result<Vec<Datom>, CoreError> {
-    match find_on(store, ns, None, attr, value, as_of, limit) {
+    let opts = ReadOptions {
+        as_of,
+        ..ReadOptions::default()
+    };
+    match find_on(store, ns, None, attr, value, &opts, limit) {
         Ok(found) => Ok(found),
         Err(ReadError::Core(e)) => Err(e),
         // Main always exists and find names no entity.
@@ -532,30 +570,58 @@ pub fn find(
     }
 }
 
-/// [`find`] on main or a branch.
+/// [`find`] on main or a branch, as of `opts.as_of`, leaving out the entities expired by
+/// `opts.expired_at_ns` (the other options do not apply: the latest claim wins).
 pub fn find_on(
     store: &dyn ReadView,
     ns: &Namespace,
     branch: Option<&BranchName>,
     attr: &Attribute,
     value: Option<&Value>,
-    as_of: Option<TxId>,
+    opts: &ReadOptions,
     limit: usize,
 ) -> Result<Vec<Datom>, ReadError> {
     let (view, _) = View::of(store, ns, branch)?;
+    let as_of = opts.as_of;
     let cardinality = schema::cardinality_at(store, ns, attr, as_of)?;
-    let opts = ReadOptions {
+    let latest = ReadOptions {
         as_of,
         ..ReadOptions::default()
+    };
+    // Expiry costs one more slot read per entity found: only where some entity has one.
+    let expires = match opts.expired_at_ns {
+        Some(now_ns) => {
+            let expires =
+                Attribute::new(MEMORY_EXPIRES).map_err(|e| CoreError::corrupt("find", e.to_string()))?;
+            let written =
+                branch.is_some() || !scan_prefix(store, &keys::aevt_attr(ns, &expires), 1)?.is_empty();
+            if written {
+                let cardinality = schema::cardinality_at(store, ns, &expires, as_of)?;
+                Some((expires, cardinality, now_ns))
+            } else {
+                None
+            }
+        }
+        None => None,
     };
     let mut out = Vec::new();
     for e in view.value_candidates(store, attr, value)? {
         let slot = view.slot_datoms(store, e, attr)?;
-        for current in resolve_slot(&slot, cardinality, &opts).current {
-            if value.is_none_or(|v| *v == current.value) {
-                out.push(current);
+        let current: Vec<Datom> = resolve_slot(&slot, cardinality, &latest)
+            .current
+            .into_iter()
+            .filter(|d| value.is_none_or(|v| *v == d.value))
+            .collect();
+        if current.is_empty() {
+            continue;
+        }
+        if let Some((expires, cardinality, now_ns)) = &expires {
+            let held = resolve_slot(&view.slot_datoms(store, e, expires)?, *cardinality, &latest);
+            if expiry(held.current.iter().chain(&held.conflicts)).is_some_and(|at| at <= *now_ns) {
+                continue;
             }
         }
+        out.extend(current);
         if out.len() >= limit {
             out.truncate(limit);
             break;

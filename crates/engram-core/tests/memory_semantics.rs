@@ -1249,3 +1249,75 @@ fn current_claims_follow_agents_retractions_and_cardinality_changes() {
         "{findings:?}"
     );
 }
+
+#[test]
+fn an_entity_expires_once_every_agents_expiry_has_passed() {
+    let mut m = Mem::new("team/a");
+    let first = m
+        .write(
+            agent("planner", Status::Candidate, 0.6),
+            vec![
+                assert_op(temp("p"), ":note/text", s("deploy friday")),
+                assert_op(temp("p"), reads::MEMORY_EXPIRES, Value::Instant(5_000)),
+            ],
+        )
+        .unwrap();
+    let p = created(&first, "p");
+    let at = |now_ns: i64| ReadOptions {
+        expired_at_ns: Some(now_ns),
+        ..ReadOptions::default()
+    };
+    let found = |m: &Mem, now_ns: i64| -> Vec<EntityId> {
+        reads::find_on(
+            &*m.store,
+            &m.ns,
+            None,
+            &attr(":note/text"),
+            None,
+            &at(now_ns),
+            100,
+        )
+        .unwrap()
+        .iter()
+        .map(|d| d.entity)
+        .collect()
+    };
+    assert_eq!(m.facts(p, None, at(4_999)).current.len(), 2, "not yet expired");
+    assert_eq!(found(&m, 4_999), [p]);
+    let gone = m.facts(p, None, at(5_000));
+    assert_eq!(
+        (gone.current.len(), gone.expired_at_ns),
+        (0, Some(5_000)),
+        "expired at its instant"
+    );
+    assert_eq!(found(&m, 5_000), Vec::<EntityId>::new());
+    assert_eq!(
+        m.facts(p, None, ReadOptions::default()).current.len(),
+        2,
+        "expiry not applied"
+    );
+
+    // The critic's later expiry is the one the latest rule picks; the planner's earlier one is
+    // a conflicting claim. The entity stays until both have passed, whichever rule reads it.
+    m.write(
+        agent("critic", Status::Candidate, 0.8),
+        vec![assert_op(id(p), reads::MEMORY_EXPIRES, Value::Instant(9_000))],
+    )
+    .unwrap();
+    assert_eq!(m.facts(p, None, at(6_000)).expired_at_ns, None);
+    assert_eq!(found(&m, 6_000), [p]);
+    assert_eq!(m.facts(p, None, at(9_000)).expired_at_ns, Some(9_000));
+    assert_eq!(found(&m, 9_000), Vec::<EntityId>::new());
+    // An agent that moves its claim earlier does not hide what another still wants recalled.
+    m.write(
+        agent("critic", Status::Candidate, 0.8),
+        vec![assert_op(id(p), reads::MEMORY_EXPIRES, Value::Instant(1_000))],
+    )
+    .unwrap();
+    assert_eq!(
+        m.facts(p, None, at(4_000)).expired_at_ns,
+        None,
+        "the planner's 5,000 holds"
+    );
+    assert_eq!(m.facts(p, None, at(5_000)).expired_at_ns, Some(5_000));
+}

@@ -112,6 +112,8 @@ pub fn search_request(req: pb::SearchRequest, latest: TxId) -> Result<(Scope, Qu
                 statuses,
                 valid_between_ns,
                 kinds,
+                // Set by the answering node, which reads its own clock.
+                expired_at_ns: None,
             },
         },
     ))

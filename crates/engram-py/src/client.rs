@@ -335,7 +335,9 @@ impl EngramClient {
     /// "verified" (verified claims first); `prove=True`: every datom is checked against a
     /// Merkle proof and a signed checkpoint, and `ProofError` is raised instead of returning
     /// anything that does not verify; `stale=True`: the answering node's state, possibly behind.
-    #[pyo3(signature = (namespace, entity, *, as_of_tx=None, valid_at=None, branch=None, rule="latest", verified_only=false, prove=false, stale=false))]
+    /// An entity whose `:memory/expires` has passed comes back with no datoms and its
+    /// `expired_at_ns` set, unless `include_expired=True` (reads with `as_of_tx` show it).
+    #[pyo3(signature = (namespace, entity, *, as_of_tx=None, valid_at=None, branch=None, rule="latest", verified_only=false, prove=false, stale=false, include_expired=false))]
     #[allow(clippy::too_many_arguments)]
     fn get(
         &self,
@@ -349,6 +351,7 @@ impl EngramClient {
         verified_only: bool,
         prove: bool,
         stale: bool,
+        include_expired: bool,
     ) -> PyResult<Entity> {
         let namespace = namespace_arg(namespace)?;
         let entity = convert::entity_id("entity", entity)?;
@@ -367,6 +370,7 @@ impl EngramClient {
                 }
             },
             verified_only,
+            include_expired,
         };
         let client = self.client.clone();
         let response = if prove {
@@ -383,6 +387,7 @@ impl EngramClient {
             conflicts: datom_list(py, response.conflicts)?,
             applied_tx: response.applied_tx,
             proven: prove,
+            expired_at_ns: response.expired_at_ns,
         })
     }
 
@@ -444,8 +449,9 @@ impl EngramClient {
         datom_list(py, response.datoms)
     }
 
-    /// The current datoms of `attribute`, optionally only those holding `value`.
-    #[pyo3(signature = (namespace, attribute, value=None, *, as_of_tx=None, limit=0, branch=None, stale=false))]
+    /// The current datoms of `attribute`, optionally only those holding `value`. Entities whose
+    /// `:memory/expires` has passed are left out unless `include_expired=True`.
+    #[pyo3(signature = (namespace, attribute, value=None, *, as_of_tx=None, limit=0, branch=None, stale=false, include_expired=false))]
     #[allow(clippy::too_many_arguments)]
     fn find(
         &self,
@@ -457,6 +463,7 @@ impl EngramClient {
         limit: u32,
         branch: Option<String>,
         stale: bool,
+        include_expired: bool,
     ) -> PyResult<Py<PyList>> {
         let query = FindQuery {
             namespace: namespace_arg(namespace)?,
@@ -466,6 +473,7 @@ impl EngramClient {
             limit,
             consistency: consistency(stale),
             branch: branch.map(|b| branch_arg("branch", b)).transpose()?,
+            include_expired,
         };
         let client = self.client.clone();
         let response = self.run(py, async move { client.find(&query).await })?;
@@ -476,8 +484,9 @@ impl EngramClient {
     /// (nearest searchable vectors of its dimension, cosine) and `hops` refs around the best of
     /// those, fused and re-ranked by recency and the priors (verified first, then confidence),
     /// best `k` first; `as_of_tx` searches what held then, ranked as it would have been then;
-    /// `kinds` keeps memories of those kinds only (their `:memory/kind`).
-    #[pyo3(signature = (namespace, text="", *, vector=None, hops=None, k=10, as_of_tx=None, attributes=None, agents=None, verified_only=false, valid_between_ns=None, kinds=None, branch=None, prove=false, stale=false))]
+    /// `kinds` keeps memories of those kinds only (their `:memory/kind`); memories whose
+    /// `:memory/expires` has passed are left out unless `include_expired=True`.
+    #[pyo3(signature = (namespace, text="", *, vector=None, hops=None, k=10, as_of_tx=None, attributes=None, agents=None, verified_only=false, valid_between_ns=None, kinds=None, branch=None, prove=false, stale=false, include_expired=false))]
     #[allow(clippy::too_many_arguments)]
     fn search(
         &self,
@@ -496,6 +505,7 @@ impl EngramClient {
         branch: Option<String>,
         prove: bool,
         stale: bool,
+        include_expired: bool,
     ) -> PyResult<Py<PyList>> {
         let mut query = SearchQuery::new(namespace_arg(namespace)?, text);
         if let Some(v) = &vector {
@@ -515,6 +525,7 @@ impl EngramClient {
         query.verified_only = verified_only;
         query.valid_between_ns = valid_between_ns;
         query.kinds = kinds.unwrap_or_default();
+        query.include_expired = include_expired;
         query.consistency = consistency(stale);
         query.branch = branch.map(|b| branch_arg("branch", b)).transpose()?;
         let client = self.client.clone();

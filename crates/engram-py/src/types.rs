@@ -296,6 +296,9 @@ pub struct Entity {
     pub applied_tx: u64,
     /// Whether every datom was checked against a Merkle proof and a signed checkpoint.
     pub proven: bool,
+    /// When the read left the entity out because its `:memory/expires` had passed (ns since
+    /// the Unix epoch; `datoms` is then empty); None otherwise.
+    pub expired_at_ns: Option<i64>,
 }
 
 #[pymethods]

@@ -2,6 +2,8 @@
 contradictions flagged, a retracted fact found only as of before its retraction, what the
 schema makes searchable, filters, and bad queries refused."""
 
+import datetime
+
 import pytest
 
 import engram
@@ -46,6 +48,29 @@ def test_search_finds_facts_by_their_words(cluster, ns):
         planner.search(ns, "friday", attributes=[":other/attr"])
     assert len(planner.search(ns, "friday deploy rotate lunch", k=1)) == 1
     assert planner.search(ns, "rotate", verified_only=True) == []
+
+
+def test_expired_memories_are_left_out_of_reads_of_now(cluster, ns):
+    db = engram.Engram(cluster.endpoints, agent="planner")
+    old = db.transact(ns, [("e", ":note/text", "deploy window friday")]).temp_ids["e"]
+    new = db.transact(ns, [("e", ":note/text", "deploy freeze monday")]).temp_ids["e"]
+    now = datetime.datetime.now(datetime.timezone.utc)
+    passed = now - datetime.timedelta(hours=1)
+    r = db.transact(
+        ns,
+        [(old, ":memory/expires", passed), (new, ":memory/expires", now + datetime.timedelta(days=1))],
+    )
+    assert [h.datom.entity for h in db.search(ns, "deploy")] == [new]
+    assert sorted(h.datom.entity for h in db.search(ns, "deploy", include_expired=True)) == sorted([old, new])
+    assert sorted(h.datom.entity for h in db.search(ns, "deploy", as_of_tx=r.tx)) == sorted([old, new])
+    assert [d.entity for d in db.find(ns, ":note/text")] == [new]
+    assert sorted(d.entity for d in db.find(ns, ":note/text", include_expired=True)) == sorted([old, new])
+    gone = db.get(ns, old)
+    epoch = datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc)
+    assert gone.datoms == [] and gone.expired_at_ns == (passed - epoch) // datetime.timedelta(microseconds=1) * 1_000
+    kept = db.get(ns, old, include_expired=True)
+    assert kept[":note/text"] == "deploy window friday" and kept.expired_at_ns is None
+    assert db.get(ns, new).expired_at_ns is None
 
 
 def test_bad_searches_are_refused_by_field(cluster, ns):

@@ -9,7 +9,8 @@
 //! is checked against them, of whatever type (a number can replace a text), but only claims
 //! that went into an index are kept. Texts and vectors are indexed when
 //! their attribute is searchable at their transaction; refs always (they are the graph), and
-//! `:memory/kind` values always (they are the kind filter). Claims of several agents in one slot all
+//! `:memory/kind` values always (they are the kind filter), and `:memory/expires` instants (they
+//! are the expiry filter). Claims of several agents in one slot all
 //! hold: they are a contradiction, and each is its own hit.
 //!
 //! One limit, written down rather than hidden: the schema used is the one in force when a
@@ -21,6 +22,7 @@ use std::collections::HashMap;
 
 use engram_types::{Attribute, Cardinality, Datom, EntityId, Op, TxId, Value};
 
+use crate::expiry::MEMORY_EXPIRES;
 use crate::index::RecallIndex;
 use crate::kind::MEMORY_KIND;
 use crate::types::{FactMeta, FactRef, RecallError, Scope};
@@ -136,6 +138,12 @@ impl Feeder {
             {
                 indexed = true;
                 added |= index.add_kind(scope, fact.clone(), k)?;
+            }
+            if let Value::Instant(at_ns) = &d.value
+                && d.attribute.as_str() == MEMORY_EXPIRES
+            {
+                indexed = true;
+                added |= index.add_expiry(scope, fact.clone(), *at_ns)?;
             }
             if added {
                 fed.added += 1;

@@ -20,6 +20,7 @@ use std::collections::{HashMap, HashSet};
 
 use engram_types::{Attribute, EntityId, Status, TxId};
 
+use crate::expiry::Expiries;
 use crate::fuse::{Ranking, fuse, ranks};
 use crate::graph::Graph;
 use crate::kind::Kinds;
@@ -55,6 +56,7 @@ pub struct RecallIndex {
     pub(crate) vectors: VectorIndex,
     pub(crate) graph: Graph,
     pub(crate) kinds: Kinds,
+    pub(crate) expiries: Expiries,
 }
 
 /// What an index holds, for metrics and the benchmark.
@@ -125,6 +127,13 @@ impl RecallIndex {
         Ok(self.kinds.add(scope, fact, kind))
     }
 
+    /// Records that `fact` says its entity stops being worth recalling at `at_ns` (see
+    /// [`crate::MEMORY_EXPIRES`]). Returns whether it was new.
+    pub fn add_expiry(&mut self, scope: &Scope, fact: FactRef, at_ns: i64) -> Result<bool, RecallError> {
+        self.text.advance(fact.tx)?;
+        Ok(self.expiries.add(scope, fact, at_ns))
+    }
+
     /// Records that `fact` no longer holds from `at` on, whichever index holds it. Returns
     /// whether it was indexed and holding.
     pub fn end(&mut self, scope: &Scope, fact: &FactRef, at: TxId) -> Result<bool, RecallError> {
@@ -132,7 +141,8 @@ impl RecallIndex {
         let vector = self.vectors.end(scope, fact, at);
         let edge = self.graph.end(scope, fact, at);
         let kind = self.kinds.end(scope, fact, at);
-        Ok(text || vector || edge || kind)
+        let expiry = self.expiries.end(scope, fact, at);
+        Ok(text || vector || edge || kind || expiry)
     }
 
     /// The best `query.k` facts of `scope` for `query`, fused from every signal.
@@ -155,11 +165,16 @@ impl RecallIndex {
         let limit = query.k.saturating_mul(CANDIDATES_PER_HIT);
         let filter = &query.filter;
         // Which facts may be hits, beyond the filters on the fact itself: the caller may see
-        // the attribute, and the entity is a kind of memory asked for. (What may merely lead
-        // to a hit, a ref walked, is `shown`'s alone.)
+        // the attribute, and the entity is a kind of memory asked for that had not expired.
+        // (What may merely lead to a hit, a ref walked, is `shown`'s alone.)
         let kind_ok =
             |e: EntityId| filter.kinds.is_empty() || self.kinds.is_any(scope, e, as_of, &filter.kinds);
-        let admit = |f: &FactRef| shown(&f.attribute) && kind_ok(f.entity);
+        let live = |e: EntityId| {
+            filter
+                .expired_at_ns
+                .is_none_or(|now_ns| !self.expiries.expired(scope, e, as_of, now_ns))
+        };
+        let admit = |f: &FactRef| shown(&f.attribute) && kind_ok(f.entity) && live(f.entity);
 
         // 1. Words.
         let found = if words.is_empty() {

@@ -8,7 +8,9 @@
 //!   (the client computes embeddings; nothing here knows a model);
 //! - the ref graph: which entity points at which, walked from the best hits;
 //! - the kinds: which kind of memory each entity is (`:memory/kind`), for the kind filter;
-//! - [`RecallIndex`]: the four together, and [`RecallIndex::recall`], which fuses text,
+//! - the expiries: when each entity stops being worth recalling (`:memory/expires`), so a
+//!   search as of now leaves expired memories out;
+//! - [`RecallIndex`]: the five together, and [`RecallIndex::recall`], which fuses text,
 //!   vector, graph, recency and the priors (verified, confidence) by reciprocal rank fusion
 //!   ([`fuse`]); every hit says which signals ranked it and where.
 //!
@@ -24,6 +26,7 @@
 //! Depends on `engram-types` only: no storage, no Raft, no server. Feeding the index from the
 //! state machine and serving it lives above.
 
+mod expiry;
 mod feed;
 mod fuse;
 mod graph;
@@ -35,6 +38,7 @@ mod tokenize;
 mod types;
 mod vector;
 
+pub use expiry::MEMORY_EXPIRES;
 pub use feed::{Fed, Feeder, Indexing};
 pub use fuse::{RRF_K, Ranking, fuse};
 pub use index::{HOP_DECAY, RecallIndex, Sizes, WEIGHTS};

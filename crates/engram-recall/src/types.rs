@@ -62,6 +62,10 @@ pub struct Filter {
     /// transaction (their `:memory/kind`, e.g. `:memory.kind/preference`). Applies to what
     /// every signal finds, the graph's starting points included.
     pub kinds: Vec<String>,
+    /// Leave out the facts of entities that had expired by this instant (nanoseconds since
+    /// the Unix epoch), by the `:memory/expires` claims holding at the query's transaction;
+    /// `None`: expiry is not applied. Like `kinds`, it applies to what every signal finds.
+    pub expired_at_ns: Option<i64>,
 }
 
 impl Filter {

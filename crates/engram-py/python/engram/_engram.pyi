@@ -91,6 +91,7 @@ class Entity:
     conflicts: List[Datom]
     applied_tx: int
     proven: bool
+    expired_at_ns: Optional[int]
     def __getitem__(self, attribute: str) -> Any: ...
     def __contains__(self, attribute: str) -> bool: ...
     def get(self, attribute: str, default: Any = None) -> Any: ...
@@ -175,6 +176,7 @@ class Client:
         verified_only: bool = False,
         prove: bool = False,
         stale: bool = False,
+        include_expired: bool = False,
     ) -> Entity: ...
     def history(
         self,
@@ -197,6 +199,7 @@ class Client:
         limit: int = 0,
         branch: Optional[str] = None,
         stale: bool = False,
+        include_expired: bool = False,
     ) -> List[Datom]: ...
     def search(
         self,
@@ -215,6 +218,7 @@ class Client:
         branch: Optional[str] = None,
         prove: bool = False,
         stale: bool = False,
+        include_expired: bool = False,
     ) -> List[Hit]: ...
     def diff(
         self,

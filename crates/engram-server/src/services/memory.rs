@@ -712,6 +712,7 @@ impl pb::memory_server::Memory for MemoryService {
             valid_at_ns: req.valid_at_ns,
             rule: resolution(req.rule)?,
             verified_only: req.verified_only,
+            expired_at_ns: expiry_judged_at(req.as_of_tx, req.include_expired),
         };
         let found = self
             .shared
@@ -733,6 +734,7 @@ impl pb::memory_server::Memory for MemoryService {
             applied_tx: self.shared.applied_index(),
             proof: read_proof(&self.shared, req.prove, req.trusted_size, &found.current)?,
             conflicts: shown(scope, &found.conflicts),
+            expired_at_ns: found.expired_at_ns,
         }))
     }
 
@@ -813,6 +815,11 @@ impl pb::memory_server::Memory for MemoryService {
         {
             return Err(ApiError::PermissionDenied(scope.reason(attr.as_str())).into());
         }
+        let opts = reads::ReadOptions {
+            as_of: req.as_of_tx.map(TxId),
+            expired_at_ns: expiry_judged_at(req.as_of_tx, req.include_expired),
+            ..reads::ReadOptions::default()
+        };
         let found = self.shared.read_state(|store| {
             reads::find_on(
                 store,
@@ -820,7 +827,7 @@ impl pb::memory_server::Memory for MemoryService {
                 on.as_ref(),
                 &attr,
                 value.as_ref(),
-                req.as_of_tx.map(TxId),
+                &opts,
                 Self::limit(req.limit),
             )
         })?;
@@ -857,6 +864,7 @@ impl pb::memory_server::Memory for MemoryService {
         if req.as_of_tx.is_none() {
             query.as_of = TxId(applied);
         }
+        query.filter.expired_at_ns = expiry_judged_at(req.as_of_tx, req.include_expired);
         // Searching by an attribute one may not read would tell what its values say.
         if let Some(grants) = &caller.scope
             && let Some(hidden) = query.filter.attributes.iter().find(|a| !grants.shows(a.as_str()))
@@ -923,6 +931,13 @@ impl pb::memory_server::Memory for MemoryService {
             proof,
         }))
     }
+}
+
+/// The instant a read judges `:memory/expires` at: this node's clock for a read of the current
+/// state, unless the caller asked for expired entities too. A read as of a transaction is the
+/// record as it stood, expired memories included: expiry is about what is worth recalling now.
+fn expiry_judged_at(as_of_tx: Option<u64>, include_expired: bool) -> Option<i64> {
+    (as_of_tx.is_none() && !include_expired).then(engram_raft::clock::now_ns)
 }
 
 /// Refuses, naming the field, a search the namespace's schema (as of the answer's transaction)
