@@ -295,22 +295,25 @@ pub async fn serve_keys(
     served.map_err(|e| ServerError::Serve(with_sources(&e)))
 }
 
-/// A client service behind what every client call passes first: the interceptor that reads
-/// whom the caller's TLS client certificate names (and never takes that from the client: see
+/// A client service behind what every client call passes first: its count and timing for
+/// `/metrics` (`services::rpc_metrics`), the interceptor that reads whom the caller's TLS client
+/// certificate names (and never takes that from the client: see
 /// `services::gate::certificate_principal`), then the check of who may reach a node whose
 /// cluster is not enforced (`services::exposure`).
 #[cfg(not(madsim))]
 fn client_facing<S>(
     service: S,
     shared: &Arc<Shared>,
-) -> tonic::service::interceptor::InterceptedService<
-    services::exposure::Exposure<S>,
-    services::gate::CertInterceptor,
+) -> services::rpc_metrics::Measured<
+    tonic::service::interceptor::InterceptedService<
+        services::exposure::Exposure<S>,
+        services::gate::CertInterceptor,
+    >,
 > {
-    tonic::service::interceptor::InterceptedService::new(
+    services::rpc_metrics::Measured::new(tonic::service::interceptor::InterceptedService::new(
         services::exposure::Exposure::new(service, shared.clone()),
         services::gate::certificate_principal,
-    )
+    ))
 }
 
 /// The simulation runs without TLS, so no certificate names anyone, and its network carries

@@ -1,6 +1,7 @@
 //! Prometheus metrics over plain HTTP (`--metrics-listen`): `GET /metrics` answers the text
 //! exposition format (version 0.0.4) with the node's Raft position, its audit chain, its
-//! readiness and the storage corruption its requests met. A deliberately small HTTP/1.1 responder: one request per connection, `GET`
+//! readiness, its client calls by method and code with their latencies, and the storage
+//! corruption its requests met. A deliberately small HTTP/1.1 responder: one request per connection, `GET`
 //! only, no body read, so it needs no HTTP stack beyond what the node already links.
 
 use std::fmt::Write as _;
@@ -114,6 +115,7 @@ pub fn render(node: &RaftNode, insecure_open: bool) -> String {
     }
     crate::services::search_index::render_metrics(node.node_id, &mut out);
     crate::services::watch_hub::render_metrics(node.node_id, &mut out);
+    crate::services::rpc_metrics::render_metrics(node.node_id, &mut out);
     let _ = writeln!(
         out,
         "# HELP engram_storage_corruption_total Requests that met storage corruption (a block failing its checksum, a row that does not decode); any makes the node not ready."

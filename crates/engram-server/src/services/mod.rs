@@ -7,6 +7,7 @@ pub mod exposure;
 pub mod gate;
 pub mod memory;
 pub mod read_pool;
+pub mod rpc_metrics;
 pub mod search_index;
 pub mod watch_hub;
 

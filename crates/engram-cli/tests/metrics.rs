@@ -1,0 +1,110 @@
+//! `/metrics` on a real 3-node cluster counts every client call by method and gRPC code, and
+//! times it: calls sent to one node, some answered, some refused for bad input or an unknown
+//! entity, some relayed to the leader, appear in that node's scrape with their codes, and
+//! each method's latency histogram is well formed (cumulative buckets, `+Inf` equal to the
+//! count).
+#![allow(clippy::unwrap_used)] // test helpers: a failed set-up step should stop the test loudly
+
+mod common;
+
+use std::path::Path;
+use std::time::Duration;
+
+use engram_cli::local_cluster::{LocalCluster, free_ports};
+use engram_client::pb;
+use tonic::Code;
+
+const EXE: &str = env!("CARGO_BIN_EXE_engram");
+const NS: &str = "metrics/rpc";
+
+/// The value of the sample named exactly `sample` (name and labels), if the scrape has it.
+fn sample(scrape: &str, sample: &str) -> Option<f64> {
+    scrape
+        .lines()
+        .find_map(|l| l.strip_prefix(sample)?.strip_prefix(' ')?.parse().ok())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_client_call_is_counted_by_method_and_code_and_timed() {
+    let dir = tempfile::tempdir().unwrap();
+    let ports = free_ports(6).unwrap();
+    let (ports, metrics_ports) = ports.split_at(3);
+    let mut cluster =
+        LocalCluster::start_with_metrics(Path::new(EXE), dir.path(), ports, metrics_ports, &[]).unwrap();
+    cluster.wait_all_answer(Duration::from_secs(60)).await.unwrap();
+    cluster.init(Duration::from_secs(30)).await.unwrap();
+    let endpoints = cluster.endpoints();
+    let mut node = pb::memory_client::MemoryClient::connect(format!("http://{}", endpoints[0]))
+        .await
+        .unwrap();
+
+    // Three writes, answered (relayed to the leader if node 1 is not it).
+    for n in 0..3 {
+        let tx = pb::TransactRequest::from(&common::memory_tx(NS, n));
+        node.transact(tx).await.unwrap();
+    }
+    // Two reads of an entity that does not exist, one find by a malformed attribute.
+    for _ in 0..2 {
+        let unknown = node
+            .get(pb::GetRequest {
+                namespace: NS.into(),
+                entity: 424_242,
+                ..Default::default()
+            })
+            .await;
+        assert_eq!(unknown.unwrap_err().code(), Code::NotFound);
+    }
+    let bad = node
+        .find(pb::FindRequest {
+            namespace: NS.into(),
+            attribute: "no-colon".into(),
+            ..Default::default()
+        })
+        .await;
+    assert_eq!(bad.unwrap_err().code(), Code::InvalidArgument);
+
+    let scrape = common::http_get(metrics_ports[0], "/metrics");
+    let requests = |method: &str, code: &str| {
+        sample(
+            &scrape,
+            &format!("engram_rpc_requests_total{{node_id=\"1\",method=\"{method}\",code=\"{code}\"}}"),
+        )
+    };
+    assert_eq!(requests("Memory/Transact", "OK"), Some(3.0), "{scrape}");
+    assert_eq!(requests("Memory/Get", "NOT_FOUND"), Some(2.0), "{scrape}");
+    assert_eq!(requests("Memory/Find", "INVALID_ARGUMENT"), Some(1.0), "{scrape}");
+    assert_eq!(
+        requests("Memory/Get", "OK"),
+        None,
+        "no Get was answered OK: {scrape}"
+    );
+    // The CLI's cluster set-up called Cluster methods on this node too.
+    assert!(scrape.contains("method=\"Cluster/Status\""), "{scrape}");
+
+    for method in ["Memory/Transact", "Memory/Get", "Memory/Find"] {
+        let labels = format!("node_id=\"1\",method=\"{method}\"");
+        let count = sample(&scrape, &format!("engram_rpc_duration_seconds_count{{{labels}}}")).unwrap();
+        let inf = sample(
+            &scrape,
+            &format!("engram_rpc_duration_seconds_bucket{{{labels},le=\"+Inf\"}}"),
+        )
+        .unwrap();
+        assert_eq!(count, inf, "{method}: +Inf is every call");
+        let buckets: Vec<f64> = scrape
+            .lines()
+            .filter(|l| l.starts_with(&format!("engram_rpc_duration_seconds_bucket{{{labels},")))
+            .map(|l| l.rsplit(' ').next().unwrap().parse().unwrap())
+            .collect();
+        assert_eq!(buckets.len(), 15, "{method}: 14 bounds and +Inf");
+        assert!(
+            buckets.windows(2).all(|w| w[0] <= w[1]),
+            "{method}: cumulative {buckets:?}"
+        );
+        let sum = sample(&scrape, &format!("engram_rpc_duration_seconds_sum{{{labels}}}")).unwrap();
+        assert!(
+            sum > 0.0 && sum < count * 10.0,
+            "{method}: sum {sum} s over {count} calls"
+        );
+    }
+    cluster.kill_all();
+}
