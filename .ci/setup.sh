@@ -12,6 +12,9 @@ ls /usr/lib/llvm-*/lib/libclang.so >/dev/null 2>&1 || need_apt+=(libclang-dev)
 command -v protoc >/dev/null 2>&1 || need_apt+=(protobuf-compiler)
 # etcd 3.4, the peer the bench compares Engram with (its test runs a short comparison).
 command -v etcd >/dev/null 2>&1 || need_apt+=(etcd-server)
+# promtool checks and unit-tests the alert rules in deploy/prometheus (Debian ships it with the
+# prometheus package; nothing of it runs as a service here).
+command -v promtool >/dev/null 2>&1 || need_apt+=(prometheus)
 if [ ${#need_apt[@]} -gt 0 ]; then
   echo "==> installing ${need_apt[*]} (apt)"
   SUDO=""

@@ -2,7 +2,7 @@
 //! times it: calls sent to one node, some answered, some refused for bad input or an unknown
 //! entity, some relayed to the leader, appear in that node's scrape with their codes, and
 //! each method's latency histogram is well formed (cumulative buckets, `+Inf` equal to the
-//! count).
+//! count); and the alert rules and the dashboard in `deploy/` name only metrics a node serves.
 #![allow(clippy::unwrap_used)] // test helpers: a failed set-up step should stop the test loudly
 
 mod common;
@@ -105,6 +105,34 @@ async fn every_client_call_is_counted_by_method_and_code_and_timed() {
             sum > 0.0 && sum < count * 10.0,
             "{method}: sum {sum} s over {count} calls"
         );
+    }
+
+    // The alert rules and the dashboard use only what a node serves: a renamed metric would
+    // leave an alert that never fires and a panel that stays empty.
+    let served: Vec<&str> = scrape
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .filter_map(|l| l.split_whitespace().next())
+        .collect();
+    let deploy = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy");
+    for file in ["prometheus/engram-alerts.yaml", "grafana/engram-dashboard.json"] {
+        let text = std::fs::read_to_string(deploy.join(file)).unwrap();
+        let mut named = 0;
+        for word in text.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_')) {
+            if !word.starts_with("engram_") {
+                continue;
+            }
+            named += 1;
+            let family = ["_bucket", "_sum", "_count"]
+                .iter()
+                .find_map(|suffix| word.strip_suffix(suffix).filter(|f| served.contains(f)))
+                .unwrap_or(word);
+            assert!(
+                served.contains(&family),
+                "{file} names {word}, which no node serves"
+            );
+        }
+        assert!(named > 10, "{file}: {named} metric names found");
     }
     cluster.kill_all();
 }
