@@ -12,6 +12,8 @@ use crate::branch::{self, BranchRow};
 use crate::rows::{ChainHead, TxLogRow, decode_row, hex};
 use crate::{CoreError, keys, schema};
 
+pub use engram_types::MEMORY_EXPIRES;
+
 /// The largest number of datoms one read returns; callers page with `as_of`/limits.
 pub const MAX_READ_DATOMS: usize = 100_000;
 
@@ -242,10 +244,6 @@ pub struct Facts {
     /// [`ReadOptions::expired_at_ns`]): when it expired. `current` and `conflicts` are empty.
     pub expired_at_ns: Option<i64>,
 }
-
-/// The attribute whose instant says when a memory stops being worth recalling (the
-/// agent-memory schema's `:memory/expires`).
-pub const MEMORY_EXPIRES: &str = ":memory/expires";
 
 /// When an entity expires, from its holding claims (`current` and `conflicts` of a read): the
 /// latest of their `:memory/expires` instants, `None` if none has one. Every agent's claim

@@ -11,8 +11,7 @@ use engram_types::{EntityId, TxId};
 use crate::ledger::Ledger;
 use crate::types::{FactRef, Scope};
 
-/// The attribute whose instant says when a memory stops being worth recalling.
-pub const MEMORY_EXPIRES: &str = ":memory/expires";
+pub use engram_types::MEMORY_EXPIRES;
 
 /// Each claim's instant (nanoseconds since the Unix epoch), listed under its entity.
 #[derive(Default)]

@@ -47,3 +47,9 @@ pub const DATOM_FORMAT_VERSION_BRANCH: u8 = 2;
 
 /// Largest string, keyword, bytes or json payload of one value, in bytes.
 pub const MAX_VALUE_BYTES: usize = 1 << 20;
+
+/// The agent-memory schema's attribute whose instant says when a memory stops being worth
+/// recalling: reads and searches of the current state leave the entity out once every such
+/// claim it holds has passed (`docs/FORGETTING.md`). Read by the core's reads and the recall
+/// index alike, so both name it from here.
+pub const MEMORY_EXPIRES: &str = ":memory/expires";
