@@ -154,8 +154,9 @@ pub struct RaftNode {
     watched: Arc<crate::committed::CommittedFeed>,
 }
 
-/// How often a proposal in flight checks that its leader still holds a quorum.
-const QUORUM_CHECK_EVERY: std::time::Duration = std::time::Duration::from_millis(50);
+/// How often a call waiting on a leader (a proposal on the leader, a call a follower forwarded
+/// to it) checks that the leader still leads.
+const LEADERSHIP_CHECK_EVERY: std::time::Duration = std::time::Duration::from_millis(50);
 
 /// How long a linearizable read waits for a restarted node to apply the log it restarted with.
 const RESTART_CATCH_UP: std::time::Duration = std::time::Duration::from_secs(2);
@@ -343,31 +344,64 @@ impl RaftNode {
         >,
     ) -> Result<T, NodeError> {
         let started = tokio::time::Instant::now();
-        tokio::pin!(write);
-        let mut check = tokio::time::interval(QUORUM_CHECK_EVERY);
+        let lost = self.until(move || {
+            if started.elapsed() < self.lease {
+                return None;
+            }
+            let m = self.raft.metrics().borrow_watched().clone();
+            let voters = m.membership_config.membership().voter_ids().count();
+            let lost = match m.state {
+                ServerState::Leader => {
+                    voters > 1
+                        && m.last_quorum_acked
+                            .as_ref()
+                            .is_none_or(|at| openraft::Instant::elapsed(&**at) > self.lease)
+                }
+                _ => true,
+            };
+            lost.then(|| {
+                format!(
+                    "this node has stopped leading or heard from no quorum for {} ms; the write may still commit: retry with the same idempotency key",
+                    self.lease.as_millis()
+                )
+            })
+        });
+        // Biased: the answer first, and no random draw the simulation could not replay.
+        tokio::select! {
+            biased;
+            answer = write => answer.map_err(write_error),
+            why = lost => Err(NodeError::Unavailable(why)),
+        }
+    }
+
+    /// Resolves once this node sees a leader other than the one at `addr`, or none: for a call
+    /// forwarded to that leader to race against (see [`RaftNode::until`]).
+    pub fn until_leader_moves_from<'a>(
+        &'a self,
+        addr: &'a str,
+    ) -> impl std::future::Future<Output = String> + 'a {
+        self.until(move || {
+            self.leader()
+                .is_none_or(|(_, info)| info.addr != addr)
+                .then(|| format!("the leader this call was forwarded to ({addr}) no longer leads; retry"))
+        })
+    }
+
+    /// Resolves with the reason `lost` gives, checked every [`LEADERSHIP_CHECK_EVERY`]
+    /// (first at once): what a call waiting on a leader races against, so that it does not wait
+    /// out its client's deadline for a leader the others have replaced. The timer starts here,
+    /// not when the future is first polled.
+    fn until<'a>(
+        &'a self,
+        lost: impl Fn() -> Option<String> + 'a,
+    ) -> impl std::future::Future<Output = String> + 'a {
+        let mut check = tokio::time::interval(LEADERSHIP_CHECK_EVERY);
         check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            // Biased: the answer first, and no random draw the simulation could not replay.
-            tokio::select! {
-                biased;
-                answer = &mut write => return answer.map_err(write_error),
-                _ = check.tick() => {
-                    if started.elapsed() < self.lease {
-                        continue;
-                    }
-                    let m = self.raft.metrics().borrow_watched().clone();
-                    let voters = m.membership_config.membership().voter_ids().count();
-                    let lost = match m.state {
-                        ServerState::Leader => voters > 1
-                            && m.last_quorum_acked.as_ref().is_none_or(|at| openraft::Instant::elapsed(&**at) > self.lease),
-                        _ => true,
-                    };
-                    if lost {
-                        return Err(NodeError::Unavailable(format!(
-                            "this node has stopped leading or heard from no quorum for {} ms; the write may still commit: retry with the same idempotency key",
-                            self.lease.as_millis()
-                        )));
-                    }
+        async move {
+            loop {
+                check.tick().await;
+                if let Some(why) = lost() {
+                    return why;
                 }
             }
         }

@@ -6,7 +6,7 @@
 mod common;
 
 use common::{datom, scope, text};
-use engram_recall::{Fed, Feeder, Filter, Indexing, Query, RecallError, RecallIndex, Scope};
+use engram_recall::{FactRef, Fed, Feeder, Filter, Indexing, Query, RecallError, RecallIndex, Scope};
 use engram_types::{Attribute, Cardinality, Datom, Op, TxId, Value};
 
 /// `:note/tags` is cardinality many, every other attribute one; `:note/secret` is not
@@ -41,26 +41,42 @@ impl Log {
             .unwrap()
     }
 
-    /// (entity, tx, agent's fact seq) of every hit for `words` as of `as_of`.
-    fn find(&self, words: &str, as_of: u64) -> Vec<(u64, u64)> {
-        let q = Query {
+    /// The query for `words` as of `as_of`, 50 hits, under `filter`.
+    fn query(words: &str, as_of: u64, filter: Filter) -> Query {
+        Query {
             text: words.into(),
             as_of: TxId(as_of),
             k: 50,
-            filter: Filter::default(),
+            filter,
             ..Query::default()
-        };
-        let mut hits: Vec<(u64, u64)> = self
+        }
+    }
+
+    /// (entity, tx) of every text-index hit for `words` as of `as_of`, sorted.
+    fn find(&self, words: &str, as_of: u64) -> Vec<(u64, u64)> {
+        let hits = self
             .index
             .text()
-            .search(&scope(), &q)
-            .unwrap()
-            .iter()
-            .map(|h| (h.fact.entity.0, h.fact.tx.0))
-            .collect();
-        hits.sort();
-        hits
+            .search(&scope(), &Log::query(words, as_of, Filter::default()));
+        sorted(hits.unwrap().iter().map(|h| &h.fact))
     }
+
+    /// (entity, tx) of every fused hit for `words` as of `as_of`, with expiry judged at
+    /// `now_ns`, sorted.
+    fn recall_live(&self, words: &str, as_of: u64, now_ns: Option<i64>) -> Vec<(u64, u64)> {
+        let filter = Filter {
+            expired_at_ns: now_ns,
+            ..Filter::default()
+        };
+        let hits = self.index.recall(&scope(), &Log::query(words, as_of, filter));
+        sorted(hits.unwrap().iter().map(|h| &h.fact))
+    }
+}
+
+fn sorted<'a>(facts: impl Iterator<Item = &'a FactRef>) -> Vec<(u64, u64)> {
+    let mut hits: Vec<(u64, u64)> = facts.map(|f| (f.entity.0, f.tx.0)).collect();
+    hits.sort();
+    hits
 }
 
 #[test]
@@ -266,29 +282,6 @@ fn only_indexed_claims_are_kept_and_each_until_it_ends() {
     assert_eq!(log.find("green", 205), [(9, 205)]);
 }
 
-/// (entity, tx) of every fused hit for `words` as of `as_of`, with expiry judged at `now_ns`.
-fn recall_live(log: &Log, words: &str, as_of: u64, now_ns: Option<i64>) -> Vec<(u64, u64)> {
-    let q = Query {
-        text: words.into(),
-        as_of: TxId(as_of),
-        k: 50,
-        filter: Filter {
-            expired_at_ns: now_ns,
-            ..Filter::default()
-        },
-        ..Query::default()
-    };
-    let mut hits: Vec<(u64, u64)> = log
-        .index
-        .recall(&scope(), &q)
-        .unwrap()
-        .iter()
-        .map(|h| (h.fact.entity.0, h.fact.tx.0))
-        .collect();
-    hits.sort();
-    hits
-}
-
 #[test]
 fn an_expired_memory_drops_out_as_of_now_and_is_found_as_of_before() {
     let mut log = Log::new();
@@ -339,41 +332,41 @@ fn an_expired_memory_drops_out_as_of_now_and_is_found_as_of_before() {
         vec![expires(2, 1, 5_000, "alice"), expires(2, 2, 9_000, "alice")],
     );
     assert_eq!(
-        recall_live(&log, "deploy", 2, None),
+        log.recall_live("deploy", 2, None),
         [(1, 1), (2, 1)],
         "expiry not applied"
     );
-    assert_eq!(recall_live(&log, "deploy", 2, Some(4_999)), [(1, 1), (2, 1)]);
+    assert_eq!(log.recall_live("deploy", 2, Some(4_999)), [(1, 1), (2, 1)]);
     assert_eq!(
-        recall_live(&log, "deploy", 2, Some(5_000)),
+        log.recall_live("deploy", 2, Some(5_000)),
         [(2, 1)],
         "expired at its instant"
     );
-    assert_eq!(recall_live(&log, "deploy", 2, Some(9_000)), []);
+    assert_eq!(log.recall_live("deploy", 2, Some(9_000)), []);
     // As of tx 1 no expiry claim held yet: both are found whatever the time.
-    assert_eq!(recall_live(&log, "deploy", 1, Some(i64::MAX)), [(1, 1), (2, 1)]);
+    assert_eq!(log.recall_live("deploy", 1, Some(i64::MAX)), [(1, 1), (2, 1)]);
 
     // Bob still finds entity 1 worth recalling until 20,000 ns: it stays while any claim has
     // not passed.
     log.tx(3, vec![expires(3, 1, 20_000, "bob")]);
-    assert_eq!(recall_live(&log, "deploy", 3, Some(10_000)), [(1, 1)]);
+    assert_eq!(log.recall_live("deploy", 3, Some(10_000)), [(1, 1)]);
     // Alice moves her own expiry later (her newer claim replaces hers), Bob retracts his.
     log.tx(
         4,
         vec![expires(4, 2, 30_000, "alice"), withdraws(4, 1, 20_000, "bob")],
     );
-    assert_eq!(recall_live(&log, "deploy", 4, Some(10_000)), [(2, 1)]);
+    assert_eq!(log.recall_live("deploy", 4, Some(10_000)), [(2, 1)]);
     assert_eq!(
-        recall_live(&log, "deploy", 3, Some(10_000)),
+        log.recall_live("deploy", 3, Some(10_000)),
         [(1, 1)],
         "as of tx 3 unchanged"
     );
     // Retracting its last claim makes entity 2 recallable again, whatever the time; entity 1
     // still holds Alice's claim, long passed.
     log.tx(5, vec![withdraws(5, 2, 30_000, "alice")]);
-    assert_eq!(recall_live(&log, "deploy", 5, Some(40_000)), [(2, 1)]);
+    assert_eq!(log.recall_live("deploy", 5, Some(40_000)), [(2, 1)]);
     assert_eq!(
-        recall_live(&log, "deploy", 4, Some(40_000)),
+        log.recall_live("deploy", 4, Some(40_000)),
         [],
         "as of tx 4 both had passed"
     );

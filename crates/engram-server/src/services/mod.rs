@@ -226,9 +226,6 @@ pub fn forwarded_err(status: tonic::Status) -> ApiError {
     }
 }
 
-/// How often a call forwarded to the leader checks that its leader still leads.
-const LEADER_CHECK_EVERY: std::time::Duration = std::time::Duration::from_millis(50);
-
 /// Runs `call`, forwarded to the leader at `addr`, until it answers or this node sees another
 /// leader, or none. A leader that froze or was cut off from its peers answers nothing, and the
 /// call would wait out the client's deadline although the others elect a new leader within a
@@ -239,22 +236,12 @@ pub async fn while_leading<T>(
     addr: &str,
     call: impl std::future::Future<Output = Result<T, ApiError>>,
 ) -> Result<T, ApiError> {
-    tokio::pin!(call);
-    let mut check = tokio::time::interval(LEADER_CHECK_EVERY);
-    check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        // Biased: the answer first, and no random draw the simulation could not replay.
-        tokio::select! {
-            biased;
-            answer = &mut call => return answer,
-            _ = check.tick() => {
-                if node.leader().is_none_or(|(_, info)| info.addr != addr) {
-                    return Err(ApiError::Unavailable(format!(
-                        "the leader this call was forwarded to ({addr}) no longer leads; retry"
-                    )));
-                }
-            }
-        }
+    let moved = node.until_leader_moves_from(addr);
+    // Biased: the answer first, and no random draw the simulation could not replay.
+    tokio::select! {
+        biased;
+        answer = call => answer,
+        why = moved => Err(ApiError::Unavailable(why)),
     }
 }
 
