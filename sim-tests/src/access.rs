@@ -16,6 +16,7 @@ use std::time::Duration;
 
 use engram_access::{AgentKey, Principal, SYSTEM_NAMESPACE, attribute_covers, prefix_covers};
 use engram_client::{Client, ClientConfig, ClientError};
+use engram_core::pages;
 use engram_core::planted::{self, PlantedBug};
 use engram_core::reads::{self, ReadOptions};
 use engram_proto::pb;
@@ -464,7 +465,7 @@ fn text_facts(
 /// the system namespace's datoms gives it.
 fn principals_at(store: &dyn ReadView, agent: &str, as_of: TxId) -> Result<Vec<String>, String> {
     let system = Namespace::new(SYSTEM_NAMESPACE).map_err(|e| e.to_string())?;
-    let assignments = reads::find(
+    let assignments = pages::find_main(
         store,
         &system,
         &attr(":engram.role/agent"),
@@ -498,7 +499,7 @@ fn granted_at(
 ) -> Result<bool, String> {
     let principals = principals_at(store, agent, as_of)?;
     let system = Namespace::new(SYSTEM_NAMESPACE).map_err(|e| e.to_string())?;
-    let grants = reads::find(
+    let grants = pages::find_main(
         store,
         &system,
         &attr(":engram.grant/principal"),

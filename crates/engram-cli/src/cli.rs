@@ -820,7 +820,8 @@ pub struct HistoryArgs {
     /// With --entity: only this attribute. Alone: this attribute across entities.
     #[arg(long, value_name = ":PREFIX/NAME")]
     pub attribute: Option<String>,
-    /// At most this many datoms [default: the server's maximum].
+    /// At most this many datoms; the server answers in pages of up to 100,000, all read as
+    /// of one transaction [default: every datom].
     #[arg(long, hide_default_value = true, default_value_t = 0, value_name = "N")]
     pub limit: u32,
     /// Read the answering node's local state, possibly behind the leader.
@@ -889,7 +890,8 @@ pub struct FindArgs {
     /// Read as of this transaction (inclusive).
     #[arg(long, value_name = "TX")]
     pub as_of_tx: Option<u64>,
-    /// At most this many datoms [default: the server's maximum].
+    /// At most this many datoms; the server answers in pages of up to 100,000 entities' values,
+    /// all read as of one transaction [default: every datom].
     #[arg(long, hide_default_value = true, default_value_t = 0, value_name = "N")]
     pub limit: u32,
     /// Read the answering node's local state, possibly behind the leader.

@@ -9,8 +9,8 @@ use std::time::Duration;
 use anyhow::{Context, Result, anyhow, bail};
 use engram_audit::SignedEntry;
 use engram_client::{
-    Client, ClientConfig, ClientError, Consistency, FindQuery, GetOptions, HistoryTarget, Keepalive,
-    RetryPolicy, SearchQuery, code_name, pb,
+    Client, ClientConfig, ClientError, Consistency, FindQuery, GetOptions, HistoryQuery, HistoryTarget,
+    Keepalive, RetryPolicy, SearchQuery, code_name, pb,
 };
 use engram_server::{ServerConfig, telemetry};
 use engram_types::{Attribute, BranchName, EntityId, Namespace};
@@ -758,24 +758,46 @@ async fn history(client: &Client, args: HistoryArgs, json: bool) -> Result<()> {
             .map_err(proof_error)?;
         let mut extra = json!({});
         verified_output(&mut extra, &trust, resp.datoms.len(), json);
+        if let (Some(map), Json::Object(paged)) = (
+            extra.as_object_mut(),
+            paged_output(resp.as_of_tx, &resp.next_cursor, json),
+        ) {
+            map.extend(paged);
+        }
         datoms_output(&resp.datoms, resp.applied_tx, extra, json)?;
         return Ok(());
     }
-    let resp = match branch_arg(args.branch.as_deref())? {
-        None => {
-            client
-                .history(&ns, target, args.limit, consistency(args.stale))
-                .await
-        }
-        Some(b) => {
-            client
-                .history_on(&ns, &b, target, args.limit, consistency(args.stale))
-                .await
-        }
-    }
-    .context("history")?;
-    datoms_output(&resp.datoms, resp.applied_tx, json!({}), json)?;
+    let query = HistoryQuery {
+        branch: branch_arg(args.branch.as_deref())?,
+        limit: args.limit,
+        consistency: consistency(args.stale),
+        ..HistoryQuery::new(ns, target)
+    };
+    let reading = Ui::bars_only(json).spinner("reading history");
+    let resp = client
+        .history_all(&query, |n| {
+            reading.set_message(format!("reading history: {}", plural(n, "datom")))
+        })
+        .await
+        .context("history");
+    reading.finish_and_clear();
+    let resp = resp?;
+    let extra = paged_output(resp.as_of_tx, &resp.next_cursor, json);
+    datoms_output(&resp.datoms, resp.applied_tx, extra, json)?;
     Ok(())
+}
+
+/// What a paged read adds to its output: the transaction it was read as of and, when the limit
+/// stopped it before the end, the cursor to the rest (JSON) or a line saying more follow.
+fn paged_output(as_of_tx: u64, next_cursor: &[u8], json: bool) -> Json {
+    if !json && !next_cursor.is_empty() {
+        eprintln!("more datoms follow past --limit (read as of tx {as_of_tx}); --limit 0 reads them all");
+    }
+    let mut extra = json!({ "as_of_tx": as_of_tx, "more": !next_cursor.is_empty() });
+    if !next_cursor.is_empty() {
+        extra["next_cursor"] = json!(hex::encode(next_cursor));
+    }
+    extra
 }
 
 async fn diff(client: &Client, args: DiffArgs, json: bool) -> Result<()> {
@@ -861,8 +883,17 @@ async fn find(client: &Client, args: FindArgs, json: bool) -> Result<()> {
         branch: branch_arg(args.branch.as_deref())?,
         include_expired: args.include_expired,
     };
-    let resp = client.find(&query).await.context("find")?;
-    datoms_output(&resp.datoms, resp.applied_tx, json!({}), json)?;
+    let reading = Ui::bars_only(json).spinner("finding");
+    let resp = client
+        .find_all(&query, |n| {
+            reading.set_message(format!("finding: {}", plural(n, "datom")))
+        })
+        .await
+        .context("find");
+    reading.finish_and_clear();
+    let resp = resp?;
+    let extra = paged_output(resp.as_of_tx, &resp.next_cursor, json);
+    datoms_output(&resp.datoms, resp.applied_tx, extra, json)?;
     Ok(())
 }
 

@@ -11,7 +11,9 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use anyhow::{Context, Result};
-use engram_client::{Client, Consistency, FindQuery, GetOptions, HistoryTarget, SearchQuery, TrustedLog, pb};
+use engram_client::{
+    Client, Consistency, FindQuery, GetOptions, HistoryQuery, HistoryTarget, SearchQuery, TrustedLog, pb,
+};
 use engram_types::{BranchName, EntityId, Namespace, Provenance, Status};
 use hyper_util::rt::TokioIo;
 use rmcp::handler::server::router::tool::ToolRouter;
@@ -334,10 +336,14 @@ pub struct RecallArgs {
     pub kinds: Option<Vec<String>>,
     /// Search as of this earlier transaction (with `query`).
     pub as_of_tx: Option<u64>,
-    /// At most this many facts (default: 10 hits for a query, 50 facts for an attribute).
+    /// At most this many facts (default: 10 hits for a query, 50 facts for an attribute, at
+    /// most 1,000 per answer).
     pub limit: Option<u32>,
     /// Also recall memories whose :memory/expires has passed (left out by default).
     pub include_expired: Option<bool>,
+    /// With `attribute`: the `next_cursor` of an earlier answer, to read the facts after it
+    /// (the rest of the arguments unchanged). An answer says `more: true` when facts remain.
+    pub cursor: Option<String>,
 }
 
 #[derive(Deserialize, JsonSchema)]
@@ -363,6 +369,11 @@ pub struct HistoryArgs {
     pub entity: u64,
     /// Only this attribute.
     pub attribute: Option<String>,
+    /// At most this many facts, oldest first (default 200, at most 1,000). An answer says
+    /// `more: true` when facts remain.
+    pub limit: Option<u32>,
+    /// The `next_cursor` of an earlier answer, to read the facts after it.
+    pub cursor: Option<String>,
 }
 
 #[derive(Deserialize, JsonSchema)]
@@ -387,6 +398,30 @@ pub struct BranchArgs {
 pub struct VerifyArgs {
     pub namespace: String,
     pub entity: u64,
+}
+
+/// The most facts one answer of `recall` by attribute or `history` holds: a model reads its
+/// answers whole, so a larger set comes in pages it asks for with `cursor`.
+const MAX_TOOL_PAGE: u32 = 1_000;
+
+/// A cursor as a tool takes it: the hex of an answer's `next_cursor`; none: the first page.
+fn cursor(raw: Option<&str>) -> Result<Vec<u8>, String> {
+    match raw {
+        None | Some("") => Ok(Vec::new()),
+        Some(hex_text) => {
+            hex::decode(hex_text).map_err(|e| format!("cursor: not the next_cursor of an answer ({e})"))
+        }
+    }
+}
+
+/// What a paged answer adds: the transaction every page is read as of, whether facts remain,
+/// and the cursor to them.
+fn paged(out: &mut Json, as_of_tx: u64, next_cursor: &[u8]) {
+    out["as_of_tx"] = json!(as_of_tx);
+    out["more"] = json!(!next_cursor.is_empty());
+    if !next_cursor.is_empty() {
+        out["next_cursor"] = json!(hex::encode(next_cursor));
+    }
 }
 
 /// A tool's failure, as the text the model reads.
@@ -550,15 +585,19 @@ impl EngramTools {
             attribute,
             value,
             as_of_tx: None,
-            limit: args.limit.unwrap_or(50),
+            limit: args.limit.unwrap_or(50).clamp(1, MAX_TOOL_PAGE),
             consistency: Consistency::Linearizable,
             branch: None,
             include_expired: args.include_expired.unwrap_or(false),
         };
-        let found = self.client.find(&query).await.map_err(failed)?;
-        Ok(answer(
-            json!({ "facts": facts(&found.datoms), "read_at_tx": found.applied_tx }),
-        ))
+        let found = self
+            .client
+            .find_page(&query, &cursor(args.cursor.as_deref())?)
+            .await
+            .map_err(failed)?;
+        let mut out = json!({ "facts": facts(&found.datoms), "read_at_tx": found.applied_tx });
+        paged(&mut out, found.as_of_tx, &found.next_cursor);
+        Ok(answer(out))
     }
 
     /// Everything currently known about an entity, or as it stood at an earlier transaction.
@@ -607,12 +646,18 @@ impl EngramTools {
             entity: EntityId(args.entity),
             attribute,
         };
+        let query = HistoryQuery {
+            limit: args.limit.unwrap_or(200).clamp(1, MAX_TOOL_PAGE),
+            ..HistoryQuery::new(namespace(&args.namespace)?, target)
+        };
         let h = self
             .client
-            .history(&namespace(&args.namespace)?, target, 0, Consistency::Linearizable)
+            .history_page(&query, &cursor(args.cursor.as_deref())?)
             .await
             .map_err(failed)?;
-        Ok(answer(json!({ "facts": facts(&h.datoms) })))
+        let mut out = json!({ "facts": facts(&h.datoms) });
+        paged(&mut out, h.as_of_tx, &h.next_cursor);
+        Ok(answer(out))
     }
 
     /// What was asserted and retracted in a namespace (or on one entity) after a transaction.

@@ -155,7 +155,7 @@ pub enum Consistency {
 }
 
 impl Consistency {
-    fn to_pb(self) -> i32 {
+    pub(crate) fn to_pb(self) -> i32 {
         match self {
             Consistency::Linearizable => pb::ReadConsistency::Linearizable as i32,
             Consistency::Stale => pb::ReadConsistency::Stale as i32,
@@ -201,7 +201,8 @@ pub struct FindQuery {
     pub attribute: Attribute,
     pub value: Option<Value>,
     pub as_of_tx: Option<u64>,
-    /// 0: the server's maximum.
+    /// At most this many datoms in all, following the server's pages (0: every one); for
+    /// [`Client::find_page`], the page size (0: the server's largest).
     pub limit: u32,
     pub consistency: Consistency,
     /// Search this branch instead of main.
@@ -402,20 +403,6 @@ impl Client {
         .await
     }
 
-    /// Every datom (assertions and retractions) of an entity or an attribute, in tx order.
-    /// `limit` 0 asks for the server's maximum.
-    pub async fn history(
-        &self,
-        namespace: &Namespace,
-        target: HistoryTarget,
-        limit: u32,
-        consistency: Consistency,
-    ) -> Result<pb::HistoryResponse, ClientError> {
-        self.history_raw(history_request(namespace, target, limit, consistency, false))
-            .await
-            .map(|(_, r)| r)
-    }
-
     pub(crate) async fn history_raw(
         &self,
         req: pb::HistoryRequest,
@@ -423,25 +410,6 @@ impl Client {
         self.call_with_endpoint(Idempotency::Safe, move |ch, s| {
             let req = req.clone();
             async move { memory(ch).history(s.sign(methods::HISTORY, req)).await }
-        })
-        .await
-    }
-
-    /// The current datoms of an attribute, optionally only those with a given value.
-    pub async fn find(&self, query: &FindQuery) -> Result<pb::FindResponse, ClientError> {
-        let req = pb::FindRequest {
-            namespace: query.namespace.to_string(),
-            attribute: query.attribute.to_string(),
-            value: query.value.as_ref().map(Into::into),
-            as_of_tx: query.as_of_tx,
-            limit: query.limit,
-            consistency: query.consistency.to_pb(),
-            branch: query.branch.as_ref().map(ToString::to_string).unwrap_or_default(),
-            include_expired: query.include_expired,
-        };
-        self.call(Idempotency::Safe, move |ch, s| {
-            let req = req.clone();
-            async move { memory(ch).find(s.sign(methods::FIND, req)).await }
         })
         .await
     }
@@ -515,20 +483,6 @@ impl Client {
             async move { memory(ch).diff(s.sign(methods::DIFF, req)).await }
         })
         .await
-    }
-
-    /// [`Client::history`] on a branch: main as of its fork plus the branch's writes.
-    pub async fn history_on(
-        &self,
-        namespace: &Namespace,
-        branch: &BranchName,
-        target: HistoryTarget,
-        limit: u32,
-        consistency: Consistency,
-    ) -> Result<pb::HistoryResponse, ClientError> {
-        let mut req = history_request(namespace, target, limit, consistency, false);
-        req.branch = branch.to_string();
-        self.history_raw(req).await.map(|(_, r)| r)
     }
 
     /// Declares or migrates attributes as one transaction (retried on transient failures only
@@ -1220,6 +1174,7 @@ pub(crate) fn history_request(
         prove,
         trusted_size: 0,
         branch: String::new(),
+        cursor: Vec::new(),
     }
 }
 

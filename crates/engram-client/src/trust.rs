@@ -17,6 +17,7 @@ use engram_proto::pb;
 use engram_types::{EntityId, Hash, Namespace};
 
 use crate::client::{get_request, history_request, search_request};
+use crate::pages::Follow;
 use crate::{Client, ClientError, Consistency, GetOptions, HistoryTarget, SearchQuery};
 
 /// The client's view of a cluster's log that it has verified.
@@ -309,7 +310,8 @@ impl Client {
         Ok(resp)
     }
 
-    /// [`Client::history`] with a proof, as [`Client::get_verified`].
+    /// [`Client::history`] with a proof, as [`Client::get_verified`]: every page is proven
+    /// and checked before the next is asked for (the answer's `proof` is the first page's).
     pub async fn history_verified(
         &self,
         trust: &mut TrustedLog,
@@ -318,15 +320,20 @@ impl Client {
         limit: u32,
         consistency: Consistency,
     ) -> Result<pb::HistoryResponse, ClientError> {
-        let mut req = history_request(namespace, target, limit, consistency, true);
-        req.trusted_size = trust.size();
-        let (endpoint, resp) = self.history_raw(req).await?;
-        let proof = resp.proof.as_ref().ok_or_else(|| ClientError::Proof {
-            endpoint: endpoint.clone(),
-            reason: "the server sent no proof".into(),
-        })?;
-        *trust = verify_read_proof(trust, &resp.datoms, proof).map_err(|f| f.at(&endpoint))?;
-        Ok(resp)
+        let mut pages = Follow::new(limit);
+        while let Some((cursor, size)) = pages.next() {
+            let mut req = history_request(namespace, target.clone(), size, consistency, true);
+            req.trusted_size = trust.size();
+            req.cursor = cursor;
+            let (endpoint, resp) = self.history_raw(req).await?;
+            let proof = resp.proof.as_ref().ok_or_else(|| ClientError::Proof {
+                endpoint: endpoint.clone(),
+                reason: "the server sent no proof".into(),
+            })?;
+            *trust = verify_read_proof(trust, &resp.datoms, proof).map_err(|f| f.at(&endpoint))?;
+            pages.add(resp);
+        }
+        Ok(pages.finish().unwrap_or_default())
     }
 
     /// [`Client::search`] with a proof of every hit's datom (not of the ranking), as

@@ -1101,7 +1101,7 @@ mod tests {
     };
 
     use super::*;
-    use crate::snapshot;
+    use crate::{pages, snapshot};
 
     fn ns() -> Namespace {
         Namespace::new("team/a").unwrap()
@@ -1192,7 +1192,7 @@ mod tests {
         assert_eq!(facts.len(), 1);
         assert_eq!(facts[0].value, Value::String("write docs".into()));
         assert_eq!(facts[0].hash(), receipt.datom_hashes[0]);
-        let found = reads::find(
+        let found = pages::find_main(
             &*store,
             &ns(),
             &attr(":task/title"),
@@ -1530,7 +1530,7 @@ mod tests {
             .unwrap();
         assert_eq!(first, second);
         assert_eq!(engine.head(), &chain, "no second audit entry");
-        let found = reads::find(&*store, &ns(), &attr(":task/title"), None, None, 10).unwrap();
+        let found = pages::find_main(&*store, &ns(), &attr(":task/title"), None, None, 10).unwrap();
         assert_eq!(found.len(), 1);
     }
 
@@ -1587,7 +1587,7 @@ mod tests {
             .unwrap()
             .unwrap();
         assert_eq!(again, first);
-        let found = reads::find(&*store, &ns(), &attr(":task/title"), None, None, 10).unwrap();
+        let found = pages::find_main(&*store, &ns(), &attr(":task/title"), None, None, 10).unwrap();
         assert_eq!(found.len(), 1);
         assert_eq!(found[0].value, Value::String("once".into()));
     }
@@ -1692,7 +1692,7 @@ mod tests {
         );
         let now = reads::get(&*store, &ns(), e, None, None).unwrap();
         assert_eq!(now[0].value, Value::String("v2".into()));
-        let history = reads::entity_history(&*store, &ns(), e, None, 10).unwrap();
+        let history = pages::entity_history(&*store, &ns(), e, None, 10).unwrap();
         assert_eq!(history.len(), 2);
     }
 

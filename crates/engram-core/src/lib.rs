@@ -11,21 +11,23 @@
 //! a `ReadView` (a store, or a store with a group's writes over it), so they run beside apply
 //! without going through it.
 //!
-//! Files import one way: `rows` (row layouts, outcomes) at the bottom; `keys`, `current`,
-//! `branch`, `schema` and `policy` (who may do what) above it; `reads`, then `plan`, then
-//! `engine` on top.
+//! Files import one way: `rows` (row layouts, outcomes) and `cursor` at the bottom; `keys`,
+//! `current`, `branch`, `schema` and `policy` (who may do what) above them; `reads`, then
+//! `pages` (History and Find in pages), `plan`, then `engine` on top.
 //!
 //! Must not depend on: Raft, gRPC, RocksDB, an async runtime or a clock.
 
 pub mod access_log;
 pub mod branch;
 pub mod current;
+pub mod cursor;
 pub mod durability;
 mod engine;
 mod error;
 pub mod export;
 pub mod inspect;
 pub mod keys;
+pub mod pages;
 mod plan;
 pub mod planted;
 pub mod policy;

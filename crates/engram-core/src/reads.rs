@@ -9,12 +9,14 @@ use engram_storage::{KeyValue, ReadView, Space, prefix_end};
 use engram_types::{Attribute, BranchName, Cardinality, Datom, EntityId, Namespace, Op, Status, TxId, Value};
 
 use crate::branch::{self, BranchRow};
+use crate::cursor::CursorError;
 use crate::rows::{ChainHead, TxLogRow, decode_row, hex};
 use crate::{CoreError, keys, schema};
 
 pub use engram_types::MEMORY_EXPIRES;
 
-/// The largest number of datoms one read returns; callers page with `as_of`/limits.
+/// The most rows an internal read of one entity or slot takes (History and Find page instead;
+/// see [`crate::pages`]).
 pub const MAX_READ_DATOMS: usize = 100_000;
 
 pub fn head(store: &dyn ReadView) -> Result<ChainHead, CoreError> {
@@ -399,7 +401,15 @@ pub enum ReadError {
     #[error("branch {0} does not exist in this namespace")]
     UnknownBranch(BranchName),
     #[error(transparent)]
+    Cursor(#[from] CursorError),
+    #[error(transparent)]
     Core(#[from] CoreError),
+}
+
+impl From<engram_storage::StorageError> for ReadError {
+    fn from(e: engram_storage::StorageError) -> Self {
+        ReadError::Core(e.into())
+    }
 }
 
 /// The entity's facts on main as of a transaction and/or a valid time, latest claim winning.
@@ -451,181 +461,6 @@ pub fn get_facts(
         });
     }
     Ok(facts)
-}
-
-/// Every datom of an entity on main, in tx order (optionally one attribute only).
-pub fn entity_history(
-    store: &dyn ReadView,
-    ns: &Namespace,
-    e: EntityId,
-    attr: Option<&Attribute>,
-    limit: usize,
-) -> Result<Vec<Datom>, ReadError> {
-    entity_history_on(store, ns, None, e, attr, limit)
-}
-
-/// Every datom of an entity seen on main or a branch, in tx order.
-pub fn entity_history_on(
-    store: &dyn ReadView,
-    ns: &Namespace,
-    branch: Option<&BranchName>,
-    e: EntityId,
-    attr: Option<&Attribute>,
-    limit: usize,
-) -> Result<Vec<Datom>, ReadError> {
-    let (view, _) = View::of(store, ns, branch)?;
-    if !view.entity_visible(store, e)? {
-        return Err(ReadError::UnknownEntity(e));
-    }
-    let mut datoms = match attr {
-        Some(a) => view.slot_datoms(store, e, a)?,
-        None => view.entity_datoms(store, e)?,
-    };
-    datoms.sort_by_key(|d| d.tx);
-    datoms.truncate(limit);
-    Ok(datoms)
-}
-
-/// Resolves index keys (AEVT/AVET) to their datoms through EAVT.
-fn resolve(
-    store: &dyn ReadView,
-    ns: &Namespace,
-    attr: &Attribute,
-    index_keys: Vec<KeyValue>,
-) -> Result<Vec<Datom>, CoreError> {
-    let mut out = Vec::with_capacity(index_keys.len());
-    for (k, _) in index_keys {
-        let (e, tx, seq) = keys::trailing_entity_tx_seq(&k)
-            .ok_or_else(|| CoreError::corrupt(format!("index row {}", hex(&k)), "too short"))?;
-        let eavt = keys::eavt(ns, e, attr, tx, seq);
-        let row = store.get(Space::State, &eavt)?.ok_or_else(|| {
-            CoreError::corrupt(format!("index row {}", hex(&k)), "points at a missing datom")
-        })?;
-        out.push(
-            Datom::decode(&row)
-                .map_err(|err| CoreError::corrupt(format!("datom row {}", hex(&eavt)), err))?,
-        );
-    }
-    Ok(out)
-}
-
-/// Every datom of an attribute across entities, in tx order.
-pub fn attribute_history(
-    store: &dyn ReadView,
-    ns: &Namespace,
-    attr: &Attribute,
-    limit: usize,
-) -> Result<Vec<Datom>, CoreError> {
-    let rows = scan_prefix(store, &keys::aevt_attr(ns, attr), MAX_READ_DATOMS)?;
-    let mut datoms = resolve(store, ns, attr, rows)?;
-    datoms.sort_by_key(|d| d.tx);
-    datoms.truncate(limit);
-    Ok(datoms)
-}
-
-/// Every datom of an attribute seen on main or a branch, in tx order.
-pub fn attribute_history_on(
-    store: &dyn ReadView,
-    ns: &Namespace,
-    branch: Option<&BranchName>,
-    attr: &Attribute,
-    limit: usize,
-) -> Result<Vec<Datom>, ReadError> {
-    let (view, _) = View::of(store, ns, branch)?;
-    let mut datoms = attribute_history(store, ns, attr, MAX_READ_DATOMS)?;
-    if let Some((name, fork)) = view.branch {
-        datoms.retain(|d| d.tx <= fork);
-        datoms.extend(
-            branch::datoms(store, ns, name)?
-                .into_iter()
-                .filter(|d| &d.attribute == attr),
-        );
-    }
-    datoms.sort_by_key(|d| d.tx);
-    datoms.truncate(limit);
-    Ok(datoms)
-}
-
-/// Entities whose current value of `attr` (as of `as_of`) is `value`, or that have any
-/// current value when `value` is `None`. Returns the current datoms, by entity.
-pub fn find(
-    store: &dyn ReadView,
-    ns: &Namespace,
-    attr: &Attribute,
-    value: Option<&Value>,
-    as_of: Option<TxId>,
-    limit: usize,
-) -> Result<Vec<Datom>, CoreError> {
-    let opts = ReadOptions {
-        as_of,
-        ..ReadOptions::default()
-    };
-    match find_on(store, ns, None, attr, value, &opts, limit) {
-        Ok(found) => Ok(found),
-        Err(ReadError::Core(e)) => Err(e),
-        // Main always exists and find names no entity.
-        Err(other) => Err(CoreError::corrupt("find", other.to_string())),
-    }
-}
-
-/// [`find`] on main or a branch, as of `opts.as_of`, leaving out the entities expired by
-/// `opts.expired_at_ns` (the other options do not apply: the latest claim wins).
-pub fn find_on(
-    store: &dyn ReadView,
-    ns: &Namespace,
-    branch: Option<&BranchName>,
-    attr: &Attribute,
-    value: Option<&Value>,
-    opts: &ReadOptions,
-    limit: usize,
-) -> Result<Vec<Datom>, ReadError> {
-    let (view, _) = View::of(store, ns, branch)?;
-    let as_of = opts.as_of;
-    let cardinality = schema::cardinality_at(store, ns, attr, as_of)?;
-    let latest = ReadOptions {
-        as_of,
-        ..ReadOptions::default()
-    };
-    // Expiry costs one more slot read per entity found: only where some entity has one.
-    let expires = match opts.expired_at_ns {
-        Some(now_ns) => {
-            let expires =
-                Attribute::new(MEMORY_EXPIRES).map_err(|e| CoreError::corrupt("find", e.to_string()))?;
-            let written =
-                branch.is_some() || !scan_prefix(store, &keys::aevt_attr(ns, &expires), 1)?.is_empty();
-            if written {
-                let cardinality = schema::cardinality_at(store, ns, &expires, as_of)?;
-                Some((expires, cardinality, now_ns))
-            } else {
-                None
-            }
-        }
-        None => None,
-    };
-    let mut out = Vec::new();
-    for e in view.value_candidates(store, attr, value)? {
-        let slot = view.slot_datoms(store, e, attr)?;
-        let current: Vec<Datom> = resolve_slot(&slot, cardinality, &latest)
-            .current
-            .into_iter()
-            .filter(|d| value.is_none_or(|v| *v == d.value))
-            .collect();
-        if current.is_empty() {
-            continue;
-        }
-        if let Some((expires, cardinality, now_ns)) = &expires {
-            let held = resolve_slot(&view.slot_datoms(store, e, expires)?, *cardinality, &latest);
-            if expiry(held.current.iter().chain(&held.conflicts)).is_some_and(|at| at <= *now_ns) {
-                continue;
-            }
-        }
-        out.extend(current);
-        if out.len() >= limit {
-            out.truncate(limit);
-            break;
-        }
-    }
-    Ok(out)
 }
 
 pub fn tx(store: &dyn ReadView, tx: TxId) -> Result<Option<TxLogRow>, CoreError> {

@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use engram_audit::NodeKey;
 use engram_core::current::{CurrentRow, ROW_AFTER_DATOMS};
 use engram_core::reads::{self, ReadError, ReadOptions, Resolution};
-use engram_core::{Engine, Rejection, TxOutcome, keys, schema, scrub};
+use engram_core::{Engine, Rejection, TxOutcome, keys, pages, schema, scrub};
 use engram_storage::{
     Durability, KeyValue, MemStore, ReadView, Space, StorageError, Store, Visitor, WriteBatch,
 };
@@ -410,7 +410,7 @@ fn migrations_only_move_forward() {
     let mut indexed = label.clone();
     indexed.indexed = true;
     m.declare(vec![indexed.clone()]).unwrap();
-    let found = reads::find(
+    let found = pages::find_main(
         &*m.store,
         &m.ns,
         &attr(":memory/label"),
@@ -514,7 +514,7 @@ fn contradicting_agents_are_both_kept_and_resolved_by_the_chosen_rule() {
     );
     assert_eq!(only.current[0].value, s("dark"));
     assert!(only.conflicts.is_empty(), "candidates are ignored entirely");
-    let history = reads::entity_history(&*m.store, &m.ns, p, None, 100).unwrap();
+    let history = pages::entity_history(&*m.store, &m.ns, p, None, 100).unwrap();
     assert_eq!(history.len(), 4, "every claim is kept");
 
     // As of the first write, there was nothing to disagree with.
@@ -750,7 +750,7 @@ fn branches_are_isolated_diffable_mergeable_and_abandonable() {
     );
     assert_eq!(m.value(t, ":plan/step", None), Some(s("ship today")));
     assert_eq!(m.value(n, ":plan/note", None), Some(s("skip review")));
-    let replayed = reads::entity_history(&*m.store, &m.ns, t, None, 10).unwrap();
+    let replayed = pages::entity_history(&*m.store, &m.ns, t, None, 10).unwrap();
     assert_eq!(
         replayed.last().unwrap().provenance.agent,
         "admin",
@@ -912,7 +912,7 @@ fn a_namespace_never_reads_or_writes_another_through_any_path() {
         Err(ReadError::UnknownEntity(_))
     ));
     assert!(matches!(
-        reads::entity_history(store, &other, secret, None, 10),
+        pages::entity_history(store, &other, secret, None, 10),
         Err(ReadError::UnknownEntity(_))
     ));
     assert!(matches!(
@@ -921,12 +921,12 @@ fn a_namespace_never_reads_or_writes_another_through_any_path() {
     ));
     // find, attribute history, namespace diff, watch: nothing of team/a.
     assert!(
-        reads::find(store, &other, &attr(":secret/code"), None, None, 10)
+        pages::find_main(store, &other, &attr(":secret/code"), None, None, 10)
             .unwrap()
             .is_empty()
     );
     assert!(
-        reads::attribute_history(store, &other, &attr(":secret/code"), 10)
+        pages::attribute_history(store, &other, &attr(":secret/code"), 10)
             .unwrap()
             .is_empty()
     );
@@ -1268,16 +1268,18 @@ fn an_entity_expires_once_every_agents_expiry_has_passed() {
         ..ReadOptions::default()
     };
     let found = |m: &Mem, now_ns: i64| -> Vec<EntityId> {
-        reads::find_on(
+        pages::find(
             &*m.store,
             &m.ns,
             None,
             &attr(":note/text"),
             None,
             &at(now_ns),
+            &[],
             100,
         )
         .unwrap()
+        .datoms
         .iter()
         .map(|d| d.entity)
         .collect()
@@ -1320,4 +1322,213 @@ fn an_entity_expires_once_every_agents_expiry_has_passed() {
         "the planner's 5,000 holds"
     );
     assert_eq!(m.facts(p, None, at(5_000)).expired_at_ns, Some(5_000));
+}
+
+/// Writes `n` new entities holding `:cap/tag` = `tag` in one transaction; returns their ids.
+fn tagged(m: &mut Mem, n: usize, tag: &str) -> Vec<EntityId> {
+    let ops = (0..n)
+        .map(|i| assert_op(temp(&format!("e{i}")), ":cap/tag", s(tag)))
+        .collect();
+    let receipt = m.write(agent("admin", Status::Verified, 1.0), ops).unwrap();
+    (0..n).map(|i| created(&receipt, &format!("e{i}"))).collect()
+}
+
+/// Reads every page of a paged read, `read(cursor)` answering one, and returns the pages.
+fn every_page(mut read: impl FnMut(&[u8]) -> pages::Page) -> Vec<pages::Page> {
+    let mut out: Vec<pages::Page> = Vec::new();
+    loop {
+        let cursor = out
+            .last()
+            .and_then(|p| p.next)
+            .map(|c| c.encode())
+            .unwrap_or_default();
+        if !out.is_empty() && cursor.is_empty() {
+            return out;
+        }
+        out.push(read(&cursor));
+        assert!(out.len() < 10_000, "the pages never end");
+    }
+}
+
+#[test]
+fn history_and_find_page_through_every_datom_once_as_of_the_first_page() {
+    let mut m = Mem::new("team/a");
+    m.declare(vec![def(":cap/tag", ValueType::String)]).unwrap();
+    // More rows than one scan chunk reads (4,096), in three transactions.
+    let mut written: Vec<EntityId> = Vec::new();
+    for _ in 0..3 {
+        written.extend(tagged(&mut m, 1_500, "x"));
+    }
+    let tag = attr(":cap/tag");
+    let store = &*m.store;
+    let first = pages::history(store, &m.ns, None, pages::HistoryOf::Attribute(&tag), &[], 1_000).unwrap();
+    assert_eq!(first.datoms.len(), 1_000);
+    let as_of = first.as_of;
+    // Written between pages: never part of the answer.
+    let late = tagged(&mut m, 10, "x");
+    let store = &*m.store;
+    let mut pages_read = vec![first];
+    while let Some(next) = pages_read.last().and_then(|p| p.next) {
+        let page = pages::history(
+            store,
+            &m.ns,
+            None,
+            pages::HistoryOf::Attribute(&tag),
+            &next.encode(),
+            1_000,
+        )
+        .unwrap();
+        assert_eq!(page.as_of, as_of, "every page reads as of the first");
+        pages_read.push(page);
+    }
+    assert_eq!(pages_read.len(), 5, "4,500 datoms in pages of 1,000");
+    let history: Vec<_> = pages_read.iter().flat_map(|p| p.datoms.iter()).collect();
+    assert_eq!(history.len(), 4_500);
+    assert!(history.windows(2).all(|w| w[0].tx <= w[1].tx), "in tx order");
+    let entities: Vec<EntityId> = history.iter().map(|d| d.entity).collect();
+    assert_eq!(
+        entities, written,
+        "each datom once, in the order its transaction wrote it"
+    );
+    assert!(history.iter().all(|d| !late.contains(&d.entity)));
+
+    // Find: entity order, a page of 700 at a time, as of the first page.
+    let value = s("x");
+    let find = |cursor: &[u8], limit: usize| {
+        pages::find(
+            &*m.store,
+            &m.ns,
+            None,
+            &tag,
+            Some(&value),
+            &ReadOptions::default(),
+            cursor,
+            limit,
+        )
+        .unwrap()
+    };
+    let found = every_page(|cursor| find(cursor, 700));
+    assert_eq!(found.len(), 7, "4,510 entities in pages of 700");
+    let mut found_entities: Vec<EntityId> = found
+        .iter()
+        .flat_map(|p| p.datoms.iter().map(|d| d.entity))
+        .collect();
+    assert!(
+        found_entities.windows(2).all(|w| w[0] < w[1]),
+        "entity order, each once"
+    );
+    found_entities.sort();
+    let mut all = written.clone();
+    all.extend(&late);
+    all.sort();
+    assert_eq!(found_entities, all);
+    assert!(found.last().unwrap().next.is_none());
+    // An exact fit says it ends: no cursor to an empty page.
+    let exact = find(&[], 4_510);
+    assert_eq!((exact.datoms.len(), exact.next), (4_510, None));
+
+    // One entity's history a datom at a time.
+    let e = written[0];
+    m.write(
+        agent("admin", Status::Verified, 1.0),
+        vec![retract_op(e, ":cap/tag", s("x"))],
+    )
+    .unwrap();
+    m.write(
+        agent("admin", Status::Verified, 1.0),
+        vec![assert_op(id(e), ":cap/tag", s("y"))],
+    )
+    .unwrap();
+    let one = every_page(|cursor| {
+        pages::history(
+            &*m.store,
+            &m.ns,
+            None,
+            pages::HistoryOf::Entity {
+                entity: e,
+                attribute: None,
+            },
+            cursor,
+            1,
+        )
+        .unwrap()
+    });
+    let ops: Vec<(Op, Value)> = one
+        .iter()
+        .flat_map(|p| p.datoms.iter().map(|d| (d.op, d.value.clone())))
+        .collect();
+    assert_eq!(
+        ops,
+        [(Op::Assert, s("x")), (Op::Retract, s("x")), (Op::Assert, s("y"))]
+    );
+}
+
+#[test]
+fn a_cursor_continues_only_its_own_query_and_as_of_point() {
+    let mut m = Mem::new("team/a");
+    m.declare(vec![
+        def(":cap/tag", ValueType::String),
+        def(":cap/other", ValueType::String),
+    ])
+    .unwrap();
+    tagged(&mut m, 5, "x");
+    let (tag, other) = (attr(":cap/tag"), attr(":cap/other"));
+    let store = &*m.store;
+    let history = |attr: &Attribute, cursor: &[u8]| {
+        pages::history(store, &m.ns, None, pages::HistoryOf::Attribute(attr), cursor, 2)
+    };
+    let find =
+        |opts: &ReadOptions, cursor: &[u8]| pages::find(store, &m.ns, None, &tag, None, opts, cursor, 2);
+    let h = history(&tag, &[]).unwrap().next.unwrap();
+    let f = find(&ReadOptions::default(), &[]).unwrap().next.unwrap();
+    let refused = |answer: Result<pages::Page, ReadError>| match answer {
+        Err(ReadError::Cursor(e)) => e,
+        other => panic!("expected a refused cursor, got {other:?}"),
+    };
+    use engram_core::cursor::CursorError;
+    assert!(matches!(
+        refused(history(&other, &h.encode())),
+        CursorError::OtherQuery
+    ));
+    assert!(matches!(
+        refused(find(&ReadOptions::default(), &h.encode())),
+        CursorError::OtherKind { .. }
+    ));
+    let judging_expiry = ReadOptions {
+        expired_at_ns: Some(1),
+        ..ReadOptions::default()
+    };
+    assert!(matches!(
+        refused(find(&judging_expiry, &f.encode())),
+        CursorError::OtherQuery
+    ));
+    let elsewhere = ReadOptions {
+        as_of: Some(TxId(f.as_of.0 - 1)),
+        ..ReadOptions::default()
+    };
+    assert!(matches!(
+        refused(find(&elsewhere, &f.encode())),
+        CursorError::OtherAsOf { .. }
+    ));
+    let same = ReadOptions {
+        as_of: Some(f.as_of),
+        ..ReadOptions::default()
+    };
+    assert_eq!(
+        find(&same, &f.encode()).unwrap().datoms.len(),
+        2,
+        "repeating the answer's as-of is fine"
+    );
+    let mut ahead = h;
+    ahead.as_of = TxId(h.as_of.0 + 10);
+    assert!(matches!(
+        refused(history(&tag, &ahead.encode())),
+        CursorError::Ahead { .. }
+    ));
+    let mut damaged = h.encode();
+    damaged[20] ^= 1;
+    assert!(matches!(
+        refused(history(&tag, &damaged)),
+        CursorError::Malformed(_)
+    ));
 }

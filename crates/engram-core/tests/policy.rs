@@ -9,7 +9,7 @@ use std::sync::Arc;
 use engram_access::{Action, Grant, Mode, PolicyOp, Principal, SYSTEM_NAMESPACE};
 use engram_audit::{NodeKey, PublicKey};
 use engram_core::reads::{self, ReadOptions};
-use engram_core::{Engine, PolicyActor, Rejection, TxOutcome, policy};
+use engram_core::{Engine, PolicyActor, Rejection, TxOutcome, pages, policy};
 use engram_storage::{MemStore, Space, Store, WriteBatch};
 use engram_types::{
     Attribute, EntityId, EntityRef, Namespace, Op, Provenance, Status, TxId, TxOp, TxRequest, Value,
@@ -508,7 +508,7 @@ fn a_role_lends_its_grants_while_assigned_and_counts_for_the_lock_out_guard() {
 
     // The assignment is on record, readable as of the transaction that made it, with the
     // administrator who made it as the source.
-    let on_record = reads::find(
+    let on_record = pages::find_main(
         &*view,
         &Namespace::new(SYSTEM_NAMESPACE).unwrap(),
         &Attribute::new(":engram.role/agent").unwrap(),

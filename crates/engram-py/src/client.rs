@@ -12,8 +12,8 @@ use std::time::Duration;
 
 use engram_access::AgentKey;
 use engram_client::{
-    Client, ClientConfig, ClientError, ClientTls, Consistency, FindQuery, GetOptions, HistoryTarget,
-    SearchQuery, TrustedLog, WatchFilter, pb,
+    Client, ClientConfig, ClientError, ClientTls, Consistency, FindQuery, GetOptions, HistoryQuery,
+    HistoryTarget, SearchQuery, TrustedLog, WatchFilter, pb,
 };
 use engram_types::{
     AttributeDef, BranchName, Cardinality, Namespace, Precondition, Provenance, Status, TxRequest, Unique,
@@ -392,7 +392,8 @@ impl EngramClient {
     }
 
     /// Every datom (assertions and retractions) of an entity (optionally one `attribute` of
-    /// it), or of one `attribute` across entities when `entity` is None, in transaction order.
+    /// it), or of one `attribute` across entities when `entity` is None, in transaction order:
+    /// at most `limit` (0: all of them, read a page at a time as of one transaction).
     #[pyo3(signature = (namespace, entity=None, *, attribute=None, limit=0, branch=None, prove=false, stale=false))]
     #[allow(clippy::too_many_arguments)]
     fn history(
@@ -406,51 +407,51 @@ impl EngramClient {
         prove: bool,
         stale: bool,
     ) -> PyResult<Py<PyList>> {
-        let namespace = namespace_arg(namespace)?;
-        let attribute = attribute
-            .map(|a| convert::attribute("attribute", &a))
-            .transpose()?;
-        let target = match (entity, attribute) {
-            (Some(e), attribute) => HistoryTarget::Entity {
-                entity: convert::entity_id("entity", e)?,
-                attribute,
-            },
-            (None, Some(attribute)) => HistoryTarget::Attribute(attribute),
-            (None, None) => {
-                return Err(PyValueError::new_err(
-                    "entity or attribute: one of them is needed",
-                ));
-            }
-        };
-        let branch = branch.map(|b| branch_arg("branch", b)).transpose()?;
+        let query = history_query(namespace, entity, attribute, limit, branch, stale)?;
         let client = self.client.clone();
-        let consistency = consistency(stale);
-        let response = match (prove, branch) {
-            (true, Some(_)) => {
+        let response = match (prove, query.branch.is_some()) {
+            (true, true) => {
                 return Err(PyValueError::new_err(
                     "prove: proofs cover main's datoms; a branch's history cannot be proven",
                 ));
             }
-            (true, None) => self.run_proven(py, move |client, mut log| async move {
+            (true, false) => self.run_proven(py, move |client, mut log| async move {
                 let answer = client
-                    .history_verified(&mut log, &namespace, target, limit, consistency)
+                    .history_verified(
+                        &mut log,
+                        &query.namespace,
+                        query.target,
+                        query.limit,
+                        query.consistency,
+                    )
                     .await;
                 (log, answer)
             })?,
-            (false, Some(branch)) => self.run(py, async move {
-                client
-                    .history_on(&namespace, &branch, target, limit, consistency)
-                    .await
-            })?,
-            (false, None) => self.run(py, async move {
-                client.history(&namespace, target, limit, consistency).await
-            })?,
+            (false, _) => self.run(py, async move { client.history_all(&query, |_| ()).await })?,
         };
         datom_list(py, response.datoms)
     }
 
-    /// The current datoms of `attribute`, optionally only those holding `value`. Entities whose
-    /// `:memory/expires` has passed are left out unless `include_expired=True`.
+    /// `history`, as an iterator that reads a page of `page_size` datoms (0: the server's
+    /// largest page) when it needs one: for answers too large to hold at once.
+    #[pyo3(signature = (namespace, entity=None, *, attribute=None, page_size=0, branch=None, stale=false))]
+    #[allow(clippy::too_many_arguments)]
+    fn iter_history(
+        &self,
+        namespace: &str,
+        entity: Option<&Bound<'_, PyAny>>,
+        attribute: Option<String>,
+        page_size: u32,
+        branch: Option<String>,
+        stale: bool,
+    ) -> PyResult<Pages> {
+        let query = history_query(namespace, entity, attribute, page_size, branch, stale)?;
+        Ok(self.pages(PagedQuery::History(query)))
+    }
+
+    /// The current datoms of `attribute`, optionally only those holding `value`, by entity: at
+    /// most `limit` (0: all of them, read a page at a time as of one transaction). Entities
+    /// whose `:memory/expires` has passed are left out unless `include_expired=True`.
     #[pyo3(signature = (namespace, attribute, value=None, *, as_of_tx=None, limit=0, branch=None, stale=false, include_expired=false))]
     #[allow(clippy::too_many_arguments)]
     fn find(
@@ -465,19 +466,47 @@ impl EngramClient {
         stale: bool,
         include_expired: bool,
     ) -> PyResult<Py<PyList>> {
-        let query = FindQuery {
-            namespace: namespace_arg(namespace)?,
-            attribute: convert::attribute("attribute", attribute)?,
-            value: value.map(|v| convert::value("value", v)).transpose()?,
+        let query = find_query(
+            namespace,
+            attribute,
+            value,
             as_of_tx,
             limit,
-            consistency: consistency(stale),
-            branch: branch.map(|b| branch_arg("branch", b)).transpose()?,
+            branch,
+            stale,
             include_expired,
-        };
+        )?;
         let client = self.client.clone();
         let response = self.run(py, async move { client.find(&query).await })?;
         datom_list(py, response.datoms)
+    }
+
+    /// `find`, as an iterator that reads a page of `page_size` datoms (0: the server's largest
+    /// page) when it needs one.
+    #[pyo3(signature = (namespace, attribute, value=None, *, as_of_tx=None, page_size=0, branch=None, stale=false, include_expired=false))]
+    #[allow(clippy::too_many_arguments)]
+    fn iter_find(
+        &self,
+        namespace: &str,
+        attribute: &str,
+        value: Option<&Bound<'_, PyAny>>,
+        as_of_tx: Option<u64>,
+        page_size: u32,
+        branch: Option<String>,
+        stale: bool,
+        include_expired: bool,
+    ) -> PyResult<Pages> {
+        let query = find_query(
+            namespace,
+            attribute,
+            value,
+            as_of_tx,
+            page_size,
+            branch,
+            stale,
+            include_expired,
+        )?;
+        Ok(self.pages(PagedQuery::Find(query)))
     }
 
     /// Facts found by their words (BM25 over searchable string values), by a query `vector`
@@ -1300,6 +1329,157 @@ fn diff(py: Python<'_>, response: pb::DiffResponse) -> PyResult<Diff> {
         to_tx: response.to_tx,
         truncated: response.truncated,
     })
+}
+
+/// The query `history` and `iter_history` make.
+fn history_query(
+    namespace: &str,
+    entity: Option<&Bound<'_, PyAny>>,
+    attribute: Option<String>,
+    limit: u32,
+    branch: Option<String>,
+    stale: bool,
+) -> PyResult<HistoryQuery> {
+    let namespace = namespace_arg(namespace)?;
+    let attribute = attribute
+        .map(|a| convert::attribute("attribute", &a))
+        .transpose()?;
+    let target = match (entity, attribute) {
+        (Some(e), attribute) => HistoryTarget::Entity {
+            entity: convert::entity_id("entity", e)?,
+            attribute,
+        },
+        (None, Some(attribute)) => HistoryTarget::Attribute(attribute),
+        (None, None) => {
+            return Err(PyValueError::new_err(
+                "entity or attribute: one of them is needed",
+            ));
+        }
+    };
+    Ok(HistoryQuery {
+        branch: branch.map(|b| branch_arg("branch", b)).transpose()?,
+        limit,
+        consistency: consistency(stale),
+        ..HistoryQuery::new(namespace, target)
+    })
+}
+
+/// The query `find` and `iter_find` make.
+#[allow(clippy::too_many_arguments)]
+fn find_query(
+    namespace: &str,
+    attribute: &str,
+    value: Option<&Bound<'_, PyAny>>,
+    as_of_tx: Option<u64>,
+    limit: u32,
+    branch: Option<String>,
+    stale: bool,
+    include_expired: bool,
+) -> PyResult<FindQuery> {
+    Ok(FindQuery {
+        namespace: namespace_arg(namespace)?,
+        attribute: convert::attribute("attribute", attribute)?,
+        value: value.map(|v| convert::value("value", v)).transpose()?,
+        as_of_tx,
+        limit,
+        consistency: consistency(stale),
+        branch: branch.map(|b| branch_arg("branch", b)).transpose()?,
+        include_expired,
+    })
+}
+
+enum PagedQuery {
+    History(HistoryQuery),
+    Find(FindQuery),
+}
+
+impl EngramClient {
+    fn pages(&self, query: PagedQuery) -> Pages {
+        Pages {
+            runtime: self.runtime.clone(),
+            client: self.client.clone(),
+            query: Arc::new(query),
+            state: Mutex::new(PagesState::default()),
+        }
+    }
+}
+
+#[derive(Default)]
+struct PagesState {
+    /// The datoms of the page read last, not yet yielded.
+    buffer: std::collections::VecDeque<pb::Datom>,
+    /// Where the next page begins (empty before the first page).
+    cursor: Vec<u8>,
+    /// The last page has been read.
+    done: bool,
+    as_of_tx: Option<u64>,
+}
+
+/// The datoms of a History or Find, read a page at a time as the iteration needs them; every
+/// page is read as of the transaction the first was (`as_of_tx`, set once the first page is
+/// read).
+#[pyclass(module = "engram")]
+pub struct Pages {
+    runtime: Arc<tokio::runtime::Runtime>,
+    client: Client,
+    query: Arc<PagedQuery>,
+    state: Mutex<PagesState>,
+}
+
+#[pymethods]
+impl Pages {
+    fn __iter__(slf: PyRef<'_, Self>) -> PyRef<'_, Self> {
+        slf
+    }
+
+    fn __next__(&self, py: Python<'_>) -> PyResult<Datom> {
+        let mut state = self
+            .state
+            .lock()
+            .map_err(|_| PyValueError::new_err("the iterator was poisoned by an earlier panic"))?;
+        while state.buffer.is_empty() {
+            if state.done {
+                return Err(PyStopIteration::new_err(()));
+            }
+            let (client, query, runtime) = (self.client.clone(), self.query.clone(), self.runtime.clone());
+            let cursor = state.cursor.clone();
+            let page = py
+                .detach(move || {
+                    runtime.block_on(async move {
+                        match &*query {
+                            PagedQuery::History(q) => client
+                                .history_page(q, &cursor)
+                                .await
+                                .map(|p| (p.datoms, p.next_cursor, p.as_of_tx)),
+                            PagedQuery::Find(q) => client
+                                .find_page(q, &cursor)
+                                .await
+                                .map(|p| (p.datoms, p.next_cursor, p.as_of_tx)),
+                        }
+                    })
+                })
+                .map_err(|e| errors::to_py(py, &e))?;
+            let (datoms, next, as_of_tx) = page;
+            state.done = next.is_empty();
+            state.cursor = next;
+            state.as_of_tx = Some(as_of_tx);
+            state.buffer.extend(datoms);
+        }
+        match state.buffer.pop_front() {
+            Some(raw) => datom(py, raw),
+            None => Err(PyStopIteration::new_err(())),
+        }
+    }
+
+    /// The transaction every page is read as of; None before the first page is read.
+    #[getter]
+    fn as_of_tx(&self) -> PyResult<Option<u64>> {
+        let state = self
+            .state
+            .lock()
+            .map_err(|_| PyValueError::new_err("the iterator was poisoned by an earlier panic"))?;
+        Ok(state.as_of_tx)
+    }
 }
 
 fn datom_list(py: Python<'_>, datoms: Vec<pb::Datom>) -> PyResult<Py<PyList>> {

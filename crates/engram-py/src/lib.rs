@@ -18,6 +18,7 @@ use pyo3::prelude::*;
 fn _engram(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<client::EngramClient>()?;
     m.add_class::<client::Watch>()?;
+    m.add_class::<client::Pages>()?;
     m.add_class::<types::Keyword>()?;
     m.add_class::<types::Vector>()?;
     m.add_class::<types::Ref>()?;

@@ -9,6 +9,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use engram_audit::ChainError;
+use engram_core::cursor::CursorError;
 use engram_core::reads::ReadError;
 use engram_core::{CoreError, Rejection};
 use engram_proto::WireError;
@@ -136,6 +137,9 @@ impl From<ReadError> for ApiError {
     fn from(e: ReadError) -> Self {
         match e {
             ReadError::UnknownEntity(_) | ReadError::UnknownBranch(_) => ApiError::NotFound(e.to_string()),
+            // A node further behind than the one that answered the first page: retryable.
+            ReadError::Cursor(CursorError::Ahead { .. }) => ApiError::Unavailable(e.to_string()),
+            ReadError::Cursor(c) => ApiError::Invalid(c.to_string()),
             ReadError::Core(c) => c.into(),
         }
     }

@@ -21,7 +21,7 @@ pub fn check(members: &[(u64, &dyn Store)], log: &SpeculationLog) -> Vec<Violati
     for (node, store) in members {
         let mut fail = |detail: String| out.push(Violation::new(NAME, format!("node {node}: {detail}")));
         let history = match entity {
-            Some(e) => engram_core::reads::entity_history(*store, &ns, EntityId(e), None, usize::MAX)
+            Some(e) => engram_core::pages::entity_history(*store, &ns, EntityId(e), None, usize::MAX)
                 .map_err(|e| e.to_string()),
             None => Ok(Vec::new()),
         };

@@ -125,6 +125,12 @@ class Watch(Iterator[TxEvent]):
         """The next transaction, or None if none arrives within `timeout_s`."""
     def close(self) -> None: ...
 
+class Pages(Iterator[Datom]):
+    """The datoms of a history or find, read a page at a time as the iteration needs them."""
+    as_of_tx: Optional[int]
+    def __iter__(self) -> "Pages": ...
+    def __next__(self) -> Datom: ...
+
 class Client:
     agent: Optional[str]
     endpoints: List[str]
@@ -189,6 +195,16 @@ class Client:
         prove: bool = False,
         stale: bool = False,
     ) -> List[Datom]: ...
+    def iter_history(
+        self,
+        namespace: str,
+        entity: Optional[Union[int, Ref]] = None,
+        *,
+        attribute: Optional[str] = None,
+        page_size: int = 0,
+        branch: Optional[str] = None,
+        stale: bool = False,
+    ) -> Pages: ...
     def find(
         self,
         namespace: str,
@@ -201,6 +217,18 @@ class Client:
         stale: bool = False,
         include_expired: bool = False,
     ) -> List[Datom]: ...
+    def iter_find(
+        self,
+        namespace: str,
+        attribute: str,
+        value: Optional[Value] = None,
+        *,
+        as_of_tx: Optional[int] = None,
+        page_size: int = 0,
+        branch: Optional[str] = None,
+        stale: bool = False,
+        include_expired: bool = False,
+    ) -> Pages: ...
     def search(
         self,
         namespace: str,

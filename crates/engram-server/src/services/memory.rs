@@ -2,7 +2,7 @@ use std::sync::Arc;
 
 use engram_access::Action;
 use engram_core::policy::ReadScope;
-use engram_core::reads;
+use engram_core::{pages, reads};
 use engram_proto::{methods, pb};
 use engram_raft::Proposer;
 use engram_types::{BranchOp, EntityId, TxId, TxRequest};
@@ -24,14 +24,6 @@ pub struct MemoryService {
 impl MemoryService {
     pub fn new(shared: Arc<Shared>) -> MemoryService {
         MemoryService { shared }
-    }
-
-    fn limit(limit: u32) -> usize {
-        if limit == 0 {
-            reads::MAX_READ_DATOMS
-        } else {
-            (limit as usize).min(reads::MAX_READ_DATOMS)
-        }
     }
 
     /// Proposes a write on the leader (forwarding it there when this node does not lead).
@@ -394,7 +386,13 @@ impl pb::memory_server::Memory for MemoryService {
         let scope = caller.scope.as_ref();
         if let Some(name) = &on {
             let found = self.shared.read_state(|store| {
-                reads::branch_diff(store, &ns, name, req.entity.map(EntityId), Self::limit(req.limit))
+                reads::branch_diff(
+                    store,
+                    &ns,
+                    name,
+                    req.entity.map(EntityId),
+                    pages::page_size(req.limit),
+                )
             })?;
             let returned =
                 found.branch.asserted.len() + found.branch.retracted.len() + found.main_changed.len();
@@ -421,7 +419,7 @@ impl pb::memory_server::Memory for MemoryService {
                 req.entity.map(EntityId),
                 TxId(req.from_tx),
                 TxId(to),
-                Self::limit(req.limit),
+                pages::page_size(req.limit),
             )
         })?;
         self.shared
@@ -746,7 +744,7 @@ impl pb::memory_server::Memory for MemoryService {
         let caller = self.shared.incoming(&meta)?;
         let forwarded = caller.forwarded;
         let ns = namespace(req.namespace.clone())?;
-        let limit = Self::limit(req.limit);
+        let limit = pages::page_size(req.limit);
         let filter = match req.attribute_filter.as_str() {
             "" => None,
             a => Some(engram_proto::attribute("attribute_filter", a.to_string()).map_err(ApiError::from)?),
@@ -770,18 +768,21 @@ impl pb::memory_server::Memory for MemoryService {
             methods::HISTORY,
             Need::on(Action::ReadHistory, &req.namespace),
         )?;
-        let found = self.shared.read_state(|store| match &target {
-            HistoryTarget::Entity(entity) => {
-                reads::entity_history_on(store, &ns, on.as_ref(), *entity, filter.as_ref(), limit)
-            }
-            HistoryTarget::Attribute(attr) => {
-                reads::attribute_history_on(store, &ns, on.as_ref(), attr, limit)
-            }
+        let page = self.shared.read_state(|store| {
+            let of = match &target {
+                HistoryTarget::Entity(entity) => pages::HistoryOf::Entity {
+                    entity: *entity,
+                    attribute: filter.as_ref(),
+                },
+                HistoryTarget::Attribute(attr) => pages::HistoryOf::Attribute(attr),
+            };
+            pages::history(store, &ns, on.as_ref(), of, &req.cursor, limit)
         })?;
         let entity = match &target {
             HistoryTarget::Entity(e) => Some(e.0),
             HistoryTarget::Attribute(_) => None,
         };
+        let found = page.datoms;
         self.shared
             .record_access(&caller, "history", &req.namespace, entity, None, found.len())
             .await;
@@ -789,6 +790,8 @@ impl pb::memory_server::Memory for MemoryService {
             datoms: shown(caller.scope.as_ref(), &found),
             applied_tx: self.shared.applied_index(),
             proof: read_proof(&self.shared, req.prove, req.trusted_size, &found)?,
+            next_cursor: page.next.map(|c| c.encode()).unwrap_or_default(),
+            as_of_tx: page.as_of.0,
         }))
     }
 
@@ -820,23 +823,27 @@ impl pb::memory_server::Memory for MemoryService {
             expired_at_ns: expiry_judged_at(req.as_of_tx, req.include_expired),
             ..reads::ReadOptions::default()
         };
-        let found = self.shared.read_state(|store| {
-            reads::find_on(
+        let page = self.shared.read_state(|store| {
+            pages::find(
                 store,
                 &ns,
                 on.as_ref(),
                 &attr,
                 value.as_ref(),
                 &opts,
-                Self::limit(req.limit),
+                &req.cursor,
+                pages::page_size(req.limit),
             )
         })?;
+        let found = page.datoms;
         self.shared
             .record_access(&caller, "find", &req.namespace, None, req.as_of_tx, found.len())
             .await;
         Ok(Response::new(pb::FindResponse {
             datoms: shown(caller.scope.as_ref(), &found),
             applied_tx: self.shared.applied_index(),
+            next_cursor: page.next.map(|c| c.encode()).unwrap_or_default(),
+            as_of_tx: page.as_of.0,
         }))
     }
 

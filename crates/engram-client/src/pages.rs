@@ -1,0 +1,322 @@
+//! Reads the server answers in pages: History and Find.
+//!
+//! The server returns at most a page (100,000 datoms at most) and, when the answer goes on, a
+//! `next_cursor`; every page of one answer is read as of the transaction the first was
+//! (`as_of_tx`). [`Client::history`], [`Client::history_all`], [`Client::find`] and
+//! [`Client::find_all`] follow the cursors until the answer ends or the query's `limit` is
+//! reached, so a caller never gets a silently shortened answer: when a limit stops the reading
+//! before the end, the answer's `next_cursor` is set, and [`Client::history_page`] /
+//! [`Client::find_page`] continue from it a page at a time. A page that fails transiently is
+//! retried like any read, on any node: the cursor carries the position, so no datom is read
+//! twice or skipped.
+
+use engram_proto::{methods, pb};
+use engram_types::{BranchName, Namespace};
+
+use crate::client::{history_request, memory};
+use crate::{Client, ClientError, Consistency, FindQuery, HistoryTarget, Idempotency};
+
+/// A [`Client::history_all`] query: every datom of an entity or an attribute, in (tx, seq)
+/// order.
+#[derive(Clone, Debug)]
+pub struct HistoryQuery {
+    pub namespace: Namespace,
+    pub target: HistoryTarget,
+    /// Read this branch: main as of its fork plus the branch's own writes; `None`: main.
+    pub branch: Option<BranchName>,
+    /// At most this many datoms in all (0: every one); for [`Client::history_page`], the page
+    /// size (0: the server's largest).
+    pub limit: u32,
+    pub consistency: Consistency,
+}
+
+impl HistoryQuery {
+    /// Every datom of `target` on main, read linearizably.
+    pub fn new(namespace: Namespace, target: HistoryTarget) -> HistoryQuery {
+        HistoryQuery {
+            namespace,
+            target,
+            branch: None,
+            limit: 0,
+            consistency: Consistency::Linearizable,
+        }
+    }
+
+    fn request(&self, cursor: &[u8], limit: u32) -> pb::HistoryRequest {
+        let mut req = history_request(
+            &self.namespace,
+            self.target.clone(),
+            limit,
+            self.consistency,
+            false,
+        );
+        req.branch = self.branch.as_ref().map(ToString::to_string).unwrap_or_default();
+        req.cursor = cursor.to_vec();
+        req
+    }
+}
+
+impl Client {
+    /// Every datom (assertions and retractions) of an entity or an attribute, in tx order,
+    /// following the server's pages: at most `limit` (0: all of them).
+    pub async fn history(
+        &self,
+        namespace: &Namespace,
+        target: HistoryTarget,
+        limit: u32,
+        consistency: Consistency,
+    ) -> Result<pb::HistoryResponse, ClientError> {
+        let mut query = HistoryQuery::new(namespace.clone(), target);
+        query.limit = limit;
+        query.consistency = consistency;
+        self.history_all(&query, |_| ()).await
+    }
+
+    /// [`Client::history`] on a branch: main as of its fork plus the branch's writes.
+    pub async fn history_on(
+        &self,
+        namespace: &Namespace,
+        branch: &BranchName,
+        target: HistoryTarget,
+        limit: u32,
+        consistency: Consistency,
+    ) -> Result<pb::HistoryResponse, ClientError> {
+        let mut query = HistoryQuery::new(namespace.clone(), target);
+        query.branch = Some(branch.clone());
+        query.limit = limit;
+        query.consistency = consistency;
+        self.history_all(&query, |_| ()).await
+    }
+
+    /// The whole answer to `query` (at most `query.limit` datoms; 0: all), page after page;
+    /// `progress` hears the number of datoms read after each page. `next_cursor` is set when
+    /// the limit stopped the reading before the end.
+    pub async fn history_all(
+        &self,
+        query: &HistoryQuery,
+        mut progress: impl FnMut(usize),
+    ) -> Result<pb::HistoryResponse, ClientError> {
+        let mut pages = Follow::new(query.limit);
+        while let Some((cursor, size)) = pages.next() {
+            progress(pages.add(self.history_page_of(query, &cursor, size).await?));
+        }
+        Ok(pages.finish().unwrap_or_default())
+    }
+
+    /// One page of `query` (at most `query.limit` datoms; 0: the server's largest page) from
+    /// `cursor`: empty for the first page, else the `next_cursor` of the page before.
+    pub async fn history_page(
+        &self,
+        query: &HistoryQuery,
+        cursor: &[u8],
+    ) -> Result<pb::HistoryResponse, ClientError> {
+        self.history_page_of(query, cursor, query.limit).await
+    }
+
+    async fn history_page_of(
+        &self,
+        query: &HistoryQuery,
+        cursor: &[u8],
+        size: u32,
+    ) -> Result<pb::HistoryResponse, ClientError> {
+        self.history_raw(query.request(cursor, size))
+            .await
+            .map(|(_, r)| r)
+    }
+
+    /// The current datoms of an attribute, optionally only those with a given value, by
+    /// entity, following the server's pages: at most `query.limit` (0: all of them).
+    pub async fn find(&self, query: &FindQuery) -> Result<pb::FindResponse, ClientError> {
+        self.find_all(query, |_| ()).await
+    }
+
+    /// [`Client::find`], telling `progress` the number of datoms read after each page.
+    pub async fn find_all(
+        &self,
+        query: &FindQuery,
+        mut progress: impl FnMut(usize),
+    ) -> Result<pb::FindResponse, ClientError> {
+        let mut pages = Follow::new(query.limit);
+        while let Some((cursor, size)) = pages.next() {
+            progress(pages.add(self.find_page_of(query, &cursor, size).await?));
+        }
+        Ok(pages.finish().unwrap_or_default())
+    }
+
+    /// One page of `query` (at most `query.limit` datoms, more only when one entity alone
+    /// holds more; 0: the server's largest page) from `cursor`: empty for the first page, else
+    /// the `next_cursor` of the page before.
+    pub async fn find_page(&self, query: &FindQuery, cursor: &[u8]) -> Result<pb::FindResponse, ClientError> {
+        self.find_page_of(query, cursor, query.limit).await
+    }
+
+    async fn find_page_of(
+        &self,
+        query: &FindQuery,
+        cursor: &[u8],
+        size: u32,
+    ) -> Result<pb::FindResponse, ClientError> {
+        let req = pb::FindRequest {
+            namespace: query.namespace.to_string(),
+            attribute: query.attribute.to_string(),
+            value: query.value.as_ref().map(Into::into),
+            as_of_tx: query.as_of_tx,
+            limit: size,
+            consistency: query.consistency.to_pb(),
+            branch: query.branch.as_ref().map(ToString::to_string).unwrap_or_default(),
+            include_expired: query.include_expired,
+            cursor: cursor.to_vec(),
+        };
+        self.call_with_endpoint(Idempotency::Safe, move |ch, s| {
+            let req = req.clone();
+            async move { memory(ch).find(s.sign(methods::FIND, req)).await }
+        })
+        .await
+        .map(|(_, r)| r)
+    }
+}
+
+/// Following a paged answer: which page to ask for next, and the answer so far (the first
+/// page with every later page's datoms appended and the last page's cursor). Callers loop:
+/// while [`Follow::next`] names a page, read it and [`Follow::add`] it.
+pub(crate) struct Follow<P> {
+    /// At most this many datoms (0: no limit).
+    limit: u32,
+    answer: Option<P>,
+}
+
+impl<P: Paged> Follow<P> {
+    pub(crate) fn new(limit: u32) -> Follow<P> {
+        Follow { limit, answer: None }
+    }
+
+    /// The cursor and page size of the next page to read; `None` once the answer ended or the
+    /// limit is reached.
+    pub(crate) fn next(&mut self) -> Option<(Vec<u8>, u32)> {
+        let Some(answer) = self.answer.as_mut() else {
+            return Some((Vec::new(), self.limit));
+        };
+        if answer.next_cursor().is_empty() {
+            return None;
+        }
+        let left = match self.limit {
+            0 => 0,
+            limit => match limit.checked_sub(u32::try_from(answer.datoms().len()).unwrap_or(u32::MAX)) {
+                Some(left) if left > 0 => left,
+                _ => return None,
+            },
+        };
+        Some((answer.next_cursor().to_vec(), left))
+    }
+
+    /// Adds the page [`Follow::next`] named; returns the number of datoms read so far.
+    pub(crate) fn add(&mut self, mut page: P) -> usize {
+        match self.answer.as_mut() {
+            None => self.answer = Some(page),
+            Some(answer) => {
+                answer.datoms().append(page.datoms());
+                *answer.next_cursor_mut() = std::mem::take(page.next_cursor_mut());
+            }
+        }
+        self.answer.as_mut().map_or(0, |a| a.datoms().len())
+    }
+
+    /// The answer; `None` if no page was added.
+    pub(crate) fn finish(self) -> Option<P> {
+        self.answer
+    }
+}
+
+/// A page of a paged read: its datoms and where the next page begins.
+pub(crate) trait Paged {
+    fn datoms(&mut self) -> &mut Vec<pb::Datom>;
+    fn next_cursor(&self) -> &[u8];
+    fn next_cursor_mut(&mut self) -> &mut Vec<u8>;
+}
+
+impl Paged for pb::HistoryResponse {
+    fn datoms(&mut self) -> &mut Vec<pb::Datom> {
+        &mut self.datoms
+    }
+    fn next_cursor(&self) -> &[u8] {
+        &self.next_cursor
+    }
+    fn next_cursor_mut(&mut self) -> &mut Vec<u8> {
+        &mut self.next_cursor
+    }
+}
+
+impl Paged for pb::FindResponse {
+    fn datoms(&mut self) -> &mut Vec<pb::Datom> {
+        &mut self.datoms
+    }
+    fn next_cursor(&self) -> &[u8] {
+        &self.next_cursor
+    }
+    fn next_cursor_mut(&mut self) -> &mut Vec<u8> {
+        &mut self.next_cursor
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn datom(n: u64) -> pb::Datom {
+        pb::Datom {
+            entity: n,
+            ..Default::default()
+        }
+    }
+
+    /// A server holding `total` datoms answering pages of at most `largest`, its cursor the
+    /// index of the next datom; returns what following read and the page sizes asked.
+    fn read(total: u64, largest: u32, limit: u32) -> (Vec<u64>, Vec<u8>, Vec<u32>) {
+        let mut asked = Vec::new();
+        let mut pages = Follow::new(limit);
+        while let Some((cursor, size)) = pages.next() {
+            asked.push(size);
+            let from = if cursor.is_empty() {
+                0
+            } else {
+                u64::from_be_bytes(cursor.try_into().expect("an 8-byte cursor"))
+            };
+            let size = if size == 0 { largest } else { size.min(largest) };
+            let to = (from + u64::from(size)).min(total);
+            pages.add(pb::FindResponse {
+                datoms: (from..to).map(datom).collect(),
+                next_cursor: if to < total {
+                    to.to_be_bytes().to_vec()
+                } else {
+                    Vec::new()
+                },
+                ..Default::default()
+            });
+        }
+        let answer = pages.finish().expect("a page");
+        (
+            answer.datoms.iter().map(|d| d.entity).collect(),
+            answer.next_cursor,
+            asked,
+        )
+    }
+
+    #[test]
+    fn following_reads_every_datom_once_and_stops_at_the_limit_with_a_cursor() {
+        let (all, cursor, asked) = read(25, 10, 0);
+        assert_eq!(all, (0..25).collect::<Vec<_>>());
+        assert!(cursor.is_empty());
+        assert_eq!(asked, [0, 0, 0]);
+        let (some, cursor, asked) = read(25, 10, 13);
+        assert_eq!(some, (0..13).collect::<Vec<_>>());
+        assert_eq!(
+            cursor,
+            13u64.to_be_bytes(),
+            "the limit stopped the reading: the cursor says where"
+        );
+        assert_eq!(asked, [13, 3]);
+        let (exact, cursor, _) = read(20, 10, 20);
+        assert_eq!(exact.len(), 20);
+        assert!(cursor.is_empty(), "the answer ended exactly at the limit");
+    }
+}

@@ -1,0 +1,281 @@
+//! Cursors: where the next page of a paged read ([`crate::pages`]) begins.
+//!
+//! A cursor is opaque to callers and bound to three things: the kind of read (History or
+//! Find), the query it continues (a fingerprint of namespace, branch, target, filter, value and
+//! expiry judgement), and the transaction the first page was answered as of, so that every page
+//! of one answer reads the same state whatever is written meanwhile and whichever node answers.
+//! A cursor from another query, another as-of point or one damaged on the way is refused.
+//!
+//! A cursor carries no authority: it names a position in an answer the caller asks for again
+//! with each page, under the caller's own rights. Its check bytes catch damage and cursors of
+//! another query; they are not a secret, and a forged cursor can ask for nothing the caller
+//! could not ask for directly.
+//!
+//! Layout (46 bytes): version 1, kind, query fingerprint (16), as-of tx (8, big-endian),
+//! position (8 + 4: the last (tx, seq) of a History page, the last entity of a Find page, 0),
+//! check (the first 8 bytes of `blake3("engram/cursor/v1" || the 38 bytes before)`).
+//!
+//! Must not depend on: the reads it serves (they depend on it), Raft, gRPC or storage engines.
+
+use engram_types::TxId;
+
+const VERSION: u8 = 1;
+const LEN: usize = 46;
+const CHECKED: usize = LEN - 8;
+const CHECK_CONTEXT: &[u8] = b"engram/cursor/v1";
+
+/// The read a cursor continues.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CursorKind {
+    History,
+    Find,
+}
+
+impl CursorKind {
+    fn tag(self) -> u8 {
+        match self {
+            CursorKind::History => 1,
+            CursorKind::Find => 2,
+        }
+    }
+
+    fn of_tag(tag: u8) -> Option<CursorKind> {
+        match tag {
+            1 => Some(CursorKind::History),
+            2 => Some(CursorKind::Find),
+            _ => None,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            CursorKind::History => "history",
+            CursorKind::Find => "find",
+        }
+    }
+}
+
+/// A fingerprint of what a paged read asks (everything but the page size and the position):
+/// each part is length-prefixed, so no two different part lists hash alike.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct QueryKey([u8; 16]);
+
+impl QueryKey {
+    pub fn of(kind: CursorKind, parts: &[&[u8]]) -> QueryKey {
+        let mut h = blake3::Hasher::new();
+        h.update(b"engram/query/v1");
+        h.update(&[kind.tag()]);
+        for part in parts {
+            h.update(&(part.len() as u64).to_be_bytes());
+            h.update(part);
+        }
+        let mut key = [0u8; 16];
+        key.copy_from_slice(&h.finalize().as_bytes()[..16]);
+        QueryKey(key)
+    }
+}
+
+/// A position in a paged answer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Cursor {
+    pub kind: CursorKind,
+    pub query: QueryKey,
+    /// The transaction every page of the answer is read as of.
+    pub as_of: TxId,
+    /// The last item of the page before: History's (tx, seq), Find's (entity id, 0).
+    pub after: (u64, u32),
+}
+
+/// Why a cursor was refused.
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+pub enum CursorError {
+    #[error(
+        "cursor: not a cursor this server issued ({0}); pass the next_cursor of the previous page unchanged"
+    )]
+    Malformed(&'static str),
+    #[error("cursor: issued for a {issued} read, not a {asked} read")]
+    OtherKind {
+        issued: &'static str,
+        asked: &'static str,
+    },
+    #[error(
+        "cursor: issued for another query (its namespace, branch, target, attribute, value or include_expired differ from this request's)"
+    )]
+    OtherQuery,
+    #[error("cursor: bound to transaction {cursor}, but the request asks as of transaction {asked}")]
+    OtherAsOf { cursor: u64, asked: u64 },
+    /// The answering node has not applied the transaction the answer is read as of: a node
+    /// further behind than the one that answered the first page. Retrying (on the leader, or
+    /// later) succeeds.
+    #[error(
+        "cursor: bound to transaction {as_of}, which this node has not applied yet (it has applied {applied}); retry, or read with linearizable consistency"
+    )]
+    Ahead { as_of: u64, applied: u64 },
+}
+
+impl Cursor {
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(LEN);
+        out.push(VERSION);
+        out.push(self.kind.tag());
+        out.extend_from_slice(&self.query.0);
+        out.extend_from_slice(&self.as_of.0.to_be_bytes());
+        out.extend_from_slice(&self.after.0.to_be_bytes());
+        out.extend_from_slice(&self.after.1.to_be_bytes());
+        let check = check(&out);
+        out.extend_from_slice(&check);
+        out
+    }
+
+    pub fn decode(bytes: &[u8]) -> Result<Cursor, CursorError> {
+        if bytes.len() != LEN {
+            return Err(CursorError::Malformed("wrong length"));
+        }
+        if bytes[0] != VERSION {
+            return Err(CursorError::Malformed("unknown version"));
+        }
+        if check(&bytes[..CHECKED]) != bytes[CHECKED..] {
+            return Err(CursorError::Malformed("check bytes do not match"));
+        }
+        let kind = CursorKind::of_tag(bytes[1]).ok_or(CursorError::Malformed("unknown kind"))?;
+        let u64_at = |at: usize| {
+            let mut raw = [0u8; 8];
+            raw.copy_from_slice(&bytes[at..at + 8]);
+            u64::from_be_bytes(raw)
+        };
+        let mut query = [0u8; 16];
+        query.copy_from_slice(&bytes[2..18]);
+        let mut seq = [0u8; 4];
+        seq.copy_from_slice(&bytes[34..38]);
+        Ok(Cursor {
+            kind,
+            query: QueryKey(query),
+            as_of: TxId(u64_at(18)),
+            after: (u64_at(26), u32::from_be_bytes(seq)),
+        })
+    }
+
+    /// Decodes `bytes` (empty: the first page) and checks that the cursor continues `query` of
+    /// `kind` and, when the request names one, as of the transaction `asked`.
+    pub fn continuing(
+        bytes: &[u8],
+        kind: CursorKind,
+        query: QueryKey,
+        asked: Option<TxId>,
+    ) -> Result<Option<Cursor>, CursorError> {
+        if bytes.is_empty() {
+            return Ok(None);
+        }
+        let cursor = Cursor::decode(bytes)?;
+        if cursor.kind != kind {
+            return Err(CursorError::OtherKind {
+                issued: cursor.kind.name(),
+                asked: kind.name(),
+            });
+        }
+        if let Some(asked) = asked
+            && asked != cursor.as_of
+        {
+            return Err(CursorError::OtherAsOf {
+                cursor: cursor.as_of.0,
+                asked: asked.0,
+            });
+        }
+        if cursor.query != query {
+            return Err(CursorError::OtherQuery);
+        }
+        Ok(Some(cursor))
+    }
+}
+
+fn check(bytes: &[u8]) -> [u8; 8] {
+    let mut h = blake3::Hasher::new();
+    h.update(CHECK_CONTEXT);
+    h.update(bytes);
+    let mut out = [0u8; 8];
+    out.copy_from_slice(&h.finalize().as_bytes()[..8]);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cursor() -> Cursor {
+        Cursor {
+            kind: CursorKind::History,
+            query: QueryKey::of(CursorKind::History, &[b"ns", b"attr"]),
+            as_of: TxId(77),
+            after: (12, 3),
+        }
+    }
+
+    #[test]
+    fn a_cursor_round_trips_and_continues_only_its_own_query() {
+        let c = cursor();
+        let bytes = c.encode();
+        assert_eq!(bytes.len(), LEN);
+        assert_eq!(Cursor::decode(&bytes), Ok(c));
+        assert_eq!(
+            Cursor::continuing(&bytes, CursorKind::History, c.query, None),
+            Ok(Some(c))
+        );
+        assert_eq!(
+            Cursor::continuing(&bytes, CursorKind::History, c.query, Some(TxId(77))),
+            Ok(Some(c))
+        );
+        assert_eq!(
+            Cursor::continuing(&bytes, CursorKind::History, c.query, Some(TxId(78))),
+            Err(CursorError::OtherAsOf {
+                cursor: 77,
+                asked: 78
+            })
+        );
+        assert_eq!(
+            Cursor::continuing(&[], CursorKind::History, c.query, None),
+            Ok(None)
+        );
+        let other = QueryKey::of(CursorKind::History, &[b"ns", b"other"]);
+        assert_eq!(
+            Cursor::continuing(&bytes, CursorKind::History, other, None),
+            Err(CursorError::OtherQuery)
+        );
+        assert_eq!(
+            Cursor::continuing(&bytes, CursorKind::Find, c.query, None),
+            Err(CursorError::OtherKind {
+                issued: "history",
+                asked: "find"
+            })
+        );
+    }
+
+    #[test]
+    fn length_prefixes_keep_different_part_lists_apart() {
+        assert_ne!(
+            QueryKey::of(CursorKind::Find, &[b"ab", b"c"]),
+            QueryKey::of(CursorKind::Find, &[b"a", b"bc"])
+        );
+        assert_ne!(
+            QueryKey::of(CursorKind::Find, &[b"a"]),
+            QueryKey::of(CursorKind::History, &[b"a"])
+        );
+    }
+
+    #[test]
+    fn a_damaged_cursor_is_refused_whichever_byte_changed() {
+        let bytes = cursor().encode();
+        for at in 0..bytes.len() {
+            let mut damaged = bytes.clone();
+            damaged[at] ^= 0x01;
+            assert!(
+                matches!(Cursor::decode(&damaged), Err(CursorError::Malformed(_))),
+                "byte {at} changed and the cursor was accepted"
+            );
+        }
+        assert_eq!(
+            Cursor::decode(&bytes[..LEN - 1]),
+            Err(CursorError::Malformed("wrong length"))
+        );
+        assert_eq!(Cursor::decode(b"x"), Err(CursorError::Malformed("wrong length")));
+    }
+}

@@ -1,0 +1,592 @@
+//! History and Find, answered in pages.
+//!
+//! A page holds at most `limit` datoms ([`MAX_PAGE`] at most) and, when the answer goes on, a
+//! [`Cursor`] to the rest: no answer is cut short without saying so. Every page of one answer
+//! is read as of the transaction the first page was (the store's head then, or the as-of the
+//! request named), so writes made while a caller pages neither appear part-way nor shift the
+//! pages; a node that has not applied that far refuses the cursor as retryable.
+//!
+//! - **History** is in (tx, seq) order: the order transactions committed and, within one, the
+//!   order of its datoms. The indexes hold an attribute's or an entity's rows in entity or
+//!   attribute order, so a page reads every row of its target once (keys only, in chunks) and
+//!   keeps the `limit + 1` earliest after the cursor in a bounded heap: memory is the page's,
+//!   time grows with the target's size. A (tx, seq)-ordered index per attribute would make a
+//!   page cost only its own rows, at one more row per datom on every write: not built.
+//! - **Find** is in entity order: the candidates' index rows are read from the cursor's entity
+//!   on, so a page costs its own entities (plus, to say exactly whether more follow, the
+//!   entities up to the next one found). A page ends between entities, so an entity's values
+//!   are never split; it exceeds `limit` only when one entity alone holds more.
+//!
+//! Must not depend on: Raft, gRPC, RocksDB, an async runtime or a clock.
+
+use std::cmp::Ordering;
+use std::collections::BinaryHeap;
+
+use engram_storage::{ReadView, Space, prefix_end};
+use engram_types::{Attribute, BranchName, Datom, EntityId, Namespace, TxId, Value};
+
+use crate::cursor::{Cursor, CursorError, CursorKind, QueryKey};
+use crate::reads::{self, ReadError, ReadOptions, View};
+use crate::rows::hex;
+use crate::{CoreError, keys, schema};
+
+/// The most datoms one page holds (a request's limit of 0 asks for this many).
+pub const MAX_PAGE: usize = 100_000;
+
+/// Rows read from the store per call while a page is gathered.
+const SCAN_CHUNK: usize = 4096;
+
+/// One page of an answer.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Page {
+    pub datoms: Vec<Datom>,
+    /// The transaction the whole answer is read as of.
+    pub as_of: TxId,
+    /// Where the next page begins; `None`: this page ends the answer.
+    pub next: Option<Cursor>,
+}
+
+/// What a History reads.
+#[derive(Clone, Copy, Debug)]
+pub enum HistoryOf<'a> {
+    /// Every datom of an entity, or of one of its attributes.
+    Entity {
+        entity: EntityId,
+        attribute: Option<&'a Attribute>,
+    },
+    /// Every datom of an attribute across entities.
+    Attribute(&'a Attribute),
+}
+
+/// The page size a request's `limit` asks for: 0 is the largest.
+pub fn page_size(limit: u32) -> usize {
+    if limit == 0 {
+        MAX_PAGE
+    } else {
+        (limit as usize).min(MAX_PAGE)
+    }
+}
+
+/// A page of the datoms of `of` on main or `branch`, in (tx, seq) order, after `cursor` (the
+/// raw bytes a previous page returned; empty: the first page).
+pub fn history(
+    store: &dyn ReadView,
+    ns: &Namespace,
+    branch: Option<&BranchName>,
+    of: HistoryOf<'_>,
+    cursor: &[u8],
+    limit: usize,
+) -> Result<Page, ReadError> {
+    let query = history_key(ns, branch, of);
+    let cursor = Cursor::continuing(cursor, CursorKind::History, query, None)?;
+    let (view, _) = View::of(store, ns, branch)?;
+    let as_of = answer_as_of(store, cursor.as_ref(), None)?;
+    let after = cursor.map(|c| (TxId(c.after.0), c.after.1));
+    // On a branch, main's rows count up to the fork only.
+    let main_as_of = match view.branch {
+        Some((_, fork)) => fork.min(as_of),
+        None => as_of,
+    };
+    let mut earliest = Earliest::new(limit, after);
+    match of {
+        HistoryOf::Entity { entity, attribute } => {
+            if !view.entity_visible(store, entity)? {
+                return Err(ReadError::UnknownEntity(entity));
+            }
+            let main = match attribute {
+                Some(a) => keys::eavt_attr(ns, entity, a),
+                None => keys::eavt_entity(ns, entity),
+            };
+            each_row(store, &main, |key, value| {
+                let (tx, seq) = trailing_tx_seq(key)?;
+                if tx <= main_as_of {
+                    earliest.offer(tx, seq, || Row::Encoded(value.to_vec()));
+                }
+                Ok(())
+            })?;
+            if let Some((name, _)) = view.branch {
+                let own = match attribute {
+                    Some(a) => keys::branch_eavt_attr(ns, name, entity, a),
+                    None => keys::branch_eavt_entity(ns, name, entity),
+                };
+                each_row(store, &own, |key, value| {
+                    let (tx, seq) = trailing_tx_seq(key)?;
+                    if tx <= as_of {
+                        earliest.offer(tx, seq, || Row::Encoded(value.to_vec()));
+                    }
+                    Ok(())
+                })?;
+            }
+        }
+        HistoryOf::Attribute(attr) => {
+            each_row(store, &keys::aevt_attr(ns, attr), |key, _| {
+                let (e, tx, seq) = keys::trailing_entity_tx_seq(key)
+                    .ok_or_else(|| CoreError::corrupt(format!("index row {}", hex(key)), "too short"))?;
+                if tx <= main_as_of {
+                    earliest.offer(tx, seq, || Row::Indexed(e));
+                }
+                Ok(())
+            })?;
+            if let Some((name, _)) = view.branch {
+                each_row(store, &keys::branch_eavt_prefix(ns, name), |key, value| {
+                    let (tx, seq) = trailing_tx_seq(key)?;
+                    if tx <= as_of && decode(key, value)?.attribute == *attr {
+                        earliest.offer(tx, seq, || Row::Encoded(value.to_vec()));
+                    }
+                    Ok(())
+                })?;
+            }
+        }
+    }
+    let (rows, more) = earliest.finish();
+    let next = match (more, rows.last()) {
+        (true, Some(last)) => Some(Cursor {
+            kind: CursorKind::History,
+            query,
+            as_of,
+            after: (last.tx.0, last.seq),
+        }),
+        _ => None,
+    };
+    let mut datoms = Vec::with_capacity(rows.len());
+    for row in rows {
+        datoms.push(match row.row {
+            Row::Encoded(bytes) => decode(&keys::tx_datom(row.tx, row.seq), &bytes)?,
+            Row::Indexed(e) => {
+                let HistoryOf::Attribute(attr) = of else {
+                    return Err(CoreError::corrupt("history", "an index row in an entity's history").into());
+                };
+                let key = keys::eavt(ns, e, attr, row.tx, row.seq);
+                let bytes = store.get(Space::State, &key)?.ok_or_else(|| {
+                    CoreError::corrupt(format!("index row {}", hex(&key)), "points at a missing datom")
+                })?;
+                decode(&key, &bytes)?
+            }
+        });
+    }
+    Ok(Page { datoms, as_of, next })
+}
+
+/// A page of the entities whose current value of `attr` (as of `opts.as_of`, or of the answer's
+/// first page) is `value`, or that hold any value when `value` is `None`, in entity order: their
+/// current datoms. Entities expired by `opts.expired_at_ns` are left out (the other options do
+/// not apply: the latest claim wins).
+#[allow(clippy::too_many_arguments)] // where (store, namespace, branch), what (three), which page (two)
+pub fn find(
+    store: &dyn ReadView,
+    ns: &Namespace,
+    branch: Option<&BranchName>,
+    attr: &Attribute,
+    value: Option<&Value>,
+    opts: &ReadOptions,
+    cursor: &[u8],
+    limit: usize,
+) -> Result<Page, ReadError> {
+    let query = find_key(ns, branch, attr, value, opts);
+    let cursor = Cursor::continuing(cursor, CursorKind::Find, query, opts.as_of)?;
+    let (view, _) = View::of(store, ns, branch)?;
+    let as_of = answer_as_of(store, cursor.as_ref(), opts.as_of)?;
+    let cardinality = schema::cardinality_at(store, ns, attr, Some(as_of))?;
+    let latest = ReadOptions {
+        as_of: Some(as_of),
+        ..ReadOptions::default()
+    };
+    // Expiry costs one more slot read per entity found: only where some entity has one.
+    let expires = match opts.expired_at_ns {
+        Some(now_ns) => {
+            let expires = Attribute::new(reads::MEMORY_EXPIRES)
+                .map_err(|e| CoreError::corrupt("find", e.to_string()))?;
+            let prefix = keys::aevt_attr(ns, &expires);
+            let written = branch.is_some()
+                || !store
+                    .scan(Space::State, &prefix, prefix_end(&prefix).as_deref(), 1)?
+                    .is_empty();
+            if written {
+                let cardinality = schema::cardinality_at(store, ns, &expires, Some(as_of))?;
+                Some((expires, cardinality, now_ns))
+            } else {
+                None
+            }
+        }
+        None => None,
+    };
+    let current = |e: EntityId| -> Result<Vec<Datom>, ReadError> {
+        let slot = view.slot_datoms(store, e, attr)?;
+        let found: Vec<Datom> = reads::resolve_slot(&slot, cardinality, &latest)
+            .current
+            .into_iter()
+            .filter(|d| value.is_none_or(|v| *v == d.value))
+            .collect();
+        if let Some((expires, cardinality, now_ns)) = &expires
+            && !found.is_empty()
+        {
+            let held = reads::resolve_slot(&view.slot_datoms(store, e, expires)?, *cardinality, &latest);
+            if reads::expiry(held.current.iter().chain(&held.conflicts)).is_some_and(|at| at <= *now_ns) {
+                return Ok(Vec::new());
+            }
+        }
+        Ok(found)
+    };
+    let after = cursor.map(|c| EntityId(c.after.0));
+    let mut candidates = Candidates::new(store, &view, attr, value, after)?;
+    let mut datoms: Vec<Datom> = Vec::new();
+    let mut last: Option<EntityId> = None;
+    let mut more = false;
+    while let Some(e) = candidates.next()? {
+        let found = current(e)?;
+        if found.is_empty() {
+            continue;
+        }
+        if !datoms.is_empty() && datoms.len() + found.len() > limit {
+            // `e` would overflow the page: it begins the next one.
+            more = true;
+            break;
+        }
+        datoms.extend(found);
+        last = Some(e);
+        if datoms.len() >= limit {
+            // Say exactly whether the answer goes on: find the next entity that belongs in it.
+            while let Some(e) = candidates.next()? {
+                if !current(e)?.is_empty() {
+                    more = true;
+                    break;
+                }
+            }
+            break;
+        }
+    }
+    let next = match (more, last) {
+        (true, Some(last)) => Some(Cursor {
+            kind: CursorKind::Find,
+            query,
+            as_of,
+            after: (last.0, 0),
+        }),
+        _ => None,
+    };
+    Ok(Page { datoms, as_of, next })
+}
+
+/// Every datom of an entity on main (optionally one attribute), in (tx, seq) order: the first
+/// `limit` of them.
+pub fn entity_history(
+    store: &dyn ReadView,
+    ns: &Namespace,
+    e: EntityId,
+    attribute: Option<&Attribute>,
+    limit: usize,
+) -> Result<Vec<Datom>, ReadError> {
+    let of = HistoryOf::Entity { entity: e, attribute };
+    Ok(history(store, ns, None, of, &[], limit)?.datoms)
+}
+
+/// Every datom of an attribute on main across entities, in (tx, seq) order: the first `limit`.
+pub fn attribute_history(
+    store: &dyn ReadView,
+    ns: &Namespace,
+    attr: &Attribute,
+    limit: usize,
+) -> Result<Vec<Datom>, ReadError> {
+    Ok(history(store, ns, None, HistoryOf::Attribute(attr), &[], limit)?.datoms)
+}
+
+/// The first `limit` datoms [`find`] answers on main as of `as_of`, expiry not applied.
+pub fn find_main(
+    store: &dyn ReadView,
+    ns: &Namespace,
+    attr: &Attribute,
+    value: Option<&Value>,
+    as_of: Option<TxId>,
+    limit: usize,
+) -> Result<Vec<Datom>, ReadError> {
+    let opts = ReadOptions {
+        as_of,
+        ..ReadOptions::default()
+    };
+    Ok(find(store, ns, None, attr, value, &opts, &[], limit)?.datoms)
+}
+
+/// The transaction an answer is read as of: the cursor's (checked against the request's by
+/// [`Cursor::continuing`]); else the request's; else the store's head (the last transaction
+/// applied).
+fn answer_as_of(
+    store: &dyn ReadView,
+    cursor: Option<&Cursor>,
+    asked: Option<TxId>,
+) -> Result<TxId, ReadError> {
+    let head = reads::head(store)?.tx;
+    match (cursor, asked) {
+        (Some(c), _) if c.as_of > head => Err(CursorError::Ahead {
+            as_of: c.as_of.0,
+            applied: head.0,
+        }
+        .into()),
+        (Some(c), _) => Ok(c.as_of),
+        (None, Some(asked)) => Ok(asked),
+        (None, None) => Ok(head),
+    }
+}
+
+fn history_key(ns: &Namespace, branch: Option<&BranchName>, of: HistoryOf<'_>) -> QueryKey {
+    let branch = branch.map_or("", |b| b.as_str());
+    match of {
+        HistoryOf::Entity { entity, attribute } => QueryKey::of(
+            CursorKind::History,
+            &[
+                ns.as_str().as_bytes(),
+                branch.as_bytes(),
+                b"entity",
+                &entity.0.to_be_bytes(),
+                attribute.map_or("", |a| a.as_str()).as_bytes(),
+            ],
+        ),
+        HistoryOf::Attribute(attr) => QueryKey::of(
+            CursorKind::History,
+            &[
+                ns.as_str().as_bytes(),
+                branch.as_bytes(),
+                b"attribute",
+                attr.as_str().as_bytes(),
+            ],
+        ),
+    }
+}
+
+fn find_key(
+    ns: &Namespace,
+    branch: Option<&BranchName>,
+    attr: &Attribute,
+    value: Option<&Value>,
+    opts: &ReadOptions,
+) -> QueryKey {
+    let value = value.map(keys::value_digest);
+    QueryKey::of(
+        CursorKind::Find,
+        &[
+            ns.as_str().as_bytes(),
+            branch.map_or("", |b| b.as_str()).as_bytes(),
+            attr.as_str().as_bytes(),
+            value.as_ref().map_or(&[][..], |d| &d[..]),
+            // Whether expiry is judged (a read of now without include_expired), not when: each
+            // page judges it by its own clock.
+            &[u8::from(opts.expired_at_ns.is_some())],
+        ],
+    )
+}
+
+/// Calls `each` with every row under `prefix`, in key order, reading `SCAN_CHUNK` rows at a
+/// time.
+fn each_row(
+    store: &dyn ReadView,
+    prefix: &[u8],
+    mut each: impl FnMut(&[u8], &[u8]) -> Result<(), ReadError>,
+) -> Result<(), ReadError> {
+    let end = prefix_end(prefix);
+    let mut from = prefix.to_vec();
+    loop {
+        let rows = store.scan(Space::State, &from, end.as_deref(), SCAN_CHUNK)?;
+        for (key, value) in &rows {
+            each(key, value)?;
+        }
+        match rows.last() {
+            Some((key, _)) if rows.len() == SCAN_CHUNK => {
+                // The smallest key after `key`.
+                from = key.clone();
+                from.push(0);
+            }
+            _ => return Ok(()),
+        }
+    }
+}
+
+fn trailing_tx_seq(key: &[u8]) -> Result<(TxId, u32), ReadError> {
+    Ok(keys::trailing_tx_seq(key)
+        .ok_or_else(|| CoreError::corrupt(format!("datom row {}", hex(key)), "shorter than tx and seq"))?)
+}
+
+fn decode(key: &[u8], bytes: &[u8]) -> Result<Datom, ReadError> {
+    Ok(Datom::decode(bytes).map_err(|e| CoreError::corrupt(format!("datom row {}", hex(key)), e))?)
+}
+
+/// The entities that may hold the value (a superset: [`find`] checks each one), in entity
+/// order after a cursor's entity, read from the value index when the attribute has one (else
+/// the attribute's rows) a chunk at a time, merged with the branch's own entities.
+struct Candidates<'a> {
+    store: &'a dyn ReadView,
+    prefix: Vec<u8>,
+    /// The key the next chunk starts at; `None` once the index is exhausted.
+    from: Option<Vec<u8>>,
+    indexed: Vec<EntityId>,
+    /// The branch's entities holding the attribute (and value), sorted, after the cursor.
+    own: Vec<EntityId>,
+    last: Option<EntityId>,
+}
+
+impl<'a> Candidates<'a> {
+    fn new(
+        store: &'a dyn ReadView,
+        view: &View<'_>,
+        attr: &Attribute,
+        value: Option<&Value>,
+        after: Option<EntityId>,
+    ) -> Result<Candidates<'a>, ReadError> {
+        let indexed = schema::def_at(store, view.ns, attr, None)?.is_some_and(|d| d.has_value_index());
+        let prefix = match value {
+            Some(v) if indexed => keys::avet_value(view.ns, attr, v),
+            _ => keys::aevt_attr(view.ns, attr),
+        };
+        let from = match after {
+            None => Some(prefix.clone()),
+            Some(EntityId(u64::MAX)) => None,
+            Some(EntityId(e)) => {
+                let mut from = prefix.clone();
+                from.extend_from_slice(&(e + 1).to_be_bytes());
+                Some(from)
+            }
+        };
+        let mut own = Vec::new();
+        if let Some((name, _)) = view.branch {
+            each_row(store, &keys::branch_eavt_prefix(view.ns, name), |key, bytes| {
+                let d = decode(key, bytes)?;
+                if &d.attribute == attr
+                    && value.is_none_or(|v| *v == d.value)
+                    && after.is_none_or(|a| d.entity > a)
+                {
+                    own.push(d.entity);
+                }
+                Ok(())
+            })?;
+            own.sort_unstable_by(|a, b| b.cmp(a));
+            own.dedup();
+        }
+        Ok(Candidates {
+            store,
+            prefix,
+            from,
+            indexed: Vec::new(),
+            own,
+            last: None,
+        })
+    }
+
+    /// The next candidate entity, each once, in entity order.
+    fn next(&mut self) -> Result<Option<EntityId>, ReadError> {
+        loop {
+            if self.indexed.is_empty() {
+                self.fill()?;
+            }
+            // `indexed` and `own` are kept largest first, so their ends are the next ones.
+            let next = match (self.indexed.last(), self.own.last()) {
+                (None, None) => return Ok(None),
+                (Some(i), Some(o)) if o < i => self.own.pop(),
+                (Some(_), _) => self.indexed.pop(),
+                (None, Some(_)) => self.own.pop(),
+            };
+            if next.is_some() && next != self.last {
+                self.last = next;
+                return Ok(next);
+            }
+        }
+    }
+
+    /// Reads the next chunk of index rows into `indexed` (largest first; called when empty).
+    fn fill(&mut self) -> Result<(), ReadError> {
+        let Some(from) = self.from.take() else {
+            return Ok(());
+        };
+        let end = prefix_end(&self.prefix);
+        let rows = self.store.scan(Space::State, &from, end.as_deref(), SCAN_CHUNK)?;
+        for (key, _) in &rows {
+            let (e, _, _) = keys::trailing_entity_tx_seq(key)
+                .ok_or_else(|| CoreError::corrupt(format!("index row {}", hex(key)), "too short"))?;
+            if self.indexed.last() != Some(&e) {
+                self.indexed.push(e);
+            }
+        }
+        self.indexed.reverse();
+        if let Some((key, _)) = rows.last()
+            && rows.len() == SCAN_CHUNK
+        {
+            let mut from = key.clone();
+            from.push(0);
+            self.from = Some(from);
+        }
+        Ok(())
+    }
+}
+
+/// A row a History page may hold: its datom's bytes, or (for an attribute's history) the
+/// entity whose EAVT row holds it.
+enum Row {
+    Encoded(Vec<u8>),
+    Indexed(EntityId),
+}
+
+struct Candidate {
+    tx: TxId,
+    seq: u32,
+    row: Row,
+}
+
+impl PartialEq for Candidate {
+    fn eq(&self, other: &Self) -> bool {
+        (self.tx, self.seq) == (other.tx, other.seq)
+    }
+}
+
+impl Eq for Candidate {}
+
+impl PartialOrd for Candidate {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Candidate {
+    fn cmp(&self, other: &Self) -> Ordering {
+        (self.tx, self.seq).cmp(&(other.tx, other.seq))
+    }
+}
+
+/// The `limit + 1` earliest rows by (tx, seq) after a position, whatever order they are offered
+/// in: the extra one says whether the answer goes on.
+struct Earliest {
+    keep: usize,
+    after: Option<(TxId, u32)>,
+    /// A max-heap: its top is the latest row kept, the first to go.
+    heap: BinaryHeap<Candidate>,
+}
+
+impl Earliest {
+    fn new(limit: usize, after: Option<(TxId, u32)>) -> Earliest {
+        Earliest {
+            keep: limit.saturating_add(1),
+            after,
+            heap: BinaryHeap::new(),
+        }
+    }
+
+    fn offer(&mut self, tx: TxId, seq: u32, row: impl FnOnce() -> Row) {
+        if self.after.is_some_and(|after| (tx, seq) <= after) {
+            return;
+        }
+        if self.heap.len() >= self.keep && self.heap.peek().is_some_and(|top| (tx, seq) >= (top.tx, top.seq))
+        {
+            return;
+        }
+        self.heap.push(Candidate { tx, seq, row: row() });
+        if self.heap.len() > self.keep {
+            self.heap.pop();
+        }
+    }
+
+    /// The kept rows, earliest first, without the extra one, and whether there was one.
+    fn finish(self) -> (Vec<Candidate>, bool) {
+        let mut rows = self.heap.into_sorted_vec();
+        let more = rows.len() == self.keep;
+        if more {
+            rows.pop();
+        }
+        (rows, more)
+    }
+}
