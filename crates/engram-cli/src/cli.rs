@@ -848,7 +848,8 @@ pub struct DiffArgs {
     /// Up to this transaction (inclusive) [default: the head].
     #[arg(long, hide_default_value = true, default_value_t = 0, value_name = "TX")]
     pub to_tx: u64,
-    /// At most this many datoms [default: the server's maximum].
+    /// At most this many datoms; the server answers in pages of up to 100,000, all up to one
+    /// transaction [default: every datom].
     #[arg(long, hide_default_value = true, default_value_t = 0, value_name = "N")]
     pub limit: u32,
     /// Read the answering node's local state, possibly behind the leader.

@@ -814,11 +814,15 @@ async fn diff(client: &Client, args: DiffArgs, json: bool) -> Result<()> {
         .await
         .context("diff")?;
     if json {
-        print_json(&json!({
+        let mut doc = json!({
             "from_tx": args.from_tx, "to_tx": resp.to_tx, "truncated": resp.truncated,
             "asserted": resp.asserted.iter().map(txjson::datom_to_json).collect::<Vec<_>>(),
             "retracted": resp.retracted.iter().map(txjson::datom_to_json).collect::<Vec<_>>(),
-        }))?;
+        });
+        if !resp.next_cursor.is_empty() {
+            doc["next_cursor"] = json!(hex::encode(&resp.next_cursor));
+        }
+        print_json(&doc)?;
     } else {
         outln!("changes after tx {} up to tx {}:", args.from_tx, resp.to_tx)?;
         outln!("asserted ({}):", resp.asserted.len())?;
@@ -826,7 +830,7 @@ async fn diff(client: &Client, args: DiffArgs, json: bool) -> Result<()> {
         outln!("retracted ({}):", resp.retracted.len())?;
         out!("{}", datom_table(&resp.retracted))?;
         if resp.truncated {
-            outln!("(truncated at the limit: diff again from the last tx shown)")?;
+            outln!("(more changes follow past --limit; --limit 0 reads them all)")?;
         }
     }
     Ok(())

@@ -12,7 +12,8 @@ use std::sync::Arc;
 
 use anyhow::{Context, Result};
 use engram_client::{
-    Client, Consistency, FindQuery, GetOptions, HistoryQuery, HistoryTarget, SearchQuery, TrustedLog, pb,
+    Client, Consistency, DiffQuery, FindQuery, GetOptions, HistoryQuery, HistoryTarget, SearchQuery,
+    TrustedLog, pb,
 };
 use engram_types::{BranchName, EntityId, Namespace, Provenance, Status};
 use hyper_util::rt::TokioIo;
@@ -383,6 +384,11 @@ pub struct ChangedArgs {
     pub since_tx: u64,
     /// Only this entity.
     pub entity: Option<u64>,
+    /// At most this many changes, oldest first (default 200, at most 1,000). An answer says
+    /// `more: true` when changes remain.
+    pub limit: Option<u32>,
+    /// The `next_cursor` of an earlier answer, to read the changes after it.
+    pub cursor: Option<String>,
 }
 
 #[derive(Deserialize, JsonSchema)]
@@ -663,24 +669,26 @@ impl EngramTools {
     /// What was asserted and retracted in a namespace (or on one entity) after a transaction.
     #[tool]
     async fn what_changed(&self, Parameters(args): Parameters<ChangedArgs>) -> Result<String, String> {
+        let query = DiffQuery {
+            namespace: namespace(&args.namespace)?,
+            entity: args.entity.map(EntityId),
+            from_tx: args.since_tx,
+            to_tx: 0,
+            limit: args.limit.unwrap_or(200).clamp(1, MAX_TOOL_PAGE),
+            consistency: Consistency::Linearizable,
+        };
         let d = self
             .client
-            .diff(
-                &namespace(&args.namespace)?,
-                args.entity.map(EntityId),
-                args.since_tx,
-                0,
-                0,
-                Consistency::Linearizable,
-            )
+            .diff_page(&query, &cursor(args.cursor.as_deref())?)
             .await
             .map_err(failed)?;
-        Ok(answer(json!({
+        let mut out = json!({
             "asserted": facts(&d.asserted),
             "retracted": facts(&d.retracted),
             "up_to_tx": d.to_tx,
-            "truncated": d.truncated,
-        })))
+        });
+        paged(&mut out, d.to_tx, &d.next_cursor);
+        Ok(answer(out))
     }
 
     /// Create a branch to try changes in isolation (write to it with `remember`'s "branch"),

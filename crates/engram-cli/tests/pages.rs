@@ -190,7 +190,7 @@ async fn a_cursor_continues_on_any_node_and_a_foreign_one_is_refused() {
                 as_of_tx: Some(first.as_of_tx - 1),
                 ..find(first.next_cursor.clone(), ":cap/n", 3)
             },
-            "but the request asks as of transaction",
+            "issued for another query",
         ),
     ];
     for (request, says) in refusals {

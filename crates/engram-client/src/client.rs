@@ -432,34 +432,6 @@ impl Client {
         .await
     }
 
-    /// What changed between `from_tx` (exclusive) and `to_tx` (inclusive; 0: the head) for one
-    /// entity, or the whole namespace when `entity` is `None`. `limit` 0 asks for the server's
-    /// maximum; a truncated answer says so.
-    pub async fn diff(
-        &self,
-        namespace: &Namespace,
-        entity: Option<EntityId>,
-        from_tx: u64,
-        to_tx: u64,
-        limit: u32,
-        consistency: Consistency,
-    ) -> Result<pb::DiffResponse, ClientError> {
-        let req = pb::DiffRequest {
-            namespace: namespace.to_string(),
-            entity: entity.map(|e| e.0),
-            from_tx,
-            to_tx,
-            limit,
-            consistency: consistency.to_pb(),
-            branch: String::new(),
-        };
-        self.call(Idempotency::Safe, move |ch, s| {
-            let req = req.clone();
-            async move { memory(ch).diff(s.sign(methods::DIFF, req)).await }
-        })
-        .await
-    }
-
     /// A branch against main: its own writes (`asserted`, `retracted`) and what main recorded
     /// since the fork on the same (entity, attribute) pairs (`main_changed`).
     pub async fn branch_diff(

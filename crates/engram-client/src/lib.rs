@@ -40,7 +40,7 @@ pub use endpoint::parse_endpoint;
 pub use engram_audit::PublicKey;
 pub use engram_proto::pb;
 pub use error::{ClientError, code_name};
-pub use pages::HistoryQuery;
+pub use pages::{DiffQuery, HistoryQuery};
 pub use retry::{Idempotency, RetryPolicy, is_transient};
 pub use trust::{ProofFailure, TrustedLog, verify_checkpoint, verify_read_proof};
 pub use verify::{ChainReport, VerifyProgress};

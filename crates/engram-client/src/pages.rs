@@ -1,17 +1,18 @@
-//! Reads the server answers in pages: History and Find.
+//! Reads the server answers in pages: History, Find and Diff.
 //!
 //! The server returns at most a page (100,000 datoms at most) and, when the answer goes on, a
 //! `next_cursor`; every page of one answer is read as of the transaction the first was
-//! (`as_of_tx`). [`Client::history`], [`Client::history_all`], [`Client::find`] and
-//! [`Client::find_all`] follow the cursors until the answer ends or the query's `limit` is
-//! reached, so a caller never gets a silently shortened answer: when a limit stops the reading
-//! before the end, the answer's `next_cursor` is set, and [`Client::history_page`] /
-//! [`Client::find_page`] continue from it a page at a time. A page that fails transiently is
+//! (`as_of_tx`). [`Client::history`], [`Client::history_all`], [`Client::find`],
+//! [`Client::find_all`] and [`Client::diff`] follow the cursors until the answer ends or the
+//! query's `limit` is reached, so a caller never gets a silently shortened answer: when a limit
+//! stops the reading before the end, the answer's `next_cursor` is set, and
+//! [`Client::history_page`], [`Client::find_page`] and [`Client::diff_page`] continue from it a
+//! page at a time. A page that fails transiently is
 //! retried like any read, on any node: the cursor carries the position, so no datom is read
 //! twice or skipped.
 
 use engram_proto::{methods, pb};
-use engram_types::{BranchName, Namespace};
+use engram_types::{BranchName, EntityId, Namespace};
 
 use crate::client::{history_request, memory};
 use crate::{Client, ClientError, Consistency, FindQuery, HistoryTarget, Idempotency};
@@ -54,6 +55,20 @@ impl HistoryQuery {
         req.cursor = cursor.to_vec();
         req
     }
+}
+
+/// A [`Client::diff_page`] query: what changed after `from_tx` up to `to_tx` (0: the head when
+/// the first page is read), for one entity or the whole namespace.
+#[derive(Clone, Debug)]
+pub struct DiffQuery {
+    pub namespace: Namespace,
+    /// `None`: the whole namespace.
+    pub entity: Option<EntityId>,
+    pub from_tx: u64,
+    pub to_tx: u64,
+    /// The page size (0: the server's largest).
+    pub limit: u32,
+    pub consistency: Consistency,
 }
 
 impl Client {
@@ -122,6 +137,66 @@ impl Client {
         self.history_raw(query.request(cursor, size))
             .await
             .map(|(_, r)| r)
+    }
+
+    /// What changed between `from_tx` (exclusive) and `to_tx` (inclusive; 0: the head when the
+    /// first page is read) for one entity, or the whole namespace when `entity` is `None`,
+    /// following the server's pages: at most `limit` datoms (0: all of them). `truncated` and
+    /// `next_cursor` say when the limit stopped the reading before the end.
+    pub async fn diff(
+        &self,
+        namespace: &Namespace,
+        entity: Option<EntityId>,
+        from_tx: u64,
+        to_tx: u64,
+        limit: u32,
+        consistency: Consistency,
+    ) -> Result<pb::DiffResponse, ClientError> {
+        let query = DiffQuery {
+            namespace: namespace.clone(),
+            entity,
+            from_tx,
+            to_tx,
+            limit,
+            consistency,
+        };
+        let mut pages = Follow::new(limit);
+        while let Some((cursor, size)) = pages.next() {
+            pages.add(self.diff_page_of(&query, &cursor, size).await?);
+        }
+        let mut answer = pages.finish().unwrap_or_default();
+        answer.truncated = !answer.next_cursor.is_empty();
+        Ok(answer)
+    }
+
+    /// One page of `query` (at most `query.limit` datoms; 0: the server's largest page) from
+    /// `cursor`: empty for the first page, else the `next_cursor` of the page before.
+    pub async fn diff_page(&self, query: &DiffQuery, cursor: &[u8]) -> Result<pb::DiffResponse, ClientError> {
+        self.diff_page_of(query, cursor, query.limit).await
+    }
+
+    async fn diff_page_of(
+        &self,
+        query: &DiffQuery,
+        cursor: &[u8],
+        size: u32,
+    ) -> Result<pb::DiffResponse, ClientError> {
+        let req = pb::DiffRequest {
+            namespace: query.namespace.to_string(),
+            entity: query.entity.map(|e| e.0),
+            from_tx: query.from_tx,
+            to_tx: query.to_tx,
+            limit: size,
+            consistency: query.consistency.to_pb(),
+            branch: String::new(),
+            cursor: cursor.to_vec(),
+        };
+        self.call_with_endpoint(Idempotency::Safe, move |ch, s| {
+            let req = req.clone();
+            async move { memory(ch).diff(s.sign(methods::DIFF, req)).await }
+        })
+        .await
+        .map(|(_, r)| r)
     }
 
     /// The current datoms of an attribute, optionally only those with a given value, by
@@ -201,7 +276,7 @@ impl<P: Paged> Follow<P> {
         }
         let left = match self.limit {
             0 => 0,
-            limit => match limit.checked_sub(u32::try_from(answer.datoms().len()).unwrap_or(u32::MAX)) {
+            limit => match limit.checked_sub(u32::try_from(answer.len()).unwrap_or(u32::MAX)) {
                 Some(left) if left > 0 => left,
                 _ => return None,
             },
@@ -214,11 +289,11 @@ impl<P: Paged> Follow<P> {
         match self.answer.as_mut() {
             None => self.answer = Some(page),
             Some(answer) => {
-                answer.datoms().append(page.datoms());
+                answer.append(&mut page);
                 *answer.next_cursor_mut() = std::mem::take(page.next_cursor_mut());
             }
         }
-        self.answer.as_mut().map_or(0, |a| a.datoms().len())
+        self.answer.as_ref().map_or(0, Paged::len)
     }
 
     /// The answer; `None` if no page was added.
@@ -229,14 +304,20 @@ impl<P: Paged> Follow<P> {
 
 /// A page of a paged read: its datoms and where the next page begins.
 pub(crate) trait Paged {
-    fn datoms(&mut self) -> &mut Vec<pb::Datom>;
+    /// The datoms it holds.
+    fn len(&self) -> usize;
+    /// Appends a later page's datoms.
+    fn append(&mut self, later: &mut Self);
     fn next_cursor(&self) -> &[u8];
     fn next_cursor_mut(&mut self) -> &mut Vec<u8>;
 }
 
 impl Paged for pb::HistoryResponse {
-    fn datoms(&mut self) -> &mut Vec<pb::Datom> {
-        &mut self.datoms
+    fn len(&self) -> usize {
+        self.datoms.len()
+    }
+    fn append(&mut self, later: &mut Self) {
+        self.datoms.append(&mut later.datoms);
     }
     fn next_cursor(&self) -> &[u8] {
         &self.next_cursor
@@ -247,8 +328,27 @@ impl Paged for pb::HistoryResponse {
 }
 
 impl Paged for pb::FindResponse {
-    fn datoms(&mut self) -> &mut Vec<pb::Datom> {
-        &mut self.datoms
+    fn len(&self) -> usize {
+        self.datoms.len()
+    }
+    fn append(&mut self, later: &mut Self) {
+        self.datoms.append(&mut later.datoms);
+    }
+    fn next_cursor(&self) -> &[u8] {
+        &self.next_cursor
+    }
+    fn next_cursor_mut(&mut self) -> &mut Vec<u8> {
+        &mut self.next_cursor
+    }
+}
+
+impl Paged for pb::DiffResponse {
+    fn len(&self) -> usize {
+        self.asserted.len() + self.retracted.len()
+    }
+    fn append(&mut self, later: &mut Self) {
+        self.asserted.append(&mut later.asserted);
+        self.retracted.append(&mut later.retracted);
     }
     fn next_cursor(&self) -> &[u8] {
         &self.next_cursor

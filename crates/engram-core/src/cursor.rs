@@ -1,8 +1,8 @@
-//! Cursors: where the next page of a paged read ([`crate::pages`]) begins.
+//! Cursors: where the next page of a paged read ([`crate::pages`]: History, Find, Diff) begins.
 //!
-//! A cursor is opaque to callers and bound to three things: the kind of read (History or
-//! Find), the query it continues (a fingerprint of namespace, branch, target, filter, value and
-//! expiry judgement), and the transaction the first page was answered as of, so that every page
+//! A cursor is opaque to callers and bound to three things: the kind of read, the query it
+//! continues (a fingerprint of namespace, branch, target, filter, value, expiry judgement or
+//! lower bound), and the transaction the first page was answered as of, so that every page
 //! of one answer reads the same state whatever is written meanwhile and whichever node answers.
 //! A cursor from another query, another as-of point or one damaged on the way is refused.
 //!
@@ -12,7 +12,8 @@
 //! could not ask for directly.
 //!
 //! Layout (46 bytes): version 1, kind, query fingerprint (16), as-of tx (8, big-endian),
-//! position (8 + 4: the last (tx, seq) of a History page, the last entity of a Find page, 0),
+//! position (8 + 4: the last (tx, seq) of a History or Diff page, the last entity of a Find
+//! page and 0),
 //! check (the first 8 bytes of `blake3("engram/cursor/v1" || the 38 bytes before)`).
 //!
 //! Must not depend on: the reads it serves (they depend on it), Raft, gRPC or storage engines.
@@ -29,6 +30,7 @@ const CHECK_CONTEXT: &[u8] = b"engram/cursor/v1";
 pub enum CursorKind {
     History,
     Find,
+    Diff,
 }
 
 impl CursorKind {
@@ -36,6 +38,7 @@ impl CursorKind {
         match self {
             CursorKind::History => 1,
             CursorKind::Find => 2,
+            CursorKind::Diff => 3,
         }
     }
 
@@ -43,6 +46,7 @@ impl CursorKind {
         match tag {
             1 => Some(CursorKind::History),
             2 => Some(CursorKind::Find),
+            3 => Some(CursorKind::Diff),
             _ => None,
         }
     }
@@ -51,6 +55,7 @@ impl CursorKind {
         match self {
             CursorKind::History => "history",
             CursorKind::Find => "find",
+            CursorKind::Diff => "diff",
         }
     }
 }
@@ -99,11 +104,9 @@ pub enum CursorError {
         asked: &'static str,
     },
     #[error(
-        "cursor: issued for another query (its namespace, branch, target, attribute, value or include_expired differ from this request's)"
+        "cursor: issued for another query (its namespace, branch, target, attribute, value, include_expired, as_of_tx, from_tx or to_tx differ from this request's)"
     )]
     OtherQuery,
-    #[error("cursor: bound to transaction {cursor}, but the request asks as of transaction {asked}")]
-    OtherAsOf { cursor: u64, asked: u64 },
     /// The answering node has not applied the transaction the answer is read as of: a node
     /// further behind than the one that answered the first page. Retrying (on the leader, or
     /// later) succeeds.
@@ -156,12 +159,11 @@ impl Cursor {
     }
 
     /// Decodes `bytes` (empty: the first page) and checks that the cursor continues `query` of
-    /// `kind` and, when the request names one, as of the transaction `asked`.
+    /// `kind`.
     pub fn continuing(
         bytes: &[u8],
         kind: CursorKind,
         query: QueryKey,
-        asked: Option<TxId>,
     ) -> Result<Option<Cursor>, CursorError> {
         if bytes.is_empty() {
             return Ok(None);
@@ -171,14 +173,6 @@ impl Cursor {
             return Err(CursorError::OtherKind {
                 issued: cursor.kind.name(),
                 asked: kind.name(),
-            });
-        }
-        if let Some(asked) = asked
-            && asked != cursor.as_of
-        {
-            return Err(CursorError::OtherAsOf {
-                cursor: cursor.as_of.0,
-                asked: asked.0,
             });
         }
         if cursor.query != query {
@@ -217,31 +211,17 @@ mod tests {
         assert_eq!(bytes.len(), LEN);
         assert_eq!(Cursor::decode(&bytes), Ok(c));
         assert_eq!(
-            Cursor::continuing(&bytes, CursorKind::History, c.query, None),
+            Cursor::continuing(&bytes, CursorKind::History, c.query),
             Ok(Some(c))
         );
-        assert_eq!(
-            Cursor::continuing(&bytes, CursorKind::History, c.query, Some(TxId(77))),
-            Ok(Some(c))
-        );
-        assert_eq!(
-            Cursor::continuing(&bytes, CursorKind::History, c.query, Some(TxId(78))),
-            Err(CursorError::OtherAsOf {
-                cursor: 77,
-                asked: 78
-            })
-        );
-        assert_eq!(
-            Cursor::continuing(&[], CursorKind::History, c.query, None),
-            Ok(None)
-        );
+        assert_eq!(Cursor::continuing(&[], CursorKind::History, c.query), Ok(None));
         let other = QueryKey::of(CursorKind::History, &[b"ns", b"other"]);
         assert_eq!(
-            Cursor::continuing(&bytes, CursorKind::History, other, None),
+            Cursor::continuing(&bytes, CursorKind::History, other),
             Err(CursorError::OtherQuery)
         );
         assert_eq!(
-            Cursor::continuing(&bytes, CursorKind::Find, c.query, None),
+            Cursor::continuing(&bytes, CursorKind::Find, c.query),
             Err(CursorError::OtherKind {
                 issued: "history",
                 asked: "find"

@@ -78,16 +78,90 @@ pub fn history(
     limit: usize,
 ) -> Result<Page, ReadError> {
     let query = history_key(ns, branch, of);
-    let cursor = Cursor::continuing(cursor, CursorKind::History, query, None)?;
+    let cursor = Cursor::continuing(cursor, CursorKind::History, query)?;
     let (view, _) = View::of(store, ns, branch)?;
     let as_of = answer_as_of(store, cursor.as_ref(), None)?;
     let after = cursor.map(|c| (TxId(c.after.0), c.after.1));
+    let (datoms, last) = earliest_of(store, &view, of, TxId(0), as_of, after, limit)?;
+    let next = last.map(|(tx, seq)| Cursor {
+        kind: CursorKind::History,
+        query,
+        as_of,
+        after: (tx.0, seq),
+    });
+    Ok(Page { datoms, as_of, next })
+}
+
+/// A page of what changed on main after transaction `from` up to `to` (inclusive; `None`: the
+/// store's head when the answer's first page is read), for one entity or the whole namespace,
+/// in (tx, seq) order.
+pub fn diff(
+    store: &dyn ReadView,
+    ns: &Namespace,
+    entity: Option<EntityId>,
+    from: TxId,
+    to: Option<TxId>,
+    cursor: &[u8],
+    limit: usize,
+) -> Result<Page, ReadError> {
+    let query = QueryKey::of(
+        CursorKind::Diff,
+        &[
+            ns.as_str().as_bytes(),
+            &entity.map_or([0u8; 9], |e| {
+                let mut tagged = [1u8; 9];
+                tagged[1..].copy_from_slice(&e.0.to_be_bytes());
+                tagged
+            }),
+            &from.0.to_be_bytes(),
+            &to.map_or(0, |t| t.0).to_be_bytes(),
+        ],
+    );
+    let cursor = Cursor::continuing(cursor, CursorKind::Diff, query)?;
+    let as_of = answer_as_of(store, cursor.as_ref(), to)?;
+    let after = cursor.map(|c| (TxId(c.after.0), c.after.1));
+    let (datoms, last) = match entity {
+        Some(entity) => {
+            let of = HistoryOf::Entity {
+                entity,
+                attribute: None,
+            };
+            earliest_of(store, &View::main(ns), of, from, as_of, after, limit)?
+        }
+        None => namespace_changes(store, ns, from, as_of, after, limit)?,
+    };
+    let next = last.map(|(tx, seq)| Cursor {
+        kind: CursorKind::Diff,
+        query,
+        as_of,
+        after: (tx.0, seq),
+    });
+    Ok(Page { datoms, as_of, next })
+}
+
+/// The first `limit` datoms of `of` seen in `view` with `since < tx <= as_of`, after `after`, in
+/// (tx, seq) order, and the position of the last when more follow.
+fn earliest_of(
+    store: &dyn ReadView,
+    view: &View<'_>,
+    of: HistoryOf<'_>,
+    since: TxId,
+    as_of: TxId,
+    after: Option<(TxId, u32)>,
+    limit: usize,
+) -> Result<Gathered, ReadError> {
+    let ns = view.ns;
     // On a branch, main's rows count up to the fork only.
     let main_as_of = match view.branch {
         Some((_, fork)) => fork.min(as_of),
         None => as_of,
     };
     let mut earliest = Earliest::new(limit, after);
+    let mut offer = |tx: TxId, seq: u32, through: TxId, row: &dyn Fn() -> Row| {
+        if tx > since && tx <= through {
+            earliest.offer(tx, seq, row);
+        }
+    };
     match of {
         HistoryOf::Entity { entity, attribute } => {
             if !view.entity_visible(store, entity)? {
@@ -99,9 +173,7 @@ pub fn history(
             };
             each_row(store, &main, |key, value| {
                 let (tx, seq) = trailing_tx_seq(key)?;
-                if tx <= main_as_of {
-                    earliest.offer(tx, seq, || Row::Encoded(value.to_vec()));
-                }
+                offer(tx, seq, main_as_of, &|| Row::Encoded(value.to_vec()));
                 Ok(())
             })?;
             if let Some((name, _)) = view.branch {
@@ -111,9 +183,7 @@ pub fn history(
                 };
                 each_row(store, &own, |key, value| {
                     let (tx, seq) = trailing_tx_seq(key)?;
-                    if tx <= as_of {
-                        earliest.offer(tx, seq, || Row::Encoded(value.to_vec()));
-                    }
+                    offer(tx, seq, as_of, &|| Row::Encoded(value.to_vec()));
                     Ok(())
                 })?;
             }
@@ -122,16 +192,14 @@ pub fn history(
             each_row(store, &keys::aevt_attr(ns, attr), |key, _| {
                 let (e, tx, seq) = keys::trailing_entity_tx_seq(key)
                     .ok_or_else(|| CoreError::corrupt(format!("index row {}", hex(key)), "too short"))?;
-                if tx <= main_as_of {
-                    earliest.offer(tx, seq, || Row::Indexed(e));
-                }
+                offer(tx, seq, main_as_of, &|| Row::Indexed(e));
                 Ok(())
             })?;
             if let Some((name, _)) = view.branch {
                 each_row(store, &keys::branch_eavt_prefix(ns, name), |key, value| {
                     let (tx, seq) = trailing_tx_seq(key)?;
-                    if tx <= as_of && decode(key, value)?.attribute == *attr {
-                        earliest.offer(tx, seq, || Row::Encoded(value.to_vec()));
+                    if decode(key, value)?.attribute == *attr {
+                        offer(tx, seq, as_of, &|| Row::Encoded(value.to_vec()));
                     }
                     Ok(())
                 })?;
@@ -139,15 +207,7 @@ pub fn history(
         }
     }
     let (rows, more) = earliest.finish();
-    let next = match (more, rows.last()) {
-        (true, Some(last)) => Some(Cursor {
-            kind: CursorKind::History,
-            query,
-            as_of,
-            after: (last.tx.0, last.seq),
-        }),
-        _ => None,
-    };
+    let last = rows.last().filter(|_| more).map(|row| (row.tx, row.seq));
     let mut datoms = Vec::with_capacity(rows.len());
     for row in rows {
         datoms.push(match row.row {
@@ -164,7 +224,50 @@ pub fn history(
             }
         });
     }
-    Ok(Page { datoms, as_of, next })
+    Ok((datoms, last))
+}
+
+/// The first `limit` datoms main's transactions of `ns` recorded with `since < tx <= as_of`,
+/// after `after`, in (tx, seq) order (a datom's seq is its place in its transaction), read
+/// from the transaction log; and the position of the last when more follow.
+fn namespace_changes(
+    store: &dyn ReadView,
+    ns: &Namespace,
+    since: TxId,
+    as_of: TxId,
+    after: Option<(TxId, u32)>,
+    limit: usize,
+) -> Result<Gathered, ReadError> {
+    let mut out: Vec<Datom> = Vec::new();
+    let mut last = None;
+    let mut next = after.map_or(TxId(since.0.saturating_add(1)), |(tx, _)| tx);
+    while next <= as_of {
+        let (records, continue_at) = reads::transactions_from(store, ns, None, next, 256)?;
+        for record in records {
+            let tx = record.receipt.tx;
+            if tx > as_of {
+                return Ok((out, None));
+            }
+            for (seq, d) in record.datoms.into_iter().enumerate() {
+                let seq =
+                    u32::try_from(seq).map_err(|_| CoreError::corrupt("transaction", "over 2^32 datoms"))?;
+                if after.is_some_and(|after| (tx, seq) <= after) {
+                    continue;
+                }
+                if out.len() == limit {
+                    // One more datom exists: the page ends at the last one kept.
+                    return Ok((out, last));
+                }
+                out.push(d);
+                last = Some((tx, seq));
+            }
+        }
+        if continue_at == next {
+            break;
+        }
+        next = continue_at;
+    }
+    Ok((out, None))
 }
 
 /// A page of the entities whose current value of `attr` (as of `opts.as_of`, or of the answer's
@@ -183,7 +286,7 @@ pub fn find(
     limit: usize,
 ) -> Result<Page, ReadError> {
     let query = find_key(ns, branch, attr, value, opts);
-    let cursor = Cursor::continuing(cursor, CursorKind::Find, query, opts.as_of)?;
+    let cursor = Cursor::continuing(cursor, CursorKind::Find, query)?;
     let (view, _) = View::of(store, ns, branch)?;
     let as_of = answer_as_of(store, cursor.as_ref(), opts.as_of)?;
     let cardinality = schema::cardinality_at(store, ns, attr, Some(as_of))?;
@@ -306,24 +409,45 @@ pub fn find_main(
     Ok(find(store, ns, None, attr, value, &opts, &[], limit)?.datoms)
 }
 
-/// The transaction an answer is read as of: the cursor's (checked against the request's by
-/// [`Cursor::continuing`]); else the request's; else the store's head (the last transaction
-/// applied).
+/// The first `limit` datoms [`diff`] answers, split into assertions and retractions.
+pub fn diff_main(
+    store: &dyn ReadView,
+    ns: &Namespace,
+    entity: Option<EntityId>,
+    from: TxId,
+    to: TxId,
+    limit: usize,
+) -> Result<reads::Diff, ReadError> {
+    let page = diff(store, ns, entity, from, Some(to), &[], limit)?;
+    let truncated = page.next.is_some();
+    let (asserted, retracted) = page
+        .datoms
+        .into_iter()
+        .partition(|d| d.op == engram_types::Op::Assert);
+    Ok(reads::Diff {
+        asserted,
+        retracted,
+        truncated,
+    })
+}
+
+/// The transaction an answer is read as of: the cursor's; else the store's head (the last
+/// transaction applied), or the transaction the request names if that is earlier. (The request's
+/// own as-of is part of the query a cursor continues, so every page asks the same.)
 fn answer_as_of(
     store: &dyn ReadView,
     cursor: Option<&Cursor>,
     asked: Option<TxId>,
 ) -> Result<TxId, ReadError> {
     let head = reads::head(store)?.tx;
-    match (cursor, asked) {
-        (Some(c), _) if c.as_of > head => Err(CursorError::Ahead {
+    match cursor {
+        Some(c) if c.as_of > head => Err(CursorError::Ahead {
             as_of: c.as_of.0,
             applied: head.0,
         }
         .into()),
-        (Some(c), _) => Ok(c.as_of),
-        (None, Some(asked)) => Ok(asked),
-        (None, None) => Ok(head),
+        Some(c) => Ok(c.as_of),
+        None => Ok(asked.map_or(head, |asked| asked.min(head))),
     }
 }
 
@@ -367,12 +491,16 @@ fn find_key(
             branch.map_or("", |b| b.as_str()).as_bytes(),
             attr.as_str().as_bytes(),
             value.as_ref().map_or(&[][..], |d| &d[..]),
+            &opts.as_of.map_or(0, |t| t.0).to_be_bytes(),
             // Whether expiry is judged (a read of now without include_expired), not when: each
             // page judges it by its own clock.
             &[u8::from(opts.expired_at_ns.is_some())],
         ],
     )
 }
+
+/// A page's datoms in (tx, seq) order, and the position of the last when more follow.
+type Gathered = (Vec<Datom>, Option<(TxId, u32)>);
 
 /// Calls `each` with every row under `prefix`, in key order, reading `SCAN_CHUNK` rows at a
 /// time.
@@ -566,7 +694,7 @@ impl Earliest {
         }
     }
 
-    fn offer(&mut self, tx: TxId, seq: u32, row: impl FnOnce() -> Row) {
+    fn offer(&mut self, tx: TxId, seq: u32, row: &dyn Fn() -> Row) {
         if self.after.is_some_and(|after| (tx, seq) <= after) {
             return;
         }

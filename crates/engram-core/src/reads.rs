@@ -806,57 +806,6 @@ impl Diff {
     }
 }
 
-/// The datoms of one entity (or, with `entity` unset, of the whole namespace) recorded by
-/// transactions `from < tx <= to`, in tx order, at most `limit` of them.
-pub fn diff(
-    store: &dyn ReadView,
-    ns: &Namespace,
-    entity: Option<EntityId>,
-    from: TxId,
-    to: TxId,
-    limit: usize,
-) -> Result<Diff, ReadError> {
-    let mut out = Diff::default();
-    match entity {
-        Some(e) => {
-            if !entity_exists(store, ns, e)? {
-                return Err(ReadError::UnknownEntity(e));
-            }
-            let mut datoms: Vec<Datom> = entity_datoms(store, ns, e)?
-                .into_iter()
-                .filter(|d| d.tx > from && d.tx <= to)
-                .collect();
-            datoms.sort_by_key(|d| d.tx);
-            for d in datoms {
-                if !out.push(d, limit) {
-                    break;
-                }
-            }
-        }
-        None => {
-            let mut next = TxId(from.0.saturating_add(1));
-            'scan: while next <= to {
-                let (records, after) = transactions_from(store, ns, None, next, 256)?;
-                for record in records {
-                    if record.receipt.tx > to {
-                        break 'scan;
-                    }
-                    for d in record.datoms {
-                        if !out.push(d, limit) {
-                            break 'scan;
-                        }
-                    }
-                }
-                if after == next {
-                    break;
-                }
-                next = after;
-            }
-        }
-    }
-    Ok(out)
-}
-
 /// A branch against main: what the branch wrote (what a merge would apply), and what main
 /// recorded since the fork on the slots the branch wrote (what a merge would conflict with).
 #[derive(Clone, Debug, Default, PartialEq)]

@@ -5,8 +5,8 @@
 use std::sync::Arc;
 
 use engram_audit::NodeKey;
-use engram_core::Engine;
 use engram_core::reads::{self, ReadError};
+use engram_core::{Engine, pages};
 use engram_storage::{MemStore, WriteBatch};
 use engram_types::{Attribute, EntityId, EntityRef, Namespace, Op, Provenance, TxId, TxOp, TxRequest, Value};
 
@@ -103,29 +103,29 @@ fn diffs_split_assertions_and_retractions_by_tx_range() {
     let values = |d: &[engram_types::Datom]| d.iter().map(|d| (d.tx.0, d.value.clone())).collect::<Vec<_>>();
 
     // One entity, after tx 2 up to tx 4: the second assertion and its retraction.
-    let d = reads::diff(&*store, &ns, Some(e), TxId(2), TxId(4), 100).unwrap();
+    let d = pages::diff_main(&*store, &ns, Some(e), TxId(2), TxId(4), 100).unwrap();
     assert_eq!(values(&d.asserted), vec![(3, s("blue"))]);
     assert_eq!(values(&d.retracted), vec![(4, s("blue"))]);
     assert!(!d.truncated);
     // since(0) for the entity: everything it ever recorded.
-    let d = reads::diff(&*store, &ns, Some(e), TxId(0), TxId(6), 100).unwrap();
+    let d = pages::diff_main(&*store, &ns, Some(e), TxId(0), TxId(6), 100).unwrap();
     assert_eq!(values(&d.asserted), vec![(2, s("red")), (3, s("blue"))]);
     // The namespace, after tx 3: the retraction and f, never team/b's datom.
-    let d = reads::diff(&*store, &ns, None, TxId(3), TxId(6), 100).unwrap();
+    let d = pages::diff_main(&*store, &ns, None, TxId(3), TxId(6), 100).unwrap();
     assert_eq!(values(&d.asserted), vec![(5, s("green"))]);
     assert_eq!(values(&d.retracted), vec![(4, s("blue"))]);
     assert!(d.asserted.iter().all(|d| d.entity == f));
     // The upper bound is inclusive, the lower exclusive.
-    let d = reads::diff(&*store, &ns, None, TxId(2), TxId(3), 100).unwrap();
+    let d = pages::diff_main(&*store, &ns, None, TxId(2), TxId(3), 100).unwrap();
     assert_eq!(values(&d.asserted), vec![(3, s("blue"))]);
     // A limit is reported, not silently applied.
-    let d = reads::diff(&*store, &ns, None, TxId(0), TxId(6), 2).unwrap();
+    let d = pages::diff_main(&*store, &ns, None, TxId(0), TxId(6), 2).unwrap();
     assert_eq!(d.asserted.len() + d.retracted.len(), 2);
     assert!(d.truncated);
     // Another namespace's entity is unknown here.
     let other = Namespace::new("team/b").unwrap();
     assert!(matches!(
-        reads::diff(&*store, &other, Some(e), TxId(0), TxId(6), 100),
+        pages::diff_main(&*store, &other, Some(e), TxId(0), TxId(6), 100),
         Err(ReadError::UnknownEntity(_))
     ));
 }

@@ -916,7 +916,7 @@ fn a_namespace_never_reads_or_writes_another_through_any_path() {
         Err(ReadError::UnknownEntity(_))
     ));
     assert!(matches!(
-        reads::diff(store, &other, Some(secret), TxId(0), TxId(100), 10),
+        pages::diff_main(store, &other, Some(secret), TxId(0), TxId(100), 10),
         Err(ReadError::UnknownEntity(_))
     ));
     // find, attribute history, namespace diff, watch: nothing of team/a.
@@ -930,7 +930,7 @@ fn a_namespace_never_reads_or_writes_another_through_any_path() {
             .unwrap()
             .is_empty()
     );
-    let d = reads::diff(store, &other, None, TxId(0), TxId(100), 10).unwrap();
+    let d = pages::diff_main(store, &other, None, TxId(0), TxId(100), 10).unwrap();
     assert!(d.asserted.is_empty() && d.retracted.is_empty());
     assert!(
         reads::transactions_from(store, &other, None, TxId(0), 100)
@@ -1333,6 +1333,11 @@ fn tagged(m: &mut Mem, n: usize, tag: &str) -> Vec<EntityId> {
     (0..n).map(|i| created(&receipt, &format!("e{i}"))).collect()
 }
 
+/// The transaction that wrote `e`'s first datom.
+fn first_tx(m: &Mem, e: EntityId) -> TxId {
+    pages::entity_history(&*m.store, &m.ns, e, None, 1).unwrap()[0].tx
+}
+
 /// Reads every page of a paged read, `read(cursor)` answering one, and returns the pages.
 fn every_page(mut read: impl FnMut(&[u8]) -> pages::Page) -> Vec<pages::Page> {
     let mut out: Vec<pages::Page> = Vec::new();
@@ -1427,6 +1432,21 @@ fn history_and_find_page_through_every_datom_once_as_of_the_first_page() {
     let exact = find(&[], 4_510);
     assert_eq!((exact.datoms.len(), exact.next), (4_510, None));
 
+    // Diff of the namespace after the first transaction, 700 datoms a page: pages end inside
+    // transactions of 1,500 and the next goes on from the datom after.
+    let from = first_tx(&m, written[0]);
+    let diff = every_page(|cursor| pages::diff(&*m.store, &m.ns, None, from, None, cursor, 700).unwrap());
+    let changed: Vec<EntityId> = diff
+        .iter()
+        .flat_map(|p| p.datoms.iter().map(|d| d.entity))
+        .collect();
+    assert_eq!(
+        changed,
+        [&written[1_500..], &late[..]].concat(),
+        "each change once, in order"
+    );
+    assert!(diff.iter().all(|p| p.as_of == diff[0].as_of));
+
     // One entity's history a datom at a time.
     let e = written[0];
     m.write(
@@ -1502,23 +1522,42 @@ fn a_cursor_continues_only_its_own_query_and_as_of_point() {
         refused(find(&judging_expiry, &f.encode())),
         CursorError::OtherQuery
     ));
-    let elsewhere = ReadOptions {
-        as_of: Some(TxId(f.as_of.0 - 1)),
+    // The request's as-of is part of the query: unset stays unset on every page.
+    for as_of in [f.as_of.0 - 1, f.as_of.0] {
+        let asking = ReadOptions {
+            as_of: Some(TxId(as_of)),
+            ..ReadOptions::default()
+        };
+        assert!(matches!(
+            refused(find(&asking, &f.encode())),
+            CursorError::OtherQuery
+        ));
+    }
+    // An as-of past the head reads the head, and its cursor goes on.
+    let future = ReadOptions {
+        as_of: Some(TxId(f.as_of.0 + 1_000)),
         ..ReadOptions::default()
     };
-    assert!(matches!(
-        refused(find(&elsewhere, &f.encode())),
-        CursorError::OtherAsOf { .. }
-    ));
-    let same = ReadOptions {
-        as_of: Some(f.as_of),
-        ..ReadOptions::default()
-    };
+    let first = find(&future, &[]).unwrap();
+    assert_eq!(first.as_of, f.as_of);
     assert_eq!(
-        find(&same, &f.encode()).unwrap().datoms.len(),
-        2,
-        "repeating the answer's as-of is fine"
+        find(&future, &first.next.unwrap().encode()).unwrap().datoms.len(),
+        2
     );
+    // Diff: the lower and upper bounds are part of the query.
+    let diff = |from: u64, to: Option<TxId>, cursor: &[u8]| {
+        pages::diff(store, &m.ns, None, TxId(from), to, cursor, 2)
+    };
+    let d = diff(0, None, &[]).unwrap().next.unwrap();
+    assert_eq!(diff(0, None, &d.encode()).unwrap().datoms.len(), 2);
+    assert!(matches!(
+        refused(diff(1, None, &d.encode())),
+        CursorError::OtherQuery
+    ));
+    assert!(matches!(
+        refused(diff(0, Some(d.as_of), &d.encode())),
+        CursorError::OtherQuery
+    ));
     let mut ahead = h;
     ahead.as_of = TxId(h.as_of.0 + 10);
     assert!(matches!(

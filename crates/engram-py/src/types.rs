@@ -364,7 +364,8 @@ pub struct Diff {
     pub main_changed: Py<PyList>,
     /// The upper bound actually used.
     pub to_tx: u64,
-    /// The limit was reached: diff again from the last datom's tx.
+    /// The limit stopped the reading before the end: more changes follow (`diff` reads every
+    /// one with `limit=0`).
     pub truncated: bool,
 }
 

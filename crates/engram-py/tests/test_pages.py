@@ -1,6 +1,7 @@
 """No read stops silently: more than 100,000 matching datoms are read back whole through every
-surface (the Python lists and iterators, the CLI, the MCP recall tool), each datom exactly once,
-every page of an answer as of one transaction even while writes go on."""
+surface (the Python lists and iterators, the CLI, the MCP recall tool) by find, history and
+diff, each datom exactly once, every page of an answer as of one transaction even while writes
+go on."""
 
 import asyncio
 import json
@@ -37,6 +38,9 @@ def test_python_reads_every_datom_once(big):
     assert [d.entity for d in history] == entities, "every datom once, in the order written"
     assert len(db.find(ns, ":cap/n", limit=100_000)) == 100_000
     assert len(db.history(ns, attribute=":cap/n", limit=100_000)) == 100_000
+    changes = db.diff(ns, 0)
+    assert [d.entity for d in changes.asserted] == entities and not changes.truncated
+    assert db.diff(ns, 0, limit=100_000).truncated
 
 
 def test_the_cli_reads_every_datom_once_and_says_when_a_limit_cut_it(big, cluster):
@@ -51,6 +55,9 @@ def test_the_cli_reads_every_datom_once_and_says_when_a_limit_cut_it(big, cluste
     out = run_cli("-e", endpoint, "--json", "find", "--ns", ns, "--attribute", ":cap/n", "--limit", "100000")
     cut = json.loads(out.stdout)
     assert len(cut["datoms"]) == 100_000 and cut["more"] is True and cut["next_cursor"]
+    out = run_cli("-e", endpoint, "--json", "diff", "--ns", ns, "--from-tx", "0")
+    changes = json.loads(out.stdout)
+    assert [d["entity"] for d in changes["asserted"]] == entities and changes["truncated"] is False
     out = run_cli("-e", endpoint, "history", "--ns", ns, "--attribute", ":cap/n", "--limit", "10")
     assert "(10 datoms" in out.stdout
     assert "more datoms follow past --limit" in out.stderr

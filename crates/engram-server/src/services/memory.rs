@@ -189,6 +189,7 @@ impl WriteCall {
 }
 
 /// What a History request asks about, validated.
+#[derive(Clone)]
 enum HistoryTarget {
     Entity(EntityId),
     Attribute(engram_types::Attribute),
@@ -405,39 +406,42 @@ impl pb::memory_server::Memory for MemoryService {
                 to_tx: self.shared.applied_index(),
                 truncated: found.branch.truncated,
                 main_changed: shown(scope, &found.main_changed),
+                next_cursor: Vec::new(),
             }));
         }
-        let to = if req.to_tx == 0 {
-            self.shared.applied_index()
-        } else {
-            req.to_tx
-        };
-        let found = self.shared.read_state(|store| {
-            reads::diff(
-                store,
-                &ns,
+        let page = {
+            let ns = ns.clone();
+            let (entity, from, to) = (
                 req.entity.map(EntityId),
                 TxId(req.from_tx),
-                TxId(to),
-                pages::page_size(req.limit),
-            )
-        })?;
+                (req.to_tx != 0).then_some(TxId(req.to_tx)),
+            );
+            let (cursor, limit) = (req.cursor.clone(), pages::page_size(req.limit));
+            self.shared
+                .read_pooled(move |store| pages::diff(store, &ns, entity, from, to, &cursor, limit))
+                .await?
+        };
+        let (asserted, retracted): (Vec<_>, Vec<_>) = page
+            .datoms
+            .into_iter()
+            .partition(|d| d.op == engram_types::Op::Assert);
         self.shared
             .record_access(
                 &caller,
                 "diff",
                 &req.namespace,
                 req.entity,
-                Some(to),
-                found.asserted.len() + found.retracted.len(),
+                Some(page.as_of.0),
+                asserted.len() + retracted.len(),
             )
             .await;
         Ok(Response::new(pb::DiffResponse {
-            asserted: shown(scope, &found.asserted),
-            retracted: shown(scope, &found.retracted),
-            to_tx: to,
-            truncated: found.truncated,
+            asserted: shown(scope, &asserted),
+            retracted: shown(scope, &retracted),
+            to_tx: page.as_of.0,
+            truncated: page.next.is_some(),
             main_changed: Vec::new(),
+            next_cursor: page.next.map(|c| c.encode()).unwrap_or_default(),
         }))
     }
 
@@ -768,16 +772,24 @@ impl pb::memory_server::Memory for MemoryService {
             methods::HISTORY,
             Need::on(Action::ReadHistory, &req.namespace),
         )?;
-        let page = self.shared.read_state(|store| {
-            let of = match &target {
-                HistoryTarget::Entity(entity) => pages::HistoryOf::Entity {
-                    entity: *entity,
-                    attribute: filter.as_ref(),
-                },
-                HistoryTarget::Attribute(attr) => pages::HistoryOf::Attribute(attr),
-            };
-            pages::history(store, &ns, on.as_ref(), of, &req.cursor, limit)
-        })?;
+        // A page reads its target's index rows whole: on the read pool, never on a worker
+        // that drives Raft.
+        let page = {
+            let (ns, on, target, filter) = (ns.clone(), on.clone(), target.clone(), filter.clone());
+            let cursor = req.cursor.clone();
+            self.shared
+                .read_pooled(move |store| {
+                    let of = match &target {
+                        HistoryTarget::Entity(entity) => pages::HistoryOf::Entity {
+                            entity: *entity,
+                            attribute: filter.as_ref(),
+                        },
+                        HistoryTarget::Attribute(attr) => pages::HistoryOf::Attribute(attr),
+                    };
+                    pages::history(store, &ns, on.as_ref(), of, &cursor, limit)
+                })
+                .await?
+        };
         let entity = match &target {
             HistoryTarget::Entity(e) => Some(e.0),
             HistoryTarget::Attribute(_) => None,
@@ -823,18 +835,24 @@ impl pb::memory_server::Memory for MemoryService {
             expired_at_ns: expiry_judged_at(req.as_of_tx, req.include_expired),
             ..reads::ReadOptions::default()
         };
-        let page = self.shared.read_state(|store| {
-            pages::find(
-                store,
-                &ns,
-                on.as_ref(),
-                &attr,
-                value.as_ref(),
-                &opts,
-                &req.cursor,
-                pages::page_size(req.limit),
-            )
-        })?;
+        let page = {
+            let (ns, on, attr, value) = (ns.clone(), on.clone(), attr.clone(), value.clone());
+            let (cursor, limit) = (req.cursor.clone(), pages::page_size(req.limit));
+            self.shared
+                .read_pooled(move |store| {
+                    pages::find(
+                        store,
+                        &ns,
+                        on.as_ref(),
+                        &attr,
+                        value.as_ref(),
+                        &opts,
+                        &cursor,
+                        limit,
+                    )
+                })
+                .await?
+        };
         let found = page.datoms;
         self.shared
             .record_access(&caller, "find", &req.namespace, None, req.as_of_tx, found.len())

@@ -199,6 +199,15 @@ impl Shared {
         read_state(&self.node, read)
     }
 
+    /// Runs a read that may be long (a page of History or Find) on the read pool, off the
+    /// async workers that drive Raft (see `read_pool`).
+    pub async fn read_pooled<T: Send + 'static, E: Into<ApiError> + Send + 'static>(
+        &self,
+        read: impl FnOnce(&dyn engram_storage::Store) -> Result<T, E> + Send + 'static,
+    ) -> Result<T, ApiError> {
+        self.reads.read(&self.node, read).await?.map_err(Into::into)
+    }
+
     pub fn applied_index(&self) -> u64 {
         self.node.applied_index()
     }

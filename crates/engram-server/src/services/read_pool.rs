@@ -1,5 +1,5 @@
 //! Store reads that may run long — a watch catching up from an old position, pages of a large
-//! log — run here: on blocking threads, a bounded number at a time, never on the async
+//! log, a page of History or Find — run here: on blocking threads, a bounded number at a time, never on the async
 //! workers.
 //!
 //! The Raft core, its network and apply run as tasks on the node's async workers. A long
