@@ -418,7 +418,9 @@ impl pb::memory_server::Memory for MemoryService {
             );
             let (cursor, limit) = (req.cursor.clone(), pages::page_size(req.limit));
             self.shared
-                .read_pooled(move |store| pages::diff(store, &ns, entity, from, to, &cursor, limit))
+                .read_sized(entity.is_none(), move |store| {
+                    pages::diff(store, &ns, entity, from, to, &cursor, limit)
+                })
                 .await?
         };
         let (asserted, retracted): (Vec<_>, Vec<_>) = page
@@ -772,13 +774,14 @@ impl pb::memory_server::Memory for MemoryService {
             methods::HISTORY,
             Need::on(Action::ReadHistory, &req.namespace),
         )?;
-        // A page reads its target's index rows whole: on the read pool, never on a worker
-        // that drives Raft.
+        // A page reads its target's index rows whole: an attribute's on the read pool, never
+        // on a worker that drives Raft.
         let page = {
+            let long = matches!(target, HistoryTarget::Attribute(_));
             let (ns, on, target, filter) = (ns.clone(), on.clone(), target.clone(), filter.clone());
             let cursor = req.cursor.clone();
             self.shared
-                .read_pooled(move |store| {
+                .read_sized(long, move |store| {
                     let of = match &target {
                         HistoryTarget::Entity(entity) => pages::HistoryOf::Entity {
                             entity: *entity,
@@ -839,7 +842,7 @@ impl pb::memory_server::Memory for MemoryService {
             let (ns, on, attr, value) = (ns.clone(), on.clone(), attr.clone(), value.clone());
             let (cursor, limit) = (req.cursor.clone(), pages::page_size(req.limit));
             self.shared
-                .read_pooled(move |store| {
+                .read_sized(true, move |store| {
                     pages::find(
                         store,
                         &ns,
