@@ -1,4 +1,4 @@
-//! History and Find, answered in pages.
+//! History, Find and Diff, answered in pages.
 //!
 //! A page holds at most `limit` datoms ([`MAX_PAGE`] at most) and, when the answer goes on, a
 //! [`Cursor`] to the rest: no answer is cut short without saying so. Every page of one answer
@@ -16,6 +16,9 @@
 //!   on, so a page costs its own entities (plus, to say exactly whether more follow, the
 //!   entities up to the next one found). A page ends between entities, so an entity's values
 //!   are never split; it exceeds `limit` only when one entity alone holds more.
+//! - **Diff** of main is in (tx, seq) order between two transactions: an entity's rows as
+//!   History reads them, a namespace's from the transaction log from the cursor's transaction
+//!   on. A page may end inside a transaction; the next goes on from the datom after.
 //!
 //! Must not depend on: Raft, gRPC, RocksDB, an async runtime or a clock.
 
