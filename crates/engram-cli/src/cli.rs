@@ -833,6 +833,10 @@ pub struct HistoryArgs {
     /// Read this branch: main as of its fork plus the branch's own writes [default: main].
     #[arg(long, value_name = "NAME")]
     pub branch: Option<String>,
+    /// Go on from an earlier answer: the `next_cursor` it printed with --json (the rest of the
+    /// command unchanged).
+    #[arg(long, value_name = "HEX")]
+    pub cursor: Option<String>,
 }
 
 #[derive(Args, Debug)]
@@ -855,6 +859,10 @@ pub struct DiffArgs {
     /// Read the answering node's local state, possibly behind the leader.
     #[arg(long)]
     pub stale: bool,
+    /// Go on from an earlier answer: the `next_cursor` it printed with --json (the rest of the
+    /// command unchanged).
+    #[arg(long, value_name = "HEX")]
+    pub cursor: Option<String>,
 }
 
 #[derive(Args, Debug)]
@@ -905,6 +913,10 @@ pub struct FindArgs {
     /// them out; reads with --as-of-tx never do).
     #[arg(long)]
     pub include_expired: bool,
+    /// Go on from an earlier answer: the `next_cursor` it printed with --json (the rest of the
+    /// command unchanged).
+    #[arg(long, value_name = "HEX")]
+    pub cursor: Option<String>,
 }
 
 #[derive(Args, Debug)]

@@ -9,8 +9,8 @@ use std::time::Duration;
 use anyhow::{Context, Result, anyhow, bail};
 use engram_audit::SignedEntry;
 use engram_client::{
-    Client, ClientConfig, ClientError, Consistency, FindQuery, GetOptions, HistoryQuery, HistoryTarget,
-    Keepalive, RetryPolicy, SearchQuery, code_name, pb,
+    Client, ClientConfig, ClientError, Consistency, DiffQuery, FindQuery, GetOptions, HistoryQuery,
+    HistoryTarget, Keepalive, RetryPolicy, SearchQuery, code_name, pb,
 };
 use engram_server::{ServerConfig, telemetry};
 use engram_types::{Attribute, BranchName, EntityId, Namespace};
@@ -775,7 +775,7 @@ async fn history(client: &Client, args: HistoryArgs, json: bool) -> Result<()> {
     };
     let reading = Ui::bars_only(json).spinner("reading history");
     let resp = client
-        .history_all(&query, |n| {
+        .history_all(&query, &from_cursor(args.cursor.as_deref())?, |n| {
             reading.set_message(format!("reading history: {}", plural(n, "datom")))
         })
         .await
@@ -787,11 +787,24 @@ async fn history(client: &Client, args: HistoryArgs, json: bool) -> Result<()> {
     Ok(())
 }
 
+/// Where `--cursor` starts a paged read: the hex `next_cursor` an earlier `--json` answer
+/// printed; none: the beginning.
+fn from_cursor(hex_text: Option<&str>) -> Result<Vec<u8>> {
+    match hex_text {
+        None => Ok(Vec::new()),
+        Some(text) => {
+            hex::decode(text).map_err(|e| anyhow!("--cursor: not the next_cursor of an earlier answer ({e})"))
+        }
+    }
+}
+
 /// What a paged read adds to its output: the transaction it was read as of and, when the limit
 /// stopped it before the end, the cursor to the rest (JSON) or a line saying more follow.
 fn paged_output(as_of_tx: u64, next_cursor: &[u8], json: bool) -> Json {
     if !json && !next_cursor.is_empty() {
-        eprintln!("more datoms follow past --limit (read as of tx {as_of_tx}); --limit 0 reads them all");
+        eprintln!(
+            "more datoms follow past --limit (read as of tx {as_of_tx}); --limit 0 reads them all, --json prints the cursor that --cursor goes on from"
+        );
     }
     let mut extra = json!({ "as_of_tx": as_of_tx, "more": !next_cursor.is_empty() });
     if !next_cursor.is_empty() {
@@ -801,18 +814,23 @@ fn paged_output(as_of_tx: u64, next_cursor: &[u8], json: bool) -> Json {
 }
 
 async fn diff(client: &Client, args: DiffArgs, json: bool) -> Result<()> {
-    let ns = namespace(&args.namespace)?;
+    let query = DiffQuery {
+        namespace: namespace(&args.namespace)?,
+        entity: args.entity.map(EntityId),
+        from_tx: args.from_tx,
+        to_tx: args.to_tx,
+        limit: args.limit,
+        consistency: consistency(args.stale),
+    };
+    let reading = Ui::bars_only(json).spinner("reading changes");
     let resp = client
-        .diff(
-            &ns,
-            args.entity.map(EntityId),
-            args.from_tx,
-            args.to_tx,
-            args.limit,
-            consistency(args.stale),
-        )
+        .diff_all(&query, &from_cursor(args.cursor.as_deref())?, |n| {
+            reading.set_message(format!("reading changes: {}", plural(n, "datom")))
+        })
         .await
-        .context("diff")?;
+        .context("diff");
+    reading.finish_and_clear();
+    let resp = resp?;
     if json {
         let mut doc = json!({
             "from_tx": args.from_tx, "to_tx": resp.to_tx, "truncated": resp.truncated,
@@ -830,7 +848,9 @@ async fn diff(client: &Client, args: DiffArgs, json: bool) -> Result<()> {
         outln!("retracted ({}):", resp.retracted.len())?;
         out!("{}", datom_table(&resp.retracted))?;
         if resp.truncated {
-            outln!("(more changes follow past --limit; --limit 0 reads them all)")?;
+            outln!(
+                "(more changes follow past --limit; --limit 0 reads them all, --json prints the cursor that --cursor goes on from)"
+            )?;
         }
     }
     Ok(())
@@ -889,7 +909,7 @@ async fn find(client: &Client, args: FindArgs, json: bool) -> Result<()> {
     };
     let reading = Ui::bars_only(json).spinner("finding");
     let resp = client
-        .find_all(&query, |n| {
+        .find_all(&query, &from_cursor(args.cursor.as_deref())?, |n| {
             reading.set_message(format!("finding: {}", plural(n, "datom")))
         })
         .await

@@ -136,7 +136,7 @@ async fn a_cursor_continues_on_any_node_and_a_foreign_one_is_refused() {
         Namespace::new(NS).unwrap(),
         HistoryTarget::Attribute(Attribute::new(":cap/n").unwrap()),
     );
-    let all = client.history_all(&query, |_| ()).await.unwrap();
+    let all = client.history_all(&query, &[], |_| ()).await.unwrap();
     assert_eq!(all.datoms.len(), 32);
     assert!(all.next_cursor.is_empty());
     query.limit = 5;

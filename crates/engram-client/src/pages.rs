@@ -57,7 +57,7 @@ impl HistoryQuery {
     }
 }
 
-/// A [`Client::diff_page`] query: what changed after `from_tx` up to `to_tx` (0: the head when
+/// A [`Client::diff_page`] and [`Client::diff_all`] query: what changed after `from_tx` up to `to_tx` (0: the head when
 /// the first page is read), for one entity or the whole namespace.
 #[derive(Clone, Debug)]
 pub struct DiffQuery {
@@ -66,7 +66,8 @@ pub struct DiffQuery {
     pub entity: Option<EntityId>,
     pub from_tx: u64,
     pub to_tx: u64,
-    /// The page size (0: the server's largest).
+    /// For [`Client::diff_all`], at most this many datoms in all (0: every one); for
+    /// [`Client::diff_page`], the page size (0: the server's largest).
     pub limit: u32,
     pub consistency: Consistency,
 }
@@ -84,7 +85,7 @@ impl Client {
         let mut query = HistoryQuery::new(namespace.clone(), target);
         query.limit = limit;
         query.consistency = consistency;
-        self.history_all(&query, |_| ()).await
+        self.history_all(&query, &[], |_| ()).await
     }
 
     /// [`Client::history`] on a branch: main as of its fork plus the branch's writes.
@@ -100,18 +101,20 @@ impl Client {
         query.branch = Some(branch.clone());
         query.limit = limit;
         query.consistency = consistency;
-        self.history_all(&query, |_| ()).await
+        self.history_all(&query, &[], |_| ()).await
     }
 
-    /// The whole answer to `query` (at most `query.limit` datoms; 0: all), page after page;
-    /// `progress` hears the number of datoms read after each page. `next_cursor` is set when
-    /// the limit stopped the reading before the end.
+    /// The whole answer to `query` (at most `query.limit` datoms; 0: all), page after page, from
+    /// `from` (empty: the beginning; else the `next_cursor` of an earlier answer, to go on from
+    /// there); `progress` hears the number of datoms read after each page. `next_cursor` is set
+    /// when the limit stopped the reading before the end.
     pub async fn history_all(
         &self,
         query: &HistoryQuery,
+        from: &[u8],
         mut progress: impl FnMut(usize),
     ) -> Result<pb::HistoryResponse, ClientError> {
-        let mut pages = Follow::new(query.limit);
+        let mut pages = Follow::new(query.limit, from);
         while let Some((cursor, size)) = pages.next() {
             progress(pages.add(self.history_page_of(query, &cursor, size).await?));
         }
@@ -160,9 +163,21 @@ impl Client {
             limit,
             consistency,
         };
-        let mut pages = Follow::new(limit);
+        self.diff_all(&query, &[], |_| ()).await
+    }
+
+    /// [`Client::diff`] of `query` (at most `query.limit` datoms; 0: all) from `from` (empty:
+    /// the beginning; else the `next_cursor` of an earlier answer), telling `progress` the
+    /// number of datoms read after each page.
+    pub async fn diff_all(
+        &self,
+        query: &DiffQuery,
+        from: &[u8],
+        mut progress: impl FnMut(usize),
+    ) -> Result<pb::DiffResponse, ClientError> {
+        let mut pages = Follow::new(query.limit, from);
         while let Some((cursor, size)) = pages.next() {
-            pages.add(self.diff_page_of(&query, &cursor, size).await?);
+            progress(pages.add(self.diff_page_of(query, &cursor, size).await?));
         }
         let mut answer = pages.finish().unwrap_or_default();
         answer.truncated = !answer.next_cursor.is_empty();
@@ -202,16 +217,18 @@ impl Client {
     /// The current datoms of an attribute, optionally only those with a given value, by
     /// entity, following the server's pages: at most `query.limit` (0: all of them).
     pub async fn find(&self, query: &FindQuery) -> Result<pb::FindResponse, ClientError> {
-        self.find_all(query, |_| ()).await
+        self.find_all(query, &[], |_| ()).await
     }
 
-    /// [`Client::find`], telling `progress` the number of datoms read after each page.
+    /// [`Client::find`] from `from` (empty: the beginning; else the `next_cursor` of an earlier
+    /// answer), telling `progress` the number of datoms read after each page.
     pub async fn find_all(
         &self,
         query: &FindQuery,
+        from: &[u8],
         mut progress: impl FnMut(usize),
     ) -> Result<pb::FindResponse, ClientError> {
-        let mut pages = Follow::new(query.limit);
+        let mut pages = Follow::new(query.limit, from);
         while let Some((cursor, size)) = pages.next() {
             progress(pages.add(self.find_page_of(query, &cursor, size).await?));
         }
@@ -257,19 +274,27 @@ impl Client {
 pub(crate) struct Follow<P> {
     /// At most this many datoms (0: no limit).
     limit: u32,
+    /// The cursor of the first page.
+    start: Vec<u8>,
     answer: Option<P>,
 }
 
 impl<P: Paged> Follow<P> {
-    pub(crate) fn new(limit: u32) -> Follow<P> {
-        Follow { limit, answer: None }
+    /// Following from `start`: empty for the beginning, else the `next_cursor` of an earlier
+    /// answer.
+    pub(crate) fn new(limit: u32, start: &[u8]) -> Follow<P> {
+        Follow {
+            limit,
+            start: start.to_vec(),
+            answer: None,
+        }
     }
 
     /// The cursor and page size of the next page to read; `None` once the answer ended or the
     /// limit is reached.
     pub(crate) fn next(&mut self) -> Option<(Vec<u8>, u32)> {
         let Some(answer) = self.answer.as_mut() else {
-            return Some((Vec::new(), self.limit));
+            return Some((self.start.clone(), self.limit));
         };
         if answer.next_cursor().is_empty() {
             return None;
@@ -373,7 +398,7 @@ mod tests {
     /// index of the next datom; returns what following read and the page sizes asked.
     fn read(total: u64, largest: u32, limit: u32) -> (Vec<u64>, Vec<u8>, Vec<u32>) {
         let mut asked = Vec::new();
-        let mut pages = Follow::new(limit);
+        let mut pages = Follow::new(limit, &[]);
         while let Some((cursor, size)) = pages.next() {
             asked.push(size);
             let from = if cursor.is_empty() {

@@ -320,7 +320,7 @@ impl Client {
         limit: u32,
         consistency: Consistency,
     ) -> Result<pb::HistoryResponse, ClientError> {
-        let mut pages = Follow::new(limit);
+        let mut pages = Follow::new(limit, &[]);
         while let Some((cursor, size)) = pages.next() {
             let mut req = history_request(namespace, target.clone(), size, consistency, true);
             req.trusted_size = trust.size();

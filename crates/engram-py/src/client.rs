@@ -427,7 +427,7 @@ impl EngramClient {
                     .await;
                 (log, answer)
             })?,
-            (false, _) => self.run(py, async move { client.history_all(&query, |_| ()).await })?,
+            (false, _) => self.run(py, async move { client.history_all(&query, &[], |_| ()).await })?,
         };
         datom_list(py, response.datoms)
     }

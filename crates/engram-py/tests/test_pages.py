@@ -55,9 +55,23 @@ def test_the_cli_reads_every_datom_once_and_says_when_a_limit_cut_it(big, cluste
     out = run_cli("-e", endpoint, "--json", "find", "--ns", ns, "--attribute", ":cap/n", "--limit", "100000")
     cut = json.loads(out.stdout)
     assert len(cut["datoms"]) == 100_000 and cut["more"] is True and cut["next_cursor"]
+    find = ["find", "--ns", ns, "--attribute", ":cap/n"]
+    out = run_cli("-e", cluster.endpoints[2], "--json", *find, "--cursor", cut["next_cursor"])
+    rest = json.loads(out.stdout)
+    assert [d["entity"] for d in cut["datoms"] + rest["datoms"]] == sorted(entities), "--cursor goes on"
+    assert rest["more"] is False and rest["as_of_tx"] == cut["as_of_tx"]
+    bad = run_cli("-e", endpoint, *find, "--cursor", "zz", check=False)
+    assert bad.returncode != 0 and "--cursor: not the next_cursor" in bad.stderr
+    other = run_cli("-e", endpoint, "history", "--ns", ns, "--attribute", ":cap/n", "--cursor", cut["next_cursor"], check=False)
+    assert other.returncode != 0 and "cursor: issued for a find read, not a history read" in other.stderr
     out = run_cli("-e", endpoint, "--json", "diff", "--ns", ns, "--from-tx", "0")
     changes = json.loads(out.stdout)
     assert [d["entity"] for d in changes["asserted"]] == entities and changes["truncated"] is False
+    diff = ["diff", "--ns", ns, "--from-tx", "0"]
+    first = json.loads(run_cli("-e", endpoint, "--json", *diff, "--limit", "100000").stdout)
+    assert first["truncated"] is True and first["next_cursor"]
+    rest = json.loads(run_cli("-e", endpoint, "--json", *diff, "--cursor", first["next_cursor"]).stdout)
+    assert [d["entity"] for d in first["asserted"] + rest["asserted"]] == entities
     out = run_cli("-e", endpoint, "history", "--ns", ns, "--attribute", ":cap/n", "--limit", "10")
     assert "(10 datoms" in out.stdout
     assert "more datoms follow past --limit" in out.stderr
