@@ -773,29 +773,15 @@ async fn history(client: &Client, args: HistoryArgs, json: bool) -> Result<()> {
         consistency: consistency(args.stale),
         ..HistoryQuery::new(ns, target)
     };
-    let reading = Ui::bars_only(json).spinner("reading history");
-    let resp = client
-        .history_all(&query, &from_cursor(args.cursor.as_deref())?, |n| {
-            reading.set_message(format!("reading history: {}", plural(n, "datom")))
-        })
-        .await
-        .context("history");
-    reading.finish_and_clear();
-    let resp = resp?;
+    let from = from_cursor(args.cursor.as_deref())?;
+    let resp = with_progress(json, "reading history", async |progress| {
+        client.history_all(&query, &from, progress).await
+    })
+    .await
+    .context("history")?;
     let extra = paged_output(resp.as_of_tx, &resp.next_cursor, json);
     datoms_output(&resp.datoms, resp.applied_tx, extra, json)?;
     Ok(())
-}
-
-/// Where `--cursor` starts a paged read: the hex `next_cursor` an earlier `--json` answer
-/// printed; none: the beginning.
-fn from_cursor(hex_text: Option<&str>) -> Result<Vec<u8>> {
-    match hex_text {
-        None => Ok(Vec::new()),
-        Some(text) => {
-            hex::decode(text).map_err(|e| anyhow!("--cursor: not the next_cursor of an earlier answer ({e})"))
-        }
-    }
 }
 
 /// What a paged read adds to its output: the transaction it was read as of and, when the limit
@@ -806,11 +792,26 @@ fn paged_output(as_of_tx: u64, next_cursor: &[u8], json: bool) -> Json {
             "more datoms follow past --limit (read as of tx {as_of_tx}); --limit 0 reads them all, --json prints the cursor that --cursor goes on from"
         );
     }
-    let mut extra = json!({ "as_of_tx": as_of_tx, "more": !next_cursor.is_empty() });
-    if !next_cursor.is_empty() {
-        extra["next_cursor"] = json!(hex::encode(next_cursor));
-    }
+    let mut extra = json!({});
+    txjson::add_page_position(&mut extra, as_of_tx, next_cursor);
     extra
+}
+
+/// Where `--cursor` starts a paged read (see `txjson::parse_cursor`).
+fn from_cursor(raw: Option<&str>) -> Result<Vec<u8>> {
+    txjson::parse_cursor("--cursor", raw).map_err(|e| anyhow!(e))
+}
+
+/// Runs a paged read with a spinner on a terminal that counts the datoms read so far.
+async fn with_progress<T, E>(
+    json: bool,
+    what: &str,
+    read: impl AsyncFnOnce(&dyn Fn(usize)) -> Result<T, E>,
+) -> Result<T, E> {
+    let spinner = Ui::bars_only(json).spinner(what);
+    let answer = read(&|n| spinner.set_message(format!("{what}: {}", plural(n, "datom")))).await;
+    spinner.finish_and_clear();
+    answer
 }
 
 async fn diff(client: &Client, args: DiffArgs, json: bool) -> Result<()> {
@@ -822,15 +823,12 @@ async fn diff(client: &Client, args: DiffArgs, json: bool) -> Result<()> {
         limit: args.limit,
         consistency: consistency(args.stale),
     };
-    let reading = Ui::bars_only(json).spinner("reading changes");
-    let resp = client
-        .diff_all(&query, &from_cursor(args.cursor.as_deref())?, |n| {
-            reading.set_message(format!("reading changes: {}", plural(n, "datom")))
-        })
-        .await
-        .context("diff");
-    reading.finish_and_clear();
-    let resp = resp?;
+    let from = from_cursor(args.cursor.as_deref())?;
+    let resp = with_progress(json, "reading changes", async |progress| {
+        client.diff_all(&query, &from, progress).await
+    })
+    .await
+    .context("diff")?;
     if json {
         let mut doc = json!({
             "from_tx": args.from_tx, "to_tx": resp.to_tx, "truncated": resp.truncated,
@@ -907,15 +905,12 @@ async fn find(client: &Client, args: FindArgs, json: bool) -> Result<()> {
         branch: branch_arg(args.branch.as_deref())?,
         include_expired: args.include_expired,
     };
-    let reading = Ui::bars_only(json).spinner("finding");
-    let resp = client
-        .find_all(&query, &from_cursor(args.cursor.as_deref())?, |n| {
-            reading.set_message(format!("finding: {}", plural(n, "datom")))
-        })
-        .await
-        .context("find");
-    reading.finish_and_clear();
-    let resp = resp?;
+    let from = from_cursor(args.cursor.as_deref())?;
+    let resp = with_progress(json, "finding", async |progress| {
+        client.find_all(&query, &from, progress).await
+    })
+    .await
+    .context("find")?;
     let extra = paged_output(resp.as_of_tx, &resp.next_cursor, json);
     datoms_output(&resp.datoms, resp.applied_tx, extra, json)?;
     Ok(())

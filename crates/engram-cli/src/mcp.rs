@@ -410,26 +410,6 @@ pub struct VerifyArgs {
 /// answers whole, so a larger set comes in pages it asks for with `cursor`.
 const MAX_TOOL_PAGE: u32 = 1_000;
 
-/// A cursor as a tool takes it: the hex of an answer's `next_cursor`; none: the first page.
-fn cursor(raw: Option<&str>) -> Result<Vec<u8>, String> {
-    match raw {
-        None | Some("") => Ok(Vec::new()),
-        Some(hex_text) => {
-            hex::decode(hex_text).map_err(|e| format!("cursor: not the next_cursor of an answer ({e})"))
-        }
-    }
-}
-
-/// What a paged answer adds: the transaction every page is read as of, whether facts remain,
-/// and the cursor to them.
-fn paged(out: &mut Json, as_of_tx: u64, next_cursor: &[u8]) {
-    out["as_of_tx"] = json!(as_of_tx);
-    out["more"] = json!(!next_cursor.is_empty());
-    if !next_cursor.is_empty() {
-        out["next_cursor"] = json!(hex::encode(next_cursor));
-    }
-}
-
 /// A tool's failure, as the text the model reads.
 fn failed(e: impl std::fmt::Display) -> String {
     e.to_string()
@@ -598,11 +578,11 @@ impl EngramTools {
         };
         let found = self
             .client
-            .find_page(&query, &cursor(args.cursor.as_deref())?)
+            .find_page(&query, &txjson::parse_cursor("cursor", args.cursor.as_deref())?)
             .await
             .map_err(failed)?;
         let mut out = json!({ "facts": facts(&found.datoms), "read_at_tx": found.applied_tx });
-        paged(&mut out, found.as_of_tx, &found.next_cursor);
+        txjson::add_page_position(&mut out, found.as_of_tx, &found.next_cursor);
         Ok(answer(out))
     }
 
@@ -658,11 +638,11 @@ impl EngramTools {
         };
         let h = self
             .client
-            .history_page(&query, &cursor(args.cursor.as_deref())?)
+            .history_page(&query, &txjson::parse_cursor("cursor", args.cursor.as_deref())?)
             .await
             .map_err(failed)?;
         let mut out = json!({ "facts": facts(&h.datoms) });
-        paged(&mut out, h.as_of_tx, &h.next_cursor);
+        txjson::add_page_position(&mut out, h.as_of_tx, &h.next_cursor);
         Ok(answer(out))
     }
 
@@ -679,7 +659,7 @@ impl EngramTools {
         };
         let d = self
             .client
-            .diff_page(&query, &cursor(args.cursor.as_deref())?)
+            .diff_page(&query, &txjson::parse_cursor("cursor", args.cursor.as_deref())?)
             .await
             .map_err(failed)?;
         let mut out = json!({
@@ -687,7 +667,7 @@ impl EngramTools {
             "retracted": facts(&d.retracted),
             "up_to_tx": d.to_tx,
         });
-        paged(&mut out, d.to_tx, &d.next_cursor);
+        txjson::add_page_position(&mut out, d.to_tx, &d.next_cursor);
         Ok(answer(out))
     }
 

@@ -1,5 +1,6 @@
 //! The JSON formats of the command line: transactions for `engram transact`, values for
-//! `engram find --value`, and the rendering of values and datoms in `--json` output.
+//! `engram find --value`, the rendering of values and datoms in `--json` output, and the
+//! cursors of paged answers (the CLI's and the MCP tools' alike).
 //!
 //! Input is parsed into the domain types ([`TxRequest`], [`Value`]) before anything is sent,
 //! and every error names the exact field path (`ops[2].value.i64: ...`), so a user fixes the
@@ -663,6 +664,27 @@ pub fn datom_op_name(d: &pb::Datom) -> &'static str {
 
 pub fn datom_status_name(d: &pb::Datom) -> &'static str {
     status_name(d.provenance.as_ref().map(|p| p.status).unwrap_or_default())
+}
+
+/// What a paged answer adds to its JSON: the transaction every page is read as of, whether
+/// more remain, and (when they do) the hex cursor to them.
+pub fn add_page_position(out: &mut Json, as_of_tx: u64, next_cursor: &[u8]) {
+    out["as_of_tx"] = json!(as_of_tx);
+    out["more"] = json!(!next_cursor.is_empty());
+    if !next_cursor.is_empty() {
+        out["next_cursor"] = json!(hex::encode(next_cursor));
+    }
+}
+
+/// A cursor as the CLI and the tools take it, the hex of an answer's `next_cursor`; none or
+/// empty: the beginning. `field` names the argument in the error.
+pub fn parse_cursor(field: &str, raw: Option<&str>) -> Result<Vec<u8>, String> {
+    match raw {
+        None | Some("") => Ok(Vec::new()),
+        Some(text) => {
+            hex::decode(text).map_err(|e| format!("{field}: not the next_cursor of an earlier answer ({e})"))
+        }
+    }
 }
 
 #[cfg(test)]

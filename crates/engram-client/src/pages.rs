@@ -337,35 +337,27 @@ pub(crate) trait Paged {
     fn next_cursor_mut(&mut self) -> &mut Vec<u8>;
 }
 
-impl Paged for pb::HistoryResponse {
-    fn len(&self) -> usize {
-        self.datoms.len()
-    }
-    fn append(&mut self, later: &mut Self) {
-        self.datoms.append(&mut later.datoms);
-    }
-    fn next_cursor(&self) -> &[u8] {
-        &self.next_cursor
-    }
-    fn next_cursor_mut(&mut self) -> &mut Vec<u8> {
-        &mut self.next_cursor
-    }
+/// The answers whose datoms are one list.
+macro_rules! paged_datoms {
+    ($($answer:ty),*) => {$(
+        impl Paged for $answer {
+            fn len(&self) -> usize {
+                self.datoms.len()
+            }
+            fn append(&mut self, later: &mut Self) {
+                self.datoms.append(&mut later.datoms);
+            }
+            fn next_cursor(&self) -> &[u8] {
+                &self.next_cursor
+            }
+            fn next_cursor_mut(&mut self) -> &mut Vec<u8> {
+                &mut self.next_cursor
+            }
+        }
+    )*};
 }
 
-impl Paged for pb::FindResponse {
-    fn len(&self) -> usize {
-        self.datoms.len()
-    }
-    fn append(&mut self, later: &mut Self) {
-        self.datoms.append(&mut later.datoms);
-    }
-    fn next_cursor(&self) -> &[u8] {
-        &self.next_cursor
-    }
-    fn next_cursor_mut(&mut self) -> &mut Vec<u8> {
-        &mut self.next_cursor
-    }
-}
+paged_datoms!(pb::HistoryResponse, pb::FindResponse);
 
 impl Paged for pb::DiffResponse {
     fn len(&self) -> usize {

@@ -561,11 +561,7 @@ impl<'a> Candidates<'a> {
         value: Option<&Value>,
         after: Option<EntityId>,
     ) -> Result<Candidates<'a>, ReadError> {
-        let indexed = schema::def_at(store, view.ns, attr, None)?.is_some_and(|d| d.has_value_index());
-        let prefix = match value {
-            Some(v) if indexed => keys::avet_value(view.ns, attr, v),
-            _ => keys::aevt_attr(view.ns, attr),
-        };
+        let prefix = view.candidate_prefix(store, attr, value)?;
         let from = match after {
             None => Some(prefix.clone()),
             Some(EntityId(u64::MAX)) => None,

@@ -150,6 +150,22 @@ impl<'a> View<'a> {
         Ok(out)
     }
 
+    /// The index prefix whose rows name, in entity order, the entities of main that may hold
+    /// `value` for `attr`: the value index (AVET, by the value's digest) when the attribute has
+    /// one and a value is asked for, else the attribute's rows (AEVT).
+    pub fn candidate_prefix(
+        &self,
+        store: &dyn ReadView,
+        attr: &Attribute,
+        value: Option<&Value>,
+    ) -> Result<Vec<u8>, CoreError> {
+        let indexed = schema::def_at(store, self.ns, attr, None)?.is_some_and(|d| d.has_value_index());
+        Ok(match value {
+            Some(v) if indexed => keys::avet_value(self.ns, attr, v),
+            _ => keys::aevt_attr(self.ns, attr),
+        })
+    }
+
     /// The entities that may hold `value` for `attr` here (a superset: callers check each
     /// one's current values). Uses the value index when the attribute has one.
     pub fn value_candidates(
@@ -158,11 +174,7 @@ impl<'a> View<'a> {
         attr: &Attribute,
         value: Option<&Value>,
     ) -> Result<Vec<EntityId>, CoreError> {
-        let indexed = schema::def_at(store, self.ns, attr, None)?.is_some_and(|d| d.has_value_index());
-        let prefix = match value {
-            Some(v) if indexed => keys::avet_value(self.ns, attr, v),
-            _ => keys::aevt_attr(self.ns, attr),
-        };
+        let prefix = self.candidate_prefix(store, attr, value)?;
         let mut entities: Vec<EntityId> = scan_prefix(store, &prefix, MAX_READ_DATOMS)?
             .iter()
             .filter_map(|(k, _)| keys::trailing_entity_tx_seq(k).map(|(e, _, _)| e))
