@@ -321,8 +321,7 @@ async fn checkpoints_proofs_export_and_offline_verify() {
     let victim = &receipts[6];
     {
         let store = engram_storage_rocks::RocksStore::open(&data_dir.join("db")).unwrap();
-        let eavt = store
-            .get(Space::State, &engram_core::keys::tx_datom(TxId(victim.tx), 0))
+        let eavt = engram_core::reads::datom_key_of_tx(&store, TxId(victim.tx), 0)
             .unwrap()
             .expect("the transaction's first datom");
         let raw = store.get(Space::State, &eavt).unwrap().unwrap();

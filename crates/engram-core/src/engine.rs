@@ -746,11 +746,14 @@ impl Engine {
         };
         batch.put(Space::State, keys::audit(signed.entry.index), signed.encode());
 
-        // The Merkle tree: every perfect subtree the new leaf completes is stored, so proofs
-        // read O(log n) rows; the head keeps the frontier, so the root costs O(log n) hashes.
+        // The Merkle tree: every perfect subtree of 2^MERKLE_STORED_LEVEL leaves or more that
+        // the new leaf completes is stored, so proofs read O(log n) rows and at most a few
+        // entries; the head keeps the frontier, so the root costs O(log n) hashes.
         let mut tree = head.tree()?;
         tree.push_leaf_hash_visiting(Blake3::hash_leaf(hash.as_bytes()), |level, position, node| {
-            batch.put(Space::State, keys::merkle_node(level, position), node.to_vec());
+            if level >= keys::MERKLE_STORED_LEVEL {
+                batch.put(Space::State, keys::merkle_node(level, position), node.to_vec());
+            }
         });
         assert_eq!(
             tree.size(),
@@ -981,6 +984,8 @@ impl Engine {
 
         let ns = &req.namespace;
         let mut hashes = Vec::with_capacity(datoms.len());
+        // Each datom's key, kept in the tx-log row for the reads by transaction.
+        let mut datom_keys = Vec::with_capacity(datoms.len());
         let mut datom_bytes = 0;
         for (seq, datom) in datoms.iter().enumerate() {
             let seq = seq as u32;
@@ -992,13 +997,13 @@ impl Engine {
                 Some(branch) => {
                     // A branch's datoms live in its own table only: main's indexes never see them.
                     let key = keys::branch_eavt(ns, branch, e, a, tx, seq);
-                    batch.put(Space::State, keys::tx_datom(tx, seq), key.clone());
-                    batch.put(Space::State, key, encoded);
+                    batch.put(Space::State, key.clone(), encoded);
+                    datom_keys.push(key);
                 }
                 None => {
                     let eavt = keys::eavt(ns, e, a, tx, seq);
-                    batch.put(Space::State, keys::tx_datom(tx, seq), eavt.clone());
-                    batch.put(Space::State, eavt, encoded);
+                    batch.put(Space::State, eavt.clone(), encoded);
+                    datom_keys.push(eavt);
                     batch.put(Space::State, keys::aevt(ns, a, e, tx, seq), Vec::new());
                     if value_indexed.contains(a) {
                         batch.put(
@@ -1056,11 +1061,13 @@ impl Engine {
         batch.put(
             Space::State,
             keys::tx_log(tx),
-            encode_row(&TxLogRow {
+            TxLogRow {
                 namespace: ns.clone(),
                 branch: req.branch.clone(),
                 receipt: receipt.clone(),
-            }),
+                datom_keys: Some(datom_keys),
+            }
+            .encode(),
         );
         if let Some(key) = &req.idempotency_key {
             let row = IdempotencyRow {

@@ -135,12 +135,14 @@ pub fn write_export<W: Write>(
     Ok(summary)
 }
 
-/// The stored bytes of a transaction's datoms, in transaction order, through the `X` index.
+/// The stored bytes of a transaction's datoms, in transaction order, through its tx-log row.
 fn tx_datoms(store: &dyn Store, tx: engram_types::TxId) -> Result<Vec<Vec<u8>>, ExportError> {
-    let prefix = keys::tx_datoms_prefix(tx);
-    let rows = store.scan(Space::State, &prefix, prefix_end(&prefix).as_deref(), usize::MAX)?;
-    let mut out = Vec::with_capacity(rows.len());
-    for (_, eavt_key) in rows {
+    // A missing or undecodable tx-log row exports the datoms `X` rows name (none, since the
+    // row kept its keys); the verifier reports the count against the entry.
+    let datom_keys = reads::tx(store, tx).ok().flatten().and_then(|row| row.datom_keys);
+    let datom_keys = reads::datom_keys_of_tx(store, tx, datom_keys)?;
+    let mut out = Vec::with_capacity(datom_keys.len());
+    for eavt_key in datom_keys {
         // A missing datom row is exported as absent; the verifier reports the count.
         if let Some(bytes) = store.get(Space::State, &eavt_key)? {
             out.push(bytes);

@@ -65,6 +65,14 @@ pub fn u64_after_tag(key: &[u8]) -> Option<u64> {
         .map(u64::from_be_bytes)
 }
 
+/// The lowest level of the Merkle tree whose nodes are stored (`L` rows): a leaf is the hash
+/// of its audit entry, and a node below this level is recomputed from the at most
+/// `2^MERKLE_STORED_LEVEL` entries under it when a proof needs it. Storing every level would
+/// cost two rows per entry on every replica (one leaf, and on average one more completed
+/// subtree); from level 3 on it costs a quarter of a row, for at most seven extra entry reads
+/// per proof. Stores written before kept every level; the rows below are simply not read.
+pub const MERKLE_STORED_LEVEL: u32 = 3;
+
 pub fn merkle_node(level: u32, position: u64) -> Vec<u8> {
     let mut k = Vec::with_capacity(10);
     k.push(MERKLE);

@@ -6,7 +6,7 @@
 //! verification against a signed checkpoint, which is what the client checks.
 
 use engram_audit::{Checkpoint, NodeKey, SignedCheckpoint, SignedEntry};
-use engram_merkle::{Blake3, LeafSource, ProofError, consistency_proof, inclusion_proof};
+use engram_merkle::{Blake3, LeafSource, MerkleHasher, ProofError, consistency_proof, inclusion_proof};
 use engram_storage::{ReadView, Space, prefix_end};
 use engram_types::Hash;
 use thiserror::Error;
@@ -24,7 +24,9 @@ pub enum ProofReadError {
     Core(#[from] CoreError),
 }
 
-/// The stored tree, as a proof source.
+/// The stored tree, as a proof source: leaves are the audit entries' hashes, and perfect
+/// subtrees from [`keys::MERKLE_STORED_LEVEL`] up are read from their `L` rows; the levels
+/// between are recomputed from the entries.
 struct StoredTree<'a> {
     store: &'a dyn ReadView,
     size: u64,
@@ -45,8 +47,12 @@ impl LeafSource<Blake3> for StoredTree<'_> {
         self.size
     }
 
+    /// Leaf `index` is audit entry `index + 1`; a missing or undecodable entry is a missing
+    /// leaf, which the proof reports by index.
     fn leaf_hash(&self, index: u64) -> Option<[u8; 32]> {
-        self.node(0, index)
+        let bytes = self.store.get(Space::State, &keys::audit(index + 1)).ok()??;
+        let entry = SignedEntry::decode(&bytes).ok()?;
+        Some(Blake3::hash_leaf(entry.entry.hash().as_bytes()))
     }
 
     fn cached_subtree_root(&self, start: u64, end: u64) -> Option<[u8; 32]> {
@@ -54,7 +60,11 @@ impl LeafSource<Blake3> for StoredTree<'_> {
         if !width.is_power_of_two() || !start.is_multiple_of(width) {
             return None;
         }
-        self.node(width.trailing_zeros(), start / width)
+        let level = width.trailing_zeros();
+        if level < keys::MERKLE_STORED_LEVEL {
+            return None;
+        }
+        self.node(level, start / width)
     }
 }
 

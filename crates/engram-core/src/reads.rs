@@ -478,8 +478,40 @@ pub fn get_facts(
 pub fn tx(store: &dyn ReadView, tx: TxId) -> Result<Option<TxLogRow>, CoreError> {
     store
         .get(Space::State, &keys::tx_log(tx))?
-        .map(|row| decode_row("tx log row", &row))
+        .map(|row| TxLogRow::decode(&row))
         .transpose()
+}
+
+/// The stored keys of transaction `tx`'s datoms, in transaction order, given its tx-log row's
+/// `datom_keys`: those, or for a row written before the row kept them, the keys its `X` rows
+/// name.
+pub fn datom_keys_of_tx(
+    store: &dyn ReadView,
+    tx: TxId,
+    datom_keys: Option<Vec<Vec<u8>>>,
+) -> Result<Vec<Vec<u8>>, CoreError> {
+    if let Some(datom_keys) = datom_keys {
+        return Ok(datom_keys);
+    }
+    let prefix = keys::tx_datoms_prefix(tx);
+    Ok(store
+        .scan(Space::State, &prefix, prefix_end(&prefix).as_deref(), usize::MAX)?
+        .into_iter()
+        .map(|(_, key)| key)
+        .collect())
+}
+
+/// The stored key of datom `seq` of transaction `tx`, if there is one.
+pub fn datom_key_of_tx(store: &dyn ReadView, tx: TxId, seq: u32) -> Result<Option<Vec<u8>>, CoreError> {
+    let Some(row) = self::tx(store, tx)? else {
+        return Ok(None);
+    };
+    match row.datom_keys {
+        Some(datom_keys) => Ok(usize::try_from(seq)
+            .ok()
+            .and_then(|seq| datom_keys.into_iter().nth(seq))),
+        None => Ok(store.get(Space::State, &keys::tx_datom(tx, seq))?),
+    }
 }
 
 /// Whether this store's chain ever admitted the key `id`, by genesis or a key change (so
@@ -752,14 +784,13 @@ fn scan_tx_log(
             .map(TxId)
             .ok_or_else(|| CoreError::corrupt("tx-log key", "shorter than a tx id"))?;
         next = TxId(tx.0 + 1);
-        let row: TxLogRow = decode_row("tx log row", &value)?;
+        let row = TxLogRow::decode(&value)?;
         if !keep(&row.namespace, row.branch.as_ref()) {
             continue;
         }
-        let prefix = keys::tx_datoms_prefix(tx);
         let mut datoms = Vec::new();
         let mut datom_bytes = 0;
-        for (_, eavt) in store.scan(Space::State, &prefix, prefix_end(&prefix).as_deref(), usize::MAX)? {
+        for eavt in datom_keys_of_tx(store, tx, row.datom_keys)? {
             let bytes = store
                 .get(Space::State, &eavt)?
                 .ok_or_else(|| CoreError::corrupt(format!("datom of tx {}", tx.0), "indexed but missing"))?;
@@ -784,7 +815,7 @@ fn scan_tx_log(
 
 /// Datom `seq` of transaction `tx` (its position in the transaction), if there is one.
 pub fn datom_of_tx(store: &dyn ReadView, tx: TxId, seq: u32) -> Result<Option<Datom>, CoreError> {
-    let Some(eavt) = store.get(Space::State, &keys::tx_datom(tx, seq))? else {
+    let Some(eavt) = datom_key_of_tx(store, tx, seq)? else {
         return Ok(None);
     };
     let bytes = store

@@ -308,13 +308,69 @@ impl fmt::Display for Rejection {
 /// The result of applying one transaction entry, as returned to the client.
 pub type TxOutcome = Result<TxReceipt, Rejection>;
 
-/// The tx-log row: what a transaction did, for receipts and idempotent retries.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+/// The tx-log row: what a transaction did, for receipts, idempotent retries, and the reads
+/// that go through the log by transaction (watches, diffs, exports, the scrub).
+#[derive(Clone, Debug, PartialEq)]
 pub struct TxLogRow {
     pub namespace: Namespace,
     /// The branch the transaction wrote to; `None`: main.
     pub branch: Option<BranchName>,
     pub receipt: TxReceipt,
+    /// The stored key of each of the transaction's datoms (its EAVT key, or its key in the
+    /// branch's table), in transaction order. `None` for rows written before the row kept
+    /// them: those builds wrote one `X` row per datom instead (`keys::tx_datom`), which is one
+    /// more memtable insert, flush and compaction per datom on every replica.
+    pub datom_keys: Option<Vec<Vec<u8>>>,
+}
+
+/// A tx-log row as stored now: the datom keys follow the receipt.
+#[derive(Deserialize)]
+struct StoredTxLogRow {
+    namespace: Namespace,
+    branch: Option<BranchName>,
+    receipt: TxReceipt,
+    datom_keys: Vec<Vec<u8>>,
+}
+
+/// A tx-log row as builds that wrote `X` rows stored it.
+#[derive(Deserialize)]
+struct EarlierTxLogRow {
+    namespace: Namespace,
+    branch: Option<BranchName>,
+    receipt: TxReceipt,
+}
+
+impl TxLogRow {
+    /// The row's stored form (postcard writes a tuple as it writes a struct of the same
+    /// fields). A row without datom keys is stored as an earlier build did.
+    pub fn encode(&self) -> Vec<u8> {
+        let (namespace, branch, receipt) = (&self.namespace, &self.branch, &self.receipt);
+        match &self.datom_keys {
+            Some(datom_keys) => encode_row(&(namespace, branch, receipt, datom_keys)),
+            None => encode_row(&(namespace, branch, receipt)),
+        }
+    }
+
+    /// Decodes a row of either form. The current form is tried first: an earlier row ends
+    /// where the datom keys would begin, so it cannot be read as one (postcard reports the
+    /// missing length), while the earlier form would accept a current row and ignore its keys.
+    pub fn decode(bytes: &[u8]) -> Result<TxLogRow, CoreError> {
+        if let Ok(row) = postcard::from_bytes::<StoredTxLogRow>(bytes) {
+            return Ok(TxLogRow {
+                namespace: row.namespace,
+                branch: row.branch,
+                receipt: row.receipt,
+                datom_keys: Some(row.datom_keys),
+            });
+        }
+        let row: EarlierTxLogRow = decode_row("tx log row", bytes)?;
+        Ok(TxLogRow {
+            namespace: row.namespace,
+            branch: row.branch,
+            receipt: row.receipt,
+            datom_keys: None,
+        })
+    }
 }
 
 pub(crate) fn encode_row<T: Serialize>(row: &T) -> Vec<u8> {

@@ -35,7 +35,8 @@ use engram_types::{Attribute, Datom, EntityId, Hash, Namespace, TxId, Value};
 use serde::Serialize;
 
 use crate::current::CurrentRow;
-use crate::{CoreError, keys, schema};
+use crate::rows::TxLogRow;
+use crate::{CoreError, keys, reads, schema};
 
 /// Findings kept in a report; later ones are only counted.
 pub const MAX_FINDINGS: usize = 100;
@@ -394,6 +395,9 @@ struct Checker<'a> {
     report: ScrubReport,
     /// Whether an attribute keeps a value index now, per (namespace, attribute).
     value_indexed: HashMap<(Namespace, Attribute), bool>,
+    /// The last transaction whose tx-log row was read for its datom keys, and what it lists.
+    /// Kept because the entry's check and a transaction's datoms read the same row in turn.
+    tx_keys: Option<(TxId, Listed)>,
 }
 
 /// A key's parts after the namespace: `ns 0 rest`.
@@ -422,6 +426,7 @@ impl<'a> Checker<'a> {
             store,
             report: ScrubReport::default(),
             value_indexed: HashMap::new(),
+            tx_keys: None,
         }
     }
 
@@ -660,11 +665,28 @@ impl<'a> Checker<'a> {
             self.mismatch(key, "datom is stored under a key its content does not give");
             return Ok(());
         }
-        let mut wanted: Vec<Wanted> = vec![(
-            keys::tx_datom(tx, seq),
-            Some(key.to_vec()),
-            "datoms-by-transaction",
-        )];
+        let mut wanted: Vec<Wanted> = Vec::new();
+        self.load_tx_keys(tx)?;
+        match self.tx_keys.as_ref().map(|(_, listed)| listed) {
+            Some(Listed::Keys(listed)) => {
+                let at_seq = usize::try_from(seq).ok().and_then(|i| listed.get(i));
+                if at_seq.map(Vec::as_slice) != Some(key) {
+                    self.mismatch(
+                        key,
+                        "datom is not listed at its position by its transaction's tx-log row",
+                    );
+                }
+            }
+            // An earlier build's transaction: its `X` row names the datom.
+            Some(Listed::ByXRows) => wanted.push((
+                keys::tx_datom(tx, seq),
+                Some(key.to_vec()),
+                "datoms-by-transaction",
+            )),
+            Some(Listed::NoRow) | None => {
+                self.mismatch(key, "datom's transaction has no readable tx-log row")
+            }
+        }
         if d.branch.is_none() {
             wanted.push((
                 keys::aevt(&d.namespace, &d.attribute, d.entity, tx, seq),
@@ -700,6 +722,24 @@ impl<'a> Checker<'a> {
         Ok(())
     }
 
+    /// Reads the datom keys transaction `tx`'s tx-log row lists into `tx_keys`, unless they
+    /// are there already.
+    fn load_tx_keys(&mut self, tx: TxId) -> Result<(), CoreError> {
+        if self.tx_keys.as_ref().is_some_and(|(cached, _)| *cached == tx) {
+            return Ok(());
+        }
+        let listed = match self.get(&keys::tx_log(tx))?.map(|bytes| TxLogRow::decode(&bytes)) {
+            Some(Ok(TxLogRow {
+                datom_keys: Some(keys),
+                ..
+            })) => Listed::Keys(keys),
+            Some(Ok(_)) => Listed::ByXRows,
+            Some(Err(_)) | None => Listed::NoRow,
+        };
+        self.tx_keys = Some((tx, listed));
+        Ok(())
+    }
+
     /// Whether the attribute's schema keeps AVET rows now. Declaring an index backfills the
     /// rows of every datom already recorded, and an index is never dropped, so every datom of
     /// an attribute indexed now has its row.
@@ -721,7 +761,8 @@ impl<'a> Checker<'a> {
         Ok(indexed)
     }
 
-    /// An audit row: for a transaction entry, its datoms (through the `X` rows) must hash to
+    /// An audit row: for a transaction entry, its datoms (those its tx-log row lists, or an
+    /// earlier build's `X` rows) must hash to
     /// the entry's content hash. Returns the datom keys it checked (`None`: not a transaction,
     /// or it could not be checked).
     fn entry(&mut self, key: &[u8], value: &[u8]) -> Result<Option<Vec<Vec<u8>>>, CoreError> {
@@ -761,20 +802,32 @@ impl<'a> Checker<'a> {
                 Some(_) => {}
             }
         }
-        let prefix = keys::tx_datoms_prefix(signed.entry.tx);
-        let rows = match self
-            .store
-            .scan(Space::State, &prefix, prefix_end(&prefix).as_deref(), usize::MAX)
-        {
-            Ok(rows) => rows,
-            Err(e) => {
-                self.storage(e)?;
+        self.load_tx_keys(signed.entry.tx)?;
+        let listed = match self.tx_keys.as_ref().map(|(_, listed)| listed) {
+            Some(Listed::Keys(keys)) => Some(keys.clone()),
+            Some(Listed::ByXRows) => None,
+            Some(Listed::NoRow) | None => {
+                self.mismatch(
+                    key,
+                    format!(
+                        "audit entry {index}: the tx-log row of tx {} is missing or does not decode",
+                        signed.entry.tx.0
+                    ),
+                );
                 return Ok(None);
             }
         };
+        let rows = match reads::datom_keys_of_tx(self.store, signed.entry.tx, listed) {
+            Ok(rows) => rows,
+            Err(CoreError::Storage(e)) => {
+                self.storage(e)?;
+                return Ok(None);
+            }
+            Err(e) => return Err(e),
+        };
         let mut hashes: Vec<Hash> = Vec::with_capacity(rows.len());
         let mut datom_keys = Vec::with_capacity(rows.len());
-        for (_, eavt_key) in rows {
+        for eavt_key in rows {
             let Some(bytes) = self.get(&eavt_key)? else {
                 self.mismatch(
                     key,
@@ -815,6 +868,17 @@ impl<'a> Checker<'a> {
         }
         Ok(Some(datom_keys))
     }
+}
+
+/// What a transaction's tx-log row says of its datoms.
+#[derive(Clone)]
+enum Listed {
+    /// Their keys, in transaction order.
+    Keys(Vec<Vec<u8>>),
+    /// Nothing: a row of an earlier build, whose `X` rows list the datoms.
+    ByXRows,
+    /// There is no readable row (the entry's check reports it).
+    NoRow,
 }
 
 #[cfg(test)]
@@ -1043,12 +1107,103 @@ mod tests {
             &keys::aevt(&ns(), &d.attribute, a, tx, seq),
             "AEVT row points at a missing datom",
         );
+        assert_names(&report, &keys::audit(3), "audit entry 3: datom");
+    }
+
+    /// Rewrites every tx-log row as a build that kept `X` rows stored it, with those rows.
+    fn as_earlier_build(store: &MemStore) {
+        let mut b = WriteBatch::new();
+        let rows = store
+            .scan(
+                Space::State,
+                &[keys::TX_LOG],
+                prefix_end(&[keys::TX_LOG]).as_deref(),
+                usize::MAX,
+            )
+            .unwrap();
+        for (key, value) in rows {
+            let mut row = TxLogRow::decode(&value).unwrap();
+            let tx = TxId(keys::u64_after_tag(&key).unwrap());
+            for (seq, datom_key) in row.datom_keys.take().unwrap().into_iter().enumerate() {
+                b.put(Space::State, keys::tx_datom(tx, seq as u32), datom_key);
+            }
+            b.put(Space::State, key, row.encode());
+        }
+        store.write(b, Durability::Sync).unwrap();
+    }
+
+    #[test]
+    fn a_datom_its_tx_log_row_does_not_list_is_named() {
+        let (store, _, b) = populated();
+        let (eavt, _) = eavt_of(&store, b, ":task/parent");
+        let (tx, _) = keys::trailing_tx_seq(&eavt).unwrap();
+        let row_key = keys::tx_log(tx);
+        let mut row = TxLogRow::decode(&store.get(Space::State, &row_key).unwrap().unwrap()).unwrap();
+        row.datom_keys.as_mut().unwrap().reverse();
+        put(&store, row_key, row.encode());
+        let report = full(&*store);
         assert_names(
             &report,
-            &keys::tx_datom(tx, seq),
-            "datoms-by-transaction row points at a missing datom",
+            &eavt,
+            "not listed at its position by its transaction's tx-log row",
         );
-        assert_names(&report, &keys::audit(3), "audit entry 3: datom");
+        // The entry of that transaction (genesis, the schema, then `a`'s and `b`'s).
+        assert_names(&report, &keys::audit(4), "do not reproduce its content hash");
+    }
+
+    #[test]
+    fn an_earlier_builds_layout_scrubs_clean_and_reads_the_same() {
+        let (store, a, b) = populated();
+        // What the reads by transaction (watches, diffs) see: every transaction with its datoms.
+        let tail = |store: &MemStore| {
+            let (txs, _) = crate::reads::tx_log_range(store, TxId(1), TxId(10), usize::MAX).unwrap();
+            txs.into_iter()
+                .map(|t| {
+                    (
+                        t.namespace,
+                        t.branch,
+                        t.record.receipt,
+                        t.record.datoms,
+                        t.datom_bytes,
+                    )
+                })
+                .collect::<Vec<_>>()
+        };
+        let before = tail(&store);
+        assert!(before.iter().any(|t| t.3.iter().any(|d| d.entity == a)));
+        assert!(before.iter().any(|t| t.3.iter().any(|d| d.entity == b)));
+        let first_key = crate::reads::datom_key_of_tx(&*store, before[1].2.tx, 0).unwrap();
+        assert!(first_key.is_some());
+        as_earlier_build(&store);
+        let x_rows = store
+            .scan(
+                Space::State,
+                &[keys::TX_DATOMS],
+                prefix_end(&[keys::TX_DATOMS]).as_deref(),
+                usize::MAX,
+            )
+            .unwrap();
+        let datoms: usize = before.iter().map(|t| t.3.len()).sum();
+        assert!(datoms >= 3, "{before:?}");
+        assert_eq!(x_rows.len(), datoms, "the earlier layout has an X row per datom");
+        let report = full(&*store);
+        assert!(report.ok(), "{:#?}", report.findings);
+        assert_eq!(tail(&store), before);
+        assert_eq!(
+            crate::reads::datom_key_of_tx(&*store, before[1].2.tx, 0).unwrap(),
+            first_key
+        );
+        // An X row that names the wrong datom is still caught in that layout.
+        let (eavt, _) = eavt_of(&store, b, ":task/parent");
+        let (tx, seq) = keys::trailing_tx_seq(&eavt).unwrap();
+        let (other, _) = eavt_of(&store, b, ":task/title");
+        put(&store, keys::tx_datom(tx, seq), other);
+        let report = full(&*store);
+        assert_names(
+            &report,
+            &eavt,
+            "the datoms-by-transaction row names another datom",
+        );
     }
 
     #[test]

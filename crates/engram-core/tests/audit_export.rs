@@ -151,6 +151,25 @@ fn proofs_from_the_stored_tree_verify_against_checkpoints() {
         let path: Vec<[u8; 32]> = consistency.iter().map(|h| h.0).collect();
         verify_consistency::<Blake3>(size, 41, &tree_root.0, &root.0, &path).unwrap();
     }
+    // Only subtrees of 2^MERKLE_STORED_LEVEL leaves or more are stored: in a tree of 41, five
+    // of 8 leaves, two of 16, one of 32; the proofs above recomputed the levels below.
+    let stored: Vec<(u8, u64)> = store
+        .scan(
+            Space::State,
+            &[keys::MERKLE],
+            Some(&[keys::MERKLE + 1]),
+            usize::MAX,
+        )
+        .unwrap()
+        .into_iter()
+        .map(|(k, _)| (k[1], keys::u64_after_tag(&k[1..]).unwrap()))
+        .collect();
+    assert_eq!(keys::MERKLE_STORED_LEVEL, 3);
+    assert_eq!(
+        stored,
+        vec![(3, 0), (3, 1), (3, 2), (3, 3), (3, 4), (4, 0), (4, 1), (5, 0)],
+        "stored Merkle nodes (level, position)"
+    );
     // Out-of-range requests are refused, not answered with a wrong proof.
     assert!(proofs::inclusion(&*store, 0, 10).is_err());
     assert!(proofs::inclusion(&*store, 11, 10).is_err());
@@ -370,8 +389,7 @@ fn deleted_reordered_and_duplicated_entries_are_named() {
 fn a_datom_edited_in_the_store_is_named_by_its_entry() {
     let (store, _) = chain(6, 100);
     // Entry 5 is the 4th transaction (tx 5): change the value of its first datom, in place.
-    let key = store
-        .get(Space::State, &keys::tx_datom(engram_types::TxId(5), 0))
+    let key = engram_core::reads::datom_key_of_tx(&*store, engram_types::TxId(5), 0)
         .unwrap()
         .unwrap();
     let raw = store.get(Space::State, &key).unwrap().unwrap();

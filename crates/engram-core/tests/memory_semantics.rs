@@ -1065,10 +1065,9 @@ fn schema_branch_and_merge_transactions_verify_offline_and_a_moved_branch_datom_
 
     // Move the branch datom to main in storage (rewrite it without its branch): the audit
     // entry of the branch transaction no longer matches.
-    let key = {
-        let x = engram_core::keys::tx_datom(on_branch.tx, 0);
-        m.store.get(Space::State, &x).unwrap().unwrap()
-    };
+    let key = engram_core::reads::datom_key_of_tx(&*m.store, on_branch.tx, 0)
+        .unwrap()
+        .unwrap();
     let mut datom = engram_types::Datom::decode(&m.store.get(Space::State, &key).unwrap().unwrap()).unwrap();
     assert_eq!(datom.branch, Some(branch("b")));
     datom.branch = None;
