@@ -659,6 +659,17 @@ pub struct ServeArgs {
     /// Export traces over OTLP/gRPC to this collector, e.g. http://localhost:4317.
     #[arg(long, env = "OTEL_EXPORTER_OTLP_ENDPOINT", value_name = "URL")]
     pub otlp_endpoint: Option<String>,
+
+    /// How the node writes its logs to stderr: `text` (one readable line per event) or `json`
+    /// (one JSON object per line, with `timestamp`, `level`, `message`, the event's fields
+    /// and its span, for a log collector). `RUST_LOG` filters both.
+    #[arg(
+        long,
+        env = "ENGRAM_LOG_FORMAT",
+        value_name = "text|json",
+        default_value = "text"
+    )]
+    pub log_format: engram_server::telemetry::LogFormat,
 }
 
 #[derive(Subcommand, Debug)]

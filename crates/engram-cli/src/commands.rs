@@ -185,7 +185,7 @@ async fn serve(args: ServeArgs, identity: (Option<PathBuf>, Option<PathBuf>)) ->
         bail!("--id: node ids start at 1");
     }
     // Keep the guard alive for the node's lifetime: dropping it flushes the span exporter.
-    let _telemetry = telemetry::init(args.otlp_endpoint.as_deref()).context("telemetry")?;
+    let _telemetry = telemetry::init(args.otlp_endpoint.as_deref(), args.log_format).context("telemetry")?;
     let mut config = ServerConfig::new(node_id, args.listen, args.data_dir);
     config.advertise_addr = args.advertise;
     config.key_file = args.key_file;

@@ -1,14 +1,16 @@
-//! Logging and tracing: human-readable logs on stderr filtered by `RUST_LOG` (default
-//! `info`), and, when an OTLP endpoint is configured, span export over OTLP/gRPC.
+//! Logging and tracing: logs on stderr filtered by `RUST_LOG` (default `info`), as
+//! human-readable lines or as one JSON object per line, and, when an OTLP endpoint is
+//! configured, span export over OTLP/gRPC.
 
 use std::time::Duration;
 
 use opentelemetry::trace::TracerProvider as _;
 use opentelemetry_otlp::WithExportConfig;
 use opentelemetry_sdk::trace::SdkTracerProvider;
-use tracing_subscriber::EnvFilter;
 use tracing_subscriber::layer::SubscriberExt;
+use tracing_subscriber::registry::LookupSpan;
 use tracing_subscriber::util::SubscriberInitExt;
+use tracing_subscriber::{EnvFilter, Layer};
 
 use crate::ServerError;
 
@@ -31,16 +33,58 @@ impl Drop for TelemetryGuard {
     }
 }
 
-/// Installs the global subscriber. `otlp_endpoint` (e.g. `http://127.0.0.1:4317`) switches
-/// on span export.
-pub fn init(otlp_endpoint: Option<&str>) -> Result<TelemetryGuard, ServerError> {
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info,openraft=warn"));
-    // Colour only on a terminal: log files and collectors get plain text.
-    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
-    let fmt = tracing_subscriber::fmt::layer()
+/// How log lines are written.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum LogFormat {
+    /// One human-readable line per event (coloured on a terminal).
+    #[default]
+    Text,
+    /// One JSON object per line: `timestamp`, `level`, `message` and the event's fields at the
+    /// top level, and the span the event happened in (`span`, with its fields), for log
+    /// collectors that index fields.
+    Json,
+}
+
+impl std::str::FromStr for LogFormat {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "text" => Ok(LogFormat::Text),
+            "json" => Ok(LogFormat::Json),
+            other => Err(format!("unknown log format {other:?}: expected text or json")),
+        }
+    }
+}
+
+/// The layer that writes log lines to stderr in `format`.
+fn log_lines<S>(format: LogFormat) -> Box<dyn Layer<S> + Send + Sync>
+where
+    S: tracing::Subscriber + for<'a> LookupSpan<'a>,
+{
+    let lines = tracing_subscriber::fmt::layer()
         .with_writer(std::io::stderr)
-        .with_target(false)
-        .with_ansi(ansi);
+        .with_target(false);
+    match format {
+        // Colour only on a terminal: log files and collectors get plain text.
+        LogFormat::Text => lines
+            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+            .boxed(),
+        LogFormat::Json => lines
+            .json()
+            .with_ansi(false)
+            .flatten_event(true)
+            .with_current_span(true)
+            .with_span_list(false)
+            .boxed(),
+    }
+}
+
+/// Installs the global subscriber, writing logs in `format`. `otlp_endpoint` (e.g.
+/// `http://127.0.0.1:4317`) switches on span export.
+pub fn init(otlp_endpoint: Option<&str>, format: LogFormat) -> Result<TelemetryGuard, ServerError> {
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info,openraft=warn"));
+    let fmt = log_lines(format);
     let Some(endpoint) = otlp_endpoint.filter(|e| !e.is_empty()) else {
         tracing_subscriber::registry()
             .with(filter)

@@ -222,7 +222,7 @@ fn assert_op(entity: pb::entity_ref::Kind, attr: &str, value: pb::value::Kind) -
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn writes_replicate_and_chains_agree() {
-    let _logs = engram_server::telemetry::init(None);
+    let _logs = engram_server::telemetry::init(None, Default::default());
     let cluster = start(3, 64 << 10).await;
     // Write through every node, followers forward to the leader.
     let mut entities = Vec::new();

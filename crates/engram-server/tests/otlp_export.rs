@@ -51,7 +51,8 @@ async fn spans_are_exported_over_otlp() {
             .add_service(TraceServiceServer::new(Collector { spans: tx }))
             .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener)),
     );
-    let guard = engram_server::telemetry::init(Some(&format!("http://{collector_addr}"))).unwrap();
+    let guard = engram_server::telemetry::init(Some(&format!("http://{collector_addr}")), Default::default())
+        .unwrap();
 
     let addr = StdListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
     let dir = tempfile::tempdir().unwrap();
