@@ -40,6 +40,10 @@ pub struct Options {
     /// snapshot every 16 entries, whatever the draw said: lagging nodes install snapshots and
     /// crash inside them.
     pub install_crashes: bool,
+    /// Crashes that leave nodes behind and a snapshot every 16 entries, without the crashes
+    /// inside installs: lagging nodes install snapshots and go on serving their watchers
+    /// (a crash inside the install restarts the node's watch hub from its store instead).
+    pub lagging_installs: bool,
 }
 
 /// What a seed did and found.
@@ -264,10 +268,13 @@ async fn simulate(options: Options) -> SimResult {
     if let Some(ms) = options.forge_every_ms {
         mix.forge_every_ms = Some(ms);
     }
+    if options.install_crashes || options.lagging_installs {
+        mix.snapshot_every_entries = 16;
+        mix.crash_every_ms
+            .get_or_insert(if options.lagging_installs { 800 } else { 1_500 });
+    }
     if options.install_crashes {
         mix.crash_in_install = true;
-        mix.snapshot_every_entries = 16;
-        mix.crash_every_ms.get_or_insert(1_500);
     }
     let pool = mix.pool_size();
     let skews: Vec<i64> = (0..pool).map(|_| draw_skew_ns(mix.clock_skew_ms)).collect();
