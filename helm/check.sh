@@ -10,8 +10,8 @@
 #   notes     renders templates/NOTES.txt through the same engine (helm template skips it)
 #   render    helm template (release "engram", namespace "default")
 #   validate  every document against the official Kubernetes schemas, strict, for each version
-#             in KUBE_VERSIONS (kubernetes-validate); cert-manager Certificate and ServiceMonitor
-#             against helm/tests/crd-schemas/; plus cross-object invariants (tests/validate.py)
+#             in KUBE_VERSIONS (kubernetes-validate); cert-manager Certificate, ServiceMonitor
+#             and PrometheusRule against helm/tests/crd-schemas/; plus cross-object invariants (tests/validate.py)
 # then:
 #   bad values  every helm/tests/bad-values/*.yaml must fail `helm template`, with an error
 #               matching the file's "# expect: <regex>" line; each is rendered over
@@ -19,6 +19,7 @@
 #               unless it has a "# no-base-values" line
 #   selftest    the validator must catch deliberate breakages of correct renders
 #   golden      the default render (and its NOTES) must equal helm/tests/golden/
+#   copies      the chart's alert rules and dashboard (helm/engram/files) equal deploy/'s
 #   helm4       (--helm4) Helm 4 renders the same documents and NOTES, lints clean, and refuses
 #               every bad values file too
 #
@@ -53,7 +54,7 @@ done
 
 if [ -t 1 ]; then RED=$'\e[31m'; GREEN=$'\e[32m'; BOLD=$'\e[1m'; RESET=$'\e[0m'; else RED=; GREEN=; BOLD=; RESET=; fi
 declare -A PASS FAIL
-STEPS=(lint notes render validate bad-values selftest golden)
+STEPS=(lint notes render validate bad-values selftest golden copies)
 [ "$HELM4" = 1 ] && STEPS+=(helm4)
 for s in "${STEPS[@]}"; do PASS[$s]=0; FAIL[$s]=0; done
 FAILURES=()
@@ -215,6 +216,20 @@ for pair in "default.yaml:$WORK/rendered/default.yaml" "default-NOTES.txt:$WORK/
     ok golden "${pair%%:*} matches"
   else
     bad golden "${pair%%:*} differs (review, then --update-golden):"; head -80 "$WORK/golden.diff" | indent
+  fi
+done
+
+# ---------------------------------------------------------------------------------------------
+# Helm reads only files inside the chart, so the chart carries copies of the alert rules (which
+# CI unit-tests with promtool in deploy/) and of the dashboard: they must not drift.
+echo "${BOLD}== copies${RESET} (helm/engram/files against deploy/)"
+REPO_ROOT=$(cd "$HELM_DIR/.." && pwd)
+for pair in "engram-alerts.yaml:deploy/prometheus/engram-alerts.yaml" "engram-dashboard.json:deploy/grafana/engram-dashboard.json"; do
+  copy="$CHART/files/${pair%%:*}" source="$REPO_ROOT/${pair#*:}"
+  if cmp -s "$copy" "$source"; then
+    ok copies "files/${pair%%:*} equals ${pair#*:}"
+  else
+    bad copies "files/${pair%%:*} differs from ${pair#*:} (copy it over)"
   fi
 done
 

@@ -202,6 +202,12 @@ Cross-field checks that values.schema.json cannot express. Included by the State
 {{- if and .Values.metrics.serviceMonitor.enabled (not .Values.metrics.enabled) }}
 {{- fail "metrics.serviceMonitor.enabled needs metrics.enabled" }}
 {{- end }}
+{{- if and .Values.metrics.prometheusRule.enabled (not .Values.metrics.enabled) }}
+{{- fail "metrics.prometheusRule.enabled needs metrics.enabled: the rules alert on metrics no pod would serve" }}
+{{- end }}
+{{- if and .Values.metrics.grafanaDashboard.enabled (not .Values.metrics.enabled) }}
+{{- fail "metrics.grafanaDashboard.enabled needs metrics.enabled" }}
+{{- end }}
 {{- if .Values.metrics.enabled }}
 {{- if or (eq (int .Values.metrics.port) (int .Values.ports.grpc)) (and .Values.tls.enabled (eq (int .Values.metrics.port) (int .Values.health.port))) }}
 {{- fail "metrics.port must differ from ports.grpc and health.port" }}
