@@ -1,12 +1,17 @@
 //! Logging and tracing: logs on stderr filtered by `RUST_LOG` (default `info`), as
 //! human-readable lines or as one JSON object per line, and, when an OTLP endpoint is
-//! configured, span export over OTLP/gRPC.
+//! configured, span export over OTLP/gRPC, continuing the W3C trace context (`traceparent`,
+//! `tracestate`) a caller sends and passing it on when a follower forwards a write.
 
 use std::time::Duration;
 
-use opentelemetry::trace::TracerProvider as _;
+use opentelemetry::propagation::{Extractor, Injector, TextMapPropagator};
+use opentelemetry::trace::{TraceContextExt, TracerProvider as _};
 use opentelemetry_otlp::WithExportConfig;
+use opentelemetry_sdk::propagation::TraceContextPropagator;
 use opentelemetry_sdk::trace::SdkTracerProvider;
+use tonic::metadata::{KeyRef, MetadataKey, MetadataMap, MetadataValue};
+use tracing_opentelemetry::OpenTelemetrySpanExt;
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::registry::LookupSpan;
 use tracing_subscriber::util::SubscriberInitExt;
@@ -116,4 +121,57 @@ pub fn init(otlp_endpoint: Option<&str>, format: LogFormat) -> Result<TelemetryG
     Ok(TelemetryGuard {
         provider: Some(provider),
     })
+}
+
+/// gRPC request metadata read as W3C trace-context carrier.
+struct Carrier<'a>(&'a MetadataMap);
+
+impl Extractor for Carrier<'_> {
+    fn get(&self, key: &str) -> Option<&str> {
+        self.0.get(key).and_then(|v| v.to_str().ok())
+    }
+
+    fn keys(&self) -> Vec<&str> {
+        self.0
+            .keys()
+            .filter_map(|k| match k {
+                KeyRef::Ascii(k) => Some(k.as_str()),
+                KeyRef::Binary(_) => None,
+            })
+            .collect()
+    }
+}
+
+/// gRPC request metadata written as W3C trace-context carrier.
+struct CarrierMut<'a>(&'a mut MetadataMap);
+
+impl Injector for CarrierMut<'_> {
+    fn set(&mut self, key: &str, value: String) {
+        // The propagator writes only `traceparent` and `tracestate`, both valid ASCII names;
+        // a value that is not valid metadata is left out rather than sent broken.
+        if let (Ok(key), Ok(value)) = (
+            MetadataKey::from_bytes(key.as_bytes()),
+            MetadataValue::try_from(value.as_str()),
+        ) {
+            self.0.insert(key, value);
+        }
+    }
+}
+
+/// Makes `span` a child of the W3C trace context in the caller's metadata, so the node's work
+/// shows in the caller's trace. No context, or a malformed one, leaves `span` a root, as W3C
+/// Trace Context requires; without span export this does nothing.
+pub fn continue_trace(span: &tracing::Span, meta: &MetadataMap) {
+    let cx = TraceContextPropagator::new().extract(&Carrier(meta));
+    if cx.span().span_context().is_valid() {
+        // Fails only when no OpenTelemetry layer is installed (no span export).
+        let _ = span.set_parent(cx);
+    }
+}
+
+/// Writes the current span's trace context into `meta`, so the node a request goes to next (the
+/// leader a follower forwards a write to) continues the same trace.
+pub fn pass_trace_on(meta: &mut MetadataMap) {
+    let cx = tracing::Span::current().context();
+    TraceContextPropagator::new().inject_context(&cx, &mut CarrierMut(meta));
 }

@@ -1,5 +1,7 @@
 //! With an OTLP endpoint configured, the node's spans reach a collector: an in-process mock
-//! OTLP/gRPC trace collector receives the `transact` span of a real transaction.
+//! OTLP/gRPC trace collector receives the `transact` span of a real transaction, in the trace
+//! of the W3C `traceparent` its caller sent; and the trace context a node passes on (to the
+//! leader, when it forwards a write) continues that trace.
 
 #![allow(clippy::unwrap_used)] // test set-up: a failed step should stop the test loudly
 
@@ -17,9 +19,15 @@ use opentelemetry_proto::tonic::collector::trace::v1::{
 use tokio::sync::mpsc;
 use tonic::{Request, Response, Status};
 
+/// An exported span: name, attribute keys, trace id, parent span id.
+type Exported = (String, Vec<String>, Vec<u8>, Vec<u8>);
+
 struct Collector {
-    spans: mpsc::UnboundedSender<(String, Vec<String>)>,
+    spans: mpsc::UnboundedSender<Exported>,
 }
+
+/// The caller's trace context: version 00, trace id, parent span id, sampled.
+const TRACEPARENT: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
 
 #[tonic::async_trait]
 impl TraceService for Collector {
@@ -31,7 +39,9 @@ impl TraceService for Collector {
             for scope in resource.scope_spans {
                 for span in scope.spans {
                     let keys = span.attributes.iter().map(|a| a.key.clone()).collect();
-                    let _ = self.spans.send((span.name, keys));
+                    let _ = self
+                        .spans
+                        .send((span.name, keys, span.trace_id, span.parent_span_id));
                 }
             }
         }
@@ -114,20 +124,61 @@ async fn spans_are_exported_over_otlp() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     assert!(done, "the single-node cluster never accepted a write");
+    // A write that comes with the caller's trace context.
+    let mut traced = tonic::Request::new(request.clone());
+    traced
+        .metadata_mut()
+        .insert("traceparent", TRACEPARENT.parse().unwrap());
+    memory.transact(traced).await.unwrap();
+
+    // What a node passes on (a follower forwarding a write to the leader) continues the trace
+    // its own span is in, with that span as the parent.
+    let span = tracing::info_span!("forwarding");
+    let mut incoming = tonic::metadata::MetadataMap::new();
+    incoming.insert("traceparent", TRACEPARENT.parse().unwrap());
+    engram_server::telemetry::continue_trace(&span, &incoming);
+    let mut outgoing = tonic::metadata::MetadataMap::new();
+    span.in_scope(|| engram_server::telemetry::pass_trace_on(&mut outgoing));
+    let passed = outgoing
+        .get("traceparent")
+        .expect("a traceparent is passed on")
+        .to_str()
+        .unwrap()
+        .to_string();
+    let parts: Vec<&str> = passed.split('-').collect();
+    assert_eq!(parts.len(), 4, "{passed}");
+    assert_eq!(
+        parts[1], "4bf92f3577b34da6a3ce929d0e0e4736",
+        "the trace is continued: {passed}"
+    );
+    assert_ne!(
+        parts[2], "00f067aa0ba902b7",
+        "the parent is the node's own span: {passed}"
+    );
+    drop(span);
 
     // Dropping the guard flushes the batch exporter; it blocks, so not on a runtime worker.
     tokio::task::spawn_blocking(move || drop(guard)).await.unwrap();
-    let mut seen = Vec::new();
+    let trace_id = hex::decode("4bf92f3577b34da6a3ce929d0e0e4736").unwrap();
+    let parent_id = hex::decode("00f067aa0ba902b7").unwrap();
+    let in_trace = |(name, _, trace, parent): &Exported| {
+        name == "transact" && *trace == trace_id && *parent == parent_id
+    };
+    let mut seen: Vec<Exported> = Vec::new();
     while let Ok(Some(span)) = tokio::time::timeout(Duration::from_secs(3), rx.recv()).await {
         seen.push(span);
-        if seen.iter().any(|(name, _)| name == "transact") {
+        if seen.iter().any(|s| s.0 == "transact") && seen.iter().any(in_trace) {
             break;
         }
     }
-    let transact = seen.iter().find(|(name, _)| name == "transact");
-    let (_, keys) = transact.unwrap_or_else(|| panic!("no transact span among {seen:?}"));
+    let transact = seen.iter().find(|s| s.0 == "transact");
+    let (_, keys, _, _) = transact.unwrap_or_else(|| panic!("no transact span among {seen:?}"));
     assert!(keys.iter().any(|k| k == "node_id"), "span attributes: {keys:?}");
     assert!(keys.iter().any(|k| k == "tx_id"), "span attributes: {keys:?}");
+    assert!(
+        seen.iter().any(in_trace),
+        "no transact span in the caller's trace, child of its span: {seen:?}"
+    );
     let _ = stop.send(());
     node.await.unwrap().unwrap();
 }

@@ -233,6 +233,9 @@ impl Caller {
     pub fn forward<T>(&self, message: T) -> tonic::Request<T> {
         let mut req = tonic::Request::new(message);
         let meta = req.metadata_mut();
+        // The simulation has no span export to continue.
+        #[cfg(not(madsim))]
+        crate::telemetry::pass_trace_on(meta);
         meta.insert(FORWARDED, self.marker.clone());
         for (name, value) in &self.signature {
             meta.insert(*name, value.clone());

@@ -96,6 +96,8 @@ impl MemoryService {
             applied_us = tracing::field::Empty,
             answered_us = tracing::field::Empty
         );
+        #[cfg(not(madsim))]
+        crate::telemetry::continue_trace(&span, &meta);
         Ok(Response::new(self.write(meta, call).instrument(span).await?))
     }
 }
