@@ -5,6 +5,8 @@ set -euo pipefail
 
 need_apt=()
 command -v clang >/dev/null 2>&1 || need_apt+=(clang)
+# jemalloc (the engram binary's allocator) is built from source with make.
+command -v make >/dev/null 2>&1 || need_apt+=(make)
 # bindgen (RocksDB's -sys crate) needs libclang at build time, as the unversioned libclang.so
 # that only libclang-dev installs (clang-sys does not accept the runtime's libclang.so.1).
 ls /usr/lib/llvm-*/lib/libclang.so >/dev/null 2>&1 || need_apt+=(libclang-dev)
