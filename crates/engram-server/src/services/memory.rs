@@ -2,7 +2,7 @@ use std::sync::Arc;
 
 use engram_access::Action;
 use engram_core::policy::ReadScope;
-use engram_core::{pages, reads};
+use engram_core::{keys, pages, reads};
 use engram_proto::{methods, pb};
 use engram_raft::Proposer;
 use engram_types::{BranchOp, EntityId, TxId, TxRequest};
@@ -915,12 +915,21 @@ impl pb::memory_server::Memory for MemoryService {
         let found = self.shared.read_state(|store| {
             hits.iter()
                 .map(|hit| {
-                    reads::datom_of_tx(store, hit.fact.tx, hit.fact.seq)?.ok_or_else(|| {
-                        engram_core::CoreError::corrupt(
-                            format!("datom {} of tx {}", hit.fact.seq, hit.fact.tx.0),
-                            "indexed for search but not stored",
-                        )
-                    })
+                    // The hit names the datom's whole key (the search's scope, entity, attribute,
+                    // tx, seq): one read, not a detour through its transaction's tx-log row.
+                    let f = &hit.fact;
+                    let key = match &scope.branch {
+                        Some(b) => {
+                            keys::branch_eavt(&scope.namespace, b, f.entity, &f.attribute, f.tx, f.seq)
+                        }
+                        None => keys::eavt(&scope.namespace, f.entity, &f.attribute, f.tx, f.seq),
+                    };
+                    let what = || format!("datom {} of tx {}", f.seq, f.tx.0);
+                    let bytes = store.get(engram_storage::Space::State, &key)?.ok_or_else(|| {
+                        engram_core::CoreError::corrupt(what(), "indexed for search but not stored")
+                    })?;
+                    engram_types::Datom::decode(&bytes)
+                        .map_err(|e| engram_core::CoreError::corrupt(what(), e))
                 })
                 .collect::<Result<Vec<_>, _>>()
         })?;
