@@ -69,6 +69,8 @@ pub struct SeedReport {
     /// Entries a crash rolled back that the node applied again, each checked equal.
     pub reapplied: u64,
     pub branch_abandons: usize,
+    /// Redactions the speculator had acknowledged.
+    pub redactions: usize,
     pub fault_counts: BTreeMap<&'static str, u64>,
     pub fault_log: Vec<String>,
     pub recovery: Recovery,
@@ -141,6 +143,7 @@ struct Finished {
     branch_merges: usize,
     reapplied: u64,
     branch_abandons: usize,
+    redactions: usize,
     fault_counts: BTreeMap<&'static str, u64>,
     fault_log: Vec<String>,
     recovery: Recovery,
@@ -194,6 +197,7 @@ fn run_seed_here(seed: u64, options: &Options) -> SeedReport {
         branch_merges: 0,
         reapplied: 0,
         branch_abandons: 0,
+        redactions: 0,
         fault_counts: BTreeMap::new(),
         fault_log: Vec::new(),
         recovery: Recovery::default(),
@@ -219,6 +223,7 @@ fn run_seed_here(seed: u64, options: &Options) -> SeedReport {
             report.branch_merges = o.branch_merges;
             report.reapplied = o.reapplied;
             report.branch_abandons = o.branch_abandons;
+            report.redactions = o.redactions;
             report.fault_counts = o.fault_counts;
             report.fault_log = o.fault_log;
             report.recovery = o.recovery;
@@ -494,6 +499,7 @@ async fn simulate(options: Options) -> SimResult {
         &member_stores,
         &speculation,
     ));
+    violations.extend(crate::checkers::forgotten::check(&member_stores, &speculation));
     violations.extend(tx_time_monotonic::check(&replicas));
     let unadmitted: Vec<u64> = refusals.keys().copied().collect();
     violations.extend(audit_verifies::check(&replicas, &pool_keys, &unadmitted));
@@ -547,6 +553,11 @@ async fn simulate(options: Options) -> SimResult {
         branch_merges: speculation.merged.lock().unwrap_or_else(|e| e.into_inner()).len(),
         branch_abandons: speculation
             .abandoned
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .len(),
+        redactions: speculation
+            .forgotten
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .len(),

@@ -4,7 +4,8 @@
 //! `branches-durable` checker then demands that each one is on every replica, applied to main
 //! by exactly its merge transaction. Schema, branch and merge transactions thereby run through
 //! crashes, snapshot installs and membership changes, where replica agreement and the audit
-//! verifier also judge them.
+//! verifier also judge them. Every fourth round it also writes a plan holding a secret and
+//! redacts it; the `forgotten` checker demands each acknowledged redaction on every replica.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -12,8 +13,8 @@ use std::time::Duration;
 
 use engram_client::{Client, ClientConfig};
 use engram_types::{
-    Attribute, AttributeDef, BranchName, EntityRef, Namespace, Op, Provenance, Status, TxOp, TxRequest,
-    Value, ValueType,
+    Attribute, AttributeDef, BranchName, EntityRef, Namespace, Op, Provenance, RedactRequest, Status, TxOp,
+    TxRequest, Value, ValueType,
 };
 
 pub const NAMESPACE: &str = "sim/speculate";
@@ -26,6 +27,9 @@ pub struct SpeculationLog {
     pub entity: Mutex<Option<u64>>,
     /// Acknowledged merges: (branch, merge tx, the value the branch wrote).
     pub merged: Mutex<Vec<(String, u64, String)>>,
+    /// Acknowledged redactions of a plan written for it: (the plan's entity, the redaction's
+    /// record tx).
+    pub forgotten: Mutex<Vec<(u64, u64)>>,
     pub abandoned: Mutex<Vec<String>>,
     pub stop: AtomicBool,
 }
@@ -47,6 +51,46 @@ fn step(entity: EntityRef, value: &str) -> TxOp {
         value: Value::String(value.to_string()),
         valid_from_ns: None,
         valid_to_ns: None,
+    }
+}
+
+/// Writes a plan on main that holds a secret, then redacts it. A redaction that got no answer
+/// is not retried (a retry after it applied answers "nothing to redact"): only acknowledged
+/// ones are recorded, for the `forgotten` checker.
+async fn forget_a_plan(client: &Client, ns: &Namespace, round: u64, log: &SpeculationLog) {
+    let mut write = TxRequest::data(
+        ns.clone(),
+        vec![
+            step(
+                EntityRef::Temp("secret".into()),
+                &format!("secret of round {round}"),
+            ),
+            step(
+                EntityRef::Temp("secret".into()),
+                &format!("another secret of round {round}"),
+            ),
+        ],
+        who(),
+    );
+    write.idempotency_key = Some(format!("speculator-secret-{round}"));
+    let Ok(written) = client.transact(&write).await else {
+        return;
+    };
+    let Some(entity) = written.temp_ids.get("secret").copied() else {
+        return;
+    };
+    let req = RedactRequest {
+        namespace: ns.clone(),
+        entity: engram_types::EntityId(entity),
+        attribute: None,
+        reason: format!("round {round}"),
+        provenance: who(),
+    };
+    if let Ok(done) = client.redact(&req, false).await {
+        log.forgotten
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push((entity, done.tx));
     }
 }
 
@@ -114,6 +158,9 @@ pub async fn run_speculator(targets: Vec<String>, log: Arc<SpeculationLog>) {
         if client.transact(&write).await.is_err() {
             pause().await;
             continue;
+        }
+        if round.is_multiple_of(4) {
+            forget_a_plan(&client, &ns, round, &log).await;
         }
         let merge = !round.is_multiple_of(3);
         match client.close_branch(&ns, &name, merge, &who()).await {

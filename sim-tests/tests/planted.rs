@@ -131,6 +131,17 @@ fn watch_gap_not_read_is_caught() {
     );
 }
 
+/// The speculator redacts a plan of its own every few rounds; a record that leaves a datom out
+/// is a value missing with no redaction in the chain, which the audit verifier and the scrub
+/// both report.
+#[test]
+fn redaction_lists_too_few_is_caught() {
+    caught_within_bound(
+        PlantedBug::RedactionListsTooFew,
+        &["I9 audit-verifies", "state-consistent"],
+    );
+}
+
 #[test]
 fn wrong_prev_hash_is_caught() {
     caught_within_bound(PlantedBug::WrongPrevHash, &["I1 chain-continuity"]);

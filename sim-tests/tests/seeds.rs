@@ -22,7 +22,7 @@ fn env_u64(name: &str, default: u64) -> u64 {
 
 fn summary_line(r: &SeedReport) -> String {
     format!(
-        "seed {:>5} {} ops={} acked={} unknown={} cas-refused={} reads={} chain={} merges={} abandons={} recover={}ms sim={}ms wall={}ms faults={:?} events={:?}",
+        "seed {:>5} {} ops={} acked={} unknown={} cas-refused={} reads={} chain={} merges={} abandons={} redactions={} recover={}ms sim={}ms wall={}ms faults={:?} events={:?}",
         r.seed,
         if r.passed() { "ok  " } else { "FAIL" },
         r.ops,
@@ -33,6 +33,7 @@ fn summary_line(r: &SeedReport) -> String {
         r.chain_len,
         r.branch_merges,
         r.branch_abandons,
+        r.redactions,
         r.recovery.converge_ms.unwrap_or(0),
         r.sim_ms,
         r.wall_ms,
@@ -120,7 +121,7 @@ fn seed_sweep() {
         return;
     }
     println!(
-        "sweep: {} seeds from {start}, {} failed, {threads} threads, {wall_s:.1}s wall, {:.1} seeds/min, simulated {sim_s:.0}s in {busy_s:.0}s of thread time (ratio {:.2}), acked writes {}, ops {}, branch merges {}, abandons {}, entries applied again after a crash {} (each the same)",
+        "sweep: {} seeds from {start}, {} failed, {threads} threads, {wall_s:.1}s wall, {:.1} seeds/min, simulated {sim_s:.0}s in {busy_s:.0}s of thread time (ratio {:.2}), acked writes {}, ops {}, branch merges {}, abandons {}, redactions {}, entries applied again after a crash {} (each the same)",
         reports.len(),
         failed.len(),
         reports.len() as f64 * 60.0 / wall_s.max(0.001),
@@ -129,6 +130,7 @@ fn seed_sweep() {
         reports.iter().map(|r| r.ops).sum::<usize>(),
         reports.iter().map(|r| r.branch_merges).sum::<usize>(),
         reports.iter().map(|r| r.branch_abandons).sum::<usize>(),
+        reports.iter().map(|r| r.redactions).sum::<usize>(),
         reports.iter().map(|r| r.reapplied).sum::<u64>(),
     );
     println!("sweep: seeds whose mix enabled each kind {kinds:?}");

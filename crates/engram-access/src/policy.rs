@@ -123,10 +123,15 @@ pub enum Action {
     KeyAdmin,
     /// Grant and revoke actions (on namespaces the grantor's own `grant` covers).
     Grant,
+    /// Redact (forget) datoms' values in a namespace (`docs/FORGETTING.md`).
+    Redact,
 }
 
 impl Action {
-    pub const ALL: [Action; 13] = [
+    /// What enforced mode's first administrator is granted when the mode is recorded. Fixed:
+    /// the grants are datoms of that entry, so a later build replaying the log must make the
+    /// same ones; an action added since (`redact`) is granted explicitly.
+    pub const AT_CONFIGURE: [Action; 13] = [
         Action::Read,
         Action::ReadHistory,
         Action::Watch,
@@ -140,6 +145,23 @@ impl Action {
         Action::ClusterAdmin,
         Action::KeyAdmin,
         Action::Grant,
+    ];
+
+    pub const ALL: [Action; 14] = [
+        Action::Read,
+        Action::ReadHistory,
+        Action::Watch,
+        Action::Write,
+        Action::Retract,
+        Action::Promote,
+        Action::Schema,
+        Action::Branch,
+        Action::Merge,
+        Action::Audit,
+        Action::ClusterAdmin,
+        Action::KeyAdmin,
+        Action::Grant,
+        Action::Redact,
     ];
 
     pub fn name(self) -> &'static str {
@@ -157,6 +179,7 @@ impl Action {
             Action::ClusterAdmin => "cluster-admin",
             Action::KeyAdmin => "key-admin",
             Action::Grant => "grant",
+            Action::Redact => "redact",
         }
     }
 

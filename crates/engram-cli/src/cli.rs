@@ -283,7 +283,7 @@ pub enum Command {
     Access(AccessArgs),
 
     /// Serve the memory as Model Context Protocol tools on stdin/stdout, acting as one agent
-    /// (remember, recall, get, history, what_changed, branch, verify).
+    /// (remember, recall, get, history, what_changed, branch, forget, verify).
     #[command(after_help = MCP_EXAMPLES)]
     Mcp(McpArgs),
 
@@ -332,6 +332,17 @@ pub enum Command {
     #[command(after_help = "EXAMPLES\n  engram watch --ns team/a\n  \
         engram watch --ns team/a --from-tx 120 --attribute :task/status --json")]
     Watch(WatchArgs),
+
+    /// Forget the values of an entity's datoms (or of one attribute) on every replica: each
+    /// datom keeps every other field and the hash its audit entry committed to, so the chain
+    /// and every proof keep verifying, and the redaction itself is recorded in the chain with
+    /// its reason. Needs the `redact` grant in enforced mode. Try --dry-run first.
+    #[command(
+        after_help = "EXAMPLES\n  engram redact --ns team/a --entity 12 --attribute :person/email \\\n    \
+        --reason 'erasure request 2026-114' --dry-run\n  \
+        engram redact --ns team/a --entity 12 --reason 'leaked API key' --json"
+    )]
+    Redact(RedactArgs),
 
     /// Declare attributes (value type, cardinality, uniqueness, index, doc) and migrate them
     /// forward; show a namespace's schema now or as of a transaction.
@@ -812,6 +823,28 @@ pub struct GetArgs {
     /// them out; reads with --as-of-tx never do).
     #[arg(long)]
     pub include_expired: bool,
+}
+
+#[derive(clap::Args, Debug)]
+pub struct RedactArgs {
+    #[arg(long = "ns", value_name = "NAMESPACE")]
+    pub namespace: String,
+    #[arg(long, value_name = "N")]
+    pub entity: u64,
+    /// Only this attribute's datoms [default: every attribute of the entity].
+    #[arg(long, value_name = "ATTR")]
+    pub attribute: Option<String>,
+    /// Why the values go (required, at most 1 KiB). Kept in the audit chain for good, so it
+    /// must not repeat what is being forgotten.
+    #[arg(long, value_name = "TEXT")]
+    pub reason: String,
+    /// List the datoms that would go (no values) and change nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Who asks, recorded as the redaction's provenance [default: the --agent-key's agent, or
+    /// engram-cli].
+    #[arg(long, value_name = "NAME")]
+    pub agent: Option<String>,
 }
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]

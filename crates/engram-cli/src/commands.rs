@@ -137,6 +137,10 @@ pub async fn run(cli: Cli) -> Result<()> {
         Command::Search(args) => search(&client()?, args, json).await,
         Command::Watch(args) => watch(&client()?, args, json).await,
         Command::Diff(args) => diff(&client()?, args, json).await,
+        Command::Redact(args) => {
+            let signer = config.agent.as_ref().map(|k| k.principal.to_string());
+            crate::memory_cmd::redact(&client()?, args, signer, json).await
+        }
         Command::Health(args) => health(&cli.endpoints, &config, args, json).await,
         Command::Schema(cmd) => crate::memory_cmd::schema(&client()?, cmd, json).await,
         Command::Branch(cmd) => crate::memory_cmd::branch(&client()?, cmd, json).await,

@@ -15,7 +15,7 @@ use engram_client::{
     Client, Consistency, DiffQuery, FindQuery, GetOptions, HistoryQuery, HistoryTarget, SearchQuery,
     TrustedLog, pb,
 };
-use engram_types::{BranchName, EntityId, Namespace, Provenance, Status};
+use engram_types::{Attribute, BranchName, EntityId, Namespace, Provenance, RedactRequest, Status};
 use hyper_util::rt::TokioIo;
 use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::handler::server::wrapper::Parameters;
@@ -401,6 +401,19 @@ pub struct BranchArgs {
 }
 
 #[derive(Deserialize, JsonSchema)]
+pub struct ForgetArgs {
+    pub namespace: String,
+    /// The entity whose facts' values go.
+    pub entity: u64,
+    /// Only this attribute's facts (default: every attribute of the entity).
+    pub attribute: Option<String>,
+    /// Why (required; kept in the audit log for good, so do not repeat the value here).
+    pub reason: String,
+    /// List what would go and change nothing.
+    pub dry_run: Option<bool>,
+}
+
+#[derive(Deserialize, JsonSchema)]
 pub struct VerifyArgs {
     pub namespace: String,
     pub entity: u64,
@@ -456,6 +469,9 @@ fn fact(d: &pb::Datom) -> Json {
     });
     if txjson::datom_op_name(d) == "retract" {
         out["retracted"] = json!(true);
+    }
+    if d.redacted_by_tx != 0 {
+        out["forgotten_by_tx"] = json!(d.redacted_by_tx);
     }
     out
 }
@@ -693,6 +709,44 @@ impl EngramTools {
         Ok(answer(
             json!({ "branch": args.name, "action": args.action, "tx": receipt.tx }),
         ))
+    }
+
+    /// Forget the values of an entity's facts (or of one attribute) on every node, for good:
+    /// each fact keeps who said it and when, and its hash, so the audit log still verifies; the
+    /// forgetting itself is recorded with the reason. Use `dry_run` first. Returns how many
+    /// facts went and the transaction that recorded it.
+    #[tool]
+    async fn forget(&self, Parameters(args): Parameters<ForgetArgs>) -> Result<String, String> {
+        let req = RedactRequest {
+            namespace: namespace(&args.namespace)?,
+            entity: EntityId(args.entity),
+            attribute: args
+                .attribute
+                .as_deref()
+                .map(|a| Attribute::new(a).map_err(|e| format!("attribute: {e}")))
+                .transpose()?,
+            reason: args.reason,
+            provenance: Provenance {
+                agent: self.agent.clone(),
+                confidence: 1.0,
+                status: Status::Candidate,
+                ..Provenance::default()
+            },
+        };
+        req.validate().map_err(failed)?;
+        let dry_run = args.dry_run.unwrap_or(false);
+        let answer_pb = self.client.redact(&req, dry_run).await.map_err(failed)?;
+        let forgotten: Vec<Json> = answer_pb
+            .datoms
+            .iter()
+            .map(|d| json!({ "tx": d.tx, "attribute": d.attribute }))
+            .collect();
+        Ok(answer(json!({
+            "dry_run": dry_run,
+            "forgotten": forgotten.len(),
+            "facts": forgotten,
+            "tx": answer_pb.tx,
+        })))
     }
 
     /// Check an entity's current facts against the cluster's signed audit log (Merkle proofs

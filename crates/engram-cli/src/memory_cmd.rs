@@ -4,11 +4,12 @@
 use anyhow::{Context, Result, bail};
 use engram_client::{Client, Consistency, pb};
 use engram_types::{
-    Attribute, AttributeDef, BranchName, Cardinality, EntityId, Provenance, Status, Unique, ValueType,
+    Attribute, AttributeDef, BranchName, Cardinality, EntityId, Provenance, RedactRequest, Status, Unique,
+    ValueType,
 };
 use serde_json::{Value as Json, json};
 
-use crate::cli::{BranchCommand, SchemaCommand};
+use crate::cli::{BranchCommand, RedactArgs, SchemaCommand};
 use crate::commands::{consistency, namespace, print_json, receipt_output};
 use crate::output::{Table, datom_table};
 use crate::output::{out, outln};
@@ -467,6 +468,82 @@ async fn close_branch(
         }
     }
     receipt_output(&receipt, json)?;
+    Ok(())
+}
+
+/// `engram redact`: `signer` is the --agent-key's agent, the default asker.
+pub async fn redact(client: &Client, args: RedactArgs, signer: Option<String>, json: bool) -> Result<()> {
+    let agent = args.agent.or(signer).unwrap_or_else(|| "engram-cli".into());
+    let req = RedactRequest {
+        namespace: namespace(&args.namespace)?,
+        entity: EntityId(args.entity),
+        attribute: args
+            .attribute
+            .as_deref()
+            .map(Attribute::new)
+            .transpose()
+            .context("--attribute")?,
+        reason: args.reason,
+        provenance: provenance(&agent)?,
+    };
+    req.validate().context("--reason")?;
+    let answer = client.redact(&req, args.dry_run).await.context(if args.dry_run {
+        "redact (dry run)"
+    } else {
+        "redact"
+    })?;
+    if json {
+        let datoms: Vec<Json> = answer
+            .datoms
+            .iter()
+            .map(|d| {
+                json!({
+                    "tx": d.tx,
+                    "seq": d.seq,
+                    "hash": hex::encode(&d.hash),
+                    "attribute": d.attribute,
+                    "op": if d.op == pb::Op::Retract as i32 { "retract" } else { "assert" },
+                })
+            })
+            .collect();
+        return print_json(&json!({
+            "dry_run": answer.dry_run,
+            "tx": answer.tx,
+            "audit_index": answer.audit_index,
+            "audit_hash": hex::encode(&answer.audit_hash),
+            "datoms": datoms,
+        }));
+    }
+    let mut t = Table::new(&["TX", "SEQ", "ATTRIBUTE", "OP", "KEPT HASH"]);
+    for d in &answer.datoms {
+        t.row(vec![
+            d.tx.to_string(),
+            d.seq.to_string(),
+            d.attribute.clone(),
+            if d.op == pb::Op::Retract as i32 {
+                "retract"
+            } else {
+                "assert"
+            }
+            .into(),
+            crate::output::short_hash(&d.hash),
+        ]);
+    }
+    out!("{}", t.render())?;
+    if answer.dry_run {
+        outln!(
+            "dry run: {} would be redacted (values only; nothing changed)",
+            crate::output::plural(answer.datoms.len(), "datom")
+        )?;
+    } else {
+        outln!(
+            "redacted {} in tx {}, audit entry {} ({}); the values are gone from every replica's state",
+            crate::output::plural(answer.datoms.len(), "datom"),
+            answer.tx,
+            answer.audit_index,
+            crate::output::short_hash(&answer.audit_hash)
+        )?;
+    }
     Ok(())
 }
 

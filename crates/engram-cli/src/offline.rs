@@ -21,7 +21,7 @@ use serde_json::json;
 
 use crate::cli::VerifyArgs;
 use crate::commands::{Reported, Tampered, print_json};
-use crate::output::outln;
+use crate::output::{outln, plural};
 use crate::ui::Ui;
 
 /// The input of an offline verification could not be read at all: exit code 3.
@@ -574,6 +574,33 @@ fn print_details(report: &Report) -> Result<()> {
             .map(|(agent, n)| format!("{agent} {n}"))
             .collect();
         outln!("  signed by    {} (transactions per agent)", agents.join(", "))?;
+    }
+    if !report.redacted.is_empty() {
+        // A long list is cut: --json has every one.
+        const SHOWN: usize = 20;
+        outln!(
+            "  redacted     {} (values gone; each kept hash checked against its entry and its redaction)",
+            plural(report.redacted.len(), "datom")
+        )?;
+        for r in report.redacted.iter().take(SHOWN) {
+            let guessable = if r.guessable {
+                " (hash kept, guessable)"
+            } else {
+                ""
+            };
+            outln!(
+                "    entry {} datom {} redacted by entry {}{guessable}",
+                r.entry,
+                r.seq,
+                r.by_entry
+            )?;
+        }
+        if report.redacted.len() > SHOWN {
+            outln!(
+                "    ... {} more (--json lists every one)",
+                report.redacted.len() - SHOWN
+            )?;
+        }
     }
     if let Some(origin) = &report.origin {
         outln!("  origin       {origin}")?;

@@ -186,7 +186,9 @@ pub fn datom_table(datoms: &[pb::Datom]) -> String {
         t.row(vec![
             d.entity.to_string(),
             d.attribute.clone(),
-            if d.redacted.is_empty() {
+            if d.redacted_by_tx != 0 {
+                format!("[forgotten by tx {}]", d.redacted_by_tx)
+            } else if d.redacted.is_empty() {
                 ellipsize(&txjson::pb_value_to_text(d.value.as_ref()), 60)
             } else {
                 "[redacted]".to_string()

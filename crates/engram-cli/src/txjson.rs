@@ -599,6 +599,7 @@ pub fn value_to_json(v: &Value) -> Json {
             Err(_) => json!({ "json_text": text }),
         },
         Value::Vector(v) => json!({ "vector": v }),
+        Value::Redacted(r) => json!({ "redacted_by_tx": r.by_tx.0, "type": r.value_type.name() }),
     }
 }
 
@@ -654,6 +655,7 @@ pub fn datom_to_json(d: &pb::Datom) -> Json {
         },
         "hash": hex::encode(&d.hash),
         "redacted": if d.redacted.is_empty() { Json::Null } else { json!(d.redacted) },
+        "redacted_by_tx": if d.redacted_by_tx == 0 { Json::Null } else { json!(d.redacted_by_tx) },
     })
 }
 

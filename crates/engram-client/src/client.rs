@@ -9,7 +9,9 @@ use engram_proto::pb::audit_client::AuditClient;
 use engram_proto::pb::cluster_client::ClusterClient;
 use engram_proto::pb::memory_client::MemoryClient;
 use engram_proto::{methods, pb};
-use engram_types::{Attribute, AttributeDef, BranchName, EntityId, Namespace, Provenance, TxRequest, Value};
+use engram_types::{
+    Attribute, AttributeDef, BranchName, EntityId, Namespace, Provenance, RedactRequest, TxRequest, Value,
+};
 use futures::stream::BoxStream;
 use futures::{StreamExt, TryStreamExt};
 use tokio::time::Instant;
@@ -453,6 +455,38 @@ impl Client {
         self.call(Idempotency::Safe, move |ch, s| {
             let req = req.clone();
             async move { memory(ch).diff(s.sign(methods::DIFF, req)).await }
+        })
+        .await
+    }
+
+    /// Forgets the values `req` names on every replica (`Memory.Redact`), or with `dry_run`
+    /// lists what would go and changes nothing. A redaction is not retried (a retry after it
+    /// applied would answer `NOT_FOUND`: nothing left to redact); a dry run is.
+    pub async fn redact(
+        &self,
+        req: &RedactRequest,
+        dry_run: bool,
+    ) -> Result<pb::RedactResponse, ClientError> {
+        let msg = pb::RedactRequest {
+            namespace: req.namespace.to_string(),
+            entity: req.entity.0,
+            attribute: req
+                .attribute
+                .as_ref()
+                .map(ToString::to_string)
+                .unwrap_or_default(),
+            reason: req.reason.clone(),
+            provenance: Some((&req.provenance).into()),
+            dry_run,
+        };
+        let idempotency = if dry_run {
+            Idempotency::Safe
+        } else {
+            Idempotency::Unsafe
+        };
+        self.call(idempotency, move |ch, s| {
+            let msg = msg.clone();
+            async move { memory(ch).redact(s.sign(methods::REDACT, msg)).await }
         })
         .await
     }

@@ -8,12 +8,12 @@ use engram_audit::{
 };
 use engram_merkle::{Blake3, MerkleHasher};
 use engram_storage::{Layered, Mutation, Overlay, ReadView, Space, Store, WriteBatch};
-use engram_types::{Hash, TxId, TxReceipt, TxRequest, Value};
+use engram_types::{Hash, RedactRequest, TxId, TxReceipt, TxRequest, Value};
 
 use crate::durability::{Write, durability};
 use crate::planted::{self, PlantedBug};
 use crate::rows::{ChainHead, LastCheckpoint, Rejection, TxLogRow, TxOutcome, decode_row, encode_row};
-use crate::{CoreError, keys, plan, policy, reads};
+use crate::{CoreError, keys, plan, policy, reads, redact};
 
 /// When a node signs a checkpoint of its chain: after every `every_entries` entries, or once
 /// `every_ms` of transaction time has passed since the last one, whichever comes first (0
@@ -942,6 +942,58 @@ impl Engine {
         })
     }
 
+    /// Applies a redaction asked by `by` (`crate::redact`): checked against the policy in
+    /// force (the `redact` grant in enforced mode), evaluated against the state at this entry,
+    /// and recorded as one transaction of the system namespace listing every datom it takes,
+    /// whose rows are rewritten to their redacted form in the same group. A refused or empty
+    /// redaction is a `Rejection` that writes nothing but `batch`.
+    pub fn apply_redaction(
+        &mut self,
+        log_index: u64,
+        proposed_time_ns: i64,
+        req: &RedactRequest,
+        by: &PolicyActor,
+        batch: WriteBatch,
+    ) -> Result<TxOutcome, CoreError> {
+        self.in_group(|engine| {
+            let signed_bytes = req.signed_bytes();
+            let (principal, author) = match by {
+                PolicyActor::Unsigned(principal) => (principal.clone(), None),
+                PolicyActor::Signed(author) => {
+                    match policy::check_author(&engine.view(), author, &signed_bytes)? {
+                        Ok(principal) => (Some(principal), Some(author)),
+                        Err(rejection) => {
+                            engine.apply_noop(batch)?;
+                            return Ok(Err(rejection));
+                        }
+                    }
+                }
+            };
+            let view = engine.pending.over(&*engine.store);
+            let checked = engine.grants.check_redact(&view, principal.as_ref(), req)?;
+            let targets = match checked {
+                Ok(()) => redact::targets(&view, req)?,
+                Err(rejection) => Err(rejection),
+            };
+            drop(view);
+            let targets = match targets {
+                Ok(targets) => targets,
+                Err(rejection) => {
+                    engine.apply_noop(batch)?;
+                    return Ok(Err(rejection));
+                }
+            };
+            let record = redact::record(req, &targets);
+            let signed = author.map(|a| (a, signed_bytes.as_slice()));
+            let outcome = engine.tx_in_group(log_index, proposed_time_ns, &record, signed, batch)?;
+            if let Ok(receipt) = &outcome {
+                let rows = redact::rows(&engine.view(), &req.namespace, &targets, receipt.tx)?;
+                engine.pending.absorb(rows);
+            }
+            Ok(outcome)
+        })
+    }
+
     fn tx_in_group(
         &mut self,
         log_index: u64,
@@ -1213,6 +1265,248 @@ mod tests {
         assert_eq!(entries.len(), 2);
         assert_eq!(entries[1].entry.prev_hash, entries[0].entry.hash());
         assert_eq!(engine.head().hash, receipt.audit_hash);
+    }
+
+    /// Writes an entity with a cardinality-one email rewritten often enough to get a
+    /// current-claims row, a retraction and a reference, then redacts it.
+    fn redacted_entity(engine: &mut Engine) -> (EntityId, EntityId, Vec<Hash>) {
+        let (other, _) = new_task(engine, 2, "the manager");
+        let first = engine
+            .apply_tx(
+                3,
+                3_000,
+                &tx(vec![
+                    op(
+                        EntityRef::Temp("p".into()),
+                        ":person/email",
+                        Value::String("ada@example.com".into()),
+                    ),
+                    op(EntityRef::Temp("p".into()), ":person/manager", Value::Ref(other)),
+                ]),
+                WriteBatch::new(),
+            )
+            .unwrap()
+            .unwrap();
+        let e = first.temp_ids["p"];
+        let mut hashes = first.datom_hashes.clone();
+        for i in 0..crate::current::ROW_AFTER_DATOMS as u64 {
+            let index = 4 + i;
+            let receipt = engine
+                .apply_tx(
+                    index,
+                    1_000 * index as i64,
+                    &tx(vec![op(
+                        EntityRef::Id(e),
+                        ":person/email",
+                        Value::String(format!("ada+{i}@example.com")),
+                    )]),
+                    WriteBatch::new(),
+                )
+                .unwrap()
+                .unwrap();
+            hashes.extend(receipt.datom_hashes);
+        }
+        let mut retract = op(
+            EntityRef::Id(e),
+            ":person/email",
+            Value::String(format!(
+                "ada+{}@example.com",
+                crate::current::ROW_AFTER_DATOMS - 1
+            )),
+        );
+        retract.op = Op::Retract;
+        let receipt = engine
+            .apply_tx(20, 20_000, &tx(vec![retract]), WriteBatch::new())
+            .unwrap()
+            .unwrap();
+        hashes.extend(receipt.datom_hashes);
+        (e, other, hashes)
+    }
+
+    fn redaction(e: EntityId, attribute: Option<&str>) -> RedactRequest {
+        RedactRequest {
+            namespace: ns(),
+            entity: e,
+            attribute: attribute.map(attr),
+            reason: "erasure request 7".into(),
+            provenance: Provenance {
+                agent: "dpo".into(),
+                confidence: 1.0,
+                ..Default::default()
+            },
+        }
+    }
+
+    fn stored_bytes_hold(store: &MemStore, needle: &[u8]) -> bool {
+        state_bytes(store).iter().any(|(k, v)| {
+            k.windows(needle.len()).any(|w| w == needle) || v.windows(needle.len()).any(|w| w == needle)
+        })
+    }
+
+    #[test]
+    fn a_redaction_forgets_values_and_every_proof_still_verifies() {
+        let (store, mut engine) = engine();
+        let (e, other, hashes) = redacted_entity(&mut engine);
+        let slot = keys::current(&ns(), e, &attr(":person/email"));
+        assert!(
+            store.get(Space::State, &slot).unwrap().is_some(),
+            "the slot has a current-claims row"
+        );
+        let claims_before = reads::get(&*store, &ns(), e, None, None).unwrap();
+        assert!(stored_bytes_hold(&store, b"example.com"));
+        let root_before = engine.head().tree_root().unwrap();
+
+        let receipt = engine
+            .apply_redaction(
+                21,
+                21_000,
+                &redaction(e, None),
+                &PolicyActor::Unsigned(None),
+                WriteBatch::new(),
+            )
+            .unwrap()
+            .unwrap();
+        assert_eq!(receipt.tx, TxId(21));
+        assert!(
+            !stored_bytes_hold(&store, b"example.com"),
+            "no state row holds a redacted value any more"
+        );
+        // Every datom of the entity is listed by the record, with the hash its entry committed to.
+        let listed = redact::redacted_by(&*store, receipt.tx).unwrap();
+        let listed_hashes: Vec<Hash> = listed.iter().map(|(r, _)| r.hash).collect();
+        assert_eq!(listed_hashes, {
+            // Key order: attribute, then tx.
+            let mut by_key = reads::entity_datoms(&*store, &ns(), e).unwrap();
+            by_key.sort_by(|a, b| (&a.attribute, a.tx).cmp(&(&b.attribute, b.tx)));
+            by_key.iter().map(|d| d.hash()).collect::<Vec<_>>()
+        });
+        let mut sorted = listed_hashes.clone();
+        sorted.sort();
+        let mut written = hashes.clone();
+        written.sort();
+        assert_eq!(sorted, written, "the record lists exactly the entity's datoms");
+        for (r, d) in &listed {
+            let marker = d.value.redacted().expect("stored redacted");
+            assert_eq!((marker.by_tx, d.hash()), (receipt.tx, r.hash));
+        }
+        // Reads answer the same claims, each with the marker instead of its value.
+        let claims_after = reads::get(&*store, &ns(), e, None, None).unwrap();
+        assert_eq!(claims_after.len(), claims_before.len());
+        for (before, after) in claims_before.iter().zip(&claims_after) {
+            assert_eq!(after.hash(), before.hash());
+            assert_eq!(
+                after.value.redacted().map(|r| r.value_type),
+                Some(before.value.value_type())
+            );
+        }
+        // The value and reference indexes forgot them too.
+        let found = pages::find_main(
+            &*store,
+            &ns(),
+            &attr(":person/email"),
+            Some(&Value::String("ada@example.com".into())),
+            None,
+            10,
+        )
+        .unwrap();
+        assert!(found.is_empty());
+        assert!(
+            store
+                .scan(Space::State, &keys::vaet_ref(&ns(), other), None, 10)
+                .unwrap()
+                .iter()
+                .all(|(k, _)| !k.starts_with(&keys::vaet_ref(&ns(), other))),
+            "the reference's VAET row is gone"
+        );
+        // The chain, old roots included, and the store's own checks all hold.
+        assert_eq!(verify_stored(&store).unwrap(), receipt.audit_index);
+        let tree = engine.head().tree().unwrap();
+        assert!(tree.size() > 0 && root_before != engine.head().tree_root().unwrap());
+        let report = crate::scrub::scrub(&*store, &mut |_, _| {}).unwrap();
+        assert!(report.ok(), "{:?}", report.findings);
+
+        // Nothing is left to take, an unknown entity is not found, and the slot takes new writes.
+        let again = engine
+            .apply_redaction(
+                22,
+                22_000,
+                &redaction(e, None),
+                &PolicyActor::Unsigned(None),
+                WriteBatch::new(),
+            )
+            .unwrap();
+        assert!(matches!(again, Err(Rejection::NothingToRedact(_))), "{again:?}");
+        let unknown = engine
+            .apply_redaction(
+                23,
+                23_000,
+                &redaction(EntityId(999_999), None),
+                &PolicyActor::Unsigned(None),
+                WriteBatch::new(),
+            )
+            .unwrap();
+        assert_eq!(unknown, Err(Rejection::UnknownEntity(EntityId(999_999))));
+        engine
+            .apply_tx(
+                24,
+                24_000,
+                &tx(vec![op(
+                    EntityRef::Id(e),
+                    ":person/email",
+                    Value::String("new@x.org".into()),
+                )]),
+                WriteBatch::new(),
+            )
+            .unwrap()
+            .unwrap();
+        let now = reads::get(&*store, &ns(), e, None, None).unwrap();
+        assert!(now.iter().any(|d| d.value == Value::String("new@x.org".into())));
+        let report = crate::scrub::scrub(&*store, &mut |_, _| {}).unwrap();
+        assert!(report.ok(), "{:?}", report.findings);
+    }
+
+    #[test]
+    fn a_redaction_is_the_same_on_every_replica_and_tampering_is_found() {
+        let run = || {
+            let (store, mut engine) = engine();
+            let (e, _, _) = redacted_entity(&mut engine);
+            engine
+                .apply_redaction(
+                    21,
+                    21_000,
+                    &redaction(e, Some(":person/email")),
+                    &PolicyActor::Unsigned(None),
+                    WriteBatch::new(),
+                )
+                .unwrap()
+                .unwrap();
+            (store, e)
+        };
+        let (a, e) = run();
+        let (b, _) = run();
+        assert_eq!(state_bytes(&a), state_bytes(&b), "replicas agree byte for byte");
+        // Only the email went: the reference keeps its value.
+        let facts = reads::get(&*a, &ns(), e, None, None).unwrap();
+        assert!(facts.iter().any(|d| matches!(d.value, Value::Ref(_))));
+        // A value marked redacted that no record lists is a finding of the scrub.
+        let manager = facts
+            .iter()
+            .find(|d| matches!(d.value, Value::Ref(_)))
+            .unwrap()
+            .clone();
+        let key = reads::datom_key_of_tx(&*a, manager.tx, 1).unwrap().unwrap();
+        let mut forged = WriteBatch::new();
+        forged.put(Space::State, key, manager.redact(TxId(21), 0).encode());
+        a.write(forged, Durability::Sync).unwrap();
+        let report = crate::scrub::scrub(&*a, &mut |_, _| {}).unwrap();
+        assert!(
+            report
+                .findings
+                .iter()
+                .any(|f| f.what.contains("does not list it")),
+            "{:?}",
+            report.findings
+        );
     }
 
     #[test]

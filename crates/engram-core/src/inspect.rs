@@ -90,7 +90,10 @@ pub fn datoms_by_tx(store: &dyn Store) -> Result<BTreeMap<TxId, TxDatoms>, CoreE
             continue;
         }
         let mut wanted = vec![("AEVT", keys::aevt(ns, a, e, tx, seq))];
-        if crate::schema::def_at(store, ns, a, Some(tx))?.is_some_and(|d| d.has_value_index()) {
+        // A redacted datom's value-keyed rows went with its value.
+        if datom.value.redacted().is_none()
+            && crate::schema::def_at(store, ns, a, Some(tx))?.is_some_and(|d| d.has_value_index())
+        {
             wanted.push(("AVET", keys::avet(ns, a, &datom.value, e, tx, seq)));
         }
         if let Value::Ref(target) = datom.value {

@@ -33,6 +33,7 @@ pub mod planted;
 pub mod policy;
 pub mod proofs;
 pub mod reads;
+pub mod redact;
 mod rows;
 pub mod schema;
 pub mod scrub;

@@ -62,10 +62,13 @@ pub enum PlantedBug {
     /// was installed, or groups were dropped while it lagged), appends it to the ring as if
     /// nothing were missing, so watchers at the head skip the transactions in between.
     WatchGapNotRead,
+    /// A redaction's record leaves out the last datom it takes: that datom's value is gone
+    /// with nothing in the chain saying a redaction took it.
+    RedactionListsTooFew,
 }
 
 impl PlantedBug {
-    pub const ALL: [PlantedBug; 16] = [
+    pub const ALL: [PlantedBug; 17] = [
         PlantedBug::AckBeforeCommit,
         PlantedBug::SkipSyncBeforeAck,
         PlantedBug::WrongPrevHash,
@@ -82,6 +85,7 @@ impl PlantedBug {
         PlantedBug::SearchIndexNotRebuilt,
         PlantedBug::SearchGapNotRead,
         PlantedBug::WatchGapNotRead,
+        PlantedBug::RedactionListsTooFew,
     ];
 }
 

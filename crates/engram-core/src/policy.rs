@@ -464,6 +464,35 @@ impl PolicyCache {
         }))
     }
 
+    /// Whether `principal` may make this redaction under the current policy: the `redact`
+    /// grant on its namespace in enforced mode; in open mode, anyone (as anyone may write),
+    /// with a signed request's principal still required to be the request's agent.
+    pub fn check_redact(
+        &mut self,
+        view: &dyn ReadView,
+        principal: Option<&Principal>,
+        req: &engram_types::RedactRequest,
+    ) -> Result<Result<(), Rejection>, CoreError> {
+        if req.namespace.as_str() == SYSTEM_NAMESPACE {
+            return Ok(Err(Rejection::SystemNamespace));
+        }
+        if let Some(p) = principal
+            && p.as_str() != req.provenance.agent
+        {
+            return Ok(Err(Rejection::AgentMismatch {
+                agent: req.provenance.agent.clone(),
+                principal: p.to_string(),
+            }));
+        }
+        match self.mode(view)? {
+            None => Ok(Err(Rejection::NotConfigured)),
+            Some(Mode::Open) => Ok(Ok(())),
+            Some(Mode::Enforced) => {
+                self.decide(view, principal, Action::Redact, req.namespace.as_str(), None)
+            }
+        }
+    }
+
     /// Whether `principal` may make this transaction under the current policy: the check apply
     /// makes (and the gateway makes first, for a precise answer before anything is proposed).
     /// Open mode checks only that a signed request's principal is the transaction's agent.
@@ -707,7 +736,7 @@ pub fn plan_change(
                     let entity = EntityRef::Temp(format!("agent {name}"));
                     agent_ops(&entity, name, key, "active", &mut ops);
                     agents.push((name.clone(), entity, *key, false));
-                    for action in Action::ALL {
+                    for action in Action::AT_CONFIGURE {
                         let g = Grant {
                             principal: name.to_string(),
                             action,

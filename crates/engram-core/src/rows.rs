@@ -159,6 +159,14 @@ pub enum Rejection {
         expected: u32,
         found: u32,
     },
+    /// A redaction whose target holds no datom with a value left to redact (`what` names the
+    /// target).
+    NothingToRedact(String),
+    /// A redaction that would take more datoms than one redaction may.
+    RedactionTooLarge {
+        datoms: u64,
+        limit: u64,
+    },
 }
 
 impl Rejection {
@@ -207,6 +215,11 @@ impl fmt::Display for Rejection {
             } => write!(
                 f,
                 "wrong vector dimension for {attribute}: expected {expected} components, got {found}"
+            ),
+            Rejection::NothingToRedact(what) => write!(f, "nothing to redact: {what}"),
+            Rejection::RedactionTooLarge { datoms, limit } => write!(
+                f,
+                "the redaction would take {datoms} datoms; one redaction takes at most {limit} (redact attribute by attribute)"
             ),
             Rejection::NotCurrent {
                 entity,

@@ -398,6 +398,8 @@ struct Checker<'a> {
     /// The last transaction whose tx-log row was read for its datom keys, and what it lists.
     /// Kept because the entry's check and a transaction's datoms read the same row in turn.
     tx_keys: Option<(TxId, Listed)>,
+    /// The datoms each redaction record read so far lists (`crate::redact`).
+    redactions: HashMap<TxId, Vec<crate::redact::RedactedRef>>,
 }
 
 /// A key's parts after the namespace: `ns 0 rest`.
@@ -427,6 +429,7 @@ impl<'a> Checker<'a> {
             report: ScrubReport::default(),
             value_indexed: HashMap::new(),
             tx_keys: None,
+            redactions: HashMap::new(),
         }
     }
 
@@ -687,13 +690,32 @@ impl<'a> Checker<'a> {
                 self.mismatch(key, "datom's transaction has no readable tx-log row")
             }
         }
+        if let Some(r) = d.value.redacted() {
+            // A value may be missing only where a redaction recorded in the chain took it.
+            let listed = self.redaction_listing(r.by_tx)?;
+            let this = crate::redact::RedactedRef {
+                tx,
+                seq,
+                hash: r.datom_hash,
+            };
+            if !listed.contains(&this) {
+                self.mismatch(
+                    key,
+                    format!(
+                        "datom is redacted by tx {}, whose redaction record does not list it",
+                        r.by_tx.0
+                    ),
+                );
+            }
+        }
         if d.branch.is_none() {
             wanted.push((
                 keys::aevt(&d.namespace, &d.attribute, d.entity, tx, seq),
                 None,
                 "AEVT",
             ));
-            if self.has_value_index(&d.namespace, &d.attribute)? {
+            // A redacted datom's value-keyed rows went with its value.
+            if d.value.redacted().is_none() && self.has_value_index(&d.namespace, &d.attribute)? {
                 wanted.push((
                     keys::avet(&d.namespace, &d.attribute, &d.value, d.entity, tx, seq),
                     None,
@@ -720,6 +742,28 @@ impl<'a> Checker<'a> {
             }
         }
         Ok(())
+    }
+
+    /// The datoms redaction record `record` lists (empty if it is no record), read once.
+    fn redaction_listing(&mut self, record: TxId) -> Result<&[crate::redact::RedactedRef], CoreError> {
+        if !self.redactions.contains_key(&record) {
+            let listed = match crate::redact::listed_in(self.store, record) {
+                Ok(listed) => listed,
+                Err(CoreError::Storage(e)) => {
+                    self.storage(e)?;
+                    Vec::new()
+                }
+                // An unreadable record lists nothing: the datom is reported against it.
+                Err(CoreError::Corrupt { .. }) => Vec::new(),
+                Err(other) => return Err(other),
+            };
+            self.redactions.insert(record, listed);
+        }
+        Ok(self
+            .redactions
+            .get(&record)
+            .map(Vec::as_slice)
+            .unwrap_or_default())
     }
 
     /// Reads the datom keys transaction `tx`'s tx-log row lists into `tx_keys`, unless they
@@ -784,22 +828,38 @@ impl<'a> Checker<'a> {
         self.report.transactions += 1;
         let index = signed.entry.index;
         if let Some(author) = author {
-            match self.get(&keys::signed_request(signed.entry.tx))? {
-                None => self.mismatch(
+            let stored = self.get(&keys::signed_request(signed.entry.tx))?;
+            let redacted_by = stored
+                .as_deref()
+                .and_then(engram_types::redact::parse_redacted_request);
+            match (stored, redacted_by) {
+                (None, _) => self.mismatch(
                     key,
                     format!(
                         "audit entry {index}: the request agent {} signed is missing",
                         author.principal
                     ),
                 ),
-                Some(bytes) if Hash::of(&bytes) != author.request_hash => self.mismatch(
+                (Some(_), Some(by_tx)) => {
+                    let tx = signed.entry.tx;
+                    if !self.redaction_listing(by_tx)?.iter().any(|r| r.tx == tx) {
+                        self.mismatch(
+                            key,
+                            format!(
+                                "audit entry {index}: the signed request is marked redacted by tx {}, which redacted none of its datoms",
+                                by_tx.0
+                            ),
+                        );
+                    }
+                }
+                (Some(bytes), None) if Hash::of(&bytes) != author.request_hash => self.mismatch(
                     key,
                     format!(
                         "audit entry {index}: the stored request does not hash to the one agent {} signed",
                         author.principal
                     ),
                 ),
-                Some(_) => {}
+                (Some(_), None) => {}
             }
         }
         self.load_tx_keys(signed.entry.tx)?;
@@ -838,7 +898,8 @@ impl<'a> Checker<'a> {
                 );
                 return Ok(None);
             };
-            if let Ok(d) = Datom::decode(&bytes)
+            let decoded = Datom::decode(&bytes);
+            if let Ok(d) = &decoded
                 && (d.tx != signed.entry.tx || d.namespace.as_str() != signed.entry.namespace)
             {
                 self.mismatch(
@@ -849,7 +910,11 @@ impl<'a> Checker<'a> {
                     ),
                 );
             }
-            hashes.push(Hash::of(&bytes));
+            // A redacted datom's stored bytes hold no value: its hash is the one it kept.
+            hashes.push(match &decoded {
+                Ok(d) if d.value.redacted().is_some() => d.hash(),
+                _ => Hash::of(&bytes),
+            });
             datom_keys.push(eavt_key);
         }
         if hashes.len() != datoms as usize {

@@ -21,6 +21,7 @@ pub mod methods {
     pub const MERGE_BRANCH: &str = "/engram.v1.Memory/MergeBranch";
     pub const ABANDON_BRANCH: &str = "/engram.v1.Memory/AbandonBranch";
     pub const LIST_BRANCHES: &str = "/engram.v1.Memory/ListBranches";
+    pub const REDACT: &str = "/engram.v1.Memory/Redact";
     pub const ENTRIES: &str = "/engram.v1.Audit/Entries";
     pub const HEAD: &str = "/engram.v1.Audit/Head";
     pub const CHECKPOINT: &str = "/engram.v1.Audit/Checkpoint";
@@ -116,6 +117,21 @@ impl SignedBody for pb::TransactRequest {
             engram_types::TxRequest::try_from(self.clone())
                 .ok()
                 .map(|t| t.signed_bytes()),
+        )
+    }
+}
+
+/// A redaction's body is the request's canonical bytes (`RedactRequest::signed_bytes`), which
+/// the audit chain keeps; a dry run's is its protobuf bytes, so a signature on a dry run can
+/// never be replayed as the redaction itself.
+impl SignedBody for pb::RedactRequest {
+    fn signed_body(&self, _: &str) -> Vec<u8> {
+        if self.dry_run {
+            return prost::Message::encode_to_vec(self);
+        }
+        canonical_body(
+            self,
+            crate::redact_request(self.clone()).ok().map(|r| r.signed_bytes()),
         )
     }
 }

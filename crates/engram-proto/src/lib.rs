@@ -164,6 +164,26 @@ impl From<&AttributeDef> for pb::AttributeDef {
     }
 }
 
+/// A redaction (`dry_run` is the caller's to read).
+pub fn redact_request(req: pb::RedactRequest) -> Result<engram_types::RedactRequest, WireError> {
+    let attribute = match req.attribute.is_empty() {
+        true => None,
+        false => Some(attribute("attribute", req.attribute)?),
+    };
+    if req.entity == 0 {
+        return Err(WireError::missing("entity"));
+    }
+    let r = engram_types::RedactRequest {
+        namespace: namespace("namespace", req.namespace)?,
+        entity: engram_types::EntityId(req.entity),
+        attribute,
+        reason: req.reason,
+        provenance: provenance(req.provenance)?,
+    };
+    r.validate().map_err(at("request"))?;
+    Ok(r)
+}
+
 /// A schema transaction.
 pub fn schema_request(req: pb::ApplySchemaRequest) -> Result<TxRequest, WireError> {
     let mut tx = TxRequest::data(
@@ -239,6 +259,9 @@ impl From<&Value> for pb::Value {
             Value::Keyword(k) => Kind::Keyword(k.clone()),
             Value::Json(j) => Kind::Json(j.clone()),
             Value::Vector(v) => Kind::Vector(pb::Vector { values: v.clone() }),
+            // A redacted datom is sent without a value (`From<&Datom>`); a marker alone has no
+            // wire form.
+            Value::Redacted(_) => return pb::Value { kind: None },
         };
         pb::Value { kind: Some(kind) }
     }
@@ -414,11 +437,20 @@ pub fn datom(raw: pb::Datom) -> Result<Datom, WireError> {
 
 impl From<&Datom> for pb::Datom {
     fn from(d: &Datom) -> pb::Datom {
+        // A redacted value has nothing to send: the datom says which transaction took it.
+        let (value, redacted, redacted_by_tx) = match d.value.redacted() {
+            None => (Some((&d.value).into()), String::new(), 0),
+            Some(r) => (
+                None,
+                format!("forgotten: redacted by transaction {}", r.by_tx.0),
+                r.by_tx.0,
+            ),
+        };
         pb::Datom {
             namespace: d.namespace.to_string(),
             entity: d.entity.0,
             attribute: d.attribute.to_string(),
-            value: Some((&d.value).into()),
+            value,
             op: op_to_pb(d.op) as i32,
             valid_from_ns: d.valid_from_ns,
             valid_to_ns: d.valid_to_ns,
@@ -426,7 +458,8 @@ impl From<&Datom> for pb::Datom {
             provenance: Some((&d.provenance).into()),
             hash: d.hash().0.to_vec(),
             branch: d.branch.as_ref().map(ToString::to_string).unwrap_or_default(),
-            redacted: String::new(),
+            redacted,
+            redacted_by_tx,
         }
     }
 }

@@ -22,7 +22,7 @@ use futures::StreamExt;
 use futures::stream::BoxStream;
 use pyo3::exceptions::{PyStopIteration, PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyList, PyString};
+use pyo3::types::{PyBytes, PyDict, PyList, PyString};
 
 use crate::convert;
 use crate::errors;
@@ -675,6 +675,62 @@ impl EngramClient {
         agent: Option<String>,
     ) -> PyResult<Receipt> {
         self.close_branch(py, namespace, name, false, agent)
+    }
+
+    /// Forgets the values of `entity`'s datoms (only `attribute`'s, when given) on every
+    /// replica: each datom keeps its other fields and its hash, so the audit chain and every
+    /// proof still verify, and the redaction is recorded with `reason`. With `dry_run`, lists
+    /// what would go and changes nothing. Returns a dict: `dry_run`, `tx`, `audit_index` and
+    /// `datoms` (each `tx`, `seq`, `hash`, `attribute`, `op`). Datoms read afterwards carry no
+    /// value and say `redacted`.
+    #[pyo3(signature = (namespace, entity, *, reason, attribute=None, dry_run=false, agent=None))]
+    #[allow(clippy::too_many_arguments)]
+    fn redact<'py>(
+        &self,
+        py: Python<'py>,
+        namespace: &str,
+        entity: &Bound<'py, PyAny>,
+        reason: String,
+        attribute: Option<String>,
+        dry_run: bool,
+        agent: Option<String>,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        let req = engram_types::RedactRequest {
+            namespace: namespace_arg(namespace)?,
+            entity: convert::entity_id("entity", entity)?,
+            attribute: attribute
+                .map(|a| convert::attribute("attribute", &a))
+                .transpose()?,
+            reason,
+            provenance: self.provenance(agent, None, None, 1.0, "candidate")?,
+        };
+        req.validate()
+            .map_err(|e| PyValueError::new_err(format!("redact: {e}")))?;
+        let client = self.client.clone();
+        let response = self.run(py, async move { client.redact(&req, dry_run).await })?;
+        let out = PyDict::new(py);
+        out.set_item("dry_run", response.dry_run)?;
+        out.set_item("tx", response.tx)?;
+        out.set_item("audit_index", response.audit_index)?;
+        let datoms = PyList::empty(py);
+        for d in &response.datoms {
+            let item = PyDict::new(py);
+            item.set_item("tx", d.tx)?;
+            item.set_item("seq", d.seq)?;
+            item.set_item("hash", PyBytes::new(py, &d.hash))?;
+            item.set_item("attribute", &d.attribute)?;
+            item.set_item(
+                "op",
+                if d.op == pb::Op::Retract as i32 {
+                    "retract"
+                } else {
+                    "assert"
+                },
+            )?;
+            datoms.append(item)?;
+        }
+        out.set_item("datoms", datoms)?;
+        Ok(out)
     }
 
     /// Every transaction of `namespace` from `from_tx` on, as it commits, with the datoms that

@@ -75,6 +75,8 @@ pub fn to_py<'py>(py: Python<'py>, value: &Value) -> PyResult<Bound<'py, PyAny>>
         Value::Keyword(k) => Bound::new(py, Keyword { name: k.clone() })?.into_any(),
         Value::Json(text) => py.import("json")?.call_method1("loads", (text,))?,
         Value::Vector(v) => Bound::new(py, Vector { values: v.clone() })?.into_any(),
+        // A redacted datom reaches Python without a value (its `redacted` says why).
+        Value::Redacted(_) => py.None().into_bound(py),
     })
 }
 

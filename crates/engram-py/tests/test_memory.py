@@ -178,3 +178,27 @@ def test_watch_delivers_each_transaction_in_order(db, ns):
     assert watch.next(timeout_s=0.3) is None
     watch.close()
     assert list(watch) == []
+
+
+def test_redact_forgets_a_value_and_says_so(db, ns):
+    r = db.transact(ns, [("p", ":person/email", "grace@secret.example"), ("p", ":person/name", "Grace")])
+    person = r.temp_ids["p"]
+    dry = db.redact(ns, person, attribute=":person/email", reason="erasure 12", dry_run=True)
+    assert dry["dry_run"] is True and len(dry["datoms"]) == 1
+    assert db.get(ns, person)[":person/email"] == "grace@secret.example"
+
+    done = db.redact(ns, person, attribute=":person/email", reason="erasure 12")
+    assert done["tx"] > r.tx
+    assert [d["attribute"] for d in done["datoms"]] == [":person/email"]
+    assert done["datoms"][0]["hash"] == dry["datoms"][0]["hash"]
+
+    datoms = {d.attribute: d for d in db.get(ns, person).datoms}
+    assert datoms[":person/email"].value is None
+    assert "redacted by transaction" in datoms[":person/email"].redacted
+    assert datoms[":person/name"].value == "Grace"
+    assert all(d.value != "grace@secret.example" for d in db.history(ns, entity=person))
+
+    with pytest.raises(engram.NotFound):
+        db.redact(ns, person, attribute=":person/email", reason="again")
+    with pytest.raises(ValueError):
+        db.redact(ns, person, reason="")

@@ -36,7 +36,7 @@ use std::fmt;
 
 use engram_access::{PolicyOp, Principal};
 use engram_audit::{Author, KeyChangeRequest};
-use engram_types::TxRequest;
+use engram_types::{RedactRequest, TxRequest};
 pub use log_store::LogStore;
 pub use node::{DivergenceAlarm, NodeError, NodeStatus, RaftNode, RaftSettings, RaftTiming, Waited};
 use serde::{Deserialize, Serialize};
@@ -91,6 +91,14 @@ pub enum Command {
     PolicySigned {
         op: PolicyOp,
         author: Author,
+        proposed_time_ns: i64,
+    },
+    /// Forget the values `request` names (`engram_core::redact`), asked by `principal`
+    /// (`None`: unsigned) or signed by `author`. Evaluated at apply against the state then.
+    Redact {
+        request: RedactRequest,
+        principal: Option<Principal>,
+        author: Option<Author>,
         proposed_time_ns: i64,
     },
 }
@@ -160,6 +168,22 @@ impl fmt::Display for Command {
                 "policy({}, by={}, t={proposed_time_ns})",
                 op.kind(),
                 principal.as_ref().map_or("-", Principal::as_str)
+            ),
+            Command::Redact {
+                request,
+                principal,
+                author,
+                proposed_time_ns,
+            } => write!(
+                f,
+                "redact(ns={}, entity={}, by={}, t={proposed_time_ns})",
+                request.namespace,
+                request.entity,
+                author
+                    .as_ref()
+                    .map(|a| a.principal.as_str())
+                    .or(principal.as_ref().map(Principal::as_str))
+                    .unwrap_or("-")
             ),
         }
     }

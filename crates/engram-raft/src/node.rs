@@ -6,7 +6,7 @@ use engram_access::PolicyOp;
 use engram_audit::{KeyAction, KeyChangeRequest, KeyId, KeyRing, PublicKey};
 use engram_core::{CheckpointPolicy, Rejection, TxOutcome, reads};
 use engram_storage::Store;
-use engram_types::TxRequest;
+use engram_types::{RedactRequest, TxRequest};
 use openraft::async_runtime::WatchReceiver;
 use openraft::error::{ClientWriteError, RaftError};
 use openraft::storage::RaftLogStorage;
@@ -327,6 +327,30 @@ impl RaftNode {
         resp.data
             .outcome
             .ok_or_else(|| NodeError::Fatal("apply returned no outcome for a policy change".into()))
+    }
+
+    /// Proposes a redaction (`engram_core::redact`), asked by `by`; apply checks it against the
+    /// policy in force and evaluates it against the state at its entry.
+    pub async fn propose_redaction(
+        &self,
+        request: RedactRequest,
+        by: Proposer,
+    ) -> Result<TxOutcome, NodeError> {
+        let proposed_time_ns = clock::now_ns().saturating_add(self.clock_skew_ns);
+        let (principal, author) = match by {
+            Proposer::Unsigned(principal) => (principal, None),
+            Proposer::Signed(author) => (None, Some(author)),
+        };
+        let command = Command::Redact {
+            request,
+            principal,
+            author,
+            proposed_time_ns,
+        };
+        let resp = self.while_quorate(self.raft.client_write(command)).await?;
+        resp.data
+            .outcome
+            .ok_or_else(|| NodeError::Fatal("apply returned no outcome for a redaction".into()))
     }
 
     /// Runs `write` (this node's proposal as leader) until it answers, or until this node has

@@ -218,6 +218,33 @@ impl StateMachine {
                 let by = engram_core::PolicyActor::Signed(author);
                 response.outcome = Some(self.policy(index, proposed_time_ns, &op, &by)?);
             }
+            EntryPayload::Normal(Command::Redact {
+                request,
+                principal,
+                author,
+                proposed_time_ns,
+            }) => {
+                let by = match author {
+                    Some(author) => engram_core::PolicyActor::Signed(author),
+                    None => engram_core::PolicyActor::Unsigned(principal),
+                };
+                let extra = applied_row(&self.applied)?;
+                let outcome = self
+                    .engine
+                    .apply_redaction(index, proposed_time_ns, &request, &by, extra)
+                    .map_err(io_err)?;
+                match &outcome {
+                    Ok(receipt) => info!(
+                        log_index = index,
+                        tx = receipt.tx.0,
+                        namespace = %request.namespace,
+                        entity = request.entity.0,
+                        "redaction recorded"
+                    ),
+                    Err(rejection) => warn!(log_index = index, %rejection, "redaction refused"),
+                }
+                response.outcome = Some(outcome);
+            }
             EntryPayload::Normal(Command::KeyChange { request }) => {
                 let extra = applied_row(&self.applied)?;
                 let outcome = self

@@ -166,7 +166,8 @@ impl ApiError {
                 }
                 Rejection::UnknownEntity(_)
                 | Rejection::UnknownBranch(_)
-                | Rejection::LookupNotFound { .. } => Code::NotFound,
+                | Rejection::LookupNotFound { .. }
+                | Rejection::NothingToRedact(_) => Code::NotFound,
                 Rejection::TypeMismatch { .. }
                 | Rejection::DimensionMismatch { .. }
                 | Rejection::UnknownAttribute(_)
@@ -181,6 +182,7 @@ impl ApiError {
                 | Rejection::MergeConflict { .. }
                 | Rejection::IdempotencyKeyReused { .. }
                 | Rejection::Policy(_)
+                | Rejection::RedactionTooLarge { .. }
                 | Rejection::LockOut(_) => Code::FailedPrecondition,
                 Rejection::NotAuthorized { .. } => Code::PermissionDenied,
                 // Transient: the cluster is being initialised.

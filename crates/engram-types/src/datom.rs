@@ -2,8 +2,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::codec::{Reader, Writer};
 use crate::{
-    Attribute, BranchName, DATOM_FORMAT_VERSION, DATOM_FORMAT_VERSION_BRANCH, DecodeError, EntityId, Hash,
-    Namespace, TxId, ValidationError, Value, ValueType,
+    Attribute, BranchName, DATOM_FORMAT_REDACTED, DATOM_FORMAT_VERSION, DATOM_FORMAT_VERSION_BRANCH,
+    DecodeError, EntityId, Hash, Namespace, Redacted, TxId, ValidationError, Value, ValueType,
 };
 
 /// Whether a datom adds a fact or retracts an earlier one.
@@ -166,6 +166,11 @@ pub(crate) fn encode_value(w: &mut Writer, value: &Value) {
                 w.raw(&x.to_bits().to_be_bytes());
             }
         }
+        Value::Redacted(r) => {
+            // Never part of a hashed encoding (a redacted datom's hash is the kept one); this
+            // keeps the stored form's marker apart from every value.
+            w.u64(r.by_tx.0).u32(r.value_ordinal);
+        }
     }
 }
 
@@ -220,9 +225,22 @@ impl Value {
 }
 
 impl Datom {
-    /// The canonical, versioned encoding. This is both what is hashed and what is stored.
+    /// The canonical, versioned encoding. This is both what is hashed and what is stored; a
+    /// redacted datom encodes to its stored form ([`DATOM_FORMAT_REDACTED`]), which is not
+    /// hashed.
     pub fn encode(&self) -> Vec<u8> {
         let mut w = Writer::with_capacity(96);
+        if let Value::Redacted(r) = &self.value {
+            w.u8(DATOM_FORMAT_REDACTED).raw(&r.datom_hash.0);
+            match &self.branch {
+                None => w.u8(0).str(self.namespace.as_str()),
+                Some(branch) => w.u8(1).str(self.namespace.as_str()).str(branch.as_str()),
+            };
+            w.u64(self.entity.0).str(self.attribute.as_str());
+            w.u8(r.value_type.tag()).u64(r.by_tx.0).u32(r.value_ordinal);
+            self.write_rest(&mut w);
+            return w.finish();
+        }
         match &self.branch {
             None => w.u8(DATOM_FORMAT_VERSION).str(self.namespace.as_str()),
             Some(branch) => w
@@ -232,12 +250,34 @@ impl Datom {
         };
         w.u64(self.entity.0).str(self.attribute.as_str());
         encode_value(&mut w, &self.value);
+        self.write_rest(&mut w);
+        w.finish()
+    }
+
+    /// The fields after the value, in every format.
+    fn write_rest(&self, w: &mut Writer) {
         w.u8(op_tag(self.op))
             .i64(self.valid_from_ns)
             .opt_i64(self.valid_to_ns)
             .u64(self.tx.0);
-        write_provenance(&mut w, &self.provenance);
-        w.finish()
+        write_provenance(w, &self.provenance);
+    }
+
+    /// This datom with its value replaced by the marker of redaction `by_tx` (`value_ordinal`:
+    /// see [`Redacted`]). An already redacted datom is returned unchanged.
+    pub fn redact(&self, by_tx: TxId, value_ordinal: u32) -> Datom {
+        if self.value.redacted().is_some() {
+            return self.clone();
+        }
+        Datom {
+            value: Value::Redacted(Redacted {
+                value_type: self.value.value_type(),
+                by_tx,
+                value_ordinal,
+                datom_hash: self.hash(),
+            }),
+            ..self.clone()
+        }
     }
 
     /// Decodes and re-validates a canonical encoding. Refuses unknown versions, unknown tags,
@@ -245,18 +285,48 @@ impl Datom {
     pub fn decode(bytes: &[u8]) -> Result<Datom, DecodeError> {
         let mut r = Reader::new(bytes);
         let version = r.u8("format version")?;
-        if version != DATOM_FORMAT_VERSION && version != DATOM_FORMAT_VERSION_BRANCH {
-            return Err(DecodeError::Version(version));
-        }
+        let kept_hash = match version {
+            DATOM_FORMAT_VERSION | DATOM_FORMAT_VERSION_BRANCH => None,
+            DATOM_FORMAT_REDACTED => Some(r.hash("kept datom hash")?),
+            _ => return Err(DecodeError::Version(version)),
+        };
+        let has_branch = match kept_hash {
+            None => version == DATOM_FORMAT_VERSION_BRANCH,
+            Some(_) => match r.u8("branch flag")? {
+                0 => false,
+                1 => true,
+                tag => {
+                    return Err(DecodeError::Tag {
+                        what: "branch flag",
+                        tag,
+                    });
+                }
+            },
+        };
         let namespace = Namespace::new(r.string("namespace")?)?;
-        let branch = if version == DATOM_FORMAT_VERSION_BRANCH {
+        let branch = if has_branch {
             Some(BranchName::new(r.string("branch")?)?)
         } else {
             None
         };
         let entity = EntityId(r.u64("entity")?);
         let attribute = Attribute::new(r.string("attribute")?)?;
-        let value = decode_value(&mut r)?;
+        let value = match kept_hash {
+            None => decode_value(&mut r)?,
+            Some(datom_hash) => {
+                let tag = r.u8("value type")?;
+                let value_type = ValueType::from_tag(tag).ok_or(DecodeError::Tag {
+                    what: "value type",
+                    tag,
+                })?;
+                Value::Redacted(Redacted {
+                    value_type,
+                    by_tx: TxId(r.u64("redacting tx")?),
+                    value_ordinal: r.u32("redacted value ordinal")?,
+                    datom_hash,
+                })
+            }
+        };
         let op = read_op(&mut r)?;
         let valid_from_ns = r.i64("valid_from")?;
         let valid_to_ns = r.opt_i64("valid_to")?;
@@ -278,9 +348,13 @@ impl Datom {
         })
     }
 
-    /// The content address: blake3 of the canonical encoding.
+    /// The content address: blake3 of the canonical encoding (of a redacted datom: the hash
+    /// kept from before its value went).
     pub fn hash(&self) -> Hash {
-        Hash::of(&self.encode())
+        match &self.value {
+            Value::Redacted(r) => r.datom_hash,
+            _ => Hash::of(&self.encode()),
+        }
     }
 
     /// Whether the fact holds in the world at valid time `at_ns`.
@@ -362,6 +436,48 @@ mod tests {
         for cut in 0..bytes.len() {
             assert!(Datom::decode(&bytes[..cut]).is_err());
         }
+    }
+
+    #[test]
+    fn a_redacted_datom_keeps_its_hash_and_every_field_but_the_value() {
+        for branch in [None, Some(BranchName::new("plan-a").unwrap())] {
+            let mut d = sample();
+            d.branch = branch;
+            let hash = d.hash();
+            let redacted = d.redact(TxId(40), 2);
+            assert_eq!(redacted.hash(), hash, "the kept hash is the datom's hash");
+            let bytes = redacted.encode();
+            assert_eq!(bytes[0], DATOM_FORMAT_REDACTED);
+            let back = Datom::decode(&bytes).unwrap();
+            assert_eq!(back, redacted);
+            assert_eq!(back.hash(), hash);
+            assert_eq!(back.value.value_type(), ValueType::Keyword);
+            assert!(
+                !bytes.windows(b":status/open".len()).any(|w| w == b":status/open"),
+                "the value's bytes are gone"
+            );
+            assert_eq!(
+                (back.entity, back.tx, &back.provenance),
+                (d.entity, d.tx, &d.provenance)
+            );
+            assert_eq!(
+                redacted.redact(TxId(41), 0),
+                redacted,
+                "redacting twice changes nothing"
+            );
+            for cut in 0..bytes.len() {
+                assert!(Datom::decode(&bytes[..cut]).is_err());
+            }
+        }
+        // Equal values of one redaction compare equal (a retraction still matches its
+        // assertion); different values, or another redaction, do not.
+        let a = sample().redact(TxId(40), 0);
+        let mut b = sample();
+        b.tx = TxId(13);
+        assert_eq!(a.value, b.redact(TxId(40), 0).value);
+        assert_ne!(a.value, b.redact(TxId(40), 1).value);
+        assert_ne!(a.value, b.redact(TxId(41), 0).value);
+        assert!(a.value.validate().is_err(), "no request writes a marker");
     }
 
     #[test]

@@ -18,6 +18,7 @@ mod excerpt;
 mod hash;
 mod ids;
 mod namespace;
+pub mod redact;
 mod schema;
 mod tx;
 mod tx_codec;
@@ -30,11 +31,12 @@ pub use excerpt::{EXCERPT_MAX_BYTES, Excerpt, clip, excerpt};
 pub use hash::Hash;
 pub use ids::{EntityId, TxId};
 pub use namespace::Namespace;
+pub use redact::{REDACT_REQUEST_FORMAT_VERSION, RedactRequest};
 pub use schema::{AttributeDef, BranchName, BranchOp, Cardinality, Unique};
 pub use tx::{EntityRef, Precondition, TxOp, TxReceipt, TxRequest};
 pub use tx_codec::TX_REQUEST_FORMAT_VERSION;
 pub use value::{
-    MAX_VECTOR_DIMENSION, Value, ValueType, check_json_numbers, check_vector, inexact_json_numbers,
+    MAX_VECTOR_DIMENSION, Redacted, Value, ValueType, check_json_numbers, check_vector, inexact_json_numbers,
 };
 
 /// Format version of the canonical datom encoding. Bumped only with a new decoder arm, never
@@ -44,6 +46,12 @@ pub const DATOM_FORMAT_VERSION: u8 = 1;
 /// Format version of a datom written on a branch: version 1 with the branch name after the
 /// namespace. Datoms on main keep version 1, so their bytes and hashes are unchanged.
 pub const DATOM_FORMAT_VERSION_BRANCH: u8 = 2;
+
+/// The stored form of a redacted datom (of either version above): the version byte, the
+/// datom's kept hash, whether a branch follows, then the fields of version 1 or 2 with the
+/// value replaced by its [`Redacted`] marker. It is a stored form only, never hashed: the
+/// kept hash is the datom's hash.
+pub const DATOM_FORMAT_REDACTED: u8 = 3;
 
 /// Largest string, keyword, bytes or json payload of one value, in bytes.
 pub const MAX_VALUE_BYTES: usize = 1 << 20;

@@ -27,6 +27,36 @@ pub enum Value {
     /// An embedding the client computed: finite f32 components, as many as the attribute's
     /// schema `dimension` says.
     Vector(Vec<f32>),
+    /// The marker a redacted datom carries instead of its value (`docs/FORGETTING.md`): never
+    /// written by a request ([`Value::validate`] refuses it), only by the redaction's apply.
+    Redacted(Redacted),
+}
+
+/// What is left of a redacted value: its type, which redaction took it, and an ordinal that
+/// tells equal values of one redaction apart from different ones, so that a slot's history
+/// folds to the same live claims after the redaction as before it (a retraction of a redacted
+/// value still ends the redacted assertion of that value) without keeping anything a guess
+/// could be tested against. The datom's hash is kept beside it: the hash the audit entry
+/// committed to, which the datom no longer has the value to recompute.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Redacted {
+    pub value_type: ValueType,
+    /// The transaction that recorded the redaction.
+    pub by_tx: crate::TxId,
+    /// Equal values redacted by one transaction share an ordinal; different ones never do.
+    pub value_ordinal: u32,
+    /// The datom's hash as its transaction committed to it.
+    pub datom_hash: crate::Hash,
+}
+
+/// Two redacted values are equal when one redaction took equal values: the kept datom hashes
+/// differ between datoms of one value and say nothing about the value.
+impl PartialEq for Redacted {
+    fn eq(&self, other: &Redacted) -> bool {
+        self.value_type == other.value_type
+            && self.by_tx == other.by_tx
+            && self.value_ordinal == other.value_ordinal
+    }
 }
 
 /// Most components a vector value may have.
@@ -116,6 +146,15 @@ impl Value {
             Value::Keyword(_) => ValueType::Keyword,
             Value::Json(_) => ValueType::Json,
             Value::Vector(_) => ValueType::Vector,
+            Value::Redacted(r) => r.value_type,
+        }
+    }
+
+    /// The redaction marker, if this value was redacted.
+    pub fn redacted(&self) -> Option<&Redacted> {
+        match self {
+            Value::Redacted(r) => Some(r),
+            _ => None,
         }
     }
 
@@ -154,6 +193,10 @@ impl Value {
                 reason: reason.into(),
             }),
             Value::Vector(v) => check_vector("vector", v),
+            Value::Redacted(_) => Err(ValidationError::Value {
+                field: "value",
+                reason: "a redaction marker is not a value a request can write".into(),
+            }),
             Value::Json(text) => {
                 if text.len() > MAX_VALUE_BYTES {
                     return Err(too_big("json"));
@@ -392,6 +435,7 @@ impl fmt::Display for Value {
             Value::Ref(e) => write!(f, "#ref {e}"),
             Value::Keyword(k) => f.write_str(k),
             Value::Json(j) => f.write_str(j),
+            Value::Redacted(r) => write!(f, "#redacted {} by tx {}", r.value_type, r.by_tx.0),
             Value::Vector(v) => {
                 // A vector of hundreds of components is noise in a message: its size and
                 // first components say which one it is.

@@ -32,4 +32,6 @@ mod verifier;
 
 pub use authorship::MAX_SIGNING_SKEW_MS;
 pub use format::{EXPORT_FORMAT_VERSION, ExportReader, ExportWriter, OpenError, Record};
-pub use verifier::{Failure, KeyReport, Report, VerifyError, VerifyOptions, leaf_hash, verify_export};
+pub use verifier::{
+    Failure, KeyReport, RedactedReport, Report, VerifyError, VerifyOptions, leaf_hash, verify_export,
+};

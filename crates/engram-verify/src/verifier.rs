@@ -1,7 +1,7 @@
 //! The offline verifier: reads an export as a stream and checks everything in it against
 //! everything else, keeping O(keys + checkpoints) state.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::io::Read;
 
 use engram_audit::{
@@ -9,7 +9,8 @@ use engram_audit::{
     tx_content_hash,
 };
 use engram_merkle::{Blake3, CompactTree, MerkleHasher};
-use engram_types::{Datom, Hash};
+use engram_types::redact::RedactedRef;
+use engram_types::{Datom, Hash, TxId};
 use serde::Serialize;
 
 use crate::authorship::Authorship;
@@ -101,12 +102,26 @@ pub struct Report {
     /// The tree size of the pinned checkpoint, if one was given and it verified.
     pub pinned_size: Option<u64>,
     pub keys: Vec<KeyReport>,
+    /// Every datom whose value a redaction recorded in the chain took, each checked against
+    /// its record (a value missing without one is a failure instead).
+    pub redacted: Vec<RedactedReport>,
     pub failures: Vec<Failure>,
     /// Whether verification stopped at the first failure (without `all`). Signatures are
     /// checked in batches, so the counts and the head above can run past the failing entry (by
     /// at most one batch of 8192 entries): they say how far the export was read, the failure
     /// says where it first fails.
     pub stopped_early: bool,
+}
+
+/// One redacted datom: "entry `entry` datom `seq` redacted by entry `by_entry`".
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct RedactedReport {
+    pub entry: u64,
+    pub seq: u32,
+    pub by_entry: u64,
+    /// The kept hash is of the datom's unsalted encoding: whoever holds a guess of the value
+    /// can test it against the hash (true for every datom format written so far).
+    pub guessable: bool,
 }
 
 impl Report {
@@ -210,6 +225,11 @@ struct Verifier<'a> {
     authorship: Authorship,
     transactions: u64,
     datoms: u64,
+    /// Redacted datoms seen, waiting for the record that must list them: (entry index, seq,
+    /// what the record must list, the redacting tx).
+    redacted: Vec<(u64, u32, RedactedRef, u64)>,
+    /// What the redaction records seen list: (tx, seq) -> (kept hash, record tx, record entry).
+    listed: HashMap<(u64, u32), (Hash, u64, u64)>,
     /// Checkpoints seen, checked against the final key history at the end: (offset, note).
     checkpoints: Vec<(u64, SignedCheckpoint)>,
     /// The root at the pinned size, once the tree reached it.
@@ -243,6 +263,8 @@ impl<'a> Verifier<'a> {
             authorship: Authorship::default(),
             transactions: 0,
             datoms: 0,
+            redacted: Vec::new(),
+            listed: HashMap::new(),
             checkpoints: Vec::new(),
             root_at_pin: None,
             failures: Vec::new(),
@@ -458,8 +480,27 @@ impl<'a> Verifier<'a> {
         let mut hashes = Vec::with_capacity(datoms.len());
         let mut decoded = Vec::with_capacity(datoms.len());
         for (seq, bytes) in datoms.iter().enumerate() {
-            hashes.push(Hash::of(bytes));
-            match Datom::decode(bytes) {
+            let decoded_here = Datom::decode(bytes);
+            // A redacted datom is stored without its value: its hash is the one kept from
+            // before, which the entry's content hash checks like any other.
+            let redacted = decoded_here
+                .as_ref()
+                .ok()
+                .and_then(|d| d.value.redacted().cloned());
+            match &redacted {
+                Some(r) => {
+                    hashes.push(r.datom_hash);
+                    let seq = seq as u32;
+                    let listed = RedactedRef {
+                        tx: TxId(tx.tx),
+                        seq,
+                        hash: r.datom_hash,
+                    };
+                    self.redacted.push((index, seq, listed, r.by_tx.0));
+                }
+                None => hashes.push(Hash::of(bytes)),
+            }
+            match decoded_here {
                 Ok(d) if d.tx.0 != tx.tx => self.fail(
                     Some(index),
                     Some(offset),
@@ -483,6 +524,11 @@ impl<'a> Verifier<'a> {
                     &format!("datoms[{seq}]"),
                     format!("does not decode: {e}"),
                 ),
+            }
+        }
+        if tx.namespace == engram_access::SYSTEM_NAMESPACE {
+            for r in RedactedRef::listed_by(&decoded) {
+                self.listed.insert((r.tx.0, r.seq), (r.hash, tx.tx, index));
             }
         }
         // A signed change's own datoms (a rotation, say) count from after its signature is
@@ -533,13 +579,36 @@ impl<'a> Verifier<'a> {
             );
             return;
         }
+        // A request whose values a redaction took is a marker naming the redaction: it must
+        // name one that took a datom of this transaction.
+        let request = match engram_types::redact::parse_redacted_request(bytes) {
+            None => Some(bytes),
+            Some(by_tx) => {
+                if !pending
+                    .datoms
+                    .iter()
+                    .any(|d| d.value.redacted().is_some_and(|r| r.by_tx == by_tx))
+                {
+                    self.fail(
+                        Some(index),
+                        Some(offset),
+                        "author.request",
+                        format!(
+                            "the request is marked redacted by tx {}, which redacted none of this transaction's datoms",
+                            by_tx.0
+                        ),
+                    );
+                }
+                None
+            }
+        };
         let faults = self.authorship.check(
             index,
             pending.tx_time_ns,
             &pending.namespace,
             &pending.author,
             &pending.datoms,
-            bytes,
+            request,
         );
         self.authorship.observe(&pending.datoms);
         for (field, message) in faults {
@@ -665,6 +734,11 @@ impl<'a> Verifier<'a> {
         if !stopped_early {
             self.final_checks();
         }
+        let redacted = if stopped_early {
+            Vec::new()
+        } else {
+            self.redactions()
+        };
         if !self.options.all {
             self.failures.truncate(1);
         }
@@ -691,9 +765,36 @@ impl<'a> Verifier<'a> {
             anchor,
             pinned_size: self.options.pin.as_ref().map(|p| p.checkpoint.size),
             keys: self.chain.keys().values().map(KeyReport::from).collect(),
+            redacted,
             failures: self.failures,
             stopped_early,
         }
+    }
+
+    /// Every redacted datom against the record that took its value; a report line for each.
+    fn redactions(&mut self) -> Vec<RedactedReport> {
+        let mut out = Vec::new();
+        for (entry, seq, want, by_tx) in std::mem::take(&mut self.redacted) {
+            match self.listed.get(&(want.tx.0, want.seq)) {
+                Some(&(hash, record_tx, record_entry)) if hash == want.hash && record_tx == by_tx && record_entry > entry => {
+                    out.push(RedactedReport {
+                        entry,
+                        seq,
+                        by_entry: record_entry,
+                        guessable: true,
+                    })
+                }
+                _ => self.fail(
+                    Some(entry),
+                    None,
+                    &format!("datoms[{seq}].value"),
+                    format!(
+                        "the value is missing, marked redacted by tx {by_tx}, and no later redaction record lists this datom"
+                    ),
+                ),
+            }
+        }
+        out
     }
 
     fn final_checks(&mut self) {

@@ -9,6 +9,7 @@ pub mod asof_stable;
 pub mod audit_verifies;
 pub mod branches_durable;
 pub mod chain_continuity;
+pub mod forgotten;
 pub mod linearizable;
 pub mod liveness;
 pub mod monitor;

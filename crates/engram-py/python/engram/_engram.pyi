@@ -73,7 +73,7 @@ class Datom:
     confidence: float
     status: str  # "candidate" | "verified"
     hash: bytes
-    redacted: Optional[str]  # why the value is withheld (value is then None)
+    redacted: Optional[str]  # why the value is withheld or gone (value is then None): grants, or a redaction
 
 class Receipt:
     """What a committed transaction returns."""
@@ -266,6 +266,16 @@ class Client:
     ) -> Receipt: ...
     def merge_branch(self, namespace: str, name: str, *, agent: Optional[str] = None) -> Receipt: ...
     def abandon_branch(self, namespace: str, name: str, *, agent: Optional[str] = None) -> Receipt: ...
+    def redact(
+        self,
+        namespace: str,
+        entity: Union[int, Ref],
+        *,
+        reason: str,
+        attribute: Optional[str] = None,
+        dry_run: bool = False,
+        agent: Optional[str] = None,
+    ) -> Dict[str, Any]: ...
     def watch(
         self,
         namespace: str,

@@ -93,6 +93,9 @@ class AsyncEngram:
     async def abandon_branch(self, namespace: str, name: str, **kwargs: Any) -> Receipt:
         return await asyncio.to_thread(self.sync.abandon_branch, namespace, name, **kwargs)
 
+    async def redact(self, namespace: str, entity: Any, **kwargs: Any) -> Any:
+        return await asyncio.to_thread(self.sync.redact, namespace, entity, **kwargs)
+
     async def whoami(self):
         return await asyncio.to_thread(self.sync.whoami)
 

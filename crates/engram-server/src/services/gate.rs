@@ -513,6 +513,15 @@ impl Shared {
         self.with_policy(|cache, store| cache.check_tx(store, principal, tx))
     }
 
+    /// [`engram_core::policy::PolicyCache::check_redact`] at this node's applied policy.
+    pub fn check_redact(
+        &self,
+        principal: Option<&Principal>,
+        req: &engram_types::RedactRequest,
+    ) -> Result<Result<(), engram_core::Rejection>, ApiError> {
+        self.with_policy(|cache, store| cache.check_redact(store, principal, req))
+    }
+
     /// Authenticates a call of `method` (its metadata `meta` and message `message`) and checks
     /// `need`; see the module docs.
     pub fn admit<T: SignedBody>(

@@ -78,6 +78,65 @@ impl MemoryService {
         }
     }
 
+    /// A redaction, or its dry run, answered by the leader (which a follower forwards to), so a
+    /// dry run lists what the redaction would take against the newest state.
+    async fn redact_call(
+        &self,
+        meta: MetadataMap,
+        msg: pb::RedactRequest,
+    ) -> Result<pb::RedactResponse, ApiError> {
+        let incoming = self.shared.incoming(&meta)?;
+        let req = engram_proto::redact_request(msg.clone())?;
+        if let Route::Leader(addr) = self.shared.route_write(incoming.forwarded)? {
+            let mut client = self.shared.memory_client(&addr)?;
+            let forward = async move {
+                client
+                    .redact(incoming.forward(msg))
+                    .await
+                    .map(Response::into_inner)
+                    .map_err(forwarded_err)
+            };
+            return super::while_leading(&self.shared.node, &addr, forward).await;
+        }
+        let caller = self.shared.admit(&meta, &msg, methods::REDACT, Need::Principal)?;
+        if let Err(rejection) = self.shared.check_redact(caller.principal.as_ref(), &req)? {
+            return Err(ApiError::Rejected(rejection));
+        }
+        if msg.dry_run {
+            let targets = self
+                .shared
+                .read_state(|store| engram_core::redact::targets(store, &req))?
+                .map_err(ApiError::Rejected)?;
+            return Ok(pb::RedactResponse {
+                datoms: targets
+                    .iter()
+                    .map(|t| redacted_pb(t.listed(), &t.datom))
+                    .collect(),
+                dry_run: true,
+                ..pb::RedactResponse::default()
+            });
+        }
+        let by = match &caller.author {
+            Some(author) => Proposer::Signed(author.clone()),
+            None => Proposer::Unsigned(caller.principal.clone()),
+        };
+        let receipt = match self.shared.node.propose_redaction(req, by).await {
+            Ok(outcome) => outcome.map_err(ApiError::Rejected)?,
+            Err(e) => return Err(e.into()),
+        };
+        tracing::Span::current().record("tx_id", receipt.tx.0);
+        let redacted = self
+            .shared
+            .read_state(|store| engram_core::redact::redacted_by(store, receipt.tx))?;
+        Ok(pb::RedactResponse {
+            tx: receipt.tx.0,
+            audit_index: receipt.audit_index,
+            audit_hash: receipt.audit_hash.0.to_vec(),
+            datoms: redacted.iter().map(|(r, d)| redacted_pb(*r, d)).collect(),
+            dry_run: false,
+        })
+    }
+
     async fn traced_write(
         &self,
         meta: MetadataMap,
@@ -195,6 +254,19 @@ impl WriteCall {
 enum HistoryTarget {
     Entity(EntityId),
     Attribute(engram_types::Attribute),
+}
+
+fn redacted_pb(r: engram_core::redact::RedactedRef, d: &engram_types::Datom) -> pb::RedactedDatom {
+    pb::RedactedDatom {
+        tx: r.tx.0,
+        seq: r.seq,
+        hash: r.hash.0.to_vec(),
+        attribute: d.attribute.to_string(),
+        op: match d.op {
+            engram_types::Op::Assert => pb::Op::Assert,
+            engram_types::Op::Retract => pb::Op::Retract,
+        } as i32,
+    }
 }
 
 fn namespace(raw: String) -> Result<engram_types::Namespace, ApiError> {
@@ -647,6 +719,20 @@ impl pb::memory_server::Memory for MemoryService {
         self.traced_write(meta, WriteCall::AbandonBranch(req)).await
     }
 
+    async fn redact(
+        &self,
+        request: Request<pb::RedactRequest>,
+    ) -> Result<Response<pb::RedactResponse>, Status> {
+        let (meta, _, msg) = request.into_parts();
+        let span = tracing::info_span!(
+            "redact",
+            node_id = self.shared.node.node_id,
+            dry_run = msg.dry_run,
+            tx_id = tracing::field::Empty
+        );
+        Ok(Response::new(self.redact_call(meta, msg).instrument(span).await?))
+    }
+
     async fn get_schema(
         &self,
         request: Request<pb::GetSchemaRequest>,
@@ -933,6 +1019,14 @@ impl pb::memory_server::Memory for MemoryService {
                 })
                 .collect::<Result<Vec<_>, _>>()
         })?;
+        // The recall index is in memory and drops a redacted value's words only when it is
+        // rebuilt from the stored datoms (at the node's start): until then a hit on one is left
+        // out, so a search never tells what a forgotten value said.
+        let (hits, found): (Vec<_>, Vec<_>) = hits
+            .into_iter()
+            .zip(found)
+            .filter(|(_, d)| d.value.redacted().is_none())
+            .unzip();
         let shown_datoms = shown(caller.scope.as_ref(), &found);
         let hits: Vec<pb::SearchHit> = hits
             .iter()

@@ -18,9 +18,10 @@
 //! ring moves on; if the ring leaves it behind it reads pages like any other late watcher, so
 //! no watcher makes the node keep more than the ring and the page cache hold.
 //!
-//! Sharing is safe because an applied transaction never changes: apply hands a group over only
-//! after writing it, committed entries are never replaced, and a snapshot install only moves
-//! the state forward. A gap in what apply handed over (a snapshot install, a group dropped
+//! Sharing is safe because an applied transaction changes only by a redaction, which empties
+//! the ring and the pages (what they held is read again, redacted, from the store): apply
+//! hands a group over only after writing it, committed entries are never replaced, and a
+//! snapshot install only moves the state forward. A gap in what apply handed over (a snapshot install, a group dropped
 //! while the hub lagged) resets the ring at the applied index; watchers before it read pages.
 
 use std::collections::{HashMap, VecDeque};
@@ -396,9 +397,21 @@ impl WatchHub {
                 }
                 let after = ring.filled;
                 for logged in group.txs {
-                    if logged.record.receipt.tx.0 > after {
-                        ring.push(logged);
+                    let tx = logged.record.receipt.tx.0;
+                    if tx <= after {
+                        continue;
                     }
+                    if is_redaction(&logged) {
+                        // Transactions before a redaction may hold the values it took: they
+                        // are read again from the store, which holds them redacted.
+                        STATS.resets.fetch_add(1, Ordering::Relaxed);
+                        ring.reset(tx - 1);
+                        self.pages
+                            .lock()
+                            .unwrap_or_else(std::sync::PoisonError::into_inner)
+                            .clear();
+                    }
+                    ring.push(logged);
                 }
                 ring.filled = group.through;
             }
@@ -509,6 +522,16 @@ impl WatchHub {
             Err(PageError::Node(e)) => Err(e),
         }
     }
+}
+
+/// Whether a committed transaction is a redaction's record (`engram_core::redact`).
+fn is_redaction(logged: &LoggedTx) -> bool {
+    logged.namespace.as_str() == engram_access::SYSTEM_NAMESPACE
+        && logged
+            .record
+            .datoms
+            .iter()
+            .any(|d| d.attribute.as_str() == engram_core::redact::RECORD_DATOM)
 }
 
 /// Why a page could not be read.

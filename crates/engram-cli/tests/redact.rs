@@ -1,0 +1,376 @@
+//! Forgetting through the CLI against real clusters (`engram redact`): the values go from every
+//! replica's reads and searches while every chain, export and proof keeps verifying, the
+//! redaction is itself in the chain with its reason, and bad input is refused with nothing
+//! changed. In enforced mode a redaction needs the `redact` grant, and a transaction an agent
+//! signed still verifies (its signature over the request's hash) once its request is gone.
+#![allow(clippy::unwrap_used)] // test helpers: a failed set-up step should stop the test loudly
+
+mod common;
+
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+use engram_cli::local_cluster::{LocalCluster, free_ports};
+use serde_json::{Value as Json, json};
+
+const EXE: &str = env!("CARGO_BIN_EXE_engram");
+const NS: &str = "crm/eu";
+const SECRET: &str = "ada.lovelace@secret.example";
+
+/// The CLI against one node, as the agent whose key file is `key` (none: unsigned).
+struct Cli {
+    endpoint: String,
+}
+
+impl Cli {
+    fn run(&self, key: Option<&Path>, args: &[&str], stdin: Option<&str>) -> common::Out {
+        match key {
+            None => common::run_cli(EXE, &self.endpoint, args, stdin),
+            Some(key) => {
+                let key = key.to_str().unwrap();
+                common::run_cli(
+                    EXE,
+                    &self.endpoint,
+                    &[&["--agent-key", key], args].concat(),
+                    stdin,
+                )
+            }
+        }
+    }
+
+    fn ok(&self, key: Option<&Path>, args: &[&str], stdin: Option<&str>) -> Json {
+        let out = self.run(key, &[&["--json"], args].concat(), stdin);
+        assert_eq!(out.code, 0, "{args:?}: {}", out.stderr);
+        serde_json::from_str(&out.stdout).unwrap_or_else(|e| panic!("not JSON ({e}): {}", out.stdout))
+    }
+
+    fn fails(&self, key: Option<&Path>, args: &[&str]) -> String {
+        let out = self.run(key, args, None);
+        assert_ne!(out.code, 0, "{args:?} should fail: {}", out.stdout);
+        out.stderr
+    }
+
+    fn head(&self) -> u64 {
+        self.ok(None, &["audit", "head"], None)["index"].as_u64().unwrap()
+    }
+}
+
+fn person(agent: &str) -> String {
+    json!({
+        "namespace": NS, "agent": agent,
+        "ops": [
+            {"entity": "p", "attribute": ":person/email", "value": {"string": SECRET}},
+            {"entity": "p", "attribute": ":person/name", "value": {"string": "Ada"}},
+        ]
+    })
+    .to_string()
+}
+
+/// Exports the chain through `cli` and verifies the export offline; returns the report.
+fn export_and_verify(cli: &Cli, dir: &Path) -> Json {
+    let export = dir.join("chain.export");
+    let out = cli.run(
+        None,
+        &["audit", "export", "--out", export.to_str().unwrap()],
+        None,
+    );
+    assert_eq!(out.code, 0, "export: {}", out.stderr);
+    let bytes = std::fs::read(&export).unwrap();
+    assert!(
+        !bytes.windows(SECRET.len()).any(|w| w == SECRET.as_bytes()),
+        "the export holds no redacted value"
+    );
+    let out = Command::new(EXE)
+        .args(["--json", "audit", "verify", export.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let report: Json = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(out.status.code(), Some(0), "{report}");
+    report
+}
+
+fn verify_each(cluster: &LocalCluster) {
+    let out = common::verify_each(EXE, &cluster.endpoints());
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forgetting_through_the_cli_keeps_every_chain_and_export_verifying() {
+    let dir = tempfile::tempdir().unwrap();
+    let ports = free_ports(3).unwrap();
+    let mut cluster = LocalCluster::start(Path::new(EXE), dir.path(), &ports, &[]).unwrap();
+    cluster.wait_all_answer(Duration::from_secs(60)).await.unwrap();
+    cluster.init(Duration::from_secs(30)).await.unwrap();
+    // Node 2 answers: a follower most of the time, so the redaction is forwarded.
+    let cli = Cli {
+        endpoint: cluster.node(2).unwrap().endpoint(),
+    };
+    let written = cli.ok(None, &["transact"], Some(&person("crm-agent")));
+    let entity = written["temp_ids"]["p"].as_u64().unwrap().to_string();
+    let e = entity.as_str();
+    let hits = cli.ok(None, &["search", "--ns", NS, "lovelace"], None);
+    assert_eq!(hits["hits"].as_array().unwrap().len(), 1, "{hits}");
+
+    // Bad input first: each refused, nothing written.
+    let head = cli.head();
+    let err = cli.fails(None, &["redact", "--ns", NS, "--entity", e, "--reason", " "]);
+    assert!(err.contains("reason"), "{err}");
+    let err = cli.fails(
+        None,
+        &["redact", "--ns", NS, "--entity", "999999", "--reason", "x"],
+    );
+    assert!(
+        err.contains("NotFound") || err.contains("not found") || err.contains("999999"),
+        "{err}"
+    );
+    let err = cli.fails(
+        None,
+        &[
+            "redact",
+            "--ns",
+            NS,
+            "--entity",
+            e,
+            "--attribute",
+            ":person/age",
+            "--reason",
+            "x",
+        ],
+    );
+    assert!(err.contains("nothing to redact"), "{err}");
+    let err = cli.fails(
+        None,
+        &[
+            "redact",
+            "--ns",
+            "engram.system",
+            "--entity",
+            "1",
+            "--reason",
+            "x",
+        ],
+    );
+    assert!(err.contains("engram.system"), "{err}");
+    // A dry run lists what would go and changes nothing either.
+    let dry = cli.ok(
+        None,
+        &[
+            "redact",
+            "--ns",
+            NS,
+            "--entity",
+            e,
+            "--attribute",
+            ":person/email",
+            "--reason",
+            "erasure 7",
+            "--dry-run",
+        ],
+        None,
+    );
+    assert_eq!(dry["dry_run"], true);
+    assert_eq!(dry["datoms"].as_array().unwrap().len(), 1, "{dry}");
+    assert_eq!(cli.head(), head, "refusals and a dry run write nothing");
+
+    // The redaction: one datom, recorded in the chain with its reason.
+    let done = cli.ok(
+        None,
+        &[
+            "redact",
+            "--ns",
+            NS,
+            "--entity",
+            e,
+            "--attribute",
+            ":person/email",
+            "--reason",
+            "erasure 7",
+        ],
+        None,
+    );
+    let by_tx = done["tx"].as_u64().unwrap();
+    assert_eq!(
+        done["datoms"], dry["datoms"],
+        "the dry run listed exactly what went"
+    );
+    assert_eq!(cli.head(), head + 1);
+    let changed = cli.ok(
+        None,
+        &[
+            "diff",
+            "--ns",
+            "engram.system",
+            "--from-tx",
+            &(by_tx - 1).to_string(),
+            "--to-tx",
+            &by_tx.to_string(),
+        ],
+        None,
+    );
+    let text = changed.to_string();
+    assert!(
+        text.contains("erasure 7") && text.contains(":engram.redaction/datom"),
+        "{text}"
+    );
+
+    // Every node answers without the value, with the marker, the name untouched.
+    for node in 1..=3 {
+        let on = Cli {
+            endpoint: cluster.node(node).unwrap().endpoint(),
+        };
+        let got = on.ok(None, &["get", "--ns", NS, "--entity", e, "--stale"], None);
+        let datoms = got["datoms"].as_array().unwrap();
+        let email = datoms.iter().find(|d| d["attribute"] == ":person/email").unwrap();
+        assert_eq!(email["value"], Json::Null, "node {node}: {got}");
+        assert_eq!(email["redacted_by_tx"], by_tx, "node {node}: {got}");
+        let name = datoms.iter().find(|d| d["attribute"] == ":person/name").unwrap();
+        assert_eq!(name["value"]["string"], "Ada");
+        assert!(!got.to_string().contains(SECRET));
+    }
+    let history = cli.ok(None, &["history", "--ns", NS, "--entity", e], None);
+    assert!(!history.to_string().contains(SECRET), "{history}");
+    let hits = cli.ok(None, &["search", "--ns", NS, "lovelace"], None);
+    assert!(
+        hits["hits"].as_array().unwrap().is_empty(),
+        "a search does not find a forgotten value: {hits}"
+    );
+    let table = cli.run(None, &["get", "--ns", NS, "--entity", e], None);
+    assert!(table.stdout.contains("forgotten"), "{}", table.stdout);
+
+    // Twice is refused; the chains, the export and a proven read all verify.
+    let err = cli.fails(
+        None,
+        &[
+            "redact",
+            "--ns",
+            NS,
+            "--entity",
+            e,
+            "--attribute",
+            ":person/email",
+            "--reason",
+            "again",
+        ],
+    );
+    assert!(err.contains("already redacted"), "{err}");
+    verify_each(&cluster);
+    let report = export_and_verify(&cli, dir.path());
+    let redacted = report["redacted"].as_array().unwrap();
+    assert_eq!(redacted.len(), 1, "{report}");
+    assert_eq!(redacted[0]["by_entry"], done["audit_index"]);
+    assert_eq!(redacted[0]["guessable"], true);
+    let proven = cli.run(None, &["get", "--ns", NS, "--entity", e, "--verify"], None);
+    assert_eq!(proven.code, 0, "{} {}", proven.stdout, proven.stderr);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_enforced_mode_a_redaction_needs_its_grant_and_signed_writes_still_verify() {
+    let dir = tempfile::tempdir().unwrap();
+    let keys = tempfile::tempdir().unwrap();
+    let ports = free_ports(1).unwrap();
+    let mut cluster = LocalCluster::start(Path::new(EXE), dir.path(), &ports, &[]).unwrap();
+    cluster.wait_all_answer(Duration::from_secs(60)).await.unwrap();
+    let cli = Cli {
+        endpoint: cluster.node(1).unwrap().endpoint(),
+    };
+    let root = keys.path().join("root.key");
+    let alice = keys.path().join("alice.key");
+    cli.ok(
+        None,
+        &["agent", "keygen", "root", "--out", root.to_str().unwrap()],
+        None,
+    );
+    let member = format!("1={}", cluster.members()[0].1);
+    cli.ok(
+        None,
+        &[
+            "cluster",
+            "init",
+            "--member",
+            &member,
+            "--security",
+            "enforced",
+            "--admin-key",
+            root.to_str().unwrap(),
+        ],
+        None,
+    );
+    cli.ok(
+        Some(&root),
+        &["agent", "create", "alice", "--out", alice.to_str().unwrap()],
+        None,
+    );
+    cli.ok(
+        Some(&root),
+        &["grant", "alice", "--action", "read,write", "--ns", NS],
+        None,
+    );
+    let written = cli.ok(Some(&alice), &["transact"], Some(&person("alice")));
+    let e = written["temp_ids"]["p"].as_u64().unwrap().to_string();
+
+    // Without the grant, refused by name; unsigned, refused too; nothing written.
+    let head = cli.head_signed(&root);
+    let err = cli.fails(
+        Some(&alice),
+        &["redact", "--ns", NS, "--entity", &e, "--reason", "gdpr"],
+    );
+    assert!(err.contains("may not redact"), "{err}");
+    let err = cli.fails(None, &["redact", "--ns", NS, "--entity", &e, "--reason", "gdpr"]);
+    assert!(
+        err.to_lowercase().contains("unauthenticated") || err.contains("sign"),
+        "{err}"
+    );
+    assert_eq!(cli.head_signed(&root), head);
+
+    // With it, the whole entity goes; the signed write's entry still verifies offline.
+    cli.ok(
+        Some(&root),
+        &["grant", "alice", "--action", "redact", "--ns", NS],
+        None,
+    );
+    let done = cli.ok(
+        Some(&alice),
+        &["redact", "--ns", NS, "--entity", &e, "--reason", "gdpr"],
+        None,
+    );
+    assert_eq!(done["datoms"].as_array().unwrap().len(), 2, "{done}");
+    let got = cli.ok(Some(&alice), &["get", "--ns", NS, "--entity", &e], None);
+    assert!(
+        !got.to_string().contains(SECRET) && !got.to_string().contains("\"Ada\""),
+        "{got}"
+    );
+    let export = dir.path().join("chain.export");
+    let out = cli.run(
+        Some(&root),
+        &["audit", "export", "--out", export.to_str().unwrap()],
+        None,
+    );
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let bytes = std::fs::read(&export).unwrap();
+    assert!(!bytes.windows(SECRET.len()).any(|w| w == SECRET.as_bytes()));
+    let out = Command::new(EXE)
+        .args(["--json", "audit", "verify", export.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let report: Json = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(out.status.code(), Some(0), "{report}");
+    assert_eq!(report["redacted"].as_array().unwrap().len(), 2, "{report}");
+    assert!(
+        report["signed_by_agent"]["alice"].as_u64().unwrap() >= 2,
+        "{report}"
+    );
+}
+
+impl Cli {
+    fn head_signed(&self, key: &Path) -> u64 {
+        self.ok(Some(key), &["audit", "head"], None)["index"]
+            .as_u64()
+            .unwrap()
+    }
+}

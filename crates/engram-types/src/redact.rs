@@ -1,0 +1,226 @@
+//! A redaction request: which datoms' values to forget, and why (`docs/FORGETTING.md`).
+
+use serde::{Deserialize, Serialize};
+
+use crate::codec::Writer;
+use crate::datom::write_provenance;
+use crate::{Attribute, Datom, EntityId, Hash, Namespace, Provenance, TxId, ValidationError, Value};
+
+/// Format version of [`RedactRequest::signed_bytes`].
+pub const REDACT_REQUEST_FORMAT_VERSION: u8 = 1;
+
+/// Forget the values of every datom on main of `entity` in `namespace` (only those of
+/// `attribute`, when given), retractions included. Only values go: every other field of each
+/// datom, and the hash its transaction committed to, stay, so the audit chain keeps verifying.
+/// Applied like a transaction: evaluated against the state at its log entry on every replica,
+/// and recorded in the chain as a transaction of the system namespace that lists each
+/// redacted datom (`engram_core::redact`).
+#[derive(Clone, PartialEq, Debug, Serialize, Deserialize)]
+pub struct RedactRequest {
+    pub namespace: Namespace,
+    pub entity: EntityId,
+    pub attribute: Option<Attribute>,
+    /// Why, kept in the record for good (so it must not repeat what is being forgotten).
+    pub reason: String,
+    /// Who asks; recorded as the record's provenance.
+    pub provenance: Provenance,
+}
+
+impl RedactRequest {
+    /// Longest reason, in bytes.
+    pub const MAX_REASON_BYTES: usize = 1024;
+    /// Most datoms one redaction takes: a larger set is refused (redact it by attribute), so
+    /// one entry never holds writes back for long.
+    pub const MAX_DATOMS: usize = 1_000;
+
+    pub fn validate(&self) -> Result<(), ValidationError> {
+        let reason = |reason: &str| ValidationError::Value {
+            field: "reason",
+            reason: reason.into(),
+        };
+        if self.reason.trim().is_empty() {
+            return Err(reason(
+                "must say why the values go (it is kept in the audit chain)",
+            ));
+        }
+        if self.reason.len() > Self::MAX_REASON_BYTES {
+            return Err(reason("longer than 1024 bytes"));
+        }
+        if self.reason.chars().any(char::is_control) {
+            return Err(reason("contains control characters"));
+        }
+        if let Some(attribute) = &self.attribute
+            && attribute.is_reserved()
+        {
+            return Err(ValidationError::Transaction(format!(
+                "attribute {attribute} is reserved for the schema and branches: it cannot be redacted"
+            )));
+        }
+        self.provenance.validate()
+    }
+
+    /// The canonical bytes an agent signs for this request (`Memory.Redact`), so a signed
+    /// redaction is checked at apply like a signed transaction.
+    pub fn signed_bytes(&self) -> Vec<u8> {
+        let mut w = Writer::with_capacity(64 + self.reason.len());
+        w.u8(REDACT_REQUEST_FORMAT_VERSION)
+            .str(self.namespace.as_str())
+            .u64(self.entity.0);
+        match &self.attribute {
+            None => w.u8(0),
+            Some(a) => w.u8(1).str(a.as_str()),
+        };
+        w.str(&self.reason);
+        write_provenance(&mut w, &self.provenance);
+        w.finish()
+    }
+}
+
+/// The attributes of a redaction's record, a transaction of the system namespace
+/// (`engram_core::redact` writes it; a verifier reads it).
+pub const RECORD_NAMESPACE: &str = ":engram.redaction/namespace";
+pub const RECORD_ENTITY: &str = ":engram.redaction/entity";
+pub const RECORD_ATTRIBUTE: &str = ":engram.redaction/attribute";
+pub const RECORD_REASON: &str = ":engram.redaction/reason";
+/// One per redacted datom: [`RedactedRef::encode`].
+pub const RECORD_DATOM: &str = ":engram.redaction/datom";
+
+/// What a transaction's kept signed request (the canonical bytes an agent signed, which hold
+/// the values) becomes when a redaction takes any of its datoms: this tag and the redacting
+/// transaction. The entry keeps the request's hash and the agent's signature over it, so the
+/// signature still verifies; what the request said is gone with its values.
+const REDACTED_REQUEST_TAG: &[u8] = b"\xffredacted-request";
+
+/// The marker a redacted signed request is replaced by.
+pub fn redacted_request(by_tx: TxId) -> Vec<u8> {
+    let mut out = REDACTED_REQUEST_TAG.to_vec();
+    out.extend_from_slice(&by_tx.0.to_be_bytes());
+    out
+}
+
+/// The redacting transaction, if `bytes` is a redacted request's marker. (No canonical
+/// request starts with 0xff: they start with their format version.)
+pub fn parse_redacted_request(bytes: &[u8]) -> Option<TxId> {
+    let rest = bytes.strip_prefix(REDACTED_REQUEST_TAG)?;
+    Some(TxId(u64::from_be_bytes(rest.try_into().ok()?)))
+}
+
+/// A redacted datom as the record lists it: enough for a verifier to find it in its
+/// transaction and check the kept hash.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RedactedRef {
+    pub tx: TxId,
+    pub seq: u32,
+    pub hash: Hash,
+}
+
+impl RedactedRef {
+    pub const ENCODED_BYTES: usize = 8 + 4 + 32;
+
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(Self::ENCODED_BYTES);
+        out.extend_from_slice(&self.tx.0.to_be_bytes());
+        out.extend_from_slice(&self.seq.to_be_bytes());
+        out.extend_from_slice(&self.hash.0);
+        out
+    }
+
+    pub fn decode(bytes: &[u8]) -> Option<RedactedRef> {
+        if bytes.len() != Self::ENCODED_BYTES {
+            return None;
+        }
+        let tx = u64::from_be_bytes(bytes[..8].try_into().ok()?);
+        let seq = u32::from_be_bytes(bytes[8..12].try_into().ok()?);
+        let hash: [u8; 32] = bytes[12..].try_into().ok()?;
+        Some(RedactedRef {
+            tx: TxId(tx),
+            seq,
+            hash: Hash(hash),
+        })
+    }
+
+    /// The datoms a record transaction lists, from its datoms (any other datom is skipped).
+    pub fn listed_by(record: &[Datom]) -> Vec<RedactedRef> {
+        record
+            .iter()
+            .filter(|d| d.attribute.as_str() == RECORD_DATOM)
+            .filter_map(|d| match &d.value {
+                Value::Bytes(b) => RedactedRef::decode(b),
+                _ => None,
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn request() -> RedactRequest {
+        RedactRequest {
+            namespace: Namespace::new("team/a").unwrap(),
+            entity: EntityId(7),
+            attribute: Some(Attribute::new(":person/email").unwrap()),
+            reason: "erasure request 42".into(),
+            provenance: Provenance {
+                agent: "dpo".into(),
+                confidence: 1.0,
+                ..Provenance::default()
+            },
+        }
+    }
+
+    #[test]
+    fn a_redacted_request_marker_round_trips() {
+        assert_eq!(
+            parse_redacted_request(&redacted_request(TxId(42))),
+            Some(TxId(42))
+        );
+        assert_eq!(parse_redacted_request(&request().signed_bytes()), None);
+        assert_eq!(parse_redacted_request(&redacted_request(TxId(42))[1..]), None);
+    }
+
+    #[test]
+    fn a_listed_datom_round_trips() {
+        let r = RedactedRef {
+            tx: TxId(9),
+            seq: 3,
+            hash: Hash([7; 32]),
+        };
+        assert_eq!(RedactedRef::decode(&r.encode()), Some(r));
+        assert_eq!(RedactedRef::decode(&r.encode()[1..]), None);
+    }
+
+    #[test]
+    fn a_reason_is_required_and_bounded() {
+        assert!(request().validate().is_ok());
+        for bad in ["", "  ", "a\nb"] {
+            let mut r = request();
+            r.reason = bad.into();
+            assert!(r.validate().is_err(), "{bad:?}");
+        }
+        let mut long = request();
+        long.reason = "x".repeat(RedactRequest::MAX_REASON_BYTES + 1);
+        assert!(long.validate().is_err());
+        let mut reserved = request();
+        reserved.attribute = Some(Attribute::new(":db/ident").unwrap());
+        assert!(reserved.validate().is_err());
+    }
+
+    #[test]
+    fn the_signed_bytes_cover_every_field() {
+        let base = request().signed_bytes();
+        let mut other = request();
+        other.attribute = None;
+        assert_ne!(other.signed_bytes(), base);
+        let mut other = request();
+        other.reason.push('!');
+        assert_ne!(other.signed_bytes(), base);
+        let mut other = request();
+        other.entity = EntityId(8);
+        assert_ne!(other.signed_bytes(), base);
+        let mut other = request();
+        other.provenance.agent = "x".into();
+        assert_ne!(other.signed_bytes(), base);
+    }
+}
