@@ -975,7 +975,6 @@ impl Engine {
                 Ok(()) => redact::targets(&view, req)?,
                 Err(rejection) => Err(rejection),
             };
-            drop(view);
             let targets = match targets {
                 Ok(targets) => targets,
                 Err(rejection) => {

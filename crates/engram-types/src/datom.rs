@@ -270,12 +270,12 @@ impl Datom {
             return self.clone();
         }
         Datom {
-            value: Value::Redacted(Redacted {
+            value: Value::Redacted(Box::new(Redacted {
                 value_type: self.value.value_type(),
                 by_tx,
                 value_ordinal,
                 datom_hash: self.hash(),
-            }),
+            })),
             ..self.clone()
         }
     }
@@ -319,12 +319,12 @@ impl Datom {
                     what: "value type",
                     tag,
                 })?;
-                Value::Redacted(Redacted {
+                Value::Redacted(Box::new(Redacted {
                     value_type,
                     by_tx: TxId(r.u64("redacting tx")?),
                     value_ordinal: r.u32("redacted value ordinal")?,
                     datom_hash,
-                })
+                }))
             }
         };
         let op = read_op(&mut r)?;
@@ -436,6 +436,12 @@ mod tests {
         for cut in 0..bytes.len() {
             assert!(Datom::decode(&bytes[..cut]).is_err());
         }
+    }
+
+    #[test]
+    fn a_value_stays_as_small_as_a_string() {
+        // The redaction marker is boxed so that every value, and so every datom, stays this size.
+        assert!(std::mem::size_of::<Value>() <= std::mem::size_of::<String>() + 8);
     }
 
     #[test]

@@ -2,9 +2,11 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::codec::Writer;
-use crate::datom::write_provenance;
-use crate::{Attribute, Datom, EntityId, Hash, Namespace, Provenance, TxId, ValidationError, Value};
+use crate::codec::{Reader, Writer};
+use crate::datom::{read_provenance, write_provenance};
+use crate::{
+    Attribute, Datom, DecodeError, EntityId, Hash, Namespace, Provenance, TxId, ValidationError, Value,
+};
 
 /// Format version of [`RedactRequest::signed_bytes`].
 pub const REDACT_REQUEST_FORMAT_VERSION: u8 = 1;
@@ -73,6 +75,36 @@ impl RedactRequest {
         w.str(&self.reason);
         write_provenance(&mut w, &self.provenance);
         w.finish()
+    }
+
+    /// The request whose [`RedactRequest::signed_bytes`] these are (for a verifier holding a
+    /// signed redaction against its record). Refuses unknown versions, invalid fields and
+    /// trailing bytes.
+    pub fn decode_signed(bytes: &[u8]) -> Result<RedactRequest, DecodeError> {
+        let mut r = Reader::new(bytes);
+        let version = r.u8("redaction format version")?;
+        if version != REDACT_REQUEST_FORMAT_VERSION {
+            return Err(DecodeError::Version(version));
+        }
+        let namespace = Namespace::new(r.string("namespace")?)?;
+        let entity = EntityId(r.u64("entity")?);
+        let attribute = match r.u8("attribute flag")? {
+            0 => None,
+            1 => Some(Attribute::new(r.string("attribute")?)?),
+            tag => return Err(DecodeError::Tag { what: "attribute flag", tag }),
+        };
+        let reason = r.string("reason")?;
+        let provenance = read_provenance(&mut r)?;
+        r.finish()?;
+        let req = RedactRequest {
+            namespace,
+            entity,
+            attribute,
+            reason,
+            provenance,
+        };
+        req.validate()?;
+        Ok(req)
     }
 }
 
@@ -205,6 +237,20 @@ mod tests {
         let mut reserved = request();
         reserved.attribute = Some(Attribute::new(":db/ident").unwrap());
         assert!(reserved.validate().is_err());
+    }
+
+    #[test]
+    fn the_signed_bytes_decode_back_and_refuse_damage() {
+        for req in [request(), RedactRequest { attribute: None, ..request() }] {
+            let bytes = req.signed_bytes();
+            assert_eq!(RedactRequest::decode_signed(&bytes), Ok(req));
+            for cut in 0..bytes.len() {
+                assert!(RedactRequest::decode_signed(&bytes[..cut]).is_err());
+            }
+            let mut trailing = bytes.clone();
+            trailing.push(0);
+            assert!(RedactRequest::decode_signed(&trailing).is_err());
+        }
     }
 
     #[test]

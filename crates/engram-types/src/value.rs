@@ -29,7 +29,8 @@ pub enum Value {
     Vector(Vec<f32>),
     /// The marker a redacted datom carries instead of its value (`docs/FORGETTING.md`): never
     /// written by a request ([`Value::validate`] refuses it), only by the redaction's apply.
-    Redacted(Redacted),
+    /// Boxed: it is rare, and unboxed it would make every value (and datom) larger.
+    Redacted(Box<Redacted>),
 }
 
 /// What is left of a redacted value: its type, which redaction took it, and an ordinal that
@@ -153,7 +154,7 @@ impl Value {
     /// The redaction marker, if this value was redacted.
     pub fn redacted(&self) -> Option<&Redacted> {
         match self {
-            Value::Redacted(r) => Some(r),
+            Value::Redacted(r) => Some(r.as_ref()),
             _ => None,
         }
     }

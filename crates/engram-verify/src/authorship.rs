@@ -32,11 +32,15 @@ use std::collections::{BTreeMap, HashMap, VecDeque};
 use engram_access::request::RequestAuth;
 use engram_access::{PolicyOp, Principal, SYSTEM_NAMESPACE};
 use engram_audit::{Author, PublicKey};
+use engram_types::redact::{self, RedactRequest};
 use engram_types::{Datom, EntityId, EntityRef, Hash, Op, TxRequest, Value};
 
 /// The gRPC path prefix of the calls whose signed body is a policy change (`PolicyOp`); every
 /// other signed write's is a transaction request.
 const POLICY_METHODS: &str = "/engram.v1.Access/";
+
+/// The method a signed redaction is made with: its request is a `RedactRequest`.
+const REDACT_METHOD: &str = "/engram.v1.Memory/Redact";
 
 /// The agent whose claims record policy changes in the system namespace.
 const POLICY_AGENT: &str = "engram.policy";
@@ -192,7 +196,15 @@ impl Authorship {
         let Some(request) = request else {
             return faults;
         };
-        if author.method.starts_with(POLICY_METHODS) {
+        if author.method == REDACT_METHOD {
+            match RedactRequest::decode_signed(request) {
+                Err(e) => faults.push((
+                    "author.request",
+                    format!("the exported redaction does not decode: {e}"),
+                )),
+                Ok(req) => bind_redaction(&req, namespace, datoms, &mut faults),
+            }
+        } else if author.method.starts_with(POLICY_METHODS) {
             match PolicyOp::decode_signed(request) {
                 Err(e) => faults.push((
                     "author.request",
@@ -332,6 +344,48 @@ impl Authorship {
 }
 
 /// Holds the signed request against the entry and its datoms.
+/// Holds a signed redaction against the system-namespace transaction that records it: every
+/// datom is the signer's claim, and the record names the namespace, entity, attribute and
+/// reason the agent signed. (Which datoms it took is judged against the stored datoms, by the
+/// redaction check of the verifier.)
+fn bind_redaction(req: &RedactRequest, namespace: &str, datoms: &[Datom], faults: &mut Vec<Fault>) {
+    if namespace != SYSTEM_NAMESPACE {
+        faults.push((
+            "author.request",
+            format!("a signed redaction recorded in namespace {namespace:?}, not {SYSTEM_NAMESPACE}"),
+        ));
+        return;
+    }
+    if let Some(i) = datoms.iter().position(|d| d.provenance.agent != req.provenance.agent) {
+        faults.push((
+            "author.request",
+            format!("datom {i} is not recorded as the redaction's agent {}", req.provenance.agent),
+        ));
+    }
+    let value_of = |attribute: &str| {
+        datoms
+            .iter()
+            .find(|d| d.attribute.as_str() == attribute)
+            .map(|d| d.value.clone())
+    };
+    let mut expected = vec![
+        (redact::RECORD_NAMESPACE, Value::String(req.namespace.to_string())),
+        (redact::RECORD_ENTITY, Value::I64(req.entity.0 as i64)),
+        (redact::RECORD_REASON, Value::String(req.reason.clone())),
+    ];
+    if let Some(a) = &req.attribute {
+        expected.push((redact::RECORD_ATTRIBUTE, Value::Keyword(a.to_string())));
+    }
+    for (attribute, want) in expected {
+        if value_of(attribute).as_ref() != Some(&want) {
+            faults.push((
+                "author.request",
+                format!("the record's {attribute} is not the signed redaction's {want}"),
+            ));
+        }
+    }
+}
+
 fn bind(
     req: &TxRequest,
     author: &Author,
