@@ -36,8 +36,8 @@ disagreeing claims are kept and shown as conflicts, and every fact records which
 and in which transaction (tx). Use `remember` to record facts, `recall` to find entities by an \
 attribute's value, `get` for everything known about an entity (optionally as of an earlier tx), \
 `history` for how a fact changed, `what_changed` for everything since a tx, `branch` to try \
-changes in isolation, and `verify` to check an entity's facts against the cluster's signed audit \
-log.";
+changes in isolation, `forget` to remove a value for good (the audit log keeps who wrote what, \
+and verifies), and `verify` to check an entity's facts against the cluster's signed audit log.";
 
 /// The MCP server: a client of the cluster, acting as `agent`.
 #[derive(Clone)]

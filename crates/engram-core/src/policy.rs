@@ -473,16 +473,8 @@ impl PolicyCache {
         principal: Option<&Principal>,
         req: &engram_types::RedactRequest,
     ) -> Result<Result<(), Rejection>, CoreError> {
-        if req.namespace.as_str() == SYSTEM_NAMESPACE {
-            return Ok(Err(Rejection::SystemNamespace));
-        }
-        if let Some(p) = principal
-            && p.as_str() != req.provenance.agent
-        {
-            return Ok(Err(Rejection::AgentMismatch {
-                agent: req.provenance.agent.clone(),
-                principal: p.to_string(),
-            }));
+        if let Some(refused) = refused_before_grants(&req.namespace, &req.provenance.agent, principal) {
+            return Ok(Err(refused));
         }
         match self.mode(view)? {
             None => Ok(Err(Rejection::NotConfigured)),
@@ -502,16 +494,8 @@ impl PolicyCache {
         principal: Option<&Principal>,
         req: &TxRequest,
     ) -> Result<Result<(), Rejection>, CoreError> {
-        if req.namespace.as_str() == SYSTEM_NAMESPACE {
-            return Ok(Err(Rejection::SystemNamespace));
-        }
-        if let Some(p) = principal
-            && p.as_str() != req.provenance.agent
-        {
-            return Ok(Err(Rejection::AgentMismatch {
-                agent: req.provenance.agent.clone(),
-                principal: p.to_string(),
-            }));
+        if let Some(refused) = refused_before_grants(&req.namespace, &req.provenance.agent, principal) {
+            return Ok(Err(refused));
         }
         match self.mode(view)? {
             None => Ok(Err(Rejection::NotConfigured)),
@@ -614,6 +598,26 @@ struct Effect {
 
 fn attr(name: &str) -> Attribute {
     Attribute::new(name).expect("a valid built-in attribute name")
+}
+
+/// What refuses a write (a transaction or a redaction) in `namespace` recorded as `agent`'s,
+/// made by `principal`, whatever the grants: the system namespace, written only by policy
+/// changes, and a signer who is not the recorded agent.
+fn refused_before_grants(
+    namespace: &Namespace,
+    agent: &str,
+    principal: Option<&Principal>,
+) -> Option<Rejection> {
+    if namespace.as_str() == SYSTEM_NAMESPACE {
+        return Some(Rejection::SystemNamespace);
+    }
+    match principal {
+        Some(p) if p.as_str() != agent => Some(Rejection::AgentMismatch {
+            agent: agent.to_string(),
+            principal: p.to_string(),
+        }),
+        _ => None,
+    }
 }
 
 fn assert(entity: &EntityRef, attribute: &str, value: Value) -> TxOp {

@@ -41,7 +41,8 @@ def test_tools_are_listed_with_schemas(cluster):
         return (await s.list_tools()).tools
 
     tools = {t.name: t for t in run(cluster, body)}
-    assert set(tools) == {"remember", "recall", "get", "history", "what_changed", "branch", "verify"}
+    assert set(tools) == {"remember", "recall", "get", "history", "what_changed", "branch", "forget", "verify"}
+    assert set(tools["forget"].input_schema["required"]) == {"namespace", "entity", "reason"}
     remember = tools["remember"]
     assert "transaction" in remember.description
     assert set(remember.input_schema["required"]) == {"namespace", "facts"}
@@ -108,6 +109,35 @@ def test_remember_then_recall_get_history_and_verify(cluster):
     assert [f["value"] for f in out["history"]["facts"]] == ["Attention is all you need"]
     assert out["verify"]["verified"] is True and len(out["verify"]["facts"]) == 3
     assert len(out["changed"]["asserted"]) == 3
+
+
+def test_forget_takes_a_value_and_the_fact_says_so(cluster):
+    ns = "mcp/forget"
+
+    async def body(s):
+        out = {}
+        r = await s.call_tool(
+            "remember",
+            {"namespace": ns, "facts": [{"entity": "c", "attribute": ":contact/phone", "value": "+44 20 7946 0958"}]},
+        )
+        contact = json.loads(text(r))["entities"]["c"]
+        r = await s.call_tool("forget", {"namespace": ns, "entity": contact, "reason": "asked", "dry_run": True})
+        out["dry"] = json.loads(text(r))
+        r = await s.call_tool("forget", {"namespace": ns, "entity": contact, "reason": "asked"})
+        out["forget"] = json.loads(text(r))
+        r = await s.call_tool("get", {"namespace": ns, "entity": contact})
+        out["get"] = json.loads(text(r))
+        again = await s.call_tool("forget", {"namespace": ns, "entity": contact, "reason": "again"})
+        out["again"] = (again.is_error, text(again))
+        return out
+
+    out = run(cluster, body)
+    assert out["dry"]["dry_run"] is True and out["dry"]["forgotten"] == 1
+    assert out["forget"]["forgotten"] == 1 and out["forget"]["tx"] > 0
+    fact = out["get"]["facts"][0]
+    assert fact["value"] is None and fact["forgotten_by_tx"] == out["forget"]["tx"]
+    assert "7946" not in json.dumps(out["get"])
+    assert out["again"][0] and "already redacted" in out["again"][1]
 
 
 def test_bad_calls_are_tool_errors_the_model_can_read(cluster):

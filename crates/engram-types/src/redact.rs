@@ -91,7 +91,12 @@ impl RedactRequest {
         let attribute = match r.u8("attribute flag")? {
             0 => None,
             1 => Some(Attribute::new(r.string("attribute")?)?),
-            tag => return Err(DecodeError::Tag { what: "attribute flag", tag }),
+            tag => {
+                return Err(DecodeError::Tag {
+                    what: "attribute flag",
+                    tag,
+                });
+            }
         };
         let reason = r.string("reason")?;
         let provenance = read_provenance(&mut r)?;
@@ -241,7 +246,13 @@ mod tests {
 
     #[test]
     fn the_signed_bytes_decode_back_and_refuse_damage() {
-        for req in [request(), RedactRequest { attribute: None, ..request() }] {
+        for req in [
+            request(),
+            RedactRequest {
+                attribute: None,
+                ..request()
+            },
+        ] {
             let bytes = req.signed_bytes();
             assert_eq!(RedactRequest::decode_signed(&bytes), Ok(req));
             for cut in 0..bytes.len() {

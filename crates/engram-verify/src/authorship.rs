@@ -356,10 +356,16 @@ fn bind_redaction(req: &RedactRequest, namespace: &str, datoms: &[Datom], faults
         ));
         return;
     }
-    if let Some(i) = datoms.iter().position(|d| d.provenance.agent != req.provenance.agent) {
+    if let Some(i) = datoms
+        .iter()
+        .position(|d| d.provenance.agent != req.provenance.agent)
+    {
         faults.push((
             "author.request",
-            format!("datom {i} is not recorded as the redaction's agent {}", req.provenance.agent),
+            format!(
+                "datom {i} is not recorded as the redaction's agent {}",
+                req.provenance.agent
+            ),
         ));
     }
     let value_of = |attribute: &str| {
