@@ -142,6 +142,7 @@ mod tests {
                 anchor: String::new(),
                 pinned_size: None,
                 keys: Vec::new(),
+                redacted: Vec::new(),
                 failures,
                 stopped_early: false,
             }),
