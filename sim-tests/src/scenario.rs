@@ -44,6 +44,10 @@ pub struct Options {
     /// inside installs: lagging nodes install snapshots and go on serving their watchers
     /// (a crash inside the install restarts the node's watch hub from its store instead).
     pub lagging_installs: bool,
+    /// The speculator also writes and redacts a plan every fourth round (`speculator.rs`). Off
+    /// by default: the extra requests change every seed's schedule, which the seed-pinned
+    /// planted tests rely on; `ENGRAM_SIM_FORGETTING=1` turns it on for a sweep.
+    pub forgetting: bool,
 }
 
 /// What a seed did and found.
@@ -389,6 +393,7 @@ async fn simulate(options: Options) -> SimResult {
         .spawn(crate::speculator::run_speculator(
             w.targets.clone(),
             speculation.clone(),
+            options.forgetting,
         ));
 
     // The Byzantine client: forged Raft requests from a host outside the cluster, for the

@@ -4,8 +4,9 @@
 //! `branches-durable` checker then demands that each one is on every replica, applied to main
 //! by exactly its merge transaction. Schema, branch and merge transactions thereby run through
 //! crashes, snapshot installs and membership changes, where replica agreement and the audit
-//! verifier also judge them. Every fourth round it also writes a plan holding a secret and
-//! redacts it; the `forgotten` checker demands each acknowledged redaction on every replica.
+//! verifier also judge them. With `Options::forgetting`, every fourth round it also writes a
+//! plan holding a secret and redacts it; the `forgotten` checker demands each acknowledged
+//! redaction on every replica.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -94,7 +95,7 @@ async fn forget_a_plan(client: &Client, ns: &Namespace, round: u64, log: &Specul
     }
 }
 
-pub async fn run_speculator(targets: Vec<String>, log: Arc<SpeculationLog>) {
+pub async fn run_speculator(targets: Vec<String>, log: Arc<SpeculationLog>, forgetting: bool) {
     let Ok(client) = Client::with_config(targets, ClientConfig::default()) else {
         return;
     };
@@ -159,7 +160,7 @@ pub async fn run_speculator(targets: Vec<String>, log: Arc<SpeculationLog>) {
             pause().await;
             continue;
         }
-        if round.is_multiple_of(4) {
+        if forgetting && round.is_multiple_of(4) {
             forget_a_plan(&client, &ns, round, &log).await;
         }
         let merge = !round.is_multiple_of(3);

@@ -136,8 +136,13 @@ fn watch_gap_not_read_is_caught() {
 /// both report.
 #[test]
 fn redaction_lists_too_few_is_caught() {
-    caught_within_bound(
-        PlantedBug::RedactionListsTooFew,
+    caught_with(
+        Options {
+            bug: Some(PlantedBug::RedactionListsTooFew),
+            fault_phase_ms: Some(12_000),
+            forgetting: true,
+            ..Options::default()
+        },
         &["I9 audit-verifies", "state-consistent"],
     );
 }

@@ -42,6 +42,11 @@ fn summary_line(r: &SeedReport) -> String {
     )
 }
 
+/// Whether `ENGRAM_SIM_FORGETTING=1` asks for the speculator's redactions (`Options::forgetting`).
+fn forgetting_from_env() -> bool {
+    std::env::var("ENGRAM_SIM_FORGETTING").is_ok_and(|v| v == "1")
+}
+
 /// The bug `ENGRAM_SIM_BUG` names, if any.
 fn planted_from_env() -> Option<PlantedBug> {
     std::env::var("ENGRAM_SIM_BUG")
@@ -67,6 +72,7 @@ fn seed_sweep() {
                         seed,
                         &Options {
                             bug,
+                            forgetting: forgetting_from_env(),
                             ..Options::default()
                         },
                     );
