@@ -813,19 +813,6 @@ fn scan_tx_log(
     Ok((out, next, false))
 }
 
-/// Datom `seq` of transaction `tx` (its position in the transaction), if there is one.
-pub fn datom_of_tx(store: &dyn ReadView, tx: TxId, seq: u32) -> Result<Option<Datom>, CoreError> {
-    let Some(eavt) = datom_key_of_tx(store, tx, seq)? else {
-        return Ok(None);
-    };
-    let bytes = store
-        .get(Space::State, &eavt)?
-        .ok_or_else(|| CoreError::corrupt(format!("datom {seq} of tx {}", tx.0), "indexed but missing"))?;
-    Datom::decode(&bytes)
-        .map(Some)
-        .map_err(|e| CoreError::corrupt(format!("datom {seq} of tx {}", tx.0), e))
-}
-
 /// What changed in a tx range: the datoms recorded by transactions `from < tx <= to`.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Diff {
