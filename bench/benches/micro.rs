@@ -90,6 +90,7 @@ fn datom(value_bytes: usize, seed: u64) -> Datom {
         valid_to_ns: None,
         tx: TxId(42),
         provenance: provenance(),
+        salt: None,
     }
 }
 

@@ -317,7 +317,24 @@ fn status_json(endpoint: &str, s: &pb::StatusResponse) -> Json {
         "chain_index": s.chain_index,
         "chain_head": hex::encode(&s.chain_head),
         "members": s.members.iter().map(member_json).collect::<Vec<_>>(),
+        "redactions": {
+            "applied_index": s.redactions_applied_index,
+            "purged_index": s.redactions_purged_index,
+            "purge": purge_state(s),
+        },
     })
+}
+
+/// Whether the node's files still hold values a redaction took: `none` (no redaction applied
+/// here), `done` (every applied redaction purged), `pending`.
+fn purge_state(s: &pb::StatusResponse) -> &'static str {
+    if s.redactions_applied_index == 0 {
+        "none"
+    } else if s.redactions_purged_index >= s.redactions_applied_index {
+        "done"
+    } else {
+        "pending"
+    }
 }
 
 /// A client that makes one quick attempt per call: for asking particular nodes how they are,
@@ -418,6 +435,7 @@ async fn cluster(client: &Client, cmd: ClusterCommand, json: bool) -> Result<()>
                     "CHAIN",
                     "CHAIN HEAD",
                     "MEMBERS",
+                    "PURGE",
                 ]);
                 for (ep, r) in endpoints.iter().zip(&results) {
                     match r {
@@ -436,6 +454,7 @@ async fn cluster(client: &Client, cmd: ClusterCommand, json: bool) -> Result<()>
                             s.chain_index.to_string(),
                             short_hash(&s.chain_head),
                             members_text(&s.members),
+                            purge_state(s).into(),
                         ]),
                         // A short word in the table; the whole message below it, so a long
                         // one does not widen the ROLE column for every row.

@@ -92,6 +92,7 @@ impl StoredDatom {
                 valid_to_ns: d.valid_to_ns,
                 tx: TxId(d.tx),
                 provenance: engram_proto::provenance(d.provenance.clone()).ok()?,
+                salt: None,
             };
             Some(datom.hash())
         })();
@@ -314,6 +315,7 @@ mod tests {
                 status: Status::Candidate,
                 ..Default::default()
             },
+            salt: None,
         }
     }
 

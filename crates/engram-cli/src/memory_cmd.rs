@@ -503,6 +503,7 @@ pub async fn redact(client: &Client, args: RedactArgs, signer: Option<String>, j
                     "hash": hex::encode(&d.hash),
                     "attribute": d.attribute,
                     "op": if d.op == pb::Op::Retract as i32 { "retract" } else { "assert" },
+                    "guessable": d.guessable,
                 })
             })
             .collect();
@@ -514,7 +515,7 @@ pub async fn redact(client: &Client, args: RedactArgs, signer: Option<String>, j
             "datoms": datoms,
         }));
     }
-    let mut t = Table::new(&["TX", "SEQ", "ATTRIBUTE", "OP", "KEPT HASH"]);
+    let mut t = Table::new(&["TX", "SEQ", "ATTRIBUTE", "OP", "KEPT HASH", "COMMITMENT"]);
     for d in &answer.datoms {
         t.row(vec![
             d.tx.to_string(),
@@ -527,6 +528,14 @@ pub async fn redact(client: &Client, args: RedactArgs, signer: Option<String>, j
             }
             .into(),
             crate::output::short_hash(&d.hash),
+            // docs/AUDIT.md, redaction's threat model: an unsalted hash can be tested against
+            // guesses of the value.
+            if d.guessable {
+                "unsalted (guessable)"
+            } else {
+                "salted"
+            }
+            .into(),
         ]);
     }
     out!("{}", t.render())?;

@@ -586,7 +586,7 @@ fn print_details(report: &Report) -> Result<()> {
             let guessable = if r.guessable {
                 " (hash kept, guessable)"
             } else {
-                ""
+                " (salted commitment kept)"
             };
             outln!(
                 "    entry {} datom {} redacted by entry {}{guessable}",

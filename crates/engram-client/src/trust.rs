@@ -158,17 +158,15 @@ pub fn verify_read_proof(
     }
     for (i, (datom, p)) in datoms.iter().zip(&proof.proofs).enumerate() {
         let at = |reason: String| invalid(format!("datom {i}: {reason}"));
-        // A redacted datom's value is withheld: its hash is taken as sent, and the proof
-        // shows that hash was recorded (what the value is stays unknown to this reader).
-        let (hash, tx) = if datom.redacted.is_empty() {
-            let datom =
-                engram_proto::datom(datom.clone()).map_err(|e| at(format!("does not decode: {e}")))?;
-            (datom.hash(), datom.tx)
-        } else {
-            let hash = Hash::from_slice(&datom.hash)
-                .ok_or_else(|| at("a redacted datom's hash is not 32 bytes".into()))?;
-            (hash, engram_types::TxId(datom.tx))
-        };
+        // The hash is recomputed from what was sent: the value, or, for a datom sent without
+        // it (redacted, or withheld by grants), its value's commitment and every other field.
+        // Only a datom written before salts and sent without its value is taken by its hash
+        // as sent: the proof shows that hash was recorded, not what its other fields say.
+        if datom.redacted.is_empty() && datom.value.is_none() {
+            return Err(at("it has neither a value nor a reason for its absence".into()));
+        }
+        let hash = engram_proto::sent_datom_hash(datom).map_err(|e| at(format!("does not decode: {e}")))?;
+        let tx = engram_types::TxId(datom.tx);
         let hashes: Vec<Hash> = p
             .tx_datom_hashes
             .iter()

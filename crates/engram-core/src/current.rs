@@ -163,6 +163,7 @@ mod tests {
                 confidence: 1.0,
                 status: Status::Candidate,
             },
+            salt: None,
         }
     }
 

@@ -54,6 +54,9 @@ pub enum Write {
     LegacyMigration,
     /// Events appended to the node's signed access log.
     AccessLog,
+    /// The node-local record that a redaction's values are purged from this node's files. If a
+    /// crash loses it, the purge runs again.
+    RedactionPurged,
     /// The planted eager-idempotency bug's own write, synced ahead of its entry.
     PlantedEagerRow,
 }
@@ -86,7 +89,8 @@ pub fn durability(write: Write) -> Durability {
         | Write::ApplyGroup
         | Write::StartAttestation
         | Write::SnapshotChunk
-        | Write::InstallBatch => Buffered,
+        | Write::InstallBatch
+        | Write::RedactionPurged => Buffered,
     }
 }
 

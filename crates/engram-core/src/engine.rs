@@ -75,6 +75,9 @@ pub struct Engine {
     /// ([`Engine::take_committed`]) instead of reading them back from the store. `None`: not
     /// kept (tools, tests).
     committed: Option<Vec<reads::LoggedTx>>,
+    /// Set by [`Engine::salt_datoms_with`]: the seed the entry being applied carries, from which its
+    /// datoms' salts come.
+    salt_seed: Option<[u8; 32]>,
 }
 
 /// The `I` row: the receipt of the transaction that first used an idempotency key, and the
@@ -192,6 +195,7 @@ impl Engine {
             signing_revoked_at: None,
             grants: policy::PolicyCache::default(),
             committed: None,
+            salt_seed: None,
         };
         engine.reload()?;
         engine.settle_keys()?;
@@ -830,6 +834,15 @@ impl Engine {
         by_count || by_time
     }
 
+    /// Salts the datoms the entries applied from now on make with `seed`: the random seed the
+    /// leader chose for the entry about to be applied and carried in it, so every replica
+    /// makes the same salts (`engram_types::salt_of`). The caller clears it (`None`) after that
+    /// entry; entries without a seed (written before salts, applied by tools) make unsalted
+    /// datoms.
+    pub fn salt_datoms_with(&mut self, seed: Option<[u8; 32]>) {
+        self.salt_seed = seed;
+    }
+
     /// Applies one transaction carried by the log entry at `log_index`. `proposed_time_ns` is
     /// the leader's clock reading carried in the entry; the transaction time is that, or the
     /// previous transaction time if the leader's clock is behind (I7). `extra` holds rows the
@@ -1019,7 +1032,12 @@ impl Engine {
         let tx = TxId(log_index);
         let tx_time_ns = proposed_time_ns.max(self.head.tx_time_ns);
         let mut head = self.head.clone();
-        let planned = match plan::plan(&self.view(), req, tx, tx_time_ns)? {
+        let stamp = plan::Stamp {
+            tx,
+            tx_time_ns,
+            salt_seed: self.salt_seed,
+        };
+        let planned = match plan::plan(&self.view(), req, stamp)? {
             Ok(planned) => planned,
             Err(rejection) => {
                 self.apply_noop(batch)?;
@@ -1042,7 +1060,7 @@ impl Engine {
             let seq = seq as u32;
             let encoded = datom.encode();
             datom_bytes += encoded.len();
-            hashes.push(Hash::of(&encoded));
+            hashes.push(datom.hash_with_encoding(&encoded));
             let (e, a) = (datom.entity, &datom.attribute);
             match &datom.branch {
                 Some(branch) => {
@@ -1506,6 +1524,88 @@ mod tests {
             "{:?}",
             report.findings
         );
+    }
+
+    #[test]
+    fn salted_datoms_hash_alike_on_every_replica_and_keep_their_commitment_once_redacted() {
+        let run = |seed: [u8; 32]| {
+            let (store, mut engine) = engine();
+            // Every entry of this run carries a seed, as a leader of this build proposes them.
+            engine.salt_datoms_with(Some(seed));
+            let (e, _, hashes) = redacted_entity(&mut engine);
+            (store, engine, e, hashes)
+        };
+        let (a, mut engine_a, e, hashes_a) = run([5; 32]);
+        let (b, _, _, hashes_b) = run([5; 32]);
+        let (_, _, _, hashes_c) = run([6; 32]);
+        assert_eq!(
+            state_bytes(&a),
+            state_bytes(&b),
+            "one seed, one state on every replica"
+        );
+        assert_eq!(hashes_a, hashes_b);
+        assert!(
+            hashes_a.iter().zip(&hashes_c).all(|(x, y)| x != y),
+            "another seed salts every datom differently"
+        );
+        let datoms = reads::entity_datoms(&*a, &ns(), e).unwrap();
+        assert!(datoms.iter().all(|d| d.salt.is_some()));
+        let salts: Vec<_> = datoms.iter().filter_map(|d| d.salt).collect();
+        assert!(salts.iter().all(|s| stored_bytes_hold(&a, s)));
+        // The receipts' hashes are the datoms' (salted) hashes, which the chain verifies.
+        let mut read: Vec<Hash> = datoms.iter().map(engram_types::Datom::hash).collect();
+        read.sort();
+        let mut written = hashes_a.clone();
+        written.sort();
+        assert_eq!(read, written);
+        assert!(verify_stored(&a).is_ok());
+
+        let receipt = engine_a
+            .apply_redaction(
+                21,
+                21_000,
+                &redaction(e, None),
+                &PolicyActor::Unsigned(None),
+                WriteBatch::new(),
+            )
+            .unwrap()
+            .unwrap();
+        assert!(!stored_bytes_hold(&a, b"example.com"));
+        let listed = redact::redacted_by(&*a, receipt.tx).unwrap();
+        assert!(!listed.is_empty());
+        assert!(
+            listed
+                .iter()
+                .all(|(r, d)| r.salted && d.salted() && d.salt.is_none())
+        );
+        // Every entry of this run had the same seed, so datom `seq` of each had this salt: the
+        // redacted rows hold it no more.
+        for (r, _) in &listed {
+            let key = reads::datom_key_of_tx(&*a, r.tx, r.seq).unwrap().unwrap();
+            let row = a.get(Space::State, &key).unwrap().unwrap();
+            let salt = engram_types::salt_of(&[5; 32], r.seq);
+            assert!(
+                !row.windows(salt.len()).any(|w| w == salt),
+                "the salt went with the value"
+            );
+        }
+        assert_eq!(verify_stored(&a).unwrap(), receipt.audit_index);
+        let report = crate::scrub::scrub(&*a, &mut |_, _| {}).unwrap();
+        assert!(report.ok(), "{:?}", report.findings);
+
+        // A kept field changed after the redaction no longer gives the committed hash: the scrub
+        // names the entry whose content hash the redacted datom breaks.
+        let (listed_first, victim) = &listed[0];
+        let key = reads::datom_key_of_tx(&*a, victim.tx, listed_first.seq)
+            .unwrap()
+            .unwrap();
+        let mut forged = victim.clone();
+        forged.provenance.agent = "mallory".into();
+        let mut batch = WriteBatch::new();
+        batch.put(Space::State, key, forged.encode());
+        a.write(batch, Durability::Sync).unwrap();
+        let report = crate::scrub::scrub(&*a, &mut |_, _| {}).unwrap();
+        assert!(!report.ok(), "a forged kept field went unseen");
     }
 
     #[test]

@@ -56,6 +56,10 @@ pub const USED_NONCE: u8 = b'w';
 pub const META_HEAD: &[u8] = b"Mhead";
 pub const META_CHECKPOINT: &[u8] = b"Mcheckpoint";
 pub const META_ATTESTED: &[u8] = b"Mattested";
+/// The transaction of the last redaction recorded (big-endian u64), so that a node learns of
+/// a redaction whether it applied the entry or installed a snapshot made after it, and purges
+/// its own files (`engram_raft`'s purge). Replicated state, written by apply.
+pub const META_LAST_REDACTION: &[u8] = b"Mlast-redaction";
 
 /// The big-endian u64 that follows the one-byte table tag of a `T`, `H` or `C` key (a tx id,
 /// an audit index, a tree size); `None` if the key is too short.

@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use engram_storage::{ReadView, Space, prefix_end};
 use engram_types::{
     Attribute, AttributeDef, BranchName, BranchOp, Cardinality, Datom, EntityId, EntityRef, Namespace, Op,
-    Precondition, Provenance, TxId, TxRequest, Unique, Value,
+    Precondition, Provenance, Salt, TxId, TxRequest, Unique, Value, salt_of,
 };
 
 use crate::branch::{self, BranchRow, BranchState};
@@ -40,14 +40,23 @@ macro_rules! reject_on {
     };
 }
 
-pub(crate) fn plan(store: &dyn ReadView, req: &TxRequest, tx: TxId, tx_time_ns: i64) -> Plan {
+/// Where a transaction stands in the log: its id, its time, and the seed its datoms' salts
+/// come from (`None`: an entry from before salts, whose datoms have none).
+#[derive(Clone, Copy)]
+pub(crate) struct Stamp {
+    pub tx: TxId,
+    pub tx_time_ns: i64,
+    pub salt_seed: Option<[u8; 32]>,
+}
+
+pub(crate) fn plan(store: &dyn ReadView, req: &TxRequest, stamp: Stamp) -> Plan {
     if !req.schema.is_empty() {
-        return plan_schema(store, req, tx, tx_time_ns);
+        return plan_schema(store, req, stamp);
     }
     if let Some(op) = &req.branch_op {
-        return plan_branch_op(store, req, op, tx, tx_time_ns);
+        return plan_branch_op(store, req, op, stamp);
     }
-    plan_data(store, req, tx, tx_time_ns)
+    plan_data(store, req, stamp)
 }
 
 /// One assertion or retraction to plan, with whom it comes from.
@@ -67,6 +76,9 @@ struct Draft<'a> {
     view: View<'a>,
     tx: TxId,
     tx_time_ns: i64,
+    salt_seed: Option<[u8; 32]>,
+    /// How many datoms have taken a salt: the next one's ordinal.
+    salted: u32,
     strict: bool,
     /// How many ids the namespace has drawn (its `n` row), with this transaction's draws.
     drawn: u64,
@@ -119,7 +131,7 @@ impl Slot {
 }
 
 impl<'a> Draft<'a> {
-    fn new(store: &'a dyn ReadView, view: View<'a>, tx: TxId, tx_time_ns: i64) -> Result<Self, CoreError> {
+    fn new(store: &'a dyn ReadView, view: View<'a>, stamp: Stamp) -> Result<Self, CoreError> {
         let drawn = match store.get(Space::State, &keys::entity_counter(view.ns))? {
             None => 0,
             Some(row) => <[u8; 8]>::try_from(row.as_slice())
@@ -131,8 +143,10 @@ impl<'a> Draft<'a> {
         Ok(Draft {
             store,
             view,
-            tx,
-            tx_time_ns,
+            tx: stamp.tx,
+            tx_time_ns: stamp.tx_time_ns,
+            salt_seed: stamp.salt_seed,
+            salted: 0,
             strict: schema::namespace_schema(store, view.ns)?.strict,
             drawn,
             drawn_before: drawn,
@@ -150,6 +164,15 @@ impl<'a> Draft<'a> {
 
     fn ns(&self) -> &'a Namespace {
         self.view.ns
+    }
+
+    /// The salt of the next datom made, in the order datoms are made (the same on every
+    /// replica, as planning is deterministic).
+    fn next_salt(&mut self) -> Option<Salt> {
+        let seed = self.salt_seed.as_ref()?;
+        let salt = salt_of(seed, self.salted);
+        self.salted += 1;
+        Some(salt)
     }
 
     fn branch(&self) -> Option<&'a BranchName> {
@@ -319,6 +342,7 @@ impl<'a> Draft<'a> {
         if def.has_value_index() {
             self.value_indexed.insert(attr.clone());
         }
+        let salt = self.next_salt();
         let datom = Datom {
             namespace: self.ns().clone(),
             branch: self.branch().cloned(),
@@ -330,6 +354,7 @@ impl<'a> Draft<'a> {
             valid_to_ns: fact.valid_to_ns,
             tx: self.tx,
             provenance: fact.provenance.clone(),
+            salt,
         };
         let slot = self.slot(fact.entity, attr)?;
         slot.row.fold(datom.clone());
@@ -341,6 +366,7 @@ impl<'a> Draft<'a> {
 
     /// A datom the engine writes itself (schema and branch records), on main.
     fn system(&mut self, entity: EntityId, attr: &str, value: Value, op: Op, provenance: &Provenance) {
+        let salt = self.next_salt();
         self.datoms.push(Datom {
             namespace: self.ns().clone(),
             branch: None,
@@ -352,6 +378,7 @@ impl<'a> Draft<'a> {
             valid_to_ns: None,
             tx: self.tx,
             provenance: provenance.clone(),
+            salt,
         });
     }
 
@@ -438,7 +465,8 @@ fn open_branch(
     }
 }
 
-fn plan_data(store: &dyn ReadView, req: &TxRequest, tx: TxId, tx_time_ns: i64) -> Plan {
+fn plan_data(store: &dyn ReadView, req: &TxRequest, stamp: Stamp) -> Plan {
+    let tx_time_ns = stamp.tx_time_ns;
     let ns = &req.namespace;
     let mut branch_row = None;
     let view = match &req.branch {
@@ -453,7 +481,7 @@ fn plan_data(store: &dyn ReadView, req: &TxRequest, tx: TxId, tx_time_ns: i64) -
             view
         }
     };
-    let mut draft = Draft::new(store, view, tx, tx_time_ns)?;
+    let mut draft = Draft::new(store, view, stamp)?;
     for pre in &req.preconditions {
         reject_on!(draft.check(pre));
     }
@@ -521,9 +549,10 @@ fn plan_data(store: &dyn ReadView, req: &TxRequest, tx: TxId, tx_time_ns: i64) -
     Ok(Ok(draft.finish()))
 }
 
-fn plan_schema(store: &dyn ReadView, req: &TxRequest, tx: TxId, tx_time_ns: i64) -> Plan {
+fn plan_schema(store: &dyn ReadView, req: &TxRequest, stamp: Stamp) -> Plan {
+    let tx = stamp.tx;
     let ns = &req.namespace;
-    let mut draft = Draft::new(store, View::main(ns), tx, tx_time_ns)?;
+    let mut draft = Draft::new(store, View::main(ns), stamp)?;
     let mut ns_schema = schema::namespace_schema(store, ns)?;
     let version = ns_schema.version + 1;
     let mut changed = 0;
@@ -598,9 +627,10 @@ fn state_keyword(state: BranchState) -> Value {
     Value::Keyword(format!(":db.branch.state/{}", state.name()))
 }
 
-fn plan_branch_op(store: &dyn ReadView, req: &TxRequest, op: &BranchOp, tx: TxId, tx_time_ns: i64) -> Plan {
+fn plan_branch_op(store: &dyn ReadView, req: &TxRequest, op: &BranchOp, stamp: Stamp) -> Plan {
+    let tx = stamp.tx;
     let ns = &req.namespace;
-    let mut draft = Draft::new(store, View::main(ns), tx, tx_time_ns)?;
+    let mut draft = Draft::new(store, View::main(ns), stamp)?;
     let provenance = &req.provenance;
     let row = match op {
         BranchOp::Create { name, from } => {

@@ -56,6 +56,7 @@ impl Target {
             tx: self.datom.tx,
             seq: self.seq,
             hash: self.datom.hash(),
+            salted: self.datom.salt.is_some(),
         }
     }
 }
@@ -161,6 +162,11 @@ pub fn rows(
     by_tx: TxId,
 ) -> Result<WriteBatch, CoreError> {
     let mut batch = WriteBatch::new();
+    batch.put(
+        Space::State,
+        keys::META_LAST_REDACTION.to_vec(),
+        by_tx.0.to_be_bytes().to_vec(),
+    );
     // Equal values share an ordinal, in the order the targets come: a pure function of them.
     let mut seen: Vec<&Value> = Vec::new();
     let mut redacted: Vec<(Hash, Datom)> = Vec::with_capacity(targets.len());
@@ -251,6 +257,18 @@ pub fn redacted_by(view: &dyn ReadView, record: TxId) -> Result<Vec<(RedactedRef
         out.push((r, stored_datom(view, &key)?));
     }
     Ok(out)
+}
+
+/// The transaction of the last redaction recorded in `view`'s state (0: none).
+pub fn last_redaction(view: &dyn ReadView) -> Result<u64, CoreError> {
+    match view.get(Space::State, keys::META_LAST_REDACTION)? {
+        None => Ok(0),
+        Some(bytes) => <[u8; 8]>::try_from(bytes.as_slice())
+            .map(u64::from_be_bytes)
+            .map_err(|_| {
+                CoreError::corrupt("last redaction row", format!("{} bytes, expected 8", bytes.len()))
+            }),
+    }
 }
 
 fn stored_datom(view: &dyn ReadView, key: &[u8]) -> Result<Datom, CoreError> {

@@ -697,6 +697,7 @@ impl<'a> Checker<'a> {
                 tx,
                 seq,
                 hash: r.datom_hash,
+                salted: r.commitment.is_some(),
             };
             if !listed.contains(&this) {
                 self.mismatch(
@@ -910,10 +911,11 @@ impl<'a> Checker<'a> {
                     ),
                 );
             }
-            // A redacted datom's stored bytes hold no value: its hash is the one it kept.
+            // A salted datom hashes its value's commitment, not its stored bytes; a redacted
+            // one holds no value: its hash is kept, or recomputed from the kept commitment.
             hashes.push(match &decoded {
-                Ok(d) if d.value.redacted().is_some() => d.hash(),
-                _ => Hash::of(&bytes),
+                Ok(d) => d.hash_with_encoding(&bytes),
+                Err(_) => Hash::of(&bytes),
             });
             datom_keys.push(eavt_key);
         }

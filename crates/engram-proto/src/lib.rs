@@ -9,8 +9,8 @@
 //! Must not depend on: the core, storage, Raft or the server.
 
 use engram_types::{
-    Attribute, AttributeDef, BranchName, BranchOp, Cardinality, Datom, EntityId, EntityRef, Namespace, Op,
-    Precondition, Provenance, Status, TxId, TxOp, TxReceipt, TxRequest, Unique, ValidationError, Value,
+    Attribute, AttributeDef, BranchName, BranchOp, Cardinality, Datom, EntityId, EntityRef, Hash, Namespace,
+    Op, Precondition, Provenance, Status, TxId, TxOp, TxReceipt, TxRequest, Unique, ValidationError, Value,
     ValueType,
 };
 use thiserror::Error;
@@ -432,18 +432,38 @@ pub fn datom(raw: pb::Datom) -> Result<Datom, WireError> {
         valid_to_ns: raw.valid_to_ns,
         tx: engram_types::TxId(raw.tx),
         provenance: provenance(raw.provenance)?,
+        salt: salt("datom.salt", &raw.salt)?,
+    })
+}
+
+/// A datom's salt: empty (none) or exactly [`engram_types::SALT_BYTES`] bytes.
+fn salt(field: &str, raw: &[u8]) -> Result<Option<engram_types::Salt>, WireError> {
+    if raw.is_empty() {
+        return Ok(None);
+    }
+    engram_types::Salt::try_from(raw).map(Some).map_err(|_| {
+        WireError::new(
+            field,
+            format!(
+                "{} bytes, expected {} or none",
+                raw.len(),
+                engram_types::SALT_BYTES
+            ),
+        )
     })
 }
 
 impl From<&Datom> for pb::Datom {
     fn from(d: &Datom) -> pb::Datom {
-        // A redacted value has nothing to send: the datom says which transaction took it.
-        let (value, redacted, redacted_by_tx) = match d.value.redacted() {
-            None => (Some((&d.value).into()), String::new(), 0),
+        // A redacted value has nothing to send: the datom says which transaction took it, and
+        // gives its value's commitment when it has one.
+        let (value, redacted, redacted_by_tx, value_commitment) = match d.value.redacted() {
+            None => (Some((&d.value).into()), String::new(), 0, Vec::new()),
             Some(r) => (
                 None,
                 format!("forgotten: redacted by transaction {}", r.by_tx.0),
                 r.by_tx.0,
+                r.commitment.map(|c| c.0.to_vec()).unwrap_or_default(),
             ),
         };
         pb::Datom {
@@ -460,8 +480,52 @@ impl From<&Datom> for pb::Datom {
             branch: d.branch.as_ref().map(ToString::to_string).unwrap_or_default(),
             redacted,
             redacted_by_tx,
+            salt: d.salt.map(|s| s.to_vec()).unwrap_or_default(),
+            value_commitment,
         }
     }
+}
+
+/// Withholds `d`'s value from a reader whose grants do not cover its attribute: no value, the
+/// `reason`, and for a salted datom its value's commitment instead of its salt (the salt with
+/// the hash and the other fields would let the reader test guesses of the value).
+pub fn withhold(d: &mut pb::Datom, reason: String) {
+    if let Some(value) = d.value.take()
+        && let Ok(salt) = engram_types::Salt::try_from(d.salt.as_slice())
+        && let Some(value) = value_to_domain_lossy(&value)
+    {
+        d.value_commitment = engram_types::value_commitment(&salt, &value).0.to_vec();
+    }
+    d.salt = Vec::new();
+    d.redacted = reason;
+}
+
+/// The hash of a datom as a server sent it, recomputed from what was sent wherever it can be:
+/// from the value (and salt), or, for a datom sent without its value, from its value's
+/// commitment and every other field. Only a datom written before salts and sent without its
+/// value leaves nothing to recompute: its `hash` is taken as sent (a proof still shows that
+/// hash was recorded; its fields are not bound to it).
+pub fn sent_datom_hash(raw: &pb::Datom) -> Result<Hash, WireError> {
+    if raw.value.is_some() {
+        return Ok(datom(raw.clone())?.hash());
+    }
+    if raw.value_commitment.is_empty() {
+        return Hash::from_slice(&raw.hash)
+            .ok_or_else(|| WireError::new("datom.hash", format!("{} bytes, expected 32", raw.hash.len())));
+    }
+    let commitment = Hash::from_slice(&raw.value_commitment).ok_or_else(|| {
+        WireError::new(
+            "datom.value_commitment",
+            format!("{} bytes, expected 32", raw.value_commitment.len()),
+        )
+    })?;
+    // Every field but the value, which the commitment stands for.
+    let mut fields = raw.clone();
+    fields.value = Some(pb::Value {
+        kind: Some(pb::value::Kind::Bool(false)),
+    });
+    fields.salt = Vec::new();
+    Ok(datom(fields)?.hash_with_commitment(&commitment))
 }
 
 impl From<&TxReceipt> for pb::TransactResponse {
@@ -700,5 +764,69 @@ mod schema_tests {
             .unwrap_err();
             assert_eq!(err.field, "name", "{bad:?}: {err}");
         }
+    }
+
+    fn salted_datom() -> Datom {
+        Datom {
+            namespace: Namespace::new("team/a").unwrap(),
+            branch: None,
+            entity: EntityId(7),
+            attribute: Attribute::new(":hr/pin").unwrap(),
+            value: Value::String("4096".into()),
+            op: Op::Assert,
+            valid_from_ns: 5,
+            valid_to_ns: None,
+            tx: TxId(12),
+            provenance: Provenance {
+                agent: "hr".into(),
+                confidence: 1.0,
+                ..Provenance::default()
+            },
+            salt: Some(engram_types::salt_of(&[3; 32], 0)),
+        }
+    }
+
+    #[test]
+    fn a_salted_datom_round_trips_and_a_bad_salt_is_refused() {
+        let d = salted_datom();
+        let sent = pb::Datom::from(&d);
+        assert_eq!(sent.salt.len(), engram_types::SALT_BYTES);
+        assert_eq!(datom(sent.clone()).unwrap(), d);
+        assert_eq!(sent_datom_hash(&sent).unwrap(), d.hash());
+        let mut bad = sent;
+        bad.salt.pop();
+        let err = datom(bad).unwrap_err();
+        assert_eq!(err.field, "datom.salt");
+    }
+
+    #[test]
+    fn a_withheld_or_redacted_salted_datom_is_sent_with_its_commitment_and_no_salt() {
+        let d = salted_datom();
+        let mut withheld = pb::Datom::from(&d);
+        withhold(&mut withheld, "no read grant".into());
+        assert!(withheld.value.is_none() && withheld.salt.is_empty());
+        assert_eq!(withheld.value_commitment.len(), 32);
+        assert_eq!(
+            sent_datom_hash(&withheld).unwrap(),
+            d.hash(),
+            "the hash is recomputed"
+        );
+        // A field changed on the way no longer gives the hash the proof is for.
+        let mut forged = withheld.clone();
+        forged.provenance.as_mut().unwrap().agent = "mallory".into();
+        assert_ne!(sent_datom_hash(&forged).unwrap(), d.hash());
+
+        let redacted = pb::Datom::from(&d.redact(TxId(40), 0));
+        assert!(redacted.value.is_none() && redacted.salt.is_empty());
+        assert_eq!(redacted.value_commitment, withheld.value_commitment);
+        assert_eq!(sent_datom_hash(&redacted).unwrap(), d.hash());
+
+        // A datom written before salts has no commitment: its hash is taken as sent.
+        let mut old = d.clone();
+        old.salt = None;
+        let mut withheld_old = pb::Datom::from(&old);
+        withhold(&mut withheld_old, "no read grant".into());
+        assert!(withheld_old.value_commitment.is_empty());
+        assert_eq!(sent_datom_hash(&withheld_old).unwrap(), old.hash());
     }
 }

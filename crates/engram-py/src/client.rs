@@ -681,7 +681,8 @@ impl EngramClient {
     /// replica: each datom keeps its other fields and its hash, so the audit chain and every
     /// proof still verify, and the redaction is recorded with `reason`. With `dry_run`, lists
     /// what would go and changes nothing. Returns a dict: `dry_run`, `tx`, `audit_index` and
-    /// `datoms` (each `tx`, `seq`, `hash`, `attribute`, `op`). Datoms read afterwards carry no
+    /// `datoms` (each `tx`, `seq`, `hash`, `attribute`, `op`, and `guessable`: written before salts, so
+    /// its kept hash can be tested against a guess of the value). Datoms read afterwards carry no
     /// value and say `redacted`.
     #[pyo3(signature = (namespace, entity, *, reason, attribute=None, dry_run=false, agent=None))]
     #[allow(clippy::too_many_arguments)]
@@ -719,6 +720,7 @@ impl EngramClient {
             item.set_item("seq", d.seq)?;
             item.set_item("hash", PyBytes::new(py, &d.hash))?;
             item.set_item("attribute", &d.attribute)?;
+            item.set_item("guessable", d.guessable)?;
             item.set_item(
                 "op",
                 if d.op == pb::Op::Retract as i32 {

@@ -27,6 +27,7 @@ mod log_store;
 pub mod network;
 mod node;
 pub mod peer_auth;
+mod purge;
 pub mod refusals;
 mod snapshots;
 pub mod stages;
@@ -39,6 +40,7 @@ use engram_audit::{Author, KeyChangeRequest};
 use engram_types::{RedactRequest, TxRequest};
 pub use log_store::LogStore;
 pub use node::{DivergenceAlarm, NodeError, NodeStatus, RaftNode, RaftSettings, RaftTiming, Waited};
+pub use purge::PurgeProgress;
 use serde::{Deserialize, Serialize};
 pub use snapshots::{CHUNK_BYTES, Receiving, Snapshots, StoredRef, StoredSnapshot, install_recorded};
 pub use state_machine::{MAX_GROUP_ENTRIES, StateMachine, applied_index};
@@ -100,6 +102,14 @@ pub enum Command {
         principal: Option<Principal>,
         author: Option<Author>,
         proposed_time_ns: i64,
+    },
+    /// `command`, whose datoms are salted from `salt_seed` (`engram_types::salt_of`): 32
+    /// bytes the leader drew at random when it proposed, so the salts are the same on every
+    /// replica and no reader of the chain can derive them. Every proposal is wrapped in one;
+    /// entries from before salts apply their datoms unsalted.
+    Salted {
+        salt_seed: [u8; 32],
+        command: Box<Command>,
     },
 }
 
@@ -185,6 +195,8 @@ impl fmt::Display for Command {
                     .or(principal.as_ref().map(Principal::as_str))
                     .unwrap_or("-")
             ),
+            // The seed stays out of logs: it is as secret as the salts.
+            Command::Salted { command, .. } => write!(f, "salted {command}"),
         }
     }
 }

@@ -152,6 +152,8 @@ pub struct RaftNode {
     committed: Arc<crate::committed::CommittedFeed>,
     /// What apply hands the node's watchers.
     watched: Arc<crate::committed::CommittedFeed>,
+    /// Where this node's purges after redactions stand (see [`crate::PurgeProgress`]).
+    pub purges: crate::PurgeProgress,
 }
 
 /// How often a call waiting on a leader (a proposal on the leader, a call a follower forwarded
@@ -202,6 +204,10 @@ pub struct NodeStatus {
     /// The last index known committed by a quorum, as the leader last reported it.
     pub cluster_committed_index: u64,
     pub members: Vec<(u64, NodeInfo, bool)>,
+    /// The log index of the last redaction this node applied, and of the last one whose
+    /// values are purged from its Raft log and files (0: none).
+    pub redactions_applied_index: u64,
+    pub redactions_purged_index: u64,
 }
 
 fn write_error(e: RaftError<crate::TypeConfig, ClientWriteError<crate::TypeConfig>>) -> NodeError {
@@ -246,6 +252,7 @@ impl RaftNode {
         let policy_epoch = state_machine.policy_epoch();
         let committed = state_machine.committed_feed();
         let watched = state_machine.watch_feed();
+        let redactions_applied = state_machine.redactions_applied_watch();
         let raft = Raft::new(
             node_id,
             Arc::new(config),
@@ -261,7 +268,10 @@ impl RaftNode {
         )
         .await
         .map_err(|e| NodeError::Fatal(e.to_string()))?;
+        let purges = crate::purge::spawn(raft.clone(), store.clone(), snapshots.clone(), redactions_applied)
+            .map_err(|e| NodeError::Fatal(format!("reading the purge rows: {e}")))?;
         Ok(RaftNode {
+            purges,
             raft,
             node_id,
             store,
@@ -296,6 +306,7 @@ impl RaftNode {
                 proposed_time_ns,
             },
         };
+        let command = salted(command)?;
         if engram_core::planted::active(engram_core::planted::PlantedBug::AckBeforeCommit) {
             return Ok(self.planted_ack_before_commit(command, proposed_time_ns));
         }
@@ -323,7 +334,9 @@ impl RaftNode {
                 proposed_time_ns,
             },
         };
-        let resp = self.while_quorate(self.raft.client_write(command)).await?;
+        let resp = self
+            .while_quorate(self.raft.client_write(salted(command)?))
+            .await?;
         resp.data
             .outcome
             .ok_or_else(|| NodeError::Fatal("apply returned no outcome for a policy change".into()))
@@ -347,7 +360,9 @@ impl RaftNode {
             author,
             proposed_time_ns,
         };
-        let resp = self.while_quorate(self.raft.client_write(command)).await?;
+        let resp = self
+            .while_quorate(self.raft.client_write(salted(command)?))
+            .await?;
         resp.data
             .outcome
             .ok_or_else(|| NodeError::Fatal("apply returned no outcome for a redaction".into()))
@@ -544,6 +559,8 @@ impl RaftNode {
                 .nodes()
                 .map(|(id, n)| (*id, n.clone(), voters.contains(id)))
                 .collect(),
+            redactions_applied_index: *self.purges.applied.borrow(),
+            redactions_purged_index: *self.purges.purged.borrow(),
         }
     }
 
@@ -795,6 +812,30 @@ impl RaftNode {
             self.peer_refused.clone(),
         )
     }
+}
+
+/// `command` with a fresh salt seed for its datoms (see [`Command::Salted`]): 32 bytes from
+/// the OS's randomness. Inside the simulation the seed is a hash of the command instead:
+/// drawing it from the simulation's RNG would shift every later random choice of a run, so
+/// every seed's schedule (and the seeds the planted-bug tests pin) would change with it.
+fn salted(command: Command) -> Result<Command, NodeError> {
+    #[cfg(madsim)]
+    let salt_seed = {
+        let bytes = postcard::to_allocvec(&command)
+            .map_err(|e| NodeError::Fatal(format!("encoding a command: {e}")))?;
+        *blake3::hash(&bytes).as_bytes()
+    };
+    #[cfg(not(madsim))]
+    let salt_seed = {
+        let mut seed = [0u8; 32];
+        getrandom::fill(&mut seed)
+            .map_err(|e| NodeError::Fatal(format!("no OS randomness for the salts of an entry: {e}")))?;
+        seed
+    };
+    Ok(Command::Salted {
+        salt_seed,
+        command: Box::new(command),
+    })
 }
 
 #[cfg(test)]

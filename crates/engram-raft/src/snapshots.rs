@@ -212,6 +212,23 @@ impl Snapshots {
         Ok((snapshots, installing))
     }
 
+    /// Deletes every snapshot's chunks but the current one's and an install's under way: the
+    /// snapshot the current one replaced is otherwise kept for a peer that may still be
+    /// reading it, and after a redaction it holds the values the purge must remove (a peer
+    /// reading it then fails its stream and is sent the current one).
+    pub fn drop_superseded(&self) -> io::Result<()> {
+        let keep: Vec<u64> = [self.recorded(CURRENT)?, self.recorded(INSTALLING)?]
+            .into_iter()
+            .flatten()
+            .map(|r| r.data.id)
+            .collect();
+        let mut batch = WriteBatch::new();
+        delete_chunks_except(&mut batch, keep, u64::MAX);
+        self.store
+            .write(batch, durability(Write::SnapshotChunk))
+            .map_err(storage_err)
+    }
+
     fn recorded(&self, key: &[u8]) -> io::Result<Option<Recorded>> {
         match self.store.get(Space::Raft, key).map_err(storage_err)? {
             Some(bytes) => Ok(Some(decode("snapshot record", &bytes)?)),

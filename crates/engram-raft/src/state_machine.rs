@@ -53,6 +53,11 @@ pub struct StateMachine {
     watched: Arc<CommittedFeed>,
     /// The first log index of the open group.
     group_from: u64,
+    /// The log index (= transaction) of the last redaction in the written state
+    /// (`crate::purge`), whether applied here or installed with a snapshot.
+    redacted: tokio::sync::watch::Sender<u64>,
+    /// The open group's last redaction, if it applied one.
+    group_redacted: Option<u64>,
 }
 
 /// Reads the applied log id and membership rows from a store.
@@ -112,6 +117,8 @@ impl StateMachine {
         engine.keep_committed();
         let (applied, membership) = load_applied(&*store)?;
         let (published, _) = tokio::sync::watch::channel(applied.map_or(0, |id| id.index()));
+        let last_redaction = engram_core::redact::last_redaction(&*store).map_err(io_err)?;
+        let (redacted, _) = tokio::sync::watch::channel(last_redaction);
         Ok(StateMachine {
             engine,
             store,
@@ -124,12 +131,19 @@ impl StateMachine {
             committed: Arc::default(),
             watched: Arc::default(),
             group_from: applied.map_or(0, |id| id.index()) + 1,
+            redacted,
+            group_redacted: None,
         })
     }
 
     /// The policy-change counter (see the field); shared with the node's gate.
     pub fn policy_epoch(&self) -> Arc<AtomicU64> {
         self.policy_epoch.clone()
+    }
+
+    /// Follows the log index of the last redaction applied, once its group is written.
+    pub fn redactions_applied_watch(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.redacted.subscribe()
     }
 
     /// Follows the applied index: it moves only after the state it names is written.
@@ -175,93 +189,7 @@ impl StateMachine {
                 let extra = applied_row(&self.applied)?;
                 self.engine.apply_noop(extra).map_err(io_err)?;
             }
-            EntryPayload::Normal(Command::Transact {
-                request,
-                proposed_time_ns,
-            }) => {
-                // An entry from before principals: an unsigned transaction.
-                response.outcome = Some(self.transact(index, proposed_time_ns, &request, None)?);
-            }
-            EntryPayload::Normal(Command::TransactAs {
-                request,
-                principal,
-                proposed_time_ns,
-            }) => {
-                response.outcome =
-                    Some(self.transact(index, proposed_time_ns, &request, principal.as_ref())?);
-            }
-            EntryPayload::Normal(Command::TransactSigned {
-                request,
-                author,
-                proposed_time_ns,
-            }) => {
-                let extra = applied_row(&self.applied)?;
-                response.outcome = Some(
-                    self.engine
-                        .apply_tx_signed(index, proposed_time_ns, &request, &author, extra)
-                        .map_err(io_err)?,
-                );
-            }
-            EntryPayload::Normal(Command::Policy {
-                op,
-                principal,
-                proposed_time_ns,
-            }) => {
-                let by = engram_core::PolicyActor::Unsigned(principal);
-                response.outcome = Some(self.policy(index, proposed_time_ns, &op, &by)?);
-            }
-            EntryPayload::Normal(Command::PolicySigned {
-                op,
-                author,
-                proposed_time_ns,
-            }) => {
-                let by = engram_core::PolicyActor::Signed(author);
-                response.outcome = Some(self.policy(index, proposed_time_ns, &op, &by)?);
-            }
-            EntryPayload::Normal(Command::Redact {
-                request,
-                principal,
-                author,
-                proposed_time_ns,
-            }) => {
-                let by = match author {
-                    Some(author) => engram_core::PolicyActor::Signed(author),
-                    None => engram_core::PolicyActor::Unsigned(principal),
-                };
-                let extra = applied_row(&self.applied)?;
-                let outcome = self
-                    .engine
-                    .apply_redaction(index, proposed_time_ns, &request, &by, extra)
-                    .map_err(io_err)?;
-                match &outcome {
-                    Ok(receipt) => info!(
-                        log_index = index,
-                        tx = receipt.tx.0,
-                        namespace = %request.namespace,
-                        entity = request.entity.0,
-                        "redaction recorded"
-                    ),
-                    Err(rejection) => warn!(log_index = index, %rejection, "redaction refused"),
-                }
-                response.outcome = Some(outcome);
-            }
-            EntryPayload::Normal(Command::KeyChange { request }) => {
-                let extra = applied_row(&self.applied)?;
-                let outcome = self
-                    .engine
-                    .apply_key_change(index, &request, extra)
-                    .map_err(io_err)?;
-                match &outcome {
-                    Ok(signed) => info!(
-                        log_index = index,
-                        audit_index = signed.entry.index,
-                        action = ?request.action,
-                        "key change recorded in the audit chain"
-                    ),
-                    Err(rejection) => warn!(log_index = index, %rejection, "key change refused"),
-                }
-                response.key_change = Some(outcome.map(|signed| signed.entry.index));
-            }
+            EntryPayload::Normal(command) => self.apply_command(index, command, &mut response)?,
             EntryPayload::Membership(membership) => {
                 let members: Vec<(u64, PublicKey)> = membership
                     .nodes()
@@ -287,6 +215,114 @@ impl StateMachine {
             }
         }
         Ok(response)
+    }
+
+    /// Applies a command entry at `index` into the open group, filling `response`.
+    fn apply_command(
+        &mut self,
+        index: u64,
+        command: Command,
+        response: &mut CommandResponse,
+    ) -> io::Result<()> {
+        match command {
+            Command::Salted { salt_seed, command } => {
+                self.engine.salt_datoms_with(Some(salt_seed));
+                let applied = self.apply_command(index, *command, response);
+                self.engine.salt_datoms_with(None);
+                applied?;
+            }
+            Command::Transact {
+                request,
+                proposed_time_ns,
+            } => {
+                // An entry from before principals: an unsigned transaction.
+                response.outcome = Some(self.transact(index, proposed_time_ns, &request, None)?);
+            }
+            Command::TransactAs {
+                request,
+                principal,
+                proposed_time_ns,
+            } => {
+                response.outcome =
+                    Some(self.transact(index, proposed_time_ns, &request, principal.as_ref())?);
+            }
+            Command::TransactSigned {
+                request,
+                author,
+                proposed_time_ns,
+            } => {
+                let extra = applied_row(&self.applied)?;
+                response.outcome = Some(
+                    self.engine
+                        .apply_tx_signed(index, proposed_time_ns, &request, &author, extra)
+                        .map_err(io_err)?,
+                );
+            }
+            Command::Policy {
+                op,
+                principal,
+                proposed_time_ns,
+            } => {
+                let by = engram_core::PolicyActor::Unsigned(principal);
+                response.outcome = Some(self.policy(index, proposed_time_ns, &op, &by)?);
+            }
+            Command::PolicySigned {
+                op,
+                author,
+                proposed_time_ns,
+            } => {
+                let by = engram_core::PolicyActor::Signed(author);
+                response.outcome = Some(self.policy(index, proposed_time_ns, &op, &by)?);
+            }
+            Command::Redact {
+                request,
+                principal,
+                author,
+                proposed_time_ns,
+            } => {
+                let by = match author {
+                    Some(author) => engram_core::PolicyActor::Signed(author),
+                    None => engram_core::PolicyActor::Unsigned(principal),
+                };
+                let extra = applied_row(&self.applied)?;
+                let outcome = self
+                    .engine
+                    .apply_redaction(index, proposed_time_ns, &request, &by, extra)
+                    .map_err(io_err)?;
+                match &outcome {
+                    Ok(receipt) => {
+                        self.group_redacted = Some(index);
+                        info!(
+                            log_index = index,
+                            tx = receipt.tx.0,
+                            namespace = %request.namespace,
+                            entity = request.entity.0,
+                            "redaction recorded"
+                        )
+                    }
+                    Err(rejection) => warn!(log_index = index, %rejection, "redaction refused"),
+                }
+                response.outcome = Some(outcome);
+            }
+            Command::KeyChange { request } => {
+                let extra = applied_row(&self.applied)?;
+                let outcome = self
+                    .engine
+                    .apply_key_change(index, &request, extra)
+                    .map_err(io_err)?;
+                match &outcome {
+                    Ok(signed) => info!(
+                        log_index = index,
+                        audit_index = signed.entry.index,
+                        action = ?request.action,
+                        "key change recorded in the audit chain"
+                    ),
+                    Err(rejection) => warn!(log_index = index, %rejection, "key change refused"),
+                }
+                response.key_change = Some(outcome.map(|signed| signed.entry.index));
+            }
+        }
+        Ok(())
     }
 
     /// Applies a transaction entry made by `principal` into the open group.
@@ -337,10 +373,14 @@ impl StateMachine {
             .engine
             .end_group(applied_row(&self.applied)?)
             .map_err(io_err)?;
+        let redacted = self.group_redacted.take();
         // Buffered: the Raft log holds these entries synced on a majority already.
         self.store
             .write(group, durability(Write::ApplyGroup))
             .map_err(io_err)?;
+        if let Some(index) = redacted {
+            self.redacted.send_replace(index);
+        }
         if std::mem::take(&mut self.policy_touched) {
             self.policy_epoch.fetch_add(1, Ordering::Release);
         }
@@ -442,6 +482,14 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         self.membership = meta.last_membership.clone();
         drop(replacing);
         self.publish_applied();
+        // The replaced state's values, redacted ones included, are still in this node's files:
+        // a snapshot made after a redaction this node never applied is purged like one it did.
+        let last_redaction = engram_core::redact::last_redaction(&*self.store).map_err(io_err)?;
+        self.redacted.send_if_modified(|seen| {
+            let newer = last_redaction > *seen;
+            *seen = (*seen).max(last_redaction);
+            newer
+        });
         info!(
             chain_index = head.index,
             bytes = data.data.bytes,

@@ -34,8 +34,8 @@ use engram_storage::{
     Durability, KeyValue, Mutation, ReadView, Space, StorageError, Store, Visitor, WriteBatch,
 };
 use rocksdb::{
-    AsRawPtr, BlockBasedOptions, Cache, ColumnFamily, ColumnFamilyDescriptor, DB, Direction, ErrorKind,
-    IteratorMode, Options, ReadOptions, WriteOptions,
+    AsRawPtr, BlockBasedOptions, BottommostLevelCompaction, Cache, ColumnFamily, ColumnFamilyDescriptor,
+    CompactOptions, DB, Direction, ErrorKind, FlushOptions, IteratorMode, Options, ReadOptions, WriteOptions,
 };
 
 /// One block cache shared by every space, so hot index and filter blocks stay in memory.
@@ -483,6 +483,27 @@ impl Store for RocksStore {
         self.db.flush_wal(true).map_err(engine)
     }
 
+    fn compact(&self) -> Result<(), StorageError> {
+        // Every space's memtable is flushed first: a write-ahead log file is deleted once no
+        // column family has unflushed writes in it, so after these flushes none of the files
+        // that held the old values is live (recycling, which would reuse them, is off).
+        let mut flush = FlushOptions::default();
+        flush.set_wait(true);
+        for space in Space::ALL {
+            self.db.flush_cf_opt(self.cf(space)?, &flush).map_err(engine)?;
+        }
+        // Then every level, the last one included, is rewritten: a compaction drops the
+        // versions a later write or delete shadows, and forcing the bottommost level makes it
+        // rewrite files a plain compaction would leave as they are.
+        let mut opts = CompactOptions::default();
+        opts.set_bottommost_level_compaction(BottommostLevelCompaction::Force);
+        for space in Space::ALL {
+            self.db
+                .compact_range_cf_opt(self.cf(space)?, None::<&[u8]>, None::<&[u8]>, &opts);
+        }
+        Ok(())
+    }
+
     fn for_each(&self, space: Space, visit: &mut Visitor<'_>) -> Result<(), StorageError> {
         let cf = self.cf(space)?;
         let snapshot = self.db.snapshot();
@@ -578,6 +599,56 @@ mod tests {
                 space.name()
             );
         }
+    }
+
+    /// Whether any file under `dir` holds `needle`.
+    fn any_file_holds(dir: &Path, needle: &[u8]) -> bool {
+        std::fs::read_dir(dir).unwrap().any(|entry| {
+            let path = entry.unwrap().path();
+            path.is_file()
+                && std::fs::read(&path)
+                    .unwrap()
+                    .windows(needle.len())
+                    .any(|w| w == needle)
+        })
+    }
+
+    #[test]
+    fn compact_leaves_no_overwritten_or_deleted_value_in_any_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = RocksStore::open(dir.path()).unwrap();
+        let (secret, gone) = (
+            b"marker-7f3a9c-overwritten".to_vec(),
+            b"marker-51d0e2-deleted".to_vec(),
+        );
+        let mut b = WriteBatch::new();
+        b.put(Space::State, b"k1".to_vec(), secret.clone());
+        b.put(Space::Log, b"k2".to_vec(), gone.clone());
+        store.write(b, Durability::Sync).unwrap();
+        // In the write-ahead log now, then in a table file of each space.
+        assert!(any_file_holds(dir.path(), &secret));
+        store.compact().unwrap();
+        assert!(any_file_holds(dir.path(), &secret) && any_file_holds(dir.path(), &gone));
+
+        let mut b = WriteBatch::new();
+        b.put(Space::State, b"k1".to_vec(), b"redacted".to_vec());
+        b.delete(Space::Log, b"k2".to_vec());
+        store.write(b, Durability::Sync).unwrap();
+        assert!(
+            any_file_holds(dir.path(), &secret),
+            "the old version is still on disk"
+        );
+        store.compact().unwrap();
+        assert!(
+            !any_file_holds(dir.path(), &secret),
+            "an overwritten value survived"
+        );
+        assert!(!any_file_holds(dir.path(), &gone), "a deleted value survived");
+        assert_eq!(
+            store.get(Space::State, b"k1").unwrap(),
+            Some(b"redacted".to_vec())
+        );
+        assert_eq!(store.get(Space::Log, b"k2").unwrap(), None);
     }
 
     /// Writes `n` rows to the state space and flushes them into one table file; returns the

@@ -246,6 +246,16 @@ pub trait Store: ReadView + 'static {
     fn verify_checksums(&self) -> Result<(), StorageError> {
         Ok(())
     }
+
+    /// Rewrites the engine's files so that no value overwritten or deleted before the call
+    /// survives in any of them: buffered writes flushed, every level compacted down, and the
+    /// write-ahead log files that held the old values released. What a purge after a
+    /// redaction asks of the engine; it may take long on a large store, so the caller runs it
+    /// off any latency-sensitive thread. An engine that keeps nothing beyond its current state
+    /// (the in-memory store) has nothing to do.
+    fn compact(&self) -> Result<(), StorageError> {
+        Ok(())
+    }
 }
 
 /// Removes every key `k` with `start <= k < end` from `map` (nothing when `start >= end`), as a

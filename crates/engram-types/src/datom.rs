@@ -2,8 +2,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::codec::{Reader, Writer};
 use crate::{
-    Attribute, BranchName, DATOM_FORMAT_REDACTED, DATOM_FORMAT_VERSION, DATOM_FORMAT_VERSION_BRANCH,
-    DecodeError, EntityId, Hash, Namespace, Redacted, TxId, ValidationError, Value, ValueType,
+    Attribute, BranchName, DATOM_FORMAT_REDACTED, DATOM_FORMAT_SALTED, DATOM_FORMAT_SALTED_BRANCH,
+    DATOM_FORMAT_VERSION, DATOM_FORMAT_VERSION_BRANCH, DecodeError, EntityId, Hash, Namespace, Redacted,
+    SALT_BYTES, Salt, TxId, ValidationError, Value, ValueType,
 };
 
 /// Whether a datom adds a fact or retracts an earlier one.
@@ -87,7 +88,37 @@ pub struct Datom {
     pub valid_to_ns: Option<i64>,
     pub tx: TxId,
     pub provenance: Provenance,
+    /// The salt its value is committed to with ([`DATOM_FORMAT_SALTED`]); `None`: a datom
+    /// written before salts, or one whose salt went with its redacted value.
+    #[serde(default)]
+    pub salt: Option<Salt>,
 }
+
+/// The salt of the `ordinal`-th datom a log entry makes, from the seed the leader chose for
+/// the entry at random and carried in it: every replica derives the same salts, and a salt
+/// tells nothing of the seed or of any other datom's salt (blake3 in keyed mode is a PRF).
+pub fn salt_of(seed: &[u8; 32], ordinal: u32) -> Salt {
+    let mut input = [0u8; 24];
+    input[..20].copy_from_slice(b"engram/datom-salt/v1");
+    input[20..].copy_from_slice(&ordinal.to_be_bytes());
+    let mut salt = [0u8; SALT_BYTES];
+    salt.copy_from_slice(&blake3::keyed_hash(seed, &input).as_bytes()[..SALT_BYTES]);
+    salt
+}
+
+/// What a salted datom's hash holds in place of its value: blake3 of a domain tag, the salt
+/// and the value's canonical encoding. With the salt destroyed, a guess of the value cannot be
+/// tested against it.
+pub fn value_commitment(salt: &Salt, value: &Value) -> Hash {
+    let mut w = Writer::with_capacity(64);
+    w.raw(b"engram/value/v1\0").raw(salt);
+    encode_value(&mut w, value);
+    Hash::of(&w.finish())
+}
+
+/// The flag bits of a redacted datom's stored form.
+const REDACTED_ON_BRANCH: u8 = 1;
+const REDACTED_WAS_SALTED: u8 = 2;
 
 pub(crate) fn op_tag(op: Op) -> u8 {
     match op {
@@ -225,33 +256,59 @@ impl Value {
 }
 
 impl Datom {
-    /// The canonical, versioned encoding. This is both what is hashed and what is stored; a
-    /// redacted datom encodes to its stored form ([`DATOM_FORMAT_REDACTED`]), which is not
-    /// hashed.
+    /// The canonical, versioned encoding: what is stored, and for an unsalted datom (formats
+    /// 1 and 2) also what is hashed. A salted datom (formats 4 and 5) stores its salt and value
+    /// here but hashes their commitment ([`Datom::hash`]); a redacted datom encodes to its
+    /// stored form ([`DATOM_FORMAT_REDACTED`]), which is never hashed.
     pub fn encode(&self) -> Vec<u8> {
         let mut w = Writer::with_capacity(96);
         if let Value::Redacted(r) = &self.value {
-            w.u8(DATOM_FORMAT_REDACTED).raw(&r.datom_hash.0);
+            // A salted datom keeps its value's commitment, from which its hash is recomputed
+            // with every other field; an unsalted one can keep only its hash.
+            w.u8(DATOM_FORMAT_REDACTED);
+            match &r.commitment {
+                Some(c) => w.raw(&c.0),
+                None => w.raw(&r.datom_hash.0),
+            };
+            let salted = if r.commitment.is_some() {
+                REDACTED_WAS_SALTED
+            } else {
+                0
+            };
             match &self.branch {
-                None => w.u8(0).str(self.namespace.as_str()),
-                Some(branch) => w.u8(1).str(self.namespace.as_str()).str(branch.as_str()),
+                None => w.u8(salted).str(self.namespace.as_str()),
+                Some(branch) => w
+                    .u8(salted | REDACTED_ON_BRANCH)
+                    .str(self.namespace.as_str())
+                    .str(branch.as_str()),
             };
             w.u64(self.entity.0).str(self.attribute.as_str());
             w.u8(r.value_type.tag()).u64(r.by_tx.0).u32(r.value_ordinal);
             self.write_rest(&mut w);
             return w.finish();
         }
-        match &self.branch {
-            None => w.u8(DATOM_FORMAT_VERSION).str(self.namespace.as_str()),
-            Some(branch) => w
-                .u8(DATOM_FORMAT_VERSION_BRANCH)
-                .str(self.namespace.as_str())
-                .str(branch.as_str()),
-        };
-        w.u64(self.entity.0).str(self.attribute.as_str());
+        self.write_head(&mut w, self.salt.is_some());
+        if let Some(salt) = &self.salt {
+            w.raw(salt);
+        }
         encode_value(&mut w, &self.value);
         self.write_rest(&mut w);
         w.finish()
+    }
+
+    /// The version byte, namespace, branch, entity and attribute: the fields before the value.
+    fn write_head(&self, w: &mut Writer, salted: bool) {
+        let version = match (&self.branch, salted) {
+            (None, false) => DATOM_FORMAT_VERSION,
+            (Some(_), false) => DATOM_FORMAT_VERSION_BRANCH,
+            (None, true) => DATOM_FORMAT_SALTED,
+            (Some(_), true) => DATOM_FORMAT_SALTED_BRANCH,
+        };
+        w.u8(version).str(self.namespace.as_str());
+        if let Some(branch) = &self.branch {
+            w.str(branch.as_str());
+        }
+        w.u64(self.entity.0).str(self.attribute.as_str());
     }
 
     /// The fields after the value, in every format.
@@ -263,8 +320,29 @@ impl Datom {
         write_provenance(w, &self.provenance);
     }
 
+    /// Whether the datom's hash commits to its value through a salt: it has one, or it had
+    /// one and it went with its redacted value.
+    pub fn salted(&self) -> bool {
+        match &self.value {
+            Value::Redacted(r) => r.commitment.is_some(),
+            _ => self.salt.is_some(),
+        }
+    }
+
+    /// The hash of a salted datom, from its value's `commitment` ([`value_commitment`]) and
+    /// every field but the value (which it ignores): how a reader that was not sent the value
+    /// (redacted, or withheld by its grants) binds the fields it was sent to the hash.
+    pub fn hash_with_commitment(&self, commitment: &Hash) -> Hash {
+        let mut w = Writer::with_capacity(128);
+        self.write_head(&mut w, true);
+        w.raw(&commitment.0);
+        self.write_rest(&mut w);
+        Hash::of(&w.finish())
+    }
+
     /// This datom with its value replaced by the marker of redaction `by_tx` (`value_ordinal`:
-    /// see [`Redacted`]). An already redacted datom is returned unchanged.
+    /// see [`Redacted`]), and its salt gone with it. An already redacted datom is returned
+    /// unchanged.
     pub fn redact(&self, by_tx: TxId, value_ordinal: u32) -> Datom {
         if self.value.redacted().is_some() {
             return self.clone();
@@ -275,7 +353,9 @@ impl Datom {
                 by_tx,
                 value_ordinal,
                 datom_hash: self.hash(),
+                commitment: self.salt.map(|salt| value_commitment(&salt, &self.value)),
             })),
+            salt: None,
             ..self.clone()
         }
     }
@@ -285,23 +365,28 @@ impl Datom {
     pub fn decode(bytes: &[u8]) -> Result<Datom, DecodeError> {
         let mut r = Reader::new(bytes);
         let version = r.u8("format version")?;
-        let kept_hash = match version {
-            DATOM_FORMAT_VERSION | DATOM_FORMAT_VERSION_BRANCH => None,
-            DATOM_FORMAT_REDACTED => Some(r.hash("kept datom hash")?),
-            _ => return Err(DecodeError::Version(version)),
-        };
-        let has_branch = match kept_hash {
-            None => version == DATOM_FORMAT_VERSION_BRANCH,
-            Some(_) => match r.u8("branch flag")? {
-                0 => false,
-                1 => true,
-                tag => {
+        // Of a redacted datom: its kept hash, or (salted) its value's commitment.
+        let (kept, has_branch, salted) = match version {
+            DATOM_FORMAT_VERSION => (None, false, false),
+            DATOM_FORMAT_VERSION_BRANCH => (None, true, false),
+            DATOM_FORMAT_SALTED => (None, false, true),
+            DATOM_FORMAT_SALTED_BRANCH => (None, true, true),
+            DATOM_FORMAT_REDACTED => {
+                let kept = r.hash("kept datom hash or value commitment")?;
+                let flags = r.u8("redacted datom flags")?;
+                if flags & !(REDACTED_ON_BRANCH | REDACTED_WAS_SALTED) != 0 {
                     return Err(DecodeError::Tag {
-                        what: "branch flag",
-                        tag,
+                        what: "redacted datom flags",
+                        tag: flags,
                     });
                 }
-            },
+                (
+                    Some(kept),
+                    flags & REDACTED_ON_BRANCH != 0,
+                    flags & REDACTED_WAS_SALTED != 0,
+                )
+            }
+            _ => return Err(DecodeError::Version(version)),
         };
         let namespace = Namespace::new(r.string("namespace")?)?;
         let branch = if has_branch {
@@ -311,9 +396,17 @@ impl Datom {
         };
         let entity = EntityId(r.u64("entity")?);
         let attribute = Attribute::new(r.string("attribute")?)?;
-        let value = match kept_hash {
+        let salt = match (&kept, salted) {
+            (None, true) => {
+                let mut salt = [0u8; SALT_BYTES];
+                salt.copy_from_slice(r.take(SALT_BYTES, "salt")?);
+                Some(salt)
+            }
+            _ => None,
+        };
+        let value = match kept {
             None => decode_value(&mut r)?,
-            Some(datom_hash) => {
+            Some(kept) => {
                 let tag = r.u8("value type")?;
                 let value_type = ValueType::from_tag(tag).ok_or(DecodeError::Tag {
                     what: "value type",
@@ -323,7 +416,9 @@ impl Datom {
                     value_type,
                     by_tx: TxId(r.u64("redacting tx")?),
                     value_ordinal: r.u32("redacted value ordinal")?,
-                    datom_hash,
+                    // Recomputed below from the commitment when salted.
+                    datom_hash: kept,
+                    commitment: salted.then_some(kept),
                 }))
             }
         };
@@ -334,7 +429,7 @@ impl Datom {
         let provenance = read_provenance(&mut r)?;
         provenance.validate()?;
         r.finish()?;
-        Ok(Datom {
+        let mut datom = Datom {
             namespace,
             branch,
             entity,
@@ -345,15 +440,36 @@ impl Datom {
             valid_to_ns,
             tx,
             provenance,
-        })
+            salt,
+        };
+        let recomputed = match &datom.value {
+            Value::Redacted(r) => r.commitment.map(|c| datom.hash_with_commitment(&c)),
+            _ => None,
+        };
+        if let (Some(hash), Value::Redacted(r)) = (recomputed, &mut datom.value) {
+            r.datom_hash = hash;
+        }
+        Ok(datom)
     }
 
-    /// The content address: blake3 of the canonical encoding (of a redacted datom: the hash
-    /// kept from before its value went).
+    /// The content address, which the transaction's audit entry commits to: blake3 of the
+    /// canonical encoding for an unsalted datom; for a salted one, blake3 of that encoding with
+    /// the salt and value replaced by their [`value_commitment`]; for a redacted datom, the
+    /// hash from before its value went (recomputed from the kept commitment when salted).
     pub fn hash(&self) -> Hash {
-        match &self.value {
-            Value::Redacted(r) => r.datom_hash,
-            _ => Hash::of(&self.encode()),
+        match (&self.value, &self.salt) {
+            (Value::Redacted(r), _) => r.datom_hash,
+            (_, None) => Hash::of(&self.encode()),
+            (value, Some(salt)) => self.hash_with_commitment(&value_commitment(salt, value)),
+        }
+    }
+
+    /// [`Datom::hash`] when the caller already holds the datom's [`Datom::encode`]: the same
+    /// hash, without encoding an unsalted datom twice.
+    pub fn hash_with_encoding(&self, encoded: &[u8]) -> Hash {
+        match (&self.value, &self.salt) {
+            (Value::Redacted(_), _) | (_, Some(_)) => self.hash(),
+            (_, None) => Hash::of(encoded),
         }
     }
 
@@ -385,7 +501,82 @@ mod tests {
                 confidence: 0.75,
                 status: Status::Candidate,
             },
+            salt: None,
         }
+    }
+
+    #[test]
+    fn a_salted_datom_commits_to_its_salt_and_round_trips() {
+        for branch in [None, Some(BranchName::new("plan-a").unwrap())] {
+            let mut d = sample();
+            d.branch = branch.clone();
+            let unsalted = d.hash();
+            d.salt = Some(salt_of(&[7; 32], 0));
+            let bytes = d.encode();
+            let expected = if branch.is_some() {
+                DATOM_FORMAT_SALTED_BRANCH
+            } else {
+                DATOM_FORMAT_SALTED
+            };
+            assert_eq!(bytes[0], expected);
+            assert_eq!(Datom::decode(&bytes).unwrap(), d);
+            assert_ne!(d.hash(), unsalted, "the salt is part of the content address");
+            let mut other = d.clone();
+            other.salt = Some(salt_of(&[7; 32], 1));
+            assert_ne!(
+                other.hash(),
+                d.hash(),
+                "each datom of an entry has a salt of its own"
+            );
+            for cut in 0..bytes.len() {
+                assert!(Datom::decode(&bytes[..cut]).is_err(), "cut at {cut}");
+            }
+        }
+    }
+
+    #[test]
+    fn salts_come_from_the_seed_and_the_ordinal_alone() {
+        assert_eq!(salt_of(&[1; 32], 3), salt_of(&[1; 32], 3));
+        assert_ne!(salt_of(&[1; 32], 3), salt_of(&[1; 32], 4));
+        assert_ne!(salt_of(&[1; 32], 3), salt_of(&[2; 32], 3));
+    }
+
+    #[test]
+    fn redacting_a_salted_datom_destroys_the_salt_and_says_it_had_one() {
+        for branch in [None, Some(BranchName::new("plan-a").unwrap())] {
+            let mut d = sample();
+            d.branch = branch.clone();
+            let salt = salt_of(&[9; 32], 2);
+            d.salt = Some(salt);
+            let hash = d.hash();
+            let redacted = d.redact(TxId(40), 0);
+            assert_eq!(redacted.salt, None);
+            assert_eq!(redacted.hash(), hash);
+            let bytes = redacted.encode();
+            assert!(
+                !bytes.windows(salt.len()).any(|w| w == salt),
+                "the salt's bytes are gone"
+            );
+            let back = Datom::decode(&bytes).unwrap();
+            assert_eq!(back.branch, branch);
+            assert_eq!(back.hash(), hash);
+            assert!(back.salted());
+            // Every kept field is bound to the hash through the commitment: a changed agent
+            // gives another hash, which the entry's content hash then refuses.
+            let mut forged = back.clone();
+            forged.provenance.agent = "someone-else".into();
+            let forged = Datom::decode(&forged.encode()).unwrap();
+            assert_ne!(forged.hash(), hash);
+            // A datom written before salts says so once redacted: its kept hash is guessable.
+            let mut old = sample();
+            old.branch = branch;
+            let old = Datom::decode(&old.redact(TxId(40), 0).encode()).unwrap();
+            assert!(!old.salted());
+        }
+        // Flag bits this build does not know are refused, not ignored.
+        let mut bytes = sample().redact(TxId(40), 0).encode();
+        bytes[33] |= 4;
+        assert!(Datom::decode(&bytes).is_err());
     }
 
     #[test]

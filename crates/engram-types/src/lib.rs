@@ -25,7 +25,7 @@ mod tx_codec;
 mod value;
 
 pub use attribute::Attribute;
-pub use datom::{Datom, Op, Provenance, Status};
+pub use datom::{Datom, Op, Provenance, Status, salt_of, value_commitment};
 pub use error::{DecodeError, ValidationError};
 pub use excerpt::{EXCERPT_MAX_BYTES, Excerpt, clip, excerpt};
 pub use hash::Hash;
@@ -52,6 +52,22 @@ pub const DATOM_FORMAT_VERSION_BRANCH: u8 = 2;
 /// value replaced by its [`Redacted`] marker. It is a stored form only, never hashed: the
 /// kept hash is the datom's hash.
 pub const DATOM_FORMAT_REDACTED: u8 = 3;
+
+/// Format version of a datom on main whose value is committed to with a salt: version 1 with
+/// the datom's [`Salt`] between the attribute and the value. The salt is part of what is
+/// hashed, so the kept hash of a redacted datom cannot be tested against guessed values
+/// (`docs/AUDIT.md`, "Redaction's threat model"); it is destroyed with the value.
+pub const DATOM_FORMAT_SALTED: u8 = 4;
+
+/// [`DATOM_FORMAT_SALTED`] for a datom written on a branch (version 2 with the salt).
+pub const DATOM_FORMAT_SALTED_BRANCH: u8 = 5;
+
+/// Bytes of a datom's salt.
+pub const SALT_BYTES: usize = 16;
+
+/// A datom's salt: chosen at random (derived from the seed the leader puts in the log entry,
+/// [`salt_of`]), never derived from anything a reader of the chain could know.
+pub type Salt = [u8; SALT_BYTES];
 
 /// Largest string, keyword, bytes or json payload of one value, in bytes.
 pub const MAX_VALUE_BYTES: usize = 1 << 20;

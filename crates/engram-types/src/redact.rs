@@ -143,36 +143,48 @@ pub fn parse_redacted_request(bytes: &[u8]) -> Option<TxId> {
 }
 
 /// A redacted datom as the record lists it: enough for a verifier to find it in its
-/// transaction and check the kept hash.
+/// transaction and check the kept hash, and whether that hash was salted (so the stored
+/// datom's word on it is bound to the chain: a store cannot claim a salt it never had).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RedactedRef {
     pub tx: TxId,
     pub seq: u32,
     pub hash: Hash,
+    pub salted: bool,
 }
 
 impl RedactedRef {
-    pub const ENCODED_BYTES: usize = 8 + 4 + 32;
+    pub const ENCODED_BYTES: usize = 8 + 4 + 32 + 1;
+    /// A record written before salts lists its datoms without the flag: none was salted.
+    const UNFLAGGED_BYTES: usize = 8 + 4 + 32;
 
     pub fn encode(&self) -> Vec<u8> {
         let mut out = Vec::with_capacity(Self::ENCODED_BYTES);
         out.extend_from_slice(&self.tx.0.to_be_bytes());
         out.extend_from_slice(&self.seq.to_be_bytes());
         out.extend_from_slice(&self.hash.0);
+        out.push(u8::from(self.salted));
         out
     }
 
     pub fn decode(bytes: &[u8]) -> Option<RedactedRef> {
-        if bytes.len() != Self::ENCODED_BYTES {
-            return None;
-        }
+        let salted = match bytes.len() {
+            Self::UNFLAGGED_BYTES => false,
+            Self::ENCODED_BYTES => match bytes[Self::UNFLAGGED_BYTES] {
+                0 => false,
+                1 => true,
+                _ => return None,
+            },
+            _ => return None,
+        };
         let tx = u64::from_be_bytes(bytes[..8].try_into().ok()?);
         let seq = u32::from_be_bytes(bytes[8..12].try_into().ok()?);
-        let hash: [u8; 32] = bytes[12..].try_into().ok()?;
+        let hash: [u8; 32] = bytes[12..Self::UNFLAGGED_BYTES].try_into().ok()?;
         Some(RedactedRef {
             tx: TxId(tx),
             seq,
             hash: Hash(hash),
+            salted,
         })
     }
 
@@ -219,13 +231,32 @@ mod tests {
 
     #[test]
     fn a_listed_datom_round_trips() {
-        let r = RedactedRef {
+        for salted in [false, true] {
+            let r = RedactedRef {
+                tx: TxId(9),
+                seq: 3,
+                hash: Hash([7; 32]),
+                salted,
+            };
+            assert_eq!(RedactedRef::decode(&r.encode()), Some(r));
+            assert_eq!(RedactedRef::decode(&r.encode()[2..]), None);
+            // A record from before salts: 44 bytes, no flag, nothing salted.
+            let unflagged = &r.encode()[..44];
+            let old = RedactedRef::decode(unflagged).unwrap();
+            assert_eq!(
+                (old.tx, old.seq, old.hash, old.salted),
+                (r.tx, r.seq, r.hash, false)
+            );
+        }
+        let mut bad = RedactedRef {
             tx: TxId(9),
             seq: 3,
             hash: Hash([7; 32]),
-        };
-        assert_eq!(RedactedRef::decode(&r.encode()), Some(r));
-        assert_eq!(RedactedRef::decode(&r.encode()[1..]), None);
+            salted: true,
+        }
+        .encode();
+        bad[44] = 2;
+        assert_eq!(RedactedRef::decode(&bad), None, "an unknown flag is refused");
     }
 
     #[test]

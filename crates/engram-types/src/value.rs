@@ -48,6 +48,13 @@ pub struct Redacted {
     pub value_ordinal: u32,
     /// The datom's hash as its transaction committed to it.
     pub datom_hash: crate::Hash,
+    /// Of a salted datom (`DATOM_FORMAT_SALTED`): its value's commitment
+    /// (`engram_types::value_commitment`), kept so that `datom_hash` is recomputed from it and
+    /// every other field (none of them can be changed unseen), while the salt that made it is
+    /// destroyed. `None` for a datom written before salts, which keeps only its hash: a guess
+    /// of the value can be tested against that hash, and its other fields are not bound to it.
+    #[serde(default)]
+    pub commitment: Option<crate::Hash>,
 }
 
 /// Two redacted values are equal when one redaction took equal values: the kept datom hashes

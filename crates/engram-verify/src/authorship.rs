@@ -486,6 +486,7 @@ mod tests {
             valid_to_ns: None,
             tx: TxId(9),
             provenance: provenance(agent),
+            salt: None,
         }
     }
 

@@ -119,8 +119,9 @@ pub struct RedactedReport {
     pub entry: u64,
     pub seq: u32,
     pub by_entry: u64,
-    /// The kept hash is of the datom's unsalted encoding: whoever holds a guess of the value
-    /// can test it against the hash (true for every datom format written so far).
+    /// The kept hash is of the datom's unsalted encoding (formats 1 and 2, written before
+    /// salts): whoever holds a guess of the value can test it against the hash. `false`: the
+    /// hash was salted (formats 4 and 5), as the redaction record lists it.
     pub guessable: bool,
 }
 
@@ -228,8 +229,9 @@ struct Verifier<'a> {
     /// Redacted datoms seen, waiting for the record that must list them: (entry index, seq,
     /// what the record must list, the redacting tx).
     redacted: Vec<(u64, u32, RedactedRef, u64)>,
-    /// What the redaction records seen list: (tx, seq) -> (kept hash, record tx, record entry).
-    listed: HashMap<(u64, u32), (Hash, u64, u64)>,
+    /// What the redaction records seen list: (tx, seq) -> (kept hash and whether it was
+    /// salted, record tx, record entry).
+    listed: HashMap<(u64, u32), ((Hash, bool), u64, u64)>,
     /// Checkpoints seen, checked against the final key history at the end: (offset, note).
     checkpoints: Vec<(u64, SignedCheckpoint)>,
     /// The root at the pinned size, once the tree reached it.
@@ -495,10 +497,15 @@ impl<'a> Verifier<'a> {
                         tx: TxId(tx.tx),
                         seq,
                         hash: r.datom_hash,
+                        salted: r.commitment.is_some(),
                     };
                     self.redacted.push((index, seq, listed, r.by_tx.0));
                 }
-                None => hashes.push(Hash::of(bytes)),
+                // A salted datom hashes its value's commitment, not its stored bytes.
+                None => hashes.push(match &decoded_here {
+                    Ok(d) => d.hash_with_encoding(bytes),
+                    Err(_) => Hash::of(bytes),
+                }),
             }
             match decoded_here {
                 Ok(d) if d.tx.0 != tx.tx => self.fail(
@@ -528,7 +535,8 @@ impl<'a> Verifier<'a> {
         }
         if tx.namespace == engram_access::SYSTEM_NAMESPACE {
             for r in RedactedRef::listed_by(&decoded) {
-                self.listed.insert((r.tx.0, r.seq), (r.hash, tx.tx, index));
+                self.listed
+                    .insert((r.tx.0, r.seq), ((r.hash, r.salted), tx.tx, index));
             }
         }
         // A signed change's own datoms (a rotation, say) count from after its signature is
@@ -776,12 +784,14 @@ impl<'a> Verifier<'a> {
         let mut out = Vec::new();
         for (entry, seq, want, by_tx) in std::mem::take(&mut self.redacted) {
             match self.listed.get(&(want.tx.0, want.seq)) {
-                Some(&(hash, record_tx, record_entry)) if hash == want.hash && record_tx == by_tx && record_entry > entry => {
+                Some(&(listed, record_tx, record_entry))
+                    if listed == (want.hash, want.salted) && record_tx == by_tx && record_entry > entry =>
+                {
                     out.push(RedactedReport {
                         entry,
                         seq,
                         by_entry: record_entry,
-                        guessable: true,
+                        guessable: !want.salted,
                     })
                 }
                 _ => self.fail(

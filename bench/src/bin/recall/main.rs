@@ -115,6 +115,7 @@ fn datoms_of(e: u64, documents: u64, dimension: usize, tx: TxId) -> Vec<Datom> {
             status: Status::Candidate,
             ..Provenance::default()
         },
+        salt: None,
     };
     let mut datoms: Vec<Datom> = corpus::facts_of(e, dimension)
         .into_iter()

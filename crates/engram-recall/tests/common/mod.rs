@@ -36,6 +36,7 @@ pub fn datom(tx: u64, op: Op, entity: u64, attribute: &str, value: Value, agent:
             status: Status::Candidate,
             ..Provenance::default()
         },
+        salt: None,
     }
 }
 

@@ -313,6 +313,8 @@ impl pb::cluster_server::Cluster for ClusterService {
             } else {
                 head.hash.0.to_vec()
             },
+            redactions_applied_index: s.redactions_applied_index,
+            redactions_purged_index: s.redactions_purged_index,
         }))
     }
 

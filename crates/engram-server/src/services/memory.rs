@@ -266,6 +266,7 @@ fn redacted_pb(r: engram_core::redact::RedactedRef, d: &engram_types::Datom) -> 
             engram_types::Op::Assert => pb::Op::Assert,
             engram_types::Op::Retract => pb::Op::Retract,
         } as i32,
+        guessable: !r.salted,
     }
 }
 
@@ -336,8 +337,8 @@ fn shown(scope: Option<&ReadScope>, list: &[engram_types::Datom]) -> Vec<pb::Dat
 fn redact(scope: &ReadScope, list: &mut [pb::Datom]) {
     for d in list {
         if !scope.shows(&d.attribute) {
-            d.redacted = scope.reason(&d.attribute);
-            d.value = None;
+            let reason = scope.reason(&d.attribute);
+            engram_proto::withhold(d, reason);
         }
     }
 }

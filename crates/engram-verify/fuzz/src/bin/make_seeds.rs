@@ -125,6 +125,7 @@ impl Chain {
                         confidence: 0.5,
                         status: if i == 1 { Status::Verified } else { Status::Candidate },
                     },
+                    salt: None,
                 }
                 .encode()
             })

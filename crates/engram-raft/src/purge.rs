@@ -1,0 +1,206 @@
+//! The purge after a redaction. Applying a redaction takes its values out of the state, but
+//! their bytes stay elsewhere on this node: in the Raft log entries that wrote them, in
+//! snapshots built before, and in the store engine's files (old versions of rewritten rows,
+//! deleted index rows, write-ahead log files) until compaction. Each node purges its own,
+//! in the background, never on the apply path: it builds a snapshot at or after the
+//! redaction (which holds only redacted forms), purges its Raft log through the redaction
+//! (older snapshot chunks go when the new snapshot becomes current), then compacts the whole
+//! store ([`engram_storage::Store::compact`]).
+//!
+//! Progress: the last redaction in this node's state (a replicated row,
+//! `engram_core::keys::META_LAST_REDACTION`, so a node learns of a redaction whether it
+//! applied it or installed a snapshot made after it), and, node-local in the Raft space (never
+//! replicated, never in a snapshot), the last one whose purge finished here. A node that
+//! restarts with the first ahead of the second purges again; a purge that fails is retried.
+
+use std::io;
+use std::sync::Arc;
+use std::time::Duration;
+
+use engram_core::durability::{Write, durability};
+use engram_storage::{Space, Store, WriteBatch};
+use openraft::async_runtime::WatchReceiver;
+use tokio::sync::watch;
+use tracing::{info, warn};
+
+use crate::Raft;
+use crate::snapshots::Snapshots;
+
+/// Raft-space row: the log index of the last redaction whose purge finished on this node.
+const REDACTIONS_PURGED: &[u8] = b"redactions/purged";
+
+/// How long a purge waits for a redaction burst to end before it starts: one snapshot and one
+/// compaction then cover every redaction of the burst.
+const SETTLE: Duration = Duration::from_millis(500);
+/// How long each step (the snapshot, the log purge) may take before the purge is retried.
+const STEP_TIMEOUT: Duration = Duration::from_secs(60);
+/// The wait before a failed purge is tried again.
+const RETRY: Duration = Duration::from_secs(5);
+
+/// Reads this module's index row (0: none).
+fn read_index(store: &dyn Store, key: &[u8]) -> io::Result<u64> {
+    match store.get(Space::Raft, key).map_err(io::Error::other)? {
+        None => Ok(0),
+        Some(bytes) => <[u8; 8]>::try_from(bytes.as_slice())
+            .map(u64::from_be_bytes)
+            .map_err(|_| {
+                io::Error::other(format!(
+                    "row {}: {} bytes, expected 8",
+                    String::from_utf8_lossy(key),
+                    bytes.len()
+                ))
+            }),
+    }
+}
+
+/// Where this node's purges stand, as log indexes of redactions.
+#[derive(Clone, Debug)]
+pub struct PurgeProgress {
+    /// The last redaction applied here.
+    pub applied: watch::Receiver<u64>,
+    /// The last redaction whose values are gone from this node's files.
+    pub purged: watch::Receiver<u64>,
+}
+
+/// Starts this node's purge task, following `applied` (the state machine's last applied
+/// redaction). It ends when the state machine is dropped.
+pub(crate) fn spawn(
+    raft: Raft,
+    store: Arc<dyn Store>,
+    snapshots: Arc<Snapshots>,
+    applied: watch::Receiver<u64>,
+) -> io::Result<PurgeProgress> {
+    let (purged_tx, purged) = watch::channel(read_index(&*store, REDACTIONS_PURGED)?);
+    let progress = PurgeProgress {
+        applied: applied.clone(),
+        purged,
+    };
+    let node = Purger {
+        raft,
+        store,
+        snapshots,
+    };
+    tokio::spawn(node.follow(applied, purged_tx));
+    Ok(progress)
+}
+
+/// What a purge works on: this node's Raft, its store, and its snapshots.
+struct Purger {
+    raft: Raft,
+    store: Arc<dyn Store>,
+    snapshots: Arc<Snapshots>,
+}
+
+/// The node stopped: nothing more to purge.
+struct Stop;
+
+enum Attempt {
+    Stopped,
+    Failed(String),
+}
+
+impl Purger {
+    async fn follow(self, mut applied: watch::Receiver<u64>, purged: watch::Sender<u64>) {
+        loop {
+            let target = *applied.borrow_and_update();
+            if target > *purged.borrow() {
+                tokio::time::sleep(SETTLE).await;
+                // Redactions applied meanwhile are covered by the same purge.
+                let target = *applied.borrow_and_update();
+                match self.purge_through(target).await {
+                    Ok(()) => {
+                        purged.send_replace(target);
+                        info!(
+                            log_index = target,
+                            "redacted values purged from the Raft log, the snapshots and the store's files"
+                        );
+                    }
+                    Err(Stop) => return,
+                }
+                continue;
+            }
+            if applied.changed().await.is_err() {
+                return;
+            }
+        }
+    }
+
+    /// Purges the values of every redaction up to log index `target`, retrying until it is
+    /// done or the node stops.
+    async fn purge_through(&self, target: u64) -> Result<(), Stop> {
+        loop {
+            match self.attempt(target).await {
+                Ok(()) => return Ok(()),
+                Err(Attempt::Stopped) => return Err(Stop),
+                Err(Attempt::Failed(why)) => {
+                    warn!(log_index = target, %why, "purge after a redaction failed; retrying");
+                    tokio::time::sleep(RETRY).await;
+                }
+            }
+        }
+    }
+
+    async fn attempt(&self, target: u64) -> Result<(), Attempt> {
+        let raft = &self.raft;
+        let covered = |id: Option<&crate::LogId>| id.is_some_and(|id| id.index() >= target);
+        let metrics = raft.metrics().borrow_watched().clone();
+        if metrics.running_state.is_err() {
+            return Err(Attempt::Stopped);
+        }
+        // A snapshot at or after the redaction: it holds only the redacted forms, and lets the
+        // log before it go.
+        if !covered(metrics.snapshot.as_ref()) {
+            raft.trigger().snapshot().await.map_err(|_| Attempt::Stopped)?;
+            raft.wait(Some(STEP_TIMEOUT))
+                .metrics(
+                    |m| covered(m.snapshot.as_ref()),
+                    "a snapshot covering the redaction",
+                )
+                .await
+                .map_err(|e| Attempt::Failed(format!("snapshot: {e}")))?;
+        }
+        // The snapshots before it, kept for peers that may still read them.
+        self.snapshots
+            .drop_superseded()
+            .map_err(|e| Attempt::Failed(format!("older snapshots: {e}")))?;
+        // The log entries that wrote the values (everything through the redaction).
+        raft.trigger()
+            .purge_log(target)
+            .await
+            .map_err(|_| Attempt::Stopped)?;
+        raft.wait(Some(STEP_TIMEOUT))
+            .metrics(
+                |m| covered(m.purged.as_ref()),
+                "the log purged through the redaction",
+            )
+            .await
+            .map_err(|e| Attempt::Failed(format!("log purge: {e}")))?;
+        // The files: old versions of rewritten rows, deleted rows and log entries, old
+        // snapshot chunks, and the write-ahead log files that held any of them.
+        compact(self.store.clone()).await.map_err(Attempt::Failed)?;
+        let mut row = WriteBatch::new();
+        row.put(
+            Space::Raft,
+            REDACTIONS_PURGED.to_vec(),
+            target.to_be_bytes().to_vec(),
+        );
+        self.store
+            .write(row, durability(Write::RedactionPurged))
+            .map_err(|e| Attempt::Failed(format!("recording the purge: {e}")))
+    }
+}
+
+/// Compacts the store on a thread of its own: it can take long on a large store.
+#[cfg(not(madsim))]
+async fn compact(store: Arc<dyn Store>) -> Result<(), String> {
+    tokio::task::spawn_blocking(move || store.compact())
+        .await
+        .map_err(|e| format!("compaction task: {e}"))?
+        .map_err(|e| format!("compaction: {e}"))
+}
+
+/// Inside the simulation the store is in memory (nothing to compact) and no thread may start.
+#[cfg(madsim)]
+async fn compact(store: Arc<dyn Store>) -> Result<(), String> {
+    store.compact().map_err(|e| format!("compaction: {e}"))
+}
