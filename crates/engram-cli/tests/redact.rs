@@ -305,11 +305,12 @@ async fn a_redacted_value_is_purged_from_every_file_of_every_node() {
     };
     // A marker no other byte sequence of the store can hold by chance, written once: LZ4 keeps
     // a string seen once in a block as it is, so a compressed table holding it still shows it.
-    let now_ns = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_nanos();
-    let marker = format!("purge-marker-{:x}-{now_ns:x}", std::process::id());
+    // (The temporary directory's name is random.)
+    let marker = format!(
+        "purge-marker-{:x}-{}",
+        std::process::id(),
+        dir.path().file_name().unwrap().to_string_lossy()
+    );
     let written = cli.ok(
         None,
         &["transact"],

@@ -229,9 +229,8 @@ struct Verifier<'a> {
     /// Redacted datoms seen, waiting for the record that must list them: (entry index, seq,
     /// what the record must list, the redacting tx).
     redacted: Vec<(u64, u32, RedactedRef, u64)>,
-    /// What the redaction records seen list: (tx, seq) -> (kept hash and whether it was
-    /// salted, record tx, record entry).
-    listed: HashMap<(u64, u32), ((Hash, bool), u64, u64)>,
+    /// What the redaction records seen list, by the (tx, seq) of each datom listed.
+    listed: HashMap<(u64, u32), Listing>,
     /// Checkpoints seen, checked against the final key history at the end: (offset, note).
     checkpoints: Vec<(u64, SignedCheckpoint)>,
     /// The root at the pinned size, once the tree reached it.
@@ -535,8 +534,15 @@ impl<'a> Verifier<'a> {
         }
         if tx.namespace == engram_access::SYSTEM_NAMESPACE {
             for r in RedactedRef::listed_by(&decoded) {
-                self.listed
-                    .insert((r.tx.0, r.seq), ((r.hash, r.salted), tx.tx, index));
+                self.listed.insert(
+                    (r.tx.0, r.seq),
+                    Listing {
+                        hash: r.hash,
+                        salted: r.salted,
+                        record_tx: tx.tx,
+                        record_entry: index,
+                    },
+                );
             }
         }
         // A signed change's own datoms (a rotation, say) count from after its signature is
@@ -784,13 +790,15 @@ impl<'a> Verifier<'a> {
         let mut out = Vec::new();
         for (entry, seq, want, by_tx) in std::mem::take(&mut self.redacted) {
             match self.listed.get(&(want.tx.0, want.seq)) {
-                Some(&(listed, record_tx, record_entry))
-                    if listed == (want.hash, want.salted) && record_tx == by_tx && record_entry > entry =>
+                Some(l)
+                    if (l.hash, l.salted) == (want.hash, want.salted)
+                        && l.record_tx == by_tx
+                        && l.record_entry > entry =>
                 {
                     out.push(RedactedReport {
                         entry,
                         seq,
-                        by_entry: record_entry,
+                        by_entry: l.record_entry,
                         guessable: !want.salted,
                     })
                 }
@@ -960,6 +968,15 @@ fn hex(bytes: &[u8]) -> String {
 /// The Merkle leaf hash Engram uses for an audit entry hash.
 pub fn leaf_hash(entry_hash: &Hash) -> [u8; 32] {
     Blake3::hash_leaf(entry_hash.as_bytes())
+}
+
+/// One datom as a redaction record lists it: its kept hash, whether that hash was salted, and
+/// the record's transaction and audit entry.
+struct Listing {
+    hash: Hash,
+    salted: bool,
+    record_tx: u64,
+    record_entry: u64,
 }
 
 #[cfg(test)]
