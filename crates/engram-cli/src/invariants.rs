@@ -92,7 +92,10 @@ impl StoredDatom {
                 valid_to_ns: d.valid_to_ns,
                 tx: TxId(d.tx),
                 provenance: engram_proto::provenance(d.provenance.clone()).ok()?,
-                salt: None,
+                salt: match d.salt.as_slice() {
+                    [] => None,
+                    salt => Some(engram_types::Salt::try_from(salt).ok()?),
+                },
             };
             Some(datom.hash())
         })();

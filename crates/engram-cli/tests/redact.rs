@@ -112,6 +112,18 @@ fn files_holding(dir: &Path, needle: &[u8]) -> Vec<std::path::PathBuf> {
     found
 }
 
+/// A started and initialised 3-node cluster under `dir`, and the CLI against node `answering`.
+async fn three_nodes(dir: &Path, answering: u64) -> (LocalCluster, Cli) {
+    let ports = free_ports(3).unwrap();
+    let mut cluster = LocalCluster::start(Path::new(EXE), dir, &ports, &[]).unwrap();
+    cluster.wait_all_answer(Duration::from_secs(60)).await.unwrap();
+    cluster.init(Duration::from_secs(30)).await.unwrap();
+    let cli = Cli {
+        endpoint: cluster.node(answering).unwrap().endpoint(),
+    };
+    (cluster, cli)
+}
+
 fn verify_each(cluster: &LocalCluster) {
     let out = common::verify_each(EXE, &cluster.endpoints());
     assert_eq!(
@@ -125,14 +137,8 @@ fn verify_each(cluster: &LocalCluster) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn forgetting_through_the_cli_keeps_every_chain_and_export_verifying() {
     let dir = tempfile::tempdir().unwrap();
-    let ports = free_ports(3).unwrap();
-    let mut cluster = LocalCluster::start(Path::new(EXE), dir.path(), &ports, &[]).unwrap();
-    cluster.wait_all_answer(Duration::from_secs(60)).await.unwrap();
-    cluster.init(Duration::from_secs(30)).await.unwrap();
     // Node 2 answers: a follower most of the time, so the redaction is forwarded.
-    let cli = Cli {
-        endpoint: cluster.node(2).unwrap().endpoint(),
-    };
+    let (cluster, cli) = three_nodes(dir.path(), 2).await;
     let written = cli.ok(None, &["transact"], Some(&person("crm-agent")));
     let entity = written["temp_ids"]["p"].as_u64().unwrap().to_string();
     let e = entity.as_str();
@@ -296,13 +302,7 @@ async fn forgetting_through_the_cli_keeps_every_chain_and_export_verifying() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_redacted_value_is_purged_from_every_file_of_every_node() {
     let dir = tempfile::tempdir().unwrap();
-    let ports = free_ports(3).unwrap();
-    let mut cluster = LocalCluster::start(Path::new(EXE), dir.path(), &ports, &[]).unwrap();
-    cluster.wait_all_answer(Duration::from_secs(60)).await.unwrap();
-    cluster.init(Duration::from_secs(30)).await.unwrap();
-    let cli = Cli {
-        endpoint: cluster.node(1).unwrap().endpoint(),
-    };
+    let (mut cluster, cli) = three_nodes(dir.path(), 1).await;
     // A marker no other byte sequence of the store can hold by chance, written once: LZ4 keeps
     // a string seen once in a block as it is, so a compressed table holding it still shows it.
     // (The temporary directory's name is random.)

@@ -1354,6 +1354,17 @@ mod tests {
         }
     }
 
+    /// An unsigned redaction applied at log index `index`, the leader's clock at `index` µs.
+    fn redact_unsigned(engine: &mut Engine, index: u64, req: &RedactRequest) -> Result<TxOutcome, CoreError> {
+        engine.apply_redaction(
+            index,
+            index as i64 * 1_000,
+            req,
+            &PolicyActor::Unsigned(None),
+            WriteBatch::new(),
+        )
+    }
+
     fn stored_bytes_hold(store: &MemStore, needle: &[u8]) -> bool {
         state_bytes(store).iter().any(|(k, v)| {
             k.windows(needle.len()).any(|w| w == needle) || v.windows(needle.len()).any(|w| w == needle)
@@ -1373,14 +1384,7 @@ mod tests {
         assert!(stored_bytes_hold(&store, b"example.com"));
         let root_before = engine.head().tree_root().unwrap();
 
-        let receipt = engine
-            .apply_redaction(
-                21,
-                21_000,
-                &redaction(e, None),
-                &PolicyActor::Unsigned(None),
-                WriteBatch::new(),
-            )
+        let receipt = redact_unsigned(&mut engine, 21, &redaction(e, None))
             .unwrap()
             .unwrap();
         assert_eq!(receipt.tx, TxId(21));
@@ -1443,25 +1447,9 @@ mod tests {
         assert!(report.ok(), "{:?}", report.findings);
 
         // Nothing is left to take, an unknown entity is not found, and the slot takes new writes.
-        let again = engine
-            .apply_redaction(
-                22,
-                22_000,
-                &redaction(e, None),
-                &PolicyActor::Unsigned(None),
-                WriteBatch::new(),
-            )
-            .unwrap();
+        let again = redact_unsigned(&mut engine, 22, &redaction(e, None)).unwrap();
         assert!(matches!(again, Err(Rejection::NothingToRedact(_))), "{again:?}");
-        let unknown = engine
-            .apply_redaction(
-                23,
-                23_000,
-                &redaction(EntityId(999_999), None),
-                &PolicyActor::Unsigned(None),
-                WriteBatch::new(),
-            )
-            .unwrap();
+        let unknown = redact_unsigned(&mut engine, 23, &redaction(EntityId(999_999), None)).unwrap();
         assert_eq!(unknown, Err(Rejection::UnknownEntity(EntityId(999_999))));
         engine
             .apply_tx(
@@ -1487,14 +1475,7 @@ mod tests {
         let run = || {
             let (store, mut engine) = engine();
             let (e, _, _) = redacted_entity(&mut engine);
-            engine
-                .apply_redaction(
-                    21,
-                    21_000,
-                    &redaction(e, Some(":person/email")),
-                    &PolicyActor::Unsigned(None),
-                    WriteBatch::new(),
-                )
+            redact_unsigned(&mut engine, 21, &redaction(e, Some(":person/email")))
                 .unwrap()
                 .unwrap();
             (store, e)
@@ -1560,14 +1541,7 @@ mod tests {
         assert_eq!(read, written);
         assert!(verify_stored(&a).is_ok());
 
-        let receipt = engine_a
-            .apply_redaction(
-                21,
-                21_000,
-                &redaction(e, None),
-                &PolicyActor::Unsigned(None),
-                WriteBatch::new(),
-            )
+        let receipt = redact_unsigned(&mut engine_a, 21, &redaction(e, None))
             .unwrap()
             .unwrap();
         assert!(!stored_bytes_hold(&a, b"example.com"));

@@ -195,27 +195,18 @@ impl Snapshots {
             installs: AtomicU64::new(0),
         };
         snapshots.migrate_legacy()?;
-        let current = snapshots.recorded(CURRENT)?;
-        let installing = snapshots.recorded(INSTALLING)?;
-        let keep: Vec<u64> = [&current, &installing]
-            .into_iter()
-            .flatten()
-            .map(|r| r.data.id)
-            .collect();
-        let mut batch = WriteBatch::new();
-        delete_chunks_except(&mut batch, keep, u64::MAX);
-        snapshots
-            .store
-            .write(batch, durability(Write::SnapshotChunk))
-            .map_err(storage_err)?;
-        let installing = installing.map(|r| (r.meta, snapshots.stored(r.data)));
+        // Nothing streams from a node that is only opening.
+        snapshots.drop_superseded()?;
+        let installing = snapshots
+            .recorded(INSTALLING)?
+            .map(|r| (r.meta, snapshots.stored(r.data)));
         Ok((snapshots, installing))
     }
 
-    /// Deletes every snapshot's chunks but the current one's and an install's under way: the
-    /// snapshot the current one replaced is otherwise kept for a peer that may still be
-    /// reading it, and after a redaction it holds the values the purge must remove (a peer
-    /// reading it then fails its stream and is sent the current one).
+    /// Deletes every snapshot's chunks but the current one's and an install's under way: at
+    /// open, and in the purge after a redaction, where the snapshot the current one replaced
+    /// (otherwise kept for a peer that may still be reading it) holds the values the purge
+    /// must remove (a peer reading it then fails its stream and is sent the current one).
     pub fn drop_superseded(&self) -> io::Result<()> {
         let keep: Vec<u64> = [self.recorded(CURRENT)?, self.recorded(INSTALLING)?]
             .into_iter()
