@@ -80,7 +80,7 @@ pub(crate) fn spawn(
         store,
         snapshots,
     };
-    tokio::spawn(node.follow(applied, purged_tx));
+    tokio::task::spawn(node.follow(applied, purged_tx));
     Ok(progress)
 }
 
