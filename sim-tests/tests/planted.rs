@@ -6,8 +6,10 @@
 use engram_core::planted::PlantedBug;
 use engram_sim_tests::{Options, run_seed};
 
-/// Seeds tried per bug before the test gives up.
-const SEED_BOUND: u64 = 12;
+/// Seeds tried per bug before the test gives up. (24 since datoms carry salts: the larger log
+/// entries moved every schedule, and `SearchGapNotRead` is now first caught on seed 16; it is
+/// caught on 3 of the first 39 seeds.)
+const SEED_BOUND: u64 = 24;
 
 /// Runs seeds 0.. with `bug` planted until one fails, and checks that a checker that names
 /// the bug is among those that failed. With `ENGRAM_SIM_PLANTED_SEEDS=N` it runs all N seeds
@@ -197,14 +199,14 @@ fn accept_unauthenticated_peer_is_caught() {
 /// checker must fail on at least one of them (the sweep shows all of them pass without it).
 /// The seeds move whenever the fault schedule, the Raft timing, the start-up or the workload
 /// changes; find them again with `ENGRAM_SIM_BUG=ReadBeforeRestartCatchUp ENGRAM_SIM_SEEDS=400`
-/// on the seed sweep. These came from that search after leaders began ending the proposals
-/// they hold once they have heard from no quorum for a lease (caught by I6 on 102, 117 and 164
-/// of seeds 0-255, and on 275).
+/// on the seed sweep. These came from that search after log entries began carrying a salt seed
+/// and datoms their salts (the larger entries moved every schedule): caught by I6 on 8, 42,
+/// 140 and 252 of seeds 0-255.
 #[test]
 fn read_before_restart_catch_up_is_caught() {
     let bug = PlantedBug::ReadBeforeRestartCatchUp;
     let mut caught = Vec::new();
-    for seed in [102, 117, 164] {
+    for seed in [8, 42, 140] {
         let r = run_seed(
             seed,
             &Options {
@@ -220,7 +222,7 @@ fn read_before_restart_catch_up_is_caught() {
     }
     assert!(
         !caught.is_empty(),
-        "{bug:?} was not caught by I6 on seeds 102, 117, 164"
+        "{bug:?} was not caught by I6 on seeds 8, 42, 140"
     );
 }
 
