@@ -34,6 +34,8 @@ const REDACTIONS_PURGED: &[u8] = b"redactions/purged";
 const SETTLE: Duration = Duration::from_millis(500);
 /// How long each step (the snapshot, the log purge) may take before the purge is retried.
 const STEP_TIMEOUT: Duration = Duration::from_secs(60);
+/// How often a purge looks for the snapshot it asked for.
+const POLL: Duration = Duration::from_millis(20);
 /// The wait before a failed purge is tried again.
 const RETRY: Duration = Duration::from_secs(5);
 
@@ -143,26 +145,17 @@ impl Purger {
     async fn attempt(&self, target: u64) -> Result<(), Attempt> {
         let raft = &self.raft;
         let covered = |id: Option<&crate::LogId>| id.is_some_and(|id| id.index() >= target);
-        let metrics = raft.metrics().borrow_watched().clone();
-        if metrics.running_state.is_err() {
+        if raft.metrics().borrow_watched().running_state.is_err() {
             return Err(Attempt::Stopped);
         }
-        // A snapshot at or after the redaction: it holds only the redacted forms, and lets the
-        // log before it go.
-        if !covered(metrics.snapshot.as_ref()) {
-            raft.trigger().snapshot().await.map_err(|_| Attempt::Stopped)?;
-            raft.wait(Some(STEP_TIMEOUT))
-                .metrics(
-                    |m| covered(m.snapshot.as_ref()),
-                    "a snapshot covering the redaction",
-                )
-                .await
-                .map_err(|e| Attempt::Failed(format!("snapshot: {e}")))?;
+        // Two snapshots at or after the redaction, built one after the other. Making a snapshot
+        // current keeps the one it replaces (a peer may still be reading it) and deletes the
+        // ones before: the first build replaces the last snapshot made before the redaction,
+        // which holds its values, and the second build deletes it by that same rule. (Deleting
+        // it at once, while a peer might still stream it, stopped installs in the simulation.)
+        for _ in 0..2 {
+            self.fresh_snapshot(target).await?;
         }
-        // The snapshots before it, kept for peers that may still read them.
-        self.snapshots
-            .drop_superseded()
-            .map_err(|e| Attempt::Failed(format!("older snapshots: {e}")))?;
         // The log entries that wrote the values (everything through the redaction).
         raft.trigger()
             .purge_log(target)
@@ -187,6 +180,47 @@ impl Purger {
         self.store
             .write(row, durability(Write::RedactionPurged))
             .map_err(|e| Attempt::Failed(format!("recording the purge: {e}")))
+    }
+}
+
+impl Purger {
+    /// Has openraft build a snapshot now and waits until it is current and covers `target`.
+    async fn fresh_snapshot(&self, target: u64) -> Result<(), Attempt> {
+        let current = || -> Result<Option<(u64, u64)>, Attempt> {
+            let current = self
+                .snapshots
+                .current()
+                .map_err(|e| Attempt::Failed(format!("reading the current snapshot: {e}")))?;
+            Ok(current.map(|(meta, data)| (data.data.id, meta.last_log_id.map_or(0, |id| id.index()))))
+        };
+        let before = current()?.map(|(id, _)| id);
+        self.raft
+            .trigger()
+            .snapshot()
+            .await
+            .map_err(|_| Attempt::Stopped)?;
+        let built = async {
+            loop {
+                if let Some((id, index)) = current()?
+                    && Some(id) != before
+                    && index >= target
+                {
+                    return Ok(());
+                }
+                if self.raft.metrics().borrow_watched().running_state.is_err() {
+                    return Err(Attempt::Stopped);
+                }
+                tokio::time::sleep(POLL).await;
+            }
+        };
+        match tokio::time::timeout(STEP_TIMEOUT, built).await {
+            Ok(result) => result,
+            // A build already under way when the trigger came may end before the redaction;
+            // the retry triggers again.
+            Err(_) => Err(Attempt::Failed(
+                "no snapshot covering the redaction was built".into(),
+            )),
+        }
     }
 }
 

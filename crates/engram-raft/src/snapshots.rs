@@ -204,10 +204,8 @@ impl Snapshots {
     }
 
     /// Deletes every snapshot's chunks but the current one's and an install's under way: at
-    /// open, and in the purge after a redaction, where the snapshot the current one replaced
-    /// (otherwise kept for a peer that may still be reading it) holds the values the purge
-    /// must remove (a peer reading it then fails its stream and is sent the current one).
-    pub fn drop_superseded(&self) -> io::Result<()> {
+    /// open, when nothing can be reading any other.
+    fn drop_superseded(&self) -> io::Result<()> {
         let keep: Vec<u64> = [self.recorded(CURRENT)?, self.recorded(INSTALLING)?]
             .into_iter()
             .flatten()
