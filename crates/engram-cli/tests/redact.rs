@@ -112,6 +112,25 @@ fn files_holding(dir: &Path, needle: &[u8]) -> Vec<std::path::PathBuf> {
     found
 }
 
+/// Redacts `entity`'s `:person/email` through `cli`, with `reason`; the JSON answer.
+fn redact_email(cli: &Cli, entity: &str, reason: &str) -> Json {
+    cli.ok(
+        None,
+        &[
+            "redact",
+            "--ns",
+            NS,
+            "--entity",
+            entity,
+            "--attribute",
+            ":person/email",
+            "--reason",
+            reason,
+        ],
+        None,
+    )
+}
+
 /// A started and initialised 3-node cluster under `dir`, and the CLI against node `answering`.
 async fn three_nodes(dir: &Path, answering: u64) -> (LocalCluster, Cli) {
     let ports = free_ports(3).unwrap();
@@ -209,21 +228,7 @@ async fn forgetting_through_the_cli_keeps_every_chain_and_export_verifying() {
     assert_eq!(cli.head(), head, "refusals and a dry run write nothing");
 
     // The redaction: one datom, recorded in the chain with its reason.
-    let done = cli.ok(
-        None,
-        &[
-            "redact",
-            "--ns",
-            NS,
-            "--entity",
-            e,
-            "--attribute",
-            ":person/email",
-            "--reason",
-            "erasure 7",
-        ],
-        None,
-    );
+    let done = redact_email(&cli, e, "erasure 7");
     let by_tx = done["tx"].as_u64().unwrap();
     assert_eq!(
         done["datoms"], dry["datoms"],
@@ -345,21 +350,7 @@ async fn a_redacted_value_is_purged_from_every_file_of_every_node() {
             node.id
         );
     }
-    let done = cli.ok(
-        None,
-        &[
-            "redact",
-            "--ns",
-            NS,
-            "--entity",
-            &e,
-            "--attribute",
-            ":person/email",
-            "--reason",
-            "erasure request 19",
-        ],
-        None,
-    );
+    let done = redact_email(&cli, &e, "erasure request 19");
     let redaction = done["tx"].as_u64().unwrap();
     // Each node purges on its own, in the background; `cluster status` says when it is done.
     let endpoints = cluster.endpoints().join(",");

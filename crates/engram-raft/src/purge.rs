@@ -39,16 +39,19 @@ const POLL: Duration = Duration::from_millis(20);
 /// The wait before a failed purge is tried again.
 const RETRY: Duration = Duration::from_secs(5);
 
-/// Reads this module's index row (0: none).
-fn read_index(store: &dyn Store, key: &[u8]) -> io::Result<u64> {
-    match store.get(Space::Raft, key).map_err(io::Error::other)? {
+/// The log index of the last redaction purged on this node (0: none).
+fn purged_through(store: &dyn Store) -> io::Result<u64> {
+    match store
+        .get(Space::Raft, REDACTIONS_PURGED)
+        .map_err(io::Error::other)?
+    {
         None => Ok(0),
         Some(bytes) => <[u8; 8]>::try_from(bytes.as_slice())
             .map(u64::from_be_bytes)
             .map_err(|_| {
                 io::Error::other(format!(
                     "row {}: {} bytes, expected 8",
-                    String::from_utf8_lossy(key),
+                    String::from_utf8_lossy(REDACTIONS_PURGED),
                     bytes.len()
                 ))
             }),
@@ -72,7 +75,7 @@ pub(crate) fn spawn(
     snapshots: Arc<Snapshots>,
     applied: watch::Receiver<u64>,
 ) -> io::Result<PurgeProgress> {
-    let (purged_tx, purged) = watch::channel(read_index(&*store, REDACTIONS_PURGED)?);
+    let (purged_tx, purged) = watch::channel(purged_through(&*store)?);
     let progress = PurgeProgress {
         applied: applied.clone(),
         purged,
@@ -181,9 +184,7 @@ impl Purger {
             .write(row, durability(Write::RedactionPurged))
             .map_err(|e| Attempt::Failed(format!("recording the purge: {e}")))
     }
-}
 
-impl Purger {
     /// Has openraft build a snapshot now and waits until it is current and covers `target`.
     async fn fresh_snapshot(&self, target: u64) -> Result<(), Attempt> {
         let current = || -> Result<Option<(u64, u64)>, Attempt> {
