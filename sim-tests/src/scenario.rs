@@ -48,6 +48,9 @@ pub struct Options {
     /// by default: the extra requests change every seed's schedule, which the seed-pinned
     /// planted tests rely on; `ENGRAM_SIM_FORGETTING=1` turns it on for a sweep.
     pub forgetting: bool,
+    /// A snapshot every this many entries, whatever the draw said (a planted test that needs
+    /// snapshots at many points of the run).
+    pub snapshot_every_entries: Option<u64>,
 }
 
 /// What a seed did and found.
@@ -285,6 +288,9 @@ async fn simulate(options: Options) -> SimResult {
     if options.install_crashes {
         mix.crash_in_install = true;
     }
+    if let Some(every) = options.snapshot_every_entries {
+        mix.snapshot_every_entries = every;
+    }
     let pool = mix.pool_size();
     let skews: Vec<i64> = (0..pool).map(|_| draw_skew_ns(mix.clock_skew_ms)).collect();
     let settings = NodeSettings {
@@ -413,6 +419,7 @@ async fn simulate(options: Options) -> SimResult {
     });
 
     let mut monitor = Monitor::default();
+    monitor.speculation = options.forgetting.then(|| speculation.clone());
     let (mut fault_log, mut fault_counts) = {
         let mut driver = Driver::new(&mut cluster, mix.clone(), start);
         driver.run(&mut monitor).await;
@@ -526,6 +533,7 @@ async fn simulate(options: Options) -> SimResult {
         .map(|(id, n)| (*id, &*n.store as &dyn engram_storage::Store))
         .collect();
     violations.extend(crate::checkers::state_consistent::check(&all_stores));
+    violations.extend(crate::checkers::purged::check(&all_stores, &speculation));
     // As of a transaction every member has applied, so each can answer it from its own state.
     if let Some(as_of) = replicas
         .iter()

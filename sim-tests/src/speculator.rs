@@ -29,10 +29,31 @@ pub struct SpeculationLog {
     /// Acknowledged merges: (branch, merge tx, the value the branch wrote).
     pub merged: Mutex<Vec<(String, u64, String)>>,
     /// Acknowledged redactions of a plan written for it: (the plan's entity, the redaction's
-    /// record tx).
-    pub forgotten: Mutex<Vec<(u64, u64)>>,
+    /// record tx, the round whose secrets it took).
+    pub forgotten: Mutex<Vec<(u64, u64, u64)>>,
     pub abandoned: Mutex<Vec<String>>,
     pub stop: AtomicBool,
+}
+
+/// What every secret holds, followed by its round: no other value the simulation writes does.
+const SECRET: &str = "secret of round ";
+
+/// The round of each secret `bytes` holds (a row of any kind: a value, a log entry, a
+/// snapshot chunk).
+pub fn secrets_in(bytes: &[u8]) -> impl Iterator<Item = u64> + '_ {
+    let needle = SECRET.as_bytes();
+    bytes
+        .windows(needle.len())
+        .enumerate()
+        .filter(move |(_, w)| *w == needle)
+        .filter_map(move |(at, _)| {
+            let digits = &bytes[at + needle.len()..];
+            let end = digits
+                .iter()
+                .position(|b| !b.is_ascii_digit())
+                .unwrap_or(digits.len());
+            std::str::from_utf8(&digits[..end]).ok()?.parse().ok()
+        })
 }
 
 fn who() -> Provenance {
@@ -59,18 +80,13 @@ fn step(entity: EntityRef, value: &str) -> TxOp {
 /// is not retried (a retry after it applied answers "nothing to redact"): only acknowledged
 /// ones are recorded, for the `forgotten` checker.
 async fn forget_a_plan(client: &Client, ns: &Namespace, round: u64, log: &SpeculationLog) {
+    let secrets = [format!("{SECRET}{round}"), format!("another {SECRET}{round}")];
     let mut write = TxRequest::data(
         ns.clone(),
-        vec![
-            step(
-                EntityRef::Temp("secret".into()),
-                &format!("secret of round {round}"),
-            ),
-            step(
-                EntityRef::Temp("secret".into()),
-                &format!("another secret of round {round}"),
-            ),
-        ],
+        secrets
+            .iter()
+            .map(|secret| step(EntityRef::Temp("secret".into()), secret))
+            .collect(),
         who(),
     );
     write.idempotency_key = Some(format!("speculator-secret-{round}"));
@@ -91,7 +107,7 @@ async fn forget_a_plan(client: &Client, ns: &Namespace, round: u64, log: &Specul
         log.forgotten
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .push((entity, done.tx));
+            .push((entity, done.tx, round));
     }
 }
 

@@ -149,6 +149,24 @@ fn redaction_lists_too_few_is_caught() {
     );
 }
 
+/// A node's purge leaves the snapshot made before the redaction: the checker reads the store
+/// of each node whose purge row moves forward for the values it took. The snapshot left holds
+/// a value only if it was built between the write of the value and its redaction, so the
+/// test asks for a snapshot every 16 entries.
+#[test]
+fn purge_keeps_old_snapshot_is_caught() {
+    caught_with(
+        Options {
+            bug: Some(PlantedBug::PurgeKeepsOldSnapshot),
+            fault_phase_ms: Some(12_000),
+            forgetting: true,
+            snapshot_every_entries: Some(16),
+            ..Options::default()
+        },
+        &["I12 purged"],
+    );
+}
+
 #[test]
 fn wrong_prev_hash_is_caught() {
     caught_within_bound(PlantedBug::WrongPrevHash, &["I1 chain-continuity"]);

@@ -337,12 +337,17 @@ pub enum Command {
     /// datom keeps every other field and the hash its audit entry committed to, so the chain
     /// and every proof keep verifying, and the redaction itself is recorded in the chain with
     /// its reason. Needs the `redact` grant in enforced mode. Try --dry-run first.
+    /// Each node then purges the values from its own files in the background: `engram redact
+    /// status TX` says where each node is.
     #[command(
+        args_conflicts_with_subcommands = true,
+        subcommand_negates_reqs = true,
         after_help = "EXAMPLES\n  engram redact --ns team/a --entity 12 --attribute :person/email \\\n    \
         --reason 'erasure request 2026-114' --dry-run\n  \
-        engram redact --ns team/a --entity 12 --reason 'leaked API key' --json"
+        engram redact --ns team/a --entity 12 --reason 'leaked API key' --json\n  \
+        engram redact status 4711 --wait"
     )]
-    Redact(RedactArgs),
+    Redact(RedactCli),
 
     /// Declare attributes (value type, cardinality, uniqueness, index, doc) and migrate them
     /// forward; show a namespace's schema now or as of a transaction.
@@ -823,6 +828,41 @@ pub struct GetArgs {
     /// them out; reads with --as-of-tx never do).
     #[arg(long)]
     pub include_expired: bool,
+}
+
+/// `engram redact`: a redaction (its flags), or a subcommand about redactions.
+#[derive(clap::Args, Debug)]
+pub struct RedactCli {
+    #[command(subcommand)]
+    pub command: Option<RedactCommand>,
+    #[command(flatten)]
+    pub args: Option<RedactArgs>,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum RedactCommand {
+    /// Per node (each --endpoints entry): whether it has applied the redaction of transaction
+    /// TX and every one before it, and whether it has purged their values from its files
+    /// (Raft log, snapshots, store files). Exits non-zero when a node does not answer, or with
+    /// --wait when the deadline passes first.
+    #[command(
+        after_help = "EXAMPLES\n  engram --endpoints n1:7001,n2:7001,n3:7001 redact status 4711\n  \
+        engram redact status 4711 --wait --timeout-secs 600 --json"
+    )]
+    Status(RedactStatusArgs),
+}
+
+#[derive(clap::Args, Debug)]
+pub struct RedactStatusArgs {
+    /// The redaction's transaction (the `tx` that `engram redact` printed).
+    #[arg(value_name = "TX")]
+    pub tx: u64,
+    /// Ask again every second until every node has purged it.
+    #[arg(long)]
+    pub wait: bool,
+    /// With --wait: give up after this long.
+    #[arg(long, default_value_t = 300, value_name = "SECONDS")]
+    pub timeout_secs: u64,
 }
 
 #[derive(clap::Args, Debug)]

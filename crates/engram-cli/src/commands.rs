@@ -18,8 +18,8 @@ use futures::StreamExt;
 use serde_json::{Value as Json, json};
 
 use crate::cli::{
-    AuditCommand, Cli, ClusterCommand, Command, DiffArgs, FindArgs, GetArgs, HistoryArgs, RuleArg,
-    SearchArgs, ServeArgs, WatchArgs,
+    AuditCommand, Cli, ClusterCommand, Command, DiffArgs, FindArgs, GetArgs, HistoryArgs, RedactCli,
+    RedactCommand, RuleArg, SearchArgs, ServeArgs, WatchArgs,
 };
 use crate::output::{Table, datom_table, format_time_ns, plural, short_hash};
 use crate::output::{out, outln};
@@ -137,10 +137,17 @@ pub async fn run(cli: Cli) -> Result<()> {
         Command::Search(args) => search(&client()?, args, json).await,
         Command::Watch(args) => watch(&client()?, args, json).await,
         Command::Diff(args) => diff(&client()?, args, json).await,
-        Command::Redact(args) => {
+        Command::Redact(RedactCli {
+            command: Some(RedactCommand::Status(args)),
+            ..
+        }) => crate::memory_cmd::redact_status(&client()?, args, json).await,
+        Command::Redact(RedactCli { args: Some(args), .. }) => {
             let signer = config.agent.as_ref().map(|k| k.principal.to_string());
             crate::memory_cmd::redact(&client()?, args, signer, json).await
         }
+        Command::Redact(RedactCli { .. }) => anyhow::bail!(
+            "engram redact needs --ns, --entity and --reason, or `status TX` (see engram redact --help)"
+        ),
         Command::Health(args) => health(&cli.endpoints, &config, args, json).await,
         Command::Schema(cmd) => crate::memory_cmd::schema(&client()?, cmd, json).await,
         Command::Branch(cmd) => crate::memory_cmd::branch(&client()?, cmd, json).await,
@@ -356,6 +363,26 @@ pub fn probe_client(
     Ok(Client::with_config(endpoints, config)?)
 }
 
+/// Each endpoint's own status, asked once and at the same time (no retry, no forwarding), in
+/// the order of `client.endpoints()`.
+pub async fn node_statuses(client: &Client) -> Result<Vec<Result<pb::StatusResponse, ClientError>>> {
+    let endpoints = client.endpoints();
+    let probe = probe_client(endpoints.clone(), client.config().tls)?;
+    let calls = (0..endpoints.len()).map(|i| {
+        let node = probe.node(i);
+        async move {
+            match node {
+                Some(node) => node.status().await,
+                None => Err(ClientError::Endpoint {
+                    endpoint: String::new(),
+                    reason: "missing".into(),
+                }),
+            }
+        }
+    });
+    Ok(futures::future::join_all(calls).await)
+}
+
 async fn cluster(client: &Client, cmd: ClusterCommand, json: bool) -> Result<()> {
     let endpoints = &client.endpoints();
     match cmd {
@@ -397,20 +424,7 @@ async fn cluster(client: &Client, cmd: ClusterCommand, json: bool) -> Result<()>
             Ok(())
         }
         ClusterCommand::Status => {
-            let probe = probe_client(endpoints.to_vec(), client.config().tls)?;
-            let calls = (0..endpoints.len()).map(|i| {
-                let node = probe.node(i);
-                async move {
-                    match node {
-                        Some(node) => node.status().await,
-                        None => Err(ClientError::Endpoint {
-                            endpoint: String::new(),
-                            reason: "missing".into(),
-                        }),
-                    }
-                }
-            });
-            let results = futures::future::join_all(calls).await;
+            let results = node_statuses(client).await?;
             let failed = results.iter().filter(|r| r.is_err()).count();
             if json {
                 let rows: Vec<Json> = endpoints

@@ -9,8 +9,8 @@ use engram_types::{
 };
 use serde_json::{Value as Json, json};
 
-use crate::cli::{BranchCommand, RedactArgs, SchemaCommand};
-use crate::commands::{consistency, namespace, print_json, receipt_output};
+use crate::cli::{BranchCommand, RedactArgs, RedactStatusArgs, SchemaCommand};
+use crate::commands::{Reported, consistency, namespace, node_statuses, print_json, receipt_output};
 use crate::output::{Table, datom_table};
 use crate::output::{out, outln};
 use crate::txjson::{self, JsonError};
@@ -472,6 +472,146 @@ async fn close_branch(
 }
 
 /// `engram redact`: `signer` is the --agent-key's agent, the default asker.
+/// Where one node is with the redactions up to a transaction.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum PurgeStage {
+    /// It has not applied a redaction at or after the transaction yet.
+    NotApplied,
+    /// Applied (its reads no longer return the values); its files still hold them.
+    Purging,
+    /// Gone from its files too.
+    Purged,
+}
+
+impl PurgeStage {
+    fn of(tx: u64, s: &pb::StatusResponse) -> PurgeStage {
+        if s.redactions_purged_index >= tx {
+            PurgeStage::Purged
+        } else if s.redactions_applied_index >= tx {
+            PurgeStage::Purging
+        } else {
+            PurgeStage::NotApplied
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            PurgeStage::NotApplied => "not applied",
+            PurgeStage::Purging => "purging",
+            PurgeStage::Purged => "purged",
+        }
+    }
+}
+
+/// `engram redact status TX`: each endpoint's stage for the redactions up to TX; with --wait,
+/// asked again every second until every node has purged them or the deadline passes.
+pub async fn redact_status(client: &Client, args: RedactStatusArgs, json: bool) -> Result<()> {
+    if args.tx == 0 {
+        bail!("TX must be a transaction id (1 or more)");
+    }
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(args.timeout_secs);
+    let ui = crate::ui::Ui::new(json);
+    let spinner = args.wait.then(|| {
+        ui.spinner(format!(
+            "waiting until every node has purged redaction {}",
+            args.tx
+        ))
+    });
+    let results = loop {
+        let results = node_statuses(client).await?;
+        let purged = results
+            .iter()
+            .filter(|r| matches!(r, Ok(s) if PurgeStage::of(args.tx, s) == PurgeStage::Purged))
+            .count();
+        if let Some(spinner) = &spinner {
+            spinner.set_message(format!(
+                "waiting until every node has purged redaction {}: {purged} of {}",
+                args.tx,
+                results.len()
+            ));
+        }
+        if !args.wait || purged == results.len() || std::time::Instant::now() >= deadline {
+            break results;
+        }
+        tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+    };
+    let endpoints = client.endpoints();
+    let stages: Vec<Option<PurgeStage>> = results
+        .iter()
+        .map(|r| r.as_ref().ok().map(|s| PurgeStage::of(args.tx, s)))
+        .collect();
+    let all_purged = stages.iter().all(|s| *s == Some(PurgeStage::Purged));
+    if let Some(spinner) = &spinner {
+        if all_purged {
+            ui.done(spinner, format!("every node has purged redaction {}", args.tx));
+        } else {
+            ui.failed(
+                spinner,
+                format!("not every node has purged redaction {}", args.tx),
+            );
+        }
+    }
+    if json {
+        let nodes: Vec<Json> = endpoints
+            .iter()
+            .zip(&results)
+            .zip(&stages)
+            .map(|((ep, r), stage)| match (r, stage) {
+                (Ok(s), Some(stage)) => json!({
+                    "endpoint": ep,
+                    "node_id": s.node_id,
+                    "stage": stage.name(),
+                    "redactions_applied_index": s.redactions_applied_index,
+                    "redactions_purged_index": s.redactions_purged_index,
+                }),
+                (r, _) => json!({
+                    "endpoint": ep,
+                    "error": r.as_ref().err().map(|e| e.to_string()),
+                }),
+            })
+            .collect();
+        print_json(&json!({ "tx": args.tx, "purged": all_purged, "nodes": nodes }))?;
+    } else {
+        let mut t = Table::new(&["ENDPOINT", "NODE", "STAGE", "APPLIED UP TO", "PURGED UP TO"]);
+        for ((ep, r), stage) in endpoints.iter().zip(&results).zip(&stages) {
+            match (r, stage) {
+                (Ok(s), Some(stage)) => t.row(vec![
+                    ep.clone(),
+                    s.node_id.to_string(),
+                    stage.name().into(),
+                    s.redactions_applied_index.to_string(),
+                    s.redactions_purged_index.to_string(),
+                ]),
+                (r, _) => t.row(vec![
+                    ep.clone(),
+                    "?".into(),
+                    format!(
+                        "no answer: {}",
+                        r.as_ref().err().map(|e| e.to_string()).unwrap_or_default()
+                    ),
+                ]),
+            }
+        }
+        out!("{}", t.render())?;
+    }
+    let unanswered = stages.iter().filter(|s| s.is_none()).count();
+    if unanswered > 0 {
+        return Err(Reported(format!(
+            "{unanswered} of {} endpoints did not answer",
+            endpoints.len()
+        ))
+        .into());
+    }
+    if args.wait && !all_purged {
+        return Err(Reported(format!(
+            "not every node purged redaction {} within {} s",
+            args.tx, args.timeout_secs
+        ))
+        .into());
+    }
+    Ok(())
+}
+
 pub async fn redact(client: &Client, args: RedactArgs, signer: Option<String>, json: bool) -> Result<()> {
     let agent = args.agent.or(signer).unwrap_or_else(|| "engram-cli".into());
     let req = RedactRequest {

@@ -65,10 +65,15 @@ pub enum PlantedBug {
     /// A redaction's record leaves out the last datom it takes: that datom's value is gone
     /// with nothing in the chain saying a redaction took it.
     RedactionListsTooFew,
+    /// A node's purge after a redaction builds one snapshot past it instead of two: the
+    /// snapshot that one replaces, made before the redaction and holding its values, stays
+    /// (kept, as a replaced snapshot is, in case a peer still reads it) although the node
+    /// reports the redaction purged.
+    PurgeKeepsOldSnapshot,
 }
 
 impl PlantedBug {
-    pub const ALL: [PlantedBug; 17] = [
+    pub const ALL: [PlantedBug; 18] = [
         PlantedBug::AckBeforeCommit,
         PlantedBug::SkipSyncBeforeAck,
         PlantedBug::WrongPrevHash,
@@ -86,6 +91,7 @@ impl PlantedBug {
         PlantedBug::SearchGapNotRead,
         PlantedBug::WatchGapNotRead,
         PlantedBug::RedactionListsTooFew,
+        PlantedBug::PurgeKeepsOldSnapshot,
     ];
 }
 

@@ -19,14 +19,15 @@
 //!
 //! So every entry, inclusion and consistency proof and checkpoint made before still verifies:
 //! an entry commits to its datoms' hashes, and those are kept. What is left of a value is its
-//! type and an ordinal telling equal values of one redaction apart from different ones; the
-//! kept hash of a datom is of its unsalted encoding, so a guess of a low-entropy value can be
-//! tested against it (the verifier says "hash kept, guessable"; salted commitments are the
-//! next step of the design).
+//! type and an ordinal telling equal values of one redaction apart from different ones. A
+//! salted datom keeps its value commitment (`blake3(salt ‖ value)`, the salt gone with the
+//! value), so nobody can test a guess of the value against it; a datom written before salts
+//! keeps the hash of its unsalted encoding, which a guess of a low-entropy value can be tested
+//! against (the verifier says "hash kept, guessable").
 //!
-//! Not yet here (the design's later steps): redaction by namespace or predicate, datoms on
-//! branches, large targets in parts, salted commitments, and the purge of the values' bytes
-//! from the Raft log, snapshots and RocksDB files.
+//! Not here: the purge of the values' bytes from each node's Raft log, snapshots and files
+//! (`engram_raft`'s `purge`, after this is applied). Not yet built (the design's later steps):
+//! redaction by namespace or predicate, datoms on branches, and large targets in parts.
 //!
 //! Must not depend on: the engine (it applies what this plans), the server or the network.
 

@@ -40,7 +40,7 @@ use engram_audit::{Author, KeyChangeRequest};
 use engram_types::{RedactRequest, TxRequest};
 pub use log_store::LogStore;
 pub use node::{DivergenceAlarm, NodeError, NodeStatus, RaftNode, RaftSettings, RaftTiming, Waited};
-pub use purge::PurgeProgress;
+pub use purge::{PurgeProgress, purged_through};
 use serde::{Deserialize, Serialize};
 pub use snapshots::{CHUNK_BYTES, Receiving, Snapshots, StoredRef, StoredSnapshot, install_recorded};
 pub use state_machine::{MAX_GROUP_ENTRIES, StateMachine, applied_index};

@@ -18,6 +18,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use engram_core::durability::{Write, durability};
+use engram_core::planted;
 use engram_storage::{Space, Store, WriteBatch};
 use openraft::async_runtime::WatchReceiver;
 use tokio::sync::watch;
@@ -40,7 +41,7 @@ const POLL: Duration = Duration::from_millis(20);
 const RETRY: Duration = Duration::from_secs(5);
 
 /// The log index of the last redaction purged on this node (0: none).
-fn purged_through(store: &dyn Store) -> io::Result<u64> {
+pub fn purged_through(store: &dyn Store) -> io::Result<u64> {
     match store
         .get(Space::Raft, REDACTIONS_PURGED)
         .map_err(io::Error::other)?
@@ -156,7 +157,12 @@ impl Purger {
         // ones before: the first build replaces the last snapshot made before the redaction,
         // which holds its values, and the second build deletes it by that same rule. (Deleting
         // it at once, while a peer might still stream it, stopped installs in the simulation.)
-        for _ in 0..2 {
+        let builds = if planted::active(planted::PlantedBug::PurgeKeepsOldSnapshot) {
+            1
+        } else {
+            2
+        };
+        for _ in 0..builds {
             self.fresh_snapshot(target).await?;
         }
         // The log entries that wrote the values (everything through the redaction).

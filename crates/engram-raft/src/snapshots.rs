@@ -12,13 +12,16 @@
 //!   batches) leaves no mixture of two states.
 //!
 //! Ids only grow. Each new current snapshot deletes the chunks of every other snapshot up to
-//! its id, except the one it replaces (which may still be streaming to a peer); opening
+//! its id, except the one it replaces (which may still be streaming to a peer) and received
+//! snapshots still held (being received, or received and waiting for their install: a build
+//! that finishes in between must not delete what the install is about to read); opening
 //! deletes chunks nothing refers to (a build or receive cut short by a crash).
 
+use std::collections::BTreeSet;
 use std::fmt;
 use std::io;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use engram_core::durability::{Write, durability};
 use engram_core::snapshot::{self, ChunkSource, SnapshotError, SnapshotReader};
@@ -104,6 +107,9 @@ struct Recorded {
 pub struct StoredSnapshot {
     store: Arc<dyn Store>,
     pub data: StoredRef,
+    /// Set on a received snapshot: keeps its chunks from being deleted while any copy of it
+    /// lives (until openraft installs or drops it).
+    _held: Option<Arc<Held>>,
 }
 
 impl fmt::Debug for StoredSnapshot {
@@ -131,6 +137,13 @@ impl StoredSnapshot {
                     ),
                 )
             })
+    }
+
+    /// Records that an install of this snapshot began (see [`Held`]).
+    pub(crate) fn mark_installing(&self) {
+        if let Some(held) = &self._held {
+            held.installed.store(true, Ordering::SeqCst);
+        }
     }
 
     /// The whole byte string (tests).
@@ -161,6 +174,9 @@ impl ChunkSource for StoredSnapshot {
 pub struct Snapshots {
     store: Arc<dyn Store>,
     next_id: AtomicU64,
+    /// Ids of received snapshots whose chunks no new current snapshot may delete (see
+    /// [`Held`]).
+    held: HeldIds,
     /// Held while a snapshot is built or installed: openraft builds in a task of its own, and
     /// an install spans several batches, so a build must not read the state halfway through one.
     pub(crate) busy: tokio::sync::Mutex<()>,
@@ -191,6 +207,7 @@ impl Snapshots {
         let snapshots = Snapshots {
             store,
             next_id: AtomicU64::new(next_id),
+            held: HeldIds::default(),
             busy: tokio::sync::Mutex::new(()),
             installs: AtomicU64::new(0),
         };
@@ -229,7 +246,12 @@ impl Snapshots {
         StoredSnapshot {
             store: self.store.clone(),
             data,
+            _held: None,
         }
+    }
+
+    fn held(&self) -> MutexGuard<'_, BTreeSet<u64>> {
+        lock_held(&self.held)
     }
 
     /// An older build kept the latest snapshot as one row: re-store it as chunks.
@@ -261,13 +283,19 @@ impl Snapshots {
     }
 
     /// Rows that make `data` the current snapshot, and delete every other snapshot with an id
-    /// below it or the one it replaces, except that one (it may still be streaming to a peer).
-    /// Higher ids may be receives under way.
+    /// below it or the one it replaces, except that one (it may still be streaming to a peer)
+    /// and the received snapshots still held. A receive that starts after this reads the held
+    /// ids takes an id above `data`'s, which the deletion does not reach.
     fn current_rows(&self, meta: &SnapshotMeta, data: &StoredRef) -> io::Result<WriteBatch> {
         let mut batch = WriteBatch::new();
         let previous = self.recorded(CURRENT)?.map(|r| r.data.id);
         let upto = previous.unwrap_or(0).max(data.id);
-        delete_chunks_except(&mut batch, previous.into_iter().chain([data.id]).collect(), upto);
+        let keep = previous
+            .into_iter()
+            .chain([data.id])
+            .chain(self.held().iter().copied())
+            .collect();
+        delete_chunks_except(&mut batch, keep, upto);
         let row = Recorded {
             meta: meta.clone(),
             data: data.clone(),
@@ -317,9 +345,23 @@ impl Snapshots {
     /// Starts storing a snapshot of `total_bytes` that arrives in pieces.
     pub fn receive(&self, total_bytes: u64) -> io::Result<Receiving<'_>> {
         let reader = SnapshotReader::new(total_bytes).map_err(io::Error::other)?;
+        // The id is taken and held under one lock, so no new current snapshot can read the
+        // held ids between the two and delete this receive's chunks.
+        let id = {
+            let mut held = self.held();
+            let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+            held.insert(id);
+            id
+        };
         Ok(Receiving {
             snapshots: self,
-            id: self.next_id.fetch_add(1, Ordering::Relaxed),
+            held: Some(Held {
+                ids: self.held.clone(),
+                store: self.store.clone(),
+                id,
+                installed: AtomicBool::new(false),
+            }),
+            id,
             total_bytes,
             chunk: Vec::with_capacity(CHUNK_BYTES.min(total_bytes as usize)),
             seq: 0,
@@ -331,9 +373,7 @@ impl Snapshots {
     /// Deletes the chunks of snapshot `id` (a build or receive that failed); best effort, as
     /// opening the store deletes them too.
     fn discard(&self, id: u64) {
-        let mut batch = WriteBatch::new();
-        batch.delete_range(Space::Raft, chunk_key(id, 0), chunk_key(id.saturating_add(1), 0));
-        let _ = self.store.write(batch, durability(Write::SnapshotChunk));
+        discard(&*self.store, id);
     }
 
     /// Deletes the chunks of a refused snapshot, unless it is the current one.
@@ -396,6 +436,8 @@ impl Drop for Replacing<'_> {
 /// [`Receiving::finish`], its chunks are deleted.
 pub struct Receiving<'a> {
     snapshots: &'a Snapshots,
+    /// Moves into the [`StoredSnapshot`] once the snapshot is complete.
+    held: Option<Held>,
     id: u64,
     total_bytes: u64,
     /// Bytes of the next chunk to store: received pieces are re-cut to [`CHUNK_BYTES`].
@@ -451,12 +493,14 @@ impl Receiving<'_> {
             ));
         }
         let chunks = std::mem::replace(&mut self.seq, KEPT);
-        Ok(self.snapshots.stored(StoredRef {
+        let mut stored = self.snapshots.stored(StoredRef {
             id: self.id,
             chunks,
             bytes: self.total_bytes,
             data_hash: *declared,
-        }))
+        });
+        stored._held = self.held.take().map(Arc::new);
+        Ok(stored)
     }
 }
 
@@ -468,5 +512,58 @@ impl Drop for Receiving<'_> {
         if self.seq != KEPT {
             self.snapshots.discard(self.id);
         }
+    }
+}
+
+/// Ids of received snapshots whose chunks must stay (see [`Snapshots::current_rows`]).
+type HeldIds = Arc<Mutex<BTreeSet<u64>>>;
+
+fn lock_held(ids: &HeldIds) -> MutexGuard<'_, BTreeSet<u64>> {
+    // The set is left whole by every holder (an insert or a remove), so a panic elsewhere
+    // while it was locked does not make it wrong.
+    ids.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Deletes the chunks of snapshot `id`; best effort, as opening the store deletes chunks no
+/// snapshot names too.
+fn discard(store: &dyn Store, id: u64) {
+    let mut batch = WriteBatch::new();
+    batch.delete_range(Space::Raft, chunk_key(id, 0), chunk_key(id.saturating_add(1), 0));
+    let _ = store.write(batch, durability(Write::SnapshotChunk));
+}
+
+/// Keeps received snapshot `id` from deletion by a new current snapshot until dropped: from
+/// the start of its receive until openraft begins to install it (it is then recorded as being
+/// installed, then current) or drops it unused (an older snapshot than the state it would
+/// replace), when its chunks go at once: they may hold values a redaction since took, which a
+/// purge must not leave.
+struct Held {
+    ids: HeldIds,
+    store: Arc<dyn Store>,
+    id: u64,
+    /// Set when an install of it begins: from then on its chunks are the install's (a node
+    /// stopped inside the install finishes it from them when it opens), and once current it
+    /// may become the snapshot a later one replaced, still streaming to a peer; they go by the
+    /// usual rule.
+    installed: AtomicBool,
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        if self.installed.load(Ordering::SeqCst) {
+            lock_held(&self.ids).remove(&self.id);
+            return;
+        }
+        let current = match self.store.get(Space::Raft, CURRENT) {
+            Ok(Some(bytes)) => decode::<Recorded>("snapshot record", &bytes)
+                .map(|r| r.data.id)
+                .ok(),
+            _ => None,
+        };
+        // An unreadable record keeps the chunks: opening the store deletes them if need be.
+        if current.is_some_and(|current| current != self.id) {
+            discard(&*self.store, self.id);
+        }
+        lock_held(&self.ids).remove(&self.id);
     }
 }

@@ -462,6 +462,9 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         // From here until the install is written and the engine reloaded, reads of this node's
         // state are refused (`RaftNode::read_state`).
         let replacing = snapshots.replacing();
+        // From the install record on, the chunks are the install's: a node that stops inside
+        // it (a crash, an error) finishes it from them when it opens.
+        data.mark_installing();
         snapshots.begin_install(meta, &data.data)?;
         info!(snapshot = ?data, "installing a snapshot");
         let extra = install_rows(&snapshots, meta, &data)?;

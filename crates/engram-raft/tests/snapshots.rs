@@ -282,6 +282,71 @@ async fn a_new_snapshot_deletes_all_but_the_one_it_replaces() {
     assert_eq!(current.snapshot.data, built[2].data);
 }
 
+/// Builds a snapshot of `sm`'s node.
+async fn build(sm: &mut StateMachine) -> engram_raft::StoredSnapshot {
+    sm.get_snapshot_builder()
+        .await
+        .build_snapshot()
+        .await
+        .unwrap()
+        .snapshot
+}
+
+#[tokio::test]
+async fn builds_that_finish_during_a_receive_or_before_its_install_leave_its_chunks() {
+    let (_, _source, snapshot) = source(1_500).await;
+    let bytes = snapshot.snapshot.to_bytes().unwrap();
+    let target = Arc::new(MemStore::new());
+    let mut sm = common::open(target.clone(), 1);
+    let entries = common::genesis_and_writes(1, 300);
+    sm.apply(futures::stream::iter(entries.into_iter().map(|e| Ok((e, None)))))
+        .await
+        .unwrap();
+    // A receive under way while two snapshots are built (each new current one deletes every
+    // older id but the one it replaces).
+    let snapshots = sm.snapshots();
+    let mut receiving = snapshots.receive(bytes.len() as u64).unwrap();
+    let (first, rest) = bytes.split_at(bytes.len() / 2);
+    receiving.push(first).unwrap();
+    build(&mut sm).await;
+    build(&mut sm).await;
+    receiving.push(rest).unwrap();
+    let received = receiving.finish(&snapshot.snapshot.data.data_hash).unwrap();
+    // Received, its install not begun yet: two more builds.
+    build(&mut sm).await;
+    let newest = build(&mut sm).await;
+    assert!(received.data.id < newest.data.id, "{received:?} {newest:?}");
+    assert_eq!(
+        received.to_bytes().unwrap(),
+        bytes,
+        "a build deleted chunks of a snapshot received but not yet installed"
+    );
+    sm.install_snapshot(&snapshot.meta, received.clone())
+        .await
+        .unwrap();
+    let (applied, _) = sm.applied_state().await.unwrap();
+    assert_eq!(applied, snapshot.meta.last_log_id);
+
+    // A received snapshot openraft drops without installing goes when its last copy does.
+    let unused = receive(&sm, &bytes, 50_000, snapshot.snapshot.data.data_hash).unwrap();
+    let id = unused.data.id;
+    let probe = unused.clone();
+    drop(unused);
+    build(&mut sm).await;
+    assert!(probe.read_chunk(0).is_ok(), "held while a copy of it lives: {id}");
+    drop(probe);
+    let mut chunk = b"snapshot/chunk/".to_vec();
+    chunk.extend_from_slice(&id.to_be_bytes());
+    chunk.extend_from_slice(&0u32.to_be_bytes());
+    assert!(
+        target.get(Space::Raft, &chunk).unwrap().is_none(),
+        "the chunks of dropped snapshot {id} stay"
+    );
+    // The installed one is current and stays when openraft drops its copy.
+    let current = sm.get_current_snapshot().await.unwrap().unwrap();
+    assert_eq!(current.snapshot.to_bytes().unwrap(), bytes);
+}
+
 #[tokio::test]
 async fn opening_deletes_chunks_no_snapshot_names() {
     let (store, sm, snapshot) = source(300).await;

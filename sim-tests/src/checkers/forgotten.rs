@@ -18,7 +18,7 @@ pub fn check(members: &[(u64, &dyn Store)], log: &SpeculationLog) -> Vec<Violati
     let ns = Namespace::new(NAMESPACE).expect("a valid namespace");
     let forgotten = log.forgotten.lock().unwrap_or_else(|e| e.into_inner()).clone();
     for (node, store) in members {
-        for (entity, by_tx) in &forgotten {
+        for (entity, by_tx, _) in &forgotten {
             let datoms = match engram_core::reads::entity_datoms(*store, &ns, EntityId(*entity)) {
                 Ok(d) => d,
                 Err(e) => {

@@ -15,6 +15,7 @@ pub mod liveness;
 pub mod monitor;
 pub mod no_partial_apply;
 pub mod peer_auth;
+pub mod purged;
 pub mod replica_agreement;
 pub mod search_agrees;
 pub mod signatures_valid;

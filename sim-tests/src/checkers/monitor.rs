@@ -16,13 +16,15 @@
 //! of two states for the node to serve.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use engram_audit::GENESIS_PREV_HASH;
 use engram_core::{inspect, reads};
 use engram_types::Hash;
 
-use super::{Violation, chain_continuity, state_consistent, tx_time_monotonic};
+use super::{Violation, chain_continuity, purged, state_consistent, tx_time_monotonic};
 use crate::cluster::Cluster;
+use crate::speculator::SpeculationLog;
 
 #[derive(Default)]
 struct Seen {
@@ -45,6 +47,12 @@ pub struct Monitor {
     pub rounds: u64,
     /// Entries that a crash rolled back and the node applied again, each checked equal.
     pub reapplied: u64,
+    /// The speculator's redactions: with it, each time a node's purge row moves forward its
+    /// store is read for their values at once (`purged.rs`), before a later snapshot build
+    /// deletes what the purge should have.
+    pub speculation: Option<Arc<SpeculationLog>>,
+    /// Per node, the purge row at the last read.
+    purged: BTreeMap<u64, u64>,
 }
 
 impl Monitor {
@@ -188,6 +196,30 @@ impl Monitor {
                 (_, Err(e)) => self
                     .violations
                     .push(Violation::new("store-readable", format!("node {id}: {e}"))),
+            }
+        }
+        self.check_purges(cluster);
+    }
+
+    /// Reads the store of each node whose purge row moved forward since the last sample.
+    fn check_purges(&mut self, cluster: &Cluster) {
+        let Some(log) = self.speculation.clone() else {
+            return;
+        };
+        for (id, node) in &cluster.nodes {
+            let store = &*node.store;
+            // An unreadable row is reported by the final check.
+            let Ok(now) = engram_raft::purged_through(store) else {
+                continue;
+            };
+            let seen = self.purged.entry(*id).or_insert(0);
+            if now <= *seen {
+                continue;
+            }
+            *seen = now;
+            for mut v in purged::check(&[(*id, store)], &log) {
+                v.detail = format!("right after the purge: {}", v.detail);
+                self.violations.push(v);
             }
         }
     }
