@@ -841,12 +841,12 @@ pub struct RedactCli {
 
 #[derive(Subcommand, Debug)]
 pub enum RedactCommand {
-    /// Per node (each --endpoints entry): whether it has applied the redaction of transaction
+    /// Per node (each --endpoint given): whether it has applied the redaction of transaction
     /// TX and every one before it, and whether it has purged their values from its files
     /// (Raft log, snapshots, store files). Exits non-zero when a node does not answer, or with
     /// --wait when the deadline passes first.
     #[command(
-        after_help = "EXAMPLES\n  engram --endpoints n1:7001,n2:7001,n3:7001 redact status 4711\n  \
+        after_help = "EXAMPLES\n  engram --endpoint n1:7001,n2:7001,n3:7001 redact status 4711\n  \
         engram redact status 4711 --wait --timeout-secs 600 --json"
     )]
     Status(RedactStatusArgs),

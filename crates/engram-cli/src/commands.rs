@@ -363,6 +363,12 @@ pub fn probe_client(
     Ok(Client::with_config(endpoints, config)?)
 }
 
+/// An endpoint that did not answer, as the per-node JSON of `cluster status` and `redact
+/// status` shows it.
+pub fn unanswered_json(endpoint: &str, e: &ClientError) -> Json {
+    json!({ "endpoint": endpoint, "error": { "message": e.to_string(), "code": e.code().map(code_name) } })
+}
+
 /// Each endpoint's own status, asked once and at the same time (no retry, no forwarding), in
 /// the order of `client.endpoints()`.
 pub async fn node_statuses(client: &Client) -> Result<Vec<Result<pb::StatusResponse, ClientError>>> {
@@ -432,8 +438,7 @@ async fn cluster(client: &Client, cmd: ClusterCommand, json: bool) -> Result<()>
                     .zip(&results)
                     .map(|(ep, r)| match r {
                         Ok(s) => status_json(ep, s),
-                        Err(e) => json!({ "endpoint": ep, "error": {
-                            "message": e.to_string(), "code": e.code().map(code_name) } }),
+                        Err(e) => unanswered_json(ep, e),
                     })
                     .collect();
                 print_json(&Json::Array(rows))?;

@@ -10,7 +10,9 @@ use engram_types::{
 use serde_json::{Value as Json, json};
 
 use crate::cli::{BranchCommand, RedactArgs, RedactStatusArgs, SchemaCommand};
-use crate::commands::{Reported, consistency, namespace, node_statuses, print_json, receipt_output};
+use crate::commands::{
+    Reported, consistency, namespace, node_statuses, print_json, receipt_output, unanswered_json,
+};
 use crate::output::{Table, datom_table};
 use crate::output::{out, outln};
 use crate::txjson::{self, JsonError};
@@ -564,10 +566,8 @@ pub async fn redact_status(client: &Client, args: RedactStatusArgs, json: bool) 
                     "redactions_applied_index": s.redactions_applied_index,
                     "redactions_purged_index": s.redactions_purged_index,
                 }),
-                (r, _) => json!({
-                    "endpoint": ep,
-                    "error": r.as_ref().err().map(|e| e.to_string()),
-                }),
+                (Err(e), _) => unanswered_json(ep, e),
+                (Ok(_), None) => json!({ "endpoint": ep }),
             })
             .collect();
         print_json(&json!({ "tx": args.tx, "purged": all_purged, "nodes": nodes }))?;
