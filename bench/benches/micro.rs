@@ -23,7 +23,7 @@
 
 use std::hint::black_box;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use criterion::{
     BatchSize, BenchmarkId, Criterion, SamplingMode, Throughput, criterion_group, criterion_main,
@@ -32,7 +32,7 @@ use engram_audit::{
     AuditEntry, ChainError, ChainVerifier, EntryKind, GENESIS_PREV_HASH, NodeKey, SignedEntry,
     tx_content_hash,
 };
-use engram_core::Engine;
+use engram_core::{Engine, PolicyActor};
 use engram_merkle::{
     Blake3, CompactTree, LeafSource, MerkleHasher, consistency_proof, inclusion_proof, subtree_root,
     verify_consistency, verify_inclusion,
@@ -40,8 +40,8 @@ use engram_merkle::{
 use engram_storage::WriteBatch;
 use engram_storage_rocks::RocksStore;
 use engram_types::{
-    Attribute, Datom, EntityId, EntityRef, Hash, Namespace, Op, Provenance, Status, TxId, TxOp, TxRequest,
-    Value,
+    Attribute, Datom, EntityId, EntityRef, Hash, Namespace, Op, Provenance, RedactRequest, Status, TxId,
+    TxOp, TxRequest, Value,
 };
 
 type Digest = <Blake3 as MerkleHasher>::Digest;
@@ -176,6 +176,21 @@ impl Node {
             .apply_tx(self.log, time, req, WriteBatch::new())
             .unwrap()
     }
+
+    /// Applies an unsigned redaction at the next log index.
+    fn redact(&mut self, req: &RedactRequest) -> engram_core::TxOutcome {
+        self.log += 1;
+        let time = EPOCH_NS + self.log as i64 * 1_000_000;
+        self.engine
+            .apply_redaction(
+                self.log,
+                time,
+                req,
+                &PolicyActor::Unsigned(None),
+                WriteBatch::new(),
+            )
+            .unwrap()
+    }
 }
 
 /// A data transaction of `datoms` assertions about new entities, four attributes each, the
@@ -226,6 +241,62 @@ fn apply(c: &mut Criterion) {
         // A rejected transaction writes no audit entry, so one entry per apply means every
         // timed apply went the whole way.
         assert_eq!(node.engine.head().index, node.log, "an apply was rejected");
+    }
+    group.finish();
+}
+
+// ---------------------------------------------------------------------------------------------
+// redact
+
+/// One new entity of `datoms` 100-byte strings, one attribute each: what a redaction of the
+/// entity then takes whole.
+fn entity_request(datoms: usize) -> TxRequest {
+    let ops = (0..datoms)
+        .map(|i| TxOp {
+            op: Op::Assert,
+            entity: EntityRef::Temp("e".into()),
+            attribute: Attribute::new(format!(":secret/v{i}")).unwrap(),
+            value: Value::String(text(100, i as u64)),
+            valid_from_ns: None,
+            valid_to_ns: None,
+        })
+        .collect();
+    TxRequest::data(Namespace::new("team/research").unwrap(), ops, provenance())
+}
+
+fn redact(c: &mut Criterion) {
+    let mut group = c.benchmark_group("redact");
+    group
+        .sampling_mode(SamplingMode::Flat)
+        .sample_size(10)
+        .measurement_time(Duration::from_secs(5));
+    for datoms in [100usize, 1_000] {
+        let write = entity_request(datoms);
+        write.validate().unwrap();
+        let mut node = Node::new();
+        group.throughput(Throughput::Elements(datoms as u64));
+        group.bench_function(BenchmarkId::new("entity", format!("{datoms}_datoms")), |b| {
+            // Each timed redaction takes a fresh entity, written untimed just before.
+            b.iter_custom(|iters| {
+                let mut timed = Duration::ZERO;
+                for _ in 0..iters {
+                    let receipt = node.apply(&write).unwrap();
+                    let req = RedactRequest {
+                        namespace: write.namespace.clone(),
+                        entity: receipt.temp_ids["e"],
+                        attribute: None,
+                        reason: "micro bench".into(),
+                        provenance: provenance(),
+                    };
+                    let started = Instant::now();
+                    let done = node.redact(&req).unwrap();
+                    timed += started.elapsed();
+                    // The record lists every datom it took (and names the target and reason).
+                    assert!(done.datom_hashes.len() > datoms, "the redaction took too few");
+                }
+                timed
+            })
+        });
     }
     group.finish();
 }
@@ -665,6 +736,6 @@ criterion_group! {
     config = Criterion::default()
         .warm_up_time(Duration::from_secs(1))
         .measurement_time(Duration::from_secs(2));
-    targets = canonical, apply, rewrite, audit_sign, chain_verify, merkle, recall
+    targets = canonical, apply, redact, rewrite, audit_sign, chain_verify, merkle, recall
 }
 criterion_main!(micro);
