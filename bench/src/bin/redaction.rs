@@ -14,7 +14,7 @@
 //!    them purged. Reported: write p50/p99 before, during the redactions and during the purge,
 //!    and the time until every node has purged.
 //!
-//! Usage: `redaction [--exe PATH] [--entities N] [--space-entities N] [--value-bytes N]
+//! Usage: `redaction [--engram-bin PATH] [--entities N] [--space-entities N] [--value-bytes N]
 //! [--writers N] [--before-secs N] [--json]`. Exits 1 if a redaction or the purge fails.
 
 use std::path::{Path, PathBuf};
@@ -25,6 +25,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, anyhow, bail};
 use engram_bench::args::positive;
+use engram_bench::process::engram_exe;
 use engram_cli::bench::BenchCluster;
 use engram_cli::ui::Ui;
 use engram_client::{Client, ClientConfig};
@@ -33,7 +34,7 @@ use engram_types::{
 };
 use serde_json::json;
 
-const USAGE: &str = "usage: redaction [--exe PATH] [--entities N] [--space-entities N] \
+const USAGE: &str = "usage: redaction [--engram-bin PATH] [--entities N] [--space-entities N] \
                      [--value-bytes N] [--writers N] [--before-secs N] [--json]";
 /// Datoms per redacted entity: the most one redaction takes.
 const DATOMS_PER_ENTITY: usize = RedactRequest::MAX_DATOMS;
@@ -41,7 +42,8 @@ const DATOMS_PER_ENTITY: usize = RedactRequest::MAX_DATOMS;
 const PURGE_TIMEOUT: Duration = Duration::from_secs(600);
 
 struct Args {
-    exe: PathBuf,
+    /// The `engram` executable [default: the one beside this binary].
+    engram_bin: Option<PathBuf>,
     entities: u64,
     space_entities: u64,
     value_bytes: u64,
@@ -52,7 +54,7 @@ struct Args {
 
 fn parse_args() -> Result<Args, String> {
     let mut args = Args {
-        exe: PathBuf::from("target/release/engram"),
+        engram_bin: None,
         entities: 100,
         space_entities: 20,
         value_bytes: 100,
@@ -64,7 +66,9 @@ fn parse_args() -> Result<Args, String> {
     while let Some(a) = it.next() {
         let mut number = |name: &str| positive(&mut it, name, USAGE);
         match a.as_str() {
-            "--exe" => args.exe = PathBuf::from(it.next().ok_or_else(|| USAGE.to_string())?),
+            "--engram-bin" => {
+                args.engram_bin = Some(PathBuf::from(it.next().ok_or_else(|| USAGE.to_string())?))
+            }
             "--entities" => args.entities = number("--entities")?,
             "--space-entities" => args.space_entities = number("--space-entities")?,
             "--value-bytes" => args.value_bytes = number("--value-bytes")?,
@@ -265,7 +269,8 @@ fn window(samples: &[Sample], from: f64, to: f64) -> serde_json::Value {
 
 async fn run(args: &Args) -> Result<serde_json::Value> {
     let ui = Ui::new(args.json);
-    let bench = BenchCluster::start(&args.exe, None, 100_000, false, None, ui).await?;
+    let exe = engram_exe(args.engram_bin.clone()).map_err(|e| anyhow!(e))?;
+    let bench = BenchCluster::start(&exe, None, 100_000, false, None, ui).await?;
     let config = ClientConfig {
         request_timeout: Duration::from_secs(120),
         ..ClientConfig::default()

@@ -369,12 +369,15 @@ pub fn unanswered_json(endpoint: &str, e: &ClientError) -> Json {
     json!({ "endpoint": endpoint, "error": { "message": e.to_string(), "code": e.code().map(code_name) } })
 }
 
-/// Each endpoint's own status, asked once and at the same time (no retry, no forwarding), in
-/// the order of `client.endpoints()`.
-pub async fn node_statuses(client: &Client) -> Result<Vec<Result<pb::StatusResponse, ClientError>>> {
-    let endpoints = client.endpoints();
-    let probe = probe_client(endpoints.clone(), client.config().tls)?;
-    let calls = (0..endpoints.len()).map(|i| {
+/// A probe client (see [`probe_client`]) for the endpoints of `client`.
+pub fn probe_of(client: &Client) -> Result<Client> {
+    probe_client(client.endpoints(), client.config().tls)
+}
+
+/// Each endpoint's own status, asked once and at the same time through `probe` (see
+/// [`probe_of`]: no retry, no forwarding), in the order of its endpoints.
+pub async fn node_statuses(probe: &Client) -> Vec<Result<pb::StatusResponse, ClientError>> {
+    let calls = (0..probe.endpoints().len()).map(|i| {
         let node = probe.node(i);
         async move {
             match node {
@@ -386,7 +389,7 @@ pub async fn node_statuses(client: &Client) -> Result<Vec<Result<pb::StatusRespo
             }
         }
     });
-    Ok(futures::future::join_all(calls).await)
+    futures::future::join_all(calls).await
 }
 
 async fn cluster(client: &Client, cmd: ClusterCommand, json: bool) -> Result<()> {
@@ -430,7 +433,7 @@ async fn cluster(client: &Client, cmd: ClusterCommand, json: bool) -> Result<()>
             Ok(())
         }
         ClusterCommand::Status => {
-            let results = node_statuses(client).await?;
+            let results = node_statuses(&probe_of(client)?).await;
             let failed = results.iter().filter(|r| r.is_err()).count();
             if json {
                 let rows: Vec<Json> = endpoints

@@ -11,7 +11,7 @@ use serde_json::{Value as Json, json};
 
 use crate::cli::{BranchCommand, RedactArgs, RedactStatusArgs, SchemaCommand};
 use crate::commands::{
-    Reported, consistency, namespace, node_statuses, print_json, receipt_output, unanswered_json,
+    Reported, consistency, namespace, node_statuses, print_json, probe_of, receipt_output, unanswered_json,
 };
 use crate::output::{Table, datom_table};
 use crate::output::{out, outln};
@@ -519,11 +519,13 @@ pub async fn redact_status(client: &Client, args: RedactStatusArgs, json: bool) 
             args.tx
         ))
     });
+    let probe = probe_of(client)?;
+    let stage = |r: &Result<pb::StatusResponse, _>| r.as_ref().ok().map(|s| PurgeStage::of(args.tx, s));
     let results = loop {
-        let results = node_statuses(client).await?;
+        let results = node_statuses(&probe).await;
         let purged = results
             .iter()
-            .filter(|r| matches!(r, Ok(s) if PurgeStage::of(args.tx, s) == PurgeStage::Purged))
+            .filter(|r| stage(r) == Some(PurgeStage::Purged))
             .count();
         if let Some(spinner) = &spinner {
             spinner.set_message(format!(
@@ -538,11 +540,7 @@ pub async fn redact_status(client: &Client, args: RedactStatusArgs, json: bool) 
         tokio::time::sleep(std::time::Duration::from_secs(1)).await;
     };
     let endpoints = client.endpoints();
-    let stages: Vec<Option<PurgeStage>> = results
-        .iter()
-        .map(|r| r.as_ref().ok().map(|s| PurgeStage::of(args.tx, s)))
-        .collect();
-    let all_purged = stages.iter().all(|s| *s == Some(PurgeStage::Purged));
+    let all_purged = results.iter().all(|r| stage(r) == Some(PurgeStage::Purged));
     if let Some(spinner) = &spinner {
         if all_purged {
             ui.done(spinner, format!("every node has purged redaction {}", args.tx));
@@ -557,44 +555,35 @@ pub async fn redact_status(client: &Client, args: RedactStatusArgs, json: bool) 
         let nodes: Vec<Json> = endpoints
             .iter()
             .zip(&results)
-            .zip(&stages)
-            .map(|((ep, r), stage)| match (r, stage) {
-                (Ok(s), Some(stage)) => json!({
+            .map(|(ep, r)| match r {
+                Ok(s) => json!({
                     "endpoint": ep,
                     "node_id": s.node_id,
-                    "stage": stage.name(),
+                    "stage": PurgeStage::of(args.tx, s).name(),
                     "redactions_applied_index": s.redactions_applied_index,
                     "redactions_purged_index": s.redactions_purged_index,
                 }),
-                (Err(e), _) => unanswered_json(ep, e),
-                (Ok(_), None) => json!({ "endpoint": ep }),
+                Err(e) => unanswered_json(ep, e),
             })
             .collect();
         print_json(&json!({ "tx": args.tx, "purged": all_purged, "nodes": nodes }))?;
     } else {
         let mut t = Table::new(&["ENDPOINT", "NODE", "STAGE", "APPLIED UP TO", "PURGED UP TO"]);
-        for ((ep, r), stage) in endpoints.iter().zip(&results).zip(&stages) {
-            match (r, stage) {
-                (Ok(s), Some(stage)) => t.row(vec![
+        for (ep, r) in endpoints.iter().zip(&results) {
+            match r {
+                Ok(s) => t.row(vec![
                     ep.clone(),
                     s.node_id.to_string(),
-                    stage.name().into(),
+                    PurgeStage::of(args.tx, s).name().into(),
                     s.redactions_applied_index.to_string(),
                     s.redactions_purged_index.to_string(),
                 ]),
-                (r, _) => t.row(vec![
-                    ep.clone(),
-                    "?".into(),
-                    format!(
-                        "no answer: {}",
-                        r.as_ref().err().map(|e| e.to_string()).unwrap_or_default()
-                    ),
-                ]),
+                Err(e) => t.row(vec![ep.clone(), "?".into(), format!("no answer: {e}")]),
             }
         }
         out!("{}", t.render())?;
     }
-    let unanswered = stages.iter().filter(|s| s.is_none()).count();
+    let unanswered = results.iter().filter(|r| r.is_err()).count();
     if unanswered > 0 {
         return Err(Reported(format!(
             "{unanswered} of {} endpoints did not answer",

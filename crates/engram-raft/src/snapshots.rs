@@ -139,10 +139,11 @@ impl StoredSnapshot {
             })
     }
 
-    /// Records that an install of this snapshot began (see [`Held`]).
-    pub(crate) fn mark_installing(&self) {
+    /// Records that a row names this snapshot from now on (an install's record, or the
+    /// current snapshot's), so its chunks are no longer the receive's to delete (see [`Held`]).
+    pub(crate) fn mark_recorded(&self) {
         if let Some(held) = &self._held {
-            held.installed.store(true, Ordering::SeqCst);
+            held.recorded.store(true, Ordering::SeqCst);
         }
     }
 
@@ -268,6 +269,8 @@ impl Snapshots {
             }
             let data_hash = *blake3::hash(&data).as_bytes();
             let stored = receiving.finish(&data_hash)?;
+            // The batch below names it current: its chunks are that row's from here.
+            stored.mark_recorded();
             batch = self.current_rows(&meta, &stored.data)?;
         }
         batch.delete(Space::Raft, LEGACY_META.to_vec());
@@ -359,7 +362,7 @@ impl Snapshots {
                 ids: self.held.clone(),
                 store: self.store.clone(),
                 id,
-                installed: AtomicBool::new(false),
+                recorded: AtomicBool::new(false),
             }),
             id,
             total_bytes,
@@ -378,12 +381,7 @@ impl Snapshots {
 
     /// Deletes the chunks of a refused snapshot, unless it is the current one.
     pub(crate) fn discard_unless_current(&self, id: u64) {
-        if let Ok(Some(current)) = self.recorded(CURRENT)
-            && current.data.id == id
-        {
-            return;
-        }
-        self.discard(id);
+        discard_unless_current(&*self.store, id);
     }
 
     /// The install counter: odd while an install is replacing the state.
@@ -532,6 +530,19 @@ fn discard(store: &dyn Store, id: u64) {
     let _ = store.write(batch, durability(Write::SnapshotChunk));
 }
 
+/// Deletes the chunks of snapshot `id` unless `snapshot/current` names it.
+fn discard_unless_current(store: &dyn Store, id: u64) {
+    let current = store
+        .get(Space::Raft, CURRENT)
+        .ok()
+        .flatten()
+        .and_then(|bytes| decode::<Recorded>("snapshot record", &bytes).ok());
+    if current.is_some_and(|r| r.data.id == id) {
+        return;
+    }
+    discard(store, id);
+}
+
 /// Keeps received snapshot `id` from deletion by a new current snapshot until dropped: from
 /// the start of its receive until openraft begins to install it (it is then recorded as being
 /// installed, then current) or drops it unused (an older snapshot than the state it would
@@ -541,28 +552,17 @@ struct Held {
     ids: HeldIds,
     store: Arc<dyn Store>,
     id: u64,
-    /// Set when an install of it begins: from then on its chunks are the install's (a node
-    /// stopped inside the install finishes it from them when it opens), and once current it
-    /// may become the snapshot a later one replaced, still streaming to a peer; they go by the
-    /// usual rule.
-    installed: AtomicBool,
+    /// Set once a row names it: an install's record (a node stopped inside the install
+    /// finishes it from the chunks when it opens), or the current snapshot's (an older build's
+    /// whole snapshot moved into chunks). Once current it may become the snapshot a later one
+    /// replaced, still streaming to a peer; its chunks then go by the usual rule.
+    recorded: AtomicBool,
 }
 
 impl Drop for Held {
     fn drop(&mut self) {
-        if self.installed.load(Ordering::SeqCst) {
-            lock_held(&self.ids).remove(&self.id);
-            return;
-        }
-        let current = match self.store.get(Space::Raft, CURRENT) {
-            Ok(Some(bytes)) => decode::<Recorded>("snapshot record", &bytes)
-                .map(|r| r.data.id)
-                .ok(),
-            _ => None,
-        };
-        // An unreadable record keeps the chunks: opening the store deletes them if need be.
-        if current.is_some_and(|current| current != self.id) {
-            discard(&*self.store, self.id);
+        if !self.recorded.load(Ordering::SeqCst) {
+            discard_unless_current(&*self.store, self.id);
         }
         lock_held(&self.ids).remove(&self.id);
     }

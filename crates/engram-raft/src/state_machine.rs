@@ -464,7 +464,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         let replacing = snapshots.replacing();
         // From the install record on, the chunks are the install's: a node that stops inside
         // it (a crash, an error) finishes it from them when it opens.
-        data.mark_installing();
+        data.mark_recorded();
         snapshots.begin_install(meta, &data.data)?;
         info!(snapshot = ?data, "installing a snapshot");
         let extra = install_rows(&snapshots, meta, &data)?;
