@@ -40,8 +40,8 @@ use engram_merkle::{
 use engram_storage::WriteBatch;
 use engram_storage_rocks::RocksStore;
 use engram_types::{
-    Attribute, Datom, EntityId, EntityRef, Hash, Namespace, Op, Provenance, RedactRequest, Status, TxId,
-    TxOp, TxRequest, Value,
+    Attribute, Datom, EntityId, EntityRef, Hash, Namespace, Op, Provenance, RedactPart, RedactRequest,
+    Status, TxId, TxOp, TxRequest, Value,
 };
 
 type Digest = <Blake3 as MerkleHasher>::Digest;
@@ -145,6 +145,7 @@ fn canonical(c: &mut Criterion) {
 struct Node {
     // Declared before `_dir` so the database closes before its directory is removed.
     engine: Engine,
+    store: Arc<RocksStore>,
     /// The last Raft log index applied: every apply takes the next one, as the log does.
     log: u64,
     _dir: tempfile::TempDir,
@@ -156,12 +157,13 @@ impl Node {
         let store = Arc::new(RocksStore::open(dir.path()).unwrap());
         let key = NodeKey::from_seed([7; 32]);
         let public = key.public();
-        let mut engine = Engine::open(store, Arc::new(key)).unwrap();
+        let mut engine = Engine::open(store.clone(), Arc::new(key)).unwrap();
         engine
             .apply_membership(1, vec![(1, public)], WriteBatch::new())
             .unwrap();
         Node {
             engine,
+            store,
             log: 1,
             _dir: dir,
         }
@@ -177,8 +179,9 @@ impl Node {
             .unwrap()
     }
 
-    /// Applies an unsigned redaction at the next log index.
-    fn redact(&mut self, req: &RedactRequest) -> engram_core::TxOutcome {
+    /// Applies an unsigned redaction (whole, as entries from before parts did, or one part) at
+    /// the next log index.
+    fn redact(&mut self, req: &RedactRequest, part: Option<&RedactPart>) -> engram_core::TxOutcome {
         self.log += 1;
         let time = EPOCH_NS + self.log as i64 * 1_000_000;
         self.engine
@@ -186,6 +189,7 @@ impl Node {
                 self.log,
                 time,
                 req,
+                part,
                 &PolicyActor::Unsigned(None),
                 WriteBatch::new(),
             )
@@ -264,18 +268,31 @@ fn entity_request(datoms: usize) -> TxRequest {
     TxRequest::data(Namespace::new("team/research").unwrap(), ops, provenance())
 }
 
+/// A redaction of a fresh entity of `datoms` datoms: whole, in one entry whose record lists
+/// each datom as a datom of its own (entries from before parts), or as one part whose record
+/// packs the list into one value (what a leader proposes now, in parts of 100).
 fn redact(c: &mut Criterion) {
     let mut group = c.benchmark_group("redact");
     group
         .sampling_mode(SamplingMode::Flat)
         .sample_size(10)
         .measurement_time(Duration::from_secs(5));
-    for datoms in [100usize, 1_000] {
+    for (kind, datoms) in [
+        ("whole", 100usize),
+        ("whole", 1_000),
+        ("part", 100),
+        ("part", 1_000),
+    ] {
         let write = entity_request(datoms);
         write.validate().unwrap();
         let mut node = Node::new();
+        let part = (kind == "part").then_some(RedactPart {
+            first_tx: None,
+            after_key: None,
+            limit: datoms as u32,
+        });
         group.throughput(Throughput::Elements(datoms as u64));
-        group.bench_function(BenchmarkId::new("entity", format!("{datoms}_datoms")), |b| {
+        group.bench_function(BenchmarkId::new(kind, format!("{datoms}_datoms")), |b| {
             // Each timed redaction takes a fresh entity, written untimed just before.
             b.iter_custom(|iters| {
                 let mut timed = Duration::ZERO;
@@ -289,10 +306,10 @@ fn redact(c: &mut Criterion) {
                         provenance: provenance(),
                     };
                     let started = Instant::now();
-                    let done = node.redact(&req).unwrap();
+                    let done = node.redact(&req, part.as_ref()).unwrap();
                     timed += started.elapsed();
-                    // The record lists every datom it took (and names the target and reason).
-                    assert!(done.datom_hashes.len() > datoms, "the redaction took too few");
+                    let listed = engram_core::redact::listed_in(&*node.store, done.tx).unwrap();
+                    assert_eq!(listed.len(), datoms, "the record lists every datom taken");
                 }
                 timed
             })

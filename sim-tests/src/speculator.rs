@@ -28,11 +28,29 @@ pub struct SpeculationLog {
     pub entity: Mutex<Option<u64>>,
     /// Acknowledged merges: (branch, merge tx, the value the branch wrote).
     pub merged: Mutex<Vec<(String, u64, String)>>,
-    /// Acknowledged redactions of a plan written for it: (the plan's entity, the redaction's
-    /// record tx, the round whose secrets it took).
-    pub forgotten: Mutex<Vec<(u64, u64, u64)>>,
+    /// Acknowledged redactions of a plan written for it.
+    pub forgotten: Mutex<Vec<Forgotten>>,
     pub abandoned: Mutex<Vec<String>>,
     pub stop: AtomicBool,
+}
+
+/// An acknowledged redaction of a plan written for it.
+#[derive(Clone, Debug)]
+pub struct Forgotten {
+    /// The plan's entity.
+    pub entity: u64,
+    /// Each part's record transaction, first to last (the simulated nodes take one datom per
+    /// part, so a plan of two secrets is redacted in two).
+    pub part_txs: Vec<u64>,
+    /// The round whose secrets it took.
+    pub round: u64,
+}
+
+impl Forgotten {
+    /// The last part's transaction: purged through it, a node holds none of the secrets.
+    pub fn last_tx(&self) -> u64 {
+        self.part_txs.last().copied().unwrap_or(0)
+    }
 }
 
 /// What every secret holds, followed by its round: no other value the simulation writes does.
@@ -107,7 +125,11 @@ async fn forget_a_plan(client: &Client, ns: &Namespace, round: u64, log: &Specul
         log.forgotten
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .push((entity, done.tx, round));
+            .push(Forgotten {
+                entity,
+                part_txs: done.part_txs,
+                round,
+            });
     }
 }
 

@@ -714,7 +714,7 @@ impl EngramTools {
     /// Forget the values of an entity's facts (or of one attribute) on every node, for good:
     /// each fact keeps who said it and when, and its hash, so the audit log still verifies; the
     /// forgetting itself is recorded with the reason. Use `dry_run` first. Returns how many
-    /// facts went and the transaction that recorded it.
+    /// facts went and the transactions that recorded it (one per part of at most 100 facts).
     #[tool]
     async fn forget(&self, Parameters(args): Parameters<ForgetArgs>) -> Result<String, String> {
         let req = RedactRequest {
@@ -746,6 +746,7 @@ impl EngramTools {
             "forgotten": forgotten.len(),
             "facts": forgotten,
             "tx": answer_pb.tx,
+            "part_txs": answer_pb.part_txs,
         })))
     }
 

@@ -633,12 +633,14 @@ pub async fn redact(client: &Client, args: RedactArgs, signer: Option<String>, j
                     "attribute": d.attribute,
                     "op": if d.op == pb::Op::Retract as i32 { "retract" } else { "assert" },
                     "guessable": d.guessable,
+                    "redacted_by_tx": d.redacted_by_tx,
                 })
             })
             .collect();
         return print_json(&json!({
             "dry_run": answer.dry_run,
             "tx": answer.tx,
+            "part_txs": answer.part_txs,
             "audit_index": answer.audit_index,
             "audit_hash": hex::encode(&answer.audit_hash),
             "datoms": datoms,
@@ -674,10 +676,13 @@ pub async fn redact(client: &Client, args: RedactArgs, signer: Option<String>, j
             crate::output::plural(answer.datoms.len(), "datom")
         )?;
     } else {
+        let parts = match answer.part_txs.as_slice() {
+            [] | [_] => format!("tx {}", answer.tx),
+            [first, .., last] => format!("{} parts, tx {first} to {last}", answer.part_txs.len()),
+        };
         outln!(
-            "redacted {} in tx {}, audit entry {} ({}); the values are gone from every replica's state",
+            "redacted {} in {parts}, audit entry {} ({}); the values are gone from every replica's state",
             crate::output::plural(answer.datoms.len(), "datom"),
-            answer.tx,
             answer.audit_index,
             crate::output::short_hash(&answer.audit_hash)
         )?;

@@ -228,8 +228,13 @@ async fn forgetting_through_the_cli_keeps_every_chain_and_export_verifying() {
     assert_eq!(cli.head(), head, "refusals and a dry run write nothing");
 
     // The redaction: one datom, recorded in the chain with its reason.
-    let done = redact_email(&cli, e, "erasure 7");
+    let mut done = redact_email(&cli, e, "erasure 7");
     let by_tx = done["tx"].as_u64().unwrap();
+    assert_eq!(done["part_txs"], json!([by_tx]), "one datom, one part");
+    for d in done["datoms"].as_array_mut().unwrap() {
+        assert_eq!(d["redacted_by_tx"], by_tx, "{d}");
+        d["redacted_by_tx"] = json!(0);
+    }
     assert_eq!(
         done["datoms"], dry["datoms"],
         "the dry run listed exactly what went"
@@ -250,7 +255,7 @@ async fn forgetting_through_the_cli_keeps_every_chain_and_export_verifying() {
     );
     let text = changed.to_string();
     assert!(
-        text.contains("erasure 7") && text.contains(":engram.redaction/datom"),
+        text.contains("erasure 7") && text.contains(":engram.redaction/datoms"),
         "{text}"
     );
 
@@ -302,6 +307,62 @@ async fn forgetting_through_the_cli_keeps_every_chain_and_export_verifying() {
     assert_eq!(redacted[0]["guessable"], false, "a salted datom: {report}");
     let proven = cli.run(None, &["get", "--ns", NS, "--entity", e, "--verify"], None);
     assert_eq!(proven.code, 0, "{} {}", proven.stdout, proven.stderr);
+}
+
+/// A redaction larger than a part is applied as parts of at most 100 datoms, each its own
+/// transaction and audit entry: the answer lists every datom, in key order, with the part that
+/// took it; every node reads them all without their values; every chain verifies.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redaction_larger_than_a_part_is_applied_in_parts_and_every_chain_verifies() {
+    let dir = tempfile::tempdir().unwrap();
+    let (cluster, cli) = three_nodes(dir.path(), 2).await;
+    let ops: Vec<Json> = (0..250)
+        .map(|i| {
+            json!({
+                "entity": "notes",
+                "attribute": format!(":note/line-{i:03}"),
+                "value": {"string": format!("{SECRET} line {i}")},
+            })
+        })
+        .collect();
+    let write = json!({"namespace": NS, "agent": "crm-agent", "ops": ops}).to_string();
+    let written = cli.ok(None, &["transact"], Some(&write));
+    let entity = written["temp_ids"]["notes"].as_u64().unwrap().to_string();
+    let head = cli.head();
+
+    let args = ["redact", "--ns", NS, "--entity", &entity, "--reason", "erasure 8"];
+    let done = cli.ok(None, &args, None);
+    let parts: Vec<u64> = done["part_txs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t.as_u64().unwrap())
+        .collect();
+    assert_eq!(parts.len(), 3, "{done}");
+    assert!(parts.windows(2).all(|w| w[0] < w[1]), "{parts:?}");
+    assert_eq!(done["tx"], parts[2], "the answer's tx is the last part's");
+    assert_eq!(cli.head(), head + 3, "one audit entry per part");
+    let datoms = done["datoms"].as_array().unwrap();
+    assert_eq!(datoms.len(), 250);
+    for (i, d) in datoms.iter().enumerate() {
+        assert_eq!(d["attribute"], format!(":note/line-{i:03}"), "key order");
+        assert_eq!(d["redacted_by_tx"], parts[i / 100], "{d}");
+    }
+    for node in 1..=3 {
+        let on = Cli {
+            endpoint: cluster.node(node).unwrap().endpoint(),
+        };
+        let got = on.ok(None, &["get", "--ns", NS, "--entity", &entity, "--stale"], None);
+        let text = got.to_string();
+        assert!(!text.contains(SECRET), "node {node}: {text}");
+        assert_eq!(text.matches("redacted_by_tx").count(), 250, "node {node}: {text}");
+    }
+    verify_each(&cluster);
+    // Nothing is left: asking again is refused, and writes nothing.
+    let head = cli.head();
+    let err = cli.fails(None, &args);
+    assert!(err.contains("already redacted"), "{err}");
+    assert_eq!(cli.head(), head);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -534,6 +595,21 @@ async fn in_enforced_mode_a_redaction_needs_its_grant_and_signed_writes_still_ve
         !got.to_string().contains(SECRET) && !got.to_string().contains("\"Ada\""),
         "{got}"
     );
+    // A signed redaction larger than a part: its signature (and nonce) is checked and recorded
+    // by the first part; the later parts go as the agent it authenticated, grant checked.
+    let ops: Vec<Json> = (0..150)
+        .map(|i| json!({"entity": "n", "attribute": format!(":note/l{i:03}"), "value": {"string": format!("{SECRET} {i}")}}))
+        .collect();
+    let notes = json!({"namespace": NS, "agent": "alice", "ops": ops}).to_string();
+    let written = cli.ok(Some(&alice), &["transact"], Some(&notes));
+    let n = written["temp_ids"]["n"].as_u64().unwrap().to_string();
+    let done = cli.ok(
+        Some(&alice),
+        &["redact", "--ns", NS, "--entity", &n, "--reason", "gdpr, notes"],
+        None,
+    );
+    assert_eq!(done["part_txs"].as_array().unwrap().len(), 2, "{done}");
+    assert_eq!(done["datoms"].as_array().unwrap().len(), 150);
     let export = dir.path().join("chain.export");
     let out = cli.run(
         Some(&root),
@@ -549,7 +625,7 @@ async fn in_enforced_mode_a_redaction_needs_its_grant_and_signed_writes_still_ve
         .unwrap();
     let report: Json = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(out.status.code(), Some(0), "{report}");
-    assert_eq!(report["redacted"].as_array().unwrap().len(), 2, "{report}");
+    assert_eq!(report["redacted"].as_array().unwrap().len(), 152, "{report}");
     assert!(
         report["signed_by_agent"]["alice"].as_u64().unwrap() >= 2,
         "{report}"

@@ -8,7 +8,7 @@ use engram_audit::{
 };
 use engram_merkle::{Blake3, MerkleHasher};
 use engram_storage::{Layered, Mutation, Overlay, ReadView, Space, Store, WriteBatch};
-use engram_types::{Hash, RedactRequest, TxId, TxReceipt, TxRequest, Value};
+use engram_types::{Hash, RedactPart, RedactRequest, TxId, TxReceipt, TxRequest, Value};
 
 use crate::durability::{Write, durability};
 use crate::planted::{self, PlantedBug};
@@ -955,16 +955,18 @@ impl Engine {
         })
     }
 
-    /// Applies a redaction asked by `by` (`crate::redact`): checked against the policy in
-    /// force (the `redact` grant in enforced mode), evaluated against the state at this entry,
-    /// and recorded as one transaction of the system namespace listing every datom it takes,
-    /// whose rows are rewritten to their redacted form in the same group. A refused or empty
-    /// redaction is a `Rejection` that writes nothing but `batch`.
+    /// Applies a redaction asked by `by` (`crate::redact`), whole (`part` `None`: an entry
+    /// from before parts) or one part of it: checked against the policy in force (the `redact`
+    /// grant in enforced mode), evaluated against the state at this entry, and recorded as one
+    /// transaction of the system namespace listing every datom it takes, whose rows are
+    /// rewritten to their redacted form in the same group. A refused or empty redaction (or
+    /// part) is a `Rejection` that writes nothing but `batch`.
     pub fn apply_redaction(
         &mut self,
         log_index: u64,
         proposed_time_ns: i64,
         req: &RedactRequest,
+        part: Option<&RedactPart>,
         by: &PolicyActor,
         batch: WriteBatch,
     ) -> Result<TxOutcome, CoreError> {
@@ -984,9 +986,10 @@ impl Engine {
             };
             let view = engine.pending.over(&*engine.store);
             let checked = engine.grants.check_redact(&view, principal.as_ref(), req)?;
-            let targets = match checked {
-                Ok(()) => redact::targets(&view, req)?,
-                Err(rejection) => Err(rejection),
+            let targets = match (checked, part) {
+                (Err(rejection), _) => Err(rejection),
+                (Ok(()), None) => redact::targets(&view, req, redact::WHOLE_ENTRY_MAX_DATOMS)?,
+                (Ok(()), Some(part)) => redact::part_targets(&view, req, part)?,
             };
             let targets = match targets {
                 Ok(targets) => targets,
@@ -995,7 +998,13 @@ impl Engine {
                     return Ok(Err(rejection));
                 }
             };
-            let record = redact::record(req, &targets);
+            let format = match part {
+                None => redact::RecordFormat::PerDatom,
+                Some(part) => redact::RecordFormat::Packed {
+                    part_of: part.first_tx,
+                },
+            };
+            let record = redact::record(req, &targets, format);
             let signed = author.map(|a| (a, signed_bytes.as_slice()));
             let outcome = engine.tx_in_group(log_index, proposed_time_ns, &record, signed, batch)?;
             if let Ok(receipt) = &outcome {
@@ -1172,8 +1181,8 @@ impl Engine {
 mod tests {
     use engram_storage::{Durability, MemStore};
     use engram_types::{
-        Attribute, BranchName, EntityId, EntityRef, Namespace, Op, Precondition, Provenance, Status, TxOp,
-        ValueType,
+        Attribute, BranchName, Datom, EntityId, EntityRef, Namespace, Op, Precondition, Provenance, Status,
+        TxOp, ValueType,
     };
 
     use super::*;
@@ -1354,15 +1363,154 @@ mod tests {
         }
     }
 
-    /// An unsigned redaction applied at log index `index`, the leader's clock at `index` µs.
+    /// An unsigned whole-entry redaction (an entry from before parts) applied at log index
+    /// `index`, the leader's clock at `index` µs.
     fn redact_unsigned(engine: &mut Engine, index: u64, req: &RedactRequest) -> Result<TxOutcome, CoreError> {
+        redact_part(engine, index, req, None)
+    }
+
+    fn redact_part(
+        engine: &mut Engine,
+        index: u64,
+        req: &RedactRequest,
+        part: Option<&RedactPart>,
+    ) -> Result<TxOutcome, CoreError> {
         engine.apply_redaction(
             index,
             index as i64 * 1_000,
             req,
+            part,
             &PolicyActor::Unsigned(None),
             WriteBatch::new(),
         )
+    }
+
+    #[test]
+    fn a_redaction_in_parts_takes_its_target_in_key_order_and_spares_what_came_after_its_first_part() {
+        let (store, mut engine) = engine();
+        let (e, _, hashes) = redacted_entity(&mut engine);
+        let req = redaction(e, None);
+        let mut by_key = reads::entity_datoms(&*store, &ns(), e).unwrap();
+        by_key.sort_by(|a, b| (&a.attribute, a.tx).cmp(&(&b.attribute, b.tx)));
+        let in_key_order: Vec<Hash> = by_key.iter().map(Datom::hash).collect();
+        assert_eq!(in_key_order.len(), hashes.len());
+        // The leader's check before a redaction's first part: a target past the bound is
+        // refused whole (the bound counts datoms still holding values).
+        let too_large = redact::targets(&*store, &req, 3).unwrap();
+        assert_eq!(
+            too_large.map(|t| t.len()),
+            Err(Rejection::RedactionTooLarge { datoms: 4, limit: 3 })
+        );
+        let all = redact::targets(&*store, &req, in_key_order.len())
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            all.iter().map(|t| t.datom.hash()).collect::<Vec<_>>(),
+            in_key_order
+        );
+
+        let first = RedactPart {
+            first_tx: None,
+            after_key: None,
+            limit: 3,
+        };
+        let receipt = redact_part(&mut engine, 21, &req, Some(&first)).unwrap().unwrap();
+        let first_tx = receipt.tx;
+        // A write to the entity between parts: no later part takes it.
+        let late = engine
+            .apply_tx(
+                22,
+                22_000,
+                &tx(vec![op(
+                    EntityRef::Id(e),
+                    ":person/email",
+                    Value::String("late@x.org".into()),
+                )]),
+                WriteBatch::new(),
+            )
+            .unwrap()
+            .unwrap();
+        let mut parts = vec![receipt];
+        let mut index = 23;
+        loop {
+            let last = parts.last().unwrap().tx;
+            let taken = redact::redacted_by(&*store, last).unwrap();
+            assert!(!taken.is_empty() && taken.len() <= 3);
+            let after = redact::last_key_of(&ns(), &taken).unwrap();
+            if !redact::more_after(&*store, &req, first_tx, &after).unwrap() {
+                // Nothing left: a part proposed anyway is refused and changes nothing.
+                let part = RedactPart {
+                    first_tx: Some(first_tx),
+                    after_key: Some(after),
+                    limit: 3,
+                };
+                let head = engine.head().clone();
+                let past = redact_part(&mut engine, index, &req, Some(&part)).unwrap();
+                assert!(matches!(past, Err(Rejection::NothingToRedact(_))), "{past:?}");
+                assert_eq!(engine.head().index, head.index, "a refused part records nothing");
+                break;
+            }
+            let part = RedactPart {
+                first_tx: Some(first_tx),
+                after_key: Some(after),
+                limit: 3,
+            };
+            parts.push(
+                redact_part(&mut engine, index, &req, Some(&part))
+                    .unwrap()
+                    .unwrap(),
+            );
+            index += 1;
+        }
+        assert_eq!(parts.len(), in_key_order.len().div_ceil(3));
+        // Together the parts list exactly the datoms written before the first, in key order,
+        // each stored as redacted by the part that listed it.
+        let mut listed = Vec::new();
+        for (i, receipt) in parts.iter().enumerate() {
+            let system = Namespace::new(engram_access::SYSTEM_NAMESPACE).unwrap();
+            let record = reads::entity_datoms(&*store, &system, receipt.temp_ids["redaction"]).unwrap();
+            let attributes: Vec<&str> = record.iter().map(|d| d.attribute.as_str()).collect();
+            assert!(attributes.contains(&redact::RECORD_DATOMS), "{attributes:?}");
+            assert!(
+                !attributes.contains(&redact::RECORD_DATOM),
+                "packed, not one datom each"
+            );
+            let part_of = record
+                .iter()
+                .find(|d| d.attribute.as_str() == redact::RECORD_PART_OF)
+                .map(|d| d.value.clone());
+            assert_eq!(
+                part_of,
+                (i > 0).then_some(Value::I64(first_tx.0 as i64)),
+                "every part after the first names the first"
+            );
+            for (r, d) in redact::redacted_by(&*store, receipt.tx).unwrap() {
+                assert_eq!(d.value.redacted().map(|m| m.by_tx), Some(receipt.tx));
+                listed.push(r.hash);
+            }
+        }
+        assert_eq!(listed, in_key_order);
+        let now = reads::entity_datoms(&*store, &ns(), e).unwrap();
+        let kept: Vec<&Datom> = now.iter().filter(|d| d.value.redacted().is_none()).collect();
+        assert_eq!(kept.len(), 1);
+        assert_eq!(
+            (kept[0].tx, &kept[0].value),
+            (late.tx, &Value::String("late@x.org".into()))
+        );
+        assert!(!stored_bytes_hold(&store, b"example.com"));
+        assert_eq!(verify_stored(&store).unwrap(), engine.head().index);
+        let report = crate::scrub::scrub(&*store, &mut |_, _| {}).unwrap();
+        assert!(report.ok(), "{:?}", report.findings);
+
+        // A cursor from outside the target (a faulty leader's) cannot reach another entity:
+        // the part starts from the target's own start and finds nothing left before it.
+        let stray = RedactPart {
+            first_tx: Some(first_tx),
+            after_key: Some(keys::eavt_entity(&ns(), EntityId(1))),
+            limit: 3,
+        };
+        let stray = redact::part_targets(&*store, &req, &stray).unwrap();
+        assert!(matches!(stray, Err(Rejection::NothingToRedact(_))), "{stray:?}");
     }
 
     fn stored_bytes_hold(store: &MemStore, needle: &[u8]) -> bool {

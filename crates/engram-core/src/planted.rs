@@ -70,10 +70,13 @@ pub enum PlantedBug {
     /// (kept, as a replaced snapshot is, in case a peer still reads it) although the node
     /// reports the redaction purged.
     PurgeKeepsOldSnapshot,
+    /// The leader acknowledges a redaction after its first part and proposes no other: the
+    /// datoms the later parts would have taken keep their values.
+    RedactionStopsAfterFirstPart,
 }
 
 impl PlantedBug {
-    pub const ALL: [PlantedBug; 18] = [
+    pub const ALL: [PlantedBug; 19] = [
         PlantedBug::AckBeforeCommit,
         PlantedBug::SkipSyncBeforeAck,
         PlantedBug::WrongPrevHash,
@@ -92,6 +95,7 @@ impl PlantedBug {
         PlantedBug::WatchGapNotRead,
         PlantedBug::RedactionListsTooFew,
         PlantedBug::PurgeKeepsOldSnapshot,
+        PlantedBug::RedactionStopsAfterFirstPart,
     ];
 }
 

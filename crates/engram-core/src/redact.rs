@@ -1,14 +1,20 @@
 //! Redaction: forgetting datoms' values while the audit chain keeps verifying
 //! (`docs/FORGETTING.md`).
 //!
-//! A [`RedactRequest`] names an entity (and optionally one attribute) on main. [`plan`]
-//! evaluates it against the state at its log entry, so every replica takes the same datoms:
-//! every datom of the target whose value is still there, assertions and retractions alike. The
-//! engine applies the plan as one transaction of the system namespace, the **record**: it
-//! names the target and the reason, and lists each redacted datom as
-//! `:engram.redaction/datom` = `tx (u64) ‖ seq (u32) ‖ datom hash (32 bytes)`, so the chain
-//! itself says what went, when and why, and who asked (the record's provenance, and its
-//! signature for a signed request). In the same batch each redacted datom's row is rewritten
+//! A [`RedactRequest`] names an entity (and optionally one attribute) on main. It is applied
+//! in **parts** ([`RedactPart`]), each its own log entry, so writes commit between them: a part
+//! is evaluated against the state at its entry ([`part_targets`]), so every replica takes the
+//! same datoms: the next datoms of the target in key order whose value is still there,
+//! assertions and retractions alike, written before the first part. The engine applies each
+//! part as one transaction of the system namespace, the **record**: it names the target and
+//! the reason (and, after the first part, the first part's transaction), and lists each datom
+//! it redacted as `tx (u64) ‖ seq (u32) ‖ datom hash (32 bytes) ‖ salted (u8)`, packed into one
+//! `:engram.redaction/datoms` value per part (a whole-entry redaction of the first format,
+//! [`targets`], lists one `:engram.redaction/datom` per datom), so the chain itself says what
+//! went, when and why, and who asked (the record's provenance, and for a signed request the
+//! agent's signature, on the first part: its nonce is spent there, so the later parts are
+//! proposed as the agent it authenticated, and name the first). In the same batch each
+//! redacted datom's row is rewritten
 //! to its redacted form ([`engram_types::Redacted`]: every field but the value, and the hash
 //! its transaction committed to), its value-keyed index rows (AVET, VAET) go, and the slot's
 //! current-claims row, if it has one, holds the redacted claims instead. A transaction an
@@ -26,18 +32,20 @@
 //! against (the verifier says "hash kept, guessable").
 //!
 //! Not here: the purge of the values' bytes from each node's Raft log, snapshots and files
-//! (`engram_raft`'s `purge`, after this is applied). Not yet built (the design's later steps):
-//! redaction by namespace or predicate, datoms on branches, and large targets in parts.
+//! (`engram_raft`'s `purge`, after this is applied), and the choice of each part's bounds (the
+//! leader's, in `engram_raft`). Not yet built (the design's later steps): redaction by
+//! namespace or predicate, and datoms on branches.
 //!
 //! Must not depend on: the engine (it applies what this plans), the server or the network.
 
 use engram_access::SYSTEM_NAMESPACE;
 use engram_storage::{ReadView, Space, WriteBatch, prefix_end};
 pub use engram_types::redact::{
-    RECORD_ATTRIBUTE, RECORD_DATOM, RECORD_ENTITY, RECORD_NAMESPACE, RECORD_REASON, RedactedRef,
+    RECORD_ATTRIBUTE, RECORD_DATOM, RECORD_DATOMS, RECORD_ENTITY, RECORD_NAMESPACE, RECORD_PART_OF,
+    RECORD_REASON, RedactedRef,
 };
 use engram_types::{
-    Attribute, Datom, EntityRef, Hash, Namespace, Op, RedactRequest, TxId, TxOp, TxRequest, Value,
+    Attribute, Datom, EntityRef, Hash, Namespace, Op, RedactPart, RedactRequest, TxId, TxOp, TxRequest, Value,
 };
 
 use crate::current::CurrentRow;
@@ -62,15 +70,21 @@ impl Target {
     }
 }
 
-/// What a redaction takes, in key order (attribute, then transaction, then seq).
+/// Most datoms a whole-entry redaction of the first format (`Command::Redact` entries, before
+/// parts) took: a larger target was refused. Replays of those entries keep this bound.
+pub const WHOLE_ENTRY_MAX_DATOMS: usize = 1_000;
+
+/// What a redaction takes, in key order (attribute, then transaction, then seq): every datom of
+/// the target whose value is still there. A target of more than `max` such datoms is refused.
+/// A whole-entry redaction applies this with [`WHOLE_ENTRY_MAX_DATOMS`]; the leader checks a
+/// request with [`RedactRequest::MAX_DATOMS`] before it proposes its parts, and a dry run lists
+/// it.
 pub fn targets(
     view: &dyn ReadView,
     req: &RedactRequest,
+    max: usize,
 ) -> Result<Result<Vec<Target>, Rejection>, CoreError> {
-    let prefix = match &req.attribute {
-        None => keys::eavt_entity(&req.namespace, req.entity),
-        Some(a) => keys::eavt_attr(&req.namespace, req.entity, a),
-    };
+    let prefix = target_prefix(req);
     // The scan stops one past what a redaction may take, counting every datom of the target,
     // redacted or not: a target that large is refused whatever is left of it.
     let cap = crate::reads::MAX_READ_DATOMS;
@@ -79,48 +93,154 @@ pub fn targets(
         // More rows than one scan reads: the target is past what one redaction may take.
         return Ok(Err(Rejection::RedactionTooLarge {
             datoms: cap as u64,
-            limit: RedactRequest::MAX_DATOMS as u64,
+            limit: max as u64,
         }));
     }
     if rows.is_empty() {
-        return Ok(Err(match &req.attribute {
-            None => Rejection::UnknownEntity(req.entity),
-            Some(a) => Rejection::NothingToRedact(format!("entity {} has no datom of {a}", req.entity)),
-        }));
+        return Ok(Err(no_such_target(req)));
     }
     let mut out = Vec::new();
     for (key, value) in rows {
-        let datom = Datom::decode(&value)
-            .map_err(|e| CoreError::corrupt(format!("datom row {}", crate::rows::hex(&key)), e))?;
-        if datom.value.redacted().is_some() {
-            continue;
+        if let Some(target) = unredacted(key, &value)? {
+            out.push(target);
         }
-        let (_, seq) = keys::trailing_tx_seq(&key).ok_or_else(|| {
-            CoreError::corrupt(format!("datom key {}", crate::rows::hex(&key)), "no tx and seq")
-        })?;
-        out.push(Target { key, seq, datom });
-        if out.len() > RedactRequest::MAX_DATOMS {
-            break;
+        if out.len() > max {
+            return Ok(Err(Rejection::RedactionTooLarge {
+                datoms: out.len() as u64,
+                limit: max as u64,
+            }));
         }
-    }
-    if out.len() > RedactRequest::MAX_DATOMS {
-        return Ok(Err(Rejection::RedactionTooLarge {
-            datoms: out.len() as u64,
-            limit: RedactRequest::MAX_DATOMS as u64,
-        }));
     }
     if out.is_empty() {
-        let what = match &req.attribute {
-            None => format!("every datom of entity {} is already redacted", req.entity),
-            Some(a) => format!("every datom of entity {} {a} is already redacted", req.entity),
-        };
-        return Ok(Err(Rejection::NothingToRedact(what)));
+        return Ok(Err(all_redacted(req)));
     }
     Ok(Ok(out))
 }
 
-/// The record transaction of a redaction taking `targets`.
-pub fn record(req: &RedactRequest, targets: &[Target]) -> TxRequest {
+/// What `part` of a redaction takes: the first [`RedactPart::applied_limit`] datoms of the
+/// target after `part.after_key`, in key order, whose value is still there and, after the first
+/// part, that were written before it. Reads at most the rows it passes over plus one page.
+pub fn part_targets(
+    view: &dyn ReadView,
+    req: &RedactRequest,
+    part: &RedactPart,
+) -> Result<Result<Vec<Target>, Rejection>, CoreError> {
+    let prefix = target_prefix(req);
+    let end = prefix_end(&prefix);
+    let limit = part.applied_limit();
+    let mut from = match &part.after_key {
+        // The key's successor: every key after it that the prefix holds.
+        Some(after) if after.starts_with(&prefix) => [after.as_slice(), &[0]].concat(),
+        // A cursor outside the target (a faulty leader's) starts from the target's start: a
+        // part only ever takes the target's datoms.
+        _ => prefix.clone(),
+    };
+    let mut out = Vec::new();
+    let mut seen_any = false;
+    'pages: loop {
+        let rows = view.scan(Space::State, &from, end.as_deref(), limit + 1)?;
+        let last_page = rows.len() <= limit;
+        seen_any |= !rows.is_empty();
+        for (key, value) in rows {
+            from = [key.as_slice(), &[0]].concat();
+            let Some(target) = unredacted(key, &value)? else {
+                continue;
+            };
+            if part.first_tx.is_some_and(|first| target.datom.tx >= first) {
+                continue;
+            }
+            out.push(target);
+            if out.len() == limit {
+                break 'pages;
+            }
+        }
+        if last_page {
+            break;
+        }
+    }
+    if out.is_empty() {
+        return Ok(Err(match (part.first_tx, seen_any || part.after_key.is_some()) {
+            (None, false) => no_such_target(req),
+            (None, true) => all_redacted(req),
+            (Some(first), _) => Rejection::NothingToRedact(format!(
+                "nothing is left to redact after the part before (redaction of tx {})",
+                first.0
+            )),
+        }));
+    }
+    Ok(Ok(out))
+}
+
+/// Whether anything is left for a part after `part` (the same bounds, starting after
+/// `after_key`): read by the leader after each part, to decide whether to propose another.
+pub fn more_after(
+    view: &dyn ReadView,
+    req: &RedactRequest,
+    first_tx: TxId,
+    after_key: &[u8],
+) -> Result<bool, CoreError> {
+    let next = RedactPart {
+        first_tx: Some(first_tx),
+        after_key: Some(after_key.to_vec()),
+        limit: 1,
+    };
+    Ok(part_targets(view, req, &next)?.is_ok())
+}
+
+/// The state key of the last datom a part lists (its datoms come in key order): the next
+/// part's `after_key`. `None` when the record lists nothing.
+pub fn last_key_of(ns: &Namespace, redacted: &[(RedactedRef, Datom)]) -> Option<Vec<u8>> {
+    redacted
+        .last()
+        .map(|(r, d)| keys::eavt(ns, d.entity, &d.attribute, r.tx, r.seq))
+}
+
+fn target_prefix(req: &RedactRequest) -> Vec<u8> {
+    match &req.attribute {
+        None => keys::eavt_entity(&req.namespace, req.entity),
+        Some(a) => keys::eavt_attr(&req.namespace, req.entity, a),
+    }
+}
+
+/// The datom row `key` holds as a target, or `None` if its value is already gone.
+fn unredacted(key: Vec<u8>, value: &[u8]) -> Result<Option<Target>, CoreError> {
+    let datom = Datom::decode(value)
+        .map_err(|e| CoreError::corrupt(format!("datom row {}", crate::rows::hex(&key)), e))?;
+    if datom.value.redacted().is_some() {
+        return Ok(None);
+    }
+    let (_, seq) = keys::trailing_tx_seq(&key).ok_or_else(|| {
+        CoreError::corrupt(format!("datom key {}", crate::rows::hex(&key)), "no tx and seq")
+    })?;
+    Ok(Some(Target { key, seq, datom }))
+}
+
+fn no_such_target(req: &RedactRequest) -> Rejection {
+    match &req.attribute {
+        None => Rejection::UnknownEntity(req.entity),
+        Some(a) => Rejection::NothingToRedact(format!("entity {} has no datom of {a}", req.entity)),
+    }
+}
+
+fn all_redacted(req: &RedactRequest) -> Rejection {
+    Rejection::NothingToRedact(match &req.attribute {
+        None => format!("every datom of entity {} is already redacted", req.entity),
+        Some(a) => format!("every datom of entity {} {a} is already redacted", req.entity),
+    })
+}
+
+/// How a record lists the datoms it redacted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RecordFormat {
+    /// One `:engram.redaction/datom` per datom: whole-entry redactions, before parts.
+    PerDatom,
+    /// `:engram.redaction/datoms` values packing the part's datoms; a later part names the
+    /// first part's transaction.
+    Packed { part_of: Option<TxId> },
+}
+
+/// The record transaction of a redaction (or of one part of it) taking `targets`.
+pub fn record(req: &RedactRequest, targets: &[Target], format: RecordFormat) -> TxRequest {
     let entity = EntityRef::Temp("redaction".into());
     let assert = |attribute: &str, value: Value| TxOp {
         op: Op::Assert,
@@ -143,8 +263,22 @@ pub fn record(req: &RedactRequest, targets: &[Target]) -> TxRequest {
         true => &targets[..targets.len().saturating_sub(1)],
         false => targets,
     };
-    for t in listed {
-        ops.push(assert(RECORD_DATOM, Value::Bytes(t.listed().encode())));
+    match format {
+        RecordFormat::PerDatom => {
+            for t in listed {
+                ops.push(assert(RECORD_DATOM, Value::Bytes(t.listed().encode())));
+            }
+        }
+        RecordFormat::Packed { part_of } => {
+            if let Some(first) = part_of {
+                // Transaction ids are log indexes, far below 2^63.
+                ops.push(assert(RECORD_PART_OF, Value::I64(first.0 as i64)));
+            }
+            let refs: Vec<RedactedRef> = listed.iter().map(Target::listed).collect();
+            for packed in RedactedRef::pack(&refs) {
+                ops.push(assert(RECORD_DATOMS, Value::Bytes(packed)));
+            }
+        }
     }
     TxRequest::data(
         Namespace::new(SYSTEM_NAMESPACE).expect("the system namespace name is valid"),

@@ -680,10 +680,12 @@ impl EngramClient {
     /// Forgets the values of `entity`'s datoms (only `attribute`'s, when given) on every
     /// replica: each datom keeps its other fields and its hash, so the audit chain and every
     /// proof still verify, and the redaction is recorded with `reason`. With `dry_run`, lists
-    /// what would go and changes nothing. Returns a dict: `dry_run`, `tx`, `audit_index` and
-    /// `datoms` (each `tx`, `seq`, `hash`, `attribute`, `op`, and `guessable`: written before salts, so
-    /// its kept hash can be tested against a guess of the value). Datoms read afterwards carry no
-    /// value and say `redacted`.
+    /// what would go and changes nothing. Applied in parts of at most 100 datoms, each its own
+    /// transaction. Returns a dict: `dry_run`, `tx` (the last part's transaction),
+    /// `part_txs` (every part's, first to last), `audit_index` and `datoms` (each `tx`, `seq`,
+    /// `hash`, `attribute`, `op`, `redacted_by_tx`, and `guessable`: written before salts, so
+    /// its kept hash can be tested against a guess of the value). Datoms read afterwards carry
+    /// no value and say `redacted`.
     #[pyo3(signature = (namespace, entity, *, reason, attribute=None, dry_run=false, agent=None))]
     #[allow(clippy::too_many_arguments)]
     fn redact<'py>(
@@ -712,6 +714,7 @@ impl EngramClient {
         let out = PyDict::new(py);
         out.set_item("dry_run", response.dry_run)?;
         out.set_item("tx", response.tx)?;
+        out.set_item("part_txs", response.part_txs.clone())?;
         out.set_item("audit_index", response.audit_index)?;
         let datoms = PyList::empty(py);
         for d in &response.datoms {
@@ -721,6 +724,7 @@ impl EngramClient {
             item.set_item("hash", PyBytes::new(py, &d.hash))?;
             item.set_item("attribute", &d.attribute)?;
             item.set_item("guessable", d.guessable)?;
+            item.set_item("redacted_by_tx", d.redacted_by_tx)?;
             item.set_item(
                 "op",
                 if d.op == pb::Op::Retract as i32 {

@@ -189,7 +189,9 @@ def test_redact_forgets_a_value_and_says_so(db, ns):
 
     done = db.redact(ns, person, attribute=":person/email", reason="erasure 12")
     assert done["tx"] > r.tx
+    assert done["part_txs"] == [done["tx"]], "one datom: one part"
     assert [d["attribute"] for d in done["datoms"]] == [":person/email"]
+    assert done["datoms"][0]["redacted_by_tx"] == done["tx"]
     assert done["datoms"][0]["hash"] == dry["datoms"][0]["hash"]
     # Written by this build: its kept commitment is salted, not guessable.
     assert done["datoms"][0]["guessable"] is False

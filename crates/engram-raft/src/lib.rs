@@ -37,9 +37,11 @@ use std::fmt;
 
 use engram_access::{PolicyOp, Principal};
 use engram_audit::{Author, KeyChangeRequest};
-use engram_types::{RedactRequest, TxRequest};
+use engram_types::{RedactPart, RedactRequest, TxRequest};
 pub use log_store::LogStore;
-pub use node::{DivergenceAlarm, NodeError, NodeStatus, RaftNode, RaftSettings, RaftTiming, Waited};
+pub use node::{
+    DivergenceAlarm, NodeError, NodeStatus, RaftNode, RaftSettings, RaftTiming, RedactedPart, Waited,
+};
 pub use purge::{PurgeProgress, purged_through};
 use serde::{Deserialize, Serialize};
 pub use snapshots::{CHUNK_BYTES, Receiving, Snapshots, StoredRef, StoredSnapshot, install_recorded};
@@ -101,6 +103,17 @@ pub enum Command {
         request: RedactRequest,
         principal: Option<Principal>,
         author: Option<Author>,
+        proposed_time_ns: i64,
+    },
+    /// One part of a redaction (`engram_core::redact`): like [`Command::Redact`], checked and
+    /// evaluated at apply, but taking only the datoms `part` bounds, and recorded with its
+    /// datoms packed. The leader proposes a redaction's parts one after another
+    /// ([`RaftNode::propose_redaction`]), so writes commit between them.
+    RedactPart {
+        request: RedactRequest,
+        principal: Option<Principal>,
+        author: Option<Author>,
+        part: RedactPart,
         proposed_time_ns: i64,
     },
     /// `command`, whose datoms are salted from `salt_seed` (`engram_types::salt_of`): 32
@@ -189,6 +202,25 @@ impl fmt::Display for Command {
                 "redact(ns={}, entity={}, by={}, t={proposed_time_ns})",
                 request.namespace,
                 request.entity,
+                author
+                    .as_ref()
+                    .map(|a| a.principal.as_str())
+                    .or(principal.as_ref().map(Principal::as_str))
+                    .unwrap_or("-")
+            ),
+            Command::RedactPart {
+                request,
+                principal,
+                author,
+                part,
+                proposed_time_ns,
+            } => write!(
+                f,
+                "redact-part(ns={}, entity={}, of={}, limit={}, by={}, t={proposed_time_ns})",
+                request.namespace,
+                request.entity,
+                part.first_tx.map_or("-".to_string(), |tx| tx.0.to_string()),
+                part.limit,
                 author
                     .as_ref()
                     .map(|a| a.principal.as_str())

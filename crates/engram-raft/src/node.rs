@@ -6,7 +6,7 @@ use engram_access::PolicyOp;
 use engram_audit::{KeyAction, KeyChangeRequest, KeyId, KeyRing, PublicKey};
 use engram_core::{CheckpointPolicy, Rejection, TxOutcome, reads};
 use engram_storage::Store;
-use engram_types::{RedactRequest, TxRequest};
+use engram_types::{RedactPart, RedactRequest, TxRequest};
 use openraft::async_runtime::WatchReceiver;
 use openraft::error::{ClientWriteError, RaftError};
 use openraft::storage::RaftLogStorage;
@@ -99,6 +99,15 @@ pub struct RaftSettings {
     pub clock_skew_ns: i64,
     /// When this node signs checkpoints of its chain.
     pub checkpoints: CheckpointPolicy,
+    /// Most datoms each part of a redaction this node proposes as leader takes (at most
+    /// [`RedactPart::MAX_DATOMS`]): each part is one log entry, applied between writes.
+    pub redact_part_datoms: u32,
+}
+
+impl RaftSettings {
+    /// The part size of a redaction unless a node is told otherwise: applied in about 2 ms on
+    /// the machine of `docs/benchmarks.md`, so a write waits at most that long behind one.
+    pub const REDACT_PART_DATOMS: u32 = 100;
 }
 
 /// Why a Raft operation did not complete. The server maps these to gRPC codes.
@@ -154,6 +163,16 @@ pub struct RaftNode {
     watched: Arc<crate::committed::CommittedFeed>,
     /// Where this node's purges after redactions stand (see [`crate::PurgeProgress`]).
     pub purges: crate::PurgeProgress,
+    /// Most datoms each part of a redaction this node proposes takes.
+    redact_part_datoms: u32,
+}
+
+/// One part of a redaction, as applied: its receipt, and each datom it took (as listed by
+/// its record, and as stored now, redacted).
+#[derive(Clone, Debug)]
+pub struct RedactedPart {
+    pub receipt: engram_types::TxReceipt,
+    pub taken: Vec<(engram_core::redact::RedactedRef, engram_types::Datom)>,
 }
 
 /// How often a call waiting on a leader (a proposal on the leader, a call a follower forwarded
@@ -284,6 +303,7 @@ impl RaftNode {
             applied,
             policy_epoch,
             clock_skew_ns: settings.clock_skew_ns,
+            redact_part_datoms: settings.redact_part_datoms,
             lease: std::time::Duration::from_millis(settings.timing.election_timeout_max_ms),
             startup_log_index,
             committed,
@@ -342,30 +362,102 @@ impl RaftNode {
             .ok_or_else(|| NodeError::Fatal("apply returned no outcome for a policy change".into()))
     }
 
-    /// Proposes a redaction (`engram_core::redact`), asked by `by`; apply checks it against the
-    /// policy in force and evaluates it against the state at its entry.
+    /// Proposes a redaction (`engram_core::redact`), asked by `by`, in parts of at most
+    /// `redact_part_datoms` datoms (the node's setting), one after another, so writes commit
+    /// between them; apply checks each against the policy in force and evaluates it against the
+    /// state at its entry. First the target is checked here against
+    /// [`RedactRequest::MAX_DATOMS`] (a larger one is refused before anything is proposed).
+    /// Answers every part, first to last, with the datoms each took. If leadership moves or a
+    /// later part is refused (a grant revoked meanwhile), the parts applied stay applied: asking
+    /// again takes what is left.
     pub async fn propose_redaction(
         &self,
         request: RedactRequest,
         by: Proposer,
-    ) -> Result<TxOutcome, NodeError> {
-        let proposed_time_ns = clock::now_ns().saturating_add(self.clock_skew_ns);
-        let (principal, author) = match by {
+    ) -> Result<Result<Vec<RedactedPart>, Rejection>, NodeError> {
+        let fatal =
+            |e: engram_core::CoreError| NodeError::Fatal(format!("reading a redaction's target: {e}"));
+        let max = RedactRequest::MAX_DATOMS;
+        if let Err(rejection) = self
+            .read_state(|store| engram_core::redact::targets(store, &request, max))?
+            .map_err(fatal)?
+        {
+            return Ok(Err(rejection));
+        }
+        let (mut principal, mut author) = match by {
             Proposer::Unsigned(principal) => (principal, None),
             Proposer::Signed(author) => (None, Some(author)),
         };
-        let command = Command::Redact {
-            request,
-            principal,
-            author,
-            proposed_time_ns,
+        let mut part = RedactPart {
+            first_tx: None,
+            after_key: None,
+            limit: self.redact_part_datoms,
         };
-        let resp = self
-            .while_quorate(self.raft.client_write(salted(command)?))
-            .await?;
-        resp.data
-            .outcome
-            .ok_or_else(|| NodeError::Fatal("apply returned no outcome for a redaction".into()))
+        let mut parts: Vec<RedactedPart> = Vec::new();
+        loop {
+            let command = Command::RedactPart {
+                request: request.clone(),
+                principal: principal.clone(),
+                author: author.clone(),
+                part: part.clone(),
+                proposed_time_ns: clock::now_ns().saturating_add(self.clock_skew_ns),
+            };
+            let resp = self
+                .while_quorate(self.raft.client_write(salted(command)?))
+                .await?;
+            let outcome = resp
+                .data
+                .outcome
+                .ok_or_else(|| NodeError::Fatal("apply returned no outcome for a redaction".into()))?;
+            let receipt = match outcome {
+                Ok(receipt) => receipt,
+                // Another redaction took the rest between two parts.
+                Err(Rejection::NothingToRedact(_)) if !parts.is_empty() => break,
+                Err(rejection) => {
+                    if let Some(last) = parts.last() {
+                        tracing::warn!(
+                            parts = parts.len(),
+                            last_tx = last.receipt.tx.0,
+                            %rejection,
+                            "a redaction's later part was refused; the parts before it stay applied"
+                        );
+                    }
+                    return Ok(Err(rejection));
+                }
+            };
+            let taken = self
+                .read_state(|store| engram_core::redact::redacted_by(store, receipt.tx))?
+                .map_err(fatal)?;
+            let first_tx = part.first_tx.unwrap_or(receipt.tx);
+            let after = engram_core::redact::last_key_of(&request.namespace, &taken);
+            let full = taken.len() >= part.applied_limit();
+            parts.push(RedactedPart { receipt, taken });
+            if engram_core::planted::active(engram_core::planted::PlantedBug::RedactionStopsAfterFirstPart) {
+                break;
+            }
+            let Some(after) = after.filter(|_| full) else {
+                break;
+            };
+            let more = self
+                .read_state(|store| engram_core::redact::more_after(store, &request, first_tx, &after))?
+                .map_err(fatal)?;
+            if !more {
+                break;
+            }
+            part = RedactPart {
+                first_tx: Some(first_tx),
+                after_key: Some(after),
+                limit: self.redact_part_datoms,
+            };
+            // A signed request's signature and nonce were checked and recorded by the first
+            // part: a second use of the nonce would be refused as a replay. The later parts are
+            // proposed as the agent the signature authenticated, and apply checks its grant at
+            // each of them; their records name the signed first part.
+            if let Some(signed) = author.take() {
+                principal = engram_access::Principal::new(signed.principal).ok();
+            }
+        }
+        Ok(Ok(parts))
     }
 
     /// Runs `write` (this node's proposal as leader) until it answers, or until this node has

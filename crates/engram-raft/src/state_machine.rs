@@ -280,28 +280,19 @@ impl StateMachine {
                 author,
                 proposed_time_ns,
             } => {
-                let by = match author {
-                    Some(author) => engram_core::PolicyActor::Signed(author),
-                    None => engram_core::PolicyActor::Unsigned(principal),
-                };
-                let extra = applied_row(&self.applied)?;
-                let outcome = self
-                    .engine
-                    .apply_redaction(index, proposed_time_ns, &request, &by, extra)
-                    .map_err(io_err)?;
-                match &outcome {
-                    Ok(receipt) => {
-                        self.group_redacted = Some(index);
-                        info!(
-                            log_index = index,
-                            tx = receipt.tx.0,
-                            namespace = %request.namespace,
-                            entity = request.entity.0,
-                            "redaction recorded"
-                        )
-                    }
-                    Err(rejection) => warn!(log_index = index, %rejection, "redaction refused"),
-                }
+                // An entry from before parts: the whole redaction in one.
+                let outcome = self.redact(index, proposed_time_ns, &request, None, principal, author)?;
+                response.outcome = Some(outcome);
+            }
+            Command::RedactPart {
+                request,
+                principal,
+                author,
+                part,
+                proposed_time_ns,
+            } => {
+                let outcome =
+                    self.redact(index, proposed_time_ns, &request, Some(&part), principal, author)?;
                 response.outcome = Some(outcome);
             }
             Command::KeyChange { request } => {
@@ -323,6 +314,42 @@ impl StateMachine {
             }
         }
         Ok(())
+    }
+
+    /// Applies a redaction entry (whole, or one `part`) into the open group.
+    fn redact(
+        &mut self,
+        index: u64,
+        proposed_time_ns: i64,
+        request: &engram_types::RedactRequest,
+        part: Option<&engram_types::RedactPart>,
+        principal: Option<engram_access::Principal>,
+        author: Option<engram_audit::Author>,
+    ) -> io::Result<engram_core::TxOutcome> {
+        let by = match author {
+            Some(author) => engram_core::PolicyActor::Signed(author),
+            None => engram_core::PolicyActor::Unsigned(principal),
+        };
+        let extra = applied_row(&self.applied)?;
+        let outcome = self
+            .engine
+            .apply_redaction(index, proposed_time_ns, request, part, &by, extra)
+            .map_err(io_err)?;
+        match &outcome {
+            Ok(receipt) => {
+                self.group_redacted = Some(index);
+                info!(
+                    log_index = index,
+                    tx = receipt.tx.0,
+                    namespace = %request.namespace,
+                    entity = request.entity.0,
+                    part_of = part.and_then(|p| p.first_tx).map(|tx| tx.0),
+                    "redaction recorded"
+                )
+            }
+            Err(rejection) => warn!(log_index = index, %rejection, "redaction refused"),
+        }
+        Ok(outcome)
     }
 
     /// Applies a transaction entry made by `principal` into the open group.

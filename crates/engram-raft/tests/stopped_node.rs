@@ -22,6 +22,7 @@ async fn node() -> RaftNode {
         timing: RaftTiming::default(),
         clock_skew_ns: 0,
         checkpoints: CheckpointPolicy::default(),
+        redact_part_datoms: RaftSettings::REDACT_PART_DATOMS,
     };
     RaftNode::start(
         1,

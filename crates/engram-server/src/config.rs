@@ -87,6 +87,8 @@ pub struct ServerConfig {
     /// Sign a checkpoint once this much transaction time has passed since the last one (0:
     /// never by time).
     pub checkpoint_every_ms: u64,
+    /// Most datoms each part of a redaction this node proposes as leader takes.
+    pub redact_part_datoms: u32,
     /// Compare this node's audit chain with every peer's this often (0: never); a mismatch
     /// raises the divergence alarm (`crate::divergence`).
     pub divergence_check_ms: u64,
@@ -176,6 +178,7 @@ impl ServerConfig {
             raft: engram_raft::RaftTiming::default(),
             checkpoint_every_entries: 1_000,
             checkpoint_every_ms: 1_000,
+            redact_part_datoms: engram_raft::RaftSettings::REDACT_PART_DATOMS,
             clock_skew_ns: 0,
             divergence_check_ms: 5_000,
             verify_on_start: engram_core::scrub::StartCheck::Tip,

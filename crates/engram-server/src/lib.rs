@@ -142,6 +142,7 @@ pub async fn serve_keys(
             every_entries: config.checkpoint_every_entries,
             every_ms: config.checkpoint_every_ms,
         },
+        redact_part_datoms: config.redact_part_datoms,
     };
     // Known before any request: a node that would serve open mode beyond loopback without
     // being told to refuses to start, rather than serve no one but its own host.

@@ -31,7 +31,7 @@ pub use excerpt::{EXCERPT_MAX_BYTES, Excerpt, clip, excerpt};
 pub use hash::Hash;
 pub use ids::{EntityId, TxId};
 pub use namespace::Namespace;
-pub use redact::{REDACT_REQUEST_FORMAT_VERSION, RedactRequest};
+pub use redact::{REDACT_REQUEST_FORMAT_VERSION, RedactPart, RedactRequest};
 pub use schema::{AttributeDef, BranchName, BranchOp, Cardinality, Unique};
 pub use tx::{EntityRef, Precondition, TxOp, TxReceipt, TxRequest};
 pub use tx_codec::TX_REQUEST_FORMAT_VERSION;

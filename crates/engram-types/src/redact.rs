@@ -14,9 +14,10 @@ pub const REDACT_REQUEST_FORMAT_VERSION: u8 = 1;
 /// Forget the values of every datom on main of `entity` in `namespace` (only those of
 /// `attribute`, when given), retractions included. Only values go: every other field of each
 /// datom, and the hash its transaction committed to, stay, so the audit chain keeps verifying.
-/// Applied like a transaction: evaluated against the state at its log entry on every replica,
-/// and recorded in the chain as a transaction of the system namespace that lists each
-/// redacted datom (`engram_core::redact`).
+/// Applied like a transaction, in parts of at most [`RedactPart::MAX_DATOMS`] datoms (each its
+/// own log entry, so writes commit between them): each part is evaluated against the state at
+/// its log entry on every replica, and recorded in the chain as a transaction of the system
+/// namespace that lists each datom it redacted (`engram_core::redact`).
 #[derive(Clone, PartialEq, Debug, Serialize, Deserialize)]
 pub struct RedactRequest {
     pub namespace: Namespace,
@@ -31,9 +32,10 @@ pub struct RedactRequest {
 impl RedactRequest {
     /// Longest reason, in bytes.
     pub const MAX_REASON_BYTES: usize = 1024;
-    /// Most datoms one redaction takes: a larger set is refused (redact it by attribute), so
-    /// one entry never holds writes back for long.
-    pub const MAX_DATOMS: usize = 1_000;
+    /// Most datoms one redaction takes: a larger set is refused (redact it by attribute). Its
+    /// parts bound what one log entry does; this bounds the call (its answer lists every
+    /// datom taken).
+    pub const MAX_DATOMS: usize = 10_000;
 
     pub fn validate(&self) -> Result<(), ValidationError> {
         let reason = |reason: &str| ValidationError::Value {
@@ -119,8 +121,40 @@ pub const RECORD_NAMESPACE: &str = ":engram.redaction/namespace";
 pub const RECORD_ENTITY: &str = ":engram.redaction/entity";
 pub const RECORD_ATTRIBUTE: &str = ":engram.redaction/attribute";
 pub const RECORD_REASON: &str = ":engram.redaction/reason";
-/// One per redacted datom: [`RedactedRef::encode`].
+/// One per redacted datom: [`RedactedRef::encode`]. Records of whole-entry redactions (the
+/// first format) list their datoms this way.
 pub const RECORD_DATOM: &str = ":engram.redaction/datom";
+/// The datoms a part redacted, packed: [`RedactedRef::encode`] of each, one after the other,
+/// at most [`RedactPart::MAX_DATOMS`] per value. One value instead of one datom (with its index
+/// rows, hash and Merkle share) per redacted datom.
+pub const RECORD_DATOMS: &str = ":engram.redaction/datoms";
+/// On every part after the first: the first part's transaction, which names the redaction.
+pub const RECORD_PART_OF: &str = ":engram.redaction/part-of";
+
+/// Which part of a redaction a log entry applies (`Command::RedactPart` in `engram_raft`),
+/// chosen by the leader and carried in the entry so every replica applies the same part.
+#[derive(Clone, PartialEq, Eq, Debug, Serialize, Deserialize)]
+pub struct RedactPart {
+    /// The first part's transaction, for every later part: a later part takes only datoms
+    /// written before it, so a write that lands between parts keeps its value. `None`: this
+    /// is the first part (which checks the request's grant and target like a whole one).
+    pub first_tx: Option<TxId>,
+    /// The state key of the last datom the part before took: this part takes the datoms after
+    /// it, in key order. `None` for the first part.
+    pub after_key: Option<Vec<u8>>,
+    /// Most datoms this part takes (applied as at most [`RedactPart::MAX_DATOMS`], at least 1).
+    pub limit: u32,
+}
+
+impl RedactPart {
+    /// Most datoms one part takes, whatever its entry says.
+    pub const MAX_DATOMS: u32 = 1_000;
+
+    /// The limit this part is applied with: a pure function of the entry.
+    pub fn applied_limit(&self) -> usize {
+        self.limit.clamp(1, Self::MAX_DATOMS) as usize
+    }
+}
 
 /// What a transaction's kept signed request (the canonical bytes an agent signed, which hold
 /// the values) becomes when a redaction takes any of its datoms: this tag and the redacting
@@ -188,16 +222,42 @@ impl RedactedRef {
         })
     }
 
-    /// The datoms a record transaction lists, from its datoms (any other datom is skipped).
+    /// The datoms a record transaction lists, from its datoms, in the record's order, in either
+    /// format (one datom per listed datom, or packed). Any other datom, and a listing that does
+    /// not decode, is skipped: the verifier then finds the value it should have covered
+    /// missing without a redaction.
     pub fn listed_by(record: &[Datom]) -> Vec<RedactedRef> {
-        record
-            .iter()
-            .filter(|d| d.attribute.as_str() == RECORD_DATOM)
-            .filter_map(|d| match &d.value {
-                Value::Bytes(b) => RedactedRef::decode(b),
-                _ => None,
+        let mut out = Vec::new();
+        for d in record {
+            let Value::Bytes(b) = &d.value else { continue };
+            match d.attribute.as_str() {
+                RECORD_DATOM => out.extend(RedactedRef::decode(b)),
+                RECORD_DATOMS if b.len() % Self::ENCODED_BYTES == 0 => {
+                    out.extend(b.chunks(Self::ENCODED_BYTES).filter_map(RedactedRef::decode))
+                }
+                _ => {}
+            }
+        }
+        out
+    }
+
+    /// `refs` packed into values of [`RECORD_DATOMS`], at most [`RedactPart::MAX_DATOMS`] each.
+    pub fn pack(refs: &[RedactedRef]) -> Vec<Vec<u8>> {
+        refs.chunks(RedactPart::MAX_DATOMS as usize)
+            .map(|chunk| {
+                let mut value = Vec::with_capacity(chunk.len() * Self::ENCODED_BYTES);
+                for r in chunk {
+                    value.extend_from_slice(&r.encode());
+                }
+                value
             })
             .collect()
+    }
+
+    /// Whether `attribute` lists redacted datoms (in either format): what makes a system
+    /// transaction a redaction's record.
+    pub fn is_listing(attribute: &str) -> bool {
+        attribute == RECORD_DATOM || attribute == RECORD_DATOMS
     }
 }
 
@@ -257,6 +317,60 @@ mod tests {
         .encode();
         bad[44] = 2;
         assert_eq!(RedactedRef::decode(&bad), None, "an unknown flag is refused");
+    }
+
+    #[test]
+    fn a_packed_listing_reads_back_like_one_datom_per_listed_datom() {
+        let refs: Vec<RedactedRef> = (0..2_500u32)
+            .map(|i| RedactedRef {
+                tx: TxId(u64::from(i / 7) + 1),
+                seq: i % 7,
+                hash: Hash([(i % 251) as u8; 32]),
+                salted: i % 3 == 0,
+            })
+            .collect();
+        let packed = RedactedRef::pack(&refs);
+        assert_eq!(
+            packed.iter().map(Vec::len).collect::<Vec<_>>(),
+            vec![45_000, 45_000, 22_500],
+            "at most RedactPart::MAX_DATOMS per value"
+        );
+        let datom = |attribute: &str, value: Vec<u8>| Datom {
+            namespace: Namespace::new("_engram").unwrap(),
+            entity: EntityId(1),
+            attribute: Attribute::new(attribute).unwrap(),
+            value: Value::Bytes(value),
+            op: crate::Op::Assert,
+            valid_from_ns: 0,
+            valid_to_ns: None,
+            tx: TxId(99),
+            provenance: Provenance::default(),
+            branch: None,
+            salt: None,
+        };
+        let mut record: Vec<Datom> = packed.iter().map(|v| datom(RECORD_DATOMS, v.clone())).collect();
+        assert_eq!(RedactedRef::listed_by(&record), refs);
+        // The first format, and other datoms of the record, read alongside.
+        record.insert(0, datom(RECORD_DATOM, refs[0].encode()));
+        record.push(datom(RECORD_REASON, b"not a listing".to_vec()));
+        assert_eq!(RedactedRef::listed_by(&record).len(), refs.len() + 1);
+        // A packed value cut mid-datom lists nothing of itself.
+        let cut = datom(RECORD_DATOMS, packed[2][..packed[2].len() - 1].to_vec());
+        assert!(RedactedRef::listed_by(&[cut]).is_empty());
+        assert!(RedactedRef::is_listing(RECORD_DATOMS) && RedactedRef::is_listing(RECORD_DATOM));
+        assert!(!RedactedRef::is_listing(RECORD_PART_OF));
+    }
+
+    #[test]
+    fn a_parts_limit_is_bounded_whatever_the_entry_says() {
+        let part = |limit| RedactPart {
+            first_tx: None,
+            after_key: None,
+            limit,
+        };
+        assert_eq!(part(0).applied_limit(), 1);
+        assert_eq!(part(100).applied_limit(), 100);
+        assert_eq!(part(u32::MAX).applied_limit(), 1_000);
     }
 
     #[test]

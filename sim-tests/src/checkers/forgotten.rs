@@ -1,6 +1,7 @@
 //! **I12 forgetting-keeps-proofs** (its replicated half): every redaction the cluster
 //! acknowledged to the speculator (see `speculator.rs`) took the values of every datom of its
-//! plan on every member replica, each marked as taken by exactly that redaction. That the
+//! plan on every member replica, each marked as taken by one of that redaction's parts, and
+//! every part took something. That the
 //! chain still verifies with the values gone, and that no value is missing without a
 //! redaction recorded, is judged by the audit verifier and the scrub (`audit_verifies`,
 //! `state_consistent`).
@@ -18,8 +19,9 @@ pub fn check(members: &[(u64, &dyn Store)], log: &SpeculationLog) -> Vec<Violati
     let ns = Namespace::new(NAMESPACE).expect("a valid namespace");
     let forgotten = log.forgotten.lock().unwrap_or_else(|e| e.into_inner()).clone();
     for (node, store) in members {
-        for (entity, by_tx, _) in &forgotten {
-            let datoms = match engram_core::reads::entity_datoms(*store, &ns, EntityId(*entity)) {
+        for f in &forgotten {
+            let entity = f.entity;
+            let datoms = match engram_core::reads::entity_datoms(*store, &ns, EntityId(entity)) {
                 Ok(d) => d,
                 Err(e) => {
                     out.push(Violation::new(
@@ -32,19 +34,38 @@ pub fn check(members: &[(u64, &dyn Store)], log: &SpeculationLog) -> Vec<Violati
             if datoms.is_empty() {
                 out.push(Violation::new(
                     NAME,
-                    format!("node {node}: entity {entity}, redacted by tx {by_tx}, has no datoms"),
+                    format!(
+                        "node {node}: entity {entity}, redacted by txs {:?}, has no datoms",
+                        f.part_txs
+                    ),
                 ));
             }
+            let mut took = vec![0usize; f.part_txs.len()];
             for d in &datoms {
-                if d.value.redacted().map(|r| r.by_tx) != Some(TxId(*by_tx)) {
-                    out.push(Violation::new(
+                let part = d
+                    .value
+                    .redacted()
+                    .and_then(|r| f.part_txs.iter().position(|tx| TxId(*tx) == r.by_tx));
+                match part {
+                    Some(i) => took[i] += 1,
+                    None => out.push(Violation::new(
                         NAME,
                         format!(
-                            "node {node}: entity {entity} {} of tx {} is {}, not redacted by tx {by_tx} as acknowledged",
-                            d.attribute, d.tx.0, d.value
+                            "node {node}: entity {entity} {} of tx {} is {}, not redacted by a part of the redaction acknowledged as txs {:?}",
+                            d.attribute, d.tx.0, d.value, f.part_txs
                         ),
-                    ));
+                    )),
                 }
+            }
+            if let Some(i) = took.iter().position(|n| *n == 0).filter(|_| !datoms.is_empty()) {
+                out.push(Violation::new(
+                    NAME,
+                    format!(
+                        "node {node}: entity {entity}: part {} (tx {}) of its redaction took none of its datoms",
+                        i + 1,
+                        f.part_txs[i]
+                    ),
+                ));
             }
         }
     }

@@ -32,8 +32,8 @@ pub fn check(stores: &[(u64, &dyn Store)], log: &SpeculationLog) -> Vec<Violatio
         // Round → the redaction that took its secrets, for those this node says it purged.
         let taken: BTreeMap<u64, u64> = forgotten
             .iter()
-            .filter(|(_, by_tx, _)| *by_tx <= purged)
-            .map(|(_, by_tx, round)| (*round, *by_tx))
+            .filter(|f| f.last_tx() <= purged)
+            .map(|f| (f.round, f.last_tx()))
             .collect();
         if taken.is_empty() {
             continue;

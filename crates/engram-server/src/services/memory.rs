@@ -5,7 +5,7 @@ use engram_core::policy::ReadScope;
 use engram_core::{keys, pages, reads};
 use engram_proto::{methods, pb};
 use engram_raft::Proposer;
-use engram_types::{BranchOp, EntityId, TxId, TxRequest};
+use engram_types::{BranchOp, EntityId, RedactRequest, TxId, TxRequest};
 use prost::Message;
 use tonic::metadata::MetadataMap;
 use tonic::{Request, Response, Status};
@@ -105,12 +105,12 @@ impl MemoryService {
         if msg.dry_run {
             let targets = self
                 .shared
-                .read_state(|store| engram_core::redact::targets(store, &req))?
+                .read_state(|store| engram_core::redact::targets(store, &req, RedactRequest::MAX_DATOMS))?
                 .map_err(ApiError::Rejected)?;
             return Ok(pb::RedactResponse {
                 datoms: targets
                     .iter()
-                    .map(|t| redacted_pb(t.listed(), &t.datom))
+                    .map(|t| redacted_pb(t.listed(), &t.datom, TxId(0)))
                     .collect(),
                 dry_run: true,
                 ..pb::RedactResponse::default()
@@ -120,20 +120,26 @@ impl MemoryService {
             Some(author) => Proposer::Signed(author.clone()),
             None => Proposer::Unsigned(caller.principal.clone()),
         };
-        let receipt = match self.shared.node.propose_redaction(req, by).await {
+        let parts = match self.shared.node.propose_redaction(req, by).await {
             Ok(outcome) => outcome.map_err(ApiError::Rejected)?,
             Err(e) => return Err(e.into()),
         };
-        tracing::Span::current().record("tx_id", receipt.tx.0);
-        let redacted = self
-            .shared
-            .read_state(|store| engram_core::redact::redacted_by(store, receipt.tx))?;
+        // The last part completes the redaction: its transaction is the one a purge must reach.
+        let last = parts
+            .last()
+            .map(|p| &p.receipt)
+            .ok_or_else(|| ApiError::Internal("a redaction answered no part".into()))?;
+        tracing::Span::current().record("tx_id", last.tx.0);
         Ok(pb::RedactResponse {
-            tx: receipt.tx.0,
-            audit_index: receipt.audit_index,
-            audit_hash: receipt.audit_hash.0.to_vec(),
-            datoms: redacted.iter().map(|(r, d)| redacted_pb(*r, d)).collect(),
+            tx: last.tx.0,
+            audit_index: last.audit_index,
+            audit_hash: last.audit_hash.0.to_vec(),
+            datoms: parts
+                .iter()
+                .flat_map(|p| p.taken.iter().map(|(r, d)| redacted_pb(*r, d, p.receipt.tx)))
+                .collect(),
             dry_run: false,
+            part_txs: parts.iter().map(|p| p.receipt.tx.0).collect(),
         })
     }
 
@@ -256,8 +262,14 @@ enum HistoryTarget {
     Attribute(engram_types::Attribute),
 }
 
-fn redacted_pb(r: engram_core::redact::RedactedRef, d: &engram_types::Datom) -> pb::RedactedDatom {
+/// One datom a redaction took (`by_tx`: the part that took it; 0 in a dry run).
+fn redacted_pb(
+    r: engram_core::redact::RedactedRef,
+    d: &engram_types::Datom,
+    by_tx: TxId,
+) -> pb::RedactedDatom {
     pb::RedactedDatom {
+        redacted_by_tx: by_tx.0,
         tx: r.tx.0,
         seq: r.seq,
         hash: r.hash.0.to_vec(),

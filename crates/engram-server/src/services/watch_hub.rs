@@ -531,7 +531,7 @@ fn is_redaction(logged: &LoggedTx) -> bool {
             .record
             .datoms
             .iter()
-            .any(|d| d.attribute.as_str() == engram_core::redact::RECORD_DATOM)
+            .any(|d| engram_core::redact::RedactedRef::is_listing(d.attribute.as_str()))
 }
 
 /// Why a page could not be read.
