@@ -30,9 +30,14 @@ use crate::snapshots::Snapshots;
 /// Raft-space row: the log index of the last redaction whose purge finished on this node.
 const REDACTIONS_PURGED: &[u8] = b"redactions/purged";
 
-/// How long a purge waits for a redaction burst to end before it starts: one snapshot and one
-/// compaction then cover every redaction of the burst.
+/// How long no redaction must be applied before a purge starts: one snapshot and one
+/// compaction then cover every redaction of a burst (a redaction's parts come tens of
+/// milliseconds apart), and a purge's snapshot builds and compaction do not compete with the
+/// parts still being applied.
 const SETTLE: Duration = Duration::from_millis(500);
+/// The longest a purge waits for redactions to stop: a stream that never pauses is still purged
+/// this often.
+const SETTLE_AT_MOST: Duration = Duration::from_secs(30);
 /// How long each step (the snapshot, the log purge) may take before the purge is retried.
 const STEP_TIMEOUT: Duration = Duration::from_secs(60);
 /// How often a purge looks for the snapshot it asked for.
@@ -110,7 +115,17 @@ impl Purger {
         loop {
             let target = *applied.borrow_and_update();
             if target > *purged.borrow() {
-                tokio::time::sleep(SETTLE).await;
+                // Until the burst ends: a quiet SETTLE, or SETTLE_AT_MOST in all.
+                let waiting_since = tokio::time::Instant::now();
+                let mut seen = target;
+                loop {
+                    tokio::time::sleep(SETTLE).await;
+                    let now = *applied.borrow_and_update();
+                    if now == seen || waiting_since.elapsed() >= SETTLE_AT_MOST {
+                        break;
+                    }
+                    seen = now;
+                }
                 // Redactions applied meanwhile are covered by the same purge.
                 let target = *applied.borrow_and_update();
                 match self.purge_through(target).await {
