@@ -126,6 +126,15 @@ pub enum Command {
     },
 }
 
+/// Who asked for a redaction, for a log line: the signing agent, else the principal, else "-".
+fn asked_by<'a>(principal: &'a Option<Principal>, author: &'a Option<Author>) -> &'a str {
+    author
+        .as_ref()
+        .map(|a| a.principal.as_str())
+        .or(principal.as_ref().map(Principal::as_str))
+        .unwrap_or("-")
+}
+
 /// Who proposes a transaction.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Proposer {
@@ -202,11 +211,7 @@ impl fmt::Display for Command {
                 "redact(ns={}, entity={}, by={}, t={proposed_time_ns})",
                 request.namespace,
                 request.entity,
-                author
-                    .as_ref()
-                    .map(|a| a.principal.as_str())
-                    .or(principal.as_ref().map(Principal::as_str))
-                    .unwrap_or("-")
+                asked_by(principal, author)
             ),
             Command::RedactPart {
                 request,
@@ -221,11 +226,7 @@ impl fmt::Display for Command {
                 request.entity,
                 part.first_tx.map_or("-".to_string(), |tx| tx.0.to_string()),
                 part.limit,
-                author
-                    .as_ref()
-                    .map(|a| a.principal.as_str())
-                    .or(principal.as_ref().map(Principal::as_str))
-                    .unwrap_or("-")
+                asked_by(principal, author)
             ),
             // The seed stays out of logs: it is as secret as the salts.
             Command::Salted { command, .. } => write!(f, "salted {command}"),
