@@ -7,6 +7,10 @@
 //! rule as audit attestations (every event is covered by a signature at or after it). Another
 //! node never sees these events; each node vouches only for what it served.
 //!
+//! A node also records every call it refused for want of authentication or permission, with
+//! the code and the reason it answered, whatever namespaces it logs: an operator can then prove
+//! what was refused, to whom and when, as well as what was served.
+//!
 //! An event's hash is blake3 over a domain tag and its encoding, so a node's signature over an
 //! event can never be taken for an attestation of an audit entry (the same key signs both).
 
@@ -16,8 +20,13 @@ use engram_types::{DecodeError, Hash};
 use crate::entry::{decode_attested, encode_attested};
 use crate::{Attestation, NodeKey, PublicKey};
 
-/// Format version of an access event's encoding.
+/// Format version of a served call's event. A refusal is encoded as
+/// [`ACCESS_REFUSAL_FORMAT_VERSION`]; a served call keeps this version's bytes (and so its hash),
+/// so logs written before refusals were recorded verify as they did.
 pub const ACCESS_FORMAT_VERSION: u8 = 1;
+/// Format version of a refused call's event: version 1's fields, then the refusal's code and
+/// reason.
+pub const ACCESS_REFUSAL_FORMAT_VERSION: u8 = 2;
 
 const HASH_DOMAIN: &[u8] = b"engram.access-event.v1\0";
 
@@ -28,10 +37,11 @@ pub struct AccessEvent {
     pub seq: u64,
     /// This node's clock when it served the call (never earlier than the event before).
     pub time_ns: i64,
-    /// The authenticated caller; empty for an unsigned one.
+    /// The authenticated caller; empty for an unsigned one. For a refusal: the agent the call
+    /// claimed to come from, which an `UNAUTHENTICATED` refusal did not verify.
     pub principal: String,
     /// What was called: `get`, `history`, `find`, `diff`, `watch`, `schema`, `branches`,
-    /// `export`.
+    /// `export`; for a refusal, the gRPC method (`/engram.v1.Memory/Transact`).
     pub call: String,
     /// The namespace read; empty for a cluster-wide call (an export).
     pub namespace: String,
@@ -44,12 +54,41 @@ pub struct AccessEvent {
     /// Datoms returned (redacted ones included).
     pub datoms: u32,
     pub prev_hash: Hash,
+    /// Set when the node refused the call instead of serving it.
+    pub refused: Option<Refusal>,
+}
+
+/// Why a node refused a call: the gRPC code it answered with and the reason it gave.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct Refusal {
+    /// The code's name: `UNAUTHENTICATED` or `PERMISSION_DENIED`.
+    pub code: String,
+    pub reason: String,
+}
+
+impl Refusal {
+    /// The longest reason kept, in bytes: a reason may quote what the caller sent (a
+    /// certificate's name), and a refusal must not let a caller grow the log by much.
+    pub const MAX_REASON_BYTES: usize = 1024;
+
+    /// A refusal with `reason` cut to [`Refusal::MAX_REASON_BYTES`] (`engram_types::clip`: at
+    /// a character boundary, the full length noted).
+    pub fn new(code: &str, reason: &str) -> Refusal {
+        Refusal {
+            code: code.to_string(),
+            reason: engram_types::clip(reason, Refusal::MAX_REASON_BYTES).into_owned(),
+        }
+    }
 }
 
 impl AccessEvent {
     pub fn encode(&self) -> Vec<u8> {
         let mut w = Writer::with_capacity(96 + self.principal.len() + self.namespace.len());
-        w.u8(ACCESS_FORMAT_VERSION)
+        let version = match self.refused {
+            None => ACCESS_FORMAT_VERSION,
+            Some(_) => ACCESS_REFUSAL_FORMAT_VERSION,
+        };
+        w.u8(version)
             .u64(self.seq)
             .i64(self.time_ns)
             .str(&self.principal)
@@ -64,12 +103,15 @@ impl AccessEvent {
         w.u64(self.read_at)
             .u32(self.datoms)
             .raw(self.prev_hash.as_bytes());
+        if let Some(refused) = &self.refused {
+            w.str(&refused.code).str(&refused.reason);
+        }
         w.finish()
     }
 
     fn read(r: &mut Reader<'_>) -> Result<AccessEvent, DecodeError> {
         let version = r.u8("access format version")?;
-        if version != ACCESS_FORMAT_VERSION {
+        if version != ACCESS_FORMAT_VERSION && version != ACCESS_REFUSAL_FORMAT_VERSION {
             return Err(DecodeError::Version(version));
         }
         let seq = r.u64("seq")?;
@@ -84,6 +126,17 @@ impl AccessEvent {
         };
         let entity = opt("entity")?;
         let as_of_tx = opt("as_of_tx")?;
+        let read_at = r.u64("read_at")?;
+        let datoms = r.u32("datoms")?;
+        let prev_hash = r.hash("prev_hash")?;
+        let refused = if version == ACCESS_REFUSAL_FORMAT_VERSION {
+            Some(Refusal {
+                code: r.string("refusal code")?,
+                reason: r.string("refusal reason")?,
+            })
+        } else {
+            None
+        };
         Ok(AccessEvent {
             seq,
             time_ns,
@@ -92,9 +145,10 @@ impl AccessEvent {
             namespace,
             entity,
             as_of_tx,
-            read_at: r.u64("read_at")?,
-            datoms: r.u32("datoms")?,
-            prev_hash: r.hash("prev_hash")?,
+            read_at,
+            datoms,
+            prev_hash,
+            refused,
         })
     }
 
@@ -262,6 +316,9 @@ mod tests {
                     read_at: 40 + seq,
                     datoms: 2,
                     prev_hash: prev,
+                    // Every third event a refusal, so both formats are linked and signed.
+                    refused: (seq % 3 == 0)
+                        .then(|| Refusal::new("PERMISSION_DENIED", "alice holds no read grant")),
                 };
                 prev = event.hash();
                 let mut signed = SignedAccessEvent {
@@ -283,6 +340,67 @@ mod tests {
         }
         v.finish()?;
         Ok(v.checked())
+    }
+
+    fn served(seq: u64) -> AccessEvent {
+        AccessEvent {
+            seq,
+            time_ns: 1_700_000_000_000_000_000,
+            principal: "alice".into(),
+            call: "get".into(),
+            namespace: "team/a".into(),
+            entity: Some(7),
+            as_of_tx: None,
+            read_at: 42,
+            datoms: 3,
+            prev_hash: Hash::of(b"the event before"),
+            refused: None,
+        }
+    }
+
+    #[test]
+    fn a_served_call_keeps_the_first_format_and_its_hash() {
+        // The hash this event had before refusals were recorded (format 1): a log written then
+        // verifies unchanged.
+        let e = served(5);
+        assert_eq!(e.encode()[0], ACCESS_FORMAT_VERSION);
+        assert_eq!(e.hash().to_string(), SERVED_EVENT_HASH);
+    }
+
+    /// `served(5)`'s hash, computed by the format-1-only encoder.
+    const SERVED_EVENT_HASH: &str = "01eb6cf46f13ed062bed7b74967b540acbead5b7d7be5c8bd5558b9de877b044";
+
+    #[test]
+    fn a_refusal_is_bound_by_the_hash_and_round_trips() {
+        let mut e = served(5);
+        e.refused = Some(Refusal::new("UNAUTHENTICATED", "unknown agent mallory"));
+        let bytes = e.encode();
+        assert_eq!(bytes[0], ACCESS_REFUSAL_FORMAT_VERSION);
+        let signed = SignedAccessEvent {
+            event: e.clone(),
+            attestation: None,
+        };
+        assert_eq!(SignedAccessEvent::decode(&signed.encode()).unwrap().event, e);
+        // The code and the reason are covered: changing either changes the hash.
+        let mut other = e.clone();
+        other.refused = Some(Refusal::new("PERMISSION_DENIED", "unknown agent mallory"));
+        assert_ne!(other.hash(), e.hash());
+        other.refused = Some(Refusal::new("UNAUTHENTICATED", "unknown agent mallor"));
+        assert_ne!(other.hash(), e.hash());
+        // A refusal dropped from a stored event (the version kept) does not decode.
+        let mut cut = bytes.clone();
+        cut.truncate(served(5).encode().len());
+        let mut r = Reader::new(&cut);
+        assert!(AccessEvent::read(&mut r).is_err());
+    }
+
+    #[test]
+    fn a_long_reason_is_cut_at_a_character_boundary() {
+        let reason = "é".repeat(Refusal::MAX_REASON_BYTES);
+        let r = Refusal::new("UNAUTHENTICATED", &reason);
+        let kept = r.reason.trim_end_matches(&format!("…({} bytes)", reason.len()));
+        assert_eq!(kept, "é".repeat(Refusal::MAX_REASON_BYTES / 2));
+        assert_eq!(Refusal::new("UNAUTHENTICATED", "short").reason, "short");
     }
 
     #[test]

@@ -21,7 +21,8 @@ mod entry;
 mod keys;
 
 pub use access_event::{
-    ACCESS_FORMAT_VERSION, AccessEvent, AccessFault, AccessLogVerifier, SignedAccessEvent,
+    ACCESS_FORMAT_VERSION, ACCESS_REFUSAL_FORMAT_VERSION, AccessEvent, AccessFault, AccessLogVerifier,
+    Refusal, SignedAccessEvent,
 };
 pub use bisect::Bisect;
 pub use chain::{ChainError, ChainFault, ChainVerifier, KeyRecord, apply_key_change};

@@ -321,6 +321,7 @@ pub async fn access_log(client: &Client, endpoints: &[String], args: AccessArgs,
                 since_ns,
                 after_seq: 0,
                 limit: u32::try_from(args.limit).unwrap_or(u32::MAX),
+                refused_only: args.refused,
             })
             .await
             .with_context(|| format!("reading the access log of {endpoint}"))?;
@@ -333,6 +334,8 @@ pub async fn access_log(client: &Client, endpoints: &[String], args: AccessArgs,
                         "seq": e.seq, "time_ns": e.time_ns, "principal": e.principal, "call": e.call,
                         "namespace": e.namespace, "entity": e.entity, "as_of_tx": e.as_of_tx,
                         "read_at": e.read_at, "datoms": e.datoms, "signed": hex::encode(&e.signed),
+                        "refused": (!e.refused_code.is_empty())
+                            .then(|| json!({ "code": e.refused_code, "reason": e.refused_reason })),
                     })
                 })
                 .collect();
@@ -342,17 +345,14 @@ pub async fn access_log(client: &Client, endpoints: &[String], args: AccessArgs,
             }));
             continue;
         }
-        if resp.logged_prefixes.is_empty() {
-            outln!(
-                "{endpoint}: node {} logs no reads (serve --access-log PREFIX)",
-                resp.node_id
-            )?;
-            continue;
-        }
+        let logs = if resp.logged_prefixes.is_empty() {
+            "no reads (serve --access-log PREFIX)".to_string()
+        } else {
+            resp.logged_prefixes.join(", ")
+        };
         outln!(
-            "{endpoint}: node {} logs {}; {} events in all",
+            "{endpoint}: node {} logs {logs}, and every call it refuses; {} events in all",
             resp.node_id,
-            resp.logged_prefixes.join(", "),
             resp.head_seq
         )?;
         let mut table = Table::new(&[
@@ -364,6 +364,7 @@ pub async fn access_log(client: &Client, endpoints: &[String], args: AccessArgs,
             "entity",
             "as of",
             "datoms",
+            "refused",
         ]);
         for e in &resp.events {
             table.row(vec![
@@ -379,6 +380,11 @@ pub async fn access_log(client: &Client, endpoints: &[String], args: AccessArgs,
                 e.entity.map_or(String::new(), |x| x.to_string()),
                 e.as_of_tx.map_or(String::new(), |x| x.to_string()),
                 e.datoms.to_string(),
+                if e.refused_code.is_empty() {
+                    String::new()
+                } else {
+                    format!("{}: {}", e.refused_code, e.refused_reason)
+                },
             ]);
         }
         if table.is_empty() {

@@ -803,6 +803,15 @@ pub struct GetArgs {
     /// Read as of this transaction (inclusive).
     #[arg(long, value_name = "TX")]
     pub as_of_tx: Option<u64>,
+    /// Read as of the last transaction at or before this instant (ns since the Unix epoch,
+    /// transaction time): what the memory held then.
+    #[arg(
+        long,
+        value_name = "NS",
+        conflicts_with = "as_of_tx",
+        allow_negative_numbers = true
+    )]
+    pub as_of_time_ns: Option<i64>,
     /// Only facts valid at this instant (ns since the Unix epoch).
     #[arg(long, value_name = "NS", allow_negative_numbers = true)]
     pub valid_at_ns: Option<i64>,
@@ -904,6 +913,13 @@ pub struct HistoryArgs {
     /// With --entity: only this attribute. Alone: this attribute across entities.
     #[arg(long, value_name = ":PREFIX/NAME")]
     pub attribute: Option<String>,
+    /// The history up to this transaction (inclusive) [default: up to the head].
+    #[arg(long, value_name = "TX", conflicts_with = "verify")]
+    pub as_of_tx: Option<u64>,
+    /// The history up to the last transaction at or before this instant (ns since the Unix
+    /// epoch, transaction time).
+    #[arg(long, value_name = "NS", conflicts_with_all = ["as_of_tx", "verify"], allow_negative_numbers = true)]
+    pub as_of_time_ns: Option<i64>,
     /// At most this many datoms; the server answers in pages of up to 100,000, all read as
     /// of one transaction [default: every datom].
     #[arg(long, hide_default_value = true, default_value_t = 0, value_name = "N")]
@@ -983,6 +999,15 @@ pub struct FindArgs {
     /// Read as of this transaction (inclusive).
     #[arg(long, value_name = "TX")]
     pub as_of_tx: Option<u64>,
+    /// Read as of the last transaction at or before this instant (ns since the Unix epoch,
+    /// transaction time): what the memory held then.
+    #[arg(
+        long,
+        value_name = "NS",
+        conflicts_with = "as_of_tx",
+        allow_negative_numbers = true
+    )]
+    pub as_of_time_ns: Option<i64>,
     /// At most this many datoms; the server answers in pages of up to 100,000 entities' values,
     /// all read as of one transaction [default: every datom].
     #[arg(long, hide_default_value = true, default_value_t = 0, value_name = "N")]
@@ -1026,6 +1051,15 @@ pub struct SearchArgs {
     /// have been then.
     #[arg(long, value_name = "TX")]
     pub as_of_tx: Option<u64>,
+    /// Read as of the last transaction at or before this instant (ns since the Unix epoch,
+    /// transaction time): what the memory held then.
+    #[arg(
+        long,
+        value_name = "NS",
+        conflicts_with = "as_of_tx",
+        allow_negative_numbers = true
+    )]
+    pub as_of_time_ns: Option<i64>,
     /// Only facts of this attribute (repeatable).
     #[arg(long, value_name = ":PREFIX/NAME")]
     pub attribute: Vec<String>,
@@ -1292,10 +1326,14 @@ pub struct AccessArgs {
     /// Events listed at most per node.
     #[arg(long, value_name = "N", default_value_t = 1000)]
     pub limit: usize,
+    /// Only the calls each node refused for want of authentication or permission (every node
+    /// records those, whatever namespaces it logs).
+    #[arg(long)]
+    pub refused: bool,
     /// Read each node's whole log and check it: numbering, links, every signature by the
     /// node's key, and that every event is covered by a signature. Exit code 2 if one does not
     /// verify.
-    #[arg(long, conflicts_with_all = ["ns", "principal", "since_ns", "last_secs", "export", "verify_file"])]
+    #[arg(long, conflicts_with_all = ["ns", "principal", "since_ns", "last_secs", "refused", "export", "verify_file"])]
     pub verify: bool,
     /// Write each node's whole log, signed events and the key they are signed with, to FILE
     /// (JSON), for `--verify-file` to check later with no cluster at hand.

@@ -695,6 +695,7 @@ async fn get(client: &Client, args: GetArgs, json: bool) -> Result<()> {
     let ns = namespace(&args.namespace)?;
     let opts = GetOptions {
         as_of_tx: args.as_of_tx,
+        as_of_time_ns: args.as_of_time_ns,
         valid_at_ns: args.valid_at_ns,
         consistency: consistency(args.stale),
         branch: branch_arg(args.branch.as_deref())?,
@@ -724,6 +725,13 @@ async fn get(client: &Client, args: GetArgs, json: bool) -> Result<()> {
         "entity": resp.entity,
         "conflicts": resp.conflicts.iter().map(txjson::datom_to_json).collect::<Vec<_>>(),
     });
+    // A read as of a transaction or an instant says which transaction it was read as of.
+    if resp.as_of_tx != 0 {
+        extra["as_of_tx"] = json!(resp.as_of_tx);
+        if !json && args.as_of_time_ns.is_some() {
+            outln!("as of tx {}, the last at or before that instant", resp.as_of_tx)?;
+        }
+    }
     if let Some(at_ns) = resp.expired_at_ns {
         extra["expired_at_ns"] = json!(at_ns);
         if !json {
@@ -816,6 +824,8 @@ async fn history(client: &Client, args: HistoryArgs, json: bool) -> Result<()> {
         branch: branch_arg(args.branch.as_deref())?,
         limit: args.limit,
         consistency: consistency(args.stale),
+        as_of_tx: args.as_of_tx,
+        as_of_time_ns: args.as_of_time_ns,
         ..HistoryQuery::new(ns, target)
     };
     let from = from_cursor(args.cursor.as_deref())?;
@@ -945,6 +955,7 @@ async fn find(client: &Client, args: FindArgs, json: bool) -> Result<()> {
             .transpose()
             .context("--value")?,
         as_of_tx: args.as_of_tx,
+        as_of_time_ns: args.as_of_time_ns,
         limit: args.limit,
         consistency: consistency(args.stale),
         branch: branch_arg(args.branch.as_deref())?,
@@ -972,6 +983,7 @@ async fn search(client: &Client, args: SearchArgs, json: bool) -> Result<()> {
     query.hops = args.hops;
     query.k = args.k;
     query.as_of_tx = args.as_of_tx;
+    query.as_of_time_ns = args.as_of_time_ns;
     query.attributes = args
         .attribute
         .iter()

@@ -337,6 +337,10 @@ pub struct RecallArgs {
     pub kinds: Option<Vec<String>>,
     /// Search as of this earlier transaction (with `query`).
     pub as_of_tx: Option<u64>,
+    /// Search as of this earlier instant, in nanoseconds since the Unix epoch: the memory as
+    /// it stood after the last transaction at or before it (with `query`; not with
+    /// `as_of_tx`).
+    pub as_of_time_ns: Option<i64>,
     /// At most this many facts (default: 10 hits for a query, 50 facts for an attribute, at
     /// most 1,000 per answer).
     pub limit: Option<u32>,
@@ -354,6 +358,9 @@ pub struct GetArgs {
     pub entity: u64,
     /// Answer as the memory stood right after this transaction.
     pub as_of_tx: Option<u64>,
+    /// Answer as the memory stood at this instant, in nanoseconds since the Unix epoch (after
+    /// the last transaction at or before it; not with `as_of_tx`).
+    pub as_of_time_ns: Option<i64>,
     /// Read this branch instead of main.
     pub branch: Option<String>,
     /// "latest" (default): the newest claim wins; "verified": verified claims first, then
@@ -552,6 +559,7 @@ impl EngramTools {
             query.kinds = args.kinds.unwrap_or_default();
             query.k = args.limit.unwrap_or(0);
             query.as_of_tx = args.as_of_tx;
+            query.as_of_time_ns = args.as_of_time_ns;
             query.attributes = attribute.into_iter().collect();
             query.include_expired = args.include_expired.unwrap_or(false);
             let found = self.client.search(&query).await.map_err(failed)?;
@@ -587,6 +595,7 @@ impl EngramTools {
             attribute,
             value,
             as_of_tx: None,
+            as_of_time_ns: None,
             limit: args.limit.unwrap_or(50).clamp(1, MAX_TOOL_PAGE),
             consistency: Consistency::Linearizable,
             branch: None,
@@ -613,6 +622,7 @@ impl EngramTools {
         };
         let opts = GetOptions {
             as_of_tx: args.as_of_tx,
+            as_of_time_ns: args.as_of_time_ns,
             branch: branch(args.branch.as_deref())?,
             rule,
             include_expired: args.include_expired.unwrap_or(false),
@@ -631,6 +641,9 @@ impl EngramTools {
         });
         if let Some(at_ns) = got.expired_at_ns {
             out["expired_at_ns"] = json!(at_ns);
+        }
+        if got.as_of_tx != 0 {
+            out["as_of_tx"] = json!(got.as_of_tx);
         }
         Ok(answer(out))
     }

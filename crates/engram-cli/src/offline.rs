@@ -62,7 +62,7 @@ fn open_store(data_dir: &Path) -> Result<Arc<dyn Store>, Unreadable> {
             db.display()
         )));
     }
-    engram_storage_rocks::RocksStore::open_read_only(&db)
+    let store = engram_storage_rocks::RocksStore::open_read_only(&db)
         .map(|s| Arc::new(s) as Arc<dyn Store>)
         .map_err(|e| match &e {
             // Opening reads every table's footer, index and properties: a damaged one shows
@@ -78,7 +78,11 @@ fn open_store(data_dir: &Path) -> Result<Arc<dyn Store>, Unreadable> {
                 "cannot open the store in {} (is the node still running? stop it first): {e}",
                 data_dir.display()
             )),
-        })
+        })?;
+    // A newer build's store is not judged by rules that do not know its rows.
+    engram_core::store_format::check(store.as_ref())
+        .map_err(|e| Unreadable(format!("{}: {e}", data_dir.display())))?;
+    Ok(store)
 }
 
 /// The node id a data directory belongs to, from its key file and the chain's key history

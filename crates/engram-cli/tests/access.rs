@@ -454,6 +454,7 @@ async fn agents_grants_and_every_refusal_in_enforced_mode() {
             attribute: Attribute::new(":engram.grant/principal").unwrap(),
             value: Some(Value::String("bob".into())),
             as_of_tx: Some(grant_tx),
+            as_of_time_ns: None,
             limit: 0,
             consistency: engram_client::Consistency::Linearizable,
             branch: None,

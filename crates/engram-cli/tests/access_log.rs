@@ -1,7 +1,8 @@
 //! The access log against a real cluster: nodes started with `--access-log team` record every
 //! read they serve on `team/...` (who, what, which entity, as of what), nothing else; an
 //! auditor lists them with `engram access` and checks every node's whole log with
-//! `engram access --verify`; a reader without the `audit` grant cannot see the log.
+//! `engram access --verify`; a reader without the `audit` grant cannot see the log. Every node
+//! also records the calls it refuses (unknown agent, no grant), whatever it logs.
 #![allow(clippy::unwrap_used)] // test helpers: a failed set-up step should stop the test loudly
 
 use std::path::Path;
@@ -286,6 +287,116 @@ async fn reads_on_logged_namespaces_are_recorded_signed_and_verifiable() {
         .await
         .unwrap_err();
     assert_eq!(denied.code(), Some(tonic::Code::PermissionDenied), "{denied}");
+    cluster.kill_all();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refused_calls_are_recorded_signed_and_verifiable_on_every_node() {
+    let dir = tempfile::tempdir().unwrap();
+    let keys = tempfile::tempdir().unwrap();
+    let ports = free_ports(3).unwrap();
+    // No --access-log: these nodes log no reads, only refusals.
+    let mut cluster = LocalCluster::start(Path::new(EXE), dir.path(), &ports, &[]).unwrap();
+    cluster.wait_all_answer(Duration::from_secs(60)).await.unwrap();
+    let root_path = keys.path().join("root.key");
+    let root = Arc::new(AgentKey::create(Principal::new("root").unwrap(), &root_path).unwrap());
+    cluster
+        .init_with(Duration::from_secs(30), Some(("root", root.public().0)))
+        .await
+        .unwrap();
+    let endpoints = cluster.endpoints();
+    let admin = client(endpoints.clone(), &root);
+    let eve_key =
+        Arc::new(AgentKey::create(Principal::new("eve").unwrap(), &keys.path().join("eve.key")).unwrap());
+    admin.add_agent("eve", eve_key.public().0).await.unwrap();
+    let written = admin.transact(&note("team/a")).await.unwrap();
+    let entity = EntityId(*written.temp_ids.get("n").unwrap());
+    let team_a = Namespace::new("team/a").unwrap();
+    // A served read is not logged here.
+    admin.get(&team_a, entity, GetOptions::default()).await.unwrap();
+
+    // eve holds no grant: her read and her write are refused; mallory is no registered agent.
+    let eve = client(endpoints.clone(), &eve_key);
+    let read = eve.get(&team_a, entity, GetOptions::default()).await.unwrap_err();
+    assert_eq!(read.code(), Some(tonic::Code::PermissionDenied), "{read}");
+    let mut eves_note = note("team/a");
+    eves_note.provenance.agent = "eve".into();
+    let write = eve.transact(&eves_note).await.unwrap_err();
+    assert_eq!(write.code(), Some(tonic::Code::PermissionDenied), "{write}");
+    let mallory_key = Arc::new(
+        AgentKey::create(
+            Principal::new("mallory").unwrap(),
+            &keys.path().join("mallory.key"),
+        )
+        .unwrap(),
+    );
+    let mallory = client(endpoints.clone(), &mallory_key);
+    let unknown = mallory
+        .get(&team_a, entity, GetOptions::default())
+        .await
+        .unwrap_err();
+    assert_eq!(unknown.code(), Some(tonic::Code::Unauthenticated), "{unknown}");
+
+    // The nodes that decided recorded each refusal once (a write a follower relayed was
+    // decided by the leader), with the agent claimed, the method, the namespace and the reason.
+    let root_key = root_path.as_path();
+    let mut refused = Vec::new();
+    for _ in 0..50 {
+        let (code, out) = cli(root_key, &endpoints, &["--json", "access", "--refused"]);
+        assert_eq!(code, 0, "{out}");
+        let nodes: Json = serde_json::from_str(&out).unwrap();
+        refused = nodes
+            .as_array()
+            .unwrap()
+            .iter()
+            .flat_map(|n| n["events"].as_array().unwrap().clone())
+            .collect();
+        if refused.len() >= 3 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let mut seen: Vec<(&str, &str, &str, &str)> = refused
+        .iter()
+        .map(|e| {
+            (
+                e["principal"].as_str().unwrap(),
+                e["call"].as_str().unwrap(),
+                e["namespace"].as_str().unwrap(),
+                e["refused"]["code"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    seen.sort();
+    assert_eq!(
+        seen,
+        vec![
+            ("eve", "/engram.v1.Memory/Get", "team/a", "PERMISSION_DENIED"),
+            ("eve", "/engram.v1.Memory/Transact", "team/a", "PERMISSION_DENIED"),
+            ("mallory", "/engram.v1.Memory/Get", "team/a", "UNAUTHENTICATED"),
+        ],
+        "{refused:?}"
+    );
+    for e in &refused {
+        let reason = e["refused"]["reason"].as_str().unwrap();
+        let who = e["principal"].as_str().unwrap();
+        assert!(reason.contains(who), "the reason names the agent: {e}");
+        assert_eq!(e["datoms"], 0, "{e}");
+    }
+    // Without --refused the listing shows them too (nothing else is logged here), and the
+    // table names the code and the reason.
+    let (code, out) = cli(root_key, &endpoints, &["access"]);
+    assert_eq!(code, 0, "{out}");
+    assert_eq!(out.matches("logs no reads").count(), 3, "{out}");
+    assert!(
+        out.contains("UNAUTHENTICATED: unauthenticated: unknown agent mallory"),
+        "{out}"
+    );
+    assert_eq!(out.matches("PERMISSION_DENIED: ").count(), 2, "{out}");
+    // The refusals are in each node's signed, linked log: every log verifies.
+    let (code, out) = cli(root_key, &endpoints, &["access", "--verify"]);
+    assert_eq!(code, 0, "{out}");
+    assert_eq!(out.matches("access log verified").count(), 3, "{out}");
     cluster.kill_all();
 }
 

@@ -1,6 +1,7 @@
 //! Agent-memory semantics through the CLI and gRPC against a real 3-node cluster: the README's
 //! worked example (schema preset, a preference, a contradiction, a verification, a read of
-//! what held yesterday), branches end to end, and bad input — unknown attribute, type
+//! what held yesterday, by valid time, by transaction and by wall-clock instant), branches end
+//! to end, and bad input — unknown attribute, type
 //! mismatch, unsafe migration, merge conflict, invalid namespace, unknown branch — each with
 //! its exact error and no change to the chain.
 #![allow(clippy::unwrap_used)] // test helpers: a failed set-up step should stop the test loudly
@@ -12,6 +13,7 @@ use std::time::Duration;
 
 use engram_cli::local_cluster::{LocalCluster, free_ports};
 use engram_client::Client;
+use futures::StreamExt;
 use serde_json::{Value as Json, json};
 
 const EXE: &str = env!("CARGO_BIN_EXE_engram");
@@ -202,6 +204,103 @@ async fn agent_memory_through_the_cli_and_grpc() {
         values(&as_of, "datoms", ":preference/value"),
         vec![pair("dark", "planner")]
     );
+    // The same question by wall-clock instant (transaction time): at the first claim's
+    // instant and just before the contradiction's, the planner's claim alone; from the
+    // contradiction's instant on, the critic's.
+    let first_at = first["tx_time_ns"].as_i64().unwrap();
+    let second_at = second["tx_time_ns"].as_i64().unwrap();
+    assert!(second_at > first_at, "{first} {second}");
+    let at = |ns: i64| {
+        cli.ok(
+            &[
+                "get",
+                "--ns",
+                NS,
+                "--entity",
+                &entity,
+                "--as-of-time-ns",
+                &ns.to_string(),
+            ],
+            None,
+        )
+    };
+    for t in [first_at, second_at - 1] {
+        let then = at(t);
+        assert_eq!(
+            values(&then, "datoms", ":preference/value"),
+            vec![pair("dark", "planner")],
+            "as of {t}"
+        );
+        assert_eq!(then["as_of_tx"], first["tx"], "as of {t}");
+    }
+    let then = at(second_at);
+    assert_eq!(
+        values(&then, "datoms", ":preference/value"),
+        vec![pair("light", "critic")]
+    );
+    assert_eq!(then["as_of_tx"], second["tx"]);
+    let found = cli.ok(
+        &[
+            "find",
+            "--ns",
+            NS,
+            "--attribute",
+            ":preference/value",
+            "--as-of-time-ns",
+            &(second_at - 1).to_string(),
+        ],
+        None,
+    );
+    assert_eq!(found["as_of_tx"], first["tx"]);
+    assert_eq!(
+        values(&found, "datoms", ":preference/value"),
+        vec![pair("dark", "planner")]
+    );
+    // Before the first transaction, after the node's clock, or with --as-of-tx too: refused,
+    // naming the argument.
+    let genesis = client
+        .audit_entries(1, 1)
+        .await
+        .unwrap()
+        .next()
+        .await
+        .unwrap()
+        .unwrap();
+    let before = (genesis.tx_time_ns - 1).to_string();
+    let e = cli.fails(
+        &["get", "--ns", NS, "--entity", &entity, "--as-of-time-ns", &before],
+        None,
+    );
+    assert!(
+        e.contains("OUT_OF_RANGE")
+            && e.contains("as_of_time_ns")
+            && e.contains("before the first transaction"),
+        "{e}"
+    );
+    let future = (second_at + 3_600 * 1_000_000_000).to_string();
+    let e = cli.fails(
+        &["get", "--ns", NS, "--entity", &entity, "--as-of-time-ns", &future],
+        None,
+    );
+    assert!(
+        e.contains("OUT_OF_RANGE") && e.contains("after this node's clock"),
+        "{e}"
+    );
+    let e = cli.fails(
+        &[
+            "get",
+            "--ns",
+            NS,
+            "--entity",
+            &entity,
+            "--as-of-time-ns",
+            &before,
+            "--as-of-tx",
+            "3",
+        ],
+        None,
+    );
+    assert!(e.contains("--as-of-time-ns") && e.contains("--as-of-tx"), "{e}");
     let history = cli.ok(
         &[
             "history",
@@ -219,6 +318,35 @@ async fn agent_memory_through_the_cli_and_grpc() {
         3,
         "every claim is kept"
     );
+    // The history as it stood: up to the contradiction, by transaction and by instant.
+    for bound in [
+        [
+            "--as-of-tx".to_string(),
+            second["tx"].as_u64().unwrap().to_string(),
+        ],
+        ["--as-of-time-ns".to_string(), (second_at + 1).to_string()],
+    ] {
+        let then = cli.ok(
+            &[
+                "history",
+                "--ns",
+                NS,
+                "--entity",
+                &entity,
+                "--attribute",
+                ":preference/value",
+                &bound[0],
+                &bound[1],
+            ],
+            None,
+        );
+        assert_eq!(
+            values(&then, "datoms", ":preference/value"),
+            vec![pair("dark", "planner"), pair("light", "critic")],
+            "{bound:?}"
+        );
+        assert_eq!(then["as_of_tx"], second["tx"], "{bound:?}");
+    }
 
     // 3. Branches: speculate, diff, merge; a second branch conflicts and is abandoned.
     for name in ["try-solarized", "try-light"] {

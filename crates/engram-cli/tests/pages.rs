@@ -149,6 +149,7 @@ async fn a_cursor_continues_on_any_node_and_a_foreign_one_is_refused() {
         attribute: Attribute::new(":cap/n").unwrap(),
         value: Some(Value::I64(7)),
         as_of_tx: None,
+        as_of_time_ns: None,
         limit: 31,
         consistency: engram_client::Consistency::Linearizable,
         branch: None,

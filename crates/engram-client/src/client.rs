@@ -170,6 +170,9 @@ impl Consistency {
 pub struct GetOptions {
     /// Read the entity as of this transaction (inclusive).
     pub as_of_tx: Option<u64>,
+    /// Read the entity as of the last transaction at or before this instant (ns since the Unix
+    /// epoch, transaction time); not with `as_of_tx`.
+    pub as_of_time_ns: Option<i64>,
     /// Only facts whose valid-time interval contains this instant.
     pub valid_at_ns: Option<i64>,
     pub consistency: Consistency,
@@ -203,6 +206,9 @@ pub struct FindQuery {
     pub attribute: Attribute,
     pub value: Option<Value>,
     pub as_of_tx: Option<u64>,
+    /// As of the last transaction at or before this instant (ns since the Unix epoch); not
+    /// with `as_of_tx`.
+    pub as_of_time_ns: Option<i64>,
     /// At most this many datoms in all, following the server's pages (0: every one); for
     /// [`Client::find_page`], the page size (0: the server's largest).
     pub limit: u32,
@@ -229,6 +235,9 @@ pub struct SearchQuery {
     /// Hits wanted, 1 to 100; 0: the server's default (10).
     pub k: u32,
     pub as_of_tx: Option<u64>,
+    /// As of the last transaction at or before this instant (ns since the Unix epoch); not
+    /// with `as_of_tx`.
+    pub as_of_time_ns: Option<i64>,
     /// Only facts of these attributes; empty: any.
     pub attributes: Vec<Attribute>,
     /// Only facts asserted by these agents; empty: any.
@@ -257,6 +266,7 @@ impl SearchQuery {
             hops: None,
             k: 0,
             as_of_tx: None,
+            as_of_time_ns: None,
             attributes: Vec::new(),
             agents: Vec::new(),
             verified_only: false,
@@ -1143,6 +1153,7 @@ pub(crate) fn get_request(
         namespace: namespace.to_string(),
         entity: entity.0,
         as_of_tx: opts.as_of_tx,
+        as_of_time_ns: opts.as_of_time_ns,
         valid_at_ns: opts.valid_at_ns,
         consistency: opts.consistency.to_pb(),
         prove,
@@ -1181,6 +1192,8 @@ pub(crate) fn history_request(
         trusted_size: 0,
         branch: String::new(),
         cursor: Vec::new(),
+        as_of_tx: None,
+        as_of_time_ns: None,
     }
 }
 
@@ -1208,5 +1221,6 @@ pub(crate) fn search_request(query: &SearchQuery) -> pb::SearchRequest {
         hops: query.hops,
         kinds: query.kinds.clone(),
         include_expired: query.include_expired,
+        as_of_time_ns: query.as_of_time_ns,
     }
 }

@@ -29,6 +29,12 @@ pub struct HistoryQuery {
     /// size (0: the server's largest).
     pub limit: u32,
     pub consistency: Consistency,
+    /// The history up to this transaction (inclusive); `None`: up to the head when the first
+    /// page is read.
+    pub as_of_tx: Option<u64>,
+    /// The history up to the last transaction at or before this instant (ns since the Unix
+    /// epoch); not with `as_of_tx`.
+    pub as_of_time_ns: Option<i64>,
 }
 
 impl HistoryQuery {
@@ -40,6 +46,8 @@ impl HistoryQuery {
             branch: None,
             limit: 0,
             consistency: Consistency::Linearizable,
+            as_of_tx: None,
+            as_of_time_ns: None,
         }
     }
 
@@ -53,6 +61,8 @@ impl HistoryQuery {
         );
         req.branch = self.branch.as_ref().map(ToString::to_string).unwrap_or_default();
         req.cursor = cursor.to_vec();
+        req.as_of_tx = self.as_of_tx;
+        req.as_of_time_ns = self.as_of_time_ns;
         req
     }
 }
@@ -258,6 +268,7 @@ impl Client {
             branch: query.branch.as_ref().map(ToString::to_string).unwrap_or_default(),
             include_expired: query.include_expired,
             cursor: cursor.to_vec(),
+            as_of_time_ns: query.as_of_time_ns,
         };
         self.call_with_endpoint(Idempotency::Safe, move |ch, s| {
             let req = req.clone();

@@ -1,4 +1,5 @@
-//! This node's access log (`engram_audit::access_event`): who read what, and when.
+//! This node's access log (`engram_audit::access_event`): who read what, and when, and which
+//! calls it refused.
 //!
 //! Events live in their own key space ([`Space::Access`]), so they are never in the belief
 //! state, the replica digest or a snapshot: each node keeps and signs what it served. Rows are
@@ -6,6 +7,7 @@
 //! synced write whose last event carries the node's signature, so every stored event is
 //! covered by a signature at or after it, whatever the crash.
 
+pub use engram_audit::Refusal;
 use engram_audit::{AccessEvent, NodeKey, SignedAccessEvent};
 use engram_storage::{ReadView, Space, Store, WriteBatch};
 use engram_types::Hash;
@@ -32,6 +34,8 @@ pub struct Access {
     pub as_of_tx: Option<u64>,
     pub read_at: u64,
     pub datoms: u32,
+    /// Set when the call was refused, not served.
+    pub refused: Option<Refusal>,
 }
 
 /// The appending end of the log: its head.
@@ -91,6 +95,7 @@ impl AccessLog {
                 read_at: a.read_at,
                 datoms: a.datoms,
                 prev_hash,
+                refused: a.refused,
             };
             prev_hash = event.hash();
             let mut signed = SignedAccessEvent {
@@ -122,6 +127,8 @@ pub struct AccessQuery {
     /// Events after this one (to page; 0: from the first).
     pub after_seq: u64,
     pub limit: usize,
+    /// Refusals only.
+    pub refused_only: bool,
 }
 
 impl AccessQuery {
@@ -135,6 +142,7 @@ impl AccessQuery {
         ns_ok
             && (self.principal.is_empty() || e.principal == self.principal)
             && self.since_ns.is_none_or(|since| e.time_ns >= since)
+            && (!self.refused_only || e.refused.is_some())
     }
 }
 
@@ -210,6 +218,7 @@ mod tests {
             as_of_tx: None,
             read_at: 12,
             datoms: 3,
+            refused: None,
         }
     }
 
@@ -266,5 +275,58 @@ mod tests {
         };
         let (found, last) = query(store.as_ref(), &paged).unwrap();
         assert_eq!((found[0].event.seq, last), (2, 2));
+    }
+
+    #[test]
+    fn refusals_are_linked_signed_and_filtered_with_the_reads() {
+        let store = Arc::new(MemStore::new());
+        let key = NodeKey::from_seed([4; 32]);
+        let mut log = AccessLog::open(store.as_ref()).unwrap();
+        let refused = Access {
+            call: "/engram.v1.Memory/Get",
+            entity: None,
+            datoms: 0,
+            refused: Some(Refusal::new(
+                "PERMISSION_DENIED",
+                "mallory holds no read grant on team/a",
+            )),
+            ..read("team/a", "mallory")
+        };
+        log.append(
+            store.as_ref(),
+            vec![
+                (1, read("team/a", "alice")),
+                (2, refused.clone()),
+                (3, read("team/a", "bob")),
+            ],
+            &key,
+        )
+        .unwrap();
+        let only = AccessQuery {
+            refused_only: true,
+            limit: 100,
+            ..Default::default()
+        };
+        let (found, last) = query(store.as_ref(), &only).unwrap();
+        assert_eq!(last, 3);
+        assert_eq!(found.len(), 1);
+        let e = &found[0].event;
+        assert_eq!((e.seq, e.principal.as_str()), (2, "mallory"));
+        assert_eq!(e.refused, refused.refused);
+        // The refusal sits in the same signed chain as the reads around it.
+        let (all, _) = query(
+            store.as_ref(),
+            &AccessQuery {
+                limit: 100,
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        let mut v = AccessLogVerifier::new(&[key.public()]);
+        for e in &all {
+            v.push(e).unwrap();
+        }
+        v.finish().unwrap();
+        assert_eq!(v.checked(), 3);
     }
 }

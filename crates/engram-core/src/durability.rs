@@ -59,6 +59,8 @@ pub enum Write {
     RedactionPurged,
     /// The planted eager-idempotency bug's own write, synced ahead of its entry.
     PlantedEagerRow,
+    /// The store's format row, written before anything else on a store without one.
+    StoreFormat,
 }
 
 /// The durability `write` gets on this node.
@@ -84,7 +86,8 @@ pub fn durability(write: Write) -> Durability {
         | Write::InstallBegin
         | Write::LegacyMigration
         | Write::AccessLog
-        | Write::PlantedEagerRow => Sync,
+        | Write::PlantedEagerRow
+        | Write::StoreFormat => Sync,
         Write::CommittedHint
         | Write::ApplyGroup
         | Write::StartAttestation

@@ -2185,6 +2185,50 @@ mod tests {
     }
 
     #[test]
+    fn an_instant_finds_the_last_transaction_at_or_before_it() {
+        let (store, mut engine) = engine();
+        assert_eq!(
+            reads::head(&*store).unwrap().tx_time_ns,
+            0,
+            "the genesis entry's time"
+        );
+        // Transactions 2..=9 at times 2,000..=9,000; then 10 and 11 share 9,000 (a leader whose
+        // clock is behind is clamped to the time before).
+        for index in 2..=9 {
+            new_task(&mut engine, index, "t");
+        }
+        for index in [10, 11] {
+            let r = engine
+                .apply_tx(
+                    index,
+                    5,
+                    &tx(vec![op(
+                        EntityRef::Temp("t".into()),
+                        ":task/title",
+                        Value::String("late".into()),
+                    )]),
+                    WriteBatch::new(),
+                )
+                .unwrap()
+                .unwrap();
+            assert_eq!(r.tx_time_ns, 9_000);
+        }
+        let at = |ns| reads::tx_at_time(&*store, ns).unwrap();
+        assert_eq!(at(-1), None, "before the first entry");
+        assert_eq!(at(0), Some((TxId(1), 0)));
+        assert_eq!(at(1_999), Some((TxId(1), 0)));
+        // Exactly at a boundary, and just before the next one.
+        for index in 2..=8u64 {
+            let t = 1_000 * index as i64;
+            assert_eq!(at(t), Some((TxId(index), t)), "at {t}");
+            assert_eq!(at(t + 999), Some((TxId(index), t)), "at {}", t + 999);
+        }
+        // Of the entries sharing a time, the last; past the head, the head.
+        assert_eq!(at(9_000), Some((TxId(11), 9_000)));
+        assert_eq!(at(i64::MAX), Some((TxId(11), 9_000)));
+    }
+
+    #[test]
     fn tx_time_never_goes_backwards_and_as_of_reads_are_stable() {
         let (store, mut engine) = engine();
         let (e, first) = new_task(&mut engine, 2, "v1");

@@ -38,6 +38,7 @@ mod rows;
 pub mod schema;
 pub mod scrub;
 pub mod snapshot;
+pub mod store_format;
 
 pub use engine::{CheckpointPolicy, Engine, PolicyActor};
 pub use error::CoreError;

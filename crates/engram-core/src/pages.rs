@@ -71,19 +71,21 @@ pub fn page_size(limit: u32) -> usize {
 }
 
 /// A page of the datoms of `of` on main or `branch`, in (tx, seq) order, after `cursor` (the
-/// raw bytes a previous page returned; empty: the first page).
+/// raw bytes a previous page returned; empty: the first page), up to transaction `as_of`
+/// (`None`: the head when the first page is read).
 pub fn history(
     store: &dyn ReadView,
     ns: &Namespace,
     branch: Option<&BranchName>,
     of: HistoryOf<'_>,
+    as_of: Option<TxId>,
     cursor: &[u8],
     limit: usize,
 ) -> Result<Page, ReadError> {
-    let query = history_key(ns, branch, of);
+    let query = history_key(ns, branch, of, as_of);
     let cursor = Cursor::continuing(cursor, CursorKind::History, query)?;
     let (view, _) = View::of(store, ns, branch)?;
-    let as_of = answer_as_of(store, cursor.as_ref(), None)?;
+    let as_of = answer_as_of(store, cursor.as_ref(), as_of)?;
     let after = cursor.map(|c| (TxId(c.after.0), c.after.1));
     let (datoms, last) = earliest_of(store, &view, of, TxId(0), as_of, after, limit)?;
     let next = last.map(|(tx, seq)| Cursor {
@@ -383,7 +385,7 @@ pub fn entity_history(
     limit: usize,
 ) -> Result<Vec<Datom>, ReadError> {
     let of = HistoryOf::Entity { entity: e, attribute };
-    Ok(history(store, ns, None, of, &[], limit)?.datoms)
+    Ok(history(store, ns, None, of, None, &[], limit)?.datoms)
 }
 
 /// Every datom of an attribute on main across entities, in (tx, seq) order: the first `limit`.
@@ -393,7 +395,7 @@ pub fn attribute_history(
     attr: &Attribute,
     limit: usize,
 ) -> Result<Vec<Datom>, ReadError> {
-    Ok(history(store, ns, None, HistoryOf::Attribute(attr), &[], limit)?.datoms)
+    Ok(history(store, ns, None, HistoryOf::Attribute(attr), None, &[], limit)?.datoms)
 }
 
 /// The first `limit` datoms [`find`] answers on main as of `as_of`, expiry not applied.
@@ -454,29 +456,34 @@ fn answer_as_of(
     }
 }
 
-fn history_key(ns: &Namespace, branch: Option<&BranchName>, of: HistoryOf<'_>) -> QueryKey {
+fn history_key(
+    ns: &Namespace,
+    branch: Option<&BranchName>,
+    of: HistoryOf<'_>,
+    as_of: Option<TxId>,
+) -> QueryKey {
     let branch = branch.map_or("", |b| b.as_str());
+    let entity_bytes;
+    let mut parts: Vec<&[u8]> = vec![ns.as_str().as_bytes(), branch.as_bytes()];
     match of {
-        HistoryOf::Entity { entity, attribute } => QueryKey::of(
-            CursorKind::History,
-            &[
-                ns.as_str().as_bytes(),
-                branch.as_bytes(),
-                b"entity",
-                &entity.0.to_be_bytes(),
+        HistoryOf::Entity { entity, attribute } => {
+            entity_bytes = entity.0.to_be_bytes();
+            parts.extend([
+                &b"entity"[..],
+                &entity_bytes,
                 attribute.map_or("", |a| a.as_str()).as_bytes(),
-            ],
-        ),
-        HistoryOf::Attribute(attr) => QueryKey::of(
-            CursorKind::History,
-            &[
-                ns.as_str().as_bytes(),
-                branch.as_bytes(),
-                b"attribute",
-                attr.as_str().as_bytes(),
-            ],
-        ),
+            ]);
+        }
+        HistoryOf::Attribute(attr) => parts.extend([&b"attribute"[..], attr.as_str().as_bytes()]),
     }
+    // A requested bound is part of the query (a cursor of the unbounded history does not
+    // continue a bounded one); without one the key is what it was before bounds existed, so
+    // cursors handed out then still continue.
+    let bound = as_of.map(|t| t.0.to_be_bytes());
+    if let Some(bound) = &bound {
+        parts.extend([&b"as-of"[..], bound]);
+    }
+    QueryKey::of(CursorKind::History, &parts)
 }
 
 fn find_key(

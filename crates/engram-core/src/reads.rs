@@ -671,6 +671,51 @@ pub fn audit_entries(
     Ok(Ok(out))
 }
 
+/// The chain's last entry whose transaction time is at or before `at_ns`, as (its transaction,
+/// its time): what the memory held at that instant. Transaction times never go back along the
+/// chain (I7: the leader's time is clamped to the entry before), so a binary search over the
+/// audit entries finds it in about log2(entries) point reads; of entries sharing one time, the
+/// last. `None`: `at_ns` is before the first entry. An instant at or after the newest entry's
+/// time answers the newest entry (a transaction still in flight may yet take a time at or
+/// before it: a read at a recent instant is a read of the current state).
+pub fn tx_at_time(store: &dyn ReadView, at_ns: i64) -> Result<Option<(TxId, i64)>, CoreError> {
+    let head = head(store)?;
+    if head.index == 0 {
+        return Ok(None);
+    }
+    if head.tx_time_ns <= at_ns {
+        return Ok(Some((head.tx, head.tx_time_ns)));
+    }
+    let entry_at = |index: u64| -> Result<engram_audit::AuditEntry, CoreError> {
+        let bytes = store.get(Space::State, &keys::audit(index))?.ok_or_else(|| {
+            CoreError::corrupt(
+                "audit entry",
+                format!("entry {index} is missing below the chain head"),
+            )
+        })?;
+        SignedEntry::decode(&bytes)
+            .map(|s| s.entry)
+            .map_err(|e| CoreError::corrupt(format!("audit entry {index}"), e))
+    };
+    // The answer lies in [lo, hi): entry lo's time is at or before `at_ns` (once found), entry
+    // hi's (the head's, to start with) is after it.
+    let first = entry_at(1)?;
+    if first.tx_time_ns > at_ns {
+        return Ok(None);
+    }
+    let (mut lo, mut hi, mut found) = (1, head.index, first);
+    while hi - lo > 1 {
+        let mid = lo + (hi - lo) / 2;
+        let entry = entry_at(mid)?;
+        if entry.tx_time_ns <= at_ns {
+            (lo, found) = (mid, entry);
+        } else {
+            hi = mid;
+        }
+    }
+    Ok(Some((found.tx, found.tx_time_ns)))
+}
+
 /// A committed transaction as a watch delivers it.
 #[derive(Clone, Debug)]
 pub struct TxRecord {

@@ -1365,7 +1365,16 @@ fn history_and_find_page_through_every_datom_once_as_of_the_first_page() {
     }
     let tag = attr(":cap/tag");
     let store = &*m.store;
-    let first = pages::history(store, &m.ns, None, pages::HistoryOf::Attribute(&tag), &[], 1_000).unwrap();
+    let first = pages::history(
+        store,
+        &m.ns,
+        None,
+        pages::HistoryOf::Attribute(&tag),
+        None,
+        &[],
+        1_000,
+    )
+    .unwrap();
     assert_eq!(first.datoms.len(), 1_000);
     let as_of = first.as_of;
     // Written between pages: never part of the answer.
@@ -1378,6 +1387,7 @@ fn history_and_find_page_through_every_datom_once_as_of_the_first_page() {
             &m.ns,
             None,
             pages::HistoryOf::Attribute(&tag),
+            None,
             &next.encode(),
             1_000,
         )
@@ -1395,6 +1405,28 @@ fn history_and_find_page_through_every_datom_once_as_of_the_first_page() {
         "each datom once, in the order its transaction wrote it"
     );
     assert!(history.iter().all(|d| !late.contains(&d.entity)));
+    // Bounded by a transaction: only what the first two transactions wrote, on every page; a
+    // cursor of the unbounded history does not continue the bounded one.
+    let second = history[1_500].tx;
+    let bounded = |cursor: &[u8]| {
+        pages::history(
+            store,
+            &m.ns,
+            None,
+            pages::HistoryOf::Attribute(&tag),
+            Some(second),
+            cursor,
+            2_000,
+        )
+    };
+    let head = bounded(&[]).unwrap();
+    let tail = bounded(&head.next.unwrap().encode()).unwrap();
+    assert_eq!((head.as_of, tail.as_of), (second, second));
+    assert_eq!(head.datoms.len() + tail.datoms.len(), 3_000);
+    assert!(tail.next.is_none());
+    assert!(head.datoms.iter().chain(&tail.datoms).all(|d| d.tx <= second));
+    let unbounded = pages_read[0].next.unwrap().encode();
+    assert!(bounded(&unbounded).is_err(), "a cursor of another query");
 
     // Find: entity order, a page of 700 at a time, as of the first page.
     let value = s("x");
@@ -1467,6 +1499,7 @@ fn history_and_find_page_through_every_datom_once_as_of_the_first_page() {
                 entity: e,
                 attribute: None,
             },
+            None,
             cursor,
             1,
         )
@@ -1494,7 +1527,15 @@ fn a_cursor_continues_only_its_own_query_and_as_of_point() {
     let (tag, other) = (attr(":cap/tag"), attr(":cap/other"));
     let store = &*m.store;
     let history = |attr: &Attribute, cursor: &[u8]| {
-        pages::history(store, &m.ns, None, pages::HistoryOf::Attribute(attr), cursor, 2)
+        pages::history(
+            store,
+            &m.ns,
+            None,
+            pages::HistoryOf::Attribute(attr),
+            None,
+            cursor,
+            2,
+        )
     };
     let find =
         |opts: &ReadOptions, cursor: &[u8]| pages::find(store, &m.ns, None, &tag, None, opts, cursor, 2);

@@ -331,13 +331,14 @@ impl EngramClient {
     }
 
     /// The current facts of `entity`. `as_of_tx`: as they stood at that transaction;
-    /// `valid_at`: only facts true at that time (datetime or ns); `rule`: "latest" or
+    /// `as_of_time` (datetime or ns): as they stood at that instant (the last transaction at or
+    /// before it); `valid_at`: only facts true at that time (datetime or ns); `rule`: "latest" or
     /// "verified" (verified claims first); `prove=True`: every datom is checked against a
     /// Merkle proof and a signed checkpoint, and `ProofError` is raised instead of returning
     /// anything that does not verify; `stale=True`: the answering node's state, possibly behind.
     /// An entity whose `:memory/expires` has passed comes back with no datoms and its
     /// `expired_at_ns` set, unless `include_expired=True` (reads with `as_of_tx` show it).
-    #[pyo3(signature = (namespace, entity, *, as_of_tx=None, valid_at=None, branch=None, rule="latest", verified_only=false, prove=false, stale=false, include_expired=false))]
+    #[pyo3(signature = (namespace, entity, *, as_of_tx=None, valid_at=None, branch=None, rule="latest", verified_only=false, prove=false, stale=false, include_expired=false, as_of_time=None))]
     #[allow(clippy::too_many_arguments)]
     fn get(
         &self,
@@ -352,11 +353,15 @@ impl EngramClient {
         prove: bool,
         stale: bool,
         include_expired: bool,
+        as_of_time: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Entity> {
         let namespace = namespace_arg(namespace)?;
         let entity = convert::entity_id("entity", entity)?;
         let opts = GetOptions {
             as_of_tx,
+            as_of_time_ns: as_of_time
+                .map(|v| convert::time_ns("as_of_time", v))
+                .transpose()?,
             valid_at_ns: valid_at.map(|v| convert::time_ns("valid_at", v)).transpose()?,
             consistency: consistency(stale),
             branch: branch.map(|b| branch_arg("branch", b)).transpose()?,
@@ -393,8 +398,9 @@ impl EngramClient {
 
     /// Every datom (assertions and retractions) of an entity (optionally one `attribute` of
     /// it), or of one `attribute` across entities when `entity` is None, in transaction order:
-    /// at most `limit` (0: all of them, read a page at a time as of one transaction).
-    #[pyo3(signature = (namespace, entity=None, *, attribute=None, limit=0, branch=None, prove=false, stale=false))]
+    /// at most `limit` (0: all of them, read a page at a time as of one transaction); up to
+    /// `as_of_tx`, or to the last transaction at or before `as_of_time` (datetime or ns).
+    #[pyo3(signature = (namespace, entity=None, *, attribute=None, limit=0, branch=None, prove=false, stale=false, as_of_tx=None, as_of_time=None))]
     #[allow(clippy::too_many_arguments)]
     fn history(
         &self,
@@ -406,13 +412,27 @@ impl EngramClient {
         branch: Option<String>,
         prove: bool,
         stale: bool,
+        as_of_tx: Option<u64>,
+        as_of_time: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Py<PyList>> {
-        let query = history_query(namespace, entity, attribute, limit, branch, stale)?;
+        let mut query = history_query(namespace, entity, attribute, limit, branch, stale)?;
+        (query.as_of_tx, query.as_of_time_ns) = (
+            as_of_tx,
+            as_of_time
+                .map(|v| convert::time_ns("as_of_time", v))
+                .transpose()?,
+        );
         let client = self.client.clone();
+        let bounded = query.as_of_tx.is_some() || query.as_of_time_ns.is_some();
         let response = match (prove, query.branch.is_some()) {
             (true, true) => {
                 return Err(PyValueError::new_err(
                     "prove: proofs cover main's datoms; a branch's history cannot be proven",
+                ));
+            }
+            (true, false) if bounded => {
+                return Err(PyValueError::new_err(
+                    "prove: a proven history is read up to the head; give no as_of_tx or as_of_time",
                 ));
             }
             (true, false) => self.run_proven(py, move |client, mut log| async move {
@@ -434,7 +454,7 @@ impl EngramClient {
 
     /// `history`, as an iterator that reads a page of `page_size` datoms (0: the server's
     /// largest page) when it needs one: for answers too large to hold at once.
-    #[pyo3(signature = (namespace, entity=None, *, attribute=None, page_size=0, branch=None, stale=false))]
+    #[pyo3(signature = (namespace, entity=None, *, attribute=None, page_size=0, branch=None, stale=false, as_of_tx=None, as_of_time=None))]
     #[allow(clippy::too_many_arguments)]
     fn iter_history(
         &self,
@@ -444,15 +464,24 @@ impl EngramClient {
         page_size: u32,
         branch: Option<String>,
         stale: bool,
+        as_of_tx: Option<u64>,
+        as_of_time: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Pages> {
-        let query = history_query(namespace, entity, attribute, page_size, branch, stale)?;
+        let mut query = history_query(namespace, entity, attribute, page_size, branch, stale)?;
+        (query.as_of_tx, query.as_of_time_ns) = (
+            as_of_tx,
+            as_of_time
+                .map(|v| convert::time_ns("as_of_time", v))
+                .transpose()?,
+        );
         Ok(self.pages(PagedQuery::History(query)))
     }
 
     /// The current datoms of `attribute`, optionally only those holding `value`, by entity: at
     /// most `limit` (0: all of them, read a page at a time as of one transaction). Entities
     /// whose `:memory/expires` has passed are left out unless `include_expired=True`.
-    #[pyo3(signature = (namespace, attribute, value=None, *, as_of_tx=None, limit=0, branch=None, stale=false, include_expired=false))]
+    /// `as_of_time` (datetime or ns): as of the last transaction at or before that instant.
+    #[pyo3(signature = (namespace, attribute, value=None, *, as_of_tx=None, limit=0, branch=None, stale=false, include_expired=false, as_of_time=None))]
     #[allow(clippy::too_many_arguments)]
     fn find(
         &self,
@@ -465,12 +494,18 @@ impl EngramClient {
         branch: Option<String>,
         stale: bool,
         include_expired: bool,
+        as_of_time: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Py<PyList>> {
         let query = find_query(
             namespace,
             attribute,
             value,
-            as_of_tx,
+            (
+                as_of_tx,
+                as_of_time
+                    .map(|v| convert::time_ns("as_of_time", v))
+                    .transpose()?,
+            ),
             limit,
             branch,
             stale,
@@ -483,7 +518,7 @@ impl EngramClient {
 
     /// `find`, as an iterator that reads a page of `page_size` datoms (0: the server's largest
     /// page) when it needs one.
-    #[pyo3(signature = (namespace, attribute, value=None, *, as_of_tx=None, page_size=0, branch=None, stale=false, include_expired=false))]
+    #[pyo3(signature = (namespace, attribute, value=None, *, as_of_tx=None, page_size=0, branch=None, stale=false, include_expired=false, as_of_time=None))]
     #[allow(clippy::too_many_arguments)]
     fn iter_find(
         &self,
@@ -495,12 +530,18 @@ impl EngramClient {
         branch: Option<String>,
         stale: bool,
         include_expired: bool,
+        as_of_time: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Pages> {
         let query = find_query(
             namespace,
             attribute,
             value,
-            as_of_tx,
+            (
+                as_of_tx,
+                as_of_time
+                    .map(|v| convert::time_ns("as_of_time", v))
+                    .transpose()?,
+            ),
             page_size,
             branch,
             stale,
@@ -512,10 +553,11 @@ impl EngramClient {
     /// Facts found by their words (BM25 over searchable string values), by a query `vector`
     /// (nearest searchable vectors of its dimension, cosine) and `hops` refs around the best of
     /// those, fused and re-ranked by recency and the priors (verified first, then confidence),
-    /// best `k` first; `as_of_tx` searches what held then, ranked as it would have been then;
+    /// best `k` first; `as_of_tx` (or `as_of_time`, a datetime or ns: the last transaction at or
+    /// before it) searches what held then, ranked as it would have been then;
     /// `kinds` keeps memories of those kinds only (their `:memory/kind`); memories whose
     /// `:memory/expires` has passed are left out unless `include_expired=True`.
-    #[pyo3(signature = (namespace, text="", *, vector=None, hops=None, k=10, as_of_tx=None, attributes=None, agents=None, verified_only=false, valid_between_ns=None, kinds=None, branch=None, prove=false, stale=false, include_expired=false))]
+    #[pyo3(signature = (namespace, text="", *, vector=None, hops=None, k=10, as_of_tx=None, attributes=None, agents=None, verified_only=false, valid_between_ns=None, kinds=None, branch=None, prove=false, stale=false, include_expired=false, as_of_time=None))]
     #[allow(clippy::too_many_arguments)]
     fn search(
         &self,
@@ -535,6 +577,7 @@ impl EngramClient {
         prove: bool,
         stale: bool,
         include_expired: bool,
+        as_of_time: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Py<PyList>> {
         let mut query = SearchQuery::new(namespace_arg(namespace)?, text);
         if let Some(v) = &vector {
@@ -545,6 +588,9 @@ impl EngramClient {
         query.hops = hops;
         query.k = k;
         query.as_of_tx = as_of_tx;
+        query.as_of_time_ns = as_of_time
+            .map(|v| convert::time_ns("as_of_time", v))
+            .transpose()?;
         query.attributes = attributes
             .unwrap_or_default()
             .iter()
@@ -999,11 +1045,13 @@ impl EngramClient {
         )
     }
 
-    /// Who read what, and when: the access events of each node (a node logs what it served),
-    /// filtered by namespace prefix, caller and time (ns since the Unix epoch, the node's
-    /// clock). Each event is a dict `{"node", "seq", "time_ns", "principal", "call",
-    /// "namespace", "entity", "as_of_tx", "read_at", "datoms"}`; at most `limit` per node.
-    #[pyo3(signature = (namespace="", *, principal="", since_ns=None, limit=1000))]
+    /// Who read what, and when: the access events of each node (a node logs what it served,
+    /// and every call it refused), filtered by namespace prefix, caller and time (ns since the
+    /// Unix epoch, the node's clock), or to refusals only. Each event is a dict `{"node",
+    /// "seq", "time_ns", "principal", "call", "namespace", "entity", "as_of_tx", "read_at",
+    /// "datoms", "refused"}`, `refused` being `None` or `{"code", "reason"}`; at most `limit`
+    /// per node.
+    #[pyo3(signature = (namespace="", *, principal="", since_ns=None, limit=1000, refused_only=false))]
     fn access_events<'py>(
         &self,
         py: Python<'py>,
@@ -1011,6 +1059,7 @@ impl EngramClient {
         principal: &str,
         since_ns: Option<i64>,
         limit: u32,
+        refused_only: bool,
     ) -> PyResult<Bound<'py, PyList>> {
         let request = pb::AccessEventsRequest {
             namespace: namespace.to_string(),
@@ -1018,6 +1067,7 @@ impl EngramClient {
             since_ns,
             after_seq: 0,
             limit,
+            refused_only,
         };
         let nodes: Vec<_> = (0..self.client.endpoints().len())
             .filter_map(|i| self.client.node(i))
@@ -1043,6 +1093,14 @@ impl EngramClient {
                 row.set_item("as_of_tx", e.as_of_tx)?;
                 row.set_item("read_at", e.read_at)?;
                 row.set_item("datoms", e.datoms)?;
+                if e.refused_code.is_empty() {
+                    row.set_item("refused", py.None())?;
+                } else {
+                    let refused = PyDict::new(py);
+                    refused.set_item("code", e.refused_code)?;
+                    refused.set_item("reason", e.refused_reason)?;
+                    row.set_item("refused", refused)?;
+                }
                 out.append(row)?;
             }
         }
@@ -1432,7 +1490,7 @@ fn find_query(
     namespace: &str,
     attribute: &str,
     value: Option<&Bound<'_, PyAny>>,
-    as_of_tx: Option<u64>,
+    (as_of_tx, as_of_time_ns): (Option<u64>, Option<i64>),
     limit: u32,
     branch: Option<String>,
     stale: bool,
@@ -1443,6 +1501,7 @@ fn find_query(
         attribute: convert::attribute("attribute", attribute)?,
         value: value.map(|v| convert::value("value", v)).transpose()?,
         as_of_tx,
+        as_of_time_ns,
         limit,
         consistency: consistency(stale),
         branch: branch.map(|b| branch_arg("branch", b)).transpose()?,

@@ -220,7 +220,8 @@ def test_the_access_log_records_who_read_what(enforced):
     bob.get("team/b", entity)
     events = []
     for _ in range(50):
-        events = admin.access_events("team", principal="bob")
+        # Refusals are listed too (bob was refused a write in team/a by an earlier test).
+        events = [e for e in admin.access_events("team", principal="bob") if e["refused"] is None]
         if events:
             break
         time.sleep(0.1)
@@ -230,6 +231,18 @@ def test_the_access_log_records_who_read_what(enforced):
     assert events[0]["read_at"] >= change["tx"]
     with pytest.raises(engram.PermissionDenied):
         bob.access_events("team")
+    # Every node records the calls it refused, whatever it logs: bob's switch and bob's read
+    # of the log, each with the code and the reason bob was given.
+    refused = []
+    for _ in range(50):
+        refused = admin.access_events(principal="bob", refused_only=True)
+        if len(refused) >= 2:
+            break
+        time.sleep(0.1)
+    calls = [(e["call"], e["refused"]["code"]) for e in refused]
+    assert ("/engram.v1.Access/SetAccessLog", "PERMISSION_DENIED") in calls, refused
+    assert ("/engram.v1.Access/Events", "PERMISSION_DENIED") in calls, refused
+    assert all("bob" in e["refused"]["reason"] for e in refused), refused
     admin.set_access_log("team/b", enabled=False)
     with pytest.raises(engram.PreconditionFailed):
         admin.set_access_log("team/b", enabled=False)

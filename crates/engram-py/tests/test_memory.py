@@ -53,6 +53,22 @@ def test_worked_example(cluster, ns):
     assert then[":memory/content"] == "Alice prefers a dark theme"
     assert then.conflicts == []
 
+    # The same by wall-clock instant (transaction time), as a datetime or in ns: the last
+    # transaction at or before it. Before the first transaction there is nothing to read.
+    just_after = datetime.datetime(1970, 1, 1, tzinfo=UTC) + datetime.timedelta(
+        microseconds=first.tx_time_ns // 1000 + 1
+    )
+    for when in (first.tx_time_ns, just_after):
+        then = planner.get(ns, pref, as_of_time=when)
+        assert then[":memory/content"] == "Alice prefers a dark theme", when
+    assert [d.value for d in planner.find(ns, ":memory/content", as_of_time=first.tx_time_ns)] == [
+        "Alice prefers a dark theme"
+    ]
+    with pytest.raises(engram.OutOfRange, match="as_of_time_ns"):
+        planner.get(ns, pref, as_of_time=1)
+    with pytest.raises(TypeError, match="as_of_time"):
+        planner.get(ns, pref, as_of_time="yesterday")
+
     # Only verified claims.
     verified = planner.get(ns, pref, verified_only=True)
     assert verified[":memory/content"] == "Alice prefers a light theme"
@@ -64,6 +80,10 @@ def test_worked_example(cluster, ns):
         ("critic", "Alice prefers a light theme"),
     ]
     assert history[0].session == "s-1" and history[0].confidence == pytest.approx(0.6)
+    # The history as it stood at the planner's write, by transaction or by instant.
+    for bound in ({"as_of_tx": first.tx}, {"as_of_time": first.tx_time_ns}):
+        then = planner.history(ns, pref, attribute=":memory/content", **bound)
+        assert [(d.agent, d.value) for d in then] == [("planner", "Alice prefers a dark theme")], bound
 
     tagged = planner.find(ns, ":memory/tags", Keyword(":tag/ui"))
     assert [d.entity for d in tagged] == [pref]

@@ -8,19 +8,33 @@
 //! node's current key. The call does not wait for the write: an event is durable within one
 //! batch of the answer it records, and a crash in that window loses it. A full queue makes
 //! calls wait rather than drop events.
+//!
+//! Refusals (a call refused for want of authentication or permission) are recorded whatever
+//! namespaces the node logs, and without waiting: the refused caller is answered at once, so a
+//! flood of refused calls cannot hold up the calls being served. A refusal that finds the queue
+//! full is not recorded; it is counted (`engram_access_refusals_unrecorded_total`) and logged.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use engram_audit::KeyRing;
 use engram_core::access_log::{Access, AccessLog};
 use engram_storage::Store;
 use tokio::sync::mpsc;
-use tracing::error;
+use tracing::{error, warn};
 
 /// Events queued at most before a call waits for the writer.
 const QUEUE: usize = 4096;
 /// Events appended at most per write.
 const BATCH: usize = 1024;
+
+/// Refusals that found the writer's queue full, since the process started.
+static REFUSALS_UNRECORDED: AtomicU64 = AtomicU64::new(0);
+
+/// Refusals not recorded since the process started (see the module docs).
+pub fn refusals_unrecorded() -> u64 {
+    REFUSALS_UNRECORDED.load(Ordering::Relaxed)
+}
 
 /// The recording end, shared by every service of the node.
 pub struct AccessRecorder {
@@ -63,6 +77,20 @@ impl AccessRecorder {
     /// Whether this node's flag logs calls on `namespace`.
     pub fn covers(&self, namespace: &str) -> bool {
         self.prefixes.iter().any(|p| prefix_logs(p, namespace))
+    }
+
+    /// Records a refused call, without waiting (see the module docs).
+    pub fn refuse(&self, access: engram_core::access_log::Access) {
+        let now_ns = engram_raft::clock::now_ns();
+        if let Err(e) = self.queue.try_send((now_ns, access)) {
+            let (mpsc::error::TrySendError::Full((_, a)) | mpsc::error::TrySendError::Closed((_, a))) = e;
+            REFUSALS_UNRECORDED.fetch_add(1, Ordering::Relaxed);
+            warn!(
+                principal = %a.principal,
+                call = a.call,
+                "the access log's queue is full: a refused call was not recorded"
+            );
+        }
     }
 
     /// Records `access` (the caller decided it is logged).

@@ -98,6 +98,21 @@ pub async fn run_until(
         engram_storage_rocks::RocksStore::open(&config.data_dir.join("db"))
             .map_err(|e| ServerError::Startup(format!("cannot open the store: {e}")))?,
     );
+    // Before anything reads or writes a row: a store in a format this build does not know is
+    // refused as it is (`engram_core::store_format`).
+    match engram_core::store_format::open(&*store) {
+        Ok(engram_core::store_format::Opened::Stamped) => info!(
+            format = engram_core::store_format::STORE_FORMAT,
+            "the store carried no format: stamped with this build's"
+        ),
+        Ok(engram_core::store_format::Opened::Current) => {}
+        Err(e) => {
+            return Err(ServerError::Startup(format!(
+                "cannot open the store in {}: {e}",
+                config.data_dir.display()
+            )));
+        }
+    }
     startup::verify_store(&*store, config.verify_on_start, &keys)?;
     serve_keys(config, store, Arc::new(keys), shutdown).await
 }

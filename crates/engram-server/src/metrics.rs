@@ -113,6 +113,12 @@ pub fn render(node: &RaftNode, insecure_open: bool) -> String {
             node.node_id
         );
     }
+    let _ = writeln!(
+        out,
+        "# HELP engram_access_refusals_unrecorded_total Refused calls the access log could not record (its queue was full).\n# TYPE engram_access_refusals_unrecorded_total counter\nengram_access_refusals_unrecorded_total{{node_id=\"{}\"}} {}",
+        node.node_id,
+        crate::access_log::refusals_unrecorded()
+    );
     crate::services::search_index::render_metrics(node.node_id, &mut out);
     crate::services::watch_hub::render_metrics(node.node_id, &mut out);
     crate::services::rpc_metrics::render_metrics(node.node_id, &mut out);

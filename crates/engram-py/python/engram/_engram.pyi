@@ -183,6 +183,7 @@ class Client:
         prove: bool = False,
         stale: bool = False,
         include_expired: bool = False,
+        as_of_time: Optional[Time] = None,
     ) -> Entity: ...
     def history(
         self,
@@ -194,6 +195,8 @@ class Client:
         branch: Optional[str] = None,
         prove: bool = False,
         stale: bool = False,
+        as_of_tx: Optional[int] = None,
+        as_of_time: Optional[Time] = None,
     ) -> List[Datom]: ...
     def iter_history(
         self,
@@ -204,6 +207,8 @@ class Client:
         page_size: int = 0,
         branch: Optional[str] = None,
         stale: bool = False,
+        as_of_tx: Optional[int] = None,
+        as_of_time: Optional[Time] = None,
     ) -> Pages: ...
     def find(
         self,
@@ -216,6 +221,7 @@ class Client:
         branch: Optional[str] = None,
         stale: bool = False,
         include_expired: bool = False,
+        as_of_time: Optional[Time] = None,
     ) -> List[Datom]: ...
     def iter_find(
         self,
@@ -228,6 +234,7 @@ class Client:
         branch: Optional[str] = None,
         stale: bool = False,
         include_expired: bool = False,
+        as_of_time: Optional[Time] = None,
     ) -> Pages: ...
     def search(
         self,
@@ -247,6 +254,7 @@ class Client:
         prove: bool = False,
         stale: bool = False,
         include_expired: bool = False,
+        as_of_time: Optional[Time] = None,
     ) -> List[Hit]: ...
     def diff(
         self,
@@ -303,7 +311,8 @@ class Client:
     def unassign_role(self, agent: str, role: str) -> Dict[str, Any]: ...
     def agents(self) -> List[Dict[str, Any]]: ...
     def grants(self, principal: Optional[str] = None) -> List[Dict[str, Any]]: ...
-    # The access log: who read what, and when (each node logs what it served).
+    # The access log: who read what, and when (each node logs what it served), and every
+    # call a node refused.
     def set_access_log(self, prefix: str, enabled: bool = True) -> Dict[str, Any]: ...
     def access_events(
         self,
@@ -312,6 +321,7 @@ class Client:
         principal: str = "",
         since_ns: Optional[int] = None,
         limit: int = 1000,
+        refused_only: bool = False,
     ) -> List[Dict[str, Any]]: ...
 
 def keygen(name: str, path: Union[str, PathLike]) -> str:

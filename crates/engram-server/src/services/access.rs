@@ -41,12 +41,13 @@ impl AccessService {
             &meta,
             || op.signed_bytes().unwrap_or_default(),
             call.method(),
-            Need::Principal,
+            Need::Principal(String::new()),
         )?;
         if let Err(rejection) = self.shared.read_state(|store| {
             policy::plan_change(store, &op, caller.principal.as_ref()).map(|planned| planned.map(|_| ()))
         })? {
-            return Err(ApiError::Rejected(rejection).into());
+            let refused = ApiError::Rejected(rejection);
+            return Err(self.shared.refusal(&meta, call.method(), "", refused).into());
         }
         let by = match &caller.author {
             Some(author) => Proposer::Signed(author.clone()),
@@ -57,7 +58,10 @@ impl AccessService {
                 tx: receipt.tx.0,
                 audit_index: receipt.audit_index,
             })),
-            Ok(Err(rejection)) => Err(ApiError::Rejected(rejection).into()),
+            Ok(Err(rejection)) => {
+                let refused = ApiError::Rejected(rejection);
+                Err(self.shared.refusal(&meta, call.method(), "", refused).into())
+            }
             Err(engram_raft::NodeError::NotLeader {
                 leader: Some((_, info)),
             }) if !caller.forwarded => Ok(Response::new(
@@ -341,6 +345,7 @@ impl pb::access_server::Access for AccessService {
             since_ns: req.since_ns,
             after_seq: req.after_seq,
             limit,
+            refused_only: req.refused_only,
         };
         let node = &self.shared.node;
         // The access log is this node's own key space: no snapshot install touches it.
@@ -368,6 +373,8 @@ impl pb::access_server::Access for AccessService {
                         read_at: e.read_at,
                         datoms: e.datoms,
                         signed: signed.encode(),
+                        refused_code: e.refused.as_ref().map(|r| r.code.clone()).unwrap_or_default(),
+                        refused_reason: e.refused.as_ref().map(|r| r.reason.clone()).unwrap_or_default(),
                     }
                 })
                 .collect(),

@@ -124,7 +124,7 @@ impl pb::audit_server::Audit for AuditService {
             methods::CHECKPOINT,
             // A signed tree size and root reveal no datom: any principal may check what it
             // reads against them (see `Client::trust_keys`).
-            Need::Principal,
+            Need::Principal(String::new()),
         )?;
         let at_head = request.into_inner().at_head;
         let note = self.shared.read_state(|store| {
@@ -172,7 +172,7 @@ impl pb::audit_server::Audit for AuditService {
             request.get_ref(),
             methods::CONSISTENCY_PROOF,
             // Hashes of the tree only, as for checkpoints.
-            Need::Principal,
+            Need::Principal(String::new()),
         )?;
         let req = request.into_inner();
         let (new_size, path) = self

@@ -132,8 +132,9 @@ pub enum Need {
     /// Nothing: served to anyone (cluster status, who-am-I, node-signed key changes).
     Nothing,
     /// A principal, in enforced mode; the action is checked later, on the parsed request (a
-    /// transaction's actions depend on its ops).
-    Principal,
+    /// transaction's actions depend on its ops). The namespace the call is about (`""`:
+    /// cluster-wide) is what a refusal records.
+    Principal(String),
     /// The action on a namespace (`""`: cluster-wide).
     Action(Action, String),
 }
@@ -528,7 +529,7 @@ impl Shared {
         &self,
         meta: &MetadataMap,
         message: &T,
-        method: &str,
+        method: &'static str,
         need: Need,
     ) -> Result<Caller, ApiError> {
         self.admit_body(meta, || message.signed_body(method), method, need)
@@ -536,8 +537,60 @@ impl Shared {
 
     /// [`Shared::admit`] given how to make the call's signed body (for a call that becomes a
     /// transaction, from the converted request the caller has at hand). The body is made only
-    /// for a signed request.
+    /// for a signed request. A refusal is recorded in this node's access log
+    /// ([`Shared::refusal`]).
     pub fn admit_body(
+        &self,
+        meta: &MetadataMap,
+        body: impl FnOnce() -> Vec<u8>,
+        method: &'static str,
+        need: Need,
+    ) -> Result<Caller, ApiError> {
+        let namespace = match &need {
+            Need::Nothing => None,
+            Need::Principal(namespace) | Need::Action(_, namespace) => Some(namespace.clone()),
+        };
+        self.admit_checked(meta, body, method, need)
+            .map_err(|e| match namespace {
+                Some(namespace) => self.refusal(meta, method, &namespace, e),
+                None => e,
+            })
+    }
+
+    /// Records `error` in this node's access log when it refuses a call of `method` on
+    /// `namespace` for want of authentication or permission (`UNAUTHENTICATED`,
+    /// `PERMISSION_DENIED`), with the agent the call claimed to come from; returns it. Only the
+    /// node that decided records: an answer relayed from the leader is not recorded again.
+    pub fn refusal(
+        &self,
+        meta: &MetadataMap,
+        method: &'static str,
+        namespace: &str,
+        error: ApiError,
+    ) -> ApiError {
+        let code = error.code();
+        if matches!(error, ApiError::Forwarded(_))
+            || !matches!(code, tonic::Code::Unauthenticated | tonic::Code::PermissionDenied)
+        {
+            return error;
+        }
+        self.access.refuse(engram_core::access_log::Access {
+            principal: claimed_principal(meta),
+            call: method,
+            namespace: namespace.to_string(),
+            entity: None,
+            as_of_tx: None,
+            read_at: self.applied_index(),
+            datoms: 0,
+            refused: Some(engram_core::access_log::Refusal::new(
+                super::rpc_metrics::code_name(code),
+                &error.to_string(),
+            )),
+        });
+        error
+    }
+
+    fn admit_checked(
         &self,
         meta: &MetadataMap,
         body: impl FnOnce() -> Vec<u8>,
@@ -579,7 +632,7 @@ impl Shared {
                     };
                     (verdict, scope)
                 }
-                Need::Nothing | Need::Principal => (Ok(()), None),
+                Need::Nothing | Need::Principal(_) => (Ok(()), None),
             };
             Ok((mode, agent, verdict, scope))
         })?;
@@ -631,7 +684,7 @@ impl Shared {
                     .map_err(|_| ApiError::Internal("replay guard poisoned".into()))?
                     .admit(&auth, now_ms)
                     .map_err(|e| ApiError::Unauthenticated(e.to_string()))?;
-                if matches!(need, Need::Principal) {
+                if matches!(need, Need::Principal(_)) {
                     author = Some(Author {
                         principal: auth.principal.to_string(),
                         key: row.key,
@@ -663,7 +716,7 @@ impl Shared {
                     }
                     return Err(ApiError::Unauthenticated(why));
                 }
-                (Need::Principal | Need::Action(..), Some(_)) => {
+                (Need::Principal(_) | Need::Action(..), Some(_)) => {
                     if let Err(rejection) = verdict {
                         return Err(ApiError::PermissionDenied(rejection.to_string()));
                     }
@@ -683,4 +736,24 @@ impl Shared {
             marker: self.forward_marker()?,
         })
     }
+}
+
+/// The agent a refused call claimed to come from, for the access log: its signature's agent,
+/// else (a forwarded call) the agent the forwarding node vouched for, else its client
+/// certificate's name; empty if none. None of them is verified here: the refusal may be for
+/// exactly that.
+fn claimed_principal(meta: &MetadataMap) -> String {
+    if let Ok(Some(auth)) = RequestAuth::from_headers(|h| meta.get(h).and_then(|v| v.to_str().ok())) {
+        return auth.principal.to_string();
+    }
+    let header = if meta.contains_key(FORWARDED) {
+        VOUCHED_PRINCIPAL
+    } else {
+        CERT_PRINCIPAL
+    };
+    meta.get(header)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|name| Principal::new(name).ok())
+        .map(|p| p.to_string())
+        .unwrap_or_default()
 }

@@ -46,11 +46,15 @@ impl MemoryService {
         }
         // The leader checks: who signed, and (by the policy it has applied) whether they may;
         // apply checks again at the transaction's own log entry.
-        let caller = self
-            .shared
-            .admit_body(&meta, || tx.signed_bytes(), call.method(), Need::Principal)?;
+        let caller = self.shared.admit_body(
+            &meta,
+            || tx.signed_bytes(),
+            call.method(),
+            Need::Principal(call.namespace().to_string()),
+        )?;
+        let refused = |e| self.shared.refusal(&meta, call.method(), call.namespace(), e);
         if let Err(rejection) = self.shared.check_tx(caller.principal.as_ref(), &tx)? {
-            return Err(ApiError::Rejected(rejection));
+            return Err(refused(ApiError::Rejected(rejection)));
         }
         let proposed = std::time::Instant::now();
         let by = match &caller.author {
@@ -67,7 +71,8 @@ impl MemoryService {
                 }
                 Ok((&receipt).into())
             }
-            Ok(Err(rejection)) => Err(ApiError::Rejected(rejection)),
+            // A grant revoked between the check above and the entry is refused at apply.
+            Ok(Err(rejection)) => Err(refused(ApiError::Rejected(rejection))),
             Err(engram_raft::NodeError::NotLeader {
                 leader: Some((_, info)),
             }) if !forwarded => {
@@ -98,9 +103,16 @@ impl MemoryService {
             };
             return super::while_leading(&self.shared.node, &addr, forward).await;
         }
-        let caller = self.shared.admit(&meta, &msg, methods::REDACT, Need::Principal)?;
+        let caller = self.shared.admit(
+            &meta,
+            &msg,
+            methods::REDACT,
+            Need::Principal(req.namespace.to_string()),
+        )?;
+        let namespace = req.namespace.to_string();
+        let refused = |e| self.shared.refusal(&meta, methods::REDACT, &namespace, e);
         if let Err(rejection) = self.shared.check_redact(caller.principal.as_ref(), &req)? {
-            return Err(ApiError::Rejected(rejection));
+            return Err(refused(ApiError::Rejected(rejection)));
         }
         if msg.dry_run {
             let targets = self
@@ -121,7 +133,7 @@ impl MemoryService {
             None => Proposer::Unsigned(caller.principal.clone()),
         };
         let parts = match self.shared.node.propose_redaction(req, by).await {
-            Ok(outcome) => outcome.map_err(ApiError::Rejected)?,
+            Ok(outcome) => outcome.map_err(|r| refused(ApiError::Rejected(r)))?,
             Err(e) => return Err(e.into()),
         };
         // The last part completes the redaction: its transaction is the one a purge must reach.
@@ -812,12 +824,13 @@ impl pb::memory_server::Memory for MemoryService {
             .shared
             .admit(&meta, &req, methods::GET, Need::on(Action::Read, &req.namespace))?;
         let scope = caller.scope.as_ref();
+        let as_of = AsOf::of(&self.shared, req.as_of_tx, req.as_of_time_ns)?;
         let opts = reads::ReadOptions {
-            as_of: req.as_of_tx.map(TxId),
+            as_of: as_of.tx.map(TxId),
             valid_at_ns: req.valid_at_ns,
             rule: resolution(req.rule)?,
             verified_only: req.verified_only,
-            expired_at_ns: expiry_judged_at(req.as_of_tx, req.include_expired),
+            expired_at_ns: as_of.expiry_judged_at(req.include_expired),
         };
         let found = self
             .shared
@@ -829,7 +842,7 @@ impl pb::memory_server::Memory for MemoryService {
                 "get",
                 &req.namespace,
                 Some(req.entity),
-                req.as_of_tx,
+                as_of.tx,
                 returned,
             )
             .await;
@@ -840,6 +853,7 @@ impl pb::memory_server::Memory for MemoryService {
             proof: read_proof(&self.shared, req.prove, req.trusted_size, &found.current)?,
             conflicts: shown(scope, &found.conflicts),
             expired_at_ns: found.expired_at_ns,
+            as_of_tx: as_of.tx.unwrap_or(0),
         }))
     }
 
@@ -875,6 +889,8 @@ impl pb::memory_server::Memory for MemoryService {
             methods::HISTORY,
             Need::on(Action::ReadHistory, &req.namespace),
         )?;
+        let as_of = AsOf::of(&self.shared, req.as_of_tx, req.as_of_time_ns)?;
+        let bound = as_of.tx.map(TxId);
         // A page reads its target's index rows whole: an attribute's on the read pool, never
         // on a worker that drives Raft.
         let page = {
@@ -890,7 +906,7 @@ impl pb::memory_server::Memory for MemoryService {
                         },
                         HistoryTarget::Attribute(attr) => pages::HistoryOf::Attribute(attr),
                     };
-                    pages::history(store, &ns, on.as_ref(), of, &cursor, limit)
+                    pages::history(store, &ns, on.as_ref(), of, bound, &cursor, limit)
                 })
                 .await?
         };
@@ -900,7 +916,7 @@ impl pb::memory_server::Memory for MemoryService {
         };
         let found = page.datoms;
         self.shared
-            .record_access(&caller, "history", &req.namespace, entity, None, found.len())
+            .record_access(&caller, "history", &req.namespace, entity, as_of.tx, found.len())
             .await;
         Ok(Response::new(pb::HistoryResponse {
             datoms: shown(caller.scope.as_ref(), &found),
@@ -934,9 +950,10 @@ impl pb::memory_server::Memory for MemoryService {
         {
             return Err(ApiError::PermissionDenied(scope.reason(attr.as_str())).into());
         }
+        let as_of = AsOf::of(&self.shared, req.as_of_tx, req.as_of_time_ns)?;
         let opts = reads::ReadOptions {
-            as_of: req.as_of_tx.map(TxId),
-            expired_at_ns: expiry_judged_at(req.as_of_tx, req.include_expired),
+            as_of: as_of.tx.map(TxId),
+            expired_at_ns: as_of.expiry_judged_at(req.include_expired),
             ..reads::ReadOptions::default()
         };
         let page = {
@@ -959,7 +976,7 @@ impl pb::memory_server::Memory for MemoryService {
         };
         let found = page.datoms;
         self.shared
-            .record_access(&caller, "find", &req.namespace, None, req.as_of_tx, found.len())
+            .record_access(&caller, "find", &req.namespace, None, as_of.tx, found.len())
             .await;
         Ok(Response::new(pb::FindResponse {
             datoms: shown(caller.scope.as_ref(), &found),
@@ -990,10 +1007,9 @@ impl pb::memory_server::Memory for MemoryService {
             Need::on(Action::Read, &req.namespace),
         )?;
         let applied = self.shared.applied_index();
-        if req.as_of_tx.is_none() {
-            query.as_of = TxId(applied);
-        }
-        query.filter.expired_at_ns = expiry_judged_at(req.as_of_tx, req.include_expired);
+        let as_of = AsOf::of(&self.shared, req.as_of_tx, req.as_of_time_ns)?;
+        query.as_of = TxId(as_of.tx.unwrap_or(applied));
+        query.filter.expired_at_ns = as_of.expiry_judged_at(req.include_expired);
         // Searching by an attribute one may not read would tell what its values say.
         if let Some(grants) = &caller.scope
             && let Some(hidden) = query.filter.attributes.iter().find(|a| !grants.shows(a.as_str()))
@@ -1068,7 +1084,7 @@ impl pb::memory_server::Memory for MemoryService {
             .collect();
         let proof = read_proof(&self.shared, req.prove, req.trusted_size, &found)?;
         self.shared
-            .record_access(&caller, "search", &req.namespace, None, req.as_of_tx, hits.len())
+            .record_access(&caller, "search", &req.namespace, None, as_of.tx, hits.len())
             .await;
         Ok(Response::new(pb::SearchResponse {
             hits,
@@ -1079,11 +1095,60 @@ impl pb::memory_server::Memory for MemoryService {
     }
 }
 
-/// The instant a read judges `:memory/expires` at: this node's clock for a read of the current
-/// state, unless the caller asked for expired entities too. A read as of a transaction is the
-/// record as it stood, expired memories included: expiry is about what is worth recalling now.
-fn expiry_judged_at(as_of_tx: Option<u64>, include_expired: bool) -> Option<i64> {
-    (as_of_tx.is_none() && !include_expired).then(engram_raft::clock::now_ns)
+/// When a read is as of: a transaction the caller named, the last transaction at or before an
+/// instant it named, or (neither) the current state.
+struct AsOf {
+    tx: Option<u64>,
+    /// The instant named.
+    at_ns: Option<i64>,
+}
+
+impl AsOf {
+    /// Resolves a request's `as_of_tx` and `as_of_time_ns` (at most one of them) on this node:
+    /// an instant becomes the last transaction at or before it (`reads::tx_at_time`).
+    fn of(shared: &Shared, as_of_tx: Option<u64>, as_of_time_ns: Option<i64>) -> Result<AsOf, ApiError> {
+        let Some(at_ns) = as_of_time_ns else {
+            return Ok(AsOf {
+                tx: as_of_tx,
+                at_ns: None,
+            });
+        };
+        if as_of_tx.is_some() {
+            return Err(ApiError::Invalid(
+                "as_of_time_ns: name a transaction (as_of_tx) or an instant (as_of_time_ns), not both".into(),
+            ));
+        }
+        let now_ns = engram_raft::clock::now_ns();
+        if at_ns > now_ns {
+            return Err(ApiError::OutOfRange(format!(
+                "as_of_time_ns: {at_ns} is after this node's clock ({now_ns}): what the memory will hold then is not known; read the current state (no as-of) instead"
+            )));
+        }
+        match shared.read_state(|store| reads::tx_at_time(store, at_ns))? {
+            Some((tx, _)) => Ok(AsOf {
+                tx: Some(tx.0),
+                at_ns: Some(at_ns),
+            }),
+            None => Err(ApiError::OutOfRange(format!(
+                "as_of_time_ns: {at_ns} is before the first transaction: the memory held nothing then"
+            ))),
+        }
+    }
+
+    /// The instant a read judges `:memory/expires` at, unless the caller asked for expired
+    /// entities too: the instant named, else this node's clock for a read of the current state.
+    /// A read as of a transaction is the record as it stood, expired memories included: expiry
+    /// is about what is worth recalling at a moment, and a transaction names none.
+    fn expiry_judged_at(&self, include_expired: bool) -> Option<i64> {
+        if include_expired {
+            return None;
+        }
+        match (self.tx, self.at_ns) {
+            (_, Some(at_ns)) => Some(at_ns),
+            (Some(_), None) => None,
+            (None, None) => Some(engram_raft::clock::now_ns()),
+        }
+    }
 }
 
 /// Refuses, naming the field, a search the namespace's schema (as of the answer's transaction)

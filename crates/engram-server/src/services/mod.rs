@@ -99,6 +99,7 @@ impl Shared {
                 as_of_tx,
                 read_at: self.applied_index(),
                 datoms: u32::try_from(datoms).unwrap_or(u32::MAX),
+                refused: None,
             })
             .await;
     }

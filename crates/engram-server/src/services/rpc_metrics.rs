@@ -76,7 +76,7 @@ fn code_of(headers: &tonic::codegen::http::HeaderMap) -> tonic::Code {
 }
 
 /// The code's name as gRPC spells it (`NOT_FOUND`), the usual Prometheus label value.
-fn code_name(code: tonic::Code) -> &'static str {
+pub fn code_name(code: tonic::Code) -> &'static str {
     use tonic::Code::*;
     match code {
         Ok => "OK",
