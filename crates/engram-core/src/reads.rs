@@ -675,9 +675,11 @@ pub fn audit_entries(
 /// its time): what the memory held at that instant. Transaction times never go back along the
 /// chain (I7: the leader's time is clamped to the entry before), so a binary search over the
 /// audit entries finds it in about log2(entries) point reads; of entries sharing one time, the
-/// last. `None`: `at_ns` is before the first entry. An instant at or after the newest entry's
-/// time answers the newest entry (a transaction still in flight may yet take a time at or
-/// before it: a read at a recent instant is a read of the current state).
+/// last. `None`: `at_ns` is before the first transaction: before the first entry with a time
+/// of its own (the genesis membership entries carry 0, as a membership entry repeats the time
+/// of the entry before it). An instant at or after the newest entry's time answers the newest
+/// entry (a transaction still in flight may yet take a time at or before it: a read at a recent
+/// instant is a read of the current state).
 pub fn tx_at_time(store: &dyn ReadView, at_ns: i64) -> Result<Option<(TxId, i64)>, CoreError> {
     let head = head(store)?;
     if head.index == 0 {
@@ -686,6 +688,9 @@ pub fn tx_at_time(store: &dyn ReadView, at_ns: i64) -> Result<Option<(TxId, i64)
     if head.tx_time_ns <= at_ns {
         return Ok(Some((head.tx, head.tx_time_ns)));
     }
+    // Here a later entry has a time after `at_ns`: if the last entry at or before it has no
+    // time of its own, `at_ns` is before the first transaction.
+    let untimed = |found: &engram_audit::AuditEntry| found.tx_time_ns <= 0 && head.tx_time_ns > 0;
     let entry_at = |index: u64| -> Result<engram_audit::AuditEntry, CoreError> {
         let bytes = store.get(Space::State, &keys::audit(index))?.ok_or_else(|| {
             CoreError::corrupt(
@@ -712,6 +717,9 @@ pub fn tx_at_time(store: &dyn ReadView, at_ns: i64) -> Result<Option<(TxId, i64)
         } else {
             hi = mid;
         }
+    }
+    if untimed(&found) {
+        return Ok(None);
     }
     Ok(Some((found.tx, found.tx_time_ns)))
 }
