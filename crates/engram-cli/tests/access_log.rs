@@ -45,6 +45,28 @@ fn note(ns: &str) -> TxRequest {
     )
 }
 
+/// The events `engram --json ARGS` lists from every node, asked again (the writer appends within
+/// a moment of the answer) until there are at least `at_least`.
+async fn events_of(key: &Path, endpoints: &[String], args: &[&str], at_least: usize) -> Vec<Json> {
+    let mut events = Vec::new();
+    for _ in 0..50 {
+        let (code, out) = cli(key, endpoints, &[&["--json"], args].concat());
+        assert_eq!(code, 0, "{out}");
+        let nodes: Json = serde_json::from_str(&out).unwrap();
+        events = nodes
+            .as_array()
+            .unwrap()
+            .iter()
+            .flat_map(|n| n["events"].as_array().unwrap().clone())
+            .collect();
+        if events.len() >= at_least {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    events
+}
+
 /// `engram --agent-key KEY -e each endpoint ARGS`: exit code and stdout.
 fn cli(key: &Path, endpoints: &[String], args: &[&str]) -> (i32, String) {
     let out = Command::new(EXE)
@@ -113,26 +135,13 @@ async fn reads_on_logged_namespaces_are_recorded_signed_and_verifiable() {
     // Each node logs what it served (linearizable reads are served by the leader); the
     // auditor asks every node. The writer appends within a moment of the answer.
     let root_key = root_path.as_path();
-    let mut events = Vec::new();
-    for _ in 0..50 {
-        let (code, out) = cli(
-            root_key,
-            &endpoints,
-            &["--json", "access", "--ns", "team", "--principal", "bob"],
-        );
-        assert_eq!(code, 0, "{out}");
-        let nodes: Json = serde_json::from_str(&out).unwrap();
-        events = nodes
-            .as_array()
-            .unwrap()
-            .iter()
-            .flat_map(|n| n["events"].as_array().unwrap().clone())
-            .collect();
-        if events.len() >= 3 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let events = events_of(
+        root_key,
+        &endpoints,
+        &["access", "--ns", "team", "--principal", "bob"],
+        3,
+    )
+    .await;
     let calls: Vec<(&str, &str, Option<u64>, Option<u64>)> = events
         .iter()
         .map(|e| {
@@ -340,22 +349,7 @@ async fn refused_calls_are_recorded_signed_and_verifiable_on_every_node() {
     // The nodes that decided recorded each refusal once (a write a follower relayed was
     // decided by the leader), with the agent claimed, the method, the namespace and the reason.
     let root_key = root_path.as_path();
-    let mut refused = Vec::new();
-    for _ in 0..50 {
-        let (code, out) = cli(root_key, &endpoints, &["--json", "access", "--refused"]);
-        assert_eq!(code, 0, "{out}");
-        let nodes: Json = serde_json::from_str(&out).unwrap();
-        refused = nodes
-            .as_array()
-            .unwrap()
-            .iter()
-            .flat_map(|n| n["events"].as_array().unwrap().clone())
-            .collect();
-        if refused.len() >= 3 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let refused = events_of(root_key, &endpoints, &["access", "--refused"], 3).await;
     let mut seen: Vec<(&str, &str, &str, &str)> = refused
         .iter()
         .map(|e| {

@@ -294,8 +294,8 @@ async fn agent_memory_through_the_cli_and_grpc() {
         None,
     );
     assert!(e.contains("--as-of-time-ns") && e.contains("--as-of-tx"), "{e}");
-    let history = cli.ok(
-        &[
+    let history_of = |bound: &[&str]| {
+        let args = [
             "history",
             "--ns",
             NS,
@@ -303,9 +303,10 @@ async fn agent_memory_through_the_cli_and_grpc() {
             &entity,
             "--attribute",
             ":preference/value",
-        ],
-        None,
-    );
+        ];
+        cli.ok(&[&args[..], bound].concat(), None)
+    };
+    let history = history_of(&[]);
     assert_eq!(
         history["datoms"].as_array().unwrap().len(),
         3,
@@ -319,20 +320,7 @@ async fn agent_memory_through_the_cli_and_grpc() {
         ],
         ["--as-of-time-ns".to_string(), (second_at + 1).to_string()],
     ] {
-        let then = cli.ok(
-            &[
-                "history",
-                "--ns",
-                NS,
-                "--entity",
-                &entity,
-                "--attribute",
-                ":preference/value",
-                &bound[0],
-                &bound[1],
-            ],
-            None,
-        );
+        let then = history_of(&[&bound[0], &bound[1]]);
         assert_eq!(
             values(&then, "datoms", ":preference/value"),
             vec![pair("dark", "planner"), pair("light", "critic")],
