@@ -147,6 +147,14 @@ impl Need {
     pub fn cluster(action: Action) -> Need {
         Need::Action(action, String::new())
     }
+
+    /// The namespace the call is about (`""`: cluster-wide, or none).
+    fn namespace(&self) -> &str {
+        match self {
+            Need::Nothing => "",
+            Need::Principal(namespace) | Need::Action(_, namespace) => namespace,
+        }
+    }
 }
 
 /// Agent keys kept decompressed at most; past it the cache starts over.
@@ -546,15 +554,8 @@ impl Shared {
         method: &'static str,
         need: Need,
     ) -> Result<Caller, ApiError> {
-        let namespace = match &need {
-            Need::Nothing => None,
-            Need::Principal(namespace) | Need::Action(_, namespace) => Some(namespace.clone()),
-        };
-        self.admit_checked(meta, body, method, need)
-            .map_err(|e| match namespace {
-                Some(namespace) => self.refusal(meta, method, &namespace, e),
-                None => e,
-            })
+        self.admit_checked(meta, body, method, &need)
+            .map_err(|e| self.refusal(meta, method, need.namespace(), e))
     }
 
     /// Records `error` in this node's access log when it refuses a call of `method` on
@@ -595,7 +596,7 @@ impl Shared {
         meta: &MetadataMap,
         body: impl FnOnce() -> Vec<u8>,
         method: &str,
-        need: Need,
+        need: &Need,
     ) -> Result<Caller, ApiError> {
         let forwarded = self.forwarded(meta)?;
         let auth = RequestAuth::from_headers(|h| meta.get(h).and_then(|v| v.to_str().ok()))
@@ -612,7 +613,7 @@ impl Shared {
         let mut logged = false;
         let (mode, agent, verdict, scope) = self.with_policy(|cache, store| {
             let mode = cache.mode(store)?;
-            if let Need::Action(_, namespace) = &need {
+            if let Need::Action(_, namespace) = need {
                 logged = cache
                     .access_log(store)?
                     .iter()
@@ -622,7 +623,7 @@ impl Shared {
                 return Ok((mode, None, Ok(()), None));
             };
             let agent = cache.agent(store, claimed.as_str())?;
-            let (verdict, scope) = match &need {
+            let (verdict, scope) = match need {
                 Need::Action(action, namespace) => {
                     let verdict = cache.check_action(store, Some(claimed), *action, namespace)?;
                     let scope = if mode == Some(Mode::Enforced) && verdict.is_ok() && action.per_attribute() {
@@ -706,7 +707,7 @@ impl Shared {
             ));
         }
         if mode == Some(Mode::Enforced) {
-            match (&need, &principal) {
+            match (need, &principal) {
                 (Need::Nothing, _) => {}
                 (_, None) => {
                     let mut why = "this cluster requires an authenticated caller: sign with a registered agent key (--agent-key), or present a TLS client certificate that names a registered agent".to_string();
