@@ -32,6 +32,7 @@ const BATCH: usize = 1024;
 static REFUSALS_UNRECORDED: AtomicU64 = AtomicU64::new(0);
 
 /// Refusals not recorded since the process started (see the module docs).
+#[cfg_attr(madsim, allow(dead_code))] // `/metrics` is served by the Tokio build only
 pub fn refusals_unrecorded() -> u64 {
     REFUSALS_UNRECORDED.load(Ordering::Relaxed)
 }
