@@ -5,7 +5,7 @@
 //! also records the calls it refuses (unknown agent, no grant), whatever it logs.
 #![allow(clippy::unwrap_used)] // test helpers: a failed set-up step should stop the test loudly
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Arc;
 use std::time::Duration;
@@ -43,6 +43,23 @@ fn note(ns: &str) -> TxRequest {
             ..Default::default()
         },
     )
+}
+
+/// A 3-node cluster in `dir` started with `serve_args`, initialised in enforced mode with root
+/// (its key file in `keys`) as the administrator: the cluster, root's key file and a client
+/// signing as root.
+async fn enforced_cluster(dir: &Path, keys: &Path, serve_args: &[String]) -> (LocalCluster, PathBuf, Client) {
+    let ports = free_ports(3).unwrap();
+    let mut cluster = LocalCluster::start(Path::new(EXE), dir, &ports, serve_args).unwrap();
+    cluster.wait_all_answer(Duration::from_secs(60)).await.unwrap();
+    let root_path = keys.join("root.key");
+    let root = Arc::new(AgentKey::create(Principal::new("root").unwrap(), &root_path).unwrap());
+    cluster
+        .init_with(Duration::from_secs(30), Some(("root", root.public().0)))
+        .await
+        .unwrap();
+    let admin = client(cluster.endpoints(), &root);
+    (cluster, root_path, admin)
 }
 
 /// The events `engram --json ARGS` lists from every node, asked again (the writer appends within
@@ -86,18 +103,9 @@ fn cli(key: &Path, endpoints: &[String], args: &[&str]) -> (i32, String) {
 async fn reads_on_logged_namespaces_are_recorded_signed_and_verifiable() {
     let dir = tempfile::tempdir().unwrap();
     let keys = tempfile::tempdir().unwrap();
-    let ports = free_ports(3).unwrap();
     let logged = ["--access-log".to_string(), "team".to_string()];
-    let mut cluster = LocalCluster::start(Path::new(EXE), dir.path(), &ports, &logged).unwrap();
-    cluster.wait_all_answer(Duration::from_secs(60)).await.unwrap();
-    let root_path = keys.path().join("root.key");
-    let root = Arc::new(AgentKey::create(Principal::new("root").unwrap(), &root_path).unwrap());
-    cluster
-        .init_with(Duration::from_secs(30), Some(("root", root.public().0)))
-        .await
-        .unwrap();
+    let (mut cluster, root_path, admin) = enforced_cluster(dir.path(), keys.path(), &logged).await;
     let endpoints = cluster.endpoints();
-    let admin = client(endpoints.clone(), &root);
     let bob_path = keys.path().join("bob.key");
     let bob_key = Arc::new(AgentKey::create(Principal::new("bob").unwrap(), &bob_path).unwrap());
     admin.add_agent("bob", bob_key.public().0).await.unwrap();
@@ -303,18 +311,9 @@ async fn reads_on_logged_namespaces_are_recorded_signed_and_verifiable() {
 async fn refused_calls_are_recorded_signed_and_verifiable_on_every_node() {
     let dir = tempfile::tempdir().unwrap();
     let keys = tempfile::tempdir().unwrap();
-    let ports = free_ports(3).unwrap();
     // No --access-log: these nodes log no reads, only refusals.
-    let mut cluster = LocalCluster::start(Path::new(EXE), dir.path(), &ports, &[]).unwrap();
-    cluster.wait_all_answer(Duration::from_secs(60)).await.unwrap();
-    let root_path = keys.path().join("root.key");
-    let root = Arc::new(AgentKey::create(Principal::new("root").unwrap(), &root_path).unwrap());
-    cluster
-        .init_with(Duration::from_secs(30), Some(("root", root.public().0)))
-        .await
-        .unwrap();
+    let (mut cluster, root_path, admin) = enforced_cluster(dir.path(), keys.path(), &[]).await;
     let endpoints = cluster.endpoints();
-    let admin = client(endpoints.clone(), &root);
     let eve_key =
         Arc::new(AgentKey::create(Principal::new("eve").unwrap(), &keys.path().join("eve.key")).unwrap());
     admin.add_agent("eve", eve_key.public().0).await.unwrap();

@@ -209,20 +209,8 @@ async fn agent_memory_through_the_cli_and_grpc() {
     let first_at = first["tx_time_ns"].as_i64().unwrap();
     let second_at = second["tx_time_ns"].as_i64().unwrap();
     assert!(second_at > first_at, "{first} {second}");
-    let at = |ns: i64| {
-        cli.ok(
-            &[
-                "get",
-                "--ns",
-                NS,
-                "--entity",
-                &entity,
-                "--as-of-time-ns",
-                &ns.to_string(),
-            ],
-            None,
-        )
-    };
+    let get_as_of = ["get", "--ns", NS, "--entity", &entity, "--as-of-time-ns"];
+    let at = |ns: i64| cli.ok(&[&get_as_of[..], &[&ns.to_string()]].concat(), None);
     for t in [first_at, second_at - 1] {
         let then = at(t);
         assert_eq!(
@@ -260,10 +248,7 @@ async fn agent_memory_through_the_cli_and_grpc() {
     // 1 ns after the epoch: after the genesis entry (which carries no time of its own), before
     // the first transaction.
     let before = "1".to_string();
-    let e = cli.fails(
-        &["get", "--ns", NS, "--entity", &entity, "--as-of-time-ns", &before],
-        None,
-    );
+    let e = cli.fails(&[&get_as_of[..], &[&before]].concat(), None);
     assert!(
         e.contains("OUT_OF_RANGE")
             && e.contains("as_of_time_ns")
@@ -271,28 +256,12 @@ async fn agent_memory_through_the_cli_and_grpc() {
         "{e}"
     );
     let future = (second_at + 3_600 * 1_000_000_000).to_string();
-    let e = cli.fails(
-        &["get", "--ns", NS, "--entity", &entity, "--as-of-time-ns", &future],
-        None,
-    );
+    let e = cli.fails(&[&get_as_of[..], &[&future]].concat(), None);
     assert!(
         e.contains("OUT_OF_RANGE") && e.contains("after this node's clock"),
         "{e}"
     );
-    let e = cli.fails(
-        &[
-            "get",
-            "--ns",
-            NS,
-            "--entity",
-            &entity,
-            "--as-of-time-ns",
-            &before,
-            "--as-of-tx",
-            "3",
-        ],
-        None,
-    );
+    let e = cli.fails(&[&get_as_of[..], &[&before, "--as-of-tx", "3"]].concat(), None);
     assert!(e.contains("--as-of-time-ns") && e.contains("--as-of-tx"), "{e}");
     let history_of = |bound: &[&str]| {
         let args = [

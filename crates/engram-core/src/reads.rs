@@ -688,9 +688,6 @@ pub fn tx_at_time(store: &dyn ReadView, at_ns: i64) -> Result<Option<(TxId, i64)
     if head.tx_time_ns <= at_ns {
         return Ok(Some((head.tx, head.tx_time_ns)));
     }
-    // Here a later entry has a time after `at_ns`: if the last entry at or before it has no
-    // time of its own, `at_ns` is before the first transaction.
-    let untimed = |found: &engram_audit::AuditEntry| found.tx_time_ns <= 0 && head.tx_time_ns > 0;
     let entry_at = |index: u64| -> Result<engram_audit::AuditEntry, CoreError> {
         let bytes = store.get(Space::State, &keys::audit(index))?.ok_or_else(|| {
             CoreError::corrupt(
@@ -718,7 +715,9 @@ pub fn tx_at_time(store: &dyn ReadView, at_ns: i64) -> Result<Option<(TxId, i64)
             hi = mid;
         }
     }
-    if untimed(&found) {
+    // The head's time is after `at_ns`, so a later entry has a time of its own: if the last
+    // entry at or before `at_ns` has none (0), `at_ns` is before the first transaction.
+    if found.tx_time_ns <= 0 {
         return Ok(None);
     }
     Ok(Some((found.tx, found.tx_time_ns)))

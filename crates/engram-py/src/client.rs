@@ -359,9 +359,7 @@ impl EngramClient {
         let entity = convert::entity_id("entity", entity)?;
         let opts = GetOptions {
             as_of_tx,
-            as_of_time_ns: as_of_time
-                .map(|v| convert::time_ns("as_of_time", v))
-                .transpose()?,
+            as_of_time_ns: as_of_time_arg(as_of_time)?,
             valid_at_ns: valid_at.map(|v| convert::time_ns("valid_at", v)).transpose()?,
             consistency: consistency(stale),
             branch: branch.map(|b| branch_arg("branch", b)).transpose()?,
@@ -415,13 +413,8 @@ impl EngramClient {
         as_of_tx: Option<u64>,
         as_of_time: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Py<PyList>> {
-        let mut query = history_query(namespace, entity, attribute, limit, branch, stale)?;
-        (query.as_of_tx, query.as_of_time_ns) = (
-            as_of_tx,
-            as_of_time
-                .map(|v| convert::time_ns("as_of_time", v))
-                .transpose()?,
-        );
+        let as_of = (as_of_tx, as_of_time_arg(as_of_time)?);
+        let query = history_query(namespace, entity, attribute, as_of, limit, branch, stale)?;
         let client = self.client.clone();
         let bounded = query.as_of_tx.is_some() || query.as_of_time_ns.is_some();
         let response = match (prove, query.branch.is_some()) {
@@ -467,13 +460,8 @@ impl EngramClient {
         as_of_tx: Option<u64>,
         as_of_time: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Pages> {
-        let mut query = history_query(namespace, entity, attribute, page_size, branch, stale)?;
-        (query.as_of_tx, query.as_of_time_ns) = (
-            as_of_tx,
-            as_of_time
-                .map(|v| convert::time_ns("as_of_time", v))
-                .transpose()?,
-        );
+        let as_of = (as_of_tx, as_of_time_arg(as_of_time)?);
+        let query = history_query(namespace, entity, attribute, as_of, page_size, branch, stale)?;
         Ok(self.pages(PagedQuery::History(query)))
     }
 
@@ -500,12 +488,7 @@ impl EngramClient {
             namespace,
             attribute,
             value,
-            (
-                as_of_tx,
-                as_of_time
-                    .map(|v| convert::time_ns("as_of_time", v))
-                    .transpose()?,
-            ),
+            (as_of_tx, as_of_time_arg(as_of_time)?),
             limit,
             branch,
             stale,
@@ -536,12 +519,7 @@ impl EngramClient {
             namespace,
             attribute,
             value,
-            (
-                as_of_tx,
-                as_of_time
-                    .map(|v| convert::time_ns("as_of_time", v))
-                    .transpose()?,
-            ),
+            (as_of_tx, as_of_time_arg(as_of_time)?),
             page_size,
             branch,
             stale,
@@ -588,9 +566,7 @@ impl EngramClient {
         query.hops = hops;
         query.k = k;
         query.as_of_tx = as_of_tx;
-        query.as_of_time_ns = as_of_time
-            .map(|v| convert::time_ns("as_of_time", v))
-            .transpose()?;
+        query.as_of_time_ns = as_of_time_arg(as_of_time)?;
         query.attributes = attributes
             .unwrap_or_default()
             .iter()
@@ -1456,6 +1432,7 @@ fn history_query(
     namespace: &str,
     entity: Option<&Bound<'_, PyAny>>,
     attribute: Option<String>,
+    (as_of_tx, as_of_time_ns): (Option<u64>, Option<i64>),
     limit: u32,
     branch: Option<String>,
     stale: bool,
@@ -1480,8 +1457,15 @@ fn history_query(
         branch: branch.map(|b| branch_arg("branch", b)).transpose()?,
         limit,
         consistency: consistency(stale),
+        as_of_tx,
+        as_of_time_ns,
         ..HistoryQuery::new(namespace, target)
     })
+}
+
+/// An `as_of_time` argument (an aware datetime, or ns since the epoch) in ns.
+fn as_of_time_arg(as_of_time: Option<&Bound<'_, PyAny>>) -> PyResult<Option<i64>> {
+    as_of_time.map(|v| convert::time_ns("as_of_time", v)).transpose()
 }
 
 /// The query `find` and `iter_find` make.

@@ -43,11 +43,14 @@ impl AccessService {
             call.method(),
             Need::Principal(String::new()),
         )?;
+        let refused = |rejection| {
+            self.shared
+                .refusal(&meta, call.method(), "", ApiError::Rejected(rejection))
+        };
         if let Err(rejection) = self.shared.read_state(|store| {
             policy::plan_change(store, &op, caller.principal.as_ref()).map(|planned| planned.map(|_| ()))
         })? {
-            let refused = ApiError::Rejected(rejection);
-            return Err(self.shared.refusal(&meta, call.method(), "", refused).into());
+            return Err(refused(rejection).into());
         }
         let by = match &caller.author {
             Some(author) => Proposer::Signed(author.clone()),
@@ -58,10 +61,7 @@ impl AccessService {
                 tx: receipt.tx.0,
                 audit_index: receipt.audit_index,
             })),
-            Ok(Err(rejection)) => {
-                let refused = ApiError::Rejected(rejection);
-                Err(self.shared.refusal(&meta, call.method(), "", refused).into())
-            }
+            Ok(Err(rejection)) => Err(refused(rejection).into()),
             Err(engram_raft::NodeError::NotLeader {
                 leader: Some((_, info)),
             }) if !caller.forwarded => Ok(Response::new(
