@@ -310,6 +310,22 @@ pub enum Command {
     )]
     Find(FindArgs),
 
+    /// List the namespaces you may read, in name order.
+    #[command(after_help = "EXAMPLES\n  engram namespaces\n  engram namespaces --json --limit 100")]
+    Namespaces(NamespacesArgs),
+
+    /// List the entities of a namespace (those with a datom of --attribute, if given), in id
+    /// order, retracted or not; `find` lists those holding a value now.
+    #[command(after_help = "EXAMPLES\n  engram entities --ns team/a\n  \
+        engram entities --ns team/a --attribute :task/status --as-of-tx 40 --json")]
+    Entities(EntitiesArgs),
+
+    /// List the current facts that refer to an entity (reverse references), by attribute and
+    /// entity.
+    #[command(after_help = "EXAMPLES\n  engram referrers --ns team/a --entity 12\n  \
+        engram referrers --ns team/a --entity 12 --attribute :task/owner --json")]
+    Referrers(ReferrersArgs),
+
     /// Find facts by their words: BM25 over string values, re-ranked by recency and by the
     /// priors (verified first, then confidence). Each hit says which signals ranked it.
     #[command(
@@ -920,6 +936,9 @@ pub struct HistoryArgs {
     /// epoch, transaction time).
     #[arg(long, value_name = "NS", conflicts_with_all = ["as_of_tx", "verify"], allow_negative_numbers = true)]
     pub as_of_time_ns: Option<i64>,
+    /// Only what transactions after this one wrote [default: from the first].
+    #[arg(long, value_name = "TX", conflicts_with = "verify")]
+    pub since_tx: Option<u64>,
     /// At most this many datoms; the server answers in pages of up to 100,000, all read as
     /// of one transaction [default: every datom].
     #[arg(long, hide_default_value = true, default_value_t = 0, value_name = "N")]
@@ -1022,10 +1041,88 @@ pub struct FindArgs {
     /// them out; reads with --as-of-tx never do).
     #[arg(long)]
     pub include_expired: bool,
+    /// Only current values that transactions after this one wrote: what came to hold the
+    /// value since then.
+    #[arg(long, value_name = "TX")]
+    pub since_tx: Option<u64>,
+    /// Only values valid at this instant (ns since the Unix epoch, valid time).
+    #[arg(long, value_name = "NS", allow_negative_numbers = true)]
+    pub valid_at_ns: Option<i64>,
     /// Go on from an earlier answer: the `next_cursor` it printed with --json (the rest of the
     /// command unchanged).
     #[arg(long, value_name = "HEX")]
     pub cursor: Option<String>,
+}
+
+/// Where a list starts and how much of it to read: shared by the list commands.
+#[derive(Args, Debug)]
+pub struct ListPaging {
+    /// At most this many; the server answers in pages of up to 100,000 [default: all].
+    #[arg(long, hide_default_value = true, default_value_t = 0, value_name = "N")]
+    pub limit: u32,
+    /// Go on from an earlier answer: the `next_cursor` it printed with --json (the rest of the
+    /// command unchanged).
+    #[arg(long, value_name = "HEX")]
+    pub cursor: Option<String>,
+    /// Read the answering node's local state, possibly behind the leader.
+    #[arg(long)]
+    pub stale: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct NamespacesArgs {
+    #[command(flatten)]
+    pub paging: ListPaging,
+}
+
+#[derive(Args, Debug)]
+pub struct EntitiesArgs {
+    #[arg(long = "ns", value_name = "NAMESPACE")]
+    pub namespace: String,
+    /// Only entities with a datom of this attribute [default: every entity].
+    #[arg(long, value_name = ":PREFIX/NAME")]
+    pub attribute: Option<String>,
+    /// As of this transaction (inclusive): the entities that existed then.
+    #[arg(long, value_name = "TX")]
+    pub as_of_tx: Option<u64>,
+    /// As of the last transaction at or before this instant (ns since the Unix epoch).
+    #[arg(
+        long,
+        value_name = "NS",
+        conflicts_with = "as_of_tx",
+        allow_negative_numbers = true
+    )]
+    pub as_of_time_ns: Option<i64>,
+    #[command(flatten)]
+    pub paging: ListPaging,
+}
+
+#[derive(Args, Debug)]
+pub struct ReferrersArgs {
+    #[arg(long = "ns", value_name = "NAMESPACE")]
+    pub namespace: String,
+    /// The entity referred to.
+    #[arg(long, value_name = "N")]
+    pub entity: u64,
+    /// Only through this attribute [default: any you may read].
+    #[arg(long, value_name = ":PREFIX/NAME")]
+    pub attribute: Option<String>,
+    /// As of this transaction (inclusive).
+    #[arg(long, value_name = "TX")]
+    pub as_of_tx: Option<u64>,
+    /// As of the last transaction at or before this instant (ns since the Unix epoch).
+    #[arg(
+        long,
+        value_name = "NS",
+        conflicts_with = "as_of_tx",
+        allow_negative_numbers = true
+    )]
+    pub as_of_time_ns: Option<i64>,
+    /// Only claims valid at this instant (ns since the Unix epoch, valid time).
+    #[arg(long, value_name = "NS", allow_negative_numbers = true)]
+    pub valid_at_ns: Option<i64>,
+    #[command(flatten)]
+    pub paging: ListPaging,
 }
 
 #[derive(Args, Debug)]

@@ -9,8 +9,8 @@ use std::time::Duration;
 use anyhow::{Context, Result, anyhow, bail};
 use engram_audit::SignedEntry;
 use engram_client::{
-    Client, ClientConfig, ClientError, Consistency, DiffQuery, FindQuery, GetOptions, HistoryQuery,
-    HistoryTarget, Keepalive, RetryPolicy, SearchQuery, code_name, pb,
+    Client, ClientConfig, ClientError, Consistency, DiffQuery, EntitiesQuery, FindQuery, GetOptions,
+    HistoryQuery, HistoryTarget, Keepalive, ReferrersQuery, RetryPolicy, SearchQuery, code_name, pb,
 };
 use engram_server::{ServerConfig, telemetry};
 use engram_types::{Attribute, BranchName, EntityId, Namespace};
@@ -18,8 +18,8 @@ use futures::StreamExt;
 use serde_json::{Value as Json, json};
 
 use crate::cli::{
-    AuditCommand, Cli, ClusterCommand, Command, DiffArgs, FindArgs, GetArgs, HistoryArgs, RedactCli,
-    RedactCommand, RuleArg, SearchArgs, ServeArgs, WatchArgs,
+    AuditCommand, Cli, ClusterCommand, Command, DiffArgs, EntitiesArgs, FindArgs, GetArgs, HistoryArgs,
+    NamespacesArgs, RedactCli, RedactCommand, ReferrersArgs, RuleArg, SearchArgs, ServeArgs, WatchArgs,
 };
 use crate::output::{Table, datom_table, format_time_ns, plural, short_hash};
 use crate::output::{out, outln};
@@ -134,6 +134,9 @@ pub async fn run(cli: Cli) -> Result<()> {
         Command::Get(args) => get(&client()?, args, json).await,
         Command::History(args) => history(&client()?, args, json).await,
         Command::Find(args) => find(&client()?, args, json).await,
+        Command::Namespaces(args) => list_namespaces(&client()?, args, json).await,
+        Command::Entities(args) => list_entities(&client()?, args, json).await,
+        Command::Referrers(args) => referrers(&client()?, args, json).await,
         Command::Search(args) => search(&client()?, args, json).await,
         Command::Watch(args) => watch(&client()?, args, json).await,
         Command::Diff(args) => diff(&client()?, args, json).await,
@@ -826,6 +829,7 @@ async fn history(client: &Client, args: HistoryArgs, json: bool) -> Result<()> {
         consistency: consistency(args.stale),
         as_of_tx: args.as_of_tx,
         as_of_time_ns: args.as_of_time_ns,
+        since_tx: args.since_tx,
         ..HistoryQuery::new(ns, target)
     };
     let from = from_cursor(args.cursor.as_deref())?;
@@ -960,6 +964,8 @@ async fn find(client: &Client, args: FindArgs, json: bool) -> Result<()> {
         consistency: consistency(args.stale),
         branch: branch_arg(args.branch.as_deref())?,
         include_expired: args.include_expired,
+        since_tx: args.since_tx,
+        valid_at_ns: args.valid_at_ns,
     };
     let from = from_cursor(args.cursor.as_deref())?;
     let resp = with_progress(json, "finding", async |progress| {
@@ -969,6 +975,103 @@ async fn find(client: &Client, args: FindArgs, json: bool) -> Result<()> {
     .context("find")?;
     let extra = paged_output(resp.as_of_tx, &resp.next_cursor, json);
     datoms_output(&resp.datoms, resp.applied_tx, extra, json)?;
+    Ok(())
+}
+
+async fn list_namespaces(client: &Client, args: NamespacesArgs, json: bool) -> Result<()> {
+    let paging = args.paging;
+    let from = from_cursor(paging.cursor.as_deref())?;
+    let resp = client
+        .list_namespaces(paging.limit, &from, consistency(paging.stale))
+        .await
+        .context("namespaces")?;
+    if json {
+        let mut doc = json!({ "namespaces": resp.namespaces, "applied_tx": resp.applied_tx });
+        if !resp.next_cursor.is_empty() {
+            doc["next_cursor"] = json!(hex::encode(&resp.next_cursor));
+        }
+        return print_json(&doc);
+    }
+    for ns in &resp.namespaces {
+        outln!("{ns}")?;
+    }
+    outln!(
+        "({}, read at tx {})",
+        plural(resp.namespaces.len(), "namespace"),
+        resp.applied_tx
+    )?;
+    more_past_limit(&resp.next_cursor, "namespaces")
+}
+
+async fn list_entities(client: &Client, args: EntitiesArgs, json: bool) -> Result<()> {
+    let query = EntitiesQuery {
+        attribute: args.attribute.as_deref().map(attribute).transpose()?,
+        as_of_tx: args.as_of_tx,
+        as_of_time_ns: args.as_of_time_ns,
+        limit: args.paging.limit,
+        consistency: consistency(args.paging.stale),
+        ..EntitiesQuery::new(namespace(&args.namespace)?)
+    };
+    let from = from_cursor(args.paging.cursor.as_deref())?;
+    let spinner = Ui::bars_only(json).spinner("listing entities");
+    let resp = client
+        .list_entities(&query, &from, |n| {
+            spinner.set_message(format!("listing entities: {}", entities_count(n)));
+        })
+        .await;
+    spinner.finish_and_clear();
+    let resp = resp.context("entities")?;
+    if json {
+        let mut doc = json!({
+            "entities": resp.entities, "as_of_tx": resp.as_of_tx, "applied_tx": resp.applied_tx,
+        });
+        if !resp.next_cursor.is_empty() {
+            doc["next_cursor"] = json!(hex::encode(&resp.next_cursor));
+        }
+        return print_json(&doc);
+    }
+    for e in &resp.entities {
+        outln!("{e}")?;
+    }
+    outln!(
+        "({}, as of tx {})",
+        entities_count(resp.entities.len()),
+        resp.as_of_tx
+    )?;
+    more_past_limit(&resp.next_cursor, "entities")
+}
+
+async fn referrers(client: &Client, args: ReferrersArgs, json: bool) -> Result<()> {
+    let query = ReferrersQuery {
+        attribute: args.attribute.as_deref().map(attribute).transpose()?,
+        as_of_tx: args.as_of_tx,
+        as_of_time_ns: args.as_of_time_ns,
+        valid_at_ns: args.valid_at_ns,
+        limit: args.paging.limit,
+        consistency: consistency(args.paging.stale),
+        ..ReferrersQuery::new(namespace(&args.namespace)?, EntityId(args.entity))
+    };
+    let from = from_cursor(args.paging.cursor.as_deref())?;
+    let resp = client.referrers(&query, &from).await.context("referrers")?;
+    let extra = paged_output(resp.as_of_tx, &resp.next_cursor, json);
+    datoms_output(&resp.datoms, resp.applied_tx, extra, json)
+}
+
+fn entities_count(n: usize) -> String {
+    if n == 1 {
+        "1 entity".into()
+    } else {
+        format!("{n} entities")
+    }
+}
+
+/// Says on stderr that a list goes on past `--limit`.
+fn more_past_limit(next_cursor: &[u8], what: &str) -> Result<()> {
+    if !next_cursor.is_empty() {
+        eprintln!(
+            "more {what} follow past --limit; --limit 0 reads them all, --json prints the cursor that --cursor goes on from"
+        );
+    }
     Ok(())
 }
 

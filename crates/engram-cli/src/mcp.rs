@@ -12,8 +12,8 @@ use std::sync::Arc;
 
 use anyhow::{Context, Result};
 use engram_client::{
-    Client, Consistency, DiffQuery, FindQuery, GetOptions, HistoryQuery, HistoryTarget, SearchQuery,
-    TrustedLog, pb,
+    Client, Consistency, DiffQuery, EntitiesQuery, FindQuery, GetOptions, HistoryQuery, HistoryTarget,
+    ReferrersQuery, SearchQuery, TrustedLog, pb,
 };
 use engram_types::{Attribute, BranchName, EntityId, Namespace, Provenance, RedactRequest, Status};
 use hyper_util::rt::TokioIo;
@@ -35,7 +35,8 @@ look like \":memory/content\". Nothing is overwritten: a new value is a new fact
 disagreeing claims are kept and shown as conflicts, and every fact records which agent wrote it \
 and in which transaction (tx). Use `remember` to record facts, `recall` to find entities by an \
 attribute's value, `get` for everything known about an entity (optionally as of an earlier tx), \
-`history` for how a fact changed, `what_changed` for everything since a tx, `branch` to try \
+`history` for how a fact changed, `what_changed` for everything since a tx, `list` for the \
+namespaces you may read, the entities of one and the facts that refer to an entity, `branch` to try \
 changes in isolation, `forget` to remove a value for good (the audit log keeps who wrote what, \
 and verifies), and `verify` to check an entity's facts against the cluster's signed audit log.";
 
@@ -399,6 +400,25 @@ pub struct ChangedArgs {
 }
 
 #[derive(Deserialize, JsonSchema)]
+pub struct ListArgs {
+    /// "namespaces" (those you may read), "entities" (of `namespace`; with `attribute`, those
+    /// that have a fact of it) or "referrers" (the current facts of `namespace` whose value
+    /// refers to `entity`).
+    pub what: String,
+    pub namespace: Option<String>,
+    /// With "referrers": the entity referred to.
+    pub entity: Option<u64>,
+    /// With "entities" or "referrers": only this attribute.
+    pub attribute: Option<String>,
+    /// At most this many items (default 200, at most 1,000). An answer says `more: true` when
+    /// items remain.
+    pub limit: Option<u32>,
+    /// The `next_cursor` of an earlier answer, to read the items after it (the rest of the
+    /// arguments unchanged).
+    pub cursor: Option<String>,
+}
+
+#[derive(Deserialize, JsonSchema)]
 pub struct BranchArgs {
     pub namespace: String,
     /// The branch name (letters, digits, - _ .).
@@ -600,6 +620,8 @@ impl EngramTools {
             consistency: Consistency::Linearizable,
             branch: None,
             include_expired: args.include_expired.unwrap_or(false),
+            since_tx: None,
+            valid_at_ns: None,
         };
         let found = self
             .client
@@ -698,6 +720,73 @@ impl EngramTools {
         });
         txjson::add_page_position(&mut out, d.to_tx, &d.next_cursor);
         Ok(answer(out))
+    }
+
+    /// List what the memory holds: the namespaces you may read, the entities of a namespace, or
+    /// the current facts that refer to an entity (who points at it, through which attribute).
+    #[tool]
+    async fn list(&self, Parameters(args): Parameters<ListArgs>) -> Result<String, String> {
+        let cursor = txjson::parse_cursor("cursor", args.cursor.as_deref())?;
+        let limit = args.limit.unwrap_or(200).clamp(1, MAX_TOOL_PAGE);
+        let attribute = args
+            .attribute
+            .as_deref()
+            .map(|a| engram_types::Attribute::new(a).map_err(|e| format!("attribute: {e}")))
+            .transpose()?;
+        let ns = || {
+            args.namespace
+                .as_deref()
+                .ok_or_else(|| format!("namespace: required to list {}", args.what))
+                .and_then(namespace)
+        };
+        match args.what.as_str() {
+            "namespaces" => {
+                let page = self
+                    .client
+                    .list_namespaces(limit, &cursor, Consistency::Linearizable)
+                    .await
+                    .map_err(failed)?;
+                let mut out = json!({ "namespaces": page.namespaces, "more": !page.next_cursor.is_empty() });
+                if !page.next_cursor.is_empty() {
+                    out["next_cursor"] = json!(hex::encode(&page.next_cursor));
+                }
+                Ok(answer(out))
+            }
+            "entities" => {
+                let query = EntitiesQuery {
+                    attribute,
+                    limit,
+                    ..EntitiesQuery::new(ns()?)
+                };
+                let page = self
+                    .client
+                    .list_entities_page(&query, &cursor)
+                    .await
+                    .map_err(failed)?;
+                let mut out = json!({ "entities": page.entities });
+                txjson::add_page_position(&mut out, page.as_of_tx, &page.next_cursor);
+                Ok(answer(out))
+            }
+            "referrers" => {
+                let entity = args.entity.ok_or("entity: required to list referrers")?;
+                let query = ReferrersQuery {
+                    attribute,
+                    limit,
+                    ..ReferrersQuery::new(ns()?, EntityId(entity))
+                };
+                let page = self
+                    .client
+                    .referrers_page(&query, &cursor)
+                    .await
+                    .map_err(failed)?;
+                let mut out = json!({ "facts": facts(&page.datoms) });
+                txjson::add_page_position(&mut out, page.as_of_tx, &page.next_cursor);
+                Ok(answer(out))
+            }
+            other => Err(format!(
+                "what: {other:?} is not \"namespaces\", \"entities\" or \"referrers\""
+            )),
+        }
     }
 
     /// Create a branch to try changes in isolation (write to it with `remember`'s "branch"),

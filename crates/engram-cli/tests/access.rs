@@ -459,6 +459,8 @@ async fn agents_grants_and_every_refusal_in_enforced_mode() {
             consistency: engram_client::Consistency::Linearizable,
             branch: None,
             include_expired: false,
+            since_tx: None,
+            valid_at_ns: None,
         })
         .await
         .unwrap();

@@ -154,6 +154,8 @@ async fn a_cursor_continues_on_any_node_and_a_foreign_one_is_refused() {
         consistency: engram_client::Consistency::Linearizable,
         branch: None,
         include_expired: false,
+        since_tx: None,
+        valid_at_ns: None,
     };
     let cut = client.find(&find_query).await.unwrap();
     assert_eq!(cut.datoms.len(), 31);

@@ -218,6 +218,10 @@ pub struct FindQuery {
     /// Find entities whose `:memory/expires` has passed too (only reads of the current state
     /// leave them out).
     pub include_expired: bool,
+    /// Only current values a transaction after this one wrote.
+    pub since_tx: Option<u64>,
+    /// Only values whose valid-time interval holds this instant (ns since the Unix epoch).
+    pub valid_at_ns: Option<i64>,
 }
 
 /// What [`Client::search`] asks: words and or a query vector, and optionally which facts, as
@@ -1194,6 +1198,7 @@ pub(crate) fn history_request(
         cursor: Vec::new(),
         as_of_tx: None,
         as_of_time_ns: None,
+        since_tx: None,
     }
 }
 

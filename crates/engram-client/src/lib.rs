@@ -25,6 +25,7 @@
 mod client;
 mod endpoint;
 mod error;
+mod lists;
 mod pages;
 mod retry;
 mod trust;
@@ -40,6 +41,7 @@ pub use endpoint::parse_endpoint;
 pub use engram_audit::PublicKey;
 pub use engram_proto::pb;
 pub use error::{ClientError, code_name};
+pub use lists::{EntitiesQuery, ReferrersQuery};
 pub use pages::{DiffQuery, HistoryQuery};
 pub use retry::{Idempotency, RetryPolicy, is_transient};
 pub use trust::{ProofFailure, TrustedLog, verify_checkpoint, verify_read_proof};

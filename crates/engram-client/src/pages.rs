@@ -1,4 +1,5 @@
-//! Reads the server answers in pages: History, Find and Diff.
+//! Reads the server answers in pages: History, Find and Diff (the lists are in
+//! [`crate::lists`]).
 //!
 //! The server returns at most a page (100,000 datoms at most) and, when the answer goes on, a
 //! `next_cursor`; every page of one answer is read as of the transaction the first was
@@ -35,6 +36,8 @@ pub struct HistoryQuery {
     /// The history up to the last transaction at or before this instant (ns since the Unix
     /// epoch); not with `as_of_tx`.
     pub as_of_time_ns: Option<i64>,
+    /// Only what transactions after this one wrote; `None`: from the first.
+    pub since_tx: Option<u64>,
 }
 
 impl HistoryQuery {
@@ -48,6 +51,7 @@ impl HistoryQuery {
             consistency: Consistency::Linearizable,
             as_of_tx: None,
             as_of_time_ns: None,
+            since_tx: None,
         }
     }
 
@@ -63,6 +67,7 @@ impl HistoryQuery {
         req.cursor = cursor.to_vec();
         req.as_of_tx = self.as_of_tx;
         req.as_of_time_ns = self.as_of_time_ns;
+        req.since_tx = self.since_tx;
         req
     }
 }
@@ -269,6 +274,8 @@ impl Client {
             include_expired: query.include_expired,
             cursor: cursor.to_vec(),
             as_of_time_ns: query.as_of_time_ns,
+            since_tx: query.since_tx,
+            valid_at_ns: query.valid_at_ns,
         };
         self.call_with_endpoint(Idempotency::Safe, move |ch, s| {
             let req = req.clone();
@@ -348,15 +355,15 @@ pub(crate) trait Paged {
     fn next_cursor_mut(&mut self) -> &mut Vec<u8>;
 }
 
-/// The answers whose datoms are one list.
-macro_rules! paged_datoms {
-    ($($answer:ty),*) => {$(
+/// The answers whose items (datoms, names, ids) are one list.
+macro_rules! paged_list {
+    ($($answer:ty => $items:ident),*) => {$(
         impl Paged for $answer {
             fn len(&self) -> usize {
-                self.datoms.len()
+                self.$items.len()
             }
             fn append(&mut self, later: &mut Self) {
-                self.datoms.append(&mut later.datoms);
+                self.$items.append(&mut later.$items);
             }
             fn next_cursor(&self) -> &[u8] {
                 &self.next_cursor
@@ -368,7 +375,13 @@ macro_rules! paged_datoms {
     )*};
 }
 
-paged_datoms!(pb::HistoryResponse, pb::FindResponse);
+paged_list!(
+    pb::HistoryResponse => datoms,
+    pb::FindResponse => datoms,
+    pb::ListNamespacesResponse => namespaces,
+    pb::ListEntitiesResponse => entities,
+    pb::ReferrersResponse => datoms
+);
 
 impl Paged for pb::DiffResponse {
     fn len(&self) -> usize {

@@ -1,4 +1,5 @@
-//! Cursors: where the next page of a paged read ([`crate::pages`]: History, Find, Diff) begins.
+//! Cursors: where the next page of a paged read ([`crate::pages`]: History, Find, Diff;
+//! [`crate::lists`]: namespaces, entities, referrers) begins.
 //!
 //! A cursor is opaque to callers and bound to three things: the kind of read, the query it
 //! continues (a fingerprint of namespace, branch, target, filter, value, expiry judgement or
@@ -14,15 +15,24 @@
 //! Layout (46 bytes): version 1, kind, query fingerprint (16), as-of tx (8, big-endian),
 //! position (8 + 4: the last (tx, seq) of a History or Diff page, the last entity of a Find
 //! page and 0),
-//! check (the first 8 bytes of `blake3("engram/cursor/v1" || the 38 bytes before)`).
+//! check (the first 8 bytes of `blake3("engram/cursor/v1" || the bytes before)`).
+//! A position that is a key (the last namespace listed, the last (attribute, entity) of a
+//! referrers page) makes version 2: the same fields, then the key (at most [`MAX_KEY`] bytes)
+//! before the check. A cursor without a key is written as version 1, byte for byte as before.
 //!
 //! Must not depend on: the reads it serves (they depend on it), Raft, gRPC or storage engines.
 
 use engram_types::TxId;
 
 const VERSION: u8 = 1;
+/// A cursor whose position includes a key.
+const VERSION_KEYED: u8 = 2;
 const LEN: usize = 46;
-const CHECKED: usize = LEN - 8;
+/// The fixed fields before the check (and, in version 2, before the key).
+const FIXED: usize = LEN - 8;
+/// The longest position key a cursor carries (a namespace name, an attribute and an entity id
+/// fit with room to spare).
+pub const MAX_KEY: usize = 1024;
 const CHECK_CONTEXT: &[u8] = b"engram/cursor/v1";
 
 /// The read a cursor continues.
@@ -31,6 +41,9 @@ pub enum CursorKind {
     History,
     Find,
     Diff,
+    Namespaces,
+    Entities,
+    Referrers,
 }
 
 impl CursorKind {
@@ -39,6 +52,9 @@ impl CursorKind {
             CursorKind::History => 1,
             CursorKind::Find => 2,
             CursorKind::Diff => 3,
+            CursorKind::Namespaces => 4,
+            CursorKind::Entities => 5,
+            CursorKind::Referrers => 6,
         }
     }
 
@@ -47,6 +63,9 @@ impl CursorKind {
             1 => Some(CursorKind::History),
             2 => Some(CursorKind::Find),
             3 => Some(CursorKind::Diff),
+            4 => Some(CursorKind::Namespaces),
+            5 => Some(CursorKind::Entities),
+            6 => Some(CursorKind::Referrers),
             _ => None,
         }
     }
@@ -56,6 +75,9 @@ impl CursorKind {
             CursorKind::History => "history",
             CursorKind::Find => "find",
             CursorKind::Diff => "diff",
+            CursorKind::Namespaces => "namespaces",
+            CursorKind::Entities => "entities",
+            CursorKind::Referrers => "referrers",
         }
     }
 }
@@ -81,14 +103,18 @@ impl QueryKey {
 }
 
 /// A position in a paged answer.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Cursor {
     pub kind: CursorKind,
     pub query: QueryKey,
     /// The transaction every page of the answer is read as of.
     pub as_of: TxId,
-    /// The last item of the page before: History's (tx, seq), Find's (entity id, 0).
+    /// The last item of the page before: History's (tx, seq), Find's and an entity list's
+    /// (entity id, 0).
     pub after: (u64, u32),
+    /// The last item of the page before where it is a key: a namespace's name, a referrers
+    /// page's (attribute, entity); empty for the others.
+    pub after_key: Vec<u8>,
 }
 
 /// Why a cursor was refused.
@@ -104,7 +130,7 @@ pub enum CursorError {
         asked: &'static str,
     },
     #[error(
-        "cursor: issued for another query (its namespace, branch, target, attribute, value, include_expired, as_of_tx, from_tx or to_tx differ from this request's)"
+        "cursor: issued for another query (its namespace, branch, target, entity, attribute, value, include_expired, as_of_tx, since_tx, valid_at_ns, from_tx or to_tx differ from this request's)"
     )]
     OtherQuery,
     /// The answering node has not applied the transaction the answer is read as of: a node
@@ -117,27 +143,46 @@ pub enum CursorError {
 }
 
 impl Cursor {
+    /// A cursor at `after`, for the positions that are numbers.
+    pub fn at(kind: CursorKind, query: QueryKey, as_of: TxId, after: (u64, u32)) -> Cursor {
+        Cursor {
+            kind,
+            query,
+            as_of,
+            after,
+            after_key: Vec::new(),
+        }
+    }
+
+    /// The encoding; a key longer than [`MAX_KEY`] is a caller's bug and is cut (the cursor
+    /// then fails its check on the way back rather than continuing elsewhere).
     pub fn encode(&self) -> Vec<u8> {
-        let mut out = Vec::with_capacity(LEN);
-        out.push(VERSION);
+        let key = &self.after_key[..self.after_key.len().min(MAX_KEY)];
+        let mut out = Vec::with_capacity(LEN + key.len());
+        out.push(if key.is_empty() { VERSION } else { VERSION_KEYED });
         out.push(self.kind.tag());
         out.extend_from_slice(&self.query.0);
         out.extend_from_slice(&self.as_of.0.to_be_bytes());
         out.extend_from_slice(&self.after.0.to_be_bytes());
         out.extend_from_slice(&self.after.1.to_be_bytes());
+        out.extend_from_slice(key);
         let check = check(&out);
         out.extend_from_slice(&check);
         out
     }
 
     pub fn decode(bytes: &[u8]) -> Result<Cursor, CursorError> {
-        if bytes.len() != LEN {
+        if bytes.len() < LEN || bytes.len() > LEN + MAX_KEY {
             return Err(CursorError::Malformed("wrong length"));
         }
-        if bytes[0] != VERSION {
-            return Err(CursorError::Malformed("unknown version"));
-        }
-        if check(&bytes[..CHECKED]) != bytes[CHECKED..] {
+        let keyed = match bytes[0] {
+            VERSION if bytes.len() == LEN => false,
+            VERSION_KEYED if bytes.len() > LEN => true,
+            VERSION | VERSION_KEYED => return Err(CursorError::Malformed("wrong length")),
+            _ => return Err(CursorError::Malformed("unknown version")),
+        };
+        let checked = bytes.len() - 8;
+        if check(&bytes[..checked]) != bytes[checked..] {
             return Err(CursorError::Malformed("check bytes do not match"));
         }
         let kind = CursorKind::of_tag(bytes[1]).ok_or(CursorError::Malformed("unknown kind"))?;
@@ -155,6 +200,11 @@ impl Cursor {
             query: QueryKey(query),
             as_of: TxId(u64_at(18)),
             after: (u64_at(26), u32::from_be_bytes(seq)),
+            after_key: if keyed {
+                bytes[FIXED..checked].to_vec()
+            } else {
+                Vec::new()
+            },
         })
     }
 
@@ -196,12 +246,12 @@ mod tests {
     use super::*;
 
     fn cursor() -> Cursor {
-        Cursor {
-            kind: CursorKind::History,
-            query: QueryKey::of(CursorKind::History, &[b"ns", b"attr"]),
-            as_of: TxId(77),
-            after: (12, 3),
-        }
+        Cursor::at(
+            CursorKind::History,
+            QueryKey::of(CursorKind::History, &[b"ns", b"attr"]),
+            TxId(77),
+            (12, 3),
+        )
     }
 
     #[test]
@@ -209,10 +259,10 @@ mod tests {
         let c = cursor();
         let bytes = c.encode();
         assert_eq!(bytes.len(), LEN);
-        assert_eq!(Cursor::decode(&bytes), Ok(c));
+        assert_eq!(Cursor::decode(&bytes), Ok(c.clone()));
         assert_eq!(
             Cursor::continuing(&bytes, CursorKind::History, c.query),
-            Ok(Some(c))
+            Ok(Some(c.clone()))
         );
         assert_eq!(Cursor::continuing(&[], CursorKind::History, c.query), Ok(None));
         let other = QueryKey::of(CursorKind::History, &[b"ns", b"other"]);
@@ -257,5 +307,48 @@ mod tests {
             Err(CursorError::Malformed("wrong length"))
         );
         assert_eq!(Cursor::decode(b"x"), Err(CursorError::Malformed("wrong length")));
+    }
+
+    #[test]
+    fn a_keyed_cursor_round_trips_and_a_keyless_one_stays_version_1() {
+        let plain = cursor().encode();
+        assert_eq!(
+            (plain.len(), plain[0]),
+            (LEN, VERSION),
+            "unchanged for the reads before keys"
+        );
+        let keyed = Cursor {
+            after_key: b"team/a".to_vec(),
+            ..Cursor::at(
+                CursorKind::Namespaces,
+                QueryKey::of(CursorKind::Namespaces, &[]),
+                TxId(9),
+                (0, 0),
+            )
+        };
+        let bytes = keyed.encode();
+        assert_eq!((bytes.len(), bytes[0]), (LEN + 6, VERSION_KEYED));
+        assert_eq!(Cursor::decode(&bytes), Ok(keyed.clone()));
+        for at in 0..bytes.len() {
+            let mut damaged = bytes.clone();
+            damaged[at] ^= 0x01;
+            assert!(
+                Cursor::decode(&damaged).is_err(),
+                "byte {at} changed and was accepted"
+            );
+        }
+        // A key cut off, or a keyed version with no key at all.
+        assert!(Cursor::decode(&bytes[..bytes.len() - 1]).is_err());
+        let mut empty = plain.clone();
+        empty[0] = VERSION_KEYED;
+        assert_eq!(
+            Cursor::decode(&empty),
+            Err(CursorError::Malformed("wrong length"))
+        );
+        let too_long = vec![VERSION_KEYED; LEN + MAX_KEY + 1];
+        assert_eq!(
+            Cursor::decode(&too_long),
+            Err(CursorError::Malformed("wrong length"))
+        );
     }
 }

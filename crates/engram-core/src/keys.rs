@@ -211,6 +211,11 @@ pub fn entity_owner(ns: &Namespace, branch: Option<&BranchName>) -> Vec<u8> {
     v
 }
 
+/// All of a namespace's datoms on main.
+pub fn eavt_namespace(ns: &Namespace) -> Vec<u8> {
+    with_ns(EAVT, ns)
+}
+
 pub fn eavt_entity(ns: &Namespace, e: EntityId) -> Vec<u8> {
     let mut k = with_ns(EAVT, ns);
     k.extend_from_slice(&e.0.to_be_bytes());

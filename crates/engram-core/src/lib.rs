@@ -13,7 +13,8 @@
 //!
 //! Files import one way: `rows` (row layouts, outcomes) and `cursor` at the bottom; `keys`,
 //! `current`, `branch`, `schema` and `policy` (who may do what) above them; `reads`, then
-//! `pages` (History and Find in pages), `plan`, then `engine` on top.
+//! `pages` (History and Find in pages) and `lists` (namespaces, entities, referrers), `plan`,
+//! then `engine` on top.
 //!
 //! Must not depend on: Raft, gRPC, RocksDB, an async runtime or a clock.
 
@@ -27,6 +28,7 @@ mod error;
 pub mod export;
 pub mod inspect;
 pub mod keys;
+pub mod lists;
 pub mod pages;
 mod plan;
 pub mod planted;

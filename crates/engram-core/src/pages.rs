@@ -70,30 +70,40 @@ pub fn page_size(limit: u32) -> usize {
     }
 }
 
+/// Which transactions a History reads: those after `since` (`None`: from the first) up to
+/// `as_of` (`None`: the head when the answer's first page is read).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Bounds {
+    pub since: Option<TxId>,
+    pub as_of: Option<TxId>,
+}
+
+impl Bounds {
+    /// Up to `as_of`, from the first transaction.
+    pub fn as_of(as_of: Option<TxId>) -> Bounds {
+        Bounds { since: None, as_of }
+    }
+}
+
 /// A page of the datoms of `of` on main or `branch`, in (tx, seq) order, after `cursor` (the
-/// raw bytes a previous page returned; empty: the first page), up to transaction `as_of`
-/// (`None`: the head when the first page is read).
+/// raw bytes a previous page returned; empty: the first page), within `bounds`.
 pub fn history(
     store: &dyn ReadView,
     ns: &Namespace,
     branch: Option<&BranchName>,
     of: HistoryOf<'_>,
-    as_of: Option<TxId>,
+    bounds: Bounds,
     cursor: &[u8],
     limit: usize,
 ) -> Result<Page, ReadError> {
-    let query = history_key(ns, branch, of, as_of);
+    let query = history_key(ns, branch, of, bounds);
     let cursor = Cursor::continuing(cursor, CursorKind::History, query)?;
     let (view, _) = View::of(store, ns, branch)?;
-    let as_of = answer_as_of(store, cursor.as_ref(), as_of)?;
+    let as_of = answer_as_of(store, cursor.as_ref(), bounds.as_of)?;
     let after = cursor.map(|c| (TxId(c.after.0), c.after.1));
-    let (datoms, last) = earliest_of(store, &view, of, TxId(0), as_of, after, limit)?;
-    let next = last.map(|(tx, seq)| Cursor {
-        kind: CursorKind::History,
-        query,
-        as_of,
-        after: (tx.0, seq),
-    });
+    let since = bounds.since.unwrap_or(TxId(0));
+    let (datoms, last) = earliest_of(store, &view, of, since, as_of, after, limit)?;
+    let next = last.map(|(tx, seq)| Cursor::at(CursorKind::History, query, as_of, (tx.0, seq)));
     Ok(Page { datoms, as_of, next })
 }
 
@@ -135,12 +145,7 @@ pub fn diff(
         }
         None => namespace_changes(store, ns, from, as_of, after, limit)?,
     };
-    let next = last.map(|(tx, seq)| Cursor {
-        kind: CursorKind::Diff,
-        query,
-        as_of,
-        after: (tx.0, seq),
-    });
+    let next = last.map(|(tx, seq)| Cursor::at(CursorKind::Diff, query, as_of, (tx.0, seq)));
     Ok(Page { datoms, as_of, next })
 }
 
@@ -276,9 +281,11 @@ fn namespace_changes(
 }
 
 /// A page of the entities whose current value of `attr` (as of `opts.as_of`, or of the answer's
-/// first page) is `value`, or that hold any value when `value` is `None`, in entity order: their
-/// current datoms. Entities expired by `opts.expired_at_ns` are left out (the other options do
-/// not apply: the latest claim wins).
+/// first page, and at valid time `opts.valid_at_ns` if given) is `value`, or that hold any
+/// value when `value` is `None`, in entity order: their current datoms. With `since`, only
+/// current datoms written after that transaction count. Entities expired by
+/// `opts.expired_at_ns` are left out (the rule and `verified_only` do not apply: the latest
+/// claim wins).
 #[allow(clippy::too_many_arguments)] // where (store, namespace, branch), what (three), which page (two)
 pub fn find(
     store: &dyn ReadView,
@@ -291,12 +298,14 @@ pub fn find(
     limit: usize,
 ) -> Result<Page, ReadError> {
     let query = find_key(ns, branch, attr, value, opts);
+    let since = opts.since;
     let cursor = Cursor::continuing(cursor, CursorKind::Find, query)?;
     let (view, _) = View::of(store, ns, branch)?;
     let as_of = answer_as_of(store, cursor.as_ref(), opts.as_of)?;
     let cardinality = schema::cardinality_at(store, ns, attr, Some(as_of))?;
     let latest = ReadOptions {
         as_of: Some(as_of),
+        valid_at_ns: opts.valid_at_ns,
         ..ReadOptions::default()
     };
     // Expiry costs one more slot read per entity found: only where some entity has one.
@@ -323,7 +332,7 @@ pub fn find(
         let found: Vec<Datom> = reads::resolve_slot(&slot, cardinality, &latest)
             .current
             .into_iter()
-            .filter(|d| value.is_none_or(|v| *v == d.value))
+            .filter(|d| value.is_none_or(|v| *v == d.value) && since.is_none_or(|s| d.tx > s))
             .collect();
         if let Some((expires, cardinality, now_ns)) = &expires
             && !found.is_empty()
@@ -364,12 +373,7 @@ pub fn find(
         }
     }
     let next = match (more, last) {
-        (true, Some(last)) => Some(Cursor {
-            kind: CursorKind::Find,
-            query,
-            as_of,
-            after: (last.0, 0),
-        }),
+        (true, Some(last)) => Some(Cursor::at(CursorKind::Find, query, as_of, (last.0, 0))),
         _ => None,
     };
     Ok(Page { datoms, as_of, next })
@@ -385,7 +389,7 @@ pub fn entity_history(
     limit: usize,
 ) -> Result<Vec<Datom>, ReadError> {
     let of = HistoryOf::Entity { entity: e, attribute };
-    Ok(history(store, ns, None, of, None, &[], limit)?.datoms)
+    Ok(history(store, ns, None, of, Bounds::default(), &[], limit)?.datoms)
 }
 
 /// Every datom of an attribute on main across entities, in (tx, seq) order: the first `limit`.
@@ -395,7 +399,16 @@ pub fn attribute_history(
     attr: &Attribute,
     limit: usize,
 ) -> Result<Vec<Datom>, ReadError> {
-    Ok(history(store, ns, None, HistoryOf::Attribute(attr), None, &[], limit)?.datoms)
+    Ok(history(
+        store,
+        ns,
+        None,
+        HistoryOf::Attribute(attr),
+        Bounds::default(),
+        &[],
+        limit,
+    )?
+    .datoms)
 }
 
 /// The first `limit` datoms [`find`] answers on main as of `as_of`, expiry not applied.
@@ -439,7 +452,7 @@ pub fn diff_main(
 /// The transaction an answer is read as of: the cursor's; else the store's head (the last
 /// transaction applied), or the transaction the request names if that is earlier. (The request's
 /// own as-of is part of the query a cursor continues, so every page asks the same.)
-fn answer_as_of(
+pub(crate) fn answer_as_of(
     store: &dyn ReadView,
     cursor: Option<&Cursor>,
     asked: Option<TxId>,
@@ -456,12 +469,7 @@ fn answer_as_of(
     }
 }
 
-fn history_key(
-    ns: &Namespace,
-    branch: Option<&BranchName>,
-    of: HistoryOf<'_>,
-    as_of: Option<TxId>,
-) -> QueryKey {
+fn history_key(ns: &Namespace, branch: Option<&BranchName>, of: HistoryOf<'_>, bounds: Bounds) -> QueryKey {
     let branch = branch.map_or("", |b| b.as_str());
     let entity_bytes;
     let mut parts: Vec<&[u8]> = vec![ns.as_str().as_bytes(), branch.as_bytes()];
@@ -479,9 +487,13 @@ fn history_key(
     // A requested bound is part of the query (a cursor of the unbounded history does not
     // continue a bounded one); without one the key is what it was before bounds existed, so
     // cursors handed out then still continue.
-    let bound = as_of.map(|t| t.0.to_be_bytes());
+    let bound = bounds.as_of.map(|t| t.0.to_be_bytes());
     if let Some(bound) = &bound {
         parts.extend([&b"as-of"[..], bound]);
+    }
+    let since = bounds.since.map(|t| t.0.to_be_bytes());
+    if let Some(since) = &since {
+        parts.extend([&b"since"[..], since]);
     }
     QueryKey::of(CursorKind::History, &parts)
 }
@@ -494,19 +506,28 @@ fn find_key(
     opts: &ReadOptions,
 ) -> QueryKey {
     let value = value.map(keys::value_digest);
-    QueryKey::of(
-        CursorKind::Find,
-        &[
-            ns.as_str().as_bytes(),
-            branch.map_or("", |b| b.as_str()).as_bytes(),
-            attr.as_str().as_bytes(),
-            value.as_ref().map_or(&[][..], |d| &d[..]),
-            &opts.as_of.map_or(0, |t| t.0).to_be_bytes(),
-            // Whether expiry is judged (a read of now without include_expired), not when: each
-            // page judges it by its own clock.
-            &[u8::from(opts.expired_at_ns.is_some())],
-        ],
-    )
+    let as_of = opts.as_of.map_or(0, |t| t.0).to_be_bytes();
+    let judged = [u8::from(opts.expired_at_ns.is_some())];
+    let mut parts: Vec<&[u8]> = vec![
+        ns.as_str().as_bytes(),
+        branch.map_or("", |b| b.as_str()).as_bytes(),
+        attr.as_str().as_bytes(),
+        value.as_ref().map_or(&[][..], |d| &d[..]),
+        &as_of,
+        // Whether expiry is judged (a read of now without include_expired), not when: each
+        // page judges it by its own clock.
+        &judged,
+    ];
+    // Bounds added later are parts only when set, so cursors handed out before still continue.
+    let since = opts.since.map(|t| t.0.to_be_bytes());
+    if let Some(since) = &since {
+        parts.extend([&b"since"[..], since]);
+    }
+    let valid = opts.valid_at_ns.map(i64::to_be_bytes);
+    if let Some(valid) = &valid {
+        parts.extend([&b"valid-at"[..], valid]);
+    }
+    QueryKey::of(CursorKind::Find, &parts)
 }
 
 /// A page's datoms in (tx, seq) order, and the position of the last when more follow.

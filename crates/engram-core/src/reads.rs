@@ -245,6 +245,9 @@ pub struct ReadOptions {
     /// epoch): it holds `:memory/expires` values under this read, and every one of them is at
     /// or before the instant (see [`expiry`]). `None`: expiry is not applied.
     pub expired_at_ns: Option<i64>,
+    /// Find only: only current datoms written after this transaction count (Datomic's
+    /// `since`). The other reads take no such bound.
+    pub since: Option<TxId>,
 }
 
 /// An entity's current facts, and the claims they won against.

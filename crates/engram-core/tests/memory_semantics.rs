@@ -1343,7 +1343,7 @@ fn every_page(mut read: impl FnMut(&[u8]) -> pages::Page) -> Vec<pages::Page> {
     loop {
         let cursor = out
             .last()
-            .and_then(|p| p.next)
+            .and_then(|p| p.next.as_ref())
             .map(|c| c.encode())
             .unwrap_or_default();
         if !out.is_empty() && cursor.is_empty() {
@@ -1370,7 +1370,7 @@ fn history_and_find_page_through_every_datom_once_as_of_the_first_page() {
         &m.ns,
         None,
         pages::HistoryOf::Attribute(&tag),
-        None,
+        pages::Bounds::default(),
         &[],
         1_000,
     )
@@ -1381,13 +1381,13 @@ fn history_and_find_page_through_every_datom_once_as_of_the_first_page() {
     let late = tagged(&mut m, 10, "x");
     let store = &*m.store;
     let mut pages_read = vec![first];
-    while let Some(next) = pages_read.last().and_then(|p| p.next) {
+    while let Some(next) = pages_read.last().and_then(|p| p.next.clone()) {
         let page = pages::history(
             store,
             &m.ns,
             None,
             pages::HistoryOf::Attribute(&tag),
-            None,
+            pages::Bounds::default(),
             &next.encode(),
             1_000,
         )
@@ -1414,7 +1414,7 @@ fn history_and_find_page_through_every_datom_once_as_of_the_first_page() {
             &m.ns,
             None,
             pages::HistoryOf::Attribute(&tag),
-            Some(second),
+            pages::Bounds::as_of(Some(second)),
             cursor,
             2_000,
         )
@@ -1425,7 +1425,7 @@ fn history_and_find_page_through_every_datom_once_as_of_the_first_page() {
     assert_eq!(head.datoms.len() + tail.datoms.len(), 3_000);
     assert!(tail.next.is_none());
     assert!(head.datoms.iter().chain(&tail.datoms).all(|d| d.tx <= second));
-    let unbounded = pages_read[0].next.unwrap().encode();
+    let unbounded = pages_read[0].next.as_ref().unwrap().encode();
     assert!(bounded(&unbounded).is_err(), "a cursor of another query");
 
     // Find: entity order, a page of 700 at a time, as of the first page.
@@ -1499,7 +1499,7 @@ fn history_and_find_page_through_every_datom_once_as_of_the_first_page() {
                 entity: e,
                 attribute: None,
             },
-            None,
+            pages::Bounds::default(),
             cursor,
             1,
         )
@@ -1532,7 +1532,7 @@ fn a_cursor_continues_only_its_own_query_and_as_of_point() {
             &m.ns,
             None,
             pages::HistoryOf::Attribute(attr),
-            None,
+            pages::Bounds::default(),
             cursor,
             2,
         )
@@ -1598,7 +1598,7 @@ fn a_cursor_continues_only_its_own_query_and_as_of_point() {
         refused(diff(0, Some(d.as_of), &d.encode())),
         CursorError::OtherQuery
     ));
-    let mut ahead = h;
+    let mut ahead = h.clone();
     ahead.as_of = TxId(h.as_of.0 + 10);
     assert!(matches!(
         refused(history(&tag, &ahead.encode())),
@@ -1610,4 +1610,299 @@ fn a_cursor_continues_only_its_own_query_and_as_of_point() {
         refused(history(&tag, &damaged)),
         CursorError::Malformed(_)
     ));
+}
+
+/// Every page of a list, `read(cursor)` answering one with its items and next cursor.
+fn every_list_page<T>(mut read: impl FnMut(&[u8]) -> (Vec<T>, Option<Vec<u8>>)) -> Vec<Vec<T>> {
+    let mut out = Vec::new();
+    let mut cursor: Vec<u8> = Vec::new();
+    loop {
+        let (items, next) = read(&cursor);
+        out.push(items);
+        match next {
+            Some(next) => cursor = next,
+            None => return out,
+        }
+        assert!(out.len() < 10_000, "the pages never end");
+    }
+}
+
+#[test]
+fn namespaces_are_listed_once_each_in_name_order_and_filtered_by_the_reader() {
+    let mut m = Mem::new("team/a");
+    tagged(&mut m, 2, "x");
+    // A namespace with datoms, one with a declared schema only, one with a branch only.
+    m.ns = Namespace::new("team/b").unwrap();
+    tagged(&mut m, 1, "y");
+    m.ns = Namespace::new("ops").unwrap();
+    m.declare(vec![def(":ops/note", ValueType::String)]).unwrap();
+    m.ns = Namespace::new("scratch").unwrap();
+    m.branch_op(BranchOp::Create {
+        name: branch("try"),
+        from: None,
+    })
+    .unwrap();
+    let store = &*m.store;
+    let list = |readable: &dyn Fn(&Namespace) -> bool, limit: usize| -> Vec<Vec<String>> {
+        every_list_page(|cursor| {
+            let page = engram_core::lists::namespaces(store, readable, cursor, limit).unwrap();
+            (
+                page.namespaces.iter().map(|n| n.as_str().to_string()).collect(),
+                page.next.map(|c| c.encode()),
+            )
+        })
+    };
+    let all = list(&|_| true, 100);
+    assert_eq!(all, [["ops", "scratch", "team/a", "team/b"]]);
+    let one_by_one = list(&|_| true, 1);
+    assert_eq!(one_by_one, [["ops"], ["scratch"], ["team/a"], ["team/b"]]);
+    // Only what the reader may read; a page is filled past the ones left out.
+    let teams = list(&|n: &Namespace| n.as_str().starts_with("team/"), 1);
+    assert_eq!(teams, [["team/a"], ["team/b"]]);
+    let none = list(&|_| false, 10);
+    assert_eq!(none, [Vec::<String>::new()]);
+    // A namespaces cursor continues nothing else.
+    let cursor = engram_core::lists::namespaces(store, &|_| true, &[], 1)
+        .unwrap()
+        .next
+        .unwrap()
+        .encode();
+    let tag = attr(":cap/tag");
+    assert!(matches!(
+        engram_core::lists::entities(store, &m.ns, Some(&tag), None, &cursor, 1),
+        Err(ReadError::Cursor(_))
+    ));
+}
+
+#[test]
+fn entities_are_listed_in_id_order_as_of_a_transaction_by_attribute_or_all() {
+    let mut m = Mem::new("team/a");
+    let early = tagged(&mut m, 5, "x");
+    let first = first_tx(&m, early[0]);
+    let receipt = m
+        .write(
+            agent("admin", Status::Verified, 1.0),
+            vec![assert_op(temp("n"), ":cap/note", s("other attribute"))],
+        )
+        .unwrap();
+    let noted = created(&receipt, "n");
+    // Retracted: it still exists, with no current value.
+    m.write(
+        agent("admin", Status::Verified, 1.0),
+        vec![retract_op(early[0], ":cap/tag", s("x"))],
+    )
+    .unwrap();
+    let store = &*m.store;
+    let tag = attr(":cap/tag");
+    let list = |attribute: Option<&Attribute>, as_of: Option<TxId>, limit: usize| -> Vec<EntityId> {
+        let pages = every_list_page(|cursor| {
+            let page = engram_core::lists::entities(store, &m.ns, attribute, as_of, cursor, limit).unwrap();
+            (page.entities, page.next.map(|c| c.encode()))
+        });
+        assert!(pages.iter().all(|p| p.len() <= limit));
+        pages.concat()
+    };
+    let mut everything = early.clone();
+    everything.push(noted);
+    everything.sort();
+    let mut tagged_sorted = early.clone();
+    tagged_sorted.sort();
+    assert_eq!(list(None, None, 100), everything);
+    assert_eq!(list(None, None, 2), everything, "pages of two, each once");
+    assert_eq!(list(Some(&tag), None, 3), tagged_sorted);
+    assert_eq!(list(None, Some(first), 4), tagged_sorted, "as of the first write");
+    assert!(list(Some(&attr(":cap/none")), None, 4).is_empty());
+    // Written between pages: not part of the answer.
+    let page = engram_core::lists::entities(&*m.store, &m.ns, None, None, &[], 3).unwrap();
+    let late = tagged(&mut m, 3, "z");
+    let store = &*m.store;
+    let rest =
+        engram_core::lists::entities(store, &m.ns, None, None, &page.next.unwrap().encode(), 100).unwrap();
+    assert_eq!([page.entities, rest.entities].concat(), everything);
+    let now = engram_core::lists::entities(store, &m.ns, None, None, &[], 100).unwrap();
+    assert_eq!(now.entities.iter().filter(|e| late.contains(e)).count(), 3);
+}
+
+#[test]
+fn referrers_are_the_current_claims_that_point_at_an_entity() {
+    let mut m = Mem::new("team/a");
+    let mut reviewer = def(":task/reviewer", ValueType::Ref);
+    reviewer.cardinality = Cardinality::Many;
+    m.declare(vec![
+        def(":task/owner", ValueType::Ref),
+        reviewer,
+        def(":person/name", ValueType::String),
+    ])
+    .unwrap();
+    let admin = agent("admin", Status::Verified, 1.0);
+    let people = m
+        .write(
+            admin.clone(),
+            vec![
+                assert_op(temp("ann"), ":person/name", s("ann")),
+                assert_op(temp("bob"), ":person/name", s("bob")),
+            ],
+        )
+        .unwrap();
+    let (ann, bob) = (created(&people, "ann"), created(&people, "bob"));
+    let ops = (0..5)
+        .map(|i| assert_op(temp(&format!("t{i}")), ":task/owner", Value::Ref(ann)))
+        .collect();
+    let tasks_receipt = m.write(admin.clone(), ops).unwrap();
+    let tasks: Vec<EntityId> = (0..5)
+        .map(|i| created(&tasks_receipt, &format!("t{i}")))
+        .collect();
+    let before_moves = tasks_receipt.tx;
+    // t2 moves to bob; t3 gets ann as a reviewer too; t4's owner is retracted.
+    m.write(
+        admin.clone(),
+        vec![assert_op(id(tasks[2]), ":task/owner", Value::Ref(bob))],
+    )
+    .unwrap();
+    m.write(
+        admin.clone(),
+        vec![assert_op(id(tasks[3]), ":task/reviewer", Value::Ref(ann))],
+    )
+    .unwrap();
+    m.write(
+        admin.clone(),
+        vec![retract_op(tasks[4], ":task/owner", Value::Ref(ann))],
+    )
+    .unwrap();
+    let store = &*m.store;
+    let read = |target: EntityId,
+                attribute: Option<&Attribute>,
+                shows: &dyn Fn(&Attribute) -> bool,
+                as_of: Option<TxId>,
+                limit: usize|
+     -> Vec<(String, EntityId)> {
+        let opts = ReadOptions {
+            as_of,
+            ..ReadOptions::default()
+        };
+        let pages = every_list_page(|cursor| {
+            let page =
+                engram_core::lists::referrers(store, &m.ns, target, attribute, shows, &opts, cursor, limit)
+                    .unwrap();
+            assert!(page.datoms.iter().all(|d| d.value == Value::Ref(target)));
+            (page.datoms, page.next.map(|c| c.encode()))
+        });
+        pages
+            .concat()
+            .into_iter()
+            .map(|d| (d.attribute.as_str().to_string(), d.entity))
+            .collect()
+    };
+    let sorted = |mut v: Vec<EntityId>| {
+        v.sort();
+        v
+    };
+    let owned: Vec<(String, EntityId)> = sorted(vec![tasks[0], tasks[1], tasks[3]])
+        .into_iter()
+        .map(|e| (":task/owner".to_string(), e))
+        .collect();
+    let reviewing = vec![(":task/reviewer".to_string(), tasks[3])];
+    let now = read(ann, None, &|_| true, None, 100);
+    assert_eq!(
+        now,
+        [owned.clone(), reviewing.clone()].concat(),
+        "attribute, then entity order"
+    );
+    assert_eq!(
+        read(ann, None, &|_| true, None, 1),
+        now,
+        "a pair a page, each once"
+    );
+    assert_eq!(
+        read(ann, Some(&attr(":task/reviewer")), &|_| true, None, 1),
+        reviewing
+    );
+    // A hidden attribute never says that it refers.
+    let owner_only = |a: &Attribute| a.as_str() == ":task/owner";
+    assert_eq!(read(ann, None, &owner_only, None, 1), owned);
+    // As of before the moves: all five.
+    let then: Vec<EntityId> = read(ann, None, &|_| true, Some(before_moves), 2)
+        .into_iter()
+        .map(|(_, e)| e)
+        .collect();
+    assert_eq!(then, sorted(tasks.clone()));
+    assert_eq!(
+        read(bob, None, &|_| true, None, 10),
+        [(":task/owner".to_string(), tasks[2])]
+    );
+    assert!(read(tasks[0], None, &|_| true, None, 10).is_empty());
+}
+
+#[test]
+fn history_since_and_find_since_and_at_a_valid_instant() {
+    let mut m = Mem::new("team/a");
+    let early = tagged(&mut m, 3, "x");
+    let first = first_tx(&m, early[0]);
+    let later = tagged(&mut m, 2, "x");
+    let tag = attr(":cap/tag");
+    let store = &*m.store;
+    let history = |since: Option<TxId>, cursor: &[u8]| {
+        pages::history(
+            store,
+            &m.ns,
+            None,
+            pages::HistoryOf::Attribute(&tag),
+            pages::Bounds { since, as_of: None },
+            cursor,
+            1,
+        )
+    };
+    let since: Vec<EntityId> = every_page(|c| history(Some(first), c).unwrap())
+        .iter()
+        .flat_map(|p| p.datoms.iter().map(|d| d.entity))
+        .collect();
+    assert_eq!(since, later, "only what was written after the first transaction");
+    let all = history(None, &[]).unwrap().next.unwrap().encode();
+    assert!(
+        matches!(history(Some(first), &all), Err(ReadError::Cursor(_))),
+        "the bound is part of the query"
+    );
+    let find = |opts: &ReadOptions| -> Vec<EntityId> {
+        let mut found: Vec<EntityId> = pages::find(store, &m.ns, None, &tag, None, opts, &[], 100)
+            .unwrap()
+            .datoms
+            .iter()
+            .map(|d| d.entity)
+            .collect();
+        found.sort();
+        found
+    };
+    let since_first = ReadOptions {
+        since: Some(first),
+        ..ReadOptions::default()
+    };
+    let mut expected = later.clone();
+    expected.sort();
+    assert_eq!(find(&since_first), expected);
+    // Valid time: a claim valid only from 5,000 is not current at 4,999.
+    let receipt = m
+        .write(
+            agent("admin", Status::Verified, 1.0),
+            vec![TxOp {
+                valid_from_ns: Some(5_000),
+                ..assert_op(temp("v"), ":cap/tag", s("x"))
+            }],
+        )
+        .unwrap();
+    let valid_later = created(&receipt, "v");
+    let store = &*m.store;
+    let at = |ns: i64| -> Vec<EntityId> {
+        let opts = ReadOptions {
+            valid_at_ns: Some(ns),
+            ..ReadOptions::default()
+        };
+        pages::find(store, &m.ns, None, &tag, None, &opts, &[], 100)
+            .unwrap()
+            .datoms
+            .iter()
+            .map(|d| d.entity)
+            .collect()
+    };
+    assert!(!at(4_999).contains(&valid_later));
+    assert!(at(5_000).contains(&valid_later));
 }

@@ -14,6 +14,9 @@ pub mod methods {
     pub const HISTORY: &str = "/engram.v1.Memory/History";
     pub const FIND: &str = "/engram.v1.Memory/Find";
     pub const SEARCH: &str = "/engram.v1.Memory/Search";
+    pub const LIST_NAMESPACES: &str = "/engram.v1.Memory/ListNamespaces";
+    pub const LIST_ENTITIES: &str = "/engram.v1.Memory/ListEntities";
+    pub const REFERRERS: &str = "/engram.v1.Memory/Referrers";
     pub const WATCH: &str = "/engram.v1.Memory/Watch";
     pub const APPLY_SCHEMA: &str = "/engram.v1.Memory/ApplySchema";
     pub const GET_SCHEMA: &str = "/engram.v1.Memory/GetSchema";
@@ -80,6 +83,9 @@ protobuf_body!(
     HistoryRequest,
     FindRequest,
     SearchRequest,
+    ListNamespacesRequest,
+    ListEntitiesRequest,
+    ReferrersRequest,
     WatchRequest,
     DiffRequest,
     GetSchemaRequest,

@@ -12,8 +12,8 @@ use std::time::Duration;
 
 use engram_access::AgentKey;
 use engram_client::{
-    Client, ClientConfig, ClientError, ClientTls, Consistency, FindQuery, GetOptions, HistoryQuery,
-    HistoryTarget, SearchQuery, TrustedLog, WatchFilter, pb,
+    Client, ClientConfig, ClientError, ClientTls, Consistency, EntitiesQuery, FindQuery, GetOptions,
+    HistoryQuery, HistoryTarget, ReferrersQuery, SearchQuery, TrustedLog, WatchFilter, pb,
 };
 use engram_types::{
     AttributeDef, BranchName, Cardinality, Namespace, Precondition, Provenance, Status, TxRequest, Unique,
@@ -398,7 +398,7 @@ impl EngramClient {
     /// it), or of one `attribute` across entities when `entity` is None, in transaction order:
     /// at most `limit` (0: all of them, read a page at a time as of one transaction); up to
     /// `as_of_tx`, or to the last transaction at or before `as_of_time` (datetime or ns).
-    #[pyo3(signature = (namespace, entity=None, *, attribute=None, limit=0, branch=None, prove=false, stale=false, as_of_tx=None, as_of_time=None))]
+    #[pyo3(signature = (namespace, entity=None, *, attribute=None, limit=0, branch=None, prove=false, stale=false, as_of_tx=None, as_of_time=None, since_tx=None))]
     #[allow(clippy::too_many_arguments)]
     fn history(
         &self,
@@ -412,11 +412,15 @@ impl EngramClient {
         stale: bool,
         as_of_tx: Option<u64>,
         as_of_time: Option<&Bound<'_, PyAny>>,
+        since_tx: Option<u64>,
     ) -> PyResult<Py<PyList>> {
         let as_of = (as_of_tx, as_of_time_arg(as_of_time)?);
-        let query = history_query(namespace, entity, attribute, as_of, limit, branch, stale)?;
+        let query = HistoryQuery {
+            since_tx,
+            ..history_query(namespace, entity, attribute, as_of, limit, branch, stale)?
+        };
         let client = self.client.clone();
-        let bounded = query.as_of_tx.is_some() || query.as_of_time_ns.is_some();
+        let bounded = query.as_of_tx.is_some() || query.as_of_time_ns.is_some() || since_tx.is_some();
         let response = match (prove, query.branch.is_some()) {
             (true, true) => {
                 return Err(PyValueError::new_err(
@@ -425,7 +429,7 @@ impl EngramClient {
             }
             (true, false) if bounded => {
                 return Err(PyValueError::new_err(
-                    "prove: a proven history is read up to the head; give no as_of_tx or as_of_time",
+                    "prove: a proven history is read whole up to the head; give no as_of_tx, as_of_time or since_tx",
                 ));
             }
             (true, false) => self.run_proven(py, move |client, mut log| async move {
@@ -447,7 +451,7 @@ impl EngramClient {
 
     /// `history`, as an iterator that reads a page of `page_size` datoms (0: the server's
     /// largest page) when it needs one: for answers too large to hold at once.
-    #[pyo3(signature = (namespace, entity=None, *, attribute=None, page_size=0, branch=None, stale=false, as_of_tx=None, as_of_time=None))]
+    #[pyo3(signature = (namespace, entity=None, *, attribute=None, page_size=0, branch=None, stale=false, as_of_tx=None, as_of_time=None, since_tx=None))]
     #[allow(clippy::too_many_arguments)]
     fn iter_history(
         &self,
@@ -459,17 +463,23 @@ impl EngramClient {
         stale: bool,
         as_of_tx: Option<u64>,
         as_of_time: Option<&Bound<'_, PyAny>>,
+        since_tx: Option<u64>,
     ) -> PyResult<Pages> {
         let as_of = (as_of_tx, as_of_time_arg(as_of_time)?);
-        let query = history_query(namespace, entity, attribute, as_of, page_size, branch, stale)?;
+        let query = HistoryQuery {
+            since_tx,
+            ..history_query(namespace, entity, attribute, as_of, page_size, branch, stale)?
+        };
         Ok(self.pages(PagedQuery::History(query)))
     }
 
     /// The current datoms of `attribute`, optionally only those holding `value`, by entity: at
     /// most `limit` (0: all of them, read a page at a time as of one transaction). Entities
     /// whose `:memory/expires` has passed are left out unless `include_expired=True`.
-    /// `as_of_time` (datetime or ns): as of the last transaction at or before that instant.
-    #[pyo3(signature = (namespace, attribute, value=None, *, as_of_tx=None, limit=0, branch=None, stale=false, include_expired=false, as_of_time=None))]
+    /// `as_of_time` (datetime or ns): as of the last transaction at or before that instant;
+    /// `since_tx`: only current values written after that transaction; `valid_at` (datetime
+    /// or ns): only values valid then.
+    #[pyo3(signature = (namespace, attribute, value=None, *, as_of_tx=None, limit=0, branch=None, stale=false, include_expired=false, as_of_time=None, since_tx=None, valid_at=None))]
     #[allow(clippy::too_many_arguments)]
     fn find(
         &self,
@@ -483,6 +493,8 @@ impl EngramClient {
         stale: bool,
         include_expired: bool,
         as_of_time: Option<&Bound<'_, PyAny>>,
+        since_tx: Option<u64>,
+        valid_at: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Py<PyList>> {
         let query = find_query(
             namespace,
@@ -494,6 +506,11 @@ impl EngramClient {
             stale,
             include_expired,
         )?;
+        let query = FindQuery {
+            since_tx,
+            valid_at_ns: valid_at.map(|v| convert::time_ns("valid_at", v)).transpose()?,
+            ..query
+        };
         let client = self.client.clone();
         let response = self.run(py, async move { client.find(&query).await })?;
         datom_list(py, response.datoms)
@@ -501,7 +518,7 @@ impl EngramClient {
 
     /// `find`, as an iterator that reads a page of `page_size` datoms (0: the server's largest
     /// page) when it needs one.
-    #[pyo3(signature = (namespace, attribute, value=None, *, as_of_tx=None, page_size=0, branch=None, stale=false, include_expired=false, as_of_time=None))]
+    #[pyo3(signature = (namespace, attribute, value=None, *, as_of_tx=None, page_size=0, branch=None, stale=false, include_expired=false, as_of_time=None, since_tx=None, valid_at=None))]
     #[allow(clippy::too_many_arguments)]
     fn iter_find(
         &self,
@@ -514,6 +531,8 @@ impl EngramClient {
         stale: bool,
         include_expired: bool,
         as_of_time: Option<&Bound<'_, PyAny>>,
+        since_tx: Option<u64>,
+        valid_at: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Pages> {
         let query = find_query(
             namespace,
@@ -525,7 +544,85 @@ impl EngramClient {
             stale,
             include_expired,
         )?;
+        let query = FindQuery {
+            since_tx,
+            valid_at_ns: valid_at.map(|v| convert::time_ns("valid_at", v)).transpose()?,
+            ..query
+        };
         Ok(self.pages(PagedQuery::Find(query)))
+    }
+
+    /// The namespaces this client may read, in name order: at most `limit` (0: all of them).
+    #[pyo3(signature = (*, limit=0, stale=false))]
+    fn namespaces(&self, py: Python<'_>, limit: u32, stale: bool) -> PyResult<Vec<String>> {
+        let client = self.client.clone();
+        let response = self.run(py, async move {
+            client.list_namespaces(limit, &[], consistency(stale)).await
+        })?;
+        Ok(response.namespaces)
+    }
+
+    /// The ids of the entities of `namespace` with at least one datom (of `attribute`, if
+    /// given) up to `as_of_tx` (or `as_of_time`, a datetime or ns), retracted or not, in id
+    /// order: at most `limit` (0: all of them, read a page at a time as of one transaction).
+    #[pyo3(signature = (namespace, attribute=None, *, as_of_tx=None, as_of_time=None, limit=0, stale=false))]
+    #[allow(clippy::too_many_arguments)]
+    fn entities(
+        &self,
+        py: Python<'_>,
+        namespace: &str,
+        attribute: Option<String>,
+        as_of_tx: Option<u64>,
+        as_of_time: Option<&Bound<'_, PyAny>>,
+        limit: u32,
+        stale: bool,
+    ) -> PyResult<Vec<u64>> {
+        let query = EntitiesQuery {
+            attribute: attribute
+                .map(|a| convert::attribute("attribute", &a))
+                .transpose()?,
+            as_of_tx,
+            as_of_time_ns: as_of_time_arg(as_of_time)?,
+            limit,
+            consistency: consistency(stale),
+            ..EntitiesQuery::new(namespace_arg(namespace)?)
+        };
+        let client = self.client.clone();
+        let response = self.run(py, async move { client.list_entities(&query, &[], |_| ()).await })?;
+        Ok(response.entities)
+    }
+
+    /// The current facts whose value refers to `entity` (reverse references), by attribute
+    /// and entity: through `attribute` only, if given; as of `as_of_tx` (or `as_of_time`);
+    /// valid at `valid_at` (datetime or ns) if given; at most `limit` (0: all of them).
+    #[pyo3(signature = (namespace, entity, *, attribute=None, as_of_tx=None, as_of_time=None, valid_at=None, limit=0, stale=false))]
+    #[allow(clippy::too_many_arguments)]
+    fn referrers(
+        &self,
+        py: Python<'_>,
+        namespace: &str,
+        entity: &Bound<'_, PyAny>,
+        attribute: Option<String>,
+        as_of_tx: Option<u64>,
+        as_of_time: Option<&Bound<'_, PyAny>>,
+        valid_at: Option<&Bound<'_, PyAny>>,
+        limit: u32,
+        stale: bool,
+    ) -> PyResult<Py<PyList>> {
+        let query = ReferrersQuery {
+            attribute: attribute
+                .map(|a| convert::attribute("attribute", &a))
+                .transpose()?,
+            as_of_tx,
+            as_of_time_ns: as_of_time_arg(as_of_time)?,
+            valid_at_ns: valid_at.map(|v| convert::time_ns("valid_at", v)).transpose()?,
+            limit,
+            consistency: consistency(stale),
+            ..ReferrersQuery::new(namespace_arg(namespace)?, convert::entity_id("entity", entity)?)
+        };
+        let client = self.client.clone();
+        let response = self.run(py, async move { client.referrers(&query, &[]).await })?;
+        datom_list(py, response.datoms)
     }
 
     /// Facts found by their words (BM25 over searchable string values), by a query `vector`
@@ -1490,6 +1587,8 @@ fn find_query(
         consistency: consistency(stale),
         branch: branch.map(|b| branch_arg("branch", b)).transpose()?,
         include_expired,
+        since_tx: None,
+        valid_at_ns: None,
     })
 }
 

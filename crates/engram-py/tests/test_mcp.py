@@ -41,7 +41,7 @@ def test_tools_are_listed_with_schemas(cluster):
         return (await s.list_tools()).tools
 
     tools = {t.name: t for t in run(cluster, body)}
-    assert set(tools) == {"remember", "recall", "get", "history", "what_changed", "branch", "forget", "verify"}
+    assert set(tools) == {"remember", "recall", "get", "history", "what_changed", "list", "branch", "forget", "verify"}
     assert set(tools["forget"].input_schema["required"]) == {"namespace", "entity", "reason"}
     remember = tools["remember"]
     assert "transaction" in remember.description
@@ -161,6 +161,39 @@ def test_bad_calls_are_tool_errors_the_model_can_read(cluster):
     assert bad_ns.is_error and "namespace" in text(bad_ns)
     assert bad_action.is_error and "create, merge or abandon" in text(bad_action)
     assert json.loads(text(nothing))["facts"] == []
+
+
+def test_list_names_namespaces_entities_and_referrers_in_pages(cluster):
+    ns = "mcp/lists"
+
+    async def body(s):
+        r = await s.call_tool(
+            "remember",
+            {"namespace": ns, "facts": [{"entity": "lead", "attribute": ":person/name", "value": "Lee"}]},
+        )
+        assert not r.is_error, text(r)
+        lead = json.loads(text(r))["entities"]["lead"]
+        facts = [{"entity": f"t{i}", "attribute": ":task/owner", "value": {"ref": lead}} for i in range(3)]
+        r = await s.call_tool("remember", {"namespace": ns, "facts": facts})
+        assert not r.is_error, text(r)
+        tasks = sorted(json.loads(text(r))["entities"].values())
+        namespaces = json.loads(text(await s.call_tool("list", {"what": "namespaces", "limit": 1000})))
+        first = json.loads(text(await s.call_tool("list", {"what": "entities", "namespace": ns, "limit": 2})))
+        rest = json.loads(
+            text(await s.call_tool("list", {"what": "entities", "namespace": ns, "cursor": first["next_cursor"]}))
+        )
+        refs = json.loads(text(await s.call_tool("list", {"what": "referrers", "namespace": ns, "entity": lead})))
+        bad = await s.call_tool("list", {"what": "everything"})
+        missing = await s.call_tool("list", {"what": "referrers", "namespace": ns})
+        return lead, tasks, namespaces, first, rest, refs, bad, missing
+
+    lead, tasks, namespaces, first, rest, refs, bad, missing = run(cluster, body)
+    assert ns in namespaces["namespaces"]
+    assert first["more"] is True and len(first["entities"]) == 2
+    assert first["entities"] + rest["entities"] == sorted([lead] + tasks) and rest["more"] is False
+    assert [(f["entity"], f["attribute"]) for f in refs["facts"]] == [(t, ":task/owner") for t in tasks]
+    assert bad.is_error and "namespaces" in text(bad)
+    assert missing.is_error and "entity" in text(missing)
 
 
 def test_the_same_tools_over_streamable_http(cluster):

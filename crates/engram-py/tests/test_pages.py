@@ -43,6 +43,20 @@ def test_python_reads_every_datom_once(big):
     assert db.diff(ns, 0, limit=100_000).truncated
 
 
+def test_lists_read_every_entity_once(big, cluster):
+    ns, db, entities = big
+    assert db.entities(ns) == sorted(entities), "every entity once, in id order, past one page"
+    assert db.entities(ns, ":cap/n") == sorted(entities)
+    assert len(db.entities(ns, limit=100_000)) == 100_000
+    assert ns in db.namespaces()
+    out = run_cli("-e", cluster.endpoints[2], "--json", "entities", "--ns", ns, "--limit", "100000")
+    cut = json.loads(out.stdout)
+    assert len(cut["entities"]) == 100_000 and cut["next_cursor"]
+    out = run_cli("-e", cluster.endpoints[0], "--json", "entities", "--ns", ns, "--cursor", cut["next_cursor"])
+    rest = json.loads(out.stdout)
+    assert cut["entities"] + rest["entities"] == sorted(entities) and "next_cursor" not in rest
+
+
 def test_the_cli_reads_every_datom_once_and_says_when_a_limit_cut_it(big, cluster):
     ns, _, entities = big
     endpoint = cluster.endpoints[1]

@@ -197,6 +197,7 @@ class Client:
         stale: bool = False,
         as_of_tx: Optional[int] = None,
         as_of_time: Optional[Time] = None,
+        since_tx: Optional[int] = None,
     ) -> List[Datom]: ...
     def iter_history(
         self,
@@ -209,6 +210,7 @@ class Client:
         stale: bool = False,
         as_of_tx: Optional[int] = None,
         as_of_time: Optional[Time] = None,
+        since_tx: Optional[int] = None,
     ) -> Pages: ...
     def find(
         self,
@@ -222,6 +224,8 @@ class Client:
         stale: bool = False,
         include_expired: bool = False,
         as_of_time: Optional[Time] = None,
+        since_tx: Optional[int] = None,
+        valid_at: Optional[Time] = None,
     ) -> List[Datom]: ...
     def iter_find(
         self,
@@ -235,7 +239,32 @@ class Client:
         stale: bool = False,
         include_expired: bool = False,
         as_of_time: Optional[Time] = None,
+        since_tx: Optional[int] = None,
+        valid_at: Optional[Time] = None,
     ) -> Pages: ...
+    def namespaces(self, *, limit: int = 0, stale: bool = False) -> List[str]: ...
+    def entities(
+        self,
+        namespace: str,
+        attribute: Optional[str] = None,
+        *,
+        as_of_tx: Optional[int] = None,
+        as_of_time: Optional[Time] = None,
+        limit: int = 0,
+        stale: bool = False,
+    ) -> List[int]: ...
+    def referrers(
+        self,
+        namespace: str,
+        entity: Union[int, Ref],
+        *,
+        attribute: Optional[str] = None,
+        as_of_tx: Optional[int] = None,
+        as_of_time: Optional[Time] = None,
+        valid_at: Optional[Time] = None,
+        limit: int = 0,
+        stale: bool = False,
+    ) -> List[Datom]: ...
     def search(
         self,
         namespace: str,

@@ -531,6 +531,23 @@ impl Shared {
         self.with_policy(|cache, store| cache.check_redact(store, principal, req))
     }
 
+    /// Which namespaces an admitted `caller` may read, for a list of them: `None` outside
+    /// enforced mode (all of them); in enforced mode its grants (those it may read some
+    /// attributes of are listed: a read there answers the rest withheld).
+    pub fn readable_namespaces(
+        &self,
+        caller: &Caller,
+    ) -> Result<Option<(String, engram_access::Policy)>, ApiError> {
+        if caller.mode != Some(Mode::Enforced) {
+            return Ok(None);
+        }
+        let Some(principal) = &caller.principal else {
+            return Ok(Some((String::new(), engram_access::Policy::default())));
+        };
+        let policy = self.read_state(|store| engram_core::policy::policy_of(store, principal.as_str()))?;
+        Ok(Some((principal.to_string(), policy)))
+    }
+
     /// Authenticates a call of `method` (its metadata `meta` and message `message`) and checks
     /// `need`; see the module docs.
     pub fn admit<T: SignedBody>(

@@ -302,6 +302,25 @@ fn branch(raw: String) -> Result<Option<engram_types::BranchName>, ApiError> {
     Ok(engram_proto::branch("branch", raw)?)
 }
 
+/// An optional attribute argument (`""`: none).
+fn optional_attribute(raw: &str) -> Result<Option<engram_types::Attribute>, ApiError> {
+    match raw {
+        "" => Ok(None),
+        a => Ok(Some(engram_proto::attribute("attribute", a.to_string())?)),
+    }
+}
+
+/// Refuses a read by an attribute the caller may not read: finding or listing by it would tell
+/// which entities hold a value.
+fn may_see(caller: &Caller, attr: &engram_types::Attribute) -> Result<(), ApiError> {
+    match &caller.scope {
+        Some(scope) if !scope.shows(attr.as_str()) => {
+            Err(ApiError::PermissionDenied(scope.reason(attr.as_str())))
+        }
+        _ => Ok(()),
+    }
+}
+
 fn resolution(raw: i32) -> Result<reads::Resolution, ApiError> {
     match pb::Resolution::try_from(raw) {
         Ok(pb::Resolution::Unspecified | pb::Resolution::Latest) => Ok(reads::Resolution::Latest),
@@ -831,6 +850,7 @@ impl pb::memory_server::Memory for MemoryService {
             rule: resolution(req.rule)?,
             verified_only: req.verified_only,
             expired_at_ns: as_of.expiry_judged_at(req.include_expired),
+            since: None,
         };
         let found = self
             .shared
@@ -890,7 +910,10 @@ impl pb::memory_server::Memory for MemoryService {
             Need::on(Action::ReadHistory, &req.namespace),
         )?;
         let as_of = AsOf::of(&self.shared, req.as_of_tx, req.as_of_time_ns)?;
-        let bound = as_of.tx.map(TxId);
+        let bounds = pages::Bounds {
+            since: req.since_tx.map(TxId),
+            as_of: as_of.tx.map(TxId),
+        };
         // A page reads its target's index rows whole: an attribute's on the read pool, never
         // on a worker that drives Raft.
         let page = {
@@ -906,7 +929,7 @@ impl pb::memory_server::Memory for MemoryService {
                         },
                         HistoryTarget::Attribute(attr) => pages::HistoryOf::Attribute(attr),
                     };
-                    pages::history(store, &ns, on.as_ref(), of, bound, &cursor, limit)
+                    pages::history(store, &ns, on.as_ref(), of, bounds, &cursor, limit)
                 })
                 .await?
         };
@@ -944,16 +967,13 @@ impl pb::memory_server::Memory for MemoryService {
         let caller = self
             .shared
             .admit(&meta, &req, methods::FIND, Need::on(Action::Read, &req.namespace))?;
-        // Finding by an attribute one may not read would tell which entities hold a value.
-        if let Some(scope) = &caller.scope
-            && !scope.shows(attr.as_str())
-        {
-            return Err(ApiError::PermissionDenied(scope.reason(attr.as_str())).into());
-        }
+        may_see(&caller, &attr)?;
         let as_of = AsOf::of(&self.shared, req.as_of_tx, req.as_of_time_ns)?;
         let opts = reads::ReadOptions {
             as_of: as_of.tx.map(TxId),
             expired_at_ns: as_of.expiry_judged_at(req.include_expired),
+            since: req.since_tx.map(TxId),
+            valid_at_ns: req.valid_at_ns,
             ..reads::ReadOptions::default()
         };
         let page = {
@@ -983,6 +1003,150 @@ impl pb::memory_server::Memory for MemoryService {
             applied_tx: self.shared.applied_index(),
             next_cursor: page.next.map(|c| c.encode()).unwrap_or_default(),
             as_of_tx: page.as_of.0,
+        }))
+    }
+
+    async fn list_namespaces(
+        &self,
+        request: Request<pb::ListNamespacesRequest>,
+    ) -> Result<Response<pb::ListNamespacesResponse>, Status> {
+        let (meta, _, req) = request.into_parts();
+        let caller = self.shared.incoming(&meta)?;
+        if let Some(mut leader) = self.shared.read_leader(req.consistency, caller.forwarded).await? {
+            return relay(leader.list_namespaces(caller.forward(req)).await);
+        }
+        // Any principal may ask; each namespace is listed only if it may read there.
+        let caller = self.shared.admit(
+            &meta,
+            &req,
+            methods::LIST_NAMESPACES,
+            Need::Principal(String::new()),
+        )?;
+        let filter = self.shared.readable_namespaces(&caller)?;
+        let (cursor, limit) = (req.cursor, pages::page_size(req.limit));
+        let page = self
+            .shared
+            .read_sized(true, move |store| {
+                let readable = |ns: &engram_types::Namespace| {
+                    filter
+                        .as_ref()
+                        .is_none_or(|(who, policy)| policy.allows_some(who, Action::Read, ns.as_str()))
+                };
+                engram_core::lists::namespaces(store, &readable, &cursor, limit)
+            })
+            .await?;
+        Ok(Response::new(pb::ListNamespacesResponse {
+            namespaces: page.namespaces.iter().map(ToString::to_string).collect(),
+            next_cursor: page.next.map(|c| c.encode()).unwrap_or_default(),
+            applied_tx: self.shared.applied_index(),
+        }))
+    }
+
+    async fn list_entities(
+        &self,
+        request: Request<pb::ListEntitiesRequest>,
+    ) -> Result<Response<pb::ListEntitiesResponse>, Status> {
+        let (meta, _, req) = request.into_parts();
+        let caller = self.shared.incoming(&meta)?;
+        let ns = namespace(req.namespace.clone())?;
+        let attr = optional_attribute(&req.attribute)?;
+        if let Some(mut leader) = self.shared.read_leader(req.consistency, caller.forwarded).await? {
+            return relay(leader.list_entities(caller.forward(req)).await);
+        }
+        let caller = self.shared.admit(
+            &meta,
+            &req,
+            methods::LIST_ENTITIES,
+            Need::on(Action::Read, &req.namespace),
+        )?;
+        if let Some(attr) = &attr {
+            may_see(&caller, attr)?;
+        }
+        let as_of = AsOf::of(&self.shared, req.as_of_tx, req.as_of_time_ns)?;
+        let bound = as_of.tx.map(TxId);
+        let page = {
+            let ns = ns.clone();
+            let (cursor, limit) = (req.cursor.clone(), pages::page_size(req.limit));
+            self.shared
+                .read_sized(true, move |store| {
+                    engram_core::lists::entities(store, &ns, attr.as_ref(), bound, &cursor, limit)
+                })
+                .await?
+        };
+        self.shared
+            .record_access(&caller, "list-entities", &req.namespace, None, as_of.tx, 0)
+            .await;
+        Ok(Response::new(pb::ListEntitiesResponse {
+            entities: page.entities.iter().map(|e| e.0).collect(),
+            next_cursor: page.next.map(|c| c.encode()).unwrap_or_default(),
+            as_of_tx: page.as_of.0,
+            applied_tx: self.shared.applied_index(),
+        }))
+    }
+
+    async fn referrers(
+        &self,
+        request: Request<pb::ReferrersRequest>,
+    ) -> Result<Response<pb::ReferrersResponse>, Status> {
+        let (meta, _, req) = request.into_parts();
+        let caller = self.shared.incoming(&meta)?;
+        let ns = namespace(req.namespace.clone())?;
+        let attr = optional_attribute(&req.attribute)?;
+        if let Some(mut leader) = self.shared.read_leader(req.consistency, caller.forwarded).await? {
+            return relay(leader.referrers(caller.forward(req)).await);
+        }
+        let caller = self.shared.admit(
+            &meta,
+            &req,
+            methods::REFERRERS,
+            Need::on(Action::Read, &req.namespace),
+        )?;
+        if let Some(attr) = &attr {
+            may_see(&caller, attr)?;
+        }
+        let as_of = AsOf::of(&self.shared, req.as_of_tx, req.as_of_time_ns)?;
+        let opts = reads::ReadOptions {
+            as_of: as_of.tx.map(TxId),
+            valid_at_ns: req.valid_at_ns,
+            ..reads::ReadOptions::default()
+        };
+        let page = {
+            let (ns, scope) = (ns.clone(), caller.scope.clone());
+            let (cursor, limit) = (req.cursor.clone(), pages::page_size(req.limit));
+            let target = EntityId(req.entity);
+            self.shared
+                .read_sized(true, move |store| {
+                    // An attribute the caller may not read never says that it refers.
+                    let shows =
+                        |a: &engram_types::Attribute| scope.as_ref().is_none_or(|s| s.shows(a.as_str()));
+                    engram_core::lists::referrers(
+                        store,
+                        &ns,
+                        target,
+                        attr.as_ref(),
+                        &shows,
+                        &opts,
+                        &cursor,
+                        limit,
+                    )
+                })
+                .await?
+        };
+        self.shared
+            .record_access(
+                &caller,
+                "referrers",
+                &req.namespace,
+                Some(req.entity),
+                as_of.tx,
+                page.datoms.len(),
+            )
+            .await;
+        Ok(Response::new(pb::ReferrersResponse {
+            datoms: datoms(&page.datoms),
+            next_cursor: page.next.map(|c| c.encode()).unwrap_or_default(),
+            as_of_tx: page.as_of.0,
+            applied_tx: self.shared.applied_index(),
         }))
     }
 
