@@ -939,6 +939,14 @@ pub struct HistoryArgs {
     /// Only what transactions after this one wrote [default: from the first].
     #[arg(long, value_name = "TX", conflicts_with = "verify")]
     pub since_tx: Option<u64>,
+    /// Only datoms valid at this instant (ns since the Unix epoch, valid time).
+    #[arg(
+        long,
+        value_name = "NS",
+        conflicts_with = "verify",
+        allow_negative_numbers = true
+    )]
+    pub valid_at_ns: Option<i64>,
     /// At most this many datoms; the server answers in pages of up to 100,000, all read as
     /// of one transaction [default: every datom].
     #[arg(long, hide_default_value = true, default_value_t = 0, value_name = "N")]

@@ -830,6 +830,7 @@ async fn history(client: &Client, args: HistoryArgs, json: bool) -> Result<()> {
         as_of_tx: args.as_of_tx,
         as_of_time_ns: args.as_of_time_ns,
         since_tx: args.since_tx,
+        valid_at_ns: args.valid_at_ns,
         ..HistoryQuery::new(ns, target)
     };
     let from = from_cursor(args.cursor.as_deref())?;

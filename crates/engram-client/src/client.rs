@@ -1199,6 +1199,7 @@ pub(crate) fn history_request(
         as_of_tx: None,
         as_of_time_ns: None,
         since_tx: None,
+        valid_at_ns: None,
     }
 }
 

@@ -38,6 +38,8 @@ pub struct HistoryQuery {
     pub as_of_time_ns: Option<i64>,
     /// Only what transactions after this one wrote; `None`: from the first.
     pub since_tx: Option<u64>,
+    /// Only datoms valid at this instant (ns since the Unix epoch).
+    pub valid_at_ns: Option<i64>,
 }
 
 impl HistoryQuery {
@@ -52,6 +54,7 @@ impl HistoryQuery {
             as_of_tx: None,
             as_of_time_ns: None,
             since_tx: None,
+            valid_at_ns: None,
         }
     }
 
@@ -68,6 +71,7 @@ impl HistoryQuery {
         req.as_of_tx = self.as_of_tx;
         req.as_of_time_ns = self.as_of_time_ns;
         req.since_tx = self.since_tx;
+        req.valid_at_ns = self.valid_at_ns;
         req
     }
 }

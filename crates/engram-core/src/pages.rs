@@ -70,18 +70,23 @@ pub fn page_size(limit: u32) -> usize {
     }
 }
 
-/// Which transactions a History reads: those after `since` (`None`: from the first) up to
-/// `as_of` (`None`: the head when the answer's first page is read).
+/// Which datoms a History reads: those transactions after `since` (`None`: from the first) up
+/// to `as_of` (`None`: the head when the answer's first page is read) wrote, and (if set) only
+/// those valid at `valid_at_ns`.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Bounds {
     pub since: Option<TxId>,
     pub as_of: Option<TxId>,
+    pub valid_at_ns: Option<i64>,
 }
 
 impl Bounds {
     /// Up to `as_of`, from the first transaction.
     pub fn as_of(as_of: Option<TxId>) -> Bounds {
-        Bounds { since: None, as_of }
+        Bounds {
+            as_of,
+            ..Bounds::default()
+        }
     }
 }
 
@@ -101,8 +106,12 @@ pub fn history(
     let (view, _) = View::of(store, ns, branch)?;
     let as_of = answer_as_of(store, cursor.as_ref(), bounds.as_of)?;
     let after = cursor.map(|c| (TxId(c.after.0), c.after.1));
-    let since = bounds.since.unwrap_or(TxId(0));
-    let (datoms, last) = earliest_of(store, &view, of, since, as_of, after, limit)?;
+    let window = Window {
+        since: bounds.since.unwrap_or(TxId(0)),
+        as_of,
+        valid_at_ns: bounds.valid_at_ns,
+    };
+    let (datoms, last) = earliest_of(store, &view, of, window, after, limit)?;
     let next = last.map(|(tx, seq)| Cursor::at(CursorKind::History, query, as_of, (tx.0, seq)));
     Ok(Page { datoms, as_of, next })
 }
@@ -141,7 +150,12 @@ pub fn diff(
                 entity,
                 attribute: None,
             };
-            earliest_of(store, &View::main(ns), of, from, as_of, after, limit)?
+            let window = Window {
+                since: from,
+                as_of,
+                valid_at_ns: None,
+            };
+            earliest_of(store, &View::main(ns), of, window, after, limit)?
         }
         None => namespace_changes(store, ns, from, as_of, after, limit)?,
     };
@@ -149,27 +163,57 @@ pub fn diff(
     Ok(Page { datoms, as_of, next })
 }
 
-/// The first `limit` datoms of `of` seen in `view` with `since < tx <= as_of`, after `after`, in
-/// (tx, seq) order, and the position of the last when more follow.
+/// Which datoms a page gathers: `since < tx <= as_of`, valid at `valid_at_ns` if set.
+#[derive(Clone, Copy)]
+struct Window {
+    since: TxId,
+    as_of: TxId,
+    valid_at_ns: Option<i64>,
+}
+
+/// The first `limit` datoms of `of` seen in `view` within `window`, after `after`, in (tx, seq)
+/// order, and the position of the last when more follow.
 fn earliest_of(
     store: &dyn ReadView,
     view: &View<'_>,
     of: HistoryOf<'_>,
-    since: TxId,
-    as_of: TxId,
+    window: Window,
     after: Option<(TxId, u32)>,
     limit: usize,
 ) -> Result<Gathered, ReadError> {
     let ns = view.ns;
+    let Window {
+        since,
+        as_of,
+        valid_at_ns,
+    } = window;
     // On a branch, main's rows count up to the fork only.
     let main_as_of = match view.branch {
         Some((_, fork)) => fork.min(as_of),
         None => as_of,
     };
     let mut earliest = Earliest::new(limit, after);
-    let mut offer = |tx: TxId, seq: u32, through: TxId, row: &dyn Fn() -> Row| {
-        if tx > since && tx <= through {
-            earliest.offer(tx, seq, row);
+    // `row` is asked for only for a row the page would take, and may still turn it down (`None`:
+    // not valid at the instant asked).
+    let mut offer = |tx: TxId,
+                     seq: u32,
+                     through: TxId,
+                     row: &dyn Fn() -> Result<Option<Row>, ReadError>|
+     -> Result<(), ReadError> {
+        if tx > since
+            && tx <= through
+            && earliest.wants(tx, seq)
+            && let Some(row) = row()?
+        {
+            earliest.push(tx, seq, row);
+        }
+        Ok(())
+    };
+    // A datom's bytes as a row, if valid at the instant asked (decoded only when one is).
+    let encoded = |key: &[u8], bytes: &[u8]| -> Result<Option<Row>, ReadError> {
+        match valid_at_ns {
+            Some(at) if !decode(key, bytes)?.valid_at(at) => Ok(None),
+            _ => Ok(Some(Row::Encoded(bytes.to_vec()))),
         }
     };
     match of {
@@ -183,8 +227,7 @@ fn earliest_of(
             };
             each_row(store, &main, |key, value| {
                 let (tx, seq) = trailing_tx_seq(key)?;
-                offer(tx, seq, main_as_of, &|| Row::Encoded(value.to_vec()));
-                Ok(())
+                offer(tx, seq, main_as_of, &|| encoded(key, value))
             })?;
             if let Some((name, _)) = view.branch {
                 let own = match attribute {
@@ -193,8 +236,7 @@ fn earliest_of(
                 };
                 each_row(store, &own, |key, value| {
                     let (tx, seq) = trailing_tx_seq(key)?;
-                    offer(tx, seq, as_of, &|| Row::Encoded(value.to_vec()));
-                    Ok(())
+                    offer(tx, seq, as_of, &|| encoded(key, value))
                 })?;
             }
         }
@@ -202,14 +244,20 @@ fn earliest_of(
             each_row(store, &keys::aevt_attr(ns, attr), |key, _| {
                 let (e, tx, seq) = keys::trailing_entity_tx_seq(key)
                     .ok_or_else(|| CoreError::corrupt(format!("index row {}", hex(key)), "too short"))?;
-                offer(tx, seq, main_as_of, &|| Row::Indexed(e));
-                Ok(())
+                offer(tx, seq, main_as_of, &|| match valid_at_ns {
+                    // The index row holds no valid time: the datom is read to check it.
+                    Some(_) => {
+                        let key = keys::eavt(ns, e, attr, tx, seq);
+                        encoded(&key, &datom_bytes(store, &key)?)
+                    }
+                    None => Ok(Some(Row::Indexed(e))),
+                })
             })?;
             if let Some((name, _)) = view.branch {
                 each_row(store, &keys::branch_eavt_prefix(ns, name), |key, value| {
                     let (tx, seq) = trailing_tx_seq(key)?;
                     if decode(key, value)?.attribute == *attr {
-                        offer(tx, seq, as_of, &|| Row::Encoded(value.to_vec()));
+                        offer(tx, seq, as_of, &|| encoded(key, value))?;
                     }
                     Ok(())
                 })?;
@@ -227,10 +275,7 @@ fn earliest_of(
                     return Err(CoreError::corrupt("history", "an index row in an entity's history").into());
                 };
                 let key = keys::eavt(ns, e, attr, row.tx, row.seq);
-                let bytes = store.get(Space::State, &key)?.ok_or_else(|| {
-                    CoreError::corrupt(format!("index row {}", hex(&key)), "points at a missing datom")
-                })?;
-                decode(&key, &bytes)?
+                decode(&key, &datom_bytes(store, &key)?)?
             }
         });
     }
@@ -495,6 +540,10 @@ fn history_key(ns: &Namespace, branch: Option<&BranchName>, of: HistoryOf<'_>, b
     if let Some(since) = &since {
         parts.extend([&b"since"[..], since]);
     }
+    let valid = bounds.valid_at_ns.map(i64::to_be_bytes);
+    if let Some(valid) = &valid {
+        parts.extend([&b"valid-at"[..], valid]);
+    }
     QueryKey::of(CursorKind::History, &parts)
 }
 
@@ -556,6 +605,13 @@ fn each_row(
             _ => return Ok(()),
         }
     }
+}
+
+/// The datom an attribute's index row points at.
+fn datom_bytes(store: &dyn ReadView, key: &[u8]) -> Result<Vec<u8>, ReadError> {
+    Ok(store
+        .get(Space::State, key)?
+        .ok_or_else(|| CoreError::corrupt(format!("index row {}", hex(key)), "points at a missing datom"))?)
 }
 
 fn trailing_tx_seq(key: &[u8]) -> Result<(TxId, u32), ReadError> {
@@ -721,15 +777,18 @@ impl Earliest {
         }
     }
 
-    fn offer(&mut self, tx: TxId, seq: u32, row: &dyn Fn() -> Row) {
+    /// Whether a row at (tx, seq) would be kept: after the position and, once the heap is full,
+    /// earlier than its latest.
+    fn wants(&self, tx: TxId, seq: u32) -> bool {
         if self.after.is_some_and(|after| (tx, seq) <= after) {
-            return;
+            return false;
         }
-        if self.heap.len() >= self.keep && self.heap.peek().is_some_and(|top| (tx, seq) >= (top.tx, top.seq))
-        {
-            return;
-        }
-        self.heap.push(Candidate { tx, seq, row: row() });
+        !(self.heap.len() >= self.keep && self.heap.peek().is_some_and(|top| (tx, seq) >= (top.tx, top.seq)))
+    }
+
+    /// Keeps a row [`Earliest::wants`].
+    fn push(&mut self, tx: TxId, seq: u32, row: Row) {
+        self.heap.push(Candidate { tx, seq, row });
         if self.heap.len() > self.keep {
             self.heap.pop();
         }

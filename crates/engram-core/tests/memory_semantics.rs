@@ -1847,7 +1847,10 @@ fn history_since_and_find_since_and_at_a_valid_instant() {
             &m.ns,
             None,
             pages::HistoryOf::Attribute(&tag),
-            pages::Bounds { since, as_of: None },
+            pages::Bounds {
+                since,
+                ..pages::Bounds::default()
+            },
             cursor,
             1,
         )
@@ -1879,12 +1882,14 @@ fn history_since_and_find_since_and_at_a_valid_instant() {
     let mut expected = later.clone();
     expected.sort();
     assert_eq!(find(&since_first), expected);
-    // Valid time: a claim valid only from 5,000 is not current at 4,999.
+    // Valid time: a claim valid only from an instant after every transaction time (this
+    // harness gives transaction n the time n ms) is not current just before it.
+    let starts: i64 = 1_000_000_000_000;
     let receipt = m
         .write(
             agent("admin", Status::Verified, 1.0),
             vec![TxOp {
-                valid_from_ns: Some(5_000),
+                valid_from_ns: Some(starts),
                 ..assert_op(temp("v"), ":cap/tag", s("x"))
             }],
         )
@@ -1903,6 +1908,37 @@ fn history_since_and_find_since_and_at_a_valid_instant() {
             .map(|d| d.entity)
             .collect()
     };
-    assert!(!at(4_999).contains(&valid_later));
-    assert!(at(5_000).contains(&valid_later));
+    assert!(!at(starts - 1).contains(&valid_later));
+    assert_eq!(
+        at(starts - 1).len(),
+        5,
+        "the others hold from their transactions' times"
+    );
+    assert!(at(starts).contains(&valid_later));
+    // History at a valid instant: of the attribute (read through its index) and of the entity.
+    let history_at = |of: pages::HistoryOf<'_>, ns: i64| -> Vec<EntityId> {
+        let bounds = pages::Bounds {
+            valid_at_ns: Some(ns),
+            ..pages::Bounds::default()
+        };
+        every_page(|c| pages::history(store, &m.ns, None, of, bounds, c, 2).unwrap())
+            .iter()
+            .flat_map(|p| p.datoms.iter().map(|d| d.entity))
+            .collect()
+    };
+    let of_attribute = pages::HistoryOf::Attribute(&tag);
+    let before = history_at(of_attribute, starts - 1);
+    assert_eq!(
+        before.len(),
+        5,
+        "the five written before, valid from their transactions' times"
+    );
+    assert!(!before.contains(&valid_later));
+    assert_eq!(history_at(of_attribute, starts).len(), 6);
+    let of_entity = pages::HistoryOf::Entity {
+        entity: valid_later,
+        attribute: None,
+    };
+    assert!(history_at(of_entity, starts - 1).is_empty());
+    assert_eq!(history_at(of_entity, starts), [valid_later]);
 }

@@ -398,7 +398,7 @@ impl EngramClient {
     /// it), or of one `attribute` across entities when `entity` is None, in transaction order:
     /// at most `limit` (0: all of them, read a page at a time as of one transaction); up to
     /// `as_of_tx`, or to the last transaction at or before `as_of_time` (datetime or ns).
-    #[pyo3(signature = (namespace, entity=None, *, attribute=None, limit=0, branch=None, prove=false, stale=false, as_of_tx=None, as_of_time=None, since_tx=None))]
+    #[pyo3(signature = (namespace, entity=None, *, attribute=None, limit=0, branch=None, prove=false, stale=false, as_of_tx=None, as_of_time=None, since_tx=None, valid_at=None))]
     #[allow(clippy::too_many_arguments)]
     fn history(
         &self,
@@ -413,14 +413,19 @@ impl EngramClient {
         as_of_tx: Option<u64>,
         as_of_time: Option<&Bound<'_, PyAny>>,
         since_tx: Option<u64>,
+        valid_at: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Py<PyList>> {
         let as_of = (as_of_tx, as_of_time_arg(as_of_time)?);
         let query = HistoryQuery {
             since_tx,
+            valid_at_ns: valid_at.map(|v| convert::time_ns("valid_at", v)).transpose()?,
             ..history_query(namespace, entity, attribute, as_of, limit, branch, stale)?
         };
         let client = self.client.clone();
-        let bounded = query.as_of_tx.is_some() || query.as_of_time_ns.is_some() || since_tx.is_some();
+        let bounded = query.as_of_tx.is_some()
+            || query.as_of_time_ns.is_some()
+            || since_tx.is_some()
+            || query.valid_at_ns.is_some();
         let response = match (prove, query.branch.is_some()) {
             (true, true) => {
                 return Err(PyValueError::new_err(
@@ -429,7 +434,7 @@ impl EngramClient {
             }
             (true, false) if bounded => {
                 return Err(PyValueError::new_err(
-                    "prove: a proven history is read whole up to the head; give no as_of_tx, as_of_time or since_tx",
+                    "prove: a proven history is read whole up to the head; give no as_of_tx, as_of_time, since_tx or valid_at",
                 ));
             }
             (true, false) => self.run_proven(py, move |client, mut log| async move {
@@ -451,7 +456,7 @@ impl EngramClient {
 
     /// `history`, as an iterator that reads a page of `page_size` datoms (0: the server's
     /// largest page) when it needs one: for answers too large to hold at once.
-    #[pyo3(signature = (namespace, entity=None, *, attribute=None, page_size=0, branch=None, stale=false, as_of_tx=None, as_of_time=None, since_tx=None))]
+    #[pyo3(signature = (namespace, entity=None, *, attribute=None, page_size=0, branch=None, stale=false, as_of_tx=None, as_of_time=None, since_tx=None, valid_at=None))]
     #[allow(clippy::too_many_arguments)]
     fn iter_history(
         &self,
@@ -464,10 +469,12 @@ impl EngramClient {
         as_of_tx: Option<u64>,
         as_of_time: Option<&Bound<'_, PyAny>>,
         since_tx: Option<u64>,
+        valid_at: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Pages> {
         let as_of = (as_of_tx, as_of_time_arg(as_of_time)?);
         let query = HistoryQuery {
             since_tx,
+            valid_at_ns: valid_at.map(|v| convert::time_ns("valid_at", v)).transpose()?,
             ..history_query(namespace, entity, attribute, as_of, page_size, branch, stale)?
         };
         Ok(self.pages(PagedQuery::History(query)))

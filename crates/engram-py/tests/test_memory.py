@@ -226,3 +226,19 @@ def test_redact_forgets_a_value_and_says_so(db, ns):
         db.redact(ns, person, attribute=":person/email", reason="again")
     with pytest.raises(ValueError):
         db.redact(ns, person, reason="")
+
+
+def test_history_and_find_since_a_transaction_and_at_a_valid_instant(db, ns):
+    first = db.transact(ns, [("a", ":cap/tag", "x")])
+    later = db.transact(ns, [("b", ":cap/tag", "x")])
+    b = later.temp_ids["b"]
+    assert [d.entity for d in db.history(ns, attribute=":cap/tag", since_tx=first.tx)] == [b]
+    assert [d.entity for d in db.iter_history(ns, attribute=":cap/tag", since_tx=first.tx, page_size=1)] == [b]
+    assert [d.entity for d in db.find(ns, ":cap/tag", since_tx=first.tx)] == [b]
+    # A claim valid only from an instant on: not at the instant before it, in find and history.
+    starts = 2_000_000_000_000_000_000
+    c = db.transact(ns, [Assert("c", ":cap/tag", "x", valid_from=starts)]).temp_ids["c"]
+    assert c not in [d.entity for d in db.find(ns, ":cap/tag", valid_at=starts - 1)]
+    assert c in [d.entity for d in db.find(ns, ":cap/tag", valid_at=starts)]
+    assert c not in [d.entity for d in db.history(ns, attribute=":cap/tag", valid_at=starts - 1)]
+    assert [d.entity for d in db.history(ns, c, valid_at=starts)] == [c]

@@ -198,6 +198,7 @@ class Client:
         as_of_tx: Optional[int] = None,
         as_of_time: Optional[Time] = None,
         since_tx: Optional[int] = None,
+        valid_at: Optional[Time] = None,
     ) -> List[Datom]: ...
     def iter_history(
         self,
@@ -211,6 +212,7 @@ class Client:
         as_of_tx: Optional[int] = None,
         as_of_time: Optional[Time] = None,
         since_tx: Optional[int] = None,
+        valid_at: Optional[Time] = None,
     ) -> Pages: ...
     def find(
         self,

@@ -913,6 +913,7 @@ impl pb::memory_server::Memory for MemoryService {
         let bounds = pages::Bounds {
             since: req.since_tx.map(TxId),
             as_of: as_of.tx.map(TxId),
+            valid_at_ns: req.valid_at_ns,
         };
         // A page reads its target's index rows whole: an attribute's on the read pool, never
         // on a worker that drives Raft.
