@@ -1077,6 +1077,22 @@ pub struct ListPaging {
     pub stale: bool,
 }
 
+/// When a list is read as of: shared by the list commands.
+#[derive(Args, Debug)]
+pub struct ListAsOf {
+    /// As of this transaction (inclusive).
+    #[arg(long, value_name = "TX")]
+    pub as_of_tx: Option<u64>,
+    /// As of the last transaction at or before this instant (ns since the Unix epoch).
+    #[arg(
+        long,
+        value_name = "NS",
+        conflicts_with = "as_of_tx",
+        allow_negative_numbers = true
+    )]
+    pub as_of_time_ns: Option<i64>,
+}
+
 #[derive(Args, Debug)]
 pub struct NamespacesArgs {
     #[command(flatten)]
@@ -1090,17 +1106,8 @@ pub struct EntitiesArgs {
     /// Only entities with a datom of this attribute [default: every entity].
     #[arg(long, value_name = ":PREFIX/NAME")]
     pub attribute: Option<String>,
-    /// As of this transaction (inclusive): the entities that existed then.
-    #[arg(long, value_name = "TX")]
-    pub as_of_tx: Option<u64>,
-    /// As of the last transaction at or before this instant (ns since the Unix epoch).
-    #[arg(
-        long,
-        value_name = "NS",
-        conflicts_with = "as_of_tx",
-        allow_negative_numbers = true
-    )]
-    pub as_of_time_ns: Option<i64>,
+    #[command(flatten)]
+    pub as_of: ListAsOf,
     #[command(flatten)]
     pub paging: ListPaging,
 }
@@ -1115,17 +1122,8 @@ pub struct ReferrersArgs {
     /// Only through this attribute [default: any you may read].
     #[arg(long, value_name = ":PREFIX/NAME")]
     pub attribute: Option<String>,
-    /// As of this transaction (inclusive).
-    #[arg(long, value_name = "TX")]
-    pub as_of_tx: Option<u64>,
-    /// As of the last transaction at or before this instant (ns since the Unix epoch).
-    #[arg(
-        long,
-        value_name = "NS",
-        conflicts_with = "as_of_tx",
-        allow_negative_numbers = true
-    )]
-    pub as_of_time_ns: Option<i64>,
+    #[command(flatten)]
+    pub as_of: ListAsOf,
     /// Only claims valid at this instant (ns since the Unix epoch, valid time).
     #[arg(long, value_name = "NS", allow_negative_numbers = true)]
     pub valid_at_ns: Option<i64>,

@@ -1007,8 +1007,8 @@ async fn list_namespaces(client: &Client, args: NamespacesArgs, json: bool) -> R
 async fn list_entities(client: &Client, args: EntitiesArgs, json: bool) -> Result<()> {
     let query = EntitiesQuery {
         attribute: args.attribute.as_deref().map(attribute).transpose()?,
-        as_of_tx: args.as_of_tx,
-        as_of_time_ns: args.as_of_time_ns,
+        as_of_tx: args.as_of.as_of_tx,
+        as_of_time_ns: args.as_of.as_of_time_ns,
         limit: args.paging.limit,
         consistency: consistency(args.paging.stale),
         ..EntitiesQuery::new(namespace(&args.namespace)?)
@@ -1045,8 +1045,8 @@ async fn list_entities(client: &Client, args: EntitiesArgs, json: bool) -> Resul
 async fn referrers(client: &Client, args: ReferrersArgs, json: bool) -> Result<()> {
     let query = ReferrersQuery {
         attribute: args.attribute.as_deref().map(attribute).transpose()?,
-        as_of_tx: args.as_of_tx,
-        as_of_time_ns: args.as_of_time_ns,
+        as_of_tx: args.as_of.as_of_tx,
+        as_of_time_ns: args.as_of.as_of_time_ns,
         valid_at_ns: args.valid_at_ns,
         limit: args.paging.limit,
         consistency: consistency(args.paging.stale),
