@@ -255,34 +255,34 @@ def test_the_access_log_records_who_read_what(enforced):
 def test_lists_show_only_what_the_caller_may_read(enforced):
     c, admin_key, _ = enforced
     admin = engram.Engram(c.endpoints, agent_key=admin_key)
-    carol_key = c.dir / "carol.key"
-    admin.create_agent("carol", carol_key)
-    admin.grant("carol", ["read", "write"], "lists/carol")
-    admin.grant("carol", ["read"], "lists/shared", attribute=":doc/*")
+    lena_key = c.dir / "lena.key"
+    admin.create_agent("lena", lena_key)
+    admin.grant("lena", ["read", "write"], "lists/lena")
+    admin.grant("lena", ["read"], "lists/shared", attribute=":doc/*")
     owner = admin.transact("lists/shared", [("o", ":person/name", "Olga")]).temp_ids["o"]
     doc = admin.transact(
         "lists/shared",
         [("d", ":doc/author", engram.Ref(owner)), ("d", ":hr/reviewer", engram.Ref(owner))],
     ).temp_ids["d"]
     admin.transact("lists/hidden", [("x", ":n/x", 1)])
-    carol = engram.Engram(c.endpoints, agent_key=carol_key)
-    carol.transact("lists/carol", [("t", ":n/x", 2)])
+    lena = engram.Engram(c.endpoints, agent_key=lena_key)
+    lena.transact("lists/lena", [("t", ":n/x", 2)])
 
     everything = admin.namespaces()
-    assert {"lists/carol", "lists/shared", "lists/hidden"} <= set(everything)
+    assert {"lists/lena", "lists/shared", "lists/hidden"} <= set(everything)
     assert everything == sorted(everything)
-    # Carol sees the namespaces she may read (all of one, some attributes of the other).
-    assert [n for n in carol.namespaces() if n.startswith("lists/")] == ["lists/carol", "lists/shared"]
-    # The facts referring to Olga: carol is shown only the attribute she may read.
+    # Lena sees the namespaces she may read (all of one, some attributes of the other).
+    assert [n for n in lena.namespaces() if n.startswith("lists/")] == ["lists/lena", "lists/shared"]
+    # The facts referring to Olga: lena is shown only the attribute she may read.
     assert {(d.attribute, d.entity) for d in admin.referrers("lists/shared", owner)} == {
         (":doc/author", doc),
         (":hr/reviewer", doc),
     }
-    assert [(d.attribute, d.entity) for d in carol.referrers("lists/shared", owner)] == [(":doc/author", doc)]
+    assert [(d.attribute, d.entity) for d in lena.referrers("lists/shared", owner)] == [(":doc/author", doc)]
     with pytest.raises(engram.PermissionDenied, match=":hr/reviewer"):
-        carol.referrers("lists/shared", owner, attribute=":hr/reviewer")
+        lena.referrers("lists/shared", owner, attribute=":hr/reviewer")
     with pytest.raises(engram.PermissionDenied, match=":hr/reviewer"):
-        carol.entities("lists/shared", ":hr/reviewer")
+        lena.entities("lists/shared", ":hr/reviewer")
     with pytest.raises(engram.PermissionDenied):
-        carol.entities("lists/hidden")
+        lena.entities("lists/hidden")
     assert sorted(admin.entities("lists/shared")) == sorted([owner, doc])
