@@ -25,7 +25,7 @@ use engram_storage::{ReadView, Space, prefix_end};
 use engram_types::{Attribute, Cardinality, Datom, EntityId, Namespace, TxId, Value};
 
 use crate::cursor::{Cursor, CursorKind, QueryKey};
-use crate::pages::{Page, answer_as_of};
+use crate::pages::{Page, answer_as_of, trailing_tx_seq};
 use crate::reads::{self, ReadError, ReadOptions};
 use crate::rows::hex;
 use crate::{CoreError, keys, schema};
@@ -196,11 +196,6 @@ fn entity_after(key: &[u8], prefix_len: usize) -> Result<EntityId, ReadError> {
         .and_then(|b| <[u8; 8]>::try_from(b).ok())
         .map(|b| EntityId(u64::from_be_bytes(b)))
         .ok_or_else(|| CoreError::corrupt(format!("row {}", hex(key)), "too short for an entity id").into())
-}
-
-fn trailing_tx_seq(key: &[u8]) -> Result<(TxId, u32), ReadError> {
-    Ok(keys::trailing_tx_seq(key)
-        .ok_or_else(|| CoreError::corrupt(format!("row {}", hex(key)), "shorter than tx and seq"))?)
 }
 
 /// Whether `e`'s rows under `prefix` hold one written at or before `as_of`.

@@ -614,9 +614,10 @@ fn datom_bytes(store: &dyn ReadView, key: &[u8]) -> Result<Vec<u8>, ReadError> {
         .ok_or_else(|| CoreError::corrupt(format!("index row {}", hex(key)), "points at a missing datom"))?)
 }
 
-fn trailing_tx_seq(key: &[u8]) -> Result<(TxId, u32), ReadError> {
+/// The trailing (tx, seq) of a datom or index row; a shorter key is corruption.
+pub(crate) fn trailing_tx_seq(key: &[u8]) -> Result<(TxId, u32), ReadError> {
     Ok(keys::trailing_tx_seq(key)
-        .ok_or_else(|| CoreError::corrupt(format!("datom row {}", hex(key)), "shorter than tx and seq"))?)
+        .ok_or_else(|| CoreError::corrupt(format!("row {}", hex(key)), "shorter than tx and seq"))?)
 }
 
 fn decode(key: &[u8], bytes: &[u8]) -> Result<Datom, ReadError> {

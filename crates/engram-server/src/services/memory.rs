@@ -1066,7 +1066,6 @@ impl pb::memory_server::Memory for MemoryService {
         let as_of = AsOf::of(&self.shared, req.as_of_tx, req.as_of_time_ns)?;
         let bound = as_of.tx.map(TxId);
         let page = {
-            let ns = ns.clone();
             let (cursor, limit) = (req.cursor.clone(), pages::page_size(req.limit));
             self.shared
                 .read_sized(true, move |store| {
@@ -1112,7 +1111,7 @@ impl pb::memory_server::Memory for MemoryService {
             ..reads::ReadOptions::default()
         };
         let page = {
-            let (ns, scope) = (ns.clone(), caller.scope.clone());
+            let scope = caller.scope.clone();
             let (cursor, limit) = (req.cursor.clone(), pages::page_size(req.limit));
             let target = EntityId(req.entity);
             self.shared
