@@ -7,7 +7,7 @@ use engram_audit::{
     KeyRecord, KeyRing, NodeKey, PublicKey, SignedCheckpoint, SignedEntry, apply_key_change, tx_content_hash,
 };
 use engram_merkle::{Blake3, MerkleHasher};
-use engram_storage::{Layered, Mutation, Overlay, ReadView, Space, Store, WriteBatch};
+use engram_storage::{CachedStore, Layered, Mutation, Overlay, ReadView, Space, Store, WriteBatch};
 use engram_types::{Hash, RedactPart, RedactRequest, TxId, TxReceipt, TxRequest, Value};
 
 use crate::durability::{Write, durability};
@@ -36,6 +36,10 @@ impl Default for CheckpointPolicy {
 /// The state machine. Owns the cached chain head; everything else lives in the store.
 pub struct Engine {
     store: Arc<dyn Store>,
+    /// The store as apply reads it: the same store, with the schema rows every transaction
+    /// reads kept in memory ([`SCHEMA_ROW_PREFIXES`]). Every batch this engine writes or hands
+    /// out passes [`CachedStore::written`] first, and a reload clears it.
+    base: CachedStore,
     keys: Arc<KeyRing>,
     head: ChainHead,
     policy: CheckpointPolicy,
@@ -181,6 +185,7 @@ impl Engine {
     ) -> Result<Engine, CoreError> {
         let mut engine = Engine {
             head: ChainHead::default(),
+            base: CachedStore::new(store.clone(), Space::State, SCHEMA_ROW_PREFIXES),
             store,
             keys,
             policy,
@@ -239,6 +244,7 @@ impl Engine {
     /// Re-reads the head after the store was replaced underneath (snapshot install).
     pub fn reload(&mut self) -> Result<(), CoreError> {
         self.grants.clear();
+        self.base.clear();
         self.head = reads::head(&*self.store)?;
         self.last_checkpoint = match self.store.get(Space::State, keys::META_CHECKPOINT)? {
             Some(bytes) => Some(decode_row("last checkpoint", &bytes)?),
@@ -277,7 +283,7 @@ impl Engine {
         }
         let mut batch = WriteBatch::new();
         self.attest_into(stored, &mut batch);
-        self.store.write(batch, durability(Write::StartAttestation))?;
+        self.write_store(batch, Write::StartAttestation)?;
         Ok(())
     }
 
@@ -308,9 +314,15 @@ impl Engine {
         Ok(reads::signer(&self.view(), current)?.and_then(|row| row.revoked_at))
     }
 
+    /// Writes `batch` to the store now, through the schema-row cache.
+    fn write_store(&self, batch: WriteBatch, write: Write) -> Result<(), CoreError> {
+        self.base.written(&batch);
+        Ok(self.store.write(batch, durability(write))?)
+    }
+
     /// The store as the open group's next entry sees it: with the group's writes so far.
     fn view(&self) -> Layered<'_> {
-        self.pending.over(&*self.store)
+        self.pending.over(&self.base)
     }
 
     /// [`policy::PolicyCache::check_tx`] at this entry, through the engine's cache of the policy rows (a
@@ -320,7 +332,7 @@ impl Engine {
         principal: Option<&Principal>,
         req: &TxRequest,
     ) -> Result<Result<(), Rejection>, CoreError> {
-        let view = self.pending.over(&*self.store);
+        let view = self.pending.over(&self.base);
         self.grants.check_tx(&view, principal, req)
     }
 
@@ -388,6 +400,7 @@ impl Engine {
         };
         self.pending.absorb(closing);
         let mut batch = std::mem::take(&mut self.pending).into_batch();
+        self.base.written(&batch);
         if half_batch && batch.len() >= 2 {
             // The closing rows (the applied log position) go in the first half, the rest is
             // written only with the next group, so a crash in between leaves half a group
@@ -632,7 +645,7 @@ impl Engine {
         self.commit(batch, head, &sealed);
         self.write_head();
         let written = std::mem::take(&mut self.pending).into_batch();
-        self.store.write(written, durability(Write::KeyChange))?;
+        self.write_store(written, Write::KeyChange)?;
         // This node's own rotation: sign with the new key from the next entry on. (Only the
         // node that staged the new key holds it; the other replicas keep their keys.)
         if let KeyAction::Rotate { old, new, .. } = &req.action
@@ -984,7 +997,7 @@ impl Engine {
                     }
                 }
             };
-            let view = engine.pending.over(&*engine.store);
+            let view = engine.pending.over(&engine.base);
             let checked = engine.grants.check_redact(&view, principal.as_ref(), req)?;
             let targets = match (checked, part) {
                 (Err(rejection), _) => Err(rejection),
@@ -1157,7 +1170,7 @@ impl Engine {
                 // the row without the entry, and the entry applied again looks like a retry.
                 let mut eager = WriteBatch::new();
                 eager.put(Space::State, keys::idempotency(ns, key), row.encode());
-                self.store.write(eager, durability(Write::PlantedEagerRow))?;
+                self.write_store(eager, Write::PlantedEagerRow)?;
             }
             batch.put(Space::State, keys::idempotency(ns, key), row.encode());
         }
@@ -1176,6 +1189,10 @@ impl Engine {
         Ok(Ok(receipt))
     }
 }
+
+/// The rows apply reads through [`CachedStore`]: attribute schema rows and namespace schema
+/// rows, read by nearly every transaction and written by few.
+const SCHEMA_ROW_PREFIXES: &[u8] = &[keys::SCHEMA, keys::NS_SCHEMA];
 
 #[cfg(test)]
 mod tests {

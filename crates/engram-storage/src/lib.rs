@@ -9,10 +9,12 @@
 //! Must not depend on: RocksDB or any other engine, an async runtime, or Engram's data model.
 //! The traits speak bytes; meaning lives in the layers above.
 
+mod cached;
 pub mod conformance;
 mod mem;
 mod overlay;
 
+pub use cached::CachedStore;
 pub use mem::MemStore;
 pub use overlay::{Layered, Overlay};
 use thiserror::Error;
