@@ -35,10 +35,10 @@ impl Default for CheckpointPolicy {
 
 /// The state machine. Owns the cached chain head; everything else lives in the store.
 pub struct Engine {
-    store: Arc<dyn Store>,
-    /// The store as apply reads it: the same store, with the schema rows every transaction
-    /// reads kept in memory ([`SCHEMA_ROW_PREFIXES`]). Every batch this engine writes or hands
-    /// out passes [`CachedStore::written`] first, and a reload clears it.
+    /// The store, as apply reads it: with the schema rows every transaction reads kept in
+    /// memory ([`SCHEMA_ROW_PREFIXES`]). Every batch this engine writes or hands out passes
+    /// [`CachedStore::written`] first, and a reload clears it; `base.store()` is the store
+    /// itself, for writes and for reads that need no cache.
     base: CachedStore,
     keys: Arc<KeyRing>,
     head: ChainHead,
@@ -185,8 +185,7 @@ impl Engine {
     ) -> Result<Engine, CoreError> {
         let mut engine = Engine {
             head: ChainHead::default(),
-            base: CachedStore::new(store.clone(), Space::State, SCHEMA_ROW_PREFIXES),
-            store,
+            base: CachedStore::new(store, Space::State, SCHEMA_ROW_PREFIXES),
             keys,
             policy,
             last_checkpoint: None,
@@ -238,19 +237,19 @@ impl Engine {
     }
 
     pub fn store(&self) -> &Arc<dyn Store> {
-        &self.store
+        self.base.store()
     }
 
     /// Re-reads the head after the store was replaced underneath (snapshot install).
     pub fn reload(&mut self) -> Result<(), CoreError> {
         self.grants.clear();
         self.base.clear();
-        self.head = reads::head(&*self.store)?;
-        self.last_checkpoint = match self.store.get(Space::State, keys::META_CHECKPOINT)? {
+        self.head = reads::head(&**self.base.store())?;
+        self.last_checkpoint = match self.base.store().get(Space::State, keys::META_CHECKPOINT)? {
             Some(bytes) => Some(decode_row("last checkpoint", &bytes)?),
             None => None,
         };
-        self.origin = reads::origin(&*self.store)?;
+        self.origin = reads::origin(&**self.base.store())?;
         self.signing_revoked_at = self.revocation_of_signing_key()?;
         self.attest_head()?;
         Ok(())
@@ -265,7 +264,7 @@ impl Engine {
             return Ok(());
         }
         let index = self.head.index;
-        let Some(bytes) = self.store.get(Space::State, &keys::audit(index))? else {
+        let Some(bytes) = self.base.store().get(Space::State, &keys::audit(index))? else {
             return Err(CoreError::corrupt(
                 format!("audit entry {index}"),
                 "the chain head names an entry the store does not hold",
@@ -317,7 +316,7 @@ impl Engine {
     /// Writes `batch` to the store now, through the schema-row cache.
     fn write_store(&self, batch: WriteBatch, write: Write) -> Result<(), CoreError> {
         self.base.written(&batch);
-        Ok(self.store.write(batch, durability(write))?)
+        Ok(self.base.store().write(batch, durability(write))?)
     }
 
     /// The store as the open group's next entry sees it: with the group's writes so far.
@@ -457,7 +456,9 @@ impl Engine {
             }
         };
         let batch = self.end_group(WriteBatch::new())?;
-        self.store.write(batch, durability(Write::StandaloneApply))?;
+        self.base
+            .store()
+            .write(batch, durability(Write::StandaloneApply))?;
         Ok(out)
     }
 
