@@ -295,7 +295,7 @@ impl Engine {
         let index = entry.entry.index;
         if !planted::active(PlantedBug::SkipGroupAttestation) {
             assert!(
-                key.public().verify(entry.entry.hash().as_bytes(), &signature),
+                key.verify_own(entry.entry.hash().as_bytes(), &signature),
                 "I4 signatures-valid: fresh attestation of audit entry {index} does not verify"
             );
             batch.put(Space::State, keys::audit(index), entry.encode());

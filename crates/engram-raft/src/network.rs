@@ -404,6 +404,7 @@ impl RaftService {
                 store,
                 raft: raft.clone(),
                 first_contact: Default::default(),
+                verifiers: Default::default(),
             },
             raft,
             node_id,

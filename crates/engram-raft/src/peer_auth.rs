@@ -43,10 +43,11 @@
 //!
 //! Client TLS certificates play no part, so a client certificate never passes as a peer.
 
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use engram_audit::{
-    EntryKind, KeyAction, KeyChangeRequest, KeyId, KeyRing, NodeKey, PublicKey, key_statement,
+    EntryKind, KeyAction, KeyChangeRequest, KeyId, KeyRing, NodeKey, PublicKey, Verifier, key_statement,
 };
 use engram_core::reads;
 use engram_proto::pb;
@@ -204,6 +205,12 @@ pub trait PeerKeys {
     fn origin(&self) -> Result<Option<String>, String> {
         Ok(None)
     }
+
+    /// Whether `signature` by `key` over `message` verifies ([`PublicKey::verify`]); a receiver
+    /// may keep its senders' keys decompressed (a field square root per request otherwise).
+    fn signature_verifies(&self, key: &PublicKey, message: &[u8], signature: &[u8; 64]) -> bool {
+        key.verify(message, signature)
+    }
 }
 
 /// Rule 4: whether `admissions` (encoded key-change requests) admit `key` for node `from`,
@@ -357,7 +364,7 @@ pub fn verify(
         }
         // A trusted key whose signature fails is a forgery (or corruption), not a key we
         // merely do not know: say so rather than trying the next one.
-        if !key.verify(&message, &signature) {
+        if !keys.signature_verifies(&key, &message, &signature) {
             return Err(AuthError::BadSignature {
                 from,
                 key: key.key_id().to_string(),
@@ -389,7 +396,12 @@ pub struct ClusterKeys {
     /// member keys it listed, are accepted until this node appends a membership that includes
     /// it (in memory: a restart forgets it).
     pub first_contact: Mutex<Option<FirstContact>>,
+    /// Senders' keys, decompressed once (see [`PeerKeys::signature_verifies`]).
+    pub verifiers: Mutex<HashMap<PublicKey, Verifier>>,
 }
+
+/// The most sender keys [`ClusterKeys`] keeps decompressed before it starts over.
+const MAX_CACHED_VERIFIERS: usize = 64;
 
 /// Rule 3's binding: the first sender's key and the member keys its request listed.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -430,9 +442,19 @@ impl ClusterKeys {
 
 impl PeerKeys for ClusterKeys {
     fn trusts(&self, from: u64, key: &PublicKey) -> Result<bool, String> {
-        let metrics = self.raft.metrics().borrow_watched().clone();
-        let membership = metrics.membership_config.membership();
-        if outside(&metrics, self.me) {
+        // Read under the metrics borrow and let go at once: cloning the metrics (membership
+        // maps, replication progress) for every Raft request was a measurable cost per write.
+        let (is_outside, member_key) = {
+            let metrics = self.raft.metrics();
+            let m = metrics.borrow_watched();
+            let member_key = m
+                .membership_config
+                .membership()
+                .get_node(&from)
+                .is_some_and(|node| node.public_key == key.0);
+            (outside(&m, self.me), member_key)
+        };
+        if is_outside {
             // Never initialised, or removed: this node belongs to no cluster yet. Whoever adds
             // it must be able to reach it, so the first sender wins; everyone else is refused,
             // so a hostile first contact can make this node useless to the cluster (it must be
@@ -445,9 +467,23 @@ impl PeerKeys for ClusterKeys {
             // The chain knows this key: it decides, whatever the membership says.
             return Ok(row.node_id == from && row.retired_at.is_none() && row.revoked_at.is_none());
         }
-        Ok(membership
-            .get_node(&from)
-            .is_some_and(|node| node.public_key == key.0))
+        Ok(member_key)
+    }
+
+    fn signature_verifies(&self, key: &PublicKey, message: &[u8], signature: &[u8; 64]) -> bool {
+        let mut cached = self.verifiers.lock().unwrap_or_else(|p| p.into_inner());
+        if !cached.contains_key(key) {
+            // Only keys `trusts` accepted get here, so the map holds a cluster's few keys; the
+            // bound is for a chain that rotates keys for years.
+            if cached.len() >= MAX_CACHED_VERIFIERS {
+                cached.clear();
+            }
+            match key.verifier() {
+                Some(verifier) => cached.insert(*key, verifier),
+                None => return false,
+            };
+        }
+        cached.get(key).is_some_and(|v| v.verify(message, signature))
     }
 
     fn active_key(&self, id: KeyId) -> Result<Option<PublicKey>, String> {
