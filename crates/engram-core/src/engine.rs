@@ -244,12 +244,12 @@ impl Engine {
     pub fn reload(&mut self) -> Result<(), CoreError> {
         self.grants.clear();
         self.base.clear();
-        self.head = reads::head(&**self.base.store())?;
-        self.last_checkpoint = match self.base.store().get(Space::State, keys::META_CHECKPOINT)? {
+        self.head = reads::head(&**self.store())?;
+        self.last_checkpoint = match self.store().get(Space::State, keys::META_CHECKPOINT)? {
             Some(bytes) => Some(decode_row("last checkpoint", &bytes)?),
             None => None,
         };
-        self.origin = reads::origin(&**self.base.store())?;
+        self.origin = reads::origin(&**self.store())?;
         self.signing_revoked_at = self.revocation_of_signing_key()?;
         self.attest_head()?;
         Ok(())
@@ -264,7 +264,7 @@ impl Engine {
             return Ok(());
         }
         let index = self.head.index;
-        let Some(bytes) = self.base.store().get(Space::State, &keys::audit(index))? else {
+        let Some(bytes) = self.store().get(Space::State, &keys::audit(index))? else {
             return Err(CoreError::corrupt(
                 format!("audit entry {index}"),
                 "the chain head names an entry the store does not hold",
@@ -316,7 +316,7 @@ impl Engine {
     /// Writes `batch` to the store now, through the schema-row cache.
     fn write_store(&self, batch: WriteBatch, write: Write) -> Result<(), CoreError> {
         self.base.written(&batch);
-        Ok(self.base.store().write(batch, durability(write))?)
+        Ok(self.store().write(batch, durability(write))?)
     }
 
     /// The store as the open group's next entry sees it: with the group's writes so far.
@@ -456,9 +456,7 @@ impl Engine {
             }
         };
         let batch = self.end_group(WriteBatch::new())?;
-        self.base
-            .store()
-            .write(batch, durability(Write::StandaloneApply))?;
+        self.store().write(batch, durability(Write::StandaloneApply))?;
         Ok(out)
     }
 

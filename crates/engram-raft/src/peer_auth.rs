@@ -471,19 +471,27 @@ impl PeerKeys for ClusterKeys {
     }
 
     fn signature_verifies(&self, key: &PublicKey, message: &[u8], signature: &[u8; 64]) -> bool {
-        let mut cached = self.verifiers.lock().unwrap_or_else(|p| p.into_inner());
-        if !cached.contains_key(key) {
-            // Only keys `trusts` accepted get here, so the map holds a cluster's few keys; the
-            // bound is for a chain that rotates keys for years.
-            if cached.len() >= MAX_CACHED_VERIFIERS {
-                cached.clear();
+        // The key is taken out of the map and checked after the lock is let go: requests from
+        // several peers do not wait on one another's verification.
+        let verifier = {
+            let mut cached = self.verifiers.lock().unwrap_or_else(|p| p.into_inner());
+            match cached.get(key) {
+                Some(verifier) => verifier.clone(),
+                None => {
+                    let Some(verifier) = key.verifier() else {
+                        return false;
+                    };
+                    // Only keys `trusts` accepted get here, so the map holds a cluster's few
+                    // keys; the bound is for a chain that rotates keys for years.
+                    if cached.len() >= MAX_CACHED_VERIFIERS {
+                        cached.clear();
+                    }
+                    cached.insert(*key, verifier.clone());
+                    verifier
+                }
             }
-            match key.verifier() {
-                Some(verifier) => cached.insert(*key, verifier),
-                None => return false,
-            };
-        }
-        cached.get(key).is_some_and(|v| v.verify(message, signature))
+        };
+        verifier.verify(message, signature)
     }
 
     fn active_key(&self, id: KeyId) -> Result<Option<PublicKey>, String> {
