@@ -380,6 +380,36 @@ pub enum Command {
     #[command(subcommand)]
     Audit(AuditCommand),
 
+    /// Take an online, consistent backup of a node's state into one file, while writes go on.
+    ///
+    /// The file holds every replicated row as of one applied entry and a checkpoint the node
+    /// signs over the audit chain in it; it checks itself (`engram audit verify --backup FILE`)
+    /// and `engram restore` builds a new cluster from it. Asks the first endpoint (a follower's
+    /// backup ends at the entry it has applied). Needs cluster-admin in enforced mode.
+    #[command(
+        after_help = "EXAMPLES\n  engram -e 127.0.0.1:7001 backup --out engram.backup\n  \
+        engram audit verify --backup engram.backup\n  \
+        engram backup --out /backups/$(date +%F).backup --json"
+    )]
+    Backup(BackupArgs),
+
+    /// Build a new node's store from a backup: a one-node cluster that others then join.
+    ///
+    /// Verifies the backup first (as `audit verify --backup` does). The node keeps signing the
+    /// same chain, so it needs the node key of one of the backed-up cluster's members (its
+    /// node.key) and becomes that member's id. Start it with `engram serve`, then start new
+    /// nodes with `--join --peer ID=ADDR` pointing at it: each gets the state and a key of its
+    /// own. Restore only where the backed-up cluster no longer runs: two clusters writing with
+    /// one key fork the chain.
+    #[command(
+        after_help = "EXAMPLES\n  engram restore --backup engram.backup --data-dir /var/lib/engram/1 \\\n    \
+        --key-file old-node1.key --addr 10.0.0.5:7001\n  \
+        engram serve --id 1 --listen 0.0.0.0:7001 --advertise 10.0.0.5:7001 --data-dir /var/lib/engram/1\n  \
+        engram serve --id 2 --listen 0.0.0.0:7001 --advertise 10.0.0.6:7001 --data-dir /var/lib/engram/2 \\\n    \
+        --join --peer 1=10.0.0.5:7001"
+    )]
+    Restore(RestoreArgs),
+
     /// Ask a node's gRPC health service whether it is SERVING (exit 0) or not (exit 1): the
     /// container health check and a scriptable readiness probe.
     Health(HealthArgs),
@@ -1299,11 +1329,12 @@ pub enum BranchCommand {
 
 #[derive(Subcommand, Debug)]
 pub enum AuditCommand {
-    /// Verify an audit chain: a live node's (default), an export file, or a stopped node's store.
+    /// Verify an audit chain: a live node's (default), an export file, a stopped node's store, or
+    /// a backup.
     ///
     /// Live: pulls the whole chain from a node and checks every link and signature.
     ///
-    /// Offline (FILE or --data-dir): checks every link, attestation and key change, every
+    /// Offline (FILE, --data-dir or --backup): checks every link, attestation and key change, every
     /// transaction's datoms against the content hash its entry records, the Merkle root of the
     /// entries against every checkpoint and every checkpoint's signature against the key
     /// history, and (with --pin) that the chain contains a checkpoint obtained earlier.
@@ -1314,7 +1345,8 @@ pub enum AuditCommand {
     #[command(
         after_help = "EXAMPLES\n  engram audit verify\n  engram -e n1:7001 -e n2:7001 -e n3:7001 audit verify --each\n  \
         engram audit verify chain.engram-audit --pin checkpoint.txt\n  \
-        engram audit verify --data-dir /var/lib/engram/1 --all --json"
+        engram audit verify --data-dir /var/lib/engram/1 --all --json\n  \
+        engram audit verify --backup engram.backup"
     )]
     Verify(VerifyArgs),
 
@@ -1363,11 +1395,45 @@ pub enum AuditCommand {
 }
 
 #[derive(Args, Debug)]
-#[command(group(ArgGroup::new("offline").args(["file", "data_dir"])))]
+pub struct BackupArgs {
+    /// Where to write the backup (written to FILE.partial, checked, then renamed).
+    #[arg(long, value_name = "FILE")]
+    pub out: PathBuf,
+}
+
+#[derive(Args, Debug)]
+pub struct RestoreArgs {
+    /// The backup file (`engram backup --out FILE`).
+    #[arg(long, value_name = "FILE")]
+    pub backup: PathBuf,
+    /// The new node's data directory: must not exist or be empty.
+    #[arg(long, value_name = "DIR")]
+    pub data_dir: PathBuf,
+    /// The node key (a backed-up member's node.key) the restored node signs with; copied to
+    /// DIR/node.key.
+    #[arg(long, value_name = "FILE")]
+    pub key_file: PathBuf,
+    /// The address other nodes and clients reach the restored node at (its --advertise).
+    #[arg(long, value_name = "HOST:PORT")]
+    pub addr: String,
+    /// The node id to restore as [default: the key's node in the backup's chain, which is the
+    /// only one allowed].
+    #[arg(long = "id", value_name = "N")]
+    pub node_id: Option<u64>,
+}
+
+#[derive(Args, Debug)]
+#[command(group(ArgGroup::new("offline").args(["file", "data_dir", "backup"])))]
 pub struct VerifyArgs {
     /// An export file written by `engram audit export`.
-    #[arg(value_name = "FILE", conflicts_with_all = ["data_dir", "each"])]
+    #[arg(value_name = "FILE", conflicts_with_all = ["data_dir", "each", "backup"])]
     pub file: Option<PathBuf>,
+    /// A backup file written by `engram backup`: its checksum, its state (every audit entry, every
+    /// transaction's datoms, every row as the --data-dir check reads them, in a temporary copy)
+    /// and the checkpoint it carries, which must cover its chain and be signed by a key the chain
+    /// trusts.
+    #[arg(long, value_name = "BACKUP", conflicts_with_all = ["data_dir", "each"])]
+    pub backup: Option<PathBuf>,
     /// A stopped node's data directory (the one given to `engram serve --data-dir`): its
     /// chain is verified as an export would be, then every row of the store is read with
     /// checksums verified and cross-checked (index rows against datoms, datoms against entries).

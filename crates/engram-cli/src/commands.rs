@@ -82,13 +82,7 @@ pub fn error_json(err: &anyhow::Error) -> Json {
     })
 }
 
-pub fn print_json(value: &Json) -> Result<()> {
-    // Serialising a `serde_json::Value` cannot fail; fall back to its Display just in case.
-    outln!(
-        "{}",
-        serde_json::to_string_pretty(value).unwrap_or_else(|_| value.to_string())
-    )
-}
+pub use crate::output::print_json;
 
 pub async fn run(cli: Cli) -> Result<()> {
     let json = cli.json;
@@ -154,7 +148,11 @@ pub async fn run(cli: Cli) -> Result<()> {
         Command::Health(args) => health(&cli.endpoints, &config, args, json).await,
         Command::Schema(cmd) => crate::memory_cmd::schema(&client()?, cmd, json).await,
         Command::Branch(cmd) => crate::memory_cmd::branch(&client()?, cmd, json).await,
-        Command::Audit(AuditCommand::Verify(args)) if args.file.is_some() || args.data_dir.is_some() => {
+        Command::Backup(args) => crate::backup_cmd::backup(&client()?, args, json).await,
+        Command::Restore(args) => crate::backup_cmd::restore(args, json),
+        Command::Audit(AuditCommand::Verify(args))
+            if args.file.is_some() || args.data_dir.is_some() || args.backup.is_some() =>
+        {
             crate::offline::verify(&args, json)
         }
         Command::Audit(AuditCommand::Export {

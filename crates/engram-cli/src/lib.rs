@@ -17,6 +17,7 @@
 //! commands; everything else goes through the public gRPC API, as any other client would.
 
 pub mod access_cmd;
+pub mod backup_cmd;
 pub mod bench;
 pub mod cli;
 pub mod commands;
@@ -28,5 +29,6 @@ pub mod memory_cmd;
 pub mod offline;
 pub mod output;
 pub mod pki;
+pub mod staged;
 pub mod txjson;
 pub mod ui;

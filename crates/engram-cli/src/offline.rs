@@ -7,7 +7,7 @@
 use std::fmt;
 use std::fs::File;
 use std::io::{BufReader, BufWriter, Write};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 
 use anyhow::{Context, Result, anyhow};
@@ -22,6 +22,7 @@ use serde_json::json;
 use crate::cli::VerifyArgs;
 use crate::commands::{Reported, Tampered, print_json};
 use crate::output::{outln, plural};
+use crate::staged::Staged;
 use crate::ui::Ui;
 
 /// The input of an offline verification could not be read at all: exit code 3.
@@ -103,44 +104,6 @@ fn node_id_of(data_dir: &Path, store: &dyn Store) -> u64 {
         .ok()
         .flatten()
         .map_or(0, |row| row.node_id)
-}
-
-/// Writes to `out.partial` and renames when complete, so a failed export never leaves a file
-/// that looks whole.
-struct Staged {
-    path: PathBuf,
-    partial: PathBuf,
-}
-
-impl Staged {
-    fn create(path: &Path) -> Result<(Staged, BufWriter<File>)> {
-        let mut partial = path.as_os_str().to_owned();
-        partial.push(".partial");
-        let partial = PathBuf::from(partial);
-        let file = File::create(&partial).with_context(|| format!("cannot create {}", partial.display()))?;
-        Ok((
-            Staged {
-                path: path.to_path_buf(),
-                partial,
-            },
-            BufWriter::with_capacity(1 << 20, file),
-        ))
-    }
-
-    fn commit(self, writer: BufWriter<File>) -> Result<()> {
-        let file = writer
-            .into_inner()
-            .map_err(|e| anyhow!("writing the export: {}", e.error()))?;
-        file.sync_all().context("syncing the export")?;
-        std::fs::rename(&self.partial, &self.path)
-            .with_context(|| format!("cannot move the export to {}", self.path.display()))
-    }
-}
-
-impl Drop for Staged {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.partial);
-    }
 }
 
 /// `audit export --out FILE [--data-dir DIR]`.
@@ -245,6 +208,8 @@ pub fn verify(args: &VerifyArgs, json: bool) -> Result<()> {
         (path.display().to_string(), result)
     } else if let Some(dir) = &args.data_dir {
         return verify_data_dir(dir, &options, ui, json);
+    } else if let Some(path) = &args.backup {
+        return verify_backup(path, &options, ui, json);
     } else {
         return Err(anyhow!("verify offline needs FILE or --data-dir"));
     };
@@ -271,7 +236,11 @@ pub fn verify(args: &VerifyArgs, json: bool) -> Result<()> {
 /// never takes a damaged store for a verified one.
 fn verify_data_dir(dir: &Path, options: &VerifyOptions, ui: Ui, json: bool) -> Result<()> {
     let label = dir.display().to_string();
-    let result = judge_data_dir(dir, &label, options, ui, json);
+    report_unreadable(&label, judge_data_dir(dir, &label, options, ui, json, None), json)
+}
+
+/// Prints the verdict "unreadable" for an error that says so (see [`verify_data_dir`]).
+fn report_unreadable(label: &str, result: Result<()>, json: bool) -> Result<()> {
     let Err(err) = result else {
         return Ok(());
     };
@@ -291,7 +260,120 @@ fn verify_data_dir(dir: &Path, options: &VerifyOptions, ui: Ui, json: bool) -> R
     Err(UnreadableReported(message.clone()).into())
 }
 
-fn judge_data_dir(dir: &Path, label: &str, options: &VerifyOptions, ui: Ui, json: bool) -> Result<()> {
+/// `audit verify --backup FILE`: the file's sizes and checksum, its state's structure and audit
+/// chain and the checkpoint against that chain (`BackupFile::verify`), then the state written
+/// into a temporary store and judged as `--data-dir` judges a stopped node's: every entry's
+/// datoms, the Merkle roots against every checkpoint, every row scrubbed. Damage anywhere in the
+/// file is "tampered" (exit 2): the checksum cannot tell an accident from an alteration.
+fn verify_backup(path: &Path, options: &VerifyOptions, ui: Ui, json: bool) -> Result<()> {
+    use engram_core::backup::{BackupError, BackupFile};
+    let label = path.display().to_string();
+    let refused = |e: BackupError| -> anyhow::Error {
+        match e {
+            BackupError::NotABackup
+            | BackupError::Newer(_)
+            | BackupError::StoreFormat(_)
+            | BackupError::Io(_) => Unreadable(format!("{label}: {e}")).into(),
+            BackupError::Damaged(_)
+            | BackupError::Checksum
+            | BackupError::Snapshot(_)
+            | BackupError::Checkpoint(_) => Tampered(format!("{label}: {e}")).into(),
+        }
+    };
+    let pb = ui.spinner(format!("checking {label}"));
+    let checked = (|| {
+        let backup = BackupFile::open(path).map_err(refused)?;
+        pb.set_message(format!("checking the state and checkpoint of {label}"));
+        let verified = backup.verify(&mut |_, _| {}).map_err(refused)?;
+        pb.set_message(format!("copying the state of {label} into a temporary store"));
+        let copy = tempfile::Builder::new()
+            .prefix("engram-verify-backup-")
+            .tempdir()
+            .map_err(|e| {
+                Unreadable(format!(
+                    "creating a temporary directory for the backup's state: {e}"
+                ))
+            })?;
+        let store = engram_storage_rocks::RocksStore::open(&copy.path().join("db"))
+            .map_err(|e| Unreadable(format!("creating a temporary store: {e}")))?;
+        let mut installer = engram_core::snapshot::Installer::new(&store, backup.snapshot_bytes, 1 << 20)
+            .map_err(|e| refused(e.into()))?;
+        backup
+            .for_each_snapshot_piece(&mut |piece| Ok(installer.push(piece)?))
+            .map_err(refused)?;
+        installer
+            .finish(engram_storage::WriteBatch::new())
+            .map_err(|e| refused(e.into()))?;
+        Ok::<_, anyhow::Error>((backup, verified, copy))
+    })();
+    pb.finish_and_clear();
+    let (backup, verified, copy) = match checked {
+        Ok(checked) => checked,
+        Err(e) => {
+            let tampered = e.downcast_ref::<Tampered>().is_some();
+            let verdict = if tampered { "tampered" } else { "unreadable" };
+            if json {
+                print_json(&json!({
+                    "ok": false,
+                    "verdict": verdict,
+                    "input": label,
+                    "error": { "message": e.to_string(), "tampered": tampered },
+                }))?;
+            } else {
+                outln!("FAILED ({verdict}): {e}")?;
+            }
+            return Err(if tampered {
+                Tampered(e.to_string()).into()
+            } else {
+                UnreadableReported(e.to_string()).into()
+            });
+        }
+    };
+    let signers: Vec<String> = verified
+        .signed_by
+        .iter()
+        .map(|key| {
+            let node = verified
+                .active_keys
+                .iter()
+                .find(|(_, k)| k == key)
+                .map_or(0, |(n, _)| *n);
+            format!("{} (node {node})", key.key_id())
+        })
+        .collect();
+    let summary = (
+        json!({
+            "node_id": backup.node_id,
+            "bytes": backup.bytes,
+            "chain_index": verified.head.index,
+            "origin": verified.origin,
+            "checkpoint_signed_by": signers,
+        }),
+        format!(
+            "  backup       made by node {}, {} bytes: its checkpoint covers all {} entries and is signed by {}",
+            backup.node_id,
+            backup.bytes,
+            verified.head.index,
+            signers.join(", ")
+        ),
+    );
+    report_unreadable(
+        &label,
+        judge_data_dir(copy.path(), &label, options, ui, json, Some(summary)),
+        json,
+    )
+}
+
+/// Judges a data directory; `backup` adds what a backup's own checks found (a JSON field and a
+/// line under the verdict).
+fn judge_data_dir(
+    dir: &Path,
+    label: &str,
+    options: &VerifyOptions,
+    ui: Ui,
+    json: bool,
+    backup: Option<(serde_json::Value, String)>,
+) -> Result<()> {
     let label = label.to_string();
     let store = open_store(dir)?;
     let head = engram_core::reads::head(&*store).map_err(|e| {
@@ -402,10 +484,16 @@ fn judge_data_dir(dir: &Path, label: &str, options: &VerifyOptions, ui: Ui, json
                 serde_json::to_value(&scrub).unwrap_or_else(|e| json!({ "error": e.to_string() })),
             );
             map.insert("verdict".into(), json!(verdict.name()));
+            if let Some((fields, _)) = &backup {
+                map.insert("backup".into(), fields.clone());
+            }
         }
         print_json(&doc)?;
     } else {
         outln!("{}", verdict_line(&label, verdict, &report, &scrub))?;
+        if let Some((_, line)) = &backup {
+            outln!("{line}")?;
+        }
         print_chain(&report)?;
         if let Some((from, to)) = unattested {
             outln!(

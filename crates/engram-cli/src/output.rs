@@ -208,6 +208,15 @@ pub fn datom_table(datoms: &[pb::Datom]) -> String {
     t.render()
 }
 
+/// Prints a JSON document, pretty, on stdout.
+pub fn print_json(value: &serde_json::Value) -> anyhow::Result<()> {
+    // Serialising a `serde_json::Value` cannot fail; fall back to its Display just in case.
+    outln!(
+        "{}",
+        serde_json::to_string_pretty(value).unwrap_or_else(|_| value.to_string())
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

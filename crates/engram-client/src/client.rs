@@ -1024,6 +1024,24 @@ impl Client {
             .boxed())
     }
 
+    /// Streams an online, consistent backup of the answering node's state (engram-core's
+    /// backup file format) as byte chunks; needs cluster-admin. Opening is retried like any
+    /// read; a failure mid-stream ends it with that error, and the bytes so far are no backup
+    /// (start again).
+    pub async fn backup(&self) -> Result<BoxStream<'static, Result<Vec<u8>, ClientError>>, ClientError> {
+        let (endpoint, stream) = self
+            .call_with_endpoint(Idempotency::Safe, move |ch, s| async move {
+                cluster(ch)
+                    .backup(s.sign(methods::BACKUP, pb::BackupRequest {}))
+                    .await
+            })
+            .await?;
+        Ok(stream
+            .map_ok(|chunk| chunk.data)
+            .map_err(move |status| ClientError::rpc(&endpoint, &status, 1))
+            .boxed())
+    }
+
     /// The answering node's whole export, read into memory: for chains small enough to hold
     /// (the demo, the chaos run, tests); stream [`Client::export`] to a file otherwise.
     pub async fn export_bytes(&self) -> Result<Vec<u8>, ClientError> {

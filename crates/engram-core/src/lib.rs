@@ -19,6 +19,7 @@
 //! Must not depend on: Raft, gRPC, RocksDB, an async runtime or a clock.
 
 pub mod access_log;
+pub mod backup;
 pub mod branch;
 pub mod current;
 pub mod cursor;

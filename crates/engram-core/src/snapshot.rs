@@ -18,7 +18,7 @@
 //! spans several batches; the caller makes it crash-safe (the Raft layer records the install
 //! before its first batch and finishes it on restart).
 
-use engram_audit::{ChainError, ChainVerifier, SignedEntry};
+use engram_audit::{ChainError, ChainVerifier, PublicKey, SignedEntry};
 use engram_merkle::{Blake3, CompactTree};
 use engram_storage::{KeyValue, Space, StorageError, Store, WriteBatch};
 use thiserror::Error;
@@ -377,6 +377,11 @@ impl ChainCheck {
 
     /// The chain head the snapshot claims, once it is shown to agree with the entries.
     pub fn finish(self) -> Result<ChainHead, SnapshotError> {
+        self.finish_with_keys().map(|checked| checked.head)
+    }
+
+    /// [`ChainCheck::finish`], with the chain's origin and the keys it trusts at its head.
+    pub fn finish_with_keys(self) -> Result<CheckedChain, SnapshotError> {
         // A snapshot may be taken between two entries of an apply group, before the group's
         // attestation: this node attests that tail once installed (`Engine::reload`).
         self.verifier.finish_open_tail()?;
@@ -401,8 +406,31 @@ impl ChainCheck {
                 "the chain head's Merkle frontier is not the tree of the snapshot's entries".into(),
             ));
         }
-        Ok(head)
+        let origin = self.verifier.origin().map(str::to_string);
+        let active = self.verifier.active_keys();
+        let keys = self
+            .verifier
+            .keys()
+            .values()
+            .filter(|record| active.contains(&record.key))
+            .map(|record| (record.node_id, record.key))
+            .collect();
+        Ok(CheckedChain {
+            head,
+            origin,
+            active_keys: keys,
+        })
     }
+}
+
+/// What [`ChainCheck::finish_with_keys`] established about a snapshot's chain.
+#[derive(Clone, Debug)]
+pub struct CheckedChain {
+    pub head: ChainHead,
+    /// `None`: the chain has no genesis entry.
+    pub origin: Option<String>,
+    /// The keys the chain trusts at its head, each with the node it belongs to.
+    pub active_keys: Vec<(u64, PublicKey)>,
 }
 
 /// Reads a whole snapshot once, checking its structure, digest and audit chain, and returns

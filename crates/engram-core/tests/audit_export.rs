@@ -698,3 +698,99 @@ fn a_rotation_switches_the_signing_key_at_its_entry_and_survives_a_restart() {
     let engine = Engine::open_with(store, stuck, CheckpointPolicy::default()).unwrap();
     assert_eq!(engine.key().key_id(), founder().key_id());
 }
+
+// ------------------------------------------------------------------ backups
+
+/// A backup of `store` signed by `key`, written to a file in `dir`; its bytes too.
+fn backup_file(store: &MemStore, key: &NodeKey, dir: &std::path::Path) -> (std::path::PathBuf, Vec<u8>, u64) {
+    let mut bytes = Vec::new();
+    // Small chunks, so the file is made of many emitted pieces.
+    let written = engram_core::backup::write_backup(store, 1, key, 700, &mut |chunk| {
+        bytes.extend_from_slice(&chunk);
+        Ok(())
+    })
+    .unwrap();
+    assert_eq!(written.bytes, bytes.len() as u64);
+    let path = dir.join("node1.backup");
+    std::fs::write(&path, &bytes).unwrap();
+    (path, bytes, written.records)
+}
+
+#[test]
+fn a_backup_holds_every_state_row_and_a_checkpoint_of_its_chain_signed_by_a_trusted_key() {
+    use engram_core::backup::BackupFile;
+    let (store, _engine) = chain(20, 5);
+    let dir = tempfile::tempdir().unwrap();
+    let (path, _, records) = backup_file(&store, &founder(), dir.path());
+    let backup = BackupFile::open(&path).unwrap();
+    assert_eq!(backup.node_id, 1);
+    let mut rows = Vec::new();
+    let verified = backup
+        .verify(&mut |k, v| rows.push((k.to_vec(), v.to_vec())))
+        .unwrap();
+    // Every state row, as the store holds it, in key order.
+    let expected = store.scan(Space::State, &[], None, usize::MAX).unwrap();
+    assert_eq!(rows, expected);
+    assert_eq!(rows.len() as u64, records);
+    let head = engram_core::reads::head(&*store).unwrap();
+    assert_eq!(verified.head, head);
+    assert_eq!(backup.checkpoint.checkpoint.size, head.index);
+    assert_eq!(backup.checkpoint.checkpoint.root, head.tree_root().unwrap());
+    assert_eq!(verified.signed_by, vec![founder().public()]);
+    assert_eq!(verified.active_keys, vec![(1, founder().public())]);
+}
+
+#[test]
+fn a_backup_with_any_byte_changed_or_cut_short_is_refused_and_says_why() {
+    use engram_core::backup::{BackupError, BackupFile};
+    let (store, _engine) = chain(8, 4);
+    let dir = tempfile::tempdir().unwrap();
+    let (path, bytes, _) = backup_file(&store, &founder(), dir.path());
+    let damaged = dir.path().join("damaged.backup");
+    // Every byte of a small backup: header, state, checkpoint, trailer fields and digest.
+    for at in 0..bytes.len() {
+        let mut copy = bytes.clone();
+        copy[at] ^= 0x01;
+        std::fs::write(&damaged, &copy).unwrap();
+        let err = BackupFile::open(&damaged).expect_err(&format!("byte {at} flipped was accepted"));
+        match at {
+            0..12 => assert!(matches!(err, BackupError::NotABackup), "byte {at}: {err}"),
+            12 => assert!(matches!(err, BackupError::Damaged(_)), "byte {at}: {err}"),
+            _ => assert!(
+                matches!(err, BackupError::Checksum | BackupError::Damaged(_)),
+                "byte {at}: {err}"
+            ),
+        }
+    }
+    // A later format is named as such, not as damage.
+    let mut newer = bytes.clone();
+    newer[12] = 2;
+    std::fs::write(&damaged, &newer).unwrap();
+    let err = BackupFile::open(&damaged).unwrap_err();
+    assert!(matches!(err, BackupError::Newer(2)), "{err}");
+    assert!(err.to_string().contains("newer Engram"), "{err}");
+    // Cut short anywhere: refused, as truncated where the header survives.
+    for len in [0, 5, 13, 100, bytes.len() / 2, bytes.len() - 1] {
+        std::fs::write(&damaged, &bytes[..len]).unwrap();
+        let err = BackupFile::open(&damaged).expect_err(&format!("cut to {len} bytes was accepted"));
+        if len >= 13 {
+            assert!(matches!(err, BackupError::Damaged(_)), "cut to {len}: {err}");
+            assert!(err.to_string().contains("truncated"), "cut to {len}: {err}");
+        }
+    }
+    // The original still reads.
+    BackupFile::open(&path).unwrap().verify(&mut |_, _| {}).unwrap();
+}
+
+#[test]
+fn a_backup_whose_checkpoint_no_trusted_key_signed_is_refused() {
+    use engram_core::backup::{BackupError, BackupFile};
+    let (store, _engine) = chain(6, 3);
+    let dir = tempfile::tempdir().unwrap();
+    // Made (and checksummed) whole by someone holding a key the chain never admitted.
+    let (path, _, _) = backup_file(&store, &NodeKey::from_seed([42; 32]), dir.path());
+    let backup = BackupFile::open(&path).unwrap();
+    let err = backup.verify(&mut |_, _| {}).unwrap_err();
+    assert!(matches!(err, BackupError::Checkpoint(_)), "{err}");
+    assert!(err.to_string().contains("trusts"), "{err}");
+}

@@ -38,6 +38,7 @@ pub mod methods {
     pub const REVOKE_KEY: &str = "/engram.v1.Cluster/RevokeKey";
     pub const ROTATE_KEY: &str = "/engram.v1.Cluster/RotateKey";
     pub const PROPOSE_KEY_CHANGE: &str = "/engram.v1.Cluster/ProposeKeyChange";
+    pub const BACKUP: &str = "/engram.v1.Cluster/Backup";
     pub const ADD_AGENT: &str = "/engram.v1.Access/AddAgent";
     pub const ROTATE_AGENT_KEY: &str = "/engram.v1.Access/RotateAgentKey";
     pub const REVOKE_AGENT: &str = "/engram.v1.Access/RevokeAgent";
@@ -107,6 +108,7 @@ protobuf_body!(
     WhoAmIRequest,
     KeyChangeProposal,
     AccessEventsRequest,
+    BackupRequest,
 );
 
 /// The body of a call that becomes a transaction or a policy change: its canonical bytes, or,

@@ -29,6 +29,7 @@ mod node;
 pub mod peer_auth;
 mod purge;
 pub mod refusals;
+pub mod restore;
 mod snapshots;
 pub mod stages;
 mod state_machine;

@@ -19,6 +19,15 @@ const VOTE: &[u8] = b"vote";
 const COMMITTED: &[u8] = b"committed";
 const PURGED: &[u8] = b"purged";
 
+/// The rows of a node restored from a backup whose state applied `applied`: the log purged
+/// through it (the state holds everything before) and `vote` (see `crate::restore`).
+pub(crate) fn restored_rows(applied: &LogId, vote: &Vote) -> io::Result<WriteBatch> {
+    let mut batch = WriteBatch::new();
+    batch.put(Space::Raft, PURGED.to_vec(), encode(applied)?);
+    batch.put(Space::Raft, VOTE.to_vec(), encode(vote)?);
+    Ok(batch)
+}
+
 fn io_err(e: engram_storage::StorageError) -> io::Error {
     io::Error::other(e)
 }

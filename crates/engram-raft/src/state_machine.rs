@@ -22,7 +22,7 @@ use crate::{Command, CommandResponse, LogId, Membership, Snapshot, SnapshotData,
 pub const MAX_GROUP_ENTRIES: usize = 1024;
 
 /// State-space rows owned by this layer (the `M` table belongs to metadata).
-const APPLIED: &[u8] = b"Mraft/applied";
+pub(crate) const APPLIED: &[u8] = b"Mraft/applied";
 const MEMBERSHIP: &[u8] = b"Mraft/membership";
 
 fn io_err(e: impl std::error::Error + Send + Sync + 'static) -> io::Error {
@@ -105,13 +105,7 @@ impl StateMachine {
             // A crash cut an install short: the state is part old, part new. The snapshot was
             // checked before the install began; write it again from the start.
             warn!(snapshot = ?data, "finishing a snapshot install a crash interrupted");
-            let extra = install_rows(&snapshots, &meta, &data)?;
-            let mut installer =
-                Installer::new(&*store, data.data.bytes, INSTALL_BATCH_BYTES).map_err(io_err)?;
-            for seq in 0..data.data.chunks {
-                installer.push(&data.read_chunk(seq)?).map_err(io_err)?;
-            }
-            installer.finish(extra).map_err(io_err)?;
+            install_recorded_snapshot(&*store, &snapshots, &meta, &data, WriteBatch::new())?;
         }
         let mut engine = Engine::open_with(store.clone(), keys, policy).map_err(io_err)?;
         engine.keep_committed();
@@ -534,6 +528,26 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             .current()?
             .map(|(meta, snapshot)| Snapshot { meta, snapshot }))
     }
+}
+
+/// Writes a snapshot whose install is recorded (`Snapshots::begin_install`) over the state,
+/// from its first chunk, with `more` rows in the last batch; nothing else may read or write the
+/// state meanwhile (a node opening, a restore).
+pub(crate) fn install_recorded_snapshot(
+    store: &dyn Store,
+    snapshots: &Snapshots,
+    meta: &SnapshotMeta,
+    data: &StoredSnapshot,
+    mut more: WriteBatch,
+) -> io::Result<()> {
+    let mut extra = install_rows(snapshots, meta, data)?;
+    extra.mutations.append(&mut more.mutations);
+    let mut installer = Installer::new(store, data.data.bytes, INSTALL_BATCH_BYTES).map_err(io_err)?;
+    for seq in 0..data.data.chunks {
+        installer.push(&data.read_chunk(seq)?).map_err(io_err)?;
+    }
+    installer.finish(extra).map_err(io_err)?;
+    Ok(())
 }
 
 /// The rows an install's last batch writes besides the snapshot's own: the applied position

@@ -20,7 +20,7 @@ pub mod error;
 #[cfg(not(madsim))]
 pub mod metrics;
 #[cfg(not(madsim))]
-mod node_key;
+pub mod node_key;
 mod services;
 #[cfg(not(madsim))]
 mod startup;

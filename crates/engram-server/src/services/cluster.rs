@@ -488,6 +488,76 @@ impl pb::cluster_server::Cluster for ClusterService {
         Ok(Response::new(pb::KeyChangeResponse { audit_index }))
     }
 
+    type BackupStream = BackupStream;
+
+    async fn backup(&self, request: Request<pb::BackupRequest>) -> Result<Response<BackupStream>, Status> {
+        let caller = self.shared.admit(
+            request.metadata(),
+            request.get_ref(),
+            methods::BACKUP,
+            Need::cluster(Action::ClusterAdmin),
+        )?;
+        let node = self.shared.node.clone();
+        let origin = node
+            .read_state(|store| reads::origin(store))
+            .map_err(ApiError::from)?;
+        if origin.map_err(ApiError::from)?.is_none() {
+            return Err(ApiError::NotFound(
+                "this node's chain is empty: there is nothing to back up yet".into(),
+            )
+            .into());
+        }
+        // A backup holds every namespace's datoms: logged when everything is (`*`).
+        self.shared
+            .record_access(&caller, "backup", "", None, None, 0)
+            .await;
+        let (tx, rx) = tokio::sync::mpsc::channel(4);
+        // Reads the whole state from one consistent view and signs the checkpoint of the chain
+        // head in it; a snapshot install meanwhile would tear it, so the stream then ends with
+        // UNAVAILABLE instead of the trailer (`read_state`), and the client keeps no file.
+        let write = move |emit: &mut dyn FnMut(Vec<u8>) -> Result<(), engram_core::CoreError>| {
+            let key = node.keys.current();
+            node.read_state(|store| {
+                engram_core::backup::write_backup(store, node.node_id, &key, BACKUP_CHUNK_BYTES, emit)
+            })
+            .map_err(ApiError::from)
+            .and_then(|written| Ok(written?))
+        };
+        #[cfg(not(madsim))]
+        tokio::task::spawn_blocking(move || {
+            let errors = tx.clone();
+            let result = write(&mut |data| {
+                tx.blocking_send(Ok(pb::BackupChunk { data }))
+                    .map_err(|_| engram_storage::StorageError::Engine("the client went away".into()).into())
+            });
+            if let Err(e) = result {
+                let _ = errors.blocking_send(Err(Status::from(e)));
+            }
+        });
+        // The simulation has no blocking threads: the backup is made in memory, then streamed.
+        #[cfg(madsim)]
+        {
+            let mut chunks = Vec::new();
+            let result = write(&mut |data| {
+                chunks.push(Ok(pb::BackupChunk { data }));
+                Ok(())
+            });
+            if let Err(e) = result {
+                chunks.push(Err(Status::from(e)));
+            }
+            tokio::task::spawn(async move {
+                for item in chunks {
+                    if tx.send(item).await.is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+        Ok(Response::new(Box::pin(
+            tokio_stream::wrappers::ReceiverStream::new(rx),
+        )))
+    }
+
     async fn propose_key_change(
         &self,
         request: Request<pb::KeyChangeProposal>,
@@ -512,6 +582,11 @@ impl pb::cluster_server::Cluster for ClusterService {
         Ok(Response::new(pb::KeyChangeResponse { audit_index }))
     }
 }
+
+/// Bytes per backup chunk on the wire.
+const BACKUP_CHUNK_BYTES: usize = 1 << 20;
+
+type BackupStream = std::pin::Pin<Box<dyn futures::Stream<Item = Result<pb::BackupChunk, Status>> + Send>>;
 
 impl ClusterService {
     /// Proposes an authorised key change here if this node leads, else through the leader.

@@ -1,0 +1,64 @@
+//! Files the CLI writes whole or not at all (exports, backups).
+
+use std::fs::File;
+use std::io::BufWriter;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result, anyhow};
+
+/// Writes to `out.partial` and renames when complete, so a failed export or backup never leaves
+/// a file that looks whole.
+pub struct Staged {
+    path: PathBuf,
+    partial: PathBuf,
+}
+
+impl Staged {
+    pub fn create(path: &Path) -> Result<(Staged, BufWriter<File>)> {
+        let mut partial = path.as_os_str().to_owned();
+        partial.push(".partial");
+        let partial = PathBuf::from(partial);
+        let file = File::create(&partial).with_context(|| format!("cannot create {}", partial.display()))?;
+        Ok((
+            Staged {
+                path: path.to_path_buf(),
+                partial,
+            },
+            BufWriter::with_capacity(1 << 20, file),
+        ))
+    }
+
+    pub fn commit(self, writer: BufWriter<File>) -> Result<()> {
+        self.commit_checked(writer, |_| Ok(()))
+    }
+
+    /// Writes out and syncs the partial file, runs `check` on it, and moves it into place only
+    /// if the check passes (a file that fails it is deleted).
+    pub fn commit_checked<T>(
+        self,
+        writer: BufWriter<File>,
+        check: impl FnOnce(&Path) -> Result<T>,
+    ) -> Result<T> {
+        let file = writer
+            .into_inner()
+            .map_err(|e| anyhow!("writing {}: {}", self.partial.display(), e.error()))?;
+        file.sync_all()
+            .with_context(|| format!("syncing {}", self.partial.display()))?;
+        drop(file);
+        let checked = check(&self.partial)?;
+        std::fs::rename(&self.partial, &self.path).with_context(|| {
+            format!(
+                "cannot move {} to {}",
+                self.partial.display(),
+                self.path.display()
+            )
+        })?;
+        Ok(checked)
+    }
+}
+
+impl Drop for Staged {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.partial);
+    }
+}
