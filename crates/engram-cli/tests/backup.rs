@@ -140,6 +140,11 @@ async fn a_backup_under_load_verifies_and_restores_into_a_new_cluster_with_every
     assert!(covered >= before.last().unwrap().audit_index, "{made}");
     assert!(!Path::new(&format!("{backup_s}.partial")).exists());
 
+    // A target that cannot be written: refused, nothing left behind.
+    let (code, said) = engram(&["-e", &endpoint, "backup", "--out", "/nonexistent-dir/x.backup"]);
+    assert_ne!(code, 0, "{said}");
+    assert!(said.contains("cannot create /nonexistent-dir/x.backup.partial"), "{said}");
+
     // Offline: verified whole, and named in the JSON verdict.
     let out = run(&["--json", "audit", "verify", "--backup", backup_s]);
     assert!(out.status.success(), "{}{}", text(&out.stdout), text(&out.stderr));
