@@ -269,7 +269,10 @@ async fn agents_grants_and_every_refusal_in_enforced_mode() {
     let (code, msg) = code_of(alice.backup().await.map(|_| ()));
     assert_eq!(code, Code::PermissionDenied, "{msg}");
     assert!(msg.contains("alice") && msg.contains("cluster-admin"), "{msg}");
-    assert_eq!(code_of(anonymous.backup().await.map(|_| ())).0, Code::Unauthenticated);
+    assert_eq!(
+        code_of(anonymous.backup().await.map(|_| ())).0,
+        Code::Unauthenticated
+    );
     let (code, msg) = code_of(
         alice
             .transact(&note("team/b", "alice", Op::Assert, Status::Candidate))

@@ -143,7 +143,10 @@ async fn a_backup_under_load_verifies_and_restores_into_a_new_cluster_with_every
     // A target that cannot be written: refused, nothing left behind.
     let (code, said) = engram(&["-e", &endpoint, "backup", "--out", "/nonexistent-dir/x.backup"]);
     assert_ne!(code, 0, "{said}");
-    assert!(said.contains("cannot create /nonexistent-dir/x.backup.partial"), "{said}");
+    assert!(
+        said.contains("cannot create /nonexistent-dir/x.backup.partial"),
+        "{said}"
+    );
 
     // Offline: verified whole, and named in the JSON verdict.
     let out = run(&["--json", "audit", "verify", "--backup", backup_s]);
