@@ -86,7 +86,11 @@ async fn holds(client: &Client, w: &Acked) -> bool {
 
 /// `engram ARGS` with its exit code and stdout + stderr.
 fn engram(args: &[&str]) -> (i32, String) {
-    let out = run(args);
+    outcome(&run(args))
+}
+
+/// A finished command's exit code and stdout + stderr.
+fn outcome(out: &std::process::Output) -> (i32, String) {
     (
         out.status.code().unwrap_or(-1),
         text(&out.stdout) + &text(&out.stderr),
@@ -198,23 +202,21 @@ async fn a_backup_under_load_verifies_and_restores_into_a_new_cluster_with_every
     let addr = |i: usize| format!("127.0.0.1:{}", ports[3 + i]);
     let data = |i: usize| new_dir.join(format!("node{}", i + 1));
     let data1 = data(0);
-    let data1_s = data1.to_str().unwrap();
+    let addr1 = addr(0);
+    // `engram [--json] restore --backup FILE --data-dir node1 --addr ... --key-file KEY MORE`.
+    let restore = |json: bool, file: &str, key: &str, more: &[&str]| {
+        let mut args = if json { vec!["--json"] } else { Vec::new() };
+        args.extend(["restore", "--backup", file, "--data-dir", data1.to_str().unwrap()]);
+        args.extend(["--addr", addr1.as_str(), "--key-file", key]);
+        args.extend(more);
+        run(&args)
+    };
 
     // Refusals first: a key the chain never trusted, a key restored as another node, a
     // directory that holds something. Each leaves nothing behind.
     let stranger = dir.path().join("stranger.key");
     std::fs::write(&stranger, hex_seed(7)).unwrap();
-    let (code, said) = engram(&[
-        "restore",
-        "--backup",
-        backup_s,
-        "--data-dir",
-        data1_s,
-        "--addr",
-        &addr(0),
-        "--key-file",
-        stranger.to_str().unwrap(),
-    ]);
+    let (code, said) = outcome(&restore(false, backup_s, stranger.to_str().unwrap(), &[]));
     assert_ne!(code, 0, "{said}");
     assert!(said.contains("not one the backup's chain trusts"), "{said}");
     assert!(
@@ -222,65 +224,22 @@ async fn a_backup_under_load_verifies_and_restores_into_a_new_cluster_with_every
         "{said}"
     );
     let other = if leader == 1 { "2" } else { "1" };
-    let (code, said) = engram(&[
-        "restore",
-        "--backup",
-        backup_s,
-        "--data-dir",
-        data1_s,
-        "--addr",
-        &addr(0),
-        "--key-file",
-        &key1,
-        "--id",
-        other,
-    ]);
+    let (code, said) = outcome(&restore(false, backup_s, &key1, &["--id", other]));
     assert_ne!(code, 0, "{said}");
     assert!(said.contains(&format!("belongs to node {leader}")), "{said}");
     std::fs::create_dir_all(&data1).unwrap();
     std::fs::write(data1.join("keep-me"), b"x").unwrap();
-    let (code, said) = engram(&[
-        "restore",
-        "--backup",
-        backup_s,
-        "--data-dir",
-        data1_s,
-        "--addr",
-        &addr(0),
-        "--key-file",
-        &key1,
-    ]);
+    let (code, said) = outcome(&restore(false, backup_s, &key1, &[]));
     assert_ne!(code, 0, "{said}");
     assert!(said.contains("is not empty"), "{said}");
     std::fs::remove_dir_all(&data1).unwrap();
     std::fs::write(&damaged, &bytes[..bytes.len() - 1]).unwrap();
-    let (code, said) = engram(&[
-        "restore",
-        "--backup",
-        damaged_s,
-        "--data-dir",
-        data1_s,
-        "--addr",
-        &addr(0),
-        "--key-file",
-        &key1,
-    ]);
+    let (code, said) = outcome(&restore(false, damaged_s, &key1, &[]));
     assert_ne!(code, 0, "{said}");
     assert!(said.contains("truncated") && !data1.exists(), "{said}");
 
     old.kill_all();
-    let out = run(&[
-        "--json",
-        "restore",
-        "--backup",
-        backup_s,
-        "--data-dir",
-        data1_s,
-        "--addr",
-        &addr(0),
-        "--key-file",
-        &key1,
-    ]);
+    let out = restore(true, backup_s, &key1, &[]);
     assert!(out.status.success(), "{}", text(&out.stderr));
     let restored = json_of(&out);
     assert_eq!(restored["node_id"].as_u64(), Some(leader), "{restored}");

@@ -1018,10 +1018,7 @@ impl Client {
                     .await
             })
             .await?;
-        Ok(stream
-            .map_ok(|chunk| chunk.data)
-            .map_err(move |status| ClientError::rpc(&endpoint, &status, 1))
-            .boxed())
+        Ok(byte_chunks(endpoint, stream, |chunk: pb::ExportChunk| chunk.data))
     }
 
     /// Streams an online, consistent backup of the answering node's state (engram-core's
@@ -1036,10 +1033,7 @@ impl Client {
                     .await
             })
             .await?;
-        Ok(stream
-            .map_ok(|chunk| chunk.data)
-            .map_err(move |status| ClientError::rpc(&endpoint, &status, 1))
-            .boxed())
+        Ok(byte_chunks(endpoint, stream, |chunk: pb::BackupChunk| chunk.data))
     }
 
     /// The answering node's whole export, read into memory: for chains small enough to hold
@@ -1151,6 +1145,18 @@ fn nonce() -> [u8; 16] {
 
 pub(crate) fn memory(ch: Channel) -> MemoryClient<Channel> {
     MemoryClient::new(ch).max_decoding_message_size(MAX_RESPONSE_BYTES)
+}
+
+/// A streamed file's chunks as bytes, a failure mid-stream named by the endpoint it came from.
+fn byte_chunks<T: Send + 'static>(
+    endpoint: String,
+    stream: tonic::Streaming<T>,
+    data: fn(T) -> Vec<u8>,
+) -> BoxStream<'static, Result<Vec<u8>, ClientError>> {
+    stream
+        .map_ok(data)
+        .map_err(move |status| ClientError::rpc(&endpoint, &status, 1))
+        .boxed()
 }
 
 fn cluster(ch: Channel) -> ClusterClient<Channel> {
