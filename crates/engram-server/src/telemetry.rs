@@ -1,7 +1,8 @@
 //! Logging and tracing: logs on stderr filtered by `RUST_LOG` (default `info`), as
 //! human-readable lines or as one JSON object per line, and, when an OTLP endpoint is
-//! configured, span export over OTLP/gRPC, continuing the W3C trace context (`traceparent`,
-//! `tracestate`) a caller sends and passing it on when a follower forwards a write.
+//! configured, span export over OTLP/gRPC: a span per client call continuing the W3C trace
+//! context (`traceparent`, `tracestate`) its caller sends ([`rpc_span`]), passed on when a
+//! follower forwards a write.
 
 use std::time::Duration;
 
@@ -10,7 +11,7 @@ use opentelemetry::trace::{TraceContextExt, TracerProvider as _};
 use opentelemetry_otlp::WithExportConfig;
 use opentelemetry_sdk::propagation::TraceContextPropagator;
 use opentelemetry_sdk::trace::SdkTracerProvider;
-use tonic::metadata::{KeyRef, MetadataKey, MetadataMap, MetadataValue};
+use tonic::metadata::{MetadataKey, MetadataMap, MetadataValue};
 use tracing_opentelemetry::OpenTelemetrySpanExt;
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::registry::LookupSpan;
@@ -123,25 +124,6 @@ pub fn init(otlp_endpoint: Option<&str>, format: LogFormat) -> Result<TelemetryG
     })
 }
 
-/// gRPC request metadata read as W3C trace-context carrier.
-struct Carrier<'a>(&'a MetadataMap);
-
-impl Extractor for Carrier<'_> {
-    fn get(&self, key: &str) -> Option<&str> {
-        self.0.get(key).and_then(|v| v.to_str().ok())
-    }
-
-    fn keys(&self) -> Vec<&str> {
-        self.0
-            .keys()
-            .filter_map(|k| match k {
-                KeyRef::Ascii(k) => Some(k.as_str()),
-                KeyRef::Binary(_) => None,
-            })
-            .collect()
-    }
-}
-
 /// gRPC request metadata written as W3C trace-context carrier.
 struct CarrierMut<'a>(&'a mut MetadataMap);
 
@@ -158,15 +140,46 @@ impl Injector for CarrierMut<'_> {
     }
 }
 
-/// Makes `span` a child of the W3C trace context in the caller's metadata, so the node's work
-/// shows in the caller's trace. No context, or a malformed one, leaves `span` a root, as W3C
-/// Trace Context requires; without span export this does nothing.
-pub fn continue_trace(span: &tracing::Span, meta: &MetadataMap) {
-    let cx = TraceContextPropagator::new().extract(&Carrier(meta));
+/// An HTTP request's headers read as W3C trace-context carrier.
+struct HeaderCarrier<'a>(&'a tonic::codegen::http::HeaderMap);
+
+impl Extractor for HeaderCarrier<'_> {
+    fn get(&self, key: &str) -> Option<&str> {
+        self.0.get(key).and_then(|v| v.to_str().ok())
+    }
+
+    fn keys(&self) -> Vec<&str> {
+        self.0.keys().map(|k| k.as_str()).collect()
+    }
+}
+
+/// The longest method name a span is given: a path no service knows is the caller's text.
+const MAX_SPAN_METHOD_CHARS: usize = 128;
+
+/// The span of one client call (`engram.v1.Memory/Get`), a child of the W3C trace context its
+/// headers carry, if any: every handler's own spans (a write's `transact`) are children of it,
+/// and a follower forwarding the call passes the trace on from within it. Its
+/// `rpc.grpc.status_code` is recorded once the call is answered.
+pub fn rpc_span(path: &str, headers: &tonic::codegen::http::HeaderMap) -> tracing::Span {
+    let method = path.strip_prefix('/').unwrap_or(path);
+    let method = match method.char_indices().nth(MAX_SPAN_METHOD_CHARS) {
+        Some((cut, _)) => &method[..cut],
+        None => method,
+    };
+    let span = tracing::info_span!(
+        "rpc",
+        otel.name = method,
+        otel.kind = "server",
+        rpc.system = "grpc",
+        rpc.method = method,
+        rpc.grpc.status_code = tracing::field::Empty
+    );
+    let cx = TraceContextPropagator::new().extract(&HeaderCarrier(headers));
     if cx.span().span_context().is_valid() {
         // Fails only when no OpenTelemetry layer is installed (no span export).
         let _ = span.set_parent(cx);
     }
+    span
 }
 
 /// Writes the current span's trace context into `meta`, so the node a request goes to next (the

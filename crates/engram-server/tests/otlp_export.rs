@@ -1,6 +1,7 @@
 //! With an OTLP endpoint configured, the node's spans reach a collector: an in-process mock
-//! OTLP/gRPC trace collector receives the `transact` span of a real transaction, in the trace
-//! of the W3C `traceparent` its caller sent; and the trace context a node passes on (to the
+//! OTLP/gRPC trace collector receives, in the trace of the W3C `traceparent` each caller sent,
+//! the span of every call (a write's and a read's, named by method, child of the caller's span)
+//! and, under the write's, its `transact` span; and the trace context a node passes on (to the
 //! leader, when it forwards a write) continues that trace.
 
 #![allow(clippy::unwrap_used)] // test set-up: a failed step should stop the test loudly
@@ -19,8 +20,8 @@ use opentelemetry_proto::tonic::collector::trace::v1::{
 use tokio::sync::mpsc;
 use tonic::{Request, Response, Status};
 
-/// An exported span: name, attribute keys, trace id, parent span id.
-type Exported = (String, Vec<String>, Vec<u8>, Vec<u8>);
+/// An exported span: name, attribute keys, trace id, parent span id, span id.
+type Exported = (String, Vec<String>, Vec<u8>, Vec<u8>, Vec<u8>);
 
 struct Collector {
     spans: mpsc::UnboundedSender<Exported>,
@@ -39,9 +40,13 @@ impl TraceService for Collector {
             for scope in resource.scope_spans {
                 for span in scope.spans {
                     let keys = span.attributes.iter().map(|a| a.key.clone()).collect();
-                    let _ = self
-                        .spans
-                        .send((span.name, keys, span.trace_id, span.parent_span_id));
+                    let _ = self.spans.send((
+                        span.name,
+                        keys,
+                        span.trace_id,
+                        span.parent_span_id,
+                        span.span_id,
+                    ));
                 }
             }
         }
@@ -129,14 +134,21 @@ async fn spans_are_exported_over_otlp() {
     traced
         .metadata_mut()
         .insert("traceparent", TRACEPARENT.parse().unwrap());
-    memory.transact(traced).await.unwrap();
+    let written = memory.transact(traced).await.unwrap().into_inner();
+    // A read with the caller's trace context has its span too.
+    let mut read = tonic::Request::new(pb::GetRequest {
+        namespace: "otel".into(),
+        entity: written.temp_ids["e"],
+        ..Default::default()
+    });
+    read.metadata_mut().insert("traceparent", TRACEPARENT.parse().unwrap());
+    memory.get(read).await.unwrap();
 
     // What a node passes on (a follower forwarding a write to the leader) continues the trace
     // its own span is in, with that span as the parent.
-    let span = tracing::info_span!("forwarding");
-    let mut incoming = tonic::metadata::MetadataMap::new();
+    let mut incoming = tonic::codegen::http::HeaderMap::new();
     incoming.insert("traceparent", TRACEPARENT.parse().unwrap());
-    engram_server::telemetry::continue_trace(&span, &incoming);
+    let span = engram_server::telemetry::rpc_span("/engram.v1.Memory/Transact", &incoming);
     let mut outgoing = tonic::metadata::MetadataMap::new();
     span.in_scope(|| engram_server::telemetry::pass_trace_on(&mut outgoing));
     let passed = outgoing
@@ -161,23 +173,36 @@ async fn spans_are_exported_over_otlp() {
     tokio::task::spawn_blocking(move || drop(guard)).await.unwrap();
     let trace_id = hex::decode("4bf92f3577b34da6a3ce929d0e0e4736").unwrap();
     let parent_id = hex::decode("00f067aa0ba902b7").unwrap();
-    let in_trace = |(name, _, trace, parent): &Exported| {
-        name == "transact" && *trace == trace_id && *parent == parent_id
+    // The span named `name` in the caller's trace, child of `parent`.
+    let find = |seen: &[Exported], name: &str, parent: &[u8]| -> Option<Exported> {
+        seen.iter()
+            .find(|(n, _, trace, p, _)| n == name && *trace == trace_id && p.as_slice() == parent)
+            .cloned()
     };
     let mut seen: Vec<Exported> = Vec::new();
+    let complete = |seen: &[Exported]| {
+        let call = find(seen, "engram.v1.Memory/Transact", &parent_id);
+        call.is_some_and(|call| find(seen, "transact", &call.4).is_some())
+            && find(seen, "engram.v1.Memory/Get", &parent_id).is_some()
+    };
     while let Ok(Some(span)) = tokio::time::timeout(Duration::from_secs(3), rx.recv()).await {
         seen.push(span);
-        if seen.iter().any(|s| s.0 == "transact") && seen.iter().any(in_trace) {
+        if complete(&seen) {
             break;
         }
     }
-    let transact = seen.iter().find(|s| s.0 == "transact");
-    let (_, keys, _, _) = transact.unwrap_or_else(|| panic!("no transact span among {seen:?}"));
-    assert!(keys.iter().any(|k| k == "node_id"), "span attributes: {keys:?}");
-    assert!(keys.iter().any(|k| k == "tx_id"), "span attributes: {keys:?}");
+    // The write's call span, child of the caller's span, with its code; its `transact` span
+    // under it, with the write's figures.
+    let call = find(&seen, "engram.v1.Memory/Transact", &parent_id)
+        .unwrap_or_else(|| panic!("no Transact call span in the caller's trace, child of its span: {seen:?}"));
+    assert!(call.1.iter().any(|k| k == "rpc.grpc.status_code"), "{call:?}");
+    let transact = find(&seen, "transact", &call.4)
+        .unwrap_or_else(|| panic!("no transact span under the call's span: {seen:?}"));
+    assert!(transact.1.iter().any(|k| k == "node_id"), "span attributes: {transact:?}");
+    assert!(transact.1.iter().any(|k| k == "tx_id"), "span attributes: {transact:?}");
     assert!(
-        seen.iter().any(in_trace),
-        "no transact span in the caller's trace, child of its span: {seen:?}"
+        find(&seen, "engram.v1.Memory/Get", &parent_id).is_some(),
+        "no Get call span in the caller's trace: {seen:?}"
     );
     let _ = stop.send(());
     node.await.unwrap().unwrap();

@@ -173,8 +173,8 @@ impl MemoryService {
             applied_us = tracing::field::Empty,
             answered_us = tracing::field::Empty
         );
-        #[cfg(not(madsim))]
-        crate::telemetry::continue_trace(&span, &meta);
+        // A child of the call's own span, which continues the caller's trace
+        // (`rpc_metrics::Measured`).
         Ok(Response::new(self.write(meta, call).instrument(span).await?))
     }
 }

@@ -9,6 +9,9 @@
 //! a stream ends with later is not counted here. A path no service knows is counted as method
 //! `unknown`, so a caller cannot grow the label set.
 //!
+//! Each call also runs in a span of its own (`crate::telemetry::rpc_span`), named by its
+//! method, continuing the caller's W3C trace context and carrying the code it was answered with.
+//!
 //! The table is per process, which is one node. Raft's own service is not measured here; a
 //! write's stages are, by [`engram_raft::stages::WriteStages`].
 
@@ -186,16 +189,19 @@ mod service {
         fn call(&mut self, req: http::Request<B>) -> Self::Future {
             let path = req.uri().path().to_string();
             let arrived = std::time::Instant::now();
-            let answer = self.inner.call(req);
-            Box::pin(async move {
+            let span = crate::telemetry::rpc_span(&path, req.headers());
+            let answer = span.in_scope(|| self.inner.call(req));
+            let answered = async move {
                 let answer = answer.await;
                 // A transport-level failure has no gRPC code; the client sees it as UNKNOWN.
                 let code = answer
                     .as_ref()
                     .map_or(tonic::Code::Unknown, |resp| super::code_of(resp.headers()));
+                tracing::Span::current().record("rpc.grpc.status_code", code as i32);
                 super::record(&path, code, arrived.elapsed());
                 answer
-            })
+            };
+            Box::pin(tracing::Instrument::instrument(answered, span))
         }
     }
 }
