@@ -119,6 +119,7 @@ pub fn init(otlp_endpoint: Option<&str>, format: LogFormat) -> Result<TelemetryG
         .with(tracing_opentelemetry::layer().with_tracer(tracer))
         .try_init()
         .map_err(|e| ServerError::Startup(format!("logging: {e}")))?;
+    EXPORTING_SPANS.store(true, std::sync::atomic::Ordering::Relaxed);
     Ok(TelemetryGuard {
         provider: Some(provider),
     })
@@ -153,14 +154,22 @@ impl Extractor for HeaderCarrier<'_> {
     }
 }
 
+/// Set once spans are exported: until then a call's span would be made for nobody (a span costs
+/// an allocation and the log layer's formatting of its fields, on every call).
+static EXPORTING_SPANS: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
 /// The longest method name a span is given: a path no service knows is the caller's text.
 const MAX_SPAN_METHOD_CHARS: usize = 128;
 
 /// The span of one client call (`engram.v1.Memory/Get`), a child of the W3C trace context its
 /// headers carry, if any: every handler's own spans (a write's `transact`) are children of it,
 /// and a follower forwarding the call passes the trace on from within it. Its
-/// `rpc.grpc.status_code` is recorded once the call is answered.
+/// `rpc.grpc.status_code` is recorded once the call is answered. Without span export it is
+/// `Span::none()`.
 pub fn rpc_span(path: &str, headers: &tonic::codegen::http::HeaderMap) -> tracing::Span {
+    if !EXPORTING_SPANS.load(std::sync::atomic::Ordering::Relaxed) {
+        return tracing::Span::none();
+    }
     let method = path.strip_prefix('/').unwrap_or(path);
     let method = match method.char_indices().nth(MAX_SPAN_METHOD_CHARS) {
         Some((cut, _)) => &method[..cut],

@@ -191,13 +191,14 @@ mod service {
             let arrived = std::time::Instant::now();
             let span = crate::telemetry::rpc_span(&path, req.headers());
             let answer = span.in_scope(|| self.inner.call(req));
+            let call_span = span.clone();
             let answered = async move {
                 let answer = answer.await;
                 // A transport-level failure has no gRPC code; the client sees it as UNKNOWN.
                 let code = answer
                     .as_ref()
                     .map_or(tonic::Code::Unknown, |resp| super::code_of(resp.headers()));
-                tracing::Span::current().record("rpc.grpc.status_code", code as i32);
+                call_span.record("rpc.grpc.status_code", code as i32);
                 super::record(&path, code, arrived.elapsed());
                 answer
             };
