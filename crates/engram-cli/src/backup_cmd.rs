@@ -2,7 +2,6 @@
 //! (a new node's store from a backup). The file format and its checks are
 //! `engram_core::backup`'s; the restored node's Raft records are `engram_raft::restore`'s.
 
-use std::io::Write;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -11,7 +10,6 @@ use engram_client::Client;
 use engram_core::backup::BackupFile;
 use engram_raft::NodeInfo;
 use engram_storage::Store;
-use futures::StreamExt;
 use serde_json::json;
 
 use crate::cli::{BackupArgs, RestoreArgs};
@@ -26,14 +24,8 @@ pub async fn backup(client: &Client, args: BackupArgs, json: bool) -> Result<()>
     let started = Instant::now();
     let (staged, mut writer) = Staged::create(&args.out)?;
     let pb = ui.spinner("receiving the backup");
-    let mut stream = client.backup().await.context("backup")?;
-    let mut bytes = 0u64;
-    while let Some(chunk) = stream.next().await {
-        let chunk = chunk.context("backup (the partial file is deleted)")?;
-        writer.write_all(&chunk).context("writing the backup")?;
-        bytes += chunk.len() as u64;
-        pb.set_message(format!("receiving the backup: {:.1} MiB", mib(bytes)));
-    }
+    let stream = client.backup().await.context("backup")?;
+    let bytes = crate::staged::receive(stream, &mut writer, &pb, "the backup").await?;
     let file = staged.commit_checked(writer, |partial| {
         BackupFile::open(partial).map_err(|e| anyhow!("the backup received is not whole: {e}"))
     })?;

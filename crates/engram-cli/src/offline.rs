@@ -16,7 +16,6 @@ use engram_client::Client;
 use engram_core::scrub::{FindingKind, ScrubReport};
 use engram_storage::Store;
 use engram_verify::{Report, VerifyError, VerifyOptions, verify_export};
-use futures::StreamExt;
 use serde_json::json;
 
 use crate::cli::VerifyArgs;
@@ -130,14 +129,8 @@ pub async fn export(client: Option<&Client>, data_dir: Option<&Path>, out: &Path
         None => {
             let client = client.ok_or_else(|| anyhow!("no endpoint to export from"))?;
             let pb = ui.spinner("receiving the audit export");
-            let mut stream = client.export().await.context("audit export")?;
-            let mut bytes = 0u64;
-            while let Some(chunk) = stream.next().await {
-                let chunk = chunk.context("audit export")?;
-                writer.write_all(&chunk).context("writing the export")?;
-                bytes += chunk.len() as u64;
-                pb.set_message(format!("receiving the audit export: {} KiB", bytes / 1024));
-            }
+            let stream = client.export().await.context("audit export")?;
+            let bytes = crate::staged::receive(stream, &mut writer, &pb, "the audit export").await?;
             ui.done(&pb, format!("{} KiB received", bytes / 1024));
             (None, bytes)
         }

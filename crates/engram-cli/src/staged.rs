@@ -1,10 +1,14 @@
 //! Files the CLI writes whole or not at all (exports, backups).
 
 use std::fs::File;
-use std::io::BufWriter;
+use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, anyhow};
+use engram_client::ClientError;
+use futures::StreamExt;
+use futures::stream::BoxStream;
+use indicatif::ProgressBar;
 
 /// Writes to `out.partial` and renames when complete, so a failed export or backup never leaves
 /// a file that looks whole.
@@ -61,4 +65,27 @@ impl Drop for Staged {
     fn drop(&mut self) {
         let _ = std::fs::remove_file(&self.partial);
     }
+}
+
+/// Writes every chunk of a streamed file (`what`: "the backup", "the audit export") to
+/// `writer`, showing the MiB received on `pb`; returns the bytes received.
+pub async fn receive(
+    mut stream: BoxStream<'static, Result<Vec<u8>, ClientError>>,
+    writer: &mut BufWriter<File>,
+    pb: &ProgressBar,
+    what: &str,
+) -> Result<u64> {
+    let mut bytes = 0u64;
+    while let Some(chunk) = stream.next().await {
+        let chunk = chunk.with_context(|| format!("receiving {what} (the partial file is deleted)"))?;
+        writer
+            .write_all(&chunk)
+            .with_context(|| format!("writing {what}"))?;
+        bytes += chunk.len() as u64;
+        pb.set_message(format!(
+            "receiving {what}: {:.1} MiB",
+            bytes as f64 / (1u64 << 20) as f64
+        ));
+    }
+    Ok(bytes)
 }

@@ -40,13 +40,9 @@ impl TraceService for Collector {
             for scope in resource.scope_spans {
                 for span in scope.spans {
                     let keys = span.attributes.iter().map(|a| a.key.clone()).collect();
-                    let _ = self.spans.send((
-                        span.name,
-                        keys,
-                        span.trace_id,
-                        span.parent_span_id,
-                        span.span_id,
-                    ));
+                    let _ =
+                        self.spans
+                            .send((span.name, keys, span.trace_id, span.parent_span_id, span.span_id));
                 }
             }
         }
@@ -141,7 +137,8 @@ async fn spans_are_exported_over_otlp() {
         entity: written.temp_ids["e"],
         ..Default::default()
     });
-    read.metadata_mut().insert("traceparent", TRACEPARENT.parse().unwrap());
+    read.metadata_mut()
+        .insert("traceparent", TRACEPARENT.parse().unwrap());
     memory.get(read).await.unwrap();
 
     // What a node passes on (a follower forwarding a write to the leader) continues the trace
@@ -193,13 +190,20 @@ async fn spans_are_exported_over_otlp() {
     }
     // The write's call span, child of the caller's span, with its code; its `transact` span
     // under it, with the write's figures.
-    let call = find(&seen, "engram.v1.Memory/Transact", &parent_id)
-        .unwrap_or_else(|| panic!("no Transact call span in the caller's trace, child of its span: {seen:?}"));
+    let call = find(&seen, "engram.v1.Memory/Transact", &parent_id).unwrap_or_else(|| {
+        panic!("no Transact call span in the caller's trace, child of its span: {seen:?}")
+    });
     assert!(call.1.iter().any(|k| k == "rpc.grpc.status_code"), "{call:?}");
     let transact = find(&seen, "transact", &call.4)
         .unwrap_or_else(|| panic!("no transact span under the call's span: {seen:?}"));
-    assert!(transact.1.iter().any(|k| k == "node_id"), "span attributes: {transact:?}");
-    assert!(transact.1.iter().any(|k| k == "tx_id"), "span attributes: {transact:?}");
+    assert!(
+        transact.1.iter().any(|k| k == "node_id"),
+        "span attributes: {transact:?}"
+    );
+    assert!(
+        transact.1.iter().any(|k| k == "tx_id"),
+        "span attributes: {transact:?}"
+    );
     assert!(
         find(&seen, "engram.v1.Memory/Get", &parent_id).is_some(),
         "no Get call span in the caller's trace: {seen:?}"
