@@ -591,10 +591,10 @@ pub struct ServeArgs {
           value_parser = clap::builder::BoolishValueParser::new())]
     pub bootstrap: bool,
 
-    /// Join the cluster the peers (--peer) belong to: until this node is a member, ask them to
-    /// add it (as a learner, promoted to voter once caught up). With --bootstrap too, the
-    /// initial voters bootstrap only if no peer has a cluster yet, so one setting serves every
-    /// pod of a StatefulSet and every restart.
+    /// Join the cluster the peers (--peer) belong to: until this node is a voter, ask them to
+    /// add it (as a learner, promoted to voter once caught up; asked again while it is left a
+    /// learner). With --bootstrap too, the initial voters bootstrap only if no peer has a
+    /// cluster yet, so one setting serves every pod of a StatefulSet and every restart.
     #[arg(long, env = "ENGRAM_JOIN", action = clap::ArgAction::SetTrue,
           value_parser = clap::builder::BoolishValueParser::new())]
     pub join: bool,

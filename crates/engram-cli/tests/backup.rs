@@ -269,10 +269,24 @@ async fn a_backup_under_load_verifies_and_restores_into_a_new_cluster_with_every
         if voters == 3 {
             break;
         }
-        assert!(
-            started.elapsed() < Duration::from_secs(90),
-            "the new cluster did not reach 3 voters"
-        );
+        if started.elapsed() > Duration::from_secs(90) {
+            let logs: String = (0..3)
+                .map(|i| {
+                    let log = new_dir.join(format!("node{}.log", i + 1));
+                    let text = std::fs::read_to_string(&log).unwrap_or_default();
+                    let tail: Vec<&str> = text.lines().rev().take(15).collect();
+                    format!(
+                        "--- {}\n{}\n",
+                        log.display(),
+                        tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+                    )
+                })
+                .collect();
+            panic!(
+                "the new cluster did not reach 3 voters ({:?}):\n{logs}",
+                fresh.status().await
+            );
+        }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 

@@ -463,16 +463,24 @@ async fn report_health(node: RaftNode, reporter: tonic_health::server::HealthRep
     }
 }
 
-/// With `--join`: until this node is a member, ask the peers whether a cluster exists; if one
+/// With `--join`: until this node is a voter, ask the peers whether a cluster exists; if one
 /// does, ask it to add this node (the leader admits its key, adds it as a learner and promotes
-/// it once caught up). If no peer has a cluster and `--bootstrap` is set too, bootstrap as
-/// usual. Idempotent across restarts: a member does nothing.
+/// it once caught up). A node left a learner keeps asking: its promotion may have been refused
+/// because another node's membership change was in flight (two nodes joining at once). If no
+/// peer has a cluster and `--bootstrap` is set too, bootstrap as usual. Idempotent across
+/// restarts: a voter does nothing.
 async fn join(shared: Arc<Shared>) {
     let me = shared.node.node_id;
     let mut announced = false;
     loop {
-        if shared.node.status().members.iter().any(|(id, _, _)| *id == me) {
-            info!("join: this node is a member");
+        if shared
+            .node
+            .status()
+            .members
+            .iter()
+            .any(|(id, _, voter)| *id == me && *voter)
+        {
+            info!("join: this node is a voter");
             return;
         }
         let mut cluster_exists = false;
@@ -487,8 +495,8 @@ async fn join(shared: Arc<Shared>) {
                 continue;
             }
             cluster_exists = true;
-            if status.members.iter().any(|m| m.id == me) {
-                // Added already; replication will reach this node.
+            if status.members.iter().any(|m| m.id == me && m.voter) {
+                // A voter already; replication will reach this node.
                 break;
             }
             let request = pb::AddNodeRequest {
