@@ -14,7 +14,7 @@ use serde_json::json;
 
 use crate::cli::{BackupArgs, RestoreArgs};
 use crate::output::{outln, print_json};
-use crate::staged::Staged;
+use crate::staged::{Staged, mib};
 use crate::ui::Ui;
 
 /// `engram backup --out FILE`: streams the first endpoint's backup to FILE.partial, opens it
@@ -155,10 +155,6 @@ pub fn restore(args: RestoreArgs, json: bool) -> Result<()> {
         )?;
     }
     Ok(())
-}
-
-fn mib(bytes: u64) -> f64 {
-    bytes as f64 / (1u64 << 20) as f64
 }
 
 /// Removes a directory (a restore's staging copy) unless forgotten.

@@ -82,10 +82,12 @@ pub async fn receive(
             .write_all(&chunk)
             .with_context(|| format!("writing {what}"))?;
         bytes += chunk.len() as u64;
-        pb.set_message(format!(
-            "receiving {what}: {:.1} MiB",
-            bytes as f64 / (1u64 << 20) as f64
-        ));
+        pb.set_message(format!("receiving {what}: {:.1} MiB", mib(bytes)));
     }
     Ok(bytes)
+}
+
+/// Bytes as MiB, for progress and summaries.
+pub fn mib(bytes: u64) -> f64 {
+    bytes as f64 / (1u64 << 20) as f64
 }

@@ -27,7 +27,7 @@ use engram_audit::{Checkpoint, NodeKey, PublicKey, SignedCheckpoint, SignedEntry
 use thiserror::Error;
 
 use crate::rows::decode_row;
-use crate::snapshot::{self, ChainCheck, ChunkSource, SnapshotError, SnapshotReader};
+use crate::snapshot::{self, ChainCheck, SnapshotError, SnapshotReader};
 use crate::store_format::STORE_FORMAT;
 use crate::{ChainHead, CoreError, keys};
 
@@ -329,26 +329,6 @@ impl BackupFile {
             active_keys,
             signed_by,
         })
-    }
-}
-
-/// The backup's snapshot as chunks of at most 1 MiB, for [`snapshot::check`] and installers.
-impl ChunkSource for BackupFile {
-    fn total_bytes(&self) -> u64 {
-        self.snapshot_bytes
-    }
-    fn chunk_count(&self) -> u32 {
-        self.snapshot_bytes.div_ceil(READ_BYTES as u64) as u32
-    }
-    fn chunk(&self, i: u32) -> Result<Vec<u8>, SnapshotError> {
-        let at = u64::from(i) * READ_BYTES as u64;
-        let n = (self.snapshot_bytes.saturating_sub(at) as usize).min(READ_BYTES);
-        let mut buf = vec![0u8; n];
-        let mut file = &self.file;
-        file.seek(SeekFrom::Start(HEADER_BYTES + at))
-            .and_then(|_| file.read_exact(&mut buf))
-            .map_err(|e| SnapshotError::Malformed(format!("reading the backup: {e}")))?;
-        Ok(buf)
     }
 }
 
