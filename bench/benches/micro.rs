@@ -11,6 +11,10 @@
 //! * `chain_verify`: `ChainVerifier` over a 1,000-entry chain, signatures inline and deferred;
 //! * `merkle`: appends to the compact tree, and inclusion and consistency proofs made and
 //!   checked, for trees of 1,000 and 1,000,000 leaves;
+//! * `state_tree`: the state commitment's trie (`engram-statetree`) over 1,000 and 1,000,000
+//!   slots (100 and 100,000 entities of 10 attributes): one slot rewritten, keeping the version
+//!   before (what a transaction will pay per slot it writes), a slot proven present and its
+//!   proof checked, and an entity's 10 slots proven complete and checked;
 //! * `recall`: the text index alone (no server): feeding it 100,000 generated facts, and a
 //!   two-word `recall` over them, now and as of halfway.
 //!
@@ -648,6 +652,100 @@ fn merkle(c: &mut Criterion) {
     group.finish();
 }
 
+/// The key of attribute `a` of entity `e`: 16 bytes naming the entity, 16 the attribute, the
+/// layout that puts one entity's slots in one subtree.
+fn slot_key(e: u64, a: u64) -> engram_statetree::Key {
+    let mut k = [0u8; 32];
+    k[..16].copy_from_slice(&Hash::of(&e.to_be_bytes()).as_bytes()[..16]);
+    k[16..].copy_from_slice(&Hash::of(&(a | 1 << 63).to_be_bytes()).as_bytes()[..16]);
+    k
+}
+
+fn state_tree(c: &mut Criterion) {
+    use engram_statetree::{KeyProof, PrefixProof, StateTree};
+    let mut group = c.benchmark_group("state_tree");
+    for entities in [100u64, 100_000] {
+        let slots = entities * 10;
+        let tree = StateTree::from_pairs((0..entities).flat_map(|e| {
+            (0..10).map(move |a| (slot_key(e, a), *Hash::of(&(e ^ a).to_be_bytes()).as_bytes()))
+        }));
+        let root = tree.root();
+        assert_eq!(tree.len(), slots);
+        let picks: Vec<u64> = (0..SAMPLES).map(|i| mix(i) % entities).collect();
+        let key_proofs: Vec<(engram_statetree::Key, KeyProof)> = picks
+            .iter()
+            .map(|&e| {
+                let key = slot_key(e, e % 10);
+                let proof = tree.prove(&key);
+                assert!(proof.verify(&root, &key).unwrap().is_some());
+                (key, proof)
+            })
+            .collect();
+        let prefix_proofs: Vec<(engram_statetree::Key, PrefixProof)> = picks
+            .iter()
+            .map(|&e| {
+                let key = slot_key(e, 0);
+                let proof = tree.prove_prefix(&key, 128);
+                assert_eq!(proof.verify(&root, &key, 128).unwrap().len(), 10);
+                (key, proof)
+            })
+            .collect();
+        assert!(key_proofs[0].1.verify(&root, &slot_key(entities + 1, 0)).is_err());
+
+        group.bench_function(BenchmarkId::new("rewrite_slot_keep_version", slots), |b| {
+            let mut current = tree.clone();
+            let mut n = 0u64;
+            b.iter(|| {
+                n += 1;
+                let before = current.clone();
+                current.insert(
+                    slot_key(picks[n as usize % picks.len()], n % 10),
+                    *Hash::of(&n.to_be_bytes()).as_bytes(),
+                );
+                black_box((before, current.root()))
+            });
+        });
+        group.bench_function(BenchmarkId::new("prove_slot", slots), |b| {
+            let mut n = 0usize;
+            b.iter(|| {
+                n = (n + 1) % key_proofs.len();
+                black_box(&tree).prove(&key_proofs[n].0)
+            });
+        });
+        group.bench_function(BenchmarkId::new("verify_slot", slots), |b| {
+            let mut n = 0usize;
+            b.iter(|| {
+                n = (n + 1) % key_proofs.len();
+                let (key, proof) = &key_proofs[n];
+                black_box(proof).verify(&root, key)
+            });
+        });
+        group.bench_function(BenchmarkId::new("prove_entity_10_slots", slots), |b| {
+            let mut n = 0usize;
+            b.iter(|| {
+                n = (n + 1) % prefix_proofs.len();
+                black_box(&tree).prove_prefix(&prefix_proofs[n].0, 128)
+            });
+        });
+        group.bench_function(BenchmarkId::new("verify_entity_10_slots", slots), |b| {
+            let mut n = 0usize;
+            b.iter(|| {
+                n = (n + 1) % prefix_proofs.len();
+                let (key, proof) = &prefix_proofs[n];
+                black_box(proof).verify(&root, key, 128)
+            });
+        });
+        let bytes: usize = key_proofs.iter().map(|(_, p)| p.encode().len()).sum();
+        let entity_bytes: usize = prefix_proofs.iter().map(|(_, p)| p.encode().len()).sum();
+        eprintln!(
+            "state_tree {slots} slots: slot proof {} bytes, entity proof (10 slots) {} bytes on average",
+            bytes / key_proofs.len(),
+            entity_bytes / prefix_proofs.len()
+        );
+    }
+    group.finish();
+}
+
 /// Facts in the `recall` benchmark's corpus.
 const RECALL_FACTS: u64 = 100_000;
 
@@ -753,6 +851,6 @@ criterion_group! {
     config = Criterion::default()
         .warm_up_time(Duration::from_secs(1))
         .measurement_time(Duration::from_secs(2));
-    targets = canonical, apply, redact, rewrite, audit_sign, chain_verify, merkle, recall
+    targets = canonical, apply, redact, rewrite, audit_sign, chain_verify, merkle, state_tree, recall
 }
 criterion_main!(micro);
