@@ -382,6 +382,7 @@ fn tx_entry(index: u64, prev_hash: Hash) -> AuditEntry {
             author: None,
         },
         prev_hash,
+        state_root: None,
     }
 }
 
@@ -436,6 +437,7 @@ fn chain(len: u64, keys: &[NodeKey; 3]) -> Vec<SignedEntry> {
                         members: (1..).zip(keys.iter().map(NodeKey::public)).collect(),
                     },
                     prev_hash: prev,
+                    state_root: None,
                 }
             } else {
                 tx_entry(index, prev)

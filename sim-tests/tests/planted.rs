@@ -276,6 +276,14 @@ fn stale_current_row_is_caught() {
 }
 
 #[test]
+fn stale_slot_commitment_is_caught() {
+    // A rewrite of a slot leaves its state-commitment digest as it was: every replica records
+    // the same wrong state root, so replica agreement cannot see it; the scrub recomputes
+    // every slot's digest from its history (I13).
+    caught_within_bound(PlantedBug::StaleSlotCommitment, &["state-consistent"]);
+}
+
+#[test]
 fn unrecorded_install_is_caught() {
     // The crash-in-install fault (forced on, with frequent snapshots) kills a node inside each
     // snapshot install; without the install record the node restarts on part of the old state

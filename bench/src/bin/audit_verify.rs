@@ -103,6 +103,7 @@ fn build_chain(len: u64, keys: &[NodeKey; 3], threads: usize) -> Chain {
                 }
             },
             prev_hash: prev,
+            state_root: None,
         };
         prev = entry.hash();
         hashes.push(prev);

@@ -624,6 +624,7 @@ mod tests {
                 namespace: if index == 1 { String::new() } else { "ns".into() },
                 kind,
                 prev_hash: prev,
+                state_root: None,
             };
             prev = entry.hash();
             out.push(SignedEntry::sign(entry, key));
@@ -778,6 +779,7 @@ mod tests {
                 authorizer: founder.key_id(),
             },
             prev_hash: prev,
+            state_root: None,
         };
         entries.push(SignedEntry::sign(admit, &joiner));
         verify(&entries).unwrap();
@@ -800,6 +802,7 @@ mod tests {
             namespace: String::new(),
             kind,
             prev_hash: last.hash(),
+            state_root: None,
         };
         entries.push(SignedEntry::sign(entry, signer));
     }
@@ -1044,6 +1047,7 @@ mod tests {
                 members: vec![(1, a.public()), (2, b.public())],
             },
             prev_hash: GENESIS_PREV_HASH,
+            state_root: None,
         };
         let mut entries = vec![SignedEntry::sign(genesis, &a)];
         let has = |d| damage.contains(&d);

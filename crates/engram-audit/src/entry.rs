@@ -4,8 +4,12 @@ use serde::{Deserialize, Serialize};
 
 use crate::{KeyId, NodeKey, PublicKey};
 
-/// Format version of the canonical audit entry encoding.
+/// Format version of the canonical audit entry encoding, for an entry without a state root.
 pub const AUDIT_FORMAT_VERSION: u8 = 1;
+
+/// Format version of an entry that carries the state root after it (format 1's fields, then
+/// the root): the state commitment (`docs/AUDIT.md`, "State commitment").
+pub const AUDIT_FORMAT_STATE_ROOT: u8 = 2;
 
 /// `prev_hash` of the first entry: fixed, so genesis is recognisable and cannot be preceded.
 pub const GENESIS_PREV_HASH: Hash = Hash::ZERO;
@@ -171,6 +175,11 @@ pub struct AuditEntry {
     pub namespace: String,
     pub kind: EntryKind,
     pub prev_hash: Hash,
+    /// The root of the state commitment after this entry: every slot's digest (`None`: an
+    /// entry of format 1, from before the state commitment or not a transaction). Covered by
+    /// the entry hash, so by the Merkle tree and every checkpoint.
+    #[serde(default)]
+    pub state_root: Option<Hash>,
 }
 
 /// The content hash of a transaction: blake3 over its datom hashes in transaction order.
@@ -185,12 +194,16 @@ pub fn tx_content_hash(datom_hashes: &[Hash]) -> Hash {
 
 impl AuditEntry {
     pub fn encode(&self) -> Vec<u8> {
-        let mut w = Writer::with_capacity(128);
-        w.u8(AUDIT_FORMAT_VERSION)
-            .u64(self.index)
-            .u64(self.tx.0)
-            .i64(self.tx_time_ns)
-            .str(&self.namespace);
+        let mut w = Writer::with_capacity(160);
+        w.u8(if self.state_root.is_some() {
+            AUDIT_FORMAT_STATE_ROOT
+        } else {
+            AUDIT_FORMAT_VERSION
+        })
+        .u64(self.index)
+        .u64(self.tx.0)
+        .i64(self.tx_time_ns)
+        .str(&self.namespace);
         match &self.kind {
             EntryKind::Transaction {
                 content_hash,
@@ -234,6 +247,9 @@ impl AuditEntry {
             }
         }
         w.raw(self.prev_hash.as_bytes());
+        if let Some(root) = &self.state_root {
+            w.raw(root.as_bytes());
+        }
         w.finish()
     }
 
@@ -246,7 +262,7 @@ impl AuditEntry {
 
     fn read(r: &mut Reader<'_>) -> Result<AuditEntry, DecodeError> {
         let version = r.u8("audit format version")?;
-        if version != AUDIT_FORMAT_VERSION {
+        if version != AUDIT_FORMAT_VERSION && version != AUDIT_FORMAT_STATE_ROOT {
             return Err(DecodeError::Version(version));
         }
         let index = r.u64("index")?;
@@ -314,6 +330,10 @@ impl AuditEntry {
             }
         };
         let prev_hash = r.hash("prev_hash")?;
+        let state_root = match version {
+            AUDIT_FORMAT_STATE_ROOT => Some(r.hash("state root")?),
+            _ => None,
+        };
         Ok(AuditEntry {
             index,
             tx,
@@ -321,6 +341,7 @@ impl AuditEntry {
             namespace,
             kind,
             prev_hash,
+            state_root,
         })
     }
 
@@ -464,6 +485,7 @@ mod tests {
                 author: None,
             },
             prev_hash: prev,
+            state_root: None,
         }
     }
 
@@ -479,6 +501,7 @@ mod tests {
                 members: vec![(1, key.public()), (2, key.public())],
             },
             prev_hash: GENESIS_PREV_HASH,
+            state_root: None,
         };
         let mut authored = tx_entry(3, Hash::of(b"y"));
         authored.kind = EntryKind::Transaction {
@@ -502,7 +525,20 @@ mod tests {
             author: None,
         };
         assert_ne!(stripped.hash(), authored.hash());
-        for entry in [membership, tx_entry(2, Hash::of(b"x")), authored] {
+        // A state root makes the entry format 2, bound by the hash; without one, format 1's
+        // bytes are what they were.
+        let mut rooted = tx_entry(4, Hash::of(b"z"));
+        rooted.state_root = Some(Hash::of(b"root"));
+        let mut unrooted = rooted.clone();
+        unrooted.state_root = None;
+        let mut other_root = rooted.clone();
+        other_root.state_root = Some(Hash::of(b"another root"));
+        assert_eq!(rooted.encode()[0], AUDIT_FORMAT_STATE_ROOT);
+        assert_eq!(unrooted.encode()[0], AUDIT_FORMAT_VERSION);
+        assert_eq!(rooted.encode().len(), unrooted.encode().len() + 32);
+        assert_ne!(rooted.hash(), unrooted.hash());
+        assert_ne!(rooted.hash(), other_root.hash());
+        for entry in [membership, tx_entry(2, Hash::of(b"x")), authored, rooted] {
             let unattested = SignedEntry::unattested(entry.clone());
             let entry_only = unattested.encode();
             assert_eq!(SignedEntry::decode(&entry_only).unwrap(), unattested);

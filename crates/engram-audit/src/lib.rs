@@ -30,7 +30,7 @@ pub use checkpoint::{
     Checkpoint, CheckpointError, NoteSignature, SignedCheckpoint, note_key_hash, note_key_name, verifier_key,
 };
 pub use entry::{
-    AUDIT_FORMAT_VERSION, Attestation, AuditEntry, Author, EntryKind, GENESIS_PREV_HASH, KeyAction,
-    KeyChangeRequest, SignedEntry, key_statement, tx_content_hash,
+    AUDIT_FORMAT_STATE_ROOT, AUDIT_FORMAT_VERSION, Attestation, AuditEntry, Author, EntryKind,
+    GENESIS_PREV_HASH, KeyAction, KeyChangeRequest, SignedEntry, key_statement, tx_content_hash,
 };
 pub use keys::{KeyId, KeyRing, KeyRingListener, NodeKey, PublicKey, Verifier, verify_all_by};

@@ -1498,6 +1498,7 @@ async fn audit(client: &Client, cmd: AuditCommand, json: bool) -> Result<()> {
                 "NAMESPACE",
                 "HASH",
                 "PREV",
+                "STATE ROOT",
                 "SIGNER",
             ]);
             while let Some(entry) = stream.next().await {
@@ -1509,6 +1510,8 @@ async fn audit(client: &Client, cmd: AuditCommand, json: bool) -> Result<()> {
                         // null: no attestation of its own; a later one of the node covers it.
                         "signer_key_id": (!e.signer_key_id.is_empty()).then(|| hex::encode(&e.signer_key_id)),
                         "signed": hex::encode(&e.signed),
+                        // null: the entry records no state root (not a transaction, or of format 1).
+                        "state_root": (!e.state_root.is_empty()).then(|| hex::encode(&e.state_root)),
                     }));
                 } else {
                     table.row(vec![
@@ -1519,6 +1522,11 @@ async fn audit(client: &Client, cmd: AuditCommand, json: bool) -> Result<()> {
                         e.namespace.clone(),
                         short_hash(&e.hash),
                         short_hash(&e.prev_hash),
+                        if e.state_root.is_empty() {
+                            "-".to_string()
+                        } else {
+                            short_hash(&e.state_root)
+                        },
                         if e.signer_key_id.is_empty() {
                             "-".to_string()
                         } else {

@@ -542,8 +542,12 @@ impl Verdict {
 fn verdict_line(label: &str, verdict: Verdict, report: &Report, scrub: &ScrubReport) -> String {
     match verdict {
         Verdict::Verified => format!(
-            "verified: {label}: {} entries ({} transactions, {} datoms), {} checkpoints; store scrub clean",
-            report.entries, report.transactions, report.datoms, report.checkpoints
+            "verified: {label}: {} entries ({} transactions, {} datoms), {} checkpoints{}; store scrub clean",
+            report.entries,
+            report.transactions,
+            report.datoms,
+            report.checkpoints,
+            state_roots(report)
         ),
         Verdict::Unreadable => {
             let damage = scrub.first_unreadable().map_or_else(String::new, |f| {
@@ -569,9 +573,21 @@ fn verdict_line(label: &str, verdict: Verdict, report: &Report, scrub: &ScrubRep
 /// What a chain that verified holds, as both reports print it.
 fn verified_counts(report: &Report) -> String {
     format!(
-        "verified {} entries ({} transactions, {} datoms), {} checkpoints",
-        report.entries, report.transactions, report.datoms, report.checkpoints
+        "verified {} entries ({} transactions, {} datoms), {} checkpoints{}",
+        report.entries,
+        report.transactions,
+        report.datoms,
+        report.checkpoints,
+        state_roots(report)
     )
+}
+
+/// How many recorded state roots the verifier rebuilt from the datoms (I13), when any was.
+fn state_roots(report: &Report) -> String {
+    match report.state_roots {
+        0 => String::new(),
+        n => format!(", {n} state roots rebuilt from the datoms"),
+    }
 }
 
 fn print_chain(report: &Report) -> Result<()> {

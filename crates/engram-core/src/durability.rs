@@ -61,6 +61,9 @@ pub enum Write {
     PlantedEagerRow,
     /// The store's format row, written before anything else on a store without one.
     StoreFormat,
+    /// The state commitment's rows of a store written before them, computed from its history
+    /// once, at start, before anything is applied (`crate::commitment::rebuild`).
+    StateCommitmentRebuild,
 }
 
 /// The durability `write` gets on this node.
@@ -87,7 +90,8 @@ pub fn durability(write: Write) -> Durability {
         | Write::LegacyMigration
         | Write::AccessLog
         | Write::PlantedEagerRow
-        | Write::StoreFormat => Sync,
+        | Write::StoreFormat
+        | Write::StateCommitmentRebuild => Sync,
         Write::CommittedHint
         | Write::ApplyGroup
         | Write::StartAttestation

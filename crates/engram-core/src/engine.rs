@@ -7,13 +7,16 @@ use engram_audit::{
     KeyRecord, KeyRing, NodeKey, PublicKey, SignedCheckpoint, SignedEntry, apply_key_change, tx_content_hash,
 };
 use engram_merkle::{Blake3, MerkleHasher};
+use engram_statetree::{Digest, StateTree};
 use engram_storage::{CachedStore, Layered, Mutation, Overlay, ReadView, Space, Store, WriteBatch};
-use engram_types::{Hash, RedactPart, RedactRequest, TxId, TxReceipt, TxRequest, Value};
+use engram_types::{
+    Attribute, BranchName, EntityId, Hash, RedactPart, RedactRequest, TxId, TxReceipt, TxRequest, Value,
+};
 
 use crate::durability::{Write, durability};
 use crate::planted::{self, PlantedBug};
 use crate::rows::{ChainHead, LastCheckpoint, Rejection, TxLogRow, TxOutcome, decode_row, encode_row};
-use crate::{CoreError, keys, plan, policy, reads, redact};
+use crate::{CoreError, commitment, keys, plan, policy, reads, redact};
 
 /// When a node signs a checkpoint of its chain: after every `every_entries` entries, or once
 /// `every_ms` of transaction time has passed since the last one, whichever comes first (0
@@ -82,6 +85,20 @@ pub struct Engine {
     /// Set by [`Engine::salt_datoms_with`]: the seed the entry being applied carries, from which its
     /// datoms' salts come.
     salt_seed: Option<[u8; 32]>,
+    /// Whether apply writes the slots' state-commitment rows (`crate::commitment`): the
+    /// store's rows cover every slot (it is marked) or it held no datom when opened. An older
+    /// store that is neither gets no rows until [`Engine::keep_state_commitment`] rebuilds
+    /// them, so no slot ever holds a digest that skips part of its history.
+    commits_state: bool,
+    /// The store's datoms so far are covered: the mark is written, or the store held none.
+    commitment_marked: bool,
+    /// With [`Engine::keep_state_commitment`]: the map itself, its root the state root.
+    state: Option<StateTree>,
+    /// The map as the open group found it, put back if the group is discarded.
+    state_at_group_start: Option<StateTree>,
+    /// Set by [`Engine::record_state_root`]: the entry being applied carries the leader's ask
+    /// that its audit entry record the state root (format 2).
+    records_state_root: bool,
 }
 
 /// The `I` row: the receipt of the transaction that first used an idempotency key, and the
@@ -200,6 +217,11 @@ impl Engine {
             grants: policy::PolicyCache::default(),
             committed: None,
             salt_seed: None,
+            commits_state: false,
+            commitment_marked: false,
+            state: None,
+            state_at_group_start: None,
+            records_state_root: false,
         };
         engine.reload()?;
         engine.settle_keys()?;
@@ -252,7 +274,52 @@ impl Engine {
         self.origin = reads::origin(&**self.store())?;
         self.signing_revoked_at = self.revocation_of_signing_key()?;
         self.attest_head()?;
+        self.commitment_marked = commitment::marked(&**self.store())?;
+        self.commits_state = self.commitment_marked || !holds_datoms(&**self.store())?;
+        if self.state.is_some() {
+            // Installed state: its rows, rebuilt first if it came from a store without them.
+            self.state = None;
+            self.keep_state_commitment()?;
+        }
         Ok(())
+    }
+
+    /// From now on keeps the state commitment's map in memory (its root:
+    /// [`Engine::state_root`]). A store written before the state commitment is first brought
+    /// up to date: every slot's digest computed from its history ([`commitment::rebuild`], one
+    /// read of every datom) and written with the mark, synced. Outside a group.
+    pub fn keep_state_commitment(&mut self) -> Result<(), CoreError> {
+        assert!(!self.grouped, "keep_state_commitment inside an apply group");
+        if !self.commits_state {
+            let digests = commitment::rebuild(&**self.store())?;
+            let mut batch = WriteBatch::new();
+            for (slot, digest) in &digests {
+                batch.put(
+                    Space::State,
+                    commitment::row_key(slot),
+                    commitment::encode_row(digest),
+                );
+            }
+            commitment::mark(&mut batch);
+            self.base.written(&batch);
+            self.store()
+                .write(batch, durability(Write::StateCommitmentRebuild))?;
+            self.commitment_marked = true;
+            self.commits_state = true;
+        }
+        self.state = Some(commitment::load(&**self.store())?);
+        Ok(())
+    }
+
+    /// The state root after the last entry applied: the root of the map of every slot's digest
+    /// (`crate::commitment`). `None` until [`Engine::keep_state_commitment`].
+    pub fn state_root(&self) -> Option<Digest> {
+        self.state.as_ref().map(StateTree::root)
+    }
+
+    /// The map itself, for proofs (`None` until [`Engine::keep_state_commitment`]).
+    pub fn state_tree(&self) -> Option<&StateTree> {
+        self.state.as_ref()
     }
 
     /// Attests the head entry if it has no attestation: the node stopped (or a snapshot was
@@ -348,6 +415,7 @@ impl Engine {
         // An apply that failed inside a group stops the node; a second open is a bug.
         assert!(!self.grouped, "an apply group is already open");
         self.grouped = true;
+        self.state_at_group_start = self.state.clone();
         // Planted `HalfBatch`: what the last group held back is written with this one.
         if let Some(rest) = self.held_back.take() {
             self.pending.absorb(rest);
@@ -366,6 +434,7 @@ impl Engine {
     pub fn end_group(&mut self, mut closing: WriteBatch) -> Result<WriteBatch, CoreError> {
         assert!(self.grouped, "end_group without an open apply group");
         self.grouped = false;
+        self.state_at_group_start = None;
         if let Some(tail) = self.group_tail.take() {
             assert_eq!(
                 tail.entry.index, self.head.index,
@@ -432,6 +501,7 @@ impl Engine {
         }
         self.grouped = false;
         self.pending = Overlay::new();
+        self.state = self.state_at_group_start.take();
         self.head_moved = false;
         self.group_tail = None;
         self.unchecked.clear();
@@ -556,6 +626,7 @@ impl Engine {
             namespace: String::new(),
             kind: EntryKind::Membership { members },
             prev_hash: self.chain_prev(),
+            state_root: None,
         };
         let mut head = self.head.clone();
         let sealed = self.seal(entry, &mut head, &mut batch, false)?;
@@ -627,6 +698,7 @@ impl Engine {
                 authorization: req.authorization,
             },
             prev_hash: self.chain_prev(),
+            state_root: None,
         };
         let mut head = self.head.clone();
         // Attested inline even in a group: the entry is written synced, and the key it may
@@ -855,6 +927,30 @@ impl Engine {
         self.salt_seed = seed;
     }
 
+    /// Whether the transaction entries applied from now on record the state root after them
+    /// (audit entry format 2): set for an entry whose log entry asks it (every entry a leader
+    /// of a build that keeps the state commitment proposes), cleared after it, so every
+    /// replica records it for the same entries.
+    pub fn record_state_root(&mut self, record: bool) {
+        self.records_state_root = record;
+    }
+
+    /// The state root the entry being sealed records, if it records one.
+    fn entry_state_root(&mut self, index: u64) -> Result<Option<Hash>, CoreError> {
+        if !self.records_state_root {
+            return Ok(None);
+        }
+        if !self.commits_state {
+            return Err(CoreError::StateCommitmentIncomplete { index });
+        }
+        let tree = match &mut self.state {
+            Some(tree) => tree,
+            // Not kept in memory (a tool applying entries): the rows are the map.
+            None => self.state.insert(commitment::load(&self.view())?),
+        };
+        Ok(Some(Hash(tree.root())))
+    }
+
     /// Applies one transaction carried by the log entry at `log_index`. `proposed_time_ns` is
     /// the leader's clock reading carried in the entry; the transaction time is that, or the
     /// previous transaction time if the leader's clock is behind (I7). `extra` holds rows the
@@ -1027,6 +1123,55 @@ impl Engine {
         })
     }
 
+    /// Moves the digest of every slot the transaction wrote one link (`crate::commitment`):
+    /// its `Z` row in the batch, and the map if it is kept. `datoms` and `hashes` are the
+    /// transaction's, in seq order.
+    fn commit_slots(
+        &mut self,
+        tx: TxId,
+        datoms: &[engram_types::Datom],
+        hashes: &[Hash],
+        batch: &mut WriteBatch,
+    ) -> Result<(), CoreError> {
+        if !self.commits_state || datoms.is_empty() {
+            return Ok(());
+        }
+        // In slot order, each slot's hashes in seq order: every replica writes the same way.
+        let mut by_slot: BTreeMap<(Option<&BranchName>, EntityId, &Attribute), Vec<Hash>> = BTreeMap::new();
+        for (d, h) in datoms.iter().zip(hashes) {
+            by_slot
+                .entry((d.branch.as_ref(), d.entity, &d.attribute))
+                .or_default()
+                .push(*h);
+        }
+        let ns = &datoms[0].namespace;
+        for ((branch, e, attr), slot_hashes) in &by_slot {
+            let slot = commitment::slot_key(ns, *branch, *e, attr);
+            let prev = match &self.state {
+                Some(tree) => tree.get(&slot),
+                None => commitment::stored(&self.view(), &slot)?,
+            };
+            if prev.is_some() && planted::active(PlantedBug::StaleSlotCommitment) {
+                continue;
+            }
+            let digest = commitment::step(prev.as_ref(), tx, slot_hashes);
+            batch.put(
+                Space::State,
+                commitment::row_key(&slot),
+                commitment::encode_row(&digest),
+            );
+            if let Some(tree) = &mut self.state {
+                tree.insert(slot, digest);
+            }
+        }
+        if !self.commitment_marked {
+            // The first datoms of a store that held none: from here the rows cover every slot.
+            commitment::mark(batch);
+            self.commitment_marked = true;
+        }
+        Ok(())
+    }
+
     fn tx_in_group(
         &mut self,
         log_index: u64,
@@ -1111,6 +1256,10 @@ impl Engine {
         for (key, value) in rows {
             batch.put(Space::State, key, value);
         }
+        if self.records_state_root && self.state.is_none() && self.commits_state {
+            self.state = Some(commitment::load(&self.view())?);
+        }
+        self.commit_slots(tx, &datoms, &hashes, &mut batch)?;
         if let Some((author, signed)) = author {
             if !planted::active(PlantedBug::SignedRequestNotKept) {
                 batch.put(Space::State, keys::signed_request(tx), signed.to_vec());
@@ -1123,6 +1272,7 @@ impl Engine {
             );
         }
         let datom_count = u32::try_from(datoms.len()).expect("op count is bounded by TxRequest::MAX_OPS");
+        let state_root = self.entry_state_root(head.index + 1)?;
         let entry = AuditEntry {
             index: head.index + 1,
             tx,
@@ -1138,6 +1288,7 @@ impl Engine {
             } else {
                 self.chain_prev()
             },
+            state_root,
         };
         let sealed = self.seal(entry, &mut head, &mut batch, false)?;
         let receipt = TxReceipt {
@@ -1189,6 +1340,18 @@ impl Engine {
     }
 }
 
+/// Whether the store holds any datom, on main or on a branch.
+fn holds_datoms(store: &dyn ReadView) -> Result<bool, CoreError> {
+    for tag in [keys::EAVT, keys::BRANCH_EAVT] {
+        let prefix = [tag];
+        let end = engram_storage::prefix_end(&prefix);
+        if !store.scan(Space::State, &prefix, end.as_deref(), 1)?.is_empty() {
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}
+
 /// The rows apply reads through [`CachedStore`]: attribute schema rows and namespace schema
 /// rows, read by nearly every transaction and written by few.
 const SCHEMA_ROW_PREFIXES: &[u8] = &[keys::SCHEMA, keys::NS_SCHEMA];
@@ -1197,8 +1360,7 @@ const SCHEMA_ROW_PREFIXES: &[u8] = &[keys::SCHEMA, keys::NS_SCHEMA];
 mod tests {
     use engram_storage::{Durability, MemStore};
     use engram_types::{
-        Attribute, BranchName, Datom, EntityId, EntityRef, Namespace, Op, Precondition, Provenance, Status,
-        TxOp, ValueType,
+        AttributeDef, Datom, EntityRef, Namespace, Op, Precondition, Provenance, Status, TxOp, ValueType,
     };
 
     use super::*;
@@ -2342,6 +2504,203 @@ mod tests {
             .unwrap()
             .unwrap();
         (0..count).map(|i| receipt.temp_ids[&format!("t{i}")]).collect()
+    }
+
+    /// Every `Z` row the store holds, as (slot, digest).
+    fn commitment_rows(store: &MemStore) -> BTreeMap<engram_statetree::Key, Digest> {
+        state_bytes(store)
+            .into_iter()
+            .filter(|(k, _)| k.first() == Some(&keys::SLOT_COMMITMENT))
+            .map(|(k, v)| commitment::decode_row(&k, &v).unwrap())
+            .collect()
+    }
+
+    /// A mixed history: declared cardinality one and many, three agents asserting and
+    /// retracting, a cardinality widened midway, a branch written and merged, a redaction.
+    /// Applies from `index` (the schema is declared on the first call); returns the next free
+    /// index.
+    fn mixed_history(engine: &mut Engine, mut index: u64, rounds: u64, first: bool) -> u64 {
+        let mut next = |engine: &mut Engine, req: &TxRequest| {
+            let outcome = engine
+                .apply_tx(index, index as i64 * 1_000, req, WriteBatch::new())
+                .unwrap();
+            index += 1;
+            outcome
+        };
+        let mut schema = tx(vec![]);
+        let mut many = AttributeDef::new(attr(":s/many"), ValueType::I64);
+        many.cardinality = engram_types::Cardinality::Many;
+        let mut num = AttributeDef::new(attr(":s/num"), ValueType::I64);
+        num.indexed = true;
+        schema.schema = vec![AttributeDef::new(attr(":s/one"), ValueType::String), many, num];
+        if first {
+            next(engine, &schema).unwrap();
+        }
+        let made = next(
+            engine,
+            &tx((0..6)
+                .map(|i| op(EntityRef::Temp(format!("e{i}")), ":s/num", Value::I64(i)))
+                .collect()),
+        )
+        .unwrap();
+        let entities: Vec<EntityId> = (0..6).map(|i| made.temp_ids[&format!("e{i}")]).collect();
+        let mut rng = 17u64;
+        let mut draw = |n: u64| {
+            rng = rng
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (rng >> 33) % n
+        };
+        for round in 0..rounds {
+            if first && round == rounds / 2 {
+                // Widen :s/one to many: its slots' rows were folded under one.
+                let mut widen = tx(vec![]);
+                let mut one = AttributeDef::new(attr(":s/one"), ValueType::String);
+                one.cardinality = engram_types::Cardinality::Many;
+                widen.schema = vec![one];
+                next(engine, &widen).unwrap();
+            }
+            let e = EntityRef::Id(entities[draw(6) as usize]);
+            let (a, value) = match draw(3) {
+                0 => (":s/one", Value::String(format!("v{}", draw(4)))),
+                1 => (":s/many", Value::I64(draw(4) as i64)),
+                _ => (":s/num", Value::I64(draw(4) as i64)),
+            };
+            let mut req = tx(vec![TxOp {
+                op: if draw(4) == 0 { Op::Retract } else { Op::Assert },
+                ..op(e, a, value)
+            }]);
+            req.provenance.agent = ["a1", "a2", "a3"][draw(3) as usize].into();
+            // Refused retractions (of values not held) write nothing, which is fine.
+            let _ = next(engine, &req);
+        }
+        let branch = BranchName::new(format!("plan-{rounds}")).unwrap();
+        let mut create = tx(vec![]);
+        create.branch_op = Some(engram_types::BranchOp::Create {
+            name: branch.clone(),
+            from: None,
+        });
+        next(engine, &create).unwrap();
+        let mut on_branch = tx(vec![
+            op(EntityRef::Id(entities[0]), ":s/num", Value::I64(40)),
+            op(EntityRef::Temp("n".into()), ":s/num", Value::I64(41)),
+        ]);
+        on_branch.branch = Some(branch.clone());
+        next(engine, &on_branch).unwrap();
+        let mut merge = tx(vec![]);
+        merge.branch_op = Some(engram_types::BranchOp::Merge { name: branch });
+        next(engine, &merge).unwrap();
+        redact_unsigned(engine, index, &redaction(entities[1], None))
+            .unwrap()
+            .unwrap();
+        index + 1
+    }
+
+    #[test]
+    fn the_state_commitment_rows_equal_a_rebuild_from_history() {
+        // Apply writes each slot's digest one transaction at a time; the rebuild folds every
+        // slot's history from scratch. They must agree on every slot, or a restarted or
+        // upgraded replica would hold another state root than one that applied the log.
+        let (store, mut engine) = engine();
+        let next = mixed_history(&mut engine, 2, 300, true);
+        let rows = commitment_rows(&store);
+        let rebuilt = commitment::rebuild(&*store).unwrap();
+        assert!(rows.len() > 20, "{} slots", rows.len());
+        assert_eq!(rows, rebuilt);
+        assert!(commitment::marked(&*store).unwrap());
+
+        // Kept in memory from here: the map's root is the rows' root, and stays so.
+        engine.keep_state_commitment().unwrap();
+        let root = engine.state_root().unwrap();
+        assert_eq!(root, engram_statetree::StateTree::from_pairs(rebuilt).root());
+        mixed_history(&mut engine, next, 50, false);
+        let rows = commitment_rows(&store);
+        assert_eq!(rows, commitment::rebuild(&*store).unwrap());
+        assert_eq!(
+            engine.state_root().unwrap(),
+            engram_statetree::StateTree::from_pairs(rows).root()
+        );
+        assert_ne!(engine.state_root().unwrap(), root);
+
+        // Entries whose log entry asks for it record the root after them (format 2).
+        let before = engine.head().index;
+        engine.record_state_root(true);
+        let receipt = engine
+            .apply_tx(
+                900,
+                900_000,
+                &tx(vec![op(EntityRef::Temp("r".into()), ":s/num", Value::I64(1))]),
+                WriteBatch::new(),
+            )
+            .unwrap()
+            .unwrap();
+        engine.record_state_root(false);
+        let entry = reads::audit_entries(&*store, receipt.audit_index, 1)
+            .unwrap()
+            .unwrap()
+            .remove(0);
+        assert_eq!(entry.entry.state_root, engine.state_root().map(Hash));
+        assert_eq!(entry.entry.encode()[0], engram_audit::AUDIT_FORMAT_STATE_ROOT);
+        assert_eq!(receipt.audit_index, before + 1);
+        let plain = engine
+            .apply_tx(
+                901,
+                901_000,
+                &tx(vec![op(EntityRef::Temp("r".into()), ":s/num", Value::I64(2))]),
+                WriteBatch::new(),
+            )
+            .unwrap()
+            .unwrap();
+        let entry = reads::audit_entries(&*store, plain.audit_index, 1)
+            .unwrap()
+            .unwrap()
+            .remove(0);
+        assert_eq!(entry.entry.state_root, None);
+    }
+
+    #[test]
+    fn a_store_from_before_the_state_commitment_is_rebuilt_once_and_then_kept() {
+        let (store, mut engine) = engine();
+        let next = mixed_history(&mut engine, 2, 120, true);
+        let want = commitment_rows(&store);
+        // The store as a build without the commitment left it: no `Z` rows, no mark.
+        let mut older = WriteBatch::new();
+        for slot in want.keys() {
+            older.delete(Space::State, commitment::row_key(slot));
+        }
+        older.delete(Space::State, keys::META_STATE_COMMITMENT.to_vec());
+        store.write(older, Durability::Sync).unwrap();
+        let key = Arc::new(NodeKey::from_seed([9; 32]));
+        let mut reopened = Engine::open(store.clone(), key.clone()).unwrap();
+        // Without the rebuild, apply writes no row: a digest must never skip history.
+        let write = |engine: &mut Engine, index: u64| {
+            engine
+                .apply_tx(
+                    index,
+                    index as i64 * 1_000,
+                    &tx(vec![op(EntityRef::Temp("t".into()), ":s/num", Value::I64(7))]),
+                    WriteBatch::new(),
+                )
+                .unwrap()
+                .unwrap();
+        };
+        write(&mut reopened, next);
+        assert!(commitment_rows(&store).is_empty());
+        assert!(!commitment::marked(&*store).unwrap());
+        reopened.keep_state_commitment().unwrap();
+        let rebuilt = commitment_rows(&store);
+        assert_eq!(rebuilt.len(), want.len() + 1, "every slot, the new task's too");
+        assert!(
+            want.iter()
+                .all(|(slot, digest)| rebuilt.get(slot) == Some(digest))
+        );
+        write(&mut reopened, next + 1);
+        assert_eq!(commitment_rows(&store), commitment::rebuild(&*store).unwrap());
+        let root = reopened.state_root().unwrap();
+        // A reopened engine that keeps the map finds the same root without rebuilding.
+        let mut again = Engine::open(store.clone(), key).unwrap();
+        again.keep_state_commitment().unwrap();
+        assert_eq!(again.state_root(), Some(root));
     }
 
     #[test]

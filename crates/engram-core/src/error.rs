@@ -20,6 +20,12 @@ pub enum CoreError {
         revoked_at: u64,
         index: u64,
     },
+    /// The log asks audit entry `index` to record the state root, but this node's state
+    /// commitment does not cover its whole store (a store from before it, not rebuilt).
+    #[error(
+        "audit entry {index} records the state root, but this node's store has no complete state commitment: start the node with `engram serve`, which rebuilds it once before applying"
+    )]
+    StateCommitmentIncomplete { index: u64 },
 }
 
 impl CoreError {

@@ -23,6 +23,7 @@
 //! | `U` | ns 0 entity attr 0 | the slot's live claims on main under a cardinality (see [`crate::current`]): what a write checks instead of the slot's history |
 //! | `W` | tx | the canonical bytes of the signed request a transaction executed (`TxRequest::signed_bytes`), for a transaction whose entry records an agent's signature |
 //! | `w` | agent 0 nonce | the tx that used this agent's request nonce: a signed request applies once, cluster-wide |
+//! | `Z` | slot key (32 bytes, [`crate::commitment::slot_key`]) | the slot's state-commitment digest: format byte, 32 bytes |
 //! | `C` | tree size | this node's signed checkpoint of that size (a signed note) |
 //! | `M` | name | engine metadata (`Mhead`: the chain head, `Mcheckpoint`: this node's last checkpoint, `Mattested`: the index of this node's last attested entry, u64 big-endian) and the Raft layer's rows |
 //!
@@ -52,6 +53,8 @@ pub const CHECKPOINT: u8 = b'C';
 pub const CURRENT: u8 = b'U';
 pub const SIGNED_REQUEST: u8 = b'W';
 pub const USED_NONCE: u8 = b'w';
+/// A slot's state-commitment digest (see [`crate::commitment`]).
+pub const SLOT_COMMITMENT: u8 = b'Z';
 
 pub const META_HEAD: &[u8] = b"Mhead";
 pub const META_CHECKPOINT: &[u8] = b"Mcheckpoint";
@@ -60,6 +63,9 @@ pub const META_ATTESTED: &[u8] = b"Mattested";
 /// a redaction whether it applied the entry or installed a snapshot made after it, and purges
 /// its own files (`engram_raft`'s purge). Replicated state, written by apply.
 pub const META_LAST_REDACTION: &[u8] = b"Mlast-redaction";
+/// Present when the `Z` rows cover every slot of the store (see [`crate::commitment`]):
+/// replicated state, written with the first rows or by the rebuild of an older store.
+pub const META_STATE_COMMITMENT: &[u8] = b"Mstate-commitment";
 
 /// The big-endian u64 that follows the one-byte table tag of a `T`, `H` or `C` key (a tx id,
 /// an audit index, a tree size); `None` if the key is too short.

@@ -13,6 +13,7 @@
 //!
 //! Files import one way: `rows` (row layouts, outcomes) and `cursor` at the bottom; `keys`,
 //! `current`, `branch`, `schema` and `policy` (who may do what) above them; `reads`, then
+//! `commitment` (the state commitment's slot digests),
 //! `pages` (History and Find in pages) and `lists` (namespaces, entities, referrers), `plan`,
 //! then `engine` on top.
 //!
@@ -21,6 +22,7 @@
 pub mod access_log;
 pub mod backup;
 pub mod branch;
+pub mod commitment;
 pub mod current;
 pub mod cursor;
 pub mod durability;

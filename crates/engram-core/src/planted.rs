@@ -73,10 +73,14 @@ pub enum PlantedBug {
     /// The leader acknowledges a redaction after its first part and proposes no other: the
     /// datoms the later parts would have taken keep their values.
     RedactionStopsAfterFirstPart,
+    /// A write to a slot that already has a state-commitment digest leaves the digest (its `Z`
+    /// row and the map) as it was: every replica agrees on the same wrong state root, so only
+    /// a recomputation from the history can see it.
+    StaleSlotCommitment,
 }
 
 impl PlantedBug {
-    pub const ALL: [PlantedBug; 19] = [
+    pub const ALL: [PlantedBug; 20] = [
         PlantedBug::AckBeforeCommit,
         PlantedBug::SkipSyncBeforeAck,
         PlantedBug::WrongPrevHash,
@@ -96,6 +100,7 @@ impl PlantedBug {
         PlantedBug::RedactionListsTooFew,
         PlantedBug::PurgeKeepsOldSnapshot,
         PlantedBug::RedactionStopsAfterFirstPart,
+        PlantedBug::StaleSlotCommitment,
     ];
 }
 

@@ -794,3 +794,77 @@ fn a_backup_whose_checkpoint_no_trusted_key_signed_is_refused() {
     assert!(matches!(err, BackupError::Checkpoint(_)), "{err}");
     assert!(err.to_string().contains("trusts"), "{err}");
 }
+
+/// A chain like [`chain`] whose transaction entries record the state root (as every entry a
+/// leader of this build proposes asks); the tasks it made.
+fn rooted_chain(txs: u64) -> (Arc<MemStore>, Engine, Vec<engram_types::EntityId>) {
+    let (store, mut engine) = chain(0, 100);
+    engine.keep_state_commitment().unwrap();
+    engine.record_state_root(true);
+    let mut tasks = Vec::new();
+    for n in 0..txs {
+        let receipt = engine
+            .apply_tx(n + 2, 1_000 * (n as i64 + 1), &tx(n), WriteBatch::new())
+            .unwrap()
+            .unwrap();
+        tasks.push(receipt.temp_ids["t"]);
+    }
+    engine.record_state_root(false);
+    (store, engine, tasks)
+}
+
+#[test]
+fn the_verifier_rebuilds_the_state_root_every_entry_records() {
+    let (store, engine, _) = rooted_chain(6);
+    let report = verify(&export_bytes(&*store), &VerifyOptions::default());
+    assert!(report.failures.is_empty(), "{:?}", report.failures);
+    assert_eq!(report.state_roots, 6);
+    let root = engine.state_root().unwrap();
+    assert_eq!(report.state_root.as_deref(), Some(Hash(root).to_hex().as_str()));
+}
+
+#[test]
+fn a_state_root_the_whole_cluster_agreed_on_wrongly_is_caught_offline() {
+    // A node whose state commitment row of one slot is wrong records a wrong root in the next
+    // entry, chains it and signs it: the entry verifies as a link, but the verifier chaining
+    // the exported datoms itself gets another root and names the entry.
+    let (store, _, tasks) = rooted_chain(3);
+    let slot = engram_core::commitment::slot_key(
+        &Namespace::new("team/a").unwrap(),
+        None,
+        tasks[0],
+        &engram_types::Attribute::new(":task/title").unwrap(),
+    );
+    let mut batch = WriteBatch::new();
+    batch.put(
+        Space::State,
+        engram_core::commitment::row_key(&slot),
+        engram_core::commitment::encode_row(&[1; 32]),
+    );
+    store.write(batch, Durability::Sync).unwrap();
+    let mut engine = Engine::open(store.clone(), Arc::new(founder())).unwrap();
+    engine.keep_state_commitment().unwrap();
+    engine.record_state_root(true);
+    let receipt = engine
+        .apply_tx(9, 9_000, &tx(7), WriteBatch::new())
+        .unwrap()
+        .unwrap();
+
+    let report = verify(&export_bytes(&*store), &VerifyOptions::default());
+    let failure = report.failures.first().expect("detected");
+    assert_eq!(
+        (failure.index, failure.field.as_str()),
+        (Some(receipt.audit_index), "state_root"),
+        "{failure}"
+    );
+    // The node's own scrub sees the row that is not its history.
+    let scrub = engram_core::scrub::scrub(&*store, &mut |_, _| {}).unwrap();
+    assert!(
+        scrub
+            .findings
+            .iter()
+            .any(|f| f.what.contains("its history gives")),
+        "{:?}",
+        scrub.findings
+    );
+}

@@ -125,6 +125,12 @@ pub enum Command {
         salt_seed: [u8; 32],
         command: Box<Command>,
     },
+    /// `command`, whose transaction entries record the state root after them (audit entry
+    /// format 2, `docs/AUDIT.md` "State commitment"). Every proposal of a leader that keeps the
+    /// state commitment is wrapped in one, so every replica records the root for the same
+    /// entries; entries from before it record none. A node of an earlier build cannot read it
+    /// and stops rather than record another chain.
+    StateRooted { command: Box<Command> },
 }
 
 /// Who asked for a redaction, for a log line: the signing agent, else the principal, else "-".
@@ -231,6 +237,7 @@ impl fmt::Display for Command {
             ),
             // The seed stays out of logs: it is as secret as the salts.
             Command::Salted { command, .. } => write!(f, "salted {command}"),
+            Command::StateRooted { command } => write!(f, "rooted {command}"),
         }
     }
 }

@@ -906,7 +906,8 @@ impl RaftNode {
     }
 }
 
-/// `command` with a fresh salt seed for its datoms (see [`Command::Salted`]): 32 bytes from
+/// `command` as every proposal is logged: asking for the state root in its audit entries
+/// ([`Command::StateRooted`]), with a fresh salt seed for its datoms (see [`Command::Salted`]): 32 bytes from
 /// the OS's randomness. Inside the simulation the seed is a hash of the command instead:
 /// drawing it from the simulation's RNG would shift every later random choice of a run, so
 /// every seed's schedule (and the seeds the planted-bug tests pin) would change with it.
@@ -924,9 +925,12 @@ fn salted(command: Command) -> Result<Command, NodeError> {
             .map_err(|e| NodeError::Fatal(format!("no OS randomness for the salts of an entry: {e}")))?;
         seed
     };
-    Ok(Command::Salted {
-        salt_seed,
-        command: Box::new(command),
+    // Rooted outside the salt, so the simulation's seed (a hash of the command) is what it was.
+    Ok(Command::StateRooted {
+        command: Box::new(Command::Salted {
+            salt_seed,
+            command: Box::new(command),
+        }),
     })
 }
 

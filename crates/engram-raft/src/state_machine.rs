@@ -109,6 +109,9 @@ impl StateMachine {
         }
         let mut engine = Engine::open_with(store.clone(), keys, policy).map_err(io_err)?;
         engine.keep_committed();
+        // The state commitment's map, in memory from here (a store from before it is brought
+        // up to date first: once, reading every datom).
+        engine.keep_state_commitment().map_err(io_err)?;
         let (applied, membership) = load_applied(&*store)?;
         let (published, _) = tokio::sync::watch::channel(applied.map_or(0, |id| id.index()));
         let last_redaction = engram_core::redact::last_redaction(&*store).map_err(io_err)?;
@@ -223,6 +226,12 @@ impl StateMachine {
                 self.engine.salt_datoms_with(Some(salt_seed));
                 let applied = self.apply_command(index, *command, response);
                 self.engine.salt_datoms_with(None);
+                applied?;
+            }
+            Command::StateRooted { command } => {
+                self.engine.record_state_root(true);
+                let applied = self.apply_command(index, *command, response);
+                self.engine.record_state_root(false);
                 applied?;
             }
             Command::Transact {

@@ -101,6 +101,8 @@ impl From<CoreError> for ApiError {
             CoreError::Corrupt { .. } => true,
             CoreError::Storage(s) => s.is_corruption(),
             CoreError::SigningKeyRevoked { .. } => return ApiError::Conflict(e.to_string()),
+            // A node that cannot apply what its log asks: not damage, not the caller's doing.
+            CoreError::StateCommitmentIncomplete { .. } => false,
         };
         if !corrupt {
             return ApiError::Internal(e.to_string());

@@ -20,6 +20,7 @@ mod ids;
 mod namespace;
 pub mod redact;
 mod schema;
+pub mod slot;
 mod tx;
 mod tx_codec;
 mod value;

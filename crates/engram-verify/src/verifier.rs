@@ -9,8 +9,9 @@ use engram_audit::{
     tx_content_hash,
 };
 use engram_merkle::{Blake3, CompactTree, MerkleHasher};
+use engram_statetree::StateTree;
 use engram_types::redact::RedactedRef;
-use engram_types::{Datom, Hash, TxId};
+use engram_types::{Datom, Hash, TxId, slot};
 use serde::Serialize;
 
 use crate::authorship::Authorship;
@@ -89,6 +90,11 @@ pub struct Report {
     pub entries: u64,
     pub transactions: u64,
     pub datoms: u64,
+    /// Transaction entries whose recorded state root was checked against the map the chain's
+    /// datoms give (I13): every slot's history chained (`engram_types::slot`).
+    pub state_roots: u64,
+    /// The state root after the last entry, once any entry recorded one.
+    pub state_root: Option<String>,
     pub checkpoints: u64,
     /// Transactions whose entries record an agent's signature, each checked (see
     /// `authorship`): how many per agent.
@@ -196,6 +202,7 @@ struct PendingTx {
     content_hash: Hash,
     datoms: u32,
     author: Option<Box<Author>>,
+    state_root: Option<Hash>,
 }
 
 /// A transaction whose entry records an agent's signature, waiting for the signed request.
@@ -238,6 +245,14 @@ struct Verifier<'a> {
     failures: Vec<Failure>,
     /// The format version the export declares.
     format_version: u16,
+    /// The state commitment's map, every transaction's datoms chained into their slots
+    /// (`engram_types::slot`), to check the state root an entry records.
+    state: StateTree,
+    /// Entries whose recorded state root was checked.
+    state_roots: u64,
+    /// A datom failed its entry's content hash: the roots after it are not checked (each would
+    /// fail for that one reason).
+    state_unchecked: bool,
 }
 
 impl<'a> Verifier<'a> {
@@ -270,6 +285,9 @@ impl<'a> Verifier<'a> {
             root_at_pin: None,
             failures: Vec::new(),
             format_version: EXPORT_FORMAT_VERSION,
+            state: StateTree::new(),
+            state_roots: 0,
+            state_unchecked: false,
         }
     }
 
@@ -427,6 +445,7 @@ impl<'a> Verifier<'a> {
         {
             self.root_at_pin = Some(self.tree.root());
         }
+        let state_root = signed.entry.state_root;
         if let EntryKind::Transaction {
             content_hash,
             datoms,
@@ -442,6 +461,7 @@ impl<'a> Verifier<'a> {
                 content_hash,
                 datoms,
                 author,
+                state_root,
             });
         }
     }
@@ -545,6 +565,24 @@ impl<'a> Verifier<'a> {
                 );
             }
         }
+        let computed = tx_content_hash(&hashes);
+        let altered = computed != tx.content_hash;
+        if altered {
+            self.fail(
+                Some(index),
+                Some(offset),
+                "datoms",
+                format!(
+                    "the datoms hash to {computed}, the entry's content_hash is {} (a datom was altered)",
+                    tx.content_hash
+                ),
+            );
+            // Every later root would differ for the same reason: one failure says it.
+            self.state_unchecked = true;
+        }
+        if decoded.len() == datoms.len() {
+            self.chain_slots(offset, index, &decoded, &hashes, tx.state_root);
+        }
         // A signed change's own datoms (a rotation, say) count from after its signature is
         // checked, against the agents as they were before it.
         match tx.author {
@@ -559,17 +597,44 @@ impl<'a> Verifier<'a> {
             }
             None => self.authorship.observe(&decoded),
         }
-        let computed = tx_content_hash(&hashes);
-        if computed != tx.content_hash {
-            self.fail(
-                Some(index),
-                Some(offset),
-                "datoms",
-                format!(
-                    "the datoms hash to {computed}, the entry's content_hash is {} (a datom was altered)",
-                    tx.content_hash
-                ),
-            );
+    }
+
+    /// Chains a transaction's datoms into their slots' digests, and checks the state root
+    /// its entry records (if it records one) against the map's.
+    fn chain_slots(
+        &mut self,
+        offset: u64,
+        index: u64,
+        datoms: &[Datom],
+        hashes: &[Hash],
+        recorded: Option<Hash>,
+    ) {
+        let mut by_slot: std::collections::BTreeMap<[u8; 32], Vec<Hash>> = Default::default();
+        for (d, h) in datoms.iter().zip(hashes) {
+            let key = slot::slot_key(&d.namespace, d.branch.as_ref(), d.entity, &d.attribute);
+            by_slot.entry(key).or_default().push(*h);
+        }
+        for (key, written) in by_slot {
+            let prev = self.state.get(&key);
+            if let Some(d) = datoms.first() {
+                self.state.insert(key, slot::step(prev.as_ref(), d.tx, &written));
+            }
+        }
+        if let Some(root) = recorded
+            && !self.state_unchecked
+        {
+            self.state_roots += 1;
+            let computed = Hash(self.state.root());
+            if computed != root {
+                self.fail(
+                    Some(index),
+                    Some(offset),
+                    "state_root",
+                    format!(
+                        "the entry records state root {root}, the datoms of the chain up to it give {computed} (a datom or the root was altered, or a transaction left out)"
+                    ),
+                );
+            }
         }
     }
 
@@ -771,6 +836,8 @@ impl<'a> Verifier<'a> {
             entries: self.chain.checked(),
             transactions: self.transactions,
             datoms: self.datoms,
+            state_roots: self.state_roots,
+            state_root: (self.state_roots > 0).then(|| hex(&self.state.root())),
             checkpoints: self.checkpoints.len() as u64,
             signed_by_agent: std::mem::take(&mut self.authorship.signed),
             head_index: self.chain.checked(),
@@ -1012,6 +1079,7 @@ mod tests {
                 namespace: if index == 1 { String::new() } else { "ns".into() },
                 kind,
                 prev_hash: prev,
+                state_root: None,
             };
             prev = entry.hash();
             entries.push(SignedEntry::sign(entry, &keys[(index % 2) as usize]));

@@ -43,6 +43,7 @@ pub(crate) fn to_pb(signed: &SignedEntry) -> pb::AuditEntry {
         .to_string(),
         prev_hash: e.prev_hash.0.to_vec(),
         hash: e.hash().0.to_vec(),
+        state_root: e.state_root.map(|r| r.0.to_vec()).unwrap_or_default(),
         signer_key_id: signed
             .attestation
             .as_ref()

@@ -50,6 +50,7 @@ impl Chain {
                 members: members.iter().map(|(id, key)| (*id, key.public())).collect(),
             },
             prev_hash: GENESIS_PREV_HASH,
+            state_root: None,
         };
         let origin = Checkpoint::origin_for(&entry.hash());
         let mut chain = Chain {
@@ -76,6 +77,7 @@ impl Chain {
             namespace: namespace.to_string(),
             kind,
             prev_hash: self.prev,
+            state_root: None,
         }
     }
 
@@ -138,6 +140,7 @@ impl Chain {
                 author: None,
             },
             ..entry
+            state_root: None,
         };
         self.push(entry, signer, Some(datoms));
     }
