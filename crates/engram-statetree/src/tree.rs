@@ -22,12 +22,14 @@ enum Node {
     Branch(Arc<Branch>),
 }
 
+#[derive(Clone)]
 struct Leaf {
     key: Key,
     value: Digest,
     hash: Digest,
 }
 
+#[derive(Clone)]
 struct Branch {
     /// The first bit where the keys below differ; those with a 0 there are on the left.
     split: u8,
@@ -74,25 +76,44 @@ impl Node {
         }
     }
 
-    /// The node with `key` set to `value`; `None` when it already held that.
-    fn insert(&self, key: &Key, value: &Digest) -> Option<Node> {
-        match self {
-            Node::Leaf(l) if l.key == *key => (l.value != *value).then(|| Node::leaf(*key, *value)),
-            Node::Leaf(l) => {
-                let split = common_bits(&l.key, key);
-                Some(Node::pair(split, self.clone(), Node::leaf(*key, *value), key))
+    /// Sets `key` to `value` below this node, in place: a node another version shares is
+    /// copied first (`Arc::make_mut`), one only this version holds is changed where it is, so
+    /// the writes of one apply group copy each node once at most.
+    fn insert(&mut self, key: &Key, value: &Digest) -> Inserted {
+        // Where the key goes, decided on a shared borrow; the change made after it.
+        let (split_at, side) = match &*self {
+            Node::Leaf(l) if l.key == *key => {
+                if l.value == *value {
+                    return Inserted::Unchanged;
+                }
+                *self = Node::leaf(*key, *value);
+                return Inserted::Replaced;
             }
+            Node::Leaf(l) => (Some(common_bits(&l.key, key)), 0),
             Node::Branch(b) => {
                 let common = common_bits(key, &b.prefix);
                 if common < u16::from(b.split) {
                     // The key leaves this branch's prefix above its split: a new branch there.
-                    return Some(Node::pair(common, self.clone(), Node::leaf(*key, *value), key));
+                    (Some(common), 0)
+                } else {
+                    (None, bit(key, u16::from(b.split)))
                 }
-                let side = bit(key, u16::from(b.split));
-                let child = b.children[side].insert(key, value)?;
-                Some(b.with_child(side, child))
             }
+        };
+        if let Some(split) = split_at {
+            let existing = self.clone();
+            *self = Node::pair(split, existing, Node::leaf(*key, *value), key);
+            return Inserted::Added;
         }
+        let Node::Branch(b) = self else {
+            unreachable!("a leaf is handled above")
+        };
+        let b = Arc::make_mut(b);
+        let outcome = b.children[side].insert(key, value);
+        if outcome != Inserted::Unchanged {
+            b.hash = branch_hash(b.split, &b.prefix, &b.children[0].hash(), &b.children[1].hash());
+        }
+        outcome
     }
 
     /// A branch at `split` over `existing` and `new`, placed by `new_key`'s bit there.
@@ -131,6 +152,13 @@ impl Branch {
         let [left, right] = children;
         Node::branch(u16::from(self.split), &self.prefix, left, right)
     }
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Inserted {
+    Unchanged,
+    Replaced,
+    Added,
 }
 
 enum Removed {
@@ -192,17 +220,14 @@ impl StateTree {
 
     /// Sets `key` to `value`. Versions cloned before keep what they held.
     pub fn insert(&mut self, key: Key, value: Digest) {
-        match &self.root {
+        match &mut self.root {
             None => {
                 self.root = Some(Node::leaf(key, value));
                 self.len = 1;
             }
             Some(root) => {
-                if let Some(new) = root.insert(&key, &value) {
-                    if self.get(&key).is_none() {
-                        self.len += 1;
-                    }
-                    self.root = Some(new);
+                if root.insert(&key, &value) == Inserted::Added {
+                    self.len += 1;
                 }
             }
         }
