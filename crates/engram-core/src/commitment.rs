@@ -110,47 +110,70 @@ pub fn load(view: &dyn ReadView) -> Result<StateTree, CoreError> {
 /// to. Reads every datom once; a redaction changes nothing here (its datoms keep their hashes).
 pub fn rebuild(view: &dyn ReadView) -> Result<BTreeMap<Key, Digest>, CoreError> {
     let mut out = BTreeMap::new();
+    rebuild_each(view, &mut |slot, digest| {
+        out.insert(slot, digest);
+        Ok(())
+    })?;
+    Ok(out)
+}
+
+/// [`rebuild`], handing each slot's digest to `visit` as soon as its datoms are read (each slot
+/// once, in datom order), so a large store is rebuilt in bounded memory.
+pub fn rebuild_each(
+    view: &dyn ReadView,
+    visit: &mut dyn FnMut(Key, Digest) -> Result<(), CoreError>,
+) -> Result<(), CoreError> {
     // EAVT (namespace, entity, attribute, tx, seq) and a branch's own (namespace, branch,
     // entity, attribute, tx, seq): each slot's datoms come together, in (tx, seq) order.
     for tag in [keys::EAVT, keys::BRANCH_EAVT] {
-        let mut slot: Option<(Key, Option<Digest>)> = None;
-        let mut pending: Option<(TxId, Vec<Hash>)> = None;
+        let mut chain = SlotChain::default();
         for_each_datom(view, &[tag], &mut |d| {
             let key = slot_key(&d.namespace, d.branch.as_ref(), d.entity, &d.attribute);
-            if slot.as_ref().is_none_or(|(k, _)| *k != key) {
-                close(&mut out, &mut slot, &mut pending);
-                slot = Some((key, None));
+            if chain.slot != Some(key) {
+                chain.close(visit)?;
+                chain.slot = Some(key);
             }
-            match &mut pending {
+            match &mut chain.pending {
                 Some((tx, hashes)) if *tx == d.tx => hashes.push(d.hash()),
                 _ => {
-                    link(&mut slot, &mut pending);
-                    pending = Some((d.tx, vec![d.hash()]));
+                    chain.link();
+                    chain.pending = Some((d.tx, vec![d.hash()]));
                 }
             }
             Ok(())
         })?;
-        close(&mut out, &mut slot, &mut pending);
+        chain.close(visit)?;
     }
-    Ok(out)
+    Ok(())
 }
 
-/// Adds the pending transaction's link to the slot's digest.
-fn link(slot: &mut Option<(Key, Option<Digest>)>, pending: &mut Option<(TxId, Vec<Hash>)>) {
-    if let (Some((_, digest)), Some((tx, hashes))) = (slot.as_mut(), pending.take()) {
-        *digest = Some(step(digest.as_ref(), tx, &hashes));
-    }
+/// The slot a rebuild is chaining: its key, its digest so far, and the transaction whose
+/// datoms are being gathered.
+#[derive(Default)]
+struct SlotChain {
+    slot: Option<Key>,
+    digest: Option<Digest>,
+    pending: Option<(TxId, Vec<Hash>)>,
 }
 
-/// Ends the slot being chained: its digest goes into `out`.
-fn close(
-    out: &mut BTreeMap<Key, Digest>,
-    slot: &mut Option<(Key, Option<Digest>)>,
-    pending: &mut Option<(TxId, Vec<Hash>)>,
-) {
-    link(slot, pending);
-    if let Some((key, Some(digest))) = slot.take() {
-        out.insert(key, digest);
+impl SlotChain {
+    /// Adds the pending transaction's link to the digest.
+    fn link(&mut self) {
+        if let Some((tx, hashes)) = self.pending.take() {
+            self.digest = Some(step(self.digest.as_ref(), tx, &hashes));
+        }
+    }
+
+    /// Ends the slot: its digest goes to `visit`.
+    fn close(
+        &mut self,
+        visit: &mut dyn FnMut(Key, Digest) -> Result<(), CoreError>,
+    ) -> Result<(), CoreError> {
+        self.link();
+        if let (Some(slot), Some(digest)) = (self.slot.take(), self.digest.take()) {
+            visit(slot, digest)?;
+        }
+        Ok(())
     }
 }
 

@@ -291,19 +291,28 @@ impl Engine {
     pub fn keep_state_commitment(&mut self) -> Result<(), CoreError> {
         assert!(!self.grouped, "keep_state_commitment inside an apply group");
         if !self.commits_state {
-            let digests = commitment::rebuild(&**self.store())?;
+            // Written a bounded batch at a time, the mark with the last: a stop in between
+            // leaves no mark, and the next start rebuilds again.
+            let store = self.store().clone();
+            let base = &self.base;
+            let write = |batch: WriteBatch| -> Result<(), CoreError> {
+                base.written(&batch);
+                Ok(store.write(batch, durability(Write::StateCommitmentRebuild))?)
+            };
             let mut batch = WriteBatch::new();
-            for (slot, digest) in &digests {
+            commitment::rebuild_each(&*store, &mut |slot, digest| {
                 batch.put(
                     Space::State,
-                    commitment::row_key(slot),
-                    commitment::encode_row(digest),
+                    commitment::row_key(&slot),
+                    commitment::encode_row(&digest),
                 );
-            }
+                if batch.len() >= REBUILD_BATCH_ROWS {
+                    write(std::mem::take(&mut batch))?;
+                }
+                Ok(())
+            })?;
             commitment::mark(&mut batch);
-            self.base.written(&batch);
-            self.store()
-                .write(batch, durability(Write::StateCommitmentRebuild))?;
+            write(batch)?;
             self.commitment_marked = true;
             self.commits_state = true;
         }
@@ -1339,6 +1348,10 @@ impl Engine {
         Ok(Ok(receipt))
     }
 }
+
+/// Rows a rebuild of the state commitment writes per batch (a handful in unit tests, so their
+/// small stores are rebuilt in several batches too).
+const REBUILD_BATCH_ROWS: usize = if cfg!(test) { 16 } else { 65_536 };
 
 /// Whether the store holds any datom, on main or on a branch.
 fn holds_datoms(store: &dyn ReadView) -> Result<bool, CoreError> {
