@@ -134,6 +134,8 @@ mod tests {
                 entries: 14,
                 transactions: 10,
                 datoms: 10,
+                state_roots: 0,
+                state_root: None,
                 checkpoints: 1,
                 signed_by_agent: BTreeMap::new(),
                 head_index: 14,
