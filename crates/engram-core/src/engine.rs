@@ -945,19 +945,15 @@ impl Engine {
     }
 
     /// The state root the entry being sealed records, if it records one.
-    fn entry_state_root(&mut self, index: u64) -> Result<Option<Hash>, CoreError> {
+    fn entry_state_root(&self, index: u64) -> Result<Option<Hash>, CoreError> {
         if !self.records_state_root {
             return Ok(None);
         }
         if !self.commits_state {
             return Err(CoreError::StateCommitmentIncomplete { index });
         }
-        let tree = match &mut self.state {
-            Some(tree) => tree,
-            // Not kept in memory (a tool applying entries): the rows are the map.
-            None => self.state.insert(commitment::load(&self.view())?),
-        };
-        Ok(Some(Hash(tree.root())))
+        // `tx_in_group` loads the map before it moves the slots, when it is not kept.
+        Ok(self.state.as_ref().map(|tree| Hash(tree.root())))
     }
 
     /// Applies one transaction carried by the log entry at `log_index`. `proposed_time_ns` is
@@ -1266,6 +1262,7 @@ impl Engine {
             batch.put(Space::State, key, value);
         }
         if self.records_state_root && self.state.is_none() && self.commits_state {
+            // Not kept in memory (a tool applying entries): the rows are the map.
             self.state = Some(commitment::load(&self.view())?);
         }
         self.commit_slots(tx, &datoms, &hashes, &mut batch)?;
