@@ -325,8 +325,9 @@ impl System for EtcdSystem {
     }
 
     fn supports(&self, read: ReadKind) -> bool {
-        // etcd keeps every revision until compaction but has no call listing a key's versions.
-        read != ReadKind::History
+        // etcd keeps every revision until compaction but has no call listing a key's versions,
+        // and proves nothing about an answer.
+        !matches!(read, ReadKind::History | ReadKind::Proven | ReadKind::Complete)
     }
 
     fn read(&self, client: usize, pick: u64, read: ReadKind) -> OpFuture {
@@ -361,6 +362,9 @@ impl System for EtcdSystem {
                 async move { c.get(k, Some(opts)).await.map(|_| ()).map_err(err) }.boxed()
             }
             ReadKind::History => async { Err("etcd has no history read".to_string()) }.boxed(),
+            ReadKind::Proven | ReadKind::Complete => {
+                async { Err("etcd proves nothing about an answer".to_string()) }.boxed()
+            }
         }
     }
 

@@ -65,7 +65,32 @@ pub struct EngramSystem {
     value_attr: Attribute,
     marker_attr: Attribute,
     loaded: Arc<Loaded>,
+    /// What proven reads trust: established once from the chain, then one log per client that
+    /// each proven answer moves forward.
+    trust: Arc<ProvenTrust>,
 }
+
+/// The trusted logs of the proven-read runs (see [`EngramSystem::trust`]).
+struct ProvenTrust {
+    base: tokio::sync::OnceCell<engram_client::TrustedLog>,
+    /// Indexed by client (modulo): a client's reads follow one another, so its slot is never
+    /// waited for unless more clients run than there are slots.
+    slots: Vec<tokio::sync::Mutex<Option<engram_client::TrustedLog>>>,
+}
+
+impl Default for ProvenTrust {
+    fn default() -> ProvenTrust {
+        ProvenTrust {
+            base: tokio::sync::OnceCell::new(),
+            slots: (0..PROVEN_TRUST_SLOTS)
+                .map(|_| tokio::sync::Mutex::new(None))
+                .collect(),
+        }
+    }
+}
+
+/// Trusted-log slots of the proven-read runs: more than any client count they run at.
+const PROVEN_TRUST_SLOTS: usize = 1024;
 
 /// What the preload wrote, for the reads to pick from.
 struct Loaded {
@@ -174,6 +199,7 @@ impl EngramSystem {
                 first_rewrite_tx: AtomicU64::new(u64::MAX),
                 last_tx: AtomicU64::new(0),
             }),
+            trust: Arc::default(),
         })
     }
 
@@ -411,6 +437,35 @@ impl System for EngramSystem {
                 };
                 async move { c.get(&ns, entity, opts).await.map(|_| ()).map_err(err) }.boxed()
             }
+            ReadKind::Proven | ReadKind::Complete => {
+                let c = self.conn(client);
+                let trust = self.trust.clone();
+                async move {
+                    let slot = &trust.slots[client % trust.slots.len()];
+                    let mut held = slot.lock().await;
+                    let mut log = match held.take() {
+                        Some(log) => log,
+                        None => trust
+                            .base
+                            .get_or_try_init(|| c.trust_chain())
+                            .await
+                            .map_err(err)?
+                            .clone(),
+                    };
+                    let answer = if read == ReadKind::Proven {
+                        c.get_verified(&mut log, &ns, entity, GetOptions::default())
+                            .await
+                            .map(|_| ())
+                    } else {
+                        c.get_complete(&mut log, &ns, entity, GetOptions::default())
+                            .await
+                            .map(|_| ())
+                    };
+                    *held = Some(log);
+                    answer.map_err(err)
+                }
+                .boxed()
+            }
             ReadKind::History => {
                 let c = self.spread[client % self.spread.len()].clone();
                 let target = HistoryTarget::Entity {
@@ -505,10 +560,18 @@ pub fn suite_spec(args: &BenchArgs) -> SuiteSpec {
         } else {
             Vec::new()
         },
-        reads: if on(BenchPhase::Reads) {
-            vec![ReadKind::Linearizable, ReadKind::Stale]
-        } else {
-            Vec::new()
+        reads: {
+            let mut reads = Vec::new();
+            if on(BenchPhase::Reads) {
+                reads.extend([ReadKind::Linearizable, ReadKind::Stale]);
+            }
+            if on(BenchPhase::Proofs) {
+                if !on(BenchPhase::Reads) {
+                    reads.push(ReadKind::Linearizable);
+                }
+                reads.extend([ReadKind::Proven, ReadKind::Complete]);
+            }
+            reads
         },
         keys: args.keys,
         value_bytes: args.value_bytes.first().copied().unwrap_or(100),

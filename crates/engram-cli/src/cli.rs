@@ -538,6 +538,9 @@ pub enum BenchPhase {
     History,
     /// Watch fan-out to each --subscribers count.
     Watch,
+    /// Linearizable point reads with proofs the client checks: an inclusion proof per datom,
+    /// and the answer proven complete against the state root; plain reads run beside them.
+    Proofs,
 }
 
 #[derive(Args, Debug)]
@@ -868,6 +871,13 @@ pub struct GetArgs {
     /// a signed checkpoint. Exits 2 if a proof fails.
     #[arg(long)]
     pub verify: bool,
+    /// Verify that the answer is complete and current: every attribute the entity has, each
+    /// with its whole history, proven against the state root a signed checkpoint covers, and
+    /// folded here into the answer (implies --verify; of the current state on main, so not
+    /// with --branch or --as-of-*). An unknown entity's absence is proven. Exits 2 if a proof
+    /// fails.
+    #[arg(long, conflicts_with_all = ["branch", "as_of_tx", "as_of_time_ns"])]
+    pub complete: bool,
     /// Read this branch: main as of its fork plus the branch's own writes [default: main].
     #[arg(long, value_name = "NAME")]
     pub branch: Option<String>,

@@ -707,6 +707,61 @@ async fn get(client: &Client, args: GetArgs, json: bool) -> Result<()> {
         verified_only: args.verified_only,
         include_expired: args.include_expired,
     };
+    if args.complete {
+        let mut trust = trusted_log(client).await?;
+        let proven = client
+            .get_complete(&mut trust, &ns, EntityId(args.entity), opts)
+            .await
+            .map_err(proof_error)?;
+        let resp = &proven.response;
+        let mut extra = json!({
+            "entity": resp.entity,
+            "conflicts": resp.conflicts.iter().map(txjson::datom_to_json).collect::<Vec<_>>(),
+        });
+        if let Some(at_ns) = resp.expired_at_ns {
+            extra["expired_at_ns"] = json!(at_ns);
+        }
+        verified_output(&mut extra, &trust, resp.datoms.len(), json);
+        let cp = &trust.checkpoint().checkpoint;
+        if json {
+            extra["complete"] = json!({
+                "slots": proven.slots,
+                "history_datoms": proven.history_datoms,
+                "state_tx": proven.state_tx,
+                "checkpoint_size": cp.size,
+                "unfolded": proven.unfolded,
+            });
+        } else {
+            eprintln!(
+                "complete: {} of entity {}, {} of history, proven against the state root of tx {} \
+                 (checkpoint {}) and folded here into the answer",
+                plural(proven.slots, "attribute"),
+                resp.entity,
+                plural(proven.history_datoms, "datom"),
+                proven.state_tx,
+                cp.size
+            );
+            if !proven.unfolded.is_empty() {
+                eprintln!(
+                    "  histories proven, live claims as sent (values withheld or redacted): {}",
+                    proven.unfolded.join(", ")
+                );
+            }
+            if let Some(at_ns) = resp.expired_at_ns {
+                outln!(
+                    "entity {} expired at {} (:memory/expires); --include-expired reads it anyway",
+                    resp.entity,
+                    format_time_ns(at_ns)
+                )?;
+            }
+        }
+        datoms_output(&resp.datoms, resp.applied_tx, extra, json)?;
+        if !json && !resp.conflicts.is_empty() {
+            outln!("conflicts: {}:", plural(resp.conflicts.len(), "value"))?;
+            out!("{}", datom_table(&resp.conflicts))?;
+        }
+        return Ok(());
+    }
     if args.verify {
         let mut trust = trusted_log(client).await?;
         let resp = client

@@ -852,8 +852,10 @@ impl EngramTools {
         })))
     }
 
-    /// Check an entity's current facts against the cluster's signed audit log (Merkle proofs
-    /// and node signatures). Returns the facts only if every proof verifies.
+    /// Check an entity's current facts against the cluster's signed audit log: proven complete
+    /// and current (every attribute it has, each with its whole history, against the state
+    /// root a node-signed checkpoint covers; nothing left out, nothing stale). Returns the facts
+    /// only if every proof verifies; an unknown entity is proven to have no facts.
     #[tool]
     async fn verify(&self, Parameters(args): Parameters<VerifyArgs>) -> Result<String, String> {
         let ns = namespace(&args.namespace)?;
@@ -861,15 +863,20 @@ impl EngramTools {
         let mut log = self.client.trusted(&mut guard).await.map_err(failed)?;
         let got = self
             .client
-            .get_verified(&mut log, &ns, EntityId(args.entity), GetOptions::default())
+            .get_complete(&mut log, &ns, EntityId(args.entity), GetOptions::default())
             .await;
         let size = log.size();
         *guard = Some(log);
         let got = got.map_err(failed)?;
         Ok(answer(json!({
             "verified": true,
-            "entity": got.entity,
-            "facts": facts(&got.datoms),
+            "complete": true,
+            "entity": got.response.entity,
+            "facts": facts(&got.response.datoms),
+            "attributes": got.slots,
+            "history_datoms": got.history_datoms,
+            "state_tx": got.state_tx,
+            "unfolded": got.unfolded,
             "checked_against_log_size": size,
         })))
     }

@@ -1,7 +1,8 @@
 //! The verifiable audit against a real 3-node cluster of `engram serve` processes: signed
 //! checkpoints, verified reads (and a client that refuses a rewound or forked history), key
 //! revocation, `audit export` and the offline `audit verify` with its exit codes, including a
-//! datom edited directly in a stopped node's RocksDB.
+//! datom edited directly in a stopped node's RocksDB; reads proven complete against the state
+//! root, and the omissions a tampering node or proxy could make, each refused.
 #![allow(clippy::unwrap_used)] // test helpers: a failed set-up step should stop the test loudly
 
 mod common;
@@ -13,9 +14,12 @@ use std::time::Duration;
 
 use engram_audit::{Checkpoint, NodeKey, SignedCheckpoint};
 use engram_cli::local_cluster::{LocalCluster, free_ports};
-use engram_client::{Client, ClientError, GetOptions, TrustedLog};
+use engram_client::{Client, ClientError, GetOptions, ProofFailure, TrustedLog, pb, verify_state_proof};
 use engram_storage::{Durability, ReadView, Space, Store, WriteBatch};
-use engram_types::{EntityId, Hash, Namespace, TxId, TxRequest, Value};
+use engram_types::resolve::SlotRead;
+use engram_types::{
+    Attribute, EntityId, EntityRef, Hash, Namespace, Op, Provenance, TxId, TxOp, TxRequest, Value,
+};
 use futures::StreamExt;
 use serde_json::Value as Json;
 
@@ -651,4 +655,262 @@ async fn an_unattested_tail_is_reported_offline_and_attested_when_the_node_start
     assert!(report["entries"].as_u64().unwrap() >= head, "{report}");
     assert_eq!(report["unattested"], Json::Null, "{report}");
     cluster.kill_all();
+}
+
+fn task_tx(ns: &Namespace, agent: &str, ops: Vec<(Op, EntityRef, &str, &str)>) -> TxRequest {
+    TxRequest {
+        namespace: ns.clone(),
+        branch: None,
+        schema: Vec::new(),
+        branch_op: None,
+        ops: ops
+            .into_iter()
+            .map(|(op, entity, attribute, value)| TxOp {
+                op,
+                entity,
+                attribute: Attribute::new(attribute).unwrap(),
+                value: Value::String(value.into()),
+                valid_from_ns: None,
+                valid_to_ns: None,
+            })
+            .collect(),
+        preconditions: vec![],
+        idempotency_key: None,
+        provenance: Provenance {
+            agent: agent.into(),
+            confidence: 1.0,
+            ..Default::default()
+        },
+    }
+}
+
+fn string_of(d: &pb::Datom) -> &str {
+    match d.value.as_ref().and_then(|v| v.kind.as_ref()) {
+        Some(pb::value::Kind::String(s)) => s,
+        other => panic!("not a string value: {other:?}"),
+    }
+}
+
+/// `Get` proven complete (issue: reads that prove completeness): the answer names every
+/// attribute of the entity with its whole history against the state root a checkpoint covers,
+/// an unknown entity's absence is proven, and what a tampering node or proxy leaves out of a
+/// real answer — a retraction, another agent's newer claim, an attribute, the whole entity, a
+/// current datom — is refused by the client, as is an answer older than what it trusts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn complete_reads_prove_every_attribute_and_refuse_what_is_left_out() {
+    let dir = tempfile::tempdir().unwrap();
+    let cluster = start(dir.path()).await;
+    let client = Client::connect(cluster.endpoints()).await.unwrap();
+    let ns = Namespace::new("audit/complete").unwrap();
+    let m = EntityRef::Temp("m".into());
+    let first = client
+        .transact(&task_tx(
+            &ns,
+            "planner",
+            vec![
+                (Op::Assert, m.clone(), ":task/title", "write the report"),
+                (Op::Assert, m.clone(), ":task/owner", "alice"),
+                (Op::Assert, m, ":task/status", "open"),
+            ],
+        ))
+        .await
+        .unwrap();
+    let e = EntityId(first.temp_ids["m"]);
+    let id = EntityRef::Id(e);
+    client
+        .transact(&task_tx(
+            &ns,
+            "planner",
+            vec![(Op::Retract, id.clone(), ":task/owner", "alice")],
+        ))
+        .await
+        .unwrap();
+    client
+        .transact(&task_tx(
+            &ns,
+            "worker",
+            vec![(Op::Assert, id.clone(), ":task/status", "done")],
+        ))
+        .await
+        .unwrap();
+
+    let mut trust = client.trust_chain().await.unwrap();
+    let proven = client
+        .get_complete(&mut trust, &ns, e, GetOptions::default())
+        .await
+        .expect("an honest answer is proven complete");
+    assert_eq!((proven.slots, proven.history_datoms), (3, 5));
+    assert!(proven.unfolded.is_empty(), "{:?}", proven.unfolded);
+    let mut current: Vec<(&str, &str)> = proven
+        .response
+        .datoms
+        .iter()
+        .map(|d| (d.attribute.as_str(), string_of(d)))
+        .collect();
+    current.sort_unstable();
+    assert_eq!(
+        current,
+        vec![(":task/status", "done"), (":task/title", "write the report")]
+    );
+    let conflicts: Vec<&str> = proven.response.conflicts.iter().map(string_of).collect();
+    assert_eq!(
+        conflicts,
+        vec!["open"],
+        "the planner's claim stands beside the worker's"
+    );
+
+    let absent = client
+        .get_complete(&mut trust, &ns, EntityId(e.0 + 1_000), GetOptions::default())
+        .await
+        .expect("an unknown entity's absence is proven");
+    assert_eq!((absent.slots, absent.history_datoms), (0, 0));
+    assert!(absent.response.datoms.is_empty());
+
+    // The same answer as the wire carries it, altered the ways a tampering node or proxy would.
+    let leader = cluster
+        .wait_for_leader(None, Duration::from_secs(10))
+        .await
+        .unwrap();
+    let endpoint = format!("http://{}", cluster.node(leader).unwrap().endpoint());
+    let mut raw = pb::memory_client::MemoryClient::connect(endpoint).await.unwrap();
+    let request = pb::GetRequest {
+        namespace: ns.to_string(),
+        entity: e.0,
+        prove: true,
+        complete: true,
+        trusted_size: trust.size(),
+        ..Default::default()
+    };
+    let honest = raw.get(request.clone()).await.unwrap().into_inner();
+    let read = SlotRead::default();
+    verify_state_proof(&trust, &ns, e, &read, &honest).expect("the honest wire answer verifies");
+
+    type Tamper = fn(&mut pb::GetResponse);
+    fn history<'a>(r: &'a mut pb::GetResponse, attribute: &str) -> &'a mut pb::SlotHistory {
+        let proof = r.state_proof.as_mut().unwrap();
+        proof
+            .histories
+            .iter_mut()
+            .find(|h| h.attribute == attribute)
+            .unwrap()
+    }
+    let cases: [(&str, Tamper, &str); 6] = [
+        (
+            "a retraction left out, its value answered as current",
+            |r| {
+                let owner = history(r, ":task/owner");
+                owner.datoms.retain(|d| d.op != pb::Op::Retract as i32);
+                let alice = owner.datoms[0].clone();
+                r.datoms.push(alice);
+            },
+            "does not chain",
+        ),
+        (
+            "another agent's newer claim left out",
+            |r| {
+                history(r, ":task/status")
+                    .datoms
+                    .retain(|d| string_of(d) != "done");
+                r.datoms.retain(|d| d.attribute != ":task/status");
+                r.datoms.append(&mut r.conflicts);
+            },
+            "does not chain",
+        ),
+        (
+            "an attribute left out",
+            |r| {
+                r.state_proof
+                    .as_mut()
+                    .unwrap()
+                    .histories
+                    .retain(|h| h.attribute != ":task/status");
+                r.datoms.retain(|d| d.attribute != ":task/status");
+                r.conflicts.clear();
+            },
+            "holds 3 slots of entity",
+        ),
+        (
+            "the whole entity left out",
+            |r| {
+                r.state_proof.as_mut().unwrap().histories.clear();
+                r.datoms.clear();
+                r.conflicts.clear();
+            },
+            "holds 3 slots of entity",
+        ),
+        (
+            "a current datom left out of the answer, the proof intact",
+            |r| {
+                r.datoms.retain(|d| d.attribute != ":task/title");
+            },
+            "1 left out",
+        ),
+        (
+            "a superseded claim answered as current, the proof intact",
+            |r| {
+                r.datoms.retain(|d| d.attribute != ":task/status");
+                r.datoms.append(&mut r.conflicts);
+            },
+            "not current",
+        ),
+    ];
+    for (what, tamper, expected) in cases {
+        let mut answer = honest.clone();
+        tamper(&mut answer);
+        match verify_state_proof(&trust, &ns, e, &read, &answer) {
+            Err(ProofFailure::Invalid(reason)) => {
+                assert!(reason.contains(expected), "{what}: refused, but with {reason:?}");
+            }
+            Err(other) => panic!("{what}: refused as {other:?}"),
+            Ok(_) => panic!("{what}: accepted"),
+        }
+    }
+
+    // An answer older than the log the client trusts is refused as rewound: a replayed one.
+    client
+        .transact(&task_tx(
+            &ns,
+            "reviewer",
+            vec![(Op::Assert, id, ":task/status", "reopened")],
+        ))
+        .await
+        .unwrap();
+    let newer = client
+        .get_complete(&mut trust, &ns, e, GetOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(newer.history_datoms, 6);
+    match verify_state_proof(&trust, &ns, e, &read, &honest) {
+        Err(ProofFailure::Rewound { .. }) => {}
+        other => panic!("a replayed older answer: {other:?}"),
+    }
+
+    // Bad input: a proof of completeness of a branch or an as-of is not offered yet.
+    let err = raw
+        .get(pb::GetRequest {
+            as_of_tx: Some(first.tx),
+            ..request
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), tonic::Code::InvalidArgument, "{err}");
+    assert!(err.message().contains("as_of_tx"), "{err}");
+
+    // The CLI: the same proof, checked, with what it covered in --json.
+    let get = run(&[
+        "-e",
+        &cluster.node(leader).unwrap().endpoint(),
+        "--json",
+        "get",
+        "--ns",
+        ns.as_str(),
+        "--entity",
+        &e.0.to_string(),
+        "--complete",
+    ]);
+    assert_eq!(get.status.code(), Some(0), "{}", text(&get.stderr));
+    let doc = json_of(&get);
+    assert_eq!(doc["complete"]["slots"], 3, "{doc}");
+    assert_eq!(doc["complete"]["history_datoms"], 6, "{doc}");
+    assert_eq!(doc["datoms"].as_array().unwrap().len(), 2, "{doc}");
 }

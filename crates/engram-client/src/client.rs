@@ -1190,6 +1190,7 @@ pub(crate) fn get_request(
         rule: opts.rule as i32,
         verified_only: opts.verified_only,
         include_expired: opts.include_expired,
+        complete: false,
     }
 }
 

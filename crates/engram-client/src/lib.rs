@@ -17,12 +17,15 @@
 //! signature with [`engram_audit::ChainVerifier`], so a caller trusts nothing but the chain.
 //! [`Client::trust_chain`] turns that into a [`TrustedLog`], and [`Client::get_verified`] /
 //! [`Client::history_verified`] accept an answer only with a Merkle proof against a signed
-//! checkpoint that extends the trusted one (see the `trust` module).
+//! checkpoint that extends the trusted one (see the `trust` module). [`Client::get_complete`]
+//! also proves that nothing was left out: every attribute of the entity with its whole history,
+//! against the state root the checkpoint covers (see the `complete` module).
 //!
 //! Must not depend on: the server, Raft, storage or the core. It speaks only the wire API
 //! (`engram-proto`) and uses the pure data-model and audit crates.
 
 mod client;
+mod complete;
 mod endpoint;
 mod error;
 mod lists;
@@ -36,6 +39,7 @@ pub use client::{
     Client, ClientConfig, ClientTls, Consistency, FindQuery, GetOptions, HistoryTarget, Keepalive,
     SearchQuery, node_endpoint,
 };
+pub use complete::{CompleteGet, verify_state_proof};
 pub use endpoint::parse_endpoint;
 /// A node's public key, as [`ClientConfig::trust_keys`] pins it.
 pub use engram_audit::PublicKey;

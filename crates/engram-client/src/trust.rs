@@ -66,7 +66,7 @@ pub enum ProofFailure {
 }
 
 impl ProofFailure {
-    fn at(self, endpoint: &str) -> ClientError {
+    pub(crate) fn at(self, endpoint: &str) -> ClientError {
         let endpoint = endpoint.to_string();
         match self {
             ProofFailure::Invalid(reason) => ClientError::Proof { endpoint, reason },
@@ -89,11 +89,11 @@ impl ProofFailure {
     }
 }
 
-fn invalid(reason: impl Into<String>) -> ProofFailure {
+pub(crate) fn invalid(reason: impl Into<String>) -> ProofFailure {
     ProofFailure::Invalid(reason.into())
 }
 
-fn digests(list: &[Vec<u8>], what: &str) -> Result<Vec<[u8; 32]>, ProofFailure> {
+pub(crate) fn digests(list: &[Vec<u8>], what: &str) -> Result<Vec<[u8; 32]>, ProofFailure> {
     parse_proof::<Blake3>(list).map_err(|e| invalid(format!("{what}: {e}")))
 }
 

@@ -331,6 +331,15 @@ impl Engine {
         self.state.as_ref()
     }
 
+    /// The map and the chain head as they stand, for proofs of reads while apply moves on (a
+    /// clone is a version: O(1), and the next writes copy only the nodes they change).
+    pub fn state_version(&self) -> Option<crate::state_proof::StateVersion> {
+        self.state.as_ref().map(|tree| crate::state_proof::StateVersion {
+            tree: tree.clone(),
+            head: self.head.clone(),
+        })
+    }
+
     /// Attests the head entry if it has no attestation: the node stopped (or a snapshot was
     /// taken) after a group's entries were written and before the group's attestation was, so
     /// no entry stays uncovered for good. Written buffered: if a crash loses it, the next start

@@ -43,6 +43,7 @@ mod rows;
 pub mod schema;
 pub mod scrub;
 pub mod snapshot;
+pub mod state_proof;
 pub mod store_format;
 
 pub use engine::{CheckpointPolicy, Engine, PolicyActor};

@@ -18,6 +18,9 @@ pub enum ProofReadError {
     /// The request names sizes or indexes the chain does not have.
     #[error("{0}")]
     OutOfRange(String),
+    /// What was asked cannot be proven from this store (yet): the reason says why.
+    #[error("{0}")]
+    Unproven(String),
     #[error("Merkle proof: {0}")]
     Proof(#[from] ProofError),
     #[error(transparent)]

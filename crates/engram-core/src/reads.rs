@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use engram_audit::{ChainError, ChainFault, SignedEntry};
 use engram_storage::{KeyValue, ReadView, Space, prefix_end};
-use engram_types::{Attribute, BranchName, Cardinality, Datom, EntityId, Namespace, Op, Status, TxId, Value};
+use engram_types::{Attribute, BranchName, Cardinality, Datom, EntityId, Namespace, Op, TxId, Value};
 
 use crate::branch::{self, BranchRow};
 use crate::cursor::CursorError;
@@ -14,6 +14,7 @@ use crate::rows::{ChainHead, TxLogRow, decode_row, hex};
 use crate::{CoreError, keys, schema};
 
 pub use engram_types::MEMORY_EXPIRES;
+pub use engram_types::resolve::{Facts, Resolution, claims, expiry, holding};
 
 /// The most rows an internal read of one entity or slot takes (History and Find page instead;
 /// see [`crate::pages`]).
@@ -221,16 +222,6 @@ pub fn entity_datoms(store: &dyn ReadView, ns: &Namespace, e: EntityId) -> Resul
     decode_datoms(scan_prefix(store, &keys::eavt_entity(ns, e), MAX_READ_DATOMS)?)
 }
 
-/// How a read picks the current value of a cardinality-one attribute when agents disagree.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum Resolution {
-    /// The newest claim.
-    #[default]
-    Latest,
-    /// The best verified claim: verified before candidate, then higher confidence, then newer.
-    Verified,
-}
-
 /// What a read asks for besides the entity.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct ReadOptions {
@@ -250,127 +241,26 @@ pub struct ReadOptions {
     pub since: Option<TxId>,
 }
 
-/// An entity's current facts, and the claims they won against.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct Facts {
-    /// Cardinality one: the winning claim per attribute. Many: one datom per value held.
-    pub current: Vec<Datom>,
-    /// Cardinality one: the other agents' claims whose values differ from the winner's.
-    pub conflicts: Vec<Datom>,
-    /// Set when the read left the entity out because it had expired (see
-    /// [`ReadOptions::expired_at_ns`]): when it expired. `current` and `conflicts` are empty.
-    pub expired_at_ns: Option<i64>,
-}
-
-/// When an entity expires, from its holding claims (`current` and `conflicts` of a read): the
-/// latest of their `:memory/expires` instants, `None` if none has one. Every agent's claim
-/// counts, not only the one a resolution rule picks: a memory stays while any agent says it is
-/// still worth recalling (the recall index's expiry filter follows the same rule).
-pub fn expiry<'a>(claims: impl IntoIterator<Item = &'a Datom>) -> Option<i64> {
-    claims
-        .into_iter()
-        .filter(|d| d.attribute.as_str() == MEMORY_EXPIRES)
-        .filter_map(|d| match d.value {
-            Value::Instant(at_ns) => Some(at_ns),
-            _ => None,
-        })
-        .max()
-}
-
-/// The live claims of one slot after its datoms in tx order.
-///
-/// Cardinality one: each agent holds at most one claim, its latest assertion; a retraction of
-/// a value ends every claim of that value (whoever made it). Agents that disagree keep their
-/// claims side by side: nothing one agent asserts removes another's. Cardinality many: every
-/// assertion of a value since that value was last retracted.
-pub fn claims(datoms: &[Datom], cardinality: Cardinality) -> Vec<&Datom> {
-    let mut ordered: Vec<&Datom> = datoms.iter().collect();
-    ordered.sort_by_key(|d| d.tx);
-    let mut live: Vec<&Datom> = Vec::new();
-    for d in ordered {
-        match d.op {
-            Op::Assert => {
-                if cardinality == Cardinality::One {
-                    live.retain(|c| c.provenance.agent != d.provenance.agent);
-                }
-                live.push(d);
-            }
-            Op::Retract => live.retain(|c| c.value != d.value),
-        }
-    }
-    live
-}
-
-/// The distinct values a slot holds (the latest claim of each), in the order they were last
-/// claimed.
-pub fn holding(datoms: &[Datom], cardinality: Cardinality) -> Vec<&Datom> {
-    let mut out: Vec<&Datom> = Vec::new();
-    for c in claims(datoms, cardinality) {
-        out.retain(|d| d.value != c.value);
-        out.push(c);
-    }
-    out
-}
-
-/// Whether `a` ranks above `b` under `rule` (both are live claims).
-fn ranks_above(rule: Resolution, a: &Datom, b: &Datom) -> bool {
-    match rule {
-        Resolution::Latest => a.tx > b.tx,
-        Resolution::Verified => {
-            let key = |d: &Datom| (d.provenance.status == Status::Verified, d.provenance.confidence);
-            let (ka, kb) = (key(a), key(b));
-            match ka.0.cmp(&kb.0).then(ka.1.total_cmp(&kb.1)) {
-                std::cmp::Ordering::Equal => a.tx > b.tx,
-                order => order.is_gt(),
-            }
+impl ReadOptions {
+    /// What of these options a slot's resolution takes.
+    pub fn slot_read(&self) -> engram_types::resolve::SlotRead {
+        engram_types::resolve::SlotRead {
+            as_of: self.as_of,
+            valid_at_ns: self.valid_at_ns,
+            rule: self.rule,
+            verified_only: self.verified_only,
         }
     }
 }
 
 /// Resolves one slot's datoms under `opts` (its `as_of` and `valid_at_ns` filter first).
 pub fn resolve_slot(datoms: &[Datom], cardinality: Cardinality, opts: &ReadOptions) -> Facts {
-    let seen: Vec<Datom> = datoms
-        .iter()
-        .filter(|d| opts.as_of.is_none_or(|t| d.tx <= t) && opts.valid_at_ns.is_none_or(|at| d.valid_at(at)))
-        .cloned()
-        .collect();
-    let live: Vec<&Datom> = claims(&seen, cardinality)
-        .into_iter()
-        .filter(|d| !opts.verified_only || d.provenance.status == Status::Verified)
-        .collect();
-    let mut facts = Facts::default();
-    match cardinality {
-        Cardinality::One => {
-            let Some(winner) = live
-                .iter()
-                .copied()
-                .reduce(|best, d| if ranks_above(opts.rule, d, best) { d } else { best })
-            else {
-                return facts;
-            };
-            facts.conflicts = live
-                .iter()
-                .filter(|d| d.value != winner.value)
-                .map(|d| (*d).clone())
-                .collect();
-            facts.current.push(winner.clone());
-        }
-        Cardinality::Many => {
-            let mut best: Vec<&Datom> = Vec::new();
-            for d in live {
-                match best.iter_mut().find(|b| b.value == d.value) {
-                    Some(b) => {
-                        if ranks_above(opts.rule, d, b) {
-                            *b = d;
-                        }
-                    }
-                    None => best.push(d),
-                }
-            }
-            facts.current = best.into_iter().cloned().collect();
-        }
+    let resolved = engram_types::resolve::resolve_slot(datoms, cardinality, &opts.slot_read());
+    Facts {
+        current: resolved.current,
+        conflicts: resolved.conflicts,
+        expired_at_ns: None,
     }
-    facts
 }
 
 /// Reduces datoms (of one entity, any attributes) to the facts current at `as_of` tx and,
@@ -460,22 +350,18 @@ pub fn get_facts(
     for d in view.entity_datoms(store, e)? {
         by_attr.entry(d.attribute.clone()).or_default().push(d);
     }
-    let mut facts = Facts::default();
-    for (attr, slot) in by_attr {
-        let cardinality = schema::cardinality_at(store, ns, &attr, opts.as_of)?;
-        let resolved = resolve_slot(&slot, cardinality, opts);
-        facts.current.extend(resolved.current);
-        facts.conflicts.extend(resolved.conflicts);
+    let mut slots = Vec::with_capacity(by_attr.len());
+    for (attr, slot) in &by_attr {
+        slots.push((
+            slot.as_slice(),
+            schema::cardinality_at(store, ns, attr, opts.as_of)?,
+        ));
     }
-    if let Some(now_ns) = opts.expired_at_ns
-        && let Some(at_ns) = expiry(facts.current.iter().chain(&facts.conflicts)).filter(|at| *at <= now_ns)
-    {
-        return Ok(Facts {
-            expired_at_ns: Some(at_ns),
-            ..Facts::default()
-        });
-    }
-    Ok(facts)
+    Ok(engram_types::resolve::entity_facts(
+        slots,
+        &opts.slot_read(),
+        opts.expired_at_ns,
+    ))
 }
 
 pub fn tx(store: &dyn ReadView, tx: TxId) -> Result<Option<TxLogRow>, CoreError> {

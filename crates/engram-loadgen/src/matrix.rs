@@ -28,6 +28,12 @@ pub enum ReadKind {
     AsOf,
     /// Every version of one key (Engram `History`; etcd has no history call).
     History,
+    /// The current value, linearizable, with an inclusion proof the client checks (Engram
+    /// `get_verified`; etcd proves nothing).
+    Proven,
+    /// The current value, linearizable, proven complete and current against the state root
+    /// and folded by the client (Engram `get_complete`).
+    Complete,
 }
 
 /// How a fan-out run's subscriptions reach the servers.

@@ -33,6 +33,8 @@ pub fn label(m: &Measurement) -> String {
             ReadKind::Stale => "read stale".into(),
             ReadKind::AsOf => "read as-of".into(),
             ReadKind::History => "history".into(),
+            ReadKind::Proven => "read proven".into(),
+            ReadKind::Complete => "read proven complete".into(),
         },
     };
     match m.at_values {

@@ -338,7 +338,12 @@ impl EngramClient {
     /// anything that does not verify; `stale=True`: the answering node's state, possibly behind.
     /// An entity whose `:memory/expires` has passed comes back with no datoms and its
     /// `expired_at_ns` set, unless `include_expired=True` (reads with `as_of_tx` show it).
-    #[pyo3(signature = (namespace, entity, *, as_of_tx=None, valid_at=None, branch=None, rule="latest", verified_only=false, prove=false, stale=false, include_expired=false, as_of_time=None))]
+    /// `complete=True` (implies `prove`): the answer is also proven complete and current —
+    /// every attribute of the entity with its whole history against the state root a signed
+    /// checkpoint covers, folded here into the answer — or `ProofError` is raised; of the
+    /// current state on main (no `branch`, `as_of_tx` or `as_of_time`); an unknown entity's
+    /// absence is proven (no datoms, no error).
+    #[pyo3(signature = (namespace, entity, *, as_of_tx=None, valid_at=None, branch=None, rule="latest", verified_only=false, prove=false, stale=false, include_expired=false, as_of_time=None, complete=false))]
     #[allow(clippy::too_many_arguments)]
     fn get(
         &self,
@@ -354,6 +359,7 @@ impl EngramClient {
         stale: bool,
         include_expired: bool,
         as_of_time: Option<&Bound<'_, PyAny>>,
+        complete: bool,
     ) -> PyResult<Entity> {
         let namespace = namespace_arg(namespace)?;
         let entity = convert::entity_id("entity", entity)?;
@@ -376,7 +382,15 @@ impl EngramClient {
             include_expired,
         };
         let client = self.client.clone();
-        let response = if prove {
+        let mut unfolded = Vec::new();
+        let response = if complete {
+            let proven = self.run_proven(py, move |client, mut log| async move {
+                let answer = client.get_complete(&mut log, &namespace, entity, opts).await;
+                (log, answer)
+            })?;
+            unfolded = proven.unfolded;
+            proven.response
+        } else if prove {
             self.run_proven(py, move |client, mut log| async move {
                 let answer = client.get_verified(&mut log, &namespace, entity, opts).await;
                 (log, answer)
@@ -389,7 +403,9 @@ impl EngramClient {
             datoms: datom_list(py, response.datoms)?,
             conflicts: datom_list(py, response.conflicts)?,
             applied_tx: response.applied_tx,
-            proven: prove,
+            proven: prove || complete,
+            complete,
+            unfolded,
             expired_at_ns: response.expired_at_ns,
         })
     }

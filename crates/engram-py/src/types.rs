@@ -296,6 +296,11 @@ pub struct Entity {
     pub applied_tx: u64,
     /// Whether every datom was checked against a Merkle proof and a signed checkpoint.
     pub proven: bool,
+    /// Whether the answer was also proven complete and current (`get(..., complete=True)`).
+    pub complete: bool,
+    /// With `complete`: attributes whose histories were proven whole but whose live claims were
+    /// taken as sent (their values are withheld from this caller, or redacted).
+    pub unfolded: Vec<String>,
     /// When the read left the entity out because its `:memory/expires` had passed (ns since
     /// the Unix epoch; `datoms` is then empty); None otherwise.
     pub expired_at_ns: Option<i64>,

@@ -108,6 +108,7 @@ def test_remember_then_recall_get_history_and_verify(cluster):
     assert out["get"]["facts"][0]["confidence"] == pytest.approx(0.8)
     assert [f["value"] for f in out["history"]["facts"]] == ["Attention is all you need"]
     assert out["verify"]["verified"] is True and len(out["verify"]["facts"]) == 3
+    assert out["verify"]["complete"] is True and out["verify"]["attributes"] == 3, out["verify"]
     assert len(out["changed"]["asserted"]) == 3
 
 

@@ -118,3 +118,35 @@ def test_an_altered_answer_raises_and_returns_nothing(cluster, db, ns):
         proxy.close()
     # The same read straight from the node verifies.
     assert db.get(ns, budget, prove=True)[":project/budget"] == ORIGINAL.decode()
+
+
+def test_a_complete_read_proves_every_attribute_and_an_absence(cluster, db, ns):
+    r = db.transact(ns, [("t", ":task/title", "ship it"), ("t", ":task/status", "open")])
+    task = r.temp_ids["t"]
+    worker = engram.Engram(cluster.endpoints, agent="worker")
+    worker.transact(ns, [(task, ":task/status", "done")])
+    entity = db.get(ns, task, complete=True)
+    assert entity.proven and entity.complete
+    assert entity.unfolded == []
+    assert entity[":task/status"] == "done"
+    assert [d.value for d in entity.conflicts] == ["open"], "the planner's claim is still live"
+    # An entity nobody wrote is proven absent: no datoms, no error.
+    absent = db.get(ns, task + 1_000_000, complete=True)
+    assert absent.complete and absent.datoms == []
+    with pytest.raises(engram.InvalidArgument):
+        db.get(ns, task, complete=True, as_of_tx=r.tx)
+
+
+def test_an_altered_complete_answer_raises(cluster, db, ns):
+    r = db.transact(ns, [("b", ":project/budget", ORIGINAL.decode()), ("b", ":project/owner", "ops")])
+    budget = r.temp_ids["b"]
+    proxy = TamperingProxy(cluster.ports[0], ORIGINAL, ALTERED)
+    try:
+        through = engram.Engram(f"127.0.0.1:{proxy.port}", agent="auditor")
+        with pytest.raises(engram.ProofError) as raised:
+            through.get(ns, budget, complete=True)
+        assert proxy.replaced >= 1
+        assert "does not chain" in str(raised.value), str(raised.value)
+    finally:
+        proxy.close()
+    assert db.get(ns, budget, complete=True)[":project/budget"] == ORIGINAL.decode()

@@ -46,7 +46,7 @@ pub use node::{
 pub use purge::{PurgeProgress, purged_through};
 use serde::{Deserialize, Serialize};
 pub use snapshots::{CHUNK_BYTES, Receiving, Snapshots, StoredRef, StoredSnapshot, install_recorded};
-pub use state_machine::{MAX_GROUP_ENTRIES, StateMachine, applied_index};
+pub use state_machine::{MAX_GROUP_ENTRIES, StateMachine, StateVersions, applied_index};
 
 /// A cluster member as the membership config records it.
 #[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]

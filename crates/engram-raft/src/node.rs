@@ -165,6 +165,8 @@ pub struct RaftNode {
     pub purges: crate::PurgeProgress,
     /// Most datoms each part of a redaction this node proposes takes.
     redact_part_datoms: u32,
+    /// The state map as of the last written state, for proven reads.
+    versions: Arc<crate::StateVersions>,
 }
 
 /// One part of a redaction, as applied: its receipt, and each datom it took (as listed by
@@ -271,6 +273,7 @@ impl RaftNode {
         let policy_epoch = state_machine.policy_epoch();
         let committed = state_machine.committed_feed();
         let watched = state_machine.watch_feed();
+        let versions = state_machine.state_versions();
         let redactions_applied = state_machine.redactions_applied_watch();
         let raft = Raft::new(
             node_id,
@@ -308,6 +311,7 @@ impl RaftNode {
             startup_log_index,
             committed,
             watched,
+            versions,
         })
     }
 
@@ -619,6 +623,12 @@ impl RaftNode {
             return Err(installing());
         }
         Ok(out)
+    }
+
+    /// The state commitment's map as of the last state this node wrote (`None` before it
+    /// keeps one), for proofs of reads of the current state.
+    pub fn state_version(&self) -> Option<Arc<engram_core::state_proof::StateVersion>> {
+        self.versions.latest()
     }
 
     /// The current leader and its address, if known.

@@ -5,6 +5,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use engram_audit::{KeyRing, PublicKey};
 use engram_core::durability::{Write, durability};
 use engram_core::snapshot::{self, Installer};
+use engram_core::state_proof::StateVersion;
 use engram_core::{CheckpointPolicy, Engine};
 use engram_storage::{Space, Store, WriteBatch};
 use futures::{Stream, TryStreamExt};
@@ -58,6 +59,37 @@ pub struct StateMachine {
     redacted: tokio::sync::watch::Sender<u64>,
     /// The open group's last redaction, if it applied one.
     group_redacted: Option<u64>,
+    /// The state map as of the last written state, for proven reads.
+    versions: Arc<StateVersions>,
+}
+
+/// The state commitment's map as of the last state apply wrote (or a start or an install
+/// loaded), with its chain head: what a proof of a read of the current state is made from
+/// (`engram_core::state_proof`). Replaced after every written group, before the applied index
+/// moves, so a reader that finds an index applied finds this at that index or later. Holding
+/// a version costs apply a copy of each map node it then changes (the nodes are shared), so
+/// only the latest is kept.
+#[derive(Default)]
+pub struct StateVersions {
+    latest: std::sync::Mutex<Option<Arc<StateVersion>>>,
+}
+
+impl StateVersions {
+    /// The latest version (`None` before the map is kept).
+    pub fn latest(&self) -> Option<Arc<StateVersion>> {
+        self.lock().clone()
+    }
+
+    fn publish(&self, version: Option<StateVersion>) {
+        *self.lock() = version.map(Arc::new);
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Option<Arc<StateVersion>>> {
+        // What it guards is replaced whole: a panic elsewhere cannot leave it half-written.
+        self.latest
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
 }
 
 /// Reads the applied log id and membership rows from a store.
@@ -116,6 +148,8 @@ impl StateMachine {
         let (published, _) = tokio::sync::watch::channel(applied.map_or(0, |id| id.index()));
         let last_redaction = engram_core::redact::last_redaction(&*store).map_err(io_err)?;
         let (redacted, _) = tokio::sync::watch::channel(last_redaction);
+        let versions = Arc::new(StateVersions::default());
+        versions.publish(engine.state_version());
         Ok(StateMachine {
             engine,
             store,
@@ -130,6 +164,7 @@ impl StateMachine {
             group_from: applied.map_or(0, |id| id.index()) + 1,
             redacted,
             group_redacted: None,
+            versions,
         })
     }
 
@@ -156,6 +191,11 @@ impl StateMachine {
     /// The committed transactions of each written group (see [`crate::committed`]).
     pub fn committed_feed(&self) -> Arc<CommittedFeed> {
         self.committed.clone()
+    }
+
+    /// The state map as of the last written state (see [`StateVersions`]).
+    pub fn state_versions(&self) -> Arc<StateVersions> {
+        self.versions.clone()
     }
 
     /// The same groups as [`Self::committed_feed`], in a feed of the watchers' own.
@@ -428,6 +468,7 @@ impl StateMachine {
             self.committed.push(group);
             self.group_from = through + 1;
         }
+        self.versions.publish(self.engine.state_version());
         self.publish_applied();
         for (responder, response) in answered.drain(..) {
             responder.send(response);
@@ -513,6 +554,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         self.applied = meta.last_log_id;
         self.group_from = self.applied.as_ref().map_or(0, |id| id.index()) + 1;
         self.membership = meta.last_membership.clone();
+        self.versions.publish(self.engine.state_version());
         drop(replacing);
         self.publish_applied();
         // The replaced state's values, redacted ones included, are still in this node's files:

@@ -42,6 +42,9 @@ pub enum ApiError {
     NotFound(String),
     #[error("out of range: {0}")]
     OutOfRange(String),
+    /// A proof was asked of a state this node cannot prove (yet): the message says why.
+    #[error("cannot prove: {0}")]
+    Unproven(String),
     #[error("{0}")]
     Conflict(String),
     #[error("unavailable: {0}")]
@@ -129,6 +132,7 @@ impl From<engram_core::proofs::ProofReadError> for ApiError {
         use engram_core::proofs::ProofReadError;
         match e {
             ProofReadError::OutOfRange(m) => ApiError::OutOfRange(m),
+            ProofReadError::Unproven(m) => ApiError::Unproven(m),
             ProofReadError::Proof(p) => ApiError::Internal(format!("Merkle proof over the stored tree: {p}")),
             ProofReadError::Core(c) => c.into(),
         }
@@ -196,6 +200,7 @@ impl ApiError {
             ApiError::PermissionDenied(_) => Code::PermissionDenied,
             ApiError::NotFound(_) => Code::NotFound,
             ApiError::OutOfRange(_) => Code::OutOfRange,
+            ApiError::Unproven(_) => Code::FailedPrecondition,
             ApiError::Conflict(_) => Code::FailedPrecondition,
             ApiError::Unavailable(_) => Code::Unavailable,
             ApiError::Chain(_) | ApiError::Corrupt(_) => Code::DataLoss,

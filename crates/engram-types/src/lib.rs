@@ -19,6 +19,7 @@ mod hash;
 mod ids;
 mod namespace;
 pub mod redact;
+pub mod resolve;
 mod schema;
 pub mod slot;
 mod tx;

@@ -91,6 +91,8 @@ class Entity:
     conflicts: List[Datom]
     applied_tx: int
     proven: bool
+    complete: bool  # proven complete and current (get(..., complete=True))
+    unfolded: List[str]  # with complete: attributes whose live claims were taken as sent
     expired_at_ns: Optional[int]
     def __getitem__(self, attribute: str) -> Any: ...
     def __contains__(self, attribute: str) -> bool: ...
@@ -184,6 +186,7 @@ class Client:
         stale: bool = False,
         include_expired: bool = False,
         as_of_time: Optional[Time] = None,
+        complete: bool = False,
     ) -> Entity: ...
     def history(
         self,

@@ -369,6 +369,105 @@ fn datoms(list: &[engram_types::Datom]) -> Vec<pb::Datom> {
 
 /// `list` as `scope` may see it: the values of attributes its grants do not cover are withheld,
 /// with the reason; the datom and its hash stay, so the answer's proof still verifies.
+/// How many times (a millisecond apart) a proven-complete read waits for the state map to catch
+/// up with the caller's trusted checkpoint.
+const VERSION_WAIT_TRIES: usize = 200;
+
+impl MemoryService {
+    /// `Get` with `complete`: the answer recomputed from the entity's slot histories as of the
+    /// state map's latest version, with the proof that they are all of them
+    /// (`engram_core::state_proof`).
+    async fn get_complete(
+        &self,
+        req: &pb::GetRequest,
+        ns: engram_types::Namespace,
+        on: Option<&engram_types::BranchName>,
+        opts: &reads::ReadOptions,
+        scope: Option<&ReadScope>,
+    ) -> Result<pb::GetResponse, ApiError> {
+        let unsupported = if on.is_some() {
+            Some("branch")
+        } else if req.as_of_tx.is_some() {
+            Some("as_of_tx")
+        } else if req.as_of_time_ns.is_some() {
+            Some("as_of_time_ns")
+        } else {
+            None
+        };
+        if let Some(field) = unsupported {
+            return Err(ApiError::Invalid(format!(
+                "complete: proofs of completeness are of the current state on main; {field} cannot be \
+                 proven complete yet (ask with prove alone for an inclusion proof)"
+            )));
+        }
+        let latest = || {
+            self.shared.node.state_version().ok_or_else(|| {
+                ApiError::Unproven("this node keeps no state commitment yet (it is still starting)".into())
+            })
+        };
+        let mut version = latest()?;
+        // A checkpoint of the head may be signed (by this node, for the caller's trust) between
+        // a group's write and the publication of its map, which follows it at once: wait that
+        // moment out rather than answer with a checkpoint older than the caller's. A node
+        // truly behind answers after the wait, and the caller sees its answer is older.
+        for _ in 0..VERSION_WAIT_TRIES {
+            if version.head.index >= req.trusted_size {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+            version = latest()?;
+        }
+        let key = self.shared.node.keys.current();
+        let trusted_size = req.trusted_size;
+        let entity = EntityId(req.entity);
+        let (proof, consistency) = self
+            .shared
+            .read_sized(true, move |store| {
+                let proof = engram_core::state_proof::entity_state(store, &key, &version, &ns, entity)?;
+                let size = proof.checkpoint.checkpoint.size;
+                let consistency = if trusted_size > 0 && trusted_size <= size {
+                    engram_core::proofs::consistency(store, trusted_size, size)?.1
+                } else {
+                    Vec::new()
+                };
+                Ok::<_, ApiError>((proof, consistency))
+            })
+            .await?;
+        let facts =
+            engram_core::state_proof::facts_of(&proof.histories, &opts.slot_read(), opts.expired_at_ns);
+        let hashes = |list: &[engram_types::Hash]| list.iter().map(|h| h.0.to_vec()).collect::<Vec<_>>();
+        let read_at = proof.entries.last().map_or(0, |e| e.entry.tx.0);
+        Ok(pb::GetResponse {
+            entity: req.entity,
+            datoms: shown(scope, &facts.current),
+            applied_tx: read_at,
+            proof: None,
+            conflicts: shown(scope, &facts.conflicts),
+            expired_at_ns: facts.expired_at_ns,
+            as_of_tx: 0,
+            state_proof: Some(pb::StateProof {
+                checkpoint: Some(super::audit::checkpoint_pb(&proof.checkpoint)),
+                consistency: hashes(&consistency),
+                entries: proof.entries.iter().map(super::audit::to_pb).collect(),
+                head_path: hashes(&proof.head_path),
+                slots: proof.slots,
+                histories: proof
+                    .histories
+                    .iter()
+                    .map(|h| pb::SlotHistory {
+                        attribute: h.attribute.as_str().to_string(),
+                        cardinality: match h.cardinality {
+                            engram_types::Cardinality::One => pb::Cardinality::One,
+                            engram_types::Cardinality::Many => pb::Cardinality::Many,
+                        } as i32,
+                        datoms: shown(scope, &h.datoms),
+                    })
+                    .collect(),
+            }),
+        })
+    }
+}
+
 fn shown(scope: Option<&ReadScope>, list: &[engram_types::Datom]) -> Vec<pb::Datom> {
     let mut out = datoms(list);
     if let Some(scope) = scope {
@@ -852,6 +951,14 @@ impl pb::memory_server::Memory for MemoryService {
             expired_at_ns: as_of.expiry_judged_at(req.include_expired),
             since: None,
         };
+        if req.complete {
+            let resp = self.get_complete(&req, ns, on.as_ref(), &opts, scope).await?;
+            let returned = resp.datoms.len() + resp.conflicts.len();
+            self.shared
+                .record_access(&caller, "get", &req.namespace, Some(req.entity), None, returned)
+                .await;
+            return Ok(Response::new(resp));
+        }
         let found = self
             .shared
             .read_state(|store| reads::get_facts(store, &ns, on.as_ref(), EntityId(req.entity), &opts))?;
@@ -874,6 +981,7 @@ impl pb::memory_server::Memory for MemoryService {
             conflicts: shown(scope, &found.conflicts),
             expired_at_ns: found.expired_at_ns,
             as_of_tx: as_of.tx.unwrap_or(0),
+            state_proof: None,
         }))
     }
 
