@@ -699,7 +699,7 @@ fn string_of(d: &pb::Datom) -> &str {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn complete_reads_prove_every_attribute_and_refuse_what_is_left_out() {
     let dir = tempfile::tempdir().unwrap();
-    let cluster = start(dir.path()).await;
+    let mut cluster = start(dir.path()).await;
     let client = Client::connect(cluster.endpoints()).await.unwrap();
     let ns = Namespace::new("audit/complete").unwrap();
     let m = EntityRef::Temp("m".into());

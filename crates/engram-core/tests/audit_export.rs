@@ -868,3 +868,59 @@ fn a_state_root_the_whole_cluster_agreed_on_wrongly_is_caught_offline() {
         scrub.findings
     );
 }
+
+#[test]
+fn an_entitys_state_proof_lists_every_slot_against_the_root_its_entry_records() {
+    use engram_core::state_proof::{entity_state, facts_of};
+    let (store, engine, tasks) = rooted_chain(3);
+    let ns = Namespace::new("team/a").unwrap();
+    let version = engine.state_version().unwrap();
+    let proof = entity_state(&*store, &founder(), &version, &ns, tasks[1]).unwrap();
+    // The checkpoint is of the version's head, whose entry records the map's root.
+    assert_eq!(proof.checkpoint.checkpoint.size, engine.head().index);
+    assert_eq!(proof.entries.len(), 1);
+    assert_eq!(proof.entries[0].entry.state_root, Some(Hash(version.tree.root())));
+    let attributes: Vec<&str> = proof.histories.iter().map(|h| h.attribute.as_str()).collect();
+    assert_eq!(attributes, vec![":task/rank", ":task/title"]);
+    let slots = engram_statetree::PrefixProof::decode(&proof.slots)
+        .unwrap()
+        .verify(
+            &version.tree.root(),
+            &engram_core::commitment::entity_prefix(&ns, None, tasks[1]),
+            engram_core::commitment::ENTITY_PREFIX_BITS,
+        )
+        .unwrap();
+    assert_eq!(slots.len(), 2);
+    // The answer from the histories is the read's.
+    let read = engram_core::reads::ReadOptions::default();
+    let from_proof = facts_of(&proof.histories, &read.slot_read(), None);
+    let from_reads = engram_core::reads::get_facts(&*store, &ns, None, tasks[1], &read).unwrap();
+    assert_eq!(from_proof, from_reads);
+
+    // An entity nobody wrote: no slot, proven.
+    let absent = entity_state(&*store, &founder(), &version, &ns, engram_types::EntityId(999)).unwrap();
+    assert!(absent.histories.is_empty());
+
+    // A map that is not the state the head's entry records is never signed for.
+    let mut stale = version.clone();
+    stale.tree.insert([7; 32], [7; 32]);
+    let err = entity_state(&*store, &founder(), &stale, &ns, tasks[1]).unwrap_err();
+    assert!(err.to_string().contains("not the root"), "{err}");
+}
+
+#[test]
+fn a_chain_whose_head_records_no_state_root_cannot_prove_the_state() {
+    let (store, mut engine) = chain(3, 100);
+    engine.keep_state_commitment().unwrap();
+    let version = engine.state_version().unwrap();
+    let err = engram_core::state_proof::entity_state(
+        &*store,
+        &founder(),
+        &version,
+        &Namespace::new("team/a").unwrap(),
+        engram_types::EntityId(1),
+    )
+    .unwrap_err();
+    assert!(matches!(err, proofs::ProofReadError::Unproven(_)), "{err}");
+    assert!(err.to_string().contains("records no state root"), "{err}");
+}

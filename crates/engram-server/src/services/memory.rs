@@ -367,8 +367,6 @@ fn datoms(list: &[engram_types::Datom]) -> Vec<pb::Datom> {
     list.iter().map(Into::into).collect()
 }
 
-/// `list` as `scope` may see it: the values of attributes its grants do not cover are withheld,
-/// with the reason; the datom and its hash stay, so the answer's proof still verifies.
 /// How many times (a millisecond apart) a proven-complete read waits for the state map to catch
 /// up with the caller's trusted checkpoint.
 const VERSION_WAIT_TRIES: usize = 200;
@@ -468,6 +466,8 @@ impl MemoryService {
     }
 }
 
+/// `list` as `scope` may see it: the values of attributes its grants do not cover are withheld,
+/// with the reason; the datom and its hash stay, so the answer's proof still verifies.
 fn shown(scope: Option<&ReadScope>, list: &[engram_types::Datom]) -> Vec<pb::Datom> {
     let mut out = datoms(list);
     if let Some(scope) = scope {
