@@ -707,6 +707,10 @@ async fn get(client: &Client, args: GetArgs, json: bool) -> Result<()> {
         verified_only: args.verified_only,
         include_expired: args.include_expired,
     };
+    let rule = match args.rule {
+        RuleArg::Latest => "latest",
+        RuleArg::Verified => "verified",
+    };
     if args.complete {
         let mut trust = trusted_log(client).await?;
         let proven = client
@@ -714,13 +718,7 @@ async fn get(client: &Client, args: GetArgs, json: bool) -> Result<()> {
             .await
             .map_err(proof_error)?;
         let resp = &proven.response;
-        let mut extra = json!({
-            "entity": resp.entity,
-            "conflicts": resp.conflicts.iter().map(txjson::datom_to_json).collect::<Vec<_>>(),
-        });
-        if let Some(at_ns) = resp.expired_at_ns {
-            extra["expired_at_ns"] = json!(at_ns);
-        }
+        let mut extra = json!({ "entity": resp.entity });
         verified_output(&mut extra, &trust, resp.datoms.len(), json);
         let cp = &trust.checkpoint().checkpoint;
         if json {
@@ -747,20 +745,8 @@ async fn get(client: &Client, args: GetArgs, json: bool) -> Result<()> {
                     proven.unfolded.join(", ")
                 );
             }
-            if let Some(at_ns) = resp.expired_at_ns {
-                outln!(
-                    "entity {} expired at {} (:memory/expires); --include-expired reads it anyway",
-                    resp.entity,
-                    format_time_ns(at_ns)
-                )?;
-            }
         }
-        datoms_output(&resp.datoms, resp.applied_tx, extra, json)?;
-        if !json && !resp.conflicts.is_empty() {
-            outln!("conflicts: {}:", plural(resp.conflicts.len(), "value"))?;
-            out!("{}", datom_table(&resp.conflicts))?;
-        }
-        return Ok(());
+        return entity_output(resp, extra, rule, json);
     }
     if args.verify {
         let mut trust = trusted_log(client).await?;
@@ -777,10 +763,7 @@ async fn get(client: &Client, args: GetArgs, json: bool) -> Result<()> {
         .get(&ns, EntityId(args.entity), opts)
         .await
         .context("get")?;
-    let mut extra = json!({
-        "entity": resp.entity,
-        "conflicts": resp.conflicts.iter().map(txjson::datom_to_json).collect::<Vec<_>>(),
-    });
+    let mut extra = json!({ "entity": resp.entity });
     // A read as of a transaction or an instant says which transaction it was read as of.
     if resp.as_of_tx != 0 {
         extra["as_of_tx"] = json!(resp.as_of_tx);
@@ -788,6 +771,12 @@ async fn get(client: &Client, args: GetArgs, json: bool) -> Result<()> {
             outln!("as of tx {}, the last at or before that instant", resp.as_of_tx)?;
         }
     }
+    entity_output(&resp, extra, rule, json)
+}
+
+/// An entity's answer: its datoms, the conflicts the `rule` did not pick, and its expiry.
+fn entity_output(resp: &pb::GetResponse, mut extra: Json, rule: &str, json: bool) -> Result<()> {
+    extra["conflicts"] = Json::Array(resp.conflicts.iter().map(txjson::datom_to_json).collect());
     if let Some(at_ns) = resp.expired_at_ns {
         extra["expired_at_ns"] = json!(at_ns);
         if !json {
@@ -801,12 +790,8 @@ async fn get(client: &Client, args: GetArgs, json: bool) -> Result<()> {
     datoms_output(&resp.datoms, resp.applied_tx, extra, json)?;
     if !json && !resp.conflicts.is_empty() {
         outln!(
-            "conflicts: {} that other agents claim and the {} rule did not pick:",
+            "conflicts: {} that other agents claim and the {rule} rule did not pick:",
             plural(resp.conflicts.len(), "value"),
-            match args.rule {
-                RuleArg::Latest => "latest",
-                RuleArg::Verified => "verified",
-            }
         )?;
         out!("{}", datom_table(&resp.conflicts))?;
     }

@@ -101,12 +101,7 @@ pub fn inclusion(store: &dyn ReadView, index: u64, tree_size: u64) -> Result<Inc
             "audit entry {index} is not in a tree of {size} entries (indexes start at 1)"
         )));
     }
-    let bytes = store
-        .get(Space::State, &keys::audit(index))
-        .map_err(CoreError::from)?
-        .ok_or_else(|| CoreError::corrupt(format!("audit entry {index}"), "missing below the head"))?;
-    let entry =
-        SignedEntry::decode(&bytes).map_err(|e| CoreError::corrupt(format!("audit entry {index}"), e))?;
+    let entry = stored_entry(store, index)?;
     let tree = StoredTree { store, size };
     let path = inclusion_proof::<Blake3>(&tree, index - 1, size)?;
     Ok(Inclusion {
@@ -114,6 +109,14 @@ pub fn inclusion(store: &dyn ReadView, index: u64, tree_size: u64) -> Result<Inc
         tree_size: size,
         path: path.into_iter().map(Hash).collect(),
     })
+}
+
+/// Audit entry `index` (1-based) of a chain whose head is at or past it.
+pub(crate) fn stored_entry(store: &dyn ReadView, index: u64) -> Result<SignedEntry, CoreError> {
+    let bytes = store
+        .get(Space::State, &keys::audit(index))?
+        .ok_or_else(|| CoreError::corrupt(format!("audit entry {index}"), "missing below the head"))?;
+    SignedEntry::decode(&bytes).map_err(|e| CoreError::corrupt(format!("audit entry {index}"), e))
 }
 
 /// The consistency proof from the tree of `old_size` entries to the tree of `new_size` (0: the

@@ -16,12 +16,12 @@ use std::collections::BTreeMap;
 
 use engram_audit::{Checkpoint, EntryKind, NodeKey, SignedCheckpoint, SignedEntry};
 use engram_statetree::StateTree;
-use engram_storage::{ReadView, Space};
+use engram_storage::ReadView;
 use engram_types::resolve::SlotRead;
 use engram_types::{Attribute, Cardinality, Datom, EntityId, Hash, Namespace};
 
-use crate::proofs::{ProofReadError, inclusion};
-use crate::{ChainHead, CoreError, commitment, keys, reads, schema};
+use crate::proofs::{ProofReadError, inclusion, stored_entry};
+use crate::{ChainHead, CoreError, commitment, reads, schema};
 
 /// The state map as apply left it after one written group, with the chain head it matches.
 #[derive(Clone)]
@@ -145,12 +145,7 @@ fn rooted_entries(store: &dyn ReadView, head_index: u64) -> Result<Vec<SignedEnt
     let mut out = Vec::new();
     let mut index = head_index;
     loop {
-        let bytes = store
-            .get(Space::State, &keys::audit(index))
-            .map_err(CoreError::from)?
-            .ok_or_else(|| CoreError::corrupt(format!("audit entry {index}"), "missing below the head"))?;
-        let entry =
-            SignedEntry::decode(&bytes).map_err(|e| CoreError::corrupt(format!("audit entry {index}"), e))?;
+        let entry = stored_entry(store, index)?;
         let rooted = entry.entry.state_root.is_some();
         let transaction = matches!(entry.entry.kind, EntryKind::Transaction { .. });
         out.push(entry);
