@@ -997,6 +997,12 @@ pub struct HistoryArgs {
     /// Verify the answer with a Merkle proof per datom (see `get --verify`).
     #[arg(long)]
     pub verify: bool,
+    /// Verify that the history is whole: every datom of the entity (or of its --attribute),
+    /// proven against the state root a signed checkpoint covers, up to that checkpoint (needs
+    /// --entity; of main, so not with --branch, --as-of-*, --since-tx, --valid-at-ns, --limit
+    /// or --cursor). An attribute the entity never had is proven empty. Exits 2 if a proof fails.
+    #[arg(long, requires = "entity", conflicts_with_all = ["branch", "as_of_tx", "as_of_time_ns", "since_tx", "valid_at_ns", "cursor", "verify"])]
+    pub complete: bool,
     /// Read this branch: main as of its fork plus the branch's own writes [default: main].
     #[arg(long, value_name = "NAME")]
     pub branch: Option<String>,

@@ -835,6 +835,35 @@ fn verified_output(extra: &mut Json, trust: &engram_client::TrustedLog, datoms: 
 async fn history(client: &Client, args: HistoryArgs, json: bool) -> Result<()> {
     let ns = namespace(&args.namespace)?;
     let attr = args.attribute.as_deref().map(attribute).transpose()?;
+    if args.complete {
+        let entity = args.entity.context("--complete needs --entity")?;
+        if args.limit != 0 {
+            bail!("--complete reads the whole history: give no --limit");
+        }
+        let mut trust = trusted_log(client).await?;
+        let proven = client
+            .history_complete(&mut trust, &ns, EntityId(entity), attr.as_ref())
+            .await
+            .map_err(proof_error)?;
+        let mut extra = json!({});
+        verified_output(&mut extra, &trust, proven.datoms.len(), json);
+        let cp = &trust.checkpoint().checkpoint;
+        if json {
+            extra["complete"] = json!({
+                "slots": proven.slots,
+                "state_tx": proven.state_tx,
+                "checkpoint_size": cp.size,
+            });
+        } else {
+            eprintln!(
+                "complete: the whole history of {} up to tx {}, proven against its state root (checkpoint {})",
+                plural(proven.slots, "attribute"),
+                proven.state_tx,
+                cp.size
+            );
+        }
+        return datoms_output(&proven.datoms, proven.state_tx, extra, json);
+    }
     let target = match (args.entity, attr) {
         (Some(entity), attribute) => HistoryTarget::Entity {
             entity: EntityId(entity),

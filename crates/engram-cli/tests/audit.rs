@@ -913,4 +913,46 @@ async fn complete_reads_prove_every_attribute_and_refuse_what_is_left_out() {
     assert_eq!(doc["complete"]["slots"], 3, "{doc}");
     assert_eq!(doc["complete"]["history_datoms"], 6, "{doc}");
     assert_eq!(doc["datoms"].as_array().unwrap().len(), 2, "{doc}");
+
+    // A slot's history proven whole: the owner's assertion and its retraction; an attribute the
+    // entity never had, proven empty.
+    let owner = Attribute::new(":task/owner").unwrap();
+    let history = client
+        .history_complete(&mut trust, &ns, e, Some(&owner))
+        .await
+        .unwrap();
+    let ops: Vec<i32> = history.datoms.iter().map(|d| d.op).collect();
+    assert_eq!(ops, vec![pb::Op::Assert as i32, pb::Op::Retract as i32]);
+    assert_eq!(history.slots, 1);
+    let never = Attribute::new(":task/never").unwrap();
+    let none = client
+        .history_complete(&mut trust, &ns, e, Some(&never))
+        .await
+        .unwrap();
+    assert_eq!((none.slots, none.datoms.len()), (0, 0));
+    let out = run(&[
+        "-e",
+        &cluster.node(leader).unwrap().endpoint(),
+        "--json",
+        "history",
+        "--ns",
+        ns.as_str(),
+        "--entity",
+        &e.0.to_string(),
+        "--complete",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let doc = json_of(&out);
+    assert_eq!(doc["complete"]["slots"], 3, "{doc}");
+    let txs: Vec<u64> = doc["datoms"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["tx"].as_u64().unwrap())
+        .collect();
+    assert_eq!(txs.len(), 6, "{doc}");
+    assert!(
+        txs.windows(2).all(|w| w[0] <= w[1]),
+        "in transaction order: {txs:?}"
+    );
 }

@@ -40,6 +40,18 @@ pub struct CompleteGet {
     pub unfolded: Vec<String>,
 }
 
+/// An entity's history (or one attribute's) proven whole up to a checkpoint.
+#[derive(Clone, Debug)]
+pub struct CompleteHistory {
+    /// In transaction order; within a transaction, by attribute.
+    pub datoms: Vec<pb::Datom>,
+    /// The slots the datoms are of (0: the entity, or the attribute of it, was never written,
+    /// which is proven too).
+    pub slots: usize,
+    /// The transaction the history runs to (the entry whose state root it is proven against).
+    pub state_tx: u64,
+}
+
 /// Checks a `Get` answer's state proof for entity `entity` of `ns`, read under `read`; returns
 /// the new trust and what the proof covered.
 pub fn verify_state_proof(
@@ -284,6 +296,42 @@ fn chain(
 }
 
 impl Client {
+    /// The history of `entity` (of its `attribute` only, if given) proven whole: every datom
+    /// ever written to it, up to the state a checkpoint that extends `trust` covers. Read from
+    /// the proof of a [`Client::get_complete`] (every slot of the entity with its history, each
+    /// chained into the digest the state map holds), so it is checked the same way, and an
+    /// attribute the entity never had is proven to have no history.
+    pub async fn history_complete(
+        &self,
+        trust: &mut TrustedLog,
+        namespace: &Namespace,
+        entity: EntityId,
+        attribute: Option<&Attribute>,
+    ) -> Result<CompleteHistory, ClientError> {
+        let opts = GetOptions {
+            include_expired: true,
+            ..GetOptions::default()
+        };
+        let proven = self.get_complete(trust, namespace, entity, opts).await?;
+        let histories: Vec<pb::SlotHistory> = proven
+            .response
+            .state_proof
+            .map(|p| p.histories)
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|h| attribute.is_none_or(|a| h.attribute == a.as_str()))
+            .collect();
+        let slots = histories.len();
+        let mut datoms: Vec<pb::Datom> = histories.into_iter().flat_map(|h| h.datoms).collect();
+        // Stable: each slot's datoms are in (tx, seq) order already.
+        datoms.sort_by_key(|d| d.tx);
+        Ok(CompleteHistory {
+            datoms,
+            slots,
+            state_tx: proven.state_tx,
+        })
+    }
+
     /// [`Client::get`] proven complete and current: the node proves, against the state root
     /// of a checkpoint that extends `trust`, every attribute the entity has and each one's
     /// whole history; this client folds those histories under `opts` and accepts the answer

@@ -414,7 +414,10 @@ impl EngramClient {
     /// it), or of one `attribute` across entities when `entity` is None, in transaction order:
     /// at most `limit` (0: all of them, read a page at a time as of one transaction); up to
     /// `as_of_tx`, or to the last transaction at or before `as_of_time` (datetime or ns).
-    #[pyo3(signature = (namespace, entity=None, *, attribute=None, limit=0, branch=None, prove=false, stale=false, as_of_tx=None, as_of_time=None, since_tx=None, valid_at=None))]
+    /// `complete=True`: an entity's history (or one `attribute`'s of it) proven whole against
+    /// the state root a signed checkpoint covers, up to that checkpoint, or `ProofError`; needs
+    /// `entity`, and no `limit`, `branch` or bound.
+    #[pyo3(signature = (namespace, entity=None, *, attribute=None, limit=0, branch=None, prove=false, stale=false, as_of_tx=None, as_of_time=None, since_tx=None, valid_at=None, complete=false))]
     #[allow(clippy::too_many_arguments)]
     fn history(
         &self,
@@ -430,6 +433,7 @@ impl EngramClient {
         as_of_time: Option<&Bound<'_, PyAny>>,
         since_tx: Option<u64>,
         valid_at: Option<&Bound<'_, PyAny>>,
+        complete: bool,
     ) -> PyResult<Py<PyList>> {
         let as_of = (as_of_tx, as_of_time_arg(as_of_time)?);
         let query = HistoryQuery {
@@ -442,6 +446,26 @@ impl EngramClient {
             || query.as_of_time_ns.is_some()
             || since_tx.is_some()
             || query.valid_at_ns.is_some();
+        if complete {
+            let HistoryTarget::Entity { entity, attribute } = query.target else {
+                return Err(PyValueError::new_err(
+                    "complete: give the entity whose history to prove",
+                ));
+            };
+            if bounded || query.branch.is_some() || limit != 0 {
+                return Err(PyValueError::new_err(
+                    "complete: a history is proven whole up to the head, on main; give no limit, branch, as_of_tx, as_of_time, since_tx or valid_at",
+                ));
+            }
+            let namespace = query.namespace;
+            let proven = self.run_proven(py, move |client, mut log| async move {
+                let answer = client
+                    .history_complete(&mut log, &namespace, entity, attribute.as_ref())
+                    .await;
+                (log, answer)
+            })?;
+            return datom_list(py, proven.datoms);
+        }
         let response = match (prove, query.branch.is_some()) {
             (true, true) => {
                 return Err(PyValueError::new_err(

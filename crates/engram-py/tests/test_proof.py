@@ -150,3 +150,15 @@ def test_an_altered_complete_answer_raises(cluster, db, ns):
     finally:
         proxy.close()
     assert db.get(ns, budget, complete=True)[":project/budget"] == ORIGINAL.decode()
+
+
+def test_a_history_proven_whole(db, ns):
+    r = db.transact(ns, [("t", ":task/owner", "alice"), ("t", ":task/title", "ship it")])
+    task = r.temp_ids["t"]
+    db.transact(ns, [engram.Retract(task, ":task/owner", "alice")])
+    owner = db.history(ns, task, attribute=":task/owner", complete=True)
+    assert [d.op for d in owner] == ["assert", "retract"]
+    assert len(db.history(ns, task, complete=True)) == 3
+    assert db.history(ns, task, attribute=":task/never", complete=True) == []
+    with pytest.raises(ValueError):
+        db.history(ns, task, complete=True, limit=1)

@@ -202,6 +202,7 @@ class Client:
         as_of_time: Optional[Time] = None,
         since_tx: Optional[int] = None,
         valid_at: Optional[Time] = None,
+        complete: bool = False,
     ) -> List[Datom]: ...
     def iter_history(
         self,
