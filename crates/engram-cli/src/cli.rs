@@ -1230,6 +1230,11 @@ pub struct SearchArgs {
     /// checkpoint (the ranking is not proven, the content is).
     #[arg(long)]
     pub verify: bool,
+    /// As --verify, and prove whether each hit's fact is still current on main: its entity
+    /// read proven complete against the state root, the hit looked for among its slot's live
+    /// claims. A superseded hit is marked, with the claims that replaced it (--json).
+    #[arg(long)]
+    pub current: bool,
     /// Read the answering node's local state, possibly behind the leader.
     #[arg(long)]
     pub stale: bool,

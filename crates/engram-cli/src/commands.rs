@@ -1167,7 +1167,17 @@ async fn search(client: &Client, args: SearchArgs, json: bool) -> Result<()> {
     query.consistency = consistency(args.stale);
     query.branch = branch_arg(args.branch.as_deref())?;
     let mut extra = json!({});
-    let resp = if args.verify {
+    let mut currency: Vec<engram_client::Currency> = Vec::new();
+    let resp = if args.current {
+        let mut trust = trusted_log(client).await?;
+        let (resp, states) = client
+            .search_current(&mut trust, &query)
+            .await
+            .map_err(proof_error)?;
+        verified_output(&mut extra, &trust, resp.hits.len(), json);
+        currency = states;
+        resp
+    } else if args.verify {
         let mut trust = trusted_log(client).await?;
         let resp = client
             .search_verified(&mut trust, &query)
@@ -1185,18 +1195,33 @@ async fn search(client: &Client, args: SearchArgs, json: bool) -> Result<()> {
             .collect::<Vec<_>>()
             .join(", ")
     };
+    let current_text = |i: usize| match currency.get(i) {
+        None => None,
+        Some(engram_client::Currency::Current) => Some("current"),
+        Some(engram_client::Currency::Superseded { .. }) => Some("superseded"),
+        Some(engram_client::Currency::Unknown) => Some("unknown"),
+        Some(engram_client::Currency::NotOnMain) => Some("not-on-main"),
+    };
     if json {
         let hits: Vec<Json> = resp
             .hits
             .iter()
-            .map(|h| {
-                json!({
+            .enumerate()
+            .map(|(i, h)| {
+                let mut hit = json!({
                     "score": h.score,
                     "seq": h.seq,
                     "conflicting": h.conflicting,
                     "signals": h.signals.iter().map(|s| json!({ "signal": s.signal, "rank": s.rank })).collect::<Vec<_>>(),
                     "datom": h.datom.as_ref().map(txjson::datom_to_json),
-                })
+                });
+                if let Some(state) = current_text(i) {
+                    hit["current"] = json!(state);
+                }
+                if let Some(engram_client::Currency::Superseded { by }) = currency.get(i) {
+                    hit["superseded_by"] = Json::Array(by.iter().map(txjson::datom_to_json).collect());
+                }
+                hit
             })
             .collect();
         extra["applied_tx"] = json!(resp.applied_tx);
@@ -1238,7 +1263,10 @@ async fn search(client: &Client, args: SearchArgs, json: bool) -> Result<()> {
             d.tx.to_string(),
             d.provenance.map(|p| p.agent).unwrap_or_default(),
             format!("{:.4}", h.score),
-            signals(h),
+            match current_text(i) {
+                Some(state) => format!("{} [{state}]", signals(h)),
+                None => signals(h),
+            },
         ]);
     }
     out!("{}", t.render())?;

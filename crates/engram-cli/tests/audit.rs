@@ -14,7 +14,9 @@ use std::time::Duration;
 
 use engram_audit::{Checkpoint, NodeKey, SignedCheckpoint};
 use engram_cli::local_cluster::{LocalCluster, free_ports};
-use engram_client::{Client, ClientError, GetOptions, ProofFailure, TrustedLog, pb, verify_state_proof};
+use engram_client::{
+    Client, ClientError, Currency, GetOptions, ProofFailure, SearchQuery, TrustedLog, pb, verify_state_proof,
+};
 use engram_storage::{Durability, ReadView, Space, Store, WriteBatch};
 use engram_types::resolve::SlotRead;
 use engram_types::{
@@ -955,4 +957,18 @@ async fn complete_reads_prove_every_attribute_and_refuse_what_is_left_out() {
         txs.windows(2).all(|w| w[0] <= w[1]),
         "in transaction order: {txs:?}"
     );
+
+    // Search hits proven current or superseded: the title is held; the owner found as of the
+    // first transaction was retracted since, and nothing replaced it.
+    let (found, states) = client
+        .search_current(&mut trust, &SearchQuery::new(ns.clone(), "report"))
+        .await
+        .unwrap();
+    assert_eq!(found.hits.len(), 1, "{found:?}");
+    assert_eq!(states, vec![Currency::Current]);
+    let mut then = SearchQuery::new(ns.clone(), "alice");
+    then.as_of_tx = Some(first.tx);
+    let (found, states) = client.search_current(&mut trust, &then).await.unwrap();
+    assert_eq!(found.hits.len(), 1, "{found:?}");
+    assert_eq!(states, vec![Currency::Superseded { by: vec![] }]);
 }

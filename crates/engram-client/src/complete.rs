@@ -19,7 +19,7 @@ use engram_types::{Attribute, Cardinality, Datom, EntityId, Hash, Namespace, TxI
 
 use crate::client::get_request;
 use crate::trust::{ProofFailure, digests, invalid, verify_checkpoint};
-use crate::{Client, ClientError, GetOptions, TrustedLog};
+use crate::{Client, ClientError, GetOptions, SearchQuery, TrustedLog};
 
 /// A `Get` proven complete and current, and what the proof covered.
 #[derive(Clone, Debug)]
@@ -50,6 +50,21 @@ pub struct CompleteHistory {
     pub slots: usize,
     /// The transaction the history runs to (the entry whose state root it is proven against).
     pub state_tx: u64,
+}
+
+/// Whether a search hit's fact is still held, by its slot's proven history.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Currency {
+    /// The hit's datom is one of its slot's live claims.
+    Current,
+    /// It is not: a later datom replaced or retracted it. `by`: the slot's live claims now
+    /// (empty when the value was retracted and nothing replaced it).
+    Superseded { by: Vec<pb::Datom> },
+    /// The slot's values are withheld from this caller or redacted: its history is proven
+    /// whole, but liveness is a fold over values.
+    Unknown,
+    /// The datom is not in its slot's history on main (a branch's datom).
+    NotOnMain,
 }
 
 /// Checks a `Get` answer's state proof for entity `entity` of `ns`, read under `read`; returns
@@ -295,7 +310,93 @@ fn chain(
     Ok((hashes, digest.unwrap_or_default()))
 }
 
+/// Where `hit` stands in the slot histories a complete `Get` of its entity proved. Every datom
+/// here was decoded and hashed when its proof was checked; one that would not decode again
+/// leaves the hit `Unknown` rather than guessed.
+fn currency(resp: &pb::GetResponse, hit: &pb::Datom) -> Currency {
+    let hash_of = |d: &pb::Datom| engram_proto::sent_datom_hash(d).ok();
+    let histories = resp
+        .state_proof
+        .as_ref()
+        .map(|p| p.histories.as_slice())
+        .unwrap_or_default();
+    let (Some(hash), Some(slot)) = (
+        hash_of(hit),
+        histories.iter().find(|h| h.attribute == hit.attribute),
+    ) else {
+        return Currency::NotOnMain;
+    };
+    let hashes: Vec<Option<Hash>> = slot.datoms.iter().map(hash_of).collect();
+    if !hashes.contains(&Some(hash)) {
+        return Currency::NotOnMain;
+    }
+    let Ok(datoms) = slot
+        .datoms
+        .iter()
+        .filter(|d| d.value.is_some())
+        .map(|d| engram_proto::datom(d.clone()))
+        .collect::<Result<Vec<_>, _>>()
+    else {
+        return Currency::Unknown;
+    };
+    if datoms.len() != slot.datoms.len() {
+        return Currency::Unknown;
+    }
+    let cardinality = match pb::Cardinality::try_from(slot.cardinality) {
+        Ok(pb::Cardinality::Many) => Cardinality::Many,
+        _ => Cardinality::One,
+    };
+    let live: Vec<Hash> = engram_types::resolve::claims(&datoms, cardinality)
+        .into_iter()
+        .map(Datom::hash)
+        .collect();
+    if live.contains(&hash) {
+        return Currency::Current;
+    }
+    let by = slot
+        .datoms
+        .iter()
+        .zip(&hashes)
+        .filter(|(_, h)| h.is_some_and(|h| live.contains(&h)))
+        .map(|(d, _)| d.clone())
+        .collect();
+    Currency::Superseded { by }
+}
+
 impl Client {
+    /// [`Client::search_verified`], and for each hit whether its fact is still held on main:
+    /// its entity read with [`Client::get_complete`] (one read per entity among the hits, each
+    /// proven against the state root), and the hit's datom looked for among its slot's live
+    /// claims, folded from the slot's proven history. A superseded hit comes with the claims
+    /// that replaced it. Currency is judged at main's current state, whatever `query` reads.
+    pub async fn search_current(
+        &self,
+        trust: &mut TrustedLog,
+        query: &SearchQuery,
+    ) -> Result<(pb::SearchResponse, Vec<Currency>), ClientError> {
+        let resp = self.search_verified(trust, query).await?;
+        let mut proven: std::collections::BTreeMap<u64, pb::GetResponse> = Default::default();
+        let mut out = Vec::with_capacity(resp.hits.len());
+        for hit in &resp.hits {
+            let datom = hit.datom.clone().unwrap_or_default();
+            let state = match proven.entry(datom.entity) {
+                std::collections::btree_map::Entry::Occupied(seen) => seen.into_mut(),
+                std::collections::btree_map::Entry::Vacant(slot) => {
+                    let opts = GetOptions {
+                        include_expired: true,
+                        ..GetOptions::default()
+                    };
+                    let got = self
+                        .get_complete(trust, &query.namespace, EntityId(datom.entity), opts)
+                        .await?;
+                    slot.insert(got.response)
+                }
+            };
+            out.push(currency(state, &datom));
+        }
+        Ok((resp, out))
+    }
+
     /// The history of `entity` (of its `attribute` only, if given) proven whole: every datom
     /// ever written to it, up to the state a checkpoint that extends `trust` covers. Read from
     /// the proof of a [`Client::get_complete`] (every slot of the entity with its history, each

@@ -39,7 +39,7 @@ pub use client::{
     Client, ClientConfig, ClientTls, Consistency, FindQuery, GetOptions, HistoryTarget, Keepalive,
     SearchQuery, node_endpoint,
 };
-pub use complete::{CompleteGet, CompleteHistory, verify_state_proof};
+pub use complete::{CompleteGet, CompleteHistory, Currency, verify_state_proof};
 pub use endpoint::parse_endpoint;
 /// A node's public key, as [`ClientConfig::trust_keys`] pins it.
 pub use engram_audit::PublicKey;
