@@ -678,8 +678,11 @@ impl EngramClient {
     /// best `k` first; `as_of_tx` (or `as_of_time`, a datetime or ns: the last transaction at or
     /// before it) searches what held then, ranked as it would have been then;
     /// `kinds` keeps memories of those kinds only (their `:memory/kind`); memories whose
-    /// `:memory/expires` has passed are left out unless `include_expired=True`.
-    #[pyo3(signature = (namespace, text="", *, vector=None, hops=None, k=10, as_of_tx=None, attributes=None, agents=None, verified_only=false, valid_between_ns=None, kinds=None, branch=None, prove=false, stale=false, include_expired=false, as_of_time=None))]
+    /// `:memory/expires` has passed are left out unless `include_expired=True`. `current=True`
+    /// (implies `prove`): each hit's `current` says whether its fact is still held on main
+    /// ("current", "superseded", "unknown" when its values are withheld or redacted,
+    /// "not-on-main"), proven from its entity's state against the state root.
+    #[pyo3(signature = (namespace, text="", *, vector=None, hops=None, k=10, as_of_tx=None, attributes=None, agents=None, verified_only=false, valid_between_ns=None, kinds=None, branch=None, prove=false, stale=false, include_expired=false, as_of_time=None, current=false))]
     #[allow(clippy::too_many_arguments)]
     fn search(
         &self,
@@ -700,6 +703,7 @@ impl EngramClient {
         stale: bool,
         include_expired: bool,
         as_of_time: Option<&Bound<'_, PyAny>>,
+        current: bool,
     ) -> PyResult<Py<PyList>> {
         let mut query = SearchQuery::new(namespace_arg(namespace)?, text);
         if let Some(v) = &vector {
@@ -724,7 +728,15 @@ impl EngramClient {
         query.consistency = consistency(stale);
         query.branch = branch.map(|b| branch_arg("branch", b)).transpose()?;
         let client = self.client.clone();
-        let response = if prove {
+        let mut states = Vec::new();
+        let response = if current {
+            let (response, found) = self.run_proven(py, move |client, mut log| async move {
+                let answer = client.search_current(&mut log, &query).await;
+                (log, answer)
+            })?;
+            states = found;
+            response
+        } else if prove {
             self.run_proven(py, move |client, mut log| async move {
                 let answer = client.search_verified(&mut log, &query).await;
                 (log, answer)
@@ -733,7 +745,16 @@ impl EngramClient {
             self.run(py, async move { client.search(&query).await })?
         };
         let list = PyList::empty(py);
-        for hit in response.hits {
+        for (i, hit) in response.hits.into_iter().enumerate() {
+            let state = states.get(i).map(|s| {
+                match s {
+                    engram_client::Currency::Current => "current",
+                    engram_client::Currency::Superseded { .. } => "superseded",
+                    engram_client::Currency::Unknown => "unknown",
+                    engram_client::Currency::NotOnMain => "not-on-main",
+                }
+                .to_string()
+            });
             let raw = hit
                 .datom
                 .ok_or_else(|| PyValueError::new_err("a search hit from the server without its datom"))?;
@@ -743,6 +764,7 @@ impl EngramClient {
                 signals: hit.signals.into_iter().map(|s| (s.signal, s.rank)).collect(),
                 conflicting: hit.conflicting,
                 seq: hit.seq,
+                current: state,
             })?;
         }
         Ok(list.unbind())

@@ -267,6 +267,9 @@ pub struct Hit {
     pub conflicting: bool,
     /// The datom's position in its transaction.
     pub seq: u32,
+    /// With `search(..., current=True)`: whether the fact is still held on main ("current",
+    /// "superseded", "unknown", "not-on-main"); None otherwise.
+    pub current: Option<String>,
 }
 
 #[pymethods]

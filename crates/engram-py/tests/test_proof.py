@@ -162,3 +162,14 @@ def test_a_history_proven_whole(db, ns):
     assert db.history(ns, task, attribute=":task/never", complete=True) == []
     with pytest.raises(ValueError):
         db.history(ns, task, complete=True, limit=1)
+
+
+def test_search_hits_proven_current_or_superseded(db, ns):
+    r = db.transact(ns, [("t", ":task/owner", "zanzibar"), ("t", ":task/title", "quarterly numbers")])
+    task = r.temp_ids["t"]
+    db.transact(ns, [engram.Retract(task, ":task/owner", "zanzibar")])
+    [held] = db.search(ns, "quarterly", current=True)
+    assert held.current == "current"
+    [gone] = db.search(ns, "zanzibar", as_of_tx=r.tx, current=True)
+    assert gone.current == "superseded"
+    assert db.search(ns, "quarterly")[0].current is None

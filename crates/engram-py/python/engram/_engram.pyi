@@ -106,6 +106,7 @@ class Hit:
     signals: List[Tuple[str, int]]  # (signal, rank): "text", "recency", "prior"; rank 1 is first
     conflicting: bool  # another hit is another agent's different claim on the same slot
     seq: int  # the datom's position in its transaction
+    current: Optional[str]  # search(..., current=True): "current" | "superseded" | "unknown" | "not-on-main"
 
 class Diff:
     asserted: List[Datom]
@@ -290,6 +291,7 @@ class Client:
         stale: bool = False,
         include_expired: bool = False,
         as_of_time: Optional[Time] = None,
+        current: bool = False,
     ) -> List[Hit]: ...
     def diff(
         self,
