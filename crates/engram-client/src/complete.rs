@@ -171,16 +171,8 @@ pub fn verify_state_proof(
             ));
         }
         history_datoms += h.datoms.len();
-        let cardinality = match pb::Cardinality::try_from(h.cardinality) {
-            Ok(pb::Cardinality::Many) => Cardinality::Many,
-            Ok(pb::Cardinality::One | pb::Cardinality::Unspecified) => Cardinality::One,
-            Err(_) => {
-                return Err(at(format!(
-                    "cardinality {} is not one the wire defines",
-                    h.cardinality
-                )));
-            }
-        };
+        let cardinality =
+            engram_proto::cardinality("cardinality", h.cardinality).map_err(|e| at(e.to_string()))?;
         if h.datoms.iter().all(|d| d.value.is_some()) {
             let datoms = h
                 .datoms
@@ -342,9 +334,8 @@ fn currency(resp: &pb::GetResponse, hit: &pb::Datom) -> Currency {
     if datoms.len() != slot.datoms.len() {
         return Currency::Unknown;
     }
-    let cardinality = match pb::Cardinality::try_from(slot.cardinality) {
-        Ok(pb::Cardinality::Many) => Cardinality::Many,
-        _ => Cardinality::One,
+    let Ok(cardinality) = engram_proto::cardinality("cardinality", slot.cardinality) else {
+        return Currency::Unknown;
     };
     let live: Vec<Hash> = engram_types::resolve::claims(&datoms, cardinality)
         .into_iter()

@@ -15,7 +15,7 @@
 use std::collections::BTreeMap;
 
 use engram_audit::{Checkpoint, EntryKind, NodeKey, SignedCheckpoint, SignedEntry};
-use engram_statetree::StateTree;
+use engram_statetree::{PrefixEnd, StateTree};
 use engram_storage::ReadView;
 use engram_types::resolve::SlotRead;
 use engram_types::{Attribute, Cardinality, Datom, EntityId, Hash, Namespace};
@@ -108,13 +108,11 @@ pub fn entity_state(
     let histories = histories(store, version, ns, e)?;
     // What the map holds and what the store holds must be the same slots: a difference is
     // damage (or a read cut short), never an answer to sign.
-    let mut listed: Vec<[u8; 32]> = slots
-        .verify(&version.tree.root(), &prefix, commitment::ENTITY_PREFIX_BITS)
-        .map_err(|err| CoreError::corrupt(format!("state map under entity {} of {ns}", e.0), err))?
-        .into_iter()
-        .map(|(k, _)| k)
-        .collect();
-    listed.sort_unstable();
+    // The proof lists the subtree's pairs in key order: the slots the map holds.
+    let listed: Vec<[u8; 32]> = match &slots.end {
+        PrefixEnd::Subtree(pairs) => pairs.iter().map(|(k, _)| *k).collect(),
+        PrefixEnd::Outside(_) => Vec::new(),
+    };
     let mut read: Vec<[u8; 32]> = histories
         .iter()
         .map(|h| commitment::slot_key(ns, None, e, &h.attribute))

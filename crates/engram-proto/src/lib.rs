@@ -101,18 +101,25 @@ pub fn value_type(field: &str, raw: &str) -> Result<ValueType, WireError> {
         })
 }
 
+/// A wire cardinality (unspecified: one).
+pub fn cardinality(field: &str, raw: i32) -> Result<Cardinality, WireError> {
+    match pb::Cardinality::try_from(raw) {
+        Ok(pb::Cardinality::Unspecified | pb::Cardinality::One) => Ok(Cardinality::One),
+        Ok(pb::Cardinality::Many) => Ok(Cardinality::Many),
+        Err(_) => Err(WireError::new(field, format!("unknown cardinality {raw}"))),
+    }
+}
+
+pub fn cardinality_to_pb(c: Cardinality) -> pb::Cardinality {
+    match c {
+        Cardinality::One => pb::Cardinality::One,
+        Cardinality::Many => pb::Cardinality::Many,
+    }
+}
+
 pub fn attribute_def(field: &str, raw: pb::AttributeDef) -> Result<AttributeDef, WireError> {
     let sub = |name: &str| format!("{field}.{name}");
-    let cardinality = match pb::Cardinality::try_from(raw.cardinality) {
-        Ok(pb::Cardinality::Unspecified | pb::Cardinality::One) => Cardinality::One,
-        Ok(pb::Cardinality::Many) => Cardinality::Many,
-        Err(_) => {
-            return Err(WireError::new(
-                sub("cardinality"),
-                format!("unknown cardinality {}", raw.cardinality),
-            ));
-        }
-    };
+    let cardinality = cardinality(&sub("cardinality"), raw.cardinality)?;
     let unique = match pb::Uniqueness::try_from(raw.unique) {
         Ok(pb::Uniqueness::None) => None,
         Ok(pb::Uniqueness::Identity) => Some(Unique::Identity),
@@ -145,10 +152,7 @@ impl From<&AttributeDef> for pb::AttributeDef {
         pb::AttributeDef {
             ident: d.ident.to_string(),
             value_type: d.value_type.name().to_string(),
-            cardinality: match d.cardinality {
-                Cardinality::One => pb::Cardinality::One,
-                Cardinality::Many => pb::Cardinality::Many,
-            } as i32,
+            cardinality: cardinality_to_pb(d.cardinality) as i32,
             unique: match d.unique {
                 None => pb::Uniqueness::None,
                 Some(Unique::Identity) => pb::Uniqueness::Identity,

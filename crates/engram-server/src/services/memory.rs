@@ -454,10 +454,7 @@ impl MemoryService {
                     .iter()
                     .map(|h| pb::SlotHistory {
                         attribute: h.attribute.as_str().to_string(),
-                        cardinality: match h.cardinality {
-                            engram_types::Cardinality::One => pb::Cardinality::One,
-                            engram_types::Cardinality::Many => pb::Cardinality::Many,
-                        } as i32,
+                        cardinality: engram_proto::cardinality_to_pb(h.cardinality) as i32,
                         datoms: shown(scope, &h.datoms),
                     })
                     .collect(),
