@@ -99,13 +99,20 @@ fn step(entity: EntityRef, value: &str) -> TxOp {
 /// ones are recorded, for the `forgotten` checker.
 async fn forget_a_plan(client: &Client, ns: &Namespace, round: u64, log: &SpeculationLog) {
     let secrets = [format!("{SECRET}{round}"), format!("another {SECRET}{round}")];
+    // Every other round forgets by predicate (the datoms its own agent wrote), the others by
+    // entity: both end with every datom of the entity redacted.
+    let by_predicate = round % 2 == 1;
+    let writer = Provenance {
+        agent: format!("speculator-secret-{round}"),
+        ..who()
+    };
     let mut write = TxRequest::data(
         ns.clone(),
         secrets
             .iter()
             .map(|secret| step(EntityRef::Temp("secret".into()), secret))
             .collect(),
-        who(),
+        if by_predicate { writer.clone() } else { who() },
     );
     write.idempotency_key = Some(format!("speculator-secret-{round}"));
     let Ok(written) = client.transact(&write).await else {
@@ -114,14 +121,28 @@ async fn forget_a_plan(client: &Client, ns: &Namespace, round: u64, log: &Specul
     let Some(entity) = written.temp_ids.get("secret").copied() else {
         return;
     };
-    let req = RedactRequest {
-        namespace: ns.clone(),
-        entity: engram_types::EntityId(entity),
-        attribute: None,
-        reason: format!("round {round}"),
-        provenance: who(),
+    let answer = if by_predicate {
+        let req = engram_types::RedactWhere {
+            namespace: ns.clone(),
+            predicate: engram_types::Predicate {
+                agent: Some(writer.agent),
+                ..engram_types::Predicate::default()
+            },
+            reason: format!("round {round}"),
+            provenance: who(),
+        };
+        client.redact_where(&req, false).await
+    } else {
+        let req = RedactRequest {
+            namespace: ns.clone(),
+            entity: engram_types::EntityId(entity),
+            attribute: None,
+            reason: format!("round {round}"),
+            provenance: who(),
+        };
+        client.redact(&req, false).await
     };
-    if let Ok(done) = client.redact(&req, false).await {
+    if let Ok(done) = answer {
         log.forgotten
             .lock()
             .unwrap_or_else(|e| e.into_inner())

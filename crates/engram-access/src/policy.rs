@@ -450,6 +450,30 @@ pub enum PolicyOp {
         prefix: String,
         on: bool,
     },
+    /// Keep what is written to `namespace` (only to `attribute`, when not empty) for
+    /// `keep_ms`: the leader redacts every datom written longer ago than that
+    /// (`docs/FORGETTING.md`, "Retention"). `keep_ms` 0 ends the policy.
+    Retention {
+        namespace: String,
+        attribute: String,
+        keep_ms: u64,
+    },
+}
+
+/// Checks a retention policy's target: a namespace (not the system namespace) and an optional
+/// attribute name.
+pub fn retention_target(namespace: &str, attribute: &str) -> Result<(), String> {
+    let ns = engram_types::Namespace::new(namespace).map_err(|e| format!("retention namespace: {e}"))?;
+    if ns.as_str() == SYSTEM_NAMESPACE {
+        return Err("the system namespace keeps its records for good".into());
+    }
+    if !attribute.is_empty() {
+        let a = engram_types::Attribute::new(attribute).map_err(|e| format!("retention attribute: {e}"))?;
+        if a.is_reserved() {
+            return Err(format!("attribute {a} is reserved for the schema and branches"));
+        }
+    }
+    Ok(())
 }
 
 impl PolicyOp {
@@ -470,6 +494,8 @@ impl PolicyOp {
             }
             // Who reads what is audit evidence: switching it needs `audit` everywhere.
             PolicyOp::AccessLog { .. } => Some((Action::Audit, String::new())),
+            // A retention policy forgets: it takes `redact` on its namespace.
+            PolicyOp::Retention { namespace, .. } => Some((Action::Redact, namespace.clone())),
         }
     }
 
@@ -485,6 +511,8 @@ impl PolicyOp {
             PolicyOp::UnassignRole { .. } => "unassign-role",
             PolicyOp::AccessLog { on: true, .. } => "access-log-on",
             PolicyOp::AccessLog { on: false, .. } => "access-log-off",
+            PolicyOp::Retention { keep_ms: 0, .. } => "retention-off",
+            PolicyOp::Retention { .. } => "retention",
         }
     }
 }

@@ -8,7 +8,8 @@
 //! ```
 //! Kinds: 1 add-agent (name:str key:32), 2 rotate-agent-key (name:str key:32), 3 revoke-agent
 //! (name:str), 4 grant and 5 revoke-grant (principal:str action:str prefix:str attribute:str),
-//! 6 assign-role and 7 unassign-role (agent:str role:str), 8 access-log (prefix:str on:u8).
+//! 6 assign-role and 7 unassign-role (agent:str role:str), 8 access-log (prefix:str on:u8),
+//! 9 retention (namespace:str attribute:str keep_ms:u64).
 //! `Configure` is made by the cluster's initialisation, never signed by an agent, and has no
 //! encoding.
 
@@ -55,6 +56,13 @@ impl PolicyOp {
             }
             PolicyOp::AccessLog { prefix, on } => {
                 w.u8(8).str(prefix).u8(u8::from(*on));
+            }
+            PolicyOp::Retention {
+                namespace,
+                attribute,
+                keep_ms,
+            } => {
+                w.u8(9).str(namespace).str(attribute).u64(*keep_ms);
             }
         }
         Some(w.finish())
@@ -128,6 +136,17 @@ impl PolicyOp {
                 };
                 PolicyOp::AccessLog { prefix, on }
             }
+            9 => {
+                let namespace = r.string("retention namespace")?;
+                let attribute = r.string("retention attribute")?;
+                crate::policy::retention_target(&namespace, &attribute)
+                    .map_err(|e| invalid("retention", e))?;
+                PolicyOp::Retention {
+                    namespace,
+                    attribute,
+                    keep_ms: r.u64("retention keep_ms")?,
+                }
+            }
             tag => {
                 return Err(DecodeError::Tag {
                     what: "policy change",
@@ -181,6 +200,16 @@ mod tests {
             PolicyOp::AccessLog {
                 prefix: "*".into(),
                 on: false,
+            },
+            PolicyOp::Retention {
+                namespace: "team/chat".into(),
+                attribute: String::new(),
+                keep_ms: 86_400_000,
+            },
+            PolicyOp::Retention {
+                namespace: "team/chat".into(),
+                attribute: ":msg/text".into(),
+                keep_ms: 0,
             },
         ];
         let mut seen = std::collections::BTreeSet::new();

@@ -282,6 +282,11 @@ pub enum Command {
     )]
     Access(AccessArgs),
 
+    /// Retention: keep what is written to a namespace (or one attribute) for a while, then
+    /// redact it automatically (`set`, `off`, `list`).
+    #[command(subcommand)]
+    Retention(RetentionCommand),
+
     /// Serve the memory as Model Context Protocol tools on stdin/stdout, acting as one agent
     /// (remember, recall, get, history, what_changed, branch, forget, verify).
     #[command(after_help = MCP_EXAMPLES)]
@@ -712,6 +717,10 @@ pub struct ServeArgs {
     /// ready, refuses writes until restarted). 0 turns the check off [default: 5000].
     #[arg(long, env = "ENGRAM_DIVERGENCE_CHECK_MS", value_name = "MS")]
     pub divergence_check_ms: Option<u64>,
+    /// While leading, apply the retention policies (`engram retention`) this often: redact
+    /// what each keeps no longer. 0 turns retention off on this node [default: 60000].
+    #[arg(long, env = "ENGRAM_RETENTION_CHECK_MS", value_name = "MS")]
+    pub retention_check_ms: Option<u64>,
     /// What to check of the store before serving: `none`; `tip` (the chain tip decodes, links,
     /// is attested by a trusted key and is what the head row names; its datoms reproduce its
     /// content hash and have their index rows); `sample` (the same for the last 1024 entries);
@@ -917,6 +926,65 @@ pub enum RedactCommand {
     Status(RedactStatusArgs),
 }
 
+/// `engram retention`: what is kept how long.
+#[derive(Subcommand, Debug)]
+pub enum RetentionCommand {
+    /// Keep what is written to a namespace (or one attribute of it) for a while: the leader
+    /// redacts every datom written longer ago, checking every --retention-check-ms (serve).
+    /// A policy change, recorded in the audit chain; needs `redact` on the namespace.
+    #[command(after_help = "EXAMPLES\n  engram retention set --ns team/chat --keep 30d\n  \
+        engram retention set --ns team/chat --attribute :msg/text --keep 12h")]
+    Set(RetentionSetArgs),
+    /// End a retention policy: nothing more is redacted for it (what went stays gone).
+    #[command(after_help = "EXAMPLES\n  engram retention off --ns team/chat")]
+    Off(RetentionTarget),
+    /// The retention policies in force.
+    #[command(after_help = "EXAMPLES\n  engram retention list --json")]
+    List,
+}
+
+#[derive(clap::Args, Debug)]
+pub struct RetentionTarget {
+    #[arg(long = "ns", value_name = "NAMESPACE")]
+    pub namespace: String,
+    /// Only this attribute's datoms [default: the whole namespace].
+    #[arg(long, value_name = "ATTR")]
+    pub attribute: Option<String>,
+}
+
+#[derive(clap::Args, Debug)]
+pub struct RetentionSetArgs {
+    #[command(flatten)]
+    pub target: RetentionTarget,
+    /// How long what is written is kept: a number with a unit, ms, s, m, h or d (e.g. 30d).
+    #[arg(long, value_name = "DURATION", value_parser = parse_keep_ms)]
+    pub keep: u64,
+}
+
+/// A duration with a unit (`ms`, `s`, `m`, `h`, `d`), in milliseconds; at least 1 ms.
+pub fn parse_keep_ms(raw: &str) -> Result<u64, String> {
+    let split = raw
+        .find(|c: char| !c.is_ascii_digit())
+        .ok_or_else(|| format!("{raw:?} has no unit: write e.g. 30d, 12h, 90m, 45s or 500ms"))?;
+    let (digits, unit) = raw.split_at(split);
+    let n: u64 = digits
+        .parse()
+        .map_err(|_| format!("{raw:?} does not start with a number"))?;
+    let per_ms: u64 = match unit {
+        "ms" => 1,
+        "s" => 1_000,
+        "m" => 60_000,
+        "h" => 3_600_000,
+        "d" => 86_400_000,
+        _ => return Err(format!("unknown unit {unit:?}: use ms, s, m, h or d")),
+    };
+    match n.checked_mul(per_ms) {
+        Some(0) => Err("a retention of 0 keeps nothing: use `engram retention off` to end one".into()),
+        Some(ms) => Ok(ms),
+        None => Err(format!("{raw:?} is too long")),
+    }
+}
+
 #[derive(clap::Args, Debug)]
 pub struct RedactStatusArgs {
     /// The redaction's transaction (the `tx` that `engram redact` printed).
@@ -934,11 +1002,45 @@ pub struct RedactStatusArgs {
 pub struct RedactArgs {
     #[arg(long = "ns", value_name = "NAMESPACE")]
     pub namespace: String,
+    /// The entity whose datoms go. Without it, the datoms of the namespace that the predicate
+    /// flags match go (--attribute, --written-by, --value, --before-tx, --written-before-ns,
+    /// --valid-from-before-ns), or with --all every datom of the namespace: any number, in
+    /// ranges of at most 1,000 datoms, each its own transaction.
     #[arg(long, value_name = "N")]
-    pub entity: u64,
-    /// Only this attribute's datoms [default: every attribute of the entity].
+    pub entity: Option<u64>,
+    /// Only this attribute's datoms [default: every attribute].
     #[arg(long, value_name = "ATTR")]
     pub attribute: Option<String>,
+    /// Without --entity: every datom of the namespace.
+    #[arg(long, conflicts_with_all = ["entity", "written_by", "value", "before_tx", "written_before_ns", "valid_from_before_ns", "attribute"])]
+    pub all: bool,
+    /// Without --entity: only datoms recorded as this agent's.
+    #[arg(long, value_name = "AGENT", conflicts_with = "entity")]
+    pub written_by: Option<String>,
+    /// Without --entity: only datoms holding this value (assertions and retractions of it), in
+    /// the JSON value format, e.g. '"a@example.com"' or '{"i64":5}'.
+    #[arg(long, value_name = "JSON", conflicts_with = "entity")]
+    pub value: Option<String>,
+    /// Without --entity: only datoms written before this transaction.
+    #[arg(long, value_name = "TX", conflicts_with = "entity")]
+    pub before_tx: Option<u64>,
+    /// Without --entity: only datoms whose transaction time is before this instant (ns since
+    /// the Unix epoch).
+    #[arg(
+        long,
+        value_name = "NS",
+        conflicts_with = "entity",
+        allow_negative_numbers = true
+    )]
+    pub written_before_ns: Option<i64>,
+    /// Without --entity: only datoms valid from before this instant (ns since the Unix epoch).
+    #[arg(
+        long,
+        value_name = "NS",
+        conflicts_with = "entity",
+        allow_negative_numbers = true
+    )]
+    pub valid_from_before_ns: Option<i64>,
     /// Why the values go (required, at most 1 KiB). Kept in the audit chain for good, so it
     /// must not repeat what is being forgotten.
     #[arg(long, value_name = "TEXT")]

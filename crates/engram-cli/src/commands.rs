@@ -143,8 +143,9 @@ pub async fn run(cli: Cli) -> Result<()> {
             crate::memory_cmd::redact(&client()?, args, signer, json).await
         }
         Command::Redact(RedactCli { .. }) => anyhow::bail!(
-            "engram redact needs --ns, --entity and --reason, or `status TX` (see engram redact --help)"
+            "engram redact needs --ns, --reason and --entity (or a predicate, or --all), or `status TX` (see engram redact --help)"
         ),
+        Command::Retention(cmd) => crate::retention_cmd::retention(&client()?, cmd, json).await,
         Command::Health(args) => health(&cli.endpoints, &config, args, json).await,
         Command::Schema(cmd) => crate::memory_cmd::schema(&client()?, cmd, json).await,
         Command::Branch(cmd) => crate::memory_cmd::branch(&client()?, cmd, json).await,
@@ -262,6 +263,9 @@ async fn serve(args: ServeArgs, identity: (Option<PathBuf>, Option<PathBuf>)) ->
     }
     if let Some(v) = args.divergence_check_ms {
         config.divergence_check_ms = v;
+    }
+    if let Some(v) = args.retention_check_ms {
+        config.retention_check_ms = v;
     }
     if let Some(v) = args.verify_on_start {
         config.verify_on_start = v;

@@ -29,6 +29,7 @@ pub mod memory_cmd;
 pub mod offline;
 pub mod output;
 pub mod pki;
+pub mod retention_cmd;
 pub mod staged;
 pub mod txjson;
 pub mod ui;

@@ -602,25 +602,63 @@ pub async fn redact_status(client: &Client, args: RedactStatusArgs, json: bool) 
 }
 
 pub async fn redact(client: &Client, args: RedactArgs, signer: Option<String>, json: bool) -> Result<()> {
-    let agent = args.agent.or(signer).unwrap_or_else(|| "engram-cli".into());
-    let req = RedactRequest {
-        namespace: namespace(&args.namespace)?,
-        entity: EntityId(args.entity),
-        attribute: args
-            .attribute
-            .as_deref()
-            .map(Attribute::new)
-            .transpose()
-            .context("--attribute")?,
-        reason: args.reason,
-        provenance: provenance(&agent)?,
-    };
-    req.validate().context("--reason")?;
-    let answer = client.redact(&req, args.dry_run).await.context(if args.dry_run {
+    let agent = args
+        .agent
+        .clone()
+        .or(signer)
+        .unwrap_or_else(|| "engram-cli".into());
+    let attribute = args
+        .attribute
+        .as_deref()
+        .map(Attribute::new)
+        .transpose()
+        .context("--attribute")?;
+    let context = if args.dry_run {
         "redact (dry run)"
     } else {
         "redact"
-    })?;
+    };
+    let answer = match args.entity {
+        Some(entity) => {
+            let req = RedactRequest {
+                namespace: namespace(&args.namespace)?,
+                entity: EntityId(entity),
+                attribute,
+                reason: args.reason,
+                provenance: provenance(&agent)?,
+            };
+            req.validate().context("--reason")?;
+            client.redact(&req, args.dry_run).await.context(context)?
+        }
+        None => {
+            let predicate = engram_types::Predicate {
+                attribute,
+                agent: args.written_by.clone(),
+                value: args
+                    .value
+                    .as_deref()
+                    .map(crate::txjson::parse_value)
+                    .transpose()
+                    .context("--value")?,
+                before_tx: args.before_tx.map(engram_types::TxId),
+                written_before_ns: args.written_before_ns,
+                valid_from_before_ns: args.valid_from_before_ns,
+            };
+            if predicate.is_everything() && !args.all {
+                bail!(
+                    "engram redact needs --entity, a predicate (--attribute, --written-by, --value, --before-tx, --written-before-ns, --valid-from-before-ns) or --all (every datom of the namespace)"
+                );
+            }
+            let req = engram_types::RedactWhere {
+                namespace: namespace(&args.namespace)?,
+                predicate,
+                reason: args.reason,
+                provenance: provenance(&agent)?,
+            };
+            req.validate().context("the redaction")?;
+            client.redact_where(&req, args.dry_run).await.context(context)?
+        }
+    };
     if json {
         let datoms: Vec<Json> = answer
             .datoms
@@ -640,6 +678,8 @@ pub async fn redact(client: &Client, args: RedactArgs, signer: Option<String>, j
         return print_json(&json!({
             "dry_run": answer.dry_run,
             "tx": answer.tx,
+            "datoms_redacted": answer.datoms_redacted,
+            "listing_truncated": answer.listing_truncated,
             "part_txs": answer.part_txs,
             "audit_index": answer.audit_index,
             "audit_hash": hex::encode(&answer.audit_hash),
@@ -670,10 +710,16 @@ pub async fn redact(client: &Client, args: RedactArgs, signer: Option<String>, j
         ]);
     }
     out!("{}", t.render())?;
+    let count = usize::try_from(answer.datoms_redacted)
+        .unwrap_or(usize::MAX)
+        .max(answer.datoms.len());
+    if answer.listing_truncated {
+        outln!("(the first {} listed)", answer.datoms.len())?;
+    }
     if answer.dry_run {
         outln!(
             "dry run: {} would be redacted (values only; nothing changed)",
-            crate::output::plural(answer.datoms.len(), "datom")
+            crate::output::plural(count, "datom")
         )?;
     } else {
         let parts = match answer.part_txs.as_slice() {
@@ -682,7 +728,7 @@ pub async fn redact(client: &Client, args: RedactArgs, signer: Option<String>, j
         };
         outln!(
             "redacted {} in {parts}, audit entry {} ({}); the values are gone from every replica's state",
-            crate::output::plural(answer.datoms.len(), "datom"),
+            crate::output::plural(count, "datom"),
             answer.audit_index,
             crate::output::short_hash(&answer.audit_hash)
         )?;

@@ -645,3 +645,142 @@ impl Cli {
             .unwrap()
     }
 }
+
+/// Writes `:person/email` `email` for a new entity as `agent`; the entity's id.
+fn write_email(cli: &Cli, ns: &str, agent: &str, email: &str) -> String {
+    let write = json!({
+        "namespace": ns, "agent": agent,
+        "ops": [{"entity": "p", "attribute": ":person/email", "value": {"string": email}}],
+    })
+    .to_string();
+    cli.ok(None, &["transact"], Some(&write))["temp_ids"]["p"]
+        .as_u64()
+        .unwrap()
+        .to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redaction_by_predicate_and_a_retention_policy_forget_through_the_cli() {
+    let dir = tempfile::tempdir().unwrap();
+    let ports = free_ports(3).unwrap();
+    let extra = ["--retention-check-ms".to_string(), "300".to_string()];
+    let mut cluster = LocalCluster::start(Path::new(EXE), dir.path(), &ports, &extra).unwrap();
+    cluster.wait_all_answer(Duration::from_secs(60)).await.unwrap();
+    cluster.init(Duration::from_secs(30)).await.unwrap();
+    // Node 2: mostly a follower, so the redaction and the policy change are forwarded.
+    let cli = Cli {
+        endpoint: cluster.node(2).unwrap().endpoint(),
+    };
+    let crawled: Vec<String> = (0..3)
+        .map(|i| write_email(&cli, NS, "crawler", &format!("{i}.{SECRET}")))
+        .collect();
+    let kept = write_email(&cli, NS, "crm-agent", "kept@example.org");
+    let by_crawler = [
+        "redact",
+        "--ns",
+        NS,
+        "--written-by",
+        "crawler",
+        "--attribute",
+        ":person/email",
+        "--reason",
+        "crawled without consent",
+    ];
+
+    // Bad input: refused, nothing written.
+    let head = cli.head();
+    let err = cli.fails(None, &["redact", "--ns", NS, "--reason", "x"]);
+    assert!(err.contains("--all"), "no target: {err}");
+    let err = cli.fails(
+        None,
+        &[
+            "redact",
+            "--ns",
+            NS,
+            "--entity",
+            &kept,
+            "--written-by",
+            "x",
+            "--reason",
+            "x",
+        ],
+    );
+    assert!(err.contains("cannot be used with"), "{err}");
+    let err = cli.fails(
+        None,
+        &["redact", "--ns", NS, "--written-by", "nobody", "--reason", "x"],
+    );
+    assert!(err.contains("matches the predicate"), "nothing matches: {err}");
+    let err = cli.fails(
+        None,
+        &["redact", "--ns", NS, "--value", "{not json", "--reason", "x"],
+    );
+    assert!(err.contains("--value"), "{err}");
+    assert_eq!(cli.head(), head);
+
+    let preview = cli.ok(None, &[&by_crawler[..], &["--dry-run"]].concat(), None);
+    assert_eq!(preview["dry_run"], true);
+    assert_eq!(preview["datoms_redacted"], 3, "{preview}");
+    assert_eq!(cli.head(), head, "a dry run changes nothing");
+    let done = cli.ok(None, &by_crawler, None);
+    assert_eq!(done["datoms_redacted"], 3, "{done}");
+    assert_eq!(done["datoms"].as_array().unwrap().len(), 3);
+    for node in 1..=3 {
+        let on = Cli {
+            endpoint: cluster.node(node).unwrap().endpoint(),
+        };
+        for e in &crawled {
+            let got = on
+                .ok(None, &["get", "--ns", NS, "--entity", e, "--stale"], None)
+                .to_string();
+            assert!(
+                !got.contains(SECRET) && got.contains("redacted_by_tx"),
+                "node {node}: {got}"
+            );
+        }
+        let got = on
+            .ok(None, &["get", "--ns", NS, "--entity", &kept, "--stale"], None)
+            .to_string();
+        assert!(
+            got.contains("kept@example.org"),
+            "node {node}: another agent's datom stays: {got}"
+        );
+    }
+
+    // Retention: a namespace kept one second is emptied by the leader, and stays verifiable.
+    let chat = "chat/scratch";
+    let message = write_email(&cli, chat, "chat-agent", &format!("tmp.{SECRET}"));
+    let set = cli.ok(None, &["retention", "set", "--ns", chat, "--keep", "1s"], None);
+    assert_eq!(set["keep_ms"], 1_000, "{set}");
+    let listed = cli.ok(None, &["retention", "list"], None);
+    assert_eq!(listed["policies"][0]["namespace"], chat, "{listed}");
+    let err = cli.fails(
+        None,
+        &["retention", "set", "--ns", "engram.system", "--keep", "1d"],
+    );
+    assert!(err.contains("system namespace"), "{err}");
+    let err = cli.fails(None, &["retention", "set", "--ns", chat, "--keep", "5y"]);
+    assert!(err.contains("unit"), "{err}");
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let got = cli
+            .ok(None, &["get", "--ns", chat, "--entity", &message], None)
+            .to_string();
+        if got.contains("redacted_by_tx") {
+            assert!(!got.contains(SECRET), "{got}");
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "retention never took {message}: {got}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let off = cli.ok(None, &["retention", "off", "--ns", chat], None);
+    assert_eq!(off["keep_ms"], 0);
+    let listed = cli.ok(None, &["retention", "list"], None);
+    assert!(listed["policies"].as_array().unwrap().is_empty(), "{listed}");
+    verify_each(&cluster);
+    let report = export_and_verify(&cli, dir.path());
+    assert!(report.to_string().contains("redacted"), "{report}");
+}

@@ -492,6 +492,43 @@ impl Client {
             reason: req.reason.clone(),
             provenance: Some((&req.provenance).into()),
             dry_run,
+            matching: None,
+        };
+        let idempotency = if dry_run {
+            Idempotency::Safe
+        } else {
+            Idempotency::Unsafe
+        };
+        self.call(idempotency, move |ch, s| {
+            let msg = msg.clone();
+            async move { memory(ch).redact(s.sign(methods::REDACT, msg)).await }
+        })
+        .await
+    }
+
+    /// Forgets the values of every datom of a namespace that `req`'s predicate matches
+    /// (`docs/FORGETTING.md`, "Redaction by predicate"), or with `dry_run` counts and lists
+    /// what would go. The answer counts every datom taken and lists the first 1,000.
+    pub async fn redact_where(
+        &self,
+        req: &engram_types::RedactWhere,
+        dry_run: bool,
+    ) -> Result<pb::RedactResponse, ClientError> {
+        let p = &req.predicate;
+        let msg = pb::RedactRequest {
+            namespace: req.namespace.to_string(),
+            reason: req.reason.clone(),
+            provenance: Some((&req.provenance).into()),
+            dry_run,
+            matching: Some(pb::RedactPredicate {
+                attribute: p.attribute.as_ref().map(ToString::to_string).unwrap_or_default(),
+                agent: p.agent.clone().unwrap_or_default(),
+                value: p.value.as_ref().map(Into::into),
+                before_tx: p.before_tx.map_or(0, |tx| tx.0),
+                written_before_ns: p.written_before_ns,
+                valid_from_before_ns: p.valid_from_before_ns,
+            }),
+            ..pb::RedactRequest::default()
         };
         let idempotency = if dry_run {
             Idempotency::Safe
@@ -904,6 +941,40 @@ impl Client {
                     .set_access_log(s.sign(methods::SET_ACCESS_LOG, req))
                     .await
             }
+        })
+        .await
+    }
+
+    /// Keeps what is written to `namespace` (only to `attribute`, when not empty) for
+    /// `keep_ms`, after which the leader redacts it; `keep_ms` 0 ends the policy.
+    pub async fn set_retention(
+        &self,
+        namespace: &str,
+        attribute: &str,
+        keep_ms: u64,
+    ) -> Result<pb::PolicyResponse, ClientError> {
+        let req = pb::RetentionRequest {
+            namespace: namespace.to_string(),
+            attribute: attribute.to_string(),
+            keep_ms,
+        };
+        self.call(Idempotency::Unsafe, move |ch, s| {
+            let req = req.clone();
+            async move {
+                access(ch)
+                    .set_retention(s.sign(methods::SET_RETENTION, req))
+                    .await
+            }
+        })
+        .await
+    }
+
+    /// The retention policies in force.
+    pub async fn list_retention(&self) -> Result<pb::ListRetentionResponse, ClientError> {
+        self.call(Idempotency::Safe, move |ch, s| async move {
+            access(ch)
+                .list_retention(s.sign(methods::LIST_RETENTION, pb::ListRetentionRequest {}))
+                .await
         })
         .await
     }

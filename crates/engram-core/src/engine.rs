@@ -10,13 +10,14 @@ use engram_merkle::{Blake3, MerkleHasher};
 use engram_statetree::{Digest, StateTree};
 use engram_storage::{CachedStore, Layered, Mutation, Overlay, ReadView, Space, Store, WriteBatch};
 use engram_types::{
-    Attribute, BranchName, EntityId, Hash, RedactPart, RedactRequest, TxId, TxReceipt, TxRequest, Value,
+    Attribute, BranchName, EntityId, Hash, RedactPart, RedactRange, RedactRequest, RedactWhere, TxId,
+    TxReceipt, TxRequest, Value,
 };
 
 use crate::durability::{Write, durability};
 use crate::planted::{self, PlantedBug};
 use crate::rows::{ChainHead, LastCheckpoint, Rejection, TxLogRow, TxOutcome, decode_row, encode_row};
-use crate::{CoreError, commitment, keys, plan, policy, reads, redact};
+use crate::{CoreError, commitment, keys, plan, policy, reads, redact, redact_where};
 
 /// When a node signs a checkpoint of its chain: after every `every_entries` entries, or once
 /// `every_ms` of transaction time has passed since the last one, whichever comes first (0
@@ -1137,6 +1138,50 @@ impl Engine {
         })
     }
 
+    /// Applies one range of a redaction by predicate (`crate::redact_where`), asked by
+    /// `principal` (checked for the `redact` grant like any redaction) or, with
+    /// `retention_keep_ms`, proposed by the leader for a retention policy (checked against the
+    /// policy in force at this entry and the entry's time instead). Evaluated against the state
+    /// at this entry and recorded like a part of an entity's redaction. A refused or empty range
+    /// is a `Rejection` that writes nothing but `batch`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn apply_redaction_where(
+        &mut self,
+        log_index: u64,
+        proposed_time_ns: i64,
+        req: &RedactWhere,
+        range: &RedactRange,
+        principal: Option<&Principal>,
+        retention_keep_ms: Option<u64>,
+        batch: WriteBatch,
+    ) -> Result<TxOutcome, CoreError> {
+        self.in_group(|engine| {
+            let view = engine.pending.over(&engine.base);
+            let checked = match retention_keep_ms {
+                Some(keep_ms) => policy::retention_allows(&view, req, keep_ms, proposed_time_ns)?,
+                None => engine.grants.check_redact_where(&view, principal, req)?,
+            };
+            let targets = match checked {
+                Err(rejection) => Err(rejection),
+                Ok(()) => redact_where::range_targets(&view, req, range)?,
+            };
+            let targets = match targets {
+                Ok(targets) => targets,
+                Err(rejection) => {
+                    engine.apply_noop(batch)?;
+                    return Ok(Err(rejection));
+                }
+            };
+            let record = redact_where::record(req, &targets, range.first_tx, retention_keep_ms);
+            let outcome = engine.tx_in_group(log_index, proposed_time_ns, &record, None, batch)?;
+            if let Ok(receipt) = &outcome {
+                let rows = redact::rows(&engine.view(), &req.namespace, &targets, receipt.tx)?;
+                engine.pending.absorb(rows);
+            }
+            Ok(outcome)
+        })
+    }
+
     /// Moves the digest of every slot the transaction wrote one link (`crate::commitment`):
     /// its `Z` row in the batch, and the map if it is kept. `datoms` and `hashes` are the
     /// transaction's, in seq order.
@@ -1708,6 +1753,256 @@ mod tests {
         };
         let stray = redact::part_targets(&*store, &req, &stray).unwrap();
         assert!(matches!(stray, Err(Rejection::NothingToRedact(_))), "{stray:?}");
+    }
+
+    fn where_request(predicate: engram_types::Predicate) -> RedactWhere {
+        RedactWhere {
+            namespace: ns(),
+            predicate,
+            reason: "erasure request 8".into(),
+            provenance: Provenance {
+                agent: "dpo".into(),
+                confidence: 1.0,
+                ..Default::default()
+            },
+        }
+    }
+
+    /// Plans and applies `req` range by range as a leader would, each range's entry at the
+    /// next log index; answers the ranges' receipts. `budget_rows` small makes the planner
+    /// step over rows that match nothing.
+    fn redact_where_all(
+        engine: &mut Engine,
+        store: &MemStore,
+        index: &mut u64,
+        req: &RedactWhere,
+        limit: u32,
+        budget_rows: usize,
+        retention: Option<u64>,
+    ) -> Vec<TxReceipt> {
+        let mut receipts: Vec<TxReceipt> = Vec::new();
+        let mut after: Option<Vec<u8>> = None;
+        loop {
+            let first = receipts.first().map(|r| r.tx);
+            match redact_where::plan_range(store, req, first, after.as_deref(), limit, budget_rows).unwrap() {
+                redact_where::Plan::Done => return receipts,
+                redact_where::Plan::Skip { after: next } => after = Some(next),
+                redact_where::Plan::Range { range, datoms } => {
+                    assert!(datoms >= 1 && datoms <= limit as usize);
+                    let receipt = engine
+                        .apply_redaction_where(
+                            *index,
+                            *index as i64 * 1_000_000,
+                            req,
+                            &range,
+                            None,
+                            retention,
+                            WriteBatch::new(),
+                        )
+                        .unwrap()
+                        .unwrap();
+                    assert_eq!(redact::listed_in(store, receipt.tx).unwrap().len(), datoms);
+                    *index += 1;
+                    after = Some(range.through_key);
+                    receipts.push(receipt);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_redaction_by_predicate_takes_what_matches_range_by_range_and_nothing_else() {
+        let (store, mut engine) = engine();
+        let mut index = 2;
+        for i in 0..25 {
+            new_task(&mut engine, index, &format!("task {i}"));
+            index += 1;
+        }
+        let mut crawled = Vec::new();
+        for i in 0..7 {
+            let mut t = tx(vec![
+                op(
+                    EntityRef::Temp("p".into()),
+                    ":person/email",
+                    Value::String(format!("p{i}@example.com")),
+                ),
+                op(
+                    EntityRef::Temp("p".into()),
+                    ":person/name",
+                    Value::String(format!("P{i}")),
+                ),
+            ]);
+            t.provenance.agent = "crawler".into();
+            let receipt = engine
+                .apply_tx(index, 1_000 * index as i64, &t, WriteBatch::new())
+                .unwrap()
+                .unwrap();
+            crawled.push(receipt.temp_ids["p"]);
+            index += 1;
+        }
+        let by_crawler = where_request(engram_types::Predicate {
+            agent: Some("crawler".into()),
+            attribute: Some(attr(":person/email")),
+            ..Default::default()
+        });
+        let (listed, count) = redact_where::preview(&*store, &by_crawler, 3).unwrap();
+        assert_eq!((listed.len(), count), (3, 7));
+        // At most 3 datoms a range, at most 4 rows read a planning step.
+        let receipts = redact_where_all(&mut engine, &store, &mut index, &by_crawler, 3, 4, None);
+        assert_eq!(receipts.len(), 3, "7 datoms in ranges of 3");
+        for e in &crawled {
+            for d in reads::entity_datoms(&*store, &ns(), *e).unwrap() {
+                let gone = d.value.redacted().is_some();
+                assert_eq!(gone, d.attribute.as_str() == ":person/email", "{d:?}");
+            }
+        }
+        assert!(!stored_bytes_hold(&store, b"example.com"));
+        assert!(stored_bytes_hold(&store, b"task 24"), "other agents' datoms stay");
+        // Asked again: nothing is left, and a range replayed is refused without a record.
+        let (_, left) = redact_where::preview(&*store, &by_crawler, 3).unwrap();
+        assert_eq!(left, 0);
+        let whole = RedactRange {
+            first_tx: None,
+            from_key: keys::aevt_attr(&ns(), &attr(":person/email")),
+            through_key: [keys::aevt_attr(&ns(), &attr(":person/email")), vec![0xff; 40]].concat(),
+            limit: 1_000,
+        };
+        let head = engine.head().index;
+        let again = engine
+            .apply_redaction_where(index, 0, &by_crawler, &whole, None, None, WriteBatch::new())
+            .unwrap();
+        assert!(matches!(again, Err(Rejection::NothingToRedact(_))), "{again:?}");
+        // A range outside the predicate's index (a faulty leader's) takes nothing.
+        let stray = RedactRange {
+            from_key: keys::eavt_namespace(&ns()),
+            through_key: [keys::eavt_namespace(&ns()), vec![0xff; 8]].concat(),
+            ..whole
+        };
+        let stray = engine
+            .apply_redaction_where(index, 0, &by_crawler, &stray, None, None, WriteBatch::new())
+            .unwrap();
+        assert!(matches!(stray, Err(Rejection::NothingToRedact(_))), "{stray:?}");
+        assert_eq!(engine.head().index, head, "refused ranges record nothing");
+        assert_eq!(verify_stored(&store).unwrap(), engine.head().index);
+        let report = crate::scrub::scrub(&*store, &mut |_, _| {}).unwrap();
+        assert!(report.ok(), "{:?}", report.findings);
+    }
+
+    #[test]
+    fn retention_takes_what_is_older_than_the_policy_keeps_and_only_under_a_policy() {
+        let (store, mut engine) = engine();
+        // Transaction times: tx i at i ms.
+        for index in 2..8u64 {
+            engine
+                .apply_tx(
+                    index,
+                    index as i64 * 1_000_000,
+                    &tx(vec![op(
+                        EntityRef::Temp("t".into()),
+                        ":task/title",
+                        Value::String(format!("old task {index}")),
+                    )]),
+                    WriteBatch::new(),
+                )
+                .unwrap()
+                .unwrap();
+        }
+        let mut index = 8;
+        // Written before 5 ms: tx 2, 3 and 4.
+        let retention = where_request(engram_types::Predicate {
+            written_before_ns: Some(5_000_000),
+            ..Default::default()
+        });
+        let range = match redact_where::plan_range(&*store, &retention, None, None, 100, 100).unwrap() {
+            redact_where::Plan::Range { range, datoms } => {
+                assert_eq!(datoms, 3);
+                range
+            }
+            other => panic!("{other:?}"),
+        };
+        let apply = |engine: &mut Engine, index: u64, time_ms: i64, keep_ms: u64| {
+            engine
+                .apply_redaction_where(
+                    index,
+                    time_ms * 1_000_000,
+                    &retention,
+                    &range,
+                    None,
+                    Some(keep_ms),
+                    WriteBatch::new(),
+                )
+                .unwrap()
+        };
+        // No policy in force: refused.
+        let refused = apply(&mut engine, index, 100, 50);
+        assert!(matches!(refused, Err(Rejection::Policy(_))), "{refused:?}");
+        let set = PolicyOp::Retention {
+            namespace: ns().to_string(),
+            attribute: String::new(),
+            keep_ms: 50,
+        };
+        engine
+            .apply_policy(
+                index,
+                9_000_000,
+                &set,
+                &PolicyActor::Unsigned(None),
+                WriteBatch::new(),
+            )
+            .unwrap()
+            .unwrap();
+        index += 1;
+        let listed = policy::retention_policies(&*store).unwrap();
+        assert_eq!(
+            (listed.len(), listed[0].row.keep_ms, listed[0].attribute.clone()),
+            (1, 50, None)
+        );
+        // The policy keeps 50 ms: at 54 ms, a cutoff of 5 ms is too late; another keep_ms is
+        // not the policy's.
+        for (time_ms, keep_ms) in [(54, 50), (100, 40)] {
+            let refused = apply(&mut engine, index, time_ms, keep_ms);
+            assert!(matches!(refused, Err(Rejection::Policy(_))), "{refused:?}");
+        }
+        let receipt = apply(&mut engine, index, 55, 50).unwrap();
+        let taken = redact::redacted_by(&*store, receipt.tx).unwrap();
+        let mut txs: Vec<u64> = taken.iter().map(|(r, _)| r.tx.0).collect();
+        txs.sort();
+        assert_eq!(txs, vec![2, 3, 4], "only what was written before the cutoff");
+        assert!(!stored_bytes_hold(&store, b"old task 4"));
+        assert!(stored_bytes_hold(&store, b"old task 5"));
+        // A predicate saying more than the policy is not the policy's.
+        let mut wider = retention.clone();
+        wider.predicate.agent = Some("a1".into());
+        let refused = engine
+            .apply_redaction_where(
+                index + 1,
+                100_000_000,
+                &wider,
+                &range,
+                None,
+                Some(50),
+                WriteBatch::new(),
+            )
+            .unwrap();
+        assert!(matches!(refused, Err(Rejection::Policy(_))), "{refused:?}");
+        // Ended: nothing more is taken for it.
+        let off = PolicyOp::Retention {
+            namespace: ns().to_string(),
+            attribute: String::new(),
+            keep_ms: 0,
+        };
+        engine
+            .apply_policy(
+                index + 2,
+                101_000_000,
+                &off,
+                &PolicyActor::Unsigned(None),
+                WriteBatch::new(),
+            )
+            .unwrap()
+            .unwrap();
+        assert!(policy::retention_policies(&*store).unwrap().is_empty());
+        assert_eq!(verify_stored(&store).unwrap(), engine.head().index);
     }
 
     fn stored_bytes_hold(store: &MemStore, needle: &[u8]) -> bool {

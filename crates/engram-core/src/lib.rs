@@ -39,6 +39,7 @@ pub mod policy;
 pub mod proofs;
 pub mod reads;
 pub mod redact;
+pub mod redact_where;
 mod rows;
 pub mod schema;
 pub mod scrub;

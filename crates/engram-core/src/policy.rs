@@ -18,6 +18,7 @@
 //! | `Pg` principal 0 action 0 prefix 0 attribute | [`GrantRow`]: an active grant (attribute empty: all) |
 //! | `Pr` agent 0 role | [`RoleRow`]: the agent holds the role's grants |
 //! | `Pl` prefix | [`AccessLogRow`]: every node logs the reads under the prefix |
+//! | `Pt` namespace 0 attribute | [`RetentionRow`]: what is written there is kept this long |
 //!
 //! A store with no `Pmode` row predates modes: it is open.
 
@@ -215,6 +216,98 @@ pub fn access_log_prefixes(view: &dyn ReadView) -> Result<Vec<String>, CoreError
         .into_iter()
         .map(|(k, _)| String::from_utf8_lossy(&k[2..]).into_owned())
         .collect())
+}
+
+/// A retention policy in force: what is written to a namespace (or one attribute of it) is
+/// redacted once it is older than `keep_ms` (`crate::redact_where`, `docs/FORGETTING.md`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RetentionRow {
+    pub entity: EntityId,
+    pub since_tx: TxId,
+    pub keep_ms: u64,
+}
+
+/// One retention policy as [`retention_policies`] lists it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Retention {
+    pub namespace: Namespace,
+    /// `None`: every attribute of the namespace.
+    pub attribute: Option<Attribute>,
+    pub row: RetentionRow,
+}
+
+fn retention_key(namespace: &str, attribute: &str) -> Vec<u8> {
+    let mut k = vec![TAG, b't'];
+    k.extend_from_slice(namespace.as_bytes());
+    k.push(0);
+    k.extend_from_slice(attribute.as_bytes());
+    k
+}
+
+/// Every retention policy in force, by namespace then attribute.
+pub fn retention_policies(view: &dyn ReadView) -> Result<Vec<Retention>, CoreError> {
+    let mut out = Vec::new();
+    for (k, v) in scan_prefix(view, &[TAG, b't'])? {
+        let corrupt =
+            |why: String| CoreError::corrupt(format!("retention row {}", crate::rows::hex(&k)), why);
+        let rest = &k[2..];
+        let split = rest
+            .iter()
+            .position(|b| *b == 0)
+            .ok_or_else(|| corrupt("no separator".into()))?;
+        let namespace = Namespace::new(String::from_utf8_lossy(&rest[..split]).into_owned())
+            .map_err(|e| corrupt(e.to_string()))?;
+        let attribute = match &rest[split + 1..] {
+            [] => None,
+            a => Some(
+                Attribute::new(String::from_utf8_lossy(a).into_owned())
+                    .map_err(|e| corrupt(e.to_string()))?,
+            ),
+        };
+        out.push(Retention {
+            namespace,
+            attribute,
+            row: decode_row("retention row", &v)?,
+        });
+    }
+    Ok(out)
+}
+
+/// Whether a retention policy in force makes `req` at `proposed_time_ns`: a policy on its
+/// namespace and attribute keeping `keep_ms`, a predicate that says nothing but that attribute
+/// and a write time no later than `keep_ms` before the entry's time. What apply checks before
+/// it takes a range a retention policy proposed, in place of a grant.
+pub fn retention_allows(
+    view: &dyn ReadView,
+    req: &engram_types::RedactWhere,
+    keep_ms: u64,
+    proposed_time_ns: i64,
+) -> Result<Result<(), Rejection>, CoreError> {
+    let p = &req.predicate;
+    let attribute = p.attribute.as_ref().map(Attribute::as_str).unwrap_or_default();
+    let refuse = |why: String| {
+        Ok(Err(Rejection::Policy(format!(
+            "retention of {}: {why}",
+            req.namespace
+        ))))
+    };
+    let Some(bytes) = view.get(Space::State, &retention_key(req.namespace.as_str(), attribute))? else {
+        return refuse("no retention policy is in force".into());
+    };
+    let row: RetentionRow = decode_row("retention row", &bytes)?;
+    if row.keep_ms != keep_ms {
+        return refuse(format!("the policy keeps {} ms, not {keep_ms}", row.keep_ms));
+    }
+    let only_time = engram_types::Predicate {
+        attribute: p.attribute.clone(),
+        written_before_ns: p.written_before_ns,
+        ..engram_types::Predicate::default()
+    };
+    let keep_ns = i64::try_from(keep_ms.saturating_mul(1_000_000)).unwrap_or(i64::MAX);
+    match p.written_before_ns {
+        Some(cutoff) if *p == only_time && cutoff <= proposed_time_ns.saturating_sub(keep_ns) => Ok(Ok(())),
+        _ => refuse("the predicate is not the policy's".into()),
+    }
 }
 
 /// Every agent, by name.
@@ -473,15 +566,33 @@ impl PolicyCache {
         principal: Option<&Principal>,
         req: &engram_types::RedactRequest,
     ) -> Result<Result<(), Rejection>, CoreError> {
-        if let Some(refused) = refused_before_grants(&req.namespace, &req.provenance.agent, principal) {
+        self.check_redact_in(view, principal, &req.namespace, &req.provenance.agent)
+    }
+
+    /// [`PolicyCache::check_redact`] for a redaction by predicate.
+    pub fn check_redact_where(
+        &mut self,
+        view: &dyn ReadView,
+        principal: Option<&Principal>,
+        req: &engram_types::RedactWhere,
+    ) -> Result<Result<(), Rejection>, CoreError> {
+        self.check_redact_in(view, principal, &req.namespace, &req.provenance.agent)
+    }
+
+    fn check_redact_in(
+        &mut self,
+        view: &dyn ReadView,
+        principal: Option<&Principal>,
+        namespace: &Namespace,
+        agent: &str,
+    ) -> Result<Result<(), Rejection>, CoreError> {
+        if let Some(refused) = refused_before_grants(namespace, agent, principal) {
             return Ok(Err(refused));
         }
         match self.mode(view)? {
             None => Ok(Err(Rejection::NotConfigured)),
             Some(Mode::Open) => Ok(Ok(())),
-            Some(Mode::Enforced) => {
-                self.decide(view, principal, Action::Redact, req.namespace.as_str(), None)
-            }
+            Some(Mode::Enforced) => self.decide(view, principal, Action::Redact, namespace.as_str(), None),
         }
     }
 
@@ -594,6 +705,8 @@ struct Effect {
     unassign: Option<(Principal, Principal)>,
     /// An access log prefix switched on (with its entity) or off.
     access_log: Option<(String, EntityRef, bool)>,
+    /// A retention policy set (namespace, attribute, entity, keep_ms; 0: ended).
+    retention: Option<(String, String, EntityRef, u64)>,
 }
 
 fn attr(name: &str) -> Attribute {
@@ -935,6 +1048,55 @@ pub fn plan_change(
                 ..Effect::default()
             }
         }
+        PolicyOp::Retention {
+            namespace,
+            attribute,
+            keep_ms,
+        } => {
+            if let Err(why) = engram_access::retention_target(namespace, attribute) {
+                return refuse(why);
+            }
+            let current = view.get(Space::State, &retention_key(namespace, attribute))?;
+            let target = match attribute.is_empty() {
+                true => namespace.clone(),
+                false => format!("{namespace} {attribute}"),
+            };
+            let entity = match (current, *keep_ms) {
+                (None, 0) => return refuse(format!("{target} has no retention policy")),
+                (Some(bytes), keep) => {
+                    let row: RetentionRow = decode_row("retention row", &bytes)?;
+                    if row.keep_ms == keep {
+                        return refuse(format!("{target} is already kept {keep} ms"));
+                    }
+                    EntityRef::Id(row.entity)
+                }
+                (None, _) => {
+                    let entity = EntityRef::Temp("retention".into());
+                    ops.push(assert(
+                        &entity,
+                        ":engram.retention/namespace",
+                        Value::String(namespace.clone()),
+                    ));
+                    if !attribute.is_empty() {
+                        ops.push(assert(
+                            &entity,
+                            ":engram.retention/attribute",
+                            Value::Keyword(attribute.clone()),
+                        ));
+                    }
+                    entity
+                }
+            };
+            ops.push(assert(
+                &entity,
+                ":engram.retention/keep-ms",
+                Value::I64(i64::try_from(*keep_ms).unwrap_or(i64::MAX)),
+            ));
+            Effect {
+                retention: Some((namespace.clone(), attribute.clone(), entity, *keep_ms)),
+                ..Effect::default()
+            }
+        }
     };
     let request = TxRequest::data(
         Namespace::new(SYSTEM_NAMESPACE).expect("the system namespace name is valid"),
@@ -1010,6 +1172,7 @@ impl PlannedChange {
             assign,
             unassign,
             access_log,
+            retention,
         } = self.effect;
         if let Some(mode) = mode {
             batch.put(Space::State, MODE_KEY.to_vec(), encode_row(&ModeRow::Set(mode)));
@@ -1058,6 +1221,24 @@ impl PlannedChange {
                 batch.put(Space::State, access_log_key(&prefix), encode_row(&row));
             }
             Some((prefix, _, false)) => batch.delete(Space::State, access_log_key(&prefix)),
+            None => {}
+        }
+        match retention {
+            Some((namespace, attribute, _, 0)) => {
+                batch.delete(Space::State, retention_key(&namespace, &attribute))
+            }
+            Some((namespace, attribute, entity, keep_ms)) => {
+                let row = RetentionRow {
+                    entity: resolve(&entity)?,
+                    since_tx: tx,
+                    keep_ms,
+                };
+                batch.put(
+                    Space::State,
+                    retention_key(&namespace, &attribute),
+                    encode_row(&row),
+                );
+            }
             None => {}
         }
         Ok(batch)

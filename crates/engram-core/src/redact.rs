@@ -203,7 +203,7 @@ fn target_prefix(req: &RedactRequest) -> Vec<u8> {
 }
 
 /// The datom row `key` holds as a target, or `None` if its value is already gone.
-fn unredacted(key: Vec<u8>, value: &[u8]) -> Result<Option<Target>, CoreError> {
+pub(crate) fn unredacted(key: Vec<u8>, value: &[u8]) -> Result<Option<Target>, CoreError> {
     let datom = Datom::decode(value)
         .map_err(|e| CoreError::corrupt(format!("datom row {}", crate::rows::hex(&key)), e))?;
     if datom.value.redacted().is_some() {

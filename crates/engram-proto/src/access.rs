@@ -51,6 +51,8 @@ pub mod methods {
     pub const UNASSIGN_ROLE: &str = "/engram.v1.Access/UnassignRole";
     pub const ACCESS_EVENTS: &str = "/engram.v1.Access/Events";
     pub const SET_ACCESS_LOG: &str = "/engram.v1.Access/SetAccessLog";
+    pub const SET_RETENTION: &str = "/engram.v1.Access/SetRetention";
+    pub const LIST_RETENTION: &str = "/engram.v1.Access/ListRetention";
 }
 
 /// A role request's agent and role principal (`role:<name>`).
@@ -105,6 +107,7 @@ protobuf_body!(
     RotateKeyRequest,
     ListAgentsRequest,
     ListGrantsRequest,
+    ListRetentionRequest,
     WhoAmIRequest,
     KeyChangeProposal,
     AccessEventsRequest,
@@ -134,7 +137,9 @@ impl SignedBody for pb::TransactRequest {
 /// never be replayed as the redaction itself.
 impl SignedBody for pb::RedactRequest {
     fn signed_body(&self, _: &str) -> Vec<u8> {
-        if self.dry_run {
+        // A redaction by predicate is recorded without the signature (the leader checks it,
+        // and its replay guard the nonce): its body is the message's bytes, like a dry run's.
+        if self.dry_run || self.matching.is_some() {
             return prost::Message::encode_to_vec(self);
         }
         canonical_body(
@@ -234,6 +239,22 @@ pub fn access_log_op(m: &pb::AccessLogRequest) -> Result<PolicyOp, WireError> {
         prefix: m.prefix.clone(),
         on: m.enabled,
     })
+}
+
+pub fn retention_op(m: &pb::RetentionRequest) -> Result<PolicyOp, WireError> {
+    engram_access::retention_target(&m.namespace, &m.attribute)
+        .map_err(|e| WireError::new("namespace", e))?;
+    Ok(PolicyOp::Retention {
+        namespace: m.namespace.clone(),
+        attribute: m.attribute.clone(),
+        keep_ms: m.keep_ms,
+    })
+}
+
+impl SignedBody for pb::RetentionRequest {
+    fn signed_body(&self, _: &str) -> Vec<u8> {
+        canonical_body(self, policy_bytes(retention_op(self)))
+    }
 }
 
 impl SignedBody for pb::AccessLogRequest {

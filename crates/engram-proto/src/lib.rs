@@ -20,8 +20,8 @@ pub use search::{DEFAULT_K, search_request};
 
 mod access;
 pub use access::{
-    SignedBody, access_log_op, add_agent_op, grant_op, methods, principal, public_key, revoke_agent_op,
-    role_op, role_request, rotate_agent_key_op, signed_request,
+    SignedBody, access_log_op, add_agent_op, grant_op, methods, principal, public_key, retention_op,
+    revoke_agent_op, role_op, role_request, rotate_agent_key_op, signed_request,
 };
 
 // Under madsim, messages travel as values and no codec runs.
@@ -181,6 +181,48 @@ pub fn redact_request(req: pb::RedactRequest) -> Result<engram_types::RedactRequ
         namespace: namespace("namespace", req.namespace)?,
         entity: engram_types::EntityId(req.entity),
         attribute,
+        reason: req.reason,
+        provenance: provenance(req.provenance)?,
+    };
+    r.validate().map_err(at("request"))?;
+    Ok(r)
+}
+
+/// A redaction by predicate (`RedactRequest.matching` set): `entity` and `attribute` must be
+/// left out (the predicate names its attribute).
+pub fn redact_where_request(
+    req: pb::RedactRequest,
+    matching: pb::RedactPredicate,
+) -> Result<engram_types::RedactWhere, WireError> {
+    if req.entity != 0 {
+        return Err(WireError::new(
+            "entity",
+            "a redaction by predicate names no entity (set `matching` or `entity`, not both)",
+        ));
+    }
+    if !req.attribute.is_empty() {
+        return Err(WireError::new(
+            "attribute",
+            "a redaction by predicate names its attribute in `matching.attribute`",
+        ));
+    }
+    let predicate = engram_types::Predicate {
+        attribute: match matching.attribute.is_empty() {
+            true => None,
+            false => Some(attribute("matching.attribute", matching.attribute)?),
+        },
+        agent: Some(matching.agent).filter(|a| !a.is_empty()),
+        value: match matching.value {
+            None => None,
+            Some(v) => Some(value("matching.value", Some(v))?),
+        },
+        before_tx: Some(engram_types::TxId(matching.before_tx)).filter(|tx| tx.0 != 0),
+        written_before_ns: matching.written_before_ns,
+        valid_from_before_ns: matching.valid_from_before_ns,
+    };
+    let r = engram_types::RedactWhere {
+        namespace: namespace("namespace", req.namespace)?,
+        predicate,
         reason: req.reason,
         provenance: provenance(req.provenance)?,
     };

@@ -899,31 +899,95 @@ impl EngramClient {
             .map_err(|e| PyValueError::new_err(format!("redact: {e}")))?;
         let client = self.client.clone();
         let response = self.run(py, async move { client.redact(&req, dry_run).await })?;
-        let out = PyDict::new(py);
-        out.set_item("dry_run", response.dry_run)?;
-        out.set_item("tx", response.tx)?;
-        out.set_item("part_txs", response.part_txs.clone())?;
-        out.set_item("audit_index", response.audit_index)?;
-        let datoms = PyList::empty(py);
-        for d in &response.datoms {
-            let item = PyDict::new(py);
-            item.set_item("tx", d.tx)?;
-            item.set_item("seq", d.seq)?;
-            item.set_item("hash", PyBytes::new(py, &d.hash))?;
-            item.set_item("attribute", &d.attribute)?;
-            item.set_item("guessable", d.guessable)?;
-            item.set_item("redacted_by_tx", d.redacted_by_tx)?;
-            item.set_item(
-                "op",
-                if d.op == pb::Op::Retract as i32 {
-                    "retract"
-                } else {
-                    "assert"
-                },
-            )?;
-            datoms.append(item)?;
+        redaction_dict(py, &response)
+    }
+
+    /// Forgets the values of every datom of `namespace` that meets every condition given
+    /// (`attribute`, `written_by` an agent, `value`, `before_tx`, `written_before_ns`,
+    /// `valid_from_before_ns`; `everything=True` with none of them: the whole namespace), in
+    /// ranges of at most 1,000 datoms, each its own transaction; any number of datoms. Answered
+    /// like `redact`, with `datoms_redacted` counting every datom taken and `datoms` listing
+    /// the first 1,000 (`listing_truncated`). `dry_run=True` counts and lists what would go.
+    #[pyo3(signature = (namespace, *, reason, attribute=None, written_by=None, value=None, before_tx=None, written_before_ns=None, valid_from_before_ns=None, everything=false, dry_run=false, agent=None))]
+    #[allow(clippy::too_many_arguments)]
+    fn redact_where<'py>(
+        &self,
+        py: Python<'py>,
+        namespace: &str,
+        reason: String,
+        attribute: Option<String>,
+        written_by: Option<String>,
+        value: Option<&Bound<'py, PyAny>>,
+        before_tx: Option<u64>,
+        written_before_ns: Option<i64>,
+        valid_from_before_ns: Option<i64>,
+        everything: bool,
+        dry_run: bool,
+        agent: Option<String>,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        let predicate = engram_types::Predicate {
+            attribute: attribute
+                .map(|a| convert::attribute("attribute", &a))
+                .transpose()?,
+            agent: written_by,
+            value: value.map(|v| convert::value("value", v)).transpose()?,
+            before_tx: before_tx.map(engram_types::TxId),
+            written_before_ns,
+            valid_from_before_ns,
+        };
+        if predicate.is_everything() != everything {
+            return Err(PyValueError::new_err(
+                "redact_where: give a condition (attribute, written_by, value, before_tx, written_before_ns, valid_from_before_ns), or everything=True alone",
+            ));
         }
-        out.set_item("datoms", datoms)?;
+        let req = engram_types::RedactWhere {
+            namespace: namespace_arg(namespace)?,
+            predicate,
+            reason,
+            provenance: self.provenance(agent, None, None, 1.0, "candidate")?,
+        };
+        req.validate()
+            .map_err(|e| PyValueError::new_err(format!("redact_where: {e}")))?;
+        let client = self.client.clone();
+        let response = self.run(py, async move { client.redact_where(&req, dry_run).await })?;
+        redaction_dict(py, &response)
+    }
+
+    /// Keeps what is written to `namespace` (only to `attribute`, when given) for `keep_ms`
+    /// milliseconds, after which the leader redacts it; `keep_ms=0` ends the policy. An audited
+    /// change; needs `redact` on the namespace.
+    #[pyo3(signature = (namespace, keep_ms, *, attribute=None))]
+    fn set_retention<'py>(
+        &self,
+        py: Python<'py>,
+        namespace: &str,
+        keep_ms: u64,
+        attribute: Option<String>,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        let (client, namespace) = (self.client.clone(), namespace.to_string());
+        let attribute = attribute.unwrap_or_default();
+        policy_change(
+            py,
+            self.run(py, async move {
+                client.set_retention(&namespace, &attribute, keep_ms).await
+            })?,
+        )
+    }
+
+    /// The retention policies in force: dicts `{"namespace", "attribute", "keep_ms",
+    /// "since_tx"}` (`attribute` `None`: the whole namespace).
+    fn retention<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
+        let client = self.client.clone();
+        let response = self.run(py, async move { client.list_retention().await })?;
+        let out = PyList::empty(py);
+        for p in &response.policies {
+            let row = PyDict::new(py);
+            row.set_item("namespace", &p.namespace)?;
+            row.set_item("attribute", Some(&p.attribute).filter(|a| !a.is_empty()))?;
+            row.set_item("keep_ms", p.keep_ms)?;
+            row.set_item("since_tx", p.since_tx)?;
+            out.append(row)?;
+        }
         Ok(out)
     }
 
@@ -1802,4 +1866,36 @@ fn datom(py: Python<'_>, mut raw: pb::Datom) -> PyResult<Datom> {
         },
         hash,
     })
+}
+
+/// A redaction's answer as a dict (`redact`, `redact_where`).
+fn redaction_dict<'py>(py: Python<'py>, response: &pb::RedactResponse) -> PyResult<Bound<'py, PyDict>> {
+    let out = PyDict::new(py);
+    out.set_item("dry_run", response.dry_run)?;
+    out.set_item("tx", response.tx)?;
+    out.set_item("part_txs", response.part_txs.clone())?;
+    out.set_item("audit_index", response.audit_index)?;
+    out.set_item("datoms_redacted", response.datoms_redacted)?;
+    out.set_item("listing_truncated", response.listing_truncated)?;
+    let datoms = PyList::empty(py);
+    for d in &response.datoms {
+        let item = PyDict::new(py);
+        item.set_item("tx", d.tx)?;
+        item.set_item("seq", d.seq)?;
+        item.set_item("hash", PyBytes::new(py, &d.hash))?;
+        item.set_item("attribute", &d.attribute)?;
+        item.set_item("guessable", d.guessable)?;
+        item.set_item("redacted_by_tx", d.redacted_by_tx)?;
+        item.set_item(
+            "op",
+            if d.op == pb::Op::Retract as i32 {
+                "retract"
+            } else {
+                "assert"
+            },
+        )?;
+        datoms.append(item)?;
+    }
+    out.set_item("datoms", datoms)?;
+    Ok(out)
 }

@@ -228,6 +228,36 @@ def test_redact_forgets_a_value_and_says_so(db, ns):
         db.redact(ns, person, reason="")
 
 
+def test_redact_where_forgets_what_an_agent_wrote_and_only_that(cluster, db, ns):
+    crawler = engram.Engram(cluster.endpoints, agent="crawler")
+    crawled = [crawler.transact(ns, [("p", ":person/email", f"{i}@crawled.example")]).temp_ids["p"] for i in range(3)]
+    mine = db.transact(ns, [("p", ":person/email", "mine@kept.example")]).temp_ids["p"]
+    with pytest.raises(ValueError):
+        db.redact_where(ns, reason="no condition")
+    dry = db.redact_where(ns, written_by="crawler", reason="crawled without consent", dry_run=True)
+    assert dry["dry_run"] is True and dry["datoms_redacted"] == 3
+    assert db.get(ns, crawled[0])[":person/email"] == "0@crawled.example"
+
+    done = db.redact_where(ns, written_by="crawler", reason="crawled without consent")
+    assert done["datoms_redacted"] == 3 and not done["listing_truncated"]
+    assert len(done["datoms"]) == 3 and done["tx"] in done["part_txs"]
+    for e in crawled:
+        assert db.get(ns, e).datoms[0].value is None
+    assert db.get(ns, mine)[":person/email"] == "mine@kept.example"
+    with pytest.raises(engram.NotFound):
+        db.redact_where(ns, written_by="crawler", reason="again")
+
+
+def test_a_retention_policy_is_set_listed_and_ended(db, ns):
+    db.set_retention(ns, 86_400_000, attribute=":chat/text")
+    policies = [p for p in db.retention() if p["namespace"] == ns]
+    assert policies == [{"namespace": ns, "attribute": ":chat/text", "keep_ms": 86_400_000, "since_tx": policies[0]["since_tx"]}]
+    with pytest.raises(engram.EngramError):
+        db.set_retention(ns, 86_400_000, attribute=":chat/text")  # already so
+    db.set_retention(ns, 0, attribute=":chat/text")
+    assert [p for p in db.retention() if p["namespace"] == ns] == []
+
+
 def test_history_and_find_since_a_transaction_and_at_a_valid_instant(db, ns):
     first = db.transact(ns, [("a", ":cap/tag", "x")])
     later = db.transact(ns, [("b", ":cap/tag", "x")])

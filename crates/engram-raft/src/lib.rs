@@ -38,10 +38,11 @@ use std::fmt;
 
 use engram_access::{PolicyOp, Principal};
 use engram_audit::{Author, KeyChangeRequest};
-use engram_types::{RedactPart, RedactRequest, TxRequest};
+use engram_types::{RedactPart, RedactRange, RedactRequest, RedactWhere, TxRequest};
 pub use log_store::LogStore;
 pub use node::{
-    DivergenceAlarm, NodeError, NodeStatus, RaftNode, RaftSettings, RaftTiming, RedactedPart, Waited,
+    DivergenceAlarm, NodeError, NodeStatus, RaftNode, RaftSettings, RaftTiming, RedactedPart, RedactedWhere,
+    Waited,
 };
 pub use purge::{PurgeProgress, purged_through};
 use serde::{Deserialize, Serialize};
@@ -131,6 +132,18 @@ pub enum Command {
     /// entries; entries from before it record none. A node of an earlier build cannot read it
     /// and stops rather than record another chain.
     StateRooted { command: Box<Command> },
+    /// One range of a redaction by predicate (`engram_core::redact_where`), asked by
+    /// `principal` or, with `retention_keep_ms`, made by the leader for the retention policy
+    /// keeping that long. The leader plans the ranges one after another
+    /// ([`RaftNode::propose_redaction_where`]); apply evaluates the predicate again over the
+    /// range. (After [`Command::StateRooted`] in the enum: entries keep their encoding.)
+    RedactWhere {
+        request: RedactWhere,
+        principal: Option<Principal>,
+        range: RedactRange,
+        retention_keep_ms: Option<u64>,
+        proposed_time_ns: i64,
+    },
 }
 
 /// Who asked for a redaction, for a log line: the signing agent, else the principal, else "-".
@@ -234,6 +247,21 @@ impl fmt::Display for Command {
                 part.first_tx.map_or("-".to_string(), |tx| tx.0.to_string()),
                 part.limit,
                 asked_by(principal, author)
+            ),
+            Command::RedactWhere {
+                request,
+                principal,
+                range,
+                retention_keep_ms,
+                proposed_time_ns,
+            } => write!(
+                f,
+                "redact-where(ns={}, of={}, limit={}, by={}{}, t={proposed_time_ns})",
+                request.namespace,
+                range.first_tx.map_or("-".to_string(), |tx| tx.0.to_string()),
+                range.limit,
+                principal.as_ref().map_or("-", Principal::as_str),
+                retention_keep_ms.map_or(String::new(), |ms| format!(", retention={ms}ms")),
             ),
             // The seed stays out of logs: it is as secret as the salts.
             Command::Salted { command, .. } => write!(f, "salted {command}"),

@@ -6,7 +6,7 @@ use engram_access::PolicyOp;
 use engram_audit::{KeyAction, KeyChangeRequest, KeyId, KeyRing, PublicKey};
 use engram_core::{CheckpointPolicy, Rejection, TxOutcome, reads};
 use engram_storage::Store;
-use engram_types::{RedactPart, RedactRequest, TxRequest};
+use engram_types::{RedactPart, RedactRequest, RedactWhere, TxRequest};
 use openraft::async_runtime::WatchReceiver;
 use openraft::error::{ClientWriteError, RaftError};
 use openraft::storage::RaftLogStorage;
@@ -88,6 +88,24 @@ impl RaftTiming {
     pub fn append_timeout(&self) -> std::time::Duration {
         std::time::Duration::from_millis(self.append_timeout_ms)
     }
+}
+
+/// Rows the leader reads per step when it plans a redaction by predicate's next range.
+const PLAN_ROWS: usize = 2_000;
+
+/// What a redaction by predicate did ([`RaftNode::propose_redaction_where`]).
+#[derive(Clone, Debug, Default)]
+pub struct RedactedWhere {
+    /// Every range's receipt, first to last.
+    pub receipts: Vec<engram_types::TxReceipt>,
+    /// How many datoms the ranges took.
+    pub datoms: u64,
+    /// The first of them, with the range that took each.
+    pub listed: Vec<(
+        engram_core::redact::RedactedRef,
+        engram_types::Datom,
+        engram_types::TxId,
+    )>,
 }
 
 /// What a node is started with besides its store and keys.
@@ -462,6 +480,107 @@ impl RaftNode {
             }
         }
         Ok(Ok(parts))
+    }
+
+    /// Proposes a redaction by predicate (`engram_core::redact_where`) asked by `principal`,
+    /// or, with `retention_keep_ms`, made for the retention policy keeping that long: range
+    /// after range, each planned here against this node's state (a bounded scan, off the apply
+    /// path) and evaluated again at apply, so writes commit between them. Answers every range's
+    /// receipt, how many datoms they took, and the first `list_max` of those datoms. A range
+    /// that finds its datoms taken meanwhile is passed over; nothing matching at all is
+    /// [`Rejection::NothingToRedact`]. If leadership moves, the ranges applied stay applied:
+    /// asking again takes what is left.
+    pub async fn propose_redaction_where(
+        &self,
+        request: RedactWhere,
+        principal: Option<engram_access::Principal>,
+        retention_keep_ms: Option<u64>,
+        list_max: usize,
+    ) -> Result<Result<RedactedWhere, Rejection>, NodeError> {
+        let fatal =
+            |e: engram_core::CoreError| NodeError::Fatal(format!("planning a redaction by predicate: {e}"));
+        let mut done = RedactedWhere::default();
+        let mut first_tx: Option<engram_types::TxId> = None;
+        let mut after: Option<Vec<u8>> = None;
+        loop {
+            let plan = self
+                .read_state(|store| {
+                    engram_core::redact_where::plan_range(
+                        store,
+                        &request,
+                        first_tx,
+                        after.as_deref(),
+                        self.redact_part_datoms,
+                        PLAN_ROWS,
+                    )
+                })?
+                .map_err(fatal)?;
+            let range = match plan {
+                engram_core::redact_where::Plan::Done => break,
+                engram_core::redact_where::Plan::Skip { after: next } => {
+                    after = Some(next);
+                    // A long stretch of rows that match nothing: let other tasks run between
+                    // the scans.
+                    tokio::task::yield_now().await;
+                    continue;
+                }
+                engram_core::redact_where::Plan::Range { range, .. } => range,
+            };
+            after = Some(range.through_key.clone());
+            let command = Command::RedactWhere {
+                request: request.clone(),
+                principal: principal.clone(),
+                range,
+                retention_keep_ms,
+                proposed_time_ns: clock::now_ns().saturating_add(self.clock_skew_ns),
+            };
+            let resp = self
+                .while_quorate(self.raft.client_write(salted(command)?))
+                .await?;
+            let outcome = resp.data.outcome.ok_or_else(|| {
+                NodeError::Fatal("apply returned no outcome for a redaction by predicate".into())
+            })?;
+            let receipt = match outcome {
+                Ok(receipt) => receipt,
+                // Taken by another redaction between the plan and the apply.
+                Err(Rejection::NothingToRedact(_)) => continue,
+                Err(rejection) => {
+                    if let Some(last) = done.receipts.last() {
+                        tracing::warn!(
+                            ranges = done.receipts.len(),
+                            last_tx = last.tx.0,
+                            %rejection,
+                            "a redaction by predicate's later range was refused; the ranges before it stay applied"
+                        );
+                    }
+                    return Ok(Err(rejection));
+                }
+            };
+            first_tx.get_or_insert(receipt.tx);
+            let listed = done.listed.len() < list_max;
+            let taken = self
+                .read_state(|store| match listed {
+                    true => {
+                        engram_core::redact::redacted_by(store, receipt.tx).map(|taken| (taken.len(), taken))
+                    }
+                    false => {
+                        engram_core::redact::listed_in(store, receipt.tx).map(|refs| (refs.len(), Vec::new()))
+                    }
+                })?
+                .map_err(fatal)?;
+            done.datoms += taken.0 as u64;
+            let room = list_max.saturating_sub(done.listed.len());
+            done.listed
+                .extend(taken.1.into_iter().take(room).map(|(r, d)| (r, d, receipt.tx)));
+            done.receipts.push(receipt);
+        }
+        if done.receipts.is_empty() {
+            return Ok(Err(Rejection::NothingToRedact(format!(
+                "nothing in namespace {} matches the predicate",
+                request.namespace
+            ))));
+        }
+        Ok(Ok(done))
     }
 
     /// Runs `write` (this node's proposal as leader) until it answers, or until this node has

@@ -338,6 +338,42 @@ impl StateMachine {
                     self.redact(index, proposed_time_ns, &request, Some(&part), principal, author)?;
                 response.outcome = Some(outcome);
             }
+            Command::RedactWhere {
+                request,
+                principal,
+                range,
+                retention_keep_ms,
+                proposed_time_ns,
+            } => {
+                let extra = applied_row(&self.applied)?;
+                let outcome = self
+                    .engine
+                    .apply_redaction_where(
+                        index,
+                        proposed_time_ns,
+                        &request,
+                        &range,
+                        principal.as_ref(),
+                        retention_keep_ms,
+                        extra,
+                    )
+                    .map_err(io_err)?;
+                match &outcome {
+                    Ok(receipt) => {
+                        self.group_redacted = Some(index);
+                        info!(
+                            log_index = index,
+                            tx = receipt.tx.0,
+                            namespace = %request.namespace,
+                            part_of = range.first_tx.map(|tx| tx.0),
+                            retention_keep_ms,
+                            "redaction by predicate recorded"
+                        )
+                    }
+                    Err(rejection) => warn!(log_index = index, %rejection, "redaction by predicate refused"),
+                }
+                response.outcome = Some(outcome);
+            }
             Command::KeyChange { request } => {
                 let extra = applied_row(&self.applied)?;
                 let outcome = self

@@ -89,6 +89,9 @@ pub struct ServerConfig {
     pub checkpoint_every_ms: u64,
     /// Most datoms each part of a redaction this node proposes as leader takes.
     pub redact_part_datoms: u32,
+    /// While leading, apply the retention policies this often (0: never): redact what each
+    /// keeps no longer (`crate::retention`).
+    pub retention_check_ms: u64,
     /// Compare this node's audit chain with every peer's this often (0: never); a mismatch
     /// raises the divergence alarm (`crate::divergence`).
     pub divergence_check_ms: u64,
@@ -181,6 +184,7 @@ impl ServerConfig {
             redact_part_datoms: engram_raft::RaftSettings::REDACT_PART_DATOMS,
             clock_skew_ns: 0,
             divergence_check_ms: 5_000,
+            retention_check_ms: 60_000,
             verify_on_start: engram_core::scrub::StartCheck::Tip,
             security: Security::default(),
             insecure_open: false,

@@ -21,6 +21,7 @@ pub mod error;
 pub mod metrics;
 #[cfg(not(madsim))]
 pub mod node_key;
+mod retention;
 mod services;
 #[cfg(not(madsim))]
 mod startup;
@@ -212,7 +213,14 @@ pub async fn serve_keys(
         tokio::task::spawn(divergence::watch(
             shared.clone(),
             Duration::from_millis(config.divergence_check_ms),
-            stopped_rx,
+            stopped_rx.clone(),
+        ));
+    }
+    if config.retention_check_ms > 0 {
+        tokio::task::spawn(retention::drive(
+            shared.clone(),
+            Duration::from_millis(config.retention_check_ms),
+            stopped_rx.clone(),
         ));
     }
     tokio::task::spawn(announce_security(

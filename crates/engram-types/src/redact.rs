@@ -38,21 +38,7 @@ impl RedactRequest {
     pub const MAX_DATOMS: usize = 10_000;
 
     pub fn validate(&self) -> Result<(), ValidationError> {
-        let reason = |reason: &str| ValidationError::Value {
-            field: "reason",
-            reason: reason.into(),
-        };
-        if self.reason.trim().is_empty() {
-            return Err(reason(
-                "must say why the values go (it is kept in the audit chain)",
-            ));
-        }
-        if self.reason.len() > Self::MAX_REASON_BYTES {
-            return Err(reason("longer than 1024 bytes"));
-        }
-        if self.reason.chars().any(char::is_control) {
-            return Err(reason("contains control characters"));
-        }
+        validate_reason(&self.reason)?;
         if let Some(attribute) = &self.attribute
             && attribute.is_reserved()
         {
@@ -113,6 +99,27 @@ impl RedactRequest {
         req.validate()?;
         Ok(req)
     }
+}
+
+/// A redaction's reason: required (it is kept in the audit chain), at most
+/// [`RedactRequest::MAX_REASON_BYTES`], on one line.
+pub(crate) fn validate_reason(text: &str) -> Result<(), ValidationError> {
+    let reason = |reason: &str| ValidationError::Value {
+        field: "reason",
+        reason: reason.into(),
+    };
+    if text.trim().is_empty() {
+        return Err(reason(
+            "must say why the values go (it is kept in the audit chain)",
+        ));
+    }
+    if text.len() > RedactRequest::MAX_REASON_BYTES {
+        return Err(reason("longer than 1024 bytes"));
+    }
+    if text.chars().any(char::is_control) {
+        return Err(reason("contains control characters"));
+    }
+    Ok(())
 }
 
 /// The attributes of a redaction's record, a transaction of the system namespace

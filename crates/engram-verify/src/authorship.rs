@@ -295,6 +295,11 @@ impl Authorship {
                 (":engram.access-log/status", s("on"), None),
             ],
             PolicyOp::AccessLog { on: false, .. } => vec![(":engram.access-log/status", s("off"), None)],
+            PolicyOp::Retention { keep_ms, .. } => vec![(
+                ":engram.retention/keep-ms",
+                Value::I64(i64::try_from(*keep_ms).unwrap_or(i64::MAX)),
+                None,
+            )],
         };
         for (attribute, value, on_agent) in expected {
             let found = datoms.iter().any(|d| {

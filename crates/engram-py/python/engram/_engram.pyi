@@ -350,6 +350,23 @@ class Client:
     def grants(self, principal: Optional[str] = None) -> List[Dict[str, Any]]: ...
     # The access log: who read what, and when (each node logs what it served), and every
     # call a node refused.
+    def redact_where(
+        self,
+        namespace: str,
+        *,
+        reason: str,
+        attribute: Optional[str] = None,
+        written_by: Optional[str] = None,
+        value: Any = None,
+        before_tx: Optional[int] = None,
+        written_before_ns: Optional[int] = None,
+        valid_from_before_ns: Optional[int] = None,
+        everything: bool = False,
+        dry_run: bool = False,
+        agent: Optional[str] = None,
+    ) -> Dict[str, Any]: ...
+    def set_retention(self, namespace: str, keep_ms: int, *, attribute: Optional[str] = None) -> Dict[str, Any]: ...
+    def retention(self) -> List[Dict[str, Any]]: ...
     def set_access_log(self, prefix: str, enabled: bool = True) -> Dict[str, Any]: ...
     def access_events(
         self,

@@ -101,6 +101,7 @@ enum PolicyCall {
     AssignRole(pb::RoleRequest),
     UnassignRole(pb::RoleRequest),
     SetAccessLog(pb::AccessLogRequest),
+    SetRetention(pb::RetentionRequest),
 }
 
 impl PolicyCall {
@@ -116,6 +117,7 @@ impl PolicyCall {
             PolicyCall::AssignRole(_) => methods::ASSIGN_ROLE,
             PolicyCall::UnassignRole(_) => methods::UNASSIGN_ROLE,
             PolicyCall::SetAccessLog(_) => methods::SET_ACCESS_LOG,
+            PolicyCall::SetRetention(_) => methods::SET_RETENTION,
         }
     }
 
@@ -130,6 +132,7 @@ impl PolicyCall {
             PolicyCall::AssignRole(m) => engram_proto::role_op(m, false)?,
             PolicyCall::UnassignRole(m) => engram_proto::role_op(m, true)?,
             PolicyCall::SetAccessLog(m) => engram_proto::access_log_op(m)?,
+            PolicyCall::SetRetention(m) => engram_proto::retention_op(m)?,
         })
     }
 
@@ -148,6 +151,7 @@ impl PolicyCall {
             PolicyCall::AssignRole(m) => client.assign_role(caller.forward(m)).await,
             PolicyCall::UnassignRole(m) => client.unassign_role(caller.forward(m)).await,
             PolicyCall::SetAccessLog(m) => client.set_access_log(caller.forward(m)).await,
+            PolicyCall::SetRetention(m) => client.set_retention(caller.forward(m)).await,
         };
         answer.map(Response::into_inner).map_err(forwarded_err)
     }
@@ -318,6 +322,46 @@ impl pb::access_server::Access for AccessService {
     ) -> Result<Response<pb::PolicyResponse>, Status> {
         let (meta, _, req) = request.into_parts();
         self.change(meta, PolicyCall::SetAccessLog(req)).await
+    }
+
+    async fn set_retention(
+        &self,
+        request: Request<pb::RetentionRequest>,
+    ) -> Result<Response<pb::PolicyResponse>, Status> {
+        let (meta, _, req) = request.into_parts();
+        self.change(meta, PolicyCall::SetRetention(req)).await
+    }
+
+    async fn list_retention(
+        &self,
+        request: Request<pb::ListRetentionRequest>,
+    ) -> Result<Response<pb::ListRetentionResponse>, Status> {
+        let (meta, _, req) = request.into_parts();
+        let caller = self.shared.incoming(&meta)?;
+        if let Some(mut leader) = self.access_leader(caller.forwarded).await? {
+            return relay(leader.list_retention(caller.forward(req)).await);
+        }
+        self.shared.admit(
+            &meta,
+            &req,
+            methods::LIST_RETENTION,
+            Need::on(Action::Read, SYSTEM_NAMESPACE),
+        )?;
+        let policies = self
+            .shared
+            .read_state(|store| policy::retention_policies(store))?;
+        Ok(Response::new(pb::ListRetentionResponse {
+            policies: policies
+                .into_iter()
+                .map(|p| pb::RetentionInfo {
+                    namespace: p.namespace.to_string(),
+                    attribute: p.attribute.map(|a| a.to_string()).unwrap_or_default(),
+                    keep_ms: p.row.keep_ms,
+                    since_tx: p.row.since_tx.0,
+                })
+                .collect(),
+            applied_tx: self.shared.applied_index(),
+        }))
     }
 
     /// This node's access log, filtered; served by the node asked (each node logs what it

@@ -531,6 +531,15 @@ impl Shared {
         self.with_policy(|cache, store| cache.check_redact(store, principal, req))
     }
 
+    /// [`engram_core::policy::PolicyCache::check_redact_where`] at this node's applied policy.
+    pub fn check_redact_where(
+        &self,
+        principal: Option<&Principal>,
+        req: &engram_types::RedactWhere,
+    ) -> Result<Result<(), engram_core::Rejection>, ApiError> {
+        self.with_policy(|cache, store| cache.check_redact_where(store, principal, req))
+    }
+
     /// Which namespaces an admitted `caller` may read, for a list of them: `None` outside
     /// enforced mode (all of them); in enforced mode its grants (those it may read some
     /// attributes of are listed: a read there answers the rest withheld).

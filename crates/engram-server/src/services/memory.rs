@@ -91,6 +91,10 @@ impl MemoryService {
         msg: pb::RedactRequest,
     ) -> Result<pb::RedactResponse, ApiError> {
         let incoming = self.shared.incoming(&meta)?;
+        if let Some(matching) = msg.matching.clone() {
+            let req = engram_proto::redact_where_request(msg.clone(), matching)?;
+            return self.redact_where_call(meta, msg, req).await;
+        }
         let req = engram_proto::redact_request(msg.clone())?;
         if let Route::Leader(addr) = self.shared.route_write(incoming.forwarded)? {
             let mut client = self.shared.memory_client(&addr)?;
@@ -125,6 +129,7 @@ impl MemoryService {
                     .map(|t| redacted_pb(t.listed(), &t.datom, TxId(0)))
                     .collect(),
                 dry_run: true,
+                datoms_redacted: targets.len() as u64,
                 ..pb::RedactResponse::default()
             });
         }
@@ -152,6 +157,95 @@ impl MemoryService {
                 .collect(),
             dry_run: false,
             part_txs: parts.iter().map(|p| p.receipt.tx.0).collect(),
+            datoms_redacted: parts.iter().map(|p| p.taken.len() as u64).sum(),
+            listing_truncated: false,
+        })
+    }
+
+    /// A redaction by predicate, or its dry run, answered by the leader. The answer lists the
+    /// first [`LISTED_DATOMS`] datoms taken and counts them all.
+    async fn redact_where_call(
+        &self,
+        meta: MetadataMap,
+        msg: pb::RedactRequest,
+        req: engram_types::RedactWhere,
+    ) -> Result<pb::RedactResponse, ApiError> {
+        let incoming = self.shared.incoming(&meta)?;
+        if let Route::Leader(addr) = self.shared.route_write(incoming.forwarded)? {
+            let mut client = self.shared.memory_client(&addr)?;
+            let forward = async move {
+                client
+                    .redact(incoming.forward(msg))
+                    .await
+                    .map(Response::into_inner)
+                    .map_err(forwarded_err)
+            };
+            return super::while_leading(&self.shared.node, &addr, forward).await;
+        }
+        let caller = self.shared.admit(
+            &meta,
+            &msg,
+            methods::REDACT,
+            Need::Principal(req.namespace.to_string()),
+        )?;
+        let namespace = req.namespace.to_string();
+        let refused = |e| self.shared.refusal(&meta, methods::REDACT, &namespace, e);
+        if let Err(rejection) = self.shared.check_redact_where(caller.principal.as_ref(), &req)? {
+            return Err(refused(ApiError::Rejected(rejection)));
+        }
+        if msg.dry_run {
+            // A scan of the whole namespace, maybe: on the read pool, off the Raft core.
+            let (targets, count) = self
+                .shared
+                .read_sized(true, move |store| {
+                    engram_core::redact_where::preview(store, &req, LISTED_DATOMS)
+                })
+                .await?;
+            return Ok(pb::RedactResponse {
+                datoms: targets
+                    .iter()
+                    .map(|t| redacted_pb(t.listed(), &t.datom, TxId(0)))
+                    .collect(),
+                dry_run: true,
+                datoms_redacted: count,
+                listing_truncated: count > targets.len() as u64,
+                ..pb::RedactResponse::default()
+            });
+        }
+        // A signature was checked at the gate (and its nonce spent there): the ranges are
+        // proposed as the agent it authenticated, and apply checks that agent's grant.
+        let principal = caller
+            .author
+            .as_ref()
+            .and_then(|a| engram_access::Principal::new(a.principal.clone()).ok())
+            .or(caller.principal.clone());
+        let done = match self
+            .shared
+            .node
+            .propose_redaction_where(req, principal, None, LISTED_DATOMS)
+            .await
+        {
+            Ok(outcome) => outcome.map_err(|r| refused(ApiError::Rejected(r)))?,
+            Err(e) => return Err(e.into()),
+        };
+        let last = done
+            .receipts
+            .last()
+            .ok_or_else(|| ApiError::Internal("a redaction by predicate answered no range".into()))?;
+        tracing::Span::current().record("tx_id", last.tx.0);
+        Ok(pb::RedactResponse {
+            tx: last.tx.0,
+            audit_index: last.audit_index,
+            audit_hash: last.audit_hash.0.to_vec(),
+            datoms: done
+                .listed
+                .iter()
+                .map(|(r, d, by)| redacted_pb(*r, d, *by))
+                .collect(),
+            dry_run: false,
+            part_txs: done.receipts.iter().map(|r| r.tx.0).collect(),
+            datoms_redacted: done.datoms,
+            listing_truncated: done.datoms > done.listed.len() as u64,
         })
     }
 
@@ -273,6 +367,9 @@ enum HistoryTarget {
     Entity(EntityId),
     Attribute(engram_types::Attribute),
 }
+
+/// Most datoms a redaction by predicate's answer lists (it counts them all).
+const LISTED_DATOMS: usize = 1_000;
 
 /// One datom a redaction took (`by_tx`: the part that took it; 0 in a dry run).
 fn redacted_pb(

@@ -1,0 +1,117 @@
+//! `engram retention`: set, end and list retention policies (`docs/FORGETTING.md`,
+//! "Retention"). The leader applies them (`engram_server`'s retention driver).
+
+use anyhow::{Context, Result};
+use engram_client::Client;
+use serde_json::json;
+
+use crate::cli::{RetentionCommand, RetentionTarget};
+use crate::output::{Table, out, outln, print_json};
+
+pub async fn retention(client: &Client, cmd: RetentionCommand, json: bool) -> Result<()> {
+    let (target, keep_ms) = match cmd {
+        RetentionCommand::List => return list(client, json).await,
+        RetentionCommand::Set(args) => (args.target, args.keep),
+        RetentionCommand::Off(target) => (target, 0),
+    };
+    let RetentionTarget { namespace, attribute } = target;
+    let attribute = attribute.unwrap_or_default();
+    let answer = client
+        .set_retention(&namespace, &attribute, keep_ms)
+        .await
+        .context("retention")?;
+    let what = match attribute.is_empty() {
+        true => namespace.clone(),
+        false => format!("{namespace} {attribute}"),
+    };
+    if json {
+        return print_json(&json!({
+            "namespace": namespace,
+            "attribute": attribute,
+            "keep_ms": keep_ms,
+            "tx": answer.tx,
+            "audit_index": answer.audit_index,
+        }));
+    }
+    match keep_ms {
+        0 => outln!("{what}: retention ended (tx {})", answer.tx)?,
+        ms => outln!(
+            "{what}: kept {}, then redacted by the leader (tx {})",
+            human_ms(ms),
+            answer.tx
+        )?,
+    }
+    Ok(())
+}
+
+async fn list(client: &Client, json: bool) -> Result<()> {
+    let answer = client.list_retention().await.context("retention list")?;
+    if json {
+        let policies: Vec<_> = answer
+            .policies
+            .iter()
+            .map(|p| {
+                json!({
+                    "namespace": p.namespace,
+                    "attribute": p.attribute,
+                    "keep_ms": p.keep_ms,
+                    "since_tx": p.since_tx,
+                })
+            })
+            .collect();
+        return print_json(&json!({ "policies": policies, "applied_tx": answer.applied_tx }));
+    }
+    if answer.policies.is_empty() {
+        return outln!("no retention policy: everything is kept").map_err(Into::into);
+    }
+    let mut t = Table::new(&["NAMESPACE", "ATTRIBUTE", "KEEP", "SINCE TX"]);
+    for p in &answer.policies {
+        t.row(vec![
+            p.namespace.clone(),
+            if p.attribute.is_empty() {
+                "*".into()
+            } else {
+                p.attribute.clone()
+            },
+            human_ms(p.keep_ms),
+            p.since_tx.to_string(),
+        ]);
+    }
+    out!("{}", t.render())?;
+    Ok(())
+}
+
+/// `keep_ms` in the largest unit that divides it exactly (30d, 12h, 1500ms).
+fn human_ms(ms: u64) -> String {
+    for (unit, per) in [("d", 86_400_000), ("h", 3_600_000), ("m", 60_000), ("s", 1_000)] {
+        if ms % per == 0 {
+            return format!("{}{unit}", ms / per);
+        }
+    }
+    format!("{ms}ms")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cli::parse_keep_ms;
+
+    #[test]
+    fn durations_parse_and_print_back() {
+        for (raw, ms) in [
+            ("30d", 2_592_000_000),
+            ("12h", 43_200_000),
+            ("90m", 5_400_000),
+            ("45s", 45_000),
+            ("1500ms", 1_500),
+        ] {
+            assert_eq!(parse_keep_ms(raw), Ok(ms), "{raw}");
+        }
+        assert_eq!(human_ms(2_592_000_000), "30d");
+        assert_eq!(human_ms(5_400_000), "90m");
+        assert_eq!(human_ms(1_500), "1500ms");
+        for bad in ["30", "d", "0d", "5y", "-3d", "99999999999999999999d"] {
+            assert!(parse_keep_ms(bad).is_err(), "{bad}");
+        }
+    }
+}

@@ -1,0 +1,308 @@
+//! Redaction by predicate (`docs/FORGETTING.md`, "Redaction by predicate and retention").
+//!
+//! A [`RedactWhere`] can match any number of datoms, so it is applied in **ranges**
+//! ([`RedactRange`]), each its own log entry. The leader plans each range off the apply path
+//! ([`plan_range`]): it scans the namespace's index from where the last range ended, at most
+//! [`RedactRange::MAX_ROWS`] rows, for the next matching datoms, and proposes the key range
+//! from the first to the last it found. Every replica evaluates the predicate again over that
+//! range only ([`range_targets`]), so what an entry takes is a pure function of (state, entry),
+//! and an entry reads at most `MAX_ROWS` rows whatever the namespace holds. A predicate naming
+//! an attribute is scanned by the attribute's AEVT rows (keys only; each candidate's datom is
+//! then read from its EAVT row), any other by the namespace's EAVT rows.
+//!
+//! What each range takes is written like a part of an entity's redaction (`crate::redact`): a
+//! record transaction in the system namespace listing the datoms packed, then their rows in
+//! redacted form. The first range's record names the predicate (its value condition only as
+//! "a value was given": the value is what is being forgotten); later ranges name the first.
+//!
+//! Must not depend on: the engine (it applies what this plans), the server or the network.
+
+use engram_access::SYSTEM_NAMESPACE;
+use engram_storage::{ReadView, Space, prefix_end};
+use engram_types::redact::{RECORD_NAMESPACE, RECORD_PART_OF, RECORD_REASON, RedactedRef};
+use engram_types::redact_where::{
+    RECORD_RETENTION_KEEP_MS, RECORD_WHERE_AGENT, RECORD_WHERE_ATTRIBUTE, RECORD_WHERE_BEFORE_TX,
+    RECORD_WHERE_VALID_FROM_BEFORE, RECORD_WHERE_VALUE_GIVEN, RECORD_WHERE_WRITTEN_BEFORE,
+};
+use engram_types::{
+    Attribute, EntityRef, Namespace, Op, RedactRange, RedactWhere, TxId, TxOp, TxRequest, Value,
+};
+
+use crate::redact::Target;
+use crate::{CoreError, Rejection, keys};
+
+/// What the leader found for the next range of a redaction by predicate.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Plan {
+    /// Propose this range: it holds `datoms` matching datoms.
+    Range { range: RedactRange, datoms: usize },
+    /// Nothing matched in the rows read, and more rows follow: plan again after `after`.
+    Skip { after: Vec<u8> },
+    /// Nothing is left to take.
+    Done,
+}
+
+/// The next range of `req` after the index key `after` (`None`: from the start), with at most
+/// `limit` datoms, reading at most `budget_rows` rows (at most [`RedactRange::MAX_ROWS`]).
+/// `first_tx`: the first range's transaction, once there is one.
+pub fn plan_range(
+    view: &dyn ReadView,
+    req: &RedactWhere,
+    first_tx: Option<TxId>,
+    after: Option<&[u8]>,
+    limit: u32,
+    budget_rows: usize,
+) -> Result<Plan, CoreError> {
+    let range = RedactRange {
+        first_tx,
+        from_key: Vec::new(),
+        through_key: Vec::new(),
+        limit,
+    };
+    let limit = range.applied_limit();
+    let budget_rows = budget_rows.clamp(1, RedactRange::MAX_ROWS);
+    let prefix = scan_prefix(req);
+    let end = prefix_end(&prefix);
+    let from = match after {
+        Some(after) if after.starts_with(&prefix) => successor(after),
+        _ => prefix.clone(),
+    };
+    let bound = tx_bound(view, req, first_tx)?;
+    let rows = view.scan(Space::State, &from, end.as_deref(), budget_rows)?;
+    let read_all = rows.len() < budget_rows;
+    let mut found: Vec<Vec<u8>> = Vec::new();
+    let mut last = None;
+    for (key, value) in rows {
+        if candidate(view, req, &key, &value, bound)?.is_some() {
+            found.push(key.clone());
+            if found.len() == limit {
+                last = Some(key);
+                break;
+            }
+        }
+        last = Some(key);
+    }
+    match (found.first(), found.last()) {
+        (Some(first), Some(through)) => Ok(Plan::Range {
+            datoms: found.len(),
+            range: RedactRange {
+                from_key: first.clone(),
+                through_key: through.clone(),
+                ..range
+            },
+        }),
+        _ => match (read_all, last) {
+            (false, Some(after)) => Ok(Plan::Skip { after }),
+            _ => Ok(Plan::Done),
+        },
+    }
+}
+
+/// What `range` of `req` takes at apply: the datoms the predicate matches among the index rows
+/// from its `from_key` through its `through_key`, at most its applied limit, reading at most
+/// [`RedactRange::MAX_ROWS`] rows. A range outside the predicate's index, or reversed, is
+/// refused; one where nothing matches any more (taken meanwhile) is answered
+/// [`Rejection::NothingToRedact`].
+pub fn range_targets(
+    view: &dyn ReadView,
+    req: &RedactWhere,
+    range: &RedactRange,
+) -> Result<Result<Vec<Target>, Rejection>, CoreError> {
+    let prefix = scan_prefix(req);
+    if !range.from_key.starts_with(&prefix)
+        || !range.through_key.starts_with(&prefix)
+        || range.from_key > range.through_key
+    {
+        return Ok(Err(Rejection::NothingToRedact(
+            "the range is not one of the predicate's index".into(),
+        )));
+    }
+    let bound = tx_bound(view, req, range.first_tx)?;
+    let end = successor(&range.through_key);
+    let rows = view.scan(Space::State, &range.from_key, Some(&end), RedactRange::MAX_ROWS)?;
+    let limit = range.applied_limit();
+    let mut out = Vec::new();
+    for (key, value) in rows {
+        if let Some(target) = candidate(view, req, &key, &value, bound)? {
+            out.push(target);
+            if out.len() == limit {
+                break;
+            }
+        }
+    }
+    if out.is_empty() {
+        return Ok(Err(Rejection::NothingToRedact(format!(
+            "nothing in namespace {} matching the predicate is left to redact in this range",
+            req.namespace
+        ))));
+    }
+    Ok(Ok(out))
+}
+
+/// The record transaction of one range. `retention_keep_ms`: the retention policy that made
+/// it, if one did.
+pub fn record(
+    req: &RedactWhere,
+    targets: &[Target],
+    part_of: Option<TxId>,
+    retention_keep_ms: Option<u64>,
+) -> TxRequest {
+    let entity = EntityRef::Temp("redaction".into());
+    let assert = |attribute: &str, value: Value| TxOp {
+        op: Op::Assert,
+        entity: entity.clone(),
+        attribute: Attribute::new(attribute).expect("the record's attribute names are valid"),
+        value,
+        valid_from_ns: None,
+        valid_to_ns: None,
+    };
+    let mut ops = vec![
+        assert(RECORD_NAMESPACE, Value::String(req.namespace.to_string())),
+        assert(RECORD_REASON, Value::String(req.reason.clone())),
+    ];
+    match part_of {
+        // Transaction ids are log indexes, far below 2^63.
+        Some(first) => ops.push(assert(RECORD_PART_OF, Value::I64(first.0 as i64))),
+        None => {
+            let p = &req.predicate;
+            if let Some(a) = &p.attribute {
+                ops.push(assert(RECORD_WHERE_ATTRIBUTE, Value::Keyword(a.to_string())));
+            }
+            if let Some(agent) = &p.agent {
+                ops.push(assert(RECORD_WHERE_AGENT, Value::String(agent.clone())));
+            }
+            if p.value.is_some() {
+                // Not the value, nor a plain hash of it (a guess could be tested against it).
+                ops.push(assert(RECORD_WHERE_VALUE_GIVEN, Value::Bool(true)));
+            }
+            if let Some(tx) = p.before_tx {
+                ops.push(assert(RECORD_WHERE_BEFORE_TX, Value::I64(tx.0 as i64)));
+            }
+            if let Some(t) = p.written_before_ns {
+                ops.push(assert(RECORD_WHERE_WRITTEN_BEFORE, Value::Instant(t)));
+            }
+            if let Some(t) = p.valid_from_before_ns {
+                ops.push(assert(RECORD_WHERE_VALID_FROM_BEFORE, Value::Instant(t)));
+            }
+            if let Some(keep_ms) = retention_keep_ms {
+                let keep_ms = i64::try_from(keep_ms).unwrap_or(i64::MAX);
+                ops.push(assert(RECORD_RETENTION_KEEP_MS, Value::I64(keep_ms)));
+            }
+        }
+    }
+    let refs: Vec<RedactedRef> = targets.iter().map(Target::listed).collect();
+    for packed in RedactedRef::pack(&refs) {
+        ops.push(assert(engram_types::redact::RECORD_DATOMS, Value::Bytes(packed)));
+    }
+    TxRequest::data(
+        Namespace::new(SYSTEM_NAMESPACE).expect("the system namespace name is valid"),
+        ops,
+        req.provenance.clone(),
+    )
+}
+
+/// The index a predicate is scanned by: the attribute's AEVT rows when it names one, else the
+/// namespace's EAVT rows.
+fn scan_prefix(req: &RedactWhere) -> Vec<u8> {
+    match &req.predicate.attribute {
+        Some(a) => keys::aevt_attr(&req.namespace, a),
+        None => keys::eavt_namespace(&req.namespace),
+    }
+}
+
+/// The smallest key after `key`.
+fn successor(key: &[u8]) -> Vec<u8> {
+    [key, &[0]].concat()
+}
+
+/// Datoms are taken only below this transaction (`None`: no bound): the least of the
+/// predicate's `before_tx`, the transaction after the last one written before its
+/// `written_before_ns`, and the first range's transaction.
+fn tx_bound(
+    view: &dyn ReadView,
+    req: &RedactWhere,
+    first_tx: Option<TxId>,
+) -> Result<Option<TxId>, CoreError> {
+    let written = match req.predicate.written_before_ns {
+        None => None,
+        Some(at) => Some(match crate::reads::tx_at_time(view, at.saturating_sub(1))? {
+            Some((tx, _)) => TxId(tx.0.saturating_add(1)),
+            // Nothing was written before that instant.
+            None => TxId(0),
+        }),
+    };
+    Ok([req.predicate.before_tx, written, first_tx]
+        .into_iter()
+        .flatten()
+        .min())
+}
+
+/// The datom an index row under the predicate's prefix names, as a target, if the predicate
+/// takes it: its value still there, below `bound`, and matching.
+fn candidate(
+    view: &dyn ReadView,
+    req: &RedactWhere,
+    key: &[u8],
+    value: &[u8],
+    bound: Option<TxId>,
+) -> Result<Option<Target>, CoreError> {
+    let target = match &req.predicate.attribute {
+        None => crate::redact::unredacted(key.to_vec(), value)?,
+        Some(a) => {
+            let (entity, tx, seq) = keys::trailing_entity_tx_seq(key).ok_or_else(|| {
+                CoreError::corrupt(
+                    format!("index key {}", crate::rows::hex(key)),
+                    "no entity, tx and seq",
+                )
+            })?;
+            // A cheap test first: most rows a time-bounded scan passes over are too new.
+            if bound.is_some_and(|b| tx >= b) {
+                return Ok(None);
+            }
+            let eavt = keys::eavt(&req.namespace, entity, a, tx, seq);
+            let row = view.get(Space::State, &eavt)?.ok_or_else(|| {
+                CoreError::corrupt(
+                    format!("index key {}", crate::rows::hex(key)),
+                    "its datom row is missing",
+                )
+            })?;
+            crate::redact::unredacted(eavt, &row)?
+        }
+    };
+    Ok(target.filter(|t| bound.is_none_or(|b| t.datom.tx < b) && req.predicate.matches(&t.datom)))
+}
+
+/// The datoms a redaction by predicate would take, for a dry run: at most `max` of them, and
+/// whether more match.
+pub fn preview(view: &dyn ReadView, req: &RedactWhere, max: usize) -> Result<(Vec<Target>, u64), CoreError> {
+    let mut after: Option<Vec<u8>> = None;
+    let mut listed = Vec::new();
+    let mut count = 0u64;
+    loop {
+        match plan_range(
+            view,
+            req,
+            None,
+            after.as_deref(),
+            PREVIEW_STEP,
+            RedactRange::MAX_ROWS,
+        )? {
+            Plan::Done => break,
+            Plan::Skip { after: next } => after = Some(next),
+            Plan::Range { range, datoms } => {
+                count += datoms as u64;
+                if listed.len() < max {
+                    if let Ok(targets) = range_targets(view, req, &range)? {
+                        let room = max - listed.len();
+                        listed.extend(targets.into_iter().take(room));
+                    }
+                }
+                after = Some(range.through_key);
+            }
+        }
+    }
+    Ok((listed, count))
+}
+
+/// Datoms a dry run counts per planned range.
+const PREVIEW_STEP: u32 = engram_types::RedactPart::MAX_DATOMS;
