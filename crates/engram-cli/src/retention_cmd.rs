@@ -62,7 +62,8 @@ async fn list(client: &Client, json: bool) -> Result<()> {
         return print_json(&json!({ "policies": policies, "applied_tx": answer.applied_tx }));
     }
     if answer.policies.is_empty() {
-        return outln!("no retention policy: everything is kept").map_err(Into::into);
+        outln!("no retention policy: everything is kept")?;
+        return Ok(());
     }
     let mut t = Table::new(&["NAMESPACE", "ATTRIBUTE", "KEEP", "SINCE TX"]);
     for p in &answer.policies {
@@ -84,7 +85,7 @@ async fn list(client: &Client, json: bool) -> Result<()> {
 /// `keep_ms` in the largest unit that divides it exactly (30d, 12h, 1500ms).
 fn human_ms(ms: u64) -> String {
     for (unit, per) in [("d", 86_400_000), ("h", 3_600_000), ("m", 60_000), ("s", 1_000)] {
-        if ms % per == 0 {
+        if ms.is_multiple_of(per) {
             return format!("{}{unit}", ms / per);
         }
     }

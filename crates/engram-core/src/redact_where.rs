@@ -291,11 +291,11 @@ pub fn preview(view: &dyn ReadView, req: &RedactWhere, max: usize) -> Result<(Ve
             Plan::Skip { after: next } => after = Some(next),
             Plan::Range { range, datoms } => {
                 count += datoms as u64;
-                if listed.len() < max {
-                    if let Ok(targets) = range_targets(view, req, &range)? {
-                        let room = max - listed.len();
-                        listed.extend(targets.into_iter().take(room));
-                    }
+                if listed.len() < max
+                    && let Ok(targets) = range_targets(view, req, &range)?
+                {
+                    let room = max - listed.len();
+                    listed.extend(targets.into_iter().take(room));
                 }
                 after = Some(range.through_key);
             }
