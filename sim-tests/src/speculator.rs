@@ -99,9 +99,10 @@ fn step(entity: EntityRef, value: &str) -> TxOp {
 /// ones are recorded, for the `forgotten` checker.
 async fn forget_a_plan(client: &Client, ns: &Namespace, round: u64, log: &SpeculationLog) {
     let secrets = [format!("{SECRET}{round}"), format!("another {SECRET}{round}")];
-    // Every other round forgets by predicate (the datoms its own agent wrote), the others by
-    // entity: both end with every datom of the entity redacted.
-    let by_predicate = round % 2 == 1;
+    // Every other forgetting round (they come every fourth round) forgets by predicate (the
+    // datoms its own agent wrote), the others by entity: both end with every datom of the
+    // entity redacted.
+    let by_predicate = round % 8 == 4;
     let writer = Provenance {
         agent: format!("speculator-secret-{round}"),
         ..who()

@@ -165,6 +165,22 @@ fn redaction_stops_after_first_part_is_caught() {
     );
 }
 
+/// The leader plans a redaction by predicate's range one matching row past its limit: the
+/// simulated nodes take one datom per range, so the plan's second secret is passed over and
+/// keeps its value, which the `forgotten` checker reads on every replica.
+#[test]
+fn redaction_range_overruns_its_limit_is_caught() {
+    caught_with(
+        Options {
+            bug: Some(PlantedBug::RedactionRangeOverrunsItsLimit),
+            fault_phase_ms: Some(12_000),
+            forgetting: true,
+            ..Options::default()
+        },
+        &["I12 forgotten"],
+    );
+}
+
 /// A node's purge leaves the snapshot made before the redaction: the checker reads the store
 /// of each node whose purge row moves forward for the values it took. The snapshot left holds
 /// a value only if it was built between the write of the value and its redaction, so the

@@ -73,6 +73,10 @@ pub enum PlantedBug {
     /// The leader acknowledges a redaction after its first part and proposes no other: the
     /// datoms the later parts would have taken keep their values.
     RedactionStopsAfterFirstPart,
+    /// The leader plans a redaction by predicate's range one matching row past what the
+    /// range may take: apply takes no more than its limit, and the next range starts after
+    /// the row left out, which keeps its value.
+    RedactionRangeOverrunsItsLimit,
     /// A write to a slot that already has a state-commitment digest leaves the digest (its `Z`
     /// row and the map) as it was: every replica agrees on the same wrong state root, so only
     /// a recomputation from the history can see it.
@@ -80,7 +84,7 @@ pub enum PlantedBug {
 }
 
 impl PlantedBug {
-    pub const ALL: [PlantedBug; 20] = [
+    pub const ALL: [PlantedBug; 21] = [
         PlantedBug::AckBeforeCommit,
         PlantedBug::SkipSyncBeforeAck,
         PlantedBug::WrongPrevHash,
@@ -100,6 +104,7 @@ impl PlantedBug {
         PlantedBug::RedactionListsTooFew,
         PlantedBug::PurgeKeepsOldSnapshot,
         PlantedBug::RedactionStopsAfterFirstPart,
+        PlantedBug::RedactionRangeOverrunsItsLimit,
         PlantedBug::StaleSlotCommitment,
     ];
 }

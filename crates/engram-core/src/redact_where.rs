@@ -72,7 +72,8 @@ pub fn plan_range(
     let read_all = rows.len() < budget_rows;
     let mut found: Vec<Vec<u8>> = Vec::new();
     let mut last = None;
-    for (key, value) in rows {
+    let mut rows = rows.into_iter();
+    for (key, value) in rows.by_ref() {
         if candidate(view, req, &key, &value, bound)?.is_some() {
             found.push(key.clone());
             if found.len() == limit {
@@ -81,6 +82,14 @@ pub fn plan_range(
             }
         }
         last = Some(key);
+    }
+    if crate::planted::active(crate::planted::PlantedBug::RedactionRangeOverrunsItsLimit) {
+        for (key, value) in rows {
+            if candidate(view, req, &key, &value, bound)?.is_some() {
+                found.push(key);
+                break;
+            }
+        }
     }
     match (found.first(), found.last()) {
         (Some(first), Some(through)) => Ok(Plan::Range {
