@@ -354,7 +354,8 @@ pub enum Command {
         engram watch --ns team/a --from-tx 120 --attribute :task/status --json")]
     Watch(WatchArgs),
 
-    /// Forget the values of an entity's datoms (or of one attribute) on every replica: each
+    /// Forget the values of an entity's datoms (or of one attribute), or of every datom of a
+    /// namespace that a predicate matches (--written-by, --value, ...), on every replica: each
     /// datom keeps every other field and the hash its audit entry committed to, so the chain
     /// and every proof keep verifying, and the redaction itself is recorded in the chain with
     /// its reason. Needs the `redact` grant in enforced mode. Try --dry-run first.
@@ -366,6 +367,8 @@ pub enum Command {
         after_help = "EXAMPLES\n  engram redact --ns team/a --entity 12 --attribute :person/email \\\n    \
         --reason 'erasure request 2026-114' --dry-run\n  \
         engram redact --ns team/a --entity 12 --reason 'leaked API key' --json\n  \
+        engram redact --ns crm/eu --written-by crawler --reason 'crawled without consent' --dry-run\n  \
+        engram redact --ns chat/scratch --all --reason 'end of the pilot'\n  \
         engram redact status 4711 --wait"
     )]
     Redact(RedactCli),
