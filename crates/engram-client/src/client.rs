@@ -494,7 +494,13 @@ impl Client {
             dry_run,
             matching: None,
         };
-        let idempotency = if dry_run {
+        self.send_redact(msg).await
+    }
+
+    /// Sends a redaction (retried on transient failures only as a dry run: a redaction
+    /// retried after it applied would be answered "nothing to redact").
+    async fn send_redact(&self, msg: pb::RedactRequest) -> Result<pb::RedactResponse, ClientError> {
+        let idempotency = if msg.dry_run {
             Idempotency::Safe
         } else {
             Idempotency::Unsafe
@@ -530,16 +536,7 @@ impl Client {
             }),
             ..pb::RedactRequest::default()
         };
-        let idempotency = if dry_run {
-            Idempotency::Safe
-        } else {
-            Idempotency::Unsafe
-        };
-        self.call(idempotency, move |ch, s| {
-            let msg = msg.clone();
-            async move { memory(ch).redact(s.sign(methods::REDACT, msg)).await }
-        })
-        .await
+        self.send_redact(msg).await
     }
 
     /// Declares or migrates attributes as one transaction (retried on transient failures only

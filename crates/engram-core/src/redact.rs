@@ -241,15 +241,7 @@ pub enum RecordFormat {
 
 /// The record transaction of a redaction (or of one part of it) taking `targets`.
 pub fn record(req: &RedactRequest, targets: &[Target], format: RecordFormat) -> TxRequest {
-    let entity = EntityRef::Temp("redaction".into());
-    let assert = |attribute: &str, value: Value| TxOp {
-        op: Op::Assert,
-        entity: entity.clone(),
-        attribute: Attribute::new(attribute).expect("the record's attribute names are valid"),
-        value,
-        valid_from_ns: None,
-        valid_to_ns: None,
-    };
+    let assert = record_op;
     let mut ops = vec![
         assert(RECORD_NAMESPACE, Value::String(req.namespace.to_string())),
         // Entity ids are below 2^53 (`keys::MAX_DRAWN_ENTITY_ID`): an i64 holds them.
@@ -280,10 +272,27 @@ pub fn record(req: &RedactRequest, targets: &[Target], format: RecordFormat) -> 
             }
         }
     }
+    record_tx(ops, &req.provenance)
+}
+
+/// One datom of a redaction's record (every record is one entity, `redaction`).
+pub(crate) fn record_op(attribute: &str, value: Value) -> TxOp {
+    TxOp {
+        op: Op::Assert,
+        entity: EntityRef::Temp("redaction".into()),
+        attribute: Attribute::new(attribute).expect("the record's attribute names are valid"),
+        value,
+        valid_from_ns: None,
+        valid_to_ns: None,
+    }
+}
+
+/// A record of `ops`, a transaction of the system namespace made by whoever asked.
+pub(crate) fn record_tx(ops: Vec<TxOp>, provenance: &engram_types::Provenance) -> TxRequest {
     TxRequest::data(
         Namespace::new(SYSTEM_NAMESPACE).expect("the system namespace name is valid"),
         ops,
-        req.provenance.clone(),
+        provenance.clone(),
     )
 }
 

@@ -17,16 +17,13 @@
 //!
 //! Must not depend on: the engine (it applies what this plans), the server or the network.
 
-use engram_access::SYSTEM_NAMESPACE;
 use engram_storage::{ReadView, Space, prefix_end};
 use engram_types::redact::{RECORD_NAMESPACE, RECORD_PART_OF, RECORD_REASON, RedactedRef};
 use engram_types::redact_where::{
     RECORD_RETENTION_KEEP_MS, RECORD_WHERE_AGENT, RECORD_WHERE_ATTRIBUTE, RECORD_WHERE_BEFORE_TX,
     RECORD_WHERE_VALID_FROM_BEFORE, RECORD_WHERE_VALUE_GIVEN, RECORD_WHERE_WRITTEN_BEFORE,
 };
-use engram_types::{
-    Attribute, EntityRef, Namespace, Op, RedactRange, RedactWhere, TxId, TxOp, TxRequest, Value,
-};
+use engram_types::{RedactRange, RedactWhere, TxId, TxRequest, Value};
 
 use crate::redact::Target;
 use crate::{CoreError, Rejection, keys};
@@ -156,15 +153,7 @@ pub fn record(
     part_of: Option<TxId>,
     retention_keep_ms: Option<u64>,
 ) -> TxRequest {
-    let entity = EntityRef::Temp("redaction".into());
-    let assert = |attribute: &str, value: Value| TxOp {
-        op: Op::Assert,
-        entity: entity.clone(),
-        attribute: Attribute::new(attribute).expect("the record's attribute names are valid"),
-        value,
-        valid_from_ns: None,
-        valid_to_ns: None,
-    };
+    let assert = crate::redact::record_op;
     let mut ops = vec![
         assert(RECORD_NAMESPACE, Value::String(req.namespace.to_string())),
         assert(RECORD_REASON, Value::String(req.reason.clone())),
@@ -203,11 +192,7 @@ pub fn record(
     for packed in RedactedRef::pack(&refs) {
         ops.push(assert(engram_types::redact::RECORD_DATOMS, Value::Bytes(packed)));
     }
-    TxRequest::data(
-        Namespace::new(SYSTEM_NAMESPACE).expect("the system namespace name is valid"),
-        ops,
-        req.provenance.clone(),
-    )
+    crate::redact::record_tx(ops, &req.provenance)
 }
 
 /// The index a predicate is scanned by: the attribute's AEVT rows when it names one, else the

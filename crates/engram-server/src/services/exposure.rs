@@ -45,6 +45,7 @@ const ADMIN_PATHS: &[&str] = &[
     "/engram.v1.Access/AssignRole",
     "/engram.v1.Access/UnassignRole",
     "/engram.v1.Access/SetAccessLog",
+    "/engram.v1.Access/SetRetention",
 ];
 
 /// Calls served to any peer whatever the mode (see the module docs); `Init` is checked in its

@@ -83,19 +83,20 @@ impl MemoryService {
         }
     }
 
-    /// A redaction, or its dry run, answered by the leader (which a follower forwards to), so a
-    /// dry run lists what the redaction would take against the newest state.
+    /// A redaction (of an entity, or by predicate), or its dry run, answered by the leader
+    /// (which a follower forwards to), so a dry run lists what the redaction would take against
+    /// the newest state.
     async fn redact_call(
         &self,
         meta: MetadataMap,
         msg: pb::RedactRequest,
     ) -> Result<pb::RedactResponse, ApiError> {
         let incoming = self.shared.incoming(&meta)?;
-        if let Some(matching) = msg.matching.clone() {
-            let req = engram_proto::redact_where_request(msg.clone(), matching)?;
-            return self.redact_where_call(meta, msg, req).await;
-        }
-        let req = engram_proto::redact_request(msg.clone())?;
+        // Validated at the wire, before anything is forwarded.
+        let target = match msg.matching.clone() {
+            Some(matching) => RedactTarget::Where(engram_proto::redact_where_request(msg.clone(), matching)?),
+            None => RedactTarget::Entity(engram_proto::redact_request(msg.clone())?),
+        };
         if let Route::Leader(addr) = self.shared.route_write(incoming.forwarded)? {
             let mut client = self.shared.memory_client(&addr)?;
             let forward = async move {
@@ -107,18 +108,34 @@ impl MemoryService {
             };
             return super::while_leading(&self.shared.node, &addr, forward).await;
         }
-        let caller = self.shared.admit(
-            &meta,
-            &msg,
-            methods::REDACT,
-            Need::Principal(req.namespace.to_string()),
-        )?;
-        let namespace = req.namespace.to_string();
-        let refused = |e| self.shared.refusal(&meta, methods::REDACT, &namespace, e);
-        if let Err(rejection) = self.shared.check_redact(caller.principal.as_ref(), &req)? {
-            return Err(refused(ApiError::Rejected(rejection)));
-        }
-        if msg.dry_run {
+        let namespace = match &target {
+            RedactTarget::Entity(req) => req.namespace.to_string(),
+            RedactTarget::Where(req) => req.namespace.to_string(),
+        };
+        let caller = self
+            .shared
+            .admit(&meta, &msg, methods::REDACT, Need::Principal(namespace.clone()))?;
+        let principal = caller.principal.as_ref();
+        let checked = match &target {
+            RedactTarget::Entity(req) => self.shared.check_redact(principal, req)?,
+            RedactTarget::Where(req) => self.shared.check_redact_where(principal, req)?,
+        };
+        let answer = match (checked, target) {
+            (Err(rejection), _) => Err(ApiError::Rejected(rejection)),
+            (Ok(()), RedactTarget::Entity(req)) => self.redact_entity(&caller, msg.dry_run, req).await,
+            (Ok(()), RedactTarget::Where(req)) => self.redact_where(&caller, msg.dry_run, req).await,
+        };
+        answer.map_err(|e| self.shared.refusal(&meta, methods::REDACT, &namespace, e))
+    }
+
+    /// An entity's redaction, checked, on the leader.
+    async fn redact_entity(
+        &self,
+        caller: &Caller,
+        dry_run: bool,
+        req: RedactRequest,
+    ) -> Result<pb::RedactResponse, ApiError> {
+        if dry_run {
             let targets = self
                 .shared
                 .read_state(|store| engram_core::redact::targets(store, &req, RedactRequest::MAX_DATOMS))?
@@ -137,10 +154,12 @@ impl MemoryService {
             Some(author) => Proposer::Signed(author.clone()),
             None => Proposer::Unsigned(caller.principal.clone()),
         };
-        let parts = match self.shared.node.propose_redaction(req, by).await {
-            Ok(outcome) => outcome.map_err(|r| refused(ApiError::Rejected(r)))?,
-            Err(e) => return Err(e.into()),
-        };
+        let parts = self
+            .shared
+            .node
+            .propose_redaction(req, by)
+            .await?
+            .map_err(ApiError::Rejected)?;
         // The last part completes the redaction: its transaction is the one a purge must reach.
         let last = parts
             .last()
@@ -162,38 +181,15 @@ impl MemoryService {
         })
     }
 
-    /// A redaction by predicate, or its dry run, answered by the leader. The answer lists the
-    /// first [`LISTED_DATOMS`] datoms taken and counts them all.
-    async fn redact_where_call(
+    /// A redaction by predicate, checked, on the leader. The answer lists the first
+    /// [`LISTED_DATOMS`] datoms taken and counts them all.
+    async fn redact_where(
         &self,
-        meta: MetadataMap,
-        msg: pb::RedactRequest,
+        caller: &Caller,
+        dry_run: bool,
         req: engram_types::RedactWhere,
     ) -> Result<pb::RedactResponse, ApiError> {
-        let incoming = self.shared.incoming(&meta)?;
-        if let Route::Leader(addr) = self.shared.route_write(incoming.forwarded)? {
-            let mut client = self.shared.memory_client(&addr)?;
-            let forward = async move {
-                client
-                    .redact(incoming.forward(msg))
-                    .await
-                    .map(Response::into_inner)
-                    .map_err(forwarded_err)
-            };
-            return super::while_leading(&self.shared.node, &addr, forward).await;
-        }
-        let caller = self.shared.admit(
-            &meta,
-            &msg,
-            methods::REDACT,
-            Need::Principal(req.namespace.to_string()),
-        )?;
-        let namespace = req.namespace.to_string();
-        let refused = |e| self.shared.refusal(&meta, methods::REDACT, &namespace, e);
-        if let Err(rejection) = self.shared.check_redact_where(caller.principal.as_ref(), &req)? {
-            return Err(refused(ApiError::Rejected(rejection)));
-        }
-        if msg.dry_run {
+        if dry_run {
             // A scan of the whole namespace, maybe: on the read pool, off the Raft core.
             let (targets, count) = self
                 .shared
@@ -219,15 +215,12 @@ impl MemoryService {
             .as_ref()
             .and_then(|a| engram_access::Principal::new(a.principal.clone()).ok())
             .or(caller.principal.clone());
-        let done = match self
+        let done = self
             .shared
             .node
             .propose_redaction_where(req, principal, None, LISTED_DATOMS)
-            .await
-        {
-            Ok(outcome) => outcome.map_err(|r| refused(ApiError::Rejected(r)))?,
-            Err(e) => return Err(e.into()),
-        };
+            .await?
+            .map_err(ApiError::Rejected)?;
         let last = done
             .receipts
             .last()
@@ -366,6 +359,12 @@ impl WriteCall {
 enum HistoryTarget {
     Entity(EntityId),
     Attribute(engram_types::Attribute),
+}
+
+/// What a `Memory.Redact` call asks to forget, validated.
+enum RedactTarget {
+    Entity(RedactRequest),
+    Where(engram_types::RedactWhere),
 }
 
 /// Most datoms a redaction by predicate's answer lists (it counts them all).
