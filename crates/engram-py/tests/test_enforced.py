@@ -252,6 +252,29 @@ def test_the_access_log_records_who_read_what(enforced):
         admin.set_access_log("team/b", enabled=False)
 
 
+def test_forgetting_by_predicate_and_retention_need_the_redact_grant(enforced):
+    c, admin_key, bob_key = enforced
+    admin = engram.Engram(c.endpoints, agent_key=admin_key)
+    bob = engram.Engram(c.endpoints, agent_key=bob_key)
+    entity = bob.transact("team/b", [("n", ":note/text", "bob's secret")]).temp_ids["n"]
+    with pytest.raises(engram.PermissionDenied):
+        bob.redact_where("team/b", written_by="bob", reason="mine to forget?")
+    with pytest.raises(engram.PermissionDenied):
+        bob.set_retention("team/b", 60_000)
+    assert bob.get("team/b", entity)[":note/text"] == "bob's secret"
+    # With the grant, bob's signed request is checked at the gate and the grant at apply.
+    admin.grant("bob", "redact", "team/b")
+    try:
+        done = bob.redact_where("team/b", written_by="bob", value="bob's secret", reason="erasure 31")
+        assert done["datoms_redacted"] == 1
+        assert bob.get("team/b", entity).datoms[0].value is None
+        bob.set_retention("team/b", 60_000)
+        assert [(p["namespace"], p["keep_ms"]) for p in admin.retention()] == [("team/b", 60_000)]
+        bob.set_retention("team/b", 0)
+    finally:
+        admin.revoke_grant("bob", "redact", "team/b")
+
+
 def test_lists_show_only_what_the_caller_may_read(enforced):
     c, admin_key, _ = enforced
     admin = engram.Engram(c.endpoints, agent_key=admin_key)
