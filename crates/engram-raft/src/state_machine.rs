@@ -345,33 +345,14 @@ impl StateMachine {
                 retention_keep_ms,
                 proposed_time_ns,
             } => {
-                let extra = applied_row(&self.applied)?;
-                let outcome = self
-                    .engine
-                    .apply_redaction_where(
-                        index,
-                        proposed_time_ns,
-                        &request,
-                        &range,
-                        principal.as_ref(),
-                        retention_keep_ms,
-                        extra,
-                    )
-                    .map_err(io_err)?;
-                match &outcome {
-                    Ok(receipt) => {
-                        self.group_redacted = Some(index);
-                        info!(
-                            log_index = index,
-                            tx = receipt.tx.0,
-                            namespace = %request.namespace,
-                            part_of = range.first_tx.map(|tx| tx.0),
-                            retention_keep_ms,
-                            "redaction by predicate recorded"
-                        )
-                    }
-                    Err(rejection) => warn!(log_index = index, %rejection, "redaction by predicate refused"),
-                }
+                let outcome = self.redact_where(
+                    index,
+                    proposed_time_ns,
+                    &request,
+                    &range,
+                    principal.as_ref(),
+                    retention_keep_ms,
+                )?;
                 response.outcome = Some(outcome);
             }
             Command::KeyChange { request } => {
@@ -427,6 +408,46 @@ impl StateMachine {
                 )
             }
             Err(rejection) => warn!(log_index = index, %rejection, "redaction refused"),
+        }
+        Ok(outcome)
+    }
+
+    /// Applies one range of a redaction by predicate into the open group.
+    fn redact_where(
+        &mut self,
+        index: u64,
+        proposed_time_ns: i64,
+        request: &engram_types::RedactWhere,
+        range: &engram_types::RedactRange,
+        principal: Option<&engram_access::Principal>,
+        retention_keep_ms: Option<u64>,
+    ) -> io::Result<engram_core::TxOutcome> {
+        let extra = applied_row(&self.applied)?;
+        let outcome = self
+            .engine
+            .apply_redaction_where(
+                index,
+                proposed_time_ns,
+                request,
+                range,
+                principal,
+                retention_keep_ms,
+                extra,
+            )
+            .map_err(io_err)?;
+        match &outcome {
+            Ok(receipt) => {
+                self.group_redacted = Some(index);
+                info!(
+                    log_index = index,
+                    tx = receipt.tx.0,
+                    namespace = %request.namespace,
+                    part_of = range.first_tx.map(|tx| tx.0),
+                    retention_keep_ms,
+                    "redaction by predicate recorded"
+                )
+            }
+            Err(rejection) => warn!(log_index = index, %rejection, "redaction by predicate refused"),
         }
         Ok(outcome)
     }

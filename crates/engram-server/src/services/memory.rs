@@ -160,16 +160,7 @@ impl MemoryService {
             .propose_redaction(req, by)
             .await?
             .map_err(ApiError::Rejected)?;
-        // The last part completes the redaction: its transaction is the one a purge must reach.
-        let last = parts
-            .last()
-            .map(|p| &p.receipt)
-            .ok_or_else(|| ApiError::Internal("a redaction answered no part".into()))?;
-        tracing::Span::current().record("tx_id", last.tx.0);
         Ok(pb::RedactResponse {
-            tx: last.tx.0,
-            audit_index: last.audit_index,
-            audit_hash: last.audit_hash.0.to_vec(),
             datoms: parts
                 .iter()
                 .flat_map(|p| p.taken.iter().map(|(r, d)| redacted_pb(*r, d, p.receipt.tx)))
@@ -178,6 +169,7 @@ impl MemoryService {
             part_txs: parts.iter().map(|p| p.receipt.tx.0).collect(),
             datoms_redacted: parts.iter().map(|p| p.taken.len() as u64).sum(),
             listing_truncated: false,
+            ..applied_through(parts.last().map(|p| &p.receipt))?
         })
     }
 
@@ -221,15 +213,7 @@ impl MemoryService {
             .propose_redaction_where(req, principal, None, LISTED_DATOMS)
             .await?
             .map_err(ApiError::Rejected)?;
-        let last = done
-            .receipts
-            .last()
-            .ok_or_else(|| ApiError::Internal("a redaction by predicate answered no range".into()))?;
-        tracing::Span::current().record("tx_id", last.tx.0);
         Ok(pb::RedactResponse {
-            tx: last.tx.0,
-            audit_index: last.audit_index,
-            audit_hash: last.audit_hash.0.to_vec(),
             datoms: done
                 .listed
                 .iter()
@@ -239,6 +223,7 @@ impl MemoryService {
             part_txs: done.receipts.iter().map(|r| r.tx.0).collect(),
             datoms_redacted: done.datoms,
             listing_truncated: done.datoms > done.listed.len() as u64,
+            ..applied_through(done.receipts.last())?
         })
     }
 
@@ -359,6 +344,19 @@ impl WriteCall {
 enum HistoryTarget {
     Entity(EntityId),
     Attribute(engram_types::Attribute),
+}
+
+/// A redaction's answer as far as its last entry goes (the one a purge must reach: its
+/// transaction, audit index and hash), that transaction recorded on the call's span.
+fn applied_through(last: Option<&engram_types::TxReceipt>) -> Result<pb::RedactResponse, ApiError> {
+    let last = last.ok_or_else(|| ApiError::Internal("a redaction answered no entry".into()))?;
+    tracing::Span::current().record("tx_id", last.tx.0);
+    Ok(pb::RedactResponse {
+        tx: last.tx.0,
+        audit_index: last.audit_index,
+        audit_hash: last.audit_hash.0.to_vec(),
+        ..pb::RedactResponse::default()
+    })
 }
 
 /// What a `Memory.Redact` call asks to forget, validated.
