@@ -4,7 +4,8 @@
 //! appends from a "leader" at ever higher terms that rewrite the start of the log and claim a
 //! commit, and vote requests from a candidate claiming a longer log. Some carry no
 //! authentication, some are signed by the forger's own key while claiming a member's id, some
-//! name the forger's own (non-member) id.
+//! name the forger's own (non-member) id, and some are tagged as coming from a member's key
+//! with a tag the forger made with its own key (it holds neither secret of the pair).
 //!
 //! It aims at members (it asks each target's public status first). Every answer is recorded;
 //! the `peer_auth` checker demands that each one that reached a node was refused as
@@ -14,9 +15,9 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use engram_audit::{KeyRing, NodeKey};
+use engram_audit::{KeyRing, NodeKey, PublicKey};
 use engram_proto::pb;
-use engram_raft::peer_auth::{self, RpcKind};
+use engram_raft::peer_auth::{self, PairKey, RpcKind};
 use engram_raft::{Entry, LogId, TypeConfig, Vote};
 use madsim::rand::Rng;
 use openraft::entry::RaftEntry;
@@ -52,15 +53,26 @@ pub async fn run_forger(pool: Vec<u64>, every_ms: u64, log: std::sync::Arc<Forge
             let mut rng = madsim::rand::thread_rng();
             let target = pool[rng.gen_range(0..pool.len())];
             let claimed = pool[rng.gen_range(0..pool.len())];
-            (target, rng.gen_range(0..4u8), claimed)
+            (target, rng.gen_range(0..5u8), claimed)
         };
         term += 1;
         // Members only: a node outside the cluster trusts its first contact by design (it has
         // nothing to protect; see engram_raft::peer_auth), so forging at spares proves nothing.
-        if !is_member(target).await {
+        let Some(members) = members_of(target).await else {
             continue;
-        }
-        let (what, answer) = forge(&keys, target, style, claimed, term).await;
+        };
+        let key_of = |id: u64| {
+            members
+                .iter()
+                .find(|m| m.id == id)
+                .and_then(|m| <[u8; 32]>::try_from(m.public_key.as_slice()).ok())
+                .map(PublicKey)
+        };
+        let pair = match (key_of(claimed), key_of(target)) {
+            (Some(from_key), Some(to_key)) => Some((from_key, to_key)),
+            _ => None,
+        };
+        let (what, answer) = forge(&keys, target, style, claimed, term, pair).await;
         *log.sent.lock().unwrap_or_else(|e| e.into_inner()) += 1;
         match answer {
             Err(status) if status.code() == tonic::Code::Unauthenticated => {
@@ -91,15 +103,13 @@ pub async fn run_forger(pool: Vec<u64>, every_ms: u64, log: std::sync::Arc<Forge
     }
 }
 
-/// Whether `node` says it is a voter or learner (as any client can ask it).
-async fn is_member(node: u64) -> bool {
+/// The members `node` lists (as any client can ask it), if it says it is one of them.
+async fn members_of(node: u64) -> Option<Vec<pb::Member>> {
     let mut client = pb::cluster_client::ClusterClient::new(channel(&node_addr(node)));
     let mut req = tonic::Request::new(pb::StatusRequest {});
     req.set_timeout(Duration::from_millis(500));
-    match client.status(req).await {
-        Ok(status) => status.into_inner().members.iter().any(|m| m.id == node),
-        Err(_) => false,
-    }
+    let members = client.status(req).await.ok()?.into_inner().members;
+    members.iter().any(|m| m.id == node).then_some(members)
 }
 
 /// One forged request; `style` picks its shape and authentication.
@@ -109,6 +119,7 @@ async fn forge(
     style: u8,
     claimed: u64,
     term: u64,
+    pair: Option<(PublicKey, PublicKey)>,
 ) -> (String, Result<(), tonic::Status>) {
     let mut client = pb::raft_client::RaftClient::new(channel(&node_addr(target)));
     let deadline = Duration::from_millis(500);
@@ -125,6 +136,7 @@ async fn forge(
         let mut req = tonic::Request::new(pb::RaftMessage {
             payload,
             auth: Some(auth),
+            accepts_mac: false,
         });
         req.set_timeout(deadline);
         let what = format!("vote from n{FORGER_ID} term {term} to n{target}");
@@ -149,9 +161,9 @@ async fn forge(
         entries,
     };
     let payload = encode(&rpc);
-    let (auth, how) = match style {
-        0 => (None, "unsigned"),
-        1 => (
+    let (auth, how) = match (style, pair) {
+        (0, _) => (None, "unsigned"),
+        (1, _) => (
             Some(peer_auth::sign(
                 keys,
                 RpcKind::AppendEntries,
@@ -161,6 +173,31 @@ async fn forge(
             )),
             "signed by an outsider's key",
         ),
+        // The claimed member's key and the target's, paired by the forger's own secret: the
+        // target pairs that member's key with its own secret and gets another key.
+        (4, Some((from_key, to_key))) => {
+            let pairs: Vec<PairKey> = keys
+                .current()
+                .shared_key(&to_key)
+                .map(|secret| PairKey {
+                    from_key,
+                    to_key,
+                    secret,
+                })
+                .into_iter()
+                .collect();
+            (
+                Some(peer_auth::tag_listing(
+                    &pairs,
+                    RpcKind::AppendEntries,
+                    claimed,
+                    target,
+                    &payload,
+                    &[],
+                )),
+                "tagged as a member's key by an outsider",
+            )
+        }
         _ => (
             Some(peer_auth::sign(
                 keys,
@@ -172,7 +209,11 @@ async fn forge(
             "from a non-member id",
         ),
     };
-    let mut req = tonic::Request::new(pb::RaftMessage { payload, auth });
+    let mut req = tonic::Request::new(pb::RaftMessage {
+        payload,
+        auth,
+        accepts_mac: false,
+    });
     req.set_timeout(deadline);
     let what = format!("append claiming n{claimed} term {term} to n{target}, {how}");
     (what, client.append_entries(req).await.map(|_| ()))

@@ -140,7 +140,43 @@ impl NodeKey {
         let sig = ed25519_dalek::Signature::from_bytes(signature);
         self.key.verifying_key().verify_strict(message, &sig).is_ok()
     }
+
+    /// A 32-byte key that this node and `peer` alone can compute, for authenticating
+    /// node-to-node messages with a keyed hash instead of a signature each (a signature and its
+    /// check cost about 60 µs; a keyed blake3 hash of a request's header, well under one).
+    ///
+    /// Static-static Diffie-Hellman on the keys the chain already binds: this key's Ed25519
+    /// scalar times `peer`'s public point in Montgomery form (X25519, the birational map of RFC
+    /// 7748), hashed with both public keys (in a fixed order, so both ends derive the same key)
+    /// under a context string of its own. Whoever can make a tag under it holds one of the two
+    /// secrets. `None` when `peer` is not a point or has small order (its product would be
+    /// guessable), or the product is the identity.
+    pub fn shared_key(&self, peer: &PublicKey) -> Option<[u8; 32]> {
+        let their = VerifyingKey::from_bytes(&peer.0).ok()?;
+        if their.is_weak() {
+            return None;
+        }
+        let product = their.to_montgomery().mul_clamped(self.key.to_scalar_bytes());
+        if product.as_bytes() == &[0u8; 32] {
+            return None;
+        }
+        let mine = self.public();
+        let (low, high) = if mine.0 <= peer.0 {
+            (mine.0, peer.0)
+        } else {
+            (peer.0, mine.0)
+        };
+        let mut input = Vec::with_capacity(96);
+        input.extend_from_slice(product.as_bytes());
+        input.extend_from_slice(&low);
+        input.extend_from_slice(&high);
+        Some(blake3::derive_key(SHARED_KEY_CONTEXT, &input))
+    }
 }
+
+/// The blake3 key-derivation context of [`NodeKey::shared_key`]: a key derived for node-to-node
+/// tags is never the key of anything else.
+const SHARED_KEY_CONTEXT: &str = "engram.v1 2026-11-30 node pair key";
 
 impl fmt::Debug for NodeKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -292,5 +328,38 @@ mod tests {
             !PublicKey([0xff; 32]).verify(b"hello", &sig),
             "malformed key is refused, not a panic"
         );
+    }
+
+    #[test]
+    fn two_nodes_derive_one_pair_key_that_no_third_key_shares() {
+        let a = NodeKey::from_seed([1; 32]);
+        let b = NodeKey::from_seed([2; 32]);
+        let c = NodeKey::from_seed([3; 32]);
+        let ab = a.shared_key(&b.public()).expect("a pair key");
+        assert_eq!(
+            b.shared_key(&a.public()),
+            Some(ab),
+            "both ends derive the same key"
+        );
+        assert_ne!(a.shared_key(&c.public()), Some(ab));
+        assert_ne!(c.shared_key(&b.public()), Some(ab));
+        assert_ne!(c.shared_key(&a.public()), Some(ab));
+        // A key paired with itself is still a key of its own, not the pair's.
+        assert_ne!(a.shared_key(&a.public()), Some(ab));
+        // The identity and other small-order points, and bytes that are not a point, give
+        // none: a product with them is guessable by anyone.
+        let mut identity = [0u8; 32];
+        identity[0] = 1;
+        assert_eq!(a.shared_key(&PublicKey(identity)), None);
+        assert_eq!(a.shared_key(&PublicKey([0; 32])), None);
+        let not_a_point = (2..=255u8)
+            .map(|y| {
+                let mut bytes = [0u8; 32];
+                bytes[0] = y;
+                PublicKey(bytes)
+            })
+            .find(|key| key.verifier().is_none())
+            .expect("some small y is not on the curve");
+        assert_eq!(a.shared_key(&not_a_point), None);
     }
 }

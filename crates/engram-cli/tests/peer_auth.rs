@@ -106,6 +106,7 @@ async fn forged_raft_requests_are_refused_and_change_nothing() {
             // 1. The black-box attack: no authentication at all.
             let unsigned = raft
                 .append_entries(pb::RaftMessage {
+                    accepts_mac: false,
                     payload: append.clone(),
                     auth: None,
                 })
@@ -113,6 +114,7 @@ async fn forged_raft_requests_are_refused_and_change_nothing() {
             // 2. Signed, but by a key no member holds, claiming to be a member.
             let impostor = raft
                 .append_entries(pb::RaftMessage {
+                    accepts_mac: false,
                     auth: Some(peer_auth::sign(
                         &outsider,
                         RpcKind::AppendEntries,
@@ -127,6 +129,7 @@ async fn forged_raft_requests_are_refused_and_change_nothing() {
             let vote = forged_vote(term, 99);
             let candidate = raft
                 .vote(pb::RaftMessage {
+                    accepts_mac: false,
                     auth: Some(peer_auth::sign(&outsider, RpcKind::Vote, 99, target, &vote)),
                     payload: vote,
                 })
@@ -136,6 +139,7 @@ async fn forged_raft_requests_are_refused_and_change_nothing() {
             let vote = forged_vote(term, 99);
             let probe = raft
                 .pre_vote(pb::RaftMessage {
+                    accepts_mac: false,
                     auth: Some(peer_auth::sign(&outsider, RpcKind::PreVote, 99, target, &vote)),
                     payload: vote,
                 })
@@ -226,6 +230,7 @@ async fn forged_raft_requests_are_refused_and_change_nothing() {
     for _ in 0..FLOOD {
         let refused = raft
             .append_entries(pb::RaftMessage {
+                accepts_mac: false,
                 payload: append.clone(),
                 auth: None,
             })
@@ -234,6 +239,7 @@ async fn forged_raft_requests_are_refused_and_change_nothing() {
         assert_eq!(refused.code(), Code::Unauthenticated);
     }
     let forged_for = forging.elapsed();
+    let mut tags_seen = 0;
     for (i, node) in cluster.nodes().iter().enumerate() {
         let body = common::http_get(node.metrics_addr.unwrap().port(), "/metrics");
         let count = |reason: &str| -> u64 {
@@ -254,6 +260,30 @@ async fn forged_raft_requests_are_refused_and_change_nothing() {
         assert_eq!(count("missing"), missing, "node {}", node.id);
         assert_eq!(count("untrusted"), untrusted, "node {}", node.id);
         assert_eq!(count("bad_signature"), 0, "node {}", node.id);
+        // The members' own requests: the first to each node signed, then tagged once it said
+        // it accepts tags; none refused.
+        assert_eq!(count("bad_tag"), 0, "node {}", node.id);
+        assert_eq!(count("stale_target"), 0, "node {}", node.id);
+        let accepted = |proof: &str| -> u64 {
+            let series = format!(
+                "engram_peer_requests_accepted_total{{node_id=\"{}\",proof=\"{proof}\"}} ",
+                node.id
+            );
+            body.lines()
+                .find_map(|l| l.strip_prefix(&series))
+                .unwrap_or_else(|| panic!("no {series} in {body}"))
+                .parse()
+                .unwrap()
+        };
+        let (signed, tagged) = (accepted("signature"), accepted("tag"));
+        if signed + tagged > 10 {
+            assert!(
+                tagged > signed,
+                "node {}: {signed} signed and {tagged} tagged requests accepted",
+                node.id
+            );
+        }
+        tags_seen += tagged;
         let total = format!(
             "engram_raft_peer_requests_refused_total{{node_id=\"{}\"}} {}",
             node.id,
@@ -276,10 +306,12 @@ async fn forged_raft_requests_are_refused_and_change_nothing() {
         );
         assert!(lines.iter().all(|l| l.contains("WARN")), "{lines:?}");
     }
+    assert!(tags_seen > 0, "no node accepted a tagged request from its peers");
     // Past the window, the next refusal logs again, saying how many it did not log: the
     // lines about unsigned requests and the counts they give add up to every one refused.
     tokio::time::sleep(engram_raft::refusals::LOG_EVERY).await;
     raft.append_entries(pb::RaftMessage {
+        accepts_mac: false,
         payload: append.clone(),
         auth: None,
     })
@@ -378,6 +410,7 @@ async fn a_node_poisoned_before_it_joins_refuses_the_cluster_instead_of_disturbi
     let append = forged_append(FORGED_TERM, 99);
     let mut raft = raft_client(&endpoints[2]).await;
     raft.append_entries(pb::RaftMessage {
+        accepts_mac: false,
         auth: Some(peer_auth::sign(&outsider, RpcKind::AppendEntries, 99, 3, &append)),
         payload: append,
     })

@@ -2,13 +2,15 @@
 //! side ([`RaftService`], the internal `engram.v1.Raft` service).
 //!
 //! Messages are postcard-encoded openraft types inside `RaftMessage.payload`, each request
-//! signed by the sending node ([`crate::peer_auth`]); the server refuses anything else with
+//! signed by the sending node, or tagged once the receiver has said it accepts tags
+//! ([`crate::peer_auth`]); the server refuses anything else with
 //! `UNAUTHENTICATED` before decoding it. A remote Raft error cannot travel inside openraft's
 //! `RPCError`, so the server answers it with a gRPC status and the client reports the peer as
 //! unreachable; openraft retries with backoff.
 
 use std::future::Future;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use engram_audit::{KeyRing, PublicKey};
@@ -65,6 +67,13 @@ pub struct Connection {
     /// rule 4).
     admissions: Vec<Vec<u8>>,
     stages: Arc<WriteStages>,
+    /// The keys this node's keys share with the target's ([`peer_auth::pair_keys`]); empty
+    /// when the target's key is unusable.
+    pairs: Vec<peer_auth::PairKey>,
+    /// Whether the target said it accepts tags (`RaftMessage.accepts_mac` on a reply): requests
+    /// are then tagged instead of signed. Cleared when a tagged request is refused (the target
+    /// rotated its key, or was replaced by an older build), so the next one is signed.
+    tags: AtomicBool,
 }
 
 /// TLS for the connections this process opens to other nodes (Raft, forwarding, joining),
@@ -132,8 +141,17 @@ impl RaftNetworkFactory<TypeConfig> for NetworkFactory {
                 warn!(target_node = target, error = %e, "cannot read this node's admission; the request carries none");
                 Vec::new()
             });
+        // The target's key as this node's chain knows it (rotations included), else as the
+        // membership recorded it when the target was added.
+        let target_key = members
+            .iter()
+            .find(|(id, _)| *id == target)
+            .map_or(PublicKey(node.public_key), |(_, key)| *key);
+        let pairs = peer_auth::pair_keys(&self.keys, &target_key);
         Connection {
             from: self.node_id,
+            pairs,
+            tags: AtomicBool::new(false),
             keys: self.keys.clone(),
             target,
             client,
@@ -198,20 +216,36 @@ impl Connection {
         Fut: Future<Output = Result<Response<pb::RaftMessage>, Status>>,
     {
         let payload = encode(rpc).map_err(|e| RPCError::Network(network_err(e)))?;
-        let auth = self.sign(kind, &payload);
+        let tagged = self.tags.load(Ordering::Relaxed) && !self.pairs.is_empty();
+        let auth = if tagged {
+            self.tag(kind, &payload)
+        } else {
+            self.sign(kind, &payload)
+        };
         let reply = send(
             self.client()?,
             Self::request(
                 pb::RaftMessage {
                     payload,
                     auth: Some(auth),
+                    accepts_mac: false,
                 },
                 deadline,
             ),
         )
         .await
-        .map_err(|s| self.status_to_rpc(s))?;
-        decode(what, &reply.into_inner().payload).map_err(|e| RPCError::Network(network_err(e)))
+        .map_err(|s| {
+            if tagged && s.code() == tonic::Code::Unauthenticated {
+                warn!(target_node = self.target, error = %s.message(), "tagged raft request refused; signing from now on");
+                self.tags.store(false, Ordering::Relaxed);
+            }
+            self.status_to_rpc(s)
+        })?
+        .into_inner();
+        if reply.accepts_mac && !tagged && !self.pairs.is_empty() {
+            self.tags.store(true, Ordering::Relaxed);
+        }
+        decode(what, &reply.payload).map_err(|e| RPCError::Network(network_err(e)))
     }
 
     /// This node's signature over a request to the target, with the member keys it lists
@@ -219,6 +253,14 @@ impl Connection {
     fn sign(&self, kind: RpcKind, payload: &[u8]) -> pb::PeerAuth {
         let mut auth =
             peer_auth::sign_listing(&self.keys, kind, self.from, self.target, payload, &self.members);
+        auth.admissions.clone_from(&self.admissions);
+        auth
+    }
+
+    /// [`Connection::sign`], tagged with the pair keys instead.
+    fn tag(&self, kind: RpcKind, payload: &[u8]) -> pb::PeerAuth {
+        let mut auth =
+            peer_auth::tag_listing(&self.pairs, kind, self.from, self.target, payload, &self.members);
         auth.admissions.clone_from(&self.admissions);
         auth
     }
@@ -292,7 +334,11 @@ impl RaftNetworkV2<TypeConfig> for Connection {
                 match c.pre_vote(r).await {
                     Err(s) if s.code() == tonic::Code::Unimplemented => {
                         let payload = encode(&granted).map_err(|e| Status::internal(e.to_string()))?;
-                        Ok(Response::new(pb::RaftMessage { payload, auth: None }))
+                        Ok(Response::new(pb::RaftMessage {
+                            payload,
+                            auth: None,
+                            accepts_mac: false,
+                        }))
                     }
                     other => other,
                 }
@@ -395,6 +441,7 @@ impl RaftService {
         raft: Raft,
         node_id: u64,
         store: Arc<dyn Store>,
+        keys: Arc<KeyRing>,
         snapshots: Arc<Snapshots>,
         refused: Arc<crate::refusals::PeerRefusals>,
     ) -> RaftService {
@@ -405,6 +452,8 @@ impl RaftService {
                 raft: raft.clone(),
                 first_contact: Default::default(),
                 verifiers: Default::default(),
+                keys,
+                pair_keys: Default::default(),
             },
             raft,
             node_id,
@@ -429,10 +478,16 @@ impl RaftService {
         if engram_core::planted::active(engram_core::planted::PlantedBug::AcceptUnauthenticatedPeer) {
             return Ok(auth.map_or(0, |a| a.from_node));
         }
-        peer_auth::verify(auth, kind, self.node_id, payload, &self.keys).map_err(|e| {
-            self.refused.refused(kind, &e);
-            Status::unauthenticated(e.to_string())
-        })
+        match peer_auth::verify(auth, kind, self.node_id, payload, &self.keys) {
+            Ok((from, proof)) => {
+                self.refused.accepted(proof);
+                Ok(from)
+            }
+            Err(e) => {
+                self.refused.refused(kind, &e);
+                Err(Status::unauthenticated(e.to_string()))
+            }
+        }
     }
 
     /// A unary Raft request's payload, decoded only once its sender is authenticated.
@@ -454,7 +509,12 @@ fn bad_payload(e: std::io::Error) -> Status {
 
 fn reply<T: serde::Serialize>(value: &T) -> Result<Response<pb::RaftMessage>, Status> {
     let payload = encode(value).map_err(|e| Status::internal(format!("encoding raft reply: {e}")))?;
-    Ok(Response::new(pb::RaftMessage { payload, auth: None }))
+    Ok(Response::new(pb::RaftMessage {
+        payload,
+        auth: None,
+        // Every reply says so: the sender tags its next requests instead of signing them.
+        accepts_mac: true,
+    }))
 }
 
 fn raft_unavailable(e: impl ToString) -> Status {

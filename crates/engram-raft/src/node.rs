@@ -1029,6 +1029,7 @@ impl RaftNode {
             self.raft.clone(),
             self.node_id,
             self.store.clone(),
+            self.keys.clone(),
             self.snapshots.clone(),
             self.peer_refused.clone(),
         )

@@ -7,6 +7,10 @@
 //! else the node logs and filling its disk. So each reason logs at most one line per
 //! [`LOG_EVERY`], naming how many like it were suppressed since its last line, while the
 //! counters still count every refusal: the metric says how many, the log says what.
+//!
+//! Beside them, the requests it accepted, by how the sender proved itself (a signature or a
+//! tag, see [`crate::peer_auth`]): mid rolling upgrade, signatures from the nodes not yet
+//! upgraded; afterwards, tags alone.
 
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -15,14 +19,14 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tracing::warn;
 
-use crate::peer_auth::{AuthError, RpcKind};
+use crate::peer_auth::{AuthError, Proof, RpcKind};
 
 /// At most one log line per refusal reason in this long.
 pub const LOG_EVERY: Duration = Duration::from_secs(10);
 
 /// The reasons a Raft request is refused, as metric labels ([`AuthError::reason`]), in the
 /// order the counters keep them.
-pub const REASONS: [&str; 10] = [
+pub const REASONS: [&str; 12] = [
     "missing",
     "wrong_target",
     "too_many_signatures",
@@ -33,6 +37,8 @@ pub const REASONS: [&str; 10] = [
     "bad_signature",
     "bad_admission",
     "lookup",
+    "bad_tag",
+    "stale_target",
 ];
 
 impl AuthError {
@@ -49,6 +55,8 @@ impl AuthError {
             AuthError::BadSignature { .. } => "bad_signature",
             AuthError::BadAdmission { .. } => "bad_admission",
             AuthError::Lookup(_) => "lookup",
+            AuthError::BadTag { .. } => "bad_tag",
+            AuthError::StaleTarget { .. } => "stale_target",
         }
     }
 }
@@ -77,14 +85,33 @@ impl LogWindow {
     }
 }
 
-/// Every refusal this node made, per reason.
+/// Every refusal this node made, per reason, and every request it accepted, per proof.
 #[derive(Debug, Default)]
 pub struct PeerRefusals {
     counts: [AtomicU64; REASONS.len()],
     windows: Mutex<[LogWindow; REASONS.len()]>,
+    /// Accepted requests: signed, tagged.
+    accepted: [AtomicU64; 2],
 }
 
 impl PeerRefusals {
+    /// Counts a request accepted on the strength of `proof`.
+    pub fn accepted(&self, proof: Proof) {
+        let slot = match proof {
+            Proof::Signature => 0,
+            Proof::Tag => 1,
+        };
+        self.accepted[slot].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Accepted requests by proof, as metric labels: `signature`, then `tag`.
+    pub fn accepted_counts(&self) -> [(&'static str, u64); 2] {
+        [
+            ("signature", self.accepted[0].load(Ordering::Relaxed)),
+            ("tag", self.accepted[1].load(Ordering::Relaxed)),
+        ]
+    }
+
     /// Counts a refusal of a `kind` request for `error`, and logs it unless its reason logged
     /// within [`LOG_EVERY`].
     pub fn refused(&self, kind: RpcKind, error: &AuthError) {
@@ -178,6 +205,14 @@ mod tests {
                 authorizer: "k".into(),
             },
             AuthError::Lookup("x".into()),
+            AuthError::BadTag {
+                from: 1,
+                key: "k".into(),
+            },
+            AuthError::StaleTarget {
+                from: 1,
+                key: "k".into(),
+            },
         ];
         let labels: Vec<_> = all.iter().map(AuthError::reason).collect();
         assert_eq!(labels, REASONS);

@@ -115,6 +115,17 @@ pub fn render(node: &RaftNode, insecure_open: bool) -> String {
     }
     let _ = writeln!(
         out,
+        "# HELP engram_peer_requests_accepted_total Raft requests accepted, by how the sender proved itself (signature, or tag once this node accepts tags).\n# TYPE engram_peer_requests_accepted_total counter"
+    );
+    for (proof, count) in node.peer_refused.accepted_counts() {
+        let _ = writeln!(
+            out,
+            "engram_peer_requests_accepted_total{{node_id=\"{}\",proof=\"{proof}\"}} {count}",
+            node.node_id
+        );
+    }
+    let _ = writeln!(
+        out,
         "# HELP engram_access_refusals_unrecorded_total Refused calls the access log could not record (its queue was full).\n# TYPE engram_access_refusals_unrecorded_total counter\nengram_access_refusals_unrecorded_total{{node_id=\"{}\"}} {}",
         node.node_id,
         crate::access_log::refusals_unrecorded()
