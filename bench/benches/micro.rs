@@ -15,6 +15,9 @@
 //!   slots (100 and 100,000 entities of 10 attributes): one slot rewritten, keeping the version
 //!   before (what a transaction will pay per slot it writes), a slot proven present and its
 //!   proof checked, and an entity's 10 slots proven complete and checked;
+//! * `peer_auth`: a Raft request's authentication as sender and receiver pay it, signed (an
+//!   Ed25519 signature and its check) against tagged (a keyed blake3 hash under the pair key the
+//!   two nodes' keys share), for a 1 KiB payload listing three member keys;
 //! * `recall`: the text index alone (no server): feeding it 100,000 generated facts, and a
 //!   two-word `recall` over them, now and as of halfway.
 //!
@@ -412,6 +415,96 @@ fn audit_sign(c: &mut Criterion) {
             let signed = black_box(&signed);
             public.verify(signed.entry.hash().as_bytes(), &signature)
         });
+    });
+    group.finish();
+}
+
+// ---------------------------------------------------------------------------------------------
+// peer_auth
+
+/// A receiver as the node is one: it binds node 1 to one key, holds its own key, and keeps the
+/// sender's key decompressed and the pair key computed (as `ClusterKeys` does).
+struct Receiver {
+    sender: engram_audit::PublicKey,
+    verifier: engram_audit::Verifier,
+    own: Arc<NodeKey>,
+    pair: [u8; 32],
+}
+
+impl engram_raft::peer_auth::PeerKeys for Receiver {
+    fn trusts(&self, from: u64, key: &engram_audit::PublicKey) -> Result<bool, String> {
+        Ok(from == 1 && *key == self.sender)
+    }
+
+    fn signature_verifies(
+        &self,
+        key: &engram_audit::PublicKey,
+        message: &[u8],
+        signature: &[u8; 64],
+    ) -> bool {
+        *key == self.sender && self.verifier.verify(message, signature)
+    }
+
+    fn pair_key(
+        &self,
+        from_key: &engram_audit::PublicKey,
+        to_key: &engram_audit::PublicKey,
+    ) -> Option<[u8; 32]> {
+        (*from_key == self.sender && *to_key == self.own.public()).then_some(self.pair)
+    }
+}
+
+fn peer_auth(c: &mut Criterion) {
+    use engram_raft::peer_auth::{Proof, RpcKind, pair_keys, sign_listing, tag_listing, verify};
+    let mut group = c.benchmark_group("peer_auth");
+    let sender = engram_audit::KeyRing::new(Arc::new(NodeKey::from_seed([1; 32])));
+    let own = Arc::new(NodeKey::from_seed([2; 32]));
+    let receiver = Receiver {
+        sender: sender.current().public(),
+        verifier: sender.current().public().verifier().unwrap(),
+        own: own.clone(),
+        pair: own.shared_key(&sender.current().public()).unwrap(),
+    };
+    let members: Vec<(u64, engram_audit::PublicKey)> = (1..=3u8)
+        .map(|i| (u64::from(i), NodeKey::from_seed([i; 32]).public()))
+        .collect();
+    let payload = vec![7u8; 1024];
+    let pairs = pair_keys(&sender, &own.public());
+    let signed = sign_listing(&sender, RpcKind::AppendEntries, 1, 2, &payload, &members);
+    let tagged = tag_listing(&pairs, RpcKind::AppendEntries, 1, 2, &payload, &members);
+    let check = |auth| verify(Some(auth), RpcKind::AppendEntries, 2, &payload, &receiver);
+    assert_eq!(check(&signed), Ok((1, Proof::Signature)));
+    assert_eq!(check(&tagged), Ok((1, Proof::Tag)));
+    assert!(check(&tag_listing(&pairs, RpcKind::Vote, 1, 2, &payload, &members)).is_err());
+
+    group.bench_function("sign_request", |b| {
+        b.iter(|| {
+            sign_listing(
+                &sender,
+                RpcKind::AppendEntries,
+                1,
+                2,
+                black_box(&payload),
+                &members,
+            )
+        });
+    });
+    group.bench_function("check_signed", |b| b.iter(|| check(black_box(&signed))));
+    group.bench_function("tag_request", |b| {
+        b.iter(|| {
+            tag_listing(
+                &pairs,
+                RpcKind::AppendEntries,
+                1,
+                2,
+                black_box(&payload),
+                &members,
+            )
+        });
+    });
+    group.bench_function("check_tagged", |b| b.iter(|| check(black_box(&tagged))));
+    group.bench_function("pair_key_once", |b| {
+        b.iter(|| own.shared_key(black_box(&receiver.sender)));
     });
     group.finish();
 }
@@ -853,6 +946,6 @@ criterion_group! {
     config = Criterion::default()
         .warm_up_time(Duration::from_secs(1))
         .measurement_time(Duration::from_secs(2));
-    targets = canonical, apply, redact, rewrite, audit_sign, chain_verify, merkle, state_tree, recall
+    targets = canonical, apply, redact, rewrite, audit_sign, peer_auth, chain_verify, merkle, state_tree, recall
 }
 criterion_main!(micro);

@@ -15,11 +15,20 @@ pub(crate) fn bit(key: &Key, i: u16) -> usize {
 }
 
 /// How many leading bits `a` and `b` share: 256 when they are equal.
+///
+/// Compared eight bytes at a time, read big-endian so the first differing bit is the word's
+/// leading one: every insert calls this once per level of its path, and a byte loop was about
+/// 1.6% of a whole write-loaded machine.
 pub(crate) fn common_bits(a: &Key, b: &Key) -> u16 {
-    for (i, (x, y)) in a.iter().zip(b).enumerate() {
-        let diff = x ^ y;
+    for (i, (x, y)) in a.chunks_exact(8).zip(b.chunks_exact(8)).enumerate() {
+        let word = |bytes: &[u8]| {
+            let mut w = [0u8; 8];
+            w.copy_from_slice(bytes);
+            u64::from_be_bytes(w)
+        };
+        let diff = word(x) ^ word(y);
         if diff != 0 {
-            return i as u16 * 8 + diff.leading_zeros() as u16;
+            return i as u16 * 64 + diff.leading_zeros() as u16;
         }
     }
     KEY_BITS
@@ -61,6 +70,15 @@ mod tests {
         assert_eq!(common_bits(&k, &other), 255);
         other[0] = 0;
         assert_eq!(common_bits(&k, &other), 0);
+        // Every position, against the bit-by-bit definition.
+        for i in 0..KEY_BITS {
+            let mut flipped = k;
+            flipped[usize::from(i / 8)] ^= 0x80 >> (i % 8);
+            let by_bits = (0..KEY_BITS).find(|&j| bit(&k, j) != bit(&flipped, j)).unwrap();
+            assert_eq!(by_bits, i);
+            assert_eq!(common_bits(&k, &flipped), i, "bit {i}");
+            assert_eq!(common_bits(&flipped, &k), i, "bit {i}");
+        }
         assert_eq!(masked(&k, 1), {
             let mut m = [0u8; 32];
             m[0] = 0b1000_0000;
