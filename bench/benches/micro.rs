@@ -475,7 +475,8 @@ fn peer_auth(c: &mut Criterion) {
     let check = |auth| verify(Some(auth), RpcKind::AppendEntries, 2, &payload, &receiver);
     assert_eq!(check(&signed), Ok((1, Proof::Signature)));
     assert_eq!(check(&tagged), Ok((1, Proof::Tag)));
-    assert!(check(&tag_listing(&pairs, RpcKind::Vote, 1, 2, &payload, &members)).is_err());
+    let for_a_vote = tag_listing(&pairs, RpcKind::Vote, 1, 2, &payload, &members);
+    assert!(check(&for_a_vote).is_err());
 
     group.bench_function("sign_request", |b| {
         b.iter(|| {
