@@ -242,17 +242,16 @@ async fn forged_raft_requests_are_refused_and_change_nothing() {
     let mut tags_seen = 0;
     for (i, node) in cluster.nodes().iter().enumerate() {
         let body = common::http_get(node.metrics_addr.unwrap().port(), "/metrics");
-        let count = |reason: &str| -> u64 {
-            let series = format!(
-                "engram_peer_refusals_total{{node_id=\"{}\",reason=\"{reason}\"}} ",
-                node.id
-            );
+        // The value of this node's series `metric{node_id, label=value}`.
+        let series = |metric: &str, label: &str, value: &str| -> u64 {
+            let series = format!("{metric}{{node_id=\"{}\",{label}=\"{value}\"}} ", node.id);
             body.lines()
                 .find_map(|l| l.strip_prefix(&series))
                 .unwrap_or_else(|| panic!("no {series} in {body}"))
                 .parse()
                 .unwrap()
         };
+        let count = |reason: &str| series("engram_peer_refusals_total", "reason", reason);
         // Per round: one unsigned append; an impostor's append, an outsider's vote and pre-vote,
         // all signed by a key no member holds. Node 1 also met the flood and a forged snapshot
         // header.
@@ -264,17 +263,7 @@ async fn forged_raft_requests_are_refused_and_change_nothing() {
         // it accepts tags; none refused.
         assert_eq!(count("bad_tag"), 0, "node {}", node.id);
         assert_eq!(count("stale_target"), 0, "node {}", node.id);
-        let accepted = |proof: &str| -> u64 {
-            let series = format!(
-                "engram_peer_requests_accepted_total{{node_id=\"{}\",proof=\"{proof}\"}} ",
-                node.id
-            );
-            body.lines()
-                .find_map(|l| l.strip_prefix(&series))
-                .unwrap_or_else(|| panic!("no {series} in {body}"))
-                .parse()
-                .unwrap()
-        };
+        let accepted = |proof: &str| series("engram_peer_requests_accepted_total", "proof", proof);
         let (signed, tagged) = (accepted("signature"), accepted("tag"));
         if signed + tagged > 10 {
             assert!(

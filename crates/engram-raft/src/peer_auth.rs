@@ -446,6 +446,12 @@ pub fn verify(
             .map(PublicKey)
             .map_err(|_| AuthError::Malformed("a public key is not 32 bytes"))
     };
+    // Whether a key speaks for `from` (rules 1-4). Asked before any tag or signature is
+    // checked: a key nobody binds costs no key agreement and no signature check.
+    let bound = |key: &PublicKey| -> Result<bool, AuthError> {
+        Ok(keys.trusts(from, key).map_err(AuthError::Lookup)?
+            || admitted_by(from, key, &auth.admissions, keys)?)
+    };
     let mut stale = None;
     for t in &auth.macs {
         let (key, to_key) = (key32(&t.from_key)?, key32(&t.to_key)?);
@@ -454,10 +460,7 @@ pub fn verify(
             .as_slice()
             .try_into()
             .map_err(|_| AuthError::Malformed("a tag is not 32 bytes"))?;
-        // Trust first, as for signatures: a tag by a key nobody binds costs no key agreement.
-        if !keys.trusts(from, &key).map_err(AuthError::Lookup)?
-            && !admitted_by(from, &key, &auth.admissions, keys)?
-        {
+        if !bound(&key)? {
             continue;
         }
         let Some(secret) = keys.pair_key(&key, &to_key) else {
@@ -483,9 +486,7 @@ pub fn verify(
             .as_slice()
             .try_into()
             .map_err(|_| AuthError::Malformed("a signature is not 64 bytes"))?;
-        if !keys.trusts(from, &key).map_err(AuthError::Lookup)?
-            && !admitted_by(from, &key, &auth.admissions, keys)?
-        {
+        if !bound(&key)? {
             continue;
         }
         // A trusted key whose signature fails is a forgery (or corruption), not a key we
