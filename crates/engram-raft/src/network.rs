@@ -10,7 +10,7 @@
 
 use std::future::Future;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::time::Duration;
 
 use engram_audit::{KeyRing, PublicKey};
@@ -70,10 +70,40 @@ pub struct Connection {
     /// The keys this node's keys share with the target's ([`peer_auth::pair_keys`]); empty
     /// when the target's key is unusable.
     pairs: Vec<peer_auth::PairKey>,
-    /// Whether the target said it accepts tags (`RaftMessage.accepts_mac` on a reply): requests
-    /// are then tagged instead of signed. Cleared when a tagged request is refused (the target
-    /// rotated its key, or was replaced by an older build), so the next one is signed.
-    tags: AtomicBool,
+    /// Whether requests to the target are tagged or signed.
+    tags: TagState,
+}
+
+/// Whether a connection tags its requests: not until the target says it accepts tags
+/// (`RaftMessage.accepts_mac` on a reply), and never again on this connection once it refused
+/// a tagged request (the target rotated its key since the pair keys were made, or was replaced
+/// by an older build). Its later replies still say it accepts tags, so without the second rule
+/// every other request would be a refused tagged one.
+#[derive(Debug, Default)]
+pub(crate) struct TagState(AtomicU8);
+
+const SIGN_UNTIL_TOLD: u8 = 0;
+const TAG: u8 = 1;
+const SIGN_ALWAYS: u8 = 2;
+
+impl TagState {
+    pub(crate) fn tagging(&self) -> bool {
+        self.0.load(Ordering::Relaxed) == TAG
+    }
+
+    /// A reply arrived; `accepts_mac` is what it said.
+    pub(crate) fn replied(&self, accepts_mac: bool) {
+        if accepts_mac {
+            let _ = self
+                .0
+                .compare_exchange(SIGN_UNTIL_TOLD, TAG, Ordering::Relaxed, Ordering::Relaxed);
+        }
+    }
+
+    /// A tagged request was refused as unauthenticated.
+    pub(crate) fn refused(&self) {
+        self.0.store(SIGN_ALWAYS, Ordering::Relaxed);
+    }
 }
 
 /// TLS for the connections this process opens to other nodes (Raft, forwarding, joining),
@@ -151,7 +181,7 @@ impl RaftNetworkFactory<TypeConfig> for NetworkFactory {
         Connection {
             from: self.node_id,
             pairs,
-            tags: AtomicBool::new(false),
+            tags: TagState::default(),
             keys: self.keys.clone(),
             target,
             client,
@@ -216,7 +246,7 @@ impl Connection {
         Fut: Future<Output = Result<Response<pb::RaftMessage>, Status>>,
     {
         let payload = encode(rpc).map_err(|e| RPCError::Network(network_err(e)))?;
-        let tagged = self.tags.load(Ordering::Relaxed) && !self.pairs.is_empty();
+        let tagged = self.tags.tagging() && !self.pairs.is_empty();
         let auth = if tagged {
             self.tag(kind, &payload)
         } else {
@@ -236,15 +266,13 @@ impl Connection {
         .await
         .map_err(|s| {
             if tagged && s.code() == tonic::Code::Unauthenticated {
-                warn!(target_node = self.target, error = %s.message(), "tagged raft request refused; signing from now on");
-                self.tags.store(false, Ordering::Relaxed);
+                warn!(target_node = self.target, error = %s.message(), "tagged raft request refused; signing on this connection from now on");
+                self.tags.refused();
             }
             self.status_to_rpc(s)
         })?
         .into_inner();
-        if reply.accepts_mac && !tagged && !self.pairs.is_empty() {
-            self.tags.store(true, Ordering::Relaxed);
-        }
+        self.tags.replied(reply.accepts_mac);
         decode(what, &reply.payload).map_err(|e| RPCError::Network(network_err(e)))
     }
 
@@ -587,5 +615,26 @@ impl pb::raft_server::Raft for RaftService {
             .await
             .map_err(|e| Status::unavailable(e.to_string()))?;
         reply(&resp)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::TagState;
+
+    #[test]
+    fn a_connection_tags_once_told_and_signs_for_good_once_a_tag_is_refused() {
+        let tags = TagState::default();
+        assert!(!tags.tagging(), "the first request is signed");
+        tags.replied(false);
+        assert!(!tags.tagging(), "an older build never says it accepts tags");
+        tags.replied(true);
+        assert!(tags.tagging());
+        tags.refused();
+        assert!(!tags.tagging());
+        // The target's later replies still say it accepts tags: they must not turn tagging
+        // back on, or every other request would be refused.
+        tags.replied(true);
+        assert!(!tags.tagging());
     }
 }
