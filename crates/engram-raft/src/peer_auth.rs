@@ -999,7 +999,9 @@ mod tests {
         };
         let pairs = pair_keys(&member, &receiver.current().public());
         assert_eq!(pairs.len(), 1);
-        let tagged = tag_listing(&pairs, RpcKind::AppendEntries, 1, 2, b"payload", &[]);
+        // An append from node 1 to node 2, tagged with `pairs`.
+        let append = |pairs: &[PairKey]| tag_listing(pairs, RpcKind::AppendEntries, 1, 2, b"payload", &[]);
+        let tagged = append(&pairs);
         assert!(
             tagged.signatures.is_empty(),
             "a tagged request carries no signature"
@@ -1036,31 +1038,17 @@ mod tests {
                 .shared_key(&receiver.current().public())
                 .unwrap(),
         };
-        let forged = tag_listing(&[forged_pair], RpcKind::AppendEntries, 1, 2, b"payload", &[]);
+        let forged = append(&[forged_pair]);
         assert_eq!(check(&forged, RpcKind::AppendEntries, b"payload"), bad_tag);
         // An outsider's own key, honestly paired: nobody binds it to node 1.
-        let own = tag_listing(
-            &pair_keys(&outsider, &receiver.current().public()),
-            RpcKind::AppendEntries,
-            1,
-            2,
-            b"payload",
-            &[],
-        );
+        let own = append(&pair_keys(&outsider, &receiver.current().public()));
         assert_eq!(
             check(&own, RpcKind::AppendEntries, b"payload"),
             Err(AuthError::Untrusted { from: 1 })
         );
         // Made for a key the receiver does not hold (it rotated since): named as such, so the
         // sender signs instead.
-        let stale = tag_listing(
-            &pair_keys(&member, &outsider.current().public()),
-            RpcKind::AppendEntries,
-            1,
-            2,
-            b"payload",
-            &[],
-        );
+        let stale = append(&pair_keys(&member, &outsider.current().public()));
         assert_eq!(
             check(&stale, RpcKind::AppendEntries, b"payload"),
             Err(AuthError::StaleTarget {
