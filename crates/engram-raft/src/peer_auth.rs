@@ -850,18 +850,25 @@ mod tests {
         );
     }
 
-    #[test]
-    fn after_a_rotation_both_keys_sign_so_peers_on_either_side_of_it_accept() {
-        let keys = ring(1);
-        let old = keys.current().public();
-        let new = NodeKey::from_seed([2; 32]);
+    /// A ring that started with key `seed` and rotated to key `next`; and the key it replaced.
+    fn rotated(seed: u8, next: u8) -> (KeyRing, Arc<NodeKey>) {
+        let keys = ring(seed);
+        let old = keys.current();
+        let new = NodeKey::from_seed([next; 32]);
         let new_public = new.public();
         keys.stage(new);
         assert!(keys.promote(&new_public));
+        (keys, old)
+    }
+
+    #[test]
+    fn after_a_rotation_both_keys_sign_so_peers_on_either_side_of_it_accept() {
+        let (keys, old) = rotated(1, 2);
+        let old = old.public();
         let auth = sign(&keys, RpcKind::Vote, 1, 2, b"v");
         assert_eq!(auth.signatures.len(), 2);
         let before_rotation = Fixed(vec![(1, old)]);
-        let after_rotation = Fixed(vec![(1, new_public)]);
+        let after_rotation = Fixed(vec![(1, keys.current().public())]);
         assert_eq!(
             verify(Some(&auth), RpcKind::Vote, 2, b"v", &before_rotation),
             Ok((1, Proof::Signature))
@@ -1076,18 +1083,9 @@ mod tests {
     fn tags_carry_across_a_rotation_on_either_end() {
         // The sender rotated: it tags with both keys, and a receiver that binds only the old
         // one accepts. The receiver rotated: a tag made for its previous key still checks.
-        let sender = ring(1);
-        let old_sender_key = sender.current().public();
-        let next = NodeKey::from_seed([11; 32]);
-        let next_public = next.public();
-        sender.stage(next);
-        assert!(sender.promote(&next_public));
-        let receiver = ring(2);
-        let old_receiver_key = receiver.current();
-        let next = NodeKey::from_seed([12; 32]);
-        let next_public = next.public();
-        receiver.stage(next);
-        assert!(receiver.promote(&next_public));
+        let (sender, old_sender_key) = rotated(1, 11);
+        let old_sender_key = old_sender_key.public();
+        let (receiver, old_receiver_key) = rotated(2, 12);
         let holding = Holding {
             trusted: vec![(1, old_sender_key)],
             own: vec![receiver.current(), old_receiver_key.clone()],
