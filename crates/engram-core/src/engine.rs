@@ -1517,6 +1517,14 @@ mod tests {
         (store, engine)
     }
 
+    /// Opens an apply group and applies one new task at each of `indexes` in it.
+    fn open_group_of_tasks(engine: &mut Engine, indexes: std::ops::RangeInclusive<u64>) {
+        engine.begin_group();
+        for index in indexes {
+            new_task(engine, index, "grouped");
+        }
+    }
+
     fn state_bytes(store: &MemStore) -> Vec<(Vec<u8>, Vec<u8>)> {
         let mut out = Vec::new();
         store
@@ -2338,10 +2346,7 @@ mod tests {
     #[test]
     fn a_group_is_attested_once_by_its_last_entry() {
         let (store, mut engine) = engine();
-        engine.begin_group();
-        for index in 2..=4 {
-            new_task(&mut engine, index, "grouped");
-        }
+        open_group_of_tasks(&mut engine, 2..=4);
         let batch = engine.end_group(WriteBatch::new()).unwrap();
         store.write(batch, Durability::Buffered).unwrap();
         // One signature, on the group's last entry, covers the group.
@@ -2362,10 +2367,7 @@ mod tests {
     #[test]
     fn a_group_written_before_its_attestation_is_served_only_once_attested() {
         let (store, mut engine) = engine();
-        engine.begin_group();
-        for index in 2..=4 {
-            new_task(&mut engine, index, "grouped");
-        }
+        open_group_of_tasks(&mut engine, 2..=4);
         let (batch, tail) = engine.end_group_unattested(WriteBatch::new()).unwrap();
         let tail = tail.expect("a group of transactions owes an attestation");
         store.write(batch, Durability::Buffered).unwrap();
@@ -2381,10 +2383,7 @@ mod tests {
         assert_eq!(verify_stored(&store).unwrap(), 4);
         // The same store as a group attested inside its batch.
         let (other, mut inline) = engine_with_key([9; 32]);
-        inline.begin_group();
-        for index in 2..=4 {
-            new_task(&mut inline, index, "grouped");
-        }
+        open_group_of_tasks(&mut inline, 2..=4);
         other
             .write(inline.end_group(WriteBatch::new()).unwrap(), Durability::Buffered)
             .unwrap();
@@ -2394,10 +2393,7 @@ mod tests {
     #[test]
     fn a_crash_between_a_group_and_its_attestation_leaves_a_head_attested_at_the_next_start() {
         let (store, mut engine) = engine();
-        engine.begin_group();
-        for index in 2..=3 {
-            new_task(&mut engine, index, "grouped");
-        }
+        open_group_of_tasks(&mut engine, 2..=3);
         let (batch, tail) = engine.end_group_unattested(WriteBatch::new()).unwrap();
         store.write(batch, Durability::Buffered).unwrap();
         store
@@ -2416,10 +2412,7 @@ mod tests {
     fn a_torn_crash_keeps_whole_groups_and_each_is_covered() {
         let (store, mut engine) = engine();
         for group in [2..=4, 5..=6] {
-            engine.begin_group();
-            for index in group {
-                new_task(&mut engine, index, "grouped");
-            }
+            open_group_of_tasks(&mut engine, group);
             let batch = engine.end_group(WriteBatch::new()).unwrap();
             store.write(batch, Durability::Buffered).unwrap();
         }
@@ -2435,10 +2428,7 @@ mod tests {
         // A store written before groups were one batch could keep a group's entries without
         // its attestation (a crash in between): the node attests its head when it opens.
         let (store, mut engine) = engine();
-        engine.begin_group();
-        for index in 2..=4 {
-            new_task(&mut engine, index, "grouped");
-        }
+        open_group_of_tasks(&mut engine, 2..=4);
         let batch = engine.end_group(WriteBatch::new()).unwrap();
         store.write(batch, Durability::Sync).unwrap();
         let head = reads::audit_entries(&*store, 4, 1).unwrap().unwrap().remove(0);
