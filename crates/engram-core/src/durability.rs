@@ -40,9 +40,6 @@ pub enum Write {
     KeyChange,
     /// This node's attestation of its chain head on start.
     StartAttestation,
-    /// An apply group's attestation, written just after the group (its entries' proposers
-    /// are answered in between): if a crash loses it, the next start attests the head.
-    GroupAttestation,
     /// A snapshot's chunk, and the cleanup of chunks no snapshot refers to.
     SnapshotChunk,
     /// The row naming the current snapshot (openraft is told it exists once this returns).
@@ -98,7 +95,6 @@ pub fn durability(write: Write) -> Durability {
         Write::CommittedHint
         | Write::ApplyGroup
         | Write::StartAttestation
-        | Write::GroupAttestation
         | Write::SnapshotChunk
         | Write::InstallBatch
         | Write::RedactionPurged => Buffered,

@@ -448,55 +448,19 @@ impl Engine {
     /// The group's last entry is attested here, once for the whole group: its signature covers
     /// every entry before it through the hash chain (I4 is coverage, see `docs/AUDIT.md`).
     /// The new signature and any made inline in the group (key changes) are verified before
-    /// the batch is returned: a bad one stops the node, naming its audit index.
+    /// the batch is returned: a bad one stops the node, naming its audit index, before anyone
+    /// hears of the group.
     pub fn end_group(&mut self, mut closing: WriteBatch) -> Result<WriteBatch, CoreError> {
-        if let Some(tail) = self.close_tail() {
-            self.attest_into(tail, &mut closing);
-        }
-        self.finish_group(closing)
-    }
-
-    /// [`Engine::end_group`] without the group's attestation: the batch holds the group's last
-    /// entry unattested, and the caller attests it with [`Engine::attest_group`] once the
-    /// batch is written. The state machine answers the group's proposers in between, so the
-    /// signature and its check (about 65 µs) are off the answer's path. Until the attestation
-    /// is written, readers serve the chain up to the entry attested before
-    /// ([`crate::reads::attested_index`]); should the node stop in between, it attests its head
-    /// when it starts, as after any group it did not finish.
-    pub fn end_group_unattested(
-        &mut self,
-        closing: WriteBatch,
-    ) -> Result<(WriteBatch, Option<GroupTail>), CoreError> {
-        let tail = self.close_tail().map(GroupTail);
-        Ok((self.finish_group(closing)?, tail))
-    }
-
-    /// The attestation of a group closed by [`Engine::end_group_unattested`], checked with this
-    /// node's public key (a bad signature stops the node, naming its audit index): the rows to
-    /// write after the group.
-    pub fn attest_group(&self, tail: GroupTail) -> WriteBatch {
-        let mut batch = WriteBatch::new();
-        self.attest_into(tail.0, &mut batch);
-        self.base.written(&batch);
-        batch
-    }
-
-    /// Marks the group closed and takes its unattested tail (the head), if any.
-    fn close_tail(&mut self) -> Option<SignedEntry> {
         assert!(self.grouped, "end_group without an open apply group");
         self.grouped = false;
         self.state_at_group_start = None;
-        let tail = self.group_tail.take()?;
-        assert_eq!(
-            tail.entry.index, self.head.index,
-            "I4 signatures-valid: the group's unattested tail must be the head"
-        );
-        Some(tail)
-    }
-
-    /// The rest of closing a group: checks the group's inline signatures and returns its
-    /// writes, `closing` last.
-    fn finish_group(&mut self, closing: WriteBatch) -> Result<WriteBatch, CoreError> {
+        if let Some(tail) = self.group_tail.take() {
+            assert_eq!(
+                tail.entry.index, self.head.index,
+                "I4 signatures-valid: the group's unattested tail must be the head"
+            );
+            self.attest_into(tail, &mut closing);
+        }
         let unchecked = std::mem::take(&mut self.unchecked);
         let mut by_signer: BTreeMap<PublicKey, Vec<(u64, Hash, [u8; 64])>> = BTreeMap::new();
         for (index, signer, hash, signature) in unchecked {
@@ -1517,14 +1481,6 @@ mod tests {
         (store, engine)
     }
 
-    /// Opens an apply group and applies one new task at each of `indexes` in it.
-    fn open_group_of_tasks(engine: &mut Engine, indexes: std::ops::RangeInclusive<u64>) {
-        engine.begin_group();
-        for index in indexes {
-            new_task(engine, index, "grouped");
-        }
-    }
-
     fn state_bytes(store: &MemStore) -> Vec<(Vec<u8>, Vec<u8>)> {
         let mut out = Vec::new();
         store
@@ -2346,7 +2302,10 @@ mod tests {
     #[test]
     fn a_group_is_attested_once_by_its_last_entry() {
         let (store, mut engine) = engine();
-        open_group_of_tasks(&mut engine, 2..=4);
+        engine.begin_group();
+        for index in 2..=4 {
+            new_task(&mut engine, index, "grouped");
+        }
         let batch = engine.end_group(WriteBatch::new()).unwrap();
         store.write(batch, Durability::Buffered).unwrap();
         // One signature, on the group's last entry, covers the group.
@@ -2365,54 +2324,13 @@ mod tests {
     }
 
     #[test]
-    fn a_group_written_before_its_attestation_is_served_only_once_attested() {
-        let (store, mut engine) = engine();
-        open_group_of_tasks(&mut engine, 2..=4);
-        let (batch, tail) = engine.end_group_unattested(WriteBatch::new()).unwrap();
-        let tail = tail.expect("a group of transactions owes an attestation");
-        store.write(batch, Durability::Buffered).unwrap();
-        // Written, not yet attested: the chain this node vouches for ends where it did.
-        assert_eq!(reads::head(&*store).unwrap().index, 4);
-        assert_eq!(reads::attested_index(&*store).unwrap(), 1);
-        assert_eq!(attested(&store), vec![1]);
-        store
-            .write(engine.attest_group(tail), Durability::Buffered)
-            .unwrap();
-        assert_eq!(attested(&store), vec![1, 4]);
-        assert_eq!(reads::attested_index(&*store).unwrap(), 4);
-        assert_eq!(verify_stored(&store).unwrap(), 4);
-        // The same store as a group attested inside its batch.
-        let (other, mut inline) = engine_with_key([9; 32]);
-        open_group_of_tasks(&mut inline, 2..=4);
-        other
-            .write(inline.end_group(WriteBatch::new()).unwrap(), Durability::Buffered)
-            .unwrap();
-        assert_eq!(state_bytes(&other), state_bytes(&store));
-    }
-
-    #[test]
-    fn a_crash_between_a_group_and_its_attestation_leaves_a_head_attested_at_the_next_start() {
-        let (store, mut engine) = engine();
-        open_group_of_tasks(&mut engine, 2..=3);
-        let (batch, tail) = engine.end_group_unattested(WriteBatch::new()).unwrap();
-        store.write(batch, Durability::Buffered).unwrap();
-        store
-            .write(engine.attest_group(tail.unwrap()), Durability::Buffered)
-            .unwrap();
-        // The write-ahead log kept the group's record and lost its attestation's.
-        store.crash_torn(1);
-        assert_eq!(reads::head(&*store).unwrap().index, 3);
-        assert_eq!(reads::attested_index(&*store).unwrap(), 1);
-        Engine::open(store.clone(), Arc::new(NodeKey::from_seed([9; 32]))).unwrap();
-        assert_eq!(attested(&store), vec![1, 3]);
-        assert_eq!(verify_stored(&store).unwrap(), 3);
-    }
-
-    #[test]
     fn a_torn_crash_keeps_whole_groups_and_each_is_covered() {
         let (store, mut engine) = engine();
         for group in [2..=4, 5..=6] {
-            open_group_of_tasks(&mut engine, group);
+            engine.begin_group();
+            for index in group {
+                new_task(&mut engine, index, "grouped");
+            }
             let batch = engine.end_group(WriteBatch::new()).unwrap();
             store.write(batch, Durability::Buffered).unwrap();
         }
@@ -2428,7 +2346,10 @@ mod tests {
         // A store written before groups were one batch could keep a group's entries without
         // its attestation (a crash in between): the node attests its head when it opens.
         let (store, mut engine) = engine();
-        open_group_of_tasks(&mut engine, 2..=4);
+        engine.begin_group();
+        for index in 2..=4 {
+            new_task(&mut engine, index, "grouped");
+        }
         let batch = engine.end_group(WriteBatch::new()).unwrap();
         store.write(batch, Durability::Sync).unwrap();
         let head = reads::audit_entries(&*store, 4, 1).unwrap().unwrap().remove(0);
@@ -3223,9 +3144,3 @@ pub enum PolicyActor {
     Unsigned(Option<Principal>),
     Signed(Author),
 }
-
-/// An apply group's last entry, sealed and written but not yet attested: the group's
-/// attestation is owed ([`Engine::end_group_unattested`], [`Engine::attest_group`]).
-#[derive(Debug)]
-#[must_use = "a group's attestation is owed until `Engine::attest_group` makes it"]
-pub struct GroupTail(SignedEntry);

@@ -47,6 +47,6 @@ pub mod snapshot;
 pub mod state_proof;
 pub mod store_format;
 
-pub use engine::{CheckpointPolicy, Engine, GroupTail, PolicyActor};
+pub use engine::{CheckpointPolicy, Engine, PolicyActor};
 pub use error::CoreError;
 pub use rows::{ChainHead, LastCheckpoint, Rejection, TxLogRow, TxOutcome};

@@ -491,41 +491,25 @@ impl StateMachine {
         Ok(outcome)
     }
 
-    /// Ends the open group, writes it, and only then answers its entries' proposers; then
-    /// attests the group and publishes it (watchers, the applied index).
+    /// Ends the open group, writes it, and only then answers its entries' proposers.
     fn close_group(
         &mut self,
         answered: &mut Vec<(ApplyResponder<TypeConfig>, CommandResponse)>,
     ) -> io::Result<()> {
-        let (group, tail) = self
+        let group = self
             .engine
-            .end_group_unattested(applied_row(&self.applied)?)
+            .end_group(applied_row(&self.applied)?)
             .map_err(io_err)?;
         let redacted = self.group_redacted.take();
         // Buffered: the Raft log holds these entries synced on a majority already.
         self.store
             .write(group, durability(Write::ApplyGroup))
             .map_err(io_err)?;
-        // What an answer makes a client rely on at once is in force before it is sent: a
-        // redaction's values are hidden, a policy change judges the next request.
         if let Some(index) = redacted {
             self.redacted.send_replace(index);
         }
         if std::mem::take(&mut self.policy_touched) {
             self.policy_epoch.fetch_add(1, Ordering::Release);
-        }
-        for (responder, response) in answered.drain(..) {
-            responder.send(response);
-        }
-        // The group's attestation (a signature and its check, about 65 µs) is made while the
-        // answers travel. Readers serve the chain only up to an attested entry, and the applied
-        // index moves after this, so a linearizable read, a proof or a watcher never meets the
-        // group unattested; a node that stops in between attests its head when it starts.
-        if let Some(tail) = tail {
-            let attestation = self.engine.attest_group(tail);
-            self.store
-                .write(attestation, durability(Write::GroupAttestation))
-                .map_err(io_err)?;
         }
         // Handed over before the applied index moves, so whatever a reader finds applied is
         // either waiting here or was taken.
@@ -543,6 +527,9 @@ impl StateMachine {
         }
         self.versions.publish(self.engine.state_version());
         self.publish_applied();
+        for (responder, response) in answered.drain(..) {
+            responder.send(response);
+        }
         Ok(())
     }
 }
@@ -562,8 +549,8 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         // One group per call: the entries are applied into the group, which is written here
         // as one buffered batch (the entries are durable in the Raft log on a majority
         // already; see `Engine::begin_group`), with one attestation on the group's last entry
-        // covering the group, written just after it (`Engine::end_group_unattested`); no client
-        // hears of any entry before its group is written. A call of more than `MAX_GROUP_ENTRIES` entries (a node catching
+        // covering the group (`Engine::end_group`); no client hears of any entry before its
+        // group is written. A call of more than `MAX_GROUP_ENTRIES` entries (a node catching
         // up after a restart or a partition) is cut into several groups, so the writes a group
         // holds in memory stay bounded.
         let mut answered = Vec::new();
