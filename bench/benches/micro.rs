@@ -13,7 +13,9 @@
 //!   checked, for trees of 1,000 and 1,000,000 leaves;
 //! * `state_tree`: the state commitment's trie (`engram-statetree`) over 1,000 and 1,000,000
 //!   slots (100 and 100,000 entities of 10 attributes): one slot rewritten, keeping the version
-//!   before (what a transaction will pay per slot it writes), a slot proven present and its
+//!   before (what a transaction will pay per slot it writes), a slot's next digest set after
+//!   reading its last by two walks (`get` then `insert`) and by one (`update`, what apply
+//!   does), a slot proven present and its
 //!   proof checked, and an entity's 10 slots proven complete and checked;
 //! * `peer_auth`: a Raft request's authentication as sender and receiver pay it, signed (an
 //!   Ed25519 signature and its check) against tagged (a keyed blake3 hash under the pair key the
@@ -780,6 +782,33 @@ fn state_tree(c: &mut Criterion) {
                     *Hash::of(&n.to_be_bytes()).as_bytes(),
                 );
                 black_box((before, current.root()))
+            });
+        });
+        // What apply does per written slot: read the slot's digest, then set the next one. Two
+        // walks down the same path (`get`, then `insert`) against one (`update`).
+        let next_digest = |prev: Option<&[u8; 32]>, n: u64| {
+            let mut bytes = prev.copied().unwrap_or_default().to_vec();
+            bytes.extend_from_slice(&n.to_be_bytes());
+            *Hash::of(&bytes).as_bytes()
+        };
+        group.bench_function(BenchmarkId::new("step_slot_get_then_insert", slots), |b| {
+            let mut current = tree.clone();
+            let mut n = 0u64;
+            b.iter(|| {
+                n += 1;
+                let key = slot_key(picks[n as usize % picks.len()], n % 10);
+                let prev = current.get(&key);
+                current.insert(key, next_digest(prev.as_ref(), n));
+                black_box(current.len())
+            });
+        });
+        group.bench_function(BenchmarkId::new("step_slot_update", slots), |b| {
+            let mut current = tree.clone();
+            let mut n = 0u64;
+            b.iter(|| {
+                n += 1;
+                let key = slot_key(picks[n as usize % picks.len()], n % 10);
+                black_box(current.update(key, |prev| Some(next_digest(prev, n))))
             });
         });
         group.bench_function(BenchmarkId::new("prove_slot", slots), |b| {

@@ -1206,21 +1206,23 @@ impl Engine {
         let ns = &datoms[0].namespace;
         for ((branch, e, attr), slot_hashes) in &by_slot {
             let slot = commitment::slot_key(ns, *branch, *e, attr);
-            let prev = match &self.state {
-                Some(tree) => tree.get(&slot),
-                None => commitment::stored(&self.view(), &slot)?,
+            let next = |prev: Option<&[u8; 32]>| {
+                if prev.is_some() && planted::active(PlantedBug::StaleSlotCommitment) {
+                    return None;
+                }
+                Some(commitment::step(prev, tx, slot_hashes))
             };
-            if prev.is_some() && planted::active(PlantedBug::StaleSlotCommitment) {
-                continue;
-            }
-            let digest = commitment::step(prev.as_ref(), tx, slot_hashes);
-            batch.put(
-                Space::State,
-                commitment::row_key(&slot),
-                commitment::encode_row(&digest),
-            );
-            if let Some(tree) = &mut self.state {
-                tree.insert(slot, digest);
+            // With the map in memory, one walk reads the slot's digest and sets the next.
+            let digest = match &mut self.state {
+                Some(tree) => tree.update(slot, next),
+                None => next(commitment::stored(&self.view(), &slot)?.as_ref()),
+            };
+            if let Some(digest) = digest {
+                batch.put(
+                    Space::State,
+                    commitment::row_key(&slot),
+                    commitment::encode_row(&digest),
+                );
             }
         }
         if !self.commitment_marked {

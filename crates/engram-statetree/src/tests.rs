@@ -97,6 +97,45 @@ fn writing_what_a_key_holds_changes_nothing_and_versions_stay_apart() {
 }
 
 #[test]
+fn an_update_sees_what_the_key_held_and_a_declined_one_changes_nothing() {
+    // `update` against a model map: it sees what the key holds, the root is the one built from
+    // the model's pairs from scratch, and an update that declines leaves root and length as
+    // they were (absent keys, present ones, and the empty map).
+    let mut rng = Lcg(11);
+    let mut tree = StateTree::new();
+    let mut model = std::collections::BTreeMap::new();
+    assert_eq!(tree.update(slot(1, 1), |_| None), None);
+    assert!(tree.is_empty());
+    let keys: Vec<Key> = (0..40).map(|i| slot(i, i % 3)).collect();
+    for round in 0..1_000u64 {
+        let key = keys[rng.below(keys.len() as u64) as usize];
+        let (root, len) = (tree.root(), tree.len());
+        if rng.below(4) == 0 {
+            let mut seen = None;
+            let set = tree.update(key, |prev| {
+                seen = Some(prev.copied());
+                None
+            });
+            assert_eq!(set, None, "round {round}");
+            assert_eq!(seen, Some(model.get(&key).copied()), "round {round}");
+            assert_eq!((tree.root(), tree.len()), (root, len), "round {round}");
+            continue;
+        }
+        let fresh = value(round);
+        let expected_prev = model.get(&key).copied();
+        let set = tree.update(key, |prev| {
+            assert_eq!(prev.copied(), expected_prev, "round {round}");
+            Some(fresh)
+        });
+        assert_eq!(set, Some(fresh));
+        model.insert(key, fresh);
+        let built = StateTree::from_pairs(model.iter().map(|(k, v)| (*k, *v)));
+        assert_eq!(tree.root(), built.root(), "round {round}");
+        assert_eq!(tree.len(), model.len() as u64, "round {round}");
+    }
+}
+
+#[test]
 fn key_proofs_show_presence_and_absence() {
     let mut rng = Lcg(11);
     for size in [0usize, 1, 2, 3, 17, 500] {

@@ -76,18 +76,26 @@ impl Node {
         }
     }
 
-    /// Sets `key` to `value` below this node, in place: a node another version shares is
-    /// copied first (`Arc::make_mut`), one only this version holds is changed where it is, so
-    /// the writes of one apply group copy each node once at most.
-    fn insert(&mut self, key: &Key, value: &Digest) -> Inserted {
+    /// Sets `key` to what `next` makes of the value it holds (`None`: it holds none), below this
+    /// node and in one walk; `next` answering `None` leaves the map as it was. In place: a node
+    /// another version shares is copied first (`Arc::make_mut`), one only this version holds is
+    /// changed where it is, so the writes of one apply group copy each node once at most.
+    fn upsert(
+        &mut self,
+        key: &Key,
+        next: impl FnOnce(Option<&Digest>) -> Option<Digest>,
+    ) -> (Inserted, Option<Digest>) {
         // Where the key goes, decided on a shared borrow; the change made after it.
         let (split_at, side) = match &*self {
             Node::Leaf(l) if l.key == *key => {
-                if l.value == *value {
-                    return Inserted::Unchanged;
+                let Some(value) = next(Some(&l.value)) else {
+                    return (Inserted::Unchanged, None);
+                };
+                if l.value == value {
+                    return (Inserted::Unchanged, Some(value));
                 }
-                *self = Node::leaf(*key, *value);
-                return Inserted::Replaced;
+                *self = Node::leaf(*key, value);
+                return (Inserted::Replaced, Some(value));
             }
             Node::Leaf(l) => (Some(common_bits(&l.key, key)), 0),
             Node::Branch(b) => {
@@ -101,19 +109,22 @@ impl Node {
             }
         };
         if let Some(split) = split_at {
+            let Some(value) = next(None) else {
+                return (Inserted::Unchanged, None);
+            };
             let existing = self.clone();
-            *self = Node::pair(split, existing, Node::leaf(*key, *value), key);
-            return Inserted::Added;
+            *self = Node::pair(split, existing, Node::leaf(*key, value), key);
+            return (Inserted::Added, Some(value));
         }
         let Node::Branch(b) = self else {
             unreachable!("a leaf is handled above")
         };
         let b = Arc::make_mut(b);
-        let outcome = b.children[side].insert(key, value);
+        let (outcome, value) = b.children[side].upsert(key, next);
         if outcome != Inserted::Unchanged {
             b.hash = branch_hash(b.split, &b.prefix, &b.children[0].hash(), &b.children[1].hash());
         }
-        outcome
+        (outcome, value)
     }
 
     /// A branch at `split` over `existing` and `new`, placed by `new_key`'s bit there.
@@ -220,15 +231,31 @@ impl StateTree {
 
     /// Sets `key` to `value`. Versions cloned before keep what they held.
     pub fn insert(&mut self, key: Key, value: Digest) {
+        self.update(key, |_| Some(value));
+    }
+
+    /// Sets `key` to what `next` makes of the value it holds (`None` when it holds none), and
+    /// returns the value set; `next` answering `None` leaves the map as it was. One walk down
+    /// the path where [`get`](Self::get) then [`insert`](Self::insert) would take two. Versions
+    /// cloned before keep what they held.
+    pub fn update(
+        &mut self,
+        key: Key,
+        next: impl FnOnce(Option<&Digest>) -> Option<Digest>,
+    ) -> Option<Digest> {
         match &mut self.root {
             None => {
+                let value = next(None)?;
                 self.root = Some(Node::leaf(key, value));
                 self.len = 1;
+                Some(value)
             }
             Some(root) => {
-                if root.insert(&key, &value) == Inserted::Added {
+                let (outcome, value) = root.upsert(&key, next);
+                if outcome == Inserted::Added {
                     self.len += 1;
                 }
+                value
             }
         }
     }
