@@ -458,6 +458,15 @@ pub enum PolicyOp {
         attribute: String,
         keep_ms: u64,
     },
+    /// Keep, of each slot of `namespace` (only of `attribute`, when not empty), what the last
+    /// `keep_versions` transactions that wrote it hold, and its live claims: the leader redacts
+    /// every older datom (`docs/FORGETTING.md`, "Retention"). `keep_versions` 0 ends the
+    /// policy. (After `Retention` in the enum: entries keep their encoding.)
+    RetentionVersions {
+        namespace: String,
+        attribute: String,
+        keep_versions: u32,
+    },
 }
 
 /// Checks a retention policy's target: a namespace (not the system namespace) and an optional
@@ -495,7 +504,9 @@ impl PolicyOp {
             // Who reads what is audit evidence: switching it needs `audit` everywhere.
             PolicyOp::AccessLog { .. } => Some((Action::Audit, String::new())),
             // A retention policy forgets: it takes `redact` on its namespace.
-            PolicyOp::Retention { namespace, .. } => Some((Action::Redact, namespace.clone())),
+            PolicyOp::Retention { namespace, .. } | PolicyOp::RetentionVersions { namespace, .. } => {
+                Some((Action::Redact, namespace.clone()))
+            }
         }
     }
 
@@ -513,6 +524,8 @@ impl PolicyOp {
             PolicyOp::AccessLog { on: false, .. } => "access-log-off",
             PolicyOp::Retention { keep_ms: 0, .. } => "retention-off",
             PolicyOp::Retention { .. } => "retention",
+            PolicyOp::RetentionVersions { keep_versions: 0, .. } => "retention-versions-off",
+            PolicyOp::RetentionVersions { .. } => "retention-versions",
         }
     }
 }

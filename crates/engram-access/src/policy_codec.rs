@@ -9,7 +9,8 @@
 //! Kinds: 1 add-agent (name:str key:32), 2 rotate-agent-key (name:str key:32), 3 revoke-agent
 //! (name:str), 4 grant and 5 revoke-grant (principal:str action:str prefix:str attribute:str),
 //! 6 assign-role and 7 unassign-role (agent:str role:str), 8 access-log (prefix:str on:u8),
-//! 9 retention (namespace:str attribute:str keep_ms:u64).
+//! 9 retention (namespace:str attribute:str keep_ms:u64), 10 retention-versions (namespace:str
+//! attribute:str keep_versions:u32).
 //! `Configure` is made by the cluster's initialisation, never signed by an agent, and has no
 //! encoding.
 
@@ -63,6 +64,13 @@ impl PolicyOp {
                 keep_ms,
             } => {
                 w.u8(9).str(namespace).str(attribute).u64(*keep_ms);
+            }
+            PolicyOp::RetentionVersions {
+                namespace,
+                attribute,
+                keep_versions,
+            } => {
+                w.u8(10).str(namespace).str(attribute).u32(*keep_versions);
             }
         }
         Some(w.finish())
@@ -147,6 +155,17 @@ impl PolicyOp {
                     keep_ms: r.u64("retention keep_ms")?,
                 }
             }
+            10 => {
+                let namespace = r.string("retention namespace")?;
+                let attribute = r.string("retention attribute")?;
+                crate::policy::retention_target(&namespace, &attribute)
+                    .map_err(|e| invalid("retention", e))?;
+                PolicyOp::RetentionVersions {
+                    namespace,
+                    attribute,
+                    keep_versions: r.u32("retention keep_versions")?,
+                }
+            }
             tag => {
                 return Err(DecodeError::Tag {
                     what: "policy change",
@@ -210,6 +229,16 @@ mod tests {
                 namespace: "team/chat".into(),
                 attribute: ":msg/text".into(),
                 keep_ms: 0,
+            },
+            PolicyOp::RetentionVersions {
+                namespace: "team/chat".into(),
+                attribute: ":msg/text".into(),
+                keep_versions: 3,
+            },
+            PolicyOp::RetentionVersions {
+                namespace: "team/chat".into(),
+                attribute: String::new(),
+                keep_versions: 0,
             },
         ];
         let mut seen = std::collections::BTreeSet::new();

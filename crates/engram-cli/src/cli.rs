@@ -935,12 +935,16 @@ pub enum RetentionCommand {
     /// Keep what is written to a namespace (or one attribute of it) for a while: the leader
     /// redacts every datom written longer ago, checking every --retention-check-ms (serve).
     /// A policy change, recorded in the audit chain; needs `redact` on the namespace.
+    /// With --keep-versions N instead: of each slot (entity, attribute), what the last N
+    /// transactions that wrote it hold is kept, and its live claims; older datoms are redacted.
     #[command(after_help = "EXAMPLES\n  engram retention set --ns team/chat --keep 30d\n  \
-        engram retention set --ns team/chat --attribute :msg/text --keep 12h")]
+        engram retention set --ns team/chat --attribute :msg/text --keep 12h\n  \
+        engram retention set --ns team/plans --attribute :plan/text --keep-versions 3")]
     Set(RetentionSetArgs),
     /// End a retention policy: nothing more is redacted for it (what went stays gone).
-    #[command(after_help = "EXAMPLES\n  engram retention off --ns team/chat")]
-    Off(RetentionTarget),
+    #[command(after_help = "EXAMPLES\n  engram retention off --ns team/chat\n  \
+        engram retention off --ns team/plans --attribute :plan/text --versions")]
+    Off(RetentionOffArgs),
     /// The retention policies in force.
     #[command(after_help = "EXAMPLES\n  engram retention list --json")]
     List,
@@ -956,12 +960,26 @@ pub struct RetentionTarget {
 }
 
 #[derive(clap::Args, Debug)]
+#[group(id = "rule", required = true, multiple = false, args = ["keep", "keep_versions"])]
 pub struct RetentionSetArgs {
     #[command(flatten)]
     pub target: RetentionTarget,
     /// How long what is written is kept: a number with a unit, ms, s, m, h or d (e.g. 30d).
     #[arg(long, value_name = "DURATION", value_parser = parse_keep_ms)]
-    pub keep: u64,
+    pub keep: Option<u64>,
+    /// How many versions of each slot are kept: the datoms of its last N writing transactions,
+    /// and its live claims whatever their age.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub keep_versions: Option<u32>,
+}
+
+#[derive(clap::Args, Debug)]
+pub struct RetentionOffArgs {
+    #[command(flatten)]
+    pub target: RetentionTarget,
+    /// End the versions policy (set with --keep-versions) instead of the time policy.
+    #[arg(long)]
+    pub versions: bool,
 }
 
 /// A duration with a unit (`ms`, `s`, `m`, `h`, `d`), in milliseconds; at least 1 ms.

@@ -3,23 +3,30 @@
 
 use anyhow::{Context, Result};
 use engram_client::Client;
+use engram_types::RetentionRule;
 use serde_json::json;
 
 use crate::cli::{RetentionCommand, RetentionTarget};
 use crate::output::{Table, out, outln, print_json};
 
 pub async fn retention(client: &Client, cmd: RetentionCommand, json: bool) -> Result<()> {
-    let (target, keep_ms) = match cmd {
+    let (target, rule) = match cmd {
         RetentionCommand::List => return list(client, json).await,
-        RetentionCommand::Set(args) => (args.target, args.keep),
-        RetentionCommand::Off(target) => (target, 0),
+        RetentionCommand::Set(args) => match (args.keep, args.keep_versions) {
+            (_, Some(n)) => (args.target, RetentionRule::KeepVersions(n)),
+            // clap requires one of the two.
+            (keep, None) => (args.target, RetentionRule::KeepMs(keep.unwrap_or_default())),
+        },
+        RetentionCommand::Off(args) if args.versions => (args.target, RetentionRule::KeepVersions(0)),
+        RetentionCommand::Off(args) => (args.target, RetentionRule::KeepMs(0)),
     };
     let RetentionTarget { namespace, attribute } = target;
     let attribute = attribute.unwrap_or_default();
-    let answer = client
-        .set_retention(&namespace, &attribute, keep_ms)
-        .await
-        .context("retention")?;
+    let answer = match rule {
+        RetentionRule::KeepMs(keep_ms) => client.set_retention(&namespace, &attribute, keep_ms).await,
+        RetentionRule::KeepVersions(n) => client.set_retention_versions(&namespace, &attribute, n).await,
+    }
+    .context("retention")?;
     let what = match attribute.is_empty() {
         true => namespace.clone(),
         false => format!("{namespace} {attribute}"),
@@ -28,16 +35,22 @@ pub async fn retention(client: &Client, cmd: RetentionCommand, json: bool) -> Re
         return print_json(&json!({
             "namespace": namespace,
             "attribute": attribute,
-            "keep_ms": keep_ms,
+            "keep_ms": rule.keep_ms().unwrap_or(0),
+            "keep_versions": rule.keep_versions().unwrap_or(0),
             "tx": answer.tx,
             "audit_index": answer.audit_index,
         }));
     }
-    match keep_ms {
-        0 => outln!("{what}: retention ended (tx {})", answer.tx)?,
-        ms => outln!(
+    match rule {
+        RetentionRule::KeepMs(0) => outln!("{what}: retention ended (tx {})", answer.tx)?,
+        RetentionRule::KeepVersions(0) => outln!("{what}: versions policy ended (tx {})", answer.tx)?,
+        RetentionRule::KeepMs(ms) => outln!(
             "{what}: kept {}, then redacted by the leader (tx {})",
             human_ms(ms),
+            answer.tx
+        )?,
+        RetentionRule::KeepVersions(n) => outln!(
+            "{what}: the last {n} versions of each slot and its live claims kept, older datoms redacted by the leader (tx {})",
             answer.tx
         )?,
     }
@@ -55,6 +68,7 @@ async fn list(client: &Client, json: bool) -> Result<()> {
                     "namespace": p.namespace,
                     "attribute": p.attribute,
                     "keep_ms": p.keep_ms,
+                    "keep_versions": p.keep_versions,
                     "since_tx": p.since_tx,
                 })
             })
@@ -74,7 +88,10 @@ async fn list(client: &Client, json: bool) -> Result<()> {
             } else {
                 p.attribute.clone()
             },
-            human_ms(p.keep_ms),
+            match p.keep_versions {
+                0 => human_ms(p.keep_ms),
+                n => format!("{n} versions"),
+            },
             p.since_tx.to_string(),
         ]);
     }

@@ -2,7 +2,9 @@
 //! times it: calls sent to one node, some answered, some refused for bad input or an unknown
 //! entity, some relayed to the leader, appear in that node's scrape with their codes, and
 //! each method's latency histogram is well formed (cumulative buckets, `+Inf` equal to the
-//! count); and the alert rules and the dashboard in `deploy/` name only metrics a node serves.
+//! count); the log's syncs are timed, each space's size is served, and the search index's lag
+//! falls to 0; and the alert rules and the dashboard in `deploy/` name only metrics a node
+//! serves.
 #![allow(clippy::unwrap_used)] // test helpers: a failed set-up step should stop the test loudly
 
 mod common;
@@ -105,6 +107,52 @@ async fn every_client_call_is_counted_by_method_and_code_and_timed() {
             sum > 0.0 && sum < count * 10.0,
             "{method}: sum {sum} s over {count} calls"
         );
+    }
+
+    // The log's syncs are timed on every node (node 1 synced its log for the writes, leader or
+    // not); each space's size is served; the search index's lag reaches 0 once its feeder has
+    // taken in what the node applied.
+    let syncs = sample(&scrape, "engram_log_sync_seconds_count{node_id=\"1\"}").unwrap();
+    let inf = sample(
+        &scrape,
+        "engram_log_sync_seconds_bucket{node_id=\"1\",le=\"+Inf\"}",
+    )
+    .unwrap();
+    let sync_sum = sample(&scrape, "engram_log_sync_seconds_sum{node_id=\"1\"}").unwrap();
+    assert!(
+        syncs >= 1.0 && syncs == inf,
+        "{syncs} syncs, +Inf {inf}: {scrape}"
+    );
+    assert!(
+        sync_sum > 0.0 && sync_sum < syncs * 5.0,
+        "{sync_sum} s over {syncs} syncs"
+    );
+    for space in ["log", "raft", "state", "access"] {
+        let bytes = sample(
+            &scrape,
+            &format!("engram_store_bytes{{node_id=\"1\",space=\"{space}\"}}"),
+        );
+        assert!(bytes.is_some(), "{space}: {scrape}");
+    }
+    let state_bytes = sample(&scrape, "engram_store_bytes{node_id=\"1\",space=\"state\"}").unwrap();
+    assert!(
+        state_bytes > 0.0,
+        "the state holds the chain and the writes: {state_bytes}"
+    );
+    let applied = sample(&scrape, "engram_raft_applied_index{node_id=\"1\"}").unwrap();
+    let lag = sample(&scrape, "engram_recall_index_lag_entries{node_id=\"1\"}").unwrap();
+    assert!((0.0..=applied).contains(&lag), "lag {lag} of {applied} applied");
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let later = common::http_get(metrics_ports[0], "/metrics");
+        match sample(&later, "engram_recall_index_lag_entries{node_id=\"1\"}") {
+            Some(lag) if lag == 0.0 => break,
+            lag => assert!(
+                std::time::Instant::now() < deadline,
+                "the search index still lags {lag:?} entries after 30 s"
+            ),
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
     }
 
     // The alert rules and the dashboard use only what a node serves: a renamed metric would

@@ -780,6 +780,114 @@ async fn a_redaction_by_predicate_and_a_retention_policy_forget_through_the_cli(
     assert_eq!(off["keep_ms"], 0);
     let listed = cli.ok(None, &["retention", "list"], None);
     assert!(listed["policies"].as_array().unwrap().is_empty(), "{listed}");
+
+    // A versions policy: a plan rewritten four times keeps its last two versions; the two
+    // before go, on every node, and the current text stays readable.
+    let plans = "plans/draft";
+    let plan = write_email(&cli, plans, "planner", &format!("v1.{SECRET}"));
+    let entity: u64 = plan.parse().unwrap();
+    for v in 2..=4 {
+        let rewrite = json!({
+            "namespace": plans, "agent": "planner",
+            "ops": [{"entity": entity, "attribute": ":person/email", "value": {"string": format!("v{v}.plan")}}],
+        })
+        .to_string();
+        cli.ok(None, &["transact"], Some(&rewrite));
+    }
+    let err = cli.fails(None, &["retention", "set", "--ns", plans, "--keep-versions", "0"]);
+    assert!(err.contains("--keep-versions"), "{err}");
+    let err = cli.fails(
+        None,
+        &[
+            "retention",
+            "set",
+            "--ns",
+            plans,
+            "--keep",
+            "1d",
+            "--keep-versions",
+            "2",
+        ],
+    );
+    assert!(err.contains("cannot be used with"), "{err}");
+    let set = cli.ok(
+        None,
+        &[
+            "retention",
+            "set",
+            "--ns",
+            plans,
+            "--attribute",
+            ":person/email",
+            "--keep-versions",
+            "2",
+        ],
+        None,
+    );
+    assert_eq!(
+        (set["keep_versions"].as_u64(), set["keep_ms"].as_u64()),
+        (Some(2), Some(0)),
+        "{set}"
+    );
+    let listed = cli.ok(None, &["retention", "list"], None);
+    assert_eq!(listed["policies"][0]["keep_versions"], 2, "{listed}");
+    let table = cli.run(None, &["retention", "list"], None);
+    assert!(table.stdout.contains("2 versions"), "{}", table.stdout);
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let history = cli.ok(None, &["history", "--ns", plans, "--entity", &plan], None);
+        let gone = history["datoms"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|d| d["redacted_by_tx"].as_u64().is_some())
+            .count();
+        if gone == 2 {
+            let text = history.to_string();
+            assert!(!text.contains(SECRET) && !text.contains("v2.plan"), "{history}");
+            assert!(text.contains("v3.plan") && text.contains("v4.plan"), "{history}");
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the versions policy took {gone} of 2 versions: {history}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    for node in 1..=3 {
+        let on = Cli {
+            endpoint: cluster.node(node).unwrap().endpoint(),
+        };
+        let got = on.ok(None, &["get", "--ns", plans, "--entity", &plan, "--stale"], None);
+        assert!(got.to_string().contains("v4.plan"), "node {node}: {got}");
+    }
+    let off = cli.ok(
+        None,
+        &[
+            "retention",
+            "off",
+            "--ns",
+            plans,
+            "--attribute",
+            ":person/email",
+            "--versions",
+        ],
+        None,
+    );
+    assert_eq!(off["keep_versions"], 0, "{off}");
+    let err = cli.fails(
+        None,
+        &[
+            "retention",
+            "off",
+            "--ns",
+            plans,
+            "--attribute",
+            ":person/email",
+            "--versions",
+        ],
+    );
+    assert!(err.contains("no versions policy"), "{err}");
     verify_each(&cluster);
     let report = export_and_verify(&cli, dir.path());
     assert!(report.to_string().contains("redacted"), "{report}");

@@ -950,11 +950,34 @@ impl Client {
         attribute: &str,
         keep_ms: u64,
     ) -> Result<pb::PolicyResponse, ClientError> {
-        let req = pb::RetentionRequest {
+        self.send_retention(pb::RetentionRequest {
             namespace: namespace.to_string(),
             attribute: attribute.to_string(),
             keep_ms,
-        };
+            keep_versions: None,
+        })
+        .await
+    }
+
+    /// Keeps, of each slot (entity, attribute) of `namespace` (only of `attribute`, when not
+    /// empty), what the last `keep_versions` transactions that wrote it hold, and its live
+    /// claims; the leader redacts older datoms. `keep_versions` 0 ends the policy.
+    pub async fn set_retention_versions(
+        &self,
+        namespace: &str,
+        attribute: &str,
+        keep_versions: u32,
+    ) -> Result<pb::PolicyResponse, ClientError> {
+        self.send_retention(pb::RetentionRequest {
+            namespace: namespace.to_string(),
+            attribute: attribute.to_string(),
+            keep_ms: 0,
+            keep_versions: Some(keep_versions),
+        })
+        .await
+    }
+
+    async fn send_retention(&self, req: pb::RetentionRequest) -> Result<pb::PolicyResponse, ClientError> {
         self.call(Idempotency::Unsafe, move |ch, s| {
             let req = req.clone();
             async move {

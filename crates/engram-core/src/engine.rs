@@ -10,8 +10,8 @@ use engram_merkle::{Blake3, MerkleHasher};
 use engram_statetree::{Digest, StateTree};
 use engram_storage::{CachedStore, Layered, Mutation, Overlay, ReadView, Space, Store, WriteBatch};
 use engram_types::{
-    Attribute, BranchName, EntityId, Hash, RedactPart, RedactRange, RedactRequest, RedactWhere, TxId,
-    TxReceipt, TxRequest, Value,
+    Attribute, BranchName, EntityId, Hash, RedactPart, RedactRange, RedactRequest, RedactWhere,
+    RetentionRule, TxId, TxReceipt, TxRequest, Value,
 };
 
 use crate::durability::{Write, durability};
@@ -1139,11 +1139,12 @@ impl Engine {
     }
 
     /// Applies one range of a redaction by predicate (`crate::redact_where`), asked by
-    /// `principal` (checked for the `redact` grant like any redaction) or, with
-    /// `retention_keep_ms`, proposed by the leader for a retention policy (checked against the
-    /// policy in force at this entry and the entry's time instead). Evaluated against the state
-    /// at this entry and recorded like a part of an entity's redaction. A refused or empty range
-    /// is a `Rejection` that writes nothing but `batch`.
+    /// `principal` (checked for the `redact` grant like any redaction) or, with `retention`,
+    /// proposed by the leader for a retention policy (checked against the policy in force at
+    /// this entry, and for a time rule the entry's time, instead; a versions rule also takes
+    /// only what the policy no longer keeps). Evaluated against the state at this entry and
+    /// recorded like a part of an entity's redaction. A refused or empty range is a
+    /// `Rejection` that writes nothing but `batch`.
     #[allow(clippy::too_many_arguments)]
     pub fn apply_redaction_where(
         &mut self,
@@ -1152,18 +1153,24 @@ impl Engine {
         req: &RedactWhere,
         range: &RedactRange,
         principal: Option<&Principal>,
-        retention_keep_ms: Option<u64>,
+        retention: Option<RetentionRule>,
         batch: WriteBatch,
     ) -> Result<TxOutcome, CoreError> {
         self.in_group(|engine| {
             let view = engine.pending.over(&engine.base);
-            let checked = match retention_keep_ms {
-                Some(keep_ms) => policy::retention_allows(&view, req, keep_ms, proposed_time_ns)?,
+            let checked = match retention {
+                Some(RetentionRule::KeepMs(keep_ms)) => {
+                    policy::retention_allows(&view, req, keep_ms, proposed_time_ns)?
+                }
+                Some(RetentionRule::KeepVersions(keep)) => {
+                    policy::retention_versions_allow(&view, req, keep)?
+                }
                 None => engine.grants.check_redact_where(&view, principal, req)?,
             };
+            let keep_versions = retention.and_then(|r| r.keep_versions());
             let targets = match checked {
                 Err(rejection) => Err(rejection),
-                Ok(()) => redact_where::range_targets(&view, req, range)?,
+                Ok(()) => redact_where::range_targets(&view, req, keep_versions, range)?,
             };
             let targets = match targets {
                 Ok(targets) => targets,
@@ -1172,7 +1179,7 @@ impl Engine {
                     return Ok(Err(rejection));
                 }
             };
-            let record = redact_where::record(req, &targets, range.first_tx, retention_keep_ms);
+            let record = redact_where::record(req, &targets, range.first_tx, retention);
             let outcome = engine.tx_in_group(log_index, proposed_time_ns, &record, None, batch)?;
             if let Ok(receipt) = &outcome {
                 let rows = redact::rows(&engine.view(), &req.namespace, &targets, receipt.tx)?;
@@ -1780,13 +1787,24 @@ mod tests {
         req: &RedactWhere,
         limit: u32,
         budget_rows: usize,
-        retention: Option<u64>,
+        retention: Option<RetentionRule>,
     ) -> Vec<TxReceipt> {
         let mut receipts: Vec<TxReceipt> = Vec::new();
         let mut after: Option<Vec<u8>> = None;
         loop {
             let first = receipts.first().map(|r| r.tx);
-            match redact_where::plan_range(store, req, first, after.as_deref(), limit, budget_rows).unwrap() {
+            let keep_versions = retention.and_then(|r| r.keep_versions());
+            match redact_where::plan_range(
+                store,
+                req,
+                keep_versions,
+                first,
+                after.as_deref(),
+                limit,
+                budget_rows,
+            )
+            .unwrap()
+            {
                 redact_where::Plan::Done => return receipts,
                 redact_where::Plan::Skip { after: next } => after = Some(next),
                 redact_where::Plan::Range { range, datoms } => {
@@ -1915,7 +1933,7 @@ mod tests {
             written_before_ns: Some(5_000_000),
             ..Default::default()
         });
-        let range = match redact_where::plan_range(&*store, &retention, None, None, 100, 100).unwrap() {
+        let range = match redact_where::plan_range(&*store, &retention, None, None, None, 100, 100).unwrap() {
             redact_where::Plan::Range { range, datoms } => {
                 assert_eq!(datoms, 3);
                 range
@@ -1930,7 +1948,7 @@ mod tests {
                     &retention,
                     &range,
                     None,
-                    Some(keep_ms),
+                    Some(RetentionRule::KeepMs(keep_ms)),
                     WriteBatch::new(),
                 )
                 .unwrap()
@@ -1982,7 +2000,7 @@ mod tests {
                 &wider,
                 &range,
                 None,
-                Some(50),
+                Some(RetentionRule::KeepMs(50)),
                 WriteBatch::new(),
             )
             .unwrap();
@@ -2004,6 +2022,261 @@ mod tests {
             .unwrap()
             .unwrap();
         assert!(policy::retention_policies(&*store).unwrap().is_empty());
+        assert_eq!(verify_stored(&store).unwrap(), engine.head().index);
+    }
+
+    #[test]
+    fn a_versions_policy_takes_what_older_versions_hold_and_never_a_live_claim() {
+        let (store, mut engine) = engine();
+        let mut index = 2;
+        // A task whose title is rewritten five times (cardinality one): tx 2 to 6.
+        let first = engine
+            .apply_tx(
+                index,
+                0,
+                &tx(vec![op(
+                    EntityRef::Temp("t".into()),
+                    ":task/title",
+                    Value::String("title v1".into()),
+                )]),
+                WriteBatch::new(),
+            )
+            .unwrap()
+            .unwrap();
+        let task = first.temp_ids["t"];
+        index += 1;
+        for v in 2..=5 {
+            engine
+                .apply_tx(
+                    index,
+                    0,
+                    &tx(vec![op(
+                        EntityRef::Id(task),
+                        ":task/title",
+                        Value::String(format!("title v{v}")),
+                    )]),
+                    WriteBatch::new(),
+                )
+                .unwrap()
+                .unwrap();
+            index += 1;
+        }
+        // Another agent's note on the task, in another slot: not the policy's attribute.
+        let mut other = tx(vec![op(
+            EntityRef::Id(task),
+            ":task/note",
+            Value::String("note kept".into()),
+        )]);
+        other.provenance.agent = "a2".into();
+        engine
+            .apply_tx(index, 0, &other, WriteBatch::new())
+            .unwrap()
+            .unwrap();
+        index += 1;
+        for v in 2..=4 {
+            engine
+                .apply_tx(
+                    index,
+                    0,
+                    &tx(vec![op(
+                        EntityRef::Id(task),
+                        ":task/title",
+                        Value::String(format!("title again v{v}")),
+                    )]),
+                    WriteBatch::new(),
+                )
+                .unwrap()
+                .unwrap();
+            index += 1;
+        }
+        let versions = where_request(engram_types::Predicate {
+            attribute: Some(attr(":task/title")),
+            ..Default::default()
+        });
+        // No policy in force: refused.
+        let range = match redact_where::plan_range(&*store, &versions, Some(2), None, None, 100, 100).unwrap()
+        {
+            redact_where::Plan::Range { range, datoms } => {
+                // 8 title versions (tx 2-6 and 8-10): all but the last 2 go.
+                assert_eq!(datoms, 6);
+                range
+            }
+            other => panic!("{other:?}"),
+        };
+        let refused = engine
+            .apply_redaction_where(
+                index,
+                0,
+                &versions,
+                &range,
+                None,
+                Some(RetentionRule::KeepVersions(2)),
+                WriteBatch::new(),
+            )
+            .unwrap();
+        assert!(matches!(refused, Err(Rejection::Policy(_))), "{refused:?}");
+        let set = PolicyOp::RetentionVersions {
+            namespace: ns().to_string(),
+            attribute: ":task/title".into(),
+            keep_versions: 2,
+        };
+        engine
+            .apply_policy(index, 0, &set, &PolicyActor::Unsigned(None), WriteBatch::new())
+            .unwrap()
+            .unwrap();
+        index += 1;
+        let listed = policy::versions_policies(&*store).unwrap();
+        assert_eq!(
+            (
+                listed.len(),
+                listed[0].row.keep_versions,
+                listed[0].attribute.clone()
+            ),
+            (1, 2, Some(attr(":task/title")))
+        );
+        // Another number of versions is not the policy's.
+        let refused = engine
+            .apply_redaction_where(
+                index,
+                0,
+                &versions,
+                &range,
+                None,
+                Some(RetentionRule::KeepVersions(3)),
+                WriteBatch::new(),
+            )
+            .unwrap();
+        assert!(matches!(refused, Err(Rejection::Policy(_))), "{refused:?}");
+        let receipts = redact_where_all(
+            &mut engine,
+            &store,
+            &mut index,
+            &versions,
+            100,
+            100,
+            Some(RetentionRule::KeepVersions(2)),
+        );
+        assert_eq!(receipts.len(), 1);
+        let taken = redact::redacted_by(&*store, receipts[0].tx).unwrap();
+        assert_eq!(taken.len(), 6, "six of eight versions go");
+        for gone in ["title v1", "title v5", "title again v2"] {
+            assert!(!stored_bytes_hold(&store, gone.as_bytes()), "{gone}");
+        }
+        for kept in ["title again v3", "title again v4", "note kept"] {
+            assert!(stored_bytes_hold(&store, kept.as_bytes()), "{kept}");
+        }
+        // Nothing more to take until the slot is written again.
+        let again = redact_where_all(
+            &mut engine,
+            &store,
+            &mut index,
+            &versions,
+            100,
+            100,
+            Some(RetentionRule::KeepVersions(2)),
+        );
+        assert!(again.is_empty());
+        assert_eq!(verify_stored(&store).unwrap(), engine.head().index);
+    }
+
+    #[test]
+    fn a_versions_policy_keeps_every_live_claim_of_a_many_valued_slot() {
+        let (store, mut engine) = engine();
+        let mut index = 2;
+        let mut declare = tx(vec![]);
+        let mut tag = AttributeDef::new(attr(":task/tag"), ValueType::String);
+        tag.cardinality = engram_types::Cardinality::Many;
+        declare.schema = vec![tag];
+        engine
+            .apply_tx(index, 0, &declare, WriteBatch::new())
+            .unwrap()
+            .unwrap();
+        index += 1;
+        let first = engine
+            .apply_tx(
+                index,
+                0,
+                &tx(vec![op(
+                    EntityRef::Temp("t".into()),
+                    ":task/tag",
+                    Value::String("tag-live-1".into()),
+                )]),
+                WriteBatch::new(),
+            )
+            .unwrap()
+            .unwrap();
+        let task = first.temp_ids["t"];
+        index += 1;
+        // Tags added one a transaction, and one retracted later: its assertion and its
+        // retraction are history, the rest are live claims however old.
+        let writes = vec![
+            vec![op(
+                EntityRef::Id(task),
+                ":task/tag",
+                Value::String("tag-gone".into()),
+            )],
+            vec![op(
+                EntityRef::Id(task),
+                ":task/tag",
+                Value::String("tag-live-2".into()),
+            )],
+            vec![TxOp {
+                op: Op::Retract,
+                ..op(EntityRef::Id(task), ":task/tag", Value::String("tag-gone".into()))
+            }],
+            vec![op(
+                EntityRef::Id(task),
+                ":task/tag",
+                Value::String("tag-live-3".into()),
+            )],
+            vec![op(
+                EntityRef::Id(task),
+                ":task/tag",
+                Value::String("tag-live-4".into()),
+            )],
+        ];
+        for ops in writes {
+            engine
+                .apply_tx(index, 0, &tx(ops), WriteBatch::new())
+                .unwrap()
+                .unwrap();
+            index += 1;
+        }
+        let set = PolicyOp::RetentionVersions {
+            namespace: ns().to_string(),
+            attribute: String::new(),
+            keep_versions: 1,
+        };
+        engine
+            .apply_policy(index, 0, &set, &PolicyActor::Unsigned(None), WriteBatch::new())
+            .unwrap()
+            .unwrap();
+        index += 1;
+        let whole = where_request(engram_types::Predicate::default());
+        let receipts = redact_where_all(
+            &mut engine,
+            &store,
+            &mut index,
+            &whole,
+            100,
+            100,
+            Some(RetentionRule::KeepVersions(1)),
+        );
+        let taken: Vec<Datom> = receipts
+            .iter()
+            .flat_map(|r| redact::redacted_by(&*store, r.tx).unwrap())
+            .map(|(_, d)| d)
+            .filter(|d| d.attribute.as_str() == ":task/tag")
+            .collect();
+        assert_eq!(
+            taken.len(),
+            2,
+            "the retracted tag's assertion and its retraction: {taken:?}"
+        );
+        assert!(!stored_bytes_hold(&store, b"tag-gone"));
+        for live in ["tag-live-1", "tag-live-2", "tag-live-3", "tag-live-4"] {
+            assert!(stored_bytes_hold(&store, live.as_bytes()), "{live}");
+        }
         assert_eq!(verify_stored(&store).unwrap(), engine.head().index);
     }
 

@@ -19,6 +19,7 @@
 //! | `Pr` agent 0 role | [`RoleRow`]: the agent holds the role's grants |
 //! | `Pl` prefix | [`AccessLogRow`]: every node logs the reads under the prefix |
 //! | `Pt` namespace 0 attribute | [`RetentionRow`]: what is written there is kept this long |
+//! | `Pv` namespace 0 attribute | [`VersionsRow`]: of each slot there, this many versions are kept |
 //!
 //! A store with no `Pmode` row predates modes: it is open.
 
@@ -28,8 +29,8 @@ use engram_access::{Action, Grant, Mode, Policy, PolicyOp, Principal, SYSTEM_NAM
 use engram_audit::{Author, PublicKey};
 use engram_storage::{KeyValue, ReadView, Space, WriteBatch};
 use engram_types::{
-    Attribute, BranchOp, EntityId, EntityRef, Hash, Namespace, Op, Provenance, Status, TxId, TxOp, TxRequest,
-    Value,
+    Attribute, BranchOp, EntityId, EntityRef, Hash, Namespace, Op, Provenance, RetentionRule, Status, TxId,
+    TxOp, TxRequest, Value,
 };
 use serde::{Deserialize, Serialize};
 
@@ -236,8 +237,39 @@ pub struct Retention {
     pub row: RetentionRow,
 }
 
+/// A versions policy in force: of each slot of a namespace (or of one attribute of it), what
+/// the last `keep_versions` transactions that wrote it hold is kept, and its live claims; older
+/// datoms are redacted (`crate::redact_where::superseded`, `docs/FORGETTING.md`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VersionsRow {
+    pub entity: EntityId,
+    pub since_tx: TxId,
+    pub keep_versions: u32,
+}
+
+/// One versions policy as [`versions_policies`] lists it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Versions {
+    pub namespace: Namespace,
+    /// `None`: every attribute of the namespace.
+    pub attribute: Option<Attribute>,
+    pub row: VersionsRow,
+}
+
+/// The row tags of the two kinds of retention policy.
+const RETENTION_TAG: u8 = b't';
+const VERSIONS_TAG: u8 = b'v';
+
 fn retention_key(namespace: &str, attribute: &str) -> Vec<u8> {
-    let mut k = vec![TAG, b't'];
+    target_key(RETENTION_TAG, namespace, attribute)
+}
+
+fn versions_key(namespace: &str, attribute: &str) -> Vec<u8> {
+    target_key(VERSIONS_TAG, namespace, attribute)
+}
+
+fn target_key(tag: u8, namespace: &str, attribute: &str) -> Vec<u8> {
+    let mut k = vec![TAG, tag];
     k.extend_from_slice(namespace.as_bytes());
     k.push(0);
     k.extend_from_slice(attribute.as_bytes());
@@ -246,10 +278,37 @@ fn retention_key(namespace: &str, attribute: &str) -> Vec<u8> {
 
 /// Every retention policy in force, by namespace then attribute.
 pub fn retention_policies(view: &dyn ReadView) -> Result<Vec<Retention>, CoreError> {
+    Ok(targeted_rows(view, RETENTION_TAG, "retention row")?
+        .into_iter()
+        .map(|(namespace, attribute, row)| Retention {
+            namespace,
+            attribute,
+            row,
+        })
+        .collect())
+}
+
+/// Every versions policy in force, by namespace then attribute.
+pub fn versions_policies(view: &dyn ReadView) -> Result<Vec<Versions>, CoreError> {
+    Ok(targeted_rows(view, VERSIONS_TAG, "versions row")?
+        .into_iter()
+        .map(|(namespace, attribute, row)| Versions {
+            namespace,
+            attribute,
+            row,
+        })
+        .collect())
+}
+
+/// The rows under `tag` keyed by namespace and attribute, decoded.
+fn targeted_rows<T: serde::de::DeserializeOwned>(
+    view: &dyn ReadView,
+    tag: u8,
+    what: &'static str,
+) -> Result<Vec<(Namespace, Option<Attribute>, T)>, CoreError> {
     let mut out = Vec::new();
-    for (k, v) in scan_prefix(view, &[TAG, b't'])? {
-        let corrupt =
-            |why: String| CoreError::corrupt(format!("retention row {}", crate::rows::hex(&k)), why);
+    for (k, v) in scan_prefix(view, &[TAG, tag])? {
+        let corrupt = |why: String| CoreError::corrupt(format!("{what} {}", crate::rows::hex(&k)), why);
         let rest = &k[2..];
         let split = rest
             .iter()
@@ -264,11 +323,7 @@ pub fn retention_policies(view: &dyn ReadView) -> Result<Vec<Retention>, CoreErr
                     .map_err(|e| corrupt(e.to_string()))?,
             ),
         };
-        out.push(Retention {
-            namespace,
-            attribute,
-            row: decode_row("retention row", &v)?,
-        });
+        out.push((namespace, attribute, decode_row(what, &v)?));
     }
     Ok(out)
 }
@@ -308,6 +363,42 @@ pub fn retention_allows(
         Some(cutoff) if *p == only_time && cutoff <= proposed_time_ns.saturating_sub(keep_ns) => Ok(Ok(())),
         _ => refuse("the predicate is not the policy's".into()),
     }
+}
+
+/// Whether a versions policy in force makes `req`: a policy on its namespace and attribute
+/// keeping exactly `keep_versions`, and a predicate that says nothing but that attribute. What
+/// apply checks before it takes a range a versions policy proposed, in place of a grant.
+pub fn retention_versions_allow(
+    view: &dyn ReadView,
+    req: &engram_types::RedactWhere,
+    keep_versions: u32,
+) -> Result<Result<(), Rejection>, CoreError> {
+    let p = &req.predicate;
+    let attribute = p.attribute.as_ref().map(Attribute::as_str).unwrap_or_default();
+    let refuse = |why: String| {
+        Ok(Err(Rejection::Policy(format!(
+            "versions policy of {}: {why}",
+            req.namespace
+        ))))
+    };
+    let Some(bytes) = view.get(Space::State, &versions_key(req.namespace.as_str(), attribute))? else {
+        return refuse("no versions policy is in force".into());
+    };
+    let row: VersionsRow = decode_row("versions row", &bytes)?;
+    if row.keep_versions != keep_versions {
+        return refuse(format!(
+            "the policy keeps {} versions, not {keep_versions}",
+            row.keep_versions
+        ));
+    }
+    let only_attribute = engram_types::Predicate {
+        attribute: p.attribute.clone(),
+        ..engram_types::Predicate::default()
+    };
+    if *p != only_attribute {
+        return refuse("the predicate is not the policy's".into());
+    }
+    Ok(Ok(()))
 }
 
 /// Every agent, by name.
@@ -705,8 +796,8 @@ struct Effect {
     unassign: Option<(Principal, Principal)>,
     /// An access log prefix switched on (with its entity) or off.
     access_log: Option<(String, EntityRef, bool)>,
-    /// A retention policy set (namespace, attribute, entity, keep_ms; 0: ended).
-    retention: Option<(String, String, EntityRef, u64)>,
+    /// A retention policy set (namespace, attribute, entity, rule; an amount of 0: ended).
+    retention: Option<(String, String, EntityRef, RetentionRule)>,
 }
 
 fn attr(name: &str) -> Attribute {
@@ -1052,51 +1143,30 @@ pub fn plan_change(
             namespace,
             attribute,
             keep_ms,
-        } => {
-            if let Err(why) = engram_access::retention_target(namespace, attribute) {
-                return refuse(why);
-            }
-            let current = view.get(Space::State, &retention_key(namespace, attribute))?;
-            let target = match attribute.is_empty() {
-                true => namespace.clone(),
-                false => format!("{namespace} {attribute}"),
-            };
-            let entity = match (current, *keep_ms) {
-                (None, 0) => return refuse(format!("{target} has no retention policy")),
-                (Some(bytes), keep) => {
-                    let row: RetentionRow = decode_row("retention row", &bytes)?;
-                    if row.keep_ms == keep {
-                        return refuse(format!("{target} is already kept {keep} ms"));
-                    }
-                    EntityRef::Id(row.entity)
-                }
-                (None, _) => {
-                    let entity = EntityRef::Temp("retention".into());
-                    ops.push(assert(
-                        &entity,
-                        ":engram.retention/namespace",
-                        Value::String(namespace.clone()),
-                    ));
-                    if !attribute.is_empty() {
-                        ops.push(assert(
-                            &entity,
-                            ":engram.retention/attribute",
-                            Value::Keyword(attribute.clone()),
-                        ));
-                    }
-                    entity
-                }
-            };
-            ops.push(assert(
-                &entity,
-                ":engram.retention/keep-ms",
-                Value::I64(i64::try_from(*keep_ms).unwrap_or(i64::MAX)),
-            ));
-            Effect {
-                retention: Some((namespace.clone(), attribute.clone(), entity, *keep_ms)),
-                ..Effect::default()
-            }
-        }
+        } => match plan_retention(
+            view,
+            &mut ops,
+            namespace,
+            attribute,
+            RetentionRule::KeepMs(*keep_ms),
+        )? {
+            Ok(effect) => effect,
+            Err(why) => return refuse(why),
+        },
+        PolicyOp::RetentionVersions {
+            namespace,
+            attribute,
+            keep_versions,
+        } => match plan_retention(
+            view,
+            &mut ops,
+            namespace,
+            attribute,
+            RetentionRule::KeepVersions(*keep_versions),
+        )? {
+            Ok(effect) => effect,
+            Err(why) => return refuse(why),
+        },
     };
     let request = TxRequest::data(
         Namespace::new(SYSTEM_NAMESPACE).expect("the system namespace name is valid"),
@@ -1122,6 +1192,86 @@ enum Ending<'a> {
 
 /// Whether some active agent still holds `grant` on every namespace, directly or through a
 /// role, once `ending` is gone (a `*` grant is not counted).
+/// The ops and effect of setting (or, with an amount of 0, ending) a retention policy of
+/// either kind on `namespace` (and `attribute`, when not empty); `Err`: why it is refused.
+fn plan_retention(
+    view: &dyn ReadView,
+    ops: &mut Vec<TxOp>,
+    namespace: &str,
+    attribute: &str,
+    rule: RetentionRule,
+) -> Result<Result<Effect, String>, CoreError> {
+    if let Err(why) = engram_access::retention_target(namespace, attribute) {
+        return Ok(Err(why));
+    }
+    let (key, amount, unit, keep_attribute) = match rule {
+        RetentionRule::KeepMs(ms) => (
+            retention_key(namespace, attribute),
+            ms,
+            "ms",
+            ":engram.retention/keep-ms",
+        ),
+        RetentionRule::KeepVersions(n) => (
+            versions_key(namespace, attribute),
+            u64::from(n),
+            "versions",
+            ":engram.retention/keep-versions",
+        ),
+    };
+    let kind = match rule {
+        RetentionRule::KeepMs(_) => "retention",
+        RetentionRule::KeepVersions(_) => "versions",
+    };
+    let target = match attribute.is_empty() {
+        true => namespace.to_string(),
+        false => format!("{namespace} {attribute}"),
+    };
+    let entity = match (view.get(Space::State, &key)?, amount) {
+        (None, 0) => return Ok(Err(format!("{target} has no {kind} policy"))),
+        (Some(bytes), amount) => {
+            let (entity, kept) = match rule {
+                RetentionRule::KeepMs(_) => {
+                    let row: RetentionRow = decode_row("retention row", &bytes)?;
+                    (row.entity, row.keep_ms)
+                }
+                RetentionRule::KeepVersions(_) => {
+                    let row: VersionsRow = decode_row("versions row", &bytes)?;
+                    (row.entity, u64::from(row.keep_versions))
+                }
+            };
+            if kept == amount {
+                return Ok(Err(format!("{target} is already kept {amount} {unit}")));
+            }
+            EntityRef::Id(entity)
+        }
+        (None, _) => {
+            let entity = EntityRef::Temp("retention".into());
+            ops.push(assert(
+                &entity,
+                ":engram.retention/namespace",
+                Value::String(namespace.to_string()),
+            ));
+            if !attribute.is_empty() {
+                ops.push(assert(
+                    &entity,
+                    ":engram.retention/attribute",
+                    Value::Keyword(attribute.to_string()),
+                ));
+            }
+            entity
+        }
+    };
+    ops.push(assert(
+        &entity,
+        keep_attribute,
+        Value::I64(i64::try_from(amount).unwrap_or(i64::MAX)),
+    ));
+    Ok(Ok(Effect {
+        retention: Some((namespace.to_string(), attribute.to_string(), entity, rule)),
+        ..Effect::default()
+    }))
+}
+
 fn admins_after(view: &dyn ReadView, ending: Ending<'_>) -> Result<bool, CoreError> {
     let active = |name: &str| -> Result<bool, CoreError> {
         if matches!(ending, Ending::Agent(gone) if gone == name) {
@@ -1224,10 +1374,13 @@ impl PlannedChange {
             None => {}
         }
         match retention {
-            Some((namespace, attribute, _, 0)) => {
+            Some((namespace, attribute, _, RetentionRule::KeepMs(0))) => {
                 batch.delete(Space::State, retention_key(&namespace, &attribute))
             }
-            Some((namespace, attribute, entity, keep_ms)) => {
+            Some((namespace, attribute, _, RetentionRule::KeepVersions(0))) => {
+                batch.delete(Space::State, versions_key(&namespace, &attribute))
+            }
+            Some((namespace, attribute, entity, RetentionRule::KeepMs(keep_ms))) => {
                 let row = RetentionRow {
                     entity: resolve(&entity)?,
                     since_tx: tx,
@@ -1236,6 +1389,18 @@ impl PlannedChange {
                 batch.put(
                     Space::State,
                     retention_key(&namespace, &attribute),
+                    encode_row(&row),
+                );
+            }
+            Some((namespace, attribute, entity, RetentionRule::KeepVersions(keep_versions))) => {
+                let row = VersionsRow {
+                    entity: resolve(&entity)?,
+                    since_tx: tx,
+                    keep_versions,
+                };
+                batch.put(
+                    Space::State,
+                    versions_key(&namespace, &attribute),
                     encode_row(&row),
                 );
             }

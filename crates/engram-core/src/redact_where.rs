@@ -15,15 +15,20 @@
 //! redacted form. The first range's record names the predicate (its value condition only as
 //! "a value was given": the value is what is being forgotten); later ranges name the first.
 //!
+//! A versions policy's ranges (`engram_core::policy::VersionsRow`) add one condition per
+//! datom: [`superseded`], decided from the slot's later rows, with bounded reads per datom and
+//! per range.
+//!
 //! Must not depend on: the engine (it applies what this plans), the server or the network.
 
 use engram_storage::{ReadView, Space, prefix_end};
 use engram_types::redact::{RECORD_NAMESPACE, RECORD_PART_OF, RECORD_REASON, RedactedRef};
 use engram_types::redact_where::{
-    RECORD_RETENTION_KEEP_MS, RECORD_WHERE_AGENT, RECORD_WHERE_ATTRIBUTE, RECORD_WHERE_BEFORE_TX,
-    RECORD_WHERE_VALID_FROM_BEFORE, RECORD_WHERE_VALUE_GIVEN, RECORD_WHERE_WRITTEN_BEFORE,
+    RECORD_RETENTION_KEEP_MS, RECORD_RETENTION_KEEP_VERSIONS, RECORD_WHERE_AGENT, RECORD_WHERE_ATTRIBUTE,
+    RECORD_WHERE_BEFORE_TX, RECORD_WHERE_VALID_FROM_BEFORE, RECORD_WHERE_VALUE_GIVEN,
+    RECORD_WHERE_WRITTEN_BEFORE,
 };
-use engram_types::{RedactRange, RedactWhere, TxId, TxRequest, Value};
+use engram_types::{RedactRange, RedactWhere, RetentionRule, TxId, TxRequest, Value};
 
 use crate::redact::Target;
 use crate::{CoreError, Rejection, keys};
@@ -41,10 +46,12 @@ pub enum Plan {
 
 /// The next range of `req` after the index key `after` (`None`: from the start), with at most
 /// `limit` datoms, reading at most `budget_rows` rows (at most [`RedactRange::MAX_ROWS`]).
-/// `first_tx`: the first range's transaction, once there is one.
+/// `first_tx`: the first range's transaction, once there is one. `keep_versions`: only datoms
+/// a versions policy keeping that many no longer keeps ([`superseded`]).
 pub fn plan_range(
     view: &dyn ReadView,
     req: &RedactWhere,
+    keep_versions: Option<u32>,
     first_tx: Option<TxId>,
     after: Option<&[u8]>,
     limit: u32,
@@ -65,13 +72,14 @@ pub fn plan_range(
         _ => prefix.clone(),
     };
     let bound = tx_bound(view, req, first_tx)?;
+    let mut versions = Versions::new(keep_versions);
     let rows = view.scan(Space::State, &from, end.as_deref(), budget_rows)?;
     let read_all = rows.len() < budget_rows;
     let mut found: Vec<Vec<u8>> = Vec::new();
     let mut last = None;
     let mut rows = rows.into_iter();
     for (key, value) in rows.by_ref() {
-        if candidate(view, req, &key, &value, bound)?.is_some() {
+        if candidate(view, req, &mut versions, &key, &value, bound)?.is_some() {
             found.push(key.clone());
             if found.len() == limit {
                 last = Some(key);
@@ -82,7 +90,7 @@ pub fn plan_range(
     }
     if crate::planted::active(crate::planted::PlantedBug::RedactionRangeOverrunsItsLimit) {
         for (key, value) in rows {
-            if candidate(view, req, &key, &value, bound)?.is_some() {
+            if candidate(view, req, &mut versions, &key, &value, bound)?.is_some() {
                 found.push(key);
                 break;
             }
@@ -112,6 +120,7 @@ pub fn plan_range(
 pub fn range_targets(
     view: &dyn ReadView,
     req: &RedactWhere,
+    keep_versions: Option<u32>,
     range: &RedactRange,
 ) -> Result<Result<Vec<Target>, Rejection>, CoreError> {
     let prefix = scan_prefix(req);
@@ -127,9 +136,10 @@ pub fn range_targets(
     let end = successor(&range.through_key);
     let rows = view.scan(Space::State, &range.from_key, Some(&end), RedactRange::MAX_ROWS)?;
     let limit = range.applied_limit();
+    let mut versions = Versions::new(keep_versions);
     let mut out = Vec::new();
     for (key, value) in rows {
-        if let Some(target) = candidate(view, req, &key, &value, bound)? {
+        if let Some(target) = candidate(view, req, &mut versions, &key, &value, bound)? {
             out.push(target);
             if out.len() == limit {
                 break;
@@ -145,13 +155,13 @@ pub fn range_targets(
     Ok(Ok(out))
 }
 
-/// The record transaction of one range. `retention_keep_ms`: the retention policy that made
-/// it, if one did.
+/// The record transaction of one range. `retention`: the rule of the retention policy that
+/// made it, if one did.
 pub fn record(
     req: &RedactWhere,
     targets: &[Target],
     part_of: Option<TxId>,
-    retention_keep_ms: Option<u64>,
+    retention: Option<RetentionRule>,
 ) -> TxRequest {
     let assert = crate::redact::record_op;
     let mut ops = vec![
@@ -182,9 +192,15 @@ pub fn record(
             if let Some(t) = p.valid_from_before_ns {
                 ops.push(assert(RECORD_WHERE_VALID_FROM_BEFORE, Value::Instant(t)));
             }
-            if let Some(keep_ms) = retention_keep_ms {
-                let keep_ms = i64::try_from(keep_ms).unwrap_or(i64::MAX);
-                ops.push(assert(RECORD_RETENTION_KEEP_MS, Value::I64(keep_ms)));
+            match retention {
+                Some(RetentionRule::KeepMs(keep_ms)) => {
+                    let keep_ms = i64::try_from(keep_ms).unwrap_or(i64::MAX);
+                    ops.push(assert(RECORD_RETENTION_KEEP_MS, Value::I64(keep_ms)));
+                }
+                Some(RetentionRule::KeepVersions(n)) => {
+                    ops.push(assert(RECORD_RETENTION_KEEP_VERSIONS, Value::I64(i64::from(n))));
+                }
+                None => {}
             }
         }
     }
@@ -232,10 +248,12 @@ fn tx_bound(
 }
 
 /// The datom an index row under the predicate's prefix names, as a target, if the predicate
-/// takes it: its value still there, below `bound`, and matching.
+/// takes it: its value still there, below `bound`, matching, and under a versions policy, no
+/// longer kept by it ([`superseded`]).
 fn candidate(
     view: &dyn ReadView,
     req: &RedactWhere,
+    versions: &mut Versions,
     key: &[u8],
     value: &[u8],
     bound: Option<TxId>,
@@ -263,7 +281,103 @@ fn candidate(
             crate::redact::unredacted(eavt, &row)?
         }
     };
-    Ok(target.filter(|t| bound.is_none_or(|b| t.datom.tx < b) && req.predicate.matches(&t.datom)))
+    let Some(target) =
+        target.filter(|t| bound.is_none_or(|b| t.datom.tx < b) && req.predicate.matches(&t.datom))
+    else {
+        return Ok(None);
+    };
+    match versions.keep {
+        Some(keep) if !superseded(view, &req.namespace, &target.datom, keep, &mut versions.rows_left)? => {
+            Ok(None)
+        }
+        _ => Ok(Some(target)),
+    }
+}
+
+/// A versions policy's condition while one range is planned or evaluated: the versions it
+/// keeps, and how many more of the slots' later rows [`superseded`] may read for it.
+struct Versions {
+    keep: Option<u32>,
+    rows_left: usize,
+}
+
+impl Versions {
+    fn new(keep: Option<u32>) -> Versions {
+        Versions {
+            keep,
+            rows_left: VERSIONS_RANGE_ROWS,
+        }
+    }
+}
+
+/// Most later rows of a slot read to decide one datom under a versions policy.
+pub const VERSIONS_READ_ROWS: usize = 1_000;
+
+/// Most later rows read for all the datoms of one range together: a range's cost stays bounded
+/// however its slots are shaped (ten thousand live values of one many-valued slot would
+/// otherwise read each other's rows ten thousand times over).
+pub const VERSIONS_RANGE_ROWS: usize = 100_000;
+
+/// Whether a versions policy keeping `keep` versions no longer keeps `d`: at least `keep`
+/// later transactions wrote its slot, and `d` is not a live claim (a retraction, or an
+/// assertion a later datom of the slot ended: under cardinality many, a later datom of its
+/// value; under cardinality one, also a later assertion by its agent, as the current-claims
+/// fold has it). Reads the slot's datoms after `d`, at most [`VERSIONS_READ_ROWS`] and at most
+/// `rows_left` (which it lowers by what it read); a datom not decided within them is kept.
+/// Every replica reads the same rows in the same order and stops at the same one, so the
+/// answer is a pure function of the state.
+pub fn superseded(
+    view: &dyn ReadView,
+    ns: &engram_types::Namespace,
+    d: &engram_types::Datom,
+    keep: u32,
+    rows_left: &mut usize,
+) -> Result<bool, CoreError> {
+    if keep == 0 {
+        return Ok(false);
+    }
+    let cardinality = crate::schema::def_at(view, ns, &d.attribute, None)?
+        .map_or(engram_types::Cardinality::One, |def| def.cardinality);
+    let slot = keys::eavt_attr(ns, d.entity, &d.attribute);
+    let end = prefix_end(&slot);
+    let mut from = successor(&keys::eavt(ns, d.entity, &d.attribute, d.tx, u32::MAX));
+    let mut later_txs = 0u32;
+    let mut last_tx = d.tx;
+    let mut ended = d.op == engram_types::Op::Retract;
+    let mut read = 0usize;
+    let most = VERSIONS_READ_ROWS.min(*rows_left);
+    while read < most {
+        let step = (most - read).min(256);
+        let rows = view.scan(Space::State, &from, end.as_deref(), step)?;
+        let full = rows.len() == step;
+        *rows_left -= rows.len();
+        for (key, value) in &rows {
+            read += 1;
+            let (tx, _) = keys::trailing_tx_seq(key).ok_or_else(|| {
+                CoreError::corrupt(format!("datom row {}", crate::rows::hex(key)), "no tx and seq")
+            })?;
+            if tx != last_tx {
+                later_txs += 1;
+                last_tx = tx;
+            }
+            if !ended {
+                let later = engram_types::Datom::decode(value)
+                    .map_err(|e| CoreError::corrupt(format!("datom row {}", crate::rows::hex(key)), e))?;
+                ended = later.value == d.value
+                    || (cardinality == engram_types::Cardinality::One
+                        && later.op == engram_types::Op::Assert
+                        && later.provenance.agent == d.provenance.agent);
+            }
+            if later_txs >= keep && ended {
+                return Ok(true);
+            }
+        }
+        match rows.last() {
+            Some((key, _)) if full => from = successor(key),
+            _ => break,
+        }
+    }
+    Ok(false)
 }
 
 /// The datoms a redaction by predicate would take, for a dry run: at most `max` of them, and
@@ -277,6 +391,7 @@ pub fn preview(view: &dyn ReadView, req: &RedactWhere, max: usize) -> Result<(Ve
             view,
             req,
             None,
+            None,
             after.as_deref(),
             PREVIEW_STEP,
             RedactRange::MAX_ROWS,
@@ -286,7 +401,7 @@ pub fn preview(view: &dyn ReadView, req: &RedactWhere, max: usize) -> Result<(Ve
             Plan::Range { range, datoms } => {
                 count += datoms as u64;
                 if listed.len() < max
-                    && let Ok(targets) = range_targets(view, req, &range)?
+                    && let Ok(targets) = range_targets(view, req, None, &range)?
                 {
                     let room = max - listed.len();
                     listed.extend(targets.into_iter().take(room));

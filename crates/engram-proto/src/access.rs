@@ -244,11 +244,22 @@ pub fn access_log_op(m: &pb::AccessLogRequest) -> Result<PolicyOp, WireError> {
 pub fn retention_op(m: &pb::RetentionRequest) -> Result<PolicyOp, WireError> {
     engram_access::retention_target(&m.namespace, &m.attribute)
         .map_err(|e| WireError::new("namespace", e))?;
-    Ok(PolicyOp::Retention {
-        namespace: m.namespace.clone(),
-        attribute: m.attribute.clone(),
-        keep_ms: m.keep_ms,
-    })
+    match m.keep_versions {
+        Some(_) if m.keep_ms != 0 => Err(WireError::new(
+            "keep_versions",
+            "a policy keeps for a time (keep_ms) or a number of versions (keep_versions), not both",
+        )),
+        Some(keep_versions) => Ok(PolicyOp::RetentionVersions {
+            namespace: m.namespace.clone(),
+            attribute: m.attribute.clone(),
+            keep_versions,
+        }),
+        None => Ok(PolicyOp::Retention {
+            namespace: m.namespace.clone(),
+            attribute: m.attribute.clone(),
+            keep_ms: m.keep_ms,
+        }),
+    }
 }
 
 impl SignedBody for pb::RetentionRequest {

@@ -974,8 +974,33 @@ impl EngramClient {
         )
     }
 
+    /// Keeps, of each slot (entity, attribute) of `namespace` (only of `attribute`, when
+    /// given), what the last `keep_versions` transactions that wrote it hold, and its live
+    /// claims; the leader redacts older datoms. `keep_versions=0` ends the policy. An audited
+    /// change; needs `redact` on the namespace.
+    #[pyo3(signature = (namespace, keep_versions, *, attribute=None))]
+    fn set_retention_versions<'py>(
+        &self,
+        py: Python<'py>,
+        namespace: &str,
+        keep_versions: u32,
+        attribute: Option<String>,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        let (client, namespace) = (self.client.clone(), namespace.to_string());
+        let attribute = attribute.unwrap_or_default();
+        policy_change(
+            py,
+            self.run(py, async move {
+                client
+                    .set_retention_versions(&namespace, &attribute, keep_versions)
+                    .await
+            })?,
+        )
+    }
+
     /// The retention policies in force: dicts `{"namespace", "attribute", "keep_ms",
-    /// "since_tx"}` (`attribute` `None`: the whole namespace).
+    /// "keep_versions", "since_tx"}` (`attribute` `None`: the whole namespace; `keep_ms` 0 for
+    /// a versions policy, `keep_versions` 0 for a time one).
     fn retention<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
         let client = self.client.clone();
         let response = self.run(py, async move { client.list_retention().await })?;
@@ -985,6 +1010,7 @@ impl EngramClient {
             row.set_item("namespace", &p.namespace)?;
             row.set_item("attribute", Some(&p.attribute).filter(|a| !a.is_empty()))?;
             row.set_item("keep_ms", p.keep_ms)?;
+            row.set_item("keep_versions", p.keep_versions)?;
             row.set_item("since_tx", p.since_tx)?;
             out.append(row)?;
         }

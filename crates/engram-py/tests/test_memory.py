@@ -250,11 +250,18 @@ def test_redact_where_forgets_what_an_agent_wrote_and_only_that(cluster, db, ns)
 
 def test_a_retention_policy_is_set_listed_and_ended(db, ns):
     db.set_retention(ns, 86_400_000, attribute=":chat/text")
+    db.set_retention_versions(ns, 3, attribute=":plan/text")
     policies = [p for p in db.retention() if p["namespace"] == ns]
-    assert policies == [{"namespace": ns, "attribute": ":chat/text", "keep_ms": 86_400_000, "since_tx": policies[0]["since_tx"]}]
+    assert policies == [
+        {"namespace": ns, "attribute": ":chat/text", "keep_ms": 86_400_000, "keep_versions": 0, "since_tx": policies[0]["since_tx"]},
+        {"namespace": ns, "attribute": ":plan/text", "keep_ms": 0, "keep_versions": 3, "since_tx": policies[1]["since_tx"]},
+    ]
     with pytest.raises(engram.EngramError):
         db.set_retention(ns, 86_400_000, attribute=":chat/text")  # already so
+    with pytest.raises(engram.EngramError):
+        db.set_retention_versions(ns, 3, attribute=":plan/text")  # already so
     db.set_retention(ns, 0, attribute=":chat/text")
+    db.set_retention_versions(ns, 0, attribute=":plan/text")
     assert [p for p in db.retention() if p["namespace"] == ns] == []
 
 

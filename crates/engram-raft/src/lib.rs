@@ -144,6 +144,16 @@ pub enum Command {
         retention_keep_ms: Option<u64>,
         proposed_time_ns: i64,
     },
+    /// One range of a versions policy's redaction: made by the leader for the policy keeping
+    /// `keep_versions` of each slot; apply takes only the datoms in the range the policy no
+    /// longer keeps (`engram_core::redact_where::superseded`). (Last in the enum: entries keep
+    /// their encoding; a node of an earlier build cannot read it and stops.)
+    RedactVersions {
+        request: RedactWhere,
+        range: RedactRange,
+        keep_versions: u32,
+        proposed_time_ns: i64,
+    },
 }
 
 /// Who asked for a redaction, for a log line: the signing agent, else the principal, else "-".
@@ -262,6 +272,18 @@ impl fmt::Display for Command {
                 range.limit,
                 principal.as_ref().map_or("-", Principal::as_str),
                 retention_keep_ms.map_or(String::new(), |ms| format!(", retention={ms}ms")),
+            ),
+            Command::RedactVersions {
+                request,
+                range,
+                keep_versions,
+                proposed_time_ns,
+            } => write!(
+                f,
+                "redact-versions(ns={}, of={}, limit={}, keep={keep_versions}, t={proposed_time_ns})",
+                request.namespace,
+                range.first_tx.map_or("-".to_string(), |tx| tx.0.to_string()),
+                range.limit,
             ),
             // The seed stays out of logs: it is as secret as the salts.
             Command::Salted { command, .. } => write!(f, "salted {command}"),

@@ -258,7 +258,10 @@ async fn flush_loop(
         }
         let needs_sync = round.iter().any(|job| matches!(job, FlushJob::Flush(..)));
         let result = if needs_sync {
-            sync(store.clone()).await
+            let started = std::time::Instant::now();
+            let result = sync(store.clone()).await;
+            stages.log_synced(started.elapsed());
+            result
         } else {
             Ok(())
         };

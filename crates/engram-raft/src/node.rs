@@ -6,7 +6,7 @@ use engram_access::PolicyOp;
 use engram_audit::{KeyAction, KeyChangeRequest, KeyId, KeyRing, PublicKey};
 use engram_core::{CheckpointPolicy, Rejection, TxOutcome, reads};
 use engram_storage::Store;
-use engram_types::{RedactPart, RedactRequest, RedactWhere, TxRequest};
+use engram_types::{RedactPart, RedactRequest, RedactWhere, RetentionRule, TxRequest};
 use openraft::async_runtime::WatchReceiver;
 use openraft::error::{ClientWriteError, RaftError};
 use openraft::storage::RaftLogStorage;
@@ -483,7 +483,8 @@ impl RaftNode {
     }
 
     /// Proposes a redaction by predicate (`engram_core::redact_where`) asked by `principal`,
-    /// or, with `retention_keep_ms`, made for the retention policy keeping that long: range
+    /// or, with `retention`, made for the retention policy with that rule (a versions rule
+    /// takes only what the policy no longer keeps): range
     /// after range, each planned here against this node's state (a bounded scan, off the apply
     /// path) and evaluated again at apply, so writes commit between them. Answers every range's
     /// receipt, how many datoms they took, and the first `list_max` of those datoms. A range
@@ -494,7 +495,7 @@ impl RaftNode {
         &self,
         request: RedactWhere,
         principal: Option<engram_access::Principal>,
-        retention_keep_ms: Option<u64>,
+        retention: Option<RetentionRule>,
         list_max: usize,
     ) -> Result<Result<RedactedWhere, Rejection>, NodeError> {
         let fatal =
@@ -508,6 +509,7 @@ impl RaftNode {
                     engram_core::redact_where::plan_range(
                         store,
                         &request,
+                        retention.and_then(|r| r.keep_versions()),
                         first_tx,
                         after.as_deref(),
                         self.redact_part_datoms,
@@ -527,12 +529,21 @@ impl RaftNode {
                 engram_core::redact_where::Plan::Range { range, .. } => range,
             };
             after = Some(range.through_key.clone());
-            let command = Command::RedactWhere {
-                request: request.clone(),
-                principal: principal.clone(),
-                range,
-                retention_keep_ms,
-                proposed_time_ns: clock::now_ns().saturating_add(self.clock_skew_ns),
+            let proposed_time_ns = clock::now_ns().saturating_add(self.clock_skew_ns);
+            let command = match retention {
+                Some(RetentionRule::KeepVersions(keep_versions)) => Command::RedactVersions {
+                    request: request.clone(),
+                    range,
+                    keep_versions,
+                    proposed_time_ns,
+                },
+                _ => Command::RedactWhere {
+                    request: request.clone(),
+                    principal: principal.clone(),
+                    range,
+                    retention_keep_ms: retention.and_then(|r| r.keep_ms()),
+                    proposed_time_ns,
+                },
             };
             let resp = self
                 .while_quorate(self.raft.client_write(salted(command)?))

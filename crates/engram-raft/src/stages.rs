@@ -5,14 +5,15 @@
 //! network marks a follower's acknowledged append, and the proposer marks the answer the
 //! state machine sent back. When a write is answered, the server looks up, for its log index,
 //! the first mark of each stage made after the write was proposed, and records the offsets
-//! from its arrival ([`WriteStages::record`]). Telemetry only: nothing here is replicated, and
+//! from its arrival ([`WriteStages::record`]). The log's flusher also times each of its syncs
+//! ([`WriteStages::log_synced`]). Telemetry only: nothing here is replicated, and
 //! the state machine neither reads a clock nor sees these marks.
 
 use std::collections::VecDeque;
 use std::fmt::Write as _;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// A point on a write's path, in the order a write normally passes them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -102,6 +103,21 @@ impl Histogram {
         self.counts[bucket].fetch_add(1, Ordering::Relaxed);
         self.sum_us.fetch_add(us, Ordering::Relaxed);
     }
+
+    /// The series `name` with `labels` in the Prometheus text format, in seconds.
+    fn render(&self, out: &mut String, name: &str, labels: &str) {
+        let mut cumulative = 0u64;
+        for (bound, count) in BUCKETS_US.iter().zip(&self.counts) {
+            cumulative += count.load(Ordering::Relaxed);
+            let le = *bound as f64 / 1e6;
+            let _ = writeln!(out, "{name}_bucket{{{labels},le=\"{le}\"}} {cumulative}");
+        }
+        cumulative += self.counts[BUCKETS_US.len()].load(Ordering::Relaxed);
+        let _ = writeln!(out, "{name}_bucket{{{labels},le=\"+Inf\"}} {cumulative}");
+        let sum = self.sum_us.load(Ordering::Relaxed) as f64 / 1e6;
+        let _ = writeln!(out, "{name}_sum{{{labels}}} {sum}");
+        let _ = writeln!(out, "{name}_count{{{labels}}} {cumulative}");
+    }
 }
 
 /// The marks and histograms of one node.
@@ -110,6 +126,8 @@ pub struct WriteStages {
     marks: Mutex<[VecDeque<(Instant, u64)>; 4]>,
     /// Offsets from arrival, per stage of [`Stage::ALL`].
     histograms: [Histogram; 6],
+    /// How long each sync of the Raft log took (one sync covers every append queued before it).
+    log_sync: Histogram,
 }
 
 impl WriteStages {
@@ -166,7 +184,13 @@ impl WriteStages {
         out
     }
 
-    /// The histograms in the Prometheus text format, one series per stage.
+    /// A sync of the Raft log took `took` (the flusher's fsync, whatever it covered).
+    pub fn log_synced(&self, took: Duration) {
+        self.log_sync
+            .observe(u64::try_from(took.as_micros()).unwrap_or(u64::MAX));
+    }
+
+    /// The histograms in the Prometheus text format: one series per stage, and the log syncs.
     pub fn render(&self, node_id: u64, out: &mut String) {
         let name = "engram_write_stage_seconds";
         let _ = writeln!(
@@ -175,19 +199,19 @@ impl WriteStages {
         );
         let _ = writeln!(out, "# TYPE {name} histogram");
         for (stage, h) in Stage::ALL.iter().zip(&self.histograms) {
-            let labels = format!("node_id=\"{node_id}\",stage=\"{}\"", stage.name());
-            let mut cumulative = 0u64;
-            for (bound, count) in BUCKETS_US.iter().zip(&h.counts) {
-                cumulative += count.load(Ordering::Relaxed);
-                let le = *bound as f64 / 1e6;
-                let _ = writeln!(out, "{name}_bucket{{{labels},le=\"{le}\"}} {cumulative}");
-            }
-            cumulative += h.counts[BUCKETS_US.len()].load(Ordering::Relaxed);
-            let _ = writeln!(out, "{name}_bucket{{{labels},le=\"+Inf\"}} {cumulative}");
-            let sum = h.sum_us.load(Ordering::Relaxed) as f64 / 1e6;
-            let _ = writeln!(out, "{name}_sum{{{labels}}} {sum}");
-            let _ = writeln!(out, "{name}_count{{{labels}}} {cumulative}");
+            h.render(
+                out,
+                name,
+                &format!("node_id=\"{node_id}\",stage=\"{}\"", stage.name()),
+            );
         }
+        let name = "engram_log_sync_seconds";
+        let _ = writeln!(
+            out,
+            "# HELP {name} Time each sync (fsync) of the Raft log took on this node; one sync makes every append queued before it durable."
+        );
+        let _ = writeln!(out, "# TYPE {name} histogram");
+        self.log_sync.render(out, name, &format!("node_id=\"{node_id}\""));
     }
 }
 

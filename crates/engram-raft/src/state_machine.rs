@@ -8,6 +8,7 @@ use engram_core::snapshot::{self, Installer};
 use engram_core::state_proof::StateVersion;
 use engram_core::{CheckpointPolicy, Engine};
 use engram_storage::{Space, Store, WriteBatch};
+use engram_types::RetentionRule;
 use futures::{Stream, TryStreamExt};
 use openraft::entry::RaftEntry;
 use openraft::storage::{ApplyResponder, EntryResponder, RaftSnapshotBuilder, RaftStateMachine};
@@ -351,7 +352,23 @@ impl StateMachine {
                     &request,
                     &range,
                     principal.as_ref(),
-                    retention_keep_ms,
+                    retention_keep_ms.map(RetentionRule::KeepMs),
+                )?;
+                response.outcome = Some(outcome);
+            }
+            Command::RedactVersions {
+                request,
+                range,
+                keep_versions,
+                proposed_time_ns,
+            } => {
+                let outcome = self.redact_where(
+                    index,
+                    proposed_time_ns,
+                    &request,
+                    &range,
+                    None,
+                    Some(RetentionRule::KeepVersions(keep_versions)),
                 )?;
                 response.outcome = Some(outcome);
             }
@@ -420,7 +437,7 @@ impl StateMachine {
         request: &engram_types::RedactWhere,
         range: &engram_types::RedactRange,
         principal: Option<&engram_access::Principal>,
-        retention_keep_ms: Option<u64>,
+        retention: Option<RetentionRule>,
     ) -> io::Result<engram_core::TxOutcome> {
         let extra = applied_row(&self.applied)?;
         let outcome = self
@@ -431,7 +448,7 @@ impl StateMachine {
                 request,
                 range,
                 principal,
-                retention_keep_ms,
+                retention,
                 extra,
             )
             .map_err(io_err)?;
@@ -443,7 +460,7 @@ impl StateMachine {
                     tx = receipt.tx.0,
                     namespace = %request.namespace,
                     part_of = range.first_tx.map(|tx| tx.0),
-                    retention_keep_ms,
+                    retention = retention.map(|r| r.describe()),
                     "redaction by predicate recorded"
                 )
             }

@@ -8,6 +8,7 @@ use std::fmt::Write as _;
 use std::net::SocketAddr;
 
 use engram_raft::RaftNode;
+use engram_storage::Space;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 use tracing::{info, warn};
@@ -130,7 +131,23 @@ pub fn render(node: &RaftNode, insecure_open: bool) -> String {
         node.node_id,
         crate::access_log::refusals_unrecorded()
     );
-    crate::services::search_index::render_metrics(node.node_id, &mut out);
+    crate::services::search_index::render_metrics(node.node_id, status.applied_index, &mut out);
+    if let Ok(sizes) = node.read_state(|store| Space::ALL.map(|space| (space, store.space_bytes(space)))) {
+        let _ = writeln!(
+            &mut out,
+            "# HELP engram_store_bytes Bytes this node's store holds per space (log, raft, state, access): table files and write buffers, not the shared write-ahead log.\n# TYPE engram_store_bytes gauge"
+        );
+        for (space, bytes) in sizes {
+            if let Some(bytes) = bytes {
+                let _ = writeln!(
+                    &mut out,
+                    "engram_store_bytes{{node_id=\"{}\",space=\"{}\"}} {bytes}",
+                    node.node_id,
+                    space.name()
+                );
+            }
+        }
+    }
     crate::services::watch_hub::render_metrics(node.node_id, &mut out);
     crate::services::rpc_metrics::render_metrics(node.node_id, &mut out);
     let _ = writeln!(

@@ -8,12 +8,18 @@
 //! says so (`engram_core::policy::retention_allows`), in place of a grant: no agent's
 //! permission is involved, and a follower never proposes. A round cut short by a change of
 //! leader leaves its ranges applied; the next leader's round takes what is left.
+//!
+//! A versions policy (`PolicyOp::RetentionVersions`) keeps, of each slot, what its last
+//! `keep_versions` writing transactions hold and its live claims: its round proposes ranges
+//! over the namespace's (or attribute's) rows whose entries carry the policy's
+//! `keep_versions`, and apply takes only the datoms the policy no longer keeps
+//! (`engram_core::redact_where::superseded`), checked against the policy in force.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use engram_core::Rejection;
-use engram_types::{Predicate, Provenance, RedactWhere, Status};
+use engram_types::{Predicate, Provenance, RedactWhere, RetentionRule, Status};
 use tracing::{info, warn};
 
 use crate::services::Shared;
@@ -34,26 +40,53 @@ pub async fn drive(shared: Arc<Shared>, every: Duration, mut stopped: tokio::syn
         if !leads || shared.node.alarm().is_some() {
             continue;
         }
-        let policies = match shared.read_state(|store| engram_core::policy::retention_policies(store)) {
+        let policies = shared.read_state(|store| {
+            let by_time = engram_core::policy::retention_policies(store)?
+                .into_iter()
+                .map(|p| (p.namespace, p.attribute, RetentionRule::KeepMs(p.row.keep_ms)));
+            let by_versions = engram_core::policy::versions_policies(store)?
+                .into_iter()
+                .map(|p| {
+                    (
+                        p.namespace,
+                        p.attribute,
+                        RetentionRule::KeepVersions(p.row.keep_versions),
+                    )
+                });
+            Ok::<_, engram_core::CoreError>(by_time.chain(by_versions).collect::<Vec<_>>())
+        });
+        let policies = match policies {
             Ok(policies) => policies,
             Err(e) => {
                 warn!(error = %e, "retention: cannot read the policies");
                 continue;
             }
         };
-        for policy in policies {
-            let keep_ns = i64::try_from(policy.row.keep_ms.saturating_mul(1_000_000)).unwrap_or(i64::MAX);
-            // The clock the proposal is stamped with, read before it: the entry's time is at
-            // least this, so the cutoff is at least `keep_ms` before it, as apply checks.
-            let now_ns = engram_raft::clock::now_ns().saturating_add(shared.config.clock_skew_ns);
-            let request = RedactWhere {
-                namespace: policy.namespace.clone(),
-                predicate: Predicate {
-                    attribute: policy.attribute.clone(),
-                    written_before_ns: Some(now_ns.saturating_sub(keep_ns)),
+        for (namespace, attribute, rule) in policies {
+            let predicate = match rule {
+                RetentionRule::KeepMs(keep_ms) => {
+                    let keep_ns = i64::try_from(keep_ms.saturating_mul(1_000_000)).unwrap_or(i64::MAX);
+                    // The clock the proposal is stamped with, read before it: the entry's time
+                    // is at least this, so the cutoff is at least `keep_ms` before it, as apply
+                    // checks.
+                    let now_ns = engram_raft::clock::now_ns().saturating_add(shared.config.clock_skew_ns);
+                    Predicate {
+                        attribute: attribute.clone(),
+                        written_before_ns: Some(now_ns.saturating_sub(keep_ns)),
+                        ..Predicate::default()
+                    }
+                }
+                // Which datoms a versions policy no longer keeps is decided per datom, by the
+                // slot's later transactions (apply checks it again).
+                RetentionRule::KeepVersions(_) => Predicate {
+                    attribute: attribute.clone(),
                     ..Predicate::default()
                 },
-                reason: format!("retention policy: keep {} ms", policy.row.keep_ms),
+            };
+            let request = RedactWhere {
+                namespace: namespace.clone(),
+                predicate,
+                reason: format!("retention policy: {}", rule.describe()),
                 provenance: Provenance {
                     agent: RETENTION_AGENT.into(),
                     confidence: 1.0,
@@ -63,26 +96,22 @@ pub async fn drive(shared: Arc<Shared>, every: Duration, mut stopped: tokio::syn
             };
             let outcome = shared
                 .node
-                .propose_redaction_where(request, None, Some(policy.row.keep_ms), 0)
+                .propose_redaction_where(request, None, Some(rule), 0)
                 .await;
             match outcome {
                 Ok(Ok(done)) => info!(
-                    namespace = %policy.namespace,
-                    attribute = policy.attribute.as_ref().map(|a| a.to_string()),
-                    keep_ms = policy.row.keep_ms,
+                    %namespace,
+                    attribute = attribute.as_ref().map(|a| a.to_string()),
+                    rule = rule.describe(),
                     datoms = done.datoms,
                     ranges = done.receipts.len(),
                     "retention: redacted what the policy keeps no longer"
                 ),
                 Ok(Err(Rejection::NothingToRedact(_))) => {}
-                Ok(Err(rejection)) => warn!(
-                    namespace = %policy.namespace,
-                    %rejection,
-                    "retention: the redaction was refused"
-                ),
+                Ok(Err(rejection)) => warn!(%namespace, %rejection, "retention: the redaction was refused"),
                 Err(e) => {
                     // Leadership moved, or the node stops: the next leader's round goes on.
-                    warn!(namespace = %policy.namespace, error = %e, "retention: round cut short");
+                    warn!(%namespace, error = %e, "retention: round cut short");
                     break;
                 }
             }

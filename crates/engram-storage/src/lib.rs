@@ -258,6 +258,14 @@ pub trait Store: ReadView + 'static {
     fn compact(&self) -> Result<(), StorageError> {
         Ok(())
     }
+
+    /// About how many bytes the engine holds for `space`: its table files and its write
+    /// buffers (the write-ahead log, shared by every space, is not counted). For `/metrics`;
+    /// `None` from an engine that cannot tell cheaply (the in-memory store).
+    fn space_bytes(&self, space: Space) -> Option<u64> {
+        let _ = space;
+        None
+    }
 }
 
 /// Removes every key `k` with `start <= k < end` from `map` (nothing when `start >= end`), as a

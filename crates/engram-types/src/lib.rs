@@ -35,7 +35,7 @@ pub use hash::Hash;
 pub use ids::{EntityId, TxId};
 pub use namespace::Namespace;
 pub use redact::{REDACT_REQUEST_FORMAT_VERSION, RedactPart, RedactRequest};
-pub use redact_where::{Predicate, RedactRange, RedactWhere};
+pub use redact_where::{Predicate, RedactRange, RedactWhere, RetentionRule};
 pub use schema::{AttributeDef, BranchName, BranchOp, Cardinality, Unique};
 pub use tx::{EntityRef, Precondition, TxOp, TxReceipt, TxRequest};
 pub use tx_codec::TX_REQUEST_FORMAT_VERSION;

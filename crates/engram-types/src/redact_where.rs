@@ -129,6 +129,45 @@ pub const RECORD_WHERE_WRITTEN_BEFORE: &str = ":engram.redaction/where-written-b
 pub const RECORD_WHERE_VALID_FROM_BEFORE: &str = ":engram.redaction/where-valid-from-before";
 /// On a record a retention policy made: the policy's `keep_ms`.
 pub const RECORD_RETENTION_KEEP_MS: &str = ":engram.redaction/retention-keep-ms";
+/// On a record a versions policy made: the policy's `keep_versions`.
+pub const RECORD_RETENTION_KEEP_VERSIONS: &str = ":engram.redaction/retention-keep-versions";
+
+/// What makes a retention policy's redaction, carried in its log entry and checked at apply
+/// against the policy in force (`docs/FORGETTING.md`, "Retention policies").
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Serialize, Deserialize)]
+pub enum RetentionRule {
+    /// What was written longer ago than this goes.
+    KeepMs(u64),
+    /// Of each slot, what the last this many transactions that wrote it hold stays, and so do
+    /// its live claims; older datoms go.
+    KeepVersions(u32),
+}
+
+impl RetentionRule {
+    /// The rule for a log line or a reason: "keep 60000 ms", "keep 3 versions".
+    pub fn describe(&self) -> String {
+        match self {
+            RetentionRule::KeepMs(ms) => format!("keep {ms} ms"),
+            RetentionRule::KeepVersions(n) => format!("keep {n} versions"),
+        }
+    }
+
+    /// How long what is written is kept, for a time rule.
+    pub fn keep_ms(&self) -> Option<u64> {
+        match self {
+            RetentionRule::KeepMs(ms) => Some(*ms),
+            RetentionRule::KeepVersions(_) => None,
+        }
+    }
+
+    /// The versions kept per slot, for a versions rule.
+    pub fn keep_versions(&self) -> Option<u32> {
+        match self {
+            RetentionRule::KeepVersions(n) => Some(*n),
+            RetentionRule::KeepMs(_) => None,
+        }
+    }
+}
 
 #[cfg(test)]
 mod tests {

@@ -300,6 +300,11 @@ impl Authorship {
                 Value::I64(i64::try_from(*keep_ms).unwrap_or(i64::MAX)),
                 None,
             )],
+            PolicyOp::RetentionVersions { keep_versions, .. } => vec![(
+                ":engram.retention/keep-versions",
+                Value::I64(i64::from(*keep_versions)),
+                None,
+            )],
         };
         for (attribute, value, on_agent) in expected {
             let found = datoms.iter().any(|d| {

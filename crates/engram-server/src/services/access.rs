@@ -347,19 +347,33 @@ impl pb::access_server::Access for AccessService {
             methods::LIST_RETENTION,
             Need::on(Action::Read, SYSTEM_NAMESPACE),
         )?;
-        let policies = self
-            .shared
-            .read_state(|store| policy::retention_policies(store))?;
+        let (by_time, by_versions) = self.shared.read_state(|store| {
+            Ok::<_, engram_core::CoreError>((
+                policy::retention_policies(store)?,
+                policy::versions_policies(store)?,
+            ))
+        })?;
+        let attribute = |a: Option<engram_types::Attribute>| a.map(|a| a.to_string()).unwrap_or_default();
+        let mut policies: Vec<pb::RetentionInfo> = by_time
+            .into_iter()
+            .map(|p| pb::RetentionInfo {
+                namespace: p.namespace.to_string(),
+                attribute: attribute(p.attribute),
+                keep_ms: p.row.keep_ms,
+                since_tx: p.row.since_tx.0,
+                keep_versions: 0,
+            })
+            .chain(by_versions.into_iter().map(|p| pb::RetentionInfo {
+                namespace: p.namespace.to_string(),
+                attribute: attribute(p.attribute),
+                keep_ms: 0,
+                since_tx: p.row.since_tx.0,
+                keep_versions: p.row.keep_versions,
+            }))
+            .collect();
+        policies.sort_by(|a, b| (&a.namespace, &a.attribute).cmp(&(&b.namespace, &b.attribute)));
         Ok(Response::new(pb::ListRetentionResponse {
-            policies: policies
-                .into_iter()
-                .map(|p| pb::RetentionInfo {
-                    namespace: p.namespace.to_string(),
-                    attribute: p.attribute.map(|a| a.to_string()).unwrap_or_default(),
-                    keep_ms: p.row.keep_ms,
-                    since_tx: p.row.since_tx.0,
-                })
-                .collect(),
+            policies,
             applied_tx: self.shared.applied_index(),
         }))
     }

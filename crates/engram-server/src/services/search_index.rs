@@ -232,6 +232,8 @@ impl FeedRetry {
 pub struct FeedHealth {
     failures: AtomicU64,
     stopped: AtomicBool,
+    /// The log index the feeder has fed the index through.
+    fed_through: AtomicU64,
 }
 
 // Read by `/metrics` only, which the simulation does not serve.
@@ -241,7 +243,13 @@ impl FeedHealth {
         FeedHealth {
             failures: AtomicU64::new(0),
             stopped: AtomicBool::new(false),
+            fed_through: AtomicU64::new(0),
         }
+    }
+
+    /// The log index the feeder has fed the index through (0 until its first feed ends).
+    pub fn fed_through(&self) -> u64 {
+        self.fed_through.load(Ordering::Relaxed)
     }
 
     /// Feeds that failed, in all.
@@ -259,10 +267,15 @@ impl FeedHealth {
 /// in one process, but serves no `/metrics` (like `crate::error::corruptions_seen`).
 static FEED_HEALTH: FeedHealth = FeedHealth::new();
 
-/// The feeder's lines of the `/metrics` text.
+/// The feeder's lines of the `/metrics` text, for a node that has applied through `applied`.
 #[cfg_attr(madsim, allow(dead_code))]
-pub fn render_metrics(node_id: u64, out: &mut String) {
+pub fn render_metrics(node_id: u64, applied: u64, out: &mut String) {
     use std::fmt::Write as _;
+    let _ = writeln!(
+        out,
+        "# HELP engram_recall_index_lag_entries Log entries this node has applied that its search index has not yet taken in (after a start: the rebuild still to go).\n# TYPE engram_recall_index_lag_entries gauge\nengram_recall_index_lag_entries{{node_id=\"{node_id}\"}} {}",
+        applied.saturating_sub(FEED_HEALTH.fed_through())
+    );
     let _ = writeln!(
         out,
         "# HELP engram_recall_feed_failures_total Times the search index's feeder failed to feed it (it retries with backoff, then stops).\n# TYPE engram_recall_feed_failures_total counter\nengram_recall_feed_failures_total{{node_id=\"{node_id}\"}} {}",
@@ -323,6 +336,7 @@ async fn follow(
             match target.feed(applied).await {
                 Ok(()) => {
                     fed_through = applied;
+                    health.fed_through.store(applied, Ordering::Relaxed);
                     failures = 0;
                 }
                 Err(e) => {
