@@ -133,7 +133,7 @@ struct Stats {
 async fn simulate(seed: u64, bug: Option<PlantedBug>) -> Result<AccessReport, String> {
     planted::set(bug);
     let handle = Handle::current();
-    let mut cluster = Cluster::boot(handle, 3, &NodeSettings::default(), &[0, 0, 0], seed);
+    let mut cluster = Cluster::boot(handle, 3, &NodeSettings::default(), &[0, 0, 0], seed, None);
     let targets: Vec<String> = (1..=3).map(node_addr).collect();
     let (root, alice, bob) = (key("root", seed, 1), key("alice", seed, 2), key("bob", seed, 3));
 

@@ -59,8 +59,16 @@ pub struct Cluster {
 
 impl Cluster {
     /// Boots nodes `1..=pool` (none initialised yet). `skews[i]` is node `i+1`'s clock skew;
-    /// `key_seeds` make every seed's keys reproducible.
-    pub fn boot(handle: Handle, pool: u64, settings: &NodeSettings, skews: &[i64], seed: u64) -> Cluster {
+    /// `key_seeds` make every seed's keys reproducible. `retention_check_ms`: how often the
+    /// leader runs retention policies (`None`: the server's default, a minute).
+    pub fn boot(
+        handle: Handle,
+        pool: u64,
+        settings: &NodeSettings,
+        skews: &[i64],
+        seed: u64,
+        retention_check_ms: Option<u64>,
+    ) -> Cluster {
         let mut nodes = BTreeMap::new();
         for id in 1..=pool {
             let store = Arc::new(MemStore::new());
@@ -79,8 +87,11 @@ impl Cluster {
                     let skew = skew.clone();
                     let settings = *settings;
                     move || {
-                        let config =
+                        let mut config =
                             node_config(id, &settings, *skew.lock().unwrap_or_else(|e| e.into_inner()));
+                        if let Some(ms) = retention_check_ms {
+                            config.retention_check_ms = ms;
+                        }
                         let store: Arc<dyn Store> = store.clone();
                         let key = NodeKey::from_seed(key.seed());
                         async move {

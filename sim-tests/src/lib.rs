@@ -15,7 +15,8 @@
 //! - [`workload`]: agent clients; every operation recorded as invoke/return in [`history`].
 //! - [`checkers`]: one file per invariant (I1–I8 in the design brief) plus liveness.
 //! - [`watcher`], [`speculator`]: agents on their own hosts that follow the namespace through
-//!   `Client::watch`, and fork, write, merge and abandon branches in a namespace of their own.
+//!   `Client::watch`, and fork, write, merge and abandon branches in a namespace of their own;
+//!   [`keeper`] (with redactions on): rewrites slots under retention policies of both kinds.
 //! - [`access`]: a principal-aware run (enforced mode, two agents with different grants, grants
 //!   changing mid-run, crashes) and its checker: no transaction applied without a grant at its
 //!   index.
@@ -34,6 +35,7 @@ pub mod cluster;
 pub mod events;
 pub mod faults;
 pub mod forger;
+pub mod keeper;
 /// The operation history (shared with the chaos run): see `engram-lincheck`.
 pub use engram_lincheck::history;
 pub mod scenario;

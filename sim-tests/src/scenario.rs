@@ -26,6 +26,9 @@ use crate::workload::{self, Workload};
 const WATCHERS: usize = 100;
 /// How far apart the watchers open (the last opens about 4 s into the run).
 const WATCHER_STAGGER: Duration = Duration::from_millis(40);
+/// How often the leader runs retention policies in a run with redactions on (the server's
+/// default, a minute, would not run them within a seed).
+const RETENTION_CHECK_MS: u64 = 1_000;
 
 /// How to run a seed.
 #[derive(Clone, Debug, Default)]
@@ -44,9 +47,11 @@ pub struct Options {
     /// inside installs: lagging nodes install snapshots and go on serving their watchers
     /// (a crash inside the install restarts the node's watch hub from its store instead).
     pub lagging_installs: bool,
-    /// The speculator also writes and redacts a plan every fourth round (`speculator.rs`). Off
-    /// by default: the extra requests change every seed's schedule, which the seed-pinned
-    /// planted tests rely on; `ENGRAM_SIM_FORGETTING=1` turns it on for a sweep.
+    /// The speculator also writes and redacts a plan every fourth round (`speculator.rs`), and
+    /// a keeper rewrites slots under retention policies of both kinds, which the leader runs
+    /// every second (`keeper.rs`). Off by default: the extra requests change every seed's
+    /// schedule, which the seed-pinned planted tests rely on; `ENGRAM_SIM_FORGETTING=1` turns
+    /// it on for a sweep.
     pub forgetting: bool,
     /// A snapshot every this many entries, whatever the draw said (a planted test that needs
     /// snapshots at many points of the run).
@@ -58,6 +63,8 @@ pub struct Options {
 pub struct SeedReport {
     pub seed: u64,
     pub bug: Option<PlantedBug>,
+    /// Whether the run had redactions on (`Options::forgetting`).
+    pub forgetting: bool,
     pub mix: Option<FaultMix>,
     pub violations: Vec<Violation>,
     /// A panic inside the simulation (a node's assertion, a harness failure).
@@ -78,6 +85,8 @@ pub struct SeedReport {
     pub branch_abandons: usize,
     /// Redactions the speculator had acknowledged.
     pub redactions: usize,
+    /// Datoms of the keeper's entity its retention policies took (the most on any member).
+    pub retention_taken: usize,
     pub fault_counts: BTreeMap<&'static str, u64>,
     pub fault_log: Vec<String>,
     pub recovery: Recovery,
@@ -108,8 +117,13 @@ impl SeedReport {
         let bug = self
             .bug
             .map_or(String::new(), |b| format!(" ENGRAM_SIM_BUG={b:?}"));
+        let forgetting = if self.forgetting {
+            " ENGRAM_SIM_FORGETTING=1"
+        } else {
+            ""
+        };
         format!(
-            "ENGRAM_SIM_SEED={}{bug} cargo sim -p engram-sim-tests --test seeds -- one_seed --exact --nocapture",
+            "ENGRAM_SIM_SEED={}{bug}{forgetting} cargo sim -p engram-sim-tests --test seeds -- one_seed --exact --nocapture",
             self.seed
         )
     }
@@ -151,6 +165,7 @@ struct Finished {
     reapplied: u64,
     branch_abandons: usize,
     redactions: usize,
+    retention_taken: usize,
     fault_counts: BTreeMap<&'static str, u64>,
     fault_log: Vec<String>,
     recovery: Recovery,
@@ -191,6 +206,7 @@ fn run_seed_here(seed: u64, options: &Options) -> SeedReport {
     let mut report = SeedReport {
         seed,
         bug: options.bug,
+        forgetting: options.forgetting,
         mix: None,
         violations: Vec::new(),
         panic: None,
@@ -205,6 +221,7 @@ fn run_seed_here(seed: u64, options: &Options) -> SeedReport {
         reapplied: 0,
         branch_abandons: 0,
         redactions: 0,
+        retention_taken: 0,
         fault_counts: BTreeMap::new(),
         fault_log: Vec::new(),
         recovery: Recovery::default(),
@@ -231,6 +248,7 @@ fn run_seed_here(seed: u64, options: &Options) -> SeedReport {
             report.reapplied = o.reapplied;
             report.branch_abandons = o.branch_abandons;
             report.redactions = o.redactions;
+            report.retention_taken = o.retention_taken;
             report.fault_counts = o.fault_counts;
             report.fault_log = o.fault_log;
             report.recovery = o.recovery;
@@ -297,7 +315,15 @@ async fn simulate(options: Options) -> SimResult {
         snapshot_every_entries: mix.snapshot_every_entries,
         ..NodeSettings::default()
     };
-    let mut cluster = Cluster::boot(handle.clone(), pool, &settings, &skews, handle.seed());
+    let retention_check_ms = options.forgetting.then_some(RETENTION_CHECK_MS);
+    let mut cluster = Cluster::boot(
+        handle.clone(),
+        pool,
+        &settings,
+        &skews,
+        handle.seed(),
+        retention_check_ms,
+    );
     let fail = |mix: &FaultMix, reason: String| {
         Err(Box::new(SetupFailure {
             mix: mix.clone(),
@@ -402,6 +428,17 @@ async fn simulate(options: Options) -> SimResult {
             options.forgetting,
         ));
 
+    // The keeper (with redactions on) writes under retention policies, on its own host.
+    let kept = Arc::new(crate::keeper::KeeperLog::default());
+    let keeper = options.forgetting.then(|| {
+        handle
+            .create_node()
+            .name("keeper")
+            .ip(std::net::IpAddr::V4(std::net::Ipv4Addr::new(10, 0, 2, 3)))
+            .build()
+            .spawn(crate::keeper::run_keeper(w.targets.clone(), kept.clone()))
+    });
+
     // The Byzantine client: forged Raft requests from a host outside the cluster, for the
     // fault phase.
     let forged = Arc::new(crate::forger::ForgeLog::default());
@@ -447,6 +484,12 @@ async fn simulate(options: Options) -> SimResult {
     }
     if let Err(e) = speculator.await {
         return fail(&mix, format!("the speculator task failed: {e}"));
+    }
+    kept.stop.store(true, Ordering::Relaxed);
+    if let Some(keeper) = keeper
+        && let Err(e) = keeper.await
+    {
+        return fail(&mix, format!("the keeper task failed: {e}"));
     }
 
     let (recovery, mut violations) = liveness::check(&cluster, registers[0]).await;
@@ -512,6 +555,8 @@ async fn simulate(options: Options) -> SimResult {
         &speculation,
     ));
     violations.extend(crate::checkers::forgotten::check(&member_stores, &speculation));
+    let (retention_violations, retention_taken) = crate::checkers::retention::check(&member_stores, &kept);
+    violations.extend(retention_violations);
     violations.extend(tx_time_monotonic::check(&replicas));
     let unadmitted: Vec<u64> = refusals.keys().copied().collect();
     violations.extend(audit_verifies::check(&replicas, &pool_keys, &unadmitted));
@@ -574,6 +619,7 @@ async fn simulate(options: Options) -> SimResult {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .len(),
+        retention_taken,
         fault_counts,
         fault_log,
         recovery,

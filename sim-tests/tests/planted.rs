@@ -181,6 +181,41 @@ fn redaction_range_overruns_its_limit_is_caught() {
     );
 }
 
+/// A versions policy takes datoms that are still live claims: the keeper's first owner claim
+/// (another agent's, under cardinality one) and its tags nobody retracted lose their values,
+/// which the `retention` checker reads on every replica.
+#[test]
+fn retention_takes_live_claims_is_caught() {
+    caught_with(
+        Options {
+            bug: Some(PlantedBug::RetentionTakesLiveClaims),
+            fault_phase_ms: Some(12_000),
+            forgetting: true,
+            ..Options::default()
+        },
+        &["I12 retention"],
+    );
+}
+
+/// A redaction by predicate reads its time bound from the head its apply group began with: a
+/// node that catches up by applying many entries in one group takes less than the others
+/// (the keeper's time policy takes something every round), which replica agreement sees.
+/// Frequent crashes leave nodes behind, and rare snapshots make them catch up from the log.
+#[test]
+fn redaction_bound_from_group_start_is_caught() {
+    caught_with(
+        Options {
+            bug: Some(PlantedBug::RedactionBoundFromGroupStart),
+            fault_phase_ms: Some(12_000),
+            forgetting: true,
+            lagging_installs: true,
+            snapshot_every_entries: Some(400),
+            ..Options::default()
+        },
+        &["I2 replica-agreement", "I1 chain-continuity"],
+    );
+}
+
 /// A node's purge leaves the snapshot made before the redaction: the checker reads the store
 /// of each node whose purge row moves forward for the values it took. The snapshot left holds
 /// a value only if it was built between the write of the value and its redaction, so the

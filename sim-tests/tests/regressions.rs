@@ -22,7 +22,14 @@ async fn four_nodes_three_voters(seed: u64) -> Cluster {
         snapshot_every_entries: 1000,
         ..NodeSettings::default()
     };
-    let cluster = Cluster::boot(madsim::runtime::Handle::current(), 4, &settings, &[0; 4], seed);
+    let cluster = Cluster::boot(
+        madsim::runtime::Handle::current(),
+        4,
+        &settings,
+        &[0; 4],
+        seed,
+        None,
+    );
     madsim::time::sleep(Duration::from_millis(200)).await;
     cluster.init(&[1, 2, 3]).await.expect("init");
     madsim::time::sleep(Duration::from_secs(1)).await;

@@ -22,7 +22,7 @@ fn env_u64(name: &str, default: u64) -> u64 {
 
 fn summary_line(r: &SeedReport) -> String {
     format!(
-        "seed {:>5} {} ops={} acked={} unknown={} cas-refused={} reads={} chain={} merges={} abandons={} redactions={} recover={}ms sim={}ms wall={}ms faults={:?} events={:?}",
+        "seed {:>5} {} ops={} acked={} unknown={} cas-refused={} reads={} chain={} merges={} abandons={} redactions={} retention-taken={} recover={}ms sim={}ms wall={}ms faults={:?} events={:?}",
         r.seed,
         if r.passed() { "ok  " } else { "FAIL" },
         r.ops,
@@ -34,6 +34,7 @@ fn summary_line(r: &SeedReport) -> String {
         r.branch_merges,
         r.branch_abandons,
         r.redactions,
+        r.retention_taken,
         r.recovery.converge_ms.unwrap_or(0),
         r.sim_ms,
         r.wall_ms,
@@ -127,7 +128,7 @@ fn seed_sweep() {
         return;
     }
     println!(
-        "sweep: {} seeds from {start}, {} failed, {threads} threads, {wall_s:.1}s wall, {:.1} seeds/min, simulated {sim_s:.0}s in {busy_s:.0}s of thread time (ratio {:.2}), acked writes {}, ops {}, branch merges {}, abandons {}, redactions {}, entries applied again after a crash {} (each the same)",
+        "sweep: {} seeds from {start}, {} failed, {threads} threads, {wall_s:.1}s wall, {:.1} seeds/min, simulated {sim_s:.0}s in {busy_s:.0}s of thread time (ratio {:.2}), acked writes {}, ops {}, branch merges {}, abandons {}, redactions {}, datoms taken by retention {}, entries applied again after a crash {} (each the same)",
         reports.len(),
         failed.len(),
         reports.len() as f64 * 60.0 / wall_s.max(0.001),
@@ -137,11 +138,20 @@ fn seed_sweep() {
         reports.iter().map(|r| r.branch_merges).sum::<usize>(),
         reports.iter().map(|r| r.branch_abandons).sum::<usize>(),
         reports.iter().map(|r| r.redactions).sum::<usize>(),
+        reports.iter().map(|r| r.retention_taken).sum::<usize>(),
         reports.iter().map(|r| r.reapplied).sum::<u64>(),
     );
     println!("sweep: seeds whose mix enabled each kind {kinds:?}");
     println!("sweep: seeds in which each fault fired / event happened {happened:?}");
     assert_eq!(reports.len() as u64, count, "every seed reports");
+    // With redactions on, the keeper's retention policies must have taken something somewhere:
+    // a retention job that never ran would pass every seed's checker.
+    if forgetting_from_env() && count >= 8 {
+        assert!(
+            reports.iter().any(|r| r.retention_taken > 0),
+            "retention took no datom of the keeper's in any of {count} seeds"
+        );
+    }
     if !failed.is_empty() {
         let text: Vec<String> = failed.iter().map(|r| r.failure_text()).collect();
         panic!(
@@ -163,6 +173,7 @@ fn one_seed() {
         seed,
         &Options {
             bug,
+            forgetting: forgetting_from_env(),
             ..Options::default()
         },
     );

@@ -1157,6 +1157,12 @@ impl Engine {
         batch: WriteBatch,
     ) -> Result<TxOutcome, CoreError> {
         self.in_group(|engine| {
+            // A time predicate finds its bound from the chain head (`reads::tx_at_time`), and
+            // inside a group the head's row is written only when the group ends: put it in the
+            // view first, so the bound is the same however the log was cut into groups.
+            if !planted::active(PlantedBug::RedactionBoundFromGroupStart) {
+                engine.write_head();
+            }
             let view = engine.pending.over(&engine.base);
             let checked = match retention {
                 Some(RetentionRule::KeepMs(keep_ms)) => {
@@ -1906,6 +1912,95 @@ mod tests {
         assert_eq!(verify_stored(&store).unwrap(), engine.head().index);
         let report = crate::scrub::scrub(&*store, &mut |_, _| {}).unwrap();
         assert!(report.ok(), "{:?}", report.findings);
+    }
+
+    /// Apply must not depend on where the log was cut into groups: a time predicate's bound
+    /// comes from the chain head, whose row a group writes only at its end. One replica applies
+    /// the writes, the policy and the retention range one entry per group, another all in one
+    /// group (a follower catching up); both take the same datoms and end in the same state.
+    #[test]
+    fn a_time_cutoff_takes_the_same_inside_one_apply_group_as_entry_by_entry() {
+        let writes = |engine: &mut Engine| {
+            for index in 2..8u64 {
+                engine
+                    .apply_tx(
+                        index,
+                        index as i64 * 1_000_000,
+                        &tx(vec![op(
+                            EntityRef::Temp("t".into()),
+                            ":task/title",
+                            Value::String(format!("old task {index}")),
+                        )]),
+                        WriteBatch::new(),
+                    )
+                    .unwrap()
+                    .unwrap();
+            }
+            let set = PolicyOp::Retention {
+                namespace: ns().to_string(),
+                attribute: String::new(),
+                keep_ms: 50,
+            };
+            engine
+                .apply_policy(
+                    8,
+                    9_000_000,
+                    &set,
+                    &PolicyActor::Unsigned(None),
+                    WriteBatch::new(),
+                )
+                .unwrap()
+                .unwrap();
+        };
+        let retention = where_request(engram_types::Predicate {
+            written_before_ns: Some(5_000_000),
+            ..Default::default()
+        });
+        let (alone_store, mut alone) = engine();
+        writes(&mut alone);
+        let range =
+            match redact_where::plan_range(&*alone_store, &retention, None, None, None, 100, 100).unwrap() {
+                redact_where::Plan::Range { range, .. } => range,
+                other => panic!("{other:?}"),
+            };
+        let apply = |engine: &mut Engine| {
+            engine
+                .apply_redaction_where(
+                    9,
+                    60_000_000,
+                    &retention,
+                    &range,
+                    None,
+                    Some(RetentionRule::KeepMs(50)),
+                    WriteBatch::new(),
+                )
+                .unwrap()
+        };
+        let taken_alone = apply(&mut alone).unwrap();
+
+        let (grouped_store, mut grouped) = engine();
+        grouped.begin_group();
+        writes(&mut grouped);
+        let taken_grouped = apply(&mut grouped).expect("the range takes in a group what it takes alone");
+        let batch = grouped.end_group(WriteBatch::new()).unwrap();
+        grouped_store.write(batch, Durability::Buffered).unwrap();
+
+        let txs = |store: &MemStore, tx: TxId| {
+            let mut txs: Vec<u64> = redact::redacted_by(store, tx)
+                .unwrap()
+                .iter()
+                .map(|(r, _)| r.tx.0)
+                .collect();
+            txs.sort();
+            txs
+        };
+        assert_eq!(txs(&alone_store, taken_alone.tx), vec![2, 3, 4]);
+        assert_eq!(txs(&grouped_store, taken_grouped.tx), vec![2, 3, 4]);
+        assert_eq!(
+            crate::inspect::state_digest(&*alone_store).unwrap(),
+            crate::inspect::state_digest(&*grouped_store).unwrap(),
+            "one state, however the entries were grouped"
+        );
     }
 
     #[test]

@@ -81,10 +81,19 @@ pub enum PlantedBug {
     /// row and the map) as it was: every replica agrees on the same wrong state root, so only
     /// a recomputation from the history can see it.
     StaleSlotCommitment,
+    /// A versions retention policy takes a datom once enough later transactions wrote its
+    /// slot, without asking whether it is still a live claim: another agent's claim under
+    /// cardinality one, or a value of a many-valued slot nobody retracted, loses its value.
+    RetentionTakesLiveClaims,
+    /// A redaction by predicate finds its time bound from the chain head as the store holds it
+    /// when its apply group began, not after the group's earlier entries: a replica that
+    /// applies a long stretch of the log in one group (catching up) takes less than one that
+    /// applied it entry by entry.
+    RedactionBoundFromGroupStart,
 }
 
 impl PlantedBug {
-    pub const ALL: [PlantedBug; 21] = [
+    pub const ALL: [PlantedBug; 23] = [
         PlantedBug::AckBeforeCommit,
         PlantedBug::SkipSyncBeforeAck,
         PlantedBug::WrongPrevHash,
@@ -106,6 +115,8 @@ impl PlantedBug {
         PlantedBug::RedactionStopsAfterFirstPart,
         PlantedBug::RedactionRangeOverrunsItsLimit,
         PlantedBug::StaleSlotCommitment,
+        PlantedBug::RetentionTakesLiveClaims,
+        PlantedBug::RedactionBoundFromGroupStart,
     ];
 }
 

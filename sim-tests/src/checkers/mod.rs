@@ -17,6 +17,7 @@ pub mod no_partial_apply;
 pub mod peer_auth;
 pub mod purged;
 pub mod replica_agreement;
+pub mod retention;
 pub mod search_agrees;
 pub mod signatures_valid;
 pub mod state_consistent;

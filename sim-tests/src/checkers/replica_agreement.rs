@@ -12,6 +12,16 @@ use super::{Replica, Violation};
 
 pub const NAME: &str = "I2 replica-agreement";
 
+/// What a replica's entry at `index` records, to tell two differing entries apart: the log
+/// index (transaction) that made it and its namespace.
+fn describe(r: &Replica, index: u64) -> String {
+    match r.entries.iter().find(|e| e.index == index).map(|e| &e.entry) {
+        Some(Ok(signed)) => format!("tx {} in {:?}", signed.entry.tx.0, signed.entry.namespace),
+        Some(Err(e)) => format!("undecodable: {e}"),
+        None => "none".into(),
+    }
+}
+
 /// `samples`: applied index → (node, state digest) pairs seen during the run.
 pub fn check(replicas: &[Replica], samples: &BTreeMap<u64, Vec<(u64, Hash)>>) -> Vec<Violation> {
     let mut out = Vec::new();
@@ -27,10 +37,15 @@ pub fn check(replicas: &[Replica], samples: &BTreeMap<u64, Vec<(u64, Hash)>>) ->
                     out.push(Violation::new(
                         NAME,
                         format!(
-                            "audit index {index}: node {} has entry {}, node {other} has {}",
+                            "audit index {index}: node {} has entry {} ({}), node {other} has {} ({})",
                             r.node,
                             hash.to_hex(),
-                            h.to_hex()
+                            describe(r, index),
+                            h.to_hex(),
+                            replicas
+                                .iter()
+                                .find(|o| o.node == *other)
+                                .map_or_else(String::new, |o| describe(o, index)),
                         ),
                     ));
                     break;

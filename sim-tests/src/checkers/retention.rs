@@ -1,0 +1,144 @@
+//! **I12 retention** (with redactions on): what a retention policy keeps holds its value on
+//! every member replica, whatever the leader's retention job took around it (`keeper.rs`
+//! writes the slots and sets the policies):
+//!
+//! - of `:keep/owner` and `:keep/tag`, every datom of the last [`KEEP_VERSIONS`] transactions
+//!   that wrote the slot;
+//! - every live claim: each agent's latest `:keep/owner` assertion (`keeper-a`'s, from the
+//!   start, outlives every later version), and every `:keep/tag` value (none is retracted);
+//! - of `:keep/note`, every datom younger than [`NOTE_KEEP_MS`] when a redaction took it.
+//!
+//! That a replica took no more and no less than another is replica agreement's (the redacted
+//! rows are state); that nothing is missing without a record is the audit verifier's.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use engram_storage::Store;
+use engram_types::{Datom, EntityId, Namespace, Op, TxId, Value};
+
+use super::Violation;
+use crate::keeper::{FIRST_OWNER, KEEP_VERSIONS, KeeperLog, NAMESPACE, NOTE, NOTE_KEEP_MS, OWNER, TAG};
+
+pub const NAME: &str = "I12 retention";
+
+/// The violations, and the most datoms of the keeper's entity a member holds redacted.
+pub fn check(members: &[(u64, &dyn Store)], log: &KeeperLog) -> (Vec<Violation>, usize) {
+    let mut out: Vec<Violation> = log
+        .refused
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .iter()
+        .map(|r| Violation::new(NAME, format!("the keeper's write was refused: {r}")))
+        .collect();
+    let Some(entity) = *log.entity.lock().unwrap_or_else(|e| e.into_inner()) else {
+        return (out, 0);
+    };
+    let rounds = log.rounds.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    let ns = Namespace::new(NAMESPACE).expect("a valid namespace");
+    let mut taken = 0;
+    for (node, store) in members {
+        let datoms = match engram_core::reads::entity_datoms(*store, &ns, EntityId(entity)) {
+            Ok(d) => d,
+            Err(e) => {
+                out.push(Violation::new(
+                    NAME,
+                    format!("node {node}: reading entity {entity}: {e}"),
+                ));
+                continue;
+            }
+        };
+        let redacted = datoms.iter().filter(|d| d.value.redacted().is_some()).count();
+        taken = taken.max(redacted);
+        let mut slots: BTreeMap<&str, Vec<&Datom>> = BTreeMap::new();
+        for d in &datoms {
+            slots.entry(d.attribute.as_str()).or_default().push(d);
+        }
+        let empty = Vec::new();
+        let mut fail = |what: String| {
+            out.push(Violation::new(
+                NAME,
+                format!("node {node}: entity {entity}: {what}"),
+            ))
+        };
+        for attr in [OWNER, TAG] {
+            let slot = slots.get(attr).unwrap_or(&empty);
+            let txs: BTreeSet<TxId> = slot.iter().map(|d| d.tx).collect();
+            let kept: BTreeSet<TxId> = txs.iter().rev().take(KEEP_VERSIONS as usize).copied().collect();
+            for d in slot.iter().filter(|d| kept.contains(&d.tx)) {
+                if let Some(r) = d.value.redacted() {
+                    fail(format!(
+                        "{attr} of tx {}, one of the slot's last {KEEP_VERSIONS} versions, was taken by tx {}",
+                        d.tx.0, r.by_tx.0
+                    ));
+                }
+            }
+        }
+        // Each agent's latest owner claim is live: nothing retracts an owner.
+        let mut latest: BTreeMap<&str, &Datom> = BTreeMap::new();
+        for d in slots.get(OWNER).unwrap_or(&empty) {
+            if d.op == Op::Assert
+                && latest
+                    .get(d.provenance.agent.as_str())
+                    .is_none_or(|l| l.tx < d.tx)
+            {
+                latest.insert(d.provenance.agent.as_str(), d);
+            }
+        }
+        if !latest.contains_key(FIRST_OWNER) {
+            fail(format!("no {OWNER} claim of {FIRST_OWNER}"));
+        }
+        for (agent, d) in latest {
+            if let Some(r) = d.value.redacted() {
+                fail(format!(
+                    "{OWNER}: {agent}'s live claim (tx {}) was taken by tx {}",
+                    d.tx.0, r.by_tx.0
+                ));
+            }
+        }
+        // Every acknowledged round's tag is a live claim.
+        for (round, tx) in &rounds {
+            let assertion = slots
+                .get(TAG)
+                .unwrap_or(&empty)
+                .iter()
+                .find(|d| d.tx == TxId(*tx) && d.op == Op::Assert);
+            match assertion {
+                None => fail(format!("{TAG}: round {round}'s assertion (tx {tx}) is missing")),
+                Some(d) => match &d.value {
+                    Value::Redacted(r) => fail(format!(
+                        "{TAG}: round {round}'s value, never retracted (tx {tx}), was taken by tx {}",
+                        r.by_tx.0
+                    )),
+                    v if *v != Value::String(crate::keeper::tag_of(*round)) => {
+                        fail(format!("{TAG}: round {round}'s assertion (tx {tx}) holds {v}"))
+                    }
+                    _ => {}
+                },
+            }
+        }
+        for d in slots.get(NOTE).unwrap_or(&empty) {
+            let Some(r) = d.value.redacted() else { continue };
+            let time = |tx: TxId| {
+                engram_core::reads::tx(*store, tx)
+                    .ok()
+                    .flatten()
+                    .map(|row| row.receipt.tx_time_ns)
+            };
+            match (time(d.tx), time(r.by_tx)) {
+                (Some(written), Some(taken))
+                    if taken.saturating_sub(written) >= (NOTE_KEEP_MS * 1_000_000) as i64 => {}
+                (Some(written), Some(taken)) => fail(format!(
+                    "{NOTE} of tx {} was taken by tx {} {} ms after it was written, under a policy keeping it {NOTE_KEEP_MS} ms",
+                    d.tx.0,
+                    r.by_tx.0,
+                    (taken - written) / 1_000_000
+                )),
+                _ => fail(format!(
+                    "{NOTE} of tx {}, taken by tx {}: a transaction's time cannot be read",
+                    d.tx.0, r.by_tx.0
+                )),
+            }
+        }
+    }
+    (out, taken)
+}

@@ -1,0 +1,227 @@
+//! A keeper agent (with `Options::forgetting`): in a namespace of its own, it sets retention
+//! policies of both kinds, then rewrites the same slots of one entity round after round,
+//! through the public client, across every fault, while the leader's retention job redacts
+//! what the policies keep no longer. The `retention` checker then reads every replica:
+//!
+//! - `:keep/owner` (cardinality one) and `:keep/tag` (cardinality many) are kept for their last
+//!   [`KEEP_VERSIONS`] versions. The owner slot has two agents' claims: `keeper-a` asserts once,
+//!   at the start, and `keeper-b` every round, so `keeper-a`'s claim stays live however many
+//!   later transactions write the slot. The tag slot gets a new value every round, each a live
+//!   claim however old. (It retracts none: a policy that takes an assertion and leaves its
+//!   retraction, or the other way round, splits the pair, and a fold of the slot's history can
+//!   no longer tell that the retraction ended the claim; the scrub reports the current-claims
+//!   row as not its history folded. `docs/FORGETTING.md`, "Known defect", has the reproduction.)
+//! - `:keep/note` (cardinality one) is kept for [`NOTE_KEEP_MS`].
+//!
+//! Each round is retried with its idempotency key until it is acknowledged, so the rounds are
+//! applied in order, each once; only the one in flight when the run stops may be applied
+//! without an acknowledgement. The log records every acknowledged round's transaction. When the
+//! run stops (the faults healed), the keeper ends its policies, so no retention redaction is
+//! still being proposed while the final checkers read the replicas.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use engram_client::{Client, ClientConfig, ClientError};
+use engram_types::{
+    Attribute, AttributeDef, Cardinality, EntityId, EntityRef, Namespace, Op, Provenance, Status, TxOp,
+    TxRequest, Value, ValueType,
+};
+
+pub const NAMESPACE: &str = "sim/keep";
+pub const OWNER: &str = ":keep/owner";
+pub const TAG: &str = ":keep/tag";
+pub const NOTE: &str = ":keep/note";
+/// Versions the policies on `:keep/owner` and `:keep/tag` keep.
+pub const KEEP_VERSIONS: u32 = 2;
+/// How long the policy on `:keep/note` keeps a value.
+pub const NOTE_KEEP_MS: u64 = 600;
+/// The agent of the one `:keep/owner` claim that must outlive every later version.
+pub const FIRST_OWNER: &str = "keeper-a";
+/// The agent of every round.
+pub const ROUND_AGENT: &str = "keeper-b";
+
+/// What the keeper did, shared with the harness.
+#[derive(Default)]
+pub struct KeeperLog {
+    /// The entity, once created.
+    pub entity: Mutex<Option<u64>>,
+    /// Each acknowledged round, in order: (round, its transaction).
+    pub rounds: Mutex<Vec<(u64, u64)>>,
+    /// A write the cluster refused for good (every write the keeper makes is valid).
+    pub refused: Mutex<Vec<String>>,
+    pub stop: AtomicBool,
+}
+
+impl KeeperLog {
+    fn refuse(&self, what: String) {
+        self.refused.lock().unwrap_or_else(|e| e.into_inner()).push(what);
+    }
+}
+
+pub fn tag_of(round: u64) -> String {
+    format!("tag {round}")
+}
+
+fn provenance(agent: &str) -> Provenance {
+    Provenance {
+        agent: agent.into(),
+        confidence: 0.9,
+        status: Status::Verified,
+        ..Provenance::default()
+    }
+}
+
+fn attribute(name: &str) -> Attribute {
+    Attribute::new(name).expect("a valid attribute")
+}
+
+fn op(op: Op, entity: EntityRef, attr: &str, value: String) -> TxOp {
+    TxOp {
+        op,
+        entity,
+        attribute: attribute(attr),
+        value: Value::String(value),
+        valid_from_ns: None,
+        valid_to_ns: None,
+    }
+}
+
+/// A transient failure (no leader, a cut network, a crashed node): the same request, with its
+/// idempotency key, is sent again. Anything else is a refusal the keeper's valid writes must
+/// never get.
+fn transient(e: &ClientError) -> bool {
+    !matches!(
+        e.code(),
+        Some(tonic::Code::InvalidArgument | tonic::Code::FailedPrecondition | tonic::Code::PermissionDenied)
+    )
+}
+
+/// Sends `tx` until it is acknowledged (its answer) or the run stops (`None`).
+async fn until_acknowledged(
+    client: &Client,
+    tx: &TxRequest,
+    log: &KeeperLog,
+) -> Option<engram_proto::pb::TransactResponse> {
+    while !log.stop.load(Ordering::Relaxed) {
+        match client.transact(tx).await {
+            Ok(r) => return Some(r),
+            Err(e) if transient(&e) => madsim::time::sleep(Duration::from_millis(200)).await,
+            Err(e) => {
+                log.refuse(format!("{:?}: {e}", tx.idempotency_key));
+                return None;
+            }
+        }
+    }
+    None
+}
+
+/// The policies the keeper sets: (attribute, versions kept, or else ms kept).
+const POLICIES: [(&str, Option<u32>, u64); 3] = [
+    (OWNER, Some(KEEP_VERSIONS), 0),
+    (TAG, Some(KEEP_VERSIONS), 0),
+    (NOTE, None, NOTE_KEEP_MS),
+];
+
+/// Sets (or, with `end`, ends) the keeper's policies, each retried until it holds: a lost
+/// acknowledgement shows up on a retry as "already kept" (or "has no policy"). Gives up after
+/// `attempts` tries of each.
+async fn set_policies(client: &Client, end: bool, attempts: u32, log: &KeeperLog) {
+    for (attr, versions, keep_ms) in POLICIES {
+        for _ in 0..attempts {
+            if !end && log.stop.load(Ordering::Relaxed) {
+                return;
+            }
+            let set = match versions {
+                Some(n) => {
+                    client
+                        .set_retention_versions(NAMESPACE, attr, if end { 0 } else { n })
+                        .await
+                }
+                None => {
+                    client
+                        .set_retention(NAMESPACE, attr, if end { 0 } else { keep_ms })
+                        .await
+                }
+            };
+            match set {
+                Ok(_) => break,
+                Err(e) if e.code() == Some(tonic::Code::FailedPrecondition) => break,
+                Err(_) => madsim::time::sleep(Duration::from_millis(300)).await,
+            }
+        }
+    }
+}
+
+pub async fn run_keeper(targets: Vec<String>, log: Arc<KeeperLog>) {
+    let Ok(client) = Client::with_config(targets, ClientConfig::default()) else {
+        return;
+    };
+    write_rounds(&client, &log).await;
+    set_policies(&client, true, 100, &log).await;
+}
+
+async fn write_rounds(client: &Client, log: &KeeperLog) {
+    let ns = Namespace::new(NAMESPACE).expect("a valid namespace");
+    let pause = || madsim::time::sleep(Duration::from_millis(300));
+    let mut tag = AttributeDef::new(attribute(TAG), ValueType::String);
+    tag.cardinality = Cardinality::Many;
+    let defs = [
+        AttributeDef::new(attribute(OWNER), ValueType::String),
+        tag,
+        AttributeDef::new(attribute(NOTE), ValueType::String),
+    ];
+    // Set-up, each step retried until it holds: a lost acknowledgement of the schema shows up
+    // on a retry as "nothing to change".
+    while !log.stop.load(Ordering::Relaxed) {
+        match client
+            .apply_schema(&ns, &defs, &provenance(ROUND_AGENT), Some("keeper-schema"))
+            .await
+        {
+            Ok(_) => break,
+            Err(e) if e.code() == Some(tonic::Code::FailedPrecondition) => break,
+            Err(_) => pause().await,
+        }
+    }
+    set_policies(client, false, u32::MAX, log).await;
+    let mut seed = TxRequest::data(
+        ns.clone(),
+        vec![op(
+            Op::Assert,
+            EntityRef::Temp("kept".into()),
+            OWNER,
+            "owner a".into(),
+        )],
+        provenance(FIRST_OWNER),
+    );
+    seed.idempotency_key = Some("keeper-seed".into());
+    let Some(entity) = until_acknowledged(client, &seed, log)
+        .await
+        .and_then(|r| r.temp_ids.get("kept").copied())
+    else {
+        return;
+    };
+    *log.entity.lock().unwrap_or_else(|e| e.into_inner()) = Some(entity);
+
+    let e = || EntityRef::Id(EntityId(entity));
+    let mut round = 0u64;
+    while !log.stop.load(Ordering::Relaxed) {
+        round += 1;
+        let ops = vec![
+            op(Op::Assert, e(), OWNER, format!("owner b {round}")),
+            op(Op::Assert, e(), TAG, tag_of(round)),
+            op(Op::Assert, e(), NOTE, format!("note {round}")),
+        ];
+        let mut write = TxRequest::data(ns.clone(), ops, provenance(ROUND_AGENT));
+        write.idempotency_key = Some(format!("keeper-{round}"));
+        let Some(answer) = until_acknowledged(client, &write, log).await else {
+            return;
+        };
+        log.rounds
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push((round, answer.tx));
+        pause().await;
+    }
+}
