@@ -388,6 +388,15 @@ pub enum Command {
     #[command(subcommand)]
     Audit(AuditCommand),
 
+    /// The background work each node given with -e ran, newest first: snapshots built and
+    /// installed, redaction purges, retention rounds, divergence checks, search index rebuilds
+    /// and backups, each with its start, duration, outcome and figures. Each node keeps its
+    /// own log (the last 256 jobs of each kind); a job the node stopped inside is listed as
+    /// interrupted. Needs read on engram.system in enforced mode.
+    #[command(after_help = "EXAMPLES\n  engram -e n1:7001 -e n2:7001 -e n3:7001 jobs\n  \
+        engram -e n1:7001 jobs --kind snapshot-build --limit 5 --json")]
+    Jobs(JobsArgs),
+
     /// Take an online, consistent backup of a node's state into one file, while writes go on.
     ///
     /// The file holds every replicated row as of one applied entry and a checkpoint the node
@@ -1619,6 +1628,18 @@ pub struct DemoArgs {
     /// Use ports P, P+1, P+2 instead of free ones chosen by the OS.
     #[arg(long, value_name = "P")]
     pub base_port: Option<u16>,
+}
+
+/// `engram jobs`.
+#[derive(Args, Debug, Clone)]
+pub struct JobsArgs {
+    /// Only jobs of this kind: snapshot-build, snapshot-install, redaction-purge, retention,
+    /// divergence-check, search-rebuild or backup.
+    #[arg(long, value_name = "KIND")]
+    pub kind: Option<String>,
+    /// Jobs listed at most per node.
+    #[arg(long, value_name = "N", default_value_t = 20)]
+    pub limit: u32,
 }
 
 /// `engram access`.

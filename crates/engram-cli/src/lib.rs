@@ -23,6 +23,7 @@ pub mod cli;
 pub mod commands;
 pub mod demo;
 pub mod invariants;
+pub mod jobs_cmd;
 pub mod local_cluster;
 pub mod mcp;
 pub mod memory_cmd;

@@ -1127,6 +1127,20 @@ impl Client {
         Ok(byte_chunks(endpoint, stream, |chunk: pb::BackupChunk| chunk.data))
     }
 
+    /// The answering node's job log, newest first: `kind` one kind only (empty: every kind),
+    /// at most `limit` jobs (0: 100). The node answers for itself (response's `node_id`).
+    pub async fn list_jobs(&self, kind: &str, limit: u32) -> Result<pb::ListJobsResponse, ClientError> {
+        let req = pb::ListJobsRequest {
+            kind: kind.to_string(),
+            limit,
+        };
+        self.call(Idempotency::Safe, move |ch, s| {
+            let req = req.clone();
+            async move { cluster(ch).list_jobs(s.sign(methods::LIST_JOBS, req)).await }
+        })
+        .await
+    }
+
     /// The answering node's whole export, read into memory: for chains small enough to hold
     /// (the demo, the chaos run, tests); stream [`Client::export`] to a file otherwise.
     pub async fn export_bytes(&self) -> Result<Vec<u8>, ClientError> {

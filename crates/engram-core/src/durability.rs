@@ -54,6 +54,9 @@ pub enum Write {
     LegacyMigration,
     /// Events appended to the node's signed access log.
     AccessLog,
+    /// A background job's start or end in the node's job log (`crate::jobs`): operators'
+    /// records, nothing acknowledged on them; a crash may lose the last few.
+    JobLog,
     /// The node-local record that a redaction's values are purged from this node's files. If a
     /// crash loses it, the purge runs again.
     RedactionPurged,
@@ -97,7 +100,8 @@ pub fn durability(write: Write) -> Durability {
         | Write::StartAttestation
         | Write::SnapshotChunk
         | Write::InstallBatch
-        | Write::RedactionPurged => Buffered,
+        | Write::RedactionPurged
+        | Write::JobLog => Buffered,
     }
 }
 

@@ -30,6 +30,7 @@ mod engine;
 mod error;
 pub mod export;
 pub mod inspect;
+pub mod jobs;
 pub mod keys;
 pub mod lists;
 pub mod pages;

@@ -39,6 +39,7 @@ pub mod methods {
     pub const ROTATE_KEY: &str = "/engram.v1.Cluster/RotateKey";
     pub const PROPOSE_KEY_CHANGE: &str = "/engram.v1.Cluster/ProposeKeyChange";
     pub const BACKUP: &str = "/engram.v1.Cluster/Backup";
+    pub const LIST_JOBS: &str = "/engram.v1.Cluster/ListJobs";
     pub const ADD_AGENT: &str = "/engram.v1.Access/AddAgent";
     pub const ROTATE_AGENT_KEY: &str = "/engram.v1.Access/RotateAgentKey";
     pub const REVOKE_AGENT: &str = "/engram.v1.Access/RevokeAgent";
@@ -112,6 +113,7 @@ protobuf_body!(
     KeyChangeProposal,
     AccessEventsRequest,
     BackupRequest,
+    ListJobsRequest,
 );
 
 /// The body of a call that becomes a transaction or a policy change: its canonical bytes, or,

@@ -23,6 +23,7 @@
 
 pub mod clock;
 pub mod committed;
+pub mod jobs;
 mod log_store;
 pub mod network;
 mod node;

@@ -1019,6 +1019,11 @@ impl RaftNode {
 }
 
 impl RaftNode {
+    /// This node's job log: its background work, with start, end, outcome and figures.
+    pub fn jobs(&self) -> &Arc<crate::jobs::Jobs> {
+        &self.snapshots.jobs
+    }
+
     /// The divergence alarm, if one is raised.
     pub fn alarm(&self) -> Option<DivergenceAlarm> {
         self.alarm.lock().unwrap_or_else(|p| p.into_inner()).clone()

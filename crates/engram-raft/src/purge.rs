@@ -128,15 +128,23 @@ impl Purger {
                 }
                 // Redactions applied meanwhile are covered by the same purge.
                 let target = *applied.borrow_and_update();
+                let job = self.snapshots.jobs.start(
+                    crate::jobs::JobKind::RedactionPurge,
+                    format!("through log index {target}"),
+                );
                 match self.purge_through(target).await {
                     Ok(()) => {
+                        job.done([("log_index", target)]);
                         purged.send_replace(target);
                         info!(
                             log_index = target,
                             "redacted values purged from the Raft log, the snapshots and the store's files"
                         );
                     }
-                    Err(Stop) => return,
+                    Err(Stop) => {
+                        job.failed("the node stopped", []);
+                        return;
+                    }
                 }
                 continue;
             }

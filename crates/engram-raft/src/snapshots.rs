@@ -181,6 +181,8 @@ pub struct Snapshots {
     /// Held while a snapshot is built or installed: openraft builds in a task of its own, and
     /// an install spans several batches, so a build must not read the state halfway through one.
     pub(crate) busy: tokio::sync::Mutex<()>,
+    /// The node's job log: builds, installs and purges are recorded in it.
+    pub(crate) jobs: Arc<crate::jobs::Jobs>,
     /// Odd while an install is replacing the state: reads check it before and after (see
     /// `RaftNode::read_state`), since between an install's batches the state is part old,
     /// part new.
@@ -205,7 +207,9 @@ impl Snapshots {
             }
             _ => 1,
         };
+        let jobs = crate::jobs::Jobs::open(store.clone()).map_err(|e| io::Error::other(e.to_string()))?;
         let snapshots = Snapshots {
+            jobs,
             store,
             next_id: AtomicU64::new(next_id),
             held: HeldIds::default(),

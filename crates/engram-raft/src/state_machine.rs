@@ -597,13 +597,24 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
     async fn install_snapshot(&mut self, meta: &SnapshotMeta, data: SnapshotData) -> io::Result<()> {
         let snapshots = self.snapshots.clone();
         let _busy = snapshots.busy.lock().await;
+        let job = snapshots.jobs.start(
+            crate::jobs::JobKind::SnapshotInstall,
+            format!(
+                "through log index {}",
+                meta.last_log_id.as_ref().map_or(0, |l| l.index())
+            ),
+        );
         // One pass over the chunks checks the checksum and the whole audit chain before
         // anything is replaced; a refused snapshot leaves the state as it was.
-        let head = snapshot::check(&data).map_err(|e| {
-            warn!(error = %e, "refused a snapshot");
-            snapshots.discard_unless_current(data.data.id);
-            io_err(e)
-        })?;
+        let head = match snapshot::check(&data) {
+            Ok(head) => head,
+            Err(e) => {
+                warn!(error = %e, "refused a snapshot");
+                snapshots.discard_unless_current(data.data.id);
+                job.failed(format!("refused: {e}"), [("bytes", data.data.bytes)]);
+                return Err(io_err(e));
+            }
+        };
         // From here until the install is written and the engine reloaded, reads of this node's
         // state are refused (`RaftNode::read_state`).
         let replacing = snapshots.replacing();
@@ -644,6 +655,11 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             bytes = data.data.bytes,
             "installed a snapshot; its audit chain verified"
         );
+        job.done([
+            ("bytes", data.data.bytes),
+            ("chunks", u64::from(data.data.chunks)),
+            ("chain_index", head.index),
+        ]);
         Ok(())
     }
 
@@ -696,6 +712,7 @@ impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
         // The applied position is captured in the same pass as the data, so meta and data
         // agree even though apply keeps running while this builds.
         let _busy = self.snapshots.busy.lock().await;
+        let job = self.snapshots.jobs.start(crate::jobs::JobKind::SnapshotBuild, "");
         let (data, rows) = self.snapshots.build(&[APPLIED, MEMBERSHIP])?;
         let applied = match &rows[0] {
             Some(v) => decode("applied log id", v)?,
@@ -711,6 +728,14 @@ impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
         };
         self.snapshots.set_current(&meta, &data.data)?;
         info!(bytes = data.data.bytes, last_log_index = ?meta.last_log_id.as_ref().map(|l| l.index()), "built a snapshot");
+        job.done([
+            ("bytes", data.data.bytes),
+            ("chunks", u64::from(data.data.chunks)),
+            (
+                "last_log_index",
+                meta.last_log_id.as_ref().map_or(0, |l| l.index()),
+            ),
+        ]);
         Ok(Snapshot { meta, snapshot: data })
     }
 }

@@ -45,10 +45,27 @@ pub async fn watch(shared: Arc<Shared>, every: Duration, mut stopped: tokio::syn
         if shared.node.alarm().is_some() {
             continue;
         }
+        let job = shared
+            .node
+            .jobs()
+            .start(engram_raft::jobs::JobKind::DivergenceCheck, "");
         let round = check_once(&shared).await;
+        let figures = [
+            ("members", round.members as u64),
+            ("agreeing", round.agreeing as u64),
+            ("differing", round.disagreements.len() as u64),
+        ];
         let Some(first) = round.disagreements.first().cloned() else {
+            job.done(figures);
             continue;
         };
+        job.failed(
+            format!(
+                "peer {}'s chain differs from this node's at index {}",
+                first.peer, first.index
+            ),
+            figures,
+        );
         if round.in_majority() {
             // A majority (this node with the peers it agrees with) holds one chain: the
             // disagreeing peers are the ones to repair, and they raise their own alarms.

@@ -56,12 +56,19 @@ pub async fn drive(shared: Arc<Shared>, every: Duration, mut stopped: tokio::syn
             Ok::<_, engram_core::CoreError>(by_time.chain(by_versions).collect::<Vec<_>>())
         });
         let policies = match policies {
+            Ok(policies) if policies.is_empty() => continue,
             Ok(policies) => policies,
             Err(e) => {
                 warn!(error = %e, "retention: cannot read the policies");
                 continue;
             }
         };
+        let job = shared.node.jobs().start(
+            engram_raft::jobs::JobKind::Retention,
+            format!("{} policies", policies.len()),
+        );
+        let (mut datoms, mut ranges, mut refused) = (0u64, 0u64, 0u64);
+        let mut cut_short = None;
         for (namespace, attribute, rule) in policies {
             let predicate = match rule {
                 RetentionRule::KeepMs(keep_ms) => {
@@ -99,22 +106,35 @@ pub async fn drive(shared: Arc<Shared>, every: Duration, mut stopped: tokio::syn
                 .propose_redaction_where(request, None, Some(rule), 0)
                 .await;
             match outcome {
-                Ok(Ok(done)) => info!(
-                    %namespace,
-                    attribute = attribute.as_ref().map(|a| a.to_string()),
-                    rule = rule.describe(),
-                    datoms = done.datoms,
-                    ranges = done.receipts.len(),
-                    "retention: redacted what the policy keeps no longer"
-                ),
+                Ok(Ok(done)) => {
+                    datoms += done.datoms;
+                    ranges += done.receipts.len() as u64;
+                    info!(
+                        %namespace,
+                        attribute = attribute.as_ref().map(|a| a.to_string()),
+                        rule = rule.describe(),
+                        datoms = done.datoms,
+                        ranges = done.receipts.len(),
+                        "retention: redacted what the policy keeps no longer"
+                    )
+                }
                 Ok(Err(Rejection::NothingToRedact(_))) => {}
-                Ok(Err(rejection)) => warn!(%namespace, %rejection, "retention: the redaction was refused"),
+                Ok(Err(rejection)) => {
+                    refused += 1;
+                    warn!(%namespace, %rejection, "retention: the redaction was refused")
+                }
                 Err(e) => {
                     // Leadership moved, or the node stops: the next leader's round goes on.
                     warn!(%namespace, error = %e, "retention: round cut short");
+                    cut_short = Some(e.to_string());
                     break;
                 }
             }
+        }
+        let figures = [("datoms", datoms), ("ranges", ranges), ("refused", refused)];
+        match cut_short {
+            None => job.done(figures),
+            Some(why) => job.failed(format!("cut short: {why}"), figures),
         }
     }
 }

@@ -14,6 +14,27 @@ use tonic::{Request, Response, Status};
 use super::gate::Need;
 use super::{Route, Shared, relay};
 use crate::error::ApiError;
+use engram_raft::jobs::{Job, JobKind, JobOutcome};
+
+/// Jobs a `ListJobs` without a limit answers.
+const DEFAULT_JOBS: usize = 100;
+
+fn job_info(job: Job) -> pb::JobInfo {
+    let error = match &job.outcome {
+        JobOutcome::Failed(why) => why.clone(),
+        _ => String::new(),
+    };
+    pb::JobInfo {
+        seq: job.seq,
+        kind: job.kind.name().to_string(),
+        subject: job.subject,
+        started_ns: job.started_ns,
+        ended_ns: job.ended_ns.unwrap_or(0),
+        outcome: job.outcome.name().to_string(),
+        error,
+        figures: job.figures.into_iter().collect(),
+    }
+}
 
 /// `engram.v1.Cluster`: initialisation, status and membership.
 pub struct ClusterService {
@@ -515,13 +536,30 @@ impl pb::cluster_server::Cluster for ClusterService {
         // Reads the whole state from one consistent view and signs the checkpoint of the chain
         // head in it; a snapshot install meanwhile would tear it, so the stream then ends with
         // UNAVAILABLE instead of the trailer (`read_state`), and the client keeps no file.
+        let job = node.jobs().start(
+            engram_raft::jobs::JobKind::Backup,
+            match &caller.principal {
+                Some(p) => format!("asked by {p}"),
+                None => "asked in open mode".to_string(),
+            },
+        );
         let write = move |emit: &mut dyn FnMut(Vec<u8>) -> Result<(), engram_core::CoreError>| {
             let key = node.keys.current();
-            node.read_state(|store| {
-                engram_core::backup::write_backup(store, node.node_id, &key, BACKUP_CHUNK_BYTES, emit)
-            })
-            .map_err(ApiError::from)
-            .and_then(|written| Ok(written?))
+            let written = node
+                .read_state(|store| {
+                    engram_core::backup::write_backup(store, node.node_id, &key, BACKUP_CHUNK_BYTES, emit)
+                })
+                .map_err(ApiError::from)
+                .and_then(|written| Ok(written?));
+            match &written {
+                Ok(w) => job.done([
+                    ("bytes", w.bytes),
+                    ("records", w.records),
+                    ("chain_index", w.chain_index),
+                ]),
+                Err(e) => job.failed(e, []),
+            }
+            written.map(|_| ())
         };
         #[cfg(not(madsim))]
         tokio::task::spawn_blocking(move || {
@@ -556,6 +594,43 @@ impl pb::cluster_server::Cluster for ClusterService {
         Ok(Response::new(Box::pin(
             tokio_stream::wrappers::ReceiverStream::new(rx),
         )))
+    }
+
+    async fn list_jobs(
+        &self,
+        request: Request<pb::ListJobsRequest>,
+    ) -> Result<Response<pb::ListJobsResponse>, Status> {
+        self.shared.admit(
+            request.metadata(),
+            request.get_ref(),
+            methods::LIST_JOBS,
+            Need::on(Action::Read, engram_access::SYSTEM_NAMESPACE),
+        )?;
+        let req = request.into_inner();
+        let kind = match req.kind.as_str() {
+            "" => None,
+            name => Some(JobKind::from_name(name).ok_or_else(|| {
+                let known: Vec<&str> = JobKind::ALL.iter().map(|k| k.name()).collect();
+                ApiError::Invalid(format!(
+                    "kind: no job kind {name:?}; the kinds are {}",
+                    known.join(", ")
+                ))
+            })?),
+        };
+        let limit = match req.limit {
+            0 => DEFAULT_JOBS,
+            n => n as usize,
+        };
+        let jobs = self
+            .shared
+            .node
+            .jobs()
+            .list(kind, limit)
+            .map_err(ApiError::from)?;
+        Ok(Response::new(pb::ListJobsResponse {
+            node_id: self.shared.node.node_id,
+            jobs: jobs.into_iter().map(job_info).collect(),
+        }))
     }
 
     async fn propose_key_change(

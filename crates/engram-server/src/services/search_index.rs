@@ -294,6 +294,10 @@ trait Followed {
     async fn feed(&self, through: u64) -> Result<(), ApiError>;
     /// Whether the node's Raft core stopped.
     fn has_stopped(&self) -> bool;
+    /// Where the first feed after a start (the rebuild from the log) is recorded.
+    fn jobs(&self) -> Option<&Arc<engram_raft::jobs::Jobs>> {
+        None
+    }
 }
 
 impl Followed for super::Shared {
@@ -307,6 +311,10 @@ impl Followed for super::Shared {
 
     fn has_stopped(&self) -> bool {
         self.node.has_stopped()
+    }
+
+    fn jobs(&self) -> Option<&Arc<engram_raft::jobs::Jobs>> {
+        Some(self.node.jobs())
     }
 }
 
@@ -333,7 +341,24 @@ async fn follow(
         let mut wait = FOLLOW_EVERY;
         let applied = target.applied();
         if applied > fed_through {
-            match target.feed(applied).await {
+            // The first feed after a start rebuilds the index (it lives in memory only) from
+            // the whole log: a job in the node's log.
+            let rebuild = (fed_through == 0).then(|| {
+                target.jobs().map(|jobs| {
+                    jobs.start(
+                        engram_raft::jobs::JobKind::SearchRebuild,
+                        format!("through log index {applied}"),
+                    )
+                })
+            });
+            let fed = target.feed(applied).await;
+            if let Some(job) = rebuild.flatten() {
+                match &fed {
+                    Ok(()) => job.done([("log_index", applied)]),
+                    Err(e) => job.failed(e, [("log_index", applied)]),
+                }
+            }
+            match fed {
                 Ok(()) => {
                     fed_through = applied;
                     health.fed_through.store(applied, Ordering::Relaxed);
