@@ -1914,6 +1914,25 @@ mod tests {
         assert!(report.ok(), "{:?}", report.findings);
     }
 
+    /// Log entries 2 to 7, each a task "old task N" written at N ms.
+    fn old_tasks(engine: &mut Engine) {
+        for index in 2..8u64 {
+            engine
+                .apply_tx(
+                    index,
+                    index as i64 * 1_000_000,
+                    &tx(vec![op(
+                        EntityRef::Temp("t".into()),
+                        ":task/title",
+                        Value::String(format!("old task {index}")),
+                    )]),
+                    WriteBatch::new(),
+                )
+                .unwrap()
+                .unwrap();
+        }
+    }
+
     /// Apply must not depend on where the log was cut into groups: a time predicate's bound
     /// comes from the chain head, whose row a group writes only at its end. One replica applies
     /// the writes, the policy and the retention range one entry per group, another all in one
@@ -1921,21 +1940,7 @@ mod tests {
     #[test]
     fn a_time_cutoff_takes_the_same_inside_one_apply_group_as_entry_by_entry() {
         let writes = |engine: &mut Engine| {
-            for index in 2..8u64 {
-                engine
-                    .apply_tx(
-                        index,
-                        index as i64 * 1_000_000,
-                        &tx(vec![op(
-                            EntityRef::Temp("t".into()),
-                            ":task/title",
-                            Value::String(format!("old task {index}")),
-                        )]),
-                        WriteBatch::new(),
-                    )
-                    .unwrap()
-                    .unwrap();
-            }
+            old_tasks(engine);
             let set = PolicyOp::Retention {
                 namespace: ns().to_string(),
                 attribute: String::new(),
@@ -2006,22 +2011,7 @@ mod tests {
     #[test]
     fn retention_takes_what_is_older_than_the_policy_keeps_and_only_under_a_policy() {
         let (store, mut engine) = engine();
-        // Transaction times: tx i at i ms.
-        for index in 2..8u64 {
-            engine
-                .apply_tx(
-                    index,
-                    index as i64 * 1_000_000,
-                    &tx(vec![op(
-                        EntityRef::Temp("t".into()),
-                        ":task/title",
-                        Value::String(format!("old task {index}")),
-                    )]),
-                    WriteBatch::new(),
-                )
-                .unwrap()
-                .unwrap();
-        }
+        old_tasks(&mut engine);
         let mut index = 8;
         // Written before 5 ms: tx 2, 3 and 4.
         let retention = where_request(engram_types::Predicate {

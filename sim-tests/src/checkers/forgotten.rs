@@ -7,7 +7,7 @@
 //! `state_consistent`).
 
 use engram_storage::Store;
-use engram_types::{EntityId, Namespace, TxId};
+use engram_types::{Namespace, TxId};
 
 use super::Violation;
 use crate::speculator::{NAMESPACE, SpeculationLog};
@@ -21,13 +21,10 @@ pub fn check(members: &[(u64, &dyn Store)], log: &SpeculationLog) -> Vec<Violati
     for (node, store) in members {
         for f in &forgotten {
             let entity = f.entity;
-            let datoms = match engram_core::reads::entity_datoms(*store, &ns, EntityId(entity)) {
+            let datoms = match super::entity_datoms(NAME, *node, *store, &ns, entity) {
                 Ok(d) => d,
-                Err(e) => {
-                    out.push(Violation::new(
-                        NAME,
-                        format!("node {node}: reading entity {entity}: {e}"),
-                    ));
+                Err(v) => {
+                    out.push(v);
                     continue;
                 }
             };

@@ -54,6 +54,19 @@ impl Violation {
     }
 }
 
+/// An entity's datoms on main as one replica holds them, or `checker`'s violation saying why
+/// they cannot be read.
+pub fn entity_datoms(
+    checker: &'static str,
+    node: u64,
+    store: &dyn Store,
+    ns: &engram_types::Namespace,
+    entity: u64,
+) -> Result<Vec<engram_types::Datom>, Violation> {
+    engram_core::reads::entity_datoms(store, ns, engram_types::EntityId(entity))
+        .map_err(|e| Violation::new(checker, format!("node {node}: reading entity {entity}: {e}")))
+}
+
 /// One replica's final state, read straight from its store.
 pub struct Replica {
     pub node: u64,

@@ -14,7 +14,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use engram_storage::Store;
-use engram_types::{Datom, EntityId, Namespace, Op, TxId, Value};
+use engram_types::{Datom, Namespace, Op, TxId, Value};
 
 use super::Violation;
 use crate::keeper::{FIRST_OWNER, KEEP_VERSIONS, KeeperLog, NAMESPACE, NOTE, NOTE_KEEP_MS, OWNER, TAG};
@@ -37,13 +37,10 @@ pub fn check(members: &[(u64, &dyn Store)], log: &KeeperLog) -> (Vec<Violation>,
     let ns = Namespace::new(NAMESPACE).expect("a valid namespace");
     let mut taken = 0;
     for (node, store) in members {
-        let datoms = match engram_core::reads::entity_datoms(*store, &ns, EntityId(entity)) {
+        let datoms = match super::entity_datoms(NAME, *node, *store, &ns, entity) {
             Ok(d) => d,
-            Err(e) => {
-                out.push(Violation::new(
-                    NAME,
-                    format!("node {node}: reading entity {entity}: {e}"),
-                ));
+            Err(v) => {
+                out.push(v);
                 continue;
             }
         };
