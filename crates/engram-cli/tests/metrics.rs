@@ -3,7 +3,7 @@
 //! entity, some relayed to the leader, appear in that node's scrape with their codes, and
 //! each method's latency histogram is well formed (cumulative buckets, `+Inf` equal to the
 //! count); the log's syncs are timed, each space's size is served, and the search index's lag
-//! falls to 0; and the alert rules and the dashboard in `deploy/` name only metrics a node
+//! falls to 0, its rebuild counted as a background job; and the alert rules and the dashboard in `deploy/` name only metrics a node
 //! serves.
 #![allow(clippy::unwrap_used)] // test helpers: a failed set-up step should stop the test loudly
 
@@ -154,6 +154,28 @@ async fn every_client_call_is_counted_by_method_and_code_and_timed() {
             "the search index still lags {lag:?} entries after 30 s"
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // That first feed rebuilt the index from the log: a background job, counted done; no job of
+    // any kind failed.
+    let later = common::http_get(metrics_ports[0], "/metrics");
+    let jobs = |kind: &str, outcome: &str| {
+        sample(
+            &later,
+            &format!("engram_jobs_total{{node_id=\"1\",kind=\"{kind}\",outcome=\"{outcome}\"}}"),
+        )
+    };
+    assert!(
+        jobs("search-rebuild", "done").is_some_and(|n| n >= 1.0),
+        "{later}"
+    );
+    for kind in [
+        "snapshot-build",
+        "snapshot-install",
+        "redaction-purge",
+        "retention",
+        "backup",
+    ] {
+        assert_eq!(jobs(kind, "failed"), Some(0.0), "{kind}: {later}");
     }
 
     // The alert rules and the dashboard use only what a node serves: a renamed metric would

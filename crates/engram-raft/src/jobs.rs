@@ -4,6 +4,7 @@
 
 use std::fmt::Display;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 pub use engram_core::jobs::{Job, JobKind, JobOutcome};
 use engram_core::jobs::{JobLog, Started};
@@ -16,6 +17,8 @@ use crate::clock;
 pub struct Jobs {
     log: JobLog,
     store: Arc<dyn Store>,
+    /// Jobs ended since this process started, per kind: (done, failed), for `/metrics`.
+    ended: [(AtomicU64, AtomicU64); JobKind::ALL.len()],
 }
 
 impl Jobs {
@@ -24,7 +27,19 @@ impl Jobs {
         Ok(Arc::new(Jobs {
             log: JobLog::open(store.clone())?,
             store,
+            ended: Default::default(),
         }))
+    }
+
+    /// Jobs ended since this process started: (kind, done, failed) for every kind.
+    pub fn ended_counts(&self) -> Vec<(JobKind, u64, u64)> {
+        JobKind::ALL
+            .into_iter()
+            .zip(&self.ended)
+            .map(|(kind, (done, failed))| {
+                (kind, done.load(Ordering::Relaxed), failed.load(Ordering::Relaxed))
+            })
+            .collect()
     }
 
     /// Records that a job of `kind` starts now. Dropping the answer without [`Running::done`]
@@ -39,6 +54,7 @@ impl Jobs {
         };
         Running {
             jobs: self.clone(),
+            kind: Some(kind),
             started,
         }
     }
@@ -52,6 +68,8 @@ impl Jobs {
 /// A job under way.
 pub struct Running {
     jobs: Arc<Jobs>,
+    /// Until the job's end is counted.
+    kind: Option<JobKind>,
     started: Option<Started>,
 }
 
@@ -67,6 +85,19 @@ impl Running {
     }
 
     fn end(&mut self, outcome: Result<(), String>, figures: impl IntoIterator<Item = (&'static str, u64)>) {
+        let Some(kind) = self.kind.take() else {
+            return;
+        };
+        if let Some((done, failed)) = JobKind::ALL
+            .iter()
+            .position(|k| *k == kind)
+            .and_then(|i| self.jobs.ended.get(i))
+        {
+            match outcome {
+                Ok(()) => done.fetch_add(1, Ordering::Relaxed),
+                Err(_) => failed.fetch_add(1, Ordering::Relaxed),
+            };
+        }
         if let Some(started) = self.started.take()
             && let Err(e) = self.jobs.log.finish(started, outcome, figures, clock::now_ns())
         {
@@ -78,5 +109,36 @@ impl Running {
 impl Drop for Running {
     fn drop(&mut self) {
         self.end(Err("stopped before it finished".into()), []);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use engram_storage::MemStore;
+
+    use super::*;
+
+    #[test]
+    fn ended_jobs_are_counted_by_kind_and_a_dropped_one_as_failed() {
+        let store: Arc<dyn Store> = Arc::new(MemStore::new());
+        let jobs = Jobs::open(store).unwrap();
+        jobs.start(JobKind::SnapshotBuild, "").done([("bytes", 10)]);
+        jobs.start(JobKind::SnapshotBuild, "").failed("disk full", []);
+        drop(jobs.start(JobKind::RedactionPurge, "through log index 7"));
+        let counts = |kind| {
+            jobs.ended_counts()
+                .into_iter()
+                .find(|(k, _, _)| *k == kind)
+                .map(|(_, done, failed)| (done, failed))
+        };
+        assert_eq!(counts(JobKind::SnapshotBuild), Some((1, 1)));
+        assert_eq!(counts(JobKind::RedactionPurge), Some((0, 1)));
+        assert_eq!(counts(JobKind::Backup), Some((0, 0)));
+        let listed = jobs.list(Some(JobKind::RedactionPurge), 10).unwrap();
+        assert_eq!(
+            listed[0].outcome,
+            JobOutcome::Failed("stopped before it finished".into()),
+            "a job dropped unended is recorded as failed"
+        );
     }
 }

@@ -148,6 +148,20 @@ pub fn render(node: &RaftNode, insecure_open: bool) -> String {
             }
         }
     }
+    let _ = writeln!(
+        out,
+        "# HELP engram_jobs_total Background jobs this node ended since it started (engram jobs lists them), by kind and outcome.\n# TYPE engram_jobs_total counter"
+    );
+    for (kind, done, failed) in node.jobs().ended_counts() {
+        for (outcome, count) in [("done", done), ("failed", failed)] {
+            let _ = writeln!(
+                out,
+                "engram_jobs_total{{node_id=\"{}\",kind=\"{}\",outcome=\"{outcome}\"}} {count}",
+                node.node_id,
+                kind.name()
+            );
+        }
+    }
     crate::services::watch_hub::render_metrics(node.node_id, &mut out);
     crate::services::rpc_metrics::render_metrics(node.node_id, &mut out);
     let _ = writeln!(
