@@ -1339,6 +1339,47 @@ impl EngramClient {
         Ok(out)
     }
 
+    /// The background work each node ran (snapshots built and installed, redaction purges,
+    /// retention rounds, divergence checks, search rebuilds, backups), each node's newest
+    /// first: dicts `{"node", "seq", "kind", "subject", "started_ns", "ended_ns", "outcome",
+    /// "error", "figures"}`, `ended_ns` and `error` `None` where there is none; of `kind` only
+    /// when given, at most `limit` per node.
+    #[pyo3(signature = (kind="", *, limit=20))]
+    fn jobs<'py>(&self, py: Python<'py>, kind: &str, limit: u32) -> PyResult<Bound<'py, PyList>> {
+        let kind = kind.to_string();
+        let nodes: Vec<_> = (0..self.client.endpoints().len())
+            .filter_map(|i| self.client.node(i))
+            .collect();
+        let responses = self.run(py, async move {
+            let mut all = Vec::new();
+            for node in nodes {
+                all.push(node.list_jobs(&kind, limit).await?);
+            }
+            Ok::<_, engram_client::ClientError>(all)
+        })?;
+        let out = PyList::empty(py);
+        for resp in responses {
+            for job in resp.jobs {
+                let row = PyDict::new(py);
+                row.set_item("node", resp.node_id)?;
+                row.set_item("seq", job.seq)?;
+                row.set_item("kind", job.kind)?;
+                row.set_item("subject", job.subject)?;
+                row.set_item("started_ns", job.started_ns)?;
+                row.set_item("ended_ns", (job.ended_ns != 0).then_some(job.ended_ns))?;
+                row.set_item("outcome", job.outcome)?;
+                row.set_item("error", (!job.error.is_empty()).then_some(job.error))?;
+                let figures = PyDict::new(py);
+                for (name, value) in job.figures {
+                    figures.set_item(name, value)?;
+                }
+                row.set_item("figures", figures)?;
+                out.append(row)?;
+            }
+        }
+        Ok(out)
+    }
+
     /// Active grants, of `principal` or of everyone: `{"principal", "action", "prefix"}`.
     #[pyo3(signature = (principal=None))]
     fn grants<'py>(&self, py: Python<'py>, principal: Option<String>) -> PyResult<Bound<'py, PyList>> {

@@ -265,6 +265,20 @@ def test_a_retention_policy_is_set_listed_and_ended(db, ns):
     assert [p for p in db.retention() if p["namespace"] == ns] == []
 
 
+def test_each_node_lists_its_background_jobs(db, ns):
+    db.transact(ns, [("j", ":job/n", 1)])
+    # Every node's search index rebuilt itself from the log once it had entries to take in.
+    rebuilt = db.jobs("search-rebuild")
+    assert {j["node"] for j in rebuilt} == {1, 2, 3}, rebuilt
+    for job in rebuilt:
+        assert job["kind"] == "search-rebuild" and job["outcome"] == "done", job
+        assert job["ended_ns"] >= job["started_ns"] and job["error"] is None, job
+        assert job["figures"]["log_index"] >= 1, job
+    assert len(db.jobs(limit=1)) == 3, "at most one per node"
+    with pytest.raises(engram.EngramError, match="no job kind"):
+        db.jobs("compaction")
+
+
 def test_history_and_find_since_a_transaction_and_at_a_valid_instant(db, ns):
     first = db.transact(ns, [("a", ":cap/tag", "x")])
     later = db.transact(ns, [("b", ":cap/tag", "x")])

@@ -380,6 +380,7 @@ class Client:
         limit: int = 1000,
         refused_only: bool = False,
     ) -> List[Dict[str, Any]]: ...
+    def jobs(self, kind: str = "", *, limit: int = 20) -> List[Dict[str, Any]]: ...
 
 def keygen(name: str, path: Union[str, PathLike]) -> str:
     """Writes a new agent key file (mode 0600, never overwriting); returns its public key (hex)."""
