@@ -52,6 +52,26 @@ impl EngramClient {
             .map_err(|e| errors::to_py(py, &e))
     }
 
+    /// Asks every endpoint in turn (a call each node answers for itself: its access log, its
+    /// job log), in endpoint order; the first failure fails the whole.
+    fn each_node<T, F, Fut>(&self, py: Python<'_>, call: F) -> PyResult<Vec<T>>
+    where
+        T: Send,
+        F: Fn(Client) -> Fut + Send,
+        Fut: Future<Output = Result<T, ClientError>> + Send,
+    {
+        let nodes: Vec<Client> = (0..self.client.endpoints().len())
+            .filter_map(|i| self.client.node(i))
+            .collect();
+        self.run(py, async move {
+            let mut all = Vec::with_capacity(nodes.len());
+            for node in nodes {
+                all.push(call(node).await?);
+            }
+            Ok(all)
+        })
+    }
+
     /// Runs a proven read: `call` gets the client and the trusted log (established on first
     /// use), and returns the log as the verified answer left it, with the answer.
     fn run_proven<T, F, Fut>(&self, py: Python<'_>, call: F) -> PyResult<T>
@@ -1301,15 +1321,9 @@ impl EngramClient {
             limit,
             refused_only,
         };
-        let nodes: Vec<_> = (0..self.client.endpoints().len())
-            .filter_map(|i| self.client.node(i))
-            .collect();
-        let responses = self.run(py, async move {
-            let mut all = Vec::new();
-            for node in nodes {
-                all.push(node.access_events(request.clone()).await?);
-            }
-            Ok::<_, engram_client::ClientError>(all)
+        let responses = self.each_node(py, move |node| {
+            let request = request.clone();
+            async move { node.access_events(request).await }
         })?;
         let out = PyList::empty(py);
         for resp in responses {
@@ -1347,15 +1361,9 @@ impl EngramClient {
     #[pyo3(signature = (kind="", *, limit=20))]
     fn jobs<'py>(&self, py: Python<'py>, kind: &str, limit: u32) -> PyResult<Bound<'py, PyList>> {
         let kind = kind.to_string();
-        let nodes: Vec<_> = (0..self.client.endpoints().len())
-            .filter_map(|i| self.client.node(i))
-            .collect();
-        let responses = self.run(py, async move {
-            let mut all = Vec::new();
-            for node in nodes {
-                all.push(node.list_jobs(&kind, limit).await?);
-            }
-            Ok::<_, engram_client::ClientError>(all)
+        let responses = self.each_node(py, move |node| {
+            let kind = kind.clone();
+            async move { node.list_jobs(&kind, limit).await }
         })?;
         let out = PyList::empty(py);
         for resp in responses {
