@@ -1933,6 +1933,25 @@ mod tests {
         }
     }
 
+    /// Log entry `index`: a retention policy keeping what is written to the namespace 50 ms.
+    fn keep_namespace_50_ms(engine: &mut Engine, index: u64) {
+        let set = PolicyOp::Retention {
+            namespace: ns().to_string(),
+            attribute: String::new(),
+            keep_ms: 50,
+        };
+        engine
+            .apply_policy(
+                index,
+                9_000_000,
+                &set,
+                &PolicyActor::Unsigned(None),
+                WriteBatch::new(),
+            )
+            .unwrap()
+            .unwrap();
+    }
+
     /// Apply must not depend on where the log was cut into groups: a time predicate's bound
     /// comes from the chain head, whose row a group writes only at its end. One replica applies
     /// the writes, the policy and the retention range one entry per group, another all in one
@@ -1941,21 +1960,7 @@ mod tests {
     fn a_time_cutoff_takes_the_same_inside_one_apply_group_as_entry_by_entry() {
         let writes = |engine: &mut Engine| {
             old_tasks(engine);
-            let set = PolicyOp::Retention {
-                namespace: ns().to_string(),
-                attribute: String::new(),
-                keep_ms: 50,
-            };
-            engine
-                .apply_policy(
-                    8,
-                    9_000_000,
-                    &set,
-                    &PolicyActor::Unsigned(None),
-                    WriteBatch::new(),
-                )
-                .unwrap()
-                .unwrap();
+            keep_namespace_50_ms(engine, 8);
         };
         let retention = where_request(engram_types::Predicate {
             written_before_ns: Some(5_000_000),
@@ -2041,21 +2046,7 @@ mod tests {
         // No policy in force: refused.
         let refused = apply(&mut engine, index, 100, 50);
         assert!(matches!(refused, Err(Rejection::Policy(_))), "{refused:?}");
-        let set = PolicyOp::Retention {
-            namespace: ns().to_string(),
-            attribute: String::new(),
-            keep_ms: 50,
-        };
-        engine
-            .apply_policy(
-                index,
-                9_000_000,
-                &set,
-                &PolicyActor::Unsigned(None),
-                WriteBatch::new(),
-            )
-            .unwrap()
-            .unwrap();
+        keep_namespace_50_ms(&mut engine, index);
         index += 1;
         let listed = policy::retention_policies(&*store).unwrap();
         assert_eq!(
