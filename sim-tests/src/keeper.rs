@@ -7,10 +7,11 @@
 //!   [`KEEP_VERSIONS`] versions. The owner slot has two agents' claims: `keeper-a` asserts once,
 //!   at the start, and `keeper-b` every round, so `keeper-a`'s claim stays live however many
 //!   later transactions write the slot. The tag slot gets a new value every round, each a live
-//!   claim however old. (It retracts none: a policy that takes an assertion and leaves its
-//!   retraction, or the other way round, splits the pair, and a fold of the slot's history can
-//!   no longer tell that the retraction ended the claim; the scrub reports the current-claims
-//!   row as not its history folded. `docs/FORGETTING.md`, "Known defect", has the reproduction.)
+//!   claim however old, except that every third round also retracts the tag of two rounds
+//!   before ([`retracted_in`]). The policy may take such a tag's assertion only with its
+//!   retraction, in one redaction (`engram_core::value_groups`): taken apart, a fold of the
+//!   slot's history could no longer tell that the retraction ended the claim, which the store
+//!   scrub reports against the slot's current-claims row.
 //! - `:keep/note` (cardinality one) is kept for [`NOTE_KEEP_MS`].
 //!
 //! Each round is retried with its idempotency key until it is acknowledged, so the rounds are
@@ -62,6 +63,12 @@ impl KeeperLog {
 
 pub fn tag_of(round: u64) -> String {
     format!("tag {round}")
+}
+
+/// The round whose tag round `round` retracts, if it retracts one: every third round, the tag
+/// of two rounds before (still a live claim then).
+pub fn retracted_in(round: u64) -> Option<u64> {
+    (round >= 3 && round % 3 == 0).then(|| round - 2)
 }
 
 fn provenance(agent: &str) -> Provenance {
@@ -208,11 +215,14 @@ async fn write_rounds(client: &Client, log: &KeeperLog) {
     let mut round = 0u64;
     while !log.stop.load(Ordering::Relaxed) {
         round += 1;
-        let ops = vec![
+        let mut ops = vec![
             op(Op::Assert, e(), OWNER, format!("owner b {round}")),
             op(Op::Assert, e(), TAG, tag_of(round)),
             op(Op::Assert, e(), NOTE, format!("note {round}")),
         ];
+        if let Some(earlier) = retracted_in(round) {
+            ops.push(op(Op::Retract, e(), TAG, tag_of(earlier)));
+        }
         let mut write = TxRequest::data(ns.clone(), ops, provenance(ROUND_AGENT));
         write.idempotency_key = Some(format!("keeper-{round}"));
         let Some(answer) = until_acknowledged(client, &write, log).await else {

@@ -216,6 +216,23 @@ fn redaction_bound_from_group_start_is_caught() {
     );
 }
 
+/// A redaction takes each matching datom alone: the keeper's versions policy takes a retracted
+/// tag's assertion a round before its retraction, and the fold of the slot's history then
+/// holds the ended claim, which the store scrub (`state-consistent`) reports against the
+/// slot's current-claims row on every replica.
+#[test]
+fn redaction_splits_a_value_is_caught() {
+    caught_with(
+        Options {
+            bug: Some(PlantedBug::RedactionSplitsAValue),
+            fault_phase_ms: Some(12_000),
+            forgetting: true,
+            ..Options::default()
+        },
+        &["state-consistent"],
+    );
+}
+
 /// A node's purge leaves the snapshot made before the redaction: the checker reads the store
 /// of each node whose purge row moves forward for the values it took. The snapshot left holds
 /// a value only if it was built between the write of the value and its redaction, so the

@@ -63,20 +63,9 @@ impl CurrentRow {
 
     /// Folds one more datom of the slot, newer than every datom folded so far.
     pub fn fold(&mut self, d: Datom) {
-        match (d.op, self.cardinality) {
-            // An agent holds one claim: its latest assertion replaces its earlier one.
-            (Op::Assert, Cardinality::One) => {
-                self.claims.retain(|c| c.provenance.agent != d.provenance.agent)
-            }
-            // A value is held once: its latest assertion stands for it.
-            (Op::Assert, Cardinality::Many) => self.claims.retain(|c| c.value != d.value),
-            // A retraction ends every claim of its value, whoever made it.
-            (Op::Retract, _) => {
-                self.claims.retain(|c| c.value != d.value);
-                return;
-            }
+        if fold_step(&mut self.claims, &d, self.cardinality, |c| c, |_| {}) {
+            self.claims.push(d);
         }
-        self.claims.push(d);
     }
 
     /// The stored form: format, cardinality, claim count, then each claim's canonical
@@ -129,6 +118,40 @@ impl CurrentRow {
             return Err(bad(format!("{} bytes after the last claim", rest.len())));
         }
         Ok(CurrentRow { cardinality, claims })
+    }
+}
+
+/// The fold's one rule, over claims of any form (`datom` reads a claim's datom): ends the
+/// claims `d` ends, calling `same_value` for each one it ends by matching its value, and
+/// answers whether `d` is a claim now (the caller pushes it). [`CurrentRow::fold`] keeps
+/// datoms; `crate::value_groups` keeps positions in a slot's history, to learn which datoms
+/// the fold matched by value.
+pub(crate) fn fold_step<C>(
+    claims: &mut Vec<C>,
+    d: &Datom,
+    cardinality: Cardinality,
+    datom: impl Fn(&C) -> &Datom,
+    mut same_value: impl FnMut(&C),
+) -> bool {
+    match (d.op, cardinality) {
+        // An agent holds one claim: its latest assertion replaces its earlier one, whatever
+        // the values.
+        (Op::Assert, Cardinality::One) => {
+            claims.retain(|c| datom(c).provenance.agent != d.provenance.agent);
+            true
+        }
+        // A value is held once: its latest assertion stands for it. A retraction ends every
+        // claim of its value, whoever made it.
+        (Op::Assert, Cardinality::Many) | (Op::Retract, _) => {
+            claims.retain(|c| {
+                let same = datom(c).value == d.value;
+                if same {
+                    same_value(c);
+                }
+                !same
+            });
+            d.op == Op::Assert
+        }
     }
 }
 

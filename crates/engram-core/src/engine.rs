@@ -100,6 +100,9 @@ pub struct Engine {
     /// Set by [`Engine::record_state_root`]: the entry being applied carries the leader's ask
     /// that its audit entry record the state root (format 2).
     records_state_root: bool,
+    /// Set by [`Engine::redact_whole_values`]: the redaction entry being applied takes values
+    /// out of a slot whole (`crate::value_groups`).
+    whole_values: bool,
 }
 
 /// The `I` row: the receipt of the transaction that first used an idempotency key, and the
@@ -223,6 +226,7 @@ impl Engine {
             state: None,
             state_at_group_start: None,
             records_state_root: false,
+            whole_values: false,
         };
         engine.reload()?;
         engine.settle_keys()?;
@@ -954,6 +958,14 @@ impl Engine {
         self.records_state_root = record;
     }
 
+    /// Whether the redaction entries applied from now on take a value out of a slot whole,
+    /// with every datom the fold matched with it (`crate::value_groups`): set for an entry
+    /// whose log entry asks it (every redaction a leader of a build that groups values
+    /// proposes), cleared after it, so entries proposed before apply as they did.
+    pub fn redact_whole_values(&mut self, whole: bool) {
+        self.whole_values = whole;
+    }
+
     /// The state root the entry being sealed records, if it records one.
     fn entry_state_root(&self, index: u64) -> Result<Option<Hash>, CoreError> {
         if !self.records_state_root {
@@ -1112,7 +1124,10 @@ impl Engine {
             let targets = match (checked, part) {
                 (Err(rejection), _) => Err(rejection),
                 (Ok(()), None) => redact::targets(&view, req, redact::WHOLE_ENTRY_MAX_DATOMS)?,
-                (Ok(()), Some(part)) => redact::part_targets(&view, req, part)?,
+                (Ok(()), Some(part)) => {
+                    let whole = engine.whole_values && !planted::active(PlantedBug::RedactionSplitsAValue);
+                    redact::part_targets(&view, req, part, whole)?
+                }
             };
             let targets = match targets {
                 Ok(targets) => targets,
@@ -1174,9 +1189,15 @@ impl Engine {
                 None => engine.grants.check_redact_where(&view, principal, req)?,
             };
             let keep_versions = retention.and_then(|r| r.keep_versions());
+            let groups = match (engine.whole_values, retention) {
+                _ if planted::active(PlantedBug::RedactionSplitsAValue) => redact_where::Groups::Split,
+                (false, _) => redact_where::Groups::Split,
+                (true, None) => redact_where::Groups::Whole,
+                (true, Some(_)) => redact_where::Groups::WholeIfAllMatch,
+            };
             let targets = match checked {
                 Err(rejection) => Err(rejection),
-                Ok(()) => redact_where::range_targets(&view, req, keep_versions, range)?,
+                Ok(()) => redact_where::range_targets(&view, req, keep_versions, groups, range)?,
             };
             let targets = match targets {
                 Ok(targets) => targets,
@@ -1486,9 +1507,14 @@ mod tests {
         engine_with_key([9; 32])
     }
 
+    /// A retention policy's ranges: a group goes only whole.
+    const WHOLE_IF_ALL: redact_where::Groups = redact_where::Groups::WholeIfAllMatch;
+
     fn engine_with_key(seed: [u8; 32]) -> (Arc<MemStore>, Engine) {
         let store = Arc::new(MemStore::new());
         let mut engine = Engine::open(store.clone(), Arc::new(NodeKey::from_seed(seed))).unwrap();
+        // Redactions as a leader of this build proposes them.
+        engine.redact_whole_values(true);
         let key = NodeKey::from_seed([9; 32]).public();
         engine
             .apply_membership(1, vec![(1, key)], WriteBatch::new())
@@ -1645,6 +1671,9 @@ mod tests {
     #[test]
     fn a_redaction_in_parts_takes_its_target_in_key_order_and_spares_what_came_after_its_first_part() {
         let (store, mut engine) = engine();
+        // Parts as entries from before whole values cut them: at any datom, three at a time
+        // (`an_entity_redaction_part_ends_at_a_slot_boundary` has the parts of this build).
+        engine.redact_whole_values(false);
         let (e, _, hashes) = redacted_entity(&mut engine);
         let req = redaction(e, None);
         let mut by_key = reads::entity_datoms(&*store, &ns(), e).unwrap();
@@ -1766,7 +1795,7 @@ mod tests {
             after_key: Some(keys::eavt_entity(&ns(), EntityId(1))),
             limit: 3,
         };
-        let stray = redact::part_targets(&*store, &req, &stray).unwrap();
+        let stray = redact::part_targets(&*store, &req, &stray, true).unwrap();
         assert!(matches!(stray, Err(Rejection::NothingToRedact(_))), "{stray:?}");
     }
 
@@ -1800,10 +1829,15 @@ mod tests {
         loop {
             let first = receipts.first().map(|r| r.tx);
             let keep_versions = retention.and_then(|r| r.keep_versions());
+            let groups = match retention {
+                Some(_) => WHOLE_IF_ALL,
+                None => redact_where::Groups::Whole,
+            };
             match redact_where::plan_range(
                 store,
                 req,
                 keep_versions,
+                groups,
                 first,
                 after.as_deref(),
                 limit,
@@ -1827,7 +1861,8 @@ mod tests {
                         )
                         .unwrap()
                         .unwrap();
-                    assert_eq!(redact::listed_in(store, receipt.tx).unwrap().len(), datoms);
+                    // The datoms planned, and their groups' other datoms.
+                    assert!(redact::listed_in(store, receipt.tx).unwrap().len() >= datoms);
                     *index += 1;
                     after = Some(range.through_key);
                     receipts.push(receipt);
@@ -1969,7 +2004,7 @@ mod tests {
         let (alone_store, mut alone) = engine();
         writes(&mut alone);
         let range =
-            match redact_where::plan_range(&*alone_store, &retention, None, None, None, 100, 100).unwrap() {
+            match redact_where::plan_range(&*alone_store, &retention, None, WHOLE_IF_ALL, None, None, 100, 100).unwrap() {
                 redact_where::Plan::Range { range, .. } => range,
                 other => panic!("{other:?}"),
             };
@@ -2023,7 +2058,7 @@ mod tests {
             written_before_ns: Some(5_000_000),
             ..Default::default()
         });
-        let range = match redact_where::plan_range(&*store, &retention, None, None, None, 100, 100).unwrap() {
+        let range = match redact_where::plan_range(&*store, &retention, None, WHOLE_IF_ALL, None, None, 100, 100).unwrap() {
             redact_where::Plan::Range { range, datoms } => {
                 assert_eq!(datoms, 3);
                 range
@@ -2170,7 +2205,7 @@ mod tests {
             ..Default::default()
         });
         // No policy in force: refused.
-        let range = match redact_where::plan_range(&*store, &versions, Some(2), None, None, 100, 100).unwrap()
+        let range = match redact_where::plan_range(&*store, &versions, Some(2), WHOLE_IF_ALL, None, None, 100, 100).unwrap()
         {
             redact_where::Plan::Range { range, datoms } => {
                 // 8 title versions (tx 2-6 and 8-10): all but the last 2 go.
@@ -2353,6 +2388,219 @@ mod tests {
         for live in ["tag-live-1", "tag-live-2", "tag-live-3", "tag-live-4"] {
             assert!(stored_bytes_hold(&store, live.as_bytes()), "{live}");
         }
+        assert_eq!(verify_stored(&store).unwrap(), engine.head().index);
+    }
+
+    /// Tags of a many-valued `:task/tag` on one new task: each step one transaction, an
+    /// assertion or (with `true`) a retraction. Answers the task and each step's receipt.
+    fn tag_steps(engine: &mut Engine, index: &mut u64, steps: &[(&str, bool)]) -> (EntityId, Vec<TxReceipt>) {
+        let mut declare = tx(vec![]);
+        let mut tag = AttributeDef::new(attr(":task/tag"), ValueType::String);
+        tag.cardinality = engram_types::Cardinality::Many;
+        declare.schema = vec![tag];
+        engine
+            .apply_tx(*index, 0, &declare, WriteBatch::new())
+            .unwrap()
+            .unwrap();
+        *index += 1;
+        let mut task = None;
+        let mut receipts = Vec::new();
+        for (value, retract) in steps {
+            let entity = task.map_or(EntityRef::Temp("t".into()), EntityRef::Id);
+            let mut o = op(entity, ":task/tag", Value::String((*value).into()));
+            if *retract {
+                o.op = Op::Retract;
+            }
+            let receipt = engine
+                .apply_tx(*index, *index as i64 * 1_000_000, &tx(vec![o]), WriteBatch::new())
+                .unwrap()
+                .unwrap();
+            task = task.or(receipt.temp_ids.get("t").copied());
+            receipts.push(receipt);
+            *index += 1;
+        }
+        (task.unwrap(), receipts)
+    }
+
+    /// The tags `task` holds as of `as_of` (`None`: now), folded from its stored history as a
+    /// read of a slot without a current-claims row is.
+    fn tags_as_of(store: &MemStore, task: EntityId, as_of: Option<TxId>) -> Vec<Value> {
+        let datoms = reads::slot_datoms_main(store, &ns(), task, &attr(":task/tag")).unwrap();
+        let opts = reads::ReadOptions {
+            as_of,
+            ..Default::default()
+        };
+        reads::resolve_slot(&datoms, engram_types::Cardinality::Many, &opts)
+            .current
+            .into_iter()
+            .map(|d| d.value)
+            .collect()
+    }
+
+    #[test]
+    fn a_versions_policy_takes_a_retracted_claim_only_with_its_retraction() {
+        let (store, mut engine) = engine();
+        let mut index = 2;
+        let (task, receipts) = tag_steps(
+            &mut engine,
+            &mut index,
+            &[("gone", false), ("b", false), ("c", false), ("gone", true)],
+        );
+        let retraction_tx = receipts[3].tx;
+        let set = PolicyOp::RetentionVersions {
+            namespace: ns().to_string(),
+            attribute: ":task/tag".into(),
+            keep_versions: 2,
+        };
+        engine
+            .apply_policy(index, 0, &set, &PolicyActor::Unsigned(None), WriteBatch::new())
+            .unwrap()
+            .unwrap();
+        index += 1;
+        let versions = where_request(engram_types::Predicate {
+            attribute: Some(attr(":task/tag")),
+            ..Default::default()
+        });
+        let keep_2 = Some(RetentionRule::KeepVersions(2));
+        // The assertion of "gone" is past the policy (ended, three later versions), its
+        // retraction is not (no later version): neither goes, and the leader plans nothing.
+        let plan = redact_where::plan_range(&*store, &versions, Some(2), WHOLE_IF_ALL, None, None, 100, 100).unwrap();
+        assert_eq!(plan, redact_where::Plan::Done);
+        // Each alone, as entries from before whole values took them: the assertion goes.
+        let split = redact_where::plan_range(
+            &*store,
+            &versions,
+            Some(2),
+            redact_where::Groups::Split,
+            None,
+            None,
+            100,
+            100,
+        )
+        .unwrap();
+        assert!(matches!(split, redact_where::Plan::Range { datoms: 1, .. }), "{split:?}");
+        assert!(stored_bytes_hold(&store, b"gone"));
+
+        // Two more versions: the retraction is past the policy too, and the two go together.
+        tag_steps_more(&mut engine, &mut index, task, &["d", "e"]);
+        let receipts = redact_where_all(&mut engine, &store, &mut index, &versions, 100, 100, keep_2);
+        assert_eq!(receipts.len(), 1);
+        let taken = redact::redacted_by(&*store, receipts[0].tx).unwrap();
+        let ops: Vec<(Op, TxId)> = taken.iter().map(|(_, d)| (d.op, d.tx)).collect();
+        assert_eq!(ops, vec![(Op::Assert, receipts_tx(&store, task, 0)), (Op::Retract, retraction_tx)]);
+        assert!(!stored_bytes_hold(&store, b"gone"));
+        // The slot has no current-claims row yet (under 8 datoms): reads fold its history, and
+        // the ended claim stays ended now and as of every transaction after its retraction.
+        assert!(store.get(Space::State, &keys::current(&ns(), task, &attr(":task/tag"))).unwrap().is_none());
+        let live = |v: &str| Value::String(v.into());
+        assert_eq!(tags_as_of(&store, task, None), vec![live("b"), live("c"), live("d"), live("e")]);
+        assert_eq!(tags_as_of(&store, task, Some(retraction_tx)), vec![live("b"), live("c")]);
+        let report = crate::scrub::scrub(&*store, &mut |_, _| {}).unwrap();
+        assert!(report.ok(), "{:?}", report.findings);
+        assert_eq!(verify_stored(&store).unwrap(), engine.head().index);
+    }
+
+    /// More tags asserted on `task`, one transaction each.
+    fn tag_steps_more(engine: &mut Engine, index: &mut u64, task: EntityId, values: &[&str]) {
+        for value in values {
+            engine
+                .apply_tx(
+                    *index,
+                    *index as i64 * 1_000_000,
+                    &tx(vec![op(EntityRef::Id(task), ":task/tag", Value::String((*value).into()))]),
+                    WriteBatch::new(),
+                )
+                .unwrap()
+                .unwrap();
+            *index += 1;
+        }
+    }
+
+    /// The transaction of the `n`-th datom of `task`'s tag slot, in key order.
+    fn receipts_tx(store: &MemStore, task: EntityId, n: usize) -> TxId {
+        reads::slot_datoms_main(store, &ns(), task, &attr(":task/tag")).unwrap()[n].tx
+    }
+
+    #[test]
+    fn a_redaction_by_agent_takes_the_other_agents_retraction_of_the_value() {
+        let (store, mut engine) = engine();
+        let write = |engine: &mut Engine, index: u64, o: TxOp, agent: &str| {
+            let mut t = tx(vec![o]);
+            t.provenance.agent = agent.into();
+            engine.apply_tx(index, 0, &t, WriteBatch::new()).unwrap().unwrap()
+        };
+        let first = write(
+            &mut engine,
+            2,
+            op(EntityRef::Temp("p".into()), ":person/email", Value::String("ada@crawled.example".into())),
+            "crawler",
+        );
+        let e = first.temp_ids["p"];
+        let mut retract = op(EntityRef::Id(e), ":person/email", Value::String("ada@crawled.example".into()));
+        retract.op = Op::Retract;
+        write(&mut engine, 3, retract, "cleaner");
+        write(
+            &mut engine,
+            4,
+            op(EntityRef::Id(e), ":person/email", Value::String("ada@kept.example".into())),
+            "cleaner",
+        );
+        let by_crawler = where_request(engram_types::Predicate {
+            agent: Some("crawler".into()),
+            ..Default::default()
+        });
+        // The dry run lists what the redaction takes: the crawler's datom and the cleaner's
+        // retraction of its value.
+        let (listed, count) = redact_where::preview(&*store, &by_crawler, 10).unwrap();
+        assert_eq!(count, 2);
+        let agents: Vec<&str> = listed.iter().map(|t| t.datom.provenance.agent.as_str()).collect();
+        assert_eq!(agents, vec!["crawler", "cleaner"]);
+        let mut index = 5;
+        let receipts = redact_where_all(&mut engine, &store, &mut index, &by_crawler, 100, 100, None);
+        let taken: Vec<Op> = receipts
+            .iter()
+            .flat_map(|r| redact::redacted_by(&*store, r.tx).unwrap())
+            .map(|(_, d)| d.op)
+            .collect();
+        assert_eq!(taken, vec![Op::Assert, Op::Retract]);
+        assert!(!stored_bytes_hold(&store, b"ada@crawled.example"));
+        assert!(stored_bytes_hold(&store, b"ada@kept.example"));
+        let report = crate::scrub::scrub(&*store, &mut |_, _| {}).unwrap();
+        assert!(report.ok(), "{:?}", report.findings);
+        assert_eq!(verify_stored(&store).unwrap(), engine.head().index);
+    }
+
+    #[test]
+    fn an_entity_redaction_part_ends_at_a_slot_boundary() {
+        let (store, mut engine) = engine();
+        // `:person/email`: ten datoms (an assertion, eight rewrites, one retraction); then
+        // `:person/manager`: one.
+        let (e, _, _) = redacted_entity(&mut engine);
+        let req = redaction(e, None);
+        let first = RedactPart {
+            first_tx: None,
+            after_key: None,
+            limit: 3,
+        };
+        let receipt = redact_part(&mut engine, 21, &req, Some(&first)).unwrap().unwrap();
+        let taken = redact::redacted_by(&*store, receipt.tx).unwrap();
+        // The part reached the email slot and took all of it, the retraction with the value it
+        // ended, not the first three datoms only.
+        assert_eq!(taken.len(), 10);
+        assert!(taken.iter().all(|(_, d)| d.attribute.as_str() == ":person/email"));
+        let after = redact::last_key_of(&ns(), &taken).unwrap();
+        let second = RedactPart {
+            first_tx: Some(receipt.tx),
+            after_key: Some(after),
+            limit: 3,
+        };
+        let receipt = redact_part(&mut engine, 22, &req, Some(&second)).unwrap().unwrap();
+        let taken = redact::redacted_by(&*store, receipt.tx).unwrap();
+        assert_eq!(taken.len(), 1);
+        assert_eq!(taken[0].1.attribute.as_str(), ":person/manager");
+        assert!(!stored_bytes_hold(&store, b"example.com"));
+        let report = crate::scrub::scrub(&*store, &mut |_, _| {}).unwrap();
+        assert!(report.ok(), "{:?}", report.findings);
         assert_eq!(verify_stored(&store).unwrap(), engine.head().index);
     }
 

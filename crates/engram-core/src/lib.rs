@@ -12,7 +12,8 @@
 //! without going through it.
 //!
 //! Files import one way: `rows` (row layouts, outcomes) and `cursor` at the bottom; `keys`,
-//! `current`, `branch`, `schema` and `policy` (who may do what) above them; `reads`, then
+//! `current`, `branch`, `schema` and `policy` (who may do what) above them; `value_groups` (what a
+//! redaction takes together) above `current`; `reads`, then
 //! `commitment` (the state commitment's slot digests),
 //! `pages` (History and Find in pages) and `lists` (namespaces, entities, referrers), `plan`,
 //! then `engine` on top.
@@ -47,6 +48,7 @@ pub mod scrub;
 pub mod snapshot;
 pub mod state_proof;
 pub mod store_format;
+pub mod value_groups;
 
 pub use engine::{CheckpointPolicy, Engine, PolicyActor};
 pub use error::CoreError;

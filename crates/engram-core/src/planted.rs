@@ -90,10 +90,15 @@ pub enum PlantedBug {
     /// applies a long stretch of the log in one group (catching up) takes less than one that
     /// applied it entry by entry.
     RedactionBoundFromGroupStart,
+    /// A redaction takes each matching datom alone, not its value out of the slot whole
+    /// (`crate::value_groups`): a retention policy takes a tag's assertion a round before the
+    /// retraction that ended it, and the fold of the slot's history no longer sees the claim
+    /// end.
+    RedactionSplitsAValue,
 }
 
 impl PlantedBug {
-    pub const ALL: [PlantedBug; 23] = [
+    pub const ALL: [PlantedBug; 24] = [
         PlantedBug::AckBeforeCommit,
         PlantedBug::SkipSyncBeforeAck,
         PlantedBug::WrongPrevHash,
@@ -117,6 +122,7 @@ impl PlantedBug {
         PlantedBug::StaleSlotCommitment,
         PlantedBug::RetentionTakesLiveClaims,
         PlantedBug::RedactionBoundFromGroupStart,
+        PlantedBug::RedactionSplitsAValue,
     ];
 }
 

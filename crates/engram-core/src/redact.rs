@@ -51,24 +51,8 @@ use engram_types::{
 use crate::current::CurrentRow;
 use crate::{CoreError, Rejection, keys};
 
-/// One datom the redaction takes: its row key and the datom as stored.
-#[derive(Clone, Debug)]
-pub struct Target {
-    pub key: Vec<u8>,
-    pub seq: u32,
-    pub datom: Datom,
-}
-
-impl Target {
-    pub fn listed(&self) -> RedactedRef {
-        RedactedRef {
-            tx: self.datom.tx,
-            seq: self.seq,
-            hash: self.datom.hash(),
-            salted: self.datom.salt.is_some(),
-        }
-    }
-}
+pub use crate::value_groups::Target;
+pub(crate) use crate::value_groups::unredacted;
 
 /// Most datoms a whole-entry redaction of the first format (`Command::Redact` entries, before
 /// parts) took: a larger target was refused. Replays of those entries keep this bound.
@@ -120,10 +104,14 @@ pub fn targets(
 /// What `part` of a redaction takes: the first [`RedactPart::applied_limit`] datoms of the
 /// target after `part.after_key`, in key order, whose value is still there and, after the first
 /// part, that were written before it. Reads at most the rows it passes over plus one page.
+/// With `whole_values` (entries proposed since values go out of a slot whole), also the rest
+/// of the last slot it reached, so no part ends inside a slot, and every datom of its datoms'
+/// groups (`crate::value_groups`), in key order.
 pub fn part_targets(
     view: &dyn ReadView,
     req: &RedactRequest,
     part: &RedactPart,
+    whole_values: bool,
 ) -> Result<Result<Vec<Target>, Rejection>, CoreError> {
     let prefix = target_prefix(req);
     let end = prefix_end(&prefix);
@@ -168,7 +156,39 @@ pub fn part_targets(
             )),
         }));
     }
+    if whole_values {
+        return whole_slots(view, &req.namespace, part.first_tx, out);
+    }
     Ok(Ok(out))
+}
+
+/// `out` (a part's datoms, in key order) with the rest of its last slot written before
+/// `first_tx`, and then every datom of their groups.
+fn whole_slots(
+    view: &dyn ReadView,
+    ns: &Namespace,
+    first_tx: Option<TxId>,
+    mut out: Vec<Target>,
+) -> Result<Result<Vec<Target>, Rejection>, CoreError> {
+    let mut grouper = crate::value_groups::Grouper::new(ns);
+    let Some(last) = out.last().cloned() else {
+        return Ok(Ok(out));
+    };
+    let Some(slot) = grouper.slot(view, &last.datom)? else {
+        return Ok(Err(Rejection::SlotTooLarge {
+            entity: last.datom.entity,
+            attribute: last.datom.attribute,
+            rows: crate::value_groups::GROUP_READ_ROWS as u64,
+        }));
+    };
+    let rest: Vec<Target> = slot
+        .members
+        .iter()
+        .filter(|m| m.key > last.key && first_tx.is_none_or(|first| m.datom.tx < first))
+        .cloned()
+        .collect();
+    out.extend(rest);
+    grouper.close(view, out)
 }
 
 /// Whether anything is left for a part after `part` (the same bounds, starting after
@@ -184,7 +204,7 @@ pub fn more_after(
         after_key: Some(after_key.to_vec()),
         limit: 1,
     };
-    Ok(part_targets(view, req, &next)?.is_ok())
+    Ok(part_targets(view, req, &next, false)?.is_ok())
 }
 
 /// The state key of the last datom a part lists (its datoms come in key order): the next
@@ -200,19 +220,6 @@ fn target_prefix(req: &RedactRequest) -> Vec<u8> {
         None => keys::eavt_entity(&req.namespace, req.entity),
         Some(a) => keys::eavt_attr(&req.namespace, req.entity, a),
     }
-}
-
-/// The datom row `key` holds as a target, or `None` if its value is already gone.
-pub(crate) fn unredacted(key: Vec<u8>, value: &[u8]) -> Result<Option<Target>, CoreError> {
-    let datom = Datom::decode(value)
-        .map_err(|e| CoreError::corrupt(format!("datom row {}", crate::rows::hex(&key)), e))?;
-    if datom.value.redacted().is_some() {
-        return Ok(None);
-    }
-    let (_, seq) = keys::trailing_tx_seq(&key).ok_or_else(|| {
-        CoreError::corrupt(format!("datom key {}", crate::rows::hex(&key)), "no tx and seq")
-    })?;
-    Ok(Some(Target { key, seq, datom }))
 }
 
 fn no_such_target(req: &RedactRequest) -> Rejection {

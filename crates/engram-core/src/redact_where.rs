@@ -47,11 +47,14 @@ pub enum Plan {
 /// The next range of `req` after the index key `after` (`None`: from the start), with at most
 /// `limit` datoms, reading at most `budget_rows` rows (at most [`RedactRange::MAX_ROWS`]).
 /// `first_tx`: the first range's transaction, once there is one. `keep_versions`: only datoms
-/// a versions policy keeping that many no longer keeps ([`superseded`]).
+/// a versions policy keeping that many no longer keeps ([`superseded`]). Under
+/// [`Groups::WholeIfAllMatch`] a datom counts only if its whole group matches, as at apply.
+#[allow(clippy::too_many_arguments)]
 pub fn plan_range(
     view: &dyn ReadView,
     req: &RedactWhere,
     keep_versions: Option<u32>,
+    groups: Groups,
     first_tx: Option<TxId>,
     after: Option<&[u8]>,
     limit: u32,
@@ -71,15 +74,14 @@ pub fn plan_range(
         Some(after) if after.starts_with(&prefix) => successor(after),
         _ => prefix.clone(),
     };
-    let bound = tx_bound(view, req, first_tx)?;
-    let mut versions = Versions::new(keep_versions);
+    let mut matcher = Matcher::new(view, req, keep_versions, groups, first_tx)?;
     let rows = view.scan(Space::State, &from, end.as_deref(), budget_rows)?;
     let read_all = rows.len() < budget_rows;
     let mut found: Vec<Vec<u8>> = Vec::new();
     let mut last = None;
     let mut rows = rows.into_iter();
     for (key, value) in rows.by_ref() {
-        if candidate(view, req, &mut versions, &key, &value, bound)?.is_some() {
+        if matcher.taken_with(view, &key, &value)?.is_some() {
             found.push(key.clone());
             if found.len() == limit {
                 last = Some(key);
@@ -90,7 +92,7 @@ pub fn plan_range(
     }
     if crate::planted::active(crate::planted::PlantedBug::RedactionRangeOverrunsItsLimit) {
         for (key, value) in rows {
-            if candidate(view, req, &mut versions, &key, &value, bound)?.is_some() {
+            if matcher.taken_with(view, &key, &value)?.is_some() {
                 found.push(key);
                 break;
             }
@@ -114,13 +116,14 @@ pub fn plan_range(
 
 /// What `range` of `req` takes at apply: the datoms the predicate matches among the index rows
 /// from its `from_key` through its `through_key`, at most its applied limit, reading at most
-/// [`RedactRange::MAX_ROWS`] rows. A range outside the predicate's index, or reversed, is
-/// refused; one where nothing matches any more (taken meanwhile) is answered
-/// [`Rejection::NothingToRedact`].
+/// [`RedactRange::MAX_ROWS`] rows, and with them their groups as `groups` says (in key order).
+/// A range outside the predicate's index, or reversed, is refused; one where nothing matches
+/// any more (taken meanwhile) is answered [`Rejection::NothingToRedact`].
 pub fn range_targets(
     view: &dyn ReadView,
     req: &RedactWhere,
     keep_versions: Option<u32>,
+    groups: Groups,
     range: &RedactRange,
 ) -> Result<Result<Vec<Target>, Rejection>, CoreError> {
     let prefix = scan_prefix(req);
@@ -132,20 +135,30 @@ pub fn range_targets(
             "the range is not one of the predicate's index".into(),
         )));
     }
-    let bound = tx_bound(view, req, range.first_tx)?;
+    let mut matcher = Matcher::new(view, req, keep_versions, groups, range.first_tx)?;
     let end = successor(&range.through_key);
     let rows = view.scan(Space::State, &range.from_key, Some(&end), RedactRange::MAX_ROWS)?;
     let limit = range.applied_limit();
-    let mut versions = Versions::new(keep_versions);
-    let mut out = Vec::new();
+    let mut matched = 0;
+    let mut out: Vec<Target> = Vec::new();
     for (key, value) in rows {
-        if let Some(target) = candidate(view, req, &mut versions, &key, &value, bound)? {
-            out.push(target);
-            if out.len() == limit {
+        if let Some(taken) = matcher.taken_with(view, &key, &value)? {
+            out.extend(taken);
+            matched += 1;
+            if matched == limit {
                 break;
             }
         }
     }
+    let out = match groups {
+        Groups::Whole => match matcher.grouper.close(view, out)? {
+            Ok(out) => out,
+            Err(rejection) => return Ok(Err(rejection)),
+        },
+        // Each group whole already; groups of two matches may be one.
+        Groups::WholeIfAllMatch => in_key_order(out),
+        Groups::Split => out,
+    };
     if out.is_empty() {
         return Ok(Err(Rejection::NothingToRedact(format!(
             "nothing in namespace {} matching the predicate is left to redact in this range",
@@ -247,55 +260,134 @@ fn tx_bound(
         .min())
 }
 
-/// The datom an index row under the predicate's prefix names, as a target, if the predicate
-/// takes it: its value still there, below `bound`, matching, and under a versions policy, no
-/// longer kept by it ([`superseded`]).
-fn candidate(
-    view: &dyn ReadView,
-    req: &RedactWhere,
-    versions: &mut Versions,
-    key: &[u8],
-    value: &[u8],
+/// How a range treats the groups of the datoms it matches (`crate::value_groups`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Groups {
+    /// Each matching datom alone: entries proposed before values went out of a slot whole,
+    /// applied as they were.
+    Split,
+    /// A redaction asked for: every datom of a matching datom's group goes with it, matching
+    /// or not (a retraction left holding the value would still disclose it).
+    Whole,
+    /// A retention policy's: a group goes only when every datom of it matches (is past the
+    /// policy), else none of it does.
+    WholeIfAllMatch,
+}
+
+/// The predicate of one range being planned or applied, with what deciding it needs.
+struct Matcher<'r> {
+    req: &'r RedactWhere,
+    /// Datoms are taken only below this transaction ([`tx_bound`]).
     bound: Option<TxId>,
-) -> Result<Option<Target>, CoreError> {
-    let target = match &req.predicate.attribute {
-        None => crate::redact::unredacted(key.to_vec(), value)?,
-        Some(a) => {
-            let (entity, tx, seq) = keys::trailing_entity_tx_seq(key).ok_or_else(|| {
-                CoreError::corrupt(
-                    format!("index key {}", crate::rows::hex(key)),
-                    "no entity, tx and seq",
-                )
-            })?;
-            // A cheap test first: most rows a time-bounded scan passes over are too new.
-            if bound.is_some_and(|b| tx >= b) {
+    versions: Versions,
+    groups: Groups,
+    grouper: crate::value_groups::Grouper,
+}
+
+impl<'r> Matcher<'r> {
+    fn new(
+        view: &dyn ReadView,
+        req: &'r RedactWhere,
+        keep_versions: Option<u32>,
+        groups: Groups,
+        first_tx: Option<TxId>,
+    ) -> Result<Matcher<'r>, CoreError> {
+        Ok(Matcher {
+            req,
+            bound: tx_bound(view, req, first_tx)?,
+            versions: Versions::new(keep_versions, groups != Groups::Split),
+            groups,
+            grouper: crate::value_groups::Grouper::new(&req.namespace),
+        })
+    }
+
+    /// What the index row `key` (under the predicate's prefix) brings into the range, if the
+    /// predicate takes its datom: the datom, and under [`Groups::WholeIfAllMatch`] its whole
+    /// group (nothing if any datom of the group does not match, or the slot cannot be
+    /// grouped within the budget).
+    fn taken_with(
+        &mut self,
+        view: &dyn ReadView,
+        key: &[u8],
+        value: &[u8],
+    ) -> Result<Option<Vec<Target>>, CoreError> {
+        let Some(target) = self.candidate(view, key, value)? else {
+            return Ok(None);
+        };
+        if self.groups != Groups::WholeIfAllMatch {
+            return Ok(Some(vec![target]));
+        }
+        let group: Vec<Target> = match self.grouper.slot(view, &target.datom)? {
+            None => return Ok(None),
+            Some(slot) => slot.group_of(&target.key).into_iter().cloned().collect(),
+        };
+        for member in &group {
+            if member.key != target.key && !self.matches(view, &member.datom)? {
                 return Ok(None);
             }
-            let eavt = keys::eavt(&req.namespace, entity, a, tx, seq);
-            let row = view.get(Space::State, &eavt)?.ok_or_else(|| {
-                CoreError::corrupt(
-                    format!("index key {}", crate::rows::hex(key)),
-                    "its datom row is missing",
-                )
-            })?;
-            crate::redact::unredacted(eavt, &row)?
         }
-    };
-    let Some(target) =
-        target.filter(|t| bound.is_none_or(|b| t.datom.tx < b) && req.predicate.matches(&t.datom))
-    else {
-        return Ok(None);
-    };
-    if versions.keeps(view, &req.namespace, &target.datom)? {
-        return Ok(None);
+        Ok(Some(group))
     }
-    Ok(Some(target))
+
+    /// The datom an index row under the predicate's prefix names, as a target, if the
+    /// predicate takes it: its value still there, and [`Self::matches`].
+    fn candidate(&mut self, view: &dyn ReadView, key: &[u8], value: &[u8]) -> Result<Option<Target>, CoreError> {
+        let req = self.req;
+        let target = match &req.predicate.attribute {
+            None => crate::redact::unredacted(key.to_vec(), value)?,
+            Some(a) => {
+                let (entity, tx, seq) = keys::trailing_entity_tx_seq(key).ok_or_else(|| {
+                    CoreError::corrupt(
+                        format!("index key {}", crate::rows::hex(key)),
+                        "no entity, tx and seq",
+                    )
+                })?;
+                // A cheap test first: most rows a time-bounded scan passes over are too new.
+                if self.bound.is_some_and(|b| tx >= b) {
+                    return Ok(None);
+                }
+                let eavt = keys::eavt(&req.namespace, entity, a, tx, seq);
+                let row = view.get(Space::State, &eavt)?.ok_or_else(|| {
+                    CoreError::corrupt(
+                        format!("index key {}", crate::rows::hex(key)),
+                        "its datom row is missing",
+                    )
+                })?;
+                crate::redact::unredacted(eavt, &row)?
+            }
+        };
+        match target {
+            Some(t) if self.matches(view, &t.datom)? => Ok(Some(t)),
+            _ => Ok(None),
+        }
+    }
+
+    /// Whether the predicate takes datom `d` (its value still there): below the bound,
+    /// matching, and under a versions policy no longer kept by it.
+    fn matches(&mut self, view: &dyn ReadView, d: &engram_types::Datom) -> Result<bool, CoreError> {
+        if self.bound.is_some_and(|b| d.tx >= b) || !self.req.predicate.matches(d) {
+            return Ok(false);
+        }
+        Ok(!self.versions.keeps(view, &self.req.namespace, d)?)
+    }
+}
+
+/// `targets` in key order, each once.
+fn in_key_order(targets: Vec<Target>) -> Vec<Target> {
+    let mut by_key: std::collections::BTreeMap<Vec<u8>, Target> = std::collections::BTreeMap::new();
+    for t in targets {
+        by_key.entry(t.key.clone()).or_insert(t);
+    }
+    by_key.into_values().collect()
 }
 
 /// A versions policy's condition while one range is planned or evaluated: the versions it
 /// keeps, and how many more of the slots' later rows [`superseded`] may read for it.
 struct Versions {
     keep: Option<u32>,
+    /// Whether a later assertion under cardinality one ends a claim only when its agent's
+    /// ([`superseded`]'s `fold_rule`).
+    fold_rule: bool,
     rows_left: usize,
     /// Each attribute's cardinality as declared now, read once per range: a range's datoms
     /// are mostly of one or a few attributes.
@@ -303,9 +395,10 @@ struct Versions {
 }
 
 impl Versions {
-    fn new(keep: Option<u32>) -> Versions {
+    fn new(keep: Option<u32>, fold_rule: bool) -> Versions {
         Versions {
             keep,
+            fold_rule,
             rows_left: VERSIONS_RANGE_ROWS,
             cardinalities: Default::default(),
         }
@@ -330,7 +423,7 @@ impl Versions {
                 c
             }
         };
-        Ok(!superseded(view, ns, d, cardinality, keep, &mut self.rows_left)?)
+        Ok(!superseded(view, ns, d, cardinality, keep, self.fold_rule, &mut self.rows_left)?)
     }
 }
 
@@ -344,18 +437,22 @@ pub const VERSIONS_RANGE_ROWS: usize = 100_000;
 
 /// Whether a versions policy keeping `keep` versions no longer keeps `d`: at least `keep`
 /// later transactions wrote its slot, and `d` is not a live claim (a retraction, or an
-/// assertion a later datom of the slot ended: under cardinality many, a later datom of its
-/// value; under cardinality one, also a later assertion by its agent, as the current-claims
-/// fold has it; `cardinality` is the attribute's as declared). Reads the slot's datoms after `d`, at most [`VERSIONS_READ_ROWS`] and at most
-/// `rows_left` (which it lowers by what it read); a datom not decided within them is kept.
-/// Every replica reads the same rows in the same order and stops at the same one, so the
-/// answer is a pure function of the state.
+/// assertion a later datom of the slot ended, as the current-claims fold has it: under
+/// cardinality many, a later datom of its value; under cardinality one, a later retraction of
+/// its value or a later assertion by its agent; `cardinality` is the attribute's as
+/// declared). Without `fold_rule` (entries proposed before values went out of a slot whole,
+/// applied as they were), under cardinality one any later datom of its value ends it too,
+/// which took a claim another agent's equal assertion had not ended. Reads the slot's datoms
+/// after `d`, at most [`VERSIONS_READ_ROWS`] and at most `rows_left` (which it lowers by what
+/// it read); a datom not decided within them is kept. Every replica reads the same rows in the
+/// same order and stops at the same one, so the answer is a pure function of the state.
 pub fn superseded(
     view: &dyn ReadView,
     ns: &engram_types::Namespace,
     d: &engram_types::Datom,
     cardinality: engram_types::Cardinality,
     keep: u32,
+    fold_rule: bool,
     rows_left: &mut usize,
 ) -> Result<bool, CoreError> {
     if keep == 0 {
@@ -387,8 +484,11 @@ pub fn superseded(
             if !ended {
                 let later = engram_types::Datom::decode(value)
                     .map_err(|e| CoreError::corrupt(format!("datom row {}", crate::rows::hex(key)), e))?;
-                ended = later.value == d.value
-                    || (cardinality == engram_types::Cardinality::One
+                let one = cardinality == engram_types::Cardinality::One;
+                let same_value = later.value == d.value
+                    && (!one || !fold_rule || later.op == engram_types::Op::Retract);
+                ended = same_value
+                    || (one
                         && later.op == engram_types::Op::Assert
                         && later.provenance.agent == d.provenance.agent);
             }
@@ -404,17 +504,19 @@ pub fn superseded(
     Ok(false)
 }
 
-/// The datoms a redaction by predicate would take, for a dry run: at most `max` of them, and
-/// whether more match.
+/// The datoms a redaction by predicate would take, for a dry run (with their groups, as the
+/// redaction takes them): at most `max` of them, and how many in all.
 pub fn preview(view: &dyn ReadView, req: &RedactWhere, max: usize) -> Result<(Vec<Target>, u64), CoreError> {
     let mut after: Option<Vec<u8>> = None;
     let mut listed = Vec::new();
     let mut count = 0u64;
+    let mut counted = std::collections::HashSet::new();
     loop {
         match plan_range(
             view,
             req,
             None,
+            Groups::Whole,
             None,
             after.as_deref(),
             PREVIEW_STEP,
@@ -423,12 +525,20 @@ pub fn preview(view: &dyn ReadView, req: &RedactWhere, max: usize) -> Result<(Ve
             Plan::Done => break,
             Plan::Skip { after: next } => after = Some(next),
             Plan::Range { range, datoms } => {
-                count += datoms as u64;
-                if listed.len() < max
-                    && let Ok(targets) = range_targets(view, req, None, &range)?
-                {
-                    let room = max - listed.len();
-                    listed.extend(targets.into_iter().take(room));
+                match range_targets(view, req, None, Groups::Whole, &range)? {
+                    Ok(targets) => {
+                        // A group reaching past the range is met again by a later range.
+                        for t in targets {
+                            if counted.insert(t.key.clone()) {
+                                count += 1;
+                                if listed.len() < max {
+                                    listed.push(t);
+                                }
+                            }
+                        }
+                    }
+                    // A slot too large to group: the redaction itself will say so.
+                    Err(_) => count += datoms as u64,
                 }
                 after = Some(range.through_key);
             }

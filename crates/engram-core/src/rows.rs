@@ -167,6 +167,14 @@ pub enum Rejection {
         datoms: u64,
         limit: u64,
     },
+    /// A redaction touching a slot with more than `rows` datoms: it takes a value out of a
+    /// slot whole (`crate::value_groups`), and one entry reads at most that many rows to find
+    /// what goes together.
+    SlotTooLarge {
+        entity: EntityId,
+        attribute: Attribute,
+        rows: u64,
+    },
 }
 
 impl Rejection {
@@ -220,6 +228,14 @@ impl fmt::Display for Rejection {
             Rejection::RedactionTooLarge { datoms, limit } => write!(
                 f,
                 "the redaction would take {datoms} datoms; one redaction takes at most {limit} (redact attribute by attribute)"
+            ),
+            Rejection::SlotTooLarge {
+                entity,
+                attribute,
+                rows,
+            } => write!(
+                f,
+                "entity {entity} {attribute} has more than {rows} datoms: a redaction takes a value out of a slot whole, with every datom that holds it, and cannot read that many in one step"
             ),
             Rejection::NotCurrent {
                 entity,

@@ -155,6 +155,12 @@ pub enum Command {
         keep_versions: u32,
         proposed_time_ns: i64,
     },
+    /// `command`, a redaction entry that takes each value out of a slot whole, with every
+    /// datom the fold matched with it (`engram_core::value_groups`). Every redaction a leader
+    /// of this build proposes is wrapped in one; entries from before apply as they did. (Last
+    /// in the enum: entries keep their encoding; a node of an earlier build cannot read it and
+    /// stops rather than take less.)
+    WholeValues { command: Box<Command> },
 }
 
 /// Who asked for a redaction, for a log line: the signing agent, else the principal, else "-".
@@ -289,6 +295,7 @@ impl fmt::Display for Command {
             // The seed stays out of logs: it is as secret as the salts.
             Command::Salted { command, .. } => write!(f, "salted {command}"),
             Command::StateRooted { command } => write!(f, "rooted {command}"),
+            Command::WholeValues { command } => write!(f, "whole-values {command}"),
         }
     }
 }

@@ -425,7 +425,7 @@ impl RaftNode {
                 proposed_time_ns: clock::now_ns().saturating_add(self.clock_skew_ns),
             };
             let resp = self
-                .while_quorate(self.raft.client_write(salted(command)?))
+                .while_quorate(self.raft.client_write(whole_values(command)?))
                 .await?;
             let outcome = resp
                 .data
@@ -510,6 +510,10 @@ impl RaftNode {
                         store,
                         &request,
                         retention.and_then(|r| r.keep_versions()),
+                        match retention {
+                            Some(_) => engram_core::redact_where::Groups::WholeIfAllMatch,
+                            None => engram_core::redact_where::Groups::Whole,
+                        },
                         first_tx,
                         after.as_deref(),
                         self.redact_part_datoms,
@@ -546,7 +550,7 @@ impl RaftNode {
                 },
             };
             let resp = self
-                .while_quorate(self.raft.client_write(salted(command)?))
+                .while_quorate(self.raft.client_write(whole_values(command)?))
                 .await?;
             let outcome = resp.data.outcome.ok_or_else(|| {
                 NodeError::Fatal("apply returned no outcome for a redaction by predicate".into())
@@ -1050,6 +1054,15 @@ impl RaftNode {
             self.peer_refused.clone(),
         )
     }
+}
+
+/// A redaction's `command` as it is logged: taking each value out of a slot whole
+/// ([`Command::WholeValues`]), around what [`salted`] makes of it (so the simulation's salt
+/// seed, a hash of the command, is what it was).
+fn whole_values(command: Command) -> Result<Command, NodeError> {
+    Ok(Command::WholeValues {
+        command: Box::new(salted(command)?),
+    })
 }
 
 /// `command` as every proposal is logged: asking for the state root in its audit entries

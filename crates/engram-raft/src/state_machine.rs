@@ -275,6 +275,12 @@ impl StateMachine {
                 self.engine.record_state_root(false);
                 applied?;
             }
+            Command::WholeValues { command } => {
+                self.engine.redact_whole_values(true);
+                let applied = self.apply_command(index, *command, response);
+                self.engine.redact_whole_values(false);
+                applied?;
+            }
             Command::Transact {
                 request,
                 proposed_time_ns,

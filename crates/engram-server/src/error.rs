@@ -189,6 +189,7 @@ impl ApiError {
                 | Rejection::IdempotencyKeyReused { .. }
                 | Rejection::Policy(_)
                 | Rejection::RedactionTooLarge { .. }
+                | Rejection::SlotTooLarge { .. }
                 | Rejection::LockOut(_) => Code::FailedPrecondition,
                 Rejection::NotAuthorized { .. } => Code::PermissionDenied,
                 // Transient: the cluster is being initialised.

@@ -5,7 +5,9 @@
 //! - of `:keep/owner` and `:keep/tag`, every datom of the last [`KEEP_VERSIONS`] transactions
 //!   that wrote the slot;
 //! - every live claim: each agent's latest `:keep/owner` assertion (`keeper-a`'s, from the
-//!   start, outlives every later version), and every `:keep/tag` value (none is retracted);
+//!   start, outlives every later version), and every `:keep/tag` value no round retracted;
+//! - a retracted tag's assertion and its retraction are taken together, by one redaction, or
+//!   neither is (a value goes out of a slot whole: `engram_core::value_groups`);
 //! - of `:keep/note`, every datom younger than [`NOTE_KEEP_MS`] when a redaction took it.
 //!
 //! That a replica took no more and no less than another is replica agreement's (the redacted
@@ -92,13 +94,43 @@ pub fn check(members: &[(u64, &dyn Store)], log: &KeeperLog) -> (Vec<Violation>,
                 ));
             }
         }
-        // Every acknowledged round's tag is a live claim.
+        // Every acknowledged round's tag is a live claim, unless a later round retracted it.
+        // The round in flight when the run stopped may have been applied unacknowledged: a tag
+        // it retracts may be either.
+        let tx_of: BTreeMap<u64, u64> = rounds.iter().copied().collect();
+        let in_flight = rounds.last().map_or(1, |(round, _)| round + 1);
+        let tags = slots.get(TAG).unwrap_or(&empty);
+        let tag_datom = |tx: u64, op: Op| tags.iter().find(|d| d.tx == TxId(tx) && d.op == op);
         for (round, tx) in &rounds {
-            let assertion = slots
-                .get(TAG)
-                .unwrap_or(&empty)
-                .iter()
-                .find(|d| d.tx == TxId(*tx) && d.op == Op::Assert);
+            let retracting = (round + 1..=round + 2).find(|r| crate::keeper::retracted_in(*r) == Some(*round));
+            if let Some(by) = retracting {
+                match (tag_datom(*tx, Op::Assert), tx_of.get(&by).and_then(|t| tag_datom(*t, Op::Retract))) {
+                    (Some(a), Some(r)) => {
+                        let taken_by = |d: &Datom| d.value.redacted().map(|m| m.by_tx);
+                        if taken_by(a) != taken_by(r) {
+                            fail(format!(
+                                "{TAG}: round {round}'s assertion (tx {tx}, taken by {:?}) and its retraction (tx {}, taken by {:?}) were not taken together",
+                                taken_by(a).map(|t| t.0),
+                                r.tx.0,
+                                taken_by(r).map(|t| t.0)
+                            ));
+                        }
+                        continue;
+                    }
+                    (None, _) => {
+                        fail(format!("{TAG}: round {round}'s assertion (tx {tx}) is missing"));
+                        continue;
+                    }
+                    (Some(_), None) if tx_of.contains_key(&by) => {
+                        fail(format!("{TAG}: round {by} acknowledged, but no retraction of round {round}'s tag"));
+                        continue;
+                    }
+                    (Some(_), None) if by == in_flight => continue,
+                    // Not retracted yet: a live claim, checked below.
+                    (Some(_), None) => {}
+                }
+            }
+            let assertion = tag_datom(*tx, Op::Assert);
             match assertion {
                 None => fail(format!("{TAG}: round {round}'s assertion (tx {tx}) is missing")),
                 Some(d) => match &d.value {
