@@ -283,7 +283,8 @@ fn node_config(id: u64, settings: &NodeSettings, clock_skew_ns: i64) -> ServerCo
     let mut config = ServerConfig::new(id, listen, format!("/sim/node-{id}").into());
     config.raft = *settings;
     config.clock_skew_ns = clock_skew_ns;
-    // One datom per part: the speculator's two-secret plans are redacted in two parts, so
+    // One datom per part: the speculator's two-secret plans (one secret per slot, and a part
+    // ends at a slot's end) are redacted in two parts, so
     // every redaction crosses a part boundary (and its leader may change between them).
     config.redact_part_datoms = 1;
     // Simulated hosts have addresses beyond loopback, and the simulation's network carries

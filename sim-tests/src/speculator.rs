@@ -20,6 +20,9 @@ use engram_types::{
 
 pub const NAMESPACE: &str = "sim/speculate";
 pub const STEP: &str = ":plan/step";
+/// Where a plan's second secret goes: a slot of its own, so an entity redaction of the plan
+/// takes two parts (a part ends at a slot's end, not inside one).
+pub const ASIDE: &str = ":plan/aside";
 
 /// What the speculator did, shared with the harness.
 #[derive(Default)]
@@ -84,10 +87,14 @@ fn who() -> Provenance {
 }
 
 fn step(entity: EntityRef, value: &str) -> TxOp {
+    assert_op(entity, STEP, value)
+}
+
+fn assert_op(entity: EntityRef, attribute: &str, value: &str) -> TxOp {
     TxOp {
         op: Op::Assert,
         entity,
-        attribute: Attribute::new(STEP).expect("a valid attribute"),
+        attribute: Attribute::new(attribute).expect("a valid attribute"),
         value: Value::String(value.to_string()),
         valid_from_ns: None,
         valid_to_ns: None,
@@ -111,7 +118,8 @@ async fn forget_a_plan(client: &Client, ns: &Namespace, round: u64, log: &Specul
         ns.clone(),
         secrets
             .iter()
-            .map(|secret| step(EntityRef::Temp("secret".into()), secret))
+            .zip([STEP, ASIDE])
+            .map(|(secret, attribute)| assert_op(EntityRef::Temp("secret".into()), attribute, secret))
             .collect(),
         if by_predicate { writer.clone() } else { who() },
     );
@@ -163,13 +171,11 @@ pub async fn run_speculator(targets: Vec<String>, log: Arc<SpeculationLog>, forg
     let pause = || madsim::time::sleep(Duration::from_millis(300));
     // Set-up: the schema and the plan entity, each retried (with an idempotency key) until it
     // holds. A lost acknowledgement of the schema shows up as "nothing to change" on retry.
-    let def = AttributeDef::new(
-        Attribute::new(STEP).expect("a valid attribute"),
-        ValueType::String,
-    );
+    let defs = [STEP, ASIDE]
+        .map(|a| AttributeDef::new(Attribute::new(a).expect("a valid attribute"), ValueType::String));
     while !log.stop.load(Ordering::Relaxed) {
         match client
-            .apply_schema(&ns, std::slice::from_ref(&def), &who(), Some("speculator-schema"))
+            .apply_schema(&ns, &defs, &who(), Some("speculator-schema"))
             .await
         {
             Ok(_) => break,

@@ -2003,11 +2003,21 @@ mod tests {
         });
         let (alone_store, mut alone) = engine();
         writes(&mut alone);
-        let range =
-            match redact_where::plan_range(&*alone_store, &retention, None, WHOLE_IF_ALL, None, None, 100, 100).unwrap() {
-                redact_where::Plan::Range { range, .. } => range,
-                other => panic!("{other:?}"),
-            };
+        let range = match redact_where::plan_range(
+            &*alone_store,
+            &retention,
+            None,
+            WHOLE_IF_ALL,
+            None,
+            None,
+            100,
+            100,
+        )
+        .unwrap()
+        {
+            redact_where::Plan::Range { range, .. } => range,
+            other => panic!("{other:?}"),
+        };
         let apply = |engine: &mut Engine| {
             engine
                 .apply_redaction_where(
@@ -2058,13 +2068,16 @@ mod tests {
             written_before_ns: Some(5_000_000),
             ..Default::default()
         });
-        let range = match redact_where::plan_range(&*store, &retention, None, WHOLE_IF_ALL, None, None, 100, 100).unwrap() {
-            redact_where::Plan::Range { range, datoms } => {
-                assert_eq!(datoms, 3);
-                range
-            }
-            other => panic!("{other:?}"),
-        };
+        let range =
+            match redact_where::plan_range(&*store, &retention, None, WHOLE_IF_ALL, None, None, 100, 100)
+                .unwrap()
+            {
+                redact_where::Plan::Range { range, datoms } => {
+                    assert_eq!(datoms, 3);
+                    range
+                }
+                other => panic!("{other:?}"),
+            };
         let apply = |engine: &mut Engine, index: u64, time_ms: i64, keep_ms: u64| {
             engine
                 .apply_redaction_where(
@@ -2205,15 +2218,17 @@ mod tests {
             ..Default::default()
         });
         // No policy in force: refused.
-        let range = match redact_where::plan_range(&*store, &versions, Some(2), WHOLE_IF_ALL, None, None, 100, 100).unwrap()
-        {
-            redact_where::Plan::Range { range, datoms } => {
-                // 8 title versions (tx 2-6 and 8-10): all but the last 2 go.
-                assert_eq!(datoms, 6);
-                range
-            }
-            other => panic!("{other:?}"),
-        };
+        let range =
+            match redact_where::plan_range(&*store, &versions, Some(2), WHOLE_IF_ALL, None, None, 100, 100)
+                .unwrap()
+            {
+                redact_where::Plan::Range { range, datoms } => {
+                    // 8 title versions (tx 2-6 and 8-10): all but the last 2 go.
+                    assert_eq!(datoms, 6);
+                    range
+                }
+                other => panic!("{other:?}"),
+            };
         let refused = engine
             .apply_redaction_where(
                 index,
@@ -2464,7 +2479,8 @@ mod tests {
         let keep_2 = Some(RetentionRule::KeepVersions(2));
         // The assertion of "gone" is past the policy (ended, three later versions), its
         // retraction is not (no later version): neither goes, and the leader plans nothing.
-        let plan = redact_where::plan_range(&*store, &versions, Some(2), WHOLE_IF_ALL, None, None, 100, 100).unwrap();
+        let plan = redact_where::plan_range(&*store, &versions, Some(2), WHOLE_IF_ALL, None, None, 100, 100)
+            .unwrap();
         assert_eq!(plan, redact_where::Plan::Done);
         // Each alone, as entries from before whole values took them: the assertion goes.
         let split = redact_where::plan_range(
@@ -2478,7 +2494,10 @@ mod tests {
             100,
         )
         .unwrap();
-        assert!(matches!(split, redact_where::Plan::Range { datoms: 1, .. }), "{split:?}");
+        assert!(
+            matches!(split, redact_where::Plan::Range { datoms: 1, .. }),
+            "{split:?}"
+        );
         assert!(stored_bytes_hold(&store, b"gone"));
 
         // Two more versions: the retraction is past the policy too, and the two go together.
@@ -2487,14 +2506,31 @@ mod tests {
         assert_eq!(receipts.len(), 1);
         let taken = redact::redacted_by(&*store, receipts[0].tx).unwrap();
         let ops: Vec<(Op, TxId)> = taken.iter().map(|(_, d)| (d.op, d.tx)).collect();
-        assert_eq!(ops, vec![(Op::Assert, receipts_tx(&store, task, 0)), (Op::Retract, retraction_tx)]);
+        assert_eq!(
+            ops,
+            vec![
+                (Op::Assert, receipts_tx(&store, task, 0)),
+                (Op::Retract, retraction_tx)
+            ]
+        );
         assert!(!stored_bytes_hold(&store, b"gone"));
         // The slot has no current-claims row yet (under 8 datoms): reads fold its history, and
         // the ended claim stays ended now and as of every transaction after its retraction.
-        assert!(store.get(Space::State, &keys::current(&ns(), task, &attr(":task/tag"))).unwrap().is_none());
+        assert!(
+            store
+                .get(Space::State, &keys::current(&ns(), task, &attr(":task/tag")))
+                .unwrap()
+                .is_none()
+        );
         let live = |v: &str| Value::String(v.into());
-        assert_eq!(tags_as_of(&store, task, None), vec![live("b"), live("c"), live("d"), live("e")]);
-        assert_eq!(tags_as_of(&store, task, Some(retraction_tx)), vec![live("b"), live("c")]);
+        assert_eq!(
+            tags_as_of(&store, task, None),
+            vec![live("b"), live("c"), live("d"), live("e")]
+        );
+        assert_eq!(
+            tags_as_of(&store, task, Some(retraction_tx)),
+            vec![live("b"), live("c")]
+        );
         let report = crate::scrub::scrub(&*store, &mut |_, _| {}).unwrap();
         assert!(report.ok(), "{:?}", report.findings);
         assert_eq!(verify_stored(&store).unwrap(), engine.head().index);
@@ -2507,7 +2543,11 @@ mod tests {
                 .apply_tx(
                     *index,
                     *index as i64 * 1_000_000,
-                    &tx(vec![op(EntityRef::Id(task), ":task/tag", Value::String((*value).into()))]),
+                    &tx(vec![op(
+                        EntityRef::Id(task),
+                        ":task/tag",
+                        Value::String((*value).into()),
+                    )]),
                     WriteBatch::new(),
                 )
                 .unwrap()
@@ -2532,17 +2572,29 @@ mod tests {
         let first = write(
             &mut engine,
             2,
-            op(EntityRef::Temp("p".into()), ":person/email", Value::String("ada@crawled.example".into())),
+            op(
+                EntityRef::Temp("p".into()),
+                ":person/email",
+                Value::String("ada@crawled.example".into()),
+            ),
             "crawler",
         );
         let e = first.temp_ids["p"];
-        let mut retract = op(EntityRef::Id(e), ":person/email", Value::String("ada@crawled.example".into()));
+        let mut retract = op(
+            EntityRef::Id(e),
+            ":person/email",
+            Value::String("ada@crawled.example".into()),
+        );
         retract.op = Op::Retract;
         write(&mut engine, 3, retract, "cleaner");
         write(
             &mut engine,
             4,
-            op(EntityRef::Id(e), ":person/email", Value::String("ada@kept.example".into())),
+            op(
+                EntityRef::Id(e),
+                ":person/email",
+                Value::String("ada@kept.example".into()),
+            ),
             "cleaner",
         );
         let by_crawler = where_request(engram_types::Predicate {
@@ -2594,7 +2646,9 @@ mod tests {
             after_key: Some(after),
             limit: 3,
         };
-        let receipt = redact_part(&mut engine, 22, &req, Some(&second)).unwrap().unwrap();
+        let receipt = redact_part(&mut engine, 22, &req, Some(&second))
+            .unwrap()
+            .unwrap();
         let taken = redact::redacted_by(&*store, receipt.tx).unwrap();
         assert_eq!(taken.len(), 1);
         assert_eq!(taken[0].1.attribute.as_str(), ":person/manager");

@@ -175,11 +175,7 @@ fn whole_slots(
         return Ok(Ok(out));
     };
     let Some(slot) = grouper.slot(view, &last.datom)? else {
-        return Ok(Err(Rejection::SlotTooLarge {
-            entity: last.datom.entity,
-            attribute: last.datom.attribute,
-            rows: crate::value_groups::GROUP_READ_ROWS as u64,
-        }));
+        return Ok(Err(grouper.too_large(&last.datom)));
     };
     let rest: Vec<Target> = slot
         .members

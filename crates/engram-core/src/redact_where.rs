@@ -331,7 +331,12 @@ impl<'r> Matcher<'r> {
 
     /// The datom an index row under the predicate's prefix names, as a target, if the
     /// predicate takes it: its value still there, and [`Self::matches`].
-    fn candidate(&mut self, view: &dyn ReadView, key: &[u8], value: &[u8]) -> Result<Option<Target>, CoreError> {
+    fn candidate(
+        &mut self,
+        view: &dyn ReadView,
+        key: &[u8],
+        value: &[u8],
+    ) -> Result<Option<Target>, CoreError> {
         let req = self.req;
         let target = match &req.predicate.attribute {
             None => crate::redact::unredacted(key.to_vec(), value)?,
@@ -423,7 +428,15 @@ impl Versions {
                 c
             }
         };
-        Ok(!superseded(view, ns, d, cardinality, keep, self.fold_rule, &mut self.rows_left)?)
+        Ok(!superseded(
+            view,
+            ns,
+            d,
+            cardinality,
+            keep,
+            self.fold_rule,
+            &mut self.rows_left,
+        )?)
     }
 }
 
@@ -485,8 +498,8 @@ pub fn superseded(
                 let later = engram_types::Datom::decode(value)
                     .map_err(|e| CoreError::corrupt(format!("datom row {}", crate::rows::hex(key)), e))?;
                 let one = cardinality == engram_types::Cardinality::One;
-                let same_value = later.value == d.value
-                    && (!one || !fold_rule || later.op == engram_types::Op::Retract);
+                let same_value =
+                    later.value == d.value && (!one || !fold_rule || later.op == engram_types::Op::Retract);
                 ended = same_value
                     || (one
                         && later.op == engram_types::Op::Assert

@@ -167,15 +167,22 @@ fn join(root: &mut [usize], a: usize, b: usize) {
 /// of [`GROUP_READ_ROWS`] rows.
 pub struct Grouper {
     ns: Namespace,
+    /// The rows it may read in all.
+    budget: usize,
     rows_left: usize,
     slots: BTreeMap<(EntityId, Attribute), Option<SlotGroups>>,
 }
 
 impl Grouper {
     pub fn new(ns: &Namespace) -> Grouper {
+        Grouper::with_budget(ns, GROUP_READ_ROWS)
+    }
+
+    fn with_budget(ns: &Namespace, rows: usize) -> Grouper {
         Grouper {
             ns: ns.clone(),
-            rows_left: GROUP_READ_ROWS,
+            budget: rows,
+            rows_left: rows,
             slots: BTreeMap::new(),
         }
     }
@@ -190,6 +197,15 @@ impl Grouper {
         Ok(self.slots.get(&slot).and_then(Option::as_ref))
     }
 
+    /// The refusal of a redaction asked for that touches `d`'s slot, past the budget.
+    pub fn too_large(&self, d: &Datom) -> Rejection {
+        Rejection::SlotTooLarge {
+            entity: d.entity,
+            attribute: d.attribute.clone(),
+            rows: self.budget as u64,
+        }
+    }
+
     /// `targets` with every datom of their groups, in key order, each once: what a redaction
     /// asked for takes. A target whose slot cannot be read within the budget refuses the whole
     /// entry, naming the slot.
@@ -201,11 +217,7 @@ impl Grouper {
         let mut out: BTreeMap<Vec<u8>, Target> = BTreeMap::new();
         for t in targets {
             let Some(slot) = self.slot(view, &t.datom)? else {
-                return Ok(Err(Rejection::SlotTooLarge {
-                    entity: t.datom.entity,
-                    attribute: t.datom.attribute.clone(),
-                    rows: GROUP_READ_ROWS as u64,
-                }));
+                return Ok(Err(self.too_large(&t.datom)));
             };
             for m in slot.group_of(&t.key) {
                 out.entry(m.key.clone()).or_insert_with(|| m.clone());
@@ -298,7 +310,11 @@ mod tests {
     fn fold_matches_the_row_after_redactions(whole: bool) -> Result<(), String> {
         let mut rng = Lcg(7);
         for run in 0..400 {
-            let cardinality = if run % 2 == 0 { Cardinality::One } else { Cardinality::Many };
+            let cardinality = if run % 2 == 0 {
+                Cardinality::One
+            } else {
+                Cardinality::Many
+            };
             let mut history: Vec<Datom> = Vec::new();
             let mut row = CurrentRow::empty(cardinality);
             let mut by = 1_000;
@@ -364,9 +380,15 @@ mod tests {
         ];
         let store = store_of(&history);
         let mut rows = GROUP_READ_ROWS;
-        let groups = slot_groups(&store, &history[0].namespace, EntityId(7), &history[0].attribute, &mut rows)
-            .unwrap()
-            .unwrap();
+        let groups = slot_groups(
+            &store,
+            &history[0].namespace,
+            EntityId(7),
+            &history[0].attribute,
+            &mut rows,
+        )
+        .unwrap()
+        .unwrap();
         assert_eq!(rows, GROUP_READ_ROWS - 5);
         let txs = |key: &[u8]| -> Vec<u64> { groups.group_of(key).iter().map(|t| t.datom.tx.0).collect() };
         let key = |i: usize| groups.members[i].key.clone();
@@ -377,10 +399,45 @@ mod tests {
         // A slot past the budget is not grouped, and the budget is spent.
         let mut rows = 4;
         assert!(
-            slot_groups(&store, &history[0].namespace, EntityId(7), &history[0].attribute, &mut rows)
-                .unwrap()
-                .is_none()
+            slot_groups(
+                &store,
+                &history[0].namespace,
+                EntityId(7),
+                &history[0].attribute,
+                &mut rows
+            )
+            .unwrap()
+            .is_none()
         );
         assert_eq!(rows, 0);
+        // A redaction asked for that touches such a slot is refused, naming it.
+        let mut grouper = Grouper::with_budget(&history[0].namespace, 4);
+        let target = Target {
+            key: keys::eavt(
+                &history[0].namespace,
+                EntityId(7),
+                &history[0].attribute,
+                TxId(1),
+                0,
+            ),
+            seq: 0,
+            datom: history[0].clone(),
+        };
+        let refused = grouper.close(&store, vec![target]).unwrap().unwrap_err();
+        assert!(
+            matches!(
+                refused,
+                Rejection::SlotTooLarge {
+                    entity: EntityId(7),
+                    ..
+                }
+            ),
+            "{refused:?}"
+        );
+        let said = refused.to_string();
+        assert!(
+            said.contains("entity 7 :slot/a has more than 4 datoms") && said.contains("whole"),
+            "{said}"
+        );
     }
 }

@@ -102,9 +102,13 @@ pub fn check(members: &[(u64, &dyn Store)], log: &KeeperLog) -> (Vec<Violation>,
         let tags = slots.get(TAG).unwrap_or(&empty);
         let tag_datom = |tx: u64, op: Op| tags.iter().find(|d| d.tx == TxId(tx) && d.op == op);
         for (round, tx) in &rounds {
-            let retracting = (round + 1..=round + 2).find(|r| crate::keeper::retracted_in(*r) == Some(*round));
+            let retracting =
+                (round + 1..=round + 2).find(|r| crate::keeper::retracted_in(*r) == Some(*round));
             if let Some(by) = retracting {
-                match (tag_datom(*tx, Op::Assert), tx_of.get(&by).and_then(|t| tag_datom(*t, Op::Retract))) {
+                match (
+                    tag_datom(*tx, Op::Assert),
+                    tx_of.get(&by).and_then(|t| tag_datom(*t, Op::Retract)),
+                ) {
                     (Some(a), Some(r)) => {
                         let taken_by = |d: &Datom| d.value.redacted().map(|m| m.by_tx);
                         if taken_by(a) != taken_by(r) {
@@ -122,7 +126,9 @@ pub fn check(members: &[(u64, &dyn Store)], log: &KeeperLog) -> (Vec<Violation>,
                         continue;
                     }
                     (Some(_), None) if tx_of.contains_key(&by) => {
-                        fail(format!("{TAG}: round {by} acknowledged, but no retraction of round {round}'s tag"));
+                        fail(format!(
+                            "{TAG}: round {by} acknowledged, but no retraction of round {round}'s tag"
+                        ));
                         continue;
                     }
                     (Some(_), None) if by == in_flight => continue,
