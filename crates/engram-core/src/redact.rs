@@ -174,8 +174,9 @@ fn whole_slots(
     let Some(last) = out.last().cloned() else {
         return Ok(Ok(out));
     };
-    let Some(slot) = grouper.slot(view, &last.datom)? else {
-        return Ok(Err(grouper.too_large(&last.datom)));
+    let slot = match grouper.slot_or_refusal(view, &last.datom)? {
+        Ok(slot) => slot,
+        Err(refusal) => return Ok(Err(refusal)),
     };
     let rest: Vec<Target> = slot
         .members

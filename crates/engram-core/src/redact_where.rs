@@ -31,6 +31,7 @@ use engram_types::redact_where::{
 use engram_types::{RedactRange, RedactWhere, RetentionRule, TxId, TxRequest, Value};
 
 use crate::redact::Target;
+use crate::value_groups::Slot;
 use crate::{CoreError, Rejection, keys};
 
 /// What the leader found for the next range of a redaction by predicate.
@@ -80,19 +81,27 @@ pub fn plan_range(
     let mut found: Vec<Vec<u8>> = Vec::new();
     let mut last = None;
     let mut rows = rows.into_iter();
+    let mut stopped = false;
     for (key, value) in rows.by_ref() {
-        if matcher.taken_with(view, &key, &value)?.is_some() {
-            found.push(key.clone());
-            if found.len() == limit {
-                last = Some(key);
+        match matcher.taken_with(view, &key, &value)? {
+            Taken::Stop => {
+                stopped = true;
                 break;
             }
+            Taken::Yes(_) => {
+                found.push(key.clone());
+                if found.len() == limit {
+                    last = Some(key);
+                    break;
+                }
+            }
+            Taken::No => {}
         }
         last = Some(key);
     }
     if crate::planted::active(crate::planted::PlantedBug::RedactionRangeOverrunsItsLimit) {
         for (key, value) in rows {
-            if matcher.taken_with(view, &key, &value)?.is_some() {
+            if let Taken::Yes(_) = matcher.taken_with(view, &key, &value)? {
                 found.push(key);
                 break;
             }
@@ -107,7 +116,9 @@ pub fn plan_range(
                 ..range
             },
         }),
-        _ => match (read_all, last) {
+        // Stopped before anything matched: the next plan starts at the row it stopped at,
+        // with the entry's reading of slots fresh.
+        _ => match (read_all && !stopped, last) {
             (false, Some(after)) => Ok(Plan::Skip { after }),
             _ => Ok(Plan::Done),
         },
@@ -142,12 +153,16 @@ pub fn range_targets(
     let mut matched = 0;
     let mut out: Vec<Target> = Vec::new();
     for (key, value) in rows {
-        if let Some(taken) = matcher.taken_with(view, &key, &value)? {
-            out.extend(taken);
-            matched += 1;
-            if matched == limit {
-                break;
+        match matcher.taken_with(view, &key, &value)? {
+            Taken::Yes(taken) => {
+                out.extend(taken);
+                matched += 1;
+                if matched == limit {
+                    break;
+                }
             }
+            Taken::Stop => break,
+            Taken::No => {}
         }
     }
     let out = match groups {
@@ -303,30 +318,26 @@ impl<'r> Matcher<'r> {
 
     /// What the index row `key` (under the predicate's prefix) brings into the range, if the
     /// predicate takes its datom: the datom, and under [`Groups::WholeIfAllMatch`] its whole
-    /// group (nothing if any datom of the group does not match, or the slot cannot be
-    /// grouped within the budget).
-    fn taken_with(
-        &mut self,
-        view: &dyn ReadView,
-        key: &[u8],
-        value: &[u8],
-    ) -> Result<Option<Vec<Target>>, CoreError> {
+    /// group (nothing if any datom of the group does not match or its slot is too large to
+    /// group; [`Taken::Stop`] if the entry's reading of slots is spent: the range ends there).
+    fn taken_with(&mut self, view: &dyn ReadView, key: &[u8], value: &[u8]) -> Result<Taken, CoreError> {
         let Some(target) = self.candidate(view, key, value)? else {
-            return Ok(None);
+            return Ok(Taken::No);
         };
         if self.groups != Groups::WholeIfAllMatch {
-            return Ok(Some(vec![target]));
+            return Ok(Taken::Yes(vec![target]));
         }
         let group: Vec<Target> = match self.grouper.slot(view, &target.datom)? {
-            None => return Ok(None),
-            Some(slot) => slot.group_of(&target.key).into_iter().cloned().collect(),
+            Slot::TooLarge => return Ok(Taken::No),
+            Slot::OverBudget => return Ok(Taken::Stop),
+            Slot::Grouped(slot) => slot.group_of(&target.key).into_iter().cloned().collect(),
         };
         for member in &group {
             if member.key != target.key && !self.matches(view, &member.datom)? {
-                return Ok(None);
+                return Ok(Taken::No);
             }
         }
-        Ok(Some(group))
+        Ok(Taken::Yes(group))
     }
 
     /// The datom an index row under the predicate's prefix names, as a target, if the
@@ -375,6 +386,14 @@ impl<'r> Matcher<'r> {
         }
         Ok(!self.versions.keeps(view, &self.req.namespace, d)?)
     }
+}
+
+/// What one index row brings into a range.
+enum Taken {
+    No,
+    Yes(Vec<Target>),
+    /// The range ends before this row.
+    Stop,
 }
 
 /// `targets` in key order, each once.

@@ -175,6 +175,11 @@ pub enum Rejection {
         attribute: Attribute,
         rows: u64,
     },
+    /// A redaction entry whose slots hold more than `rows` datoms together: the leader
+    /// proposes the range again with fewer datoms.
+    GroupsTooLarge {
+        rows: u64,
+    },
 }
 
 impl Rejection {
@@ -236,6 +241,10 @@ impl fmt::Display for Rejection {
             } => write!(
                 f,
                 "entity {entity} {attribute} has more than {rows} datoms: a redaction takes a value out of a slot whole, with every datom that holds it, and cannot read that many in one step"
+            ),
+            Rejection::GroupsTooLarge { rows } => write!(
+                f,
+                "the slots of this redaction step hold more than {rows} datoms together: a redaction takes each value out of its slot whole and reads at most that many in one step"
             ),
             Rejection::NotCurrent {
                 entity,

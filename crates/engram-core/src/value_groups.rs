@@ -69,10 +69,15 @@ fn stored(key: &[u8], value: &[u8]) -> Result<Datom, CoreError> {
     Datom::decode(value).map_err(|e| CoreError::corrupt(format!("datom row {}", crate::rows::hex(key)), e))
 }
 
-/// Most rows of slots one redaction entry reads to find its datoms' groups: a larger slot's
+/// Most rows of one slot a redaction entry reads to find its datoms' groups: a larger slot's
 /// groups are not read (a retention policy keeps its datoms; a redaction asked for is refused
 /// with [`Rejection::SlotTooLarge`]).
 pub const GROUP_READ_ROWS: usize = 100_000;
+
+/// Most rows of slots one redaction entry reads in all. An entry whose slots hold more ends
+/// early (retention) or is refused with [`Rejection::GroupsTooLarge`] (a redaction asked for,
+/// which the leader proposes again with fewer datoms).
+pub const ENTRY_GROUP_READ_ROWS: usize = 1_000_000;
 
 /// One slot's datoms whose values are still there, in key order, each with its group.
 #[derive(Debug)]
@@ -163,52 +168,100 @@ fn join(root: &mut [usize], a: usize, b: usize) {
     root[a.max(b)] = a.min(b);
 }
 
-/// The groups of the slots one redaction entry touches, each slot read once, within one budget
-/// of [`GROUP_READ_ROWS`] rows.
+/// What [`Grouper::slot`] found of a slot.
+pub enum Slot<'g> {
+    Grouped(&'g SlotGroups),
+    /// More than [`GROUP_READ_ROWS`] rows (the grouper's per-slot bound).
+    TooLarge,
+    /// Not read: the entry's rows in all ([`ENTRY_GROUP_READ_ROWS`]) are spent.
+    OverBudget,
+}
+
+/// Why a slot's groups were not read.
+#[derive(Clone, Copy, Debug)]
+enum Unread {
+    TooLarge,
+    OverBudget,
+}
+
+/// The groups of the slots one redaction entry touches, each slot read once, within a bound
+/// per slot and one for the entry.
 pub struct Grouper {
     ns: Namespace,
-    /// The rows it may read in all.
-    budget: usize,
+    slot_rows: usize,
+    entry_rows: usize,
     rows_left: usize,
-    slots: BTreeMap<(EntityId, Attribute), Option<SlotGroups>>,
+    slots: BTreeMap<(EntityId, Attribute), Result<SlotGroups, Unread>>,
 }
 
 impl Grouper {
     pub fn new(ns: &Namespace) -> Grouper {
-        Grouper::with_budget(ns, GROUP_READ_ROWS)
+        Grouper::with_bounds(ns, GROUP_READ_ROWS, ENTRY_GROUP_READ_ROWS)
     }
 
-    fn with_budget(ns: &Namespace, rows: usize) -> Grouper {
+    fn with_bounds(ns: &Namespace, slot_rows: usize, entry_rows: usize) -> Grouper {
         Grouper {
             ns: ns.clone(),
-            budget: rows,
-            rows_left: rows,
+            slot_rows,
+            entry_rows,
+            rows_left: entry_rows,
             slots: BTreeMap::new(),
         }
     }
 
-    /// The groups of `d`'s slot, or `None` if the slot is past what is left of the budget.
-    pub fn slot(&mut self, view: &dyn ReadView, d: &Datom) -> Result<Option<&SlotGroups>, CoreError> {
+    /// The groups of `d`'s slot, read once per entry.
+    pub fn slot(&mut self, view: &dyn ReadView, d: &Datom) -> Result<Slot<'_>, CoreError> {
         let slot = (d.entity, d.attribute.clone());
         if !self.slots.contains_key(&slot) {
-            let groups = slot_groups(view, &self.ns, d.entity, &d.attribute, &mut self.rows_left)?;
+            let most = self.slot_rows.min(self.rows_left);
+            let mut left = most;
+            let groups = match slot_groups(view, &self.ns, d.entity, &d.attribute, &mut left)? {
+                Some(groups) => Ok(groups),
+                None if most == self.slot_rows => Err(Unread::TooLarge),
+                None => Err(Unread::OverBudget),
+            };
+            // A slot not read whole still cost the rows read of it.
+            self.rows_left -= match groups {
+                Ok(_) => most - left,
+                Err(_) => most,
+            };
             self.slots.insert(slot.clone(), groups);
         }
-        Ok(self.slots.get(&slot).and_then(Option::as_ref))
+        Ok(match self.slots.get(&slot) {
+            Some(Ok(groups)) => Slot::Grouped(groups),
+            Some(Err(Unread::TooLarge)) => Slot::TooLarge,
+            _ => Slot::OverBudget,
+        })
     }
 
-    /// The refusal of a redaction asked for that touches `d`'s slot, past the budget.
-    pub fn too_large(&self, d: &Datom) -> Rejection {
-        Rejection::SlotTooLarge {
-            entity: d.entity,
-            attribute: d.attribute.clone(),
-            rows: self.budget as u64,
-        }
+    /// The groups of `d`'s slot, or the refusal of a redaction asked for that touches it.
+    pub fn slot_or_refusal(
+        &mut self,
+        view: &dyn ReadView,
+        d: &Datom,
+    ) -> Result<Result<&SlotGroups, Rejection>, CoreError> {
+        let refusal = match self.slot(view, d)? {
+            Slot::Grouped(_) => None,
+            Slot::TooLarge => Some(Rejection::SlotTooLarge {
+                entity: d.entity,
+                attribute: d.attribute.clone(),
+                rows: self.slot_rows as u64,
+            }),
+            Slot::OverBudget => Some(Rejection::GroupsTooLarge {
+                rows: self.entry_rows as u64,
+            }),
+        };
+        Ok(match refusal {
+            Some(refusal) => Err(refusal),
+            None => match self.slots.get(&(d.entity, d.attribute.clone())) {
+                Some(Ok(groups)) => Ok(groups),
+                _ => unreachable!("the slot was grouped above"),
+            },
+        })
     }
 
     /// `targets` with every datom of their groups, in key order, each once: what a redaction
-    /// asked for takes. A target whose slot cannot be read within the budget refuses the whole
-    /// entry, naming the slot.
+    /// asked for takes. A target whose slot cannot be read refuses the whole entry.
     pub fn close(
         &mut self,
         view: &dyn ReadView,
@@ -216,8 +269,9 @@ impl Grouper {
     ) -> Result<Result<Vec<Target>, Rejection>, CoreError> {
         let mut out: BTreeMap<Vec<u8>, Target> = BTreeMap::new();
         for t in targets {
-            let Some(slot) = self.slot(view, &t.datom)? else {
-                return Ok(Err(self.too_large(&t.datom)));
+            let slot = match self.slot_or_refusal(view, &t.datom)? {
+                Ok(slot) => slot,
+                Err(refusal) => return Ok(Err(refusal)),
             };
             for m in slot.group_of(&t.key) {
                 out.entry(m.key.clone()).or_insert_with(|| m.clone());
@@ -323,7 +377,10 @@ mod tests {
                     by += 1;
                     let store = store_of(&history);
                     let mut grouper = Grouper::new(&history[0].namespace);
-                    let slot = grouper.slot(&store, &history[0]).unwrap().expect("a small slot");
+                    let slot = grouper
+                        .slot_or_refusal(&store, &history[0])
+                        .unwrap()
+                        .expect("a small slot");
                     let picked: Vec<Target> = slot
                         .members
                         .iter()
@@ -410,8 +467,8 @@ mod tests {
             .is_none()
         );
         assert_eq!(rows, 0);
-        // A redaction asked for that touches such a slot is refused, naming it.
-        let mut grouper = Grouper::with_budget(&history[0].namespace, 4);
+        // A redaction asked for that touches such a slot is refused, naming it; one whose
+        // slots together hold more than the entry reads is refused as such.
         let target = Target {
             key: keys::eavt(
                 &history[0].namespace,
@@ -423,6 +480,14 @@ mod tests {
             seq: 0,
             datom: history[0].clone(),
         };
+        let mut over = Grouper::with_bounds(&history[0].namespace, 10, 4);
+        let refused = over.close(&store, vec![target.clone()]).unwrap().unwrap_err();
+        assert_eq!(refused, Rejection::GroupsTooLarge { rows: 4 });
+        assert!(
+            refused.to_string().contains("more than 4 datoms together"),
+            "{refused}"
+        );
+        let mut grouper = Grouper::with_bounds(&history[0].namespace, 4, 10);
         let refused = grouper.close(&store, vec![target]).unwrap().unwrap_err();
         assert!(
             matches!(

@@ -503,9 +503,16 @@ impl RaftNode {
         let mut done = RedactedWhere::default();
         let mut first_tx: Option<engram_types::TxId> = None;
         let mut after: Option<Vec<u8>> = None;
+        // Datoms per range: halved for a range whose slots are too many rows to read in one
+        // entry (`Rejection::GroupsTooLarge`), back to the node's setting after it.
+        let mut limit = self.redact_part_datoms;
         loop {
+            // Each step reads up to `PLAN_ROWS` index rows and the slots of what they match,
+            // on a thread of its own: never on the workers that run Raft and the network.
+            let step = (request.clone(), after.clone(), limit);
             let plan = self
-                .read_state(|store| {
+                .read_state_off_runtime(move |store| {
+                    let (request, after, limit) = step;
                     engram_core::redact_where::plan_range(
                         store,
                         &request,
@@ -516,10 +523,11 @@ impl RaftNode {
                         },
                         first_tx,
                         after.as_deref(),
-                        self.redact_part_datoms,
+                        limit,
                         PLAN_ROWS,
                     )
-                })?
+                })
+                .await?
                 .map_err(fatal)?;
             let range = match plan {
                 engram_core::redact_where::Plan::Done => break,
@@ -532,7 +540,7 @@ impl RaftNode {
                 }
                 engram_core::redact_where::Plan::Range { range, .. } => range,
             };
-            after = Some(range.through_key.clone());
+            let before = after.replace(range.through_key.clone());
             let proposed_time_ns = clock::now_ns().saturating_add(self.clock_skew_ns);
             let command = match retention {
                 Some(RetentionRule::KeepVersions(keep_versions)) => Command::RedactVersions {
@@ -559,6 +567,13 @@ impl RaftNode {
                 Ok(receipt) => receipt,
                 // Taken by another redaction between the plan and the apply.
                 Err(Rejection::NothingToRedact(_)) => continue,
+                // The range's slots hold too many rows to read in one entry: the same start,
+                // fewer datoms (one datom's slots always fit: a larger slot is `SlotTooLarge`).
+                Err(Rejection::GroupsTooLarge { .. }) if limit > 1 => {
+                    after = before;
+                    limit = (limit / 2).max(1);
+                    continue;
+                }
                 Err(rejection) => {
                     if let Some(last) = done.receipts.last() {
                         tracing::warn!(
@@ -572,6 +587,7 @@ impl RaftNode {
                 }
             };
             first_tx.get_or_insert(receipt.tx);
+            limit = self.redact_part_datoms;
             let listed = done.listed.len() < list_max;
             let taken = self
                 .read_state(|store| match listed {
@@ -743,20 +759,29 @@ impl RaftNode {
     /// rather than answered from a mixture. A seqlock: the install counter is odd during an
     /// install and must be the same, and even, before and after the read.
     pub fn read_state<T>(&self, read: impl FnOnce(&dyn Store) -> T) -> Result<T, NodeError> {
-        let installing = || {
-            NodeError::Unavailable(
-                "this node is installing a snapshot; retry, or read from another node".into(),
-            )
-        };
-        let before = self.snapshots.install_epoch();
-        if before % 2 == 1 {
-            return Err(installing());
+        read_state_of(&*self.store, &self.snapshots, read)
+    }
+
+    /// [`Self::read_state`] on a blocking thread, for a read long enough to hold up the async
+    /// workers that run Raft, its network and apply's callers. (Inside the simulation no
+    /// thread may start: it reads in place.)
+    pub async fn read_state_off_runtime<T, F>(&self, read: F) -> Result<T, NodeError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&dyn Store) -> T + Send + 'static,
+    {
+        #[cfg(madsim)]
+        {
+            self.read_state(read)
         }
-        let out = read(&*self.store);
-        if self.snapshots.install_epoch() != before {
-            return Err(installing());
+        #[cfg(not(madsim))]
+        {
+            let store = self.store.clone();
+            let snapshots = self.snapshots.clone();
+            tokio::task::spawn_blocking(move || read_state_of(&*store, &snapshots, read))
+                .await
+                .map_err(|e| NodeError::Fatal(format!("a state read's thread failed: {e}")))?
         }
-        Ok(out)
     }
 
     /// The state commitment's map as of the last state this node wrote (`None` before it
@@ -1054,6 +1079,27 @@ impl RaftNode {
             self.peer_refused.clone(),
         )
     }
+}
+
+/// `read` over `store`, unless a snapshot install replaced part of the state before or during
+/// it (see [`RaftNode::read_state`]).
+fn read_state_of<T>(
+    store: &dyn Store,
+    snapshots: &crate::snapshots::Snapshots,
+    read: impl FnOnce(&dyn Store) -> T,
+) -> Result<T, NodeError> {
+    let installing = || {
+        NodeError::Unavailable("this node is installing a snapshot; retry, or read from another node".into())
+    };
+    let before = snapshots.install_epoch();
+    if before % 2 == 1 {
+        return Err(installing());
+    }
+    let out = read(store);
+    if snapshots.install_epoch() != before {
+        return Err(installing());
+    }
+    Ok(out)
 }
 
 /// A redaction's `command` as it is logged: taking each value out of a slot whole

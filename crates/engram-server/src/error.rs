@@ -190,6 +190,7 @@ impl ApiError {
                 | Rejection::Policy(_)
                 | Rejection::RedactionTooLarge { .. }
                 | Rejection::SlotTooLarge { .. }
+                | Rejection::GroupsTooLarge { .. }
                 | Rejection::LockOut(_) => Code::FailedPrecondition,
                 Rejection::NotAuthorized { .. } => Code::PermissionDenied,
                 // Transient: the cluster is being initialised.
