@@ -68,7 +68,7 @@ pub fn tag_of(round: u64) -> String {
 /// The round whose tag round `round` retracts, if it retracts one: every third round, the tag
 /// of two rounds before (still a live claim then).
 pub fn retracted_in(round: u64) -> Option<u64> {
-    (round >= 3 && round % 3 == 0).then(|| round - 2)
+    (round >= 3 && round.is_multiple_of(3)).then(|| round - 2)
 }
 
 fn provenance(agent: &str) -> Provenance {
