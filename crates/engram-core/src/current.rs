@@ -161,14 +161,13 @@ fn take_u32(rest: &mut &[u8]) -> Option<u32> {
     Some(u32::from_be_bytes(*head))
 }
 
+/// One slot's made-up histories, for the tests here and in `crate::value_groups`.
 #[cfg(test)]
-mod tests {
-    use engram_types::{Attribute, EntityId, Namespace, Provenance, Status, TxId, Value};
+pub(crate) mod test_slot {
+    use engram_types::{Attribute, Datom, EntityId, Namespace, Op, Provenance, Status, TxId, Value};
 
-    use super::*;
-    use crate::reads;
-
-    fn datom(tx: u64, op: Op, agent: &str, value: i64) -> Datom {
+    /// A datom of entity 7's `:slot/a` in namespace `t`.
+    pub(crate) fn datom(tx: u64, op: Op, agent: &str, value: i64) -> Datom {
         Datom {
             namespace: Namespace::new("t").unwrap(),
             branch: None,
@@ -190,10 +189,11 @@ mod tests {
         }
     }
 
-    /// A small deterministic generator, so the histories below are the same on every run.
-    struct Lcg(u64);
+    /// A small deterministic generator, so the histories made with it are the same on every
+    /// run.
+    pub(crate) struct Lcg(pub(crate) u64);
     impl Lcg {
-        fn next(&mut self, below: u64) -> u64 {
+        pub(crate) fn next(&mut self, below: u64) -> u64 {
             self.0 = self
                 .0
                 .wrapping_mul(6364136223846793005)
@@ -201,6 +201,15 @@ mod tests {
             (self.0 >> 33) % below
         }
     }
+}
+
+#[cfg(test)]
+mod tests {
+    use engram_types::{Cardinality, Datom, Op};
+
+    use super::test_slot::{Lcg, datom};
+    use super::*;
+    use crate::reads;
 
     #[test]
     fn the_fold_keeps_what_the_history_reads_hold() {

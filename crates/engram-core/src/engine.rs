@@ -2241,16 +2241,7 @@ mod tests {
             )
             .unwrap();
         assert!(matches!(refused, Err(Rejection::Policy(_))), "{refused:?}");
-        let set = PolicyOp::RetentionVersions {
-            namespace: ns().to_string(),
-            attribute: ":task/title".into(),
-            keep_versions: 2,
-        };
-        engine
-            .apply_policy(index, 0, &set, &PolicyActor::Unsigned(None), WriteBatch::new())
-            .unwrap()
-            .unwrap();
-        index += 1;
+        keep_versions(&mut engine, &mut index, ":task/title", 2);
         let listed = policy::versions_policies(&*store).unwrap();
         assert_eq!(
             (
@@ -2368,16 +2359,7 @@ mod tests {
                 .unwrap();
             index += 1;
         }
-        let set = PolicyOp::RetentionVersions {
-            namespace: ns().to_string(),
-            attribute: String::new(),
-            keep_versions: 1,
-        };
-        engine
-            .apply_policy(index, 0, &set, &PolicyActor::Unsigned(None), WriteBatch::new())
-            .unwrap()
-            .unwrap();
-        index += 1;
+        keep_versions(&mut engine, &mut index, "", 1);
         let whole = where_request(engram_types::Predicate::default());
         let receipts = redact_where_all(
             &mut engine,
@@ -2462,16 +2444,7 @@ mod tests {
             &[("gone", false), ("b", false), ("c", false), ("gone", true)],
         );
         let retraction_tx = receipts[3].tx;
-        let set = PolicyOp::RetentionVersions {
-            namespace: ns().to_string(),
-            attribute: ":task/tag".into(),
-            keep_versions: 2,
-        };
-        engine
-            .apply_policy(index, 0, &set, &PolicyActor::Unsigned(None), WriteBatch::new())
-            .unwrap()
-            .unwrap();
-        index += 1;
+        keep_versions(&mut engine, &mut index, ":task/tag", 2);
         let versions = where_request(engram_types::Predicate {
             attribute: Some(attr(":task/tag")),
             ..Default::default()
@@ -2656,6 +2629,20 @@ mod tests {
         let report = crate::scrub::scrub(&*store, &mut |_, _| {}).unwrap();
         assert!(report.ok(), "{:?}", report.findings);
         assert_eq!(verify_stored(&store).unwrap(), engine.head().index);
+    }
+
+    /// Sets a versions policy keeping `keep` of `attribute` ("": the whole namespace).
+    fn keep_versions(engine: &mut Engine, index: &mut u64, attribute: &str, keep: u32) {
+        let set = PolicyOp::RetentionVersions {
+            namespace: ns().to_string(),
+            attribute: attribute.into(),
+            keep_versions: keep,
+        };
+        engine
+            .apply_policy(*index, 0, &set, &PolicyActor::Unsigned(None), WriteBatch::new())
+            .unwrap()
+            .unwrap();
+        *index += 1;
     }
 
     fn stored_bytes_hold(store: &MemStore, needle: &[u8]) -> bool {

@@ -284,43 +284,11 @@ impl Grouper {
 
 #[cfg(test)]
 mod tests {
-    use engram_types::{Op, Provenance, Status, TxId, Value};
+    use engram_types::{Op, TxId, Value};
 
     use super::*;
     use crate::current::CurrentRow;
-
-    fn datom(tx: u64, op: Op, agent: &str, value: i64) -> Datom {
-        Datom {
-            namespace: Namespace::new("t").unwrap(),
-            branch: None,
-            entity: EntityId(7),
-            attribute: Attribute::new(":slot/a").unwrap(),
-            value: Value::I64(value),
-            op,
-            valid_from_ns: 0,
-            valid_to_ns: None,
-            tx: TxId(tx),
-            provenance: Provenance {
-                agent: agent.into(),
-                session: String::new(),
-                source: String::new(),
-                confidence: 1.0,
-                status: Status::Candidate,
-            },
-            salt: None,
-        }
-    }
-
-    struct Lcg(u64);
-    impl Lcg {
-        fn next(&mut self, below: u64) -> u64 {
-            self.0 = self
-                .0
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            (self.0 >> 33) % below
-        }
-    }
+    use crate::current::test_slot::{Lcg, datom};
 
     /// The slot's history as stored rows, for `slot_groups` to read.
     fn store_of(history: &[Datom]) -> engram_storage::MemStore {
