@@ -400,8 +400,13 @@ impl RaftNode {
         let fatal =
             |e: engram_core::CoreError| NodeError::Fatal(format!("reading a redaction's target: {e}"));
         let max = RedactRequest::MAX_DATOMS;
+        // Up to 100,000 rows of the target: read off the async workers.
+        let checked = request.clone();
         if let Err(rejection) = self
-            .read_state(|store| engram_core::redact::targets(store, &request, max))?
+            .read_state_off_runtime(move |store| {
+                engram_core::redact::targets(store, &checked, max).map(|t| t.map(|_| ()))
+            })
+            .await?
             .map_err(fatal)?
         {
             return Ok(Err(rejection));

@@ -136,9 +136,14 @@ impl MemoryService {
         req: RedactRequest,
     ) -> Result<pb::RedactResponse, ApiError> {
         if dry_run {
+            // Up to 100,000 rows of the target: on the read pool, off the Raft core.
+            let checked = req.clone();
             let targets = self
                 .shared
-                .read_state(|store| engram_core::redact::targets(store, &req, RedactRequest::MAX_DATOMS))?
+                .read_sized(true, move |store| {
+                    engram_core::redact::targets(store, &checked, RedactRequest::MAX_DATOMS)
+                })
+                .await?
                 .map_err(ApiError::Rejected)?;
             return Ok(pb::RedactResponse {
                 datoms: targets
