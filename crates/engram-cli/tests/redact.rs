@@ -680,6 +680,15 @@ async fn a_redaction_by_predicate_and_a_retention_policy_forget_through_the_cli(
         .map(|i| write_email(&cli, NS, "crawler", &format!("{i}.{SECRET}")))
         .collect();
     let kept = write_email(&cli, NS, "crm-agent", "kept@example.org");
+    // Another agent retracts one crawled value: the retraction holds the value too, and a
+    // redaction takes a value out of its slot whole, so it goes with the crawler's datoms.
+    let retract = json!({
+        "namespace": NS, "agent": "crm-agent",
+        "ops": [{"op": "retract", "entity": crawled[0].parse::<u64>().unwrap(), "attribute": ":person/email",
+                 "value": {"string": format!("0.{SECRET}")}}],
+    })
+    .to_string();
+    cli.ok(None, &["transact"], Some(&retract));
     let by_crawler = [
         "redact",
         "--ns",
@@ -725,20 +734,43 @@ async fn a_redaction_by_predicate_and_a_retention_policy_forget_through_the_cli(
 
     let preview = cli.ok(None, &[&by_crawler[..], &["--dry-run"]].concat(), None);
     assert_eq!(preview["dry_run"], true);
-    assert_eq!(preview["datoms_redacted"], 3, "{preview}");
+    assert_eq!(
+        preview["datoms_redacted"], 4,
+        "the crawler's 3 and the retraction: {preview}"
+    );
     assert_eq!(cli.head(), head, "a dry run changes nothing");
     let done = cli.ok(None, &by_crawler, None);
-    assert_eq!(done["datoms_redacted"], 3, "{done}");
-    assert_eq!(done["datoms"].as_array().unwrap().len(), 3);
+    assert_eq!(done["datoms_redacted"], 4, "{done}");
+    assert_eq!(done["datoms"].as_array().unwrap().len(), 4);
     for node in 1..=3 {
         let on = Cli {
             endpoint: cluster.node(node).unwrap().endpoint(),
         };
-        for e in &crawled {
+        for e in &crawled[1..] {
             let got = on.ok(None, &["get", "--ns", NS, "--entity", e, "--stale"], None);
             assert!(redacted_by(&got).is_some(), "node {node}: {got}");
             assert!(!got.to_string().contains(SECRET), "node {node}: {got}");
         }
+        // The retracted one: no current value, and its history holds the value nowhere.
+        let history = on.ok(
+            None,
+            &["history", "--ns", NS, "--entity", &crawled[0], "--stale"],
+            None,
+        );
+        let ops: Vec<(&str, bool)> = history["datoms"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|d| {
+                (
+                    d["op"].as_str().unwrap_or(""),
+                    d["redacted_by_tx"].as_u64().is_some(),
+                )
+            })
+            .collect();
+        assert_eq!(ops.len(), 2, "node {node}: {history}");
+        assert!(ops.iter().all(|(_, gone)| *gone), "node {node}: {history}");
+        assert!(!history.to_string().contains(SECRET), "node {node}: {history}");
         let got = on
             .ok(None, &["get", "--ns", NS, "--entity", &kept, "--stale"], None)
             .to_string();
