@@ -358,7 +358,9 @@ pub enum Command {
     /// namespace that a predicate matches (--written-by, --value, ...), on every replica: each
     /// datom keeps every other field and the hash its audit entry committed to, so the chain
     /// and every proof keep verifying, and the redaction itself is recorded in the chain with
-    /// its reason. Needs the `redact` grant in enforced mode. Try --dry-run first.
+    /// its reason. A value goes out of its slot whole: every datom of the entity and
+    /// attribute that holds a value taken goes with it (another agent's retraction of it too).
+    /// Needs the `redact` grant in enforced mode. Try --dry-run first.
     /// Each node then purges the values from its own files in the background: `engram redact
     /// status TX` says where each node is.
     #[command(
