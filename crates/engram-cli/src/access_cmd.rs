@@ -9,7 +9,7 @@ use engram_client::{Client, pb};
 use serde_json::{Value as Json, json};
 
 use crate::cli::{AccessArgs, AgentCommand, GrantArgs};
-use crate::commands::print_json;
+use crate::output::print_json;
 use crate::output::{Table, out, outln};
 
 /// A new agent key for `name`, from the OS RNG, written to `out` (never over an existing file).
@@ -401,7 +401,7 @@ fn finish(docs: Vec<Json>, failed: Vec<String>, json: bool) -> Result<()> {
         print_json(&Json::Array(docs))?;
     }
     if !failed.is_empty() {
-        return Err(crate::commands::Tampered(failed.join("; ")).into());
+        return Err(crate::common::Tampered(failed.join("; ")).into());
     }
     Ok(())
 }

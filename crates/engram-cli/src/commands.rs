@@ -1,7 +1,6 @@
 //! The commands other than `demo`: each parses its input into domain types, makes its calls
 //! through [`engram_client::Client`], and prints a table (or `--json`).
 
-use std::fmt;
 use std::io::Read;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -9,11 +8,11 @@ use std::time::Duration;
 use anyhow::{Context, Result, anyhow, bail};
 use engram_audit::SignedEntry;
 use engram_client::{
-    Client, ClientConfig, ClientError, Consistency, DiffQuery, EntitiesQuery, FindQuery, GetOptions,
-    HistoryQuery, HistoryTarget, Keepalive, ReferrersQuery, RetryPolicy, SearchQuery, code_name, pb,
+    Client, ClientConfig, ClientError, DiffQuery, EntitiesQuery, FindQuery, GetOptions, HistoryQuery,
+    HistoryTarget, ReferrersQuery, SearchQuery, code_name, pb,
 };
 use engram_server::{ServerConfig, telemetry};
-use engram_types::{Attribute, BranchName, EntityId, Namespace};
+use engram_types::{Attribute, BranchName, EntityId};
 use futures::StreamExt;
 use serde_json::{Value as Json, json};
 
@@ -25,32 +24,6 @@ use crate::output::{Table, datom_table, format_time_ns, plural, short_hash};
 use crate::output::{out, outln};
 use crate::txjson;
 use crate::ui::Ui;
-
-/// An error that means "the audit chain does not verify": exit code 2. Raised only after the
-/// verification result was printed, so like [`Reported`] it needs no further JSON document.
-#[derive(Debug)]
-pub struct Tampered(pub String);
-
-impl fmt::Display for Tampered {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for Tampered {}
-
-/// An error whose details were already printed (as a table row or a JSON document); only the
-/// one-line summary and the exit code remain.
-#[derive(Debug)]
-pub struct Reported(pub String);
-
-impl fmt::Display for Reported {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for Reported {}
 
 /// Whether the error's details were already printed on stdout.
 pub fn already_reported(err: &anyhow::Error) -> bool {
@@ -82,6 +55,8 @@ pub fn error_json(err: &anyhow::Error) -> Json {
     })
 }
 
+use crate::common::{Reported, Tampered};
+use crate::common::{consistency, namespace, node_statuses, probe_of, receipt_output, unanswered_json};
 pub use crate::output::print_json;
 
 pub async fn run(cli: Cli) -> Result<()> {
@@ -350,54 +325,6 @@ fn purge_state(s: &pb::StatusResponse) -> &'static str {
     }
 }
 
-/// A client that makes one quick attempt per call: for asking particular nodes how they are,
-/// where a dead node should show up as such rather than after a retry budget.
-/// `tls` as the caller's own client has it.
-pub fn probe_client(
-    endpoints: Vec<String>,
-    tls: Option<std::sync::Arc<engram_client::ClientTls>>,
-) -> Result<Client> {
-    let config = ClientConfig {
-        connect_timeout: Duration::from_millis(1500),
-        request_timeout: Duration::from_secs(3),
-        keepalive: Some(Keepalive::default()),
-        retry: RetryPolicy::never(),
-        tls,
-        agent: None,
-        trust_keys: Vec::new(),
-    };
-    Ok(Client::with_config(endpoints, config)?)
-}
-
-/// An endpoint that did not answer, as the per-node JSON of `cluster status` and `redact
-/// status` shows it.
-pub fn unanswered_json(endpoint: &str, e: &ClientError) -> Json {
-    json!({ "endpoint": endpoint, "error": { "message": e.to_string(), "code": e.code().map(code_name) } })
-}
-
-/// A probe client (see [`probe_client`]) for the endpoints of `client`.
-pub fn probe_of(client: &Client) -> Result<Client> {
-    probe_client(client.endpoints(), client.config().tls)
-}
-
-/// Each endpoint's own status, asked once and at the same time through `probe` (see
-/// [`probe_of`]: no retry, no forwarding), in the order of its endpoints.
-pub async fn node_statuses(probe: &Client) -> Vec<Result<pb::StatusResponse, ClientError>> {
-    let calls = (0..probe.endpoints().len()).map(|i| {
-        let node = probe.node(i);
-        async move {
-            match node {
-                Some(node) => node.status().await,
-                None => Err(ClientError::Endpoint {
-                    endpoint: String::new(),
-                    reason: "missing".into(),
-                }),
-            }
-        }
-    });
-    futures::future::join_all(calls).await
-}
-
 async fn cluster(client: &Client, cmd: ClusterCommand, json: bool) -> Result<()> {
     let endpoints = &client.endpoints();
     match cmd {
@@ -591,20 +518,8 @@ fn branch_arg(raw: Option<&str>) -> Result<Option<BranchName>> {
         .transpose()
 }
 
-pub fn namespace(raw: &str) -> Result<Namespace> {
-    Namespace::new(raw).map_err(|e| anyhow!("--ns: {e}"))
-}
-
 fn attribute(raw: &str) -> Result<Attribute> {
     Attribute::new(raw).map_err(|e| anyhow!("--attribute: {e}"))
-}
-
-pub fn consistency(stale: bool) -> Consistency {
-    if stale {
-        Consistency::Stale
-    } else {
-        Consistency::Linearizable
-    }
 }
 
 fn read_input(file: &str) -> Result<String> {
@@ -617,17 +532,6 @@ fn read_input(file: &str) -> Result<String> {
     } else {
         std::fs::read_to_string(file).with_context(|| format!("reading {file}"))
     }
-}
-
-pub fn receipt_json(r: &pb::TransactResponse) -> Json {
-    json!({
-        "tx": r.tx,
-        "tx_time_ns": r.tx_time_ns,
-        "audit_index": r.audit_index,
-        "audit_hash": hex::encode(&r.audit_hash),
-        "datom_hashes": r.datom_hashes.iter().map(hex::encode).collect::<Vec<_>>(),
-        "temp_ids": r.temp_ids,
-    })
 }
 
 async fn transact(client: &Client, file: &str, print_id: Option<&str>, json: bool) -> Result<()> {
@@ -656,28 +560,6 @@ async fn transact(client: &Client, file: &str, print_id: Option<&str>, json: boo
             }
         },
         None => receipt_output(&receipt, json)?,
-    }
-    Ok(())
-}
-
-/// A transaction's receipt: JSON, or one line and the temporary names it resolved.
-pub fn receipt_output(receipt: &pb::TransactResponse, json: bool) -> Result<()> {
-    if json {
-        print_json(&receipt_json(receipt))?;
-    } else {
-        outln!(
-            "tx {} at {}: {}, audit entry {} ({})",
-            receipt.tx,
-            format_time_ns(receipt.tx_time_ns),
-            plural(receipt.datom_hashes.len(), "datom"),
-            receipt.audit_index,
-            short_hash(&receipt.audit_hash)
-        )?;
-        let mut temp: Vec<_> = receipt.temp_ids.iter().collect();
-        temp.sort();
-        for (name, id) in temp {
-            outln!("  {name} -> entity {id}")?;
-        }
     }
     Ok(())
 }

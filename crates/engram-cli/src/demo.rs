@@ -28,10 +28,11 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 
 use crate::cli::DemoArgs;
-use crate::commands::{Reported, print_json};
+use crate::common::Reported;
 use crate::invariants::{self, AckedTx, ChainEntry, ExpectedDatom, NodeView, StoredDatom, Violation};
 use crate::local_cluster::{LocalCluster, agreed_leader, free_ports};
 use crate::output::outln;
+use crate::output::print_json;
 use crate::ui::Ui;
 
 const NODES: usize = 3;

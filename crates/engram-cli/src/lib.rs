@@ -1,8 +1,9 @@
 //! The `engram` command line, as a library so that the integration tests can drive the same
 //! local-cluster harness and invariant checkers as `engram demo`.
 //!
-//! Layout: [`cli`] declares the commands (clap derive), [`commands`] runs them through
-//! `engram-client`, [`txjson`] parses the JSON input formats into domain types with field
+//! Layout: [`cli`] declares the commands (clap derive), [`commands`] dispatches them and runs
+//! most through `engram-client`, the `*_cmd` modules run the rest, [`common`] holds what they
+//! share (so no command module imports `commands`), [`txjson`] parses the JSON input formats into domain types with field
 //! paths in every error, [`demo`] is the local failover demonstration built on
 //! [`local_cluster`] (child `engram serve` processes) and [`invariants`] (what must hold after
 //! it), [`output`] and [`ui`] print tables and progress, and [`mcp`] serves the memory as
@@ -21,6 +22,7 @@ pub mod backup_cmd;
 pub mod bench;
 pub mod cli;
 pub mod commands;
+pub mod common;
 pub mod demo;
 pub mod invariants;
 pub mod jobs_cmd;

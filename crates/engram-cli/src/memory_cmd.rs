@@ -10,9 +10,10 @@ use engram_types::{
 use serde_json::{Value as Json, json};
 
 use crate::cli::{BranchCommand, RedactArgs, RedactStatusArgs, SchemaCommand};
-use crate::commands::{
-    Reported, consistency, namespace, node_statuses, print_json, probe_of, receipt_output, unanswered_json,
+use crate::common::{
+    Reported, consistency, namespace, node_statuses, probe_of, receipt_output, unanswered_json,
 };
+use crate::output::print_json;
 use crate::output::{Table, datom_table};
 use crate::output::{out, outln};
 use crate::txjson::{self, JsonError};

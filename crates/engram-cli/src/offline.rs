@@ -19,7 +19,8 @@ use engram_verify::{Report, VerifyError, VerifyOptions, verify_export};
 use serde_json::json;
 
 use crate::cli::VerifyArgs;
-use crate::commands::{Reported, Tampered, print_json};
+use crate::common::{Reported, Tampered};
+use crate::output::print_json;
 use crate::output::{outln, plural};
 use crate::staged::Staged;
 use crate::ui::Ui;
