@@ -31,7 +31,7 @@ use engram_types::redact_where::{
 use engram_types::{RedactRange, RedactWhere, RetentionRule, TxId, TxRequest, Value};
 
 use crate::redact::Target;
-use crate::value_groups::Slot;
+use crate::value_groups::{Unread, in_key_order};
 use crate::{CoreError, Rejection, keys};
 
 /// What the leader found for the next range of a redaction by predicate.
@@ -328,9 +328,9 @@ impl<'r> Matcher<'r> {
             return Ok(Taken::Yes(vec![target]));
         }
         let group: Vec<Target> = match self.grouper.slot(view, &target.datom)? {
-            Slot::TooLarge => return Ok(Taken::No),
-            Slot::OverBudget => return Ok(Taken::Stop),
-            Slot::Grouped(slot) => slot.group_of(&target.key).into_iter().cloned().collect(),
+            Err(Unread::TooLarge) => return Ok(Taken::No),
+            Err(Unread::OverBudget) => return Ok(Taken::Stop),
+            Ok(slot) => slot.group_of(&target.key).into_iter().cloned().collect(),
         };
         for member in &group {
             if member.key != target.key && !self.matches(view, &member.datom)? {
@@ -394,15 +394,6 @@ enum Taken {
     Yes(Vec<Target>),
     /// The range ends before this row.
     Stop,
-}
-
-/// `targets` in key order, each once.
-fn in_key_order(targets: Vec<Target>) -> Vec<Target> {
-    let mut by_key: std::collections::BTreeMap<Vec<u8>, Target> = std::collections::BTreeMap::new();
-    for t in targets {
-        by_key.entry(t.key.clone()).or_insert(t);
-    }
-    by_key.into_values().collect()
 }
 
 /// A versions policy's condition while one range is planned or evaluated: the versions it

@@ -56,6 +56,11 @@ impl Target {
 /// The datom row `key` holds as a target, or `None` if its value is already gone.
 pub(crate) fn unredacted(key: Vec<u8>, value: &[u8]) -> Result<Option<Target>, CoreError> {
     let datom = stored(&key, value)?;
+    target_of(key, datom)
+}
+
+/// The datom `datom` (decoded from row `key`) as a target, or `None` if its value is gone.
+fn target_of(key: Vec<u8>, datom: Datom) -> Result<Option<Target>, CoreError> {
     if datom.value.redacted().is_some() {
         return Ok(None);
     }
@@ -144,8 +149,9 @@ pub fn slot_groups(
     }
     let mut members = Vec::new();
     let mut group = Vec::new();
-    for (i, (key, value)) in rows.into_iter().enumerate() {
-        if let Some(target) = unredacted(key, &value)? {
+    // Each row decoded once: the history's datoms become the targets.
+    for (i, ((key, _), datom)) in rows.into_iter().zip(history).enumerate() {
+        if let Some(target) = target_of(key, datom)? {
             members.push(target);
             group.push(find(&mut root, i));
         }
@@ -168,19 +174,12 @@ fn join(root: &mut [usize], a: usize, b: usize) {
     root[a.max(b)] = a.min(b);
 }
 
-/// What [`Grouper::slot`] found of a slot.
-pub enum Slot<'g> {
-    Grouped(&'g SlotGroups),
+/// Why [`Grouper::slot`] did not read a slot's groups.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Unread {
     /// More than [`GROUP_READ_ROWS`] rows (the grouper's per-slot bound).
     TooLarge,
-    /// Not read: the entry's rows in all ([`ENTRY_GROUP_READ_ROWS`]) are spent.
-    OverBudget,
-}
-
-/// Why a slot's groups were not read.
-#[derive(Clone, Copy, Debug)]
-enum Unread {
-    TooLarge,
+    /// The entry's rows in all ([`ENTRY_GROUP_READ_ROWS`]) are spent.
     OverBudget,
 }
 
@@ -210,7 +209,7 @@ impl Grouper {
     }
 
     /// The groups of `d`'s slot, read once per entry.
-    pub fn slot(&mut self, view: &dyn ReadView, d: &Datom) -> Result<Slot<'_>, CoreError> {
+    pub fn slot(&mut self, view: &dyn ReadView, d: &Datom) -> Result<Result<&SlotGroups, Unread>, CoreError> {
         let slot = (d.entity, d.attribute.clone());
         if !self.slots.contains_key(&slot) {
             let most = self.slot_rows.min(self.rows_left);
@@ -227,10 +226,9 @@ impl Grouper {
             };
             self.slots.insert(slot.clone(), groups);
         }
-        Ok(match self.slots.get(&slot) {
-            Some(Ok(groups)) => Slot::Grouped(groups),
-            Some(Err(Unread::TooLarge)) => Slot::TooLarge,
-            _ => Slot::OverBudget,
+        Ok(match &self.slots[&slot] {
+            Ok(groups) => Ok(groups),
+            Err(why) => Err(*why),
         })
     }
 
@@ -240,24 +238,15 @@ impl Grouper {
         view: &dyn ReadView,
         d: &Datom,
     ) -> Result<Result<&SlotGroups, Rejection>, CoreError> {
-        let refusal = match self.slot(view, d)? {
-            Slot::Grouped(_) => None,
-            Slot::TooLarge => Some(Rejection::SlotTooLarge {
+        let (slot_rows, entry_rows) = (self.slot_rows as u64, self.entry_rows as u64);
+        Ok(self.slot(view, d)?.map_err(|why| match why {
+            Unread::TooLarge => Rejection::SlotTooLarge {
                 entity: d.entity,
                 attribute: d.attribute.clone(),
-                rows: self.slot_rows as u64,
-            }),
-            Slot::OverBudget => Some(Rejection::GroupsTooLarge {
-                rows: self.entry_rows as u64,
-            }),
-        };
-        Ok(match refusal {
-            Some(refusal) => Err(refusal),
-            None => match self.slots.get(&(d.entity, d.attribute.clone())) {
-                Some(Ok(groups)) => Ok(groups),
-                _ => unreachable!("the slot was grouped above"),
+                rows: slot_rows,
             },
-        })
+            Unread::OverBudget => Rejection::GroupsTooLarge { rows: entry_rows },
+        }))
     }
 
     /// `targets` with every datom of their groups, in key order, each once: what a redaction
@@ -267,19 +256,26 @@ impl Grouper {
         view: &dyn ReadView,
         targets: Vec<Target>,
     ) -> Result<Result<Vec<Target>, Rejection>, CoreError> {
-        let mut out: BTreeMap<Vec<u8>, Target> = BTreeMap::new();
+        let mut out = Vec::with_capacity(targets.len());
         for t in targets {
             let slot = match self.slot_or_refusal(view, &t.datom)? {
                 Ok(slot) => slot,
                 Err(refusal) => return Ok(Err(refusal)),
             };
-            for m in slot.group_of(&t.key) {
-                out.entry(m.key.clone()).or_insert_with(|| m.clone());
-            }
-            out.entry(t.key.clone()).or_insert(t);
+            out.extend(slot.group_of(&t.key).into_iter().cloned());
+            out.push(t);
         }
-        Ok(Ok(out.into_values().collect()))
+        Ok(Ok(in_key_order(out)))
     }
+}
+
+/// `targets` in key order, each once (the first of equal keys kept).
+pub fn in_key_order(targets: Vec<Target>) -> Vec<Target> {
+    let mut by_key: BTreeMap<Vec<u8>, Target> = BTreeMap::new();
+    for t in targets {
+        by_key.entry(t.key.clone()).or_insert(t);
+    }
+    by_key.into_values().collect()
 }
 
 #[cfg(test)]
