@@ -331,6 +331,13 @@ pub enum Command {
         engram referrers --ns team/a --entity 12 --attribute :task/owner --json")]
     Referrers(ReferrersArgs),
 
+    /// Join clauses over a namespace's current claims: the rows of values for the --find
+    /// variables that satisfy every clause at once, read as of one transaction. The server
+    /// picks the clause order (an index where a term is known); --explain shows the plan
+    /// with each step's rows.
+    #[command(after_help = crate::queryjson::QUERY_HELP)]
+    Query(QueryArgs),
+
     /// Find facts by their words: BM25 over string values, re-ranked by recency and by the
     /// priors (verified first, then confidence). Each hit says which signals ranked it.
     #[command(
@@ -1309,6 +1316,50 @@ pub struct ReferrersArgs {
     pub valid_at_ns: Option<i64>,
     #[command(flatten)]
     pub paging: ListPaging,
+}
+
+#[derive(Args, Debug)]
+pub struct QueryArgs {
+    #[arg(long = "ns", value_name = "NAMESPACE")]
+    pub namespace: String,
+    /// The query as a JSON document (see QUERY FORMAT below).
+    #[arg(
+        value_name = "QUERY",
+        required_unless_present = "file",
+        conflicts_with = "file"
+    )]
+    pub query: Option<String>,
+    /// Read the query from this file ("-": standard input).
+    #[arg(long, value_name = "FILE")]
+    pub file: Option<String>,
+    /// Read this branch: main as of its fork plus the branch's own writes [default: main].
+    #[arg(long, value_name = "NAME")]
+    pub branch: Option<String>,
+    #[command(flatten)]
+    pub as_of: ListAsOf,
+    /// Only claims valid at this instant (ns since the Unix epoch, valid time).
+    #[arg(long, value_name = "NS", allow_negative_numbers = true)]
+    pub valid_at_ns: Option<i64>,
+    /// Let entities whose :memory/expires has passed match too.
+    #[arg(long)]
+    pub include_expired: bool,
+    /// The most index and datom rows one page's run may read [default: the server's,
+    /// 1,000,000; at most 10,000,000].
+    #[arg(long, hide_default_value = true, default_value_t = 0, value_name = "N")]
+    pub max_rows_read: u64,
+    /// Show the plan the server ran: each clause's access path and rows.
+    #[arg(long)]
+    pub explain: bool,
+    /// At most this many rows; the server answers in pages of up to 10,000 [default: all].
+    #[arg(long, hide_default_value = true, default_value_t = 0, value_name = "N")]
+    pub limit: u32,
+    /// Go on from an earlier answer: the `next_cursor` it printed with --json (the rest of the
+    /// command unchanged).
+    #[arg(long, value_name = "HEX")]
+    pub cursor: Option<String>,
+    /// Read the answering node's local state, possibly behind the leader.
+    #[arg(long)]
+    pub stale: bool,
 }
 
 #[derive(Args, Debug)]

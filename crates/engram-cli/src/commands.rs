@@ -94,6 +94,7 @@ pub async fn run(cli: Cli) -> Result<()> {
         Command::Namespaces(args) => crate::data_cmd::list_namespaces(&client()?, args, json).await,
         Command::Entities(args) => crate::data_cmd::list_entities(&client()?, args, json).await,
         Command::Referrers(args) => crate::data_cmd::referrers(&client()?, args, json).await,
+        Command::Query(args) => crate::data_cmd::query(&client()?, args, json).await,
         Command::Search(args) => crate::data_cmd::search(&client()?, args, json).await,
         Command::Watch(args) => crate::data_cmd::watch(&client()?, args, json).await,
         Command::Diff(args) => crate::data_cmd::diff(&client()?, args, json).await,

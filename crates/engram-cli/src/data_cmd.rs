@@ -1,11 +1,11 @@
 //! The memory's writes and reads: `transact`, `get`, `history`, `find`, `namespaces`,
-//! `entities`, `referrers`, `search`, `watch` and `diff`, with their proofs when asked.
+//! `entities`, `referrers`, `query`, `search`, `watch` and `diff`, with their proofs when asked.
 
 use std::io::Read;
 
 use anyhow::{Context, Result, anyhow, bail};
 use engram_client::{
-    Client, ClientError, DiffQuery, EntitiesQuery, FindQuery, GetOptions, HistoryQuery, HistoryTarget,
+    Client, ClientError, DiffQuery, EntitiesQuery, FindQuery, GetOptions, HistoryQuery, HistoryTarget, Join,
     ReferrersQuery, SearchQuery, pb,
 };
 use engram_types::{Attribute, BranchName, EntityId};
@@ -13,15 +13,15 @@ use futures::StreamExt;
 use serde_json::{Value as Json, json};
 
 use crate::cli::{
-    DiffArgs, EntitiesArgs, FindArgs, GetArgs, HistoryArgs, NamespacesArgs, ReferrersArgs, RuleArg,
-    SearchArgs, WatchArgs,
+    DiffArgs, EntitiesArgs, FindArgs, GetArgs, HistoryArgs, NamespacesArgs, QueryArgs, ReferrersArgs,
+    RuleArg, SearchArgs, WatchArgs,
 };
 use crate::common::{Tampered, consistency, namespace, receipt_output};
 use crate::output::print_json;
 use crate::output::{Table, datom_table, format_time_ns, plural};
 use crate::output::{out, outln};
-use crate::txjson;
 use crate::ui::Ui;
+use crate::{queryjson, txjson};
 
 /// An optional `--branch`.
 pub(crate) fn branch_arg(raw: Option<&str>) -> Result<Option<BranchName>> {
@@ -675,4 +675,86 @@ pub(crate) async fn search(client: &Client, args: SearchArgs, json: bool) -> Res
     out!("{}", t.render())?;
     outln!("({}, as of tx {})", plural(resp.hits.len(), "hit"), resp.as_of_tx)?;
     Ok(())
+}
+
+pub(crate) async fn query(client: &Client, args: QueryArgs, json: bool) -> Result<()> {
+    let (text, source) = match (&args.query, &args.file) {
+        (Some(text), _) => (text.clone(), "the QUERY argument".to_string()),
+        (None, Some(file)) => (
+            read_input(file)?,
+            if file == "-" { "stdin".into() } else { file.clone() },
+        ),
+        (None, None) => bail!("give the query as an argument or with --file"),
+    };
+    let parsed = queryjson::parse_query(&text).with_context(|| format!("invalid query in {source}"))?;
+    let join = Join {
+        branch: branch_arg(args.branch.as_deref())?,
+        as_of_tx: args.as_of.as_of_tx,
+        as_of_time_ns: args.as_of.as_of_time_ns,
+        valid_at_ns: args.valid_at_ns,
+        include_expired: args.include_expired,
+        limit: args.limit,
+        max_rows_read: args.max_rows_read,
+        explain: args.explain,
+        consistency: consistency(args.stale),
+        ..Join::new(namespace(&args.namespace)?, parsed)
+    };
+    let from = from_cursor(args.cursor.as_deref())?;
+    let spinner = Ui::bars_only(json).spinner("querying");
+    let resp = client
+        .query_all(&join, &from, |n| {
+            spinner.set_message(format!("querying: {}", plural(n, "row")));
+        })
+        .await;
+    spinner.finish_and_clear();
+    let resp = resp.context("query")?;
+    if json {
+        return print_json(&queryjson::rows_to_json(&resp));
+    }
+    if resp.rows.is_empty() {
+        outln!("no rows (as of tx {})", resp.as_of_tx)?;
+    } else {
+        let header: Vec<&str> = resp.columns.iter().map(String::as_str).collect();
+        let mut t = Table::new(&header);
+        for row in &resp.rows {
+            t.row(
+                row.values
+                    .iter()
+                    .map(|v| crate::output::ellipsize(&txjson::pb_value_to_text(Some(v)), 60))
+                    .collect(),
+            );
+        }
+        out!("{}", t.render())?;
+        outln!(
+            "({}, as of tx {}, {} read)",
+            plural(resp.rows.len(), "row"),
+            resp.as_of_tx,
+            plural(resp.rows_read as usize, "row")
+        )?;
+    }
+    if !resp.plan.is_empty() {
+        outln!("plan:")?;
+        let mut t = Table::new(&[
+            "STEP",
+            "CLAUSE",
+            "ACCESS",
+            "USES",
+            "BINDS",
+            "ROWS READ",
+            "ROWS OUT",
+        ]);
+        for (i, s) in resp.plan.iter().enumerate() {
+            t.row(vec![
+                (i + 1).to_string(),
+                s.clause.to_string(),
+                s.access.clone(),
+                s.uses.join(" "),
+                s.binds.join(" "),
+                s.rows_read.to_string(),
+                s.rows_out.to_string(),
+            ]);
+        }
+        out!("{}", t.render())?;
+    }
+    more_past_limit(&resp.next_cursor, "rows")
 }

@@ -36,6 +36,7 @@ pub mod memory_cmd;
 pub mod offline;
 pub mod output;
 pub mod pki;
+pub mod queryjson;
 pub mod retention_cmd;
 pub mod serve_cmd;
 pub mod staged;

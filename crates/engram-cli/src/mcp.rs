@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use anyhow::{Context, Result};
 use engram_client::{
-    Client, Consistency, DiffQuery, EntitiesQuery, FindQuery, GetOptions, HistoryQuery, HistoryTarget,
+    Client, Consistency, DiffQuery, EntitiesQuery, FindQuery, GetOptions, HistoryQuery, HistoryTarget, Join,
     ReferrersQuery, SearchQuery, TrustedLog, pb,
 };
 use engram_types::{Attribute, BranchName, EntityId, Namespace, Provenance, RedactRequest, Status};
@@ -419,6 +419,30 @@ pub struct ListArgs {
 }
 
 #[derive(Deserialize, JsonSchema)]
+pub struct QueryArgs {
+    pub namespace: String,
+    /// The variables each row lists, e.g. ["?task", "?owner"].
+    pub find: Vec<String>,
+    /// The clauses every row satisfies, each [entity, attribute, value]: the entity a variable
+    /// ("?task") or an entity id; the value a variable, a string, number or boolean, or a
+    /// typed value such as {"keyword": ":status/open"} or {"ref": 12} (a reference). A variable
+    /// in an entity position joins a reference to its target, e.g.
+    /// [["?task", ":task/owner", "?agent"], ["?agent", ":agent/team", "infra"]].
+    #[serde(rename = "where")]
+    pub clauses: Vec<Json>,
+    /// Read as of this transaction (default: now).
+    pub as_of_tx: Option<u64>,
+    /// At most this many rows (default 200, at most 1,000). An answer says `more: true` when
+    /// rows remain.
+    pub limit: Option<u32>,
+    /// The `next_cursor` of an earlier answer, to read the rows after it (the rest of the
+    /// arguments unchanged).
+    pub cursor: Option<String>,
+    /// Also answer the plan the server ran (each clause's index use and rows).
+    pub explain: Option<bool>,
+}
+
+#[derive(Deserialize, JsonSchema)]
 pub struct BranchArgs {
     pub namespace: String,
     /// The branch name (letters, digits, - _ .).
@@ -787,6 +811,24 @@ impl EngramTools {
                 "what: {other:?} is not \"namespaces\", \"entities\" or \"referrers\""
             )),
         }
+    }
+
+    /// Ask a question that joins facts: the rows of values for `find` that satisfy every
+    /// clause of `where` at once, over current facts as of one transaction (e.g. the open
+    /// tasks whose owner is on a given team), in one call instead of many.
+    #[tool]
+    async fn query(&self, Parameters(args): Parameters<QueryArgs>) -> Result<String, String> {
+        let cursor = txjson::parse_cursor("cursor", args.cursor.as_deref())?;
+        let doc = json!({ "find": args.find, "where": args.clauses });
+        let parsed = crate::queryjson::query_from_json(&doc).map_err(|e| e.to_string())?;
+        let join = Join {
+            as_of_tx: args.as_of_tx,
+            limit: args.limit.unwrap_or(200).clamp(1, MAX_TOOL_PAGE),
+            explain: args.explain.unwrap_or(false),
+            ..Join::new(namespace(&args.namespace)?, parsed)
+        };
+        let page = self.client.query_page(&join, &cursor).await.map_err(failed)?;
+        Ok(answer(crate::queryjson::rows_to_json(&page)))
     }
 
     /// Create a branch to try changes in isolation (write to it with `remember`'s "branch"),

@@ -384,7 +384,8 @@ paged_list!(
     pb::FindResponse => datoms,
     pb::ListNamespacesResponse => namespaces,
     pb::ListEntitiesResponse => entities,
-    pb::ReferrersResponse => datoms
+    pb::ReferrersResponse => datoms,
+    pb::QueryResponse => rows
 );
 
 impl Paged for pb::DiffResponse {

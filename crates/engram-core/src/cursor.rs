@@ -1,5 +1,5 @@
 //! Cursors: where the next page of a paged read ([`crate::pages`]: History, Find, Diff;
-//! [`crate::lists`]: namespaces, entities, referrers) begins.
+//! [`crate::lists`]: namespaces, entities, referrers; [`crate::query`]: joins) begins.
 //!
 //! A cursor is opaque to callers and bound to three things: the kind of read, the query it
 //! continues (a fingerprint of namespace, branch, target, filter, value, expiry judgement or
@@ -17,7 +17,7 @@
 //! page and 0),
 //! check (the first 8 bytes of `blake3("engram/cursor/v1" || the bytes before)`).
 //! A position that is a key (the last namespace listed, the last (attribute, entity) of a
-//! referrers page) makes version 2: the same fields, then the key (at most [`MAX_KEY`] bytes)
+//! referrers page; a join's expiry instant, pinned by its first page) makes version 2: the same fields, then the key (at most [`MAX_KEY`] bytes)
 //! before the check. A cursor without a key is written as version 1, byte for byte as before.
 //!
 //! Must not depend on: the reads it serves (they depend on it), Raft, gRPC or storage engines.
@@ -44,6 +44,7 @@ pub enum CursorKind {
     Namespaces,
     Entities,
     Referrers,
+    Query,
 }
 
 impl CursorKind {
@@ -55,6 +56,7 @@ impl CursorKind {
             CursorKind::Namespaces => 4,
             CursorKind::Entities => 5,
             CursorKind::Referrers => 6,
+            CursorKind::Query => 7,
         }
     }
 
@@ -66,6 +68,7 @@ impl CursorKind {
             4 => Some(CursorKind::Namespaces),
             5 => Some(CursorKind::Entities),
             6 => Some(CursorKind::Referrers),
+            7 => Some(CursorKind::Query),
             _ => None,
         }
     }
@@ -78,6 +81,7 @@ impl CursorKind {
             CursorKind::Namespaces => "namespaces",
             CursorKind::Entities => "entities",
             CursorKind::Referrers => "referrers",
+            CursorKind::Query => "query",
         }
     }
 }

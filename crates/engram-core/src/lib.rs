@@ -39,6 +39,7 @@ mod plan;
 pub mod planted;
 pub mod policy;
 pub mod proofs;
+pub mod query;
 pub mod reads;
 pub mod redact;
 pub mod redact_where;

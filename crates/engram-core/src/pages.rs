@@ -627,7 +627,7 @@ fn decode(key: &[u8], bytes: &[u8]) -> Result<Datom, ReadError> {
 /// The entities that may hold the value (a superset: [`find`] checks each one), in entity
 /// order after a cursor's entity, read from the value index when the attribute has one (else
 /// the attribute's rows) a chunk at a time, merged with the branch's own entities.
-struct Candidates<'a> {
+pub(crate) struct Candidates<'a> {
     store: &'a dyn ReadView,
     prefix: Vec<u8>,
     /// The key the next chunk starts at; `None` once the index is exhausted.
@@ -639,7 +639,7 @@ struct Candidates<'a> {
 }
 
 impl<'a> Candidates<'a> {
-    fn new(
+    pub(crate) fn new(
         store: &'a dyn ReadView,
         view: &View<'_>,
         attr: &Attribute,
@@ -682,7 +682,7 @@ impl<'a> Candidates<'a> {
     }
 
     /// The next candidate entity, each once, in entity order.
-    fn next(&mut self) -> Result<Option<EntityId>, ReadError> {
+    pub(crate) fn next(&mut self) -> Result<Option<EntityId>, ReadError> {
         loop {
             if self.indexed.is_empty() {
                 self.fill()?;

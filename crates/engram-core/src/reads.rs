@@ -305,6 +305,12 @@ pub enum ReadError {
     UnknownEntity(EntityId),
     #[error("branch {0} does not exist in this namespace")]
     UnknownBranch(BranchName),
+    /// A join names an attribute the namespace neither declares nor holds a datom of.
+    #[error("{field}: attribute {attribute} is neither declared nor written in this namespace")]
+    UnknownAttribute { field: String, attribute: Attribute },
+    /// A join would read or hold more than its limits allow; the message names the clause.
+    #[error("query: {0}")]
+    TooCostly(String),
     #[error(transparent)]
     Cursor(#[from] CursorError),
     #[error(transparent)]

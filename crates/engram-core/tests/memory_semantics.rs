@@ -10,11 +10,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use engram_audit::NodeKey;
 use engram_core::current::{CurrentRow, ROW_AFTER_DATOMS};
+use engram_core::query::{self, QueryOptions};
 use engram_core::reads::{self, ReadError, ReadOptions, Resolution};
 use engram_core::{Engine, Rejection, TxOutcome, keys, pages, schema, scrub};
 use engram_storage::{
     Durability, KeyValue, MemStore, ReadView, Space, StorageError, Store, Visitor, WriteBatch,
 };
+use engram_types::query::{Clause, EntityTerm, Query, ValueTerm, Variable};
 use engram_types::{
     Attribute, AttributeDef, BranchName, BranchOp, Cardinality, EntityId, EntityRef, Namespace, Op,
     Precondition, Provenance, Status, TxId, TxOp, TxReceipt, TxRequest, Unique, Value, ValueType,
@@ -1941,4 +1943,410 @@ fn history_since_and_find_since_and_at_a_valid_instant() {
     };
     assert!(history_at(of_entity, starts - 1).is_empty());
     assert_eq!(history_at(of_entity, starts), [valid_later]);
+}
+
+/// A query from `find` and `[entity, attribute, value]` clauses, `?`-names as variables.
+fn join(find: &[&str], clauses: Vec<(Term, &str, Term)>) -> Query {
+    let var = |v: &str| Variable::new(v).unwrap();
+    Query::new(
+        find.iter().map(|v| var(v)).collect(),
+        clauses
+            .into_iter()
+            .map(|(e, a, v)| Clause {
+                entity: match e {
+                    Term::Var(n) => EntityTerm::Var(var(n)),
+                    Term::Id(id) => EntityTerm::Entity(id),
+                    Term::Val(_) => panic!("a value in an entity position"),
+                },
+                attribute: attr(a),
+                value: match v {
+                    Term::Var(n) => ValueTerm::Var(var(n)),
+                    Term::Val(x) => ValueTerm::Value(x),
+                    Term::Id(id) => ValueTerm::Value(Value::Ref(id)),
+                },
+            })
+            .collect(),
+    )
+    .unwrap()
+}
+
+enum Term {
+    Var(&'static str),
+    Id(EntityId),
+    Val(Value),
+}
+
+fn kw(k: &str) -> Value {
+    Value::Keyword(k.into())
+}
+
+/// Every page of `q` on main at `limit` rows a page, with the first page's plan.
+fn query_pages(m: &Mem, q: &Query, opts: &QueryOptions, limit: usize) -> (Vec<Vec<Value>>, Vec<query::Step>) {
+    let mut rows = Vec::new();
+    let mut cursor: Vec<u8> = Vec::new();
+    let mut plan = None;
+    loop {
+        let page = query::run(&*m.store, &m.ns, None, q, opts, &cursor, limit).unwrap();
+        assert!(page.rows.len() <= limit);
+        plan.get_or_insert(page.plan);
+        rows.extend(page.rows);
+        match page.next {
+            Some(c) => cursor = c.encode(),
+            None => return (rows, plan.unwrap_or_default()),
+        }
+    }
+}
+
+fn opts_now() -> QueryOptions {
+    QueryOptions {
+        as_of: None,
+        valid_at_ns: None,
+        expired_at_ns: None,
+        max_rows_read: query::DEFAULT_MAX_ROWS_READ,
+    }
+}
+
+#[test]
+fn a_join_answers_the_rows_that_satisfy_every_clause_as_of_one_point() {
+    let mut m = Mem::new("team/a");
+    let mut status = def(":task/status", ValueType::Keyword);
+    status.indexed = true;
+    m.declare(vec![
+        def(":task/owner", ValueType::Ref),
+        status,
+        def(":agent/team", ValueType::String),
+        def(":agent/name", ValueType::String),
+    ])
+    .unwrap();
+    let admin = agent("admin", Status::Verified, 1.0);
+    let people = m
+        .write(
+            admin.clone(),
+            ["ann:infra", "bob:infra", "cid:web"]
+                .iter()
+                .flat_map(|p| {
+                    let (name, team) = p.split_once(':').unwrap();
+                    [
+                        assert_op(temp(name), ":agent/name", s(name)),
+                        assert_op(temp(name), ":agent/team", s(team)),
+                    ]
+                })
+                .collect(),
+        )
+        .unwrap();
+    let (ann, bob, cid) = (
+        created(&people, "ann"),
+        created(&people, "bob"),
+        created(&people, "cid"),
+    );
+    // t0 ann open, t1 bob open, t2 cid open, t3 ann done, t4 bob open.
+    let plan = [
+        (ann, "open"),
+        (bob, "open"),
+        (cid, "open"),
+        (ann, "done"),
+        (bob, "open"),
+    ];
+    let ops = plan
+        .iter()
+        .enumerate()
+        .flat_map(|(i, (owner, st))| {
+            let t = format!("t{i}");
+            [
+                assert_op(temp(&t), ":task/owner", Value::Ref(*owner)),
+                assert_op(temp(&t), ":task/status", kw(&format!(":status/{st}"))),
+            ]
+        })
+        .collect();
+    let receipt = m.write(admin.clone(), ops).unwrap();
+    let t: Vec<EntityId> = (0..5).map(|i| created(&receipt, &format!("t{i}"))).collect();
+    let before = receipt.tx;
+    // t1 moves to cid; t4 is closed by a retraction of its status.
+    m.write(
+        admin.clone(),
+        vec![assert_op(id(t[1]), ":task/owner", Value::Ref(cid))],
+    )
+    .unwrap();
+    m.write(
+        admin.clone(),
+        vec![retract_op(t[4], ":task/status", kw(":status/open"))],
+    )
+    .unwrap();
+
+    // The open tasks of team infra, with their owner's name.
+    let q = join(
+        &["?task", "?name"],
+        vec![
+            (Term::Var("?task"), ":task/status", Term::Val(kw(":status/open"))),
+            (Term::Var("?task"), ":task/owner", Term::Var("?a")),
+            (Term::Var("?a"), ":agent/team", Term::Val(s("infra"))),
+            (Term::Var("?a"), ":agent/name", Term::Var("?name")),
+        ],
+    );
+    let row = |task: EntityId, name: &str| vec![Value::Ref(task), s(name)];
+    let (now, plan) = query_pages(&m, &q, &opts_now(), 100);
+    assert_eq!(now, vec![row(t[0], "ann")], "t1 moved to web, t4 closed, t3 done");
+    let steps: Vec<(usize, query::Access)> = plan.iter().map(|s| (s.clause, s.access)).collect();
+    assert_eq!(
+        steps,
+        [
+            (0, query::Access::ValueIndex),
+            (1, query::Access::Slot),
+            (2, query::Access::Slot),
+            (3, query::Access::Slot)
+        ],
+        "the indexed value first, then slots by the bound entities"
+    );
+    assert_eq!(plan[0].rows_out, 3, "t0, t1 and t2 are open now");
+    assert_eq!(plan[1].binds, [Variable::new("?a").unwrap()]);
+    // As of before the moves: t1 (bob's) and t4 (bob's, open) too, each row once.
+    let then = QueryOptions {
+        as_of: Some(before),
+        ..opts_now()
+    };
+    let mut expected = vec![row(t[0], "ann"), row(t[1], "bob"), row(t[4], "bob")];
+    expected.sort_by_key(|r| match r[0] {
+        Value::Ref(e) => e,
+        _ => unreachable!(),
+    });
+    assert_eq!(query_pages(&m, &q, &then, 100).0, expected);
+    assert_eq!(
+        query_pages(&m, &q, &then, 1).0,
+        expected,
+        "a row a page, each once"
+    );
+
+    // Without an index the value known first is read through the reverse-reference index:
+    // the tasks whose owner is on team web.
+    let by_team = join(
+        &["?task"],
+        vec![
+            (Term::Var("?task"), ":task/owner", Term::Var("?a")),
+            (Term::Var("?a"), ":agent/team", Term::Val(s("web"))),
+        ],
+    );
+    let refs = |mut ids: Vec<EntityId>| -> Vec<Vec<Value>> {
+        ids.sort();
+        ids.into_iter().map(|e| vec![Value::Ref(e)]).collect()
+    };
+    let (rows, plan) = query_pages(&m, &by_team, &opts_now(), 100);
+    assert_eq!(rows, refs(vec![t[1], t[2]]));
+    let steps: Vec<(usize, query::Access)> = plan.iter().map(|s| (s.clause, s.access)).collect();
+    assert_eq!(
+        steps,
+        [(1, query::Access::RefIndex), (0, query::Access::RefIndex)]
+    );
+    // An entity id in the entity position, and the same variable twice.
+    let of_t3 = join(&["?st"], vec![(Term::Id(t[3]), ":task/status", Term::Var("?st"))]);
+    assert_eq!(
+        query_pages(&m, &of_t3, &opts_now(), 10).0,
+        vec![vec![kw(":status/done")]]
+    );
+    // Rows are distinct: every owner of an open task, once.
+    let owners = join(
+        &["?a"],
+        vec![
+            (Term::Var("?t"), ":task/status", Term::Val(kw(":status/open"))),
+            (Term::Var("?t"), ":task/owner", Term::Var("?a")),
+        ],
+    );
+    assert_eq!(
+        query_pages(&m, &owners, &then, 100).0,
+        refs(vec![ann, bob, cid]),
+        "four open tasks then, bob owning two: each owner once"
+    );
+
+    // Pages read as of the first page, whatever is written meanwhile.
+    let first = query::run(&*m.store, &m.ns, None, &q, &then, &[], 1).unwrap();
+    m.write(
+        admin.clone(),
+        vec![assert_op(id(t[0]), ":task/owner", Value::Ref(cid))],
+    )
+    .unwrap();
+    let second = query::run(
+        &*m.store,
+        &m.ns,
+        None,
+        &q,
+        &then,
+        &first.next.unwrap().encode(),
+        1,
+    )
+    .unwrap();
+    assert_eq!(second.rows, vec![expected[1].clone()]);
+    assert_eq!(query_pages(&m, &q, &opts_now(), 100).0, Vec::<Vec<Value>>::new());
+
+    // A redacted claim matches nothing: t2's owner taken, t2 no longer joins team web.
+    let redact = engram_types::RedactRequest {
+        namespace: m.ns.clone(),
+        entity: t[2],
+        attribute: Some(attr(":task/owner")),
+        reason: "test".into(),
+        provenance: admin.clone(),
+    };
+    m.log += 1;
+    m.engine
+        .apply_redaction(
+            m.log,
+            1_000_000 * m.log as i64,
+            &redact,
+            None,
+            &engram_core::PolicyActor::Unsigned(None),
+            WriteBatch::new(),
+        )
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        query_pages(&m, &by_team, &opts_now(), 100).0,
+        refs(vec![t[0], t[1]]),
+        "t0 and t1 are cid's now; t2's owner is forgotten"
+    );
+}
+
+#[test]
+fn a_join_refuses_what_it_cannot_answer_whole() {
+    let mut m = Mem::new("team/a");
+    let admin = agent("admin", Status::Verified, 1.0);
+    let ops = (0..30)
+        .flat_map(|i| {
+            [
+                assert_op(temp(&format!("e{i}")), ":cap/tag", s("x")),
+                assert_op(temp(&format!("e{i}")), ":cap/size", Value::I64(i)),
+            ]
+        })
+        .collect();
+    m.write(admin.clone(), ops).unwrap();
+    let tagged_sizes = join(
+        &["?e", "?n"],
+        vec![
+            (Term::Var("?e"), ":cap/tag", Term::Val(s("x"))),
+            (Term::Var("?e"), ":cap/size", Term::Var("?n")),
+        ],
+    );
+    let (rows, _) = query_pages(&m, &tagged_sizes, &opts_now(), 7);
+    assert_eq!(rows.len(), 30, "every row once across pages of 7");
+    let run = |q: &Query, opts: &QueryOptions, cursor: &[u8]| {
+        query::run(&*m.store, &m.ns, None, q, opts, cursor, 100)
+    };
+    // The work limit: never a partial answer.
+    let tight = QueryOptions {
+        max_rows_read: 20,
+        ..opts_now()
+    };
+    match run(&tagged_sizes, &tight, &[]) {
+        Err(ReadError::TooCostly(m)) => {
+            assert!(m.contains("clauses[0] [?e :cap/tag \"x\"]"), "{m}");
+            assert!(m.contains("max_rows_read"), "{m}");
+        }
+        other => panic!("expected TooCostly, got {other:?}"),
+    }
+    // A clause joined to nothing before it says it is a cartesian product.
+    let product = join(
+        &["?e", "?f"],
+        vec![
+            (Term::Var("?e"), ":cap/tag", Term::Val(s("x"))),
+            (Term::Var("?f"), ":cap/size", Term::Var("?n")),
+        ],
+    );
+    let budget = QueryOptions {
+        max_rows_read: 70,
+        ..opts_now()
+    };
+    match run(&product, &budget, &[]) {
+        Err(ReadError::TooCostly(m)) => assert!(m.contains("cartesian product"), "{m}"),
+        other => panic!("expected TooCostly, got {other:?}"),
+    }
+    assert_eq!(
+        run(&product, &opts_now(), &[]).unwrap().rows.len(),
+        100,
+        "30 × 30, a page of 100"
+    );
+    // An attribute neither declared nor written is named.
+    let typo = join(
+        &["?e"],
+        vec![
+            (Term::Var("?e"), ":cap/tag", Term::Val(s("x"))),
+            (Term::Var("?e"), ":cap/sise", Term::Var("?n")),
+        ],
+    );
+    match run(&typo, &opts_now(), &[]) {
+        Err(e @ ReadError::UnknownAttribute { .. }) => assert_eq!(
+            e.to_string(),
+            "clauses[1].attribute: attribute :cap/sise is neither declared nor written in this namespace"
+        ),
+        other => panic!("expected UnknownAttribute, got {other:?}"),
+    }
+    // A cursor continues only its own query.
+    let cursor = run(&tagged_sizes, &opts_now(), &[]).unwrap();
+    let first = query::run(&*m.store, &m.ns, None, &tagged_sizes, &opts_now(), &[], 5).unwrap();
+    assert!(cursor.next.is_none());
+    let other = join(&["?e"], vec![(Term::Var("?e"), ":cap/tag", Term::Var("?v"))]);
+    assert!(matches!(
+        run(&other, &opts_now(), &first.next.unwrap().encode()),
+        Err(ReadError::Cursor(engram_core::cursor::CursorError::OtherQuery))
+    ));
+}
+
+#[test]
+fn a_join_leaves_out_expired_entities_and_reads_a_branch() {
+    let mut m = Mem::new("team/a");
+    let admin = agent("admin", Status::Verified, 1.0);
+    let r = m
+        .write(
+            admin.clone(),
+            vec![
+                assert_op(temp("p"), ":note/text", s("deploy friday")),
+                assert_op(temp("p"), reads::MEMORY_EXPIRES, Value::Instant(5_000)),
+                assert_op(temp("q"), ":note/text", s("keep")),
+            ],
+        )
+        .unwrap();
+    let (p, q) = (created(&r, "p"), created(&r, "q"));
+    let notes = join(&["?n"], vec![(Term::Var("?n"), ":note/text", Term::Var("?t"))]);
+    let at = |now_ns| QueryOptions {
+        expired_at_ns: Some(now_ns),
+        ..opts_now()
+    };
+    let ids = |rows: Vec<Vec<Value>>| rows.into_iter().map(|r| r[0].clone()).collect::<Vec<_>>();
+    let mut both = vec![p, q];
+    both.sort();
+    assert_eq!(
+        ids(query_pages(&m, &notes, &at(4_999), 10).0),
+        both.into_iter().map(Value::Ref).collect::<Vec<_>>()
+    );
+    assert_eq!(ids(query_pages(&m, &notes, &at(5_000), 10).0), [Value::Ref(q)]);
+    assert_eq!(
+        ids(query_pages(&m, &notes, &opts_now(), 10).0).len(),
+        2,
+        "expiry not judged"
+    );
+
+    m.branch_op(BranchOp::Create {
+        name: branch("try"),
+        from: None,
+    })
+    .unwrap();
+    m.write(admin.clone(), vec![assert_op(id(q), ":note/mark", s("kept"))])
+        .unwrap();
+    m.write_on("try", vec![assert_op(id(q), ":note/mark", s("changed"))])
+        .unwrap();
+    let changed = join(
+        &["?n"],
+        vec![(Term::Var("?n"), ":note/mark", Term::Val(s("changed")))],
+    );
+    let on_branch = query::run(
+        &*m.store,
+        &m.ns,
+        Some(&branch("try")),
+        &changed,
+        &opts_now(),
+        &[],
+        10,
+    )
+    .unwrap();
+    assert_eq!(on_branch.rows, vec![vec![Value::Ref(q)]]);
+    assert!(
+        query_pages(&m, &changed, &opts_now(), 10).0.is_empty(),
+        "main is unchanged"
+    );
 }

@@ -17,6 +17,7 @@ pub mod methods {
     pub const LIST_NAMESPACES: &str = "/engram.v1.Memory/ListNamespaces";
     pub const LIST_ENTITIES: &str = "/engram.v1.Memory/ListEntities";
     pub const REFERRERS: &str = "/engram.v1.Memory/Referrers";
+    pub const QUERY: &str = "/engram.v1.Memory/Query";
     pub const WATCH: &str = "/engram.v1.Memory/Watch";
     pub const APPLY_SCHEMA: &str = "/engram.v1.Memory/ApplySchema";
     pub const GET_SCHEMA: &str = "/engram.v1.Memory/GetSchema";

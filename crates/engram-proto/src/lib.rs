@@ -18,6 +18,9 @@ use thiserror::Error;
 mod search;
 pub use search::{DEFAULT_K, search_request};
 
+mod query;
+pub use query::{clauses_to_pb, query};
+
 mod access;
 pub use access::{
     SignedBody, access_log_op, add_agent_op, grant_op, methods, principal, public_key, retention_op,

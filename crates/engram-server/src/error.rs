@@ -142,7 +142,10 @@ impl From<engram_core::proofs::ProofReadError> for ApiError {
 impl From<ReadError> for ApiError {
     fn from(e: ReadError) -> Self {
         match e {
-            ReadError::UnknownEntity(_) | ReadError::UnknownBranch(_) => ApiError::NotFound(e.to_string()),
+            ReadError::UnknownEntity(_)
+            | ReadError::UnknownBranch(_)
+            | ReadError::UnknownAttribute { .. } => ApiError::NotFound(e.to_string()),
+            ReadError::TooCostly(_) => ApiError::Exhausted(e.to_string()),
             // A node further behind than the one that answered the first page: retryable.
             ReadError::Cursor(CursorError::Ahead { .. }) => ApiError::Unavailable(e.to_string()),
             ReadError::Cursor(c) => ApiError::Invalid(c.to_string()),

@@ -19,6 +19,10 @@ pub enum ValidationError {
     Branch { value: String, reason: &'static str },
     #[error("invalid attribute declaration: {0}")]
     Schema(String),
+    /// A join query that cannot be run as written; the message starts with the field it names
+    /// (`find[1]`, `clauses[2].value`).
+    #[error("invalid query: {0}")]
+    Query(String),
 }
 
 /// Bytes that are not a canonical encoding of what the reader expected. Seen when the disk or

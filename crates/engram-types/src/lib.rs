@@ -18,6 +18,7 @@ mod excerpt;
 mod hash;
 mod ids;
 mod namespace;
+pub mod query;
 pub mod redact;
 pub mod redact_where;
 pub mod resolve;

@@ -1354,6 +1354,89 @@ impl pb::memory_server::Memory for MemoryService {
         }))
     }
 
+    async fn query(&self, request: Request<pb::QueryRequest>) -> Result<Response<pb::QueryResponse>, Status> {
+        let (meta, _, req) = request.into_parts();
+        let caller = self.shared.incoming(&meta)?;
+        // Checked before forwarding, so a bad request is refused by the node it reached.
+        let ns = namespace(req.namespace.clone())?;
+        let on = branch(req.branch.clone())?;
+        let query = engram_proto::query(req.find.clone(), req.clauses.clone()).map_err(ApiError::from)?;
+        let max_rows_read = match req.max_rows_read {
+            0 => engram_core::query::DEFAULT_MAX_ROWS_READ,
+            n if n > engram_core::query::MAX_ROWS_READ => {
+                return Err(ApiError::Invalid(format!(
+                    "max_rows_read: {n} is over the most a query may read ({})",
+                    engram_core::query::MAX_ROWS_READ
+                ))
+                .into());
+            }
+            n => n,
+        };
+        if let Some(mut leader) = self.shared.read_leader(req.consistency, caller.forwarded).await? {
+            return relay(leader.query(caller.forward(req)).await);
+        }
+        let caller = self.shared.admit(
+            &meta,
+            &req,
+            methods::QUERY,
+            Need::on(Action::Read, &req.namespace),
+        )?;
+        // A join through an attribute one may not read would bind its values: refused whole,
+        // as a Find of it is.
+        for c in &query.clauses {
+            may_see(&caller, &c.attribute)?;
+        }
+        let as_of = AsOf::of(&self.shared, req.as_of_tx, req.as_of_time_ns)?;
+        let opts = engram_core::query::QueryOptions {
+            as_of: as_of.tx.map(TxId),
+            valid_at_ns: req.valid_at_ns,
+            expired_at_ns: as_of.expiry_judged_at(req.include_expired),
+            max_rows_read,
+        };
+        let page = {
+            let query = query.clone();
+            let (cursor, limit) = (req.cursor.clone(), engram_core::query::page_rows(req.limit));
+            self.shared
+                .read_sized(true, move |store| {
+                    engram_core::query::run(store, &ns, on.as_ref(), &query, &opts, &cursor, limit)
+                })
+                .await?
+        };
+        self.shared
+            .record_access(&caller, "query", &req.namespace, None, as_of.tx, page.rows.len())
+            .await;
+        let plan = if req.explain {
+            page.plan
+                .iter()
+                .map(|s| pb::QueryStep {
+                    clause: s.clause as u32,
+                    access: s.access.name().to_string(),
+                    binds: s.binds.iter().map(ToString::to_string).collect(),
+                    uses: s.uses.iter().map(ToString::to_string).collect(),
+                    rows_read: s.rows_read,
+                    rows_out: s.rows_out,
+                })
+                .collect()
+        } else {
+            Vec::new()
+        };
+        Ok(Response::new(pb::QueryResponse {
+            columns: query.find.iter().map(ToString::to_string).collect(),
+            rows: page
+                .rows
+                .iter()
+                .map(|r| pb::QueryRow {
+                    values: r.iter().map(Into::into).collect(),
+                })
+                .collect(),
+            next_cursor: page.next.map(|c| c.encode()).unwrap_or_default(),
+            as_of_tx: page.as_of.0,
+            applied_tx: self.shared.applied_index(),
+            rows_read: page.rows_read,
+            plan,
+        }))
+    }
+
     async fn search(
         &self,
         request: Request<pb::SearchRequest>,

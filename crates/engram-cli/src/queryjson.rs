@@ -1,0 +1,276 @@
+//! The JSON form of a join query, shared by `engram query` and the MCP `query` tool:
+//!
+//! ```json
+//! {"find": ["?task", "?owner"],
+//!  "where": [["?task", ":task/status", {"keyword": ":status/open"}],
+//!            ["?task", ":task/owner", "?owner"],
+//!            ["?owner", ":agent/team", "infra"]]}
+//! ```
+//!
+//! Each clause is `[entity, attribute, value]`. The entity is a variable (`"?name"`) or an
+//! entity id (a number). The value is a variable, a plain JSON string, integer, float or
+//! boolean (a `string`, `i64`, `f64` or `bool` value), or a value object in the transaction
+//! format (`{"keyword": ...}`, `{"ref": 12}`, `{"instant_ns": ...}`; `{"string": "?x"}` for a
+//! string that starts with `?`).
+
+use engram_types::query::{Clause, EntityTerm, Query, ValueTerm, Variable};
+use engram_types::{Attribute, EntityId, ValidationError, Value};
+use serde_json::{Value as Json, json};
+
+use crate::txjson::{self, JsonError};
+
+/// What `engram query --help` shows after the options: examples and the format.
+pub const QUERY_HELP: &str = "EXAMPLES\n  \
+engram query --ns team/a '{\"find\": [\"?task\"], \"where\": [[\"?task\", \":task/owner\", {\"ref\": 7}]]}'\n  \
+engram query --ns team/a --file open-tasks.json --explain --json\n\n\
+QUERY FORMAT (JSON)\n  \
+{\"find\": [\"?task\", \"?owner\"],\n   \
+\"where\": [[\"?task\", \":task/status\", {\"keyword\": \":status/open\"}],\n             \
+[\"?task\", \":task/owner\", \"?owner\"],\n             \
+[\"?owner\", \":agent/team\", \"infra\"]]}\n\n  \
+Each clause is [entity, attribute, value]: the entity a variable (\"?name\") or an entity id;\n  \
+the value a variable, a JSON string, integer, float or boolean, or a value object as in\n  \
+transactions ({\"keyword\": \":x/y\"}, {\"ref\": 12}, {\"instant_ns\": N}). A variable in an\n  \
+entity position joins a reference to its target. Rows are distinct, sorted, and read as of\n  \
+one transaction; every clause reads current claims.";
+
+fn fail<T>(path: impl Into<String>, reason: impl Into<String>) -> Result<T, JsonError> {
+    Err(JsonError {
+        path: path.into(),
+        reason: reason.into(),
+    })
+}
+
+/// Parses a query document given as text.
+pub fn parse_query(text: &str) -> Result<Query, JsonError> {
+    engram_types::check_json_numbers(text).map_err(|e| JsonError {
+        path: "(query)".into(),
+        reason: e.to_string(),
+    })?;
+    let json: Json = serde_json::from_str(text).map_err(|e| JsonError {
+        path: "(query)".into(),
+        reason: format!("invalid JSON: {e}"),
+    })?;
+    query_from_json(&json)
+}
+
+/// A query from its JSON document: `find` and `where`.
+pub fn query_from_json(doc: &Json) -> Result<Query, JsonError> {
+    let Some(obj) = doc.as_object() else {
+        return fail("(query)", "expected an object with \"find\" and \"where\"");
+    };
+    if let Some(other) = obj.keys().find(|k| *k != "find" && *k != "where") {
+        return fail(
+            other.as_str(),
+            "unknown field (a query has \"find\" and \"where\")",
+        );
+    }
+    let find = match obj.get("find") {
+        Some(Json::Array(vars)) => vars
+            .iter()
+            .enumerate()
+            .map(|(i, v)| variable(&format!("find[{i}]"), v))
+            .collect::<Result<Vec<_>, _>>()?,
+        Some(_) => return fail("find", "expected an array of variables, e.g. [\"?task\"]"),
+        None => return fail("find", "is required: the variables each row lists"),
+    };
+    let clauses = match obj.get("where") {
+        Some(Json::Array(cs)) => cs
+            .iter()
+            .enumerate()
+            .map(|(i, c)| clause(i, c))
+            .collect::<Result<Vec<_>, _>>()?,
+        Some(_) => return fail("where", "expected an array of [entity, attribute, value] clauses"),
+        None => return fail("where", "is required: the clauses every row satisfies"),
+    };
+    Query::new(find, clauses).map_err(|e| match e {
+        ValidationError::Query(m) => {
+            // The message names the field as the wire does (`clauses[i]`); here it is `where[i]`.
+            let m = m.replacen("clauses", "where", 1);
+            match m.split_once(": ") {
+                Some((path, reason)) => JsonError {
+                    path: path.into(),
+                    reason: reason.into(),
+                },
+                None => JsonError {
+                    path: "(query)".into(),
+                    reason: m,
+                },
+            }
+        }
+        other => JsonError {
+            path: "(query)".into(),
+            reason: other.to_string(),
+        },
+    })
+}
+
+fn variable(path: &str, v: &Json) -> Result<Variable, JsonError> {
+    match v {
+        Json::String(s) => Variable::new(s.as_str()).map_err(|e| JsonError {
+            path: path.into(),
+            reason: e.into(),
+        }),
+        _ => fail(path, "expected a variable such as \"?task\""),
+    }
+}
+
+fn clause(i: usize, c: &Json) -> Result<Clause, JsonError> {
+    let path = format!("where[{i}]");
+    let Some([e, a, v]) = c.as_array().map(Vec::as_slice) else {
+        return fail(path, "expected [entity, attribute, value]");
+    };
+    let entity = match e {
+        Json::String(s) if s.starts_with('?') => EntityTerm::Var(variable(&format!("{path}[0]"), e)?),
+        Json::Number(n) => match n.as_u64() {
+            Some(id) => EntityTerm::Entity(EntityId(id)),
+            None => return fail(format!("{path}[0]"), "an entity id is a whole number ≥ 0"),
+        },
+        _ => {
+            return fail(
+                format!("{path}[0]"),
+                "expected a variable (\"?name\") or an entity id",
+            );
+        }
+    };
+    let attribute = match a {
+        Json::String(s) => Attribute::new(s.as_str()).map_err(|err| JsonError {
+            path: format!("{path}[1]"),
+            reason: err.to_string(),
+        })?,
+        _ => {
+            return fail(
+                format!("{path}[1]"),
+                "expected an attribute such as \":task/owner\"",
+            );
+        }
+    };
+    let vpath = format!("{path}[2]");
+    let value = match v {
+        Json::String(s) if s.starts_with('?') => ValueTerm::Var(variable(&vpath, v)?),
+        Json::String(s) => ValueTerm::Value(Value::String(s.clone())),
+        Json::Bool(b) => ValueTerm::Value(Value::Bool(*b)),
+        Json::Number(n) => match (n.as_i64(), n.as_f64()) {
+            (Some(i), _) => ValueTerm::Value(Value::I64(i)),
+            (None, Some(x)) if !n.is_u64() => ValueTerm::Value(Value::F64(x)),
+            _ => return fail(vpath, format!("{n} is outside the i64 range")),
+        },
+        Json::Object(_) => ValueTerm::Value(txjson::value_from_json(&vpath, v)?),
+        _ => return fail(vpath, "expected a variable, a value, or a value object"),
+    };
+    Ok(Clause {
+        entity,
+        attribute,
+        value,
+    })
+}
+
+/// An answer as JSON: its columns, each row as an object of variable → value (in the value
+/// format), and where it was read.
+pub fn rows_to_json(resp: &engram_client::pb::QueryResponse) -> Json {
+    let rows: Vec<Json> = resp
+        .rows
+        .iter()
+        .map(|r| {
+            let cells: serde_json::Map<String, Json> = resp
+                .columns
+                .iter()
+                .zip(&r.values)
+                .map(|(c, v)| (c.clone(), txjson::pb_value_to_json(Some(v))))
+                .collect();
+            Json::Object(cells)
+        })
+        .collect();
+    let mut doc = json!({
+        "columns": resp.columns,
+        "rows": rows,
+        "as_of_tx": resp.as_of_tx,
+        "applied_tx": resp.applied_tx,
+        "rows_read": resp.rows_read,
+    });
+    txjson::add_page_position(&mut doc, resp.as_of_tx, &resp.next_cursor);
+    if !resp.plan.is_empty() {
+        doc["plan"] = Json::Array(
+            resp.plan
+                .iter()
+                .map(|s| {
+                    json!({
+                        "clause": s.clause, "access": s.access, "binds": s.binds, "uses": s.uses,
+                        "rows_read": s.rows_read, "rows_out": s.rows_out,
+                    })
+                })
+                .collect(),
+        );
+    }
+    doc
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_query_document_parses_with_plain_and_typed_values() {
+        let q = parse_query(
+            r#"{"find": ["?t", "?o"], "where": [
+                ["?t", ":task/status", {"keyword": ":status/open"}],
+                ["?t", ":task/owner", "?o"],
+                ["?o", ":agent/team", "infra"],
+                [12, ":agent/level", 3],
+                ["?o", ":agent/score", 0.5],
+                ["?o", ":agent/on", true],
+                ["?o", ":agent/mark", {"string": "?literal"}]]}"#,
+        )
+        .expect("parses");
+        assert_eq!(q.clauses.len(), 7);
+        assert_eq!(
+            q.clauses[0].value,
+            ValueTerm::Value(Value::Keyword(":status/open".into()))
+        );
+        assert_eq!(
+            q.clauses[2].value,
+            ValueTerm::Value(Value::String("infra".into()))
+        );
+        assert_eq!(q.clauses[3].entity, EntityTerm::Entity(EntityId(12)));
+        assert_eq!(q.clauses[3].value, ValueTerm::Value(Value::I64(3)));
+        assert_eq!(q.clauses[4].value, ValueTerm::Value(Value::F64(0.5)));
+        assert_eq!(q.clauses[5].value, ValueTerm::Value(Value::Bool(true)));
+        assert_eq!(
+            q.clauses[6].value,
+            ValueTerm::Value(Value::String("?literal".into()))
+        );
+    }
+
+    #[test]
+    fn a_bad_document_names_the_field() {
+        let path = |text: &str| parse_query(text).unwrap_err().path;
+        assert_eq!(path("[]"), "(query)");
+        assert_eq!(path(r#"{"find": ["?t"]}"#), "where");
+        assert_eq!(path(r#"{"where": []}"#), "find");
+        assert_eq!(path(r#"{"find": ["?t"], "where": [], "limit": 3}"#), "limit");
+        assert_eq!(
+            path(r#"{"find": ["t"], "where": [["?t", ":a/b", 1]]}"#),
+            "find[0]"
+        );
+        assert_eq!(path(r#"{"find": ["?t"], "where": [["?t", ":a/b"]]}"#), "where[0]");
+        assert_eq!(
+            path(r#"{"find": ["?t"], "where": [["x", ":a/b", 1]]}"#),
+            "where[0][0]"
+        );
+        assert_eq!(
+            path(r#"{"find": ["?t"], "where": [["?t", "ab", 1]]}"#),
+            "where[0][1]"
+        );
+        assert_eq!(
+            path(r#"{"find": ["?t"], "where": [["?t", ":a/b", null]]}"#),
+            "where[0][2]"
+        );
+        assert_eq!(
+            path(r#"{"find": ["?x"], "where": [["?t", ":a/b", 1]]}"#),
+            "find[0]"
+        );
+        assert_eq!(path(r#"{"find": ["?t"], "where": []}"#), "where");
+        let err = parse_query(r#"{"find": ["?x"], "where": [["?t", ":a/b", 1]]}"#).unwrap_err();
+        assert_eq!(err.reason, "?x is bound by no clause");
+    }
+}

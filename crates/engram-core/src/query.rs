@@ -1,0 +1,732 @@
+//! Join queries ([`Query`]): the rows of values that satisfy every clause at once, over one
+//! namespace's current claims as of one transaction (and, if given, one valid instant).
+//!
+//! - **What a clause matches.** Each current claim of its attribute, resolved per slot as
+//!   `Get` and `Find` resolve it (the schema's cardinality as of the answer's transaction, the
+//!   latest claim winning). A redacted claim matches nothing (its value is gone, and its
+//!   presence says nothing a join could use); an entity expired at the read's instant holds no
+//!   claims. Attributes the caller may not read are refused before a query runs (the server's
+//!   gate), so a hidden value never binds a variable.
+//! - **The plan.** Clauses run one after another, each extending the partial rows of those
+//!   before. The next clause is the cheapest given what is bound: an entity known (a slot
+//!   read per row), then a value known and indexed (the value index, or for a reference the
+//!   reverse-reference index), then a value known and not indexed (the attribute read once and
+//!   looked up by value), then a clause sharing a variable, then one sharing none (a cartesian
+//!   product). Ties go to the clause written first, so a query always runs the same plan on
+//!   every node. [`Step`] reports each with what it read.
+//! - **Limits.** A run reads at most `max_rows_read` index and datom rows and holds at most
+//!   [`MAX_PARTIAL_ROWS`] partial rows; past either it stops with [`ReadError::TooCostly`]
+//!   naming the clause, never with a partial answer.
+//! - **Pages.** The answer's rows are distinct and sorted (column by column, values of one
+//!   kind in their natural order); a page is a window of them, and its cursor holds the
+//!   offset, the transaction and (when expiry is judged) the instant the first page was
+//!   judged at, so every page reads the same state. Each page runs the join again: the work
+//!   limit bounds a page, not the answer.
+//!
+//! Must not depend on: Raft, gRPC, RocksDB, an async runtime or a clock.
+
+use std::cmp::Ordering;
+use std::collections::{BTreeSet, HashMap};
+
+use engram_storage::{ReadView, Space, prefix_end};
+use engram_types::query::{Clause, EntityTerm, Query, ValueTerm, Variable};
+use engram_types::{Attribute, BranchName, Cardinality, EntityId, Namespace, TxId, Value};
+
+use crate::cursor::{Cursor, CursorKind, QueryKey};
+use crate::pages::{Candidates, answer_as_of};
+use crate::reads::{self, ReadError, ReadOptions, View};
+use crate::rows::hex;
+use crate::{CoreError, keys, schema};
+
+/// The most rows one page holds (a request's limit of 0 asks for this many).
+pub const MAX_PAGE_ROWS: usize = 10_000;
+/// The rows a run may read when the request names no limit.
+pub const DEFAULT_MAX_ROWS_READ: u64 = 1_000_000;
+/// The most rows a request may let a run read.
+pub const MAX_ROWS_READ: u64 = 10_000_000;
+/// The most partial rows held between two steps.
+pub const MAX_PARTIAL_ROWS: usize = 1_000_000;
+
+/// Index rows read per scan of the reverse-reference index.
+const SCAN_CHUNK: usize = 1024;
+
+/// The page size a request's `limit` asks for: 0 is the largest.
+pub fn page_rows(limit: u32) -> usize {
+    if limit == 0 {
+        MAX_PAGE_ROWS
+    } else {
+        (limit as usize).min(MAX_PAGE_ROWS)
+    }
+}
+
+/// How a step reads the store.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Access {
+    /// The entity is known: its slot, once per entity.
+    Slot,
+    /// The value is known and the attribute indexed: the value index, once per value.
+    ValueIndex,
+    /// The value is known and the attribute not indexed: references through the
+    /// reverse-reference index, other values through one read of the attribute.
+    RefIndex,
+    /// The value is known and the attribute not indexed: the attribute read once, looked up
+    /// by value (on a branch, where the reverse-reference index does not reach).
+    ScanFiltered,
+    /// Nothing of the clause is known: every claim of the attribute.
+    Scan,
+}
+
+impl Access {
+    pub fn name(self) -> &'static str {
+        match self {
+            Access::Slot => "slot",
+            Access::ValueIndex => "value index",
+            Access::RefIndex => "reference index",
+            Access::ScanFiltered => "attribute scan, filtered",
+            Access::Scan => "attribute scan",
+        }
+    }
+}
+
+/// One step of the plan, with what it did.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Step {
+    /// The clause's index in the query.
+    pub clause: usize,
+    pub access: Access,
+    /// The variables this step binds.
+    pub binds: Vec<Variable>,
+    /// The variables bound before it that it reads by.
+    pub uses: Vec<Variable>,
+    /// Whether it shares no variable with the steps before (a cartesian product).
+    pub disconnected: bool,
+    pub rows_read: u64,
+    /// The partial rows after it.
+    pub rows_out: u64,
+}
+
+/// What a query reads as of, and its limit.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct QueryOptions {
+    /// `None`: the head when the first page is read.
+    pub as_of: Option<TxId>,
+    pub valid_at_ns: Option<i64>,
+    /// Judge expiry at this instant (`None`: not at all); a later page judges it at the first
+    /// page's instant, which its cursor carries.
+    pub expired_at_ns: Option<i64>,
+    pub max_rows_read: u64,
+}
+
+/// One page of a query's rows.
+#[derive(Clone, Debug, PartialEq)]
+pub struct QueryPage {
+    /// One value per `find` variable; an entity is a [`Value::Ref`].
+    pub rows: Vec<Vec<Value>>,
+    pub as_of: TxId,
+    pub next: Option<Cursor>,
+    /// The index and datom rows this page's run read.
+    pub rows_read: u64,
+    pub plan: Vec<Step>,
+}
+
+/// A page of `q`'s rows on main or `branch`, after `cursor` (empty: the first page).
+pub fn run(
+    store: &dyn ReadView,
+    ns: &Namespace,
+    branch: Option<&BranchName>,
+    q: &Query,
+    opts: &QueryOptions,
+    cursor: &[u8],
+    limit: usize,
+) -> Result<QueryPage, ReadError> {
+    let key = query_key(ns, branch, q, opts);
+    let cursor = Cursor::continuing(cursor, CursorKind::Query, key)?;
+    let (view, _) = View::of(store, ns, branch)?;
+    let as_of = answer_as_of(store, cursor.as_ref(), opts.as_of)?;
+    // A later page judges expiry where the first did.
+    let expired_at_ns = match (&cursor, opts.expired_at_ns) {
+        (Some(c), Some(_)) => Some(
+            c.after_key
+                .as_slice()
+                .try_into()
+                .map(i64::from_be_bytes)
+                .map_err(|_| crate::cursor::CursorError::Malformed("no expiry instant"))?,
+        ),
+        (_, judged) => judged,
+    };
+    if branch.is_none() {
+        for (i, c) in q.clauses.iter().enumerate() {
+            known(store, ns, i, &c.attribute)?;
+        }
+    }
+    let indexed = |a: &Attribute| -> Result<bool, ReadError> {
+        Ok(schema::def_at(store, ns, a, None)?.is_some_and(|d| d.has_value_index()))
+    };
+    let mut plan = plan(q, &indexed, branch.is_some())?;
+    let mut exec = Exec::new(store, view, as_of, opts, expired_at_ns)?;
+    let rows = exec.rows(q, &mut plan)?;
+    let offset = cursor.as_ref().map_or(0, |c| c.after.0 as usize);
+    let end = offset.saturating_add(limit).min(rows.len());
+    let page: Vec<Vec<Value>> = rows.get(offset..end).map(<[_]>::to_vec).unwrap_or_default();
+    let next = (end < rows.len()).then(|| Cursor {
+        after_key: expired_at_ns
+            .map(|ns| ns.to_be_bytes().to_vec())
+            .unwrap_or_default(),
+        ..Cursor::at(CursorKind::Query, key, as_of, (end as u64, 0))
+    });
+    Ok(QueryPage {
+        rows: page,
+        as_of,
+        next,
+        rows_read: exec.rows_read,
+        plan,
+    })
+}
+
+/// Refuses an attribute the namespace neither declares nor holds a datom of on main.
+fn known(store: &dyn ReadView, ns: &Namespace, i: usize, attr: &Attribute) -> Result<(), ReadError> {
+    if schema::def_at(store, ns, attr, None)?.is_some() {
+        return Ok(());
+    }
+    let prefix = keys::aevt_attr(ns, attr);
+    if store
+        .scan(Space::State, &prefix, prefix_end(&prefix).as_deref(), 1)?
+        .is_empty()
+    {
+        return Err(ReadError::UnknownAttribute {
+            field: format!("clauses[{i}].attribute"),
+            attribute: attr.clone(),
+        });
+    }
+    Ok(())
+}
+
+/// The order the clauses run in (see the module's doc), with how each reads.
+fn plan(
+    q: &Query,
+    indexed: &dyn Fn(&Attribute) -> Result<bool, ReadError>,
+    on_branch: bool,
+) -> Result<Vec<Step>, ReadError> {
+    let mut bound: BTreeSet<&Variable> = BTreeSet::new();
+    let mut left: Vec<usize> = (0..q.clauses.len()).collect();
+    let mut steps = Vec::with_capacity(left.len());
+    while !left.is_empty() {
+        let mut best: Option<(u8, usize, Access, bool)> = None;
+        for (at, &i) in left.iter().enumerate() {
+            let c = &q.clauses[i];
+            let is_bound = |v: &Variable| bound.contains(v);
+            let entity_known = match &c.entity {
+                EntityTerm::Entity(_) => true,
+                EntityTerm::Var(v) => is_bound(v),
+            };
+            let value_known = match &c.value {
+                ValueTerm::Value(_) => true,
+                ValueTerm::Var(v) => is_bound(v),
+            };
+            let connected = bound.is_empty() || c.variables().any(is_bound) || c.variables().next().is_none();
+            let (cost, access) = if entity_known {
+                (0, Access::Slot)
+            } else if value_known && indexed(&c.attribute)? {
+                (1, Access::ValueIndex)
+            } else if value_known && !on_branch {
+                (2, Access::RefIndex)
+            } else if value_known {
+                (2, Access::ScanFiltered)
+            } else if connected {
+                (3, Access::Scan)
+            } else {
+                (4, Access::Scan)
+            };
+            if best.is_none_or(|(c, ..)| cost < c) {
+                best = Some((cost, at, access, !connected));
+            }
+        }
+        let Some((_, at, access, disconnected)) = best else {
+            break;
+        };
+        let i = left.remove(at);
+        let c = &q.clauses[i];
+        let (uses, binds): (Vec<&Variable>, Vec<&Variable>) = c.variables().partition(|v| bound.contains(v));
+        let mut binds: Vec<Variable> = binds.into_iter().cloned().collect();
+        binds.dedup();
+        steps.push(Step {
+            clause: i,
+            access,
+            binds,
+            uses: uses.into_iter().cloned().collect(),
+            disconnected,
+            rows_read: 0,
+            rows_out: 0,
+        });
+        bound.extend(c.variables());
+    }
+    Ok(steps)
+}
+
+/// A partial row: one slot per variable of the query, in [`Query::variables`] order.
+type Partial = Vec<Option<Value>>;
+
+/// One run of a query: the state it reads and what it has read.
+struct Exec<'a> {
+    store: &'a dyn ReadView,
+    view: View<'a>,
+    read: ReadOptions,
+    as_of: TxId,
+    /// `:memory/expires`, its cardinality and the instant expiry is judged at, when some
+    /// entity of the namespace has one.
+    expiry: Option<(Attribute, Cardinality, i64)>,
+    expired: HashMap<EntityId, bool>,
+    cardinalities: HashMap<Attribute, Cardinality>,
+    rows_read: u64,
+    max_rows_read: u64,
+    /// The clause being run, as errors name it.
+    at: String,
+    /// Whether it shares no variable with the clauses before it.
+    disconnected: bool,
+}
+
+impl<'a> Exec<'a> {
+    fn new(
+        store: &'a dyn ReadView,
+        view: View<'a>,
+        as_of: TxId,
+        opts: &QueryOptions,
+        expired_at_ns: Option<i64>,
+    ) -> Result<Exec<'a>, ReadError> {
+        let expiry = match expired_at_ns {
+            Some(now_ns) => {
+                let expires = Attribute::new(reads::MEMORY_EXPIRES)
+                    .map_err(|e| CoreError::corrupt("query", e.to_string()))?;
+                let prefix = keys::aevt_attr(view.ns, &expires);
+                let written = view.branch.is_some()
+                    || !store
+                        .scan(Space::State, &prefix, prefix_end(&prefix).as_deref(), 1)?
+                        .is_empty();
+                if written {
+                    let cardinality = schema::cardinality_at(store, view.ns, &expires, Some(as_of))?;
+                    Some((expires, cardinality, now_ns))
+                } else {
+                    None
+                }
+            }
+            None => None,
+        };
+        Ok(Exec {
+            store,
+            view,
+            read: ReadOptions {
+                as_of: Some(as_of),
+                valid_at_ns: opts.valid_at_ns,
+                ..ReadOptions::default()
+            },
+            as_of,
+            expiry,
+            expired: HashMap::new(),
+            cardinalities: HashMap::new(),
+            rows_read: 0,
+            max_rows_read: opts.max_rows_read,
+            at: String::new(),
+            disconnected: false,
+        })
+    }
+
+    /// The answer's rows: every step run, projected on `find`, distinct and sorted.
+    fn rows(&mut self, q: &Query, plan: &mut [Step]) -> Result<Vec<Vec<Value>>, ReadError> {
+        let vars = q.variables();
+        let slot = |v: &Variable| vars.iter().position(|x| *x == v);
+        let mut partial: Vec<Partial> = vec![vec![None; vars.len()]];
+        for step in plan.iter_mut() {
+            let c = &q.clauses[step.clause];
+            self.at = format!("clauses[{}] {c}", step.clause);
+            self.disconnected = step.disconnected;
+            let before = self.rows_read;
+            let entity_at = match &c.entity {
+                EntityTerm::Var(v) => slot(v),
+                EntityTerm::Entity(_) => None,
+            };
+            let value_at = match &c.value {
+                ValueTerm::Var(v) => slot(v),
+                ValueTerm::Value(_) => None,
+            };
+            let terms = Terms {
+                clause: c,
+                entity_at,
+                value_at,
+            };
+            partial = match step.access {
+                Access::Slot => self.by_slot(&terms, &partial)?,
+                Access::ValueIndex | Access::RefIndex => self.by_value(&terms, &partial, step.access)?,
+                Access::ScanFiltered | Access::Scan => self.by_scan(&terms, &partial)?,
+            };
+            step.rows_read = self.rows_read - before;
+            step.rows_out = partial.len() as u64;
+            if partial.is_empty() {
+                break;
+            }
+        }
+        let columns: Vec<usize> = q.find.iter().filter_map(slot).collect();
+        let mut rows: Vec<Vec<Value>> = partial
+            .into_iter()
+            .map(|p| columns.iter().filter_map(|&i| p[i].clone()).collect::<Vec<_>>())
+            .filter(|r| r.len() == columns.len())
+            .collect();
+        rows.sort_by(|a, b| row_order(a, b));
+        rows.dedup_by(|a, b| row_order(a, b) == Ordering::Equal);
+        Ok(rows)
+    }
+
+    /// Each row's entity known: its slot's claims.
+    fn by_slot(&mut self, t: &Terms<'_>, partial: &[Partial]) -> Result<Vec<Partial>, ReadError> {
+        let mut out = Vec::new();
+        let mut seen: HashMap<EntityId, Vec<Value>> = HashMap::new();
+        for row in partial {
+            let Some(e) = t.entity(row) else {
+                continue;
+            };
+            if !seen.contains_key(&e) {
+                let claims = self.claims(e, &t.clause.attribute)?;
+                seen.insert(e, claims);
+            }
+            for v in &seen[&e] {
+                self.extend(t, row, e, v, &mut out)?;
+            }
+        }
+        Ok(out)
+    }
+
+    /// Each row's value known: the entities holding it, once per value.
+    fn by_value(
+        &mut self,
+        t: &Terms<'_>,
+        partial: &[Partial],
+        access: Access,
+    ) -> Result<Vec<Partial>, ReadError> {
+        let mut out = Vec::new();
+        let mut holders: HashMap<[u8; 16], Vec<EntityId>> = HashMap::new();
+        // Values not found through an index: the attribute's claims, read once.
+        let mut scanned: Option<HashMap<[u8; 16], Vec<EntityId>>> = None;
+        for row in partial {
+            let Some(v) = t.value(row) else {
+                continue;
+            };
+            let digest = keys::value_digest(&v);
+            if !holders.contains_key(&digest) {
+                let found = match (&v, access) {
+                    (_, Access::ValueIndex) => self.holding(&t.clause.attribute, &v)?,
+                    (Value::Ref(target), _) => self.referring(&t.clause.attribute, *target)?,
+                    _ => {
+                        if scanned.is_none() {
+                            let mut by_value: HashMap<[u8; 16], Vec<EntityId>> = HashMap::new();
+                            for (e, held) in self.all(&t.clause.attribute)? {
+                                by_value.entry(keys::value_digest(&held)).or_default().push(e);
+                            }
+                            scanned = Some(by_value);
+                        }
+                        scanned
+                            .as_ref()
+                            .and_then(|s| s.get(&digest))
+                            .cloned()
+                            .unwrap_or_default()
+                    }
+                };
+                holders.insert(digest, found);
+            }
+            for &e in &holders[&digest] {
+                self.extend(t, row, e, &v, &mut out)?;
+            }
+        }
+        Ok(out)
+    }
+
+    /// The attribute's claims read once; each row takes those its terms agree with.
+    fn by_scan(&mut self, t: &Terms<'_>, partial: &[Partial]) -> Result<Vec<Partial>, ReadError> {
+        let all = self.all(&t.clause.attribute)?;
+        let mut by_value: HashMap<[u8; 16], Vec<usize>> = HashMap::new();
+        let mut out = Vec::new();
+        for row in partial {
+            match t.value(row) {
+                Some(v) => {
+                    if by_value.is_empty() {
+                        for (i, (_, held)) in all.iter().enumerate() {
+                            by_value.entry(keys::value_digest(held)).or_default().push(i);
+                        }
+                    }
+                    for &i in by_value
+                        .get(&keys::value_digest(&v))
+                        .map_or(&[][..], Vec::as_slice)
+                    {
+                        let (e, held) = &all[i];
+                        self.extend(t, row, *e, held, &mut out)?;
+                    }
+                }
+                None => {
+                    for (e, held) in &all {
+                        self.extend(t, row, *e, held, &mut out)?;
+                    }
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// `row` extended by the claim (`e`, `v`) if the clause's terms agree with it.
+    fn extend(
+        &self,
+        t: &Terms<'_>,
+        row: &Partial,
+        e: EntityId,
+        v: &Value,
+        out: &mut Vec<Partial>,
+    ) -> Result<(), ReadError> {
+        let mut next = row.clone();
+        let entity = Value::Ref(e);
+        match (&t.clause.entity, t.entity_at) {
+            (EntityTerm::Entity(x), _) if *x != e => return Ok(()),
+            (EntityTerm::Var(_), Some(i)) => match &next[i] {
+                Some(held) if *held != entity => return Ok(()),
+                Some(_) => {}
+                None => next[i] = Some(entity),
+            },
+            _ => {}
+        }
+        match (&t.clause.value, t.value_at) {
+            (ValueTerm::Value(x), _) if x != v => return Ok(()),
+            (ValueTerm::Var(_), Some(i)) => match &next[i] {
+                Some(held) if held != v => return Ok(()),
+                Some(_) => {}
+                None => next[i] = Some(v.clone()),
+            },
+            _ => {}
+        }
+        if out.len() >= MAX_PARTIAL_ROWS {
+            return Err(ReadError::TooCostly(format!(
+                "{}{} would hold more than {MAX_PARTIAL_ROWS} partial rows; narrow the query",
+                self.at,
+                self.cartesian()
+            )));
+        }
+        out.push(next);
+        Ok(())
+    }
+
+    /// Counts `n` rows read against the limit.
+    fn charge(&mut self, n: u64) -> Result<(), ReadError> {
+        self.rows_read += n;
+        if self.rows_read > self.max_rows_read {
+            return Err(ReadError::TooCostly(format!(
+                "{}{} read past the limit of {} rows (max_rows_read); narrow the query or raise the limit",
+                self.at,
+                self.cartesian(),
+                self.max_rows_read
+            )));
+        }
+        Ok(())
+    }
+
+    /// What an error adds about a clause that joins nothing before it.
+    fn cartesian(&self) -> &'static str {
+        if self.disconnected {
+            " (it shares no variable with the clauses before it: a cartesian product)"
+        } else {
+            ""
+        }
+    }
+
+    /// The current claims of one slot, redacted ones left out; none if the entity expired.
+    fn claims(&mut self, e: EntityId, attr: &Attribute) -> Result<Vec<Value>, ReadError> {
+        let cardinality = self.cardinality(attr)?;
+        let slot = self.view.slot_datoms(self.store, e, attr)?;
+        self.charge(slot.len() as u64)?;
+        let current: Vec<Value> = reads::resolve_slot(&slot, cardinality, &self.read)
+            .current
+            .into_iter()
+            .map(|d| d.value)
+            .filter(|v| v.redacted().is_none())
+            .collect();
+        if current.is_empty() || !self.expired(e)? {
+            return Ok(current);
+        }
+        Ok(Vec::new())
+    }
+
+    /// Whether `e` had expired at the instant expiry is judged at (memoised per run).
+    fn expired(&mut self, e: EntityId) -> Result<bool, ReadError> {
+        let Some((expires, cardinality, now_ns)) = self.expiry.clone() else {
+            return Ok(false);
+        };
+        if let Some(&known) = self.expired.get(&e) {
+            return Ok(known);
+        }
+        let slot = self.view.slot_datoms(self.store, e, &expires)?;
+        self.charge(slot.len() as u64)?;
+        let held = reads::resolve_slot(&slot, cardinality, &self.read);
+        let gone = reads::expiry(held.current.iter().chain(&held.conflicts)).is_some_and(|at| at <= now_ns);
+        self.expired.insert(e, gone);
+        Ok(gone)
+    }
+
+    fn cardinality(&mut self, attr: &Attribute) -> Result<Cardinality, ReadError> {
+        if let Some(c) = self.cardinalities.get(attr) {
+            return Ok(*c);
+        }
+        let c = schema::cardinality_at(self.store, self.view.ns, attr, Some(self.as_of))?;
+        self.cardinalities.insert(attr.clone(), c);
+        Ok(c)
+    }
+
+    /// The entities whose current claims of `attr` hold `v`, by the value index.
+    fn holding(&mut self, attr: &Attribute, v: &Value) -> Result<Vec<EntityId>, ReadError> {
+        let mut candidates = Candidates::new(self.store, &self.view, attr, Some(v), None)?;
+        let mut out = Vec::new();
+        while let Some(e) = candidates.next()? {
+            self.charge(1)?;
+            if self.claims(e, attr)?.contains(v) {
+                out.push(e);
+            }
+        }
+        Ok(out)
+    }
+
+    /// The entities whose current claims of `attr` refer to `target`, by the reverse-reference
+    /// index (main only).
+    fn referring(&mut self, attr: &Attribute, target: EntityId) -> Result<Vec<EntityId>, ReadError> {
+        let mut prefix = keys::vaet_ref(self.view.ns, target);
+        prefix.extend_from_slice(attr.as_str().as_bytes());
+        prefix.push(0);
+        let end = prefix_end(&prefix);
+        let mut from = prefix.clone();
+        let mut entities: Vec<EntityId> = Vec::new();
+        loop {
+            let rows = self.store.scan(Space::State, &from, end.as_deref(), SCAN_CHUNK)?;
+            self.charge(rows.len() as u64)?;
+            for (key, _) in &rows {
+                let (e, _, _) = keys::trailing_entity_tx_seq(key).ok_or_else(|| {
+                    CoreError::corrupt(format!("reference index row {}", hex(key)), "too short")
+                })?;
+                if entities.last() != Some(&e) {
+                    entities.push(e);
+                }
+            }
+            match rows.last() {
+                Some((key, _)) if rows.len() == SCAN_CHUNK => {
+                    from = key.clone();
+                    from.push(0);
+                }
+                _ => break,
+            }
+        }
+        let referred = Value::Ref(target);
+        let mut out = Vec::new();
+        for e in entities {
+            if self.claims(e, attr)?.contains(&referred) {
+                out.push(e);
+            }
+        }
+        Ok(out)
+    }
+
+    /// Every current claim of `attr`, in entity order.
+    fn all(&mut self, attr: &Attribute) -> Result<Vec<(EntityId, Value)>, ReadError> {
+        let mut candidates = Candidates::new(self.store, &self.view, attr, None, None)?;
+        let mut out = Vec::new();
+        while let Some(e) = candidates.next()? {
+            self.charge(1)?;
+            for v in self.claims(e, attr)? {
+                out.push((e, v));
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// A clause with where its variables sit in a partial row.
+struct Terms<'q> {
+    clause: &'q Clause,
+    entity_at: Option<usize>,
+    value_at: Option<usize>,
+}
+
+impl Terms<'_> {
+    /// The entity the row (or the clause) fixes: `None` when unbound, or bound to a value
+    /// that is not a reference (which no entity position matches).
+    fn entity(&self, row: &Partial) -> Option<EntityId> {
+        match (&self.clause.entity, self.entity_at) {
+            (EntityTerm::Entity(e), _) => Some(*e),
+            (EntityTerm::Var(_), Some(i)) => match &row[i] {
+                Some(Value::Ref(e)) => Some(*e),
+                _ => None,
+            },
+            (EntityTerm::Var(_), None) => None,
+        }
+    }
+
+    /// The value the row (or the clause) fixes.
+    fn value(&self, row: &Partial) -> Option<Value> {
+        match (&self.clause.value, self.value_at) {
+            (ValueTerm::Value(v), _) => Some(v.clone()),
+            (ValueTerm::Var(_), Some(i)) => row[i].clone(),
+            (ValueTerm::Var(_), None) => None,
+        }
+    }
+}
+
+/// The fingerprint a query's cursor is bound to.
+fn query_key(ns: &Namespace, branch: Option<&BranchName>, q: &Query, opts: &QueryOptions) -> QueryKey {
+    let mut encoded: Vec<Vec<u8>> = vec![
+        ns.as_str().as_bytes().to_vec(),
+        branch.map_or("", |b| b.as_str()).as_bytes().to_vec(),
+        b"find".to_vec(),
+    ];
+    encoded.extend(q.find.iter().map(|v| v.as_str().as_bytes().to_vec()));
+    for c in &q.clauses {
+        encoded.push(match &c.entity {
+            EntityTerm::Var(v) => [b"?".as_slice(), v.as_str().as_bytes()].concat(),
+            EntityTerm::Entity(e) => [b"#".as_slice(), &e.0.to_be_bytes()].concat(),
+        });
+        encoded.push(c.attribute.as_str().as_bytes().to_vec());
+        encoded.push(match &c.value {
+            ValueTerm::Var(v) => [b"?".as_slice(), v.as_str().as_bytes()].concat(),
+            ValueTerm::Value(v) => [b"=".as_slice(), &v.canonical_bytes()].concat(),
+        });
+    }
+    encoded.push(opts.as_of.map_or(0, |t| t.0).to_be_bytes().to_vec());
+    encoded.push(vec![u8::from(opts.expired_at_ns.is_some())]);
+    if let Some(valid) = opts.valid_at_ns {
+        encoded.extend([b"valid-at".to_vec(), valid.to_be_bytes().to_vec()]);
+    }
+    let parts: Vec<&[u8]> = encoded.iter().map(Vec::as_slice).collect();
+    QueryKey::of(CursorKind::Query, &parts)
+}
+
+/// The answer's order: column by column; values of one kind in their natural order, kinds in
+/// their tag order.
+fn row_order(a: &[Value], b: &[Value]) -> Ordering {
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| value_order(x, y))
+        .find(|o| o.is_ne())
+        .unwrap_or_else(|| a.len().cmp(&b.len()))
+}
+
+fn value_order(a: &Value, b: &Value) -> Ordering {
+    match (a, b) {
+        (Value::String(x), Value::String(y)) | (Value::Keyword(x), Value::Keyword(y)) => x.cmp(y),
+        (Value::Json(x), Value::Json(y)) => x.cmp(y),
+        (Value::I64(x), Value::I64(y)) | (Value::Instant(x), Value::Instant(y)) => x.cmp(y),
+        (Value::F64(x), Value::F64(y)) => x.total_cmp(y),
+        (Value::Bool(x), Value::Bool(y)) => x.cmp(y),
+        (Value::Bytes(x), Value::Bytes(y)) => x.cmp(y),
+        (Value::Ref(x), Value::Ref(y)) => x.cmp(y),
+        (Value::Vector(x), Value::Vector(y)) => x
+            .iter()
+            .zip(y)
+            .map(|(p, q)| p.total_cmp(q))
+            .find(|o| o.is_ne())
+            .unwrap_or_else(|| x.len().cmp(&y.len())),
+        _ => a
+            .value_type()
+            .tag()
+            .cmp(&b.value_type().tag())
+            .then_with(|| a.canonical_bytes().cmp(&b.canonical_bytes())),
+    }
+}

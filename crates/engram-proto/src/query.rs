@@ -1,0 +1,93 @@
+//! A join query on the wire (`QueryRequest.find` and `.clauses`) and back.
+
+use engram_types::query::{Clause, EntityTerm, Query, ValueTerm, Variable};
+use engram_types::{EntityId, ValidationError};
+
+use crate::{WireError, attribute, pb, value};
+
+/// The query a request's `find` and `clauses` describe, checked: each term of the kind its
+/// position takes, every value valid, every listed variable bound (see [`Query::new`]).
+pub fn query(find: Vec<String>, clauses: Vec<pb::QueryClause>) -> Result<Query, WireError> {
+    let find = find
+        .into_iter()
+        .enumerate()
+        .map(|(i, v)| Variable::new(v).map_err(|e| WireError::new(format!("find[{i}]"), e)))
+        .collect::<Result<Vec<_>, _>>()?;
+    let clauses = clauses
+        .into_iter()
+        .enumerate()
+        .map(|(i, c)| clause(i, c))
+        .collect::<Result<Vec<_>, _>>()?;
+    Query::new(find, clauses).map_err(|e| match e {
+        // The message already starts with the field it names.
+        ValidationError::Query(m) => match m.split_once(": ") {
+            Some((field, reason)) => WireError::new(field, reason),
+            None => WireError::new("query", m),
+        },
+        other => WireError::new("query", other),
+    })
+}
+
+fn clause(i: usize, c: pb::QueryClause) -> Result<Clause, WireError> {
+    use pb::query_term::Kind;
+    let field = |part: &str| format!("clauses[{i}].{part}");
+    let variable = |part: &str, name: String| Variable::new(name).map_err(|e| WireError::new(field(part), e));
+    let entity = match c.entity.and_then(|t| t.kind) {
+        None => {
+            return Err(WireError::new(
+                field("entity"),
+                "is required (a variable or an entity id)",
+            ));
+        }
+        Some(Kind::Variable(name)) => EntityTerm::Var(variable("entity", name)?),
+        Some(Kind::Entity(e)) => EntityTerm::Entity(EntityId(e)),
+        Some(Kind::Value(_)) => {
+            return Err(WireError::new(
+                field("entity"),
+                "takes a variable or an entity id, not a value",
+            ));
+        }
+    };
+    let attribute = attribute(&field("attribute"), c.attribute)?;
+    let value = match c.value.and_then(|t| t.kind) {
+        None => {
+            return Err(WireError::new(
+                field("value"),
+                "is required (a variable or a value)",
+            ));
+        }
+        Some(Kind::Variable(name)) => ValueTerm::Var(variable("value", name)?),
+        Some(Kind::Value(v)) => ValueTerm::Value(value(&field("value"), Some(v))?),
+        Some(Kind::Entity(_)) => {
+            return Err(WireError::new(
+                field("value"),
+                "takes a variable or a value (a reference is a `ref` value), not an entity id",
+            ));
+        }
+    };
+    Ok(Clause {
+        entity,
+        attribute,
+        value,
+    })
+}
+
+/// The wire form of `q`'s clauses.
+pub fn clauses_to_pb(q: &Query) -> Vec<pb::QueryClause> {
+    use pb::query_term::Kind;
+    let term = |kind| Some(pb::QueryTerm { kind: Some(kind) });
+    q.clauses
+        .iter()
+        .map(|c| pb::QueryClause {
+            entity: term(match &c.entity {
+                EntityTerm::Var(v) => Kind::Variable(v.to_string()),
+                EntityTerm::Entity(e) => Kind::Entity(e.0),
+            }),
+            attribute: c.attribute.to_string(),
+            value: term(match &c.value {
+                ValueTerm::Var(v) => Kind::Variable(v.to_string()),
+                ValueTerm::Value(v) => Kind::Value(v.into()),
+            }),
+        })
+        .collect()
+}

@@ -1,0 +1,277 @@
+//! Join queries: a conjunction of clauses `[entity attribute value]` over one namespace's
+//! current claims, with variables shared between clauses, and the variables the answer lists.
+//!
+//! ```text
+//! find ?task ?owner
+//! where [?task  :task/status  :status/open]
+//!       [?task  :task/owner   ?owner]
+//!       [?owner :agent/team   "infra"]
+//! ```
+//!
+//! The attribute of a clause is always given (an attribute variable would let one clause read
+//! every attribute, past the read scope that hides some); the entity is a variable or an entity
+//! id; the value a variable or a value. A variable in an entity position holds an entity id,
+//! so one bound by a `ref` value joins a reference to its target. This module checks the shape
+//! only; what a query reads is `engram_core::query`'s.
+//!
+//! Must not depend on: storage, Raft, gRPC.
+
+use std::collections::BTreeSet;
+use std::fmt;
+
+use crate::{Attribute, EntityId, ValidationError, Value};
+
+/// The most clauses one query holds.
+pub const MAX_CLAUSES: usize = 16;
+/// The longest variable name, `?` included.
+pub const MAX_VARIABLE_BYTES: usize = 64;
+
+/// A variable: `?` then letters, digits, `_` or `-` (`?task`, `?owner-2`).
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Variable(String);
+
+impl Variable {
+    pub fn new(name: impl Into<String>) -> Result<Variable, &'static str> {
+        let name = name.into();
+        let rest = name.strip_prefix('?').ok_or("a variable starts with ?")?;
+        if rest.is_empty() {
+            return Err("a variable needs a name after ?");
+        }
+        if name.len() > MAX_VARIABLE_BYTES {
+            return Err("a variable is at most 64 bytes long");
+        }
+        if !rest
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+        {
+            return Err("a variable's name holds only letters, digits, _ and -");
+        }
+        Ok(Variable(name))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for Variable {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// What stands in a clause's entity position.
+#[derive(Clone, Debug, PartialEq)]
+pub enum EntityTerm {
+    Var(Variable),
+    Entity(EntityId),
+}
+
+/// What stands in a clause's value position.
+#[derive(Clone, Debug, PartialEq)]
+pub enum ValueTerm {
+    Var(Variable),
+    Value(Value),
+}
+
+/// One `[entity attribute value]` pattern: it matches each current claim of the attribute
+/// whose entity and value agree with the terms.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Clause {
+    pub entity: EntityTerm,
+    pub attribute: Attribute,
+    pub value: ValueTerm,
+}
+
+impl Clause {
+    /// The clause's variables, entity's first.
+    pub fn variables(&self) -> impl Iterator<Item = &Variable> {
+        let e = match &self.entity {
+            EntityTerm::Var(v) => Some(v),
+            EntityTerm::Entity(_) => None,
+        };
+        let v = match &self.value {
+            ValueTerm::Var(v) => Some(v),
+            ValueTerm::Value(_) => None,
+        };
+        e.into_iter().chain(v)
+    }
+}
+
+impl fmt::Display for Clause {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("[")?;
+        match &self.entity {
+            EntityTerm::Var(v) => write!(f, "{v}")?,
+            EntityTerm::Entity(e) => write!(f, "{}", e.0)?,
+        }
+        write!(f, " {} ", self.attribute)?;
+        match &self.value {
+            ValueTerm::Var(v) => write!(f, "{v}")?,
+            ValueTerm::Value(v) => write!(f, "{}", crate::clip(&shown(v), crate::EXCERPT_MAX_BYTES))?,
+        }
+        f.write_str("]")
+    }
+}
+
+/// A value as a clause prints it: strings quoted, others by kind.
+fn shown(v: &Value) -> String {
+    match v {
+        Value::String(s) => format!("{s:?}"),
+        Value::I64(i) => i.to_string(),
+        Value::F64(x) => x.to_string(),
+        Value::Bool(b) => b.to_string(),
+        Value::Instant(ns) => format!("#instant {ns}"),
+        Value::Ref(e) => format!("#ref {}", e.0),
+        Value::Keyword(k) => k.clone(),
+        Value::Json(j) => j.clone(),
+        Value::Bytes(b) => format!("#bytes ({} bytes)", b.len()),
+        Value::Vector(v) => format!("#vector ({} components)", v.len()),
+        Value::Redacted(_) => "#redacted".into(),
+    }
+}
+
+/// A query: the variables to list, and the clauses every answer satisfies.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Query {
+    pub find: Vec<Variable>,
+    pub clauses: Vec<Clause>,
+}
+
+impl Query {
+    /// Checks the shape: at least one clause and one variable to find, at most
+    /// [`MAX_CLAUSES`] clauses, each variable found bound by some clause and found once, and
+    /// the values valid ones a request may name.
+    pub fn new(find: Vec<Variable>, clauses: Vec<Clause>) -> Result<Query, ValidationError> {
+        let invalid = |m: String| Err(ValidationError::Query(m));
+        if clauses.is_empty() {
+            return invalid("clauses: a query needs at least one clause".into());
+        }
+        if clauses.len() > MAX_CLAUSES {
+            return invalid(format!(
+                "clauses: {} clauses, at most {MAX_CLAUSES} are allowed",
+                clauses.len()
+            ));
+        }
+        if find.is_empty() {
+            return invalid("find: name at least one variable to list".into());
+        }
+        for (i, c) in clauses.iter().enumerate() {
+            if let ValueTerm::Value(v) = &c.value
+                && let Err(e) = v.validate()
+            {
+                return invalid(format!("clauses[{i}].value: {e}"));
+            }
+        }
+        let bound: BTreeSet<&Variable> = clauses.iter().flat_map(Clause::variables).collect();
+        let mut listed = BTreeSet::new();
+        for (i, v) in find.iter().enumerate() {
+            if !bound.contains(v) {
+                return invalid(format!("find[{i}]: {v} is bound by no clause"));
+            }
+            if !listed.insert(v) {
+                return invalid(format!("find[{i}]: {v} is listed twice"));
+            }
+        }
+        Ok(Query { find, clauses })
+    }
+
+    /// Every variable, in order of first appearance in the clauses.
+    pub fn variables(&self) -> Vec<&Variable> {
+        let mut out: Vec<&Variable> = Vec::new();
+        for v in self.clauses.iter().flat_map(Clause::variables) {
+            if !out.contains(&v) {
+                out.push(v);
+            }
+        }
+        out
+    }
+}
+
+impl fmt::Display for Query {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("find")?;
+        for v in &self.find {
+            write!(f, " {v}")?;
+        }
+        f.write_str(" where")?;
+        for c in &self.clauses {
+            write!(f, " {c}")?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn var(name: &str) -> Variable {
+        Variable::new(name).expect("valid")
+    }
+
+    fn clause(e: EntityTerm, a: &str, v: ValueTerm) -> Clause {
+        Clause {
+            entity: e,
+            attribute: Attribute::new(a).expect("valid"),
+            value: v,
+        }
+    }
+
+    #[test]
+    fn variables_are_checked_by_name() {
+        assert!(Variable::new("?task").is_ok());
+        assert!(Variable::new("?owner-2_b").is_ok());
+        assert_eq!(Variable::new("task"), Err("a variable starts with ?"));
+        assert_eq!(Variable::new("?"), Err("a variable needs a name after ?"));
+        assert!(Variable::new("?a b").is_err());
+        assert!(Variable::new(format!("?{}", "x".repeat(64))).is_err());
+    }
+
+    #[test]
+    fn a_query_lists_only_variables_its_clauses_bind() {
+        let c = clause(
+            EntityTerm::Var(var("?t")),
+            ":task/owner",
+            ValueTerm::Var(var("?o")),
+        );
+        let q = Query::new(vec![var("?o"), var("?t")], vec![c.clone()]).expect("valid");
+        assert_eq!(q.variables(), vec![&var("?t"), &var("?o")]);
+        assert_eq!(q.to_string(), "find ?o ?t where [?t :task/owner ?o]");
+
+        let unbound = Query::new(vec![var("?x")], vec![c.clone()]).unwrap_err();
+        assert_eq!(
+            unbound.to_string(),
+            "invalid query: find[0]: ?x is bound by no clause"
+        );
+        let twice = Query::new(vec![var("?t"), var("?t")], vec![c.clone()]).unwrap_err();
+        assert!(
+            twice.to_string().contains("find[1]: ?t is listed twice"),
+            "{twice}"
+        );
+        assert!(Query::new(vec![var("?t")], vec![]).is_err());
+        assert!(Query::new(vec![], vec![c.clone()]).is_err());
+        let many = vec![c; MAX_CLAUSES + 1];
+        assert!(
+            Query::new(vec![var("?t")], many)
+                .unwrap_err()
+                .to_string()
+                .contains("at most 16")
+        );
+    }
+
+    #[test]
+    fn a_clause_value_must_be_one_a_request_may_name() {
+        let c = clause(
+            EntityTerm::Entity(EntityId(7)),
+            ":x/y",
+            ValueTerm::Value(Value::F64(f64::NAN)),
+        );
+        let c2 = clause(EntityTerm::Var(var("?e")), ":x/z", ValueTerm::Var(var("?v")));
+        let err = Query::new(vec![var("?e")], vec![c2, c]).unwrap_err();
+        assert!(
+            err.to_string().starts_with("invalid query: clauses[1].value:"),
+            "{err}"
+        );
+    }
+}
