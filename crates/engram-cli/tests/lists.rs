@@ -1,7 +1,8 @@
 //! Lists on a real 3-node cluster: the namespaces, the entities of a namespace and the facts
 //! that refer to an entity, through the Rust client and the CLI, a page at a time across nodes
 //! with each item once; `since` on History and Find; and bad input (a cursor of another list,
-//! an invalid attribute, an instant before genesis) refused with a precise code.
+//! an invalid attribute, an instant before genesis) refused with a precise code; and a join
+//! query through the CLI, a page at a time across nodes, with its plan and its refusals.
 #![allow(clippy::unwrap_used)] // test helpers: a failed set-up step should stop the test loudly
 
 mod common;
@@ -304,6 +305,94 @@ async fn namespaces_entities_and_referrers_are_listed_in_pages_across_nodes() {
         .map(|d| d["entity"].as_u64().unwrap())
         .collect();
     assert_eq!(found, [task_ids[6]]);
+
+    // A join: the tasks whose owner is named ann, two rows a page through the CLI across
+    // nodes, every page as of the first's transaction; as of the tasks' transaction all seven.
+    let ann_tasks =
+        r#"{"find": ["?t"], "where": [["?t", ":task/owner", "?p"], ["?p", ":person/name", "ann"]]}"#;
+    let query_pages = |as_of: Option<String>| {
+        let mut rows: Vec<u64> = Vec::new();
+        let mut cursor = String::new();
+        let mut as_of_txs = Vec::new();
+        for page in 0.. {
+            let mut args = vec!["query", "--ns", NS, ann_tasks, "--json", "--limit", "2"];
+            if let Some(tx) = &as_of {
+                args.extend(["--as-of-tx", tx.as_str()]);
+            }
+            if !cursor.is_empty() {
+                args.extend(["--cursor", cursor.as_str()]);
+            }
+            let doc = cli_json(&endpoints[page % 3], &args);
+            assert_eq!(doc["columns"], serde_json::json!(["?t"]));
+            let page_rows = doc["rows"].as_array().unwrap();
+            assert!(page_rows.len() <= 2);
+            rows.extend(page_rows.iter().map(|r| r["?t"]["ref"].as_u64().unwrap()));
+            as_of_txs.push(doc["as_of_tx"].as_u64().unwrap());
+            match doc["next_cursor"].as_str() {
+                Some(next) => cursor = next.to_string(),
+                None => break,
+            }
+        }
+        as_of_txs.dedup();
+        assert_eq!(as_of_txs.len(), 1, "every page as of one transaction");
+        rows
+    };
+    let anns: Vec<u64> = sorted_tasks
+        .iter()
+        .copied()
+        .filter(|t| *t != task_ids[6])
+        .collect();
+    assert_eq!(query_pages(None), anns);
+    assert_eq!(query_pages(Some(tasks_tx.to_string())), sorted_tasks);
+    let out = run_cli(
+        EXE,
+        &endpoints[1],
+        &["query", "--ns", NS, ann_tasks, "--explain"],
+        None,
+    );
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    assert!(out.stdout.contains("(6 rows, as of tx"), "{}", out.stdout);
+    assert!(
+        out.stdout.contains("attribute scan, filtered") && out.stdout.contains("reference index"),
+        "the plan: the name looked up, then the tasks referring to ann: {}",
+        out.stdout
+    );
+    for (query, code, says) in [
+        (
+            r#"{"find": ["?x"], "where": [["?t", ":task/owner", "?p"]]}"#,
+            1,
+            "find[0]: ?x is bound by no clause",
+        ),
+        (
+            r#"{"find": ["?t"], "where": [["?t", ":task/ownr", "?p"]]}"#,
+            1,
+            "clauses[0].attribute",
+        ),
+        (
+            r#"{"find": ["?t"], "where": [["?t", ":task/owner"]]}"#,
+            1,
+            "where[0]",
+        ),
+    ] {
+        let out = run_cli(EXE, &endpoints[0], &["query", "--ns", NS, query], None);
+        assert_eq!(out.code, code, "{query}: {}", out.stderr);
+        assert!(out.stderr.contains(says), "{query}: {}", out.stderr);
+    }
+    let mut node = pb::memory_client::MemoryClient::connect(format!("http://{}", endpoints[2]))
+        .await
+        .unwrap();
+    let costly = node
+        .query(pb::QueryRequest {
+            namespace: NS.into(),
+            find: vec!["?t".into()],
+            clauses: engram_proto::clauses_to_pb(&engram_cli::queryjson::parse_query(ann_tasks).unwrap()),
+            max_rows_read: 3,
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(costly.code(), Code::ResourceExhausted, "{costly:?}");
+    assert!(costly.message().contains("max_rows_read"), "{}", costly.message());
 
     // Bad input: a cursor of another list, an invalid attribute, an instant before genesis.
     let namespaces_cursor = client

@@ -66,11 +66,13 @@ pub enum Access {
     Slot,
     /// The value is known and the attribute indexed: the value index, once per value.
     ValueIndex,
-    /// The value is known and the attribute not indexed: references through the
-    /// reverse-reference index, other values through one read of the attribute.
+    /// The value is a reference, or a variable that may hold references, and the attribute
+    /// is not indexed: references through the reverse-reference index (main only), other
+    /// values through one read of the attribute.
     RefIndex,
-    /// The value is known and the attribute not indexed: the attribute read once, looked up
-    /// by value (on a branch, where the reverse-reference index does not reach).
+    /// The value is known, not a reference, and the attribute not indexed (or the read is of
+    /// a branch, which the reverse-reference index does not reach): the attribute read once,
+    /// looked up by value.
     ScanFiltered,
     /// Nothing of the clause is known: every claim of the attribute.
     Scan,
@@ -228,7 +230,11 @@ fn plan(
                 (0, Access::Slot)
             } else if value_known && indexed(&c.attribute)? {
                 (1, Access::ValueIndex)
-            } else if value_known && !on_branch {
+            } else if value_known
+                && !on_branch
+                && !matches!(&c.value, ValueTerm::Value(v) if !matches!(v, Value::Ref(_)))
+            {
+                // A reference given, or a variable that may hold references.
                 (2, Access::RefIndex)
             } else if value_known {
                 (2, Access::ScanFiltered)

@@ -91,6 +91,7 @@ protobuf_body!(
     ListNamespacesRequest,
     ListEntitiesRequest,
     ReferrersRequest,
+    QueryRequest,
     WatchRequest,
     DiffRequest,
     GetSchemaRequest,

@@ -13,7 +13,7 @@ use std::time::Duration;
 use engram_access::AgentKey;
 use engram_client::{
     Client, ClientConfig, ClientError, ClientTls, Consistency, EntitiesQuery, FindQuery, GetOptions,
-    HistoryQuery, HistoryTarget, ReferrersQuery, SearchQuery, TrustedLog, WatchFilter, pb,
+    HistoryQuery, HistoryTarget, Join, ReferrersQuery, SearchQuery, TrustedLog, WatchFilter, pb,
 };
 use engram_types::{
     AttributeDef, BranchName, Cardinality, Namespace, Precondition, Provenance, Status, TxRequest, Unique,
@@ -26,7 +26,7 @@ use pyo3::types::{PyBytes, PyDict, PyList, PyString};
 
 use crate::convert;
 use crate::errors;
-use crate::types::{Datom, Diff, Entity, Hit, Receipt, TxEvent};
+use crate::types::{Datom, Diff, Entity, Hit, Receipt, Rows, TxEvent};
 
 /// A connection to an Engram cluster through one or more of its nodes.
 #[pyclass(subclass, name = "Client", module = "engram")]
@@ -690,6 +690,78 @@ impl EngramClient {
         let client = self.client.clone();
         let response = self.run(py, async move { client.referrers(&query, &[]).await })?;
         datom_list(py, response.datoms)
+    }
+
+    /// The rows of values for `find` (variable names such as "?task") that satisfy every
+    /// clause of `where` at once, over the current facts of `namespace` as of one transaction.
+    /// Each clause is a tuple `(entity, attribute, value)`: the entity a variable or an entity
+    /// id (int or `Ref`); the value a variable or any datom value (`Ref(id)` for a reference;
+    /// a string starting with "?" is a variable). A variable in an entity position joins a
+    /// reference to its target. As of `as_of_tx` (or `as_of_time`), valid at `valid_at`;
+    /// at most `limit` rows (0: all, read page by page as of the first page's transaction);
+    /// `max_rows_read` bounds each page's work (0: the server's 1,000,000); `explain=True`
+    /// returns the plan. Rows are distinct and sorted.
+    #[pyo3(signature = (namespace, find, r#where, *, branch=None, as_of_tx=None, as_of_time=None, valid_at=None, include_expired=false, limit=0, max_rows_read=0, explain=false, stale=false))]
+    #[allow(clippy::too_many_arguments)]
+    fn query(
+        &self,
+        py: Python<'_>,
+        namespace: &str,
+        find: Vec<String>,
+        r#where: &Bound<'_, PyAny>,
+        branch: Option<String>,
+        as_of_tx: Option<u64>,
+        as_of_time: Option<&Bound<'_, PyAny>>,
+        valid_at: Option<&Bound<'_, PyAny>>,
+        include_expired: bool,
+        limit: u32,
+        max_rows_read: u64,
+        explain: bool,
+        stale: bool,
+    ) -> PyResult<Rows> {
+        let query = convert::query(find, r#where)?;
+        let join = Join {
+            branch: branch.map(|b| branch_arg("branch", b)).transpose()?,
+            as_of_tx,
+            as_of_time_ns: as_of_time_arg(as_of_time)?,
+            valid_at_ns: valid_at.map(|v| convert::time_ns("valid_at", v)).transpose()?,
+            include_expired,
+            limit,
+            max_rows_read,
+            explain,
+            consistency: consistency(stale),
+            ..Join::new(namespace_arg(namespace)?, query)
+        };
+        let client = self.client.clone();
+        let response = self.run(py, async move { client.query(&join).await })?;
+        let rows = PyList::empty(py);
+        for row in &response.rows {
+            let mut cells = Vec::with_capacity(row.values.len());
+            for (i, v) in row.values.iter().enumerate() {
+                let value = engram_proto::value(&format!("rows[{i}]"), Some(v.clone()))
+                    .map_err(|e| PyValueError::new_err(format!("the server answered {e}")))?;
+                cells.push(convert::to_py(py, &value)?);
+            }
+            rows.append(pyo3::types::PyTuple::new(py, cells)?)?;
+        }
+        let plan = PyList::empty(py);
+        for step in &response.plan {
+            let d = PyDict::new(py);
+            d.set_item("clause", step.clause)?;
+            d.set_item("access", &step.access)?;
+            d.set_item("binds", &step.binds)?;
+            d.set_item("uses", &step.uses)?;
+            d.set_item("rows_read", step.rows_read)?;
+            d.set_item("rows_out", step.rows_out)?;
+            plan.append(d)?;
+        }
+        Ok(Rows {
+            columns: response.columns,
+            rows: rows.unbind(),
+            as_of_tx: response.as_of_tx,
+            rows_read: response.rows_read,
+            plan: plan.unbind(),
+        })
     }
 
     /// Facts found by their words (BM25 over searchable string values), by a query `vector`

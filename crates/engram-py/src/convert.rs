@@ -3,6 +3,7 @@
 //! Every check here runs before a request is sent, and every error names the argument it is
 //! about (`ops[2].value`), so a type mistake never reaches the cluster.
 
+use engram_types::query::{Clause, EntityTerm, Query, ValueTerm, Variable};
 use engram_types::{Attribute, EntityId, EntityRef, Op, TxOp, Value};
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
@@ -247,4 +248,71 @@ fn type_name(obj: &Bound<'_, PyAny>) -> String {
         .name()
         .map(|n| n.to_string())
         .unwrap_or_else(|_| "this value".into())
+}
+
+/// A join query: `find` variable names and `where`, an iterable of `(entity, attribute,
+/// value)` tuples (a string starting with `?` is a variable in either position).
+pub fn query(find: Vec<String>, clauses: &Bound<'_, PyAny>) -> PyResult<Query> {
+    let find = find
+        .into_iter()
+        .enumerate()
+        .map(|(i, v)| Variable::new(v).map_err(|e| PyValueError::new_err(format!("find[{i}]: {e}"))))
+        .collect::<PyResult<Vec<_>>>()?;
+    let mut out = Vec::new();
+    for (i, c) in clauses.try_iter()?.enumerate() {
+        let c = c?;
+        let field = format!("where[{i}]");
+        let tuple = c.cast::<PyTuple>().map_err(|_| {
+            PyTypeError::new_err(format!("{field}: a clause is a tuple (entity, attribute, value)"))
+        })?;
+        if tuple.len() != 3 {
+            return Err(PyValueError::new_err(format!(
+                "{field}: a clause is a tuple (entity, attribute, value), not {} items",
+                tuple.len()
+            )));
+        }
+        let (e, a, v) = (tuple.get_item(0)?, tuple.get_item(1)?, tuple.get_item(2)?);
+        let variable = |part: usize, obj: &Bound<'_, PyAny>| -> PyResult<Option<Variable>> {
+            if !obj.is_instance_of::<PyString>() {
+                return Ok(None);
+            }
+            let s: String = obj.extract()?;
+            if !s.starts_with('?') {
+                return Ok(None);
+            }
+            Variable::new(s)
+                .map(Some)
+                .map_err(|e| PyValueError::new_err(format!("{field}[{part}]: {e}")))
+        };
+        let entity = match variable(0, &e)? {
+            Some(v) => EntityTerm::Var(v),
+            None if e.is_instance_of::<PyString>() => {
+                return Err(PyValueError::new_err(format!(
+                    "{field}[0]: a variable (\"?name\") or an entity id, not a string"
+                )));
+            }
+            None => EntityTerm::Entity(entity_id(&format!("{field}[0]"), &e)?),
+        };
+        let attribute = attribute(
+            &format!("{field}[1]"),
+            &a.extract::<String>().map_err(|_| {
+                PyTypeError::new_err(format!(
+                    "{field}[1]: an attribute is a str such as \":task/owner\""
+                ))
+            })?,
+        )?;
+        let value = match variable(2, &v)? {
+            Some(var) => ValueTerm::Var(var),
+            None => ValueTerm::Value(value(&format!("{field}[2]"), &v)?),
+        };
+        out.push(Clause {
+            entity,
+            attribute,
+            value,
+        });
+    }
+    Query::new(find, out).map_err(|e| match e {
+        engram_types::ValidationError::Query(m) => PyValueError::new_err(m.replacen("clauses", "where", 1)),
+        other => PyValueError::new_err(other.to_string()),
+    })
 }

@@ -30,6 +30,7 @@ fn _engram(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<types::Entity>()?;
     m.add_class::<types::Hit>()?;
     m.add_class::<types::Diff>()?;
+    m.add_class::<types::Rows>()?;
     m.add_class::<types::TxEvent>()?;
     m.add_function(wrap_pyfunction!(client::keygen, m)?)?;
     errors::register(m)?;

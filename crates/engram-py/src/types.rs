@@ -377,6 +377,39 @@ pub struct Diff {
     pub truncated: bool,
 }
 
+/// The answer to a join query: its columns (the `find` variables), its rows (tuples of
+/// values in column order; an entity is a `Ref`), the transaction it was read as of, the
+/// rows its run read, and the plan (with `explain=True`). Iterating it yields the rows.
+#[pyclass(frozen, get_all, module = "engram")]
+pub struct Rows {
+    pub columns: Vec<String>,
+    pub rows: Py<PyList>,
+    pub as_of_tx: u64,
+    pub rows_read: u64,
+    /// One dict per step: `clause`, `access`, `binds`, `uses`, `rows_read`, `rows_out`.
+    pub plan: Py<PyList>,
+}
+
+#[pymethods]
+impl Rows {
+    fn __len__(&self, py: Python<'_>) -> usize {
+        self.rows.bind(py).len()
+    }
+
+    fn __iter__(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        Ok(self.rows.bind(py).try_iter()?.into_any().unbind())
+    }
+
+    fn __repr__(&self, py: Python<'_>) -> String {
+        format!(
+            "Rows(columns={:?}, rows={}, as_of_tx={})",
+            self.columns,
+            self.rows.bind(py).len(),
+            self.as_of_tx
+        )
+    }
+}
+
 /// One transaction delivered by a watch.
 #[pyclass(frozen, get_all, module = "engram")]
 pub struct TxEvent {

@@ -308,4 +308,13 @@ def test_lists_show_only_what_the_caller_may_read(enforced):
         lena.entities("lists/shared", ":hr/reviewer")
     with pytest.raises(engram.PermissionDenied):
         lena.entities("lists/hidden")
+    # A join through an attribute she may not read is refused whole, naming it; through those
+    # she may read, it answers.
+    assert list(lena.query("lists/shared", ["?d"], [("?d", ":doc/author", engram.Ref(owner))])) == [
+        (engram.Ref(doc),)
+    ]
+    with pytest.raises(engram.PermissionDenied, match=":hr/reviewer"):
+        lena.query("lists/shared", ["?d"], [("?d", ":doc/author", "?o"), ("?d", ":hr/reviewer", "?o")])
+    with pytest.raises(engram.PermissionDenied):
+        lena.query("lists/hidden", ["?x"], [("?x", ":n/x", "?v")])
     assert sorted(admin.entities("lists/shared")) == sorted([owner, doc])

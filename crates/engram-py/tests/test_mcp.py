@@ -41,7 +41,10 @@ def test_tools_are_listed_with_schemas(cluster):
         return (await s.list_tools()).tools
 
     tools = {t.name: t for t in run(cluster, body)}
-    assert set(tools) == {"remember", "recall", "get", "history", "what_changed", "list", "branch", "forget", "verify"}
+    assert set(tools) == {
+        "remember", "recall", "get", "history", "what_changed", "list", "query", "branch", "forget", "verify",
+    }
+    assert set(tools["query"].input_schema["required"]) == {"namespace", "find", "where"}
     assert set(tools["forget"].input_schema["required"]) == {"namespace", "entity", "reason"}
     remember = tools["remember"]
     assert "transaction" in remember.description
@@ -195,6 +198,45 @@ def test_list_names_namespaces_entities_and_referrers_in_pages(cluster):
     assert [(f["entity"], f["attribute"]) for f in refs["facts"]] == [(t, ":task/owner") for t in tasks]
     assert bad.is_error and "namespaces" in text(bad)
     assert missing.is_error and "entity" in text(missing)
+
+
+def test_query_joins_facts_in_pages_and_names_a_bad_clause(cluster):
+    ns = "mcp/query"
+
+    async def body(s):
+        r = await s.call_tool(
+            "remember",
+            {"namespace": ns, "facts": [
+                {"entity": "lee", "attribute": ":person/team", "value": "infra"},
+                {"entity": "kim", "attribute": ":person/team", "value": "web"},
+            ]},
+        )
+        assert not r.is_error, text(r)
+        people = json.loads(text(r))["entities"]
+        facts = [
+            {"entity": f"t{i}", "attribute": ":task/owner", "value": {"ref": people["lee" if i < 3 else "kim"]}}
+            for i in range(4)
+        ]
+        r = await s.call_tool("remember", {"namespace": ns, "facts": facts})
+        assert not r.is_error, text(r)
+        tasks = json.loads(text(r))["entities"]
+        where = [["?t", ":task/owner", "?p"], ["?p", ":person/team", "infra"]]
+        first = json.loads(text(await s.call_tool(
+            "query", {"namespace": ns, "find": ["?t"], "where": where, "limit": 2, "explain": True})))
+        rest = json.loads(text(await s.call_tool(
+            "query", {"namespace": ns, "find": ["?t"], "where": where, "cursor": first["next_cursor"]})))
+        unbound = await s.call_tool("query", {"namespace": ns, "find": ["?x"], "where": where})
+        short = await s.call_tool("query", {"namespace": ns, "find": ["?t"], "where": [["?t", ":task/owner"]]})
+        return people, tasks, first, rest, unbound, short
+
+    people, tasks, first, rest, unbound, short = run(cluster, body)
+    infra = sorted(tasks[f"t{i}"] for i in range(3))
+    assert first["more"] is True and rest["more"] is False
+    assert [r["?t"]["ref"] for r in first["rows"] + rest["rows"]] == infra
+    assert first["as_of_tx"] == rest["as_of_tx"]
+    assert [step["clause"] for step in first["plan"]] == [1, 0]
+    assert unbound.is_error and "find[0]: ?x is bound by no clause" in text(unbound)
+    assert short.is_error and "where[0]" in text(short)
 
 
 def test_the_same_tools_over_streamable_http(cluster):

@@ -293,3 +293,55 @@ def test_history_and_find_since_a_transaction_and_at_a_valid_instant(db, ns):
     assert c in [d.entity for d in db.find(ns, ":cap/tag", valid_at=starts)]
     assert c not in [d.entity for d in db.history(ns, attribute=":cap/tag", valid_at=starts - 1)]
     assert [d.entity for d in db.history(ns, c, valid_at=starts)] == [c]
+
+
+def test_query_joins_clauses_as_of_one_transaction_and_pages_the_rows(db, ns):
+    first = db.transact(
+        ns,
+        [
+            ("ann", ":agent/team", "infra"),
+            ("bob", ":agent/team", "infra"),
+            ("cid", ":agent/team", "web"),
+        ],
+    )
+    ann, bob, cid = (first.temp_ids[n] for n in ("ann", "bob", "cid"))
+    owners = [ann, bob, cid, ann]
+    tasks = db.transact(
+        ns,
+        [op for i, o in enumerate(owners) for op in [
+            (f"t{i}", ":task/owner", Ref(o)),
+            (f"t{i}", ":task/status", Keyword(":status/open" if i < 3 else ":status/done")),
+        ]],
+    )
+    t = [tasks.temp_ids[f"t{i}"] for i in range(4)]
+    # The open tasks of team infra, with their owner.
+    where = [
+        ("?task", ":task/status", Keyword(":status/open")),
+        ("?task", ":task/owner", "?who"),
+        ("?who", ":agent/team", "infra"),
+    ]
+    rows = db.query(ns, ["?task", "?who"], where, explain=True)
+    assert rows.columns == ["?task", "?who"]
+    assert set(rows) == {(Ref(t[0]), Ref(ann)), (Ref(t[1]), Ref(bob))}
+    assert len(rows) == 2 and rows.as_of_tx == tasks.tx and rows.rows_read > 0
+    assert [s["clause"] for s in rows.plan] == [0, 1, 2] and rows.plan[0]["access"] == "value index"
+
+    # bob's task moves to cid: as of before the move, the answer is as it was.
+    db.transact(ns, [(t[1], ":task/owner", Ref(cid))])
+    assert list(db.query(ns, ["?task"], where)) == [(Ref(t[0]),)]
+    assert len(db.query(ns, ["?task"], where, as_of_tx=tasks.tx)) == 2
+    # A row a page, each once; an entity id in the entity position.
+    assert len(db.query(ns, ["?s"], [(t[3], ":task/status", "?s")], limit=1)) == 1
+    assert list(db.query(ns, ["?s"], [(t[3], ":task/status", "?s")])) == [(Keyword(":status/done"),)]
+    owners_now = db.query(ns, ["?who"], [("?t", ":task/owner", "?who")])
+    assert set(owners_now) == {(Ref(ann),), (Ref(cid),)} and len(owners_now) == 2, "each owner once"
+
+    # Bad queries name what is wrong; nothing is written.
+    with pytest.raises(ValueError, match=r"find\[0\]: \?nobody is bound by no clause"):
+        db.query(ns, ["?nobody"], where)
+    with pytest.raises(ValueError, match=r"where\[0\]: a clause is a tuple"):
+        db.query(ns, ["?t"], [("?t", ":task/owner")])
+    with pytest.raises(engram.NotFound, match=r"clauses\[0\].attribute: attribute :task/ownr"):
+        db.query(ns, ["?t"], [("?t", ":task/ownr", "?o")])
+    with pytest.raises(engram.ResourceExhausted, match="max_rows_read"):
+        db.query(ns, ["?t"], where, max_rows_read=2)

@@ -115,6 +115,16 @@ class Diff:
     to_tx: int
     truncated: bool
 
+class Rows(Iterable[Tuple[Any, ...]]):
+    """A join's answer; iterating it yields the rows."""
+    columns: List[str]
+    rows: List[Tuple[Any, ...]]
+    as_of_tx: int
+    rows_read: int
+    plan: List[Dict[str, Any]]
+    def __len__(self) -> int: ...
+    def __iter__(self) -> Iterator[Tuple[Any, ...]]: ...
+
 class TxEvent:
     tx: int
     tx_time_ns: int
@@ -272,6 +282,22 @@ class Client:
         limit: int = 0,
         stale: bool = False,
     ) -> List[Datom]: ...
+    def query(
+        self,
+        namespace: str,
+        find: Sequence[str],
+        where: Iterable[Tuple[Any, str, Any]],
+        *,
+        branch: Optional[str] = None,
+        as_of_tx: Optional[int] = None,
+        as_of_time: Optional[Time] = None,
+        valid_at: Optional[Time] = None,
+        include_expired: bool = False,
+        limit: int = 0,
+        max_rows_read: int = 0,
+        explain: bool = False,
+        stale: bool = False,
+    ) -> Rows: ...
     def search(
         self,
         namespace: str,
