@@ -344,4 +344,4 @@ def test_query_joins_clauses_as_of_one_transaction_and_pages_the_rows(db, ns):
     with pytest.raises(engram.NotFound, match=r"clauses\[0\].attribute: attribute :task/ownr"):
         db.query(ns, ["?t"], [("?t", ":task/ownr", "?o")])
     with pytest.raises(engram.ResourceExhausted, match="max_rows_read"):
-        db.query(ns, ["?t"], where, max_rows_read=2)
+        db.query(ns, ["?task"], where, max_rows_read=2)
