@@ -26,6 +26,7 @@
 //! Must not depend on: Raft, gRPC, RocksDB, an async runtime or a clock.
 
 use std::cmp::Ordering;
+use std::collections::hash_map::Entry;
 use std::collections::{BTreeSet, HashMap};
 
 use engram_storage::{ReadView, Space, prefix_end};
@@ -389,9 +390,8 @@ impl<'a> Exec<'a> {
             let Some(e) = t.entity(row) else {
                 continue;
             };
-            if !seen.contains_key(&e) {
-                let claims = self.claims(e, &t.clause.attribute)?;
-                seen.insert(e, claims);
+            if let Entry::Vacant(slot) = seen.entry(e) {
+                slot.insert(self.claims(e, &t.clause.attribute)?);
             }
             for v in &seen[&e] {
                 self.extend(t, row, e, v, &mut out)?;
@@ -416,7 +416,7 @@ impl<'a> Exec<'a> {
                 continue;
             };
             let digest = keys::value_digest(&v);
-            if !holders.contains_key(&digest) {
+            if let Entry::Vacant(slot) = holders.entry(digest) {
                 let found = match (&v, access) {
                     (_, Access::ValueIndex) => self.holding(&t.clause.attribute, &v)?,
                     (Value::Ref(target), _) => self.referring(&t.clause.attribute, *target)?,
@@ -435,7 +435,7 @@ impl<'a> Exec<'a> {
                             .unwrap_or_default()
                     }
                 };
-                holders.insert(digest, found);
+                slot.insert(found);
             }
             for &e in &holders[&digest] {
                 self.extend(t, row, e, &v, &mut out)?;
