@@ -1177,6 +1177,10 @@ pub struct DiffArgs {
     /// command unchanged).
     #[arg(long, value_name = "HEX")]
     pub cursor: Option<String>,
+    /// Only datoms valid at this instant (ns since the Unix epoch, valid time): what changed
+    /// about that moment.
+    #[arg(long, value_name = "NS", allow_negative_numbers = true)]
+    pub valid_at_ns: Option<i64>,
 }
 
 #[derive(Args, Debug)]

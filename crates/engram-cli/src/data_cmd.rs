@@ -352,6 +352,7 @@ pub(crate) async fn diff(client: &Client, args: DiffArgs, json: bool) -> Result<
         to_tx: args.to_tx,
         limit: args.limit,
         consistency: consistency(args.stale),
+        valid_at_ns: args.valid_at_ns,
     };
     let from = from_cursor(args.cursor.as_deref())?;
     let resp = with_progress(json, "reading changes", async |progress| {

@@ -731,6 +731,7 @@ impl EngramTools {
             to_tx: 0,
             limit: args.limit.unwrap_or(200).clamp(1, MAX_TOOL_PAGE),
             consistency: Consistency::Linearizable,
+            valid_at_ns: None,
         };
         let d = self
             .client

@@ -89,6 +89,8 @@ pub struct DiffQuery {
     /// [`Client::diff_page`], the page size (0: the server's largest).
     pub limit: u32,
     pub consistency: Consistency,
+    /// Only datoms whose valid-time interval holds this instant (ns since the Unix epoch).
+    pub valid_at_ns: Option<i64>,
 }
 
 impl Client {
@@ -181,6 +183,7 @@ impl Client {
             to_tx,
             limit,
             consistency,
+            valid_at_ns: None,
         };
         self.diff_all(&query, &[], |_| ()).await
     }
@@ -224,6 +227,7 @@ impl Client {
             consistency: query.consistency.to_pb(),
             branch: String::new(),
             cursor: cursor.to_vec(),
+            valid_at_ns: query.valid_at_ns,
         };
         self.call_with_endpoint(Idempotency::Safe, move |ch, s| {
             let req = req.clone();

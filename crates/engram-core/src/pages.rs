@@ -118,46 +118,48 @@ pub fn history(
 
 /// A page of what changed on main after transaction `from` up to `to` (inclusive; `None`: the
 /// store's head when the answer's first page is read), for one entity or the whole namespace,
-/// in (tx, seq) order.
+/// in (tx, seq) order; with `valid_at_ns`, only the datoms valid at that instant.
+#[allow(clippy::too_many_arguments)] // where (store, namespace), what (four), which page (two)
 pub fn diff(
     store: &dyn ReadView,
     ns: &Namespace,
     entity: Option<EntityId>,
     from: TxId,
     to: Option<TxId>,
+    valid_at_ns: Option<i64>,
     cursor: &[u8],
     limit: usize,
 ) -> Result<Page, ReadError> {
-    let query = QueryKey::of(
-        CursorKind::Diff,
-        &[
-            ns.as_str().as_bytes(),
-            &entity.map_or([0u8; 9], |e| {
-                let mut tagged = [1u8; 9];
-                tagged[1..].copy_from_slice(&e.0.to_be_bytes());
-                tagged
-            }),
-            &from.0.to_be_bytes(),
-            &to.map_or(0, |t| t.0).to_be_bytes(),
-        ],
-    );
+    let entity_part = entity.map_or([0u8; 9], |e| {
+        let mut tagged = [1u8; 9];
+        tagged[1..].copy_from_slice(&e.0.to_be_bytes());
+        tagged
+    });
+    let (from_part, to_part) = (from.0.to_be_bytes(), to.map_or(0, |t| t.0).to_be_bytes());
+    let valid = valid_at_ns.map(i64::to_be_bytes);
+    let mut parts: Vec<&[u8]> = vec![ns.as_str().as_bytes(), &entity_part, &from_part, &to_part];
+    // Part of the query only when set, so cursors issued before it existed still continue.
+    if let Some(valid) = &valid {
+        parts.extend([&b"valid-at"[..], valid]);
+    }
+    let query = QueryKey::of(CursorKind::Diff, &parts);
     let cursor = Cursor::continuing(cursor, CursorKind::Diff, query)?;
     let as_of = answer_as_of(store, cursor.as_ref(), to)?;
     let after = cursor.map(|c| (TxId(c.after.0), c.after.1));
+    let window = Window {
+        since: from,
+        as_of,
+        valid_at_ns,
+    };
     let (datoms, last) = match entity {
         Some(entity) => {
             let of = HistoryOf::Entity {
                 entity,
                 attribute: None,
             };
-            let window = Window {
-                since: from,
-                as_of,
-                valid_at_ns: None,
-            };
             earliest_of(store, &View::main(ns), of, window, after, limit)?
         }
-        None => namespace_changes(store, ns, from, as_of, after, limit)?,
+        None => namespace_changes(store, ns, window, after, limit)?,
     };
     let next = last.map(|(tx, seq)| Cursor::at(CursorKind::Diff, query, as_of, (tx.0, seq)));
     Ok(Page { datoms, as_of, next })
@@ -282,17 +284,21 @@ fn earliest_of(
     Ok((datoms, last))
 }
 
-/// The first `limit` datoms main's transactions of `ns` recorded with `since < tx <= as_of`,
-/// after `after`, in (tx, seq) order (a datom's seq is its place in its transaction), read
+/// The first `limit` datoms main's transactions of `ns` recorded within `window`, after
+/// `after`, in (tx, seq) order (a datom's seq is its place in its transaction), read
 /// from the transaction log; and the position of the last when more follow.
 fn namespace_changes(
     store: &dyn ReadView,
     ns: &Namespace,
-    since: TxId,
-    as_of: TxId,
+    window: Window,
     after: Option<(TxId, u32)>,
     limit: usize,
 ) -> Result<Gathered, ReadError> {
+    let Window {
+        since,
+        as_of,
+        valid_at_ns,
+    } = window;
     let mut out: Vec<Datom> = Vec::new();
     let mut last = None;
     let mut next = after.map_or(TxId(since.0.saturating_add(1)), |(tx, _)| tx);
@@ -306,7 +312,9 @@ fn namespace_changes(
             for (seq, d) in record.datoms.into_iter().enumerate() {
                 let seq =
                     u32::try_from(seq).map_err(|_| CoreError::corrupt("transaction", "over 2^32 datoms"))?;
-                if after.is_some_and(|after| (tx, seq) <= after) {
+                if after.is_some_and(|after| (tx, seq) <= after)
+                    || valid_at_ns.is_some_and(|at| !d.valid_at(at))
+                {
                     continue;
                 }
                 if out.len() == limit {
@@ -481,7 +489,7 @@ pub fn diff_main(
     to: TxId,
     limit: usize,
 ) -> Result<reads::Diff, ReadError> {
-    let page = diff(store, ns, entity, from, Some(to), &[], limit)?;
+    let page = diff(store, ns, entity, from, Some(to), None, &[], limit)?;
     let truncated = page.next.is_some();
     let (asserted, retracted) = page
         .datoms

@@ -170,3 +170,76 @@ fn a_retroactive_correction_never_changes_an_earlier_as_of_read() {
     let now = reads::get(&*store, &ns, e, None, Some(5_000)).unwrap();
     assert_eq!(now[0].value, s("blue"));
 }
+
+#[test]
+fn a_diff_at_a_valid_instant_keeps_only_the_datoms_valid_then() {
+    let (store, mut engine) = genesis();
+    let mut log = 1;
+    let mut apply = |req: TxRequest| {
+        log += 1;
+        engine
+            .apply_tx(log, 1_000 * log as i64, &req, WriteBatch::new())
+            .unwrap()
+            .unwrap()
+    };
+    // e: red from 100, blue from 500 (recorded later); f: green from 300.
+    let e = apply(tx(
+        "team/a",
+        vec![op(Op::Assert, EntityRef::Temp("e".into()), s("red"), Some(100))],
+    ))
+    .temp_ids["e"];
+    let mut blue = op(Op::Assert, EntityRef::Id(e), s("blue"), Some(500));
+    blue.valid_to_ns = Some(900);
+    apply(tx("team/a", vec![blue]));
+    apply(tx(
+        "team/a",
+        vec![op(Op::Assert, EntityRef::Temp("f".into()), s("green"), Some(300))],
+    ));
+    let ns = Namespace::new("team/a").unwrap();
+    let at = |entity: Option<EntityId>, valid_at: Option<i64>, limit: usize| -> Vec<Value> {
+        let mut out = Vec::new();
+        let mut cursor = Vec::new();
+        loop {
+            let page = pages::diff(&*store, &ns, entity, TxId(0), None, valid_at, &cursor, limit).unwrap();
+            out.extend(page.datoms.into_iter().map(|d| d.value));
+            match page.next {
+                Some(c) => cursor = c.encode(),
+                None => return out,
+            }
+        }
+    };
+    assert_eq!(at(None, None, 10), [s("red"), s("blue"), s("green")]);
+    assert_eq!(
+        at(None, Some(50), 10),
+        Vec::<Value>::new(),
+        "nothing was valid before 100"
+    );
+    assert_eq!(at(None, Some(200), 10), [s("red")]);
+    assert_eq!(
+        at(None, Some(600), 1),
+        [s("red"), s("blue"), s("green")],
+        "a datom a page"
+    );
+    assert_eq!(
+        at(None, Some(900), 10),
+        [s("red"), s("green")],
+        "blue ended at 900"
+    );
+    assert_eq!(at(Some(e), Some(600), 1), [s("red"), s("blue")]);
+    assert_eq!(at(Some(e), Some(950), 10), [s("red")]);
+    // The instant is part of the query: a cursor of one instant does not continue another.
+    let first = pages::diff(&*store, &ns, None, TxId(0), None, Some(600), &[], 1).unwrap();
+    assert!(matches!(
+        pages::diff(
+            &*store,
+            &ns,
+            None,
+            TxId(0),
+            None,
+            Some(601),
+            &first.next.unwrap().encode(),
+            1
+        ),
+        Err(ReadError::Cursor(_))
+    ));
+}

@@ -1468,7 +1468,8 @@ fn history_and_find_page_through_every_datom_once_as_of_the_first_page() {
     // Diff of the namespace after the first transaction, 700 datoms a page: pages end inside
     // transactions of 1,500 and the next goes on from the datom after.
     let from = first_tx(&m, written[0]);
-    let diff = every_page(|cursor| pages::diff(&*m.store, &m.ns, None, from, None, cursor, 700).unwrap());
+    let diff =
+        every_page(|cursor| pages::diff(&*m.store, &m.ns, None, from, None, None, cursor, 700).unwrap());
     let changed: Vec<EntityId> = diff
         .iter()
         .flat_map(|p| p.datoms.iter().map(|d| d.entity))
@@ -1588,7 +1589,7 @@ fn a_cursor_continues_only_its_own_query_and_as_of_point() {
     );
     // Diff: the lower and upper bounds are part of the query.
     let diff = |from: u64, to: Option<TxId>, cursor: &[u8]| {
-        pages::diff(store, &m.ns, None, TxId(from), to, cursor, 2)
+        pages::diff(store, &m.ns, None, TxId(from), to, None, cursor, 2)
     };
     let d = diff(0, None, &[]).unwrap().next.unwrap();
     assert_eq!(diff(0, None, &d.encode()).unwrap().datoms.len(), 2);

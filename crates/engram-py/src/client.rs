@@ -12,8 +12,8 @@ use std::time::Duration;
 
 use engram_access::AgentKey;
 use engram_client::{
-    Client, ClientConfig, ClientError, ClientTls, Consistency, EntitiesQuery, FindQuery, GetOptions,
-    HistoryQuery, HistoryTarget, Join, ReferrersQuery, SearchQuery, TrustedLog, WatchFilter, pb,
+    Client, ClientConfig, ClientError, ClientTls, Consistency, DiffQuery, EntitiesQuery, FindQuery,
+    GetOptions, HistoryQuery, HistoryTarget, Join, ReferrersQuery, SearchQuery, TrustedLog, WatchFilter, pb,
 };
 use engram_types::{
     AttributeDef, BranchName, Cardinality, Namespace, Precondition, Provenance, Status, TxRequest, Unique,
@@ -863,8 +863,8 @@ impl EngramClient {
     }
 
     /// What changed after `from_tx` up to `to_tx` (0: the head), for one entity or the whole
-    /// namespace.
-    #[pyo3(signature = (namespace, from_tx, to_tx=0, *, entity=None, limit=0, stale=false))]
+    /// namespace; with `valid_at` (datetime or ns), only datoms valid at that instant.
+    #[pyo3(signature = (namespace, from_tx, to_tx=0, *, entity=None, limit=0, stale=false, valid_at=None))]
     #[allow(clippy::too_many_arguments)]
     fn diff(
         &self,
@@ -875,16 +875,19 @@ impl EngramClient {
         entity: Option<&Bound<'_, PyAny>>,
         limit: u32,
         stale: bool,
+        valid_at: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Diff> {
-        let namespace = namespace_arg(namespace)?;
-        let entity = entity.map(|e| convert::entity_id("entity", e)).transpose()?;
+        let query = DiffQuery {
+            namespace: namespace_arg(namespace)?,
+            entity: entity.map(|e| convert::entity_id("entity", e)).transpose()?,
+            from_tx,
+            to_tx,
+            limit,
+            consistency: consistency(stale),
+            valid_at_ns: valid_at.map(|v| convert::time_ns("valid_at", v)).transpose()?,
+        };
         let client = self.client.clone();
-        let consistency = consistency(stale);
-        let response = self.run(py, async move {
-            client
-                .diff(&namespace, entity, from_tx, to_tx, limit, consistency)
-                .await
-        })?;
+        let response = self.run(py, async move { client.diff_all(&query, &[], |_| ()).await })?;
         diff(py, response)
     }
 

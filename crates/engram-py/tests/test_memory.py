@@ -293,6 +293,9 @@ def test_history_and_find_since_a_transaction_and_at_a_valid_instant(db, ns):
     assert c in [d.entity for d in db.find(ns, ":cap/tag", valid_at=starts)]
     assert c not in [d.entity for d in db.history(ns, attribute=":cap/tag", valid_at=starts - 1)]
     assert [d.entity for d in db.history(ns, c, valid_at=starts)] == [c]
+    # And in a diff: what changed about that moment.
+    assert c not in [d.entity for d in db.diff(ns, first.tx, valid_at=starts - 1).asserted]
+    assert [d.entity for d in db.diff(ns, later.tx, valid_at=starts).asserted] == [c]
 
 
 def test_query_joins_clauses_as_of_one_transaction_and_pages_the_rows(db, ns):

@@ -328,6 +328,7 @@ class Client:
         entity: Optional[Union[int, Ref]] = None,
         limit: int = 0,
         stale: bool = False,
+        valid_at: Optional[Time] = None,
     ) -> Diff: ...
     def branch_diff(
         self, namespace: str, branch: str, *, entity: Optional[Union[int, Ref]] = None, limit: int = 0

@@ -688,6 +688,12 @@ impl pb::memory_server::Memory for MemoryService {
             ))
             .into());
         }
+        if on.is_some() && req.valid_at_ns.is_some() {
+            return Err(ApiError::Invalid(
+                "valid_at_ns: not with branch (a branch diff lists the branch's own writes whole)".into(),
+            )
+            .into());
+        }
         if let Some(mut leader) = self.shared.read_leader(req.consistency, forwarded).await? {
             return relay(leader.diff(caller.forward(req)).await);
         }
@@ -729,10 +735,11 @@ impl pb::memory_server::Memory for MemoryService {
                 TxId(req.from_tx),
                 (req.to_tx != 0).then_some(TxId(req.to_tx)),
             );
-            let (cursor, limit) = (req.cursor.clone(), pages::page_size(req.limit));
+            let (cursor, limit, valid_at_ns) =
+                (req.cursor.clone(), pages::page_size(req.limit), req.valid_at_ns);
             self.shared
                 .read_sized(entity.is_none(), move |store| {
-                    pages::diff(store, &ns, entity, from, to, &cursor, limit)
+                    pages::diff(store, &ns, entity, from, to, valid_at_ns, &cursor, limit)
                 })
                 .await?
         };
