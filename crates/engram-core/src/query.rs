@@ -13,7 +13,9 @@
 //!   reverse-reference index), then a value known and not indexed (the attribute read once and
 //!   looked up by value), then a clause sharing a variable, then one sharing none (a cartesian
 //!   product). Ties go to the clause written first, so a query always runs the same plan on
-//!   every node. [`Step`] reports each with what it read.
+//!   every node. [`Step`] reports each with what it read. When several clauses bind the same
+//!   entity, an entity's rows (up to [`ENTITY_ROWS`] of them) are read with one seek and its
+//!   slots taken from them, rather than a seek per slot.
 //! - **Limits.** A run reads at most `max_rows_read` index and datom rows and holds at most
 //!   [`MAX_PARTIAL_ROWS`] partial rows; past either it stops with [`ReadError::TooCostly`]
 //!   naming the clause, never with a partial answer.
@@ -31,7 +33,7 @@ use std::collections::{BTreeSet, HashMap};
 
 use engram_storage::{ReadView, Space, prefix_end};
 use engram_types::query::{Clause, EntityTerm, Query, ValueTerm, Variable};
-use engram_types::{Attribute, BranchName, Cardinality, EntityId, Namespace, TxId, Value};
+use engram_types::{Attribute, BranchName, Cardinality, Datom, EntityId, Namespace, TxId, Value};
 
 use crate::cursor::{Cursor, CursorKind, QueryKey};
 use crate::pages::{Candidates, answer_as_of};
@@ -50,6 +52,10 @@ pub const MAX_PARTIAL_ROWS: usize = 1_000_000;
 
 /// Index rows read per scan of the reverse-reference index.
 const SCAN_CHUNK: usize = 1024;
+/// The most rows of one entity a run reads whole (when several clauses bind the same entity,
+/// one seek for its rows costs less than a seek per slot); an entity with more is read a slot
+/// at a time.
+const ENTITY_ROWS: usize = 256;
 
 /// The page size a request's `limit` asks for: 0 is the largest.
 pub fn page_rows(limit: u32) -> usize {
@@ -290,6 +296,12 @@ struct Exec<'a> {
     at: String,
     /// Whether it shares no variable with the clauses before it.
     disconnected: bool,
+    /// Whether several clauses bind the same entity term (then an entity's rows are read with
+    /// one seek and its slots taken from them; main only).
+    whole_entities: bool,
+    /// The entities read whole, their datoms by attribute in tx order; `None`: more than
+    /// [`ENTITY_ROWS`], read a slot at a time.
+    entities: HashMap<EntityId, Option<HashMap<Attribute, Vec<Datom>>>>,
 }
 
 impl<'a> Exec<'a> {
@@ -334,6 +346,8 @@ impl<'a> Exec<'a> {
             max_rows_read: opts.max_rows_read,
             at: String::new(),
             disconnected: false,
+            whole_entities: false,
+            entities: HashMap::new(),
         })
     }
 
@@ -341,6 +355,12 @@ impl<'a> Exec<'a> {
     fn rows(&mut self, q: &Query, plan: &mut [Step]) -> Result<Vec<Vec<Value>>, ReadError> {
         let vars = q.variables();
         let slot = |v: &Variable| vars.iter().position(|x| *x == v);
+        let entity_terms: Vec<&EntityTerm> = q.clauses.iter().map(|c| &c.entity).collect();
+        self.whole_entities = self.view.branch.is_none()
+            && entity_terms
+                .iter()
+                .enumerate()
+                .any(|(i, e)| entity_terms[i + 1..].contains(e));
         let mut partial: Vec<Partial> = vec![vec![None; vars.len()]];
         for step in plan.iter_mut() {
             let c = &q.clauses[step.clause];
@@ -541,8 +561,7 @@ impl<'a> Exec<'a> {
     /// The current claims of one slot, redacted ones left out; none if the entity expired.
     fn claims(&mut self, e: EntityId, attr: &Attribute) -> Result<Vec<Value>, ReadError> {
         let cardinality = self.cardinality(attr)?;
-        let slot = self.view.slot_datoms(self.store, e, attr)?;
-        self.charge(slot.len() as u64)?;
+        let slot = self.slot(e, attr)?;
         let current: Vec<Value> = reads::resolve_slot(&slot, cardinality, &self.read)
             .current
             .into_iter()
@@ -563,12 +582,57 @@ impl<'a> Exec<'a> {
         if let Some(&known) = self.expired.get(&e) {
             return Ok(known);
         }
-        let slot = self.view.slot_datoms(self.store, e, &expires)?;
-        self.charge(slot.len() as u64)?;
+        let slot = self.slot(e, &expires)?;
         let held = reads::resolve_slot(&slot, cardinality, &self.read);
         let gone = reads::expiry(held.current.iter().chain(&held.conflicts)).is_some_and(|at| at <= now_ns);
         self.expired.insert(e, gone);
         Ok(gone)
+    }
+
+    /// One slot's datoms in tx order: taken from the entity's rows when this run reads
+    /// entities whole, else read with one seek.
+    fn slot(&mut self, e: EntityId, attr: &Attribute) -> Result<Vec<Datom>, ReadError> {
+        if self.whole_entities {
+            if let Some(read) = self.entities.get(&e) {
+                if let Some(by_attr) = read {
+                    return Ok(by_attr.get(attr).cloned().unwrap_or_default());
+                }
+            } else {
+                let read = self.entity_rows(e)?;
+                let slot = read
+                    .as_ref()
+                    .map(|by_attr| by_attr.get(attr).cloned().unwrap_or_default());
+                self.entities.insert(e, read);
+                if let Some(slot) = slot {
+                    return Ok(slot);
+                }
+            }
+        }
+        let slot = self.view.slot_datoms(self.store, e, attr)?;
+        self.charge(slot.len() as u64)?;
+        Ok(slot)
+    }
+
+    /// The rows of `e` on main by attribute, if it has at most [`ENTITY_ROWS`].
+    fn entity_rows(&mut self, e: EntityId) -> Result<Option<HashMap<Attribute, Vec<Datom>>>, ReadError> {
+        let prefix = keys::eavt_entity(self.view.ns, e);
+        let rows = self.store.scan(
+            Space::State,
+            &prefix,
+            prefix_end(&prefix).as_deref(),
+            ENTITY_ROWS + 1,
+        )?;
+        self.charge(rows.len() as u64)?;
+        if rows.len() > ENTITY_ROWS {
+            return Ok(None);
+        }
+        let mut by_attr: HashMap<Attribute, Vec<Datom>> = HashMap::new();
+        for (key, bytes) in rows {
+            let d = Datom::decode(&bytes)
+                .map_err(|err| CoreError::corrupt(format!("datom row {}", hex(&key)), err))?;
+            by_attr.entry(d.attribute.clone()).or_default().push(d);
+        }
+        Ok(Some(by_attr))
     }
 
     fn cardinality(&mut self, attr: &Attribute) -> Result<Cardinality, ReadError> {

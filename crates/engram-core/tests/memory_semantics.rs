@@ -2351,3 +2351,44 @@ fn a_join_leaves_out_expired_entities_and_reads_a_branch() {
         "main is unchanged"
     );
 }
+
+#[test]
+fn a_join_reads_an_entity_of_many_rows_a_slot_at_a_time_with_the_same_answer() {
+    let mut m = Mem::new("team/a");
+    let admin = agent("admin", Status::Verified, 1.0);
+    // One entity of 300 rows (more than a run reads whole), one of three.
+    let mut ops: Vec<TxOp> = (0..298)
+        .map(|i| assert_op(temp("big"), &format!(":big/v{i}"), Value::I64(i)))
+        .collect();
+    ops.extend([
+        assert_op(temp("big"), ":cap/tag", s("x")),
+        assert_op(temp("big"), ":cap/size", Value::I64(300)),
+        assert_op(temp("small"), ":cap/tag", s("x")),
+        assert_op(temp("small"), ":cap/size", Value::I64(3)),
+        assert_op(temp("small"), ":big/v7", Value::I64(7)),
+    ]);
+    let r = m.write(admin, ops).unwrap();
+    let (big, small) = (created(&r, "big"), created(&r, "small"));
+    let q = join(
+        &["?e", "?n", "?v"],
+        vec![
+            (Term::Var("?e"), ":cap/tag", Term::Val(s("x"))),
+            (Term::Var("?e"), ":cap/size", Term::Var("?n")),
+            (Term::Var("?e"), ":big/v7", Term::Var("?v")),
+        ],
+    );
+    let mut expected = vec![
+        vec![Value::Ref(big), Value::I64(300), Value::I64(7)],
+        vec![Value::Ref(small), Value::I64(3), Value::I64(7)],
+    ];
+    expected.sort_by_key(|r| match r[0] {
+        Value::Ref(e) => e,
+        _ => unreachable!(),
+    });
+    let (rows, plan) = query_pages(&m, &q, &opts_now(), 10);
+    assert_eq!(rows, expected);
+    // The small entity was read whole (3 rows once), the big one a slot at a time after its
+    // first 257 rows were seen.
+    let read: u64 = plan.iter().map(|s| s.rows_read).sum();
+    assert!(read > 257 && read < 300, "{read} rows read");
+}
