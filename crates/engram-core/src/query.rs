@@ -14,7 +14,7 @@
 //!   looked up by value), then a clause sharing a variable, then one sharing none (a cartesian
 //!   product). Ties go to the clause written first, so a query always runs the same plan on
 //!   every node. [`Step`] reports each with what it read. When several clauses bind the same
-//!   entity, an entity's rows (up to [`ENTITY_ROWS`] of them) are read with one seek and its
+//!   entity, an entity's rows (up to 256 of them) are read with one seek and its
 //!   slots taken from them, rather than a seek per slot.
 //! - **Limits.** A run reads at most `max_rows_read` index and datom rows and holds at most
 //!   [`MAX_PARTIAL_ROWS`] partial rows; past either it stops with [`ReadError::TooCostly`]
