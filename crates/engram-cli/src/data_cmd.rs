@@ -741,6 +741,7 @@ pub(crate) async fn query(client: &Client, args: QueryArgs, json: bool) -> Resul
             "ACCESS",
             "USES",
             "BINDS",
+            "FILTERS",
             "ROWS READ",
             "ROWS OUT",
         ]);
@@ -751,6 +752,11 @@ pub(crate) async fn query(client: &Client, args: QueryArgs, json: bool) -> Resul
                 s.access.clone(),
                 s.uses.join(" "),
                 s.binds.join(" "),
+                s.filters
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join(" "),
                 s.rows_read.to_string(),
                 s.rows_out.to_string(),
             ]);

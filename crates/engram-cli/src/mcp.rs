@@ -427,7 +427,9 @@ pub struct QueryArgs {
     /// ("?task") or an entity id; the value a variable, a string, number or boolean, or a
     /// typed value such as {"keyword": ":status/open"} or {"ref": 12} (a reference). A variable
     /// in an entity position joins a reference to its target, e.g.
-    /// [["?task", ":task/owner", "?agent"], ["?agent", ":agent/team", "infra"]].
+    /// [["?task", ":task/owner", "?agent"], ["?agent", ":agent/team", "infra"]]. An entry
+    /// [op, "?var", value or variable], op one of < <= > >= !=, is a filter the rows pass:
+    /// [">", "?priority", 2].
     #[serde(rename = "where")]
     pub clauses: Vec<Json>,
     /// Read as of this transaction (default: now).

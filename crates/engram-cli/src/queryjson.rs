@@ -13,7 +13,7 @@
 //! format (`{"keyword": ...}`, `{"ref": 12}`, `{"instant_ns": ...}`; `{"string": "?x"}` for a
 //! string that starts with `?`).
 
-use engram_types::query::{Clause, EntityTerm, Query, ValueTerm, Variable};
+use engram_types::query::{Clause, Compare, EntityTerm, Filter, Query, ValueTerm, Variable, Where};
 use engram_types::{Attribute, EntityId, ValidationError, Value};
 use serde_json::{Value as Json, json};
 
@@ -31,8 +31,9 @@ QUERY FORMAT (JSON)\n  \
 Each clause is [entity, attribute, value]: the entity a variable (\"?name\") or an entity id;\n  \
 the value a variable, a JSON string, integer, float or boolean, or a value object as in\n  \
 transactions ({\"keyword\": \":x/y\"}, {\"ref\": 12}, {\"instant_ns\": N}). A variable in an\n  \
-entity position joins a reference to its target. Rows are distinct, sorted, and read as of\n  \
-one transaction; every clause reads current claims.";
+entity position joins a reference to its target. An entry [op, \"?var\", value or variable],\n  \
+op one of < <= > >= !=, is a filter: [\">\", \"?priority\", 2]. Rows are distinct, sorted, and\n  \
+read as of one transaction; every clause reads current claims.";
 
 fn fail<T>(path: impl Into<String>, reason: impl Into<String>) -> Result<T, JsonError> {
     Err(JsonError {
@@ -74,35 +75,55 @@ pub fn query_from_json(doc: &Json) -> Result<Query, JsonError> {
         Some(_) => return fail("find", "expected an array of variables, e.g. [\"?task\"]"),
         None => return fail("find", "is required: the variables each row lists"),
     };
-    let clauses = match obj.get("where") {
+    // A `where` entry whose first element is a comparison (`[">", "?p", 3]`) is a filter;
+    // any other is a clause.
+    let entries = match obj.get("where") {
         Some(Json::Array(cs)) => cs
             .iter()
             .enumerate()
-            .map(|(i, c)| clause(i, c))
+            .map(|(i, c)| {
+                match c
+                    .as_array()
+                    .and_then(|a| a.first())
+                    .and_then(Json::as_str)
+                    .and_then(Compare::parse)
+                {
+                    Some(op) => filter(i, op, c).map(Where::Filter),
+                    None => clause(i, c).map(Where::Clause),
+                }
+            })
             .collect::<Result<Vec<_>, _>>()?,
         Some(_) => return fail("where", "expected an array of [entity, attribute, value] clauses"),
         None => return fail("where", "is required: the clauses every row satisfies"),
     };
-    Query::new(find, clauses).map_err(|e| match e {
-        ValidationError::Query(m) => {
-            // The message names the field as the wire does (`clauses[i]`); here it is `where[i]`.
-            let m = m.replacen("clauses", "where", 1);
-            match m.split_once(": ") {
-                Some((path, reason)) => JsonError {
-                    path: path.into(),
-                    reason: reason.into(),
-                },
-                None => JsonError {
-                    path: "(query)".into(),
-                    reason: m,
-                },
-            }
-        }
+    Query::from_where(find, entries).map_err(|e| match e {
+        // The message starts with the field it names (`where[2]`, `find[0]`).
+        ValidationError::Query(m) => match m.split_once(": ") {
+            Some((path, reason)) => JsonError {
+                path: path.into(),
+                reason: reason.into(),
+            },
+            None => JsonError {
+                path: "(query)".into(),
+                reason: m,
+            },
+        },
         other => JsonError {
             path: "(query)".into(),
             reason: other.to_string(),
         },
     })
+}
+
+/// A filter entry: `[op, "?left", right]`, the right a variable or a value as in clauses.
+fn filter(i: usize, op: Compare, c: &Json) -> Result<Filter, JsonError> {
+    let path = format!("where[{i}]");
+    let Some([_, left, right]) = c.as_array().map(Vec::as_slice) else {
+        return fail(path, "a filter is [op, \"?variable\", value or variable]");
+    };
+    let left = variable(&format!("{path}[1]"), left)?;
+    let right = value_term(&format!("{path}[2]"), right)?;
+    Ok(Filter { op, left, right })
 }
 
 fn variable(path: &str, v: &Json) -> Result<Variable, JsonError> {
@@ -145,23 +166,27 @@ fn clause(i: usize, c: &Json) -> Result<Clause, JsonError> {
             );
         }
     };
-    let vpath = format!("{path}[2]");
-    let value = match v {
-        Json::String(s) if s.starts_with('?') => ValueTerm::Var(variable(&vpath, v)?),
+    let value = value_term(&format!("{path}[2]"), v)?;
+    Ok(Clause {
+        entity,
+        attribute,
+        value,
+    })
+}
+
+/// A value position: a variable, a plain JSON string, number or boolean, or a value object.
+fn value_term(path: &str, v: &Json) -> Result<ValueTerm, JsonError> {
+    Ok(match v {
+        Json::String(s) if s.starts_with('?') => ValueTerm::Var(variable(path, v)?),
         Json::String(s) => ValueTerm::Value(Value::String(s.clone())),
         Json::Bool(b) => ValueTerm::Value(Value::Bool(*b)),
         Json::Number(n) => match (n.as_i64(), n.as_f64()) {
             (Some(i), _) => ValueTerm::Value(Value::I64(i)),
             (None, Some(x)) if !n.is_u64() => ValueTerm::Value(Value::F64(x)),
-            _ => return fail(vpath, format!("{n} is outside the i64 range")),
+            _ => return fail(path, format!("{n} is outside the i64 range")),
         },
-        Json::Object(_) => ValueTerm::Value(txjson::value_from_json(&vpath, v)?),
-        _ => return fail(vpath, "expected a variable, a value, or a value object"),
-    };
-    Ok(Clause {
-        entity,
-        attribute,
-        value,
+        Json::Object(_) => ValueTerm::Value(txjson::value_from_json(path, v)?),
+        _ => return fail(path, "expected a variable, a value, or a value object"),
     })
 }
 
@@ -196,7 +221,7 @@ pub fn rows_to_json(resp: &engram_client::pb::QueryResponse) -> Json {
                 .map(|s| {
                     json!({
                         "clause": s.clause, "access": s.access, "binds": s.binds, "uses": s.uses,
-                        "rows_read": s.rows_read, "rows_out": s.rows_out,
+                        "rows_read": s.rows_read, "rows_out": s.rows_out, "filters": s.filters,
                     })
                 })
                 .collect(),
@@ -239,6 +264,35 @@ mod tests {
             q.clauses[6].value,
             ValueTerm::Value(Value::String("?literal".into()))
         );
+    }
+
+    #[test]
+    fn an_entry_that_starts_with_a_comparison_is_a_filter_named_by_its_place() {
+        let q = parse_query(
+            r#"{"find": ["?t"], "where": [
+                ["?t", ":task/priority", "?p"], [">=", "?p", 2], ["!=", "?p", "?q"],
+                ["?t", ":task/cap", "?q"]]}"#,
+        )
+        .expect("parses");
+        assert_eq!((q.clauses.len(), q.filters.len()), (2, 2));
+        assert_eq!(q.filters[0].op, Compare::Ge);
+        assert_eq!(q.filters[0].right, ValueTerm::Value(Value::I64(2)));
+        assert_eq!(
+            q.filters[1].right,
+            ValueTerm::Var(Variable::new("?q").expect("valid"))
+        );
+        let err =
+            parse_query(r#"{"find": ["?t"], "where": [["?t", ":a/b", "?p"], ["<", "?x", 1]]}"#).unwrap_err();
+        assert_eq!(
+            (err.path.as_str(), err.reason.as_str()),
+            ("where[1]", "?x is bound by no clause")
+        );
+        let err =
+            parse_query(r#"{"find": ["?t"], "where": [["<", "?p"], ["?t", ":a/b", "?p"]]}"#).unwrap_err();
+        assert_eq!(err.path, "where[0]");
+        let err =
+            parse_query(r#"{"find": ["?x"], "where": [[">", "?p", 1], ["?t", ":a/b", "?p"]]}"#).unwrap_err();
+        assert_eq!(err.path, "find[0]");
     }
 
     #[test]

@@ -357,6 +357,23 @@ async fn namespaces_entities_and_referrers_are_listed_in_pages_across_nodes() {
         "the plan: the name looked up, then the tasks referring to ann: {}",
         out.stdout
     );
+    // A filter: ann's tasks but one.
+    let but_one = format!(
+        r#"{{"find": ["?t"], "where": [["?t", ":task/owner", "?p"], ["?p", ":person/name", "ann"], ["!=", "?t", {{"ref": {}}}]]}}"#,
+        anns[0]
+    );
+    let doc = cli_json(
+        &endpoints[2],
+        &["query", "--ns", NS, &but_one, "--json", "--explain"],
+    );
+    let rows: Vec<u64> = doc["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["?t"]["ref"].as_u64().unwrap())
+        .collect();
+    assert_eq!(rows, anns[1..]);
+    assert_eq!(doc["plan"][1]["filters"], serde_json::json!([0]), "{doc}");
     for (query, code, says) in [
         (
             r#"{"find": ["?x"], "where": [["?t", ":task/owner", "?p"]]}"#,

@@ -32,7 +32,7 @@ use std::collections::hash_map::Entry;
 use std::collections::{BTreeSet, HashMap};
 
 use engram_storage::{ReadView, Space, prefix_end};
-use engram_types::query::{Clause, EntityTerm, Query, ValueTerm, Variable};
+use engram_types::query::{Clause, Compare, EntityTerm, Filter, Query, ValueTerm, Variable};
 use engram_types::{Attribute, BranchName, Cardinality, Datom, EntityId, Namespace, TxId, Value};
 
 use crate::cursor::{Cursor, CursorKind, QueryKey};
@@ -110,8 +110,10 @@ pub struct Step {
     /// Whether it shares no variable with the steps before (a cartesian product).
     pub disconnected: bool,
     pub rows_read: u64,
-    /// The partial rows after it.
+    /// The partial rows after it (and after the filters applied with it).
     pub rows_out: u64,
+    /// The query's filters applied after it: those whose variables it was the last to bind.
+    pub filters: Vec<usize>,
 }
 
 /// What a query reads as of, and its limit.
@@ -270,6 +272,7 @@ fn plan(
             disconnected,
             rows_read: 0,
             rows_out: 0,
+            filters: Vec::new(),
         });
         bound.extend(c.variables());
     }
@@ -362,6 +365,7 @@ impl<'a> Exec<'a> {
                 .enumerate()
                 .any(|(i, e)| entity_terms[i + 1..].contains(e));
         let mut partial: Vec<Partial> = vec![vec![None; vars.len()]];
+        let mut applied = vec![false; q.filters.len()];
         for step in plan.iter_mut() {
             let c = &q.clauses[step.clause];
             self.at = format!("clauses[{}] {c}", step.clause);
@@ -386,6 +390,23 @@ impl<'a> Exec<'a> {
                 Access::ScanFiltered | Access::Scan => self.by_scan(&terms, &partial)?,
             };
             step.rows_read = self.rows_read - before;
+            // Each filter runs once all its variables are bound: after this step if the rows
+            // bind them now.
+            for (i, f) in q.filters.iter().enumerate() {
+                if applied[i] {
+                    continue;
+                }
+                let at: Option<Vec<usize>> = f.variables().map(slot).collect();
+                let Some(at) = at else { continue };
+                if partial
+                    .first()
+                    .is_some_and(|row| at.iter().all(|&s| row[s].is_some()))
+                {
+                    partial.retain(|row| passes(f, row, &at));
+                    applied[i] = true;
+                    step.filters.push(i);
+                }
+            }
             step.rows_out = partial.len() as u64;
             if partial.is_empty() {
                 break;
@@ -709,6 +730,26 @@ impl<'a> Exec<'a> {
     }
 }
 
+/// Whether `row` passes `f`, its variables at `at` (left, then right's if a variable).
+fn passes(f: &Filter, row: &Partial, at: &[usize]) -> bool {
+    let value_at = |i: usize| at.get(i).and_then(|&s| row[s].as_ref());
+    let Some(left) = value_at(0) else {
+        return false;
+    };
+    let right = match &f.right {
+        ValueTerm::Value(v) => Some(v),
+        ValueTerm::Var(_) => value_at(1),
+    };
+    let Some(right) = right else {
+        return false;
+    };
+    if left.value_type() != right.value_type() {
+        // Kinds are never ordered; they are only ever different.
+        return f.op == Compare::Ne;
+    }
+    f.op.holds(value_order(left, right))
+}
+
 /// A clause with where its variables sit in a partial row.
 struct Terms<'q> {
     clause: &'q Clause,
@@ -755,6 +796,14 @@ fn query_key(ns: &Namespace, branch: Option<&BranchName>, q: &Query, opts: &Quer
         });
         encoded.push(c.attribute.as_str().as_bytes().to_vec());
         encoded.push(match &c.value {
+            ValueTerm::Var(v) => [b"?".as_slice(), v.as_str().as_bytes()].concat(),
+            ValueTerm::Value(v) => [b"=".as_slice(), &v.canonical_bytes()].concat(),
+        });
+    }
+    for f in &q.filters {
+        encoded.push(f.op.symbol().as_bytes().to_vec());
+        encoded.push(f.left.as_str().as_bytes().to_vec());
+        encoded.push(match &f.right {
             ValueTerm::Var(v) => [b"?".as_slice(), v.as_str().as_bytes()].concat(),
             ValueTerm::Value(v) => [b"=".as_slice(), &v.canonical_bytes()].concat(),
         });

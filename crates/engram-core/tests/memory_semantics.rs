@@ -2392,3 +2392,96 @@ fn a_join_reads_an_entity_of_many_rows_a_slot_at_a_time_with_the_same_answer() {
     let read: u64 = plan.iter().map(|s| s.rows_read).sum();
     assert!(read > 257 && read < 300, "{read} rows read");
 }
+
+#[test]
+fn a_join_keeps_the_rows_its_filters_pass_applied_once_their_variables_are_bound() {
+    use engram_types::query::{Compare, Filter};
+    let mut m = Mem::new("team/a");
+    let admin = agent("admin", Status::Verified, 1.0);
+    let ops = (0..30)
+        .flat_map(|i| {
+            let e = format!("e{i}");
+            [
+                assert_op(temp(&e), ":cap/tag", s(if i % 2 == 0 { "even" } else { "odd" })),
+                assert_op(temp(&e), ":cap/size", Value::I64(i)),
+                assert_op(temp(&e), ":cap/limit", Value::I64(10)),
+            ]
+        })
+        .collect();
+    m.write(admin, ops).unwrap();
+    let sizes = |rows: Vec<Vec<Value>>| -> Vec<i64> {
+        let mut out: Vec<i64> = rows
+            .into_iter()
+            .map(|r| match r[1] {
+                Value::I64(n) => n,
+                _ => unreachable!(),
+            })
+            .collect();
+        out.sort();
+        out
+    };
+    let var = |v: &str| Variable::new(v).unwrap();
+    let base = join(
+        &["?e", "?n"],
+        vec![
+            (Term::Var("?e"), ":cap/tag", Term::Val(s("even"))),
+            (Term::Var("?e"), ":cap/size", Term::Var("?n")),
+            (Term::Var("?e"), ":cap/limit", Term::Var("?l")),
+        ],
+    );
+    let with = |filters: Vec<Filter>| base.clone().filtered(filters).unwrap();
+    let above = with(vec![Filter {
+        op: Compare::Gt,
+        left: var("?n"),
+        right: ValueTerm::Value(Value::I64(20)),
+    }]);
+    let (rows, plan) = query_pages(&m, &above, &opts_now(), 100);
+    assert_eq!(sizes(rows), [22, 24, 26, 28]);
+    assert_eq!(plan[1].filters, [0], "applied as soon as ?n is bound");
+    assert_eq!(plan[1].rows_out, 4);
+    // Two variables: sizes under each entity's own limit.
+    let under = with(vec![Filter {
+        op: Compare::Lt,
+        left: var("?n"),
+        right: ValueTerm::Var(var("?l")),
+    }]);
+    let (rows, plan) = query_pages(&m, &under, &opts_now(), 100);
+    assert_eq!(sizes(rows), [0, 2, 4, 6, 8]);
+    assert_eq!(plan[2].filters, [0], "applied once ?l is bound too");
+    // Kinds are never ordered: a string bound never passes `<`, always passes `!=`.
+    let string = |op| {
+        with(vec![Filter {
+            op,
+            left: var("?n"),
+            right: ValueTerm::Value(s("20")),
+        }])
+    };
+    assert!(
+        query_pages(&m, &string(Compare::Lt), &opts_now(), 100)
+            .0
+            .is_empty()
+    );
+    assert_eq!(
+        query_pages(&m, &string(Compare::Ne), &opts_now(), 100).0.len(),
+        15
+    );
+    // A filter is part of the query its cursor continues.
+    let first = query::run(&*m.store, &m.ns, None, &above, &opts_now(), &[], 1).unwrap();
+    let other = with(vec![Filter {
+        op: Compare::Ge,
+        left: var("?n"),
+        right: ValueTerm::Value(Value::I64(20)),
+    }]);
+    assert!(matches!(
+        query::run(
+            &*m.store,
+            &m.ns,
+            None,
+            &other,
+            &opts_now(),
+            &first.next.unwrap().encode(),
+            1
+        ),
+        Err(ReadError::Cursor(_))
+    ));
+}

@@ -1,13 +1,17 @@
 //! A join query on the wire (`QueryRequest.find` and `.clauses`) and back.
 
-use engram_types::query::{Clause, EntityTerm, Query, ValueTerm, Variable};
+use engram_types::query::{Clause, Compare, EntityTerm, Filter, Query, ValueTerm, Variable};
 use engram_types::{EntityId, ValidationError};
 
 use crate::{WireError, attribute, pb, value};
 
 /// The query a request's `find` and `clauses` describe, checked: each term of the kind its
 /// position takes, every value valid, every listed variable bound (see [`Query::new`]).
-pub fn query(find: Vec<String>, clauses: Vec<pb::QueryClause>) -> Result<Query, WireError> {
+pub fn query(
+    find: Vec<String>,
+    clauses: Vec<pb::QueryClause>,
+    filters: Vec<pb::QueryFilter>,
+) -> Result<Query, WireError> {
     let find = find
         .into_iter()
         .enumerate()
@@ -18,14 +22,73 @@ pub fn query(find: Vec<String>, clauses: Vec<pb::QueryClause>) -> Result<Query, 
         .enumerate()
         .map(|(i, c)| clause(i, c))
         .collect::<Result<Vec<_>, _>>()?;
-    Query::new(find, clauses).map_err(|e| match e {
-        // The message already starts with the field it names.
-        ValidationError::Query(m) => match m.split_once(": ") {
-            Some((field, reason)) => WireError::new(field, reason),
-            None => WireError::new("query", m),
-        },
-        other => WireError::new("query", other),
-    })
+    let filters = filters
+        .into_iter()
+        .enumerate()
+        .map(|(i, f)| filter(i, f))
+        .collect::<Result<Vec<_>, _>>()?;
+    Query::new(find, clauses)
+        .and_then(|q| q.filtered(filters))
+        .map_err(|e| match e {
+            // The message already starts with the field it names.
+            ValidationError::Query(m) => match m.split_once(": ") {
+                Some((field, reason)) => WireError::new(field, reason),
+                None => WireError::new("query", m),
+            },
+            other => WireError::new("query", other),
+        })
+}
+
+fn filter(i: usize, f: pb::QueryFilter) -> Result<Filter, WireError> {
+    use pb::query_term::Kind;
+    let field = |part: &str| format!("filters[{i}].{part}");
+    let op = Compare::parse(&f.op).ok_or_else(|| {
+        WireError::new(
+            field("op"),
+            format!(
+                "{} is not a comparison (<, <=, >, >= or !=)",
+                engram_types::excerpt(&f.op)
+            ),
+        )
+    })?;
+    let left = Variable::new(f.left).map_err(|e| WireError::new(field("left"), e))?;
+    let right = match f.right.and_then(|t| t.kind) {
+        None => {
+            return Err(WireError::new(
+                field("right"),
+                "is required (a variable or a value)",
+            ));
+        }
+        Some(Kind::Variable(name)) => {
+            ValueTerm::Var(Variable::new(name).map_err(|e| WireError::new(field("right"), e))?)
+        }
+        Some(Kind::Value(v)) => ValueTerm::Value(value(&field("right"), Some(v))?),
+        Some(Kind::Entity(_)) => {
+            return Err(WireError::new(
+                field("right"),
+                "takes a variable or a value (a reference is a `ref` value), not an entity id",
+            ));
+        }
+    };
+    Ok(Filter { op, left, right })
+}
+
+/// The wire form of `q`'s filters.
+pub fn filters_to_pb(q: &Query) -> Vec<pb::QueryFilter> {
+    use pb::query_term::Kind;
+    q.filters
+        .iter()
+        .map(|f| pb::QueryFilter {
+            op: f.op.symbol().to_string(),
+            left: f.left.to_string(),
+            right: Some(pb::QueryTerm {
+                kind: Some(match &f.right {
+                    ValueTerm::Var(v) => Kind::Variable(v.to_string()),
+                    ValueTerm::Value(v) => Kind::Value(v.into()),
+                }),
+            }),
+        })
+        .collect()
 }
 
 fn clause(i: usize, c: pb::QueryClause) -> Result<Clause, WireError> {

@@ -697,7 +697,8 @@ impl EngramClient {
     /// Each clause is a tuple `(entity, attribute, value)`: the entity a variable or an entity
     /// id (int or `Ref`); the value a variable or any datom value (`Ref(id)` for a reference;
     /// a string starting with "?" is a variable). A variable in an entity position joins a
-    /// reference to its target. As of `as_of_tx` (or `as_of_time`), valid at `valid_at`;
+    /// reference to its target. A tuple `(op, "?var", value or variable)`, `op` one of `<`,
+    /// `<=`, `>`, `>=`, `!=`, is a filter the rows pass. As of `as_of_tx` (or `as_of_time`), valid at `valid_at`;
     /// at most `limit` rows (0: all, read page by page as of the first page's transaction);
     /// `max_rows_read` bounds each page's work (0: the server's 1,000,000); `explain=True`
     /// returns the plan. Rows are distinct and sorted.
@@ -753,6 +754,7 @@ impl EngramClient {
             d.set_item("uses", &step.uses)?;
             d.set_item("rows_read", step.rows_read)?;
             d.set_item("rows_out", step.rows_out)?;
+            d.set_item("filters", &step.filters)?;
             plan.append(d)?;
         }
         Ok(Rows {

@@ -3,7 +3,7 @@
 //! Every check here runs before a request is sent, and every error names the argument it is
 //! about (`ops[2].value`), so a type mistake never reaches the cluster.
 
-use engram_types::query::{Clause, EntityTerm, Query, ValueTerm, Variable};
+use engram_types::query::{Clause, Compare, EntityTerm, Filter, Query, ValueTerm, Variable, Where};
 use engram_types::{Attribute, EntityId, EntityRef, Op, TxOp, Value};
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
@@ -251,15 +251,16 @@ fn type_name(obj: &Bound<'_, PyAny>) -> String {
 }
 
 /// A join query: `find` variable names and `where`, an iterable of `(entity, attribute,
-/// value)` tuples (a string starting with `?` is a variable in either position).
-pub fn query(find: Vec<String>, clauses: &Bound<'_, PyAny>) -> PyResult<Query> {
+/// value)` clauses (a string starting with `?` is a variable in either position) and
+/// `(op, "?variable", value)` filters (`op` one of `<`, `<=`, `>`, `>=`, `!=`).
+pub fn query(find: Vec<String>, entries: &Bound<'_, PyAny>) -> PyResult<Query> {
     let find = find
         .into_iter()
         .enumerate()
         .map(|(i, v)| Variable::new(v).map_err(|e| PyValueError::new_err(format!("find[{i}]: {e}"))))
         .collect::<PyResult<Vec<_>>>()?;
     let mut out = Vec::new();
-    for (i, c) in clauses.try_iter()?.enumerate() {
+    for (i, c) in entries.try_iter()?.enumerate() {
         let c = c?;
         let field = format!("where[{i}]");
         let tuple = c.cast::<PyTuple>().map_err(|_| {
@@ -284,11 +285,32 @@ pub fn query(find: Vec<String>, clauses: &Bound<'_, PyAny>) -> PyResult<Query> {
                 .map(Some)
                 .map_err(|e| PyValueError::new_err(format!("{field}[{part}]: {e}")))
         };
+        let value_term = |obj: &Bound<'_, PyAny>| -> PyResult<ValueTerm> {
+            Ok(match variable(2, obj)? {
+                Some(var) => ValueTerm::Var(var),
+                None => ValueTerm::Value(value(&format!("{field}[2]"), obj)?),
+            })
+        };
+        let op = match e.extract::<String>() {
+            Ok(s) => Compare::parse(&s),
+            Err(_) => None,
+        };
+        if let Some(op) = op {
+            let left = variable(1, &a)?.ok_or_else(|| {
+                PyValueError::new_err(format!("{field}[1]: a filter compares a variable (\"?name\")"))
+            })?;
+            out.push(Where::Filter(Filter {
+                op,
+                left,
+                right: value_term(&v)?,
+            }));
+            continue;
+        }
         let entity = match variable(0, &e)? {
             Some(v) => EntityTerm::Var(v),
             None if e.is_instance_of::<PyString>() => {
                 return Err(PyValueError::new_err(format!(
-                    "{field}[0]: a variable (\"?name\") or an entity id, not a string"
+                    "{field}[0]: a variable (\"?name\"), an entity id, or a comparison (<, <=, >, >=, !=), not this string"
                 )));
             }
             None => EntityTerm::Entity(entity_id(&format!("{field}[0]"), &e)?),
@@ -301,18 +323,14 @@ pub fn query(find: Vec<String>, clauses: &Bound<'_, PyAny>) -> PyResult<Query> {
                 ))
             })?,
         )?;
-        let value = match variable(2, &v)? {
-            Some(var) => ValueTerm::Var(var),
-            None => ValueTerm::Value(value(&format!("{field}[2]"), &v)?),
-        };
-        out.push(Clause {
+        out.push(Where::Clause(Clause {
             entity,
             attribute,
-            value,
-        });
+            value: value_term(&v)?,
+        }));
     }
-    Query::new(find, out).map_err(|e| match e {
-        engram_types::ValidationError::Query(m) => PyValueError::new_err(m.replacen("clauses", "where", 1)),
+    Query::from_where(find, out).map_err(|e| match e {
+        engram_types::ValidationError::Query(m) => PyValueError::new_err(m),
         other => PyValueError::new_err(other.to_string()),
     })
 }

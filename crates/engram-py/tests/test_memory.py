@@ -339,6 +339,18 @@ def test_query_joins_clauses_as_of_one_transaction_and_pages_the_rows(db, ns):
     owners_now = db.query(ns, ["?who"], [("?t", ":task/owner", "?who")])
     assert set(owners_now) == {(Ref(ann),), (Ref(cid),)} and len(owners_now) == 2, "each owner once"
 
+    # A filter: only the open tasks whose priority is above 1.
+    db.transact(ns, [(t[0], ":task/priority", 1), (t[2], ":task/priority", 5)])
+    urgent = db.query(
+        ns,
+        ["?task"],
+        [("?task", ":task/status", Keyword(":status/open")), ("?task", ":task/priority", "?p"), (">", "?p", 1)],
+        explain=True,
+    )
+    assert list(urgent) == [(Ref(t[2]),)] and urgent.plan[1]["filters"] == [0]
+    with pytest.raises(ValueError, match=r"where\[1\]: \?x is bound by no clause"):
+        db.query(ns, ["?task"], [("?task", ":task/priority", "?p"), ("<", "?x", 1)])
+
     # Bad queries name what is wrong; nothing is written.
     with pytest.raises(ValueError, match=r"find\[0\]: \?nobody is bound by no clause"):
         db.query(ns, ["?nobody"], where)

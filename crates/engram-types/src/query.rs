@@ -131,11 +131,86 @@ fn shown(v: &Value) -> String {
     }
 }
 
-/// A query: the variables to list, and the clauses every answer satisfies.
+/// How a filter compares a variable's value with another.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Compare {
+    Lt,
+    Le,
+    Gt,
+    Ge,
+    Ne,
+}
+
+impl Compare {
+    pub const ALL: [Compare; 5] = [Compare::Lt, Compare::Le, Compare::Gt, Compare::Ge, Compare::Ne];
+
+    /// `<`, `<=`, `>`, `>=` or `!=`.
+    pub fn parse(symbol: &str) -> Option<Compare> {
+        Compare::ALL.into_iter().find(|c| c.symbol() == symbol)
+    }
+
+    pub fn symbol(self) -> &'static str {
+        match self {
+            Compare::Lt => "<",
+            Compare::Le => "<=",
+            Compare::Gt => ">",
+            Compare::Ge => ">=",
+            Compare::Ne => "!=",
+        }
+    }
+
+    /// Whether the comparison holds for `left` against `right` ordered as `order`.
+    pub fn holds(self, order: std::cmp::Ordering) -> bool {
+        use std::cmp::Ordering::{Equal, Greater, Less};
+        match self {
+            Compare::Lt => order == Less,
+            Compare::Le => order != Greater,
+            Compare::Gt => order == Greater,
+            Compare::Ge => order != Less,
+            Compare::Ne => order != Equal,
+        }
+    }
+}
+
+/// `(op ?left right)`: keeps the rows whose value of `left` compares so with `right` (a value
+/// or another variable). Values of different kinds are never ordered: `<`, `<=`, `>`, `>=`
+/// between them do not hold, `!=` does.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Filter {
+    pub op: Compare,
+    pub left: Variable,
+    pub right: ValueTerm,
+}
+
+impl Filter {
+    /// Its variables, the left first.
+    pub fn variables(&self) -> impl Iterator<Item = &Variable> {
+        let right = match &self.right {
+            ValueTerm::Var(v) => Some(v),
+            ValueTerm::Value(_) => None,
+        };
+        std::iter::once(&self.left).chain(right)
+    }
+}
+
+impl fmt::Display for Filter {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "({} {} ", self.op.symbol(), self.left)?;
+        match &self.right {
+            ValueTerm::Var(v) => write!(f, "{v}")?,
+            ValueTerm::Value(v) => write!(f, "{}", crate::clip(&shown(v), crate::EXCERPT_MAX_BYTES))?,
+        }
+        f.write_str(")")
+    }
+}
+
+/// A query: the variables to list, the clauses every answer satisfies, and the filters its
+/// values pass.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Query {
     pub find: Vec<Variable>,
     pub clauses: Vec<Clause>,
+    pub filters: Vec<Filter>,
 }
 
 impl Query {
@@ -173,7 +248,65 @@ impl Query {
                 return invalid(format!("find[{i}]: {v} is listed twice"));
             }
         }
-        Ok(Query { find, clauses })
+        Ok(Query {
+            find,
+            clauses,
+            filters: Vec::new(),
+        })
+    }
+
+    /// The query with `filters` (at most [`MAX_CLAUSES`]), each variable of them bound by a
+    /// clause.
+    pub fn filtered(mut self, filters: Vec<Filter>) -> Result<Query, ValidationError> {
+        let invalid = |m: String| Err(ValidationError::Query(m));
+        if filters.len() > MAX_CLAUSES {
+            return invalid(format!(
+                "filters: {} filters, at most {MAX_CLAUSES} are allowed",
+                filters.len()
+            ));
+        }
+        let bound: BTreeSet<&Variable> = self.clauses.iter().flat_map(Clause::variables).collect();
+        for (i, f) in filters.iter().enumerate() {
+            if let Some(v) = f.variables().find(|v| !bound.contains(v)) {
+                return invalid(format!("filters[{i}]: {v} is bound by no clause"));
+            }
+            if let ValueTerm::Value(v) = &f.right
+                && let Err(e) = v.validate()
+            {
+                return invalid(format!("filters[{i}].right: {e}"));
+            }
+        }
+        self.filters = filters;
+        Ok(self)
+    }
+
+    /// The query a single `where` list describes, clauses and filters mixed (the form the CLI,
+    /// MCP and Python take): checked as [`Query::new`] and [`Query::filtered`] check, an error
+    /// naming the entry by its place in `where` (`where[3]`) rather than in its own list.
+    pub fn from_where(find: Vec<Variable>, entries: Vec<Where>) -> Result<Query, ValidationError> {
+        let (mut clauses, mut filters) = (Vec::new(), Vec::new());
+        let (mut clause_at, mut filter_at) = (Vec::new(), Vec::new());
+        for (i, entry) in entries.into_iter().enumerate() {
+            match entry {
+                Where::Clause(c) => {
+                    clauses.push(c);
+                    clause_at.push(i);
+                }
+                Where::Filter(f) => {
+                    filters.push(f);
+                    filter_at.push(i);
+                }
+            }
+        }
+        Query::new(find, clauses)
+            .and_then(|q| q.filtered(filters))
+            .map_err(|e| match e {
+                ValidationError::Query(m) => {
+                    let m = renumber(&m, "clauses", &clause_at);
+                    ValidationError::Query(renumber(&m, "filters", &filter_at))
+                }
+                other => other,
+            })
     }
 
     /// Every variable, in order of first appearance in the clauses.
@@ -188,6 +321,29 @@ impl Query {
     }
 }
 
+/// One entry of a mixed `where` list.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Where {
+    Clause(Clause),
+    Filter(Filter),
+}
+
+/// `kind[i]...` (a position in its own list) as `where[j]...`, `j` the entry's place in the
+/// mixed list; a message about the whole list (`clauses: ...`) becomes `where: ...`.
+fn renumber(message: &str, kind: &str, places: &[usize]) -> String {
+    let Some(rest) = message.strip_prefix(kind) else {
+        return message.to_string();
+    };
+    let indexed = rest
+        .strip_prefix('[')
+        .and_then(|r| r.split_once(']'))
+        .and_then(|(n, tail)| Some((places.get(n.parse::<usize>().ok()?)?, tail)));
+    match indexed {
+        Some((j, tail)) => format!("where[{j}]{tail}"),
+        None => format!("where{rest}"),
+    }
+}
+
 impl fmt::Display for Query {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("find")?;
@@ -197,6 +353,9 @@ impl fmt::Display for Query {
         f.write_str(" where")?;
         for c in &self.clauses {
             write!(f, " {c}")?;
+        }
+        for filter in &self.filters {
+            write!(f, " {filter}")?;
         }
         Ok(())
     }
@@ -257,6 +416,76 @@ mod tests {
                 .unwrap_err()
                 .to_string()
                 .contains("at most 16")
+        );
+    }
+
+    #[test]
+    fn filters_compare_bound_variables_only() {
+        let c = clause(
+            EntityTerm::Var(var("?t")),
+            ":task/priority",
+            ValueTerm::Var(var("?p")),
+        );
+        let q = Query::new(vec![var("?t")], vec![c]).expect("valid");
+        let above = Filter {
+            op: Compare::Gt,
+            left: var("?p"),
+            right: ValueTerm::Value(Value::I64(2)),
+        };
+        let q2 = q.clone().filtered(vec![above]).expect("valid");
+        assert_eq!(q2.to_string(), "find ?t where [?t :task/priority ?p] (> ?p 2)");
+        let unbound = Filter {
+            op: Compare::Ne,
+            left: var("?p"),
+            right: ValueTerm::Var(var("?q")),
+        };
+        let err = q.filtered(vec![unbound]).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "invalid query: filters[0]: ?q is bound by no clause"
+        );
+        use std::cmp::Ordering::{Equal, Greater, Less};
+        let table = [
+            (Compare::Lt, [true, false, false]),
+            (Compare::Le, [true, true, false]),
+            (Compare::Gt, [false, false, true]),
+            (Compare::Ge, [false, true, true]),
+            (Compare::Ne, [true, false, true]),
+        ];
+        for (op, expect) in table {
+            assert_eq!(Compare::parse(op.symbol()), Some(op));
+            assert_eq!([Less, Equal, Greater].map(|o| op.holds(o)), expect, "{op:?}");
+        }
+        assert_eq!(Compare::parse("=="), None);
+    }
+
+    #[test]
+    fn a_mixed_where_list_names_an_entry_by_its_place() {
+        let c = |v: &str| {
+            Where::Clause(clause(
+                EntityTerm::Var(var("?t")),
+                ":task/priority",
+                ValueTerm::Var(var(v)),
+            ))
+        };
+        let f = |v: &str| {
+            Where::Filter(Filter {
+                op: Compare::Gt,
+                left: var(v),
+                right: ValueTerm::Value(Value::I64(1)),
+            })
+        };
+        let q = Query::from_where(vec![var("?t")], vec![f("?p"), c("?p")]).expect("valid");
+        assert_eq!((q.clauses.len(), q.filters.len()), (1, 1));
+        let err = Query::from_where(vec![var("?t")], vec![c("?p"), c("?q"), f("?x")]).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "invalid query: where[2]: ?x is bound by no clause"
+        );
+        let err = Query::from_where(vec![var("?t")], vec![f("?p")]).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "invalid query: where: a query needs at least one clause"
         );
     }
 

@@ -1367,7 +1367,8 @@ impl pb::memory_server::Memory for MemoryService {
         // Checked before forwarding, so a bad request is refused by the node it reached.
         let ns = namespace(req.namespace.clone())?;
         let on = branch(req.branch.clone())?;
-        let query = engram_proto::query(req.find.clone(), req.clauses.clone()).map_err(ApiError::from)?;
+        let query = engram_proto::query(req.find.clone(), req.clauses.clone(), req.filters.clone())
+            .map_err(ApiError::from)?;
         let max_rows_read = match req.max_rows_read {
             0 => engram_core::query::DEFAULT_MAX_ROWS_READ,
             n if n > engram_core::query::MAX_ROWS_READ => {
@@ -1422,6 +1423,7 @@ impl pb::memory_server::Memory for MemoryService {
                     uses: s.uses.iter().map(ToString::to_string).collect(),
                     rows_read: s.rows_read,
                     rows_out: s.rows_out,
+                    filters: s.filters.iter().map(|&f| f as u32).collect(),
                 })
                 .collect()
         } else {
