@@ -165,15 +165,16 @@ pub fn run(
         ),
         (_, judged) => judged,
     };
-    if branch.is_none() {
-        for (i, c) in q.clauses.iter().enumerate() {
-            known(store, ns, i, &c.attribute)?;
+    // One schema read per clause: whether its attribute is declared, and indexed.
+    let mut indexed = Vec::with_capacity(q.clauses.len());
+    for (i, c) in q.clauses.iter().enumerate() {
+        let def = schema::def_at(store, ns, &c.attribute, None)?;
+        if def.is_none() && branch.is_none() {
+            written(store, ns, i, &c.attribute)?;
         }
+        indexed.push(def.is_some_and(|d| d.has_value_index()));
     }
-    let indexed = |a: &Attribute| -> Result<bool, ReadError> {
-        Ok(schema::def_at(store, ns, a, None)?.is_some_and(|d| d.has_value_index()))
-    };
-    let mut plan = plan(q, &indexed, branch.is_some())?;
+    let mut plan = plan(q, &indexed, branch.is_some());
     let mut exec = Exec::new(store, view, as_of, opts, expired_at_ns)?;
     let rows = exec.rows(q, &mut plan)?;
     let offset = cursor.as_ref().map_or(0, |c| c.after.0 as usize);
@@ -194,11 +195,8 @@ pub fn run(
     })
 }
 
-/// Refuses an attribute the namespace neither declares nor holds a datom of on main.
-fn known(store: &dyn ReadView, ns: &Namespace, i: usize, attr: &Attribute) -> Result<(), ReadError> {
-    if schema::def_at(store, ns, attr, None)?.is_some() {
-        return Ok(());
-    }
+/// Refuses an undeclared attribute that holds no datom on main.
+fn written(store: &dyn ReadView, ns: &Namespace, i: usize, attr: &Attribute) -> Result<(), ReadError> {
     let prefix = keys::aevt_attr(ns, attr);
     if store
         .scan(Space::State, &prefix, prefix_end(&prefix).as_deref(), 1)?
@@ -212,12 +210,9 @@ fn known(store: &dyn ReadView, ns: &Namespace, i: usize, attr: &Attribute) -> Re
     Ok(())
 }
 
-/// The order the clauses run in (see the module's doc), with how each reads.
-fn plan(
-    q: &Query,
-    indexed: &dyn Fn(&Attribute) -> Result<bool, ReadError>,
-    on_branch: bool,
-) -> Result<Vec<Step>, ReadError> {
+/// The order the clauses run in (see the module's doc), with how each reads; `indexed[i]`:
+/// whether clause `i`'s attribute has a value index.
+fn plan(q: &Query, indexed: &[bool], on_branch: bool) -> Vec<Step> {
     let mut bound: BTreeSet<&Variable> = BTreeSet::new();
     let mut left: Vec<usize> = (0..q.clauses.len()).collect();
     let mut steps = Vec::with_capacity(left.len());
@@ -237,7 +232,7 @@ fn plan(
             let connected = bound.is_empty() || c.variables().any(is_bound) || c.variables().next().is_none();
             let (cost, access) = if entity_known {
                 (0, Access::Slot)
-            } else if value_known && indexed(&c.attribute)? {
+            } else if value_known && indexed[i] {
                 (1, Access::ValueIndex)
             } else if value_known
                 && !on_branch
@@ -276,7 +271,7 @@ fn plan(
         });
         bound.extend(c.variables());
     }
-    Ok(steps)
+    steps
 }
 
 /// A partial row: one slot per variable of the query, in [`Query::variables`] order.
@@ -795,18 +790,12 @@ fn query_key(ns: &Namespace, branch: Option<&BranchName>, q: &Query, opts: &Quer
             EntityTerm::Entity(e) => [b"#".as_slice(), &e.0.to_be_bytes()].concat(),
         });
         encoded.push(c.attribute.as_str().as_bytes().to_vec());
-        encoded.push(match &c.value {
-            ValueTerm::Var(v) => [b"?".as_slice(), v.as_str().as_bytes()].concat(),
-            ValueTerm::Value(v) => [b"=".as_slice(), &v.canonical_bytes()].concat(),
-        });
+        encoded.push(term_bytes(&c.value));
     }
     for f in &q.filters {
         encoded.push(f.op.symbol().as_bytes().to_vec());
         encoded.push(f.left.as_str().as_bytes().to_vec());
-        encoded.push(match &f.right {
-            ValueTerm::Var(v) => [b"?".as_slice(), v.as_str().as_bytes()].concat(),
-            ValueTerm::Value(v) => [b"=".as_slice(), &v.canonical_bytes()].concat(),
-        });
+        encoded.push(term_bytes(&f.right));
     }
     encoded.push(opts.as_of.map_or(0, |t| t.0).to_be_bytes().to_vec());
     encoded.push(vec![u8::from(opts.expired_at_ns.is_some())]);
@@ -815,6 +804,15 @@ fn query_key(ns: &Namespace, branch: Option<&BranchName>, q: &Query, opts: &Quer
     }
     let parts: Vec<&[u8]> = encoded.iter().map(Vec::as_slice).collect();
     QueryKey::of(CursorKind::Query, &parts)
+}
+
+/// A value position as the fingerprint takes it: a variable's name or a value's canonical
+/// bytes, tagged apart.
+fn term_bytes(t: &ValueTerm) -> Vec<u8> {
+    match t {
+        ValueTerm::Var(v) => [b"?".as_slice(), v.as_str().as_bytes()].concat(),
+        ValueTerm::Value(v) => [b"=".as_slice(), &v.canonical_bytes()].concat(),
+    }
 }
 
 /// The answer's order: column by column; values of one kind in their natural order, kinds in

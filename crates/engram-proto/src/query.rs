@@ -40,7 +40,6 @@ pub fn query(
 }
 
 fn filter(i: usize, f: pb::QueryFilter) -> Result<Filter, WireError> {
-    use pb::query_term::Kind;
     let field = |part: &str| format!("filters[{i}].{part}");
     let op = Compare::parse(&f.op).ok_or_else(|| {
         WireError::new(
@@ -52,41 +51,45 @@ fn filter(i: usize, f: pb::QueryFilter) -> Result<Filter, WireError> {
         )
     })?;
     let left = Variable::new(f.left).map_err(|e| WireError::new(field("left"), e))?;
-    let right = match f.right.and_then(|t| t.kind) {
-        None => {
-            return Err(WireError::new(
-                field("right"),
-                "is required (a variable or a value)",
-            ));
-        }
-        Some(Kind::Variable(name)) => {
-            ValueTerm::Var(Variable::new(name).map_err(|e| WireError::new(field("right"), e))?)
-        }
-        Some(Kind::Value(v)) => ValueTerm::Value(value(&field("right"), Some(v))?),
-        Some(Kind::Entity(_)) => {
-            return Err(WireError::new(
-                field("right"),
-                "takes a variable or a value (a reference is a `ref` value), not an entity id",
-            ));
-        }
-    };
+    let right = value_term(&field("right"), f.right)?;
     Ok(Filter { op, left, right })
+}
+
+/// A value position (a clause's value, a filter's right side): a variable or a value.
+fn value_term(field: &str, term: Option<pb::QueryTerm>) -> Result<ValueTerm, WireError> {
+    use pb::query_term::Kind;
+    match term.and_then(|t| t.kind) {
+        None => Err(WireError::new(field, "is required (a variable or a value)")),
+        Some(Kind::Variable(name)) => Variable::new(name)
+            .map(ValueTerm::Var)
+            .map_err(|e| WireError::new(field, e)),
+        Some(Kind::Value(v)) => Ok(ValueTerm::Value(value(field, Some(v))?)),
+        Some(Kind::Entity(_)) => Err(WireError::new(
+            field,
+            "takes a variable or a value (a reference is a `ref` value), not an entity id",
+        )),
+    }
+}
+
+/// The wire form of a value position.
+fn value_term_to_pb(t: &ValueTerm) -> Option<pb::QueryTerm> {
+    use pb::query_term::Kind;
+    Some(pb::QueryTerm {
+        kind: Some(match t {
+            ValueTerm::Var(v) => Kind::Variable(v.to_string()),
+            ValueTerm::Value(v) => Kind::Value(v.into()),
+        }),
+    })
 }
 
 /// The wire form of `q`'s filters.
 pub fn filters_to_pb(q: &Query) -> Vec<pb::QueryFilter> {
-    use pb::query_term::Kind;
     q.filters
         .iter()
         .map(|f| pb::QueryFilter {
             op: f.op.symbol().to_string(),
             left: f.left.to_string(),
-            right: Some(pb::QueryTerm {
-                kind: Some(match &f.right {
-                    ValueTerm::Var(v) => Kind::Variable(v.to_string()),
-                    ValueTerm::Value(v) => Kind::Value(v.into()),
-                }),
-            }),
+            right: value_term_to_pb(&f.right),
         })
         .collect()
 }
@@ -112,22 +115,7 @@ fn clause(i: usize, c: pb::QueryClause) -> Result<Clause, WireError> {
         }
     };
     let attribute = attribute(&field("attribute"), c.attribute)?;
-    let value = match c.value.and_then(|t| t.kind) {
-        None => {
-            return Err(WireError::new(
-                field("value"),
-                "is required (a variable or a value)",
-            ));
-        }
-        Some(Kind::Variable(name)) => ValueTerm::Var(variable("value", name)?),
-        Some(Kind::Value(v)) => ValueTerm::Value(value(&field("value"), Some(v))?),
-        Some(Kind::Entity(_)) => {
-            return Err(WireError::new(
-                field("value"),
-                "takes a variable or a value (a reference is a `ref` value), not an entity id",
-            ));
-        }
-    };
+    let value = value_term(&field("value"), c.value)?;
     Ok(Clause {
         entity,
         attribute,
@@ -147,10 +135,7 @@ pub fn clauses_to_pb(q: &Query) -> Vec<pb::QueryClause> {
                 EntityTerm::Entity(e) => Kind::Entity(e.0),
             }),
             attribute: c.attribute.to_string(),
-            value: term(match &c.value {
-                ValueTerm::Var(v) => Kind::Variable(v.to_string()),
-                ValueTerm::Value(v) => Kind::Value(v.into()),
-            }),
+            value: value_term_to_pb(&c.value),
         })
         .collect()
 }

@@ -106,11 +106,16 @@ impl fmt::Display for Clause {
             EntityTerm::Entity(e) => write!(f, "{}", e.0)?,
         }
         write!(f, " {} ", self.attribute)?;
-        match &self.value {
-            ValueTerm::Var(v) => write!(f, "{v}")?,
-            ValueTerm::Value(v) => write!(f, "{}", crate::clip(&shown(v), crate::EXCERPT_MAX_BYTES))?,
+        write!(f, "{}]", self.value)
+    }
+}
+
+impl fmt::Display for ValueTerm {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ValueTerm::Var(v) => write!(f, "{v}"),
+            ValueTerm::Value(v) => write!(f, "{}", crate::clip(&shown(v), crate::EXCERPT_MAX_BYTES)),
         }
-        f.write_str("]")
     }
 }
 
@@ -196,11 +201,7 @@ impl Filter {
 impl fmt::Display for Filter {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "({} {} ", self.op.symbol(), self.left)?;
-        match &self.right {
-            ValueTerm::Var(v) => write!(f, "{v}")?,
-            ValueTerm::Value(v) => write!(f, "{}", crate::clip(&shown(v), crate::EXCERPT_MAX_BYTES))?,
-        }
-        f.write_str(")")
+        write!(f, "{})", self.right)
     }
 }
 
