@@ -14,6 +14,13 @@
 //!   scrub reports against the slot's current-claims row.
 //! - `:keep/note` (cardinality one) is kept for [`NOTE_KEEP_MS`].
 //!
+//! Each round also writes a note to [`SESSION_NAMESPACE`] and moves a session on it through a
+//! cycle ([`session_step`]): opened, renewed, left to lapse ([`SESSION_TTL_MS`]), opened and
+//! ended. When the run stops it ends the session and waits until the leader has forgotten the
+//! namespace. The `sessions` checker then holds every lapse to its deadline, every forgotten
+//! note to a session end after it, and, once the keeper saw the last end forgotten, every note
+//! to being forgotten on every member.
+//!
 //! Each round is retried with its idempotency key until it is acknowledged, so the rounds are
 //! applied in order, each once; only the one in flight when the run stops may be applied
 //! without an acknowledgement. The log records every acknowledged round's transaction. When the
@@ -40,6 +47,13 @@ pub const KEEP_VERSIONS: u32 = 2;
 pub const NOTE_KEEP_MS: u64 = 600;
 /// The agent of the one `:keep/owner` claim that must outlive every later version.
 pub const FIRST_OWNER: &str = "keeper-a";
+/// The namespace the keeper's session makes volatile.
+pub const SESSION_NAMESPACE: &str = "sim/session";
+/// The attribute of the notes it writes there, one a round.
+pub const SESSION_NOTE: &str = ":session/note";
+/// How long the session lives without a renewal: longer than the leader's one-second look for
+/// lapsed sessions, shorter than the five rounds it is left alone.
+pub const SESSION_TTL_MS: u64 = 1_500;
 /// The agent of every round.
 pub const ROUND_AGENT: &str = "keeper-b";
 
@@ -50,6 +64,11 @@ pub struct KeeperLog {
     pub entity: Mutex<Option<u64>>,
     /// Each acknowledged round, in order: (round, its transaction).
     pub rounds: Mutex<Vec<(u64, u64)>>,
+    /// Each acknowledged note in the session's namespace: (round, its transaction, its entity).
+    pub session_notes: Mutex<Vec<(u64, u64, u64)>>,
+    /// Whether, once the run stopped, the keeper ended the session and saw its last note
+    /// forgotten (read from the leader).
+    pub session_forgotten: AtomicBool,
     /// A write the cluster refused for good (every write the keeper makes is valid).
     pub refused: Mutex<Vec<String>>,
     pub stop: AtomicBool,
@@ -161,12 +180,86 @@ async fn set_policies(client: &Client, end: bool, attempts: u32, log: &KeeperLog
     }
 }
 
+/// What a round does to the keeper's session.
+#[derive(Clone, Copy, Debug)]
+enum SessionStep {
+    Open,
+    Renew,
+    End,
+}
+
+/// The round's session change, in a cycle of twelve rounds: opened in the first, renewed in the
+/// next two, left alone for five (at 300 ms a round or more it lapses), opened again in the
+/// ninth and ended in the tenth. Retried until the cluster answers; a refusal is expected
+/// under faults (a renewal of a session that lapsed while the network was cut, an open whose
+/// first try committed without an answer) and is not the keeper's concern: the checker judges
+/// what the chain records.
+async fn session_step(client: &Client, round: u64, log: &KeeperLog) {
+    let step = match round % 12 {
+        1 | 9 => SessionStep::Open,
+        2 | 3 => SessionStep::Renew,
+        10 => SessionStep::End,
+        _ => return,
+    };
+    change_session(client, step, log, u32::MAX).await;
+}
+
+/// Sends the session change until the cluster answers it, or the run stops (with `attempts`
+/// `u32::MAX`), or `attempts` tries failed.
+async fn change_session(client: &Client, step: SessionStep, log: &KeeperLog, attempts: u32) {
+    for _ in 0..attempts {
+        if attempts == u32::MAX && log.stop.load(Ordering::Relaxed) {
+            return;
+        }
+        let answer = match step {
+            SessionStep::Open => client.open_session(SESSION_NAMESPACE, SESSION_TTL_MS).await,
+            SessionStep::Renew => client.renew_session(SESSION_NAMESPACE, SESSION_TTL_MS).await,
+            SessionStep::End => client.end_session(SESSION_NAMESPACE).await,
+        };
+        match answer {
+            Ok(_) => return,
+            Err(e) if e.code() == Some(tonic::Code::FailedPrecondition) => return,
+            Err(e) if transient(&e) => madsim::time::sleep(Duration::from_millis(200)).await,
+            Err(e) => {
+                log.refuse(format!("session {step:?}: {e}"));
+                return;
+            }
+        }
+    }
+}
+
+/// Once the run stopped: ends the session (if one is open) and waits until the leader has
+/// forgotten the last note, which was written before that end.
+async fn forget_session(client: &Client, log: &KeeperLog) {
+    change_session(client, SessionStep::End, log, 100).await;
+    let last = log
+        .session_notes
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .last()
+        .copied();
+    let Some((_, _, entity)) = last else {
+        return;
+    };
+    let ns = Namespace::new(SESSION_NAMESPACE).expect("a valid namespace");
+    for _ in 0..200 {
+        if let Ok(got) = client.get(&ns, EntityId(entity), Default::default()).await
+            && got.datoms.first().is_some_and(|d| d.redacted_by_tx != 0)
+        {
+            log.session_forgotten.store(true, Ordering::Relaxed);
+            return;
+        }
+        madsim::time::sleep(Duration::from_millis(300)).await;
+    }
+}
+
 pub async fn run_keeper(targets: Vec<String>, log: Arc<KeeperLog>) {
     let Ok(client) = Client::with_config(targets, ClientConfig::default()) else {
         return;
     };
     write_rounds(&client, &log).await;
     set_policies(&client, true, 100, &log).await;
+    forget_session(&client, &log).await;
 }
 
 async fn write_rounds(client: &Client, log: &KeeperLog) {
@@ -232,6 +325,29 @@ async fn write_rounds(client: &Client, log: &KeeperLog) {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .push((round, answer.tx));
+        session_step(client, round, log).await;
+        let mut note = TxRequest::data(
+            Namespace::new(SESSION_NAMESPACE).expect("a valid namespace"),
+            vec![op(
+                Op::Assert,
+                EntityRef::Temp("note".into()),
+                SESSION_NOTE,
+                format!("session note {round}"),
+            )],
+            provenance(ROUND_AGENT),
+        );
+        note.idempotency_key = Some(format!("keeper-note-{round}"));
+        let Some(answer) = until_acknowledged(client, &note, log).await else {
+            return;
+        };
+        let Some(entity) = answer.temp_ids.get("note").copied() else {
+            log.refuse(format!("note of round {round}: no entity in the answer"));
+            return;
+        };
+        log.session_notes
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push((round, answer.tx, entity));
         pause().await;
     }
 }

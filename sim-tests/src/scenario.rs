@@ -557,6 +557,7 @@ async fn simulate(options: Options) -> SimResult {
     violations.extend(crate::checkers::forgotten::check(&member_stores, &speculation));
     let (retention_violations, retention_taken) = crate::checkers::retention::check(&member_stores, &kept);
     violations.extend(retention_violations);
+    violations.extend(crate::checkers::sessions::check(&member_stores, &kept));
     violations.extend(tx_time_monotonic::check(&replicas));
     let unadmitted: Vec<u64> = refusals.keys().copied().collect();
     violations.extend(audit_verifies::check(&replicas, &pool_keys, &unadmitted));

@@ -233,6 +233,22 @@ fn redaction_splits_a_value_is_caught() {
     );
 }
 
+/// A session's row forgets its ttl: the leader ends the keeper's session at its next look,
+/// before the deadline the session recorded, which the `sessions` checker reads on every
+/// replica's chain.
+#[test]
+fn session_deadline_without_ttl_is_caught() {
+    caught_with(
+        Options {
+            bug: Some(PlantedBug::SessionDeadlineWithoutTtl),
+            fault_phase_ms: Some(12_000),
+            forgetting: true,
+            ..Options::default()
+        },
+        &["I12 sessions"],
+    );
+}
+
 /// A node's purge leaves the snapshot made before the redaction: the checker reads the store
 /// of each node whose purge row moves forward for the values it took. The snapshot left holds
 /// a value only if it was built between the write of the value and its redaction, so the

@@ -467,6 +467,22 @@ pub enum PolicyOp {
         attribute: String,
         keep_versions: u32,
     },
+    /// Opens a session on `namespace` (`renew` false: refused if one is open), or renews the
+    /// one open there (`renew` true: refused if none is), making the namespace volatile: when
+    /// the session ends (`ttl_ms` 0) or `ttl_ms` passes without a renewal, the leader forgets
+    /// everything written to the namespace before the end (`docs/FORGETTING.md`, "Volatile
+    /// namespaces"). (After `RetentionVersions` in the enum: entries keep their encoding.)
+    Session {
+        namespace: String,
+        ttl_ms: u64,
+        renew: bool,
+    },
+    /// Ends the session on `namespace` because its deadline passed: proposed by the leader
+    /// with its clock, never signed and never taken from a caller. Apply takes it only when the
+    /// entry's time is at or past the deadline the session holds, so it cannot end a live one.
+    SessionLapsed {
+        namespace: String,
+    },
 }
 
 /// Checks a retention policy's target: a namespace (not the system namespace) and an optional
@@ -504,9 +520,12 @@ impl PolicyOp {
             // Who reads what is audit evidence: switching it needs `audit` everywhere.
             PolicyOp::AccessLog { .. } => Some((Action::Audit, String::new())),
             // A retention policy forgets: it takes `redact` on its namespace.
-            PolicyOp::Retention { namespace, .. } | PolicyOp::RetentionVersions { namespace, .. } => {
-                Some((Action::Redact, namespace.clone()))
-            }
+            // So does a session: when it ends, everything in its namespace goes.
+            PolicyOp::Retention { namespace, .. }
+            | PolicyOp::RetentionVersions { namespace, .. }
+            | PolicyOp::Session { namespace, .. } => Some((Action::Redact, namespace.clone())),
+            // No agent's grant: apply checks that the session's deadline has passed.
+            PolicyOp::SessionLapsed { .. } => None,
         }
     }
 
@@ -526,6 +545,10 @@ impl PolicyOp {
             PolicyOp::Retention { .. } => "retention",
             PolicyOp::RetentionVersions { keep_versions: 0, .. } => "retention-versions-off",
             PolicyOp::RetentionVersions { .. } => "retention-versions",
+            PolicyOp::Session { ttl_ms: 0, .. } => "session-end",
+            PolicyOp::Session { renew: true, .. } => "session-renew",
+            PolicyOp::Session { .. } => "session-open",
+            PolicyOp::SessionLapsed { .. } => "session-lapsed",
         }
     }
 }

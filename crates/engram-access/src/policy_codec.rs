@@ -10,9 +10,9 @@
 //! (name:str), 4 grant and 5 revoke-grant (principal:str action:str prefix:str attribute:str),
 //! 6 assign-role and 7 unassign-role (agent:str role:str), 8 access-log (prefix:str on:u8),
 //! 9 retention (namespace:str attribute:str keep_ms:u64), 10 retention-versions (namespace:str
-//! attribute:str keep_versions:u32).
-//! `Configure` is made by the cluster's initialisation, never signed by an agent, and has no
-//! encoding.
+//! attribute:str keep_versions:u32), 11 session (namespace:str ttl_ms:u64 renew:u8).
+//! `Configure` is made by the cluster's initialisation and `SessionLapsed` by the leader, never
+//! signed by an agent: they have no encoding.
 
 use engram_audit::PublicKey;
 use engram_types::DecodeError;
@@ -24,12 +24,13 @@ use crate::{Grant, PolicyOp, Principal};
 pub const POLICY_FORMAT_VERSION: u8 = 1;
 
 impl PolicyOp {
-    /// The canonical bytes of this change; `None` for [`PolicyOp::Configure`].
+    /// The canonical bytes of this change; `None` for [`PolicyOp::Configure`] and
+    /// [`PolicyOp::SessionLapsed`].
     pub fn signed_bytes(&self) -> Option<Vec<u8>> {
         let mut w = Writer::with_capacity(96);
         w.u8(POLICY_FORMAT_VERSION);
         match self {
-            PolicyOp::Configure { .. } => return None,
+            PolicyOp::Configure { .. } | PolicyOp::SessionLapsed { .. } => return None,
             PolicyOp::AddAgent { name, key } => {
                 w.u8(1).str(name.as_str()).raw(&key.0);
             }
@@ -71,6 +72,13 @@ impl PolicyOp {
                 keep_versions,
             } => {
                 w.u8(10).str(namespace).str(attribute).u32(*keep_versions);
+            }
+            PolicyOp::Session {
+                namespace,
+                ttl_ms,
+                renew,
+            } => {
+                w.u8(11).str(namespace).u64(*ttl_ms).u8(u8::from(*renew));
             }
         }
         Some(w.finish())
@@ -132,16 +140,7 @@ impl PolicyOp {
             8 => {
                 let prefix = r.string("access log prefix")?;
                 crate::policy::access_log_prefix(&prefix).map_err(|e| invalid("access log prefix", e))?;
-                let on = match r.u8("access log switch")? {
-                    0 => false,
-                    1 => true,
-                    tag => {
-                        return Err(DecodeError::Tag {
-                            what: "access log switch",
-                            tag,
-                        });
-                    }
-                };
+                let on = flag(&mut r, "access log switch")?;
                 PolicyOp::AccessLog { prefix, on }
             }
             9 => {
@@ -166,6 +165,15 @@ impl PolicyOp {
                     keep_versions: r.u32("retention keep_versions")?,
                 }
             }
+            11 => {
+                let namespace = r.string("session namespace")?;
+                crate::policy::retention_target(&namespace, "").map_err(|e| invalid("session", e))?;
+                PolicyOp::Session {
+                    namespace,
+                    ttl_ms: r.u64("session ttl_ms")?,
+                    renew: flag(&mut r, "session renew")?,
+                }
+            }
             tag => {
                 return Err(DecodeError::Tag {
                     what: "policy change",
@@ -175,6 +183,15 @@ impl PolicyOp {
         };
         r.finish()?;
         Ok(op)
+    }
+}
+
+/// A one-byte switch: 0 or 1.
+fn flag(r: &mut Reader<'_>, what: &'static str) -> Result<bool, DecodeError> {
+    match r.u8(what)? {
+        0 => Ok(false),
+        1 => Ok(true),
+        tag => Err(DecodeError::Tag { what, tag }),
     }
 }
 
@@ -240,6 +257,21 @@ mod tests {
                 attribute: String::new(),
                 keep_versions: 0,
             },
+            PolicyOp::Session {
+                namespace: "scratch/run-7".into(),
+                ttl_ms: 900_000,
+                renew: false,
+            },
+            PolicyOp::Session {
+                namespace: "scratch/run-7".into(),
+                ttl_ms: 900_000,
+                renew: true,
+            },
+            PolicyOp::Session {
+                namespace: "scratch/run-7".into(),
+                ttl_ms: 0,
+                renew: false,
+            },
         ];
         let mut seen = std::collections::BTreeSet::new();
         for op in ops {
@@ -256,6 +288,11 @@ mod tests {
             admin: None,
         };
         assert_eq!(configure.signed_bytes(), None);
+        // Only the leader ends a lapsed session: no agent can sign one.
+        let lapsed = PolicyOp::SessionLapsed {
+            namespace: "scratch/run-7".into(),
+        };
+        assert_eq!(lapsed.signed_bytes(), None);
         // A grant that does not validate does not decode.
         let mut w = Writer::new();
         w.u8(POLICY_FORMAT_VERSION)

@@ -287,8 +287,13 @@ pub enum Command {
     #[command(subcommand)]
     Retention(RetentionCommand),
 
+    /// Sessions: make a namespace volatile while a session lives; when it ends or lapses, the
+    /// leader forgets everything written there (`open`, `renew`, `end`, `list`).
+    #[command(subcommand)]
+    Session(SessionCommand),
+
     /// Serve the memory as Model Context Protocol tools on stdin/stdout, acting as one agent
-    /// (remember, recall, get, history, what_changed, branch, forget, verify).
+    /// (remember, recall, get, history, what_changed, list, query, branch, forget, session, verify).
     #[command(after_help = MCP_EXAMPLES)]
     Mcp(McpArgs),
 
@@ -739,7 +744,8 @@ pub struct ServeArgs {
     #[arg(long, env = "ENGRAM_DIVERGENCE_CHECK_MS", value_name = "MS")]
     pub divergence_check_ms: Option<u64>,
     /// While leading, apply the retention policies (`engram retention`) this often: redact
-    /// what each keeps no longer. 0 turns retention off on this node [default: 60000].
+    /// what each keeps no longer. Lapsed sessions (`engram session`) are looked for every
+    /// second, or this often if shorter. 0 turns both off on this node [default: 60000].
     #[arg(long, env = "ENGRAM_RETENTION_CHECK_MS", value_name = "MS")]
     pub retention_check_ms: Option<u64>,
     /// What to check of the store before serving: `none`; `tip` (the chain tip decodes, links,
@@ -966,6 +972,41 @@ pub enum RetentionCommand {
     /// The retention policies in force.
     #[command(after_help = "EXAMPLES\n  engram retention list --json")]
     List,
+}
+
+/// `engram session`: volatile namespaces.
+#[derive(Subcommand, Debug)]
+pub enum SessionCommand {
+    /// Open a session on a namespace: it lapses after --ttl unless renewed, and when it ends or
+    /// lapses the leader forgets everything written to the namespace before the end (recorded
+    /// as redactions by agent engram.session). A policy change; needs `redact` on the namespace.
+    #[command(after_help = "EXAMPLES\n  engram session open --ns scratch/run-42 --ttl 15m\n  \
+        engram session open --ns scratch/run-42 --ttl 15m --json")]
+    Open(SessionOpenArgs),
+    /// Renew the session open on a namespace: it lapses --ttl from now.
+    #[command(after_help = "EXAMPLES\n  engram session renew --ns scratch/run-42 --ttl 15m")]
+    Renew(SessionOpenArgs),
+    /// End the session on a namespace now: the leader forgets what was written there.
+    #[command(after_help = "EXAMPLES\n  engram session end --ns scratch/run-42")]
+    End(SessionEndArgs),
+    /// The sessions open, and each namespace's last ended session.
+    #[command(after_help = "EXAMPLES\n  engram session list --json")]
+    List,
+}
+
+#[derive(clap::Args, Debug)]
+pub struct SessionOpenArgs {
+    #[arg(long = "ns", value_name = "NAMESPACE")]
+    pub namespace: String,
+    /// How long the session lives without a renewal: a number with a unit, ms, s, m, h or d.
+    #[arg(long, value_name = "DURATION", value_parser = parse_keep_ms)]
+    pub ttl: u64,
+}
+
+#[derive(clap::Args, Debug)]
+pub struct SessionEndArgs {
+    #[arg(long = "ns", value_name = "NAMESPACE")]
+    pub namespace: String,
 }
 
 #[derive(clap::Args, Debug)]

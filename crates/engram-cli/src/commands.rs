@@ -110,6 +110,7 @@ pub async fn run(cli: Cli) -> Result<()> {
             "engram redact needs --ns, --reason and --entity (or a predicate, or --all), or `status TX` (see engram redact --help)"
         ),
         Command::Retention(cmd) => crate::retention_cmd::retention(&client()?, cmd, json).await,
+        Command::Session(cmd) => crate::retention_cmd::session(&client()?, cmd, json).await,
         Command::Health(args) => crate::cluster_cmd::health(&cli.endpoints, &config, args, json).await,
         Command::Schema(cmd) => crate::memory_cmd::schema(&client()?, cmd, json).await,
         Command::Branch(cmd) => crate::memory_cmd::branch(&client()?, cmd, json).await,

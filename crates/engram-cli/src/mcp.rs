@@ -467,6 +467,16 @@ pub struct ForgetArgs {
 }
 
 #[derive(Deserialize, JsonSchema)]
+pub struct SessionArgs {
+    /// The namespace that holds the working notes (e.g. "scratch/run-42").
+    pub namespace: String,
+    /// "open", "renew" or "end".
+    pub action: String,
+    /// For open and renew: how long the session lives without a renewal, in milliseconds.
+    pub ttl_ms: Option<u64>,
+}
+
+#[derive(Deserialize, JsonSchema)]
 pub struct VerifyArgs {
     pub namespace: String,
     pub entity: u64,
@@ -894,6 +904,32 @@ impl EngramTools {
             "facts": forgotten,
             "tx": answer_pb.tx,
             "part_txs": answer_pb.part_txs,
+        })))
+    }
+
+    /// Keep working notes in a namespace that is forgotten when you are done: "open" a session
+    /// on it for `ttl_ms`, "renew" it before that passes, "end" it when the work is done. When
+    /// it ends or lapses, every fact written to the namespace is forgotten on every node (the
+    /// audit log still verifies). Needs the `redact` grant in enforced mode.
+    #[tool]
+    async fn session(&self, Parameters(args): Parameters<SessionArgs>) -> Result<String, String> {
+        let ns = namespace(&args.namespace)?;
+        let ttl = || match args.ttl_ms {
+            Some(ms) if ms > 0 => Ok(ms),
+            _ => Err(format!("ttl_ms: {} needs a ttl_ms above 0", args.action)),
+        };
+        let receipt = match args.action.as_str() {
+            "open" => self.client.open_session(ns.as_str(), ttl()?).await,
+            "renew" => self.client.renew_session(ns.as_str(), ttl()?).await,
+            "end" => self.client.end_session(ns.as_str()).await,
+            other => return Err(format!("action: {other:?} is not open, renew or end")),
+        }
+        .map_err(failed)?;
+        Ok(answer(json!({
+            "namespace": args.namespace,
+            "action": args.action,
+            "ttl_ms": args.ttl_ms.filter(|_| args.action != "end"),
+            "tx": receipt.tx,
         })))
     }
 

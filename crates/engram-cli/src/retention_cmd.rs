@@ -1,12 +1,13 @@
 //! `engram retention`: set, end and list retention policies (`docs/FORGETTING.md`,
-//! "Retention"). The leader applies them (`engram_server`'s retention driver).
+//! "Retention"); `engram session`: open, renew, end and list sessions on volatile namespaces
+//! ("Volatile namespaces"). The leader applies both (`engram_server`'s retention driver).
 
 use anyhow::{Context, Result};
 use engram_client::Client;
 use engram_types::RetentionRule;
 use serde_json::json;
 
-use crate::cli::{RetentionCommand, RetentionTarget};
+use crate::cli::{RetentionCommand, RetentionTarget, SessionCommand};
 use crate::output::{Table, out, outln, print_json};
 
 pub async fn retention(client: &Client, cmd: RetentionCommand, json: bool) -> Result<()> {
@@ -25,6 +26,7 @@ pub async fn retention(client: &Client, cmd: RetentionCommand, json: bool) -> Re
     let answer = match rule {
         RetentionRule::KeepMs(keep_ms) => client.set_retention(&namespace, &attribute, keep_ms).await,
         RetentionRule::KeepVersions(n) => client.set_retention_versions(&namespace, &attribute, n).await,
+        RetentionRule::SessionEnded => anyhow::bail!("a session is ended with `engram session end`"),
     }
     .context("retention")?;
     let what = match attribute.is_empty() {
@@ -53,7 +55,94 @@ pub async fn retention(client: &Client, cmd: RetentionCommand, json: bool) -> Re
             "{what}: the last {n} versions of each slot and its live claims kept, older datoms redacted by the leader (tx {})",
             answer.tx
         )?,
+        RetentionRule::SessionEnded => {}
     }
+    Ok(())
+}
+
+pub async fn session(client: &Client, cmd: SessionCommand, json: bool) -> Result<()> {
+    let (namespace, ttl_ms, verb) = match cmd {
+        SessionCommand::List => return list_sessions(client, json).await,
+        SessionCommand::Open(args) => (args.namespace, args.ttl, "open"),
+        SessionCommand::Renew(args) => (args.namespace, args.ttl, "renew"),
+        SessionCommand::End(args) => (args.namespace, 0, "end"),
+    };
+    let answer = match verb {
+        "open" => client.open_session(&namespace, ttl_ms).await,
+        "renew" => client.renew_session(&namespace, ttl_ms).await,
+        _ => client.end_session(&namespace).await,
+    }
+    .with_context(|| format!("session {verb}"))?;
+    if json {
+        return print_json(&json!({
+            "namespace": namespace,
+            "ttl_ms": ttl_ms,
+            "tx": answer.tx,
+            "audit_index": answer.audit_index,
+        }));
+    }
+    match ttl_ms {
+        0 => outln!(
+            "{namespace}: session ended (tx {}); the leader forgets what was written there before it",
+            answer.tx
+        )?,
+        ttl_ms => outln!(
+            "{namespace}: session {} (tx {}); it lapses {} from now unless renewed, and then what was written there is forgotten",
+            if verb == "open" { "opened" } else { "renewed" },
+            answer.tx,
+            human_ms(ttl_ms)
+        )?,
+    }
+    Ok(())
+}
+
+async fn list_sessions(client: &Client, json: bool) -> Result<()> {
+    let answer = client.list_sessions().await.context("session list")?;
+    if json {
+        let open: Vec<_> = answer
+            .sessions
+            .iter()
+            .map(|s| {
+                json!({
+                    "namespace": s.namespace,
+                    "ttl_ms": s.ttl_ms,
+                    "deadline_ns": s.deadline_ns,
+                    "since_tx": s.since_tx,
+                    "renewed_tx": s.renewed_tx,
+                })
+            })
+            .collect();
+        let ended: Vec<_> = answer
+            .ended
+            .iter()
+            .map(|s| json!({ "namespace": s.namespace, "ended_tx": s.ended_tx, "lapsed": s.lapsed }))
+            .collect();
+        return print_json(&json!({ "sessions": open, "ended": ended, "applied_tx": answer.applied_tx }));
+    }
+    if answer.sessions.is_empty() && answer.ended.is_empty() {
+        outln!("no session: no namespace is volatile")?;
+        return Ok(());
+    }
+    let mut t = Table::new(&["NAMESPACE", "STATE", "TTL", "DEADLINE (ns)", "TX"]);
+    for s in &answer.sessions {
+        t.row(vec![
+            s.namespace.clone(),
+            "open".into(),
+            human_ms(s.ttl_ms),
+            s.deadline_ns.to_string(),
+            s.renewed_tx.to_string(),
+        ]);
+    }
+    for s in &answer.ended {
+        t.row(vec![
+            s.namespace.clone(),
+            if s.lapsed { "lapsed" } else { "ended" }.into(),
+            "-".into(),
+            "-".into(),
+            s.ended_tx.to_string(),
+        ]);
+    }
+    out!("{}", t.render())?;
     Ok(())
 }
 

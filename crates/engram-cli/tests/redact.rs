@@ -924,3 +924,109 @@ async fn a_redaction_by_predicate_and_a_retention_policy_forget_through_the_cli(
     let report = export_and_verify(&cli, dir.path());
     assert!(report.to_string().contains("redacted"), "{report}");
 }
+
+/// Waits until `entity`'s one datom in `ns` is redacted on every node; the redacting tx.
+async fn wait_redacted_everywhere(cluster: &LocalCluster, ns: &str, entity: &str) -> u64 {
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let mut by = Vec::new();
+    for node in 1..=3 {
+        let on = Cli {
+            endpoint: cluster.node(node).unwrap().endpoint(),
+        };
+        loop {
+            let got = on.ok(None, &["get", "--ns", ns, "--entity", entity, "--stale"], None);
+            if let Some(tx) = redacted_by(&got) {
+                assert!(!got.to_string().contains(SECRET), "node {node}: {got}");
+                by.push(tx);
+                break;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "node {node} never forgot {ns} {entity}: {got}"
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+    assert!(by.windows(2).all(|w| w[0] == w[1]), "one redaction on every node: {by:?}");
+    by[0]
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_makes_a_namespace_volatile_until_it_lapses_or_ends() {
+    let dir = tempfile::tempdir().unwrap();
+    let ports = free_ports(3).unwrap();
+    let extra = ["--retention-check-ms".to_string(), "300".to_string()];
+    let mut cluster = LocalCluster::start(Path::new(EXE), dir.path(), &ports, &extra).unwrap();
+    cluster.wait_all_answer(Duration::from_secs(60)).await.unwrap();
+    cluster.init(Duration::from_secs(30)).await.unwrap();
+    // Node 2: mostly a follower, so the session changes are forwarded.
+    let cli = Cli {
+        endpoint: cluster.node(2).unwrap().endpoint(),
+    };
+    let run = "scratch/run-1";
+    let before = write_email(&cli, run, "planner", &format!("before.{SECRET}"));
+
+    // Bad input: refused, nothing written.
+    let head = cli.head();
+    let err = cli.fails(None, &["session", "open", "--ns", "engram.system", "--ttl", "1m"]);
+    assert!(err.contains("system namespace"), "{err}");
+    let err = cli.fails(None, &["session", "open", "--ns", run, "--ttl", "5y"]);
+    assert!(err.contains("unit"), "{err}");
+    let err = cli.fails(None, &["session", "end", "--ns", run]);
+    assert!(err.contains("no session open"), "{err}");
+    let err = cli.fails(None, &["session", "renew", "--ns", run, "--ttl", "1m"]);
+    assert!(err.contains("open a new one"), "{err}");
+    assert_eq!(cli.head(), head);
+
+    // Open for 3 s; a second open is refused; renewed; listed.
+    let opened = cli.ok(None, &["session", "open", "--ns", run, "--ttl", "3s"], None);
+    assert_eq!(opened["ttl_ms"], 3_000, "{opened}");
+    let err = cli.fails(None, &["session", "open", "--ns", run, "--ttl", "3s"]);
+    assert!(err.contains("renew it"), "{err}");
+    let renewed = cli.ok(None, &["session", "renew", "--ns", run, "--ttl", "3s"], None);
+    let listed = cli.ok(None, &["session", "list"], None);
+    assert_eq!(listed["sessions"][0]["namespace"], run, "{listed}");
+    assert_eq!(listed["sessions"][0]["since_tx"], opened["tx"], "{listed}");
+    assert_eq!(listed["sessions"][0]["renewed_tx"], renewed["tx"], "{listed}");
+    let during = write_email(&cli, run, "planner", &format!("during.{SECRET}"));
+
+    // It lapses: what was written before and during it goes from every node.
+    let by = wait_redacted_everywhere(&cluster, run, &during).await;
+    assert!(by > renewed["tx"].as_u64().unwrap(), "forgotten after the lapse");
+    wait_redacted_everywhere(&cluster, run, &before).await;
+    let listed = cli.ok(None, &["session", "list"], None);
+    assert!(listed["sessions"].as_array().unwrap().is_empty(), "{listed}");
+    assert_eq!(listed["ended"][0]["namespace"], run, "{listed}");
+    assert_eq!(listed["ended"][0]["lapsed"], true, "{listed}");
+    let err = cli.fails(None, &["session", "renew", "--ns", run, "--ttl", "1m"]);
+    assert!(err.contains("open a new one"), "a lapsed session is not renewed: {err}");
+    // What is written after the lapse is kept: the forgetting took only what came before.
+    let after = write_email(&cli, run, "planner", "after@example.org");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let got = cli.ok(None, &["get", "--ns", run, "--entity", &after], None);
+    assert!(got.to_string().contains("after@example.org"), "{got}");
+
+    // Ended by its owner before its deadline: forgotten at once.
+    let run2 = "scratch/run-2";
+    cli.ok(None, &["session", "open", "--ns", run2, "--ttl", "1h"], None);
+    let note = write_email(&cli, run2, "planner", &format!("note.{SECRET}"));
+    let ended = cli.ok(None, &["session", "end", "--ns", run2], None);
+    assert_eq!(ended["ttl_ms"], 0, "{ended}");
+    wait_redacted_everywhere(&cluster, run2, &note).await;
+    let listed = cli.ok(None, &["session", "list"], None);
+    let ended_run2 = listed["ended"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["namespace"] == run2)
+        .cloned()
+        .unwrap_or_else(|| panic!("{listed}"));
+    assert_eq!(ended_run2["lapsed"], false, "{listed}");
+    assert_eq!(ended_run2["ended_tx"], ended["tx"], "{listed}");
+
+    // The table names both; every chain still verifies.
+    let table = cli.run(None, &["session", "list"], None);
+    assert_eq!(table.code, 0, "{}", table.stderr);
+    assert!(table.stdout.contains("lapsed") && table.stdout.contains("ended"), "{}", table.stdout);
+    verify_each(&cluster);
+}

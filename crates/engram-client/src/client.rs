@@ -999,6 +999,52 @@ impl Client {
         .await
     }
 
+    /// Opens a session on `namespace` for `ttl_ms` from now (refused if one is open there):
+    /// while it is open the namespace is volatile, and when it ends, or lapses for want of a
+    /// renewal, the leader forgets everything written there before the end.
+    pub async fn open_session(&self, namespace: &str, ttl_ms: u64) -> Result<pb::PolicyResponse, ClientError> {
+        self.set_session(namespace, ttl_ms.max(1), false).await
+    }
+
+    /// Renews the session open on `namespace`: it lapses `ttl_ms` from now (refused if none
+    /// is open: it lapsed or was ended, and what it held is forgotten).
+    pub async fn renew_session(&self, namespace: &str, ttl_ms: u64) -> Result<pb::PolicyResponse, ClientError> {
+        self.set_session(namespace, ttl_ms.max(1), true).await
+    }
+
+    async fn set_session(
+        &self,
+        namespace: &str,
+        ttl_ms: u64,
+        renew: bool,
+    ) -> Result<pb::PolicyResponse, ClientError> {
+        let req = pb::SessionRequest {
+            namespace: namespace.to_string(),
+            ttl_ms,
+            renew,
+        };
+        self.call(Idempotency::Unsafe, move |ch, s| {
+            let req = req.clone();
+            async move { access(ch).set_session(s.sign(methods::SET_SESSION, req)).await }
+        })
+        .await
+    }
+
+    /// Ends the session on `namespace`: the leader forgets what was written there before now.
+    pub async fn end_session(&self, namespace: &str) -> Result<pb::PolicyResponse, ClientError> {
+        self.set_session(namespace, 0, false).await
+    }
+
+    /// The sessions open, and each namespace's last ended session.
+    pub async fn list_sessions(&self) -> Result<pb::ListSessionsResponse, ClientError> {
+        self.call(Idempotency::Safe, move |ch, s| async move {
+            access(ch)
+                .list_sessions(s.sign(methods::LIST_SESSIONS, pb::ListSessionsRequest {}))
+                .await
+        })
+        .await
+    }
+
     /// One page of the answering node's access log (each node logs the reads it served; use
     /// [`Client::node`] to ask a given one).
     pub async fn access_events(

@@ -1072,7 +1072,10 @@ impl Engine {
                     }
                 }
             };
-            let planned = match policy::plan_change(&engine.view(), op, actor.as_ref())? {
+            // The change's transaction time, as `tx_in_group` will stamp it: a session's
+            // deadline and its lapse are read against it, so the chain alone shows both.
+            let tx_time_ns = proposed_time_ns.max(engine.head.tx_time_ns);
+            let planned = match policy::plan_change(&engine.view(), op, actor.as_ref(), tx_time_ns)? {
                 Ok(planned) => planned,
                 Err(rejection) => {
                     engine.apply_noop(batch)?;
@@ -1186,6 +1189,7 @@ impl Engine {
                 Some(RetentionRule::KeepVersions(keep)) => {
                     policy::retention_versions_allow(&view, req, keep)?
                 }
+                Some(RetentionRule::SessionEnded) => policy::session_allows(&view, req)?,
                 None => engine.grants.check_redact_where(&view, principal, req)?,
             };
             let keep_versions = retention.and_then(|r| r.keep_versions());
@@ -2146,6 +2150,163 @@ mod tests {
             .unwrap()
             .unwrap();
         assert!(policy::retention_policies(&*store).unwrap().is_empty());
+        assert_eq!(verify_stored(&store).unwrap(), engine.head().index);
+    }
+
+    /// Log entry `index` at `time_ms`: a session change on the namespace, by an unsigned caller.
+    fn session(engine: &mut Engine, index: u64, time_ms: i64, op: PolicyOp) -> TxOutcome {
+        engine
+            .apply_policy(
+                index,
+                time_ms * 1_000_000,
+                &op,
+                &PolicyActor::Unsigned(None),
+                WriteBatch::new(),
+            )
+            .unwrap()
+    }
+
+    fn session_op(ttl_ms: u64, renew: bool) -> PolicyOp {
+        PolicyOp::Session {
+            namespace: ns().to_string(),
+            ttl_ms,
+            renew,
+        }
+    }
+
+    /// A write at `index` of one task title.
+    fn task(engine: &mut Engine, index: u64, title: &str) {
+        engine
+            .apply_tx(
+                index,
+                index as i64 * 1_000_000,
+                &tx(vec![op(
+                    EntityRef::Temp("t".into()),
+                    ":task/title",
+                    Value::String(title.into()),
+                )]),
+                WriteBatch::new(),
+            )
+            .unwrap()
+            .unwrap();
+    }
+
+    #[test]
+    fn a_session_forgets_its_namespace_once_it_lapses_or_ends_and_never_before() {
+        let (store, mut engine) = engine();
+        old_tasks(&mut engine); // tx 2 to 7
+        let forget = |before_tx: u64| RedactWhere {
+            provenance: Provenance {
+                agent: "engram.session".into(),
+                confidence: 1.0,
+                ..Default::default()
+            },
+            ..where_request(engram_types::Predicate {
+                before_tx: Some(TxId(before_tx)),
+                ..Default::default()
+            })
+        };
+        let whole = |req: &RedactWhere| {
+            match redact_where::plan_range(&*store, req, None, WHOLE_IF_ALL, None, None, 100, 100).unwrap() {
+                redact_where::Plan::Range { range, .. } => range,
+                other => panic!("{other:?}"),
+            }
+        };
+        let apply = |engine: &mut Engine, index: u64, req: &RedactWhere, range: &RedactRange| {
+            engine
+                .apply_redaction_where(
+                    index,
+                    200_000_000,
+                    req,
+                    range,
+                    None,
+                    Some(RetentionRule::SessionEnded),
+                    WriteBatch::new(),
+                )
+                .unwrap()
+        };
+        // No session has ended: nothing may be forgotten for one.
+        let range = whole(&forget(8));
+        let refused = apply(&mut engine, 8, &forget(8), &range);
+        assert!(matches!(refused, Err(Rejection::Policy(_))), "{refused:?}");
+
+        // Opened at 10 ms for 100 ms; a second open is refused, a renewal at 20 ms moves the
+        // deadline to 120 ms and keeps when it was opened.
+        session(&mut engine, 9, 10, session_op(100, false)).unwrap();
+        let refused = session(&mut engine, 10, 15, session_op(100, false));
+        assert!(matches!(&refused, Err(Rejection::Policy(why)) if why.contains("renew it")), "{refused:?}");
+        session(&mut engine, 11, 20, session_op(100, true)).unwrap();
+        let open = policy::sessions(&*store).unwrap();
+        assert_eq!(open.len(), 1);
+        assert_eq!(
+            (open[0].row.since_tx, open[0].row.renewed_tx, open[0].row.deadline_ns),
+            (TxId(9), TxId(11), 120_000_000)
+        );
+        task(&mut engine, 12, "written in the session");
+
+        // A lapse before the deadline is refused, at it taken.
+        let lapse = PolicyOp::SessionLapsed {
+            namespace: ns().to_string(),
+        };
+        let refused = session(&mut engine, 13, 119, lapse.clone());
+        assert!(matches!(refused, Err(Rejection::Policy(_))), "{refused:?}");
+        let lapsed = session(&mut engine, 14, 120, lapse.clone()).unwrap();
+        assert!(policy::sessions(&*store).unwrap().is_empty());
+        let ended = policy::ended_sessions(&*store).unwrap();
+        assert_eq!((ended[0].row.ended_tx, ended[0].row.lapsed), (lapsed.tx, true));
+        let refused = session(&mut engine, 15, 121, lapse);
+        assert!(matches!(refused, Err(Rejection::Policy(_))), "{refused:?}");
+        let refused = session(&mut engine, 16, 121, session_op(100, true));
+        assert!(matches!(&refused, Err(Rejection::Policy(why)) if why.contains("open a new one")), "{refused:?}");
+        task(&mut engine, 17, "written after the session");
+
+        // Past the end is not the ended session's; a predicate saying more neither.
+        let past = forget(lapsed.tx.0 + 1);
+        let refused = apply(&mut engine, 18, &past, &whole(&past));
+        assert!(matches!(refused, Err(Rejection::Policy(_))), "{refused:?}");
+        let mut wider = forget(lapsed.tx.0);
+        wider.predicate.agent = Some("a1".into());
+        let refused = apply(&mut engine, 18, &wider, &whole(&wider));
+        assert!(matches!(refused, Err(Rejection::Policy(_))), "{refused:?}");
+        let mut index = 18;
+        let receipts = redact_where_all(
+            &mut engine,
+            &store,
+            &mut index,
+            &forget(lapsed.tx.0),
+            100,
+            100,
+            Some(RetentionRule::SessionEnded),
+        );
+        let mut txs: Vec<u64> = receipts
+            .iter()
+            .flat_map(|r| redact::redacted_by(&*store, r.tx).unwrap())
+            .map(|(r, _)| r.tx.0)
+            .collect();
+        txs.sort();
+        assert_eq!(txs, vec![2, 3, 4, 5, 6, 7, 12], "everything written to it before the lapse");
+        assert!(!stored_bytes_hold(&store, b"written in the session"));
+        assert!(stored_bytes_hold(&store, b"written after the session"));
+
+        // Opened again and ended by its owner: what was written since the lapse goes too.
+        session(&mut engine, index, 200, session_op(60_000, false)).unwrap();
+        let ended = session(&mut engine, index + 1, 201, session_op(0, false)).unwrap();
+        let refused = session(&mut engine, index + 2, 202, session_op(0, false));
+        assert!(matches!(refused, Err(Rejection::Policy(_))), "{refused:?}");
+        let last = policy::ended_sessions(&*store).unwrap();
+        assert_eq!((last[0].row.ended_tx, last[0].row.lapsed), (ended.tx, false));
+        index += 3;
+        let receipts = redact_where_all(
+            &mut engine,
+            &store,
+            &mut index,
+            &forget(ended.tx.0),
+            100,
+            100,
+            Some(RetentionRule::SessionEnded),
+        );
+        assert_eq!(receipts.len(), 1);
+        assert!(!stored_bytes_hold(&store, b"written after the session"));
         assert_eq!(verify_stored(&store).unwrap(), engine.head().index);
     }
 

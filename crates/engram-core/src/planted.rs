@@ -95,10 +95,14 @@ pub enum PlantedBug {
     /// retraction that ended it, and the fold of the slot's history no longer sees the claim
     /// end.
     RedactionSplitsAValue,
+    /// A session's row keeps the time it was opened or renewed as its deadline, without its
+    /// ttl (the record says the right deadline): the leader finds it lapsed at its next look
+    /// and ends it while it still lives.
+    SessionDeadlineWithoutTtl,
 }
 
 impl PlantedBug {
-    pub const ALL: [PlantedBug; 24] = [
+    pub const ALL: [PlantedBug; 25] = [
         PlantedBug::AckBeforeCommit,
         PlantedBug::SkipSyncBeforeAck,
         PlantedBug::WrongPrevHash,
@@ -123,6 +127,7 @@ impl PlantedBug {
         PlantedBug::RetentionTakesLiveClaims,
         PlantedBug::RedactionBoundFromGroupStart,
         PlantedBug::RedactionSplitsAValue,
+        PlantedBug::SessionDeadlineWithoutTtl,
     ];
 }
 

@@ -20,6 +20,8 @@
 //! | `Pl` prefix | [`AccessLogRow`]: every node logs the reads under the prefix |
 //! | `Pt` namespace 0 attribute | [`RetentionRow`]: what is written there is kept this long |
 //! | `Pv` namespace 0 attribute | [`VersionsRow`]: of each slot there, this many versions are kept |
+//! | `Ps` namespace 0 | [`SessionRow`]: a session is open on the namespace, until its deadline |
+//! | `Pe` namespace 0 | [`EndedSessionRow`]: the namespace's last session ended at this transaction |
 //!
 //! A store with no `Pmode` row predates modes: it is open.
 
@@ -29,7 +31,7 @@ use engram_access::{Action, Grant, Mode, Policy, PolicyOp, Principal, SYSTEM_NAM
 use engram_audit::{Author, PublicKey};
 use engram_storage::{KeyValue, ReadView, Space, WriteBatch};
 use engram_types::{
-    Attribute, BranchOp, EntityId, EntityRef, Hash, Namespace, Op, Provenance, RetentionRule, Status, TxId,
+    Attribute, BranchOp, EntityId, EntityRef, Hash, Namespace, Op, Provenance, Status, TxId,
     TxOp, TxRequest, Value,
 };
 use serde::{Deserialize, Serialize};
@@ -256,9 +258,93 @@ pub struct Versions {
     pub row: VersionsRow,
 }
 
-/// The row tags of the two kinds of retention policy.
+/// The row tags of the two kinds of retention policy, and of sessions open and ended.
 const RETENTION_TAG: u8 = b't';
 const VERSIONS_TAG: u8 = b'v';
+const SESSION_TAG: u8 = b's';
+const ENDED_SESSION_TAG: u8 = b'e';
+
+/// A session open on a namespace (`docs/FORGETTING.md`, "Volatile namespaces"): it lapses at
+/// `deadline_ns` (the time of the entry that opened or last renewed it, plus `ttl_ms`) unless
+/// renewed before; when it ends, everything written to the namespace before the end goes.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SessionRow {
+    pub entity: EntityId,
+    /// The transaction that opened it.
+    pub since_tx: TxId,
+    /// The transaction that opened or last renewed it.
+    pub renewed_tx: TxId,
+    pub ttl_ms: u64,
+    pub deadline_ns: i64,
+}
+
+/// The last session of a namespace that ended (by its end or its lapse): the leader forgets
+/// what was written there before `ended_tx`, and apply takes only such ranges for it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EndedSessionRow {
+    pub entity: EntityId,
+    pub ended_tx: TxId,
+    /// Whether it lapsed (its deadline passed) rather than being ended.
+    pub lapsed: bool,
+}
+
+/// A session as [`sessions`] lists it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Session {
+    pub namespace: Namespace,
+    pub row: SessionRow,
+}
+
+/// An ended session as [`ended_sessions`] lists it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EndedSession {
+    pub namespace: Namespace,
+    pub row: EndedSessionRow,
+}
+
+fn session_key(namespace: &str) -> Vec<u8> {
+    target_key(SESSION_TAG, namespace, "")
+}
+
+fn ended_session_key(namespace: &str) -> Vec<u8> {
+    target_key(ENDED_SESSION_TAG, namespace, "")
+}
+
+/// Every session open, by namespace.
+pub fn sessions(view: &dyn ReadView) -> Result<Vec<Session>, CoreError> {
+    Ok(targeted_rows(view, SESSION_TAG, "session row")?
+        .into_iter()
+        .map(|(namespace, _, row)| Session { namespace, row })
+        .collect())
+}
+
+/// The last ended session of every namespace that had one, by namespace.
+pub fn ended_sessions(view: &dyn ReadView) -> Result<Vec<EndedSession>, CoreError> {
+    Ok(targeted_rows(view, ENDED_SESSION_TAG, "ended session row")?
+        .into_iter()
+        .map(|(namespace, _, row)| EndedSession { namespace, row })
+        .collect())
+}
+
+/// Whether an ended session makes `req`: the namespace's last session ended at or after the
+/// predicate's `before_tx`, and the predicate says nothing else. What apply checks before it
+/// takes a range the leader proposed to forget a session's namespace, in place of a grant.
+pub fn session_allows(view: &dyn ReadView, req: &engram_types::RedactWhere) -> Result<Result<(), Rejection>, CoreError> {
+    let refuse = |why: String| Ok(Err(Rejection::Policy(format!("session of {}: {why}", req.namespace))));
+    let Some(bytes) = view.get(Space::State, &ended_session_key(req.namespace.as_str()))? else {
+        return refuse("no session has ended there".into());
+    };
+    let row: EndedSessionRow = decode_row("ended session row", &bytes)?;
+    let p = &req.predicate;
+    let only_before = engram_types::Predicate {
+        before_tx: p.before_tx,
+        ..engram_types::Predicate::default()
+    };
+    match p.before_tx {
+        Some(before) if *p == only_before && before <= row.ended_tx => Ok(Ok(())),
+        _ => refuse("the predicate is not the ended session's".into()),
+    }
+}
 
 fn retention_key(namespace: &str, attribute: &str) -> Vec<u8> {
     target_key(RETENTION_TAG, namespace, attribute)
@@ -780,6 +866,13 @@ pub struct PlannedChange {
     effect: Effect,
 }
 
+/// What a retention policy keeps: for a time, or a number of versions of each slot.
+#[derive(Clone, Copy)]
+enum Kept {
+    Ms(u64),
+    Versions(u32),
+}
+
 /// What a planned change does to the `P` rows once its transaction is applied.
 #[derive(Default)]
 struct Effect {
@@ -797,7 +890,26 @@ struct Effect {
     /// An access log prefix switched on (with its entity) or off.
     access_log: Option<(String, EntityRef, bool)>,
     /// A retention policy set (namespace, attribute, entity, rule; an amount of 0: ended).
-    retention: Option<(String, String, EntityRef, RetentionRule)>,
+    retention: Option<(String, String, EntityRef, Kept)>,
+    /// A session opened, renewed or ended.
+    session: Option<SessionEffect>,
+}
+
+/// What a session change does to the `Ps` and `Pe` rows.
+enum SessionEffect {
+    /// Opened (`since_tx` `None`: by this change) or renewed, lapsing at `deadline_ns`.
+    Open {
+        namespace: String,
+        entity: EntityRef,
+        since_tx: Option<TxId>,
+        ttl_ms: u64,
+        deadline_ns: i64,
+    },
+    Ended {
+        namespace: String,
+        entity: EntityId,
+        lapsed: bool,
+    },
 }
 
 fn attr(name: &str) -> Attribute {
@@ -898,11 +1010,14 @@ fn role_ops(entity: &EntityRef, agent: &Principal, role: &Principal, status: &st
 }
 
 /// Checks a policy change against the current policy and plans its transaction. `actor` is
-/// the principal that signed the request (`None`: unsigned, allowed only in open mode).
+/// the principal that signed the request (`None`: unsigned, allowed only in open mode);
+/// `tx_time_ns` the transaction time the change will be recorded at (a session's deadline is
+/// counted from it, and its lapse is taken only at or past the deadline).
 pub fn plan_change(
     view: &dyn ReadView,
     op: &PolicyOp,
     actor: Option<&Principal>,
+    tx_time_ns: i64,
 ) -> Result<Result<PlannedChange, Rejection>, CoreError> {
     let refuse = |why: String| Ok(Err(Rejection::Policy(why)));
     let current = mode_row(view)?;
@@ -1148,7 +1263,7 @@ pub fn plan_change(
             &mut ops,
             namespace,
             attribute,
-            RetentionRule::KeepMs(*keep_ms),
+            Kept::Ms(*keep_ms),
         )? {
             Ok(effect) => effect,
             Err(why) => return refuse(why),
@@ -1162,11 +1277,43 @@ pub fn plan_change(
             &mut ops,
             namespace,
             attribute,
-            RetentionRule::KeepVersions(*keep_versions),
+            Kept::Versions(*keep_versions),
         )? {
             Ok(effect) => effect,
             Err(why) => return refuse(why),
         },
+        PolicyOp::Session {
+            namespace,
+            ttl_ms,
+            renew,
+        } => {
+            match plan_session(view, &mut ops, namespace, *ttl_ms, *renew, tx_time_ns)? {
+                Ok(effect) => effect,
+                Err(why) => return refuse(why),
+            }
+        }
+        PolicyOp::SessionLapsed { namespace } => {
+            let Some(bytes) = view.get(Space::State, &session_key(namespace))? else {
+                return refuse(format!("{namespace} has no session open"));
+            };
+            let row: SessionRow = decode_row("session row", &bytes)?;
+            if tx_time_ns < row.deadline_ns {
+                return refuse(format!(
+                    "the session on {namespace} lapses at {} ns, after this change's time {tx_time_ns} ns",
+                    row.deadline_ns
+                ));
+            }
+            let entity = EntityRef::Id(row.entity);
+            ops.push(assert(&entity, ":engram.session/status", Value::String("lapsed".into())));
+            Effect {
+                session: Some(SessionEffect::Ended {
+                    namespace: namespace.clone(),
+                    entity: row.entity,
+                    lapsed: true,
+                }),
+                ..Effect::default()
+            }
+        }
     };
     let request = TxRequest::data(
         Namespace::new(SYSTEM_NAMESPACE).expect("the system namespace name is valid"),
@@ -1199,19 +1346,19 @@ fn plan_retention(
     ops: &mut Vec<TxOp>,
     namespace: &str,
     attribute: &str,
-    rule: RetentionRule,
+    rule: Kept,
 ) -> Result<Result<Effect, String>, CoreError> {
     if let Err(why) = engram_access::retention_target(namespace, attribute) {
         return Ok(Err(why));
     }
     let (key, amount, unit, keep_attribute) = match rule {
-        RetentionRule::KeepMs(ms) => (
+        Kept::Ms(ms) => (
             retention_key(namespace, attribute),
             ms,
             "ms",
             ":engram.retention/keep-ms",
         ),
-        RetentionRule::KeepVersions(n) => (
+        Kept::Versions(n) => (
             versions_key(namespace, attribute),
             u64::from(n),
             "versions",
@@ -1219,8 +1366,8 @@ fn plan_retention(
         ),
     };
     let kind = match rule {
-        RetentionRule::KeepMs(_) => "retention",
-        RetentionRule::KeepVersions(_) => "versions",
+        Kept::Ms(_) => "retention",
+        Kept::Versions(_) => "versions",
     };
     let target = match attribute.is_empty() {
         true => namespace.to_string(),
@@ -1230,11 +1377,11 @@ fn plan_retention(
         (None, 0) => return Ok(Err(format!("{target} has no {kind} policy"))),
         (Some(bytes), amount) => {
             let (entity, kept) = match rule {
-                RetentionRule::KeepMs(_) => {
+                Kept::Ms(_) => {
                     let row: RetentionRow = decode_row("retention row", &bytes)?;
                     (row.entity, row.keep_ms)
                 }
-                RetentionRule::KeepVersions(_) => {
+                Kept::Versions(_) => {
                     let row: VersionsRow = decode_row("versions row", &bytes)?;
                     (row.entity, u64::from(row.keep_versions))
                 }
@@ -1268,6 +1415,82 @@ fn plan_retention(
     ));
     Ok(Ok(Effect {
         retention: Some((namespace.to_string(), attribute.to_string(), entity, rule)),
+        ..Effect::default()
+    }))
+}
+
+/// The ops and effect of opening (`renew` false) or renewing a session on `namespace` for
+/// `ttl_ms` from `tx_time_ns`, or ending it (`ttl_ms` 0); `Err`: why it is refused.
+fn plan_session(
+    view: &dyn ReadView,
+    ops: &mut Vec<TxOp>,
+    namespace: &str,
+    ttl_ms: u64,
+    renew: bool,
+    tx_time_ns: i64,
+) -> Result<Result<Effect, String>, CoreError> {
+    if let Err(why) = engram_access::retention_target(namespace, "") {
+        return Ok(Err(why.replace("retention", "session")));
+    }
+    let open = match view.get(Space::State, &session_key(namespace))? {
+        Some(bytes) => Some(decode_row::<SessionRow>("session row", &bytes)?),
+        None => None,
+    };
+    let effect = match (open, ttl_ms) {
+        (None, 0) => return Ok(Err(format!("{namespace} has no session open"))),
+        (None, _) if renew => {
+            return Ok(Err(format!(
+                "{namespace} has no session open to renew: it lapsed or was ended (what it held is forgotten); open a new one"
+            )));
+        }
+        (Some(row), ttl) if ttl > 0 && !renew => {
+            return Ok(Err(format!(
+                "{namespace} has a session open since tx {} (lapsing at {} ns): renew it",
+                row.since_tx.0, row.deadline_ns
+            )));
+        }
+        (Some(row), 0) => {
+            let entity = EntityRef::Id(row.entity);
+            ops.push(assert(&entity, ":engram.session/status", Value::String("ended".into())));
+            SessionEffect::Ended {
+                namespace: namespace.to_string(),
+                entity: row.entity,
+                lapsed: false,
+            }
+        }
+        (open, ttl_ms) => {
+            let ttl_ns = i64::try_from(ttl_ms.saturating_mul(1_000_000)).unwrap_or(i64::MAX);
+            let deadline_ns = tx_time_ns.saturating_add(ttl_ns);
+            let (entity, since_tx) = match open {
+                Some(row) => (EntityRef::Id(row.entity), Some(row.since_tx)),
+                None => {
+                    let entity = EntityRef::Temp("session".into());
+                    ops.push(assert(
+                        &entity,
+                        ":engram.session/namespace",
+                        Value::String(namespace.to_string()),
+                    ));
+                    ops.push(assert(&entity, ":engram.session/status", Value::String("open".into())));
+                    (entity, None)
+                }
+            };
+            ops.push(assert(
+                &entity,
+                ":engram.session/ttl-ms",
+                Value::I64(i64::try_from(ttl_ms).unwrap_or(i64::MAX)),
+            ));
+            ops.push(assert(&entity, ":engram.session/deadline", Value::Instant(deadline_ns)));
+            SessionEffect::Open {
+                namespace: namespace.to_string(),
+                entity,
+                since_tx,
+                ttl_ms,
+                deadline_ns,
+            }
+        }
+    };
+    Ok(Ok(Effect {
+        session: Some(effect),
         ..Effect::default()
     }))
 }
@@ -1323,6 +1546,7 @@ impl PlannedChange {
             unassign,
             access_log,
             retention,
+            session,
         } = self.effect;
         if let Some(mode) = mode {
             batch.put(Space::State, MODE_KEY.to_vec(), encode_row(&ModeRow::Set(mode)));
@@ -1374,13 +1598,13 @@ impl PlannedChange {
             None => {}
         }
         match retention {
-            Some((namespace, attribute, _, RetentionRule::KeepMs(0))) => {
+            Some((namespace, attribute, _, Kept::Ms(0))) => {
                 batch.delete(Space::State, retention_key(&namespace, &attribute))
             }
-            Some((namespace, attribute, _, RetentionRule::KeepVersions(0))) => {
+            Some((namespace, attribute, _, Kept::Versions(0))) => {
                 batch.delete(Space::State, versions_key(&namespace, &attribute))
             }
-            Some((namespace, attribute, entity, RetentionRule::KeepMs(keep_ms))) => {
+            Some((namespace, attribute, entity, Kept::Ms(keep_ms))) => {
                 let row = RetentionRow {
                     entity: resolve(&entity)?,
                     since_tx: tx,
@@ -1392,7 +1616,7 @@ impl PlannedChange {
                     encode_row(&row),
                 );
             }
-            Some((namespace, attribute, entity, RetentionRule::KeepVersions(keep_versions))) => {
+            Some((namespace, attribute, entity, Kept::Versions(keep_versions))) => {
                 let row = VersionsRow {
                     entity: resolve(&entity)?,
                     since_tx: tx,
@@ -1403,6 +1627,42 @@ impl PlannedChange {
                     versions_key(&namespace, &attribute),
                     encode_row(&row),
                 );
+            }
+            None => {}
+        }
+        match session {
+            Some(SessionEffect::Open {
+                namespace,
+                entity,
+                since_tx,
+                ttl_ms,
+                deadline_ns,
+            }) => {
+                let deadline_ns = match crate::planted::active(crate::planted::PlantedBug::SessionDeadlineWithoutTtl) {
+                    true => deadline_ns.saturating_sub(i64::try_from(ttl_ms.saturating_mul(1_000_000)).unwrap_or(i64::MAX)),
+                    false => deadline_ns,
+                };
+                let row = SessionRow {
+                    entity: resolve(&entity)?,
+                    since_tx: since_tx.unwrap_or(tx),
+                    renewed_tx: tx,
+                    ttl_ms,
+                    deadline_ns,
+                };
+                batch.put(Space::State, session_key(&namespace), encode_row(&row));
+            }
+            Some(SessionEffect::Ended {
+                namespace,
+                entity,
+                lapsed,
+            }) => {
+                batch.delete(Space::State, session_key(&namespace));
+                let row = EndedSessionRow {
+                    entity,
+                    ended_tx: tx,
+                    lapsed,
+                };
+                batch.put(Space::State, ended_session_key(&namespace), encode_row(&row));
             }
             None => {}
         }

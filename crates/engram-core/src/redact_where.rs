@@ -24,7 +24,7 @@
 use engram_storage::{ReadView, Space, prefix_end};
 use engram_types::redact::{RECORD_NAMESPACE, RECORD_PART_OF, RECORD_REASON, RedactedRef};
 use engram_types::redact_where::{
-    RECORD_RETENTION_KEEP_MS, RECORD_RETENTION_KEEP_VERSIONS, RECORD_WHERE_AGENT, RECORD_WHERE_ATTRIBUTE,
+    RECORD_RETENTION_KEEP_MS, RECORD_RETENTION_KEEP_VERSIONS, RECORD_SESSION_ENDED, RECORD_WHERE_AGENT, RECORD_WHERE_ATTRIBUTE,
     RECORD_WHERE_BEFORE_TX, RECORD_WHERE_VALID_FROM_BEFORE, RECORD_WHERE_VALUE_GIVEN,
     RECORD_WHERE_WRITTEN_BEFORE,
 };
@@ -227,6 +227,9 @@ pub fn record(
                 }
                 Some(RetentionRule::KeepVersions(n)) => {
                     ops.push(assert(RECORD_RETENTION_KEEP_VERSIONS, Value::I64(i64::from(n))));
+                }
+                Some(RetentionRule::SessionEnded) => {
+                    ops.push(assert(RECORD_SESSION_ENDED, Value::Bool(true)));
                 }
                 None => {}
             }

@@ -55,6 +55,8 @@ pub mod methods {
     pub const SET_ACCESS_LOG: &str = "/engram.v1.Access/SetAccessLog";
     pub const SET_RETENTION: &str = "/engram.v1.Access/SetRetention";
     pub const LIST_RETENTION: &str = "/engram.v1.Access/ListRetention";
+    pub const SET_SESSION: &str = "/engram.v1.Access/SetSession";
+    pub const LIST_SESSIONS: &str = "/engram.v1.Access/ListSessions";
 }
 
 /// A role request's agent and role principal (`role:<name>`).
@@ -111,6 +113,7 @@ protobuf_body!(
     ListAgentsRequest,
     ListGrantsRequest,
     ListRetentionRequest,
+    ListSessionsRequest,
     WhoAmIRequest,
     KeyChangeProposal,
     AccessEventsRequest,
@@ -263,6 +266,22 @@ pub fn retention_op(m: &pb::RetentionRequest) -> Result<PolicyOp, WireError> {
             attribute: m.attribute.clone(),
             keep_ms: m.keep_ms,
         }),
+    }
+}
+
+pub fn session_op(m: &pb::SessionRequest) -> Result<PolicyOp, WireError> {
+    engram_access::retention_target(&m.namespace, "")
+        .map_err(|e| WireError::new("namespace", e.replace("retention ", "session ")))?;
+    Ok(PolicyOp::Session {
+        namespace: m.namespace.clone(),
+        ttl_ms: m.ttl_ms,
+        renew: m.renew && m.ttl_ms > 0,
+    })
+}
+
+impl SignedBody for pb::SessionRequest {
+    fn signed_body(&self, _: &str) -> Vec<u8> {
+        canonical_body(self, policy_bytes(session_op(self)))
     }
 }
 

@@ -24,7 +24,7 @@ pub use query::{clauses_to_pb, filters_to_pb, query};
 mod access;
 pub use access::{
     SignedBody, access_log_op, add_agent_op, grant_op, methods, principal, public_key, retention_op,
-    revoke_agent_op, role_op, role_request, rotate_agent_key_op, signed_request,
+    revoke_agent_op, role_op, role_request, rotate_agent_key_op, session_op, signed_request,
 };
 
 // Under madsim, messages travel as values and no codec runs.

@@ -1114,6 +1114,67 @@ impl EngramClient {
         Ok(out)
     }
 
+    /// Opens a session on `namespace` for `ttl_ms` (refused if one is open there): while it
+    /// lives the namespace is volatile, and when it ends or lapses (`ttl_ms` without a
+    /// renewal) the leader forgets everything written there before the end. An audited change;
+    /// needs `redact` on the namespace.
+    fn open_session<'py>(&self, py: Python<'py>, namespace: &str, ttl_ms: u64) -> PyResult<Bound<'py, PyDict>> {
+        let (client, namespace) = (self.client.clone(), namespace.to_string());
+        policy_change(
+            py,
+            self.run(py, async move { client.open_session(&namespace, ttl_ms).await })?,
+        )
+    }
+
+    /// Renews the session open on `namespace`: it lapses `ttl_ms` from now. Refused if none
+    /// is open (it lapsed or was ended, and what it held is forgotten).
+    fn renew_session<'py>(&self, py: Python<'py>, namespace: &str, ttl_ms: u64) -> PyResult<Bound<'py, PyDict>> {
+        let (client, namespace) = (self.client.clone(), namespace.to_string());
+        policy_change(
+            py,
+            self.run(py, async move { client.renew_session(&namespace, ttl_ms).await })?,
+        )
+    }
+
+    /// Ends the session on `namespace` now: the leader forgets what was written there.
+    fn end_session<'py>(&self, py: Python<'py>, namespace: &str) -> PyResult<Bound<'py, PyDict>> {
+        let (client, namespace) = (self.client.clone(), namespace.to_string());
+        policy_change(
+            py,
+            self.run(py, async move { client.end_session(&namespace).await })?,
+        )
+    }
+
+    /// The sessions: `{"open": [{"namespace", "ttl_ms", "deadline_ns", "since_tx",
+    /// "renewed_tx"}], "ended": [{"namespace", "ended_tx", "lapsed"}]}` (each namespace's last
+    /// ended session).
+    fn sessions<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let client = self.client.clone();
+        let response = self.run(py, async move { client.list_sessions().await })?;
+        let open = PyList::empty(py);
+        for s in &response.sessions {
+            let row = PyDict::new(py);
+            row.set_item("namespace", &s.namespace)?;
+            row.set_item("ttl_ms", s.ttl_ms)?;
+            row.set_item("deadline_ns", s.deadline_ns)?;
+            row.set_item("since_tx", s.since_tx)?;
+            row.set_item("renewed_tx", s.renewed_tx)?;
+            open.append(row)?;
+        }
+        let ended = PyList::empty(py);
+        for s in &response.ended {
+            let row = PyDict::new(py);
+            row.set_item("namespace", &s.namespace)?;
+            row.set_item("ended_tx", s.ended_tx)?;
+            row.set_item("lapsed", s.lapsed)?;
+            ended.append(row)?;
+        }
+        let out = PyDict::new(py);
+        out.set_item("open", open)?;
+        out.set_item("ended", ended)?;
+        Ok(out)
+    }
+
     /// Every transaction of `namespace` from `from_tx` on, as it commits, with the datoms that
     /// pass the filter. Iterate it; it resumes on another node after a failure, delivering
     /// each transaction once, in order.

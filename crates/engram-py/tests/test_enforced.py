@@ -318,3 +318,39 @@ def test_lists_show_only_what_the_caller_may_read(enforced):
     with pytest.raises(engram.PermissionDenied):
         lena.query("lists/hidden", ["?x"], [("?x", ":n/x", "?v")])
     assert sorted(admin.entities("lists/shared")) == sorted([owner, doc])
+
+
+def _wait_forgotten(db, ns, entity, timeout_s=60):
+    """Waits until the entity's one datom in `ns` is redacted; the datom."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        datom = db.get(ns, entity).datoms[0]
+        if datom.redacted is not None:
+            return datom
+        assert time.monotonic() < deadline, f"{ns} {entity} never forgotten: {datom}"
+        time.sleep(0.2)
+
+
+def test_a_session_needs_the_redact_grant_and_lapses_without_anyone_granted(enforced):
+    c, admin_key, bob_key = enforced
+    admin = engram.Engram(c.endpoints, agent_key=admin_key)
+    bob = engram.Engram(c.endpoints, agent_key=bob_key)
+    note = bob.transact("team/b/scratch", [("n", ":note/text", "bob's draft")]).temp_ids["n"]
+    with pytest.raises(engram.PermissionDenied):
+        bob.open_session("team/b/scratch", 60_000)
+    admin.grant("bob", "redact", "team/b/scratch")
+    try:
+        opened = bob.open_session("team/b/scratch", 1_500)
+        with pytest.raises(engram.EngramError, match="renew it"):
+            bob.open_session("team/b/scratch", 1_500)
+        listed = admin.sessions()["open"]
+        assert [(s["namespace"], s["ttl_ms"], s["since_tx"]) for s in listed] == [("team/b/scratch", 1_500, opened["tx"])]
+    finally:
+        admin.revoke_grant("bob", "redact", "team/b/scratch")
+    # Nobody renews it: the leader ends it and forgets the namespace, with no agent's grant.
+    datom = _wait_forgotten(bob, "team/b/scratch", note)
+    assert datom.value is None
+    ended = admin.sessions()
+    assert ended["open"] == [] and [(s["namespace"], s["lapsed"]) for s in ended["ended"]] == [("team/b/scratch", True)]
+    with pytest.raises(engram.EngramError, match="open a new one"):
+        admin.renew_session("team/b/scratch", 1_500)

@@ -42,10 +42,11 @@ def test_tools_are_listed_with_schemas(cluster):
 
     tools = {t.name: t for t in run(cluster, body)}
     assert set(tools) == {
-        "remember", "recall", "get", "history", "what_changed", "list", "query", "branch", "forget", "verify",
+        "remember", "recall", "get", "history", "what_changed", "list", "query", "branch", "forget", "session", "verify",
     }
     assert set(tools["query"].input_schema["required"]) == {"namespace", "find", "where"}
     assert set(tools["forget"].input_schema["required"]) == {"namespace", "entity", "reason"}
+    assert set(tools["session"].input_schema["required"]) == {"namespace", "action"}
     remember = tools["remember"]
     assert "transaction" in remember.description
     assert set(remember.input_schema["required"]) == {"namespace", "facts"}
@@ -413,3 +414,39 @@ def test_http_delete_ends_a_known_session_and_404s_an_unknown_one(cluster, caplo
     finally:
         server.terminate()
         server.wait(10)
+
+
+def test_a_session_keeps_working_notes_until_it_ends(cluster):
+    ns = "mcp/scratch"
+
+    async def body(s):
+        out = {}
+        r = await s.call_tool("session", {"namespace": ns, "action": "open", "ttl_ms": 600_000})
+        out["open"] = json.loads(text(r))
+        r = await s.call_tool(
+            "remember",
+            {"namespace": ns, "facts": [{"entity": "n", "attribute": ":note/text", "value": "try the cache first"}]},
+        )
+        note = json.loads(text(r))["entities"]["n"]
+        again = await s.call_tool("session", {"namespace": ns, "action": "open", "ttl_ms": 600_000})
+        out["again"] = (again.is_error, text(again))
+        no_ttl = await s.call_tool("session", {"namespace": ns, "action": "renew"})
+        out["no_ttl"] = (no_ttl.is_error, text(no_ttl))
+        r = await s.call_tool("session", {"namespace": ns, "action": "end"})
+        out["end"] = json.loads(text(r))
+        for _ in range(300):
+            r = await s.call_tool("get", {"namespace": ns, "entity": note})
+            out["get"] = json.loads(text(r))
+            if out["get"]["facts"][0].get("forgotten_by_tx"):
+                break
+            await asyncio.sleep(0.2)
+        return out
+
+    out = run(cluster, body)
+    assert out["open"]["action"] == "open" and out["open"]["tx"] > 0
+    assert out["again"][0] and "renew it" in out["again"][1]
+    assert out["no_ttl"][0] and "ttl_ms" in out["no_ttl"][1]
+    assert out["end"]["tx"] > out["open"]["tx"]
+    fact = out["get"]["facts"][0]
+    assert fact["value"] is None and fact["forgotten_by_tx"] > out["end"]["tx"], out["get"]
+    assert "cache" not in json.dumps(out["get"])

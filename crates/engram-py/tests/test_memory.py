@@ -2,6 +2,7 @@
 both ways, time travel, history, find, diff, branches and watch."""
 
 import datetime
+import time
 
 import pytest
 
@@ -263,6 +264,27 @@ def test_a_retention_policy_is_set_listed_and_ended(db, ns):
     db.set_retention(ns, 0, attribute=":chat/text")
     db.set_retention_versions(ns, 0, attribute=":plan/text")
     assert [p for p in db.retention() if p["namespace"] == ns] == []
+
+
+def test_a_session_makes_a_namespace_volatile_until_it_ends(db, ns):
+    scratch = f"{ns}/scratch"
+    kept = db.transact(ns, [("k", ":note/text", "kept outside the session")]).temp_ids["k"]
+    note = db.transact(scratch, [("n", ":note/text", "a working note")]).temp_ids["n"]
+    with pytest.raises(engram.EngramError, match="no session open"):
+        db.end_session(scratch)
+    opened = db.open_session(scratch, 3_600_000)
+    renewed = db.renew_session(scratch, 3_600_000)
+    [listed] = [s for s in db.sessions()["open"] if s["namespace"] == scratch]
+    assert (listed["since_tx"], listed["renewed_tx"], listed["ttl_ms"]) == (opened["tx"], renewed["tx"], 3_600_000)
+    ended = db.end_session(scratch)
+    deadline = time.monotonic() + 60
+    while db.get(scratch, note).datoms[0].redacted is None:
+        assert time.monotonic() < deadline, "the ended session's namespace was never forgotten"
+        time.sleep(0.2)
+    assert db.get(scratch, note).datoms[0].value is None
+    assert db.get(ns, kept)[":note/text"] == "kept outside the session"
+    [last] = [s for s in db.sessions()["ended"] if s["namespace"] == scratch]
+    assert (last["ended_tx"], last["lapsed"]) == (ended["tx"], False)
 
 
 def test_each_node_lists_its_background_jobs(db, ns):

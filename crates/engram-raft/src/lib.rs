@@ -161,6 +161,15 @@ pub enum Command {
     /// in the enum: entries keep their encoding; a node of an earlier build cannot read it and
     /// stops rather than take less.)
     WholeValues { command: Box<Command> },
+    /// One range of forgetting a namespace whose session ended: made by the leader for the
+    /// namespace's last ended session; apply takes it only if that session ended at or after
+    /// the predicate's `before_tx` (`engram_core::policy::session_allows`). (Last in the enum:
+    /// entries keep their encoding; a node of an earlier build cannot read it and stops.)
+    RedactSession {
+        request: RedactWhere,
+        range: RedactRange,
+        proposed_time_ns: i64,
+    },
 }
 
 /// Who asked for a redaction, for a log line: the signing agent, else the principal, else "-".
@@ -296,6 +305,17 @@ impl fmt::Display for Command {
             Command::Salted { command, .. } => write!(f, "salted {command}"),
             Command::StateRooted { command } => write!(f, "rooted {command}"),
             Command::WholeValues { command } => write!(f, "whole-values {command}"),
+            Command::RedactSession {
+                request,
+                range,
+                proposed_time_ns,
+            } => write!(
+                f,
+                "redact-session(ns={}, of={}, limit={}, t={proposed_time_ns})",
+                request.namespace,
+                range.first_tx.map_or("-".to_string(), |tx| tx.0.to_string()),
+                range.limit,
+            ),
         }
     }
 }

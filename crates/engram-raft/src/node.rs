@@ -554,6 +554,11 @@ impl RaftNode {
                     keep_versions,
                     proposed_time_ns,
                 },
+                Some(RetentionRule::SessionEnded) => Command::RedactSession {
+                    request: request.clone(),
+                    range,
+                    proposed_time_ns,
+                },
                 _ => Command::RedactWhere {
                     request: request.clone(),
                     principal: principal.clone(),

@@ -378,6 +378,21 @@ impl StateMachine {
                 )?;
                 response.outcome = Some(outcome);
             }
+            Command::RedactSession {
+                request,
+                range,
+                proposed_time_ns,
+            } => {
+                let outcome = self.redact_where(
+                    index,
+                    proposed_time_ns,
+                    &request,
+                    &range,
+                    None,
+                    Some(RetentionRule::SessionEnded),
+                )?;
+                response.outcome = Some(outcome);
+            }
             Command::KeyChange { request } => {
                 let extra = applied_row(&self.applied)?;
                 let outcome = self

@@ -222,6 +222,11 @@ pub async fn serve_keys(
             Duration::from_millis(config.retention_check_ms),
             stopped_rx.clone(),
         ));
+        tokio::task::spawn(retention::drive_sessions(
+            shared.clone(),
+            Duration::from_millis(config.retention_check_ms).min(retention::SESSION_CHECK),
+            stopped_rx.clone(),
+        ));
     }
     tokio::task::spawn(announce_security(
         node.clone(),

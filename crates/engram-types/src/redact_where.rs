@@ -131,6 +131,8 @@ pub const RECORD_WHERE_VALID_FROM_BEFORE: &str = ":engram.redaction/where-valid-
 pub const RECORD_RETENTION_KEEP_MS: &str = ":engram.redaction/retention-keep-ms";
 /// On a record a versions policy made: the policy's `keep_versions`.
 pub const RECORD_RETENTION_KEEP_VERSIONS: &str = ":engram.redaction/retention-keep-versions";
+/// On a record made because the namespace's session ended: `true`.
+pub const RECORD_SESSION_ENDED: &str = ":engram.redaction/session-ended";
 
 /// What makes a retention policy's redaction, carried in its log entry and checked at apply
 /// against the policy in force (`docs/FORGETTING.md`, "Retention policies").
@@ -141,6 +143,8 @@ pub enum RetentionRule {
     /// Of each slot, what the last this many transactions that wrote it hold stays, and so do
     /// its live claims; older datoms go.
     KeepVersions(u32),
+    /// The namespace's session ended: what was written there before the end goes.
+    SessionEnded,
 }
 
 impl RetentionRule {
@@ -149,6 +153,7 @@ impl RetentionRule {
         match self {
             RetentionRule::KeepMs(ms) => format!("keep {ms} ms"),
             RetentionRule::KeepVersions(n) => format!("keep {n} versions"),
+            RetentionRule::SessionEnded => "session ended".into(),
         }
     }
 
@@ -156,7 +161,7 @@ impl RetentionRule {
     pub fn keep_ms(&self) -> Option<u64> {
         match self {
             RetentionRule::KeepMs(ms) => Some(*ms),
-            RetentionRule::KeepVersions(_) => None,
+            RetentionRule::KeepVersions(_) | RetentionRule::SessionEnded => None,
         }
     }
 
@@ -164,7 +169,7 @@ impl RetentionRule {
     pub fn keep_versions(&self) -> Option<u32> {
         match self {
             RetentionRule::KeepVersions(n) => Some(*n),
-            RetentionRule::KeepMs(_) => None,
+            RetentionRule::KeepMs(_) | RetentionRule::SessionEnded => None,
         }
     }
 }

@@ -305,6 +305,14 @@ impl Authorship {
                 Value::I64(i64::from(*keep_versions)),
                 None,
             )],
+            PolicyOp::Session { ttl_ms: 0, .. } => vec![(":engram.session/status", s("ended"), None)],
+            PolicyOp::Session { ttl_ms, .. } => vec![(
+                ":engram.session/ttl-ms",
+                Value::I64(i64::try_from(*ttl_ms).unwrap_or(i64::MAX)),
+                None,
+            )],
+            // Never signed (`PolicyOp::signed_bytes`), so never decoded here.
+            PolicyOp::SessionLapsed { .. } => vec![],
         };
         for (attribute, value, on_agent) in expected {
             let found = datoms.iter().any(|d| {

@@ -18,6 +18,7 @@ pub mod peer_auth;
 pub mod purged;
 pub mod replica_agreement;
 pub mod retention;
+pub mod sessions;
 pub mod search_agrees;
 pub mod signatures_valid;
 pub mod state_consistent;

@@ -48,7 +48,8 @@ impl AccessService {
                 .refusal(&meta, call.method(), "", ApiError::Rejected(rejection))
         };
         if let Err(rejection) = self.shared.read_state(|store| {
-            policy::plan_change(store, &op, caller.principal.as_ref()).map(|planned| planned.map(|_| ()))
+            let now_ns = engram_raft::clock::now_ns().saturating_add(self.shared.config.clock_skew_ns);
+            policy::plan_change(store, &op, caller.principal.as_ref(), now_ns).map(|planned| planned.map(|_| ()))
         })? {
             return Err(refused(rejection).into());
         }
@@ -102,6 +103,7 @@ enum PolicyCall {
     UnassignRole(pb::RoleRequest),
     SetAccessLog(pb::AccessLogRequest),
     SetRetention(pb::RetentionRequest),
+    SetSession(pb::SessionRequest),
 }
 
 impl PolicyCall {
@@ -118,6 +120,7 @@ impl PolicyCall {
             PolicyCall::UnassignRole(_) => methods::UNASSIGN_ROLE,
             PolicyCall::SetAccessLog(_) => methods::SET_ACCESS_LOG,
             PolicyCall::SetRetention(_) => methods::SET_RETENTION,
+            PolicyCall::SetSession(_) => methods::SET_SESSION,
         }
     }
 
@@ -133,6 +136,7 @@ impl PolicyCall {
             PolicyCall::UnassignRole(m) => engram_proto::role_op(m, true)?,
             PolicyCall::SetAccessLog(m) => engram_proto::access_log_op(m)?,
             PolicyCall::SetRetention(m) => engram_proto::retention_op(m)?,
+            PolicyCall::SetSession(m) => engram_proto::session_op(m)?,
         })
     }
 
@@ -152,6 +156,7 @@ impl PolicyCall {
             PolicyCall::UnassignRole(m) => client.unassign_role(caller.forward(m)).await,
             PolicyCall::SetAccessLog(m) => client.set_access_log(caller.forward(m)).await,
             PolicyCall::SetRetention(m) => client.set_retention(caller.forward(m)).await,
+            PolicyCall::SetSession(m) => client.set_session(caller.forward(m)).await,
         };
         answer.map(Response::into_inner).map_err(forwarded_err)
     }
@@ -374,6 +379,55 @@ impl pb::access_server::Access for AccessService {
         policies.sort_by(|a, b| (&a.namespace, &a.attribute).cmp(&(&b.namespace, &b.attribute)));
         Ok(Response::new(pb::ListRetentionResponse {
             policies,
+            applied_tx: self.shared.applied_index(),
+        }))
+    }
+
+    async fn set_session(
+        &self,
+        request: Request<pb::SessionRequest>,
+    ) -> Result<Response<pb::PolicyResponse>, Status> {
+        let (meta, _, req) = request.into_parts();
+        self.change(meta, PolicyCall::SetSession(req)).await
+    }
+
+    async fn list_sessions(
+        &self,
+        request: Request<pb::ListSessionsRequest>,
+    ) -> Result<Response<pb::ListSessionsResponse>, Status> {
+        let (meta, _, req) = request.into_parts();
+        let caller = self.shared.incoming(&meta)?;
+        if let Some(mut leader) = self.access_leader(caller.forwarded).await? {
+            return relay(leader.list_sessions(caller.forward(req)).await);
+        }
+        self.shared.admit(
+            &meta,
+            &req,
+            methods::LIST_SESSIONS,
+            Need::on(Action::Read, SYSTEM_NAMESPACE),
+        )?;
+        let (open, ended) = self.shared.read_state(|store| {
+            Ok::<_, engram_core::CoreError>((policy::sessions(store)?, policy::ended_sessions(store)?))
+        })?;
+        Ok(Response::new(pb::ListSessionsResponse {
+            sessions: open
+                .into_iter()
+                .map(|s| pb::SessionInfo {
+                    namespace: s.namespace.to_string(),
+                    ttl_ms: s.row.ttl_ms,
+                    deadline_ns: s.row.deadline_ns,
+                    since_tx: s.row.since_tx.0,
+                    renewed_tx: s.row.renewed_tx.0,
+                })
+                .collect(),
+            ended: ended
+                .into_iter()
+                .map(|s| pb::EndedSessionInfo {
+                    namespace: s.namespace.to_string(),
+                    ended_tx: s.row.ended_tx.0,
+                    lapsed: s.row.lapsed,
+                })
+                .collect(),
             applied_tx: self.shared.applied_index(),
         }))
     }
