@@ -114,8 +114,9 @@ pub async fn drive(shared: Arc<Shared>, every: Duration, mut stopped: tokio::syn
                     }
                 }
                 // Which datoms a versions policy no longer keeps is decided per datom, by the
-                // slot's later transactions (apply checks it again).
-                RetentionRule::KeepVersions(_) => Predicate {
+                // slot's later transactions (apply checks it again). (No policy row holds a
+                // session's rule: sessions are `drive_sessions`'.)
+                RetentionRule::KeepVersions(_) | RetentionRule::SessionEnded => Predicate {
                     attribute: attribute.clone(),
                     ..Predicate::default()
                 },
