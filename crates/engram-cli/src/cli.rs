@@ -980,8 +980,10 @@ pub enum SessionCommand {
     /// Open a session on a namespace: it lapses after --ttl unless renewed, and when it ends or
     /// lapses the leader forgets everything written to the namespace before the end (recorded
     /// as redactions by agent engram.session). A policy change; needs `redact` on the namespace.
-    #[command(after_help = "EXAMPLES\n  engram session open --ns scratch/run-42 --ttl 15m\n  \
-        engram session open --ns scratch/run-42 --ttl 15m --json")]
+    #[command(
+        after_help = "EXAMPLES\n  engram session open --ns scratch/run-42 --ttl 15m\n  \
+        engram session open --ns scratch/run-42 --ttl 15m --json"
+    )]
     Open(SessionOpenArgs),
     /// Renew the session open on a namespace: it lapses --ttl from now.
     #[command(after_help = "EXAMPLES\n  engram session renew --ns scratch/run-42 --ttl 15m")]

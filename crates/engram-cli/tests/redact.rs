@@ -947,7 +947,10 @@ async fn wait_redacted_everywhere(cluster: &LocalCluster, ns: &str, entity: &str
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
     }
-    assert!(by.windows(2).all(|w| w[0] == w[1]), "one redaction on every node: {by:?}");
+    assert!(
+        by.windows(2).all(|w| w[0] == w[1]),
+        "one redaction on every node: {by:?}"
+    );
     by[0]
 }
 
@@ -999,7 +1002,10 @@ async fn a_session_makes_a_namespace_volatile_until_it_lapses_or_ends() {
     assert_eq!(listed["ended"][0]["namespace"], run, "{listed}");
     assert_eq!(listed["ended"][0]["lapsed"], true, "{listed}");
     let err = cli.fails(None, &["session", "renew", "--ns", run, "--ttl", "1m"]);
-    assert!(err.contains("open a new one"), "a lapsed session is not renewed: {err}");
+    assert!(
+        err.contains("open a new one"),
+        "a lapsed session is not renewed: {err}"
+    );
     // What is written after the lapse is kept: the forgetting took only what came before.
     let after = write_email(&cli, run, "planner", "after@example.org");
     tokio::time::sleep(Duration::from_secs(2)).await;
@@ -1027,6 +1033,10 @@ async fn a_session_makes_a_namespace_volatile_until_it_lapses_or_ends() {
     // The table names both; every chain still verifies.
     let table = cli.run(None, &["session", "list"], None);
     assert_eq!(table.code, 0, "{}", table.stderr);
-    assert!(table.stdout.contains("lapsed") && table.stdout.contains("ended"), "{}", table.stdout);
+    assert!(
+        table.stdout.contains("lapsed") && table.stdout.contains("ended"),
+        "{}",
+        table.stdout
+    );
     verify_each(&cluster);
 }

@@ -1002,13 +1002,21 @@ impl Client {
     /// Opens a session on `namespace` for `ttl_ms` from now (refused if one is open there):
     /// while it is open the namespace is volatile, and when it ends, or lapses for want of a
     /// renewal, the leader forgets everything written there before the end.
-    pub async fn open_session(&self, namespace: &str, ttl_ms: u64) -> Result<pb::PolicyResponse, ClientError> {
+    pub async fn open_session(
+        &self,
+        namespace: &str,
+        ttl_ms: u64,
+    ) -> Result<pb::PolicyResponse, ClientError> {
         self.set_session(namespace, ttl_ms.max(1), false).await
     }
 
     /// Renews the session open on `namespace`: it lapses `ttl_ms` from now (refused if none
     /// is open: it lapsed or was ended, and what it held is forgotten).
-    pub async fn renew_session(&self, namespace: &str, ttl_ms: u64) -> Result<pb::PolicyResponse, ClientError> {
+    pub async fn renew_session(
+        &self,
+        namespace: &str,
+        ttl_ms: u64,
+    ) -> Result<pb::PolicyResponse, ClientError> {
         self.set_session(namespace, ttl_ms.max(1), true).await
     }
 

@@ -2206,11 +2206,20 @@ mod tests {
                 ..Default::default()
             })
         };
-        let whole = |req: &RedactWhere| {
-            match redact_where::plan_range(&*store, req, None, WHOLE_IF_ALL, None, None, 100, 100).unwrap() {
-                redact_where::Plan::Range { range, .. } => range,
-                other => panic!("{other:?}"),
-            }
+        let whole = |req: &RedactWhere| match redact_where::plan_range(
+            &*store,
+            req,
+            None,
+            WHOLE_IF_ALL,
+            None,
+            None,
+            100,
+            100,
+        )
+        .unwrap()
+        {
+            redact_where::Plan::Range { range, .. } => range,
+            other => panic!("{other:?}"),
         };
         let apply = |engine: &mut Engine, index: u64, req: &RedactWhere, range: &RedactRange| {
             engine
@@ -2234,12 +2243,19 @@ mod tests {
         // deadline to 120 ms and keeps when it was opened.
         session(&mut engine, 9, 10, session_op(100, false)).unwrap();
         let refused = session(&mut engine, 10, 15, session_op(100, false));
-        assert!(matches!(&refused, Err(Rejection::Policy(why)) if why.contains("renew it")), "{refused:?}");
+        assert!(
+            matches!(&refused, Err(Rejection::Policy(why)) if why.contains("renew it")),
+            "{refused:?}"
+        );
         session(&mut engine, 11, 20, session_op(100, true)).unwrap();
         let open = policy::sessions(&*store).unwrap();
         assert_eq!(open.len(), 1);
         assert_eq!(
-            (open[0].row.since_tx, open[0].row.renewed_tx, open[0].row.deadline_ns),
+            (
+                open[0].row.since_tx,
+                open[0].row.renewed_tx,
+                open[0].row.deadline_ns
+            ),
             (TxId(9), TxId(11), 120_000_000)
         );
         task(&mut engine, 12, "written in the session");
@@ -2257,7 +2273,10 @@ mod tests {
         let refused = session(&mut engine, 15, 121, lapse);
         assert!(matches!(refused, Err(Rejection::Policy(_))), "{refused:?}");
         let refused = session(&mut engine, 16, 121, session_op(100, true));
-        assert!(matches!(&refused, Err(Rejection::Policy(why)) if why.contains("open a new one")), "{refused:?}");
+        assert!(
+            matches!(&refused, Err(Rejection::Policy(why)) if why.contains("open a new one")),
+            "{refused:?}"
+        );
         task(&mut engine, 17, "written after the session");
 
         // Past the end is not the ended session's; a predicate saying more neither.
@@ -2284,7 +2303,11 @@ mod tests {
             .map(|(r, _)| r.tx.0)
             .collect();
         txs.sort();
-        assert_eq!(txs, vec![2, 3, 4, 5, 6, 7, 12], "everything written to it before the lapse");
+        assert_eq!(
+            txs,
+            vec![2, 3, 4, 5, 6, 7, 12],
+            "everything written to it before the lapse"
+        );
         assert!(!stored_bytes_hold(&store, b"written in the session"));
         assert!(stored_bytes_hold(&store, b"written after the session"));
 

@@ -31,8 +31,8 @@ use engram_access::{Action, Grant, Mode, Policy, PolicyOp, Principal, SYSTEM_NAM
 use engram_audit::{Author, PublicKey};
 use engram_storage::{KeyValue, ReadView, Space, WriteBatch};
 use engram_types::{
-    Attribute, BranchOp, EntityId, EntityRef, Hash, Namespace, Op, Provenance, Status, TxId,
-    TxOp, TxRequest, Value,
+    Attribute, BranchOp, EntityId, EntityRef, Hash, Namespace, Op, Provenance, Status, TxId, TxOp, TxRequest,
+    Value,
 };
 use serde::{Deserialize, Serialize};
 
@@ -329,8 +329,16 @@ pub fn ended_sessions(view: &dyn ReadView) -> Result<Vec<EndedSession>, CoreErro
 /// Whether an ended session makes `req`: the namespace's last session ended at or after the
 /// predicate's `before_tx`, and the predicate says nothing else. What apply checks before it
 /// takes a range the leader proposed to forget a session's namespace, in place of a grant.
-pub fn session_allows(view: &dyn ReadView, req: &engram_types::RedactWhere) -> Result<Result<(), Rejection>, CoreError> {
-    let refuse = |why: String| Ok(Err(Rejection::Policy(format!("session of {}: {why}", req.namespace))));
+pub fn session_allows(
+    view: &dyn ReadView,
+    req: &engram_types::RedactWhere,
+) -> Result<Result<(), Rejection>, CoreError> {
+    let refuse = |why: String| {
+        Ok(Err(Rejection::Policy(format!(
+            "session of {}: {why}",
+            req.namespace
+        ))))
+    };
     let Some(bytes) = view.get(Space::State, &ended_session_key(req.namespace.as_str()))? else {
         return refuse("no session has ended there".into());
     };
@@ -1258,13 +1266,7 @@ pub fn plan_change(
             namespace,
             attribute,
             keep_ms,
-        } => match plan_retention(
-            view,
-            &mut ops,
-            namespace,
-            attribute,
-            Kept::Ms(*keep_ms),
-        )? {
+        } => match plan_retention(view, &mut ops, namespace, attribute, Kept::Ms(*keep_ms))? {
             Ok(effect) => effect,
             Err(why) => return refuse(why),
         },
@@ -1286,12 +1288,10 @@ pub fn plan_change(
             namespace,
             ttl_ms,
             renew,
-        } => {
-            match plan_session(view, &mut ops, namespace, *ttl_ms, *renew, tx_time_ns)? {
-                Ok(effect) => effect,
-                Err(why) => return refuse(why),
-            }
-        }
+        } => match plan_session(view, &mut ops, namespace, *ttl_ms, *renew, tx_time_ns)? {
+            Ok(effect) => effect,
+            Err(why) => return refuse(why),
+        },
         PolicyOp::SessionLapsed { namespace } => {
             let Some(bytes) = view.get(Space::State, &session_key(namespace))? else {
                 return refuse(format!("{namespace} has no session open"));
@@ -1304,7 +1304,11 @@ pub fn plan_change(
                 ));
             }
             let entity = EntityRef::Id(row.entity);
-            ops.push(assert(&entity, ":engram.session/status", Value::String("lapsed".into())));
+            ops.push(assert(
+                &entity,
+                ":engram.session/status",
+                Value::String("lapsed".into()),
+            ));
             Effect {
                 session: Some(SessionEffect::Ended {
                     namespace: namespace.clone(),
@@ -1451,7 +1455,11 @@ fn plan_session(
         }
         (Some(row), 0) => {
             let entity = EntityRef::Id(row.entity);
-            ops.push(assert(&entity, ":engram.session/status", Value::String("ended".into())));
+            ops.push(assert(
+                &entity,
+                ":engram.session/status",
+                Value::String("ended".into()),
+            ));
             SessionEffect::Ended {
                 namespace: namespace.to_string(),
                 entity: row.entity,
@@ -1470,7 +1478,11 @@ fn plan_session(
                         ":engram.session/namespace",
                         Value::String(namespace.to_string()),
                     ));
-                    ops.push(assert(&entity, ":engram.session/status", Value::String("open".into())));
+                    ops.push(assert(
+                        &entity,
+                        ":engram.session/status",
+                        Value::String("open".into()),
+                    ));
                     (entity, None)
                 }
             };
@@ -1479,7 +1491,11 @@ fn plan_session(
                 ":engram.session/ttl-ms",
                 Value::I64(i64::try_from(ttl_ms).unwrap_or(i64::MAX)),
             ));
-            ops.push(assert(&entity, ":engram.session/deadline", Value::Instant(deadline_ns)));
+            ops.push(assert(
+                &entity,
+                ":engram.session/deadline",
+                Value::Instant(deadline_ns),
+            ));
             SessionEffect::Open {
                 namespace: namespace.to_string(),
                 entity,
@@ -1638,10 +1654,13 @@ impl PlannedChange {
                 ttl_ms,
                 deadline_ns,
             }) => {
-                let deadline_ns = match crate::planted::active(crate::planted::PlantedBug::SessionDeadlineWithoutTtl) {
-                    true => deadline_ns.saturating_sub(i64::try_from(ttl_ms.saturating_mul(1_000_000)).unwrap_or(i64::MAX)),
-                    false => deadline_ns,
-                };
+                let deadline_ns =
+                    match crate::planted::active(crate::planted::PlantedBug::SessionDeadlineWithoutTtl) {
+                        true => deadline_ns.saturating_sub(
+                            i64::try_from(ttl_ms.saturating_mul(1_000_000)).unwrap_or(i64::MAX),
+                        ),
+                        false => deadline_ns,
+                    };
                 let row = SessionRow {
                     entity: resolve(&entity)?,
                     since_tx: since_tx.unwrap_or(tx),

@@ -1118,7 +1118,12 @@ impl EngramClient {
     /// lives the namespace is volatile, and when it ends or lapses (`ttl_ms` without a
     /// renewal) the leader forgets everything written there before the end. An audited change;
     /// needs `redact` on the namespace.
-    fn open_session<'py>(&self, py: Python<'py>, namespace: &str, ttl_ms: u64) -> PyResult<Bound<'py, PyDict>> {
+    fn open_session<'py>(
+        &self,
+        py: Python<'py>,
+        namespace: &str,
+        ttl_ms: u64,
+    ) -> PyResult<Bound<'py, PyDict>> {
         let (client, namespace) = (self.client.clone(), namespace.to_string());
         policy_change(
             py,
@@ -1128,7 +1133,12 @@ impl EngramClient {
 
     /// Renews the session open on `namespace`: it lapses `ttl_ms` from now. Refused if none
     /// is open (it lapsed or was ended, and what it held is forgotten).
-    fn renew_session<'py>(&self, py: Python<'py>, namespace: &str, ttl_ms: u64) -> PyResult<Bound<'py, PyDict>> {
+    fn renew_session<'py>(
+        &self,
+        py: Python<'py>,
+        namespace: &str,
+        ttl_ms: u64,
+    ) -> PyResult<Bound<'py, PyDict>> {
         let (client, namespace) = (self.client.clone(), namespace.to_string());
         policy_change(
             py,

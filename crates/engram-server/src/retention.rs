@@ -45,7 +45,8 @@ pub const SESSION_CHECK: Duration = Duration::from_secs(1);
 
 /// Whether this node leads and may act for the cluster (no divergence alarm raised).
 fn leads(shared: &Shared) -> bool {
-    matches!(shared.node.leader(), Some((id, _)) if id == shared.node.node_id) && shared.node.alarm().is_none()
+    matches!(shared.node.leader(), Some((id, _)) if id == shared.node.node_id)
+        && shared.node.alarm().is_none()
 }
 
 /// The provenance of what the leader's retention and session jobs record.
@@ -169,7 +170,11 @@ pub async fn drive(shared: Arc<Shared>, every: Duration, mut stopped: tokio::syn
 /// leads. What it has forgotten (a namespace and its session's end) it does not read again
 /// while it leads; a new leader reads each ended session's namespace once more, finds nothing
 /// left before the end, and remembers it.
-pub async fn drive_sessions(shared: Arc<Shared>, every: Duration, mut stopped: tokio::sync::watch::Receiver<bool>) {
+pub async fn drive_sessions(
+    shared: Arc<Shared>,
+    every: Duration,
+    mut stopped: tokio::sync::watch::Receiver<bool>,
+) {
     let mut forgotten: HashSet<(Namespace, TxId)> = HashSet::new();
     let by = match Principal::new(SESSION_AGENT) {
         Ok(p) => p,
@@ -216,7 +221,11 @@ pub async fn drive_sessions(shared: Arc<Shared>, every: Duration, mut stopped: t
         }
         let job = shared.node.jobs().start(
             engram_raft::jobs::JobKind::Retention,
-            format!("sessions: {} lapsed, {} ended to forget", lapsed.len(), to_forget.len()),
+            format!(
+                "sessions: {} lapsed, {} ended to forget",
+                lapsed.len(),
+                to_forget.len()
+            ),
         );
         let (mut ended_now, mut datoms, mut ranges, mut refused) = (0u64, 0u64, 0u64, 0u64);
         let mut cut_short = None;
@@ -224,7 +233,11 @@ pub async fn drive_sessions(shared: Arc<Shared>, every: Duration, mut stopped: t
             let op = PolicyOp::SessionLapsed {
                 namespace: session.namespace.to_string(),
             };
-            match shared.node.propose_policy(op, Proposer::Unsigned(Some(by.clone()))).await {
+            match shared
+                .node
+                .propose_policy(op, Proposer::Unsigned(Some(by.clone())))
+                .await
+            {
                 Ok(Ok(receipt)) => {
                     ended_now += 1;
                     info!(namespace = %session.namespace, tx = receipt.tx.0, "sessions: a session lapsed")

@@ -49,7 +49,8 @@ impl AccessService {
         };
         if let Err(rejection) = self.shared.read_state(|store| {
             let now_ns = engram_raft::clock::now_ns().saturating_add(self.shared.config.clock_skew_ns);
-            policy::plan_change(store, &op, caller.principal.as_ref(), now_ns).map(|planned| planned.map(|_| ()))
+            policy::plan_change(store, &op, caller.principal.as_ref(), now_ns)
+                .map(|planned| planned.map(|_| ()))
         })? {
             return Err(refused(rejection).into());
         }
