@@ -228,9 +228,10 @@ async fn change_session(client: &Client, step: SessionStep, log: &KeeperLog, att
     }
 }
 
-/// Once the run stopped: ends the session (if one is open) and waits until the leader has
-/// forgotten the last note, which was written before that end.
+/// Once the run stopped: opens a session (unless one is open) and ends it, so the last end
+/// comes after every note, and waits until the leader has forgotten the last note.
 async fn forget_session(client: &Client, log: &KeeperLog) {
+    change_session(client, SessionStep::Open, log, 100).await;
     change_session(client, SessionStep::End, log, 100).await;
     let last = log
         .session_notes

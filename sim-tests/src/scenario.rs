@@ -87,6 +87,10 @@ pub struct SeedReport {
     pub redactions: usize,
     /// Datoms of the keeper's entity its retention policies took (the most on any member).
     pub retention_taken: usize,
+    /// Notes in the keeper's session namespace forgotten (the most on any member), and session
+    /// lapses its chain records (the most on any member).
+    pub session_forgotten: usize,
+    pub session_lapses: usize,
     pub fault_counts: BTreeMap<&'static str, u64>,
     pub fault_log: Vec<String>,
     pub recovery: Recovery,
@@ -166,6 +170,8 @@ struct Finished {
     branch_abandons: usize,
     redactions: usize,
     retention_taken: usize,
+    session_forgotten: usize,
+    session_lapses: usize,
     fault_counts: BTreeMap<&'static str, u64>,
     fault_log: Vec<String>,
     recovery: Recovery,
@@ -222,6 +228,8 @@ fn run_seed_here(seed: u64, options: &Options) -> SeedReport {
         branch_abandons: 0,
         redactions: 0,
         retention_taken: 0,
+        session_forgotten: 0,
+        session_lapses: 0,
         fault_counts: BTreeMap::new(),
         fault_log: Vec::new(),
         recovery: Recovery::default(),
@@ -249,6 +257,8 @@ fn run_seed_here(seed: u64, options: &Options) -> SeedReport {
             report.branch_abandons = o.branch_abandons;
             report.redactions = o.redactions;
             report.retention_taken = o.retention_taken;
+            report.session_forgotten = o.session_forgotten;
+            report.session_lapses = o.session_lapses;
             report.fault_counts = o.fault_counts;
             report.fault_log = o.fault_log;
             report.recovery = o.recovery;
@@ -557,7 +567,8 @@ async fn simulate(options: Options) -> SimResult {
     violations.extend(crate::checkers::forgotten::check(&member_stores, &speculation));
     let (retention_violations, retention_taken) = crate::checkers::retention::check(&member_stores, &kept);
     violations.extend(retention_violations);
-    violations.extend(crate::checkers::sessions::check(&member_stores, &kept));
+    let sessions = crate::checkers::sessions::check(&member_stores, &kept);
+    violations.extend(sessions.violations);
     violations.extend(tx_time_monotonic::check(&replicas));
     let unadmitted: Vec<u64> = refusals.keys().copied().collect();
     violations.extend(audit_verifies::check(&replicas, &pool_keys, &unadmitted));
@@ -621,6 +632,8 @@ async fn simulate(options: Options) -> SimResult {
             .unwrap_or_else(|e| e.into_inner())
             .len(),
         retention_taken,
+        session_forgotten: sessions.forgotten,
+        session_lapses: sessions.lapses,
         fault_counts,
         fault_log,
         recovery,

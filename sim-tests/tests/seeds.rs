@@ -22,7 +22,7 @@ fn env_u64(name: &str, default: u64) -> u64 {
 
 fn summary_line(r: &SeedReport) -> String {
     format!(
-        "seed {:>5} {} ops={} acked={} unknown={} cas-refused={} reads={} chain={} merges={} abandons={} redactions={} retention-taken={} recover={}ms sim={}ms wall={}ms faults={:?} events={:?}",
+        "seed {:>5} {} ops={} acked={} unknown={} cas-refused={} reads={} chain={} merges={} abandons={} redactions={} retention-taken={} session-forgotten={} session-lapses={} recover={}ms sim={}ms wall={}ms faults={:?} events={:?}",
         r.seed,
         if r.passed() { "ok  " } else { "FAIL" },
         r.ops,
@@ -35,6 +35,8 @@ fn summary_line(r: &SeedReport) -> String {
         r.branch_abandons,
         r.redactions,
         r.retention_taken,
+        r.session_forgotten,
+        r.session_lapses,
         r.recovery.converge_ms.unwrap_or(0),
         r.sim_ms,
         r.wall_ms,
@@ -128,7 +130,7 @@ fn seed_sweep() {
         return;
     }
     println!(
-        "sweep: {} seeds from {start}, {} failed, {threads} threads, {wall_s:.1}s wall, {:.1} seeds/min, simulated {sim_s:.0}s in {busy_s:.0}s of thread time (ratio {:.2}), acked writes {}, ops {}, branch merges {}, abandons {}, redactions {}, datoms taken by retention {}, entries applied again after a crash {} (each the same)",
+        "sweep: {} seeds from {start}, {} failed, {threads} threads, {wall_s:.1}s wall, {:.1} seeds/min, simulated {sim_s:.0}s in {busy_s:.0}s of thread time (ratio {:.2}), acked writes {}, ops {}, branch merges {}, abandons {}, redactions {}, datoms taken by retention {}, session notes forgotten {}, session lapses {}, entries applied again after a crash {} (each the same)",
         reports.len(),
         failed.len(),
         reports.len() as f64 * 60.0 / wall_s.max(0.001),
@@ -139,6 +141,8 @@ fn seed_sweep() {
         reports.iter().map(|r| r.branch_abandons).sum::<usize>(),
         reports.iter().map(|r| r.redactions).sum::<usize>(),
         reports.iter().map(|r| r.retention_taken).sum::<usize>(),
+        reports.iter().map(|r| r.session_forgotten).sum::<usize>(),
+        reports.iter().map(|r| r.session_lapses).sum::<usize>(),
         reports.iter().map(|r| r.reapplied).sum::<u64>(),
     );
     println!("sweep: seeds whose mix enabled each kind {kinds:?}");
@@ -150,6 +154,14 @@ fn seed_sweep() {
         assert!(
             reports.iter().any(|r| r.retention_taken > 0),
             "retention took no datom of the keeper's in any of {count} seeds"
+        );
+        // And its session must have lapsed and been forgotten somewhere, or the sessions
+        // checker judged nothing.
+        assert!(
+            reports
+                .iter()
+                .any(|r| r.session_lapses > 0 && r.session_forgotten > 0),
+            "no keeper's session lapsed and was forgotten in any of {count} seeds"
         );
     }
     if !failed.is_empty() {

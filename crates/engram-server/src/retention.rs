@@ -242,9 +242,10 @@ pub async fn drive_sessions(
                     ended_now += 1;
                     info!(namespace = %session.namespace, tx = receipt.tx.0, "sessions: a session lapsed")
                 }
+                // A renewal committed between the read and the lapse: expected, not a fault.
                 Ok(Err(rejection)) => {
                     refused += 1;
-                    warn!(namespace = %session.namespace, %rejection, "sessions: the lapse was refused")
+                    info!(namespace = %session.namespace, %rejection, "sessions: the lapse was refused")
                 }
                 Err(e) => {
                     cut_short = Some(e.to_string());

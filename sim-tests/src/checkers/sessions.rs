@@ -33,19 +33,30 @@ struct Record {
     ends: Vec<(u64, TxId, bool)>,
 }
 
-pub fn check(members: &[(u64, &dyn Store)], log: &KeeperLog) -> Vec<Violation> {
+/// What the checker found: its violations, and (the most on any member) the notes forgotten
+/// and the lapses recorded, so a sweep can tell that sessions were exercised.
+#[derive(Default)]
+pub struct Checked {
+    pub violations: Vec<Violation>,
+    pub forgotten: usize,
+    pub lapses: usize,
+}
+
+pub fn check(members: &[(u64, &dyn Store)], log: &KeeperLog) -> Checked {
     let notes = log
         .session_notes
         .lock()
         .unwrap_or_else(|e| e.into_inner())
         .clone();
+    let mut checked = Checked::default();
     if notes.is_empty() {
-        return Vec::new();
+        return checked;
     }
     let forgotten_all = log.session_forgotten.load(std::sync::atomic::Ordering::Relaxed);
     let ns = Namespace::new(SESSION_NAMESPACE).expect("a valid namespace");
     let mut out = Vec::new();
     for (node, store) in members {
+        let mut forgotten = 0;
         let mut fail = |what: String| out.push(Violation::new(NAME, format!("node {node}: {what}")));
         let record = match read_record(*store) {
             Ok(r) => r,
@@ -75,6 +86,9 @@ pub fn check(members: &[(u64, &dyn Store)], log: &KeeperLog) -> Vec<Violation> {
                 }
             }
         }
+        checked.lapses = checked
+            .lapses
+            .max(record.ends.iter().filter(|(_, _, lapsed)| *lapsed).count());
         for (entity, tx, lapsed) in &record.ends {
             if !lapsed {
                 continue;
@@ -105,6 +119,7 @@ pub fn check(members: &[(u64, &dyn Store)], log: &KeeperLog) -> Vec<Violation> {
                 continue;
             };
             let redacted = note.value.redacted().is_some();
+            forgotten += usize::from(redacted);
             let ended_after = record.ends.iter().any(|(_, end, _)| end.0 > *note_tx);
             if redacted && !ended_after {
                 fail(format!(
@@ -117,8 +132,10 @@ pub fn check(members: &[(u64, &dyn Store)], log: &KeeperLog) -> Vec<Violation> {
                 ));
             }
         }
+        checked.forgotten = checked.forgotten.max(forgotten);
     }
-    out
+    checked.violations = out;
+    checked
 }
 
 fn read_record(store: &dyn Store) -> Result<Record, String> {
