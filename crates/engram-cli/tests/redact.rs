@@ -133,8 +133,19 @@ fn redact_email(cli: &Cli, entity: &str, reason: &str) -> Json {
 
 /// A started and initialised 3-node cluster under `dir`, and the CLI against node `answering`.
 async fn three_nodes(dir: &Path, answering: u64) -> (LocalCluster, Cli) {
+    three_nodes_with(dir, answering, &[]).await
+}
+
+/// [`three_nodes`] with node 2 answering and the leader running retention and sessions every
+/// 300 ms.
+async fn three_nodes_running_retention(dir: &Path) -> (LocalCluster, Cli) {
+    let extra = ["--retention-check-ms".to_string(), "300".to_string()];
+    three_nodes_with(dir, 2, &extra).await
+}
+
+async fn three_nodes_with(dir: &Path, answering: u64, extra: &[String]) -> (LocalCluster, Cli) {
     let ports = free_ports(3).unwrap();
-    let mut cluster = LocalCluster::start(Path::new(EXE), dir, &ports, &[]).unwrap();
+    let mut cluster = LocalCluster::start(Path::new(EXE), dir, &ports, extra).unwrap();
     cluster.wait_all_answer(Duration::from_secs(60)).await.unwrap();
     cluster.init(Duration::from_secs(30)).await.unwrap();
     let cli = Cli {
@@ -667,15 +678,8 @@ fn write_email(cli: &Cli, ns: &str, agent: &str, email: &str) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_redaction_by_predicate_and_a_retention_policy_forget_through_the_cli() {
     let dir = tempfile::tempdir().unwrap();
-    let ports = free_ports(3).unwrap();
-    let extra = ["--retention-check-ms".to_string(), "300".to_string()];
-    let mut cluster = LocalCluster::start(Path::new(EXE), dir.path(), &ports, &extra).unwrap();
-    cluster.wait_all_answer(Duration::from_secs(60)).await.unwrap();
-    cluster.init(Duration::from_secs(30)).await.unwrap();
     // Node 2: mostly a follower, so the redaction and the policy change are forwarded.
-    let cli = Cli {
-        endpoint: cluster.node(2).unwrap().endpoint(),
-    };
+    let (cluster, cli) = three_nodes_running_retention(dir.path()).await;
     let crawled: Vec<String> = (0..3)
         .map(|i| write_email(&cli, NS, "crawler", &format!("{i}.{SECRET}")))
         .collect();
@@ -957,15 +961,8 @@ async fn wait_redacted_everywhere(cluster: &LocalCluster, ns: &str, entity: &str
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_session_makes_a_namespace_volatile_until_it_lapses_or_ends() {
     let dir = tempfile::tempdir().unwrap();
-    let ports = free_ports(3).unwrap();
-    let extra = ["--retention-check-ms".to_string(), "300".to_string()];
-    let mut cluster = LocalCluster::start(Path::new(EXE), dir.path(), &ports, &extra).unwrap();
-    cluster.wait_all_answer(Duration::from_secs(60)).await.unwrap();
-    cluster.init(Duration::from_secs(30)).await.unwrap();
     // Node 2: mostly a follower, so the session changes are forwarded.
-    let cli = Cli {
-        endpoint: cluster.node(2).unwrap().endpoint(),
-    };
+    let (cluster, cli) = three_nodes_running_retention(dir.path()).await;
     let run = "scratch/run-1";
     let before = write_email(&cli, run, "planner", &format!("before.{SECRET}"));
 

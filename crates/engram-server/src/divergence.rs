@@ -34,14 +34,7 @@ use crate::services::Shared;
 /// It keeps going if this node's Raft has failed: a replica whose log contradicts the
 /// leader's may well have, and the alarm is what tells the operator why.
 pub async fn watch(shared: Arc<Shared>, every: Duration, mut stopped: tokio::sync::watch::Receiver<bool>) {
-    loop {
-        tokio::select! {
-            _ = tokio::time::sleep(every) => {}
-            _ = stopped.changed() => return,
-        }
-        if *stopped.borrow() {
-            return;
-        }
+    while crate::pacing::tick(every, &mut stopped).await {
         if shared.node.alarm().is_some() {
             continue;
         }

@@ -21,6 +21,7 @@ pub mod error;
 pub mod metrics;
 #[cfg(not(madsim))]
 pub mod node_key;
+mod pacing;
 mod retention;
 mod services;
 #[cfg(not(madsim))]

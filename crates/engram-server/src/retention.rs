@@ -60,14 +60,7 @@ fn provenance(agent: &str) -> Provenance {
 }
 
 pub async fn drive(shared: Arc<Shared>, every: Duration, mut stopped: tokio::sync::watch::Receiver<bool>) {
-    loop {
-        tokio::select! {
-            _ = tokio::time::sleep(every) => {}
-            _ = stopped.changed() => return,
-        }
-        if *stopped.borrow() {
-            return;
-        }
+    while crate::pacing::tick(every, &mut stopped).await {
         if !leads(&shared) {
             continue;
         }
@@ -183,14 +176,7 @@ pub async fn drive_sessions(
             return;
         }
     };
-    loop {
-        tokio::select! {
-            _ = tokio::time::sleep(every) => {}
-            _ = stopped.changed() => return,
-        }
-        if *stopped.borrow() {
-            return;
-        }
+    while crate::pacing::tick(every, &mut stopped).await {
         if !leads(&shared) {
             forgotten.clear();
             continue;
