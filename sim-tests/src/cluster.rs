@@ -89,6 +89,10 @@ impl Cluster {
                     move || {
                         let mut config =
                             node_config(id, &settings, *skew.lock().unwrap_or_else(|e| e.into_inner()));
+                        // Without redactions (`retention_check_ms` unset) no session job runs
+                        // either: its timer would move every seed's schedule, which the
+                        // seed-pinned planted tests rely on.
+                        config.session_check_ms = retention_check_ms.unwrap_or(0);
                         if let Some(ms) = retention_check_ms {
                             config.retention_check_ms = ms;
                         }

@@ -744,10 +744,14 @@ pub struct ServeArgs {
     #[arg(long, env = "ENGRAM_DIVERGENCE_CHECK_MS", value_name = "MS")]
     pub divergence_check_ms: Option<u64>,
     /// While leading, apply the retention policies (`engram retention`) this often: redact
-    /// what each keeps no longer. Lapsed sessions (`engram session`) are looked for every
-    /// second, or this often if shorter. 0 turns both off on this node [default: 60000].
+    /// what each keeps no longer. 0 turns retention off on this node [default: 60000].
     #[arg(long, env = "ENGRAM_RETENTION_CHECK_MS", value_name = "MS")]
     pub retention_check_ms: Option<u64>,
+    /// While leading, look for lapsed sessions (`engram session`) this often: a session is
+    /// ended and its namespace forgotten at most this long after its deadline. 0 turns it off
+    /// on this node [default: 1000].
+    #[arg(long, env = "ENGRAM_SESSION_CHECK_MS", value_name = "MS")]
+    pub session_check_ms: Option<u64>,
     /// What to check of the store before serving: `none`; `tip` (the chain tip decodes, links,
     /// is attested by a trusted key and is what the head row names; its datoms reproduce its
     /// content hash and have their index rows); `sample` (the same for the last 1024 entries);

@@ -89,6 +89,9 @@ pub(crate) async fn serve(args: ServeArgs, identity: (Option<PathBuf>, Option<Pa
     if let Some(v) = args.divergence_check_ms {
         config.divergence_check_ms = v;
     }
+    if let Some(v) = args.session_check_ms {
+        config.session_check_ms = v;
+    }
     if let Some(v) = args.retention_check_ms {
         config.retention_check_ms = v;
     }

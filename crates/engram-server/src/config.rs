@@ -92,6 +92,9 @@ pub struct ServerConfig {
     /// While leading, apply the retention policies this often (0: never): redact what each
     /// keeps no longer (`crate::retention`).
     pub retention_check_ms: u64,
+    /// While leading, look for lapsed sessions this often (0: never): end them and forget
+    /// what their namespaces held (`crate::retention::drive_sessions`).
+    pub session_check_ms: u64,
     /// Compare this node's audit chain with every peer's this often (0: never); a mismatch
     /// raises the divergence alarm (`crate::divergence`).
     pub divergence_check_ms: u64,
@@ -185,6 +188,7 @@ impl ServerConfig {
             clock_skew_ns: 0,
             divergence_check_ms: 5_000,
             retention_check_ms: 60_000,
+            session_check_ms: 1_000,
             verify_on_start: engram_core::scrub::StartCheck::Tip,
             security: Security::default(),
             insecure_open: false,

@@ -223,9 +223,11 @@ pub async fn serve_keys(
             Duration::from_millis(config.retention_check_ms),
             stopped_rx.clone(),
         ));
+    }
+    if config.session_check_ms > 0 {
         tokio::task::spawn(retention::drive_sessions(
             shared.clone(),
-            Duration::from_millis(config.retention_check_ms).min(retention::SESSION_CHECK),
+            Duration::from_millis(config.session_check_ms),
             stopped_rx.clone(),
         ));
     }

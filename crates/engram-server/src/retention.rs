@@ -39,10 +39,6 @@ pub const RETENTION_AGENT: &str = "engram.retention";
 /// The agent (and principal) the leader ends lapsed sessions and forgets ended ones as.
 pub const SESSION_AGENT: &str = "engram.session";
 
-/// How often the leader looks for lapsed sessions, at most: a session lapses at most this long
-/// after its deadline (plus the time to commit the change).
-pub const SESSION_CHECK: Duration = Duration::from_secs(1);
-
 /// Whether this node leads and may act for the cluster (no divergence alarm raised).
 fn leads(shared: &Shared) -> bool {
     matches!(shared.node.leader(), Some((id, _)) if id == shared.node.node_id)
