@@ -24,7 +24,7 @@ pub mod request;
 pub use keyfile::{AgentKey, KeyFileError};
 pub use policy::{
     Action, Grant, Mode, Policy, PolicyOp, Principal, PrincipalError, SYSTEM_NAMESPACE, access_log_prefix,
-    attribute_covers, prefix_covers, retention_target,
+    attribute_covers, prefix_covers, retention_target, session_target,
 };
 pub use policy_codec::POLICY_FORMAT_VERSION;
 pub use replay::{ReplayError, ReplayGuard};

@@ -488,12 +488,22 @@ pub enum PolicyOp {
 /// Checks a retention policy's target: a namespace (not the system namespace) and an optional
 /// attribute name.
 pub fn retention_target(namespace: &str, attribute: &str) -> Result<(), String> {
-    let ns = engram_types::Namespace::new(namespace).map_err(|e| format!("retention namespace: {e}"))?;
+    forgetting_target("retention", namespace, attribute)
+}
+
+/// Checks a session's namespace: not the system namespace.
+pub fn session_target(namespace: &str) -> Result<(), String> {
+    forgetting_target("session", namespace, "")
+}
+
+/// What a change that forgets (`what`: "retention", "session") may target.
+fn forgetting_target(what: &str, namespace: &str, attribute: &str) -> Result<(), String> {
+    let ns = engram_types::Namespace::new(namespace).map_err(|e| format!("{what} namespace: {e}"))?;
     if ns.as_str() == SYSTEM_NAMESPACE {
         return Err("the system namespace keeps its records for good".into());
     }
     if !attribute.is_empty() {
-        let a = engram_types::Attribute::new(attribute).map_err(|e| format!("retention attribute: {e}"))?;
+        let a = engram_types::Attribute::new(attribute).map_err(|e| format!("{what} attribute: {e}"))?;
         if a.is_reserved() {
             return Err(format!("attribute {a} is reserved for the schema and branches"));
         }

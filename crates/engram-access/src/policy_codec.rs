@@ -167,7 +167,7 @@ impl PolicyOp {
             }
             11 => {
                 let namespace = r.string("session namespace")?;
-                crate::policy::retention_target(&namespace, "").map_err(|e| invalid("session", e))?;
+                crate::policy::session_target(&namespace).map_err(|e| invalid("session", e))?;
                 PolicyOp::Session {
                     namespace,
                     ttl_ms: r.u64("session ttl_ms")?,

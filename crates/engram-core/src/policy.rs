@@ -1433,8 +1433,8 @@ fn plan_session(
     renew: bool,
     tx_time_ns: i64,
 ) -> Result<Result<Effect, String>, CoreError> {
-    if let Err(why) = engram_access::retention_target(namespace, "") {
-        return Ok(Err(why.replace("retention", "session")));
+    if let Err(why) = engram_access::session_target(namespace) {
+        return Ok(Err(why));
     }
     let open = match view.get(Space::State, &session_key(namespace))? {
         Some(bytes) => Some(decode_row::<SessionRow>("session row", &bytes)?),

@@ -270,8 +270,7 @@ pub fn retention_op(m: &pb::RetentionRequest) -> Result<PolicyOp, WireError> {
 }
 
 pub fn session_op(m: &pb::SessionRequest) -> Result<PolicyOp, WireError> {
-    engram_access::retention_target(&m.namespace, "")
-        .map_err(|e| WireError::new("namespace", e.replace("retention ", "session ")))?;
+    engram_access::session_target(&m.namespace).map_err(|e| WireError::new("namespace", e))?;
     Ok(PolicyOp::Session {
         namespace: m.namespace.clone(),
         ttl_ms: m.ttl_ms,
