@@ -30,9 +30,21 @@ fn the_cluster_finds_what_the_index_in_process_finds() {
     let doc = json_report(
         Command::new(recall)
             .args(["--entities", "1000", "--queries", "60", "--cluster", "--json"])
+            .args(["--recall-save-ms", "200"])
             .args(["--engram-bin", engram.to_str().unwrap()]),
     );
     let (local, cluster) = (&doc["in_process"], &doc["cluster"]);
+    // A follower restarted with its save removed, then with the save it wrote since: both
+    // answer a search over the whole load; the second read a save of the index.
+    for way in ["rebuilt_from_log", "from_save"] {
+        let r = &cluster["restart"][way];
+        assert!(r["first_search_secs"].as_f64().unwrap() > 0.0, "{way}: {r}");
+    }
+    assert!(
+        cluster["restart"]["from_save"]["save_bytes"].as_u64().unwrap() > 10_000,
+        "{}",
+        cluster["restart"]
+    );
     assert_eq!(local["facts"], 5_000);
     assert_eq!(cluster["facts"], 5_000);
     // 50 transactions of twenty documents, 10 of a hundred citations.

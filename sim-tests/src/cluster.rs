@@ -294,6 +294,9 @@ fn node_config(id: u64, settings: &NodeSettings, clock_skew_ns: i64) -> ServerCo
     // Simulated hosts have addresses beyond loopback, and the simulation's network carries
     // only its own clients: open mode is served to them as it would be to loopback.
     config.insecure_open = true;
+    // No recall saves: the simulated nodes' stores are in memory, and the save's timer would
+    // move every seed's schedule.
+    config.recall_save_ms = 0;
     config
 }
 

@@ -652,6 +652,19 @@ impl BenchCluster {
         tls: Option<&BenchTls>,
         ui: Ui,
     ) -> Result<BenchCluster> {
+        Self::start_with(exe, data_dir, snapshot_every_entries, enforced, tls, &[], ui).await
+    }
+
+    /// [`BenchCluster::start`] with `more_args` given to every node's `engram serve`.
+    pub async fn start_with(
+        exe: &Path,
+        data_dir: Option<&Path>,
+        snapshot_every_entries: u64,
+        enforced: bool,
+        tls: Option<&BenchTls>,
+        more_args: &[String],
+        ui: Ui,
+    ) -> Result<BenchCluster> {
         let (temp, dir) = match data_dir {
             Some(d) => {
                 std::fs::create_dir_all(d).with_context(|| format!("creating {}", d.display()))?;
@@ -690,6 +703,7 @@ impl BenchCluster {
             (8u64 << 20).to_string(),
         ];
         let mut extra = extra;
+        extra.extend_from_slice(more_args);
         if let Some(tls) = tls {
             extra.extend(tls.server_args());
         }

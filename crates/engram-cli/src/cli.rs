@@ -752,6 +752,13 @@ pub struct ServeArgs {
     /// on this node [default: 1000].
     #[arg(long, env = "ENGRAM_SESSION_CHECK_MS", value_name = "MS")]
     pub session_check_ms: Option<u64>,
+    /// Save this node's recall index (`DATA_DIR/recall.index`) this often when it has taken
+    /// in something new, so a restart feeds it only what was applied since the save instead
+    /// of rebuilding it from the whole log. A redaction removes the save at once; the index
+    /// is rebuilt from the store once the purge is done and saved again. 0 turns saves off
+    /// [default: 60000].
+    #[arg(long, env = "ENGRAM_RECALL_SAVE_MS", value_name = "MS")]
+    pub recall_save_ms: Option<u64>,
     /// What to check of the store before serving: `none`; `tip` (the chain tip decodes, links,
     /// is attested by a trusted key and is what the head row names; its datoms reproduce its
     /// content hash and have their index rows); `sample` (the same for the last 1024 entries);

@@ -92,6 +92,9 @@ pub(crate) async fn serve(args: ServeArgs, identity: (Option<PathBuf>, Option<Pa
     if let Some(v) = args.session_check_ms {
         config.session_check_ms = v;
     }
+    if let Some(v) = args.recall_save_ms {
+        config.recall_save_ms = v;
+    }
     if let Some(v) = args.retention_check_ms {
         config.retention_check_ms = v;
     }

@@ -423,7 +423,10 @@ fn wait_purged(endpoints: &[String], tx: u64) -> Json {
 /// it, and reads every file of every node's data directory: the marker's bytes are nowhere.
 async fn purged_from_every_file(down: Option<u64>) {
     let dir = tempfile::tempdir().unwrap();
-    let (mut cluster, cli) = three_nodes(dir.path(), 1).await;
+    // Each node saves its recall index often: the save holds the value's words until the
+    // redaction.
+    let saves = ["--recall-save-ms", "100"].map(String::from);
+    let (mut cluster, cli) = three_nodes_with(dir.path(), 1, &saves).await;
     // A marker no other byte sequence of the store can hold by chance, written once: LZ4 keeps
     // a string seen once in a block as it is, so a compressed table holding it still shows it.
     // (The temporary directory's name is random.)
@@ -458,13 +461,24 @@ async fn purged_from_every_file(down: Option<u64>) {
     for i in 0..20 {
         cli.ok(None, &["transact"], Some(&other(i)));
     }
-    // The scan sees the value where it is: every node's write-ahead log holds it now.
+    // The scan sees the value where it is: every node's write-ahead log holds it now, and
+    // so does every node's saved recall index once it is saved.
     for node in cluster.nodes() {
         assert!(
             !files_holding(&node.data_dir, marker.as_bytes()).is_empty(),
             "node {}: the scan does not find the value before the redaction",
             node.id
         );
+        let save = node.data_dir.join("recall.index");
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while !files_holding(&node.data_dir, marker.as_bytes()).contains(&save) {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "node {}: no save of the recall index holds the value",
+                node.id
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
     }
     let mut log_skip = 0;
     if let Some(id) = down {
@@ -517,6 +531,37 @@ async fn purged_from_every_file(down: Option<u64>) {
         assert!(
             left.is_empty(),
             "node {}: the redacted value is still in {left:?}",
+            node.id
+        );
+    }
+    // Each node removed its save when the redaction applied (or, for the node that was down,
+    // when its snapshot brought the redaction), not only when a new save replaced it.
+    for node in cluster.nodes() {
+        let log = String::from_utf8_lossy(&std::fs::read(&node.log_path).unwrap()).into_owned();
+        assert!(
+            log.contains("its save is removed (a redaction was applied")
+                || log.contains("was applied after it was saved; removed"),
+            "node {}: no removal of the recall index's save in its log",
+            node.id
+        );
+    }
+    // After its purge each node rebuilds its index from the store and saves it again: the new
+    // save does not hold the value.
+    for node in cluster.nodes() {
+        let save = node.data_dir.join("recall.index");
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while !save.exists() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "node {}: the index is not saved again after the purge",
+                node.id
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let bytes = std::fs::read(&save).unwrap();
+        assert!(
+            !bytes.windows(marker.len()).any(|w| w == marker.as_bytes()),
+            "node {}: the save made after the purge holds the redacted value",
             node.id
         );
     }

@@ -476,3 +476,129 @@ async fn expired_memories_drop_out_of_reads_of_now_and_stay_in_reads_as_of_a_tra
     assert_eq!(entities(&now), both, "the later expiry has not passed");
     cluster.kill_all();
 }
+
+/// The newest `search-rebuild` job node `endpoint` lists (the index set out after a start, or
+/// rebuilt after a redaction).
+async fn newest_rebuild(endpoint: &str) -> Json {
+    let mut job = Json::Null;
+    for _ in 0..200 {
+        let answer = ok(
+            endpoint,
+            &["jobs", "--kind", "search-rebuild", "--limit", "1"],
+            None,
+        );
+        job = answer["nodes"][0]["jobs"][0].clone();
+        if job["outcome"] != "running" {
+            return job;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("the index's first feed never ended: {job}");
+}
+
+/// A stale search on `endpoint` once its node has applied through `head`.
+async fn search_at_head(endpoint: &str, words: &[&str], head: u64) -> Json {
+    let args: Vec<&str> = [&["search", "--ns", NS, "--k", "100", "--stale"], words].concat();
+    for _ in 0..200 {
+        let found = ok(endpoint, &args, None);
+        if found["applied_tx"].as_u64().unwrap() >= head {
+            return found;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("{endpoint} never applied through {head}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_node_takes_its_index_from_its_save_and_rebuilds_when_the_save_is_damaged() {
+    let dir = tempfile::tempdir().unwrap();
+    let ports = free_ports(3).unwrap();
+    let extra = ["--recall-save-ms", "200"].map(String::from).to_vec();
+    let mut cluster = LocalCluster::start(Path::new(EXE), dir.path(), &ports, &extra).unwrap();
+    cluster.wait_all_answer(Duration::from_secs(60)).await.unwrap();
+    cluster.init(Duration::from_secs(30)).await.unwrap();
+    let client = Client::connect(cluster.endpoints()).await.unwrap();
+    let endpoints = cluster.endpoints();
+    let e = |i: usize| endpoints[i].as_str();
+    for i in 0..30 {
+        note(
+            e(0),
+            "planner",
+            json!("n"),
+            ":note/text",
+            &format!("alpha note {i}"),
+        );
+    }
+    // Node 3 has taken every note in and saved its index since.
+    let head = client.head().await.unwrap().index;
+    search_at_head(e(2), &["alpha"], head).await;
+    let save = cluster.node(3).unwrap().data_dir.join("recall.index");
+    let written = std::time::SystemTime::now();
+    for _ in 0..200 {
+        if std::fs::metadata(&save)
+            .and_then(|m| m.modified())
+            .is_ok_and(|m| m > written)
+        {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(save.exists(), "node 3 never saved its index");
+
+    // Stopped, written past, started again: the index comes from the save and takes in the
+    // notes written while the node was down from the log.
+    cluster.kill(3).unwrap();
+    for i in 0..5 {
+        note(
+            e(0),
+            "planner",
+            json!("n"),
+            ":note/text",
+            &format!("beta note {i}"),
+        );
+    }
+    cluster.restart(3).unwrap();
+    cluster.wait_all_answer(Duration::from_secs(60)).await.unwrap();
+    let head = client.head().await.unwrap().index;
+    let found = search_at_head(e(2), &["alpha"], head).await;
+    assert_eq!(hits(&found).len(), 30, "{found}");
+    let found = search_at_head(e(2), &["beta"], head).await;
+    assert_eq!(hits(&found).len(), 5, "{found}");
+    let leader_view = ok(e(0), &["search", "--ns", NS, "--k", "100", "note"], None);
+    assert_eq!(
+        search_at_head(e(2), &["note"], head).await["hits"],
+        leader_view["hits"],
+        "the index from the save answers as the leader's does"
+    );
+    let rebuild = newest_rebuild(e(2)).await;
+    assert_eq!(rebuild["outcome"], "done", "{rebuild}");
+    let from_save = rebuild["figures"]["from_save_tx"].as_u64().unwrap();
+    assert!(
+        from_save > 30 && from_save <= head,
+        "set out from the save: {rebuild}"
+    );
+
+    // A damaged save is not taken: the index is rebuilt from the log, and answers the same.
+    cluster.kill(3).unwrap();
+    let mut bytes = std::fs::read(&save).unwrap();
+    let last = bytes.len() - 1;
+    bytes[last] ^= 0x5a;
+    std::fs::write(&save, &bytes).unwrap();
+    let log_before = std::fs::read(&cluster.node(3).unwrap().log_path).unwrap().len();
+    cluster.restart(3).unwrap();
+    cluster.wait_all_answer(Duration::from_secs(60)).await.unwrap();
+    let found = search_at_head(e(2), &["note"], head).await;
+    assert_eq!(found["hits"], leader_view["hits"], "{found}");
+    let rebuild = newest_rebuild(e(2)).await;
+    assert_eq!(
+        rebuild["figures"]["from_save_tx"], 0,
+        "rebuilt from the log: {rebuild}"
+    );
+    let log = std::fs::read(&cluster.node(3).unwrap().log_path).unwrap();
+    let since = String::from_utf8_lossy(&log[log_before.min(log.len())..]);
+    assert!(
+        since.contains("its save is not taken") && since.contains("does not match its hash"),
+        "the log says why the save was not taken"
+    );
+    cluster.check_running().unwrap();
+}

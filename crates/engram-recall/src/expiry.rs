@@ -7,6 +7,7 @@
 //! is worth recalling; the agent who disagrees retracts or replaces its claim.
 
 use engram_types::{EntityId, TxId};
+use serde::{Deserialize, Serialize};
 
 use crate::ledger::Ledger;
 use crate::types::{FactRef, Scope};
@@ -14,7 +15,7 @@ use crate::types::{FactRef, Scope};
 pub use engram_types::MEMORY_EXPIRES;
 
 /// Each claim's instant (nanoseconds since the Unix epoch), listed under its entity.
-#[derive(Default)]
+#[derive(Default, Serialize, Deserialize)]
 pub(crate) struct Expiries {
     claims: Ledger<i64>,
 }

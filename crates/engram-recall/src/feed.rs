@@ -18,6 +18,7 @@
 //! store, and one that makes an attribute searchable would find its older values in a fresh
 //! rebuild from the datoms; here both apply from the change on, on every node alike.
 
+use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 
 use engram_types::{Attribute, Cardinality, Datom, EntityId, Op, TxId, Value};
@@ -38,17 +39,19 @@ pub struct Indexing {
 /// The live indexed claims, per scope and entity, of each attribute that has any. Only claims
 /// that went into an index are kept: the others have nothing to end, and keeping them would
 /// hold a copy of every current value in memory whether or not anything is searchable.
-#[derive(Default)]
+#[derive(Default, Serialize, Deserialize)]
 pub struct Feeder {
     slots: HashMap<Scope, HashMap<EntityId, Vec<Slot>>>,
 }
 
 /// One (entity, attribute) slot's live indexed claims; never empty while kept.
+#[derive(Serialize, Deserialize)]
 struct Slot {
     attribute: Attribute,
     claims: Vec<Claim>,
 }
 
+#[derive(Serialize, Deserialize)]
 struct Claim {
     agent: String,
     value: Value,

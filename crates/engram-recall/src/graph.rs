@@ -3,16 +3,18 @@
 //! task's project, a note's author), in both directions.
 
 use engram_types::{Attribute, EntityId, TxId};
+use serde::{Deserialize, Serialize};
 
 use crate::ledger::Ledger;
 use crate::types::{FactRef, Scope};
 
 /// Each edge listed under both of its ends.
-#[derive(Default)]
+#[derive(Default, Serialize, Deserialize)]
 pub(crate) struct Graph {
     edges: Ledger<Edge>,
 }
 
+#[derive(Serialize, Deserialize)]
 struct Edge {
     source: EntityId,
     /// The ref attribute: the edge's label.

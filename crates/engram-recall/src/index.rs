@@ -16,6 +16,7 @@
 //! Everything reads only what held at `T` (facts, vectors, edges and the text statistics), so
 //! the answer is the one an index fed the log only up to `T` gives.
 
+use serde::{Deserialize, Serialize};
 use std::collections::{HashMap, HashSet};
 
 use engram_types::{Attribute, EntityId, Status, TxId};
@@ -50,7 +51,7 @@ pub const WEIGHTS: [(Signal, f64); 5] = [
 /// Every recall index of a node: text, vectors, and the ref graph. Fed the committed log in
 /// order (see [`crate::Feeder`]); derived state, kept out of the audit chain and the replica
 /// digest.
-#[derive(Default)]
+#[derive(Default, Serialize, Deserialize)]
 pub struct RecallIndex {
     pub(crate) text: TextIndex,
     pub(crate) vectors: VectorIndex,

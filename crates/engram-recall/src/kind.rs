@@ -5,6 +5,7 @@
 //! attribute); it passes a kind filter when any of them is asked for.
 
 use engram_types::{EntityId, TxId};
+use serde::{Deserialize, Serialize};
 
 use crate::ledger::Ledger;
 use crate::types::{FactRef, Scope};
@@ -13,7 +14,7 @@ use crate::types::{FactRef, Scope};
 pub const MEMORY_KIND: &str = ":memory/kind";
 
 /// Each claim's kind, listed under the entity it is about.
-#[derive(Default)]
+#[derive(Default, Serialize, Deserialize)]
 pub(crate) struct Kinds {
     claims: Ledger<String>,
 }

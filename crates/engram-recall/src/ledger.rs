@@ -2,16 +2,19 @@
 //! with its item and the transactions it held between, found by the fact that asserted it
 //! (to end it) and by the entities it touches (to answer).
 
+use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 
 use engram_types::{EntityId, TxId};
 
 use crate::types::{FactRef, Held, Scope};
 
+#[derive(Serialize, Deserialize)]
 pub(crate) struct Ledger<T> {
     shelves: HashMap<Scope, Shelf<T>>,
 }
 
+#[derive(Serialize, Deserialize)]
 struct Shelf<T> {
     rows: Vec<Row<T>>,
     by_fact: HashMap<FactRef, u32>,
@@ -20,6 +23,7 @@ struct Shelf<T> {
 }
 
 /// One fact's item, and when it held.
+#[derive(Serialize, Deserialize)]
 pub(crate) struct Row<T> {
     pub(crate) held: Held,
     pub(crate) item: T,

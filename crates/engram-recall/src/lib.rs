@@ -18,13 +18,17 @@
 //!   rule Engram's current claims follow (an agent's newer claim replaces its older one under
 //!   cardinality one; a retraction ends every claim of its value).
 //!
+//! - [`save`] and [`load`]: an index and its feeder as checked bytes, so a node that restarts
+//!   takes its index from its last save and feeds it only what was applied since.
+//!
 //! The indexes are derived, node-local state: fed the committed log in transaction order and
 //! rebuilt from the datoms, never part of the audit chain or the replica digest. Everything
 //! here is deterministic (no clock, no randomness, ties broken by fact), so two nodes fed the
 //! same log answer the same query the same way.
 //!
-//! Depends on `engram-types` only: no storage, no Raft, no server. Feeding the index from the
-//! state machine and serving it lives above.
+//! Depends on `engram-types` (and serde, postcard and blake3 for saves) only: no storage, no
+//! Raft, no server. Feeding the index from the state machine, and keeping its saves in files,
+//! lives above.
 
 mod expiry;
 mod feed;
@@ -33,6 +37,7 @@ mod graph;
 mod index;
 mod kind;
 mod ledger;
+mod saved;
 mod text;
 mod tokenize;
 mod types;
@@ -43,6 +48,7 @@ pub use feed::{Fed, Feeder, Indexing};
 pub use fuse::{RRF_K, Ranking, fuse};
 pub use index::{HOP_DECAY, RecallIndex, Sizes, WEIGHTS};
 pub use kind::MEMORY_KIND;
+pub use saved::{SAVED_FORMAT, SavedAt, SavedError, load, save};
 pub use text::TextIndex;
 pub use tokenize::{MAX_TOKEN_CHARS, tokens};
 pub use types::{

@@ -8,6 +8,7 @@
 //! one an index fed the log only up to `T` would give, score for score. Facts are never
 //! removed, so memory grows with the number of facts ever asserted, like the datom store.
 
+use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 
 use engram_types::{EntityId, TxId};
@@ -24,7 +25,7 @@ const B: f64 = 0.75;
 /// The text index of every scope a node holds. Fed the committed log in order, one
 /// transaction after another; derived state, kept out of the audit chain and the replica
 /// digest, and rebuilt from the datoms whenever in doubt.
-#[derive(Default)]
+#[derive(Default, Serialize, Deserialize)]
 pub struct TextIndex {
     shelves: HashMap<Scope, Shelf>,
     /// The newest transaction fed so far.
@@ -32,7 +33,7 @@ pub struct TextIndex {
 }
 
 /// One scope's facts, words and running totals.
-#[derive(Default)]
+#[derive(Default, Serialize, Deserialize)]
 struct Shelf {
     docs: Vec<Doc>,
     /// Per doc, beside `docs`: when it holds and how many words it has. Ranking a common word
@@ -47,18 +48,19 @@ struct Shelf {
     totals: Vec<Totals>,
 }
 
+#[derive(Serialize, Deserialize)]
 pub(crate) struct Doc {
     pub(crate) fact: FactRef,
     pub(crate) meta: FactMeta,
 }
 
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, Serialize, Deserialize)]
 struct Span {
     held: Held,
     words: u32,
 }
 
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, Serialize, Deserialize)]
 struct Totals {
     tx: TxId,
     docs: u64,

@@ -3,6 +3,7 @@
 //! the crate.
 
 use engram_types::{Attribute, BranchName, EntityId, Namespace, Status, TxId};
+use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
 /// Most hits one query may ask for.
@@ -20,7 +21,7 @@ pub const DEFAULT_HOPS: usize = 1;
 
 /// Where facts live: a namespace, on main (`None`) or on a branch. Each scope has its own
 /// index and its own statistics, so one namespace's words never weigh on another's ranking.
-#[derive(Clone, PartialEq, Eq, Hash, Debug, PartialOrd, Ord)]
+#[derive(Clone, PartialEq, Eq, Hash, Debug, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct Scope {
     pub namespace: Namespace,
     pub branch: Option<BranchName>,
@@ -28,7 +29,7 @@ pub struct Scope {
 
 /// The assertion a hit points at: the datom `seq` of transaction `tx`, which asserted a value
 /// of `attribute` for `entity`. Its inclusion proof is the proof of transaction `tx`.
-#[derive(Clone, PartialEq, Eq, Hash, Debug, PartialOrd, Ord)]
+#[derive(Clone, PartialEq, Eq, Hash, Debug, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct FactRef {
     pub tx: TxId,
     pub seq: u32,
@@ -37,7 +38,7 @@ pub struct FactRef {
 }
 
 /// What the filters and the priors read about a fact, copied from its datom.
-#[derive(Clone, PartialEq, Debug)]
+#[derive(Clone, PartialEq, Debug, Serialize, Deserialize)]
 pub struct FactMeta {
     pub agent: String,
     pub status: Status,
@@ -105,7 +106,7 @@ pub struct Query {
 /// it until the one that ended it, if any. Every index keeps one per fact, so an as-of query
 /// reads exactly what held then. Sixteen bytes, kept apart from the facts themselves, so a scan
 /// over a common word's postings or a scope's vectors reads little memory per fact.
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 pub(crate) struct Held {
     from: TxId,
     /// `OPEN` while it holds: a log index never reaches it.

@@ -14,6 +14,7 @@
 //! That first pass is approximate (a vector just outside the candidates is missed), but it is
 //! deterministic and independent of feed history, so nodes and replays still agree exactly.
 
+use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 
 use engram_types::{EntityId, TxId};
@@ -21,12 +22,12 @@ use engram_types::{EntityId, TxId};
 use crate::types::{FactMeta, FactRef, Held, Scope};
 
 /// The vector index of every scope a node holds.
-#[derive(Default)]
+#[derive(Default, Serialize, Deserialize)]
 pub(crate) struct VectorIndex {
     shelves: HashMap<Scope, Shelf>,
 }
 
-#[derive(Default)]
+#[derive(Default, Serialize, Deserialize)]
 struct Shelf {
     /// One arena per dimension: vectors of different dimensions are never compared.
     arenas: HashMap<usize, Arena>,
@@ -35,6 +36,7 @@ struct Shelf {
     by_entity: HashMap<EntityId, Vec<(usize, u32)>>,
 }
 
+#[derive(Serialize, Deserialize)]
 struct Arena {
     /// `docs.len() * dimension` components, each vector unit-length.
     data: Vec<f32>,
@@ -45,6 +47,7 @@ struct Arena {
     docs: Vec<Doc>,
 }
 
+#[derive(Serialize, Deserialize)]
 pub(crate) struct Doc {
     pub(crate) fact: FactRef,
     pub(crate) meta: FactMeta,
@@ -251,7 +254,7 @@ const MIN_CANDIDATES: usize = 256;
 /// so every node and every replay ranks the candidates alike. Each vector is coded alone, so
 /// the codes do not depend on what else was fed, and an as-of search still answers exactly as
 /// a replay to its transaction does.
-#[derive(Default)]
+#[derive(Default, Serialize, Deserialize)]
 pub(crate) struct Codes {
     codes: Vec<i8>,
     scales: Vec<f32>,

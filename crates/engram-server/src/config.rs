@@ -95,6 +95,11 @@ pub struct ServerConfig {
     /// While leading, look for lapsed sessions this often (0: never): end them and forget
     /// what their namespaces held (`crate::retention::drive_sessions`).
     pub session_check_ms: u64,
+    /// Save this node's recall index to `data_dir/recall.index` this often when it has taken
+    /// in something new (0: never): a restart takes the index from the save and feeds it what
+    /// was applied since, instead of rebuilding it from the whole log
+    /// (`crate::services::search_index`).
+    pub recall_save_ms: u64,
     /// Compare this node's audit chain with every peer's this often (0: never); a mismatch
     /// raises the divergence alarm (`crate::divergence`).
     pub divergence_check_ms: u64,
@@ -189,6 +194,7 @@ impl ServerConfig {
             divergence_check_ms: 5_000,
             retention_check_ms: 60_000,
             session_check_ms: 1_000,
+            recall_save_ms: 60_000,
             verify_on_start: engram_core::scrub::StartCheck::Tip,
             security: Security::default(),
             insecure_open: false,

@@ -210,6 +210,13 @@ pub async fn serve_keys(
         node.clone(),
         stopped_rx.clone(),
     ));
+    if config.recall_save_ms > 0 {
+        tokio::task::spawn(services::search_index::keep_saved(
+            shared.clone(),
+            Duration::from_millis(config.recall_save_ms),
+            stopped_rx.clone(),
+        ));
+    }
     if config.divergence_check_ms > 0 {
         tokio::task::spawn(divergence::watch(
             shared.clone(),

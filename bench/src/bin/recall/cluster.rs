@@ -16,7 +16,7 @@ use anyhow::{Context, Result, anyhow, bail};
 use engram_bench::process::rss_bytes;
 use engram_cli::bench::BenchCluster;
 use engram_cli::ui::Ui;
-use engram_client::{Client, ClientConfig, SearchQuery};
+use engram_client::{Client, ClientConfig, Consistency, SearchQuery};
 use engram_recall::Query;
 use engram_types::{
     Attribute, AttributeDef, EntityId, EntityRef, Namespace, Op, Provenance, Status, TxId, TxOp, TxRequest,
@@ -199,9 +199,12 @@ async fn ask_in_turn(
 /// Starts a cluster with `exe`, writes the corpus, asks the labelled queries; the report has
 /// the in-process report's shape (`recall_at_10`, `latency_by_signal_1_caller`, `latency`)
 /// plus the load's figures and the nodes' resident memory.
-pub async fn run(exe: &Path, shape: Shape, json: bool) -> Result<serde_json::Value> {
+pub async fn run(exe: &Path, shape: Shape, save_ms: Option<u64>, json: bool) -> Result<serde_json::Value> {
     let ui = Ui::new(json);
-    let bench = BenchCluster::start(exe, None, 100_000, false, None, ui).await?;
+    let save_args: Vec<String> = save_ms
+        .map(|ms| vec!["--recall-save-ms".to_string(), ms.to_string()])
+        .unwrap_or_default();
+    let mut bench = BenchCluster::start_with(exe, None, 100_000, false, None, &save_args, ui).await?;
     let ns = Namespace::new(corpus::NAMESPACE).map_err(|e| anyhow!("{e}"))?;
     let leader = client(&bench.leader)?;
     leader
@@ -292,6 +295,7 @@ pub async fn run(exe: &Path, shape: Shape, json: bool) -> Result<serde_json::Val
         .iter()
         .map(|pid| rss_bytes(&pid.to_string()))
         .collect();
+    let restarts = restarts(&mut bench, &ns, labelled.first().context("no queries")?, ui).await?;
     Ok(json!({
         "facts": facts,
         "transactions": transactions,
@@ -302,5 +306,107 @@ pub async fn run(exe: &Path, shape: Shape, json: bool) -> Result<serde_json::Val
         "recall_at_10": quality,
         "latency_by_signal_1_caller": by_signal,
         "latency": latency,
+        "restart": restarts,
     }))
+}
+
+/// A follower killed and started again twice: once with its recall index's save removed (the
+/// index is rebuilt from the whole log), once with the save it wrote since (the index is read
+/// from it and fed the log applied after it). Each time: the seconds from the start to the
+/// first search answered on that node over everything the cluster applied, and its resident
+/// memory then.
+async fn restarts(
+    bench: &mut BenchCluster,
+    ns: &Namespace,
+    first: &Labelled,
+    ui: Ui,
+) -> Result<serde_json::Value> {
+    let node = bench
+        .cluster
+        .nodes()
+        .iter()
+        .find(|n| n.endpoint() != bench.leader)
+        .map(|n| n.id)
+        .context("no follower")?;
+    let save = bench.cluster.node(node)?.data_dir.join("recall.index");
+    let head = client(&bench.leader)?.head().await.context("the head")?.index;
+    let query = SearchQuery {
+        consistency: Consistency::Stale,
+        ..search_of(ns, &first.query)
+    };
+    let mut out = serde_json::Map::new();
+    for (name, keep_save) in [("rebuilt_from_log", false), ("from_save", true)] {
+        let pb = ui.spinner(format!("node {node} restarted, its index {name}"));
+        if keep_save {
+            // A save written after the last start (once a minute by default, `--recall-save-ms`).
+            let since = std::time::SystemTime::now();
+            let deadline = Instant::now() + Duration::from_secs(180);
+            while !std::fs::metadata(&save)
+                .and_then(|m| m.modified())
+                .is_ok_and(|m| m >= since)
+            {
+                if Instant::now() > deadline {
+                    bail!("node {node} wrote no save of its index within 180 s");
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
+        bench.cluster.kill(node)?;
+        let save_bytes = std::fs::metadata(&save).map(|m| m.len()).unwrap_or(0);
+        if !keep_save && save.exists() {
+            std::fs::remove_file(&save).with_context(|| format!("removing {}", save.display()))?;
+        }
+        let t = Instant::now();
+        bench.cluster.restart(node)?;
+        let endpoint = bench.cluster.node(node)?.endpoint();
+        let secs = loop {
+            if t.elapsed() > REQUEST_TIMEOUT {
+                bail!("node {node} answered no search over the whole load within {REQUEST_TIMEOUT:?}");
+            }
+            let answered = match client(&endpoint) {
+                Ok(c) => c.search(&query).await.ok(),
+                Err(_) => None,
+            };
+            if answered.is_some_and(|r| r.applied_tx >= head && !r.hits.is_empty()) {
+                break t.elapsed().as_secs_f64();
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        };
+        let rss = bench
+            .cluster
+            .node(node)?
+            .pid()
+            .map_or(0, |pid| rss_bytes(&pid.to_string()));
+        // Which way the node set its index out: the job log's entry of its start says.
+        let from_save_tx = loop {
+            let jobs = client(&endpoint)?
+                .list_jobs("search-rebuild", 1)
+                .await
+                .context("the restarted node's job log")?;
+            match jobs.jobs.first() {
+                Some(j) if j.outcome != "running" => {
+                    break j.figures.get("from_save_tx").copied().unwrap_or(0);
+                }
+                _ if t.elapsed() > REQUEST_TIMEOUT => bail!("node {node}'s first feed never ended"),
+                _ => tokio::time::sleep(Duration::from_millis(50)).await,
+            }
+        };
+        if (from_save_tx > 0) != keep_save {
+            bail!("node {node} restarted {name}, but its job log says from_save_tx {from_save_tx}");
+        }
+        ui.done(
+            &pb,
+            format!("node {node}, index {name}: first search {secs:.1} s after the start"),
+        );
+        out.insert(
+            name.to_string(),
+            json!({
+                "first_search_secs": secs,
+                "node_rss_bytes": rss,
+                "save_bytes": if keep_save { save_bytes } else { 0 },
+                "from_save_tx": from_save_tx,
+            }),
+        );
+    }
+    Ok(serde_json::Value::Object(out))
 }

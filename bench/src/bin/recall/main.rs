@@ -1,6 +1,7 @@
 //! `recall`: how well and how fast Engram's recall finds what a labelled query is after, per
 //! signal and fused, over a generated corpus of a million facts: in process, and with
-//! `--cluster` also end to end through a 3-node cluster.
+//! `--cluster` also end to end through a 3-node cluster, and a follower's restart timed with
+//! its index rebuilt from the log and read from its save.
 //!
 //! The corpus (deterministic; `--entities N` documents, 5 facts each): every document has a
 //! topic (one of 500), a `:doc/title` (three topic words and one word only it has), a
@@ -28,7 +29,9 @@
 //! at the leader), over gRPC on loopback: recall@10 per signal, latency at 1 and 16 clients,
 //! the load rate and the nodes' resident memory.
 //!
-//! Usage: `recall [--entities N] [--queries N] [--dimension N] [--cluster] [--engram-bin FILE] [--json]`.
+//! Usage: `recall [--entities N] [--queries N] [--dimension N] [--cluster] [--recall-save-ms MS]
+//! [--engram-bin FILE] [--json]` (`--recall-save-ms`: how often the cluster's nodes save their
+//! index; the server's default unless given).
 
 mod cluster;
 mod corpus;
@@ -44,8 +47,7 @@ use engram_recall::{Feeder, Indexing, RecallIndex, Scope};
 use engram_types::{Attribute, Cardinality, Datom, EntityId, Namespace, Op, Provenance, Status, TxId, Value};
 use serde_json::json;
 
-const USAGE: &str =
-    "usage: recall [--entities N] [--queries N] [--dimension N] [--cluster] [--engram-bin FILE] [--json]";
+const USAGE: &str = "usage: recall [--entities N] [--queries N] [--dimension N] [--cluster] [--recall-save-ms MS] [--engram-bin FILE] [--json]";
 /// Components per embedding unless `--dimension` says otherwise.
 const DEFAULT_DIMENSION: usize = 32;
 const FACTS_PER_TX: usize = 100;
@@ -56,6 +58,8 @@ struct Args {
     cluster: bool,
     /// The `engram` executable the cluster runs (default: the one beside this binary).
     engram_bin: Option<PathBuf>,
+    /// How often the cluster's nodes save their recall index (`None`: the server's default).
+    save_ms: Option<u64>,
     json: bool,
 }
 
@@ -68,6 +72,7 @@ fn parse_args() -> Result<Args, String> {
         },
         cluster: false,
         engram_bin: None,
+        save_ms: None,
         json: false,
     };
     let mut it = std::env::args().skip(1);
@@ -81,6 +86,7 @@ fn parse_args() -> Result<Args, String> {
                     (number("--dimension")? as usize).min(engram_types::MAX_VECTOR_DIMENSION)
             }
             "--cluster" => args.cluster = true,
+            "--recall-save-ms" => args.save_ms = Some(number("--recall-save-ms")?),
             "--engram-bin" => {
                 args.engram_bin = Some(
                     it.next()
@@ -236,7 +242,7 @@ fn run(args: &Args) -> Result<serde_json::Value, String> {
         let exe = engram_exe(args.engram_bin.clone())?;
         Some(
             runtime
-                .block_on(cluster::run(&exe, args.shape, args.json))
+                .block_on(cluster::run(&exe, args.shape, args.save_ms, args.json))
                 .map_err(|e| format!("{e:#}"))?,
         )
     } else {
@@ -336,6 +342,24 @@ fn main() -> ExitCode {
         );
         println!("  recall@10:");
         print_quality(remote);
+        for (name, what) in [
+            (
+                "rebuilt_from_log",
+                "its save removed, the index rebuilt from the log",
+            ),
+            ("from_save", "the index read from its save"),
+        ] {
+            let r = &remote["restart"][name];
+            println!(
+                "  a follower restarted, {what}: first search over the whole load {:.1} s after the start; resident memory {:.0} MiB{}",
+                r["first_search_secs"].as_f64().unwrap_or(0.0),
+                mib(&r["node_rss_bytes"]),
+                match r["save_bytes"].as_u64() {
+                    Some(b) if b > 0 => format!("; save {:.0} MiB", b as f64 / (1 << 20) as f64),
+                    _ => String::new(),
+                }
+            );
+        }
     }
     ExitCode::SUCCESS
 }

@@ -7,6 +7,7 @@ pub mod exposure;
 pub mod gate;
 pub mod memory;
 pub mod read_pool;
+pub mod recall_file;
 pub mod rpc_metrics;
 pub mod search_index;
 pub mod watch_hub;
@@ -58,7 +59,8 @@ impl Shared {
     ) -> Arc<Shared> {
         let reads = Arc::new(read_pool::ReadPool::for_this_machine());
         let watch_hub = Arc::new(watch_hub::WatchHub::new(node.applied_index(), reads.clone()));
-        let search = search_index::SearchIndex::new(reads.clone());
+        let saves = (config.recall_save_ms > 0).then(|| recall_file::SaveFile::in_dir(&config.data_dir));
+        let search = search_index::SearchIndex::new(reads.clone(), saves);
         Arc::new(Shared {
             watch_hub,
             reads,

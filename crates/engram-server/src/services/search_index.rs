@@ -8,10 +8,19 @@
 //! applied before this process started, a snapshot install, groups dropped while the index
 //! lagged) is read from the store, which holds every applied transaction.
 //!
-//! Derived state (see `engram_recall`): it lives in memory only, starts empty when the node
-//! starts, and is never part of the chain, a snapshot or the replica digest. A snapshot install
-//! needs no rebuild: the transactions it brings up to the index's position are the ones the
-//! index already read (applied state is replicated exactly), and the index goes on from there.
+//! Derived state (see `engram_recall`): never part of the chain, a snapshot or the replica
+//! digest. A snapshot install needs no rebuild: the transactions it brings up to the index's
+//! position are the ones the index already read (applied state is replicated exactly), and the
+//! index goes on from there.
+//!
+//! Saves ([`keep_saved`], `recall_save_ms`): the index is written to `DATA_DIR/recall.index`
+//! (`super::recall_file`) when it has taken in something new, at most once a period, so a
+//! restarted node takes it from there and reads only the log applied since, instead of the
+//! whole log (tens of seconds at millions of facts). A save holds the words of indexed values,
+//! and the index in memory keeps the words of a fact after it is redacted, so the first
+//! redaction applied after the index's contents were read removes the save at once; once the
+//! node's purge is done, the index is rebuilt from the store (which holds only redacted forms),
+//! replaces the one in memory, and is saved again.
 
 use engram_core::reads::{self, LoggedTx};
 use engram_core::schema;
@@ -20,7 +29,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
-use engram_recall::{Feeder, Hit, Indexing, Query, RecallIndex, Scope};
+use super::recall_file::{Loaded, SaveFile};
+
+use engram_recall::{Feeder, Hit, Indexing, Query, RecallIndex, SavedAt, Scope};
 use engram_types::{Attribute, Datom, Namespace, TxId};
 use tokio::sync::Mutex;
 
@@ -32,9 +43,14 @@ const CATCH_UP_BYTES: usize = 8 << 20;
 
 #[derive(Default)]
 pub struct SearchIndex {
-    state: Mutex<Fed>,
+    state: Arc<Mutex<Fed>>,
     /// Where catch-up reads of the log run (a first search, a restart over a large store).
     pool: Arc<super::read_pool::ReadPool>,
+    /// Where the index is saved; `None`: never (it is rebuilt from the log at every start).
+    file: Option<SaveFile>,
+    /// The position the index was taken from a save at when the node started (0: rebuilt
+    /// from the log), for the job log.
+    loaded_next: AtomicU64,
 }
 
 #[derive(Default)]
@@ -43,14 +59,60 @@ struct Fed {
     feeder: Feeder,
     /// The next transaction to read from the log.
     next: TxId,
+    /// The last redaction this node had applied when the index's contents were first read
+    /// (from the log or a save): one applied later may have forgotten values it still holds.
+    redactions_seen: u64,
+    /// Whether the index was set out from (a save, or nothing) since the node started.
+    started: bool,
 }
 
 impl SearchIndex {
-    /// An empty index whose catch-up reads run on `pool`.
-    pub fn new(pool: Arc<super::read_pool::ReadPool>) -> SearchIndex {
+    /// An empty index whose catch-up reads run on `pool`, saved to `file` if given.
+    pub fn new(pool: Arc<super::read_pool::ReadPool>, file: Option<SaveFile>) -> SearchIndex {
         SearchIndex {
-            state: Mutex::default(),
+            state: Arc::default(),
             pool,
+            file,
+            loaded_next: AtomicU64::new(0),
+        }
+    }
+
+    /// Sets out the index after a start: from its save if there is one this store can take
+    /// (on the read pool: a save of millions of facts takes a while to decode), else from
+    /// nothing, to be fed from the log.
+    async fn start(&self, fed: &mut Fed, node: &RaftNode) {
+        fed.started = true;
+        let redactions = *node.purges.applied.borrow();
+        fed.redactions_seen = redactions;
+        let Some(file) = self.file.clone() else {
+            return;
+        };
+        let read = self
+            .pool
+            .read(node, move |store| file.read(store, redactions))
+            .await;
+        match read {
+            Ok(Ok(Some(Loaded { index, feeder, at }))) => {
+                tracing::info!(
+                    next_tx = at.next.0,
+                    "search index: taken from its save; the log applied since is fed to it"
+                );
+                self.loaded_next.store(at.next.0, Ordering::Relaxed);
+                *fed = Fed {
+                    index,
+                    feeder,
+                    next: at.next,
+                    redactions_seen: at.redactions_seen,
+                    started: true,
+                };
+            }
+            Ok(Ok(None)) => {}
+            Ok(Err(why)) => {
+                tracing::warn!(%why, "search index: its save is not taken; it is rebuilt from the log")
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "search index: its save could not be read; it is rebuilt from the log")
+            }
         }
     }
 
@@ -65,7 +127,7 @@ impl SearchIndex {
         shown: &(dyn Fn(&Attribute) -> bool + Sync),
     ) -> Result<Vec<Hit>, ApiError> {
         let mut fed = self.state.lock().await;
-        Self::feed(&mut fed, node, &self.pool, through).await?;
+        self.feed(&mut fed, node, through).await?;
         fed.index
             .recall_where(scope, query, shown)
             .map_err(|e| ApiError::Invalid(e.to_string()))
@@ -74,17 +136,16 @@ impl SearchIndex {
     /// Feeds what `node` has applied through `through`.
     pub async fn catch_up(&self, node: &RaftNode, through: u64) -> Result<(), ApiError> {
         let mut fed = self.state.lock().await;
-        Self::feed(&mut fed, node, &self.pool, through).await
+        self.feed(&mut fed, node, through).await
     }
 
     /// Feeds every transaction applied through `through` (and any later ones apply already
     /// handed over): first what apply handed over in memory, then, for any gap, the store.
-    async fn feed(
-        fed: &mut Fed,
-        node: &RaftNode,
-        pool: &super::read_pool::ReadPool,
-        through: u64,
-    ) -> Result<(), ApiError> {
+    async fn feed(&self, fed: &mut Fed, node: &RaftNode, through: u64) -> Result<(), ApiError> {
+        let pool = &*self.pool;
+        if !fed.started {
+            self.start(fed, node).await;
+        }
         if fed.next == TxId(0)
             && engram_core::planted::active(engram_core::planted::PlantedBug::SearchIndexNotRebuilt)
         {
@@ -186,6 +247,161 @@ impl SearchIndex {
         }
         fed.next = fed.next.max(next);
         Ok(())
+    }
+}
+
+impl SearchIndex {
+    /// Replaces the index with one read afresh from the store through log index `through`,
+    /// built aside (searches go on meanwhile) from what the store holds now: redacted values
+    /// only in their redacted form. `redactions`: the last redaction applied before the read.
+    async fn rebuild(&self, node: &RaftNode, through: u64, redactions: u64) -> Result<(), ApiError> {
+        let mut fresh = Fed {
+            redactions_seen: redactions,
+            started: true,
+            ..Fed::default()
+        };
+        Self::feed_from_store(&mut fresh, node, &self.pool, through).await?;
+        // Whatever was applied after `through` is fed to it by the next feed, from the store.
+        *self.state.lock().await = fresh;
+        Ok(())
+    }
+
+    /// Writes the index to its save file, unless it holds nothing past `saved` or a redaction
+    /// was applied after its contents were read. The index is encoded under its lock, off the
+    /// async workers; the file is written after the lock is let go. Returns the position the
+    /// save holds, or `None` when nothing was written.
+    async fn save(&self, node: &RaftNode, saved: TxId) -> Result<Option<TxId>, String> {
+        let Some(file) = self.file.clone() else {
+            return Ok(None);
+        };
+        let fed = self.state.clone().lock_owned().await;
+        if !fed.started || fed.next <= saved || *node.purges.applied.borrow() > fed.redactions_seen {
+            return Ok(None);
+        }
+        let node = node.clone();
+        let write = move || -> Result<SavedAt, String> {
+            let last = fed.index.last_tx();
+            let anchor = if last == TxId(0) {
+                None
+            } else {
+                let row = node
+                    .read_state(|store| reads::tx(store, last))
+                    .map_err(|e| e.to_string())?
+                    .map_err(|e| e.to_string())?
+                    .ok_or_else(|| format!("transaction {} fed but not in the store", last.0))?;
+                Some((last, row.receipt.audit_hash))
+            };
+            let at = SavedAt {
+                next: fed.next,
+                anchor,
+                redactions_seen: fed.redactions_seen,
+            };
+            let bytes = engram_recall::save(&fed.index, &fed.feeder, &at).map_err(|e| e.to_string())?;
+            drop(fed);
+            file.write(&bytes)
+                .map_err(|e| format!("writing {}: {e}", file.path().display()))?;
+            Ok(at)
+        };
+        #[cfg(madsim)]
+        let at = write()?;
+        #[cfg(not(madsim))]
+        let at = tokio::task::spawn_blocking(write)
+            .await
+            .map_err(|e| format!("the save stopped: {e}"))??;
+        Ok(Some(at.next))
+    }
+}
+
+/// How often [`keep_saved`] looks at the index between saves: how long a save may outlive a
+/// redaction when the redaction's notice is missed, and how soon a purge is followed by the
+/// rebuild.
+const SAVE_LOOK_EVERY: Duration = Duration::from_secs(1);
+
+/// Keeps the save of `shared`'s recall index: writes it every `every` when the index has taken
+/// in something new; removes it as soon as a redaction is applied after the index's contents
+/// were read (it may hold the forgotten values), and once this node's purge of that redaction
+/// is done, rebuilds the index from the store, replaces the one in memory, and saves again.
+/// Ends when the node stops.
+pub async fn keep_saved(
+    shared: Arc<super::Shared>,
+    every: Duration,
+    mut stopped: tokio::sync::watch::Receiver<bool>,
+) {
+    let search = &shared.search;
+    let node = &shared.node;
+    let Some(file) = search.file.clone() else {
+        return;
+    };
+    let mut redactions = node.purges.applied.clone();
+    let mut notices = true;
+    // The position of the save on disk: once the index is set out, the one it was taken from.
+    let mut saved: Option<TxId> = None;
+    let mut last_save = tokio::time::Instant::now();
+    loop {
+        tokio::select! {
+            biased;
+            _ = stopped.changed() => return,
+            // A redaction applied: look at once, not at the next round.
+            changed = redactions.changed(), if notices => notices = changed.is_ok(),
+            _ = tokio::time::sleep(SAVE_LOOK_EVERY) => {}
+        }
+        if *stopped.borrow() || node.has_stopped() {
+            return;
+        }
+        let redacted = *node.purges.applied.borrow();
+        let (started, seen) = {
+            let fed = search.state.lock().await;
+            (fed.started, fed.redactions_seen)
+        };
+        if !started {
+            continue;
+        }
+        let saved = saved.get_or_insert(TxId(search.loaded_next.load(Ordering::Relaxed)));
+        if redacted > seen {
+            match file.remove() {
+                Ok(true) => tracing::info!(
+                    log_index = redacted,
+                    "search index: its save is removed (a redaction was applied after it was read)"
+                ),
+                Ok(false) => {}
+                Err(e) => {
+                    tracing::error!(error = %e, path = %file.path().display(), "search index: cannot remove its save after a redaction")
+                }
+            }
+            *saved = TxId(0);
+            if *node.purges.purged.borrow() < redacted {
+                continue;
+            }
+            let through = shared.applied_index();
+            let job = node.jobs().start(
+                engram_raft::jobs::JobKind::SearchRebuild,
+                format!("after the redaction at log index {redacted}, through log index {through}"),
+            );
+            match search.rebuild(node, through, redacted).await {
+                Ok(()) => job.done([("log_index", through)]),
+                Err(e) => {
+                    tracing::warn!(error = %e, "search index: rebuild after a redaction failed; tried again");
+                    job.failed(e, [("log_index", through)]);
+                    continue;
+                }
+            }
+        }
+        if last_save.elapsed() < every {
+            continue;
+        }
+        match search.save(node, *saved).await {
+            Ok(Some(at)) => {
+                *saved = at;
+                last_save = tokio::time::Instant::now();
+                tracing::debug!(next_tx = at.0, "search index saved");
+                // A redaction applied while the save was written: the next round removes it.
+            }
+            Ok(None) => {}
+            Err(why) => {
+                last_save = tokio::time::Instant::now();
+                tracing::warn!(%why, "search index: cannot save it; tried again later")
+            }
+        }
     }
 }
 
@@ -298,6 +514,10 @@ trait Followed {
     fn jobs(&self) -> Option<&Arc<engram_raft::jobs::Jobs>> {
         None
     }
+    /// The transaction a save set the index out at (0: it was rebuilt from the log).
+    fn from_save(&self) -> u64 {
+        0
+    }
 }
 
 impl Followed for super::Shared {
@@ -315,6 +535,10 @@ impl Followed for super::Shared {
 
     fn jobs(&self) -> Option<&Arc<engram_raft::jobs::Jobs>> {
         Some(self.node.jobs())
+    }
+
+    fn from_save(&self) -> u64 {
+        self.search.loaded_next.load(Ordering::Relaxed)
     }
 }
 
@@ -354,7 +578,7 @@ async fn follow(
             let fed = target.feed(applied).await;
             if let Some(job) = rebuild.flatten() {
                 match &fed {
-                    Ok(()) => job.done([("log_index", applied)]),
+                    Ok(()) => job.done([("log_index", applied), ("from_save_tx", target.from_save())]),
                     Err(e) => job.failed(e, [("log_index", applied)]),
                 }
             }
