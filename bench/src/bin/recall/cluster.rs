@@ -339,12 +339,10 @@ async fn restarts(
         let pb = ui.spinner(format!("node {node} restarted, its index {name}"));
         if keep_save {
             // A save written after the last start (once a minute by default, `--recall-save-ms`).
-            let since = std::time::SystemTime::now();
+            let modified = || std::fs::metadata(&save).and_then(|m| m.modified()).ok();
+            let before = modified();
             let deadline = Instant::now() + Duration::from_secs(180);
-            while !std::fs::metadata(&save)
-                .and_then(|m| m.modified())
-                .is_ok_and(|m| m >= since)
-            {
+            while modified().is_none() || modified() == before {
                 if Instant::now() > deadline {
                     bail!("node {node} wrote no save of its index within 180 s");
                 }

@@ -43,7 +43,7 @@ use std::time::{Duration, Instant};
 use corpus::{K, NAMESPACE, Shape, TOPICS, VARIANTS, percentile_ms, share_found};
 use engram_bench::args::positive;
 use engram_bench::process::{engram_exe, rss_bytes};
-use engram_recall::{Feeder, Indexing, RecallIndex, Scope};
+use engram_recall::{Feeder, Indexing, RecallIndex, SavedAt, Scope};
 use engram_types::{Attribute, Cardinality, Datom, EntityId, Namespace, Op, Provenance, Status, TxId, Value};
 use serde_json::json;
 
@@ -221,8 +221,29 @@ fn in_process(shape: Shape) -> Result<serde_json::Value, String> {
             json!({ "p50_ms": percentile_ms(&all, 0.5), "p99_ms": percentile_ms(&all, 0.99), "queries": all.len() }),
         );
     }
+    // A save of the whole index, as a node writes one (the encoding is what holds the index's
+    // lock), and reading it back, as a restarted node does.
+    let at = SavedAt {
+        next: TxId(tx + 1),
+        anchor: None,
+        redactions_seen: 0,
+    };
+    let t = Instant::now();
+    let saved = engram_recall::save(&index, &feeder, &at).map_err(|e| e.to_string())?;
+    let encode = t.elapsed();
+    let t = Instant::now();
+    let (loaded, _, _) = engram_recall::load(&saved).map_err(|e| e.to_string())?;
+    let decode = t.elapsed();
+    if loaded.sizes() != sizes {
+        return Err(format!(
+            "the save read back holds {:?}, not {sizes:?}",
+            loaded.sizes()
+        ));
+    }
+    drop(loaded);
     let grown = rss_after.saturating_sub(rss_before);
     Ok(json!({
+        "save": { "bytes": saved.len(), "encode_secs": encode.as_secs_f64(), "decode_secs": decode.as_secs_f64() },
         "facts": facts,
         "indexed": { "texts": sizes.texts, "vectors": sizes.vectors, "edges": sizes.edges },
         "build_secs": build.as_secs_f64(),
@@ -319,6 +340,12 @@ fn main() -> ExitCode {
         local["build_facts_per_sec"].as_f64().unwrap_or(0.0),
         mib(&local["rss_growth_bytes"]),
         mib(&local["bytes_per_million_facts"])
+    );
+    println!(
+        "  a save of the index: {:.0} MiB, encoded in {:.2} s, read back in {:.2} s",
+        mib(&local["save"]["bytes"]),
+        local["save"]["encode_secs"].as_f64().unwrap_or(0.0),
+        local["save"]["decode_secs"].as_f64().unwrap_or(0.0)
     );
     println!("  recall@10:");
     print_quality(local);

@@ -337,6 +337,10 @@ pub async fn keep_saved(
     // The position of the save on disk: once the index is set out, the one it was taken from.
     let mut saved: Option<TxId> = None;
     let mut last_save = tokio::time::Instant::now();
+    // A rebuild that failed is tried again after FEED_RETRY's waits, not every round: at
+    // millions of facts one costs tens of seconds of a core.
+    let mut rebuild_failures = 0;
+    let mut next_rebuild = tokio::time::Instant::now();
     loop {
         tokio::select! {
             biased;
@@ -369,7 +373,7 @@ pub async fn keep_saved(
                 }
             }
             *saved = TxId(0);
-            if *node.purges.purged.borrow() < redacted {
+            if *node.purges.purged.borrow() < redacted || tokio::time::Instant::now() < next_rebuild {
                 continue;
             }
             let through = shared.applied_index();
@@ -378,9 +382,15 @@ pub async fn keep_saved(
                 format!("after the redaction at log index {redacted}, through log index {through}"),
             );
             match search.rebuild(node, through, redacted).await {
-                Ok(()) => job.done([("log_index", through)]),
+                Ok(()) => {
+                    rebuild_failures = 0;
+                    job.done([("log_index", through)]);
+                }
                 Err(e) => {
-                    tracing::warn!(error = %e, "search index: rebuild after a redaction failed; tried again");
+                    rebuild_failures += 1;
+                    let wait = FEED_RETRY.after(rebuild_failures).unwrap_or(FEED_RETRY.max);
+                    next_rebuild = tokio::time::Instant::now() + wait;
+                    tracing::warn!(error = %e, retry_in_ms = wait.as_millis() as u64, "search index: rebuild after a redaction failed; no save until it succeeds");
                     job.failed(e, [("log_index", through)]);
                     continue;
                 }
@@ -515,7 +525,7 @@ trait Followed {
         None
     }
     /// The transaction a save set the index out at (0: it was rebuilt from the log).
-    fn from_save(&self) -> u64 {
+    fn save_position(&self) -> u64 {
         0
     }
 }
@@ -537,7 +547,7 @@ impl Followed for super::Shared {
         Some(self.node.jobs())
     }
 
-    fn from_save(&self) -> u64 {
+    fn save_position(&self) -> u64 {
         self.search.loaded_next.load(Ordering::Relaxed)
     }
 }
@@ -578,7 +588,7 @@ async fn follow(
             let fed = target.feed(applied).await;
             if let Some(job) = rebuild.flatten() {
                 match &fed {
-                    Ok(()) => job.done([("log_index", applied), ("from_save_tx", target.from_save())]),
+                    Ok(()) => job.done([("log_index", applied), ("from_save_tx", target.save_position())]),
                     Err(e) => job.failed(e, [("log_index", applied)]),
                 }
             }
