@@ -31,8 +31,10 @@ async fn every_client_call_is_counted_by_method_and_code_and_timed() {
     let dir = tempfile::tempdir().unwrap();
     let ports = free_ports(6).unwrap();
     let (ports, metrics_ports) = ports.split_at(3);
+    // Saves of the search index every 200 ms, so the run sees them counted.
+    let saves = ["--recall-save-ms", "200"].map(String::from);
     let mut cluster =
-        LocalCluster::start_with_metrics(Path::new(EXE), dir.path(), ports, metrics_ports, &[]).unwrap();
+        LocalCluster::start_with_metrics(Path::new(EXE), dir.path(), ports, metrics_ports, &saves).unwrap();
     cluster.wait_all_answer(Duration::from_secs(60)).await.unwrap();
     cluster.init(Duration::from_secs(30)).await.unwrap();
     let endpoints = cluster.endpoints();
@@ -155,9 +157,28 @@ async fn every_client_call_is_counted_by_method_and_code_and_timed() {
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+    // The index, once fed, is saved: counted, with the save's size; no save failed.
+    let later = loop {
+        let later = common::http_get(metrics_ports[0], "/metrics");
+        let saves = sample(&later, "engram_recall_saves_total{node_id=\"1\"}").unwrap();
+        let bytes = sample(&later, "engram_recall_save_bytes{node_id=\"1\"}").unwrap();
+        if saves >= 1.0 {
+            assert!(bytes > 0.0, "a save of {bytes} bytes: {later}");
+            break later;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no save of the search index within 30 s: {later}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(
+        sample(&later, "engram_recall_save_failures_total{node_id=\"1\"}"),
+        Some(0.0),
+        "{later}"
+    );
     // That first feed rebuilt the index from the log: a background job, counted done; no job of
     // any kind failed.
-    let later = common::http_get(metrics_ports[0], "/metrics");
     let jobs = |kind: &str, outcome: &str| {
         sample(
             &later,

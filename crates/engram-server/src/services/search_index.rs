@@ -270,7 +270,7 @@ impl SearchIndex {
     /// was applied after its contents were read. The index is encoded under its lock, off the
     /// async workers; the file is written after the lock is let go. Returns the position the
     /// save holds, or `None` when nothing was written.
-    async fn save(&self, node: &RaftNode, saved: TxId) -> Result<Option<TxId>, String> {
+    async fn save(&self, node: &RaftNode, saved: TxId) -> Result<Option<(TxId, usize)>, String> {
         let Some(file) = self.file.clone() else {
             return Ok(None);
         };
@@ -279,7 +279,7 @@ impl SearchIndex {
             return Ok(None);
         }
         let node = node.clone();
-        let write = move || -> Result<SavedAt, String> {
+        let write = move || -> Result<(SavedAt, usize), String> {
             let last = fed.index.last_tx();
             let anchor = if last == TxId(0) {
                 None
@@ -300,15 +300,15 @@ impl SearchIndex {
             drop(fed);
             file.write(&bytes)
                 .map_err(|e| format!("writing {}: {e}", file.path().display()))?;
-            Ok(at)
+            Ok((at, bytes.len()))
         };
         #[cfg(madsim)]
-        let at = write()?;
+        let (at, bytes) = write()?;
         #[cfg(not(madsim))]
-        let at = tokio::task::spawn_blocking(write)
+        let (at, bytes) = tokio::task::spawn_blocking(write)
             .await
             .map_err(|e| format!("the save stopped: {e}"))??;
-        Ok(Some(at.next))
+        Ok(Some((at.next, bytes)))
     }
 }
 
@@ -363,10 +363,13 @@ pub async fn keep_saved(
         let saved = saved.get_or_insert(TxId(search.loaded_next.load(Ordering::Relaxed)));
         if redacted > seen {
             match file.remove() {
-                Ok(true) => tracing::info!(
-                    log_index = redacted,
-                    "search index: its save is removed (a redaction was applied after it was read)"
-                ),
+                Ok(true) => {
+                    FEED_HEALTH.save_bytes.store(0, Ordering::Relaxed);
+                    tracing::info!(
+                        log_index = redacted,
+                        "search index: its save is removed (a redaction was applied after it was read)"
+                    )
+                }
                 Ok(false) => {}
                 Err(e) => {
                     tracing::error!(error = %e, path = %file.path().display(), "search index: cannot remove its save after a redaction")
@@ -400,15 +403,18 @@ pub async fn keep_saved(
             continue;
         }
         match search.save(node, *saved).await {
-            Ok(Some(at)) => {
+            Ok(Some((at, bytes))) => {
                 *saved = at;
                 last_save = tokio::time::Instant::now();
-                tracing::debug!(next_tx = at.0, "search index saved");
+                FEED_HEALTH.saves.fetch_add(1, Ordering::Relaxed);
+                FEED_HEALTH.save_bytes.store(bytes as u64, Ordering::Relaxed);
+                tracing::debug!(next_tx = at.0, bytes, "search index saved");
                 // A redaction applied while the save was written: the next round removes it.
             }
             Ok(None) => {}
             Err(why) => {
                 last_save = tokio::time::Instant::now();
+                FEED_HEALTH.save_failures.fetch_add(1, Ordering::Relaxed);
                 tracing::warn!(%why, "search index: cannot save it; tried again later")
             }
         }
@@ -460,6 +466,11 @@ pub struct FeedHealth {
     stopped: AtomicBool,
     /// The log index the feeder has fed the index through.
     fed_through: AtomicU64,
+    /// Saves of the index written, saves that failed, and the size of the save on disk (0:
+    /// none, or removed after a redaction).
+    saves: AtomicU64,
+    save_failures: AtomicU64,
+    save_bytes: AtomicU64,
 }
 
 // Read by `/metrics` only, which the simulation does not serve.
@@ -470,6 +481,9 @@ impl FeedHealth {
             failures: AtomicU64::new(0),
             stopped: AtomicBool::new(false),
             fed_through: AtomicU64::new(0),
+            saves: AtomicU64::new(0),
+            save_failures: AtomicU64::new(0),
+            save_bytes: AtomicU64::new(0),
         }
     }
 
@@ -512,6 +526,32 @@ pub fn render_metrics(node_id: u64, applied: u64, out: &mut String) {
         "# HELP engram_recall_feed_stopped 1 once the search index's feeder gave up after repeated failures: the index follows no more writes until the node restarts (each search still feeds it first).\n# TYPE engram_recall_feed_stopped gauge\nengram_recall_feed_stopped{{node_id=\"{node_id}\"}} {}",
         u8::from(FEED_HEALTH.stopped())
     );
+    for (name, kind, help, value) in [
+        (
+            "engram_recall_saves_total",
+            "counter",
+            "Saves of the search index written to DATA_DIR/recall.index (--recall-save-ms).",
+            &FEED_HEALTH.saves,
+        ),
+        (
+            "engram_recall_save_failures_total",
+            "counter",
+            "Saves of the search index that failed (each logged; tried again a period later).",
+            &FEED_HEALTH.save_failures,
+        ),
+        (
+            "engram_recall_save_bytes",
+            "gauge",
+            "Size of the search index's save on disk (0: none, or removed after a redaction until the index is rebuilt).",
+            &FEED_HEALTH.save_bytes,
+        ),
+    ] {
+        let _ = writeln!(
+            out,
+            "# HELP {name} {help}\n# TYPE {name} {kind}\n{name}{{node_id=\"{node_id}\"}} {}",
+            value.load(Ordering::Relaxed)
+        );
+    }
 }
 
 /// What the feeder follows: a node's applied index, and how to feed its index through one.
