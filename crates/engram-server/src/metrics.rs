@@ -13,6 +13,22 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 use tracing::{info, warn};
 
+/// Writes one single-sample metric of node `node_id` per row of `rows`: name, kind (`gauge` or
+/// `counter`), help, value. What the search index and the watch hub report.
+pub(crate) fn write_node_samples(
+    out: &mut String,
+    node_id: u64,
+    rows: &[(&str, &str, &str, &std::sync::atomic::AtomicU64)],
+) {
+    for (name, kind, help, value) in rows {
+        let _ = writeln!(
+            out,
+            "# HELP {name} {help}\n# TYPE {name} {kind}\n{name}{{node_id=\"{node_id}\"}} {}",
+            value.load(std::sync::atomic::Ordering::Relaxed)
+        );
+    }
+}
+
 /// The exposition text for `node` now; `insecure_open`: the node runs with `--insecure-open`.
 pub fn render(node: &RaftNode, insecure_open: bool) -> String {
     let status = node.status();

@@ -508,7 +508,7 @@ impl FeedHealth {
 static FEED_HEALTH: FeedHealth = FeedHealth::new();
 
 /// The feeder's lines of the `/metrics` text, for a node that has applied through `applied`.
-#[cfg_attr(madsim, allow(dead_code))]
+#[cfg(not(madsim))]
 pub fn render_metrics(node_id: u64, applied: u64, out: &mut String) {
     use std::fmt::Write as _;
     let _ = writeln!(
@@ -526,32 +526,30 @@ pub fn render_metrics(node_id: u64, applied: u64, out: &mut String) {
         "# HELP engram_recall_feed_stopped 1 once the search index's feeder gave up after repeated failures: the index follows no more writes until the node restarts (each search still feeds it first).\n# TYPE engram_recall_feed_stopped gauge\nengram_recall_feed_stopped{{node_id=\"{node_id}\"}} {}",
         u8::from(FEED_HEALTH.stopped())
     );
-    for (name, kind, help, value) in [
-        (
-            "engram_recall_saves_total",
-            "counter",
-            "Saves of the search index written to DATA_DIR/recall.index (--recall-save-ms).",
-            &FEED_HEALTH.saves,
-        ),
-        (
-            "engram_recall_save_failures_total",
-            "counter",
-            "Saves of the search index that failed (each logged; tried again a period later).",
-            &FEED_HEALTH.save_failures,
-        ),
-        (
-            "engram_recall_save_bytes",
-            "gauge",
-            "Size of the search index's save on disk (0: none, or removed after a redaction until the index is rebuilt).",
-            &FEED_HEALTH.save_bytes,
-        ),
-    ] {
-        let _ = writeln!(
-            out,
-            "# HELP {name} {help}\n# TYPE {name} {kind}\n{name}{{node_id=\"{node_id}\"}} {}",
-            value.load(Ordering::Relaxed)
-        );
-    }
+    crate::metrics::write_node_samples(
+        out,
+        node_id,
+        &[
+            (
+                "engram_recall_saves_total",
+                "counter",
+                "Saves of the search index written to DATA_DIR/recall.index (--recall-save-ms).",
+                &FEED_HEALTH.saves,
+            ),
+            (
+                "engram_recall_save_failures_total",
+                "counter",
+                "Saves of the search index that failed (each logged; tried again a period later).",
+                &FEED_HEALTH.save_failures,
+            ),
+            (
+                "engram_recall_save_bytes",
+                "gauge",
+                "Size of the search index's save on disk (0: none, or removed after a redaction until the index is rebuilt).",
+                &FEED_HEALTH.save_bytes,
+            ),
+        ],
+    );
 }
 
 /// What the feeder follows: a node's applied index, and how to feed its index through one.

@@ -101,47 +101,44 @@ pub fn count_cut_off() {
 }
 
 /// The watch lines of the node's `/metrics`.
-#[cfg_attr(madsim, allow(dead_code))]
+#[cfg(not(madsim))]
 pub fn render_metrics(node_id: u64, out: &mut String) {
-    use std::fmt::Write as _;
-    for (name, kind, help, value) in [
-        (
-            "engram_watches_open",
-            "gauge",
-            "Watches open on this node.",
-            &STATS.open,
-        ),
-        (
-            "engram_watches_refused_total",
-            "counter",
-            "Watches refused because their principal or their connection held the most open watches it may.",
-            &STATS.refused,
-        ),
-        (
-            "engram_watch_pages_read_total",
-            "counter",
-            "Pages of older transactions read from the store for watchers behind the shared ring (one read serves every watcher at the same position).",
-            &STATS.pages_read,
-        ),
-        (
-            "engram_watch_ring_resets_total",
-            "counter",
-            "Times the shared ring started again at the applied index (a snapshot install, or transactions applied while it lagged).",
-            &STATS.resets,
-        ),
-        (
-            "engram_watches_cut_off_total",
-            "counter",
-            "Watches ended because their reader took nothing for --watch-stall-cutoff-ms while its buffer was full (told where to reopen).",
-            &STATS.cut_off,
-        ),
-    ] {
-        let _ = writeln!(
-            out,
-            "# HELP {name} {help}\n# TYPE {name} {kind}\n{name}{{node_id=\"{node_id}\"}} {}",
-            value.load(Ordering::Relaxed)
-        );
-    }
+    crate::metrics::write_node_samples(
+        out,
+        node_id,
+        &[
+            (
+                "engram_watches_open",
+                "gauge",
+                "Watches open on this node.",
+                &STATS.open,
+            ),
+            (
+                "engram_watches_refused_total",
+                "counter",
+                "Watches refused because their principal or their connection held the most open watches it may.",
+                &STATS.refused,
+            ),
+            (
+                "engram_watch_pages_read_total",
+                "counter",
+                "Pages of older transactions read from the store for watchers behind the shared ring (one read serves every watcher at the same position).",
+                &STATS.pages_read,
+            ),
+            (
+                "engram_watch_ring_resets_total",
+                "counter",
+                "Times the shared ring started again at the applied index (a snapshot install, or transactions applied while it lagged).",
+                &STATS.resets,
+            ),
+            (
+                "engram_watches_cut_off_total",
+                "counter",
+                "Watches ended because their reader took nothing for --watch-stall-cutoff-ms while its buffer was full (told where to reopen).",
+                &STATS.cut_off,
+            ),
+        ],
+    );
 }
 
 /// A committed transaction as the hub shares it.
