@@ -599,3 +599,111 @@ async fn a_restarted_node_takes_its_index_from_its_save_and_rebuilds_when_the_sa
     );
     cluster.check_running().unwrap();
 }
+
+/// A one-node cluster saving its search index every 200 ms, with `notes` notes written.
+async fn one_node_with_notes(dir: &Path, notes: usize) -> LocalCluster {
+    let ports = free_ports(1).unwrap();
+    let extra = ["--recall-save-ms", "200"].map(String::from).to_vec();
+    let mut cluster = LocalCluster::start(Path::new(EXE), dir, &ports, &extra).unwrap();
+    cluster.wait_all_answer(Duration::from_secs(60)).await.unwrap();
+    cluster.init(Duration::from_secs(30)).await.unwrap();
+    write_notes(&cluster, 0..notes).await;
+    cluster
+}
+
+/// Writes notes `range` ("gamma note i") through node 1 and waits until its index is saved
+/// with every one of them.
+async fn write_notes(cluster: &LocalCluster, range: std::ops::Range<usize>) {
+    let endpoint = cluster.node(1).unwrap().endpoint();
+    for i in range {
+        note(
+            &endpoint,
+            "planner",
+            json!("n"),
+            ":note/text",
+            &format!("gamma note {i}"),
+        );
+    }
+    let head = Client::connect(vec![endpoint.clone()])
+        .await
+        .unwrap()
+        .head()
+        .await
+        .unwrap()
+        .index;
+    search_at_head(&endpoint, &["gamma"], head).await;
+    let save = cluster.node(1).unwrap().data_dir.join("recall.index");
+    let modified = || std::fs::metadata(&save).and_then(|m| m.modified()).ok();
+    let before = modified();
+    for _ in 0..200 {
+        if modified().is_some() && modified() != before {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("no save after the notes");
+}
+
+/// Node 1 of `cluster` killed, `save` put in its data directory as its save, and started again:
+/// what its log said after the start.
+async fn restart_with_save(cluster: &mut LocalCluster, save: &[u8]) -> String {
+    cluster.kill(1).unwrap();
+    let node = cluster.node(1).unwrap();
+    std::fs::write(node.data_dir.join("recall.index"), save).unwrap();
+    let log_before = std::fs::read(&node.log_path).unwrap().len();
+    cluster.restart(1).unwrap();
+    cluster.wait_all_answer(Duration::from_secs(60)).await.unwrap();
+    let endpoint = cluster.node(1).unwrap().endpoint();
+    let head = Client::connect(vec![endpoint.clone()])
+        .await
+        .unwrap()
+        .head()
+        .await
+        .unwrap()
+        .index;
+    search_at_head(&endpoint, &["gamma"], head).await;
+    let log = std::fs::read(&cluster.node(1).unwrap().log_path).unwrap();
+    String::from_utf8_lossy(&log[log_before.min(log.len())..]).into_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_save_of_another_store_is_not_taken() {
+    let (dir_a, dir_b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let mut a = one_node_with_notes(dir_a.path(), 20).await;
+    let foreign = std::fs::read(a.node(1).unwrap().data_dir.join("recall.index")).unwrap();
+    a.kill_all();
+    let mut b = one_node_with_notes(dir_b.path(), 5).await;
+    let endpoint = b.node(1).unwrap().endpoint();
+
+    // The other store's save holds transactions this store has not applied.
+    let said = restart_with_save(&mut b, &foreign).await;
+    assert!(
+        said.contains("its save is not taken") && said.contains("which this store has not applied"),
+        "the log says why: {said}"
+    );
+    let rebuild = newest_rebuild(&endpoint).await;
+    assert_eq!(rebuild["figures"]["from_save_tx"], 0, "{rebuild}");
+    let found = ok(
+        &endpoint,
+        &["search", "--ns", NS, "--k", "100", "--stale", "gamma"],
+        None,
+    );
+    assert_eq!(hits(&found).len(), 5, "only this store's notes: {found}");
+
+    // Once this store is past it, the save's newest transaction is here, under another hash.
+    write_notes(&b, 5..30).await;
+    let said = restart_with_save(&mut b, &foreign).await;
+    assert!(
+        said.contains("its save is not taken") && said.contains("another audit hash"),
+        "the log says why: {said}"
+    );
+    let rebuild = newest_rebuild(&endpoint).await;
+    assert_eq!(rebuild["figures"]["from_save_tx"], 0, "{rebuild}");
+    let found = ok(
+        &endpoint,
+        &["search", "--ns", NS, "--k", "100", "--stale", "gamma"],
+        None,
+    );
+    assert_eq!(hits(&found).len(), 30, "{found}");
+    b.check_running().unwrap();
+}
