@@ -624,14 +624,7 @@ async fn write_notes(cluster: &LocalCluster, range: std::ops::Range<usize>) {
             &format!("gamma note {i}"),
         );
     }
-    let head = Client::connect(vec![endpoint.clone()])
-        .await
-        .unwrap()
-        .head()
-        .await
-        .unwrap()
-        .index;
-    search_at_head(&endpoint, &["gamma"], head).await;
+    gamma_at_head(&endpoint).await;
     let save = cluster.node(1).unwrap().data_dir.join("recall.index");
     let modified = || std::fs::metadata(&save).and_then(|m| m.modified()).ok();
     let before = modified();
@@ -644,6 +637,13 @@ async fn write_notes(cluster: &LocalCluster, range: std::ops::Range<usize>) {
     panic!("no save after the notes");
 }
 
+/// Waits until the node at `endpoint` searches "gamma" over everything it reports applied.
+async fn gamma_at_head(endpoint: &str) {
+    let client = Client::connect(vec![endpoint.to_string()]).await.unwrap();
+    let head = client.head().await.unwrap().index;
+    search_at_head(endpoint, &["gamma"], head).await;
+}
+
 /// Node 1 of `cluster` killed, `save` put in its data directory as its save, and started again:
 /// what its log said after the start.
 async fn restart_with_save(cluster: &mut LocalCluster, save: &[u8]) -> String {
@@ -654,16 +654,28 @@ async fn restart_with_save(cluster: &mut LocalCluster, save: &[u8]) -> String {
     cluster.restart(1).unwrap();
     cluster.wait_all_answer(Duration::from_secs(60)).await.unwrap();
     let endpoint = cluster.node(1).unwrap().endpoint();
-    let head = Client::connect(vec![endpoint.clone()])
-        .await
-        .unwrap()
-        .head()
-        .await
-        .unwrap()
-        .index;
-    search_at_head(&endpoint, &["gamma"], head).await;
+    gamma_at_head(&endpoint).await;
     let log = std::fs::read(&cluster.node(1).unwrap().log_path).unwrap();
     String::from_utf8_lossy(&log[log_before.min(log.len())..]).into_owned()
+}
+
+/// Node 1 of `cluster` restarted with `save` as its save: it says it does not take it and
+/// `why`, rebuilds its index from the log, and finds its own `notes` notes.
+async fn refused_on_restart(cluster: &mut LocalCluster, save: &[u8], why: &str, notes: usize) {
+    let said = restart_with_save(cluster, save).await;
+    assert!(
+        said.contains("its save is not taken") && said.contains(why),
+        "the log says why ({why}): {said}"
+    );
+    let endpoint = cluster.node(1).unwrap().endpoint();
+    let rebuild = newest_rebuild(&endpoint).await;
+    assert_eq!(rebuild["figures"]["from_save_tx"], 0, "{rebuild}");
+    let found = ok(
+        &endpoint,
+        &["search", "--ns", NS, "--k", "100", "--stale", "gamma"],
+        None,
+    );
+    assert_eq!(hits(&found).len(), notes, "only this store's notes: {found}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -673,37 +685,11 @@ async fn a_save_of_another_store_is_not_taken() {
     let foreign = std::fs::read(a.node(1).unwrap().data_dir.join("recall.index")).unwrap();
     a.kill_all();
     let mut b = one_node_with_notes(dir_b.path(), 5).await;
-    let endpoint = b.node(1).unwrap().endpoint();
 
     // The other store's save holds transactions this store has not applied.
-    let said = restart_with_save(&mut b, &foreign).await;
-    assert!(
-        said.contains("its save is not taken") && said.contains("which this store has not applied"),
-        "the log says why: {said}"
-    );
-    let rebuild = newest_rebuild(&endpoint).await;
-    assert_eq!(rebuild["figures"]["from_save_tx"], 0, "{rebuild}");
-    let found = ok(
-        &endpoint,
-        &["search", "--ns", NS, "--k", "100", "--stale", "gamma"],
-        None,
-    );
-    assert_eq!(hits(&found).len(), 5, "only this store's notes: {found}");
-
+    refused_on_restart(&mut b, &foreign, "which this store has not applied", 5).await;
     // Once this store is past it, the save's newest transaction is here, under another hash.
     write_notes(&b, 5..30).await;
-    let said = restart_with_save(&mut b, &foreign).await;
-    assert!(
-        said.contains("its save is not taken") && said.contains("another audit hash"),
-        "the log says why: {said}"
-    );
-    let rebuild = newest_rebuild(&endpoint).await;
-    assert_eq!(rebuild["figures"]["from_save_tx"], 0, "{rebuild}");
-    let found = ok(
-        &endpoint,
-        &["search", "--ns", NS, "--k", "100", "--stale", "gamma"],
-        None,
-    );
-    assert_eq!(hits(&found).len(), 30, "{found}");
+    refused_on_restart(&mut b, &foreign, "another audit hash", 30).await;
     b.check_running().unwrap();
 }

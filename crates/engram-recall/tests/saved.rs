@@ -118,7 +118,7 @@ fn a_saved_index_answers_and_goes_on_as_the_one_it_was_saved_from() {
         let mut index = RecallIndex::new();
         let mut feeder = Feeder::new();
         feed(&mut index, &mut feeder, first);
-        let bytes = save(&index, &feeder, &at(36)).unwrap();
+        let bytes = save(&index, &feeder, &at(36), 0).unwrap();
         let (mut loaded, mut loaded_feeder, saved_at) = load(&bytes).unwrap();
         assert_eq!(saved_at, at(36));
         assert_eq!(loaded.last_tx(), TxId(35));
@@ -144,7 +144,7 @@ fn a_damaged_truncated_or_foreign_save_is_refused() {
     let mut index = RecallIndex::new();
     let mut feeder = Feeder::new();
     feed(&mut index, &mut feeder, &log);
-    let bytes = save(&index, &feeder, &at(61)).unwrap();
+    let bytes = save(&index, &feeder, &at(61), 1 << 20).unwrap();
     assert!(load(&bytes).is_ok());
 
     let mut flipped = bytes.clone();
@@ -176,6 +176,6 @@ fn a_damaged_truncated_or_foreign_save_is_refused() {
     assert_eq!(load(&foreign).err(), Some(SavedError::NotAnIndex));
 
     // A save that says it takes a transaction it already holds does not hang together.
-    let inconsistent = save(&index, &feeder, &at(60)).unwrap();
+    let inconsistent = save(&index, &feeder, &at(60), 0).unwrap();
     assert!(matches!(load(&inconsistent), Err(SavedError::Decode(_))));
 }

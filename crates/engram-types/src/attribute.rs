@@ -8,9 +8,16 @@ use crate::{ValidationError, excerpt};
 ///
 /// Form: `:` then a prefix, `/`, and a name; both parts non-empty and made of
 /// `[A-Za-z0-9_.?!*+-]` (the prefix may itself contain `.`). At most 128 bytes.
-#[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Debug, Serialize, Deserialize)]
-#[serde(try_from = "String", into = "String")]
+#[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Debug, Deserialize)]
+#[serde(try_from = "String")]
 pub struct Attribute(String);
+
+/// As a string, borrowed: no copy of the name per value serialized.
+impl Serialize for Attribute {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(&self.0)
+    }
+}
 
 impl Attribute {
     pub const MAX_BYTES: usize = 128;

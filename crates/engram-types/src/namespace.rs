@@ -10,9 +10,16 @@ use crate::{ValidationError, excerpt};
 /// directory-like paths, so the rules refuse anything that could escape or alias another
 /// namespace: no absolute paths, no `.` or `..` segments, no empty segments, no control
 /// characters, and only `[A-Za-z0-9_.-]` inside a segment.
-#[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Debug, Serialize, Deserialize)]
-#[serde(try_from = "String", into = "String")]
+#[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Debug, Deserialize)]
+#[serde(try_from = "String")]
 pub struct Namespace(String);
+
+/// As a string, borrowed: no copy of the name per value serialized.
+impl Serialize for Namespace {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(&self.0)
+    }
+}
 
 impl Namespace {
     pub const MAX_BYTES: usize = 256;

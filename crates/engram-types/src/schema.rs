@@ -135,9 +135,16 @@ impl AttributeDef {
 
 /// The name of a branch of a namespace: one segment of `[A-Za-z0-9_.-]`, at most 64 bytes,
 /// not `.` or `..`, and not `main` (the namespace itself).
-#[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Debug, Serialize, Deserialize)]
-#[serde(try_from = "String", into = "String")]
+#[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Debug, Deserialize)]
+#[serde(try_from = "String")]
 pub struct BranchName(String);
+
+/// As a string, borrowed: no copy of the name per value serialized.
+impl Serialize for BranchName {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(&self.0)
+    }
+}
 
 impl BranchName {
     pub const MAX_BYTES: usize = 64;

@@ -296,7 +296,9 @@ impl SearchIndex {
                 anchor,
                 redactions_seen: fed.redactions_seen,
             };
-            let bytes = engram_recall::save(&fed.index, &fed.feeder, &at).map_err(|e| e.to_string())?;
+            let size_hint = FEED_HEALTH.save_bytes.load(Ordering::Relaxed) as usize;
+            let bytes =
+                engram_recall::save(&fed.index, &fed.feeder, &at, size_hint).map_err(|e| e.to_string())?;
             drop(fed);
             file.write(&bytes)
                 .map_err(|e| format!("writing {}: {e}", file.path().display()))?;
