@@ -17,6 +17,8 @@ command -v etcd >/dev/null 2>&1 || need_apt+=(etcd-server)
 # promtool checks and unit-tests the alert rules in deploy/prometheus (Debian ships it with the
 # prometheus package; nothing of it runs as a service here).
 command -v promtool >/dev/null 2>&1 || need_apt+=(prometheus)
+# Headless Chromium renders the operator console's pages in its end-to-end test.
+command -v chromium >/dev/null 2>&1 || need_apt+=(chromium)
 if [ ${#need_apt[@]} -gt 0 ]; then
   echo "==> installing ${need_apt[*]} (apt)"
   SUDO=""

@@ -184,6 +184,21 @@ pub struct McpArgs {
     pub allowed_hosts: Vec<String>,
 }
 
+#[derive(Args, Debug)]
+pub struct ConsoleArgs {
+    /// Serve the page on this address (port 0: any free port). Requests need the token the
+    /// printed address carries; keep it on loopback unless the network to it is yours.
+    #[arg(long, value_name = "HOST:PORT", default_value = "127.0.0.1:7080")]
+    pub listen: std::net::SocketAddr,
+}
+
+const CONSOLE_EXAMPLES: &str = "EXAMPLES\n  \
+    engram -e 127.0.0.1:7001,127.0.0.1:7002,127.0.0.1:7003 console\n  \
+    engram -e n1:7001 --agent-key operator.key --tls-ca ca.pem console --listen 127.0.0.1:9000\n  \
+    engram -e 127.0.0.1:7001 --json console --listen 127.0.0.1:0   (prints {\"url\": ...})\n\n\
+    Every endpoint given is shown on the cluster page; the audit log and proofs are read from the\n\
+    first. Stop it with Ctrl-C.";
+
 const MCP_EXAMPLES: &str = "EXAMPLES\n  \
     engram -e 127.0.0.1:7001,127.0.0.1:7002 mcp --agent researcher\n  \
     engram -e n1:7001 --agent-key researcher.key mcp\n  \
@@ -291,6 +306,12 @@ pub enum Command {
     /// leader forgets everything written there (`open`, `renew`, `end`, `list`).
     #[command(subcommand)]
     Session(SessionCommand),
+
+    /// Serve the operator console: a read-only web page over the cluster (status and alarms,
+    /// the audit log with proofs checked on this machine, entity timelines, job and access
+    /// logs). Prints the address to open, which carries the page's token.
+    #[command(after_help = CONSOLE_EXAMPLES)]
+    Console(ConsoleArgs),
 
     /// Serve the memory as Model Context Protocol tools on stdin/stdout, acting as one agent
     /// (remember, recall, get, history, what_changed, list, query, branch, forget, session, verify).

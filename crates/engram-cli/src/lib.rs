@@ -26,6 +26,7 @@ pub mod cli;
 pub mod cluster_cmd;
 pub mod commands;
 pub mod common;
+pub mod console_cmd;
 pub mod data_cmd;
 pub mod demo;
 pub mod invariants;

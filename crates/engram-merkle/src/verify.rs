@@ -77,6 +77,28 @@ pub fn root_from_inclusion_proof<H: MerkleHasher>(
     size: u64,
     proof: &[H::Digest],
 ) -> Result<H::Digest, ProofError> {
+    root_from_inclusion_proof_visiting::<H>(leaf_hash, index, size, proof, |_| ())
+}
+
+/// One step up an inclusion proof's path: the proof's element, which side of the node so far
+/// it hashes on, and the node the two make.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct InclusionStep<D> {
+    pub sibling: D,
+    /// The sibling is the left child (the node so far the right one).
+    pub sibling_on_left: bool,
+    pub parent: D,
+}
+
+/// [`root_from_inclusion_proof`], telling `visit` each step, so a viewer can show the path
+/// (an operator's console shows each hash it computed on the way to the root).
+pub fn root_from_inclusion_proof_visiting<H: MerkleHasher>(
+    leaf_hash: &H::Digest,
+    index: u64,
+    size: u64,
+    proof: &[H::Digest],
+    mut visit: impl FnMut(InclusionStep<H::Digest>),
+) -> Result<H::Digest, ProofError> {
     let expected = inclusion_proof_len(index, size)?;
     let wrong_length = ProofError::WrongProofLength {
         expected,
@@ -100,7 +122,8 @@ pub fn root_from_inclusion_proof<H: MerkleHasher>(
         }
         // 4b: `fn` is a right child, or the last node of its level and so (lacking a right
         // sibling) promoted to the level where its subtree is a right child or the root.
-        if fn_ & 1 == 1 || fn_ == sn {
+        let sibling_on_left = fn_ & 1 == 1 || fn_ == sn;
+        if sibling_on_left {
             r = H::hash_children(p, &r);
             while fn_ & 1 == 0 && fn_ != 0 {
                 fn_ >>= 1;
@@ -109,6 +132,11 @@ pub fn root_from_inclusion_proof<H: MerkleHasher>(
         } else {
             r = H::hash_children(&r, p);
         }
+        visit(InclusionStep {
+            sibling: *p,
+            sibling_on_left,
+            parent: r,
+        });
         // 4c.
         fn_ >>= 1;
         sn >>= 1;

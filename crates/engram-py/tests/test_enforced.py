@@ -355,3 +355,31 @@ def test_a_session_needs_the_redact_grant_and_lapses_without_anyone_granted(enfo
     # Its grant gone, bob can no longer open one (the administrator holds no `redact` either).
     with pytest.raises(engram.PermissionDenied):
         bob.open_session("team/b/scratch", 1_500)
+
+
+def test_the_console_reads_as_its_agent_and_shows_refusals(enforced):
+    """The console is a client like any other: without a key an enforced cluster refuses it,
+    with bob's key it reads what bob may, and the admin's console shows bob's refusal."""
+    from test_console import Console
+
+    c, admin_key, bob_key = enforced
+    anonymous = Console(c.endpoints)
+    bob = Console(c.endpoints, "--agent-key", bob_key)
+    admin = Console(c.endpoints, "--agent-key", admin_key)
+    try:
+        status, body = anonymous.api("/api/audit")
+        assert status == 502 and body["error"]["code"] == "UNAUTHENTICATED", body
+        status, body = bob.api("/api/audit")
+        assert status == 502 and body["error"]["code"] == "PERMISSION_DENIED", body
+        assert "bob" in body["error"]["message"]
+        status, page = admin.api("/api/audit")
+        assert status == 200 and page["entries"] and all(e["intact"] for e in page["entries"])
+        status, proof = admin.api(f"/api/entry?index={page['head']}")
+        assert status == 200 and proof["verified"], proof
+        status, access = admin.api("/api/access?refused=1&limit=100")
+        assert status == 200
+        refusals = [e for n in access["nodes"] for e in n["events"]]
+        assert any(e["principal"] == "bob" and e["refused_code"] == "PERMISSION_DENIED" for e in refusals), refusals
+    finally:
+        for console in (anonymous, bob, admin):
+            console.close()
