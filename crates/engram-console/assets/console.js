@@ -54,7 +54,7 @@ function td(value, cls) {
 
 function show(name, ...content) {
   const main = document.getElementById("view");
-  main.replaceChildren(...content);
+  main.replaceChildren(...content.flat().filter((c) => c !== null && c !== undefined));
   main.dataset.view = name;
   main.dataset.state = "ready";
   for (const a of document.querySelectorAll("nav a")) a.classList.toggle("active", a.dataset.nav === name);
@@ -106,9 +106,9 @@ async function audit(params) {
   const rows = a.entries.slice().reverse().map((e) =>
     el("tr", { class: e.intact ? null : "tampered", "data-index": e.index, "data-intact": String(e.intact) },
       el("td", { class: "num" }, el("a", { href: `#/entry/${e.index}`, text: e.index })),
-      td(e.tx), td(time(e.tx_time_ns)), td(e.namespace || "—"), td(e.kind), td(e.datoms), td(e.author),
+      td(e.tx), td(time(e.tx_time_ns)), td(e.namespace || "—", "namespace"), td(e.kind), td(e.datoms), td(e.author),
       el("td", { class: "hash", text: short(e.hash) }),
-      el("td", { class: e.intact ? "ok" : "bad", text: e.intact ? "intact" : "TAMPERED: " + e.problems.join("; ") })));
+      el("td", { class: e.intact ? "check ok" : "check bad", text: e.intact ? "intact" : "TAMPERED: " + e.problems.join("; ") })));
   const nav = [];
   if (a.from > 1) {
     const older = Math.max(1, a.from - a.entries.length);
@@ -139,7 +139,7 @@ async function entry(index) {
       text: p.verified
         ? `Verified: entry ${p.index} is in the log of ${p.checkpoint.size} entries the node signed, checked on this machine.`
         : `NOT verified: ${(p.steps.find((s) => !s.ok) || { detail: "no proof" }).detail}` }),
-    e ? table(["Tx", "Time", "Namespace", "Kind", "Hash", "Links to"], [el("tr", {}, td(e.tx), td(time(e.tx_time_ns)), td(e.namespace || "—"), td(e.kind), el("td", { class: "hash", text: e.hash }), el("td", { class: "hash", text: e.prev_hash }))]) : null,
+    e ? table(["Tx", "Time", "Namespace", "Kind", "Hash", "Links to"], [el("tr", {}, td(e.tx), td(time(e.tx_time_ns)), td(e.namespace || "—", "namespace"), td(e.kind), el("td", { class: "hash", text: e.hash }), el("td", { class: "hash", text: e.prev_hash }))]) : null,
     el("h2", { text: "The proof, step by step" }),
     el("ol", { class: "steps", id: "steps" }, steps),
     p.checkpoint ? el("details", {}, el("summary", { text: "The signed checkpoint" }), el("pre", { text: p.checkpoint.note })) : null,

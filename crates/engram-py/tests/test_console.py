@@ -37,9 +37,15 @@ class Console:
             stdin=subprocess.DEVNULL,
             text=True,
         )
-        line = self.proc.stdout.readline()
-        assert line, f"the console printed nothing: {self.proc.stderr.read()}"
-        doc = json.loads(line)
+        # `--json` prints one document, indented over several lines, before serving.
+        text = ""
+        while True:
+            line = self.proc.stdout.readline()
+            assert line, f"the console printed {text!r} and stopped: {self.proc.stderr.read()}"
+            text += line
+            if line.rstrip() == "}":
+                break
+        doc = json.loads(text)
         assert doc["endpoints"] == list(endpoints)
         self.url = doc["url"]
         m = re.fullmatch(r"(http://127\.0\.0\.1:\d+)/\?token=([0-9a-f]{32})", self.url)
