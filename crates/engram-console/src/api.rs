@@ -5,7 +5,8 @@
 use std::time::Duration;
 
 use engram_client::{
-    Client, ClientConfig, ClientError, Consistency, GetOptions, HistoryTarget, TrustedLog, code_name,
+    Client, ClientConfig, ClientError, Consistency, GetOptions, HistoryQuery, HistoryTarget, TrustedLog,
+    code_name,
 };
 use engram_proto::pb;
 use engram_types::{BranchName, EntityId, Namespace};
@@ -393,19 +394,7 @@ impl Api {
             .get(&namespace, id, opts)
             .await
             .map_err(ApiError::cluster)?;
-        let history = self
-            .client
-            .history(
-                &namespace,
-                HistoryTarget::Entity {
-                    entity: id,
-                    attribute: None,
-                },
-                MAX_TIMELINE_DATOMS,
-                Consistency::Linearizable,
-            )
-            .await
-            .map_err(ApiError::cluster)?;
+        let history = self.entity_history(&namespace, id, None).await?;
         if history.datoms.is_empty() {
             return Err(ApiError::not_found(format!(
                 "entity {entity} has no datoms in {ns}"
@@ -434,20 +423,7 @@ impl Api {
             let Ok(name) = BranchName::new(b.name.clone()) else {
                 continue;
             };
-            let on = self
-                .client
-                .history_on(
-                    &namespace,
-                    &name,
-                    HistoryTarget::Entity {
-                        entity: id,
-                        attribute: None,
-                    },
-                    MAX_TIMELINE_DATOMS,
-                    Consistency::Linearizable,
-                )
-                .await
-                .map_err(ApiError::cluster)?;
+            let on = self.entity_history(&namespace, id, Some(name)).await?;
             // A branch read merges main as of the fork; only what was written on it is new.
             let own: Vec<Json> = on
                 .datoms
@@ -470,6 +446,28 @@ impl Api {
             "branches_in_namespace": branches.branches.len(),
             "truncated": history.datoms.len() >= MAX_TIMELINE_DATOMS as usize,
         }))
+    }
+
+    /// Every datom of `entity` (up to [`MAX_TIMELINE_DATOMS`]), on main or read on `branch`.
+    async fn entity_history(
+        &self,
+        namespace: &Namespace,
+        entity: EntityId,
+        branch: Option<BranchName>,
+    ) -> Result<pb::HistoryResponse, ApiError> {
+        let mut query = HistoryQuery::new(
+            namespace.clone(),
+            HistoryTarget::Entity {
+                entity,
+                attribute: None,
+            },
+        );
+        query.branch = branch;
+        query.limit = MAX_TIMELINE_DATOMS;
+        self.client
+            .history_all(&query, &[], |_| ())
+            .await
+            .map_err(ApiError::cluster)
     }
 
     /// Each endpoint's job log, newest first.

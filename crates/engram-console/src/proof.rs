@@ -77,15 +77,15 @@ pub fn check_entries(before: Option<&pb::AuditEntry>, entries: &[pb::AuditEntry]
                     signed.entry.index, served.index
                 ));
             }
-            if let Some(prev) = prev_hash {
-                if signed.entry.prev_hash != prev {
-                    problems.push(format!(
-                        "it links to {}, but entry {} hashes to {}",
-                        short(signed.entry.prev_hash.as_bytes()),
-                        served.index.saturating_sub(1),
-                        short(prev.as_bytes())
-                    ));
-                }
+            if let Some(prev) = prev_hash
+                && signed.entry.prev_hash != prev
+            {
+                problems.push(format!(
+                    "it links to {}, but entry {} hashes to {}",
+                    short(signed.entry.prev_hash.as_bytes()),
+                    served.index.saturating_sub(1),
+                    short(prev.as_bytes())
+                ));
             }
         }
         prev_hash = computed;

@@ -275,7 +275,7 @@ def test_the_readme_runs_as_written():
     run_doc(ROOT / "README.md", expect_min_run=12)
 
 
-@pytest.mark.parametrize("name", ["mcp.md", "deploy.md", "deploy-kubernetes.md", "benchmarks.md", "python.md"])
+@pytest.mark.parametrize("name", ["mcp.md", "deploy.md", "deploy-kubernetes.md", "benchmarks.md", "python.md", "console.md"])
 def test_every_docs_command_block_runs_or_says_why_not(name):
     # docs/python.md's Python runs in test_docs.py, on the session's cluster.
     run_doc(ROOT / "docs" / name, expect_min_run=0, python=name != "python.md")
