@@ -61,10 +61,12 @@ impl Api {
         let mut nodes = Vec::new();
         let mut alarms = Vec::new();
         let mut heads: Vec<(u64, Vec<u8>, u64)> = Vec::new();
-        for (i, endpoint) in self.endpoints.iter().enumerate() {
-            let Some(node) = self.client.node(i) else { continue };
-            let ready = self.ready(endpoint).await;
-            match node.status().await {
+        let (answers, readiness) = tokio::join!(
+            self.each_node(|node| async move { node.status().await }),
+            futures::future::join_all(self.endpoints.iter().map(|e| self.ready(e)))
+        );
+        for ((endpoint, answer), ready) in answers.into_iter().zip(readiness) {
+            match answer {
                 Ok(s) => {
                     if let Err(why) = &ready {
                         alarms.push(format!("node {} ({endpoint}) is not ready: {why}", s.node_id));
@@ -91,14 +93,11 @@ impl Api {
                     }));
                 }
                 Err(e) => {
-                    alarms.push(format!("{endpoint} does not answer: {e}"));
-                    nodes.push(json!({
-                        "endpoint": endpoint,
-                        "reachable": false,
-                        "ready": false,
-                        "error": e.to_string(),
-                        "code": e.code().map(code_name),
-                    }));
+                    alarms.push(format!("{endpoint} does not answer: {}", e.message));
+                    let mut doc = e.to_json(endpoint);
+                    doc["reachable"] = json!(false);
+                    doc["ready"] = json!(false);
+                    nodes.push(doc);
                 }
             }
         }
@@ -473,10 +472,12 @@ impl Api {
     /// Each endpoint's job log, newest first.
     pub async fn jobs(&self, limit: Option<u64>) -> Json {
         let limit = limit.unwrap_or(50).min(256) as u32;
-        let mut nodes = Vec::new();
-        for (i, endpoint) in self.endpoints.iter().enumerate() {
-            let Some(node) = self.client.node(i) else { continue };
-            nodes.push(match node.list_jobs("", limit).await {
+        let answers = self
+            .each_node(|node| async move { node.list_jobs("", limit).await })
+            .await;
+        let nodes: Vec<Json> = answers
+            .into_iter()
+            .map(|(endpoint, answer)| match answer {
                 Ok(r) => json!({
                     "endpoint": endpoint,
                     "node_id": r.node_id,
@@ -486,11 +487,9 @@ impl Api {
                         "outcome": j.outcome, "error": j.error, "figures": j.figures,
                     })).collect::<Vec<_>>(),
                 }),
-                Err(e) => {
-                    json!({ "endpoint": endpoint, "error": e.to_string(), "code": e.code().map(code_name) })
-                }
-            });
-        }
+                Err(e) => e.to_json(endpoint),
+            })
+            .collect();
         json!({ "nodes": nodes })
     }
 
@@ -498,10 +497,12 @@ impl Api {
     /// `refused_only`).
     pub async fn access(&self, limit: Option<u64>, refused_only: bool) -> Json {
         let limit = limit.unwrap_or(50).min(1_000) as u32;
-        let mut nodes = Vec::new();
-        for (i, endpoint) in self.endpoints.iter().enumerate() {
-            let Some(node) = self.client.node(i) else { continue };
-            nodes.push(match newest_events(&node, limit, refused_only).await {
+        let answers = self
+            .each_node(|node| async move { newest_events(&node, limit, refused_only).await })
+            .await;
+        let nodes: Vec<Json> = answers
+            .into_iter()
+            .map(|(endpoint, answer)| match answer {
                 Ok((r, events)) => json!({
                     "endpoint": endpoint,
                     "node_id": r.node_id,
@@ -514,12 +515,60 @@ impl Api {
                         "refused_code": e.refused_code, "refused_reason": e.refused_reason,
                     })).collect::<Vec<_>>(),
                 }),
-                Err(e) => {
-                    json!({ "endpoint": endpoint, "error": e.to_string(), "code": e.code().map(code_name) })
-                }
-            });
-        }
+                Err(e) => e.to_json(endpoint),
+            })
+            .collect();
         json!({ "nodes": nodes })
+    }
+
+    /// Asks every endpoint at once, each through a client of that endpoint alone, and waits
+    /// at most [`NODE_ANSWER`] for each: a node that does not answer is reported as such
+    /// instead of holding the page for the client's whole retry budget.
+    async fn each_node<T, Fut>(&self, call: impl Fn(Client) -> Fut) -> Vec<(&str, Result<T, Unanswered>)>
+    where
+        Fut: std::future::Future<Output = Result<T, ClientError>>,
+    {
+        let asks = self.endpoints.iter().enumerate().map(|(i, endpoint)| {
+            let node = self.client.node(i);
+            let call = node.map(&call);
+            async move {
+                let answer = match call {
+                    None => Err(Unanswered {
+                        message: "no client for this endpoint".into(),
+                        code: None,
+                    }),
+                    Some(call) => match tokio::time::timeout(NODE_ANSWER, call).await {
+                        Err(_) => Err(Unanswered {
+                            message: format!("no answer within {} s", NODE_ANSWER.as_secs()),
+                            code: None,
+                        }),
+                        Ok(Err(e)) => Err(Unanswered {
+                            message: e.to_string(),
+                            code: e.code().map(code_name),
+                        }),
+                        Ok(Ok(answer)) => Ok(answer),
+                    },
+                };
+                (endpoint.as_str(), answer)
+            }
+        });
+        futures::future::join_all(asks).await
+    }
+}
+
+/// How long a page waits for each node's answer.
+pub const NODE_ANSWER: Duration = Duration::from_secs(5);
+
+/// A node that did not answer one of a page's calls, and why.
+#[derive(Debug)]
+pub struct Unanswered {
+    pub message: String,
+    pub code: Option<&'static str>,
+}
+
+impl Unanswered {
+    fn to_json(&self, endpoint: &str) -> Json {
+        json!({ "endpoint": endpoint, "error": self.message, "code": self.code })
     }
 }
 

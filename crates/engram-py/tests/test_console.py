@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 import engram
-from conftest import ENGRAM_BIN
+from conftest import ENGRAM_BIN, free_port
 from test_proof import TamperingProxy
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -141,6 +141,22 @@ def test_the_views_refuse_without_the_token_and_name_bad_arguments(console):
     # The page itself needs no token (it holds no data), and is served whole.
     with urllib.request.urlopen(console.base + "/console.js", timeout=10) as resp:
         assert resp.status == 200 and b"X-Engram-Token" in resp.read()
+
+
+def test_a_node_that_does_not_answer_is_an_alarm_and_the_others_still_show(cluster):
+    dead = f"127.0.0.1:{free_port()}"
+    console = Console([*cluster.endpoints, dead])
+    try:
+        status, page = console.api("/api/cluster")
+        assert status == 200, page
+        down = [n for n in page["nodes"] if n["endpoint"] == dead]
+        assert len(down) == 1 and down[0]["reachable"] is False and down[0]["error"], page
+        assert any(dead in a and "does not answer" in a for a in page["alarms"]), page["alarms"]
+        assert sum(n["reachable"] for n in page["nodes"]) == 3 and len(page["leaders"]) == 1
+        status, jobs = console.api("/api/jobs")
+        assert status == 200 and [n["endpoint"] for n in jobs["nodes"] if "error" in n] == [dead], jobs
+    finally:
+        console.close()
 
 
 def test_every_page_renders_in_a_browser_and_an_entry_proves(cluster, console, ns):
