@@ -5,8 +5,8 @@
 use std::time::Duration;
 
 use engram_client::{
-    Client, ClientConfig, ClientError, Consistency, GetOptions, HistoryQuery, HistoryTarget, TrustedLog,
-    code_name,
+    Client, ClientConfig, ClientError, Consistency, GetOptions, HistoryQuery, HistoryTarget, ProofFailure,
+    TrustedLog, code_name,
 };
 use engram_proto::pb;
 use engram_types::{BranchName, EntityId, Namespace};
@@ -250,8 +250,9 @@ impl Api {
         }
         let (i, client) = self.node(node)?;
         let mut steps = Vec::new();
+        // Held for the whole proof, so two pages never move the trust forward at once.
         let mut trust = self.trust.lock().await;
-        let trusted = match trust.take() {
+        let trusted = match trust.as_ref() {
             Some(t) => {
                 steps.push(Step::new(
                     "Trusted log",
@@ -262,7 +263,7 @@ impl Api {
                         hex::encode(t.checkpoint().checkpoint.root.0)
                     ),
                 ));
-                t
+                t.clone()
             }
             None => match client.trust_chain().await {
                 Ok(t) => {
@@ -275,6 +276,7 @@ impl Api {
                             hex::encode(t.checkpoint().checkpoint.root.0)
                         ),
                     ));
+                    *trust = Some(t.clone());
                     t
                 }
                 Err(e) => {
@@ -287,16 +289,8 @@ impl Api {
                 }
             },
         };
-        let checkpoint = client.checkpoint(true).await.map_err(ApiError::cluster);
-        let checkpoint = match checkpoint {
-            Ok(c) => c,
-            Err(e) => {
-                *trust = Some(trusted);
-                return Err(e);
-            }
-        };
+        let checkpoint = client.checkpoint(true).await.map_err(ApiError::cluster)?;
         if index > checkpoint.size {
-            *trust = Some(trusted);
             return Err(ApiError::not_found(format!(
                 "index: entry {index} is past the head, entry {}",
                 checkpoint.size
@@ -305,14 +299,7 @@ impl Api {
         let consistency = client
             .consistency_proof(trusted.size(), checkpoint.size)
             .await
-            .map_err(ApiError::cluster);
-        let consistency = match consistency {
-            Ok(c) => c,
-            Err(e) => {
-                *trust = Some(trusted);
-                return Err(e);
-            }
-        };
+            .map_err(ApiError::cluster)?;
         let next = match engram_client::verify_checkpoint(&trusted, &checkpoint, &consistency.path) {
             Ok(next) => {
                 steps.push(Step::new(
@@ -328,8 +315,7 @@ impl Api {
                 next
             }
             Err(failure) => {
-                steps.push(Step::new("Checkpoint", false, format!("{failure:?}")));
-                *trust = Some(trusted);
+                steps.push(Step::new("Checkpoint", false, checkpoint_failure(&failure)));
                 return Ok(proven(
                     i,
                     &self.endpoints[i],
@@ -599,6 +585,23 @@ async fn newest_events(
     events.reverse();
     events.truncate(limit as usize);
     Ok((resp, events))
+}
+
+/// Why a node's checkpoint was not taken, in words.
+fn checkpoint_failure(failure: &ProofFailure) -> String {
+    match failure {
+        ProofFailure::Invalid(reason) => reason.clone(),
+        ProofFailure::Rewound { trusted, served } => format!(
+            "the node's checkpoint of {served} entries is older than the {trusted} this console already verified: its log was rewound"
+        ),
+        ProofFailure::Forked {
+            trusted,
+            served,
+            reason,
+        } => format!(
+            "the node's tree of {served} entries does not extend the {trusted} this console verified ({reason}): its log was forked"
+        ),
+    }
 }
 
 async fn read_entries(client: &Client, from: u64, count: u64) -> Result<Vec<pb::AuditEntry>, ApiError> {
