@@ -273,31 +273,14 @@ pub(crate) async fn health(
     args: crate::cli::HealthArgs,
     json: bool,
 ) -> Result<()> {
-    use tonic_health::pb::health_check_response::ServingStatus;
     let endpoint = endpoints
         .first()
         .ok_or_else(|| anyhow!("--endpoint: give a node"))?;
     let timeout = Duration::from_millis(args.timeout_ms);
-    let check = async {
-        let channel = engram_client::node_endpoint(endpoint, config)?
-            .connect_timeout(timeout)
-            .timeout(timeout)
-            .connect()
-            .await?;
-        let mut client = tonic_health::pb::health_client::HealthClient::new(channel);
-        let resp = client
-            .check(tonic_health::pb::HealthCheckRequest {
-                service: args.service.clone(),
-            })
-            .await?;
-        anyhow::Ok(resp.into_inner().status)
-    };
-    let status = tokio::time::timeout(timeout, check)
-        .await
-        .map_err(|_| anyhow!("{endpoint}: no answer within {} ms", args.timeout_ms))?
-        .with_context(|| format!("{endpoint}: health check of {:?}", args.service))?;
-    let serving = status == ServingStatus::Serving as i32;
-    let name = ServingStatus::try_from(status).map_or("UNKNOWN", |s| s.as_str_name());
+    let engram_client::Health {
+        serving,
+        status: name,
+    } = engram_client::check_health(endpoint, config, &args.service, timeout).await?;
     if json {
         print_json(
             &json!({ "endpoint": endpoint, "service": args.service, "status": name, "serving": serving }),

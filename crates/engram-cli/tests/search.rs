@@ -612,29 +612,38 @@ async fn one_node_with_notes(dir: &Path, notes: usize) -> LocalCluster {
 }
 
 /// Writes notes `range` ("gamma note i") through node 1 and waits until its index is saved
-/// with every one of them.
+/// with every one of them: until the save on disk takes in the last note's transaction. (Its
+/// modification time is not enough: a save taken between the last write and the first look
+/// holds every note and is the last one, since nothing new is fed after it.)
 async fn write_notes(cluster: &LocalCluster, range: std::ops::Range<usize>) {
     let endpoint = cluster.node(1).unwrap().endpoint();
+    let mut last_tx = 0;
     for i in range {
-        note(
+        let receipt = note(
             &endpoint,
             "planner",
             json!("n"),
             ":note/text",
             &format!("gamma note {i}"),
         );
+        last_tx = receipt["tx"].as_u64().unwrap();
     }
     gamma_at_head(&endpoint).await;
     let save = cluster.node(1).unwrap().data_dir.join("recall.index");
-    let modified = || std::fs::metadata(&save).and_then(|m| m.modified()).ok();
-    let before = modified();
+    let saved_next = || {
+        let bytes = std::fs::read(&save).ok()?;
+        engram_recall::load(&bytes).ok().map(|(_, _, at)| at.next.0)
+    };
     for _ in 0..200 {
-        if modified().is_some() && modified() != before {
+        if saved_next().is_some_and(|next| next > last_tx) {
             return;
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    panic!("no save after the notes");
+    panic!(
+        "no save holds transaction {last_tx}: the save takes {:?} next",
+        saved_next()
+    );
 }
 
 /// Waits until the node at `endpoint` searches "gamma" over everything it reports applied.

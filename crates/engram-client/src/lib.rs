@@ -28,6 +28,9 @@ mod client;
 mod complete;
 mod endpoint;
 mod error;
+// The health service is a real-tonic client; madsim's transport cannot carry it.
+#[cfg(not(madsim))]
+mod health;
 mod lists;
 mod pages;
 mod query;
@@ -46,6 +49,8 @@ pub use endpoint::parse_endpoint;
 pub use engram_audit::PublicKey;
 pub use engram_proto::pb;
 pub use error::{ClientError, code_name};
+#[cfg(not(madsim))]
+pub use health::{Health, HealthUnanswered, check_health};
 pub use lists::{EntitiesQuery, ReferrersQuery};
 pub use pages::{DiffQuery, HistoryQuery};
 pub use query::Join;
