@@ -3,7 +3,8 @@
 //! nothing while hundreds of transactions commit ends, after the events buffered for it, with
 //! `UNAVAILABLE` naming the first transaction it did not get (`resume-from-tx`); the client
 //! library's watch, stalled the same way, reopens there by itself and delivers every
-//! transaction exactly once, in order.
+//! transaction exactly once, in order. Meanwhile the node's `/metrics` reports the stalled
+//! watches behind, and the library's watch at the head once it has read everything.
 #![allow(clippy::unwrap_used)] // test helpers: a failed set-up step should stop the test loudly
 
 mod common;
@@ -82,6 +83,13 @@ async fn a_stalled_watcher_is_cut_off_where_it_can_resume_and_the_library_resume
     for n in 1..TXS {
         txs.push(writer.transact(&tx(n)).await.unwrap().tx);
     }
+    // Node 1 reports its stalled watches behind: neither has taken more than its buffer and
+    // its HTTP/2 windows hold (about 200 of the 400), far from the last write.
+    let stalled = metric(metrics_ports[0], "engram_watch_lag_entries");
+    assert!(
+        stalled >= (TXS / 8) as u64,
+        "the stalled watches are {stalled} entries behind"
+    );
     tokio::time::sleep(Duration::from_millis(CUTOFF_MS * 3)).await;
 
     // The raw watch: what was buffered, in order, then the cut-off naming where to go on.
@@ -139,12 +147,29 @@ async fn a_stalled_watcher_is_cut_off_where_it_can_resume_and_the_library_resume
     assert_eq!(delivered, txs);
 
     // The node counted the cut-offs (both watches were stalled on node 1).
-    let metrics = common::http_get(metrics_ports[0], "/metrics");
-    let cut: u64 = metrics
+    let cut = metric(metrics_ports[0], "engram_watches_cut_off_total");
+    assert!(cut >= 2, "{cut}");
+    // The library's watch, read through the last write, is at the head again (its task moves
+    // its position once the events are in its buffer: a moment after they are read here).
+    let mut lag = u64::MAX;
+    for _ in 0..100 {
+        lag = metric(metrics_ports[0], "engram_watch_lag_entries");
+        if lag == 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(lag, 0, "a watch that has everything is not behind");
+    assert_eq!(metric(metrics_ports[0], "engram_watches_open"), 1);
+}
+
+/// The value of single-sample metric `name` on the node serving metrics at `port`.
+fn metric(port: u16, name: &str) -> u64 {
+    let metrics = common::http_get(port, "/metrics");
+    metrics
         .lines()
-        .find(|l| l.starts_with("engram_watches_cut_off_total"))
+        .find(|l| l.starts_with(&format!("{name}{{")))
         .and_then(|l| l.rsplit(' ').next())
         .and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| panic!("no cut-off counter in\n{metrics}"));
-    assert!(cut >= 2, "{cut}");
+        .unwrap_or_else(|| panic!("no {name} in\n{metrics}"))
 }

@@ -251,9 +251,10 @@ pub async fn serve_keys(
     #[cfg(not(madsim))]
     if let Some(addr) = config.metrics_listen {
         let node = node.clone();
+        let watches = shared.watch_hub.clone();
         let insecure_open = config.insecure_open;
         tokio::task::spawn(async move {
-            if let Err(e) = metrics::serve(addr, node, insecure_open).await {
+            if let Err(e) = metrics::serve(addr, node, watches, insecure_open).await {
                 warn!(%addr, error = %e, "metrics: cannot serve");
             }
         });

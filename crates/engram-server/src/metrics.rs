@@ -9,6 +9,8 @@ use std::net::SocketAddr;
 
 use engram_raft::RaftNode;
 use engram_storage::Space;
+
+use crate::services::watch_hub::WatchHub;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 use tracing::{info, warn};
@@ -30,7 +32,7 @@ pub(crate) fn write_node_samples(
 }
 
 /// The exposition text for `node` now; `insecure_open`: the node runs with `--insecure-open`.
-pub fn render(node: &RaftNode, insecure_open: bool) -> String {
+pub fn render(node: &RaftNode, watches: &WatchHub, insecure_open: bool) -> String {
     let status = node.status();
     let head = node
         .read_state(|store| engram_core::reads::head(store))
@@ -178,7 +180,7 @@ pub fn render(node: &RaftNode, insecure_open: bool) -> String {
             );
         }
     }
-    crate::services::watch_hub::render_metrics(node.node_id, &mut out);
+    crate::services::watch_hub::render_metrics(node.node_id, watches, &mut out);
     crate::services::rpc_metrics::render_metrics(node.node_id, &mut out);
     let _ = writeln!(
         out,
@@ -214,7 +216,12 @@ async fn read_head(stream: &mut tokio::net::TcpStream) -> Option<Vec<u8>> {
 }
 
 /// Serves `/metrics` on `addr` until the process ends.
-pub async fn serve(addr: SocketAddr, node: RaftNode, insecure_open: bool) -> std::io::Result<()> {
+pub async fn serve(
+    addr: SocketAddr,
+    node: RaftNode,
+    watches: std::sync::Arc<WatchHub>,
+    insecure_open: bool,
+) -> std::io::Result<()> {
     let listener = TcpListener::bind(addr).await?;
     info!(%addr, "metrics: serving /metrics");
     loop {
@@ -226,6 +233,7 @@ pub async fn serve(addr: SocketAddr, node: RaftNode, insecure_open: bool) -> std
             }
         };
         let node = node.clone();
+        let watches = watches.clone();
         tokio::spawn(async move {
             let Some(head) = read_head(&mut stream).await else {
                 return;
@@ -236,7 +244,7 @@ pub async fn serve(addr: SocketAddr, node: RaftNode, insecure_open: bool) -> std
                 ["GET", "/metrics", ..] => (
                     "200 OK",
                     "text/plain; version=0.0.4",
-                    render(&node, insecure_open),
+                    render(&node, &watches, insecure_open),
                 ),
                 ["GET", ..] => (
                     "404 Not Found",

@@ -822,7 +822,7 @@ impl pb::memory_server::Memory for MemoryService {
             .as_ref()
             .map(ToString::to_string)
             .unwrap_or_default();
-        let slot = hub.open_watch(&principal, connection, watch_hub::WatchLimits::default())?;
+        let slot = hub.open_watch(&principal, connection, watch_hub::WatchLimits::default(), next)?;
         let stall_cutoff = std::time::Duration::from_millis(self.shared.config.watch_stall_cutoff_ms);
         let (tx, rx) = tokio::sync::mpsc::channel(WATCH_BUFFER + 1);
         // The place kept for a cut-off's last word, taken before any event.
@@ -831,7 +831,7 @@ impl pb::memory_server::Memory for MemoryService {
         };
         super::read_pool::spawn_watcher(async move {
             // Counted until this task ends (the reader left, or the watch failed).
-            let _slot = slot;
+            let slot = slot;
             let wanted = |datom: &pb::Datom| {
                 attribute.as_ref().is_none_or(|a| datom.attribute == a.as_str())
                     && entity.is_none_or(|e| datom.entity == e.0)
@@ -918,6 +918,7 @@ impl pb::memory_server::Memory for MemoryService {
                     }
                 }
                 next = after.max(next);
+                slot.moved_to(next);
             }
         });
         Ok(Response::new(Box::pin(

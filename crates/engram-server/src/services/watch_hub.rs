@@ -100,9 +100,13 @@ pub fn count_cut_off() {
     STATS.cut_off.fetch_add(1, Ordering::Relaxed);
 }
 
-/// The watch lines of the node's `/metrics`.
+/// The watch lines of the node's `/metrics`: the counters, and how far `hub`'s watches are
+/// behind.
 #[cfg(not(madsim))]
-pub fn render_metrics(node_id: u64, out: &mut String) {
+pub fn render_metrics(node_id: u64, hub: &WatchHub, out: &mut String) {
+    let lag = hub.lag();
+    let max_entries = AtomicU64::new(lag.max_entries);
+    let behind_ring = AtomicU64::new(lag.behind_ring);
     crate::metrics::write_node_samples(
         out,
         node_id,
@@ -136,6 +140,18 @@ pub fn render_metrics(node_id: u64, out: &mut String) {
                 "counter",
                 "Watches ended because their reader took nothing for --watch-stall-cutoff-ms while its buffer was full (told where to reopen).",
                 &STATS.cut_off,
+            ),
+            (
+                "engram_watch_lag_entries",
+                "gauge",
+                "Log entries between the newest the watch hub holds and the position of the furthest-behind open watch (0: every watch is at the head).",
+                &max_entries,
+            ),
+            (
+                "engram_watches_behind_ring",
+                "gauge",
+                "Open watches older than the shared ring, reading pages of their namespace from the store.",
+                &behind_ring,
             ),
         ],
     );
@@ -255,6 +271,21 @@ pub struct WatchHub {
     reads: Arc<ReadPool>,
     /// Open watches by principal (`""`: none) and by client connection.
     open: Mutex<HashMap<Holder, usize>>,
+    /// The position of every open watch (its next transaction), by slot number: what
+    /// [`WatchHub::lag`] reports. Positions are atomics the watch moves itself, so a watch never
+    /// takes this lock after it opens, and a scrape reads them without stopping any.
+    positions: Mutex<HashMap<u64, Arc<AtomicU64>>>,
+    slots_opened: AtomicU64,
+}
+
+/// How far this node's open watches are behind what was handed to the hub.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Lag {
+    /// Log entries between the newest one the hub holds and the furthest-behind open watch's
+    /// position (0: every watch is at the head, or none is open).
+    pub max_entries: u64,
+    /// Open watches older than the ring, reading pages from the store.
+    pub behind_ring: u64,
 }
 
 /// What a watch is counted against.
@@ -268,10 +299,20 @@ enum Holder {
 pub struct WatchSlot {
     hub: Arc<WatchHub>,
     holders: Vec<Holder>,
+    number: u64,
+    position: Arc<AtomicU64>,
+}
+
+impl WatchSlot {
+    /// The watch goes on from `next`: every transaction before it was sent or not wanted.
+    pub fn moved_to(&self, next: TxId) {
+        self.position.store(next.0, Ordering::Relaxed);
+    }
 }
 
 impl Drop for WatchSlot {
     fn drop(&mut self) {
+        self.hub.positions().remove(&self.number);
         let mut open = self.hub.open_counts();
         for holder in &self.holders {
             if let Some(n) = open.get_mut(holder) {
@@ -300,7 +341,33 @@ impl WatchHub {
             pages: Mutex::new(VecDeque::new()),
             reads,
             open: Mutex::default(),
+            positions: Mutex::default(),
+            slots_opened: AtomicU64::new(0),
         }
+    }
+
+    fn positions(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Arc<AtomicU64>>> {
+        self.positions
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// How far the open watches are behind, now.
+    pub fn lag(&self) -> Lag {
+        let (floor, filled) = {
+            let ring = self.ring();
+            (ring.floor, ring.filled)
+        };
+        let mut lag = Lag::default();
+        for position in self.positions().values() {
+            let next = position.load(Ordering::Relaxed);
+            // Every entry from `next` through `filled` is still to be looked at.
+            lag.max_entries = lag.max_entries.max((filled + 1).saturating_sub(next));
+            if next <= floor {
+                lag.behind_ring += 1;
+            }
+        }
+        lag
     }
 
     fn open_counts(&self) -> std::sync::MutexGuard<'_, HashMap<Holder, usize>> {
@@ -312,11 +379,13 @@ impl WatchHub {
     /// Counts a new watch of `principal` (`""`: none) on `connection` (the client's address;
     /// `None` where the transport has none), or refuses it with `RESOURCE_EXHAUSTED` when
     /// either already holds its limit.
+    /// `from`: where the watch starts.
     pub fn open_watch(
         self: &Arc<Self>,
         principal: &str,
         connection: Option<std::net::SocketAddr>,
         limits: WatchLimits,
+        from: TxId,
     ) -> Result<WatchSlot, crate::error::ApiError> {
         let mut open = self.open_counts();
         let mut holders = vec![(Holder::Principal(principal.to_string()), limits.per_principal)];
@@ -341,10 +410,16 @@ impl WatchHub {
         for (holder, _) in &holders {
             *open.entry(holder.clone()).or_default() += 1;
         }
+        drop(open);
         STATS.open.fetch_add(1, Ordering::Relaxed);
+        let number = self.slots_opened.fetch_add(1, Ordering::Relaxed);
+        let position = Arc::new(AtomicU64::new(from.0));
+        self.positions().insert(number, position.clone());
         Ok(WatchSlot {
             hub: self.clone(),
             holders: holders.into_iter().map(|(h, _)| h).collect(),
+            number,
+            position,
         })
     }
 
@@ -672,15 +747,50 @@ mod tests {
     }
 
     #[test]
+    fn the_lag_is_the_furthest_behind_open_watch() {
+        let hub = hub(0);
+        let limits = WatchLimits::default();
+        assert_eq!(hub.lag(), Lag::default(), "no watch: no lag");
+        let n = RING_TXS as u64 + 100;
+        hub.absorb(n, vec![group(1, n, &(1..=n).collect::<Vec<_>>())]);
+        let at_head = hub.open_watch("a", None, limits, TxId(n + 1)).unwrap();
+        assert_eq!(hub.lag(), Lag::default(), "a watch at the head");
+        let late = hub.open_watch("b", None, limits, TxId(50)).unwrap();
+        let in_ring = hub.open_watch("c", None, limits, TxId(n - 9)).unwrap();
+        assert_eq!(
+            hub.lag(),
+            Lag {
+                max_entries: n - 49,
+                behind_ring: 1
+            },
+            "entries 50..={n} are still to be looked at by the late watch, which reads pages"
+        );
+        late.moved_to(TxId(n + 1));
+        assert_eq!(
+            hub.lag(),
+            Lag {
+                max_entries: 10,
+                behind_ring: 0
+            }
+        );
+        drop(in_ring);
+        assert_eq!(hub.lag(), Lag::default(), "a closed watch is not counted");
+        hub.absorb(n + 3, vec![group(n + 1, n + 3, &[n + 1, n + 3])]);
+        assert_eq!(hub.lag().max_entries, 3, "the ring moved on, the watches did not");
+        drop((at_head, late));
+        assert_eq!(hub.lag(), Lag::default());
+    }
+
+    #[test]
     fn a_principal_holds_a_bounded_number_of_watches() {
         let hub = hub(0);
         let limits = WatchLimits {
             per_principal: 2,
             per_connection: 100,
         };
-        let a = hub.open_watch("agent-a", None, limits).unwrap();
-        let _b = hub.open_watch("agent-a", None, limits).unwrap();
-        let refused = hub.open_watch("agent-a", None, limits).err().unwrap();
+        let a = hub.open_watch("agent-a", None, limits, TxId(1)).unwrap();
+        let _b = hub.open_watch("agent-a", None, limits, TxId(1)).unwrap();
+        let refused = hub.open_watch("agent-a", None, limits, TxId(1)).err().unwrap();
         let status = tonic::Status::from(refused);
         assert_eq!(status.code(), tonic::Code::ResourceExhausted);
         assert!(
@@ -689,9 +799,9 @@ mod tests {
             status.message()
         );
         // Another principal has its own count; a closed watch frees its place.
-        assert!(hub.open_watch("agent-b", None, limits).is_ok());
+        assert!(hub.open_watch("agent-b", None, limits, TxId(1)).is_ok());
         drop(a);
-        assert!(hub.open_watch("agent-a", None, limits).is_ok());
+        assert!(hub.open_watch("agent-a", None, limits, TxId(1)).is_ok());
     }
 
     #[test]
@@ -703,9 +813,12 @@ mod tests {
         };
         let one: std::net::SocketAddr = "10.0.0.1:5000".parse().unwrap();
         let other: std::net::SocketAddr = "10.0.0.1:5001".parse().unwrap();
-        let a = hub.open_watch("agent-a", Some(one), limits).unwrap();
-        let _b = hub.open_watch("agent-b", Some(one), limits).unwrap();
-        let refused = hub.open_watch("agent-c", Some(one), limits).err().unwrap();
+        let a = hub.open_watch("agent-a", Some(one), limits, TxId(1)).unwrap();
+        let _b = hub.open_watch("agent-b", Some(one), limits, TxId(1)).unwrap();
+        let refused = hub
+            .open_watch("agent-c", Some(one), limits, TxId(1))
+            .err()
+            .unwrap();
         let status = tonic::Status::from(refused);
         assert_eq!(status.code(), tonic::Code::ResourceExhausted);
         assert!(
@@ -714,9 +827,9 @@ mod tests {
             status.message()
         );
         // The refusal counted nothing against agent-c; another connection has its own count.
-        assert!(hub.open_watch("agent-c", Some(other), limits).is_ok());
+        assert!(hub.open_watch("agent-c", Some(other), limits, TxId(1)).is_ok());
         drop(a);
-        assert!(hub.open_watch("agent-c", Some(one), limits).is_ok());
+        assert!(hub.open_watch("agent-c", Some(one), limits, TxId(1)).is_ok());
         // Every holder's count went back with its watches.
         drop(_b);
         assert_eq!(hub.open_counts().get(&Holder::Principal("agent-b".into())), None);
