@@ -1195,6 +1195,17 @@ impl Client {
         .await
     }
 
+    /// The answering node's metrics in the Prometheus text format, as its `/metrics` serves
+    /// them. The node answers for itself (response's `node_id`).
+    pub async fn metrics(&self) -> Result<pb::MetricsResponse, ClientError> {
+        self.call(Idempotency::Safe, move |ch, s| async move {
+            cluster(ch)
+                .metrics(s.sign(methods::METRICS, pb::MetricsRequest {}))
+                .await
+        })
+        .await
+    }
+
     /// The answering node's whole export, read into memory: for chains small enough to hold
     /// (the demo, the chaos run, tests); stream [`Client::export`] to a file otherwise.
     pub async fn export_bytes(&self) -> Result<Vec<u8>, ClientError> {

@@ -40,6 +40,20 @@ function short(hex) {
   return hex ? hex.slice(0, 16) : "—";
 }
 
+function seconds(s) {
+  if (s === null || s === undefined) return null;
+  if (typeof s === "string") return s;
+  return s < 1 ? `≤ ${(s * 1000).toPrecision(3)} ms` : `≤ ${s} s`;
+}
+
+function bytes(n) {
+  if (n === null || n === undefined) return null;
+  const units = ["B", "KiB", "MiB", "GiB", "TiB"];
+  let i = 0;
+  while (n >= 1024 && i < units.length - 1) { n /= 1024; i++; }
+  return `${i ? n.toFixed(1) : n} ${units[i]}`;
+}
+
 function plural(n, one, many) {
   return `${n} ${n === 1 ? one : many}`;
 }
@@ -83,6 +97,16 @@ async function cluster() {
           td(`${n.redactions_applied_index} / ${n.redactions_purged_index}`))
       : el("tr", { class: "tampered" }, td("—"), td(n.endpoint), el("td", { colspan: 8, class: "bad", text: n.error })));
   const members = reachable.length ? reachable[0].members : [];
+  const metricRows = reachable.map((n) => {
+    const m = n.metrics;
+    if (!m) return el("tr", { "data-metrics": n.node_id }, td(n.node_id), el("td", { colspan: 10, class: "bad", text: n.metrics_refused }));
+    const bad = (v) => (v ? "bad num" : "num");
+    return el("tr", { "data-metrics": n.node_id },
+      td(n.node_id), td(m.requests), td(m.requests_failed), td(seconds(m.request_p99_seconds)),
+      td(seconds(m.log_sync_p99_seconds)), td(bytes(m.store_bytes)), td(m.watches_open),
+      td(m.watch_lag_entries), td(m.search_lag_entries), td(m.storage_corruptions, bad(m.storage_corruptions)),
+      td(m.jobs_failed, bad(m.jobs_failed)));
+  });
   show("cluster",
     el("h1", { text: "Cluster" }),
     el("div", { class: "cards" },
@@ -97,6 +121,9 @@ async function cluster() {
       : el("p", { id: "alarms", class: "ok", text: "No alarms." }),
     el("h2", { text: "Nodes" }),
     table(["Node", "Endpoint", "Role", "Term", "Applied", "Behind", "Chain entries", "Chain head", "Ready", "Redactions applied / purged"], rows),
+    el("h2", { text: "Metrics" }),
+    el("p", { class: "note", text: "Totals since each node started, from its metrics; a p99 is the bound of the histogram bucket that holds it." }),
+    table(["Node", "Calls", "Failed", "Call p99", "Log sync p99", "Store", "Watches", "Watch lag", "Search lag", "Corruptions", "Jobs failed"], metricRows),
     el("h2", { text: "Members" }),
     table(["Id", "Address", "Voter"], members.map((m) => el("tr", {}, td(m.id), td(m.addr), td(m.voter ? "yes" : "learner")))));
 }

@@ -61,11 +61,18 @@ impl Api {
         let mut nodes = Vec::new();
         let mut alarms = Vec::new();
         let mut heads: Vec<(u64, Vec<u8>, u64)> = Vec::new();
-        let (answers, readiness) = tokio::join!(
+        let (answers, readiness, metrics) = tokio::join!(
             self.each_node(|node| async move { node.status().await }),
-            futures::future::join_all(self.endpoints.iter().map(|e| self.ready(e)))
+            futures::future::join_all(self.endpoints.iter().map(|e| self.ready(e))),
+            self.each_node(|node| async move { node.metrics().await }),
         );
-        for ((endpoint, answer), ready) in answers.into_iter().zip(readiness) {
+        for (((endpoint, answer), ready), (_, metrics)) in answers.into_iter().zip(readiness).zip(metrics) {
+            // A node's metrics at a glance, or why they could not be read (an agent without
+            // read on engram.system is refused them, and sees the code).
+            let (glance, metrics_refused) = match metrics {
+                Ok(m) => (crate::glance::glance(&m.text), None),
+                Err(e) => (Json::Null, Some(e.message)),
+            };
             match answer {
                 Ok(s) => {
                     if let Err(why) = &ready {
@@ -90,6 +97,8 @@ impl Api {
                         "members": s.members.iter().map(|m| json!({
                             "id": m.id, "addr": m.addr, "voter": m.voter,
                         })).collect::<Vec<_>>(),
+                        "metrics": glance,
+                        "metrics_refused": metrics_refused,
                     }));
                 }
                 Err(e) => {
@@ -135,33 +144,14 @@ impl Api {
 
     /// The `engram.ready` health check of one endpoint: `Err` names why it is not serving.
     async fn ready(&self, endpoint: &str) -> Result<(), String> {
-        use tonic_health::pb::health_check_response::ServingStatus;
-        let timeout = Duration::from_secs(3);
-        let check = async {
-            let channel = engram_client::node_endpoint(endpoint, &self.config)
-                .map_err(|e| e.to_string())?
-                .connect_timeout(timeout)
-                .timeout(timeout)
-                .connect()
+        let health =
+            engram_client::check_health(endpoint, &self.config, "engram.ready", Duration::from_secs(3))
                 .await
                 .map_err(|e| e.to_string())?;
-            let mut health = tonic_health::pb::health_client::HealthClient::new(channel);
-            health
-                .check(tonic_health::pb::HealthCheckRequest {
-                    service: "engram.ready".into(),
-                })
-                .await
-                .map(|r| r.into_inner().status)
-                .map_err(|s| s.message().to_string())
-        };
-        match tokio::time::timeout(timeout, check).await {
-            Err(_) => Err("no health answer within 3 s".into()),
-            Ok(Err(why)) => Err(why),
-            Ok(Ok(status)) if status == ServingStatus::Serving as i32 => Ok(()),
-            Ok(Ok(status)) => Err(format!(
-                "engram.ready is {}",
-                ServingStatus::try_from(status).map_or("UNKNOWN", |s| s.as_str_name())
-            )),
+        if health.serving {
+            Ok(())
+        } else {
+            Err(format!("engram.ready is {}", health.status))
         }
     }
 
@@ -249,6 +239,9 @@ impl Api {
             return Err(ApiError::bad("index: entries are numbered from 1"));
         }
         let (i, client) = self.node(node)?;
+        let answer = |checkpoint, entry, steps: &[Step]| {
+            proven(i, &self.endpoints[i], index, checkpoint, entry, steps)
+        };
         let mut steps = Vec::new();
         // Held for the whole proof, so two pages never move the trust forward at once.
         let mut trust = self.trust.lock().await;
@@ -285,7 +278,7 @@ impl Api {
                         false,
                         format!("the chain does not verify: {e}"),
                     ));
-                    return Ok(proven(i, &self.endpoints[i], index, None, None, &steps));
+                    return Ok(answer(None, None, &steps));
                 }
             },
         };
@@ -316,14 +309,7 @@ impl Api {
             }
             Err(failure) => {
                 steps.push(Step::new("Checkpoint", false, checkpoint_failure(&failure)));
-                return Ok(proven(
-                    i,
-                    &self.endpoints[i],
-                    index,
-                    Some(&checkpoint),
-                    None,
-                    &steps,
-                ));
+                return Ok(answer(Some(&checkpoint), None, &steps));
             }
         };
         let cp = next.checkpoint().checkpoint.clone();
@@ -339,14 +325,7 @@ impl Api {
                 false,
                 "the proof carries no entry",
             ));
-            return Ok(proven(
-                i,
-                &self.endpoints[i],
-                index,
-                Some(&checkpoint),
-                None,
-                &steps,
-            ));
+            return Ok(answer(Some(&checkpoint), None, &steps));
         };
         let before = if index > 1 {
             read_entries(&client, index - 1, 1).await?.into_iter().next()
@@ -354,14 +333,7 @@ impl Api {
             None
         };
         steps.extend(inclusion_steps(&entry, before.as_ref(), &cp, &proof.path));
-        Ok(proven(
-            i,
-            &self.endpoints[i],
-            index,
-            Some(&checkpoint),
-            Some(&entry),
-            &steps,
-        ))
+        Ok(answer(Some(&checkpoint), Some(&entry), &steps))
     }
 
     /// An entity's timeline: every datom of it on main and on its namespace's branches, on

@@ -14,6 +14,7 @@
 //! is, against a remote cluster), nor on the CLI (which depends on it).
 
 mod api;
+mod glance;
 mod http;
 pub mod proof;
 

@@ -41,6 +41,7 @@ pub mod methods {
     pub const PROPOSE_KEY_CHANGE: &str = "/engram.v1.Cluster/ProposeKeyChange";
     pub const BACKUP: &str = "/engram.v1.Cluster/Backup";
     pub const LIST_JOBS: &str = "/engram.v1.Cluster/ListJobs";
+    pub const METRICS: &str = "/engram.v1.Cluster/Metrics";
     pub const ADD_AGENT: &str = "/engram.v1.Access/AddAgent";
     pub const ROTATE_AGENT_KEY: &str = "/engram.v1.Access/RotateAgentKey";
     pub const REVOKE_AGENT: &str = "/engram.v1.Access/RevokeAgent";
@@ -119,6 +120,7 @@ protobuf_body!(
     AccessEventsRequest,
     BackupRequest,
     ListJobsRequest,
+    MetricsRequest,
 );
 
 /// The body of a call that becomes a transaction or a policy change: its canonical bytes, or,

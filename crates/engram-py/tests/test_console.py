@@ -166,6 +166,15 @@ def test_every_page_renders_in_a_browser_and_an_entry_proves(cluster, console, n
     dom = render(console, "/cluster")
     assert dom.count("<tr data-node=") == 3, dom
     assert "No alarms." in dom and ">Leader<" in dom
+    # Each node's metrics at a glance, read over gRPC (Cluster.Metrics): calls counted, a
+    # store of some size, no corruption.
+    assert dom.count("<tr data-metrics=") == 3 and ">Watch lag<" in dom, dom
+    status, page = console.api("/api/cluster")
+    assert status == 200, page
+    for node in page["nodes"]:
+        m = node["metrics"]
+        assert m["requests"] > 0 and m["store_bytes"] > 0, node
+        assert m["storage_corruptions"] == 0 and m["watch_lag_entries"] == 0, node
 
     dom = render(console, f"/audit?from={max(1, index - 5)}")
     assert f'data-index="{index}" data-intact="true"' in dom

@@ -374,6 +374,12 @@ def test_the_console_reads_as_its_agent_and_shows_refusals(enforced):
         assert "bob" in body["error"]["message"]
         status, page = admin.api("/api/audit")
         assert status == 200 and page["entries"] and all(e["intact"] for e in page["entries"])
+        # Metrics need read on engram.system: bob's cluster page shows why it has none.
+        status, page = bob.api("/api/cluster")
+        assert status == 200 and page["nodes"], page
+        assert all(n["metrics"] is None and "PERMISSION_DENIED" in n["metrics_refused"] for n in page["nodes"]), page
+        status, page = admin.api("/api/cluster")
+        assert status == 200 and all(n["metrics"]["requests"] > 0 for n in page["nodes"]), page
         status, proof = admin.api(f"/api/entry?index={page['head']}")
         assert status == 200 and proof["verified"], proof
         status, access = admin.api("/api/access?refused=1&limit=100")

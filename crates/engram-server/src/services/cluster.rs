@@ -19,6 +19,23 @@ use engram_raft::jobs::{Job, JobKind, JobOutcome};
 /// Jobs a `ListJobs` without a limit answers.
 const DEFAULT_JOBS: usize = 100;
 
+/// The node's `/metrics` text, rendered off the async workers (it reads the store's sizes and
+/// the chain head).
+#[cfg(not(madsim))]
+async fn exposition(shared: &Shared) -> Result<String, Status> {
+    let (node, watches) = (shared.node.clone(), shared.watch_hub.clone());
+    let insecure_open = shared.config.insecure_open;
+    tokio::task::spawn_blocking(move || crate::metrics::render(&node, &watches, insecure_open))
+        .await
+        .map_err(|e| Status::from(ApiError::Internal(format!("metrics: {e}"))))
+}
+
+/// The simulation builds no metrics (they read process-wide counters and the clock).
+#[cfg(madsim)]
+async fn exposition(_: &Shared) -> Result<String, Status> {
+    Err(Status::unimplemented("metrics are not built in the simulation"))
+}
+
 fn job_info(job: Job) -> pb::JobInfo {
     let error = match &job.outcome {
         JobOutcome::Failed(why) => why.clone(),
@@ -630,6 +647,22 @@ impl pb::cluster_server::Cluster for ClusterService {
         Ok(Response::new(pb::ListJobsResponse {
             node_id: self.shared.node.node_id,
             jobs: jobs.into_iter().map(job_info).collect(),
+        }))
+    }
+
+    async fn metrics(
+        &self,
+        request: Request<pb::MetricsRequest>,
+    ) -> Result<Response<pb::MetricsResponse>, Status> {
+        self.shared.admit(
+            request.metadata(),
+            request.get_ref(),
+            methods::METRICS,
+            Need::on(Action::Read, engram_access::SYSTEM_NAMESPACE),
+        )?;
+        Ok(Response::new(pb::MetricsResponse {
+            node_id: self.shared.node.node_id,
+            text: exposition(&self.shared).await?,
         }))
     }
 
