@@ -372,15 +372,15 @@ def test_the_console_reads_as_its_agent_and_shows_refusals(enforced):
         status, body = bob.api("/api/audit")
         assert status == 502 and body["error"]["code"] == "PERMISSION_DENIED", body
         assert "bob" in body["error"]["message"]
-        status, page = admin.api("/api/audit")
-        assert status == 200 and page["entries"] and all(e["intact"] for e in page["entries"])
+        status, audit = admin.api("/api/audit")
+        assert status == 200 and audit["entries"] and all(e["intact"] for e in audit["entries"])
         # Metrics need read on engram.system: bob's cluster page shows why it has none.
-        status, page = bob.api("/api/cluster")
-        assert status == 200 and page["nodes"], page
-        assert all(n["metrics"] is None and "PERMISSION_DENIED" in n["metrics_refused"] for n in page["nodes"]), page
-        status, page = admin.api("/api/cluster")
-        assert status == 200 and all(n["metrics"]["requests"] > 0 for n in page["nodes"]), page
-        status, proof = admin.api(f"/api/entry?index={page['head']}")
+        status, cluster = bob.api("/api/cluster")
+        assert status == 200 and cluster["nodes"], cluster
+        assert all(n["metrics"] is None and "PERMISSION_DENIED" in n["metrics_refused"] for n in cluster["nodes"]), cluster
+        status, cluster = admin.api("/api/cluster")
+        assert status == 200 and all(n["metrics"]["requests"] > 0 for n in cluster["nodes"]), cluster
+        status, proof = admin.api(f"/api/entry?index={audit['head']}")
         assert status == 200 and proof["verified"], proof
         status, access = admin.api("/api/access?refused=1&limit=100")
         assert status == 200
