@@ -269,13 +269,22 @@ pub struct WatchHub {
     moved: tokio::sync::Notify,
     pages: Mutex<VecDeque<Arc<Page>>>,
     reads: Arc<ReadPool>,
+    /// The open watches: taken when a watch opens or closes and by a scrape, never while a
+    /// watch runs.
+    open: Mutex<OpenWatches>,
+}
+
+/// What the hub knows of its open watches, under one lock.
+#[derive(Default)]
+struct OpenWatches {
     /// Open watches by principal (`""`: none) and by client connection.
-    open: Mutex<HashMap<Holder, usize>>,
+    counts: HashMap<Holder, usize>,
     /// The position of every open watch (its next transaction), by slot number: what
     /// [`WatchHub::lag`] reports. Positions are atomics the watch moves itself, so a watch never
-    /// takes this lock after it opens, and a scrape reads them without stopping any.
-    positions: Mutex<HashMap<u64, Arc<AtomicU64>>>,
-    slots_opened: AtomicU64,
+    /// takes the lock after it opens, and a scrape reads them without stopping any.
+    positions: HashMap<u64, Arc<AtomicU64>>,
+    /// Slots handed out so far: the next slot's number.
+    opened: u64,
 }
 
 /// How far this node's open watches are behind what was handed to the hub.
@@ -313,13 +322,13 @@ impl WatchSlot {
 
 impl Drop for WatchSlot {
     fn drop(&mut self) {
-        self.hub.positions().remove(&self.number);
-        let mut open = self.hub.open_counts();
+        let mut open = self.hub.open();
+        open.positions.remove(&self.number);
         for holder in &self.holders {
-            if let Some(n) = open.get_mut(holder) {
+            if let Some(n) = open.counts.get_mut(holder) {
                 *n = n.saturating_sub(1);
                 if *n == 0 {
-                    open.remove(holder);
+                    open.counts.remove(holder);
                 }
             }
         }
@@ -342,13 +351,11 @@ impl WatchHub {
             pages: Mutex::new(VecDeque::new()),
             reads,
             open: Mutex::default(),
-            positions: Mutex::default(),
-            slots_opened: AtomicU64::new(0),
         }
     }
 
-    fn positions(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Arc<AtomicU64>>> {
-        self.positions
+    fn open(&self) -> std::sync::MutexGuard<'_, OpenWatches> {
+        self.open
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
@@ -361,7 +368,7 @@ impl WatchHub {
             (ring.floor, ring.filled)
         };
         let mut lag = Lag::default();
-        for position in self.positions().values() {
+        for position in self.open().positions.values() {
             let next = position.load(Ordering::Relaxed);
             // Every entry from `next` through `filled` is still to be looked at.
             lag.max_entries = lag.max_entries.max((filled + 1).saturating_sub(next));
@@ -370,12 +377,6 @@ impl WatchHub {
             }
         }
         lag
-    }
-
-    fn open_counts(&self) -> std::sync::MutexGuard<'_, HashMap<Holder, usize>> {
-        self.open
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// Counts a new watch of `principal` (`""`: none) on `connection` (the client's address;
@@ -389,13 +390,13 @@ impl WatchHub {
         limits: WatchLimits,
         from: TxId,
     ) -> Result<WatchSlot, crate::error::ApiError> {
-        let mut open = self.open_counts();
+        let mut open = self.open();
         let mut holders = vec![(Holder::Principal(principal.to_string()), limits.per_principal)];
         if let Some(addr) = connection {
             holders.push((Holder::Connection(addr), limits.per_connection));
         }
         for (holder, limit) in &holders {
-            let n = open.get(holder).copied().unwrap_or(0);
+            let n = open.counts.get(holder).copied().unwrap_or(0);
             if n >= *limit {
                 let who = match holder {
                     Holder::Principal(p) if p.is_empty() => "callers without a principal".to_string(),
@@ -410,13 +411,14 @@ impl WatchHub {
             }
         }
         for (holder, _) in &holders {
-            *open.entry(holder.clone()).or_default() += 1;
+            *open.counts.entry(holder.clone()).or_default() += 1;
         }
+        let number = open.opened;
+        open.opened += 1;
+        let position = Arc::new(AtomicU64::new(from.0));
+        open.positions.insert(number, position.clone());
         drop(open);
         STATS.open.fetch_add(1, Ordering::Relaxed);
-        let number = self.slots_opened.fetch_add(1, Ordering::Relaxed);
-        let position = Arc::new(AtomicU64::new(from.0));
-        self.positions().insert(number, position.clone());
         Ok(WatchSlot {
             hub: self.clone(),
             holders: holders.into_iter().map(|(h, _)| h).collect(),
@@ -834,7 +836,7 @@ mod tests {
         assert!(hub.open_watch("agent-c", Some(one), limits, TxId(1)).is_ok());
         // Every holder's count went back with its watches.
         drop(_b);
-        assert_eq!(hub.open_counts().get(&Holder::Principal("agent-b".into())), None);
+        assert_eq!(hub.open().counts.get(&Holder::Principal("agent-b".into())), None);
     }
 
     #[tokio::test]
