@@ -115,9 +115,7 @@ pub async fn run(cli: Cli) -> Result<()> {
         Command::Schema(cmd) => crate::memory_cmd::schema(&client()?, cmd, json).await,
         Command::Branch(cmd) => crate::memory_cmd::branch(&client()?, cmd, json).await,
         Command::Backup(args) => crate::backup_cmd::backup(&client()?, args, json).await,
-        Command::Console(args) => {
-            crate::console_cmd::console(client()?, &cli.endpoints, config.clone(), args, json).await
-        }
+        Command::Console(args) => crate::console_cmd::console(client()?, args, json).await,
         Command::Jobs(args) => crate::jobs_cmd::jobs(&client()?, &cli.endpoints, args, json).await,
         Command::Restore(args) => crate::backup_cmd::restore(args, json),
         Command::Audit(AuditCommand::Verify(args))

@@ -2,20 +2,15 @@
 //! open, then serves it until Ctrl-C.
 
 use anyhow::Result;
-use engram_client::{Client, ClientConfig};
+use engram_client::Client;
 use serde_json::json;
 
 use crate::cli::ConsoleArgs;
 use crate::output::{outln, print_json};
 
-pub async fn console(
-    client: Client,
-    endpoints: &[String],
-    config: ClientConfig,
-    args: ConsoleArgs,
-    json: bool,
-) -> Result<()> {
-    let console = engram_console::Console::bind(args.listen, client, endpoints.to_vec(), config).await?;
+pub async fn console(client: Client, args: ConsoleArgs, json: bool) -> Result<()> {
+    let endpoints = client.endpoints();
+    let console = engram_console::Console::bind(args.listen, client).await?;
     let url = console.url();
     if json {
         print_json(&json!({ "url": url, "endpoints": endpoints }))?;

@@ -368,6 +368,15 @@ impl Client {
         self.inner.config.clone()
     }
 
+    /// The first endpoint as given and its channel: for a call made outside the retry loop (the
+    /// health check).
+    #[cfg(not(madsim))]
+    pub(crate) fn first_channel(&self) -> (String, Channel) {
+        // `with_config` refuses an empty list, and `node` keeps one endpoint.
+        let node = &self.inner.nodes[0];
+        (node.name.clone(), node.channel.clone())
+    }
+
     // ------------------------------------------------------------------ Memory
 
     /// Submits a transaction.

@@ -1,13 +1,16 @@
 //! The standard gRPC health check (`grpc.health.v1`) asked of one node, dialled exactly as the
-//! client dials it. A node reports `engram.ready` serving once it has a leader and has applied
-//! what it knows to be committed, and the empty service while it answers at all.
+//! client dials it, or over a client's own connection. A node reports `engram.ready` serving
+//! once it has a leader and has applied what it knows to be committed, and the empty service
+//! while it answers at all.
 
+use std::future::Future;
 use std::time::Duration;
 
+use tonic::transport::Channel;
 use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::{HealthCheckRequest, health_client::HealthClient};
 
-use crate::client::{ClientConfig, node_endpoint};
+use crate::client::{Client, ClientConfig, node_endpoint};
 
 /// What one node said of one service.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -32,15 +35,37 @@ pub async fn check_health(
     service: &str,
     timeout: Duration,
 ) -> Result<Health, HealthUnanswered> {
-    let check = async {
-        let channel = node_endpoint(endpoint, config)
+    let dial = async {
+        node_endpoint(endpoint, config)
             .map_err(|e| e.to_string())?
             .connect_timeout(timeout)
             .timeout(timeout)
             .connect()
             .await
-            .map_err(|e| format!("{endpoint}: cannot connect: {e}"))?;
-        HealthClient::new(channel)
+            .map_err(|e| format!("{endpoint}: cannot connect: {e}"))
+    };
+    ask(endpoint, dial, service, timeout).await
+}
+
+impl Client {
+    /// Asks this client's first endpoint whether `service` is serving, over the client's own
+    /// connection (no new dial, no retry), waiting at most `timeout`: for a caller that asks
+    /// again and again (the console), where [`check_health`] would dial each time.
+    pub async fn health(&self, service: &str, timeout: Duration) -> Result<Health, HealthUnanswered> {
+        let (endpoint, channel) = self.first_channel();
+        ask(&endpoint, async { Ok(channel) }, service, timeout).await
+    }
+}
+
+/// The check over the channel `channel` gives, the whole within `timeout`.
+async fn ask(
+    endpoint: &str,
+    channel: impl Future<Output = Result<Channel, String>>,
+    service: &str,
+    timeout: Duration,
+) -> Result<Health, HealthUnanswered> {
+    let check = async {
+        HealthClient::new(channel.await?)
             .check(HealthCheckRequest {
                 service: service.to_string(),
             })

@@ -5,8 +5,8 @@
 use std::time::Duration;
 
 use engram_client::{
-    Client, ClientConfig, ClientError, Consistency, GetOptions, HistoryQuery, HistoryTarget, ProofFailure,
-    TrustedLog, code_name,
+    Client, ClientError, Consistency, GetOptions, HistoryQuery, HistoryTarget, ProofFailure, TrustedLog,
+    code_name,
 };
 use engram_proto::pb;
 use engram_types::{BranchName, EntityId, Namespace};
@@ -27,18 +27,16 @@ pub const MAX_TIMELINE_BRANCHES: usize = 20;
 pub struct Api {
     client: Client,
     endpoints: Vec<String>,
-    config: ClientConfig,
     /// The log the console has verified (the whole chain of one node, once, then moved
     /// forward checkpoint by checkpoint by consistency proofs); `None` until the first proof.
     trust: Mutex<Option<TrustedLog>>,
 }
 
 impl Api {
-    pub fn new(client: Client, endpoints: Vec<String>, config: ClientConfig) -> Api {
+    pub fn new(client: Client) -> Api {
         Api {
+            endpoints: client.endpoints(),
             client,
-            endpoints,
-            config,
             trust: Mutex::new(None),
         }
     }
@@ -63,7 +61,7 @@ impl Api {
         let mut heads: Vec<(u64, Vec<u8>, u64)> = Vec::new();
         let (answers, readiness, metrics) = tokio::join!(
             self.each_node(|node| async move { node.status().await }),
-            futures::future::join_all(self.endpoints.iter().map(|e| self.ready(e))),
+            futures::future::join_all((0..self.endpoints.len()).map(|i| self.ready(i))),
             self.each_node(|node| async move { node.metrics().await }),
         );
         for (((endpoint, answer), ready), (_, metrics)) in answers.into_iter().zip(readiness).zip(metrics) {
@@ -143,11 +141,13 @@ impl Api {
     }
 
     /// The `engram.ready` health check of one endpoint: `Err` names why it is not serving.
-    async fn ready(&self, endpoint: &str) -> Result<(), String> {
-        let health =
-            engram_client::check_health(endpoint, &self.config, "engram.ready", Duration::from_secs(3))
-                .await
-                .map_err(|e| e.to_string())?;
+    /// Whether endpoint `i` serves `engram.ready`, asked over the console's own connection to it.
+    async fn ready(&self, i: usize) -> Result<(), String> {
+        let node = self.client.node(i).ok_or("no client for this endpoint")?;
+        let health = node
+            .health("engram.ready", Duration::from_secs(3))
+            .await
+            .map_err(|e| e.to_string())?;
         if health.serving {
             Ok(())
         } else {

@@ -14,14 +14,14 @@
 //! is, against a remote cluster), nor on the CLI (which depends on it).
 
 mod api;
-mod glance;
+pub mod glance;
 mod http;
 pub mod proof;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use engram_client::{Client, ClientConfig};
+use engram_client::Client;
 use hyper_util::rt::TokioIo;
 
 pub use http::TOKEN_HEADER;
@@ -48,14 +48,9 @@ pub struct Console {
 }
 
 impl Console {
-    /// Binds `listen` (port 0: any free port) for the cluster `client` reaches through
-    /// `endpoints`; `config` is the client's (the health checks connect with it too).
-    pub async fn bind(
-        listen: SocketAddr,
-        client: Client,
-        endpoints: Vec<String>,
-        config: ClientConfig,
-    ) -> Result<Console, ConsoleError> {
+    /// Binds `listen` (port 0: any free port) for the cluster `client` reaches (every view
+    /// that asks each node asks each of the client's endpoints).
+    pub async fn bind(listen: SocketAddr, client: Client) -> Result<Console, ConsoleError> {
         let listener = tokio::net::TcpListener::bind(listen)
             .await
             .map_err(|source| ConsoleError::Listen { addr: listen, source })?;
@@ -64,7 +59,7 @@ impl Console {
         Ok(Console {
             listener,
             token: Arc::new(hex::encode(bytes)),
-            api: Arc::new(api::Api::new(client, endpoints, config)),
+            api: Arc::new(api::Api::new(client)),
         })
     }
 
