@@ -432,6 +432,19 @@ pub enum Command {
         engram -e n1:7001 jobs --kind snapshot-build --limit 5 --json")]
     Jobs(JobsArgs),
 
+    /// Each node's metrics at a glance: calls and failed calls, call and log-sync p99, store
+    /// size, open watches and how far the furthest behind is, search-index lag, storage
+    /// corruptions and failed jobs; one column per node given with -e, all asked at once.
+    /// `--raw` prints each node's whole Prometheus text, as its /metrics port serves it, for
+    /// a node whose port is not scraped or not reachable. Exit code 1 if a node does not
+    /// answer (after printing the others). Needs read on engram.system in enforced mode.
+    #[command(
+        after_help = "EXAMPLES\n  engram -e n1:7001 -e n2:7001 -e n3:7001 metrics\n  \
+        engram -e n1:7001 metrics --raw | grep engram_rpc_requests_total\n  \
+        engram -e n1:7001 -e n2:7001 metrics --json | jq '.nodes[].metrics.watch_lag_entries'"
+    )]
+    Metrics(MetricsArgs),
+
     /// Take an online, consistent backup of a node's state into one file, while writes go on.
     ///
     /// The file holds every replicated row as of one applied entry and a checkpoint the node
@@ -1772,6 +1785,14 @@ pub struct JobsArgs {
     /// Jobs listed at most per node.
     #[arg(long, value_name = "N", default_value_t = 20)]
     pub limit: u32,
+}
+
+/// `engram metrics`.
+#[derive(Args, Debug, Clone)]
+pub struct MetricsArgs {
+    /// Print each node's whole Prometheus text (with `--json`: beside the glance, as `text`).
+    #[arg(long)]
+    pub raw: bool,
 }
 
 /// `engram access`.

@@ -117,6 +117,7 @@ pub async fn run(cli: Cli) -> Result<()> {
         Command::Backup(args) => crate::backup_cmd::backup(&client()?, args, json).await,
         Command::Console(args) => crate::console_cmd::console(client()?, args, json).await,
         Command::Jobs(args) => crate::jobs_cmd::jobs(&client()?, &cli.endpoints, args, json).await,
+        Command::Metrics(args) => crate::metrics_cmd::metrics(&client()?, args, json).await,
         Command::Restore(args) => crate::backup_cmd::restore(args, json),
         Command::Audit(AuditCommand::Verify(args))
             if args.file.is_some() || args.data_dir.is_some() || args.backup.is_some() =>

@@ -81,22 +81,40 @@ pub fn probe_of(client: &Client) -> Result<Client> {
     probe_client(client.endpoints(), client.config().tls)
 }
 
-/// Each endpoint's own status, asked once and at the same time through `probe` (see
-/// [`probe_of`]: no retry, no forwarding), in the order of its endpoints.
-pub async fn node_statuses(probe: &Client) -> Vec<Result<pb::StatusResponse, ClientError>> {
+/// A probe client (see [`probe_client`]) for the endpoints of `client` that signs its calls
+/// with `client`'s agent key: for the calls an enforced cluster answers only to an agent.
+pub fn agent_probe_of(client: &Client) -> Result<Client> {
+    let mine = client.config();
+    let probe = probe_client(client.endpoints(), mine.tls.clone())?;
+    let config = ClientConfig {
+        agent: mine.agent,
+        trust_keys: mine.trust_keys,
+        ..probe.config()
+    };
+    Ok(Client::with_config(client.endpoints(), config)?)
+}
+
+/// `call` made of each endpoint of `probe` (see [`probe_of`]: no retry, no forwarding), all
+/// at once; the answers in the order of the endpoints.
+pub async fn each_node<T, F, Fut>(probe: &Client, call: F) -> Vec<Result<T, ClientError>>
+where
+    F: Fn(Client) -> Fut,
+    Fut: std::future::Future<Output = Result<T, ClientError>>,
+{
     let calls = (0..probe.endpoints().len()).map(|i| {
-        let node = probe.node(i);
-        async move {
-            match node {
-                Some(node) => node.status().await,
-                None => Err(ClientError::Endpoint {
-                    endpoint: String::new(),
-                    reason: "missing".into(),
-                }),
-            }
-        }
+        let node = probe.node(i).ok_or_else(|| ClientError::Endpoint {
+            endpoint: String::new(),
+            reason: "missing".into(),
+        });
+        let call = &call;
+        async move { call(node?).await }
     });
     futures::future::join_all(calls).await
+}
+
+/// Each endpoint's own status (see [`each_node`]).
+pub async fn node_statuses(probe: &Client) -> Vec<Result<pb::StatusResponse, ClientError>> {
+    each_node(probe, |node| async move { node.status().await }).await
 }
 
 pub fn receipt_json(r: &pb::TransactResponse) -> Json {

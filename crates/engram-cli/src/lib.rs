@@ -34,6 +34,7 @@ pub mod jobs_cmd;
 pub mod local_cluster;
 pub mod mcp;
 pub mod memory_cmd;
+pub mod metrics_cmd;
 pub mod offline;
 pub mod output;
 pub mod pki;

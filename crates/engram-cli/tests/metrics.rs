@@ -3,8 +3,9 @@
 //! entity, some relayed to the leader, appear in that node's scrape with their codes, and
 //! each method's latency histogram is well formed (cumulative buckets, `+Inf` equal to the
 //! count); the log's syncs are timed, each space's size is served, and the search index's lag
-//! falls to 0, its rebuild counted as a background job; and the alert rules and the dashboard in `deploy/` name only metrics a node
-//! serves.
+//! falls to 0, its rebuild counted as a background job; the alert rules and the dashboard in
+//! `deploy/` name only metrics a node serves; and `engram metrics` shows each node's figures,
+//! naming a node that does not answer.
 #![allow(clippy::unwrap_used)] // test helpers: a failed set-up step should stop the test loudly
 
 mod common;
@@ -226,5 +227,54 @@ async fn every_client_call_is_counted_by_method_and_code_and_timed() {
         }
         assert!(named > 10, "{file}: {named} metric names found");
     }
+
+    // `engram metrics` reads the same figures over gRPC, a column per node; a node that does
+    // not answer is named, the others still printed, and the exit code says so.
+    let dead = format!("127.0.0.1:{}", free_ports(1).unwrap()[0]);
+    let metrics_cli = |endpoints: &[String], args: &[&str]| {
+        let mut command = std::process::Command::new(EXE);
+        for endpoint in endpoints {
+            command.args(["-e", endpoint]);
+        }
+        command.arg("metrics").args(args).output().unwrap()
+    };
+    let out = metrics_cli(&endpoints, &["--json"]);
+    assert!(out.status.success(), "{}", common::text(&out.stderr));
+    let doc = common::json_of(&out);
+    let nodes = doc["nodes"].as_array().unwrap();
+    assert_eq!(nodes.len(), 3, "{doc}");
+    for (n, endpoint) in nodes.iter().zip(&endpoints) {
+        assert_eq!(n["endpoint"], endpoint.as_str(), "{doc}");
+        assert!(n["metrics"]["requests"].as_f64().unwrap() > 0.0, "{doc}");
+        assert!(n["metrics"]["store_bytes"].as_f64().unwrap() > 0.0, "{doc}");
+        assert_eq!(n["metrics"]["storage_corruptions"], 0.0, "{doc}");
+        assert!(n.get("text").is_none(), "the text only with --raw: {doc}");
+    }
+    let out = metrics_cli(&endpoints, &["--raw"]);
+    let raw = common::text(&out.stdout);
+    assert!(out.status.success(), "{}", common::text(&out.stderr));
+    for id in 1..=3 {
+        assert!(raw.contains(&format!("# node {id} (")), "{raw}");
+        assert!(
+            raw.contains(&format!("engram_rpc_requests_total{{node_id=\"{id}\"")),
+            "{raw}"
+        );
+    }
+    let mut with_dead = endpoints.clone();
+    with_dead.push(dead.clone());
+    let out = metrics_cli(&with_dead, &[]);
+    let table = common::text(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{table}");
+    let header = table.lines().next().unwrap();
+    for column in ["NODE 1", "NODE 2", "NODE 3", dead.as_str()] {
+        assert!(header.contains(column), "{table}");
+    }
+    let calls = table.lines().find(|l| l.starts_with("calls ")).unwrap();
+    assert!(calls.ends_with("unavailable"), "{table}");
+    assert!(
+        common::text(&out.stderr).contains("1 of 4 endpoints did not answer"),
+        "{}",
+        common::text(&out.stderr)
+    );
     cluster.kill_all();
 }

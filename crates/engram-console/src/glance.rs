@@ -108,7 +108,7 @@ fn quantile(samples: &[Sample], family: &str, q: f64) -> Option<f64> {
     bounds.iter().find(|(_, n)| *n >= q * total).map(|(le, _)| *le)
 }
 
-/// What the cluster page shows of one node's metrics.
+/// What the console's cluster page and `engram metrics` show of one node's metrics.
 pub fn glance(text: &str) -> Json {
     let s = samples(text);
     let any = |_: &Sample| true;
