@@ -742,6 +742,7 @@ pub(crate) async fn query(client: &Client, args: QueryArgs, json: bool) -> Resul
             "USES",
             "BINDS",
             "FILTERS",
+            "NOT",
             "ROWS READ",
             "ROWS OUT",
         ]);
@@ -753,6 +754,11 @@ pub(crate) async fn query(client: &Client, args: QueryArgs, json: bool) -> Resul
                 s.uses.join(" "),
                 s.binds.join(" "),
                 s.filters
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join(" "),
+                s.negations
                     .iter()
                     .map(ToString::to_string)
                     .collect::<Vec<_>>()

@@ -429,7 +429,9 @@ pub struct QueryArgs {
     /// in an entity position joins a reference to its target, e.g.
     /// [["?task", ":task/owner", "?agent"], ["?agent", ":agent/team", "infra"]]. An entry
     /// [op, "?var", value or variable], op one of < <= > >= !=, is a filter the rows pass:
-    /// [">", "?priority", 2].
+    /// [">", "?priority", 2]. An entry ["not", clause] keeps only the rows for which the clause
+    /// matches nothing, a variable no other clause binds matching anything:
+    /// ["not", ["?task", ":task/owner", "?anyone"]] (the tasks nobody owns).
     #[serde(rename = "where")]
     pub clauses: Vec<Json>,
     /// Read as of this transaction (default: now).

@@ -12,6 +12,10 @@
 //! boolean (a `string`, `i64`, `f64` or `bool` value), or a value object in the transaction
 //! format (`{"keyword": ...}`, `{"ref": 12}`, `{"instant_ns": ...}`; `{"string": "?x"}` for a
 //! string that starts with `?`).
+//!
+//! An entry `[op, "?var", value or variable]` (op one of `<`, `<=`, `>`, `>=`, `!=`) is a
+//! filter; an entry `["not", [entity, attribute, value]]` keeps only the rows for which the
+//! clause matches nothing (a variable no other clause binds is its own and matches anything).
 
 use engram_types::query::{Clause, Compare, EntityTerm, Filter, Query, ValueTerm, Variable, Where};
 use engram_types::{Attribute, EntityId, ValidationError, Value};
@@ -32,7 +36,9 @@ Each clause is [entity, attribute, value]: the entity a variable (\"?name\") or 
 the value a variable, a JSON string, integer, float or boolean, or a value object as in\n  \
 transactions ({\"keyword\": \":x/y\"}, {\"ref\": 12}, {\"instant_ns\": N}). A variable in an\n  \
 entity position joins a reference to its target. An entry [op, \"?var\", value or variable],\n  \
-op one of < <= > >= !=, is a filter: [\">\", \"?priority\", 2]. Rows are distinct, sorted, and\n  \
+op one of < <= > >= !=, is a filter: [\">\", \"?priority\", 2]. An entry [\"not\", clause]\n  \
+keeps the rows for which the clause matches nothing: [\"not\", [\"?task\", \":task/owner\", \"?anyone\"]]\n  \
+(a variable no other clause binds, ?anyone, matches anything). Rows are distinct, sorted, and\n  \
 read as of one transaction; every clause reads current claims.";
 
 fn fail<T>(path: impl Into<String>, reason: impl Into<String>) -> Result<T, JsonError> {
@@ -75,21 +81,18 @@ pub fn query_from_json(doc: &Json) -> Result<Query, JsonError> {
         Some(_) => return fail("find", "expected an array of variables, e.g. [\"?task\"]"),
         None => return fail("find", "is required: the variables each row lists"),
     };
-    // A `where` entry whose first element is a comparison (`[">", "?p", 3]`) is a filter;
-    // any other is a clause.
+    // A `where` entry whose first element is a comparison (`[">", "?p", 3]`) is a filter, one
+    // whose first element is "not" a `not` clause; any other is a clause.
     let entries = match obj.get("where") {
         Some(Json::Array(cs)) => cs
             .iter()
             .enumerate()
             .map(|(i, c)| {
-                match c
-                    .as_array()
-                    .and_then(|a| a.first())
-                    .and_then(Json::as_str)
-                    .and_then(Compare::parse)
-                {
-                    Some(op) => filter(i, op, c).map(Where::Filter),
-                    None => clause(i, c).map(Where::Clause),
+                let head = c.as_array().and_then(|a| a.first()).and_then(Json::as_str);
+                match (head, head.and_then(Compare::parse)) {
+                    (_, Some(op)) => filter(i, op, c).map(Where::Filter),
+                    (Some("not"), None) => negation(i, c).map(Where::Not),
+                    _ => clause(&format!("where[{i}]"), c).map(Where::Clause),
                 }
             })
             .collect::<Result<Vec<_>, _>>()?,
@@ -136,8 +139,18 @@ fn variable(path: &str, v: &Json) -> Result<Variable, JsonError> {
     }
 }
 
-fn clause(i: usize, c: &Json) -> Result<Clause, JsonError> {
+/// A `not` entry: `["not", [entity, attribute, value]]`.
+fn negation(i: usize, c: &Json) -> Result<Clause, JsonError> {
     let path = format!("where[{i}]");
+    let Some([_, inner]) = c.as_array().map(Vec::as_slice) else {
+        return fail(path, "a not entry is [\"not\", [entity, attribute, value]]");
+    };
+    clause(&format!("{path}[1]"), inner)
+}
+
+/// The clause at `path` (`where[2]`, `where[3][1]`).
+fn clause(path: &str, c: &Json) -> Result<Clause, JsonError> {
+    let path = path.to_string();
     let Some([e, a, v]) = c.as_array().map(Vec::as_slice) else {
         return fail(path, "expected [entity, attribute, value]");
     };
@@ -222,6 +235,7 @@ pub fn rows_to_json(resp: &engram_client::pb::QueryResponse) -> Json {
                     json!({
                         "clause": s.clause, "access": s.access, "binds": s.binds, "uses": s.uses,
                         "rows_read": s.rows_read, "rows_out": s.rows_out, "filters": s.filters,
+                        "negations": s.negations,
                     })
                 })
                 .collect(),
@@ -293,6 +307,36 @@ mod tests {
         let err =
             parse_query(r#"{"find": ["?x"], "where": [[">", "?p", 1], ["?t", ":a/b", "?p"]]}"#).unwrap_err();
         assert_eq!(err.path, "find[0]");
+    }
+
+    #[test]
+    fn a_not_entry_is_a_clause_that_keeps_the_rows_it_does_not_match() {
+        let q = parse_query(
+            r#"{"find": ["?t"], "where": [
+                ["not", ["?t", ":task/owner", "?anyone"]], ["?t", ":task/status", "open"]]}"#,
+        )
+        .expect("parses");
+        assert_eq!((q.clauses.len(), q.negations.len()), (1, 1));
+        assert_eq!(
+            q.negations[0].value,
+            ValueTerm::Var(Variable::new("?anyone").expect("valid"))
+        );
+        let err = |text: &str| {
+            let e = parse_query(text).unwrap_err();
+            (e.path, e.reason)
+        };
+        let (path, _) = err(r#"{"find": ["?t"], "where": [["?t", ":a/b", 1], ["not", ["?t", "a/c", 1]]]}"#);
+        assert_eq!(path, "where[1][1][1]", "the attribute inside the not entry");
+        let (path, reason) =
+            err(r#"{"find": ["?t"], "where": [["?t", ":a/b", 1], ["not", "?t", ":a/c", 1]]}"#);
+        assert_eq!(
+            (path.as_str(), reason.as_str()),
+            ("where[1]", "a not entry is [\"not\", [entity, attribute, value]]")
+        );
+        let (path, reason) =
+            err(r#"{"find": ["?t"], "where": [["?t", ":a/b", 1], ["not", ["?x", ":a/c", "?y"]]]}"#);
+        assert_eq!(path, "where[1]");
+        assert!(reason.contains("shares no variable with the clauses"), "{reason}");
     }
 
     #[test]

@@ -16,6 +16,12 @@
 //!   every node. [`Step`] reports each with what it read. When several clauses bind the same
 //!   entity, an entity's rows (up to 256 of them) are read with one seek and its
 //!   slots taken from them, rather than a seek per slot.
+//! - **`not` clauses.** Each is asked of every row once the clauses bound its variables (as a
+//!   filter is): a row stays if the pattern matches none of the current claims its bound terms
+//!   lead to (read as a clause with those terms would read them: the slot, the value index,
+//!   the reverse-reference index or the attribute), a variable local to it matching anything.
+//!   The rows it reads count against the limit like any clause's, named in the step after
+//!   which it runs ([`Step::negations`]).
 //! - **Limits.** A run reads at most `max_rows_read` index and datom rows and holds at most
 //!   [`MAX_PARTIAL_ROWS`] partial rows; past either it stops with [`ReadError::TooCostly`]
 //!   naming the clause, never with a partial answer.
@@ -114,6 +120,9 @@ pub struct Step {
     pub rows_out: u64,
     /// The query's filters applied after it: those whose variables it was the last to bind.
     pub filters: Vec<usize>,
+    /// The query's `not` clauses asked after it (indexes in [`Query::negations`]), likewise;
+    /// their reads are in `rows_read`.
+    pub negations: Vec<usize>,
 }
 
 /// What a query reads as of, and its limit.
@@ -166,17 +175,22 @@ pub fn run(
         (_, judged) => judged,
     };
     // One schema read per clause: whether its attribute is declared, and indexed.
-    let mut indexed = Vec::with_capacity(q.clauses.len());
-    for (i, c) in q.clauses.iter().enumerate() {
-        let def = schema::def_at(store, ns, &c.attribute, None)?;
-        if def.is_none() && branch.is_none() {
-            written(store, ns, i, &c.attribute)?;
+    let indexed_of = |field: &str, clauses: &[Clause]| -> Result<Vec<bool>, ReadError> {
+        let mut indexed = Vec::with_capacity(clauses.len());
+        for (i, c) in clauses.iter().enumerate() {
+            let def = schema::def_at(store, ns, &c.attribute, None)?;
+            if def.is_none() && branch.is_none() {
+                written(store, ns, &format!("{field}[{i}].attribute"), &c.attribute)?;
+            }
+            indexed.push(def.is_some_and(|d| d.has_value_index()));
         }
-        indexed.push(def.is_some_and(|d| d.has_value_index()));
-    }
+        Ok(indexed)
+    };
+    let indexed = indexed_of("clauses", &q.clauses)?;
+    let negations_indexed = indexed_of("not_clauses", &q.negations)?;
     let mut plan = plan(q, &indexed, branch.is_some());
     let mut exec = Exec::new(store, view, as_of, opts, expired_at_ns)?;
-    let rows = exec.rows(q, &mut plan)?;
+    let rows = exec.rows(q, &mut plan, &negations_indexed)?;
     let offset = cursor.as_ref().map_or(0, |c| c.after.0 as usize);
     let end = offset.saturating_add(limit).min(rows.len());
     let page: Vec<Vec<Value>> = rows.get(offset..end).map(<[_]>::to_vec).unwrap_or_default();
@@ -195,19 +209,45 @@ pub fn run(
     })
 }
 
-/// Refuses an undeclared attribute that holds no datom on main.
-fn written(store: &dyn ReadView, ns: &Namespace, i: usize, attr: &Attribute) -> Result<(), ReadError> {
+/// Refuses an undeclared attribute that holds no datom on main; `field` names it.
+fn written(store: &dyn ReadView, ns: &Namespace, field: &str, attr: &Attribute) -> Result<(), ReadError> {
     let prefix = keys::aevt_attr(ns, attr);
     if store
         .scan(Space::State, &prefix, prefix_end(&prefix).as_deref(), 1)?
         .is_empty()
     {
         return Err(ReadError::UnknownAttribute {
-            field: format!("clauses[{i}].attribute"),
+            field: field.to_string(),
             attribute: attr.clone(),
         });
     }
     Ok(())
+}
+
+/// How a clause whose entity is `entity_known` (or not) and whose value is `value_known` (or
+/// not) reads the store; `indexed`: whether its attribute has a value index.
+fn access_of(
+    c: &Clause,
+    entity_known: bool,
+    value_known: bool,
+    indexed: bool,
+    on_branch: bool,
+) -> Option<Access> {
+    if entity_known {
+        Some(Access::Slot)
+    } else if value_known && indexed {
+        Some(Access::ValueIndex)
+    } else if value_known
+        && !on_branch
+        && !matches!(&c.value, ValueTerm::Value(v) if !matches!(v, Value::Ref(_)))
+    {
+        // A reference given, or a variable that may hold references.
+        Some(Access::RefIndex)
+    } else if value_known {
+        Some(Access::ScanFiltered)
+    } else {
+        None
+    }
 }
 
 /// The order the clauses run in (see the module's doc), with how each reads; `indexed[i]`:
@@ -230,22 +270,12 @@ fn plan(q: &Query, indexed: &[bool], on_branch: bool) -> Vec<Step> {
                 ValueTerm::Var(v) => is_bound(v),
             };
             let connected = bound.is_empty() || c.variables().any(is_bound) || c.variables().next().is_none();
-            let (cost, access) = if entity_known {
-                (0, Access::Slot)
-            } else if value_known && indexed[i] {
-                (1, Access::ValueIndex)
-            } else if value_known
-                && !on_branch
-                && !matches!(&c.value, ValueTerm::Value(v) if !matches!(v, Value::Ref(_)))
-            {
-                // A reference given, or a variable that may hold references.
-                (2, Access::RefIndex)
-            } else if value_known {
-                (2, Access::ScanFiltered)
-            } else if connected {
-                (3, Access::Scan)
-            } else {
-                (4, Access::Scan)
+            let (cost, access) = match access_of(c, entity_known, value_known, indexed[i], on_branch) {
+                Some(Access::Slot) => (0, Access::Slot),
+                Some(Access::ValueIndex) => (1, Access::ValueIndex),
+                Some(access) => (2, access),
+                None if connected => (3, Access::Scan),
+                None => (4, Access::Scan),
             };
             if best.is_none_or(|(c, ..)| cost < c) {
                 best = Some((cost, at, access, !connected));
@@ -268,6 +298,7 @@ fn plan(q: &Query, indexed: &[bool], on_branch: bool) -> Vec<Step> {
             rows_read: 0,
             rows_out: 0,
             filters: Vec::new(),
+            negations: Vec::new(),
         });
         bound.extend(c.variables());
     }
@@ -349,8 +380,14 @@ impl<'a> Exec<'a> {
         })
     }
 
-    /// The answer's rows: every step run, projected on `find`, distinct and sorted.
-    fn rows(&mut self, q: &Query, plan: &mut [Step]) -> Result<Vec<Vec<Value>>, ReadError> {
+    /// The answer's rows: every step run, projected on `find`, distinct and sorted;
+    /// `negations_indexed[i]`: whether `not` clause `i`'s attribute has a value index.
+    fn rows(
+        &mut self,
+        q: &Query,
+        plan: &mut [Step],
+        negations_indexed: &[bool],
+    ) -> Result<Vec<Vec<Value>>, ReadError> {
         let vars = q.variables();
         let slot = |v: &Variable| vars.iter().position(|x| *x == v);
         let entity_terms: Vec<&EntityTerm> = q.clauses.iter().map(|c| &c.entity).collect();
@@ -361,30 +398,18 @@ impl<'a> Exec<'a> {
                 .any(|(i, e)| entity_terms[i + 1..].contains(e));
         let mut partial: Vec<Partial> = vec![vec![None; vars.len()]];
         let mut applied = vec![false; q.filters.len()];
+        let mut asked = vec![false; q.negations.len()];
         for step in plan.iter_mut() {
             let c = &q.clauses[step.clause];
             self.at = format!("clauses[{}] {c}", step.clause);
             self.disconnected = step.disconnected;
             let before = self.rows_read;
-            let entity_at = match &c.entity {
-                EntityTerm::Var(v) => slot(v),
-                EntityTerm::Entity(_) => None,
-            };
-            let value_at = match &c.value {
-                ValueTerm::Var(v) => slot(v),
-                ValueTerm::Value(_) => None,
-            };
-            let terms = Terms {
-                clause: c,
-                entity_at,
-                value_at,
-            };
+            let terms = Terms::of(c, slot);
             partial = match step.access {
                 Access::Slot => self.by_slot(&terms, &partial)?,
                 Access::ValueIndex | Access::RefIndex => self.by_value(&terms, &partial, step.access)?,
                 Access::ScanFiltered | Access::Scan => self.by_scan(&terms, &partial)?,
             };
-            step.rows_read = self.rows_read - before;
             // Each filter runs once all its variables are bound: after this step if the rows
             // bind them now.
             for (i, f) in q.filters.iter().enumerate() {
@@ -402,6 +427,35 @@ impl<'a> Exec<'a> {
                     step.filters.push(i);
                 }
             }
+            // Each `not` clause likewise, once the variables the clauses bind in it are bound
+            // (its own, local ones, are never bound: they match anything).
+            for (i, n) in q.negations.iter().enumerate() {
+                let outer: Vec<usize> = n.variables().filter_map(slot).collect();
+                if asked[i]
+                    || !partial
+                        .first()
+                        .is_some_and(|row| outer.iter().all(|&s| row[s].is_some()))
+                {
+                    continue;
+                }
+                self.at = format!("not_clauses[{i}] (not {n})");
+                let terms = Terms::of(n, slot);
+                let entity_known = matches!(n.entity, EntityTerm::Entity(_)) || terms.entity_at.is_some();
+                let value_known = matches!(n.value, ValueTerm::Value(_)) || terms.value_at.is_some();
+                // `Query::negated` holds a variable the clauses bind in every `not` clause.
+                let access = access_of(
+                    n,
+                    entity_known,
+                    value_known,
+                    negations_indexed[i],
+                    self.view.branch.is_some(),
+                )
+                .unwrap_or(Access::Scan);
+                partial = self.without(&terms, partial, access)?;
+                asked[i] = true;
+                step.negations.push(i);
+            }
+            step.rows_read = self.rows_read - before;
             step.rows_out = partial.len() as u64;
             if partial.is_empty() {
                 break;
@@ -444,37 +498,93 @@ impl<'a> Exec<'a> {
         access: Access,
     ) -> Result<Vec<Partial>, ReadError> {
         let mut out = Vec::new();
-        let mut holders: HashMap<[u8; 16], Vec<EntityId>> = HashMap::new();
-        // Values not found through an index: the attribute's claims, read once.
-        let mut scanned: Option<HashMap<[u8; 16], Vec<EntityId>>> = None;
+        let mut holders = Holders::default();
         for row in partial {
             let Some(v) = t.value(row) else {
                 continue;
             };
-            let digest = keys::value_digest(&v);
-            if let Entry::Vacant(slot) = holders.entry(digest) {
-                let found = match (&v, access) {
-                    (_, Access::ValueIndex) => self.holding(&t.clause.attribute, &v)?,
-                    (Value::Ref(target), _) => self.referring(&t.clause.attribute, *target)?,
-                    _ => {
-                        if scanned.is_none() {
-                            let mut by_value: HashMap<[u8; 16], Vec<EntityId>> = HashMap::new();
-                            for (e, held) in self.all(&t.clause.attribute)? {
-                                by_value.entry(keys::value_digest(&held)).or_default().push(e);
-                            }
-                            scanned = Some(by_value);
-                        }
-                        scanned
-                            .as_ref()
-                            .and_then(|s| s.get(&digest))
-                            .cloned()
-                            .unwrap_or_default()
-                    }
-                };
-                slot.insert(found);
-            }
-            for &e in &holders[&digest] {
+            for e in self.holders(&mut holders, &t.clause.attribute, &v, access)? {
                 self.extend(t, row, e, &v, &mut out)?;
+            }
+        }
+        Ok(out)
+    }
+
+    /// The entities whose current claims of `attr` hold `v`, found as `access` says, each value
+    /// looked up once per step (`seen`).
+    fn holders(
+        &mut self,
+        seen: &mut Holders,
+        attr: &Attribute,
+        v: &Value,
+        access: Access,
+    ) -> Result<Vec<EntityId>, ReadError> {
+        let digest = keys::value_digest(v);
+        if let Some(found) = seen.by_value.get(&digest) {
+            return Ok(found.clone());
+        }
+        let found = match (v, access) {
+            (_, Access::ValueIndex) => self.holding(attr, v)?,
+            (Value::Ref(target), _) => self.referring(attr, *target)?,
+            _ => {
+                if seen.scanned.is_none() {
+                    let mut by_value: HashMap<[u8; 16], Vec<EntityId>> = HashMap::new();
+                    for (e, held) in self.all(attr)? {
+                        by_value.entry(keys::value_digest(&held)).or_default().push(e);
+                    }
+                    seen.scanned = Some(by_value);
+                }
+                seen.scanned
+                    .as_ref()
+                    .and_then(|s| s.get(&digest))
+                    .cloned()
+                    .unwrap_or_default()
+            }
+        };
+        seen.by_value.insert(digest, found.clone());
+        Ok(found)
+    }
+
+    /// The rows for which the `not` clause `t` matches no current claim, read as `access` says
+    /// (a scan when neither its entity nor its value is known: every claim of the attribute).
+    fn without(
+        &mut self,
+        t: &Terms<'_>,
+        partial: Vec<Partial>,
+        access: Access,
+    ) -> Result<Vec<Partial>, ReadError> {
+        let mut claims: HashMap<EntityId, Vec<Value>> = HashMap::new();
+        let mut holders = Holders::default();
+        let mut all: Option<Vec<(EntityId, Value)>> = None;
+        let mut out = Vec::with_capacity(partial.len());
+        for row in partial {
+            let matched = match access {
+                Access::Slot => match t.entity(&row) {
+                    // Bound to a value that is not a reference: no entity is it.
+                    None => false,
+                    Some(e) => {
+                        if let Entry::Vacant(slot) = claims.entry(e) {
+                            slot.insert(self.claims(e, &t.clause.attribute)?);
+                        }
+                        claims[&e].iter().any(|v| t.agrees(&row, e, v))
+                    }
+                },
+                Access::ValueIndex | Access::RefIndex | Access::ScanFiltered => match t.value(&row) {
+                    None => false,
+                    Some(v) => self
+                        .holders(&mut holders, &t.clause.attribute, &v, access)?
+                        .into_iter()
+                        .any(|e| t.agrees(&row, e, &v)),
+                },
+                Access::Scan => {
+                    if all.is_none() {
+                        all = Some(self.all(&t.clause.attribute)?);
+                    }
+                    all.iter().flatten().any(|(e, v)| t.agrees(&row, *e, v))
+                }
+            };
+            if !matched {
+                out.push(row);
             }
         }
         Ok(out)
@@ -520,25 +630,19 @@ impl<'a> Exec<'a> {
         v: &Value,
         out: &mut Vec<Partial>,
     ) -> Result<(), ReadError> {
-        let mut next = row.clone();
-        let entity = Value::Ref(e);
-        match (&t.clause.entity, t.entity_at) {
-            (EntityTerm::Entity(x), _) if *x != e => return Ok(()),
-            (EntityTerm::Var(_), Some(i)) => match &next[i] {
-                Some(held) if *held != entity => return Ok(()),
-                Some(_) => {}
-                None => next[i] = Some(entity),
-            },
-            _ => {}
+        if !t.agrees(row, e, v) {
+            return Ok(());
         }
-        match (&t.clause.value, t.value_at) {
-            (ValueTerm::Value(x), _) if x != v => return Ok(()),
-            (ValueTerm::Var(_), Some(i)) => match &next[i] {
-                Some(held) if held != v => return Ok(()),
-                Some(_) => {}
-                None => next[i] = Some(v.clone()),
-            },
-            _ => {}
+        let mut next = row.clone();
+        if let Some(i) = t.entity_at
+            && next[i].is_none()
+        {
+            next[i] = Some(Value::Ref(e));
+        }
+        if let Some(i) = t.value_at
+            && next[i].is_none()
+        {
+            next[i] = Some(v.clone());
         }
         if out.len() >= MAX_PARTIAL_ROWS {
             return Err(ReadError::TooCostly(format!(
@@ -752,7 +856,22 @@ struct Terms<'q> {
     value_at: Option<usize>,
 }
 
-impl Terms<'_> {
+impl<'q> Terms<'q> {
+    /// `clause` with its variables placed by `slot` (`None`: a variable the rows never bind).
+    fn of(clause: &'q Clause, slot: impl Fn(&Variable) -> Option<usize>) -> Terms<'q> {
+        Terms {
+            clause,
+            entity_at: match &clause.entity {
+                EntityTerm::Var(v) => slot(v),
+                EntityTerm::Entity(_) => None,
+            },
+            value_at: match &clause.value {
+                ValueTerm::Var(v) => slot(v),
+                ValueTerm::Value(_) => None,
+            },
+        }
+    }
+
     /// The entity the row (or the clause) fixes: `None` when unbound, or bound to a value
     /// that is not a reference (which no entity position matches).
     fn entity(&self, row: &Partial) -> Option<EntityId> {
@@ -774,6 +893,40 @@ impl Terms<'_> {
             (ValueTerm::Var(_), None) => None,
         }
     }
+
+    /// Whether the claim (`e`, `v`) agrees with the clause's terms as `row` binds them: a
+    /// variable the row leaves unbound takes anything, and one variable in both positions
+    /// takes a claim whose value is a reference to its own entity.
+    fn agrees(&self, row: &Partial, e: EntityId, v: &Value) -> bool {
+        let entity = Value::Ref(e);
+        let mut bound_here = None;
+        match (&self.clause.entity, self.entity_at) {
+            (EntityTerm::Entity(x), _) if *x != e => return false,
+            (EntityTerm::Var(_), Some(i)) => match &row[i] {
+                Some(held) if *held != entity => return false,
+                Some(_) => {}
+                None => bound_here = Some(i),
+            },
+            _ => {}
+        }
+        match (&self.clause.value, self.value_at) {
+            (ValueTerm::Value(x), _) => x == v,
+            (ValueTerm::Var(_), Some(i)) => match &row[i] {
+                Some(held) => held == v,
+                None if bound_here == Some(i) => entity == *v,
+                None => true,
+            },
+            (ValueTerm::Var(_), None) => true,
+        }
+    }
+}
+
+/// What one step has looked up by value: the holders of each value, and the attribute's
+/// claims when it was read whole.
+#[derive(Default)]
+struct Holders {
+    by_value: HashMap<[u8; 16], Vec<EntityId>>,
+    scanned: Option<HashMap<[u8; 16], Vec<EntityId>>>,
 }
 
 /// The fingerprint a query's cursor is bound to.
@@ -785,10 +938,7 @@ fn query_key(ns: &Namespace, branch: Option<&BranchName>, q: &Query, opts: &Quer
     ];
     encoded.extend(q.find.iter().map(|v| v.as_str().as_bytes().to_vec()));
     for c in &q.clauses {
-        encoded.push(match &c.entity {
-            EntityTerm::Var(v) => [b"?".as_slice(), v.as_str().as_bytes()].concat(),
-            EntityTerm::Entity(e) => [b"#".as_slice(), &e.0.to_be_bytes()].concat(),
-        });
+        encoded.push(entity_bytes(&c.entity));
         encoded.push(c.attribute.as_str().as_bytes().to_vec());
         encoded.push(term_bytes(&c.value));
     }
@@ -797,6 +947,13 @@ fn query_key(ns: &Namespace, branch: Option<&BranchName>, q: &Query, opts: &Quer
         encoded.push(f.left.as_str().as_bytes().to_vec());
         encoded.push(term_bytes(&f.right));
     }
+    // Tagged, and only when there are some: cursors of queries without one keep their key.
+    for c in &q.negations {
+        encoded.push(b"not".to_vec());
+        encoded.push(entity_bytes(&c.entity));
+        encoded.push(c.attribute.as_str().as_bytes().to_vec());
+        encoded.push(term_bytes(&c.value));
+    }
     encoded.push(opts.as_of.map_or(0, |t| t.0).to_be_bytes().to_vec());
     encoded.push(vec![u8::from(opts.expired_at_ns.is_some())]);
     if let Some(valid) = opts.valid_at_ns {
@@ -804,6 +961,14 @@ fn query_key(ns: &Namespace, branch: Option<&BranchName>, q: &Query, opts: &Quer
     }
     let parts: Vec<&[u8]> = encoded.iter().map(Vec::as_slice).collect();
     QueryKey::of(CursorKind::Query, &parts)
+}
+
+/// An entity position as the fingerprint takes it: a variable's name or an id, tagged apart.
+fn entity_bytes(t: &EntityTerm) -> Vec<u8> {
+    match t {
+        EntityTerm::Var(v) => [b"?".as_slice(), v.as_str().as_bytes()].concat(),
+        EntityTerm::Entity(e) => [b"#".as_slice(), &e.0.to_be_bytes()].concat(),
+    }
 }
 
 /// A value position as the fingerprint takes it: a variable's name or a value's canonical

@@ -1948,27 +1948,29 @@ fn history_since_and_find_since_and_at_a_valid_instant() {
 
 /// A query from `find` and `[entity, attribute, value]` clauses, `?`-names as variables.
 fn join(find: &[&str], clauses: Vec<(Term, &str, Term)>) -> Query {
-    let var = |v: &str| Variable::new(v).unwrap();
     Query::new(
-        find.iter().map(|v| var(v)).collect(),
-        clauses
-            .into_iter()
-            .map(|(e, a, v)| Clause {
-                entity: match e {
-                    Term::Var(n) => EntityTerm::Var(var(n)),
-                    Term::Id(id) => EntityTerm::Entity(id),
-                    Term::Val(_) => panic!("a value in an entity position"),
-                },
-                attribute: attr(a),
-                value: match v {
-                    Term::Var(n) => ValueTerm::Var(var(n)),
-                    Term::Val(x) => ValueTerm::Value(x),
-                    Term::Id(id) => ValueTerm::Value(Value::Ref(id)),
-                },
-            })
-            .collect(),
+        find.iter().map(|v| Variable::new(*v).unwrap()).collect(),
+        clauses.into_iter().map(clause_of).collect(),
     )
     .unwrap()
+}
+
+/// One `[entity, attribute, value]` clause, `?`-names as variables.
+fn clause_of((e, a, v): (Term, &str, Term)) -> Clause {
+    let var = |v: &str| Variable::new(v).unwrap();
+    Clause {
+        entity: match e {
+            Term::Var(n) => EntityTerm::Var(var(n)),
+            Term::Id(id) => EntityTerm::Entity(id),
+            Term::Val(_) => panic!("a value in an entity position"),
+        },
+        attribute: attr(a),
+        value: match v {
+            Term::Var(n) => ValueTerm::Var(var(n)),
+            Term::Val(x) => ValueTerm::Value(x),
+            Term::Id(id) => ValueTerm::Value(Value::Ref(id)),
+        },
+    }
 }
 
 enum Term {
@@ -2391,6 +2393,141 @@ fn a_join_reads_an_entity_of_many_rows_a_slot_at_a_time_with_the_same_answer() {
     // first 257 rows were seen.
     let read: u64 = plan.iter().map(|s| s.rows_read).sum();
     assert!(read > 257 && read < 300, "{read} rows read");
+}
+
+/// `q` with the `not` clauses `nots`.
+fn without(q: Query, nots: Vec<(Term, &str, Term)>) -> Query {
+    q.negated(nots.into_iter().map(clause_of).collect()).unwrap()
+}
+
+#[test]
+fn a_not_clause_keeps_the_rows_for_which_its_pattern_matches_no_current_claim() {
+    let mut m = Mem::new("team/n");
+    let mut status = def(":task/status", ValueType::Keyword);
+    status.indexed = true;
+    let mut title = def(":task/title", ValueType::String);
+    title.indexed = true;
+    m.declare(vec![
+        def(":task/owner", ValueType::Ref),
+        status,
+        title,
+        def(":agent/name", ValueType::String),
+    ])
+    .unwrap();
+    let admin = agent("admin", Status::Verified, 1.0);
+    let people = m
+        .write(
+            admin.clone(),
+            vec![
+                assert_op(temp("ann"), ":agent/name", s("ann")),
+                assert_op(temp("bob"), ":agent/name", s("bob")),
+            ],
+        )
+        .unwrap();
+    let (ann, bob) = (created(&people, "ann"), created(&people, "bob"));
+    let tasks = m
+        .write(
+            admin.clone(),
+            vec![
+                assert_op(temp("t0"), ":task/status", kw(":status/open")),
+                assert_op(temp("t0"), ":task/owner", Value::Ref(ann)),
+                assert_op(temp("t0"), ":task/title", s("ann")),
+                assert_op(temp("t1"), ":task/status", kw(":status/open")),
+                assert_op(temp("t2"), ":task/status", kw(":status/done")),
+                assert_op(temp("t2"), ":task/owner", Value::Ref(bob)),
+            ],
+        )
+        .unwrap();
+    let t: Vec<EntityId> = (0..3).map(|i| created(&tasks, &format!("t{i}"))).collect();
+    let refs = |ids: &[EntityId]| -> Vec<Vec<Value>> { ids.iter().map(|e| vec![Value::Ref(*e)]).collect() };
+
+    // The open tasks nobody owns (the entity bound: each task's owner slot; ?anyone local).
+    let unowned = without(
+        join(
+            &["?t"],
+            vec![(Term::Var("?t"), ":task/status", Term::Val(kw(":status/open")))],
+        ),
+        vec![(Term::Var("?t"), ":task/owner", Term::Var("?anyone"))],
+    );
+    let (rows, plan) = query_pages(&m, &unowned, &opts_now(), 100);
+    assert_eq!(rows, refs(&[t[1]]));
+    assert_eq!(plan[0].negations, [0], "asked once ?t is bound");
+    assert_eq!(plan[0].rows_out, 1);
+
+    // The people no task is owned by (the value bound: the reverse-reference index; ?t local).
+    let idle = without(
+        join(&["?p"], vec![(Term::Var("?p"), ":agent/name", Term::Var("?n"))]),
+        vec![(Term::Var("?t"), ":task/owner", Term::Var("?p"))],
+    );
+    assert!(
+        query_pages(&m, &idle, &opts_now(), 100).0.is_empty(),
+        "ann owns t0, bob t2"
+    );
+    let freed = m
+        .write(
+            admin.clone(),
+            vec![retract_op(t[2], ":task/owner", Value::Ref(bob))],
+        )
+        .unwrap();
+    assert_eq!(query_pages(&m, &idle, &opts_now(), 100).0, refs(&[bob]));
+    // A not clause reads as of the query's point like any clause.
+    let then = QueryOptions {
+        as_of: Some(tasks.tx),
+        ..opts_now()
+    };
+    assert!(query_pages(&m, &idle, &then, 100).0.is_empty());
+    // t0 moves to bob: ann is idle now, bob is not (the current claim, not the history).
+    m.write(
+        admin.clone(),
+        vec![assert_op(id(t[0]), ":task/owner", Value::Ref(bob))],
+    )
+    .unwrap();
+    assert_eq!(query_pages(&m, &idle, &opts_now(), 100).0, refs(&[ann]));
+    let at_freed = QueryOptions {
+        as_of: Some(freed.tx),
+        ..opts_now()
+    };
+    assert_eq!(query_pages(&m, &idle, &at_freed, 100).0, refs(&[bob]));
+
+    // The names no task is titled with (a value index, ?t local), and a not clause with a
+    // constant value beside a bound entity (the tasks not open).
+    let untitled = without(
+        join(&["?n"], vec![(Term::Var("?p"), ":agent/name", Term::Var("?n"))]),
+        vec![(Term::Var("?t"), ":task/title", Term::Var("?n"))],
+    );
+    assert_eq!(
+        query_pages(&m, &untitled, &opts_now(), 100).0,
+        vec![vec![s("bob")]]
+    );
+    let not_open = without(
+        join(&["?t"], vec![(Term::Var("?t"), ":task/status", Term::Var("?s"))]),
+        vec![(Term::Var("?t"), ":task/status", Term::Val(kw(":status/open")))],
+    );
+    assert_eq!(query_pages(&m, &not_open, &opts_now(), 100).0, refs(&[t[2]]));
+
+    // A not clause is part of the query its cursor continues; one of an attribute never
+    // declared nor written is refused, naming it.
+    let first = query::run(&*m.store, &m.ns, None, &not_open, &opts_now(), &[], 1).unwrap();
+    assert!(first.next.is_none());
+    let cursor = query::run(&*m.store, &m.ns, None, &unowned, &opts_now(), &[], 1)
+        .unwrap()
+        .next;
+    assert!(cursor.is_none(), "one row, one page");
+    let plain = join(&["?t"], vec![(Term::Var("?t"), ":task/status", Term::Var("?s"))]);
+    let page = query::run(&*m.store, &m.ns, None, &plain, &opts_now(), &[], 1).unwrap();
+    let other = query::run(
+        &*m.store,
+        &m.ns,
+        None,
+        &not_open,
+        &opts_now(),
+        &page.next.expect("three tasks, a row a page").encode(),
+        1,
+    );
+    assert!(other.is_err(), "a cursor of the query without the not clause");
+    let typo = without(plain, vec![(Term::Var("?t"), ":task/ownr", Term::Var("?o"))]);
+    let err = query::run(&*m.store, &m.ns, None, &typo, &opts_now(), &[], 10).unwrap_err();
+    assert!(err.to_string().contains("not_clauses[0].attribute"), "{err}");
 }
 
 #[test]

@@ -1,4 +1,5 @@
-//! A join query on the wire (`QueryRequest.find` and `.clauses`) and back.
+//! A join query on the wire (`QueryRequest.find`, `.clauses`, `.filters` and `.not_clauses`)
+//! and back.
 
 use engram_types::query::{Clause, Compare, EntityTerm, Filter, Query, ValueTerm, Variable};
 use engram_types::{EntityId, ValidationError};
@@ -11,6 +12,7 @@ pub fn query(
     find: Vec<String>,
     clauses: Vec<pb::QueryClause>,
     filters: Vec<pb::QueryFilter>,
+    not_clauses: Vec<pb::QueryClause>,
 ) -> Result<Query, WireError> {
     let find = find
         .into_iter()
@@ -20,7 +22,12 @@ pub fn query(
     let clauses = clauses
         .into_iter()
         .enumerate()
-        .map(|(i, c)| clause(i, c))
+        .map(|(i, c)| clause(&format!("clauses[{i}]"), c))
+        .collect::<Result<Vec<_>, _>>()?;
+    let negations = not_clauses
+        .into_iter()
+        .enumerate()
+        .map(|(i, c)| clause(&format!("not_clauses[{i}]"), c))
         .collect::<Result<Vec<_>, _>>()?;
     let filters = filters
         .into_iter()
@@ -29,6 +36,7 @@ pub fn query(
         .collect::<Result<Vec<_>, _>>()?;
     Query::new(find, clauses)
         .and_then(|q| q.filtered(filters))
+        .and_then(|q| q.negated(negations))
         .map_err(|e| match e {
             // The message already starts with the field it names.
             ValidationError::Query(m) => match m.split_once(": ") {
@@ -94,9 +102,10 @@ pub fn filters_to_pb(q: &Query) -> Vec<pb::QueryFilter> {
         .collect()
 }
 
-fn clause(i: usize, c: pb::QueryClause) -> Result<Clause, WireError> {
+/// The clause at `at` (`clauses[2]`, `not_clauses[0]`).
+fn clause(at: &str, c: pb::QueryClause) -> Result<Clause, WireError> {
     use pb::query_term::Kind;
-    let field = |part: &str| format!("clauses[{i}].{part}");
+    let field = |part: &str| format!("{at}.{part}");
     let variable = |part: &str, name: String| Variable::new(name).map_err(|e| WireError::new(field(part), e));
     let entity = match c.entity.and_then(|t| t.kind) {
         None => {
@@ -125,9 +134,18 @@ fn clause(i: usize, c: pb::QueryClause) -> Result<Clause, WireError> {
 
 /// The wire form of `q`'s clauses.
 pub fn clauses_to_pb(q: &Query) -> Vec<pb::QueryClause> {
+    to_pb(&q.clauses)
+}
+
+/// The wire form of `q`'s `not` clauses.
+pub fn negations_to_pb(q: &Query) -> Vec<pb::QueryClause> {
+    to_pb(&q.negations)
+}
+
+fn to_pb(clauses: &[Clause]) -> Vec<pb::QueryClause> {
     use pb::query_term::Kind;
     let term = |kind| Some(pb::QueryTerm { kind: Some(kind) });
-    q.clauses
+    clauses
         .iter()
         .map(|c| pb::QueryClause {
             entity: term(match &c.entity {

@@ -698,7 +698,9 @@ impl EngramClient {
     /// id (int or `Ref`); the value a variable or any datom value (`Ref(id)` for a reference;
     /// a string starting with "?" is a variable). A variable in an entity position joins a
     /// reference to its target. A tuple `(op, "?var", value or variable)`, `op` one of `<`,
-    /// `<=`, `>`, `>=`, `!=`, is a filter the rows pass. As of `as_of_tx` (or `as_of_time`), valid at `valid_at`;
+    /// `<=`, `>`, `>=`, `!=`, is a filter the rows pass; a tuple `("not", (entity, attribute,
+    /// value))` keeps the rows for which that clause matches nothing (a variable no other clause
+    /// binds matches anything). As of `as_of_tx` (or `as_of_time`), valid at `valid_at`;
     /// at most `limit` rows (0: all, read page by page as of the first page's transaction);
     /// `max_rows_read` bounds each page's work (0: the server's 1,000,000); `explain=True`
     /// returns the plan. Rows are distinct and sorted.
@@ -755,6 +757,7 @@ impl EngramClient {
             d.set_item("rows_read", step.rows_read)?;
             d.set_item("rows_out", step.rows_out)?;
             d.set_item("filters", &step.filters)?;
+            d.set_item("negations", &step.negations)?;
             plan.append(d)?;
         }
         Ok(Rows {

@@ -251,8 +251,9 @@ fn type_name(obj: &Bound<'_, PyAny>) -> String {
 }
 
 /// A join query: `find` variable names and `where`, an iterable of `(entity, attribute,
-/// value)` clauses (a string starting with `?` is a variable in either position) and
-/// `(op, "?variable", value)` filters (`op` one of `<`, `<=`, `>`, `>=`, `!=`).
+/// value)` clauses (a string starting with `?` is a variable in either position),
+/// `(op, "?variable", value)` filters (`op` one of `<`, `<=`, `>`, `>=`, `!=`) and
+/// `("not", (entity, attribute, value))` clauses no row matches.
 pub fn query(find: Vec<String>, entries: &Bound<'_, PyAny>) -> PyResult<Query> {
     let find = find
         .into_iter()
@@ -266,71 +267,94 @@ pub fn query(find: Vec<String>, entries: &Bound<'_, PyAny>) -> PyResult<Query> {
         let tuple = c.cast::<PyTuple>().map_err(|_| {
             PyTypeError::new_err(format!("{field}: a clause is a tuple (entity, attribute, value)"))
         })?;
-        if tuple.len() != 3 {
-            return Err(PyValueError::new_err(format!(
-                "{field}: a clause is a tuple (entity, attribute, value), not {} items",
-                tuple.len()
-            )));
+        let head = tuple.get_item(0).ok().and_then(|h| h.extract::<String>().ok());
+        if tuple.len() == 2 && head.as_deref() == Some("not") {
+            let inner_field = format!("{field}[1]");
+            let inner = tuple.get_item(1)?;
+            let inner = inner.cast::<PyTuple>().map_err(|_| {
+                PyTypeError::new_err(format!(
+                    "{inner_field}: a not clause is (\"not\", (entity, attribute, value))"
+                ))
+            })?;
+            out.push(Where::Not(clause(&inner_field, inner)?));
+            continue;
         }
-        let (e, a, v) = (tuple.get_item(0)?, tuple.get_item(1)?, tuple.get_item(2)?);
-        let variable = |part: usize, obj: &Bound<'_, PyAny>| -> PyResult<Option<Variable>> {
-            if !obj.is_instance_of::<PyString>() {
-                return Ok(None);
+        if let Some(op) = head.as_deref().and_then(Compare::parse) {
+            if tuple.len() != 3 {
+                return Err(PyValueError::new_err(format!(
+                    "{field}: a filter is a tuple (op, \"?variable\", value), not {} items",
+                    tuple.len()
+                )));
             }
-            let s: String = obj.extract()?;
-            if !s.starts_with('?') {
-                return Ok(None);
-            }
-            Variable::new(s)
-                .map(Some)
-                .map_err(|e| PyValueError::new_err(format!("{field}[{part}]: {e}")))
-        };
-        let value_term = |obj: &Bound<'_, PyAny>| -> PyResult<ValueTerm> {
-            Ok(match variable(2, obj)? {
-                Some(var) => ValueTerm::Var(var),
-                None => ValueTerm::Value(value(&format!("{field}[2]"), obj)?),
-            })
-        };
-        let op = match e.extract::<String>() {
-            Ok(s) => Compare::parse(&s),
-            Err(_) => None,
-        };
-        if let Some(op) = op {
-            let left = variable(1, &a)?.ok_or_else(|| {
+            let left = variable(&field, 1, &tuple.get_item(1)?)?.ok_or_else(|| {
                 PyValueError::new_err(format!("{field}[1]: a filter compares a variable (\"?name\")"))
             })?;
             out.push(Where::Filter(Filter {
                 op,
                 left,
-                right: value_term(&v)?,
+                right: value_term(&field, &tuple.get_item(2)?)?,
             }));
             continue;
         }
-        let entity = match variable(0, &e)? {
-            Some(v) => EntityTerm::Var(v),
-            None if e.is_instance_of::<PyString>() => {
-                return Err(PyValueError::new_err(format!(
-                    "{field}[0]: a variable (\"?name\"), an entity id, or a comparison (<, <=, >, >=, !=), not this string"
-                )));
-            }
-            None => EntityTerm::Entity(entity_id(&format!("{field}[0]"), &e)?),
-        };
-        let attribute = attribute(
-            &format!("{field}[1]"),
-            &a.extract::<String>().map_err(|_| {
-                PyTypeError::new_err(format!(
-                    "{field}[1]: an attribute is a str such as \":task/owner\""
-                ))
-            })?,
-        )?;
-        out.push(Where::Clause(Clause {
-            entity,
-            attribute,
-            value: value_term(&v)?,
-        }));
+        out.push(Where::Clause(clause(&field, tuple)?));
     }
     Query::from_where(find, out).map_err(|e| match e {
         engram_types::ValidationError::Query(m) => PyValueError::new_err(m),
         other => PyValueError::new_err(other.to_string()),
+    })
+}
+
+/// The clause tuple at `field`: `(entity, attribute, value)`.
+fn clause(field: &str, tuple: &Bound<'_, PyTuple>) -> PyResult<Clause> {
+    if tuple.len() != 3 {
+        return Err(PyValueError::new_err(format!(
+            "{field}: a clause is a tuple (entity, attribute, value), not {} items",
+            tuple.len()
+        )));
+    }
+    let (e, a, v) = (tuple.get_item(0)?, tuple.get_item(1)?, tuple.get_item(2)?);
+    let entity = match variable(field, 0, &e)? {
+        Some(v) => EntityTerm::Var(v),
+        None if e.is_instance_of::<PyString>() => {
+            return Err(PyValueError::new_err(format!(
+                "{field}[0]: a variable (\"?name\"), an entity id, a comparison (<, <=, >, >=, !=) or \"not\", not this string"
+            )));
+        }
+        None => EntityTerm::Entity(entity_id(&format!("{field}[0]"), &e)?),
+    };
+    let attribute = attribute(
+        &format!("{field}[1]"),
+        &a.extract::<String>().map_err(|_| {
+            PyTypeError::new_err(format!(
+                "{field}[1]: an attribute is a str such as \":task/owner\""
+            ))
+        })?,
+    )?;
+    Ok(Clause {
+        entity,
+        attribute,
+        value: value_term(field, &v)?,
+    })
+}
+
+/// The variable at `field[part]`, if `obj` is a string starting with `?`.
+fn variable(field: &str, part: usize, obj: &Bound<'_, PyAny>) -> PyResult<Option<Variable>> {
+    if !obj.is_instance_of::<PyString>() {
+        return Ok(None);
+    }
+    let s: String = obj.extract()?;
+    if !s.starts_with('?') {
+        return Ok(None);
+    }
+    Variable::new(s)
+        .map(Some)
+        .map_err(|e| PyValueError::new_err(format!("{field}[{part}]: {e}")))
+}
+
+/// The value position `field[2]`: a variable or a value.
+fn value_term(field: &str, obj: &Bound<'_, PyAny>) -> PyResult<ValueTerm> {
+    Ok(match variable(field, 2, obj)? {
+        Some(var) => ValueTerm::Var(var),
+        None => ValueTerm::Value(value(&format!("{field}[2]"), obj)?),
     })
 }

@@ -228,9 +228,20 @@ def test_query_joins_facts_in_pages_and_names_a_bad_clause(cluster):
             "query", {"namespace": ns, "find": ["?t"], "where": where, "cursor": first["next_cursor"]})))
         unbound = await s.call_tool("query", {"namespace": ns, "find": ["?x"], "where": where})
         short = await s.call_tool("query", {"namespace": ns, "find": ["?t"], "where": [["?t", ":task/owner"]]})
-        return people, tasks, first, rest, unbound, short
+        # The people no task is owned by: kim owns t3, lee the rest; a third person owns none.
+        r = await s.call_tool(
+            "remember", {"namespace": ns, "facts": [{"entity": "ida", "attribute": ":person/team", "value": "web"}]}
+        )
+        assert not r.is_error, text(r)
+        ida = json.loads(text(r))["entities"]["ida"]
+        idle = json.loads(text(await s.call_tool(
+            "query",
+            {"namespace": ns, "find": ["?p"],
+             "where": [["?p", ":person/team", "?team"], ["not", ["?t", ":task/owner", "?p"]]]})))
+        return people, tasks, first, rest, unbound, short, ida, idle
 
-    people, tasks, first, rest, unbound, short = run(cluster, body)
+    people, tasks, first, rest, unbound, short, ida, idle = run(cluster, body)
+    assert [r["?p"]["ref"] for r in idle["rows"]] == [ida]
     infra = sorted(tasks[f"t{i}"] for i in range(3))
     assert first["more"] is True and rest["more"] is False
     assert [r["?t"]["ref"] for r in first["rows"] + rest["rows"]] == infra

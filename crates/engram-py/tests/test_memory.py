@@ -373,6 +373,25 @@ def test_query_joins_clauses_as_of_one_transaction_and_pages_the_rows(db, ns):
     with pytest.raises(ValueError, match=r"where\[1\]: \?x is bound by no clause"):
         db.query(ns, ["?task"], [("?task", ":task/priority", "?p"), ("<", "?x", 1)])
 
+    # `not`: the open tasks with no priority (t1, now cid's), and the agents who own no open
+    # task (bob, whose task moved; ann owns t0); ?p and ?t are local to their not clauses.
+    open_task = ("?task", ":task/status", Keyword(":status/open"))
+    unprioritised = db.query(ns, ["?task"], [open_task, ("not", ("?task", ":task/priority", "?p"))], explain=True)
+    assert list(unprioritised) == [(Ref(t[1]),)]
+    assert unprioritised.plan[0]["negations"] == [0] and unprioritised.plan[0]["access"] == "value index"
+    idle = db.query(
+        ns,
+        ["?who"],
+        [("?who", ":agent/team", "?team"), ("not", ("?t", ":task/owner", "?who"))],
+    )
+    assert list(idle) == [(Ref(bob),)], "ann owns t0 and t3, cid owns t1 and t2"
+    # As of before the move, bob owned t1.
+    assert len(db.query(ns, ["?who"], [("?who", ":agent/team", "?team"), ("not", ("?t", ":task/owner", "?who"))], as_of_tx=tasks.tx)) == 0
+    with pytest.raises(ValueError, match=r"where\[1\]: .* shares no variable with the clauses"):
+        db.query(ns, ["?task"], [open_task, ("not", ("?x", ":task/priority", "?p"))])
+    with pytest.raises(TypeError, match=r"where\[1\]\[1\]: a not clause is"):
+        db.query(ns, ["?task"], [open_task, ("not", "?task")])
+
     # Bad queries name what is wrong; nothing is written.
     with pytest.raises(ValueError, match=r"find\[0\]: \?nobody is bound by no clause"):
         db.query(ns, ["?nobody"], where)

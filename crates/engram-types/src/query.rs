@@ -8,6 +8,18 @@
 //!       [?owner :agent/team   "infra"]
 //! ```
 //!
+//! A `not` clause removes the rows for which its pattern matches some current claim:
+//!
+//! ```text
+//! find ?task
+//! where [?task :task/status :status/open]
+//!       (not [?task :task/owner ?anyone])
+//! ```
+//!
+//! At least one of its variables is bound by the other clauses, so a `not` is asked of each
+//! row, never of the whole store; a variable in its other position that no clause binds is
+//! local to it and matches anything (`?anyone` above: "owned by no one").
+//!
 //! The attribute of a clause is always given (an attribute variable would let one clause read
 //! every attribute, past the read scope that hides some); the entity is a variable or an entity
 //! id; the value a variable or a value. A variable in an entity position holds an entity id,
@@ -205,13 +217,16 @@ impl fmt::Display for Filter {
     }
 }
 
-/// A query: the variables to list, the clauses every answer satisfies, and the filters its
-/// values pass.
+/// A query: the variables to list, the clauses every answer satisfies, the filters its
+/// values pass, and the `not` clauses no answer satisfies.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Query {
     pub find: Vec<Variable>,
     pub clauses: Vec<Clause>,
     pub filters: Vec<Filter>,
+    /// `(not [e a v])`: a row stays only if the pattern, its variables bound from the row
+    /// (those no other clause binds match anything), matches no current claim.
+    pub negations: Vec<Clause>,
 }
 
 impl Query {
@@ -253,6 +268,7 @@ impl Query {
             find,
             clauses,
             filters: Vec::new(),
+            negations: Vec::new(),
         })
     }
 
@@ -281,12 +297,40 @@ impl Query {
         Ok(self)
     }
 
+    /// The query with `negations` (at most [`MAX_CLAUSES`]): each shares at least one variable
+    /// with the clauses (so its other position, if a variable no clause binds, is local to it).
+    pub fn negated(mut self, negations: Vec<Clause>) -> Result<Query, ValidationError> {
+        let invalid = |m: String| Err(ValidationError::Query(m));
+        if negations.len() > MAX_CLAUSES {
+            return invalid(format!(
+                "not_clauses: {} not clauses, at most {MAX_CLAUSES} are allowed",
+                negations.len()
+            ));
+        }
+        let bound: BTreeSet<&Variable> = self.clauses.iter().flat_map(Clause::variables).collect();
+        for (i, c) in negations.iter().enumerate() {
+            if let ValueTerm::Value(v) = &c.value
+                && let Err(e) = v.validate()
+            {
+                return invalid(format!("not_clauses[{i}].value: {e}"));
+            }
+            if !c.variables().any(|v| bound.contains(v)) {
+                return invalid(format!(
+                    "not_clauses[{i}]: {c} shares no variable with the clauses; a not clause \
+                     removes rows, so it needs a variable the clauses bind"
+                ));
+            }
+        }
+        self.negations = negations;
+        Ok(self)
+    }
+
     /// The query a single `where` list describes, clauses and filters mixed (the form the CLI,
     /// MCP and Python take): checked as [`Query::new`] and [`Query::filtered`] check, an error
     /// naming the entry by its place in `where` (`where[3]`) rather than in its own list.
     pub fn from_where(find: Vec<Variable>, entries: Vec<Where>) -> Result<Query, ValidationError> {
-        let (mut clauses, mut filters) = (Vec::new(), Vec::new());
-        let (mut clause_at, mut filter_at) = (Vec::new(), Vec::new());
+        let (mut clauses, mut filters, mut negations) = (Vec::new(), Vec::new(), Vec::new());
+        let (mut clause_at, mut filter_at, mut negation_at) = (Vec::new(), Vec::new(), Vec::new());
         for (i, entry) in entries.into_iter().enumerate() {
             match entry {
                 Where::Clause(c) => {
@@ -297,14 +341,20 @@ impl Query {
                     filters.push(f);
                     filter_at.push(i);
                 }
+                Where::Not(c) => {
+                    negations.push(c);
+                    negation_at.push(i);
+                }
             }
         }
         Query::new(find, clauses)
             .and_then(|q| q.filtered(filters))
+            .and_then(|q| q.negated(negations))
             .map_err(|e| match e {
                 ValidationError::Query(m) => {
                     let m = renumber(&m, "clauses", &clause_at);
-                    ValidationError::Query(renumber(&m, "filters", &filter_at))
+                    let m = renumber(&m, "filters", &filter_at);
+                    ValidationError::Query(renumber(&m, "not_clauses", &negation_at))
                 }
                 other => other,
             })
@@ -327,6 +377,8 @@ impl Query {
 pub enum Where {
     Clause(Clause),
     Filter(Filter),
+    /// `(not [e a v])`.
+    Not(Clause),
 }
 
 /// `kind[i]...` (a position in its own list) as `where[j]...`, `j` the entry's place in the
@@ -357,6 +409,9 @@ impl fmt::Display for Query {
         }
         for filter in &self.filters {
             write!(f, " {filter}")?;
+        }
+        for c in &self.negations {
+            write!(f, " (not {c})")?;
         }
         Ok(())
     }
@@ -487,6 +542,58 @@ mod tests {
         assert_eq!(
             err.to_string(),
             "invalid query: where: a query needs at least one clause"
+        );
+    }
+
+    #[test]
+    fn a_not_clause_shares_a_variable_with_the_clauses() {
+        let open = clause(
+            EntityTerm::Var(var("?t")),
+            ":task/status",
+            ValueTerm::Value(Value::Keyword(":status/open".into())),
+        );
+        let owned = |e: &str, v: &str| clause(EntityTerm::Var(var(e)), ":task/owner", ValueTerm::Var(var(v)));
+        let q = Query::new(vec![var("?t")], vec![open.clone()]).expect("valid");
+        let unowned = q.clone().negated(vec![owned("?t", "?anyone")]).expect("valid");
+        assert_eq!(
+            unowned.to_string(),
+            "find ?t where [?t :task/status :status/open] (not [?t :task/owner ?anyone])"
+        );
+        let apart = q.clone().negated(vec![owned("?x", "?y")]).unwrap_err();
+        assert!(
+            apart
+                .to_string()
+                .starts_with("invalid query: not_clauses[0]: [?x :task/owner ?y] shares no variable"),
+            "{apart}"
+        );
+        // A bound variable may stand in both positions (the tasks that do not own themselves).
+        assert!(q.clone().negated(vec![owned("?t", "?t")]).is_ok());
+        let many = vec![owned("?t", "?o"); MAX_CLAUSES + 1];
+        assert!(
+            q.clone()
+                .negated(many)
+                .unwrap_err()
+                .to_string()
+                .contains("at most 16")
+        );
+        // A variable only a not clause names cannot be listed or compared.
+        let listed = Query::from_where(
+            vec![var("?o")],
+            vec![Where::Clause(open.clone()), Where::Not(owned("?t", "?o"))],
+        )
+        .unwrap_err();
+        assert_eq!(
+            listed.to_string(),
+            "invalid query: find[0]: ?o is bound by no clause"
+        );
+        let placed = Query::from_where(
+            vec![var("?t")],
+            vec![Where::Not(owned("?z", "?w")), Where::Clause(open)],
+        )
+        .unwrap_err();
+        assert!(
+            placed.to_string().starts_with("invalid query: where[0]: "),
+            "named by its place in where: {placed}"
         );
     }
 

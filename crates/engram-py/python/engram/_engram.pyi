@@ -286,7 +286,7 @@ class Client:
         self,
         namespace: str,
         find: Sequence[str],
-        where: Iterable[Tuple[Any, str, Any]],
+        where: Iterable[Tuple[Any, ...]],
         *,
         branch: Optional[str] = None,
         as_of_tx: Optional[int] = None,

@@ -1368,8 +1368,13 @@ impl pb::memory_server::Memory for MemoryService {
         // Checked before forwarding, so a bad request is refused by the node it reached.
         let ns = namespace(req.namespace.clone())?;
         let on = branch(req.branch.clone())?;
-        let query = engram_proto::query(req.find.clone(), req.clauses.clone(), req.filters.clone())
-            .map_err(ApiError::from)?;
+        let query = engram_proto::query(
+            req.find.clone(),
+            req.clauses.clone(),
+            req.filters.clone(),
+            req.not_clauses.clone(),
+        )
+        .map_err(ApiError::from)?;
         let max_rows_read = match req.max_rows_read {
             0 => engram_core::query::DEFAULT_MAX_ROWS_READ,
             n if n > engram_core::query::MAX_ROWS_READ => {
@@ -1390,9 +1395,9 @@ impl pb::memory_server::Memory for MemoryService {
             methods::QUERY,
             Need::on(Action::Read, &req.namespace),
         )?;
-        // A join through an attribute one may not read would bind its values: refused whole,
-        // as a Find of it is.
-        for c in &query.clauses {
+        // A join through an attribute one may not read would bind its values, and a `not` of
+        // one would tell which entities hold it: refused whole, as a Find of it is.
+        for c in query.clauses.iter().chain(&query.negations) {
             may_see(&caller, &c.attribute)?;
         }
         let as_of = AsOf::of(&self.shared, req.as_of_tx, req.as_of_time_ns)?;
@@ -1425,6 +1430,7 @@ impl pb::memory_server::Memory for MemoryService {
                     rows_read: s.rows_read,
                     rows_out: s.rows_out,
                     filters: s.filters.iter().map(|&f| f as u32).collect(),
+                    negations: s.negations.iter().map(|&n| n as u32).collect(),
                 })
                 .collect()
         } else {
