@@ -1726,6 +1726,20 @@ fn entities_are_listed_in_id_order_as_of_a_transaction_by_attribute_or_all() {
     assert_eq!(now.entities.iter().filter(|e| late.contains(e)).count(), 3);
 }
 
+/// Two people, "ann" and "bob", named by `attribute`: their entities.
+fn ann_and_bob(m: &mut Mem, attribute: &str) -> (EntityId, EntityId) {
+    let people = m
+        .write(
+            agent("admin", Status::Verified, 1.0),
+            vec![
+                assert_op(temp("ann"), attribute, s("ann")),
+                assert_op(temp("bob"), attribute, s("bob")),
+            ],
+        )
+        .unwrap();
+    (created(&people, "ann"), created(&people, "bob"))
+}
+
 #[test]
 fn referrers_are_the_current_claims_that_point_at_an_entity() {
     let mut m = Mem::new("team/a");
@@ -1738,16 +1752,7 @@ fn referrers_are_the_current_claims_that_point_at_an_entity() {
     ])
     .unwrap();
     let admin = agent("admin", Status::Verified, 1.0);
-    let people = m
-        .write(
-            admin.clone(),
-            vec![
-                assert_op(temp("ann"), ":person/name", s("ann")),
-                assert_op(temp("bob"), ":person/name", s("bob")),
-            ],
-        )
-        .unwrap();
-    let (ann, bob) = (created(&people, "ann"), created(&people, "bob"));
+    let (ann, bob) = ann_and_bob(&mut m, ":person/name");
     let ops = (0..5)
         .map(|i| assert_op(temp(&format!("t{i}")), ":task/owner", Value::Ref(ann)))
         .collect();
@@ -2415,16 +2420,7 @@ fn a_not_clause_keeps_the_rows_for_which_its_pattern_matches_no_current_claim() 
     ])
     .unwrap();
     let admin = agent("admin", Status::Verified, 1.0);
-    let people = m
-        .write(
-            admin.clone(),
-            vec![
-                assert_op(temp("ann"), ":agent/name", s("ann")),
-                assert_op(temp("bob"), ":agent/name", s("bob")),
-            ],
-        )
-        .unwrap();
-    let (ann, bob) = (created(&people, "ann"), created(&people, "bob"));
+    let (ann, bob) = ann_and_bob(&mut m, ":agent/name");
     let tasks = m
         .write(
             admin.clone(),
