@@ -503,7 +503,7 @@ impl<'a> Exec<'a> {
             let Some(v) = t.value(row) else {
                 continue;
             };
-            for e in self.holders(&mut holders, &t.clause.attribute, &v, access)? {
+            for &e in self.holders(&mut holders, &t.clause.attribute, &v, access)? {
                 self.extend(t, row, e, &v, &mut out)?;
             }
         }
@@ -512,18 +512,31 @@ impl<'a> Exec<'a> {
 
     /// The entities whose current claims of `attr` hold `v`, found as `access` says, each value
     /// looked up once per step (`seen`).
-    fn holders(
+    fn holders<'s>(
+        &mut self,
+        seen: &'s mut Holders,
+        attr: &Attribute,
+        v: &Value,
+        access: Access,
+    ) -> Result<&'s [EntityId], ReadError> {
+        let digest = keys::value_digest(v);
+        if !seen.by_value.contains_key(&digest) {
+            let found = self.look_up(seen, attr, v, &digest, access)?;
+            seen.by_value.insert(digest, found);
+        }
+        Ok(seen.by_value.get(&digest).map_or(&[][..], Vec::as_slice))
+    }
+
+    /// What [`Exec::holders`] finds for a value this step has not looked up yet.
+    fn look_up(
         &mut self,
         seen: &mut Holders,
         attr: &Attribute,
         v: &Value,
+        digest: &[u8; 16],
         access: Access,
     ) -> Result<Vec<EntityId>, ReadError> {
-        let digest = keys::value_digest(v);
-        if let Some(found) = seen.by_value.get(&digest) {
-            return Ok(found.clone());
-        }
-        let found = match (v, access) {
+        Ok(match (v, access) {
             (_, Access::ValueIndex) => self.holding(attr, v)?,
             (Value::Ref(target), _) => self.referring(attr, *target)?,
             _ => {
@@ -536,13 +549,11 @@ impl<'a> Exec<'a> {
                 }
                 seen.scanned
                     .as_ref()
-                    .and_then(|s| s.get(&digest))
+                    .and_then(|s| s.get(digest))
                     .cloned()
                     .unwrap_or_default()
             }
-        };
-        seen.by_value.insert(digest, found.clone());
-        Ok(found)
+        })
     }
 
     /// The rows for which the `not` clause `t` matches no current claim, read as `access` says
@@ -573,8 +584,8 @@ impl<'a> Exec<'a> {
                     None => false,
                     Some(v) => self
                         .holders(&mut holders, &t.clause.attribute, &v, access)?
-                        .into_iter()
-                        .any(|e| t.agrees(&row, e, &v)),
+                        .iter()
+                        .any(|&e| t.agrees(&row, e, &v)),
                 },
                 Access::Scan => {
                     if all.is_none() {
