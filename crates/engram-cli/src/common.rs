@@ -58,7 +58,12 @@ pub fn probe_client(
     endpoints: Vec<String>,
     tls: Option<std::sync::Arc<engram_client::ClientTls>>,
 ) -> Result<Client> {
-    let config = ClientConfig {
+    Ok(Client::with_config(endpoints, probe_config(tls))?)
+}
+
+/// One quick attempt per call, as [`probe_client`] makes them; no agent.
+fn probe_config(tls: Option<std::sync::Arc<engram_client::ClientTls>>) -> ClientConfig {
+    ClientConfig {
         connect_timeout: Duration::from_millis(1500),
         request_timeout: Duration::from_secs(3),
         keepalive: Some(Keepalive::default()),
@@ -66,8 +71,7 @@ pub fn probe_client(
         tls,
         agent: None,
         trust_keys: Vec::new(),
-    };
-    Ok(Client::with_config(endpoints, config)?)
+    }
 }
 
 /// An endpoint that did not answer, as the per-node JSON of `cluster status` and `redact
@@ -85,11 +89,10 @@ pub fn probe_of(client: &Client) -> Result<Client> {
 /// with `client`'s agent key: for the calls an enforced cluster answers only to an agent.
 pub fn agent_probe_of(client: &Client) -> Result<Client> {
     let mine = client.config();
-    let probe = probe_client(client.endpoints(), mine.tls.clone())?;
     let config = ClientConfig {
         agent: mine.agent,
         trust_keys: mine.trust_keys,
-        ..probe.config()
+        ..probe_config(mine.tls)
     };
     Ok(Client::with_config(client.endpoints(), config)?)
 }
