@@ -193,6 +193,19 @@ mod tests {
     }
 
     #[test]
+    fn every_figure_printed_is_one_the_glance_gives() {
+        let glance = engram_console::glance::glance("");
+        let keys: Vec<&String> = glance.as_object().expect("an object").keys().collect();
+        for (key, ..) in FIGURES {
+            assert!(
+                keys.iter().any(|k| k == key),
+                "{key} is not in the glance: {keys:?}"
+            );
+        }
+        assert_eq!(keys.len(), FIGURES.len(), "every figure of the glance is printed");
+    }
+
+    #[test]
     fn the_table_has_a_column_per_node_and_names_the_one_that_did_not_answer() {
         let endpoints = vec!["127.0.0.1:1".to_string(), "127.0.0.1:2".to_string()];
         let answers = vec![
