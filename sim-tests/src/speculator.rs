@@ -5,8 +5,9 @@
 //! by exactly its merge transaction. Schema, branch and merge transactions thereby run through
 //! crashes, snapshot installs and membership changes, where replica agreement and the audit
 //! verifier also judge them. With `Options::forgetting`, every fourth round it also writes a
-//! plan holding a secret and redacts it; the `forgotten` checker demands each acknowledged
-//! redaction on every replica.
+//! plan holding a secret (every other time also on a branch of its own) and redacts it; the
+//! `forgotten` checker demands each acknowledged redaction on every replica, on main and on
+//! the branch.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -47,6 +48,9 @@ pub struct Forgotten {
     pub part_txs: Vec<u64>,
     /// The round whose secrets it took.
     pub round: u64,
+    /// The branch the plan's third secret was written on (acknowledged before the redaction
+    /// was asked), if any: the redaction took it there too.
+    pub branch: Option<String>,
 }
 
 impl Forgotten {
@@ -130,6 +134,12 @@ async fn forget_a_plan(client: &Client, ns: &Namespace, round: u64, log: &Specul
     let Some(entity) = written.temp_ids.get("secret").copied() else {
         return;
     };
+    // A redaction of the entity reaches its datoms on branches: a third secret on a branch
+    // forked after the plan was written, left open (a redaction by predicate reads main only).
+    let branch = match by_predicate {
+        true => None,
+        false => secret_on_a_branch(client, ns, entity, round).await,
+    };
     let answer = if by_predicate {
         let req = engram_types::RedactWhere {
             namespace: ns.clone(),
@@ -159,8 +169,30 @@ async fn forget_a_plan(client: &Client, ns: &Namespace, round: u64, log: &Specul
                 entity,
                 part_txs: done.part_txs,
                 round,
+                branch,
             });
     }
+}
+
+/// Forks branch `s{round}` and writes a secret of `round` on it to the plan `entity`'s step
+/// (a slot main's secret holds too, so a part taking it on main takes it on the branch with
+/// it). The branch's name once the write is acknowledged.
+async fn secret_on_a_branch(client: &Client, ns: &Namespace, entity: u64, round: u64) -> Option<String> {
+    let name = BranchName::new(format!("s{round}")).expect("a valid branch name");
+    client.create_branch(ns, &name, None, &who()).await.ok()?;
+    let mut write = TxRequest::data(
+        ns.clone(),
+        vec![assert_op(
+            EntityRef::Id(engram_types::EntityId(entity)),
+            STEP,
+            &format!("{SECRET}{round} on a branch"),
+        )],
+        who(),
+    );
+    write.branch = Some(name.clone());
+    write.idempotency_key = Some(format!("speculator-secret-{round}-on-a-branch"));
+    client.transact(&write).await.ok()?;
+    Some(name.to_string())
 }
 
 pub async fn run_speculator(targets: Vec<String>, log: Arc<SpeculationLog>, forgetting: bool) {

@@ -165,6 +165,22 @@ fn redaction_stops_after_first_part_is_caught() {
     );
 }
 
+/// A redaction of an entity takes its datoms on main only: the speculator's secret on a branch
+/// keeps its value, which the `forgotten` checker reads on every replica (and the `purged` one
+/// finds in a node's files once it reports the redaction purged).
+#[test]
+fn redaction_skips_branches_is_caught() {
+    caught_with(
+        Options {
+            bug: Some(PlantedBug::RedactionSkipsBranches),
+            fault_phase_ms: Some(12_000),
+            forgetting: true,
+            ..Options::default()
+        },
+        &["I12 forgotten", "I12 purged"],
+    );
+}
+
 /// The leader plans a redaction by predicate's range one matching row past its limit: the
 /// simulated nodes take one datom per range, so the plan's second secret is passed over and
 /// keeps its value, which the `forgotten` checker reads on every replica.

@@ -872,8 +872,9 @@ impl EngramTools {
 
     /// Forget the values of an entity's facts (or of one attribute) on every node, for good:
     /// each fact keeps who said it and when, and its hash, so the audit log still verifies; the
-    /// forgetting itself is recorded with the reason. Use `dry_run` first. Returns how many
-    /// facts went and the transactions that recorded it (one per part of at most 100 facts).
+    /// forgetting itself is recorded with the reason. Reaches the entity's facts on every branch
+    /// too (each such fact names its `branch`). Use `dry_run` first. Returns how many facts went
+    /// and the transactions that recorded it (one per part of at most 100 facts).
     #[tool]
     async fn forget(&self, Parameters(args): Parameters<ForgetArgs>) -> Result<String, String> {
         let req = RedactRequest {
@@ -898,7 +899,10 @@ impl EngramTools {
         let forgotten: Vec<Json> = answer_pb
             .datoms
             .iter()
-            .map(|d| json!({ "tx": d.tx, "attribute": d.attribute }))
+            .map(|d| match d.branch.as_str() {
+                "" => json!({ "tx": d.tx, "attribute": d.attribute }),
+                branch => json!({ "tx": d.tx, "attribute": d.attribute, "branch": branch }),
+            })
             .collect();
         Ok(answer(json!({
             "dry_run": dry_run,

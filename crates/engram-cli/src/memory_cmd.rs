@@ -673,6 +673,7 @@ pub async fn redact(client: &Client, args: RedactArgs, signer: Option<String>, j
                     "op": if d.op == pb::Op::Retract as i32 { "retract" } else { "assert" },
                     "guessable": d.guessable,
                     "redacted_by_tx": d.redacted_by_tx,
+                    "branch": if d.branch.is_empty() { Json::Null } else { json!(d.branch) },
                 })
             })
             .collect();
@@ -687,11 +688,24 @@ pub async fn redact(client: &Client, args: RedactArgs, signer: Option<String>, j
             "datoms": datoms,
         }));
     }
-    let mut t = Table::new(&["TX", "SEQ", "ATTRIBUTE", "OP", "KEPT HASH", "COMMITMENT"]);
+    let mut t = Table::new(&[
+        "TX",
+        "SEQ",
+        "BRANCH",
+        "ATTRIBUTE",
+        "OP",
+        "KEPT HASH",
+        "COMMITMENT",
+    ]);
     for d in &answer.datoms {
         t.row(vec![
             d.tx.to_string(),
             d.seq.to_string(),
+            if d.branch.is_empty() {
+                "main".into()
+            } else {
+                d.branch.clone()
+            },
             d.attribute.clone(),
             if d.op == pb::Op::Retract as i32 {
                 "retract"

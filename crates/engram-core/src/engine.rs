@@ -103,6 +103,9 @@ pub struct Engine {
     /// Set by [`Engine::redact_whole_values`]: the redaction entry being applied takes values
     /// out of a slot whole (`crate::value_groups`).
     whole_values: bool,
+    /// Set by [`Engine::redact_on_branches`]: the redaction entry being applied takes the
+    /// entity's datoms on branches too (`crate::redact`).
+    on_branches: bool,
 }
 
 /// The `I` row: the receipt of the transaction that first used an idempotency key, and the
@@ -227,6 +230,7 @@ impl Engine {
             state_at_group_start: None,
             records_state_root: false,
             whole_values: false,
+            on_branches: false,
         };
         engine.reload()?;
         engine.settle_keys()?;
@@ -966,6 +970,14 @@ impl Engine {
         self.whole_values = whole;
     }
 
+    /// Whether the redaction entries of an entity applied from now on take its datoms on every
+    /// branch of the namespace too (`crate::redact::part_targets`): set for an entry whose log
+    /// entry asks it (every redaction a leader of a build that redacts branches proposes),
+    /// cleared after it, so entries proposed before apply to main only, as they did.
+    pub fn redact_on_branches(&mut self, on_branches: bool) {
+        self.on_branches = on_branches;
+    }
+
     /// The state root the entry being sealed records, if it records one.
     fn entry_state_root(&self, index: u64) -> Result<Option<Hash>, CoreError> {
         if !self.records_state_root {
@@ -1126,10 +1138,10 @@ impl Engine {
             let checked = engine.grants.check_redact(&view, principal.as_ref(), req)?;
             let targets = match (checked, part) {
                 (Err(rejection), _) => Err(rejection),
-                (Ok(()), None) => redact::targets(&view, req, redact::WHOLE_ENTRY_MAX_DATOMS)?,
+                (Ok(()), None) => redact::targets(&view, req, redact::WHOLE_ENTRY_MAX_DATOMS, false)?,
                 (Ok(()), Some(part)) => {
                     let whole = engine.whole_values && !planted::active(PlantedBug::RedactionSplitsAValue);
-                    redact::part_targets(&view, req, part, whole)?
+                    redact::part_targets(&view, req, part, whole, engine.on_branches)?
                 }
             };
             let targets = match targets {
@@ -1686,12 +1698,12 @@ mod tests {
         assert_eq!(in_key_order.len(), hashes.len());
         // The leader's check before a redaction's first part: a target past the bound is
         // refused whole (the bound counts datoms still holding values).
-        let too_large = redact::targets(&*store, &req, 3).unwrap();
+        let too_large = redact::targets(&*store, &req, 3, true).unwrap();
         assert_eq!(
             too_large.map(|t| t.len()),
             Err(Rejection::RedactionTooLarge { datoms: 4, limit: 3 })
         );
-        let all = redact::targets(&*store, &req, in_key_order.len())
+        let all = redact::targets(&*store, &req, in_key_order.len(), true)
             .unwrap()
             .unwrap();
         assert_eq!(
@@ -1727,7 +1739,7 @@ mod tests {
             let taken = redact::redacted_by(&*store, last).unwrap();
             assert!(!taken.is_empty() && taken.len() <= 3);
             let after = redact::last_key_of(&ns(), &taken).unwrap();
-            if !redact::more_after(&*store, &req, first_tx, &after).unwrap() {
+            if !redact::more_after(&*store, &req, first_tx, &after, true).unwrap() {
                 // Nothing left: a part proposed anyway is refused and changes nothing.
                 let part = RedactPart {
                     first_tx: Some(first_tx),
@@ -1799,7 +1811,7 @@ mod tests {
             after_key: Some(keys::eavt_entity(&ns(), EntityId(1))),
             limit: 3,
         };
-        let stray = redact::part_targets(&*store, &req, &stray, true).unwrap();
+        let stray = redact::part_targets(&*store, &req, &stray, true, true).unwrap();
         assert!(matches!(stray, Err(Rejection::NothingToRedact(_))), "{stray:?}");
     }
 

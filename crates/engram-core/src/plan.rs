@@ -706,9 +706,9 @@ fn plan_branch_op(store: &dyn ReadView, req: &TxRequest, op: &BranchOp, stamp: S
     Ok(Ok(draft.finish()))
 }
 
-/// Replays a branch's datoms onto main (the draft's view) after re-checking the branch's
-/// preconditions against main as it is now: every slot the branch wrote must be untouched on
-/// main since the fork, every precondition its transactions carried must still hold, and every
+/// Replays a branch's datoms whose values are still there onto main (the draft's view) after
+/// re-checking the branch's preconditions against main as it is now: every slot the branch
+/// wrote must be untouched on main since the fork, every precondition its transactions carried must still hold, and every
 /// datom must pass the schema and state checks of main today.
 fn replay(draft: &mut Draft<'_>, row: &BranchRow) -> Result<Result<(), Rejection>, CoreError> {
     let store = draft.store;
@@ -772,7 +772,10 @@ fn replay(draft: &mut Draft<'_>, row: &BranchRow) -> Result<Result<(), Rejection
             );
         }
     }
-    for d in &datoms {
+    // A redacted datom has no value to replay: forgotten on the branch, it stays forgotten. A
+    // value goes out of its slot whole (`crate::value_groups`), so what is left of a slot still
+    // folds as it did.
+    for d in datoms.iter().filter(|d| d.value.redacted().is_none()) {
         let fact = Fact {
             op: d.op,
             entity: d.entity,

@@ -99,10 +99,13 @@ pub enum PlantedBug {
     /// ttl (the record says the right deadline): the leader finds it lapsed at its next look
     /// and ends it while it still lives.
     SessionDeadlineWithoutTtl,
+    /// A redaction of an entity takes its datoms on main only, as entries from before
+    /// redactions reached branches did: a value written on a branch keeps it.
+    RedactionSkipsBranches,
 }
 
 impl PlantedBug {
-    pub const ALL: [PlantedBug; 25] = [
+    pub const ALL: [PlantedBug; 26] = [
         PlantedBug::AckBeforeCommit,
         PlantedBug::SkipSyncBeforeAck,
         PlantedBug::WrongPrevHash,
@@ -128,6 +131,7 @@ impl PlantedBug {
         PlantedBug::RedactionBoundFromGroupStart,
         PlantedBug::RedactionSplitsAValue,
         PlantedBug::SessionDeadlineWithoutTtl,
+        PlantedBug::RedactionSkipsBranches,
     ];
 }
 

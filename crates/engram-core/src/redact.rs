@@ -33,8 +33,11 @@
 //!
 //! Not here: the purge of the values' bytes from each node's Raft log, snapshots and files
 //! (`engram_raft`'s `purge`, after this is applied), and the choice of each part's bounds (the
-//! leader's, in `engram_raft`). Not yet built (the design's later steps): redaction by
-//! namespace or predicate, and datoms on branches.
+//! leader's, in `engram_raft`). Redaction by namespace or predicate is `crate::redact_where`.
+//!
+//! Branches: an entry the leader marked as reaching branches (every redaction a leader of this
+//! build proposes) takes the entity's datoms on every branch of the namespace too, open, merged
+//! or abandoned ([`part_targets`]); entries from before apply to main only, as they did.
 //!
 //! Must not depend on: the engine (it applies what this plans), the server or the network.
 
@@ -45,7 +48,8 @@ pub use engram_types::redact::{
     RECORD_REASON, RedactedRef,
 };
 use engram_types::{
-    Attribute, Datom, EntityRef, Hash, Namespace, Op, RedactPart, RedactRequest, TxId, TxOp, TxRequest, Value,
+    Attribute, BranchName, Datom, EntityId, EntityRef, Hash, Namespace, Op, RedactPart, RedactRequest, TxId,
+    TxOp, TxRequest, Value,
 };
 
 use crate::current::CurrentRow;
@@ -60,40 +64,46 @@ pub const WHOLE_ENTRY_MAX_DATOMS: usize = 1_000;
 
 /// What a redaction takes, in key order (attribute, then transaction, then seq): every datom of
 /// the target whose value is still there. A target of more than `max` such datoms is refused.
-/// A whole-entry redaction applies this with [`WHOLE_ENTRY_MAX_DATOMS`]; the leader checks a
+/// With `branches` (entries proposed since redactions reach branches, [`Scopes`]), the target
+/// is main's datoms of the entity and then each branch's, in key order. A whole-entry
+/// redaction applies this with [`WHOLE_ENTRY_MAX_DATOMS`] (main only); the leader checks a
 /// request with [`RedactRequest::MAX_DATOMS`] before it proposes its parts, and a dry run lists
 /// it.
 pub fn targets(
     view: &dyn ReadView,
     req: &RedactRequest,
     max: usize,
+    branches: bool,
 ) -> Result<Result<Vec<Target>, Rejection>, CoreError> {
-    let prefix = target_prefix(req);
-    // The scan stops one past what a redaction may take, counting every datom of the target,
+    // Each scan stops one past what a redaction may take, counting every datom of the target,
     // redacted or not: a target that large is refused whatever is left of it.
     let cap = crate::reads::MAX_READ_DATOMS;
-    let rows = view.scan(Space::State, &prefix, prefix_end(&prefix).as_deref(), cap)?;
-    if rows.len() == cap {
-        // More rows than one scan reads: the target is past what one redaction may take.
-        return Ok(Err(Rejection::RedactionTooLarge {
-            datoms: cap as u64,
-            limit: max as u64,
-        }));
-    }
-    if rows.is_empty() {
-        return Ok(Err(no_such_target(req)));
-    }
+    let mut rows_seen = 0usize;
     let mut out = Vec::new();
-    for (key, value) in rows {
-        if let Some(target) = unredacted(key, &value)? {
-            out.push(target);
-        }
-        if out.len() > max {
+    for prefix in Scopes::of(view, req, branches)?.prefixes {
+        let rows = view.scan(Space::State, &prefix, prefix_end(&prefix).as_deref(), cap)?;
+        rows_seen = rows_seen.saturating_add(rows.len());
+        if rows.len() == cap {
+            // More rows than one scan reads: the target is past what one redaction may take.
             return Ok(Err(Rejection::RedactionTooLarge {
-                datoms: out.len() as u64,
+                datoms: cap as u64,
                 limit: max as u64,
             }));
         }
+        for (key, value) in rows {
+            if let Some(target) = unredacted(key, &value)? {
+                out.push(target);
+            }
+            if out.len() > max {
+                return Ok(Err(Rejection::RedactionTooLarge {
+                    datoms: out.len() as u64,
+                    limit: max as u64,
+                }));
+            }
+        }
+    }
+    if rows_seen == 0 {
+        return Ok(Err(no_such_target(req)));
     }
     if out.is_empty() {
         return Ok(Err(all_redacted(req)));
@@ -106,47 +116,68 @@ pub fn targets(
 /// part, that were written before it. Reads at most the rows it passes over plus one page.
 /// With `whole_values` (entries proposed since values go out of a slot whole), also the rest
 /// of the last slot it reached, so no part ends inside a slot, and every datom of its datoms'
-/// groups (`crate::value_groups`), in key order.
+/// groups (`crate::value_groups`), in key order. With `branches` (entries proposed since
+/// redactions reach branches), the target goes on past main's rows into each branch's rows of
+/// the entity ([`Scopes`]), and a main slot the part takes brings that slot's datoms on every
+/// branch with it (listed first), so a branch's reads, which fold main's datoms as of the fork
+/// with the branch's, see both sides of a value redacted by the same entry.
 pub fn part_targets(
     view: &dyn ReadView,
     req: &RedactRequest,
     part: &RedactPart,
     whole_values: bool,
+    branches: bool,
 ) -> Result<Result<Vec<Target>, Rejection>, CoreError> {
-    let prefix = target_prefix(req);
-    let end = prefix_end(&prefix);
+    let branches = branches && !crate::planted::active(crate::planted::PlantedBug::RedactionSkipsBranches);
+    let scopes = Scopes::of(view, req, branches)?;
     let limit = part.applied_limit();
-    let mut from = match &part.after_key {
-        // The key's successor: every key after it that the prefix holds.
-        Some(after) if after.starts_with(&prefix) => [after.as_slice(), &[0]].concat(),
-        // A cursor outside the target (a faulty leader's) starts from the target's start: a
-        // part only ever takes the target's datoms.
-        _ => prefix.clone(),
+    // The key's successor: every key after it that a scope holds. A cursor outside the
+    // target (a faulty leader's) starts from the target's start: a part only ever takes the
+    // target's datoms.
+    let mut from: Option<Vec<u8>> = match &part.after_key {
+        Some(after) if scopes.prefixes.iter().any(|p| after.starts_with(p)) => {
+            Some([after.as_slice(), &[0]].concat())
+        }
+        _ => None,
     };
-    let mut out = Vec::new();
+    let written_before = |t: &Target| part.first_tx.is_none_or(|first| t.datom.tx < first);
+    // What the scan took on main and on branches, each in key order.
+    let (mut main, mut on_branches) = (Vec::new(), Vec::new());
     let mut seen_any = false;
-    'pages: loop {
-        let rows = view.scan(Space::State, &from, end.as_deref(), limit + 1)?;
-        let last_page = rows.len() <= limit;
-        seen_any |= !rows.is_empty();
-        for (key, value) in rows {
-            from = [key.as_slice(), &[0]].concat();
-            let Some(target) = unredacted(key, &value)? else {
-                continue;
-            };
-            if part.first_tx.is_some_and(|first| target.datom.tx >= first) {
-                continue;
+    'scopes: for (i, prefix) in scopes.prefixes.iter().enumerate() {
+        let end = prefix_end(prefix);
+        let mut at = match &from {
+            Some(f) if end.as_ref().is_some_and(|e| f >= e) => continue,
+            Some(f) if f > prefix => f.clone(),
+            _ => prefix.clone(),
+        };
+        loop {
+            let rows = view.scan(Space::State, &at, end.as_deref(), limit + 1)?;
+            let last_page = rows.len() <= limit;
+            seen_any |= !rows.is_empty();
+            for (key, value) in rows {
+                at = [key.as_slice(), &[0]].concat();
+                let Some(target) = unredacted(key, &value)? else {
+                    continue;
+                };
+                if !written_before(&target) {
+                    continue;
+                }
+                match i {
+                    0 => main.push(target),
+                    _ => on_branches.push(target),
+                }
+                if main.len() + on_branches.len() == limit {
+                    break 'scopes;
+                }
             }
-            out.push(target);
-            if out.len() == limit {
-                break 'pages;
+            if last_page {
+                break;
             }
         }
-        if last_page {
-            break;
-        }
+        from = Some(at);
     }
-    if out.is_empty() {
+    if main.is_empty() && on_branches.is_empty() {
         return Ok(Err(match (part.first_tx, seen_any || part.after_key.is_some()) {
             (None, false) => no_such_target(req),
             (None, true) => all_redacted(req),
@@ -156,10 +187,107 @@ pub fn part_targets(
             )),
         }));
     }
-    if whole_values {
-        return whole_slots(view, &req.namespace, part.first_tx, out);
+    if !whole_values {
+        main.extend(on_branches);
+        return Ok(Ok(main));
     }
+    if !main.is_empty() {
+        main = match whole_slots(view, &req.namespace, part.first_tx, main)? {
+            Ok(main) => main,
+            Err(refusal) => return Ok(Err(refusal)),
+        };
+    }
+    if let Some(last) = on_branches.last()
+        && let Some(name) = &last.datom.branch
+    {
+        let d = &last.datom;
+        let slot = keys::branch_eavt_attr(&req.namespace, name, d.entity, &d.attribute);
+        let rest = branch_rows(view, &slot, Some(&last.key), &written_before)?;
+        on_branches.extend(rest);
+    }
+    // A main slot's datoms on every branch, taken with it (not already taken by the scan).
+    let mut out = Vec::new();
+    if branches {
+        let mut slots: Vec<(EntityId, &Attribute)> = main
+            .iter()
+            .map(|t| (t.datom.entity, &t.datom.attribute))
+            .collect();
+        slots.sort();
+        slots.dedup();
+        for (entity, attribute) in slots {
+            for name in &scopes.branches {
+                let slot = keys::branch_eavt_attr(&req.namespace, name, entity, attribute);
+                for t in branch_rows(view, &slot, None, &written_before)? {
+                    if !on_branches.iter().any(|b| b.key == t.key) {
+                        out.push(t);
+                    }
+                }
+            }
+        }
+    }
+    // Listed last: what the scan took, so the last datom listed is where the next part starts.
+    out.extend(main);
+    out.extend(on_branches);
     Ok(Ok(out))
+}
+
+/// The datoms of the branch slot `slot` (a prefix) after `after` whose values are still there
+/// and that `keep` keeps, in key order.
+fn branch_rows(
+    view: &dyn ReadView,
+    slot: &[u8],
+    after: Option<&[u8]>,
+    keep: &dyn Fn(&Target) -> bool,
+) -> Result<Vec<Target>, CoreError> {
+    let from = match after {
+        Some(after) => [after, &[0]].concat(),
+        None => slot.to_vec(),
+    };
+    let mut out = Vec::new();
+    for (key, value) in view.scan(Space::State, &from, prefix_end(slot).as_deref(), usize::MAX)? {
+        if let Some(target) = unredacted(key, &value)?
+            && keep(&target)
+        {
+            out.push(target);
+        }
+    }
+    Ok(out)
+}
+
+/// Where a redaction of an entity looks for its datoms: main's rows of the entity (or of the
+/// one attribute) and, for an entry that reaches branches, each branch's rows of it, as key
+/// prefixes in key order (main's table sorts before the branches').
+struct Scopes {
+    prefixes: Vec<Vec<u8>>,
+    /// The namespace's branches, whatever their state (a merged or abandoned branch's datoms
+    /// are kept and read like an open one's).
+    branches: Vec<BranchName>,
+}
+
+impl Scopes {
+    fn of(view: &dyn ReadView, req: &RedactRequest, branches: bool) -> Result<Scopes, CoreError> {
+        let mut prefixes = vec![target_prefix(req)];
+        let names: Vec<BranchName> = match branches {
+            true => crate::branch::list(view, &req.namespace)?
+                .into_iter()
+                .map(|row| row.name)
+                .collect(),
+            false => Vec::new(),
+        };
+        let mut on_branches: Vec<Vec<u8>> = names
+            .iter()
+            .map(|name| match &req.attribute {
+                None => keys::branch_eavt_entity(&req.namespace, name, req.entity),
+                Some(a) => keys::branch_eavt_attr(&req.namespace, name, req.entity, a),
+            })
+            .collect();
+        on_branches.sort();
+        prefixes.extend(on_branches);
+        Ok(Scopes {
+            prefixes,
+            branches: names,
+        })
+    }
 }
 
 /// `out` (a part's datoms, in key order) with the rest of its last slot written before
@@ -195,21 +323,23 @@ pub fn more_after(
     req: &RedactRequest,
     first_tx: TxId,
     after_key: &[u8],
+    branches: bool,
 ) -> Result<bool, CoreError> {
     let next = RedactPart {
         first_tx: Some(first_tx),
         after_key: Some(after_key.to_vec()),
         limit: 1,
     };
-    Ok(part_targets(view, req, &next, false)?.is_ok())
+    Ok(part_targets(view, req, &next, false, branches)?.is_ok())
 }
 
-/// The state key of the last datom a part lists (its datoms come in key order): the next
-/// part's `after_key`. `None` when the record lists nothing.
+/// The state key of the last datom a part lists (a part lists what its scan took last, in key
+/// order): the next part's `after_key`. `None` when the record lists nothing.
 pub fn last_key_of(ns: &Namespace, redacted: &[(RedactedRef, Datom)]) -> Option<Vec<u8>> {
-    redacted
-        .last()
-        .map(|(r, d)| keys::eavt(ns, d.entity, &d.attribute, r.tx, r.seq))
+    redacted.last().map(|(r, d)| match &d.branch {
+        None => keys::eavt(ns, d.entity, &d.attribute, r.tx, r.seq),
+        Some(b) => keys::branch_eavt(ns, b, d.entity, &d.attribute, r.tx, r.seq),
+    })
 }
 
 fn target_prefix(req: &RedactRequest) -> Vec<u8> {
@@ -329,6 +459,11 @@ pub fn rows(
         let d = &t.datom;
         let gone = d.redact(by_tx, u32::try_from(ordinal).unwrap_or(u32::MAX));
         batch.put(Space::State, t.key.clone(), gone.encode());
+        redacted.push((d.hash(), gone));
+        if d.branch.is_some() {
+            // A branch's datoms have no value-keyed rows and no current-claims rows.
+            continue;
+        }
         // Deleting a row that was never written (an attribute not value-indexed) is harmless.
         batch.delete(
             Space::State,
@@ -340,7 +475,6 @@ pub fn rows(
                 keys::vaet(ns, target, &d.attribute, d.entity, d.tx, t.seq),
             );
         }
-        redacted.push((d.hash(), gone));
     }
     // A signed request holds its values: it is replaced by a marker (its hash and signature
     // stay in the entry). Several targets may share a transaction.
@@ -357,6 +491,7 @@ pub fn rows(
     }
     let mut slots: Vec<(&Attribute, engram_types::EntityId)> = targets
         .iter()
+        .filter(|t| t.datom.branch.is_none())
         .map(|t| (&t.datom.attribute, t.datom.entity))
         .collect();
     slots.sort();

@@ -2618,3 +2618,211 @@ fn a_join_keeps_the_rows_its_filters_pass_applied_once_their_variables_are_bound
         Err(ReadError::Cursor(_))
     ));
 }
+
+/// Redacts `e` (or its `attribute`) as a leader of this build proposes it: parts of at most
+/// `limit` datoms, each taking values out of a slot whole and reaching branches (or, with
+/// `on_branches` false, as an entry from before branches were reached), one after another until
+/// nothing is left. Returns every datom taken, as listed and as stored now.
+fn redact_in_parts(
+    m: &mut Mem,
+    e: EntityId,
+    attribute: Option<&str>,
+    limit: u32,
+    on_branches: bool,
+) -> Result<Vec<(engram_types::redact::RedactedRef, engram_types::Datom)>, Rejection> {
+    use engram_core::redact;
+    let req = engram_types::RedactRequest {
+        namespace: m.ns.clone(),
+        entity: e,
+        attribute: attribute.map(attr),
+        reason: "erasure request 12".into(),
+        provenance: agent("dpo", Status::Verified, 1.0),
+    };
+    redact::targets(
+        &*m.store,
+        &req,
+        engram_types::RedactRequest::MAX_DATOMS,
+        on_branches,
+    )
+    .unwrap()?;
+    let mut part = engram_types::RedactPart {
+        first_tx: None,
+        after_key: None,
+        limit,
+    };
+    let mut taken = Vec::new();
+    loop {
+        m.log += 1;
+        m.engine.redact_whole_values(true);
+        m.engine.redact_on_branches(on_branches);
+        let applied = m.engine.apply_redaction(
+            m.log,
+            1_000_000 * m.log as i64,
+            &req,
+            Some(&part),
+            &engram_core::PolicyActor::Unsigned(None),
+            WriteBatch::new(),
+        );
+        m.engine.redact_on_branches(false);
+        let receipt = applied.unwrap()?;
+        let this = redact::redacted_by(&*m.store, receipt.tx).unwrap();
+        let first_tx = part.first_tx.unwrap_or(receipt.tx);
+        let after = redact::last_key_of(&m.ns, &this).unwrap();
+        let full = this.len() >= part.applied_limit();
+        taken.extend(this);
+        if !full || !redact::more_after(&*m.store, &req, first_tx, &after, on_branches).unwrap() {
+            return Ok(taken);
+        }
+        part = engram_types::RedactPart {
+            first_tx: Some(first_tx),
+            after_key: Some(after),
+            limit,
+        };
+    }
+}
+
+/// Whether any state row holds `needle`.
+fn state_holds(m: &Mem, needle: &[u8]) -> bool {
+    m.state().iter().any(|(k, v)| {
+        [k, v]
+            .iter()
+            .any(|bytes| bytes.windows(needle.len()).any(|w| w == needle))
+    })
+}
+
+#[test]
+fn an_entity_redaction_reaches_its_datoms_on_every_branch_and_the_chain_still_verifies() {
+    let setup = || {
+        let mut m = Mem::new("team/a");
+        let who = agent("crm", Status::Candidate, 0.9);
+        let seed = m
+            .write(
+                who.clone(),
+                vec![
+                    assert_op(temp("p"), ":person/email", s("ada@main.example")),
+                    assert_op(temp("p"), ":person/name", s("Ada")),
+                    assert_op(temp("q"), ":person/name", s("Grace")),
+                ],
+            )
+            .unwrap();
+        let (p, q) = (created(&seed, "p"), created(&seed, "q"));
+        for name in ["open", "merged", "gone"] {
+            m.branch_op(BranchOp::Create {
+                name: branch(name),
+                from: None,
+            })
+            .unwrap();
+        }
+        // On `open`: main's email retracted and another asserted (the branch's fold matches its
+        // retraction with main's assertion), and an entity made on the branch.
+        let made = m
+            .write_on(
+                "open",
+                vec![
+                    retract_op(p, ":person/email", s("ada@main.example")),
+                    assert_op(id(p), ":person/email", s("ada@open.example")),
+                    assert_op(temp("u"), ":person/email", s("ula@open.example")),
+                ],
+            )
+            .unwrap();
+        let u = created(&made, "u");
+        // On `merged`: an attribute main never had, merged into main.
+        m.write_on("merged", vec![assert_op(id(p), ":person/phone", s("555-0199"))])
+            .unwrap();
+        m.branch_op(BranchOp::Merge {
+            name: branch("merged"),
+        })
+        .unwrap();
+        // On `gone`: a value written and the branch abandoned.
+        m.write_on("gone", vec![assert_op(id(p), ":person/name", s("Ada L."))])
+            .unwrap();
+        m.branch_op(BranchOp::Abandon { name: branch("gone") }).unwrap();
+        (m, p, q, u)
+    };
+    let forgotten: [&[u8]; 4] = [b"ada@main.example", b"ada@open.example", b"555-0199", b"Ada L."];
+
+    let (mut m, p, q, u) = setup();
+    let read = |m: &Mem, on: Option<&str>| m.facts(p, on, ReadOptions::default()).current;
+    let before: Vec<Vec<engram_types::Datom>> = [None, Some("open"), Some("merged"), Some("gone")]
+        .map(|on| read(&m, on))
+        .into();
+    assert!(state_holds(&m, b"ada@open.example") && state_holds(&m, b"555-0199"));
+
+    // Parts of two datoms: the scan goes through main's rows of the entity, then each
+    // branch's; a main slot's branch datoms go with it.
+    let taken = redact_in_parts(&mut m, p, None, 2, true).unwrap();
+    let on_branches: Vec<Option<String>> = taken
+        .iter()
+        .map(|(_, d)| d.branch.as_ref().map(|b| b.to_string()))
+        .collect();
+    for name in ["open", "merged", "gone"] {
+        assert!(
+            on_branches.contains(&Some(name.to_string())),
+            "the redaction took p's datoms on {name}: {on_branches:?}"
+        );
+    }
+    for needle in forgotten {
+        assert!(
+            !state_holds(&m, needle),
+            "{} is still in the state",
+            String::from_utf8_lossy(needle)
+        );
+    }
+    assert_eq!(
+        m.value(q, ":person/name", None),
+        Some(s("Grace")),
+        "q, not named, keeps its values"
+    );
+    // Every branch still answers the same claims for p, each with a marker for its value: the
+    // branch's fold met main's redacted assertion with its redacted retraction.
+    for (i, on) in [None, Some("open"), Some("merged"), Some("gone")]
+        .into_iter()
+        .enumerate()
+    {
+        let after = read(&m, on);
+        assert_eq!(after.len(), before[i].len(), "{on:?}: {after:?}");
+        for (b, a) in before[i].iter().zip(&after) {
+            assert_eq!(
+                (a.hash(), a.attribute.clone()),
+                (b.hash(), b.attribute.clone()),
+                "{on:?}"
+            );
+            assert!(a.value.redacted().is_some(), "{on:?}: {a:?}");
+        }
+    }
+    assert_eq!(m.scrub_findings(), Vec::<String>::new());
+    let export = |m: &Mem| {
+        let mut out = Vec::new();
+        engram_core::export::write_export(&*m.store, &mut out, 1, |_, _| {}).unwrap();
+        out
+    };
+    let options = engram_verify::VerifyOptions::default();
+    let report = engram_verify::verify_export(&export(&m)[..], &options, |_, _| {}).unwrap();
+    assert!(report.ok(), "{:?}", report.failures);
+
+    // An entity made on a branch, with no datom on main, is found there.
+    let ula = redact_in_parts(&mut m, u, None, 100, true).unwrap();
+    assert_eq!(ula.len(), 1);
+    assert!(!state_holds(&m, b"ula@open.example"));
+    // Nothing is left of p; an entity nowhere is unknown.
+    assert!(matches!(
+        redact_in_parts(&mut m, p, None, 100, true),
+        Err(Rejection::NothingToRedact(_))
+    ));
+    assert_eq!(
+        redact_in_parts(&mut m, EntityId(987_654), None, 100, true).unwrap_err(),
+        Rejection::UnknownEntity(EntityId(987_654))
+    );
+    // The open branch merges what is left: its redacted datoms are not replayed onto main.
+    m.branch_op(BranchOp::Merge { name: branch("open") }).unwrap();
+    assert!(read(&m, None).iter().all(|d| d.value.redacted().is_some()));
+    assert_eq!(m.scrub_findings(), Vec::<String>::new());
+    let report = engram_verify::verify_export(&export(&m)[..], &options, |_, _| {}).unwrap();
+    assert!(report.ok(), "{:?}", report.failures);
+
+    // An entry from before redactions reached branches applies as it did: main only.
+    let (mut old, p, _, _) = setup();
+    let taken = redact_in_parts(&mut old, p, None, 2, false).unwrap();
+    assert!(taken.iter().all(|(_, d)| d.branch.is_none()));
+    assert!(state_holds(&old, b"ada@open.example") && state_holds(&old, b"Ada L."));
+}

@@ -971,9 +971,10 @@ impl EngramClient {
     /// what would go and changes nothing. Applied in parts of at most 100 datoms, each its own
     /// transaction. Returns a dict: `dry_run`, `tx` (the last part's transaction),
     /// `part_txs` (every part's, first to last), `audit_index` and `datoms` (each `tx`, `seq`,
-    /// `hash`, `attribute`, `op`, `redacted_by_tx`, and `guessable`: written before salts, so
-    /// its kept hash can be tested against a guess of the value). Datoms read afterwards carry
-    /// no value and say `redacted`.
+    /// `hash`, `attribute`, `op`, `redacted_by_tx`, `branch` (None: main; the entity's datoms on
+    /// every branch go too), and `guessable`: written before salts, so its kept hash can be
+    /// tested against a guess of the value). Datoms read afterwards carry no value and say
+    /// `redacted`.
     #[pyo3(signature = (namespace, entity, *, reason, attribute=None, dry_run=false, agent=None))]
     #[allow(clippy::too_many_arguments)]
     fn redact<'py>(
@@ -2112,6 +2113,7 @@ fn redaction_dict<'py>(py: Python<'py>, response: &pb::RedactResponse) -> PyResu
         item.set_item("attribute", &d.attribute)?;
         item.set_item("guessable", d.guessable)?;
         item.set_item("redacted_by_tx", d.redacted_by_tx)?;
+        item.set_item("branch", (!d.branch.is_empty()).then_some(d.branch.as_str()))?;
         item.set_item(
             "op",
             if d.op == pb::Op::Retract as i32 {

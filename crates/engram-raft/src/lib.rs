@@ -170,6 +170,12 @@ pub enum Command {
         range: RedactRange,
         proposed_time_ns: i64,
     },
+    /// `command`, a redaction of an entity that takes its datoms on every branch of the
+    /// namespace too (`engram_core::redact::part_targets`). Every redaction of an entity a
+    /// leader of this build proposes is wrapped in one; entries from before apply to main only,
+    /// as they did. (Last in the enum: entries keep their encoding; a node of an earlier build
+    /// cannot read it and stops rather than leave branches' values behind.)
+    OnBranches { command: Box<Command> },
 }
 
 /// Who asked for a redaction, for a log line: the signing agent, else the principal, else "-".
@@ -305,6 +311,7 @@ impl fmt::Display for Command {
             Command::Salted { command, .. } => write!(f, "salted {command}"),
             Command::StateRooted { command } => write!(f, "rooted {command}"),
             Command::WholeValues { command } => write!(f, "whole-values {command}"),
+            Command::OnBranches { command } => write!(f, "on-branches {command}"),
             Command::RedactSession {
                 request,
                 range,

@@ -404,7 +404,7 @@ impl RaftNode {
         let checked = request.clone();
         if let Err(rejection) = self
             .read_state_off_runtime(move |store| {
-                engram_core::redact::targets(store, &checked, max).map(|t| t.map(|_| ()))
+                engram_core::redact::targets(store, &checked, max, true).map(|t| t.map(|_| ()))
             })
             .await?
             .map_err(fatal)?
@@ -430,7 +430,7 @@ impl RaftNode {
                 proposed_time_ns: clock::now_ns().saturating_add(self.clock_skew_ns),
             };
             let resp = self
-                .while_quorate(self.raft.client_write(whole_values(command)?))
+                .while_quorate(self.raft.client_write(on_branches(command)?))
                 .await?;
             let outcome = resp
                 .data
@@ -466,7 +466,7 @@ impl RaftNode {
                 break;
             };
             let more = self
-                .read_state(|store| engram_core::redact::more_after(store, &request, first_tx, &after))?
+                .read_state(|store| engram_core::redact::more_after(store, &request, first_tx, &after, true))?
                 .map_err(fatal)?;
             if !more {
                 break;
@@ -1118,6 +1118,14 @@ fn read_state_of<T>(
 fn whole_values(command: Command) -> Result<Command, NodeError> {
     Ok(Command::WholeValues {
         command: Box::new(salted(command)?),
+    })
+}
+
+/// A redaction of an entity's `command` as it is logged: reaching the entity's datoms on
+/// branches ([`Command::OnBranches`]) around [`whole_values`].
+fn on_branches(command: Command) -> Result<Command, NodeError> {
+    Ok(Command::OnBranches {
+        command: Box::new(whole_values(command)?),
     })
 }
 

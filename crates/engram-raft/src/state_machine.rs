@@ -281,6 +281,12 @@ impl StateMachine {
                 self.engine.redact_whole_values(false);
                 applied?;
             }
+            Command::OnBranches { command } => {
+                self.engine.redact_on_branches(true);
+                let applied = self.apply_command(index, *command, response);
+                self.engine.redact_on_branches(false);
+                applied?;
+            }
             Command::Transact {
                 request,
                 proposed_time_ns,

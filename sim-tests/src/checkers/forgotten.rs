@@ -7,10 +7,10 @@
 //! `state_consistent`).
 
 use engram_storage::Store;
-use engram_types::{Namespace, TxId};
+use engram_types::{BranchName, Namespace, TxId};
 
 use super::Violation;
-use crate::speculator::{NAMESPACE, SpeculationLog};
+use crate::speculator::{Forgotten, NAMESPACE, SpeculationLog};
 
 pub const NAME: &str = "I12 forgotten";
 
@@ -21,7 +21,10 @@ pub fn check(members: &[(u64, &dyn Store)], log: &SpeculationLog) -> Vec<Violati
     for (node, store) in members {
         for f in &forgotten {
             let entity = f.entity;
-            let datoms = match super::entity_datoms(NAME, *node, *store, &ns, entity) {
+            let datoms = match super::entity_datoms(NAME, *node, *store, &ns, entity).and_then(|mut d| {
+                d.extend(on_branch(*node, *store, &ns, f)?);
+                Ok(d)
+            }) {
                 Ok(d) => d,
                 Err(v) => {
                     out.push(v);
@@ -48,8 +51,12 @@ pub fn check(members: &[(u64, &dyn Store)], log: &SpeculationLog) -> Vec<Violati
                     None => out.push(Violation::new(
                         NAME,
                         format!(
-                            "node {node}: entity {entity} {} of tx {} is {}, not redacted by a part of the redaction acknowledged as txs {:?}",
-                            d.attribute, d.tx.0, d.value, f.part_txs
+                            "node {node}: entity {entity} {} of tx {}{} is {}, not redacted by a part of the redaction acknowledged as txs {:?}",
+                            d.attribute,
+                            d.tx.0,
+                            d.branch.as_ref().map_or(String::new(), |b| format!(" on branch {b}")),
+                            d.value,
+                            f.part_txs
                         ),
                     )),
                 }
@@ -67,4 +74,31 @@ pub fn check(members: &[(u64, &dyn Store)], log: &SpeculationLog) -> Vec<Violati
         }
     }
     out
+}
+
+/// The datoms of `f`'s entity on the branch the speculator wrote its third secret on.
+fn on_branch(
+    node: u64,
+    store: &dyn Store,
+    ns: &Namespace,
+    f: &Forgotten,
+) -> Result<Vec<engram_types::Datom>, Violation> {
+    let Some(name) = &f.branch else {
+        return Ok(Vec::new());
+    };
+    let name =
+        BranchName::new(name.clone()).map_err(|e| Violation::new(NAME, format!("branch {name}: {e}")))?;
+    let datoms = engram_core::branch::datoms(store, ns, &name)
+        .map_err(|e| Violation::new(NAME, format!("node {node}: reading branch {name}: {e}")))?;
+    let datoms: Vec<_> = datoms.into_iter().filter(|d| d.entity.0 == f.entity).collect();
+    if datoms.is_empty() {
+        return Err(Violation::new(
+            NAME,
+            format!(
+                "node {node}: entity {} has no datom on branch {name}, where its write was acknowledged",
+                f.entity
+            ),
+        ));
+    }
+    Ok(datoms)
 }

@@ -141,7 +141,7 @@ impl MemoryService {
             let targets = self
                 .shared
                 .read_sized(true, move |store| {
-                    engram_core::redact::targets(store, &checked, RedactRequest::MAX_DATOMS)
+                    engram_core::redact::targets(store, &checked, RedactRequest::MAX_DATOMS, true)
                 })
                 .await?
                 .map_err(ApiError::Rejected)?;
@@ -390,6 +390,7 @@ fn redacted_pb(
             engram_types::Op::Retract => pb::Op::Retract,
         } as i32,
         guessable: !r.salted,
+        branch: d.branch.as_ref().map(|b| b.to_string()).unwrap_or_default(),
     }
 }
 
