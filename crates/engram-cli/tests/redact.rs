@@ -450,6 +450,18 @@ async fn purged_from_every_file(down: Option<u64>) {
         ),
     );
     let e = written["temp_ids"]["p"].as_u64().unwrap().to_string();
+    // The value on a branch too: the redaction reaches it there, and the purge with it.
+    cli.ok(
+        None,
+        &["branch", "create", "--ns", NS, "draft", "--agent", "crm-agent"],
+        None,
+    );
+    let on_branch = json!({
+        "namespace": NS, "branch": "draft", "agent": "crm-agent",
+        "ops": [{"entity": written["temp_ids"]["p"], "attribute": ":person/email",
+                 "value": {"string": format!("{marker} on a branch")}}]
+    });
+    cli.ok(None, &["transact"], Some(&on_branch.to_string()));
     // More writes after it, so the log holds entries past the redaction's neighbours.
     let other = |i: usize| {
         json!({
@@ -486,6 +498,18 @@ async fn purged_from_every_file(down: Option<u64>) {
     }
     let done = redact_email(&cli, &e, "erasure request 19");
     let redaction = done["tx"].as_u64().unwrap();
+    let mut branches: Vec<String> = done["datoms"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["branch"].to_string())
+        .collect();
+    branches.sort();
+    assert_eq!(
+        branches,
+        ["\"draft\"", "null"],
+        "main's value and the branch's: {done}"
+    );
     let up: Vec<String> = cluster
         .nodes()
         .iter()
@@ -575,6 +599,19 @@ async fn purged_from_every_file(down: Option<u64>) {
         .unwrap()
         .clone();
     assert_eq!(name["value"]["string"], "Grace");
+    let on_draft = cli.ok(
+        None,
+        &["get", "--ns", NS, "--entity", &e, "--branch", "draft"],
+        None,
+    );
+    let email = on_draft["datoms"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|d| d["attribute"] == ":person/email")
+        .unwrap()
+        .clone();
+    assert_eq!(email["redacted_by_tx"], redaction, "{on_draft}");
     verify_each(&cluster);
     // A write after the purge is served as usual.
     cli.ok(None, &["transact"], Some(&other(99)));

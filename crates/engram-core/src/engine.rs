@@ -970,10 +970,11 @@ impl Engine {
         self.whole_values = whole;
     }
 
-    /// Whether the redaction entries of an entity applied from now on take its datoms on every
-    /// branch of the namespace too (`crate::redact::part_targets`): set for an entry whose log
-    /// entry asks it (every redaction a leader of a build that redacts branches proposes),
-    /// cleared after it, so entries proposed before apply to main only, as they did.
+    /// Whether the redaction entries applied from now on take what they target on every
+    /// branch of the namespace too (`crate::redact::part_targets`,
+    /// `crate::redact_where::range_targets`): set for an entry whose log entry asks it (every
+    /// redaction a leader of a build that redacts branches proposes), cleared after it, so
+    /// entries proposed before apply to main only, as they did.
     pub fn redact_on_branches(&mut self, on_branches: bool) {
         self.on_branches = on_branches;
     }
@@ -1213,7 +1214,9 @@ impl Engine {
             };
             let targets = match checked {
                 Err(rejection) => Err(rejection),
-                Ok(()) => redact_where::range_targets(&view, req, keep_versions, groups, range)?,
+                Ok(()) => {
+                    redact_where::range_targets(&view, req, keep_versions, groups, range, engine.on_branches)?
+                }
             };
             let targets = match targets {
                 Ok(targets) => targets,
@@ -1858,6 +1861,7 @@ mod tests {
                 after.as_deref(),
                 limit,
                 budget_rows,
+                true,
             )
             .unwrap()
             {
@@ -2028,6 +2032,7 @@ mod tests {
             None,
             100,
             100,
+            true,
         )
         .unwrap()
         {
@@ -2084,16 +2089,25 @@ mod tests {
             written_before_ns: Some(5_000_000),
             ..Default::default()
         });
-        let range =
-            match redact_where::plan_range(&*store, &retention, None, WHOLE_IF_ALL, None, None, 100, 100)
-                .unwrap()
-            {
-                redact_where::Plan::Range { range, datoms } => {
-                    assert_eq!(datoms, 3);
-                    range
-                }
-                other => panic!("{other:?}"),
-            };
+        let range = match redact_where::plan_range(
+            &*store,
+            &retention,
+            None,
+            WHOLE_IF_ALL,
+            None,
+            None,
+            100,
+            100,
+            true,
+        )
+        .unwrap()
+        {
+            redact_where::Plan::Range { range, datoms } => {
+                assert_eq!(datoms, 3);
+                range
+            }
+            other => panic!("{other:?}"),
+        };
         let apply = |engine: &mut Engine, index: u64, time_ms: i64, keep_ms: u64| {
             engine
                 .apply_redaction_where(
@@ -2227,6 +2241,7 @@ mod tests {
             None,
             100,
             100,
+            true,
         )
         .unwrap()
         {
@@ -2414,17 +2429,26 @@ mod tests {
             ..Default::default()
         });
         // No policy in force: refused.
-        let range =
-            match redact_where::plan_range(&*store, &versions, Some(2), WHOLE_IF_ALL, None, None, 100, 100)
-                .unwrap()
-            {
-                redact_where::Plan::Range { range, datoms } => {
-                    // 8 title versions (tx 2-6 and 8-10): all but the last 2 go.
-                    assert_eq!(datoms, 6);
-                    range
-                }
-                other => panic!("{other:?}"),
-            };
+        let range = match redact_where::plan_range(
+            &*store,
+            &versions,
+            Some(2),
+            WHOLE_IF_ALL,
+            None,
+            None,
+            100,
+            100,
+            true,
+        )
+        .unwrap()
+        {
+            redact_where::Plan::Range { range, datoms } => {
+                // 8 title versions (tx 2-6 and 8-10): all but the last 2 go.
+                assert_eq!(datoms, 6);
+                range
+            }
+            other => panic!("{other:?}"),
+        };
         let refused = engine
             .apply_redaction_where(
                 index,
@@ -2648,8 +2672,18 @@ mod tests {
         let keep_2 = Some(RetentionRule::KeepVersions(2));
         // The assertion of "gone" is past the policy (ended, three later versions), its
         // retraction is not (no later version): neither goes, and the leader plans nothing.
-        let plan = redact_where::plan_range(&*store, &versions, Some(2), WHOLE_IF_ALL, None, None, 100, 100)
-            .unwrap();
+        let plan = redact_where::plan_range(
+            &*store,
+            &versions,
+            Some(2),
+            WHOLE_IF_ALL,
+            None,
+            None,
+            100,
+            100,
+            true,
+        )
+        .unwrap();
         assert_eq!(plan, redact_where::Plan::Done);
         // Each alone, as entries from before whole values took them: the assertion goes.
         let split = redact_where::plan_range(
@@ -2661,6 +2695,7 @@ mod tests {
             None,
             100,
             100,
+            true,
         )
         .unwrap();
         assert!(

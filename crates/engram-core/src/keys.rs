@@ -174,6 +174,11 @@ pub fn branches_prefix(ns: &Namespace) -> Vec<u8> {
     with_ns(BRANCH, ns)
 }
 
+/// Every datom written on any branch of a namespace.
+pub fn branch_eavt_namespace(ns: &Namespace) -> Vec<u8> {
+    with_ns(BRANCH_EAVT, ns)
+}
+
 /// Every datom written on a branch.
 pub fn branch_eavt_prefix(ns: &Namespace, name: &BranchName) -> Vec<u8> {
     let mut k = with_ns(BRANCH_EAVT, ns);

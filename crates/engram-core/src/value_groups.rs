@@ -29,7 +29,7 @@
 use std::collections::BTreeMap;
 
 use engram_storage::{ReadView, Space, prefix_end};
-use engram_types::{Attribute, Cardinality, Datom, EntityId, Namespace};
+use engram_types::{Attribute, BranchName, Cardinality, Datom, EntityId, Namespace};
 
 use crate::current::fold_step;
 use crate::{CoreError, Rejection, keys};
@@ -109,16 +109,22 @@ impl SlotGroups {
     }
 }
 
-/// The groups of the slot (entity, attribute) of `ns` on main: `None` if it has more than
-/// `rows_left` rows (which is lowered by the rows read).
+/// The groups of the slot (entity, attribute) of `ns` on main, or on `branch` (the branch's own
+/// datoms of the slot: a branch's slot folds main's datoms as of its fork before them, but a
+/// redaction that takes main's datoms takes the branch's with them, `crate::redact`): `None` if
+/// it has more than `rows_left` rows (which is lowered by the rows read).
 pub fn slot_groups(
     view: &dyn ReadView,
     ns: &Namespace,
+    branch: Option<&BranchName>,
     entity: EntityId,
     attribute: &Attribute,
     rows_left: &mut usize,
 ) -> Result<Option<SlotGroups>, CoreError> {
-    let prefix = keys::eavt_attr(ns, entity, attribute);
+    let prefix = match branch {
+        None => keys::eavt_attr(ns, entity, attribute),
+        Some(b) => keys::branch_eavt_attr(ns, b, entity, attribute),
+    };
     let end = prefix_end(&prefix);
     // One row more than the budget tells a slot that fits from one that does not.
     let rows = view.scan(Space::State, &prefix, end.as_deref(), rows_left.saturating_add(1))?;
@@ -190,7 +196,7 @@ pub struct Grouper {
     slot_rows: usize,
     entry_rows: usize,
     rows_left: usize,
-    slots: BTreeMap<(EntityId, Attribute), Result<SlotGroups, Unread>>,
+    slots: BTreeMap<(Option<BranchName>, EntityId, Attribute), Result<SlotGroups, Unread>>,
 }
 
 impl Grouper {
@@ -210,11 +216,18 @@ impl Grouper {
 
     /// The groups of `d`'s slot, read once per entry.
     pub fn slot(&mut self, view: &dyn ReadView, d: &Datom) -> Result<Result<&SlotGroups, Unread>, CoreError> {
-        let slot = (d.entity, d.attribute.clone());
+        let slot = (d.branch.clone(), d.entity, d.attribute.clone());
         if !self.slots.contains_key(&slot) {
             let most = self.slot_rows.min(self.rows_left);
             let mut left = most;
-            let groups = match slot_groups(view, &self.ns, d.entity, &d.attribute, &mut left)? {
+            let groups = match slot_groups(
+                view,
+                &self.ns,
+                d.branch.as_ref(),
+                d.entity,
+                &d.attribute,
+                &mut left,
+            )? {
                 Some(groups) => Ok(groups),
                 None if most == self.slot_rows => Err(Unread::TooLarge),
                 None => Err(Unread::OverBudget),
@@ -404,6 +417,7 @@ mod tests {
         let groups = slot_groups(
             &store,
             &history[0].namespace,
+            None,
             EntityId(7),
             &history[0].attribute,
             &mut rows,
@@ -423,6 +437,7 @@ mod tests {
             slot_groups(
                 &store,
                 &history[0].namespace,
+                None,
                 EntityId(7),
                 &history[0].attribute,
                 &mut rows

@@ -2826,3 +2826,151 @@ fn an_entity_redaction_reaches_its_datoms_on_every_branch_and_the_chain_still_ve
     assert!(taken.iter().all(|(_, d)| d.branch.is_none()));
     assert!(state_holds(&old, b"ada@open.example") && state_holds(&old, b"Ada L."));
 }
+
+/// Redacts what `predicate` matches in `m`'s namespace as a leader of this build proposes it:
+/// range after range, each planned and then applied reaching branches (or, with `on_branches`
+/// false, as entries from before). Returns every datom taken, as stored now.
+fn redact_where_in_ranges(
+    m: &mut Mem,
+    predicate: engram_types::Predicate,
+    on_branches: bool,
+) -> Vec<engram_types::Datom> {
+    use engram_core::redact_where::{self, Groups, Plan};
+    let req = engram_types::RedactWhere {
+        namespace: m.ns.clone(),
+        predicate,
+        reason: "consent withdrawn".into(),
+        provenance: agent("dpo", Status::Verified, 1.0),
+    };
+    let (mut first, mut after, mut taken) = (None, None::<Vec<u8>>, Vec::new());
+    loop {
+        let plan = redact_where::plan_range(
+            &*m.store,
+            &req,
+            None,
+            Groups::Whole,
+            first,
+            after.as_deref(),
+            2,
+            50,
+            on_branches,
+        )
+        .unwrap();
+        let range = match plan {
+            Plan::Done => return taken,
+            Plan::Skip { after: next } => {
+                after = Some(next);
+                continue;
+            }
+            Plan::Range { range, .. } => range,
+        };
+        m.log += 1;
+        m.engine.redact_whole_values(true);
+        m.engine.redact_on_branches(on_branches);
+        let applied = m.engine.apply_redaction_where(
+            m.log,
+            1_000_000 * m.log as i64,
+            &req,
+            &range,
+            None,
+            None,
+            WriteBatch::new(),
+        );
+        m.engine.redact_on_branches(false);
+        let receipt = applied.unwrap().unwrap();
+        first.get_or_insert(receipt.tx);
+        taken.extend(
+            engram_core::redact::redacted_by(&*m.store, receipt.tx)
+                .unwrap()
+                .into_iter()
+                .map(|(_, d)| d),
+        );
+        after = Some(range.through_key);
+    }
+}
+
+#[test]
+fn a_redaction_by_predicate_reaches_branches_and_takes_a_branch_value_out_of_its_slot_whole() {
+    let setup = || {
+        let mut m = Mem::new("crm/eu");
+        let crawler = agent("crawler", Status::Candidate, 0.5);
+        let human = agent("human", Status::Verified, 1.0);
+        let seed = m
+            .write(
+                crawler.clone(),
+                vec![
+                    assert_op(temp("x"), ":page/text", s("crawled on main")),
+                    assert_op(temp("y"), ":page/text", s("crawled too")),
+                ],
+            )
+            .unwrap();
+        let (x, y) = (created(&seed, "x"), created(&seed, "y"));
+        m.write(
+            human.clone(),
+            vec![assert_op(id(x), ":page/note", s("human on main"))],
+        )
+        .unwrap();
+        m.branch_op(BranchOp::Create {
+            name: branch("draft"),
+            from: None,
+        })
+        .unwrap();
+        // On the branch: the crawler's value, the human's retraction of it (one group on the
+        // branch), and the human's own value.
+        let mut on_draft = m.request();
+        on_draft.branch = Some(branch("draft"));
+        on_draft.provenance = crawler.clone();
+        on_draft.ops = vec![assert_op(id(y), ":page/text", s("crawled on draft"))];
+        m.apply(on_draft.clone()).unwrap();
+        on_draft.provenance = human.clone();
+        on_draft.ops = vec![
+            retract_op(y, ":page/text", s("crawled on draft")),
+            assert_op(id(y), ":page/note", s("human on draft")),
+        ];
+        m.apply(on_draft).unwrap();
+        (m, x, y)
+    };
+    let by_crawler = engram_types::Predicate {
+        agent: Some("crawler".into()),
+        ..engram_types::Predicate::default()
+    };
+
+    let (mut m, _, y) = setup();
+    assert_eq!(
+        m.value(y, ":page/text", Some("draft")),
+        None,
+        "retracted on the branch"
+    );
+    let taken = redact_where_in_ranges(&mut m, by_crawler.clone(), true);
+    for gone in ["crawled on main", "crawled too", "crawled on draft"] {
+        assert!(!state_holds(&m, gone.as_bytes()), "{gone} is still in the state");
+    }
+    assert!(
+        taken
+            .iter()
+            .any(|d| d.branch.is_some() && d.provenance.agent == "human" && d.op == Op::Retract),
+        "the human's retraction of the crawled value on the branch went with it: {taken:?}"
+    );
+    assert!(state_holds(&m, b"human on main") && state_holds(&m, b"human on draft"));
+    // The branch still folds to what it did: y's text retracted there, its note the human's.
+    assert_eq!(m.value(y, ":page/text", Some("draft")), None);
+    assert_eq!(m.value(y, ":page/note", Some("draft")), Some(s("human on draft")));
+    assert_eq!(m.scrub_findings(), Vec::<String>::new());
+    let mut export = Vec::new();
+    engram_core::export::write_export(&*m.store, &mut export, 1, |_, _| {}).unwrap();
+    let report =
+        engram_verify::verify_export(&export[..], &engram_verify::VerifyOptions::default(), |_, _| {})
+            .unwrap();
+    assert!(report.ok(), "{:?}", report.failures);
+
+    // The whole namespace goes, branches included.
+    redact_where_in_ranges(&mut m, engram_types::Predicate::default(), true);
+    assert!(!state_holds(&m, b"human on draft") && !state_holds(&m, b"human on main"));
+    assert_eq!(m.scrub_findings(), Vec::<String>::new());
+
+    // Entries from before redactions reached branches take main's datoms only.
+    let (mut old, _, _) = setup();
+    let taken = redact_where_in_ranges(&mut old, by_crawler, false);
+    assert!(taken.iter().all(|d| d.branch.is_none()), "{taken:?}");
+    assert!(state_holds(&old, b"crawled on draft") && !state_holds(&old, b"crawled on main"));
+}

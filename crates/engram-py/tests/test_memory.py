@@ -229,6 +229,27 @@ def test_redact_forgets_a_value_and_says_so(db, ns):
         db.redact(ns, person, reason="")
 
 
+def test_redact_reaches_the_value_on_a_branch_and_a_merge_does_not_bring_it_back(db, ns):
+    r = db.transact(ns, [("p", ":person/email", "ada@main.example"), ("p", ":person/name", "Ada")])
+    person = r.temp_ids["p"]
+    with db.branch(ns, "draft-email") as b:
+        b.transact([(person, ":person/email", "ada@branch.example")])
+        dry = db.redact(ns, person, attribute=":person/email", reason="erasure 13", dry_run=True)
+        assert sorted(d["branch"] or "main" for d in dry["datoms"]) == ["draft-email", "main"]
+        done = db.redact(ns, person, attribute=":person/email", reason="erasure 13")
+        assert sorted(d["branch"] or "main" for d in done["datoms"]) == ["draft-email", "main"]
+        on_branch = {d.attribute: d for d in b.get(person).datoms}
+        assert on_branch[":person/email"].value is None
+        assert "redacted by transaction" in on_branch[":person/email"].redacted
+    # Merged on leaving the block: the branch's redacted datom is not replayed onto main.
+    datoms = {d.attribute: d for d in db.get(ns, person).datoms}
+    assert datoms[":person/email"].value is None
+    assert datoms[":person/name"].value == "Ada"
+    assert all(
+        d.value not in ("ada@main.example", "ada@branch.example") for d in db.history(ns, entity=person)
+    )
+
+
 def test_redact_where_forgets_what_an_agent_wrote_and_only_that(cluster, db, ns):
     crawler = engram.Engram(cluster.endpoints, agent="crawler")
     crawled = [crawler.transact(ns, [("p", ":person/email", f"{i}@crawled.example")]).temp_ids["p"] for i in range(3)]

@@ -170,10 +170,10 @@ pub enum Command {
         range: RedactRange,
         proposed_time_ns: i64,
     },
-    /// `command`, a redaction of an entity that takes its datoms on every branch of the
-    /// namespace too (`engram_core::redact::part_targets`). Every redaction of an entity a
-    /// leader of this build proposes is wrapped in one; entries from before apply to main only,
-    /// as they did. (Last in the enum: entries keep their encoding; a node of an earlier build
+    /// `command`, a redaction that takes what it targets on every branch of the namespace too
+    /// (`engram_core::redact::part_targets`, `engram_core::redact_where::plan_range`). Every
+    /// redaction a leader of this build proposes is wrapped in one; entries from before apply
+    /// to main only, as they did. (Last in the enum: entries keep their encoding; a node of an earlier build
     /// cannot read it and stops rather than leave branches' values behind.)
     OnBranches { command: Box<Command> },
 }

@@ -530,6 +530,7 @@ impl RaftNode {
                         after.as_deref(),
                         limit,
                         PLAN_ROWS,
+                        true,
                     )
                 })
                 .await?
@@ -568,7 +569,7 @@ impl RaftNode {
                 },
             };
             let resp = self
-                .while_quorate(self.raft.client_write(whole_values(command)?))
+                .while_quorate(self.raft.client_write(on_branches(command)?))
                 .await?;
             let outcome = resp.data.outcome.ok_or_else(|| {
                 NodeError::Fatal("apply returned no outcome for a redaction by predicate".into())
@@ -1121,8 +1122,8 @@ fn whole_values(command: Command) -> Result<Command, NodeError> {
     })
 }
 
-/// A redaction of an entity's `command` as it is logged: reaching the entity's datoms on
-/// branches ([`Command::OnBranches`]) around [`whole_values`].
+/// A redaction's `command` as it is logged: reaching datoms on branches
+/// ([`Command::OnBranches`]) around [`whole_values`].
 fn on_branches(command: Command) -> Result<Command, NodeError> {
     Ok(Command::OnBranches {
         command: Box::new(whole_values(command)?),

@@ -34,13 +34,13 @@ pub struct Predicate {
 impl Predicate {
     /// Whether `d` meets every condition but the two time bounds on its transaction, which the
     /// caller resolves to one transaction bound ([`Predicate::before_tx`] and the transaction
-    /// of [`Predicate::written_before_ns`]).
+    /// of [`Predicate::written_before_ns`]), on main or on a branch (whether a redaction reaches
+    /// branches is the entry's: `engram_core::redact_where`).
     pub fn matches(&self, d: &Datom) -> bool {
         self.attribute.as_ref().is_none_or(|a| *a == d.attribute)
             && self.agent.as_ref().is_none_or(|a| *a == d.provenance.agent)
             && self.value.as_ref().is_none_or(|v| *v == d.value)
             && self.valid_from_before_ns.is_none_or(|t| d.valid_from_ns < t)
-            && d.branch.is_none()
     }
 
     /// Whether the predicate says nothing but its namespace: the whole namespace goes.
@@ -251,9 +251,14 @@ mod tests {
             ..d
         };
         assert!(
-            !Predicate::default().matches(&on_branch),
-            "branches are not taken"
+            Predicate::default().matches(&on_branch),
+            "a branch's datom matches like main's"
         );
+        let other_agent = Predicate {
+            agent: Some("someone else".into()),
+            ..Predicate::default()
+        };
+        assert!(!other_agent.matches(&on_branch));
     }
 
     #[test]
