@@ -16,7 +16,11 @@ if [ "$profile" = release ]; then
   cargo build --release -p engram-cli -p engram-chaos
   bin=target/release
 else
-  cargo build -p engram-cli -p engram-chaos
+  # The workspace's every target, as `cargo test --workspace --all-targets` builds it: the same
+  # features for every dependency, so after the tests this reuses their build. Building only
+  # `-p engram-cli -p engram-chaos` unifies features differently and rebuilds RocksDB's C++
+  # and much of the graph (10-20 minutes on 2 cores).
+  cargo build --workspace --all-targets
   bin=target/debug
 fi
 if [ "${1:-}" = "--help" ] || [ "${1:-}" = "-h" ]; then
