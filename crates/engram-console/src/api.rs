@@ -14,7 +14,7 @@ use futures::StreamExt;
 use serde_json::{Value as Json, json};
 use tokio::sync::Mutex;
 
-use crate::proof::{Step, check_entries, inclusion_steps, kind_name};
+use crate::proof::{Step, check_entries, consistency_steps, inclusion_steps, kind_name};
 
 /// Most audit entries one page of the audit view lists.
 pub const MAX_PAGE_ENTRIES: u64 = 500;
@@ -299,16 +299,29 @@ impl Api {
                     "Checkpoint",
                     true,
                     format!(
-                        "the node's checkpoint of {} entries is signed by a key the chain trusts, and a consistency proof of {} hashes shows its tree extends the trusted one of {}",
+                        "the node's checkpoint of {} entries is signed by a key the chain trusts; a consistency proof of {} hashes shows its tree extends the trusted one of {}:",
                         checkpoint.size,
                         consistency.path.len(),
                         trusted.size()
                     ),
                 ));
+                steps.extend(consistency_steps(
+                    &trusted.checkpoint().checkpoint,
+                    &next.checkpoint().checkpoint,
+                    &consistency.path,
+                ));
                 next
             }
             Err(failure) => {
                 steps.push(Step::new("Checkpoint", false, checkpoint_failure(&failure)));
+                // Where the note reads, the proof drawn shows which hash or root failed.
+                if let Ok(note) = engram_audit::SignedCheckpoint::parse(&checkpoint.note) {
+                    steps.extend(consistency_steps(
+                        &trusted.checkpoint().checkpoint,
+                        &note.checkpoint,
+                        &consistency.path,
+                    ));
+                }
                 return Ok(answer(Some(&checkpoint), None, &steps));
             }
         };

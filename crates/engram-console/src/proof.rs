@@ -1,12 +1,16 @@
 //! What the console checks itself, on the operator's machine, about the audit entries a node
 //! serves: each entry's bytes against the hash it is listed under and the link the next entry
-//! makes to it, and one entry's inclusion in a signed checkpoint's Merkle tree, hash by hash,
-//! so the page can show every step of the proof and say which one failed.
+//! makes to it, one entry's inclusion in a signed checkpoint's Merkle tree, and the consistency
+//! of that checkpoint's tree with the one the console trusts, hash by hash, so the page can
+//! show every step of the proofs and say which one failed.
 //!
 //! Pure functions of what was served and what the console already trusts: no network here.
 
 use engram_audit::{Checkpoint, EntryKind, SignedEntry};
-use engram_merkle::{Blake3, MerkleHasher, parse_proof, root_from_inclusion_proof_visiting};
+use engram_merkle::{
+    Blake3, ConsistencyRole, MerkleHasher, parse_proof, root_from_inclusion_proof_visiting,
+    verify_consistency_visiting,
+};
 use engram_proto::pb;
 use serde_json::{Value as Json, json};
 
@@ -205,6 +209,97 @@ pub fn inclusion_steps(
     steps
 }
 
+/// The consistency proof that the tree `checkpoint` signs extends the tree `trusted` commits
+/// to, walked step by step (RFC 9162 §2.1.4.2): where both rebuilds start, each hash of the
+/// path and which of the two roots it goes into, and the two roots reached against the
+/// trusted one and the checkpoint's. Equal sizes need no path: the roots must be equal.
+pub fn consistency_steps(trusted: &Checkpoint, checkpoint: &Checkpoint, path: &[Vec<u8>]) -> Vec<Step> {
+    let (old, new) = (trusted, checkpoint);
+    let path = match parse_proof::<Blake3>(path) {
+        Ok(path) => path,
+        Err(e) => return vec![Step::new("Consistency: the proof's hashes", false, e.to_string())],
+    };
+    if old.size == new.size {
+        let ok = old.root == new.root && path.is_empty();
+        return vec![Step::new(
+            "Consistency: the same tree",
+            ok,
+            match ok {
+                true => format!(
+                    "the checkpoint signs the trusted tree of {} entries itself",
+                    new.size
+                ),
+                false => format!(
+                    "the checkpoint signs {} for the {} entries the trusted tree has as {}",
+                    hex::encode(new.root.0),
+                    new.size,
+                    hex::encode(old.root.0)
+                ),
+            },
+        )];
+    }
+    let mut steps = Vec::new();
+    let verdict = verify_consistency_visiting::<Blake3>(
+        old.size,
+        new.size,
+        &old.root.0,
+        &new.root.0,
+        &path,
+        |s| {
+            let (title, detail) = match s.role {
+                ConsistencyRole::Seed { from_old_root: true } => (
+                    "Consistency: start".to_string(),
+                    format!(
+                        "the trusted tree of {} entries is a whole subtree of the new one: both rebuilds start from its root {}",
+                        old.size,
+                        short(&s.hash)
+                    ),
+                ),
+                ConsistencyRole::Seed { from_old_root: false } => (
+                    "Consistency: start".to_string(),
+                    format!(
+                        "both rebuilds start from {}, the root of the trusted tree's last whole subtree",
+                        short(&s.hash)
+                    ),
+                ),
+                ConsistencyRole::Shared => (
+                    format!("Consistency: hash {}", steps.len()),
+                    format!(
+                        "{} on the left, in both trees: old so far {}, new so far {}",
+                        short(&s.hash),
+                        short(&s.old_so_far),
+                        short(&s.new_so_far)
+                    ),
+                ),
+                ConsistencyRole::NewOnly => (
+                    format!("Consistency: hash {}", steps.len()),
+                    format!(
+                        "{} on the right, only in the new tree: new so far {}",
+                        short(&s.hash),
+                        short(&s.new_so_far)
+                    ),
+                ),
+            };
+            steps.push(Step::new(title, true, detail));
+        },
+    );
+    steps.push(match verdict {
+        Ok(()) => Step::new(
+            "Consistency: both roots",
+            true,
+            format!(
+                "the path rebuilds the trusted root {} of {} entries and the checkpoint's root {} of {}: the new tree keeps every entry the trusted one had, unchanged and in order",
+                hex::encode(old.root.0),
+                old.size,
+                hex::encode(new.root.0),
+                new.size
+            ),
+        ),
+        Err(e) => Step::new("Consistency: both roots", false, e.to_string()),
+    });
+    steps
+}
+
 pub fn kind_name(kind: &EntryKind) -> &'static str {
     match kind {
         EntryKind::Transaction { .. } => "transaction",
@@ -340,6 +435,62 @@ mod tests {
         assert!(steps[0].ok, "{steps:?}");
         let root = steps.last().expect("a root step");
         assert!(!root.ok && root.detail.contains("but the checkpoint"), "{root:?}");
+    }
+
+    #[test]
+    fn every_consistency_proof_is_drawn_hash_by_hash_and_a_forked_tree_fails() {
+        let entries = chain(13);
+        let leaves: Vec<[u8; 32]> = entries.iter().map(|e| Blake3::hash_leaf(&e.hash)).collect();
+        let tree_of = |size: u64| {
+            let (cp, _) = checkpoint_and_paths(&entries[..size as usize]);
+            cp
+        };
+        for new in 1..=13u64 {
+            for old in 1..=new {
+                let path: Vec<Vec<u8>> =
+                    engram_merkle::consistency_proof::<Blake3>(leaves.as_slice(), old, new)
+                        .expect("a proof")
+                        .iter()
+                        .map(|d| d.to_vec())
+                        .collect();
+                let (trusted, checkpoint) = (tree_of(old), tree_of(new));
+                let steps = consistency_steps(&trusted, &checkpoint, &path);
+                assert!(steps.iter().all(|s| s.ok), "{old} → {new}: {steps:?}");
+                if old < new {
+                    // The start, one step per hash after it, both roots.
+                    let seed_sent = usize::from(!old.is_power_of_two());
+                    assert_eq!(steps.len(), 2 + path.len() - seed_sent, "{old} → {new}");
+                    assert_eq!(steps[0].title, "Consistency: start");
+                }
+                // A tree whose entry `old` (the trusted tree's last) was rewritten: its root
+                // differs, and the drawn proof fails at the end.
+                if old < new {
+                    let mut forked = checkpoint.clone();
+                    let mut other = leaves.clone();
+                    other[old as usize - 1] = Blake3::hash_leaf(b"rewritten");
+                    forked.root = Hash(
+                        engram_merkle::subtree_root::<Blake3>(other.as_slice(), 0, new).expect("a root"),
+                    );
+                    let steps = consistency_steps(&trusted, &forked, &path);
+                    let last = steps.last().expect("a step");
+                    assert!(
+                        !last.ok && last.title == "Consistency: both roots",
+                        "{old} → {new}: {steps:?}"
+                    );
+                }
+            }
+        }
+        // A wrong length, and equal sizes with other roots, fail too.
+        let (trusted, checkpoint) = (tree_of(5), tree_of(9));
+        assert!(
+            !consistency_steps(&trusted, &checkpoint, &[])
+                .last()
+                .expect("a step")
+                .ok
+        );
+        let mut other = trusted.clone();
+        other.root = checkpoint.root;
+        assert!(!consistency_steps(&trusted, &other, &[])[0].ok);
     }
 
     #[test]

@@ -1891,6 +1891,16 @@ mod tests {
         }
     }
 
+    /// The leader's plan of a predicate's first range (at most 100 datoms, 100 rows read).
+    fn first_plan(
+        store: &dyn ReadView,
+        req: &RedactWhere,
+        keep_versions: Option<u32>,
+        groups: redact_where::Groups,
+    ) -> redact_where::Plan {
+        redact_where::plan_range(store, req, keep_versions, groups, None, None, 100, 100, true).unwrap()
+    }
+
     #[test]
     fn a_redaction_by_predicate_takes_what_matches_range_by_range_and_nothing_else() {
         let (store, mut engine) = engine();
@@ -2089,19 +2099,7 @@ mod tests {
             written_before_ns: Some(5_000_000),
             ..Default::default()
         });
-        let range = match redact_where::plan_range(
-            &*store,
-            &retention,
-            None,
-            WHOLE_IF_ALL,
-            None,
-            None,
-            100,
-            100,
-            true,
-        )
-        .unwrap()
-        {
+        let range = match first_plan(&*store, &retention, None, WHOLE_IF_ALL) {
             redact_where::Plan::Range { range, datoms } => {
                 assert_eq!(datoms, 3);
                 range
@@ -2429,19 +2427,7 @@ mod tests {
             ..Default::default()
         });
         // No policy in force: refused.
-        let range = match redact_where::plan_range(
-            &*store,
-            &versions,
-            Some(2),
-            WHOLE_IF_ALL,
-            None,
-            None,
-            100,
-            100,
-            true,
-        )
-        .unwrap()
-        {
+        let range = match first_plan(&*store, &versions, Some(2), WHOLE_IF_ALL) {
             redact_where::Plan::Range { range, datoms } => {
                 // 8 title versions (tx 2-6 and 8-10): all but the last 2 go.
                 assert_eq!(datoms, 6);
@@ -2672,32 +2658,10 @@ mod tests {
         let keep_2 = Some(RetentionRule::KeepVersions(2));
         // The assertion of "gone" is past the policy (ended, three later versions), its
         // retraction is not (no later version): neither goes, and the leader plans nothing.
-        let plan = redact_where::plan_range(
-            &*store,
-            &versions,
-            Some(2),
-            WHOLE_IF_ALL,
-            None,
-            None,
-            100,
-            100,
-            true,
-        )
-        .unwrap();
+        let plan = first_plan(&*store, &versions, Some(2), WHOLE_IF_ALL);
         assert_eq!(plan, redact_where::Plan::Done);
         // Each alone, as entries from before whole values took them: the assertion goes.
-        let split = redact_where::plan_range(
-            &*store,
-            &versions,
-            Some(2),
-            redact_where::Groups::Split,
-            None,
-            None,
-            100,
-            100,
-            true,
-        )
-        .unwrap();
+        let split = first_plan(&*store, &versions, Some(2), redact_where::Groups::Split);
         assert!(
             matches!(split, redact_where::Plan::Range { datoms: 1, .. }),
             "{split:?}"

@@ -44,8 +44,9 @@ pub use error::ProofError;
 pub use hasher::{Blake3, LEAF_PREFIX, MerkleHasher, NODE_PREFIX};
 pub use prove::{LeafSource, consistency_proof, inclusion_proof, subtree_root};
 pub use verify::{
-    InclusionStep, consistency_proof_len, inclusion_proof_len, parse_proof, root_from_inclusion_proof,
-    root_from_inclusion_proof_visiting, verify_consistency, verify_inclusion,
+    ConsistencyRole, ConsistencyStep, InclusionStep, consistency_proof_len, inclusion_proof_len, parse_proof,
+    root_from_inclusion_proof, root_from_inclusion_proof_visiting, verify_consistency,
+    verify_consistency_visiting, verify_inclusion,
 };
 
 /// `k` of RFC 9162 §2.1.1: the largest power of two strictly smaller than `n`.

@@ -190,6 +190,43 @@ pub fn verify_consistency<H: MerkleHasher>(
     new_root: &H::Digest,
     proof: &[H::Digest],
 ) -> Result<(), ProofError> {
+    verify_consistency_visiting::<H>(old_size, new_size, old_root, new_root, proof, |_| ())
+}
+
+/// One step of [`verify_consistency_visiting`]: a hash of the path and what it made of the two
+/// roots being rebuilt.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ConsistencyStep<D> {
+    pub hash: D,
+    pub role: ConsistencyRole,
+    /// The old tree's root as rebuilt so far.
+    pub old_so_far: D,
+    /// The new tree's root as rebuilt so far.
+    pub new_so_far: D,
+}
+
+/// What a hash of a consistency proof is to the two trees.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ConsistencyRole {
+    /// Where both rebuilds start: the root of the old tree's rightmost perfect subtree, which
+    /// is the old root itself (not sent: `from_old_root`) when the old size is a power of two.
+    Seed { from_old_root: bool },
+    /// A left sibling, shared by both trees: both roots so far are hashed under it.
+    Shared,
+    /// A right sibling only the new tree has: the new root so far is hashed over it.
+    NewOnly,
+}
+
+/// [`verify_consistency`], telling `visit` each step, so a viewer can show how both roots were
+/// rebuilt from the path (an operator's console draws each hash).
+pub fn verify_consistency_visiting<H: MerkleHasher>(
+    old_size: u64,
+    new_size: u64,
+    old_root: &H::Digest,
+    new_root: &H::Digest,
+    proof: &[H::Digest],
+    mut visit: impl FnMut(ConsistencyStep<H::Digest>),
+) -> Result<(), ProofError> {
     let expected = consistency_proof_len(old_size, new_size)?;
     let wrong_length = ProofError::WrongProofLength {
         expected,
@@ -238,6 +275,14 @@ pub fn verify_consistency<H: MerkleHasher>(
     // Step 5: `fr` rebuilds the old root, `sr` the new one.
     let mut fr = *seed;
     let mut sr = *seed;
+    visit(ConsistencyStep {
+        hash: *seed,
+        role: ConsistencyRole::Seed {
+            from_old_root: old_size.is_power_of_two(),
+        },
+        old_so_far: fr,
+        new_so_far: sr,
+    });
     // Step 6.
     for c in rest {
         // 6a.
@@ -245,17 +290,25 @@ pub fn verify_consistency<H: MerkleHasher>(
             return Err(wrong_length);
         }
         // 6b: `c` is a left sibling, shared by both trees.
-        if fn_ & 1 == 1 || fn_ == sn {
+        let role = if fn_ & 1 == 1 || fn_ == sn {
             fr = H::hash_children(c, &fr);
             sr = H::hash_children(c, &sr);
             while fn_ & 1 == 0 && fn_ != 0 {
                 fn_ >>= 1;
                 sn >>= 1;
             }
+            ConsistencyRole::Shared
         } else {
             // Otherwise `c` is a right sibling that only the new tree has.
             sr = H::hash_children(&sr, c);
-        }
+            ConsistencyRole::NewOnly
+        };
+        visit(ConsistencyStep {
+            hash: *c,
+            role,
+            old_so_far: fr,
+            new_so_far: sr,
+        });
         fn_ >>= 1;
         sn >>= 1;
     }

@@ -6,8 +6,9 @@
 mod support;
 
 use engram_merkle::{
-    Blake3, CompactTree, MerkleHasher, ProofError, consistency_proof, consistency_proof_len, inclusion_proof,
-    inclusion_proof_len, subtree_root, verify_consistency, verify_inclusion,
+    Blake3, CompactTree, ConsistencyRole, MerkleHasher, ProofError, consistency_proof, consistency_proof_len,
+    inclusion_proof, inclusion_proof_len, subtree_root, verify_consistency, verify_consistency_visiting,
+    verify_inclusion,
 };
 use support::{
     Sha256, flip_byte, hash_ranges, leaf_hashes, reference_consistency_ok, reference_mth,
@@ -238,6 +239,23 @@ fn consistency_proofs_verify_and_corruptions_fail<H: MerkleHasher>(max_size: u64
                 "{at}"
             );
             verify_consistency::<H>(old_size, new_size, &old_root, &new_root, &proof).unwrap();
+            // Visited, each hash of the path is one step (after the seed, which a power-of-two
+            // old size takes from the old root, not the path), and the last step holds both
+            // roots rebuilt.
+            let mut steps = Vec::new();
+            verify_consistency_visiting::<H>(old_size, new_size, &old_root, &new_root, &proof, |s| {
+                steps.push(s)
+            })
+            .unwrap();
+            if old_size > 0 && old_size < new_size {
+                let from_old_root = old_size.is_power_of_two();
+                assert_eq!(steps.len(), proof.len() + usize::from(from_old_root), "{at}");
+                assert_eq!(steps[0].role, ConsistencyRole::Seed { from_old_root }, "{at}");
+                let last = steps.last().unwrap();
+                assert_eq!((last.old_so_far, last.new_so_far), (old_root, new_root), "{at}");
+            } else {
+                assert!(steps.is_empty(), "{at}");
+            }
 
             // A larger old tree than new.
             assert_eq!(

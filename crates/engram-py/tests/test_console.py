@@ -183,6 +183,19 @@ def test_every_page_renders_in_a_browser_and_an_entry_proves(cluster, console, n
     dom = render(console, f"/entry/{index}")
     assert 'data-verdict="verified"' in dom, dom
     assert dom.count('data-ok="true"') >= 4 and 'data-ok="false"' not in dom
+    # The log grows past what the console trusts: the next proof moves its trust forward by a
+    # consistency proof, drawn hash by hash, both roots rebuilt.
+    status, before = console.api(f"/api/entry?index={index}")
+    assert status == 200 and before["verified"], before
+    writer = engram.Engram(cluster.endpoints, agent="planner")
+    for i in range(5):
+        writer.transact(ns, [(task, ":task/note", f"note {i}")])
+    status, after = console.api(f"/api/entry?index={index}")
+    assert status == 200 and after["verified"], after
+    titles = [s["title"] for s in after["steps"]]
+    assert "Consistency: start" in titles and titles.count("Consistency: both roots") == 1, titles
+    assert any(t.startswith("Consistency: hash") for t in titles), titles
+    assert all(s["ok"] for s in after["steps"]), after["steps"]
 
     dom = render(console, f"/entity?ns={ns}&entity={task}")
     assert 'id="timeline"' in dom
