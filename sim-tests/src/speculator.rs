@@ -5,9 +5,8 @@
 //! by exactly its merge transaction. Schema, branch and merge transactions thereby run through
 //! crashes, snapshot installs and membership changes, where replica agreement and the audit
 //! verifier also judge them. With `Options::forgetting`, every fourth round it also writes a
-//! plan holding a secret (every other time also on a branch of its own) and redacts it; the
-//! `forgotten` checker demands each acknowledged redaction on every replica, on main and on
-//! the branch.
+//! plan holding a secret (on main and on a branch of its own) and redacts it; the `forgotten`
+//! checker demands each acknowledged redaction on every replica, on main and on the branch.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -118,6 +117,7 @@ async fn forget_a_plan(client: &Client, ns: &Namespace, round: u64, log: &Specul
         agent: format!("speculator-secret-{round}"),
         ..who()
     };
+    let author = if by_predicate { writer.clone() } else { who() };
     let mut write = TxRequest::data(
         ns.clone(),
         secrets
@@ -125,7 +125,7 @@ async fn forget_a_plan(client: &Client, ns: &Namespace, round: u64, log: &Specul
             .zip([STEP, ASIDE])
             .map(|(secret, attribute)| assert_op(EntityRef::Temp("secret".into()), attribute, secret))
             .collect(),
-        if by_predicate { writer.clone() } else { who() },
+        author.clone(),
     );
     write.idempotency_key = Some(format!("speculator-secret-{round}"));
     let Ok(written) = client.transact(&write).await else {
@@ -134,12 +134,9 @@ async fn forget_a_plan(client: &Client, ns: &Namespace, round: u64, log: &Specul
     let Some(entity) = written.temp_ids.get("secret").copied() else {
         return;
     };
-    // A redaction of the entity reaches its datoms on branches: a third secret on a branch
-    // forked after the plan was written, left open (a redaction by predicate reads main only).
-    let branch = match by_predicate {
-        true => None,
-        false => secret_on_a_branch(client, ns, entity, round).await,
-    };
+    // Every redaction reaches branches: a third secret on a branch forked after the plan was
+    // written, left open, by the plan's writer (so a redaction by its agent matches it there).
+    let branch = secret_on_a_branch(client, ns, entity, round, &author).await;
     let answer = if by_predicate {
         let req = engram_types::RedactWhere {
             namespace: ns.clone(),
@@ -174,10 +171,16 @@ async fn forget_a_plan(client: &Client, ns: &Namespace, round: u64, log: &Specul
     }
 }
 
-/// Forks branch `s{round}` and writes a secret of `round` on it to the plan `entity`'s step
-/// (a slot main's secret holds too, so a part taking it on main takes it on the branch with
-/// it). The branch's name once the write is acknowledged.
-async fn secret_on_a_branch(client: &Client, ns: &Namespace, entity: u64, round: u64) -> Option<String> {
+/// Forks branch `s{round}` and writes a secret of `round` on it, as `writer`, to the plan
+/// `entity`'s step (a slot main's secret holds too, so a part taking it on main takes it on the
+/// branch with it). The branch's name once the write is acknowledged.
+async fn secret_on_a_branch(
+    client: &Client,
+    ns: &Namespace,
+    entity: u64,
+    round: u64,
+    writer: &Provenance,
+) -> Option<String> {
     let name = BranchName::new(format!("s{round}")).expect("a valid branch name");
     client.create_branch(ns, &name, None, &who()).await.ok()?;
     let mut write = TxRequest::data(
@@ -187,7 +190,7 @@ async fn secret_on_a_branch(client: &Client, ns: &Namespace, entity: u64, round:
             STEP,
             &format!("{SECRET}{round} on a branch"),
         )],
-        who(),
+        writer.clone(),
     );
     write.branch = Some(name.clone());
     write.idempotency_key = Some(format!("speculator-secret-{round}-on-a-branch"));
