@@ -387,12 +387,11 @@ pub enum Command {
         engram watch --ns team/a --from-tx 120 --attribute :task/status --json")]
     Watch(WatchArgs),
 
-    /// Forget the values of an entity's datoms (or of one attribute), on main and on every
-    /// branch, or of every datom on main of a namespace that a predicate matches (--written-by,
-    /// --value, ...), on every replica: each
-    /// datom keeps every other field and the hash its audit entry committed to, so the chain
-    /// and every proof keep verifying, and the redaction itself is recorded in the chain with
-    /// its reason. A value goes out of its slot whole: every datom of the entity and
+    /// Forget the values of an entity's datoms (or of one attribute), or of every datom of a
+    /// namespace that a predicate matches (--written-by, --value, ...), on main and on every
+    /// branch, on every replica: each datom keeps every other field and the hash its audit
+    /// entry committed to, so the chain and every proof keep verifying, and the redaction
+    /// itself is recorded in the chain with its reason. A value goes out of its slot whole: every datom of the entity and
     /// attribute that holds a value taken goes with it (another agent's retraction of it too).
     /// Needs the `redact` grant in enforced mode. Try --dry-run first.
     /// Each node then purges the values from its own files in the background: `engram redact

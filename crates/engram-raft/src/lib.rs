@@ -173,8 +173,8 @@ pub enum Command {
     /// `command`, a redaction that takes what it targets on every branch of the namespace too
     /// (`engram_core::redact::part_targets`, `engram_core::redact_where::plan_range`). Every
     /// redaction a leader of this build proposes is wrapped in one; entries from before apply
-    /// to main only, as they did. (Last in the enum: entries keep their encoding; a node of an earlier build
-    /// cannot read it and stops rather than leave branches' values behind.)
+    /// to main only, as they did. (Last in the enum: entries keep their encoding; a node of an
+    /// earlier build cannot read it and stops rather than leave branches' values behind.)
     OnBranches { command: Box<Command> },
 }
 
