@@ -76,8 +76,8 @@ pub fn plan_range(
     let prefixes = scan_prefixes(req, branches, keep_versions);
     // The index `after` is in, and where to go on from in it; from the first index's start for
     // no cursor or one outside every index.
-    let (at, from) = match after.and_then(|a| prefixes.iter().position(|p| a.starts_with(p))) {
-        Some(at) => (at, after.map(successor).unwrap_or_default()),
+    let (at, from) = match after.and_then(|a| Some((prefixes.iter().position(|p| a.starts_with(p))?, a))) {
+        Some((at, after)) => (at, successor(after)),
         None => (0, prefixes[0].clone()),
     };
     let end = prefix_end(&prefixes[at]);
@@ -371,11 +371,10 @@ impl<'r> Matcher<'r> {
         value: &[u8],
     ) -> Result<Option<Target>, CoreError> {
         let req = self.req;
+        // An attribute's AEVT key names its datom's EAVT row; any other row the scan passes
+        // (main's EAVT, a branch's datoms whatever the predicate names) is the datom itself.
         let target = match &req.predicate.attribute {
-            // A datom row: main's EAVT, or a branch's (whatever the predicate names).
-            _ if key.first() == Some(&keys::BRANCH_EAVT) => crate::redact::unredacted(key.to_vec(), value)?,
-            None => crate::redact::unredacted(key.to_vec(), value)?,
-            Some(a) => {
+            Some(a) if key.first() != Some(&keys::BRANCH_EAVT) => {
                 let (entity, tx, seq) = keys::trailing_entity_tx_seq(key).ok_or_else(|| {
                     CoreError::corrupt(
                         format!("index key {}", crate::rows::hex(key)),
@@ -395,6 +394,7 @@ impl<'r> Matcher<'r> {
                 })?;
                 crate::redact::unredacted(eavt, &row)?
             }
+            _ => crate::redact::unredacted(key.to_vec(), value)?,
         };
         match target {
             Some(t) if self.matches(view, &t.datom)? => Ok(Some(t)),
