@@ -1,15 +1,13 @@
 //! `engram backup` (an online backup of a node, streamed into one file) and `engram restore`
 //! (a new node's store from a backup). The file format and its checks are
-//! `engram_core::backup`'s; the restored node's Raft records are `engram_raft::restore`'s.
+//! `engram_core::backup`'s; the restored data directory is `engram_server::restore_dir`'s.
 
-use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::{Context, Result, anyhow, bail};
 use engram_client::Client;
 use engram_core::backup::BackupFile;
-use engram_raft::NodeInfo;
-use engram_storage::Store;
+use engram_server::restore_dir;
 use serde_json::json;
 
 use crate::cli::{BackupArgs, RestoreArgs};
@@ -58,25 +56,18 @@ pub async fn backup(client: &Client, args: BackupArgs, json: bool) -> Result<()>
     Ok(())
 }
 
-/// `engram restore`: checks the backup, then writes it as a new store into a sibling of DIR
-/// that is moved to DIR only once complete (a restore cut short leaves no store that looks
-/// whole), with the key file copied in as DIR/node.key.
+/// `engram restore`: checks the backup, then builds DIR from it
+/// (`engram_server::restore_dir`: staged in DIR, moved into place once whole, DIR itself never
+/// replaced, so it may be a volume's mount point), with the key file copied in as DIR/node.key.
 pub fn restore(args: RestoreArgs, json: bool) -> Result<()> {
     let ui = Ui::new(json);
     let dir = &args.data_dir;
-    if dir.exists() {
-        let mut entries = std::fs::read_dir(dir).with_context(|| format!("cannot read {}", dir.display()))?;
-        if entries.next().is_some() {
-            bail!(
-                "{} is not empty: a restore writes a new store (restore into a new directory)",
-                dir.display()
-            );
-        }
-    }
     if args.node_id == Some(0) {
         bail!("--id: node ids start at 1");
     }
     let key = engram_server::node_key::load(&args.key_file).map_err(|e| anyhow!("--key-file: {e}"))?;
+    // Before the backup is read: a directory in use is refused at once.
+    restore_dir::check_restorable(dir, &key)?;
     let started = Instant::now();
     let pb = ui.spinner(format!("checking {}", args.backup.display()));
     let backup = BackupFile::open(&args.backup).with_context(|| format!("{}", args.backup.display()))?;
@@ -85,34 +76,8 @@ pub fn restore(args: RestoreArgs, json: bool) -> Result<()> {
         args.backup.display(),
         dir.display()
     ));
-    let mut staging = dir.as_os_str().to_owned();
-    staging.push(".restoring");
-    let staging = std::path::PathBuf::from(staging);
-    let _ = std::fs::remove_dir_all(&staging);
-    let cleanup = RemoveOnDrop(staging.clone());
-    std::fs::create_dir_all(&staging).with_context(|| format!("cannot create {}", staging.display()))?;
-    let restored = {
-        let store: Arc<dyn Store> = Arc::new(
-            engram_storage_rocks::RocksStore::open(&staging.join("db"))
-                .map_err(|e| anyhow!("cannot create the store in {}: {e}", staging.display()))?,
-        );
-        let info = NodeInfo {
-            addr: args.addr.clone(),
-            public_key: key.public().0,
-        };
-        let restored = engram_raft::restore::restore(store.clone(), &backup, args.node_id, info)
-            .with_context(|| format!("restoring {}", args.backup.display()))?;
-        store.sync().context("syncing the restored store")?;
-        restored
-    };
-    engram_server::node_key::persist(&staging.join("node.key"), &key, &[])
-        .with_context(|| format!("cannot write {}", staging.join("node.key").display()))?;
-    if dir.exists() {
-        std::fs::remove_dir(dir).with_context(|| format!("cannot replace the empty {}", dir.display()))?;
-    }
-    std::fs::rename(&staging, dir)
-        .with_context(|| format!("cannot move {} to {}", staging.display(), dir.display()))?;
-    std::mem::forget(cleanup);
+    let restored = restore_dir::restore_into(dir, &backup, &key, args.node_id, &args.addr)
+        .with_context(|| format!("restoring {}", args.backup.display()))?;
     let secs = started.elapsed().as_secs_f64();
     ui.done(
         &pb,
@@ -155,13 +120,4 @@ pub fn restore(args: RestoreArgs, json: bool) -> Result<()> {
         )?;
     }
     Ok(())
-}
-
-/// Removes a directory (a restore's staging copy) unless forgotten.
-struct RemoveOnDrop(std::path::PathBuf);
-
-impl Drop for RemoveOnDrop {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
 }

@@ -721,6 +721,20 @@ pub struct ServeArgs {
     #[arg(long, env = "ENGRAM_KEY_FILE", value_name = "FILE")]
     pub key_file: Option<PathBuf>,
 
+    /// On the first start, build the data directory from this backup (`engram backup --out`)
+    /// as `engram restore` would, if this is node --restore-node and the directory holds no
+    /// store (`lost+found` aside). Refused while a peer answers as a member of a running
+    /// cluster. Other nodes start as without it and join the restored one (--join); a restart
+    /// after the restore starts from the store. Needs --key-file: the backed-up node's key.
+    #[arg(long, env = "ENGRAM_RESTORE_FROM", value_name = "FILE")]
+    pub restore_from: Option<PathBuf>,
+
+    /// With --restore-from: the node that restores the backup; the key given must be its key
+    /// in the backup's chain.
+    #[arg(long, env = "ENGRAM_RESTORE_NODE", value_name = "N", default_value_t = 1,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub restore_node: u64,
+
     /// Record the reads, watches and exports this node serves on namespaces under PREFIX in
     /// its access log (repeat, or comma-separate; `*` logs everything, exports included):
     /// who read what, and when, signed by the node (`engram access`).
@@ -1704,7 +1718,9 @@ pub struct RestoreArgs {
     /// The backup file (`engram backup --out FILE`).
     #[arg(long, value_name = "FILE")]
     pub backup: PathBuf,
-    /// The new node's data directory: must not exist or be empty.
+    /// The new node's data directory: must not exist, or hold nothing but `lost+found`. It
+    /// may be a volume's mount point: the store is built in DIR/.restoring and moved into
+    /// place once whole; DIR itself is never replaced.
     #[arg(long, value_name = "DIR")]
     pub data_dir: PathBuf,
     /// The node key (a backed-up member's node.key) the restored node signs with; copied to

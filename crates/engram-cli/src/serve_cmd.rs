@@ -30,6 +30,10 @@ pub(crate) async fn serve(args: ServeArgs, identity: (Option<PathBuf>, Option<Pa
     config.peers = args.peers;
     config.bootstrap = args.bootstrap;
     config.join = args.join;
+    config.restore_from = args.restore_from.map(|backup| engram_server::RestoreFrom {
+        backup,
+        node_id: args.restore_node,
+    });
     config.security = engram_server::Security {
         enforced: args.security == engram_access::Mode::Enforced,
         admin: args.admin.clone(),

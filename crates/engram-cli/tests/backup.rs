@@ -7,6 +7,7 @@
 
 mod common;
 
+use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 use std::process::Command;
 use std::sync::Arc;
@@ -231,7 +232,18 @@ async fn a_backup_under_load_verifies_and_restores_into_a_new_cluster_with_every
     std::fs::write(data1.join("keep-me"), b"x").unwrap();
     let (code, said) = outcome(&restore(false, backup_s, &key1, &[]));
     assert_ne!(code, 0, "{said}");
-    assert!(said.contains("is not empty"), "{said}");
+    assert!(said.contains("is not empty (it holds keep-me)"), "{said}");
+    std::fs::remove_dir_all(&data1).unwrap();
+    // A node.key of another key is not one a restore cut short left: refused, and kept.
+    std::fs::create_dir_all(&data1).unwrap();
+    std::fs::copy(&stranger, data1.join("node.key")).unwrap();
+    let (code, said) = outcome(&restore(false, backup_s, &key1, &[]));
+    assert_ne!(code, 0, "{said}");
+    assert!(said.contains("it holds node.key"), "{said}");
+    assert_eq!(
+        std::fs::read(data1.join("node.key")).unwrap(),
+        std::fs::read(&stranger).unwrap()
+    );
     std::fs::remove_dir_all(&data1).unwrap();
     std::fs::write(&damaged, &bytes[..bytes.len() - 1]).unwrap();
     let (code, said) = outcome(&restore(false, damaged_s, &key1, &[]));
@@ -239,24 +251,51 @@ async fn a_backup_under_load_verifies_and_restores_into_a_new_cluster_with_every
     assert!(said.contains("truncated") && !data1.exists(), "{said}");
 
     old.kill_all();
+    // DIR as a fresh volume's mount point looks: it exists and holds `lost+found`; a restore
+    // cut short also left its staging directory and moved the key in. The restore works in
+    // DIR itself (a mount point cannot be renamed or replaced): the same directory, its
+    // `lost+found` kept, the leftovers replaced.
+    std::fs::create_dir_all(data1.join("lost+found")).unwrap();
+    std::fs::create_dir_all(data1.join(".restoring/db")).unwrap();
+    std::fs::write(
+        data1.join(".restoring/db/CURRENT"),
+        b"left by a restore cut short",
+    )
+    .unwrap();
+    std::fs::copy(&key1, data1.join("node.key")).unwrap();
+    let inode = std::fs::metadata(&data1).unwrap().ino();
     let out = restore(true, backup_s, &key1, &[]);
     assert!(out.status.success(), "{}", text(&out.stderr));
     let restored = json_of(&out);
     assert_eq!(restored["node_id"].as_u64(), Some(leader), "{restored}");
     assert_eq!(restored["chain_index"].as_u64(), Some(covered), "{restored}");
     assert!(data1.join("node.key").is_file());
+    assert_eq!(
+        std::fs::metadata(&data1).unwrap().ino(),
+        inode,
+        "DIR was replaced"
+    );
+    let mut held: Vec<String> = std::fs::read_dir(&data1)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    held.sort();
+    assert_eq!(held, ["db", "lost+found", "node.key"]);
 
     // Node `leader` of the old cluster comes back as the only member; two new nodes join it.
+    // The first joins with its old node key (as pods do whose keys Secret the old cluster
+    // used), the second with a new one.
     let mut nodes = vec![serve(leader, ports[3], &data1, &[])];
     let first = format!("{leader}={}", addr(0));
     let ids: Vec<u64> = (1..=3).filter(|id| *id != leader).collect();
+    let old_key = dir.path().join("old-key-of-a-joiner.key");
+    std::fs::copy(old.node(ids[0]).unwrap().data_dir.join("node.key"), &old_key).unwrap();
     for (i, id) in ids.iter().enumerate() {
-        nodes.push(serve(
-            *id,
-            ports[4 + i],
-            &data(i + 1),
-            &["--join".into(), "--peer".into(), first.clone()],
-        ));
+        let mut args = vec!["--join".into(), "--peer".into(), first.clone()];
+        if i == 0 {
+            args.extend(["--key-file".into(), old_key.display().to_string()]);
+        }
+        nodes.push(serve(*id, ports[4 + i], &data(i + 1), &args));
     }
     let endpoints: Vec<String> = (0..3).map(addr).collect();
     let fresh = Client::connect(endpoints.clone()).await.unwrap();

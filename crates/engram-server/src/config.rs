@@ -64,6 +64,8 @@ pub struct ServerConfig {
     /// initialised cluster, ask it to add this node (as a learner, promoted to voter once caught
     /// up). With `bootstrap` too, the node bootstraps only if no peer has a cluster yet.
     pub join: bool,
+    /// Build the data directory from a backup on the first start (see `restore_dir`).
+    pub restore_from: Option<RestoreFrom>,
     /// Serve Prometheus metrics at `/metrics` over plain HTTP on this address.
     pub metrics_listen: Option<SocketAddr>,
     /// Serve gRPC over mutual TLS, and dial other nodes over it.
@@ -170,6 +172,15 @@ pub fn signed_request<T: engram_proto::SignedBody>(
     engram_proto::signed_request(key, method, message, now_ns / 1_000_000, nonce)
 }
 
+/// A backup a node's data directory is built from on its first start.
+#[derive(Clone, Debug)]
+pub struct RestoreFrom {
+    /// The backup file (`engram backup --out FILE`).
+    pub backup: PathBuf,
+    /// The node that restores it; every other node starts as it would without it (and joins).
+    pub node_id: u64,
+}
+
 impl ServerConfig {
     pub fn new(node_id: u64, listen: SocketAddr, data_dir: PathBuf) -> ServerConfig {
         ServerConfig {
@@ -181,6 +192,7 @@ impl ServerConfig {
             peers: Vec::new(),
             bootstrap: false,
             join: false,
+            restore_from: None,
             metrics_listen: None,
             tls: None,
             health_listen: None,

@@ -22,6 +22,8 @@ pub mod metrics;
 #[cfg(not(madsim))]
 pub mod node_key;
 mod pacing;
+#[cfg(not(madsim))]
+pub mod restore_dir;
 mod retention;
 mod services;
 #[cfg(not(madsim))]
@@ -32,7 +34,7 @@ pub mod telemetry;
 use std::sync::Arc;
 use std::time::Duration;
 
-pub use config::{Peer, Security, ServerConfig, TlsFiles, node_id_from_pod_name};
+pub use config::{Peer, RestoreFrom, Security, ServerConfig, TlsFiles, node_id_from_pod_name};
 use engram_audit::{KeyRing, NodeKey};
 use engram_proto::pb;
 use engram_raft::{NodeInfo, RaftNode, RaftSettings};
@@ -76,6 +78,9 @@ pub async fn run_until(
             config.data_dir.display()
         ))
     })?;
+    if let Some(from) = &config.restore_from {
+        restore_dir::on_start(&config, from).await?;
+    }
     let keys = match &config.key_file {
         Some(path) => KeyRing::new(Arc::new(node_key::load(path)?)),
         None => {

@@ -134,8 +134,19 @@ Port the probes use: the gRPC port, or the plaintext health port when TLS is on.
 Cross-field checks that values.schema.json cannot express. Included by the StatefulSet.
 */}}
 {{- define "engram.validate" -}}
-{{- if and .Release.IsInstall (lt (int .Values.replicas) (int .Values.cluster.initialMembers)) }}
+{{- if and .Release.IsInstall (not .Values.restore.enabled) (lt (int .Values.replicas) (int .Values.cluster.initialMembers)) }}
 {{- fail (printf "replicas (%d) must be >= cluster.initialMembers (%d) on install: the initial members wait for each other before the cluster forms. Lower cluster.initialMembers for a smaller cluster." (int .Values.replicas) (int .Values.cluster.initialMembers)) }}
+{{- end }}
+{{- if .Values.restore.enabled }}
+{{- if not .Values.restore.volume }}
+{{- fail "restore.enabled needs restore.volume: the volume source holding the backup file (e.g. persistentVolumeClaim: {claimName: engram-backups, readOnly: true})" }}
+{{- end }}
+{{- if not (or .Values.keys.existingSecret .Values.keys.create) }}
+{{- fail (printf "restore.enabled needs the node keys Secret (keys.existingSecret or keys.create): the restored node signs the backup's chain with the backed-up node %d's key, which pod %s-%d must hold" (int .Values.restore.node) (include "engram.fullname" .) (sub (int .Values.restore.node) 1)) }}
+{{- end }}
+{{- if gt (int .Values.restore.node) (int .Values.replicas) }}
+{{- fail (printf "restore.node (%d) must be a pod of this release: at most replicas (%d)" (int .Values.restore.node) (int .Values.replicas)) }}
+{{- end }}
 {{- end }}
 {{- if and .Values.keys.create .Values.keys.existingSecret }}
 {{- fail "keys.create and keys.existingSecret are mutually exclusive: either the chart creates the node keys Secret or you provide it" }}
