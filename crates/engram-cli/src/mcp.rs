@@ -421,7 +421,10 @@ pub struct ListArgs {
 #[derive(Deserialize, JsonSchema)]
 pub struct QueryArgs {
     pub namespace: String,
-    /// The variables each row lists, e.g. ["?task", "?owner"].
+    /// The variables each row lists, e.g. ["?task", "?owner"]; an entry may aggregate one:
+    /// "(count ?task)", "(count-distinct ?x)", "(sum ?x)", "(avg ?x)", "(min ?x)", "(max ?x)".
+    /// Each row is then a group of the plain variables listed, e.g. ["?owner", "(count ?task)"]
+    /// counts each owner's tasks (over the joined rows, as SQL's GROUP BY does).
     pub find: Vec<String>,
     /// The clauses every row satisfies, each [entity, attribute, value]: the entity a variable
     /// ("?task") or an entity id; the value a variable, a string, number or boolean, or a

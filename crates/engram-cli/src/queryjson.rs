@@ -16,8 +16,9 @@
 //! An entry `[op, "?var", value or variable]` (op one of `<`, `<=`, `>`, `>=`, `!=`) is a
 //! filter; an entry `["not", [entity, attribute, value]]` keeps only the rows for which the
 //! clause matches nothing (a variable no other clause binds is its own and matches anything).
+//! A `find` entry is a variable or an aggregate of one (`"(count ?task)"`).
 
-use engram_types::query::{Clause, Compare, EntityTerm, Filter, Query, ValueTerm, Variable, Where};
+use engram_types::query::{Clause, Compare, EntityTerm, Filter, FindTerm, Query, ValueTerm, Variable, Where};
 use engram_types::{Attribute, EntityId, ValidationError, Value};
 use serde_json::{Value as Json, json};
 
@@ -39,7 +40,11 @@ entity position joins a reference to its target. An entry [op, \"?var\", value o
 op one of < <= > >= !=, is a filter: [\">\", \"?priority\", 2]. An entry [\"not\", clause]\n  \
 keeps the rows for which the clause matches nothing: [\"not\", [\"?task\", \":task/owner\", \"?anyone\"]]\n  \
 (a variable no other clause binds, ?anyone, matches anything). Rows are distinct, sorted, and\n  \
-read as of one transaction; every clause reads current claims.";
+read as of one transaction; every clause reads current claims.\n\n  \
+A find entry may aggregate a variable: (count ?x), (count-distinct ?x), (sum ?x), (avg ?x),\n  \
+(min ?x) or (max ?x). Each row is then a group of the plain variables listed, each aggregate\n  \
+folding its variable over the group's joined rows (as SQL's GROUP BY does):\n  \
+{\"find\": [\"?owner\", \"(count ?task)\"], \"where\": [[\"?task\", \":task/owner\", \"?owner\"]]}";
 
 fn fail<T>(path: impl Into<String>, reason: impl Into<String>) -> Result<T, JsonError> {
     Err(JsonError {
@@ -76,9 +81,14 @@ pub fn query_from_json(doc: &Json) -> Result<Query, JsonError> {
         Some(Json::Array(vars)) => vars
             .iter()
             .enumerate()
-            .map(|(i, v)| variable(&format!("find[{i}]"), v))
+            .map(|(i, v)| find_term(&format!("find[{i}]"), v))
             .collect::<Result<Vec<_>, _>>()?,
-        Some(_) => return fail("find", "expected an array of variables, e.g. [\"?task\"]"),
+        Some(_) => {
+            return fail(
+                "find",
+                "expected an array of variables, e.g. [\"?task\"] or [\"?owner\", \"(count ?task)\"]",
+            );
+        }
         None => return fail("find", "is required: the variables each row lists"),
     };
     // A `where` entry whose first element is a comparison (`[">", "?p", 3]`) is a filter, one
@@ -127,6 +137,20 @@ fn filter(i: usize, op: Compare, c: &Json) -> Result<Filter, JsonError> {
     let left = variable(&format!("{path}[1]"), left)?;
     let right = value_term(&format!("{path}[2]"), right)?;
     Ok(Filter { op, left, right })
+}
+
+/// A `find` entry: a variable, or an aggregate of one (`"(count ?task)"`).
+fn find_term(path: &str, v: &Json) -> Result<FindTerm, JsonError> {
+    match v {
+        Json::String(s) => FindTerm::parse(s).map_err(|e| JsonError {
+            path: path.into(),
+            reason: e,
+        }),
+        _ => fail(
+            path,
+            "expected a variable such as \"?task\" or an aggregate such as \"(count ?task)\"",
+        ),
+    }
 }
 
 fn variable(path: &str, v: &Json) -> Result<Variable, JsonError> {
@@ -307,6 +331,24 @@ mod tests {
         let err =
             parse_query(r#"{"find": ["?x"], "where": [[">", "?p", 1], ["?t", ":a/b", "?p"]]}"#).unwrap_err();
         assert_eq!(err.path, "find[0]");
+    }
+
+    #[test]
+    fn a_find_entry_may_aggregate_a_variable() {
+        let q = parse_query(r#"{"find": ["?o", "(count ?t)"], "where": [["?t", ":task/owner", "?o"]]}"#)
+            .expect("parses");
+        assert!(q.aggregates());
+        assert_eq!(q.find[1].to_string(), "(count ?t)");
+        let err = parse_query(r#"{"find": ["(avg)"], "where": [["?t", ":a/b", "?p"]]}"#).unwrap_err();
+        assert_eq!(
+            (err.path.as_str(), err.reason.as_str()),
+            (
+                "find[0]",
+                "an aggregate is written (name ?variable): a name and one variable"
+            )
+        );
+        let err = parse_query(r#"{"find": [3], "where": [["?t", ":a/b", "?p"]]}"#).unwrap_err();
+        assert!(err.reason.contains("(count ?task)"), "{}", err.reason);
     }
 
     #[test]

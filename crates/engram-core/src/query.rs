@@ -38,7 +38,9 @@ use std::collections::hash_map::Entry;
 use std::collections::{BTreeSet, HashMap};
 
 use engram_storage::{ReadView, Space, prefix_end};
-use engram_types::query::{Clause, Compare, EntityTerm, Filter, Query, ValueTerm, Variable};
+use engram_types::query::{
+    Aggregate, Clause, Compare, EntityTerm, Filter, FindTerm, Query, ValueTerm, Variable,
+};
 use engram_types::{Attribute, BranchName, Cardinality, Datom, EntityId, Namespace, TxId, Value};
 
 use crate::cursor::{Cursor, CursorKind, QueryKey};
@@ -461,7 +463,15 @@ impl<'a> Exec<'a> {
                 break;
             }
         }
-        let columns: Vec<usize> = q.find.iter().filter_map(slot).collect();
+        if q.aggregates() {
+            // Every variable is bound in a complete row (an empty join stops early, unbound).
+            let full: Vec<Vec<Value>> = partial
+                .into_iter()
+                .filter_map(|p| p.into_iter().collect::<Option<Vec<Value>>>())
+                .collect();
+            return aggregate(q, &vars, full);
+        }
+        let columns: Vec<usize> = q.find.iter().filter_map(|t| slot(t.variable())).collect();
         let mut rows: Vec<Vec<Value>> = partial
             .into_iter()
             .map(|p| columns.iter().filter_map(|&i| p[i].clone()).collect::<Vec<_>>())
@@ -932,6 +942,100 @@ impl<'q> Terms<'q> {
     }
 }
 
+/// The answer of a query with aggregates from the join's `full` rows (a value for each of
+/// `vars`): the distinct rows grouped by the plain variables `find` lists, one answer row per
+/// group, each aggregate folding its variable's values over the group's rows; sorted as any
+/// answer is. No row joins: no group, so no answer row (not a count of 0).
+fn aggregate(q: &Query, vars: &[&Variable], mut full: Vec<Vec<Value>>) -> Result<Vec<Vec<Value>>, ReadError> {
+    let slot = |v: &Variable| vars.iter().position(|x| *x == v);
+    let keys: Vec<usize> = q
+        .find
+        .iter()
+        .filter_map(|t| match t {
+            FindTerm::Var(v) => slot(v),
+            FindTerm::Aggregate(..) => None,
+        })
+        .collect();
+    let key_order = |a: &[Value], b: &[Value]| {
+        keys.iter()
+            .map(|&k| value_order(&a[k], &b[k]))
+            .find(|o| o.is_ne())
+            .unwrap_or(Ordering::Equal)
+    };
+    full.sort_by(|a, b| key_order(a, b).then_with(|| row_order(a, b)));
+    full.dedup_by(|a, b| row_order(a, b) == Ordering::Equal);
+    let mut out = Vec::new();
+    for group in full.chunk_by(|a, b| key_order(a, b) == Ordering::Equal) {
+        let mut row = Vec::with_capacity(q.find.len());
+        for (i, term) in q.find.iter().enumerate() {
+            let Some(at) = slot(term.variable()) else {
+                continue;
+            };
+            row.push(match term {
+                FindTerm::Var(_) => group[0][at].clone(),
+                FindTerm::Aggregate(a, v) => fold(*a, group.iter().map(|r| &r[at]))
+                    .map_err(|why| ReadError::Aggregate(format!("find[{i}] {term}: {v} {why}")))?,
+            });
+        }
+        out.push(row);
+    }
+    out.sort_by(|a, b| row_order(a, b));
+    Ok(out)
+}
+
+/// One aggregate over a group's values (at least one); the error says what it met.
+fn fold<'v>(a: Aggregate, mut values: impl Iterator<Item = &'v Value>) -> Result<Value, String> {
+    let count = |n: usize| Value::I64(i64::try_from(n).unwrap_or(i64::MAX));
+    match a {
+        Aggregate::Count => Ok(count(values.count())),
+        Aggregate::CountDistinct => {
+            let mut distinct: Vec<&Value> = values.collect();
+            distinct.sort_by(|x, y| value_order(x, y));
+            distinct.dedup_by(|x, y| value_order(x, y) == Ordering::Equal);
+            Ok(count(distinct.len()))
+        }
+        Aggregate::Min => values
+            .min_by(|x, y| value_order(x, y))
+            .cloned()
+            .ok_or_else(|| "has no value".to_string()),
+        Aggregate::Max => values
+            .max_by(|x, y| value_order(x, y))
+            .cloned()
+            .ok_or_else(|| "has no value".to_string()),
+        Aggregate::Sum | Aggregate::Avg => {
+            // Whole numbers add exactly while every value is one; a float makes the sum one.
+            let (mut whole, mut float, mut n, mut floats) = (0i64, 0f64, 0usize, false);
+            for v in values.by_ref() {
+                match v {
+                    Value::I64(x) => {
+                        whole = whole
+                            .checked_add(*x)
+                            .ok_or_else(|| format!("sums past the i64 range (at {x}); sum as f64 values"))?;
+                    }
+                    Value::F64(x) => {
+                        float += x;
+                        floats = true;
+                    }
+                    other => {
+                        return Err(format!(
+                            "holds a {} value, and {} takes numbers (i64, f64)",
+                            other.value_type(),
+                            a.name()
+                        ));
+                    }
+                }
+                n += 1;
+            }
+            let total = float + whole as f64;
+            Ok(match a {
+                Aggregate::Avg => Value::F64(total / n.max(1) as f64),
+                _ if floats => Value::F64(total),
+                _ => Value::I64(whole),
+            })
+        }
+    }
+}
+
 /// What one step has looked up by value: the holders of each value, and the attribute's
 /// claims when it was read whole.
 #[derive(Default)]
@@ -947,7 +1051,7 @@ fn query_key(ns: &Namespace, branch: Option<&BranchName>, q: &Query, opts: &Quer
         branch.map_or("", |b| b.as_str()).as_bytes().to_vec(),
         b"find".to_vec(),
     ];
-    encoded.extend(q.find.iter().map(|v| v.as_str().as_bytes().to_vec()));
+    encoded.extend(q.find.iter().map(|t| t.to_string().into_bytes()));
     for c in &q.clauses {
         encoded.push(entity_bytes(&c.entity));
         encoded.push(c.attribute.as_str().as_bytes().to_vec());

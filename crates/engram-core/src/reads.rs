@@ -311,6 +311,9 @@ pub enum ReadError {
     /// A join would read or hold more than its limits allow; the message names the clause.
     #[error("query: {0}")]
     TooCostly(String),
+    /// An aggregate met values it cannot fold (a sum of strings); the message names it.
+    #[error("{0}")]
+    Aggregate(String),
     #[error(transparent)]
     Cursor(#[from] CursorError),
     #[error(transparent)]

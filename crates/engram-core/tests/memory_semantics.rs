@@ -16,7 +16,7 @@ use engram_core::{Engine, Rejection, TxOutcome, keys, pages, schema, scrub};
 use engram_storage::{
     Durability, KeyValue, MemStore, ReadView, Space, StorageError, Store, Visitor, WriteBatch,
 };
-use engram_types::query::{Clause, EntityTerm, Query, ValueTerm, Variable};
+use engram_types::query::{Clause, EntityTerm, FindTerm, Query, ValueTerm, Variable};
 use engram_types::{
     Attribute, AttributeDef, BranchName, BranchOp, Cardinality, EntityId, EntityRef, Namespace, Op,
     Precondition, Provenance, Status, TxId, TxOp, TxReceipt, TxRequest, Unique, Value, ValueType,
@@ -2011,6 +2011,155 @@ fn opts_now() -> QueryOptions {
         valid_at_ns: None,
         expired_at_ns: None,
         max_rows_read: query::DEFAULT_MAX_ROWS_READ,
+    }
+}
+
+/// `find` terms as written (`"?owner"`, `"(count ?task)"`) with `clauses`.
+fn grouped(find: &[&str], clauses: Vec<(Term, &str, Term)>) -> Query {
+    Query::new(
+        find.iter().map(|t| FindTerm::parse(t).unwrap()).collect(),
+        clauses.into_iter().map(clause_of).collect(),
+    )
+    .unwrap()
+}
+
+#[test]
+fn aggregates_fold_each_group_of_the_joined_rows() {
+    let mut m = Mem::new("team/a");
+    m.declare(vec![
+        def(":task/owner", ValueType::Ref),
+        def(":task/hours", ValueType::I64),
+        def(":task/cost", ValueType::F64),
+        def(":agent/name", ValueType::String),
+    ])
+    .unwrap();
+    let admin = agent("admin", Status::Verified, 1.0);
+    let people = m
+        .write(
+            admin.clone(),
+            ["ann", "bob", "cid"]
+                .iter()
+                .map(|n| assert_op(temp(n), ":agent/name", s(n)))
+                .collect(),
+        )
+        .unwrap();
+    let (ann, bob) = (created(&people, "ann"), created(&people, "bob"));
+    // ann: two tasks of 3 hours (costs 1.5 and 2.0); bob: one of 5 hours (cost 4); cid: none.
+    let tasks = [(ann, 3, 1.5), (ann, 3, 2.0), (bob, 5, 4.0)];
+    let ops = tasks
+        .iter()
+        .enumerate()
+        .flat_map(|(i, (owner, hours, cost))| {
+            let t = format!("t{i}");
+            [
+                assert_op(temp(&t), ":task/owner", Value::Ref(*owner)),
+                assert_op(temp(&t), ":task/hours", Value::I64(*hours)),
+                assert_op(temp(&t), ":task/cost", Value::F64(*cost)),
+            ]
+        })
+        .collect();
+    m.write(admin.clone(), ops).unwrap();
+    let owned = |extra: Vec<(Term, &'static str, Term)>| {
+        let mut c = vec![
+            (Term::Var("?task"), ":task/owner", Term::Var("?owner")),
+            (Term::Var("?task"), ":task/hours", Term::Var("?h")),
+        ];
+        c.extend(extra);
+        c
+    };
+
+    // Per owner: a sum over the joined rows counts both of ann's 3-hour tasks (SQL's GROUP BY
+    // over joined rows, not a set of hour values); count-distinct counts the values.
+    let q = grouped(
+        &[
+            "?owner",
+            "(count ?task)",
+            "(sum ?h)",
+            "(count-distinct ?h)",
+            "(min ?h)",
+            "(max ?h)",
+            "(avg ?h)",
+        ],
+        owned(vec![]),
+    );
+    let (rows, _) = query_pages(&m, &q, &opts_now(), 100);
+    let expect = |owner: EntityId, n: i64, sum: i64, distinct: i64, lo: i64, hi: i64, avg: f64| {
+        vec![
+            Value::Ref(owner),
+            Value::I64(n),
+            Value::I64(sum),
+            Value::I64(distinct),
+            Value::I64(lo),
+            Value::I64(hi),
+            Value::F64(avg),
+        ]
+    };
+    let mut wanted = vec![expect(ann, 2, 6, 1, 3, 3, 3.0), expect(bob, 1, 5, 1, 5, 5, 5.0)];
+    wanted.sort_by_key(|r| match r[0] {
+        Value::Ref(e) => e,
+        _ => unreachable!(),
+    });
+    assert_eq!(rows, wanted, "cid owns nothing, so no group");
+    assert_eq!(
+        query_pages(&m, &q, &opts_now(), 1).0,
+        wanted,
+        "a group a page, each once"
+    );
+
+    // No plain variable: one group of every row. Floats sum as f64.
+    let all = grouped(
+        &["(count ?task)", "(sum ?c)"],
+        owned(vec![(Term::Var("?task"), ":task/cost", Term::Var("?c"))]),
+    );
+    assert_eq!(
+        query_pages(&m, &all, &opts_now(), 100).0,
+        [vec![Value::I64(3), Value::F64(7.5)]]
+    );
+    // The owner's name as the group: min and max order strings too.
+    let named = grouped(
+        &["(min ?name)", "(max ?name)", "(count-distinct ?owner)"],
+        owned(vec![(Term::Var("?owner"), ":agent/name", Term::Var("?name"))]),
+    );
+    assert_eq!(
+        query_pages(&m, &named, &opts_now(), 100).0,
+        [vec![s("ann"), s("bob"), Value::I64(2)]]
+    );
+    // Nothing joins: no row at all (not a count of 0).
+    let none = grouped(
+        &["(count ?task)"],
+        owned(vec![(
+            Term::Var("?task"),
+            ":task/owner",
+            Term::Id(EntityId(999_999)),
+        )]),
+    );
+    assert!(query_pages(&m, &none, &opts_now(), 100).0.is_empty());
+
+    // A sum of strings is refused, naming the find entry and what it met.
+    let words = grouped(
+        &["(sum ?name)"],
+        vec![(Term::Var("?a"), ":agent/name", Term::Var("?name"))],
+    );
+    match query::run(&*m.store, &m.ns, None, &words, &opts_now(), &[], 100) {
+        Err(ReadError::Aggregate(why)) => assert_eq!(
+            why,
+            "find[0] (sum ?name): ?name holds a string value, and sum takes numbers (i64, f64)"
+        ),
+        other => panic!("expected a refused aggregate, got {other:?}"),
+    }
+    // A whole-number sum past i64 is refused rather than wrapped.
+    m.write(
+        admin.clone(),
+        vec![
+            assert_op(temp("big"), ":task/owner", Value::Ref(bob)),
+            assert_op(temp("big"), ":task/hours", Value::I64(i64::MAX)),
+        ],
+    )
+    .unwrap();
+    let total = grouped(&["(sum ?h)"], owned(vec![]));
+    match query::run(&*m.store, &m.ns, None, &total, &opts_now(), &[], 100) {
+        Err(ReadError::Aggregate(why)) => assert!(why.contains("sums past the i64 range"), "{why}"),
+        other => panic!("expected an overflow refused, got {other:?}"),
     }
 }
 

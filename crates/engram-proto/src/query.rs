@@ -1,7 +1,7 @@
 //! A join query on the wire (`QueryRequest.find`, `.clauses`, `.filters` and `.not_clauses`)
 //! and back.
 
-use engram_types::query::{Clause, Compare, EntityTerm, Filter, Query, ValueTerm, Variable};
+use engram_types::query::{Clause, Compare, EntityTerm, Filter, FindTerm, Query, ValueTerm, Variable};
 use engram_types::{EntityId, ValidationError};
 
 use crate::{WireError, attribute, pb, value};
@@ -17,7 +17,7 @@ pub fn query(
     let find = find
         .into_iter()
         .enumerate()
-        .map(|(i, v)| Variable::new(v).map_err(|e| WireError::new(format!("find[{i}]"), e)))
+        .map(|(i, v)| FindTerm::parse(&v).map_err(|e| WireError::new(format!("find[{i}]"), e)))
         .collect::<Result<Vec<_>, _>>()?;
     let clauses = clauses
         .into_iter()

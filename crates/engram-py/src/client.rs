@@ -694,6 +694,9 @@ impl EngramClient {
 
     /// The rows of values for `find` (variable names such as "?task") that satisfy every
     /// clause of `where` at once, over the current facts of `namespace` as of one transaction.
+    /// A `find` entry may aggregate a variable ("(count ?task)", "(count-distinct ?x)",
+    /// "(sum ?x)", "(avg ?x)", "(min ?x)", "(max ?x)"): each row is then a group of the plain
+    /// variables listed, each aggregate folding its variable over the group's joined rows.
     /// Each clause is a tuple `(entity, attribute, value)`: the entity a variable or an entity
     /// id (int or `Ref`); the value a variable or any datom value (`Ref(id)` for a reference;
     /// a string starting with "?" is a variable). A variable in an entity position joins a

@@ -3,7 +3,7 @@
 //! Every check here runs before a request is sent, and every error names the argument it is
 //! about (`ops[2].value`), so a type mistake never reaches the cluster.
 
-use engram_types::query::{Clause, Compare, EntityTerm, Filter, Query, ValueTerm, Variable, Where};
+use engram_types::query::{Clause, Compare, EntityTerm, Filter, FindTerm, Query, ValueTerm, Variable, Where};
 use engram_types::{Attribute, EntityId, EntityRef, Op, TxOp, Value};
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
@@ -258,7 +258,7 @@ pub fn query(find: Vec<String>, entries: &Bound<'_, PyAny>) -> PyResult<Query> {
     let find = find
         .into_iter()
         .enumerate()
-        .map(|(i, v)| Variable::new(v).map_err(|e| PyValueError::new_err(format!("find[{i}]: {e}"))))
+        .map(|(i, v)| FindTerm::parse(&v).map_err(|e| PyValueError::new_err(format!("find[{i}]: {e}"))))
         .collect::<PyResult<Vec<_>>>()?;
     let mut out = Vec::new();
     for (i, c) in entries.try_iter()?.enumerate() {

@@ -238,10 +238,18 @@ def test_query_joins_facts_in_pages_and_names_a_bad_clause(cluster):
             "query",
             {"namespace": ns, "find": ["?p"],
              "where": [["?p", ":person/team", "?team"], ["not", ["?t", ":task/owner", "?p"]]]})))
-        return people, tasks, first, rest, unbound, short, ida, idle
+        # Each team's tasks counted: a row per group, keyed by the find entry as written.
+        per_team = json.loads(text(await s.call_tool(
+            "query",
+            {"namespace": ns, "find": ["?team", "(count ?t)"],
+             "where": [["?t", ":task/owner", "?p"], ["?p", ":person/team", "?team"]]})))
+        return people, tasks, first, rest, unbound, short, ida, idle, per_team
 
-    people, tasks, first, rest, unbound, short, ida, idle = run(cluster, body)
+    people, tasks, first, rest, unbound, short, ida, idle, per_team = run(cluster, body)
     assert [r["?p"]["ref"] for r in idle["rows"]] == [ida]
+    assert per_team["columns"] == ["?team", "(count ?t)"]
+    counted = [(r["?team"]["string"], r["(count ?t)"]["i64"]) for r in per_team["rows"]]
+    assert counted == [("infra", 3), ("web", 1)], per_team
     infra = sorted(tasks[f"t{i}"] for i in range(3))
     assert first["more"] is True and rest["more"] is False
     assert [r["?t"]["ref"] for r in first["rows"] + rest["rows"]] == infra

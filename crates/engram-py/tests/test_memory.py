@@ -413,6 +413,16 @@ def test_query_joins_clauses_as_of_one_transaction_and_pages_the_rows(db, ns):
     with pytest.raises(TypeError, match=r"where\[1\]\[1\]: a not clause is"):
         db.query(ns, ["?task"], [open_task, ("not", "?task")])
 
+    # Aggregates: each owner's tasks counted (ann owns t0 and t3, cid t1 and t2), the
+    # priorities (1 and 5) summed over the joined rows; a sum of keywords is refused.
+    per_owner = db.query(ns, ["?who", "(count ?task)"], [("?task", ":task/owner", "?who")])
+    assert set(per_owner) == {(Ref(ann), 2), (Ref(cid), 2)} and len(per_owner) == 2
+    assert list(db.query(ns, ["(sum ?p)", "(max ?p)", "(avg ?p)"], [("?task", ":task/priority", "?p")])) == [(6, 5, 3.0)]
+    with pytest.raises(ValueError, match=r"find\[0\]: .*median.* is not an aggregate"):
+        db.query(ns, ["(median ?p)"], [("?task", ":task/priority", "?p")])
+    with pytest.raises(engram.InvalidArgument, match=r"find\[0\] \(sum \?s\): \?s holds a keyword value"):
+        db.query(ns, ["(sum ?s)"], [("?task", ":task/status", "?s")])
+
     # Bad queries name what is wrong; nothing is written.
     with pytest.raises(ValueError, match=r"find\[0\]: \?nobody is bound by no clause"):
         db.query(ns, ["?nobody"], where)

@@ -146,6 +146,7 @@ impl From<ReadError> for ApiError {
             | ReadError::UnknownBranch(_)
             | ReadError::UnknownAttribute { .. } => ApiError::NotFound(e.to_string()),
             ReadError::TooCostly(_) => ApiError::Exhausted(e.to_string()),
+            ReadError::Aggregate(m) => ApiError::Invalid(m),
             // A node further behind than the one that answered the first page: retryable.
             ReadError::Cursor(CursorError::Ahead { .. }) => ApiError::Unavailable(e.to_string()),
             ReadError::Cursor(c) => ApiError::Invalid(c.to_string()),

@@ -20,6 +20,18 @@
 //! row, never of the whole store; a variable in its other position that no clause binds is
 //! local to it and matches anything (`?anyone` above: "owned by no one").
 //!
+//! A `find` entry may be an aggregate of a variable, `(count ?task)`, `(count-distinct ?x)`,
+//! `(sum ?x)`, `(avg ?x)`, `(min ?x)` or `(max ?x)`: the answer then has one row per group of
+//! the plain variables listed (one row in all when none is), each aggregate folding the
+//! values its variable takes over the group's rows of the join, as SQL's `GROUP BY` folds
+//! joined rows:
+//!
+//! ```text
+//! find ?owner (count ?task)
+//! where [?task :task/status :status/open]
+//!       [?task :task/owner  ?owner]
+//! ```
+//!
 //! The attribute of a clause is always given (an attribute variable would let one clause read
 //! every attribute, past the read scope that hides some); the entity is a variable or an entity
 //! id; the value a variable or a value. A variable in an entity position holds an entity id,
@@ -217,11 +229,109 @@ impl fmt::Display for Filter {
     }
 }
 
-/// A query: the variables to list, the clauses every answer satisfies, the filters its
-/// values pass, and the `not` clauses no answer satisfies.
+/// How an aggregate folds the values its variable takes over a group's rows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Aggregate {
+    /// The rows (an `i64`).
+    Count,
+    /// The distinct values (an `i64`).
+    CountDistinct,
+    /// The sum of numbers: an `i64` when every value is one, else an `f64`.
+    Sum,
+    /// The mean of numbers (an `f64`).
+    Avg,
+    /// The least value, in the answer's order (values of one kind in their natural order).
+    Min,
+    /// The greatest value, likewise.
+    Max,
+}
+
+impl Aggregate {
+    pub const ALL: [Aggregate; 6] = [
+        Aggregate::Count,
+        Aggregate::CountDistinct,
+        Aggregate::Sum,
+        Aggregate::Avg,
+        Aggregate::Min,
+        Aggregate::Max,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Aggregate::Count => "count",
+            Aggregate::CountDistinct => "count-distinct",
+            Aggregate::Sum => "sum",
+            Aggregate::Avg => "avg",
+            Aggregate::Min => "min",
+            Aggregate::Max => "max",
+        }
+    }
+
+    pub fn parse(name: &str) -> Option<Aggregate> {
+        Aggregate::ALL.into_iter().find(|a| a.name() == name)
+    }
+}
+
+/// One column of the answer: a variable's value, or an aggregate of its values.
+#[derive(Clone, Debug, PartialEq)]
+pub enum FindTerm {
+    Var(Variable),
+    Aggregate(Aggregate, Variable),
+}
+
+impl FindTerm {
+    /// `?x`, or `(aggregate ?x)` (see [`Aggregate`]).
+    pub fn parse(text: &str) -> Result<FindTerm, String> {
+        let Some(inner) = text.strip_prefix('(') else {
+            return Variable::new(text).map(FindTerm::Var).map_err(str::to_string);
+        };
+        let inner = inner
+            .strip_suffix(')')
+            .ok_or("an aggregate is written (name ?variable), closed by )")?;
+        let mut words = inner.split_whitespace();
+        let (Some(name), Some(var), None) = (words.next(), words.next(), words.next()) else {
+            return Err("an aggregate is written (name ?variable): a name and one variable".into());
+        };
+        let aggregate = Aggregate::parse(name).ok_or_else(|| {
+            let names: Vec<&str> = Aggregate::ALL.iter().map(|a| a.name()).collect();
+            format!(
+                "{} is not an aggregate ({})",
+                crate::excerpt(name),
+                names.join(", ")
+            )
+        })?;
+        let var = Variable::new(var)?;
+        Ok(FindTerm::Aggregate(aggregate, var))
+    }
+
+    /// The variable it lists or folds.
+    pub fn variable(&self) -> &Variable {
+        match self {
+            FindTerm::Var(v) | FindTerm::Aggregate(_, v) => v,
+        }
+    }
+}
+
+impl From<Variable> for FindTerm {
+    fn from(v: Variable) -> FindTerm {
+        FindTerm::Var(v)
+    }
+}
+
+impl fmt::Display for FindTerm {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            FindTerm::Var(v) => write!(f, "{v}"),
+            FindTerm::Aggregate(a, v) => write!(f, "({} {v})", a.name()),
+        }
+    }
+}
+
+/// A query: the variables (or aggregates) to list, the clauses every answer satisfies, the
+/// filters its values pass, and the `not` clauses no answer satisfies.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Query {
-    pub find: Vec<Variable>,
+    pub find: Vec<FindTerm>,
     pub clauses: Vec<Clause>,
     pub filters: Vec<Filter>,
     /// `(not [e a v])`: a row stays only if the pattern, its variables bound from the row
@@ -233,7 +343,8 @@ impl Query {
     /// Checks the shape: at least one clause and one variable to find, at most
     /// [`MAX_CLAUSES`] clauses, each variable found bound by some clause and found once, and
     /// the values valid ones a request may name.
-    pub fn new(find: Vec<Variable>, clauses: Vec<Clause>) -> Result<Query, ValidationError> {
+    pub fn new<F: Into<FindTerm>>(find: Vec<F>, clauses: Vec<Clause>) -> Result<Query, ValidationError> {
+        let find: Vec<FindTerm> = find.into_iter().map(Into::into).collect();
         let invalid = |m: String| Err(ValidationError::Query(m));
         if clauses.is_empty() {
             return invalid("clauses: a query needs at least one clause".into());
@@ -256,12 +367,13 @@ impl Query {
         }
         let bound: BTreeSet<&Variable> = clauses.iter().flat_map(Clause::variables).collect();
         let mut listed = BTreeSet::new();
-        for (i, v) in find.iter().enumerate() {
+        for (i, term) in find.iter().enumerate() {
+            let v = term.variable();
             if !bound.contains(v) {
                 return invalid(format!("find[{i}]: {v} is bound by no clause"));
             }
-            if !listed.insert(v) {
-                return invalid(format!("find[{i}]: {v} is listed twice"));
+            if !listed.insert(term.to_string()) {
+                return invalid(format!("find[{i}]: {term} is listed twice"));
             }
         }
         Ok(Query {
@@ -328,7 +440,10 @@ impl Query {
     /// The query a single `where` list describes, clauses and filters mixed (the form the CLI,
     /// MCP and Python take): checked as [`Query::new`] and [`Query::filtered`] check, an error
     /// naming the entry by its place in `where` (`where[3]`) rather than in its own list.
-    pub fn from_where(find: Vec<Variable>, entries: Vec<Where>) -> Result<Query, ValidationError> {
+    pub fn from_where<F: Into<FindTerm>>(
+        find: Vec<F>,
+        entries: Vec<Where>,
+    ) -> Result<Query, ValidationError> {
         let (mut clauses, mut filters, mut negations) = (Vec::new(), Vec::new(), Vec::new());
         let (mut clause_at, mut filter_at, mut negation_at) = (Vec::new(), Vec::new(), Vec::new());
         for (i, entry) in entries.into_iter().enumerate() {
@@ -358,6 +473,11 @@ impl Query {
                 }
                 other => other,
             })
+    }
+
+    /// Whether `find` lists an aggregate (the answer is then one row per group).
+    pub fn aggregates(&self) -> bool {
+        self.find.iter().any(|t| matches!(t, FindTerm::Aggregate(..)))
     }
 
     /// Every variable, in order of first appearance in the clauses.
@@ -465,7 +585,7 @@ mod tests {
             "{twice}"
         );
         assert!(Query::new(vec![var("?t")], vec![]).is_err());
-        assert!(Query::new(vec![], vec![c.clone()]).is_err());
+        assert!(Query::new(Vec::<Variable>::new(), vec![c.clone()]).is_err());
         let many = vec![c; MAX_CLAUSES + 1];
         assert!(
             Query::new(vec![var("?t")], many)
@@ -473,6 +593,67 @@ mod tests {
                 .to_string()
                 .contains("at most 16")
         );
+    }
+
+    #[test]
+    fn find_lists_variables_or_aggregates_of_bound_ones() {
+        assert_eq!(FindTerm::parse("?t"), Ok(FindTerm::Var(var("?t"))));
+        assert_eq!(
+            FindTerm::parse("(count-distinct ?o)"),
+            Ok(FindTerm::Aggregate(Aggregate::CountDistinct, var("?o")))
+        );
+        for a in Aggregate::ALL {
+            let text = format!("({} ?x)", a.name());
+            let term = FindTerm::parse(&text).expect("valid");
+            assert_eq!(term.to_string(), text);
+            assert_eq!(Aggregate::parse(a.name()), Some(a));
+        }
+        let refused = |text: &str| FindTerm::parse(text).unwrap_err();
+        let unknown = refused("(median ?x)");
+        assert!(
+            unknown.contains("median")
+                && unknown.contains(" is not an aggregate (count, count-distinct, sum, avg, min, max)"),
+            "{unknown}"
+        );
+        assert!(refused("(count ?x").contains("closed by )"));
+        assert!(refused("(count)").contains("a name and one variable"));
+        assert!(refused("(count ?x ?y)").contains("a name and one variable"));
+        assert_eq!(refused("(count x)"), "a variable starts with ?");
+        assert_eq!(refused("x"), "a variable starts with ?");
+
+        let c = clause(
+            EntityTerm::Var(var("?t")),
+            ":task/owner",
+            ValueTerm::Var(var("?o")),
+        );
+        let count = FindTerm::Aggregate(Aggregate::Count, var("?t"));
+        let q = Query::new(vec![FindTerm::Var(var("?o")), count.clone()], vec![c.clone()]).expect("valid");
+        assert!(q.aggregates());
+        assert_eq!(q.to_string(), "find ?o (count ?t) where [?t :task/owner ?o]");
+        assert!(
+            !Query::new(vec![var("?o")], vec![c.clone()])
+                .expect("valid")
+                .aggregates()
+        );
+        let unbound = Query::new(
+            vec![FindTerm::Aggregate(Aggregate::Sum, var("?h"))],
+            vec![c.clone()],
+        );
+        assert_eq!(
+            unbound.unwrap_err().to_string(),
+            "invalid query: find[0]: ?h is bound by no clause"
+        );
+        let twice = Query::new(vec![count.clone(), count], vec![c.clone()]).unwrap_err();
+        assert!(
+            twice.to_string().contains("find[1]: (count ?t) is listed twice"),
+            "{twice}"
+        );
+        // A variable and an aggregate of it are two columns.
+        let both = vec![
+            FindTerm::Var(var("?t")),
+            FindTerm::Aggregate(Aggregate::Count, var("?t")),
+        ];
+        assert!(Query::new(both, vec![c]).is_ok());
     }
 
     #[test]
