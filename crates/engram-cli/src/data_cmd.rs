@@ -749,7 +749,11 @@ pub(crate) async fn query(client: &Client, args: QueryArgs, json: bool) -> Resul
         for (i, s) in resp.plan.iter().enumerate() {
             t.row(vec![
                 (i + 1).to_string(),
-                s.clause.to_string(),
+                if s.or_clause {
+                    format!("or {}", s.clause)
+                } else {
+                    s.clause.to_string()
+                },
                 s.access.clone(),
                 s.uses.join(" "),
                 s.binds.join(" "),

@@ -434,7 +434,9 @@ pub struct QueryArgs {
     /// [op, "?var", value or variable], op one of < <= > >= !=, is a filter the rows pass:
     /// [">", "?priority", 2]. An entry ["not", clause] keeps only the rows for which the clause
     /// matches nothing, a variable no other clause binds matching anything:
-    /// ["not", ["?task", ":task/owner", "?anyone"]] (the tasks nobody owns).
+    /// ["not", ["?task", ":task/owner", "?anyone"]] (the tasks nobody owns). An entry
+    /// ["or", clause, clause, ...] matches any one of its clauses, which name the same
+    /// variables: ["or", ["?t", ":task/status", "open"], ["?t", ":task/status", "blocked"]].
     #[serde(rename = "where")]
     pub clauses: Vec<Json>,
     /// Read as of this transaction (default: now).

@@ -16,7 +16,9 @@
 //! An entry `[op, "?var", value or variable]` (op one of `<`, `<=`, `>`, `>=`, `!=`) is a
 //! filter; an entry `["not", [entity, attribute, value]]` keeps only the rows for which the
 //! clause matches nothing (a variable no other clause binds is its own and matches anything).
-//! A `find` entry is a variable or an aggregate of one (`"(count ?task)"`).
+//! An entry `["or", clause, clause, ...]` extends a row by any one of its clauses, which all
+//! name the same variables. A `find` entry is a variable or an aggregate of one
+//! (`"(count ?task)"`).
 
 use engram_types::query::{Clause, Compare, EntityTerm, Filter, FindTerm, Query, ValueTerm, Variable, Where};
 use engram_types::{Attribute, EntityId, ValidationError, Value};
@@ -39,7 +41,9 @@ transactions ({\"keyword\": \":x/y\"}, {\"ref\": 12}, {\"instant_ns\": N}). A va
 entity position joins a reference to its target. An entry [op, \"?var\", value or variable],\n  \
 op one of < <= > >= !=, is a filter: [\">\", \"?priority\", 2]. An entry [\"not\", clause]\n  \
 keeps the rows for which the clause matches nothing: [\"not\", [\"?task\", \":task/owner\", \"?anyone\"]]\n  \
-(a variable no other clause binds, ?anyone, matches anything). Rows are distinct, sorted, and\n  \
+(a variable no other clause binds, ?anyone, matches anything). An entry [\"or\", clause, ...]\n  \
+matches any one of its clauses, which name the same variables:\n  \
+[\"or\", [\"?task\", \":task/status\", \"open\"], [\"?task\", \":task/status\", \"blocked\"]]. Rows are distinct, sorted, and\n  \
 read as of one transaction; every clause reads current claims.\n\n  \
 A find entry may aggregate a variable: (count ?x), (count-distinct ?x), (sum ?x), (avg ?x),\n  \
 (min ?x) or (max ?x). Each row is then a group of the plain variables listed, each aggregate\n  \
@@ -102,6 +106,7 @@ pub fn query_from_json(doc: &Json) -> Result<Query, JsonError> {
                 match (head, head.and_then(Compare::parse)) {
                     (_, Some(op)) => filter(i, op, c).map(Where::Filter),
                     (Some("not"), None) => negation(i, c).map(Where::Not),
+                    (Some("or"), None) => disjunction(i, c).map(Where::Or),
                     _ => clause(&format!("where[{i}]"), c).map(Where::Clause),
                 }
             })
@@ -170,6 +175,19 @@ fn negation(i: usize, c: &Json) -> Result<Clause, JsonError> {
         return fail(path, "a not entry is [\"not\", [entity, attribute, value]]");
     };
     clause(&format!("{path}[1]"), inner)
+}
+
+/// An `or` entry: `["or", clause, clause, ...]`, its alternatives `where[i][1]` on.
+fn disjunction(i: usize, c: &Json) -> Result<Vec<Clause>, JsonError> {
+    let path = format!("where[{i}]");
+    let Some([_, alternatives @ ..]) = c.as_array().map(Vec::as_slice) else {
+        return fail(path, "an or entry is [\"or\", clause, clause, ...]");
+    };
+    alternatives
+        .iter()
+        .enumerate()
+        .map(|(j, alt)| clause(&format!("{path}[{}]", j + 1), alt))
+        .collect()
 }
 
 /// The clause at `path` (`where[2]`, `where[3][1]`).
@@ -259,7 +277,7 @@ pub fn rows_to_json(resp: &engram_client::pb::QueryResponse) -> Json {
                     json!({
                         "clause": s.clause, "access": s.access, "binds": s.binds, "uses": s.uses,
                         "rows_read": s.rows_read, "rows_out": s.rows_out, "filters": s.filters,
-                        "negations": s.negations,
+                        "negations": s.negations, "or_clause": s.or_clause,
                     })
                 })
                 .collect(),
@@ -331,6 +349,28 @@ mod tests {
         let err =
             parse_query(r#"{"find": ["?x"], "where": [[">", "?p", 1], ["?t", ":a/b", "?p"]]}"#).unwrap_err();
         assert_eq!(err.path, "find[0]");
+    }
+
+    #[test]
+    fn an_or_entry_holds_alternative_clauses() {
+        let q = parse_query(
+            r#"{"find": ["?t"], "where": [
+                ["or", ["?t", ":task/status", "open"], ["?t", ":task/status", "blocked"]]]}"#,
+        )
+        .expect("parses");
+        assert_eq!(
+            (q.clauses.len(), q.disjunctions.len(), q.disjunctions[0].len()),
+            (0, 1, 2)
+        );
+        let err = parse_query(r#"{"find": ["?t"], "where": [["or", ["?t", ":a/b"]], ["?t", ":a/c", 1]]}"#)
+            .unwrap_err();
+        assert_eq!(err.path, "where[0][1]");
+        let err = parse_query(r#"{"find": ["?t"], "where": [["?t", ":a/c", 1], ["or", ["?t", ":a/b", 1]]]}"#)
+            .unwrap_err();
+        assert_eq!(
+            (err.path.as_str(), err.reason.as_str()),
+            ("where[1]", "1 alternatives; an or holds 2 to 16")
+        );
     }
 
     #[test]

@@ -95,6 +95,7 @@ impl Client {
             clauses: engram_proto::clauses_to_pb(&join.query),
             filters: engram_proto::filters_to_pb(&join.query),
             not_clauses: engram_proto::negations_to_pb(&join.query),
+            or_clauses: engram_proto::disjunctions_to_pb(&join.query),
             as_of_tx: join.as_of_tx,
             as_of_time_ns: join.as_of_time_ns,
             valid_at_ns: join.valid_at_ns,

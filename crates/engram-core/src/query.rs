@@ -22,6 +22,13 @@
 //!   the reverse-reference index or the attribute), a variable local to it matching anything.
 //!   The rows it reads count against the limit like any clause's, named in the step after
 //!   which it runs ([`Step::negations`]).
+//! - **`or` groups.** A group runs as one step, planned like a clause at the cost of its
+//!   dearest alternative: each alternative extends the same rows by its own access path, and a
+//!   row two alternatives extend alike is kept once ([`Step::alternatives`]). Its alternatives
+//!   name the same variables, so every row binds the same ones whichever matched.
+//! - **Aggregates** in `find` fold each group of the plain variables' values over the group's
+//!   rows of the join (every distinct binding of all variables), as SQL's `GROUP BY` folds
+//!   joined rows; see [`aggregate`].
 //! - **Limits.** A run reads at most `max_rows_read` index and datom rows and holds at most
 //!   [`MAX_PARTIAL_ROWS`] partial rows; past either it stops with [`ReadError::TooCostly`]
 //!   naming the clause, never with a partial answer.
@@ -125,6 +132,17 @@ pub struct Step {
     /// The query's `not` clauses asked after it (indexes in [`Query::negations`]), likewise;
     /// their reads are in `rows_read`.
     pub negations: Vec<usize>,
+    /// Whether the step ran an `or` group (`clause` is then its index in
+    /// [`Query::disjunctions`]), with how each alternative read the store (`access` is the
+    /// first's).
+    pub alternatives: Vec<Access>,
+}
+
+impl Step {
+    /// Whether the step ran an `or` group rather than a clause.
+    pub fn is_or(&self) -> bool {
+        !self.alternatives.is_empty()
+    }
 }
 
 /// What a query reads as of, and its limit.
@@ -190,7 +208,13 @@ pub fn run(
     };
     let indexed = indexed_of("clauses", &q.clauses)?;
     let negations_indexed = indexed_of("not_clauses", &q.negations)?;
-    let mut plan = plan(q, &indexed, branch.is_some());
+    let or_indexed = q
+        .disjunctions
+        .iter()
+        .enumerate()
+        .map(|(j, group)| indexed_of(&format!("or_clauses[{j}].alternatives"), group))
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut plan = plan(q, &indexed, &or_indexed, branch.is_some());
     let mut exec = Exec::new(store, view, as_of, opts, expired_at_ns)?;
     let rows = exec.rows(q, &mut plan, &negations_indexed)?;
     let offset = cursor.as_ref().map_or(0, |c| c.after.0 as usize);
@@ -252,48 +276,64 @@ fn access_of(
     }
 }
 
-/// The order the clauses run in (see the module's doc), with how each reads; `indexed[i]`:
-/// whether clause `i`'s attribute has a value index.
-fn plan(q: &Query, indexed: &[bool], on_branch: bool) -> Vec<Step> {
+/// The order the clauses and `or` groups run in (see the module's doc), with how each reads;
+/// `indexed[i]`: whether clause `i`'s attribute has a value index (`or_indexed[j][k]`: of
+/// group `j`'s alternative `k`).
+fn plan(q: &Query, indexed: &[bool], or_indexed: &[Vec<bool>], on_branch: bool) -> Vec<Step> {
     let mut bound: BTreeSet<&Variable> = BTreeSet::new();
-    let mut left: Vec<usize> = (0..q.clauses.len()).collect();
+    // Each unit: (is an or group, its index, its clauses).
+    let mut left: Vec<(bool, usize, &[Clause])> = (0..q.clauses.len())
+        .map(|i| (false, i, std::slice::from_ref(&q.clauses[i])))
+        .chain(
+            q.disjunctions
+                .iter()
+                .enumerate()
+                .map(|(j, g)| (true, j, g.as_slice())),
+        )
+        .collect();
     let mut steps = Vec::with_capacity(left.len());
     while !left.is_empty() {
-        let mut best: Option<(u8, usize, Access, bool)> = None;
-        for (at, &i) in left.iter().enumerate() {
-            let c = &q.clauses[i];
+        let mut best: Option<(u8, usize, Vec<Access>, bool)> = None;
+        for (at, &(is_or, i, clauses)) in left.iter().enumerate() {
             let is_bound = |v: &Variable| bound.contains(v);
-            let entity_known = match &c.entity {
-                EntityTerm::Entity(_) => true,
-                EntityTerm::Var(v) => is_bound(v),
-            };
-            let value_known = match &c.value {
-                ValueTerm::Value(_) => true,
-                ValueTerm::Var(v) => is_bound(v),
-            };
-            let connected = bound.is_empty() || c.variables().any(is_bound) || c.variables().next().is_none();
-            let (cost, access) = match access_of(c, entity_known, value_known, indexed[i], on_branch) {
-                Some(Access::Slot) => (0, Access::Slot),
-                Some(Access::ValueIndex) => (1, Access::ValueIndex),
-                Some(access) => (2, access),
-                None if connected => (3, Access::Scan),
-                None => (4, Access::Scan),
-            };
-            if best.is_none_or(|(c, ..)| cost < c) {
-                best = Some((cost, at, access, !connected));
+            // A unit costs what its dearest alternative costs (a clause is its own one).
+            let (mut cost, mut accesses, mut connected) = (0, Vec::with_capacity(clauses.len()), false);
+            for (k, c) in clauses.iter().enumerate() {
+                let entity_known = match &c.entity {
+                    EntityTerm::Entity(_) => true,
+                    EntityTerm::Var(v) => is_bound(v),
+                };
+                let value_known = match &c.value {
+                    ValueTerm::Value(_) => true,
+                    ValueTerm::Var(v) => is_bound(v),
+                };
+                let index = if is_or { or_indexed[i][k] } else { indexed[i] };
+                connected = bound.is_empty() || c.variables().any(is_bound) || c.variables().next().is_none();
+                let (c_cost, access) = match access_of(c, entity_known, value_known, index, on_branch) {
+                    Some(Access::Slot) => (0, Access::Slot),
+                    Some(Access::ValueIndex) => (1, Access::ValueIndex),
+                    Some(access) => (2, access),
+                    None if connected => (3, Access::Scan),
+                    None => (4, Access::Scan),
+                };
+                cost = cost.max(c_cost);
+                accesses.push(access);
+            }
+            if best.as_ref().is_none_or(|(c, ..)| cost < *c) {
+                best = Some((cost, at, accesses, !connected));
             }
         }
-        let Some((_, at, access, disconnected)) = best else {
+        let Some((_, at, accesses, disconnected)) = best else {
             break;
         };
-        let i = left.remove(at);
-        let c = &q.clauses[i];
+        let (is_or, i, clauses) = left.remove(at);
+        let c = &clauses[0];
         let (uses, binds): (Vec<&Variable>, Vec<&Variable>) = c.variables().partition(|v| bound.contains(v));
         let mut binds: Vec<Variable> = binds.into_iter().cloned().collect();
         binds.dedup();
         steps.push(Step {
             clause: i,
-            access,
+            access: accesses[0],
             binds,
             uses: uses.into_iter().cloned().collect(),
             disconnected,
@@ -301,6 +341,7 @@ fn plan(q: &Query, indexed: &[bool], on_branch: bool) -> Vec<Step> {
             rows_out: 0,
             filters: Vec::new(),
             negations: Vec::new(),
+            alternatives: if is_or { accesses } else { Vec::new() },
         });
         bound.extend(c.variables());
     }
@@ -402,15 +443,22 @@ impl<'a> Exec<'a> {
         let mut applied = vec![false; q.filters.len()];
         let mut asked = vec![false; q.negations.len()];
         for step in plan.iter_mut() {
-            let c = &q.clauses[step.clause];
-            self.at = format!("clauses[{}] {c}", step.clause);
             self.disconnected = step.disconnected;
             let before = self.rows_read;
-            let terms = Terms::of(c, slot);
-            partial = match step.access {
-                Access::Slot => self.by_slot(&terms, &partial)?,
-                Access::ValueIndex | Access::RefIndex => self.by_value(&terms, &partial, step.access)?,
-                Access::ScanFiltered | Access::Scan => self.by_scan(&terms, &partial)?,
+            partial = if step.is_or() {
+                // Every alternative extends the same rows; a row two of them extend alike is
+                // kept once.
+                let group = &q.disjunctions[step.clause];
+                let mut out = Vec::new();
+                for (k, (c, access)) in group.iter().zip(&step.alternatives).enumerate() {
+                    self.at = format!("or_clauses[{}].alternatives[{k}] {c}", step.clause);
+                    out.extend(self.extend_by(&Terms::of(c, slot), &partial, *access)?);
+                }
+                distinct(out)
+            } else {
+                let c = &q.clauses[step.clause];
+                self.at = format!("clauses[{}] {c}", step.clause);
+                self.extend_by(&Terms::of(c, slot), &partial, step.access)?
             };
             // Each filter runs once all its variables are bound: after this step if the rows
             // bind them now.
@@ -480,6 +528,20 @@ impl<'a> Exec<'a> {
         rows.sort_by(|a, b| row_order(a, b));
         rows.dedup_by(|a, b| row_order(a, b) == Ordering::Equal);
         Ok(rows)
+    }
+
+    /// The rows `partial` extended by the clause of `t`, read as `access` says.
+    fn extend_by(
+        &mut self,
+        t: &Terms<'_>,
+        partial: &[Partial],
+        access: Access,
+    ) -> Result<Vec<Partial>, ReadError> {
+        match access {
+            Access::Slot => self.by_slot(t, partial),
+            Access::ValueIndex | Access::RefIndex => self.by_value(t, partial, access),
+            Access::ScanFiltered | Access::Scan => self.by_scan(t, partial),
+        }
     }
 
     /// Each row's entity known: its slot's claims.
@@ -942,6 +1004,28 @@ impl<'q> Terms<'q> {
     }
 }
 
+/// `rows` with each row kept once (the first of equal ones), in their order.
+fn distinct(rows: Vec<Partial>) -> Vec<Partial> {
+    let mut seen = std::collections::HashSet::with_capacity(rows.len());
+    rows.into_iter()
+        .filter(|row| {
+            let mut key = Vec::new();
+            for v in row {
+                match v {
+                    Some(v) => {
+                        let bytes = v.canonical_bytes();
+                        key.push(1);
+                        key.extend_from_slice(&(bytes.len() as u64).to_be_bytes());
+                        key.extend_from_slice(&bytes);
+                    }
+                    None => key.push(0),
+                }
+            }
+            seen.insert(key)
+        })
+        .collect()
+}
+
 /// The answer of a query with aggregates from the join's `full` rows (a value for each of
 /// `vars`): the distinct rows grouped by the plain variables `find` lists, one answer row per
 /// group, each aggregate folding its variable's values over the group's rows; sorted as any
@@ -1063,6 +1147,15 @@ fn query_key(ns: &Namespace, branch: Option<&BranchName>, q: &Query, opts: &Quer
         encoded.push(term_bytes(&f.right));
     }
     // Tagged, and only when there are some: cursors of queries without one keep their key.
+    for group in &q.disjunctions {
+        encoded.push(b"or".to_vec());
+        encoded.push((group.len() as u64).to_be_bytes().to_vec());
+        for c in group {
+            encoded.push(entity_bytes(&c.entity));
+            encoded.push(c.attribute.as_str().as_bytes().to_vec());
+            encoded.push(term_bytes(&c.value));
+        }
+    }
     for c in &q.negations {
         encoded.push(b"not".to_vec());
         encoded.push(entity_bytes(&c.entity));

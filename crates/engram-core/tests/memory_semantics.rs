@@ -2024,6 +2024,120 @@ fn grouped(find: &[&str], clauses: Vec<(Term, &str, Term)>) -> Query {
 }
 
 #[test]
+fn an_or_group_extends_each_row_by_any_one_of_its_clauses() {
+    let mut m = Mem::new("team/a");
+    let mut status = def(":task/status", ValueType::Keyword);
+    status.indexed = true;
+    m.declare(vec![
+        status,
+        def(":task/priority", ValueType::I64),
+        def(":task/owner", ValueType::Ref),
+    ])
+    .unwrap();
+    let admin = agent("admin", Status::Verified, 1.0);
+    // t0 open, t1 blocked, t2 done with priority 5, t3 done; t0 and t1 owned by t3 (any ref).
+    let w = m
+        .write(
+            admin.clone(),
+            vec![
+                assert_op(temp("t0"), ":task/status", kw(":s/open")),
+                assert_op(temp("t1"), ":task/status", kw(":s/blocked")),
+                assert_op(temp("t2"), ":task/status", kw(":s/done")),
+                assert_op(temp("t2"), ":task/priority", Value::I64(5)),
+                assert_op(temp("t3"), ":task/status", kw(":s/done")),
+            ],
+        )
+        .unwrap();
+    let t: Vec<EntityId> = (0..4).map(|i| created(&w, &format!("t{i}"))).collect();
+    m.write(
+        admin.clone(),
+        vec![
+            assert_op(id(t[0]), ":task/owner", Value::Ref(t[3])),
+            assert_op(id(t[1]), ":task/owner", Value::Ref(t[3])),
+            // t1 also has priority 5: two alternatives match it, and it is listed once.
+            assert_op(id(t[1]), ":task/priority", Value::I64(5)),
+        ],
+    )
+    .unwrap();
+    let alt = |e: &'static str, a: &'static str, v: Term| clause_of((Term::Var(e), a, v));
+    let refs = |ids: &[EntityId]| -> Vec<Vec<Value>> {
+        let mut ids = ids.to_vec();
+        ids.sort();
+        ids.into_iter().map(|e| vec![Value::Ref(e)]).collect()
+    };
+    // Open, blocked or priority 5: t0, t1 (twice matched), t2.
+    let q = Query::with_or(
+        vec![Variable::new("?t").unwrap()],
+        vec![],
+        vec![vec![
+            alt("?t", ":task/status", Term::Val(kw(":s/open"))),
+            alt("?t", ":task/status", Term::Val(kw(":s/blocked"))),
+            alt("?t", ":task/priority", Term::Val(Value::I64(5))),
+        ]],
+    )
+    .unwrap();
+    let (rows, plan) = query_pages(&m, &q, &opts_now(), 100);
+    assert_eq!(rows, refs(&[t[0], t[1], t[2]]));
+    assert_eq!(plan.len(), 1);
+    assert!(plan[0].is_or());
+    assert_eq!(
+        plan[0].alternatives,
+        [
+            query::Access::ValueIndex,
+            query::Access::ValueIndex,
+            query::Access::ScanFiltered
+        ],
+        "each alternative by its own access path"
+    );
+    assert_eq!(plan[0].rows_out, 3, "t1 once, though two alternatives match it");
+    assert_eq!(
+        query_pages(&m, &q, &opts_now(), 1).0,
+        rows,
+        "a row a page, each once"
+    );
+
+    // With a clause: the owned tasks that are open or done, counted per owner. The group runs
+    // first (both alternatives by the value index), then the owner by slot.
+    let owned = Query::with_or(
+        vec![
+            FindTerm::parse("?o").unwrap(),
+            FindTerm::parse("(count ?t)").unwrap(),
+        ],
+        vec![clause_of((Term::Var("?t"), ":task/owner", Term::Var("?o")))],
+        vec![vec![
+            alt("?t", ":task/status", Term::Val(kw(":s/open"))),
+            alt("?t", ":task/status", Term::Val(kw(":s/done"))),
+        ]],
+    )
+    .unwrap();
+    let (rows, plan) = query_pages(&m, &owned, &opts_now(), 100);
+    assert_eq!(
+        rows,
+        [vec![Value::Ref(t[3]), Value::I64(1)]],
+        "t0 is open; t1 is blocked"
+    );
+    assert_eq!(plan[0].alternatives, [query::Access::ValueIndex, query::Access::ValueIndex]);
+    assert_eq!((plan[1].clause, plan[1].access, plan[1].is_or()), (0, query::Access::Slot, false));
+
+    // An alternative through an attribute the namespace never saw is named by its place.
+    let unknown = Query::with_or(
+        vec![Variable::new("?t").unwrap()],
+        vec![],
+        vec![vec![
+            alt("?t", ":task/status", Term::Val(kw(":s/open"))),
+            alt("?t", ":task/nope", Term::Val(Value::I64(1))),
+        ]],
+    )
+    .unwrap();
+    match query::run(&*m.store, &m.ns, None, &unknown, &opts_now(), &[], 100) {
+        Err(ReadError::UnknownAttribute { field, .. }) => {
+            assert_eq!(field, "or_clauses[0].alternatives[1].attribute")
+        }
+        other => panic!("expected an unknown attribute, got {other:?}"),
+    }
+}
+
+#[test]
 fn aggregates_fold_each_group_of_the_joined_rows() {
     let mut m = Mem::new("team/a");
     m.declare(vec![

@@ -19,7 +19,7 @@ mod search;
 pub use search::{DEFAULT_K, search_request};
 
 mod query;
-pub use query::{clauses_to_pb, filters_to_pb, negations_to_pb, query};
+pub use query::{clauses_to_pb, disjunctions_to_pb, filters_to_pb, negations_to_pb, query};
 
 mod access;
 pub use access::{

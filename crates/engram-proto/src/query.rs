@@ -13,6 +13,7 @@ pub fn query(
     clauses: Vec<pb::QueryClause>,
     filters: Vec<pb::QueryFilter>,
     not_clauses: Vec<pb::QueryClause>,
+    or_clauses: Vec<pb::QueryOr>,
 ) -> Result<Query, WireError> {
     let find = find
         .into_iter()
@@ -34,7 +35,19 @@ pub fn query(
         .enumerate()
         .map(|(i, f)| filter(i, f))
         .collect::<Result<Vec<_>, _>>()?;
-    Query::new(find, clauses)
+    let disjunctions = or_clauses
+        .into_iter()
+        .enumerate()
+        .map(|(i, group)| {
+            group
+                .alternatives
+                .into_iter()
+                .enumerate()
+                .map(|(j, c)| clause(&format!("or_clauses[{i}].alternatives[{j}]"), c))
+                .collect::<Result<Vec<_>, _>>()
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    Query::with_or(find, clauses, disjunctions)
         .and_then(|q| q.filtered(filters))
         .and_then(|q| q.negated(negations))
         .map_err(|e| match e {
@@ -135,6 +148,16 @@ fn clause(at: &str, c: pb::QueryClause) -> Result<Clause, WireError> {
 /// The wire form of `q`'s clauses.
 pub fn clauses_to_pb(q: &Query) -> Vec<pb::QueryClause> {
     to_pb(&q.clauses)
+}
+
+/// The wire form of `q`'s `or` groups.
+pub fn disjunctions_to_pb(q: &Query) -> Vec<pb::QueryOr> {
+    q.disjunctions
+        .iter()
+        .map(|group| pb::QueryOr {
+            alternatives: to_pb(group),
+        })
+        .collect()
 }
 
 /// The wire form of `q`'s `not` clauses.

@@ -703,7 +703,8 @@ impl EngramClient {
     /// reference to its target. A tuple `(op, "?var", value or variable)`, `op` one of `<`,
     /// `<=`, `>`, `>=`, `!=`, is a filter the rows pass; a tuple `("not", (entity, attribute,
     /// value))` keeps the rows for which that clause matches nothing (a variable no other clause
-    /// binds matches anything). As of `as_of_tx` (or `as_of_time`), valid at `valid_at`;
+    /// binds matches anything); a tuple `("or", clause, clause, ...)` matches any one of its
+    /// clauses, which name the same variables. As of `as_of_tx` (or `as_of_time`), valid at `valid_at`;
     /// at most `limit` rows (0: all, read page by page as of the first page's transaction);
     /// `max_rows_read` bounds each page's work (0: the server's 1,000,000); `explain=True`
     /// returns the plan. Rows are distinct and sorted.
@@ -761,6 +762,7 @@ impl EngramClient {
             d.set_item("rows_out", step.rows_out)?;
             d.set_item("filters", &step.filters)?;
             d.set_item("negations", &step.negations)?;
+            d.set_item("or_clause", step.or_clause)?;
             plan.append(d)?;
         }
         Ok(Rows {

@@ -252,8 +252,9 @@ fn type_name(obj: &Bound<'_, PyAny>) -> String {
 
 /// A join query: `find` variable names and `where`, an iterable of `(entity, attribute,
 /// value)` clauses (a string starting with `?` is a variable in either position),
-/// `(op, "?variable", value)` filters (`op` one of `<`, `<=`, `>`, `>=`, `!=`) and
-/// `("not", (entity, attribute, value))` clauses no row matches.
+/// `(op, "?variable", value)` filters (`op` one of `<`, `<=`, `>`, `>=`, `!=`),
+/// `("not", (entity, attribute, value))` clauses no row matches and `("or", clause, ...)`
+/// groups of which a row matches one.
 pub fn query(find: Vec<String>, entries: &Bound<'_, PyAny>) -> PyResult<Query> {
     let find = find
         .into_iter()
@@ -277,6 +278,21 @@ pub fn query(find: Vec<String>, entries: &Bound<'_, PyAny>) -> PyResult<Query> {
                 ))
             })?;
             out.push(Where::Not(clause(&inner_field, inner)?));
+            continue;
+        }
+        if head.as_deref() == Some("or") {
+            let mut alternatives = Vec::with_capacity(tuple.len().saturating_sub(1));
+            for j in 1..tuple.len() {
+                let inner_field = format!("{field}[{j}]");
+                let inner = tuple.get_item(j)?;
+                let inner = inner.cast::<PyTuple>().map_err(|_| {
+                    PyTypeError::new_err(format!(
+                        "{inner_field}: an or is (\"or\", (entity, attribute, value), ...)"
+                    ))
+                })?;
+                alternatives.push(clause(&inner_field, inner)?);
+            }
+            out.push(Where::Or(alternatives));
             continue;
         }
         if let Some(op) = head.as_deref().and_then(Compare::parse) {
@@ -317,7 +333,7 @@ fn clause(field: &str, tuple: &Bound<'_, PyTuple>) -> PyResult<Clause> {
         Some(v) => EntityTerm::Var(v),
         None if e.is_instance_of::<PyString>() => {
             return Err(PyValueError::new_err(format!(
-                "{field}[0]: a variable (\"?name\"), an entity id, a comparison (<, <=, >, >=, !=) or \"not\", not this string"
+                "{field}[0]: a variable (\"?name\"), an entity id, a comparison (<, <=, >, >=, !=), \"not\" or \"or\", not this string"
             )));
         }
         None => EntityTerm::Entity(entity_id(&format!("{field}[0]"), &e)?),

@@ -318,6 +318,9 @@ def test_lists_show_only_what_the_caller_may_read(enforced):
     # A `not` through it would tell which documents have a reviewer: refused the same way.
     with pytest.raises(engram.PermissionDenied, match=":hr/reviewer"):
         lena.query("lists/shared", ["?d"], [("?d", ":doc/author", "?o"), ("not", ("?d", ":hr/reviewer", "?r"))])
+    # And an `or` alternative through it would bind its values: refused too.
+    with pytest.raises(engram.PermissionDenied, match=":hr/reviewer"):
+        lena.query("lists/shared", ["?d"], [("or", ("?d", ":doc/author", "?o"), ("?d", ":hr/reviewer", "?o"))])
     with pytest.raises(engram.PermissionDenied):
         lena.query("lists/hidden", ["?x"], [("?x", ":n/x", "?v")])
     assert sorted(admin.entities("lists/shared")) == sorted([owner, doc])

@@ -413,6 +413,19 @@ def test_query_joins_clauses_as_of_one_transaction_and_pages_the_rows(db, ns):
     with pytest.raises(TypeError, match=r"where\[1\]\[1\]: a not clause is"):
         db.query(ns, ["?task"], [open_task, ("not", "?task")])
 
+    # `or`: the tasks that are done or have priority 5 (t3 done; t2 priority 5), each once;
+    # both alternatives name ?task alone.
+    done_or_urgent = db.query(
+        ns,
+        ["?task"],
+        [("or", ("?task", ":task/status", Keyword(":status/done")), ("?task", ":task/priority", 5))],
+        explain=True,
+    )
+    assert set(done_or_urgent) == {(Ref(t[3]),), (Ref(t[2]),)} and len(done_or_urgent) == 2
+    assert done_or_urgent.plan[0]["or_clause"] and " | " in done_or_urgent.plan[0]["access"]
+    with pytest.raises(ValueError, match=r"where\[0\]\.alternatives\[1\]: .* every alternative of an or names the same variables"):
+        db.query(ns, ["?task"], [("or", ("?task", ":task/status", "?s"), ("?task", ":task/priority", 5))])
+
     # Aggregates: each owner's tasks counted (ann owns t0 and t3, cid t1 and t2), the
     # priorities (1 and 5) summed over the joined rows; a sum of keywords is refused.
     per_owner = db.query(ns, ["?who", "(count ?task)"], [("?task", ":task/owner", "?who")])

@@ -20,6 +20,14 @@
 //! row, never of the whole store; a variable in its other position that no clause binds is
 //! local to it and matches anything (`?anyone` above: "owned by no one").
 //!
+//! An `or` group extends a row by any one of its clauses, which all name the same variables:
+//!
+//! ```text
+//! find ?task
+//! where (or [?task :task/status :status/open]
+//!           [?task :task/status :status/blocked])
+//! ```
+//!
 //! A `find` entry may be an aggregate of a variable, `(count ?task)`, `(count-distinct ?x)`,
 //! `(sum ?x)`, `(avg ?x)`, `(min ?x)` or `(max ?x)`: the answer then has one row per group of
 //! the plain variables listed (one row in all when none is), each aggregate folding the
@@ -337,6 +345,9 @@ pub struct Query {
     /// `(not [e a v])`: a row stays only if the pattern, its variables bound from the row
     /// (those no other clause binds match anything), matches no current claim.
     pub negations: Vec<Clause>,
+    /// `(or [e a v] [e a v] ...)`: each group extends a row by any one of its clauses, which
+    /// all name the same variables.
+    pub disjunctions: Vec<Vec<Clause>>,
 }
 
 impl Query {
@@ -344,10 +355,60 @@ impl Query {
     /// [`MAX_CLAUSES`] clauses, each variable found bound by some clause and found once, and
     /// the values valid ones a request may name.
     pub fn new<F: Into<FindTerm>>(find: Vec<F>, clauses: Vec<Clause>) -> Result<Query, ValidationError> {
+        Query::with_or(find, clauses, Vec::new())
+    }
+
+    /// [`Query::new`] with `or` groups (`disjunctions`, at most [`MAX_CLAUSES`]): each of 2 to
+    /// [`MAX_CLAUSES`] clauses that all name the same variables (so a row binds the same ones
+    /// whichever matched). A query needs a clause or a group; what a group binds is bound.
+    pub fn with_or<F: Into<FindTerm>>(
+        find: Vec<F>,
+        clauses: Vec<Clause>,
+        disjunctions: Vec<Vec<Clause>>,
+    ) -> Result<Query, ValidationError> {
         let find: Vec<FindTerm> = find.into_iter().map(Into::into).collect();
         let invalid = |m: String| Err(ValidationError::Query(m));
-        if clauses.is_empty() {
+        if clauses.is_empty() && disjunctions.is_empty() {
             return invalid("clauses: a query needs at least one clause".into());
+        }
+        if disjunctions.len() > MAX_CLAUSES {
+            return invalid(format!(
+                "or_clauses: {} or groups, at most {MAX_CLAUSES} are allowed",
+                disjunctions.len()
+            ));
+        }
+        for (i, group) in disjunctions.iter().enumerate() {
+            if group.len() < 2 || group.len() > MAX_CLAUSES {
+                return invalid(format!(
+                    "or_clauses[{i}]: {} alternatives; an or holds 2 to {MAX_CLAUSES}",
+                    group.len()
+                ));
+            }
+            let names = |c: &Clause| c.variables().cloned().collect::<BTreeSet<Variable>>();
+            let first = names(&group[0]);
+            for (j, c) in group.iter().enumerate() {
+                if let ValueTerm::Value(v) = &c.value
+                    && let Err(e) = v.validate()
+                {
+                    return invalid(format!("or_clauses[{i}].alternatives[{j}].value: {e}"));
+                }
+                if names(c) != first {
+                    let list = |set: &BTreeSet<Variable>| {
+                        let v: Vec<&str> = set.iter().map(Variable::as_str).collect();
+                        if v.is_empty() {
+                            "none".to_string()
+                        } else {
+                            v.join(" ")
+                        }
+                    };
+                    return invalid(format!(
+                        "or_clauses[{i}].alternatives[{j}]: {c} names {}, the first alternative {}: \
+                         every alternative of an or names the same variables",
+                        list(&names(c)),
+                        list(&first)
+                    ));
+                }
+            }
         }
         if clauses.len() > MAX_CLAUSES {
             return invalid(format!(
@@ -365,7 +426,11 @@ impl Query {
                 return invalid(format!("clauses[{i}].value: {e}"));
             }
         }
-        let bound: BTreeSet<&Variable> = clauses.iter().flat_map(Clause::variables).collect();
+        let bound: BTreeSet<&Variable> = clauses
+            .iter()
+            .chain(disjunctions.iter().filter_map(|g| g.first()))
+            .flat_map(Clause::variables)
+            .collect();
         let mut listed = BTreeSet::new();
         for (i, term) in find.iter().enumerate() {
             let v = term.variable();
@@ -381,7 +446,26 @@ impl Query {
             clauses,
             filters: Vec::new(),
             negations: Vec::new(),
+            disjunctions,
         })
+    }
+
+    /// The clauses that bind variables: the query's, then each `or` group's first (all of a
+    /// group's name the same variables).
+    fn binding_clauses(&self) -> impl Iterator<Item = &Clause> {
+        self.clauses
+            .iter()
+            .chain(self.disjunctions.iter().filter_map(|g| g.first()))
+    }
+
+    /// Every attribute the query reads: its clauses', its `not` clauses' and every `or`
+    /// alternative's (what a read gate must let the caller see).
+    pub fn attributes(&self) -> impl Iterator<Item = &Attribute> {
+        self.clauses
+            .iter()
+            .chain(&self.negations)
+            .chain(self.disjunctions.iter().flatten())
+            .map(|c| &c.attribute)
     }
 
     /// The query with `filters` (at most [`MAX_CLAUSES`]), each variable of them bound by a
@@ -394,7 +478,7 @@ impl Query {
                 filters.len()
             ));
         }
-        let bound: BTreeSet<&Variable> = self.clauses.iter().flat_map(Clause::variables).collect();
+        let bound: BTreeSet<&Variable> = self.binding_clauses().flat_map(Clause::variables).collect();
         for (i, f) in filters.iter().enumerate() {
             if let Some(v) = f.variables().find(|v| !bound.contains(v)) {
                 return invalid(format!("filters[{i}]: {v} is bound by no clause"));
@@ -419,7 +503,7 @@ impl Query {
                 negations.len()
             ));
         }
-        let bound: BTreeSet<&Variable> = self.clauses.iter().flat_map(Clause::variables).collect();
+        let bound: BTreeSet<&Variable> = self.binding_clauses().flat_map(Clause::variables).collect();
         for (i, c) in negations.iter().enumerate() {
             if let ValueTerm::Value(v) = &c.value
                 && let Err(e) = v.validate()
@@ -446,6 +530,7 @@ impl Query {
     ) -> Result<Query, ValidationError> {
         let (mut clauses, mut filters, mut negations) = (Vec::new(), Vec::new(), Vec::new());
         let (mut clause_at, mut filter_at, mut negation_at) = (Vec::new(), Vec::new(), Vec::new());
+        let (mut disjunctions, mut or_at) = (Vec::new(), Vec::new());
         for (i, entry) in entries.into_iter().enumerate() {
             match entry {
                 Where::Clause(c) => {
@@ -460,15 +545,20 @@ impl Query {
                     negations.push(c);
                     negation_at.push(i);
                 }
+                Where::Or(group) => {
+                    disjunctions.push(group);
+                    or_at.push(i);
+                }
             }
         }
-        Query::new(find, clauses)
+        Query::with_or(find, clauses, disjunctions)
             .and_then(|q| q.filtered(filters))
             .and_then(|q| q.negated(negations))
             .map_err(|e| match e {
                 ValidationError::Query(m) => {
                     let m = renumber(&m, "clauses", &clause_at);
                     let m = renumber(&m, "filters", &filter_at);
+                    let m = renumber(&m, "or_clauses", &or_at);
                     ValidationError::Query(renumber(&m, "not_clauses", &negation_at))
                 }
                 other => other,
@@ -480,10 +570,10 @@ impl Query {
         self.find.iter().any(|t| matches!(t, FindTerm::Aggregate(..)))
     }
 
-    /// Every variable, in order of first appearance in the clauses.
+    /// Every variable, in order of first appearance in the clauses (then the `or` groups).
     pub fn variables(&self) -> Vec<&Variable> {
         let mut out: Vec<&Variable> = Vec::new();
-        for v in self.clauses.iter().flat_map(Clause::variables) {
+        for v in self.binding_clauses().flat_map(Clause::variables) {
             if !out.contains(&v) {
                 out.push(v);
             }
@@ -499,6 +589,8 @@ pub enum Where {
     Filter(Filter),
     /// `(not [e a v])`.
     Not(Clause),
+    /// `(or [e a v] [e a v] ...)`.
+    Or(Vec<Clause>),
 }
 
 /// `kind[i]...` (a position in its own list) as `where[j]...`, `j` the entry's place in the
@@ -529,6 +621,13 @@ impl fmt::Display for Query {
         }
         for filter in &self.filters {
             write!(f, " {filter}")?;
+        }
+        for group in &self.disjunctions {
+            f.write_str(" (or")?;
+            for c in group {
+                write!(f, " {c}")?;
+            }
+            f.write_str(")")?;
         }
         for c in &self.negations {
             write!(f, " (not {c})")?;
@@ -654,6 +753,71 @@ mod tests {
             FindTerm::Aggregate(Aggregate::Count, var("?t")),
         ];
         assert!(Query::new(both, vec![c]).is_ok());
+    }
+
+    #[test]
+    fn an_or_group_names_the_same_variables_in_every_alternative() {
+        let status = |v: &str| {
+            clause(
+                EntityTerm::Var(var("?t")),
+                ":task/status",
+                ValueTerm::Value(Value::Keyword(v.into())),
+            )
+        };
+        let group = vec![status(":s/open"), status(":s/blocked")];
+        // A query of one `or` group alone: what it binds is bound.
+        let q = Query::with_or(vec![var("?t")], vec![], vec![group.clone()]).expect("valid");
+        assert_eq!(
+            q.to_string(),
+            "find ?t where (or [?t :task/status :s/open] [?t :task/status :s/blocked])"
+        );
+        assert_eq!(q.variables(), vec![&var("?t")]);
+        assert_eq!(q.attributes().count(), 2);
+        let owner = clause(
+            EntityTerm::Var(var("?t")),
+            ":task/owner",
+            ValueTerm::Var(var("?o")),
+        );
+        let refused = |groups: Vec<Vec<Clause>>| {
+            Query::with_or(vec![var("?t")], vec![], groups)
+                .unwrap_err()
+                .to_string()
+        };
+        assert_eq!(
+            refused(vec![vec![status(":s/open"), owner.clone()]]),
+            "invalid query: or_clauses[0].alternatives[1]: [?t :task/owner ?o] names ?o ?t, the first \
+             alternative ?t: every alternative of an or names the same variables"
+        );
+        assert!(
+            refused(vec![vec![status(":s/open")]])
+                .contains("or_clauses[0]: 1 alternatives; an or holds 2 to 16")
+        );
+        assert!(refused(vec![]).contains("needs at least one clause"));
+        // Placed by its entry in a mixed list; a filter on what only the group binds is fine.
+        let placed = Query::from_where(
+            vec![var("?t")],
+            vec![
+                Where::Clause(owner.clone()),
+                Where::Or(vec![status(":s/open"), owner.clone()]),
+            ],
+        )
+        .unwrap_err();
+        assert!(
+            placed.to_string().contains("where[1].alternatives[1]"),
+            "{placed}"
+        );
+        let filtered = Query::from_where(
+            vec![var("?t")],
+            vec![
+                Where::Or(group.clone()),
+                Where::Filter(Filter {
+                    op: Compare::Ne,
+                    left: var("?t"),
+                    right: ValueTerm::Value(Value::Ref(EntityId(3))),
+                }),
+            ],
+        );
+        assert!(filtered.is_ok(), "{filtered:?}");
     }
 
     #[test]

@@ -1374,6 +1374,7 @@ impl pb::memory_server::Memory for MemoryService {
             req.clauses.clone(),
             req.filters.clone(),
             req.not_clauses.clone(),
+            req.or_clauses.clone(),
         )
         .map_err(ApiError::from)?;
         let max_rows_read = match req.max_rows_read {
@@ -1396,10 +1397,11 @@ impl pb::memory_server::Memory for MemoryService {
             methods::QUERY,
             Need::on(Action::Read, &req.namespace),
         )?;
-        // A join through an attribute one may not read would bind its values, and a `not` of
-        // one would tell which entities hold it: refused whole, as a Find of it is.
-        for c in query.clauses.iter().chain(&query.negations) {
-            may_see(&caller, &c.attribute)?;
+        // A join through an attribute one may not read would bind its values, and a `not` (or
+        // an `or` alternative) of one would tell which entities hold it: refused whole, as a
+        // Find of it is.
+        for attribute in query.attributes() {
+            may_see(&caller, attribute)?;
         }
         let as_of = AsOf::of(&self.shared, req.as_of_tx, req.as_of_time_ns)?;
         let opts = engram_core::query::QueryOptions {
@@ -1425,7 +1427,13 @@ impl pb::memory_server::Memory for MemoryService {
                 .iter()
                 .map(|s| pb::QueryStep {
                     clause: s.clause as u32,
-                    access: s.access.name().to_string(),
+                    access: if s.is_or() {
+                        let names: Vec<&str> = s.alternatives.iter().map(|a| a.name()).collect();
+                        names.join(" | ")
+                    } else {
+                        s.access.name().to_string()
+                    },
+                    or_clause: s.is_or(),
                     binds: s.binds.iter().map(ToString::to_string).collect(),
                     uses: s.uses.iter().map(ToString::to_string).collect(),
                     rows_read: s.rows_read,
