@@ -11,24 +11,15 @@
 
 mod common;
 
-use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::{json_of, run, text};
+use common::{fixture, json_of, run, text};
 use engram_cli::local_cluster::free_ports;
 
 const EXE: &str = env!("CARGO_BIN_EXE_engram");
 const HEAD_INDEX: u64 = 22;
 const HEAD_HASH: &str = "404fdb9441896bddf95b5657519216e3235d7b26456181ba0782126fc0b33d01";
-
-fn fixture(name: &str) -> String {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures")
-        .join(name)
-        .display()
-        .to_string()
-}
 
 #[test]
 fn a_backup_written_by_an_earlier_build_verifies_restores_and_serves() {

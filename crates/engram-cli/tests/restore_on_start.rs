@@ -14,20 +14,12 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
-use common::{json_of, run, text};
+use common::{fixture, json_of, run, text};
 use engram_cli::local_cluster::free_ports;
 
 const EXE: &str = env!("CARGO_BIN_EXE_engram");
 /// The fixture chain's head (`earlier_backup.rs`).
 const HEAD_INDEX: u64 = 22;
-
-fn fixture(name: &str) -> String {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures")
-        .join(name)
-        .display()
-        .to_string()
-}
 
 struct Node {
     child: Child,

@@ -453,6 +453,13 @@ impl<'a> Exec<'a> {
                 for (k, (c, access)) in group.iter().zip(&step.alternatives).enumerate() {
                     self.at = format!("or_clauses[{}].alternatives[{k}] {c}", step.clause);
                     out.extend(self.extend_by(&Terms::of(c, slot), &partial, *access)?);
+                    // Each alternative is held to the bound; so are they together.
+                    if out.len() >= MAX_PARTIAL_ROWS {
+                        return Err(ReadError::TooCostly(format!(
+                            "or_clauses[{}] would hold more than {MAX_PARTIAL_ROWS} partial rows; narrow the query",
+                            step.clause
+                        )));
+                    }
                 }
                 distinct(out)
             } else {

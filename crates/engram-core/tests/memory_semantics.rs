@@ -253,6 +253,14 @@ fn def(a: &str, ty: ValueType) -> AttributeDef {
     AttributeDef::new(attr(a), ty)
 }
 
+/// [`def`] with a value index.
+fn indexed_def(a: &str, ty: ValueType) -> AttributeDef {
+    AttributeDef {
+        indexed: true,
+        ..def(a, ty)
+    }
+}
+
 fn created(receipt: &TxReceipt, name: &str) -> EntityId {
     receipt.temp_ids[name]
 }
@@ -2026,10 +2034,8 @@ fn grouped(find: &[&str], clauses: Vec<(Term, &str, Term)>) -> Query {
 #[test]
 fn an_or_group_extends_each_row_by_any_one_of_its_clauses() {
     let mut m = Mem::new("team/a");
-    let mut status = def(":task/status", ValueType::Keyword);
-    status.indexed = true;
     m.declare(vec![
-        status,
+        indexed_def(":task/status", ValueType::Keyword),
         def(":task/priority", ValueType::I64),
         def(":task/owner", ValueType::Ref),
     ])
@@ -2116,8 +2122,14 @@ fn an_or_group_extends_each_row_by_any_one_of_its_clauses() {
         [vec![Value::Ref(t[3]), Value::I64(1)]],
         "t0 is open; t1 is blocked"
     );
-    assert_eq!(plan[0].alternatives, [query::Access::ValueIndex, query::Access::ValueIndex]);
-    assert_eq!((plan[1].clause, plan[1].access, plan[1].is_or()), (0, query::Access::Slot, false));
+    assert_eq!(
+        plan[0].alternatives,
+        [query::Access::ValueIndex, query::Access::ValueIndex]
+    );
+    assert_eq!(
+        (plan[1].clause, plan[1].access, plan[1].is_or()),
+        (0, query::Access::Slot, false)
+    );
 
     // An alternative through an attribute the namespace never saw is named by its place.
     let unknown = Query::with_or(
@@ -2280,11 +2292,9 @@ fn aggregates_fold_each_group_of_the_joined_rows() {
 #[test]
 fn a_join_answers_the_rows_that_satisfy_every_clause_as_of_one_point() {
     let mut m = Mem::new("team/a");
-    let mut status = def(":task/status", ValueType::Keyword);
-    status.indexed = true;
     m.declare(vec![
         def(":task/owner", ValueType::Ref),
-        status,
+        indexed_def(":task/status", ValueType::Keyword),
         def(":agent/team", ValueType::String),
         def(":agent/name", ValueType::String),
     ])
@@ -2671,14 +2681,10 @@ fn without(q: Query, nots: Vec<(Term, &str, Term)>) -> Query {
 #[test]
 fn a_not_clause_keeps_the_rows_for_which_its_pattern_matches_no_current_claim() {
     let mut m = Mem::new("team/n");
-    let mut status = def(":task/status", ValueType::Keyword);
-    status.indexed = true;
-    let mut title = def(":task/title", ValueType::String);
-    title.indexed = true;
     m.declare(vec![
         def(":task/owner", ValueType::Ref),
-        status,
-        title,
+        indexed_def(":task/status", ValueType::Keyword),
+        indexed_def(":task/title", ValueType::String),
         def(":agent/name", ValueType::String),
     ])
     .unwrap();

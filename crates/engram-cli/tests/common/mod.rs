@@ -126,3 +126,13 @@ pub fn http_get(port: u16, path: &str) -> String {
     s.read_to_string(&mut out).unwrap();
     out
 }
+
+/// The path of `tests/fixtures/NAME`.
+#[allow(dead_code)] // each test binary compiles this module; few read fixtures
+pub fn fixture(name: &str) -> String {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(name)
+        .display()
+        .to_string()
+}
