@@ -296,8 +296,13 @@ fn plan(q: &Query, indexed: &[bool], or_indexed: &[Vec<bool>], on_branch: bool) 
         let mut best: Option<(u8, usize, Vec<Access>, bool)> = None;
         for (at, &(is_or, i, clauses)) in left.iter().enumerate() {
             let is_bound = |v: &Variable| bound.contains(v);
+            // Every alternative names the same variables, so the first tells whether the unit
+            // shares one with what is bound.
+            let first = &clauses[0];
+            let connected =
+                bound.is_empty() || first.variables().any(is_bound) || first.variables().next().is_none();
             // A unit costs what its dearest alternative costs (a clause is its own one).
-            let (mut cost, mut accesses, mut connected) = (0, Vec::with_capacity(clauses.len()), false);
+            let (mut cost, mut accesses) = (0, Vec::with_capacity(clauses.len()));
             for (k, c) in clauses.iter().enumerate() {
                 let entity_known = match &c.entity {
                     EntityTerm::Entity(_) => true,
@@ -308,7 +313,6 @@ fn plan(q: &Query, indexed: &[bool], or_indexed: &[Vec<bool>], on_branch: bool) 
                     ValueTerm::Var(v) => is_bound(v),
                 };
                 let index = if is_or { or_indexed[i][k] } else { indexed[i] };
-                connected = bound.is_empty() || c.variables().any(is_bound) || c.variables().next().is_none();
                 let (c_cost, access) = match access_of(c, entity_known, value_known, index, on_branch) {
                     Some(Access::Slot) => (0, Access::Slot),
                     Some(Access::ValueIndex) => (1, Access::ValueIndex),

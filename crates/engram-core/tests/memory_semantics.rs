@@ -2013,6 +2013,11 @@ fn query_pages(m: &Mem, q: &Query, opts: &QueryOptions, limit: usize) -> (Vec<Ve
     }
 }
 
+/// Why `q`, run now on main, was refused.
+fn refusal(m: &Mem, q: &Query) -> ReadError {
+    query::run(&*m.store, &m.ns, None, q, &opts_now(), &[], 100).expect_err("the query is refused")
+}
+
 fn opts_now() -> QueryOptions {
     QueryOptions {
         as_of: None,
@@ -2141,8 +2146,8 @@ fn an_or_group_extends_each_row_by_any_one_of_its_clauses() {
         ]],
     )
     .unwrap();
-    match query::run(&*m.store, &m.ns, None, &unknown, &opts_now(), &[], 100) {
-        Err(ReadError::UnknownAttribute { field, .. }) => {
+    match refusal(&m, &unknown) {
+        ReadError::UnknownAttribute { field, .. } => {
             assert_eq!(field, "or_clauses[0].alternatives[1].attribute")
         }
         other => panic!("expected an unknown attribute, got {other:?}"),
@@ -2266,8 +2271,8 @@ fn aggregates_fold_each_group_of_the_joined_rows() {
         &["(sum ?name)"],
         vec![(Term::Var("?a"), ":agent/name", Term::Var("?name"))],
     );
-    match query::run(&*m.store, &m.ns, None, &words, &opts_now(), &[], 100) {
-        Err(ReadError::Aggregate(why)) => assert_eq!(
+    match refusal(&m, &words) {
+        ReadError::Aggregate(why) => assert_eq!(
             why,
             "find[0] (sum ?name): ?name holds a string value, and sum takes numbers (i64, f64)"
         ),
@@ -2283,8 +2288,8 @@ fn aggregates_fold_each_group_of_the_joined_rows() {
     )
     .unwrap();
     let total = grouped(&["(sum ?h)"], owned(vec![]));
-    match query::run(&*m.store, &m.ns, None, &total, &opts_now(), &[], 100) {
-        Err(ReadError::Aggregate(why)) => assert!(why.contains("sums past the i64 range"), "{why}"),
+    match refusal(&m, &total) {
+        ReadError::Aggregate(why) => assert!(why.contains("sums past the i64 range"), "{why}"),
         other => panic!("expected an overflow refused, got {other:?}"),
     }
 }
