@@ -968,10 +968,11 @@ pub struct GetArgs {
     pub verify: bool,
     /// Verify that the answer is complete and current: every attribute the entity has, each
     /// with its whole history, proven against the state root a signed checkpoint covers, and
-    /// folded here into the answer (implies --verify; of the current state on main, so not
-    /// with --branch or --as-of-*). An unknown entity's absence is proven. Exits 2 if a proof
+    /// folded here into the answer (implies --verify). With --as-of-tx, the same histories
+    /// folded as of that transaction: the answer then, proven complete. Of main, so not with
+    /// --branch or --as-of-time-ns. An unknown entity's absence is proven. Exits 2 if a proof
     /// fails.
-    #[arg(long, conflicts_with_all = ["branch", "as_of_tx", "as_of_time_ns"])]
+    #[arg(long, conflicts_with_all = ["branch", "as_of_time_ns"])]
     pub complete: bool,
     /// Read this branch: main as of its fork plus the branch's own writes [default: main].
     #[arg(long, value_name = "NAME")]
@@ -1241,10 +1242,11 @@ pub struct HistoryArgs {
     #[arg(long)]
     pub verify: bool,
     /// Verify that the history is whole: every datom of the entity (or of its --attribute),
-    /// proven against the state root a signed checkpoint covers, up to that checkpoint (needs
-    /// --entity; of main, so not with --branch, --as-of-*, --since-tx, --valid-at-ns, --limit
-    /// or --cursor). An attribute the entity never had is proven empty. Exits 2 if a proof fails.
-    #[arg(long, requires = "entity", conflicts_with_all = ["branch", "as_of_tx", "as_of_time_ns", "since_tx", "valid_at_ns", "cursor", "verify"])]
+    /// proven against the state root a signed checkpoint covers, up to that checkpoint or up to
+    /// --as-of-tx (needs --entity; of main, so not with --branch, --as-of-time-ns, --since-tx,
+    /// --valid-at-ns, --limit or --cursor). An attribute the entity never had is proven empty.
+    /// Exits 2 if a proof fails.
+    #[arg(long, requires = "entity", conflicts_with_all = ["branch", "as_of_time_ns", "since_tx", "valid_at_ns", "cursor", "verify"])]
     pub complete: bool,
     /// Read this branch: main as of its fork plus the branch's own writes [default: main].
     #[arg(long, value_name = "NAME")]

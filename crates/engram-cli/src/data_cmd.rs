@@ -8,7 +8,7 @@ use engram_client::{
     Client, ClientError, DiffQuery, EntitiesQuery, FindQuery, GetOptions, HistoryQuery, HistoryTarget, Join,
     ReferrersQuery, SearchQuery, pb,
 };
-use engram_types::{Attribute, BranchName, EntityId};
+use engram_types::{Attribute, BranchName, EntityId, TxId};
 use futures::StreamExt;
 use serde_json::{Value as Json, json};
 
@@ -124,18 +124,23 @@ pub(crate) async fn get(client: &Client, args: GetArgs, json: bool) -> Result<()
                 "slots": proven.slots,
                 "history_datoms": proven.history_datoms,
                 "state_tx": proven.state_tx,
+                "as_of_tx": proven.as_of_tx,
                 "checkpoint_size": cp.size,
                 "unfolded": proven.unfolded,
             });
         } else {
             eprintln!(
                 "complete: {} of entity {}, {} of history, proven against the state root of tx {} \
-                 (checkpoint {}) and folded here into the answer",
+                 (checkpoint {}) and folded here into the answer{}",
                 plural(proven.slots, "attribute"),
                 resp.entity,
                 plural(proven.history_datoms, "datom"),
                 proven.state_tx,
-                cp.size
+                cp.size,
+                proven
+                    .as_of_tx
+                    .map(|t| format!(" as of tx {t}"))
+                    .unwrap_or_default()
             );
             if !proven.unfolded.is_empty() {
                 eprintln!(
@@ -245,7 +250,13 @@ pub(crate) async fn history(client: &Client, args: HistoryArgs, json: bool) -> R
         }
         let mut trust = trusted_log(client).await?;
         let proven = client
-            .history_complete(&mut trust, &ns, EntityId(entity), attr.as_ref())
+            .history_complete(
+                &mut trust,
+                &ns,
+                EntityId(entity),
+                attr.as_ref(),
+                args.as_of_tx.map(TxId),
+            )
             .await
             .map_err(proof_error)?;
         let mut extra = json!({});
@@ -255,12 +266,14 @@ pub(crate) async fn history(client: &Client, args: HistoryArgs, json: bool) -> R
             extra["complete"] = json!({
                 "slots": proven.slots,
                 "state_tx": proven.state_tx,
+                "as_of_tx": proven.as_of_tx,
                 "checkpoint_size": cp.size,
             });
         } else {
             eprintln!(
-                "complete: the whole history of {} up to tx {}, proven against its state root (checkpoint {})",
+                "complete: the whole history of {} up to tx {}, proven against the state root of tx {} (checkpoint {})",
                 plural(proven.slots, "attribute"),
+                proven.as_of_tx.unwrap_or(proven.state_tx),
                 proven.state_tx,
                 cp.size
             );

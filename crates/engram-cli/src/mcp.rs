@@ -432,11 +432,14 @@ pub struct QueryArgs {
     /// in an entity position joins a reference to its target, e.g.
     /// [["?task", ":task/owner", "?agent"], ["?agent", ":agent/team", "infra"]]. An entry
     /// [op, "?var", value or variable], op one of < <= > >= !=, is a filter the rows pass:
-    /// [">", "?priority", 2]. An entry ["not", clause] keeps only the rows for which the clause
-    /// matches nothing, a variable no other clause binds matching anything:
-    /// ["not", ["?task", ":task/owner", "?anyone"]] (the tasks nobody owns). An entry
-    /// ["or", clause, clause, ...] matches any one of its clauses, which name the same
-    /// variables: ["or", ["?t", ":task/status", "open"], ["?t", ":task/status", "blocked"]].
+    /// [">", "?priority", 2]. An entry ["not", clause, ...] keeps only the rows for which its
+    /// clauses do not all match at once, a variable no other clause binds being its own:
+    /// ["not", ["?task", ":task/owner", "?anyone"]] (the tasks nobody owns),
+    /// ["not", ["?t", ":task/owner", "?o"], ["?o", ":agent/team", "infra"]] (no owner in
+    /// infra). An entry ["or", alternative, ...] matches any one of its alternatives, each a
+    /// clause or ["and", clause, ...]: ["or", ["?t", ":task/status", "open"], ["and",
+    /// ["?t", ":task/owner", "?o"], ["?o", ":agent/team", "infra"]]]; it binds the variables
+    /// every alternative names (?t here; ?o is the second's own).
     #[serde(rename = "where")]
     pub clauses: Vec<Json>,
     /// Read as of this transaction (default: now).
@@ -487,6 +490,9 @@ pub struct SessionArgs {
 pub struct VerifyArgs {
     pub namespace: String,
     pub entity: u64,
+    /// Check the facts as they stood after this transaction (default: now), proven complete
+    /// from the same whole histories.
+    pub as_of_tx: Option<u64>,
 }
 
 /// The most facts one answer of `recall` by attribute or `history` holds: a model reads its
@@ -946,8 +952,9 @@ impl EngramTools {
 
     /// Check an entity's current facts against the cluster's signed audit log: proven complete
     /// and current (every attribute it has, each with its whole history, against the state
-    /// root a node-signed checkpoint covers; nothing left out, nothing stale). Returns the facts
-    /// only if every proof verifies; an unknown entity is proven to have no facts.
+    /// root a node-signed checkpoint covers; nothing left out, nothing stale), or as they stood
+    /// after transaction `as_of_tx`. Returns the facts only if every proof verifies; an unknown
+    /// entity is proven to have no facts.
     #[tool]
     async fn verify(&self, Parameters(args): Parameters<VerifyArgs>) -> Result<String, String> {
         let ns = namespace(&args.namespace)?;
@@ -955,7 +962,15 @@ impl EngramTools {
         let mut log = self.client.trusted(&mut guard).await.map_err(failed)?;
         let got = self
             .client
-            .get_complete(&mut log, &ns, EntityId(args.entity), GetOptions::default())
+            .get_complete(
+                &mut log,
+                &ns,
+                EntityId(args.entity),
+                GetOptions {
+                    as_of_tx: args.as_of_tx,
+                    ..GetOptions::default()
+                },
+            )
             .await;
         let size = log.size();
         *guard = Some(log);
@@ -968,6 +983,7 @@ impl EngramTools {
             "attributes": got.slots,
             "history_datoms": got.history_datoms,
             "state_tx": got.state_tx,
+            "as_of_tx": got.as_of_tx,
             "unfolded": got.unfolded,
             "checked_against_log_size": size,
         })))

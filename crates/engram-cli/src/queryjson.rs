@@ -14,11 +14,12 @@
 //! string that starts with `?`).
 //!
 //! An entry `[op, "?var", value or variable]` (op one of `<`, `<=`, `>`, `>=`, `!=`) is a
-//! filter; an entry `["not", [entity, attribute, value]]` keeps only the rows for which the
-//! clause matches nothing (a variable no other clause binds is its own and matches anything).
-//! An entry `["or", clause, clause, ...]` extends a row by any one of its clauses, which all
-//! name the same variables. A `find` entry is a variable or an aggregate of one
-//! (`"(count ?task)"`).
+//! filter; an entry `["not", [entity, attribute, value], ...]` keeps only the rows for which
+//! its clauses do not all match at once (a variable no other clause binds is its own: it joins
+//! the not's clauses and matches anything). An entry `["or", alternative, ...]` extends a row by
+//! any one of its alternatives, each a clause or `["and", clause, ...]`; it binds the variables
+//! every alternative names (one that only some name is theirs alone). A `find` entry is a
+//! variable or an aggregate of one (`"(count ?task)"`).
 
 use engram_types::query::{Clause, Compare, EntityTerm, Filter, FindTerm, Query, ValueTerm, Variable, Where};
 use engram_types::{Attribute, EntityId, ValidationError, Value};
@@ -39,11 +40,13 @@ Each clause is [entity, attribute, value]: the entity a variable (\"?name\") or 
 the value a variable, a JSON string, integer, float or boolean, or a value object as in\n  \
 transactions ({\"keyword\": \":x/y\"}, {\"ref\": 12}, {\"instant_ns\": N}). A variable in an\n  \
 entity position joins a reference to its target. An entry [op, \"?var\", value or variable],\n  \
-op one of < <= > >= !=, is a filter: [\">\", \"?priority\", 2]. An entry [\"not\", clause]\n  \
-keeps the rows for which the clause matches nothing: [\"not\", [\"?task\", \":task/owner\", \"?anyone\"]]\n  \
-(a variable no other clause binds, ?anyone, matches anything). An entry [\"or\", clause, ...]\n  \
-matches any one of its clauses, which name the same variables:\n  \
-[\"or\", [\"?task\", \":task/status\", \"open\"], [\"?task\", \":task/status\", \"blocked\"]]. Rows are distinct, sorted, and\n  \
+op one of < <= > >= !=, is a filter: [\">\", \"?priority\", 2]. An entry [\"not\", clause, ...]\n  \
+keeps the rows for which its clauses do not all match: [\"not\", [\"?task\", \":task/owner\", \"?anyone\"]]\n  \
+(a variable no other clause binds, ?anyone, is the not's own and matches anything; two\n  \
+clauses of one not join on it). An entry [\"or\", alternative, ...] matches any one of its\n  \
+alternatives, each a clause or [\"and\", clause, ...], and binds what every one names:\n  \
+[\"or\", [\"?task\", \":task/status\", \"open\"], [\"and\", [\"?task\", \":task/owner\", \"?o\"],\n  \
+[\"?o\", \":agent/team\", \"infra\"]]] (?o is the and's own). Rows are distinct, sorted, and\n  \
 read as of one transaction; every clause reads current claims.\n\n  \
 A find entry may aggregate a variable: (count ?x), (count-distinct ?x), (sum ?x), (avg ?x),\n  \
 (min ?x) or (max ?x). Each row is then a group of the plain variables listed, each aggregate\n  \
@@ -96,7 +99,7 @@ pub fn query_from_json(doc: &Json) -> Result<Query, JsonError> {
         None => return fail("find", "is required: the variables each row lists"),
     };
     // A `where` entry whose first element is a comparison (`[">", "?p", 3]`) is a filter, one
-    // whose first element is "not" a `not` clause; any other is a clause.
+    // whose first element is "not" a `not` group, "or" an `or` group; any other is a clause.
     let entries = match obj.get("where") {
         Some(Json::Array(cs)) => cs
             .iter()
@@ -168,17 +171,26 @@ fn variable(path: &str, v: &Json) -> Result<Variable, JsonError> {
     }
 }
 
-/// A `not` entry: `["not", [entity, attribute, value]]`.
-fn negation(i: usize, c: &Json) -> Result<Clause, JsonError> {
+/// A `not` entry: `["not", clause, ...]`, one clause or more that must not all hold at once,
+/// its clauses `where[i][1]` on.
+fn negation(i: usize, c: &Json) -> Result<Vec<Clause>, JsonError> {
     let path = format!("where[{i}]");
-    let Some([_, inner]) = c.as_array().map(Vec::as_slice) else {
-        return fail(path, "a not entry is [\"not\", [entity, attribute, value]]");
-    };
-    clause(&format!("{path}[1]"), inner)
+    match c.as_array().map(Vec::as_slice) {
+        Some([_, clauses @ ..]) if !clauses.is_empty() && clauses.iter().all(Json::is_array) => clauses
+            .iter()
+            .enumerate()
+            .map(|(j, inner)| clause(&format!("{path}[{}]", j + 1), inner))
+            .collect(),
+        _ => fail(
+            path,
+            "a not entry is [\"not\", [entity, attribute, value], ...]: one clause or more",
+        ),
+    }
 }
 
-/// An `or` entry: `["or", clause, clause, ...]`, its alternatives `where[i][1]` on.
-fn disjunction(i: usize, c: &Json) -> Result<Vec<Clause>, JsonError> {
+/// An `or` entry: `["or", alternative, alternative, ...]`, its alternatives `where[i][1]` on,
+/// each a clause or `["and", clause, clause, ...]`.
+fn disjunction(i: usize, c: &Json) -> Result<Vec<Vec<Clause>>, JsonError> {
     let path = format!("where[{i}]");
     let Some([_, alternatives @ ..]) = c.as_array().map(Vec::as_slice) else {
         return fail(path, "an or entry is [\"or\", clause, clause, ...]");
@@ -186,7 +198,22 @@ fn disjunction(i: usize, c: &Json) -> Result<Vec<Clause>, JsonError> {
     alternatives
         .iter()
         .enumerate()
-        .map(|(j, alt)| clause(&format!("{path}[{}]", j + 1), alt))
+        .map(|(j, alt)| {
+            let at = format!("{path}[{}]", j + 1);
+            match alt.as_array().map(Vec::as_slice) {
+                Some([Json::String(head), clauses @ ..]) if head == "and" => {
+                    if clauses.is_empty() {
+                        return fail(at, "an and is [\"and\", clause, ...]: one clause or more");
+                    }
+                    clauses
+                        .iter()
+                        .enumerate()
+                        .map(|(m, inner)| clause(&format!("{at}[{}]", m + 1), inner))
+                        .collect()
+                }
+                _ => clause(&at, alt).map(|c| vec![c]),
+            }
+        })
         .collect()
 }
 
@@ -371,6 +398,32 @@ mod tests {
             (err.path.as_str(), err.reason.as_str()),
             ("where[1]", "1 alternatives; an or holds 2 to 16")
         );
+        // An alternative of several clauses: open, or owned by someone in infra.
+        let q = parse_query(
+            r#"{"find": ["?t"], "where": [["or", ["?t", ":task/status", "open"],
+                ["and", ["?t", ":task/owner", "?o"], ["?o", ":agent/team", "infra"]]]]}"#,
+        )
+        .expect("parses");
+        assert_eq!(q.disjunctions[0].iter().map(Vec::len).collect::<Vec<_>>(), [1, 2]);
+        let err =
+            parse_query(r#"{"find": ["?t"], "where": [["or", ["?t", ":a/b", 1], ["and"]]]}"#).unwrap_err();
+        assert_eq!(
+            (err.path.as_str(), err.reason.as_str()),
+            (
+                "where[0][2]",
+                "an and is [\"and\", clause, ...]: one clause or more"
+            )
+        );
+        let err = parse_query(
+            r#"{"find": ["?t"], "where": [["?t", ":a/x", "?o"], ["or", ["?t", ":a/b", 1], ["and", ["?t", ":a/c", "?o"]]]]}"#,
+        )
+        .unwrap_err();
+        assert_eq!(err.path, "where[1].alternatives[1]");
+        assert!(
+            err.reason.contains("?o is named by this alternative"),
+            "{}",
+            err.reason
+        );
     }
 
     #[test]
@@ -400,7 +453,7 @@ mod tests {
         .expect("parses");
         assert_eq!((q.clauses.len(), q.negations.len()), (1, 1));
         assert_eq!(
-            q.negations[0].value,
+            q.negations[0][0].value,
             ValueTerm::Var(Variable::new("?anyone").expect("valid"))
         );
         let err = |text: &str| {
@@ -413,12 +466,27 @@ mod tests {
             err(r#"{"find": ["?t"], "where": [["?t", ":a/b", 1], ["not", "?t", ":a/c", 1]]}"#);
         assert_eq!(
             (path.as_str(), reason.as_str()),
-            ("where[1]", "a not entry is [\"not\", [entity, attribute, value]]")
+            (
+                "where[1]",
+                "a not entry is [\"not\", [entity, attribute, value], ...]: one clause or more"
+            )
         );
         let (path, reason) =
             err(r#"{"find": ["?t"], "where": [["?t", ":a/b", 1], ["not", ["?x", ":a/c", "?y"]]]}"#);
         assert_eq!(path, "where[1]");
         assert!(reason.contains("shares no variable with the clauses"), "{reason}");
+        // A not of several clauses: the tasks owned by no one in infra (?o its own).
+        let q = parse_query(
+            r#"{"find": ["?t"], "where": [["?t", ":task/status", "open"],
+                ["not", ["?t", ":task/owner", "?o"], ["?o", ":agent/team", "infra"]]]}"#,
+        )
+        .expect("parses");
+        assert_eq!(q.negations[0].len(), 2);
+        assert_eq!(q.variables().len(), 1, "?o is the not's own");
+        let (path, _) = err(
+            r#"{"find": ["?t"], "where": [["?t", ":a/b", 1], ["not", ["?t", ":a/c", "?o"], ["?o", "a/d", 1]]]}"#,
+        );
+        assert_eq!(path, "where[1][2][1]", "the second clause's attribute");
     }
 
     #[test]

@@ -887,16 +887,103 @@ async fn complete_reads_prove_every_attribute_and_refuse_what_is_left_out() {
         other => panic!("a replayed older answer: {other:?}"),
     }
 
-    // Bad input: a proof of completeness of a branch or an as-of is not offered yet.
+    // As of the first transaction: the same whole histories, folded as of it by the client.
+    // Then the owner was alice and the status open, with no other claim.
+    let then = client
+        .get_complete(
+            &mut trust,
+            &ns,
+            e,
+            GetOptions {
+                as_of_tx: Some(first.tx),
+                ..GetOptions::default()
+            },
+        )
+        .await
+        .expect("an honest answer as of an earlier transaction is proven complete");
+    assert_eq!(then.as_of_tx, Some(first.tx));
+    assert_eq!(then.history_datoms, 6, "the whole history proves the state then");
+    let mut held: Vec<(&str, &str)> = then
+        .response
+        .datoms
+        .iter()
+        .map(|d| (d.attribute.as_str(), string_of(d)))
+        .collect();
+    held.sort_unstable();
+    assert_eq!(
+        held,
+        vec![
+            (":task/owner", "alice"),
+            (":task/status", "open"),
+            (":task/title", "write the report")
+        ]
+    );
+    assert!(then.response.conflicts.is_empty());
+    // A node that answers as of then with the state of now, or with a datom of then left out,
+    // is caught: the client folds the proven histories as of the transaction it asked for.
+    let as_of_request = pb::GetRequest {
+        as_of_tx: Some(first.tx),
+        trusted_size: trust.size(),
+        ..request.clone()
+    };
+    let read_then = SlotRead {
+        as_of: Some(engram_types::TxId(first.tx)),
+        ..SlotRead::default()
+    };
+    let honest_then = raw.get(as_of_request.clone()).await.unwrap().into_inner();
+    verify_state_proof(&trust, &ns, e, &read_then, &honest_then).expect("the honest answer then verifies");
+    let now = raw.get(pb::GetRequest {
+        trusted_size: trust.size(),
+        ..request.clone()
+    });
+    let mut now = now.await.unwrap().into_inner();
+    now.as_of_tx = first.tx;
+    let mut dropped = honest_then.clone();
+    dropped.datoms.retain(|d| d.attribute != ":task/owner");
+    for (what, answer, expected) in [
+        ("the state of now answered as of then", now, "not current"),
+        ("alice's ownership then left out", dropped, "1 left out"),
+    ] {
+        match verify_state_proof(&trust, &ns, e, &read_then, &answer) {
+            Err(ProofFailure::Invalid(reason)) => {
+                assert!(reason.contains(expected), "{what}: refused, but with {reason:?}")
+            }
+            other => panic!("{what}: {other:?}"),
+        }
+    }
+    // An answer that says it is of another transaction than the one asked is refused too.
+    let mut relabelled = honest_then.clone();
+    relabelled.as_of_tx = first.tx + 1;
+    assert!(verify_state_proof(&trust, &ns, e, &read_then, &relabelled).is_err());
+
+    // Bad input: an instant (the proof does not bind its transaction), a transaction past the
+    // head, a branch.
+    let now_ns = engram_raft::clock::now_ns();
     let err = raw
         .get(pb::GetRequest {
-            as_of_tx: Some(first.tx),
-            ..request
+            as_of_time_ns: Some(now_ns - 1),
+            ..request.clone()
         })
         .await
         .unwrap_err();
     assert_eq!(err.code(), tonic::Code::InvalidArgument, "{err}");
     assert!(err.message().contains("as_of_tx"), "{err}");
+    let err = raw
+        .get(pb::GetRequest {
+            as_of_tx: Some(first.tx + 1_000_000),
+            ..request.clone()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), tonic::Code::OutOfRange, "{err}");
+    let err = raw
+        .get(pb::GetRequest {
+            branch: "draft".into(),
+            ..request
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), tonic::Code::InvalidArgument, "{err}");
 
     // The CLI: the same proof, checked, with what it covered in --json.
     let get = run(&[
@@ -915,20 +1002,60 @@ async fn complete_reads_prove_every_attribute_and_refuse_what_is_left_out() {
     assert_eq!(doc["complete"]["slots"], 3, "{doc}");
     assert_eq!(doc["complete"]["history_datoms"], 6, "{doc}");
     assert_eq!(doc["datoms"].as_array().unwrap().len(), 2, "{doc}");
+    let endpoint = cluster.node(leader).unwrap().endpoint();
+    let first_tx = first.tx.to_string();
+    let entity = e.0.to_string();
+    let get = run(&[
+        "-e",
+        &endpoint,
+        "--json",
+        "get",
+        "--ns",
+        ns.as_str(),
+        "--entity",
+        &entity,
+        "--complete",
+        "--as-of-tx",
+        &first_tx,
+    ]);
+    assert_eq!(get.status.code(), Some(0), "{}", text(&get.stderr));
+    let doc = json_of(&get);
+    assert_eq!(doc["complete"]["as_of_tx"], first.tx, "{doc}");
+    assert_eq!(
+        doc["datoms"].as_array().unwrap().len(),
+        3,
+        "owner, status and title then: {doc}"
+    );
 
     // A slot's history proven whole: the owner's assertion and its retraction; an attribute the
     // entity never had, proven empty.
     let owner = Attribute::new(":task/owner").unwrap();
     let history = client
-        .history_complete(&mut trust, &ns, e, Some(&owner))
+        .history_complete(&mut trust, &ns, e, Some(&owner), None)
         .await
         .unwrap();
     let ops: Vec<i32> = history.datoms.iter().map(|d| d.op).collect();
     assert_eq!(ops, vec![pb::Op::Assert as i32, pb::Op::Retract as i32]);
     assert_eq!(history.slots, 1);
+    let owner_then = client
+        .history_complete(
+            &mut trust,
+            &ns,
+            e,
+            Some(&owner),
+            Some(engram_types::TxId(first.tx)),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        owner_then.datoms.len(),
+        1,
+        "up to the first transaction: the assertion alone"
+    );
+    assert_eq!(owner_then.as_of_tx, Some(first.tx));
     let never = Attribute::new(":task/never").unwrap();
     let none = client
-        .history_complete(&mut trust, &ns, e, Some(&never))
+        .history_complete(&mut trust, &ns, e, Some(&never), None)
         .await
         .unwrap();
     assert_eq!((none.slots, none.datoms.len()), (0, 0));

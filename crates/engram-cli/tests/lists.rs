@@ -471,5 +471,214 @@ async fn namespaces_entities_and_referrers_are_listed_in_pages_across_nodes() {
         "{}",
         refused.message()
     );
+    policy_lists_come_in_pages(&client, endpoints[1].as_str()).await;
     drop(cluster);
+}
+
+/// The lists a caller takes whole (agents, grants, retention policies, sessions, branches): a
+/// page at a time over the wire, each item once and in order, and whole through the client.
+async fn policy_lists_come_in_pages(client: &Client, endpoint: &str) {
+    let ns = Namespace::new("lists/b").unwrap();
+    let who = Provenance {
+        agent: "lister".into(),
+        ..Default::default()
+    };
+    client
+        .transact(&request(
+            "lists/b",
+            vec![op(EntityRef::Temp("x".into()), ":x/y", Value::I64(1))],
+        ))
+        .await
+        .unwrap();
+    for i in 0..5u8 {
+        let name = format!("pager-{i}");
+        let key = engram_audit::NodeKey::from_seed([i + 40; 32]).public().0;
+        client.add_agent(&name, key).await.unwrap();
+        client.grant(&name, "read", "lists", false).await.unwrap();
+        client
+            .set_retention(&format!("lists/r{i}"), "", 86_400_000)
+            .await
+            .unwrap();
+        client
+            .open_session(&format!("lists/s{i}"), 3_600_000)
+            .await
+            .unwrap();
+        let branch = engram_types::BranchName::new(format!("draft-{i}")).unwrap();
+        client.create_branch(&ns, &branch, None, &who).await.unwrap();
+    }
+    let mut access = pb::access_client::AccessClient::connect(format!("http://{endpoint}"))
+        .await
+        .unwrap();
+    let mut memory = pb::memory_client::MemoryClient::connect(format!("http://{endpoint}"))
+        .await
+        .unwrap();
+    // Each list read two at a time, following cursors: (names in order, pages read).
+    let mut pages = 0;
+    let mut cursor = Vec::new();
+    let mut agents = Vec::new();
+    loop {
+        let page = access
+            .list_agents(pb::ListAgentsRequest { limit: 2, cursor })
+            .await
+            .unwrap()
+            .into_inner();
+        assert!(page.agents.len() <= 2);
+        agents.extend(page.agents.into_iter().map(|a| a.name));
+        pages += 1;
+        if page.next_cursor.is_empty() {
+            break;
+        }
+        cursor = page.next_cursor;
+    }
+    let whole: Vec<String> = client
+        .list_agents()
+        .await
+        .unwrap()
+        .agents
+        .into_iter()
+        .map(|a| a.name)
+        .collect();
+    assert_eq!(agents, whole, "each agent once, in name order");
+    assert!(pages >= 3, "{pages} pages of two for {} agents", agents.len());
+    assert!(agents.windows(2).all(|w| w[0] < w[1]), "{agents:?}");
+    assert!((0..5).all(|i| agents.contains(&format!("pager-{i}"))));
+
+    let mut cursor = Vec::new();
+    let mut grants = Vec::new();
+    loop {
+        let page = access
+            .list_grants(pb::ListGrantsRequest {
+                principal: "pager-3".into(),
+                limit: 1,
+                cursor,
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        grants.extend(page.grants.into_iter().map(|g| (g.principal, g.action, g.prefix)));
+        if page.next_cursor.is_empty() {
+            break;
+        }
+        cursor = page.next_cursor;
+    }
+    assert_eq!(
+        grants,
+        [("pager-3".to_string(), "read".to_string(), "lists".to_string())]
+    );
+    let all_grants = client.list_grants("").await.unwrap().grants;
+    assert!(all_grants.len() >= 5, "{all_grants:?}");
+
+    let mut cursor = Vec::new();
+    let mut retention = Vec::new();
+    loop {
+        let page = access
+            .list_retention(pb::ListRetentionRequest { limit: 2, cursor })
+            .await
+            .unwrap()
+            .into_inner();
+        retention.extend(page.policies.into_iter().map(|p| p.namespace));
+        if page.next_cursor.is_empty() {
+            break;
+        }
+        cursor = page.next_cursor;
+    }
+    let whole: Vec<String> = client
+        .list_retention()
+        .await
+        .unwrap()
+        .policies
+        .into_iter()
+        .map(|p| p.namespace)
+        .collect();
+    assert_eq!(retention, whole);
+    assert_eq!(
+        retention,
+        (0..5).map(|i| format!("lists/r{i}")).collect::<Vec<_>>()
+    );
+
+    let mut cursor = Vec::new();
+    let mut sessions = Vec::new();
+    loop {
+        let page = access
+            .list_sessions(pb::ListSessionsRequest { limit: 2, cursor })
+            .await
+            .unwrap()
+            .into_inner();
+        sessions.extend(page.sessions.into_iter().map(|s| s.namespace));
+        if page.next_cursor.is_empty() {
+            break;
+        }
+        cursor = page.next_cursor;
+    }
+    assert_eq!(
+        sessions,
+        (0..5).map(|i| format!("lists/s{i}")).collect::<Vec<_>>()
+    );
+    assert_eq!(client.list_sessions().await.unwrap().sessions.len(), 5);
+
+    let mut cursor = Vec::new();
+    let mut branches = Vec::new();
+    loop {
+        let page = memory
+            .list_branches(pb::ListBranchesRequest {
+                namespace: ns.to_string(),
+                limit: 2,
+                cursor,
+                ..Default::default()
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        branches.extend(page.branches.into_iter().map(|b| b.name));
+        if page.next_cursor.is_empty() {
+            break;
+        }
+        cursor = page.next_cursor;
+    }
+    assert_eq!(branches, (0..5).map(|i| format!("draft-{i}")).collect::<Vec<_>>());
+    let through_client = client
+        .branches(&ns, engram_client::Consistency::Linearizable)
+        .await
+        .unwrap();
+    assert_eq!(through_client.branches.len(), 5);
+
+    // A cursor is bound to its list and to what the request asks: another list's, or one of
+    // another principal's grants, is refused.
+    let agents_cursor = access
+        .list_agents(pb::ListAgentsRequest {
+            limit: 1,
+            cursor: Vec::new(),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .next_cursor;
+    let refused = access
+        .list_retention(pb::ListRetentionRequest {
+            limit: 1,
+            cursor: agents_cursor,
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(refused.code(), Code::InvalidArgument, "{refused:?}");
+    assert!(refused.message().contains("agents"), "{}", refused.message());
+    let grants_cursor = access
+        .list_grants(pb::ListGrantsRequest {
+            principal: String::new(),
+            limit: 1,
+            cursor: Vec::new(),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .next_cursor;
+    let refused = access
+        .list_grants(pb::ListGrantsRequest {
+            principal: "pager-1".into(),
+            limit: 1,
+            cursor: grants_cursor,
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(refused.code(), Code::InvalidArgument, "{refused:?}");
 }

@@ -647,27 +647,6 @@ impl Client {
         .await
     }
 
-    /// Every branch of a namespace.
-    pub async fn branches(
-        &self,
-        namespace: &Namespace,
-        consistency: Consistency,
-    ) -> Result<pb::ListBranchesResponse, ClientError> {
-        let req = pb::ListBranchesRequest {
-            namespace: namespace.to_string(),
-            consistency: consistency.to_pb(),
-        };
-        self.call(Idempotency::Safe, move |ch, s| {
-            let req = req.clone();
-            async move {
-                memory(ch)
-                    .list_branches(s.sign(methods::LIST_BRANCHES, req))
-                    .await
-            }
-        })
-        .await
-    }
-
     // ------------------------------------------------------------------ Cluster
 
     /// The answering node's view of the cluster. With several endpoints, that is whichever node
@@ -898,27 +877,6 @@ impl Client {
         .await
     }
 
-    pub async fn list_agents(&self) -> Result<pb::ListAgentsResponse, ClientError> {
-        self.call(Idempotency::Safe, move |ch, s| async move {
-            access(ch)
-                .list_agents(s.sign(methods::LIST_AGENTS, pb::ListAgentsRequest {}))
-                .await
-        })
-        .await
-    }
-
-    /// Active grants, of one principal or (empty) of all.
-    pub async fn list_grants(&self, principal: &str) -> Result<pb::ListGrantsResponse, ClientError> {
-        let req = pb::ListGrantsRequest {
-            principal: principal.to_string(),
-        };
-        self.call(Idempotency::Safe, move |ch, s| {
-            let req = req.clone();
-            async move { access(ch).list_grants(s.sign(methods::LIST_GRANTS, req)).await }
-        })
-        .await
-    }
-
     /// Who the cluster takes this client for, its mode, and the grants that apply.
     pub async fn who_am_i(&self) -> Result<pb::WhoAmIResponse, ClientError> {
         self.call(Idempotency::Safe, move |ch, s| async move {
@@ -998,16 +956,6 @@ impl Client {
         .await
     }
 
-    /// The retention policies in force.
-    pub async fn list_retention(&self) -> Result<pb::ListRetentionResponse, ClientError> {
-        self.call(Idempotency::Safe, move |ch, s| async move {
-            access(ch)
-                .list_retention(s.sign(methods::LIST_RETENTION, pb::ListRetentionRequest {}))
-                .await
-        })
-        .await
-    }
-
     /// Opens a session on `namespace` for `ttl_ms` from now (refused if one is open there):
     /// while it is open the namespace is volatile, and when it ends, or lapses for want of a
     /// renewal, the leader forgets everything written there before the end.
@@ -1050,16 +998,6 @@ impl Client {
     /// Ends the session on `namespace`: the leader forgets what was written there before now.
     pub async fn end_session(&self, namespace: &str) -> Result<pb::PolicyResponse, ClientError> {
         self.set_session(namespace, 0, false).await
-    }
-
-    /// The sessions open, and each namespace's last ended session.
-    pub async fn list_sessions(&self) -> Result<pb::ListSessionsResponse, ClientError> {
-        self.call(Idempotency::Safe, move |ch, s| async move {
-            access(ch)
-                .list_sessions(s.sign(methods::LIST_SESSIONS, pb::ListSessionsRequest {}))
-                .await
-        })
-        .await
     }
 
     /// One page of the answering node's access log (each node logs the reads it served; use
@@ -1228,7 +1166,7 @@ impl Client {
 
     // ------------------------------------------------------------------ plumbing
 
-    async fn call<T, F, Fut>(&self, idempotency: Idempotency, f: F) -> Result<T, ClientError>
+    pub(crate) async fn call<T, F, Fut>(&self, idempotency: Idempotency, f: F) -> Result<T, ClientError>
     where
         F: FnMut(Channel, Signer) -> Fut,
         Fut: Future<Output = Result<Response<T>, Status>>,
@@ -1342,7 +1280,7 @@ fn cluster(ch: Channel) -> ClusterClient<Channel> {
     ClusterClient::new(ch).max_decoding_message_size(MAX_RESPONSE_BYTES)
 }
 
-fn access(ch: Channel) -> AccessClient<Channel> {
+pub(crate) fn access(ch: Channel) -> AccessClient<Channel> {
     AccessClient::new(ch).max_decoding_message_size(MAX_RESPONSE_BYTES)
 }
 

@@ -30,9 +30,12 @@ pub struct CompleteGet {
     pub slots: usize,
     /// The datoms in those histories.
     pub history_datoms: usize,
-    /// The transaction the answer is the state after (the entry whose state root it is
-    /// proven against).
+    /// The transaction whose state root the histories are proven against (the entry that
+    /// records it).
     pub state_tx: u64,
+    /// The transaction the answer is folded as of, when the read named one (at most
+    /// `state_tx`): the proven histories up to it are the whole history then.
+    pub as_of_tx: Option<u64>,
     /// Attributes whose histories are proven whole but whose live claims are taken as the node
     /// sent them (each sent claim is still one of the slot's proven datoms): some of their
     /// datoms came without a value (withheld from the caller by its grants, or redacted), and
@@ -48,8 +51,10 @@ pub struct CompleteHistory {
     /// The slots the datoms are of (0: the entity, or the attribute of it, was never written,
     /// which is proven too).
     pub slots: usize,
-    /// The transaction the history runs to (the entry whose state root it is proven against).
+    /// The transaction whose state root the history is proven against.
     pub state_tx: u64,
+    /// The transaction the history runs to, when the read named one (else `state_tx`).
+    pub as_of_tx: Option<u64>,
 }
 
 /// Whether a search hit's fact is still held, by its slot's proven history.
@@ -134,6 +139,22 @@ pub fn verify_state_proof(
             first.entry.index
         )));
     };
+    if let Some(t) = read.as_of
+        && t > first.entry.tx
+    {
+        return Err(invalid(format!(
+            "the read is as of tx {}, after the state the proof covers (tx {}): histories up to \
+             then are not proven whole",
+            t.0, first.entry.tx.0
+        )));
+    }
+    if resp.as_of_tx != read.as_of.map_or(0, |t| t.0) {
+        return Err(invalid(format!(
+            "the answer is as of tx {}, the read as of {}",
+            resp.as_of_tx,
+            read.as_of.map_or(0, |t| t.0)
+        )));
+    }
 
     // Every slot under the entity's prefix, and each one's history.
     let slots = PrefixProof::decode(&proof.slots)
@@ -251,6 +272,7 @@ pub fn verify_state_proof(
             slots: slots.len(),
             history_datoms,
             state_tx: first.entry.tx.0,
+            as_of_tx: read.as_of.map(|t| t.0),
             unfolded: unfolded
                 .into_iter()
                 .map(|(a, _)| a.as_str().to_string())
@@ -399,9 +421,11 @@ impl Client {
         namespace: &Namespace,
         entity: EntityId,
         attribute: Option<&Attribute>,
+        as_of: Option<TxId>,
     ) -> Result<CompleteHistory, ClientError> {
         let opts = GetOptions {
             include_expired: true,
+            as_of_tx: as_of.map(|t| t.0),
             ..GetOptions::default()
         };
         let proven = self.get_complete(trust, namespace, entity, opts).await?;
@@ -413,14 +437,23 @@ impl Client {
             .into_iter()
             .filter(|h| attribute.is_none_or(|a| h.attribute == a.as_str()))
             .collect();
+        // As of a transaction: the proven whole history's datoms up to it (a slot first
+        // written later was not a slot then).
+        let upto = as_of.map_or(u64::MAX, |t| t.0);
+        let histories: Vec<Vec<pb::Datom>> = histories
+            .into_iter()
+            .map(|h| h.datoms.into_iter().filter(|d| d.tx <= upto).collect::<Vec<_>>())
+            .filter(|datoms| !datoms.is_empty())
+            .collect();
         let slots = histories.len();
-        let mut datoms: Vec<pb::Datom> = histories.into_iter().flat_map(|h| h.datoms).collect();
+        let mut datoms: Vec<pb::Datom> = histories.into_iter().flatten().collect();
         // Stable: each slot's datoms are in (tx, seq) order already.
         datoms.sort_by_key(|d| d.tx);
         Ok(CompleteHistory {
             datoms,
             slots,
             state_tx: proven.state_tx,
+            as_of_tx: proven.as_of_tx,
         })
     }
 
@@ -428,7 +461,8 @@ impl Client {
     /// of a checkpoint that extends `trust`, every attribute the entity has and each one's
     /// whole history; this client folds those histories under `opts` and accepts the answer
     /// only if it is what they give. An entity with no datoms is answered empty, its absence
-    /// proven. Of the current state on main: `opts` may not name a branch or an as-of.
+    /// proven. With `opts.as_of_tx`, the same whole histories folded as of that transaction:
+    /// the answer then, proven complete. On main: `opts` may not name a branch or an instant.
     pub async fn get_complete(
         &self,
         trust: &mut TrustedLog,
@@ -437,7 +471,7 @@ impl Client {
         opts: GetOptions,
     ) -> Result<CompleteGet, ClientError> {
         let read = SlotRead {
-            as_of: None,
+            as_of: opts.as_of_tx.map(TxId),
             valid_at_ns: opts.valid_at_ns,
             rule: match opts.rule {
                 pb::Resolution::Verified => engram_types::resolve::Resolution::Verified,

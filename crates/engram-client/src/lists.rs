@@ -1,5 +1,6 @@
 //! Lists the server answers in pages: the namespaces the caller may read, the entities of a
-//! namespace, and the current claims that refer to an entity.
+//! namespace, the current claims that refer to an entity, and the lists a caller takes whole
+//! (agents, grants, retention policies, sessions, a namespace's branches).
 //!
 //! Like [`crate::pages`], [`Client::list_namespaces`], [`Client::list_entities`] and
 //! [`Client::referrers`] follow the server's cursors until the list ends or the query's limit
@@ -9,8 +10,8 @@
 use engram_proto::{methods, pb};
 use engram_types::{Attribute, EntityId, Namespace};
 
-use crate::client::memory;
-use crate::pages::Follow;
+use crate::client::{access, memory};
+use crate::pages::{Follow, every_page};
 use crate::{Client, ClientError, Consistency, Idempotency};
 
 /// A [`Client::list_entities`] query: the entities of a namespace on main with a datom (of
@@ -216,5 +217,94 @@ impl Client {
         })
         .await
         .map(|(_, r)| r)
+    }
+}
+
+/// The lists a caller takes whole, read a page at a time (each page at most the server's
+/// largest, 10,000 items), so a long list is never one answer too large to send.
+impl Client {
+    /// Every branch of a namespace, in name order (read a page at a time).
+    pub async fn branches(
+        &self,
+        namespace: &Namespace,
+        consistency: Consistency,
+    ) -> Result<pb::ListBranchesResponse, ClientError> {
+        every_page(|cursor| {
+            let req = pb::ListBranchesRequest {
+                namespace: namespace.to_string(),
+                consistency: consistency.to_pb(),
+                limit: 0,
+                cursor,
+            };
+            self.call(Idempotency::Safe, move |ch, s| {
+                let req = req.clone();
+                async move {
+                    memory(ch)
+                        .list_branches(s.sign(methods::LIST_BRANCHES, req))
+                        .await
+                }
+            })
+        })
+        .await
+    }
+
+    /// Every agent, in name order (read a page at a time).
+    pub async fn list_agents(&self) -> Result<pb::ListAgentsResponse, ClientError> {
+        every_page(|cursor| {
+            let req = pb::ListAgentsRequest { limit: 0, cursor };
+            self.call(Idempotency::Safe, move |ch, s| {
+                let req = req.clone();
+                async move { access(ch).list_agents(s.sign(methods::LIST_AGENTS, req)).await }
+            })
+        })
+        .await
+    }
+
+    /// Active grants, of one principal or (empty) of all (read a page at a time).
+    pub async fn list_grants(&self, principal: &str) -> Result<pb::ListGrantsResponse, ClientError> {
+        every_page(|cursor| {
+            let req = pb::ListGrantsRequest {
+                principal: principal.to_string(),
+                limit: 0,
+                cursor,
+            };
+            self.call(Idempotency::Safe, move |ch, s| {
+                let req = req.clone();
+                async move { access(ch).list_grants(s.sign(methods::LIST_GRANTS, req)).await }
+            })
+        })
+        .await
+    }
+
+    /// The retention policies in force (read a page at a time).
+    pub async fn list_retention(&self) -> Result<pb::ListRetentionResponse, ClientError> {
+        every_page(|cursor| {
+            let req = pb::ListRetentionRequest { limit: 0, cursor };
+            self.call(Idempotency::Safe, move |ch, s| {
+                let req = req.clone();
+                async move {
+                    access(ch)
+                        .list_retention(s.sign(methods::LIST_RETENTION, req))
+                        .await
+                }
+            })
+        })
+        .await
+    }
+
+    /// The sessions open, and each namespace's last ended session (read a page at a time).
+    pub async fn list_sessions(&self) -> Result<pb::ListSessionsResponse, ClientError> {
+        every_page(|cursor| {
+            let req = pb::ListSessionsRequest { limit: 0, cursor };
+            self.call(Idempotency::Safe, move |ch, s| {
+                let req = req.clone();
+                async move {
+                    access(ch)
+                        .list_sessions(s.sign(methods::LIST_SESSIONS, req))
+                        .await
+                }
+            })
+        })
+        .await
     }
 }

@@ -389,8 +389,44 @@ paged_list!(
     pb::ListNamespacesResponse => namespaces,
     pb::ListEntitiesResponse => entities,
     pb::ReferrersResponse => datoms,
-    pb::QueryResponse => rows
+    pb::QueryResponse => rows,
+    pb::ListAgentsResponse => agents,
+    pb::ListGrantsResponse => grants,
+    pb::ListRetentionResponse => policies,
+    pb::ListBranchesResponse => branches
 );
+
+impl Paged for pb::ListSessionsResponse {
+    fn len(&self) -> usize {
+        self.sessions.len() + self.ended.len()
+    }
+    fn append(&mut self, later: &mut Self) {
+        self.sessions.append(&mut later.sessions);
+        self.ended.append(&mut later.ended);
+    }
+    fn next_cursor(&self) -> &[u8] {
+        &self.next_cursor
+    }
+    fn next_cursor_mut(&mut self) -> &mut Vec<u8> {
+        &mut self.next_cursor
+    }
+}
+
+/// Every page of a list the server answers in pages, `ask(cursor)` reading the one at `cursor`
+/// (empty: the first): the lists a caller takes whole (agents, grants, retention policies,
+/// sessions, branches), which are never cut short.
+pub(crate) async fn every_page<P, F, Fut>(mut ask: F) -> Result<P, crate::ClientError>
+where
+    P: Paged + Default,
+    F: FnMut(Vec<u8>) -> Fut,
+    Fut: std::future::Future<Output = Result<P, crate::ClientError>>,
+{
+    let mut pages = Follow::new(0, &[]);
+    while let Some((cursor, _)) = pages.next() {
+        pages.add(ask(cursor).await?);
+    }
+    Ok(pages.finish().unwrap_or_default())
+}
 
 impl Paged for pb::DiffResponse {
     fn len(&self) -> usize {

@@ -88,14 +88,16 @@ impl Client {
         cursor: &[u8],
         size: u32,
     ) -> Result<pb::QueryResponse, ClientError> {
+        let (not_clauses, not_groups) = engram_proto::negations_to_pb(&join.query);
         let req = pb::QueryRequest {
             namespace: join.namespace.to_string(),
             branch: join.branch.as_ref().map(ToString::to_string).unwrap_or_default(),
             find: join.query.find.iter().map(ToString::to_string).collect(),
             clauses: engram_proto::clauses_to_pb(&join.query),
             filters: engram_proto::filters_to_pb(&join.query),
-            not_clauses: engram_proto::negations_to_pb(&join.query),
+            not_clauses,
             or_clauses: engram_proto::disjunctions_to_pb(&join.query),
+            not_groups,
             as_of_tx: join.as_of_tx,
             as_of_time_ns: join.as_of_time_ns,
             valid_at_ns: join.valid_at_ns,

@@ -1,5 +1,6 @@
 //! Cursors: where the next page of a paged read ([`crate::pages`]: History, Find, Diff;
-//! [`crate::lists`]: namespaces, entities, referrers; [`crate::query`]: joins) begins.
+//! [`crate::lists`]: namespaces, entities, referrers, and the lists read whole by key — agents,
+//! grants, retention policies, sessions, branches; [`crate::query`]: joins) begins.
 //!
 //! A cursor is opaque to callers and bound to three things: the kind of read, the query it
 //! continues (a fingerprint of namespace, branch, target, filter, value, expiry judgement or
@@ -45,6 +46,11 @@ pub enum CursorKind {
     Entities,
     Referrers,
     Query,
+    Agents,
+    Grants,
+    Retention,
+    Sessions,
+    Branches,
 }
 
 impl CursorKind {
@@ -57,6 +63,11 @@ impl CursorKind {
             CursorKind::Entities => 5,
             CursorKind::Referrers => 6,
             CursorKind::Query => 7,
+            CursorKind::Agents => 8,
+            CursorKind::Grants => 9,
+            CursorKind::Retention => 10,
+            CursorKind::Sessions => 11,
+            CursorKind::Branches => 12,
         }
     }
 
@@ -69,6 +80,11 @@ impl CursorKind {
             5 => Some(CursorKind::Entities),
             6 => Some(CursorKind::Referrers),
             7 => Some(CursorKind::Query),
+            8 => Some(CursorKind::Agents),
+            9 => Some(CursorKind::Grants),
+            10 => Some(CursorKind::Retention),
+            11 => Some(CursorKind::Sessions),
+            12 => Some(CursorKind::Branches),
             _ => None,
         }
     }
@@ -82,6 +98,11 @@ impl CursorKind {
             CursorKind::Entities => "entities",
             CursorKind::Referrers => "referrers",
             CursorKind::Query => "query",
+            CursorKind::Agents => "agents",
+            CursorKind::Grants => "grants",
+            CursorKind::Retention => "retention",
+            CursorKind::Sessions => "sessions",
+            CursorKind::Branches => "branches",
         }
     }
 }

@@ -16,6 +16,12 @@
 //!   `shows` filter leaves out attributes it may not see, so a hidden attribute never says that
 //!   it refers. A page reads its own index rows and slots, and ends between (attribute, entity)
 //!   pairs.
+//! - **Lists read whole by key** ([`keyed_page`]): the access policy's agents, grants,
+//!   retention policies and sessions, a namespace's branches. The caller reads the list (small,
+//!   held in one set of rows) and gives each item its sort key; a page is the items after the
+//!   cursor's key. The policy keeps no history, so the pages are of the list as it is when each
+//!   is read: an item there from the first page to the last is listed exactly once, one added
+//!   or removed meanwhile may or may not be.
 //!
 //! Must not depend on: Raft, gRPC, RocksDB, an async runtime or a clock.
 
@@ -47,6 +53,67 @@ pub struct EntityPage {
     /// The transaction the whole answer is read as of.
     pub as_of: TxId,
     pub next: Option<Cursor>,
+}
+
+/// The most items one page of a list read whole holds (a request's limit of 0 asks for this
+/// many).
+pub const MAX_KEYED_PAGE: usize = 10_000;
+
+/// The page size a list request's `limit` asks for: 0 is the largest.
+pub fn keyed_page_size(limit: u32) -> usize {
+    if limit == 0 {
+        MAX_KEYED_PAGE
+    } else {
+        (limit as usize).min(MAX_KEYED_PAGE)
+    }
+}
+
+/// A page of `items` (each with its sort key, unique within the list) in key order, after
+/// `cursor` (empty: the first page), at most `limit`; `query` names what the request asks
+/// beyond the page (a principal, a namespace), which a cursor is bound to. Returns the page and
+/// the cursor of the next one when more follow.
+pub fn keyed_page<T>(
+    kind: CursorKind,
+    query: &[&[u8]],
+    mut items: Vec<(Vec<u8>, T)>,
+    cursor: &[u8],
+    limit: usize,
+) -> Result<(Vec<T>, Option<Cursor>), ReadError> {
+    let query = QueryKey::of(kind, query);
+    let after = Cursor::continuing(cursor, kind, query)?.map(|c| c.after_key);
+    items.sort_by(|a, b| a.0.cmp(&b.0));
+    let mut rest = items
+        .into_iter()
+        .filter(|(key, _)| after.as_ref().is_none_or(|after| key > after))
+        .peekable();
+    let mut page = Vec::with_capacity(limit.min(MAX_KEYED_PAGE));
+    let mut last = None;
+    while page.len() < limit.max(1) {
+        let Some((key, item)) = rest.next() else {
+            break;
+        };
+        page.push(item);
+        last = Some(key);
+    }
+    let next = match (rest.peek(), last) {
+        (Some(_), Some(key)) => Some(Cursor {
+            after_key: key,
+            ..Cursor::at(kind, query, TxId(0), (0, 0))
+        }),
+        _ => None,
+    };
+    Ok((page, next))
+}
+
+/// A list item's sort key from its parts, each ended by a 0 byte (parts hold no 0 byte: names,
+/// namespaces, attributes), so a part that is a prefix of another sorts first.
+pub fn list_key(parts: &[&str]) -> Vec<u8> {
+    let mut key = Vec::with_capacity(parts.iter().map(|p| p.len() + 1).sum());
+    for part in parts {
+        key.extend_from_slice(part.as_bytes());
+        key.push(0);
+    }
+    key
 }
 
 /// The tables whose rows start with a namespace and its 0 terminator, and that say a namespace

@@ -16,16 +16,21 @@
 //!   every node. [`Step`] reports each with what it read. When several clauses bind the same
 //!   entity, an entity's rows (up to 256 of them) are read with one seek and its
 //!   slots taken from them, rather than a seek per slot.
-//! - **`not` clauses.** Each is asked of every row once the clauses bound its variables (as a
-//!   filter is): a row stays if the pattern matches none of the current claims its bound terms
-//!   lead to (read as a clause with those terms would read them: the slot, the value index,
-//!   the reverse-reference index or the attribute), a variable local to it matching anything.
-//!   The rows it reads count against the limit like any clause's, named in the step after
-//!   which it runs ([`Step::negations`]).
+//! - **`not` groups.** Each is asked of every row once the clauses bound its variables (as a
+//!   filter is). A group of one clause: a row stays if the pattern matches none of the current
+//!   claims its bound terms lead to (read as a clause with those terms would read them: the
+//!   slot, the value index, the reverse-reference index or the attribute), a variable local to
+//!   it matching anything. A group of several: its clauses are planned as a conjunction after
+//!   what the rows bind and run over all the rows at once, each row tagged with its place; a
+//!   row any extension of which comes through is dropped. Its own variables join its clauses
+//!   to each other and nothing else. The rows it reads count against the limit like any
+//!   clause's, named in the step after which it runs ([`Step::negations`]).
 //! - **`or` groups.** A group runs as one step, planned like a clause at the cost of its
-//!   dearest alternative: each alternative extends the same rows by its own access path, and a
-//!   row two alternatives extend alike is kept once ([`Step::alternatives`]). Its alternatives
-//!   name the same variables, so every row binds the same ones whichever matched.
+//!   dearest alternative (an alternative of several clauses costs what its first costs): each
+//!   alternative extends the same rows by its own clauses, planned as a conjunction, and a row
+//!   two alternatives extend alike is kept once ([`Step::alternatives`]). A group binds the
+//!   variables every alternative names; an alternative's own variables are dropped from the
+//!   rows it returns, so every row binds the same ones whichever matched.
 //! - **Aggregates** in `find` fold each group of the plain variables' values over the group's
 //!   rows of the join (every distinct binding of all variables), as SQL's `GROUP BY` folds
 //!   joined rows; see [`aggregate`].
@@ -46,7 +51,8 @@ use std::collections::{BTreeSet, HashMap};
 
 use engram_storage::{ReadView, Space, prefix_end};
 use engram_types::query::{
-    Aggregate, Clause, Compare, EntityTerm, Filter, FindTerm, Query, ValueTerm, Variable,
+    Aggregate, Clause, Compare, EntityTerm, Filter, FindTerm, Query, ValueTerm, Variable, conjunction_field,
+    conjunction_variables, shared_variables,
 };
 use engram_types::{Attribute, BranchName, Cardinality, Datom, EntityId, Namespace, TxId, Value};
 
@@ -133,10 +139,14 @@ pub struct Step {
     /// their reads are in `rows_read`.
     pub negations: Vec<usize>,
     /// Whether the step ran an `or` group (`clause` is then its index in
-    /// [`Query::disjunctions`]), with how each alternative read the store (`access` is the
-    /// first's).
-    pub alternatives: Vec<Access>,
+    /// [`Query::disjunctions`]), with each alternative's clauses in the order they ran (their
+    /// indexes in the alternative) and how each read the store (`access` is the first's).
+    pub alternatives: Vec<Order>,
 }
+
+/// A conjunction's clauses in the order they run (each by its index in the conjunction), with
+/// how each reads the store.
+pub type Order = Vec<(usize, Access)>;
 
 impl Step {
     /// Whether the step ran an `or` group rather than a clause.
@@ -195,24 +205,44 @@ pub fn run(
         (_, judged) => judged,
     };
     // One schema read per clause: whether its attribute is declared, and indexed.
-    let indexed_of = |field: &str, clauses: &[Clause]| -> Result<Vec<bool>, ReadError> {
-        let mut indexed = Vec::with_capacity(clauses.len());
-        for (i, c) in clauses.iter().enumerate() {
-            let def = schema::def_at(store, ns, &c.attribute, None)?;
-            if def.is_none() && branch.is_none() {
-                written(store, ns, &format!("{field}[{i}].attribute"), &c.attribute)?;
-            }
-            indexed.push(def.is_some_and(|d| d.has_value_index()));
+    let indexed_at = |field: String, c: &Clause| -> Result<bool, ReadError> {
+        let def = schema::def_at(store, ns, &c.attribute, None)?;
+        if def.is_none() && branch.is_none() {
+            written(store, ns, &format!("{field}.attribute"), &c.attribute)?;
         }
-        Ok(indexed)
+        Ok(def.is_some_and(|d| d.has_value_index()))
     };
-    let indexed = indexed_of("clauses", &q.clauses)?;
-    let negations_indexed = indexed_of("not_clauses", &q.negations)?;
+    let conjunction_indexed = |base: &str, k: usize, clauses: &[Clause]| -> Result<Vec<bool>, ReadError> {
+        clauses
+            .iter()
+            .enumerate()
+            .map(|(m, c)| indexed_at(conjunction_field(base, k, m, clauses.len()), c))
+            .collect()
+    };
+    let indexed = q
+        .clauses
+        .iter()
+        .enumerate()
+        .map(|(i, c)| indexed_at(format!("clauses[{i}]"), c))
+        .collect::<Result<Vec<_>, _>>()?;
+    let negations_indexed = q
+        .negations
+        .iter()
+        .enumerate()
+        .map(|(i, group)| conjunction_indexed("not_clauses", i, group))
+        .collect::<Result<Vec<_>, _>>()?;
     let or_indexed = q
         .disjunctions
         .iter()
         .enumerate()
-        .map(|(j, group)| indexed_of(&format!("or_clauses[{j}].alternatives"), group))
+        .map(|(j, group)| {
+            let base = format!("or_clauses[{j}].alternatives");
+            group
+                .iter()
+                .enumerate()
+                .map(|(k, alternative)| conjunction_indexed(&base, k, alternative))
+                .collect::<Result<Vec<_>, _>>()
+        })
         .collect::<Result<Vec<_>, _>>()?;
     let mut plan = plan(q, &indexed, &or_indexed, branch.is_some());
     let mut exec = Exec::new(store, view, as_of, opts, expired_at_ns)?;
@@ -276,78 +306,129 @@ fn access_of(
     }
 }
 
+/// What running clause `c` next costs given the variables `bound` (lower runs first), and how
+/// it reads: its slot, the value index, another lookup by value, a scan joined to what is
+/// bound, a scan that joins nothing (a cartesian product).
+fn clause_cost(c: &Clause, indexed: bool, bound: &BTreeSet<&Variable>, on_branch: bool) -> (u8, Access) {
+    let is_bound = |v: &Variable| bound.contains(v);
+    let entity_known = match &c.entity {
+        EntityTerm::Entity(_) => true,
+        EntityTerm::Var(v) => is_bound(v),
+    };
+    let value_known = match &c.value {
+        ValueTerm::Value(_) => true,
+        ValueTerm::Var(v) => is_bound(v),
+    };
+    let connected = bound.is_empty() || c.variables().any(is_bound) || c.variables().next().is_none();
+    match access_of(c, entity_known, value_known, indexed, on_branch) {
+        Some(Access::Slot) => (0, Access::Slot),
+        Some(Access::ValueIndex) => (1, Access::ValueIndex),
+        Some(access) => (2, access),
+        None if connected => (3, Access::Scan),
+        None => (4, Access::Scan),
+    }
+}
+
+/// The order a conjunction's clauses run in given the variables `bound` before it, each the
+/// cheapest next ([`clause_cost`]; ties to the clause written first), with how each reads;
+/// and the cost of the first.
+fn order_conjunction(
+    clauses: &[Clause],
+    indexed: &[bool],
+    bound: &BTreeSet<&Variable>,
+    on_branch: bool,
+) -> (u8, Order) {
+    let mut bound = bound.clone();
+    let mut left: Vec<usize> = (0..clauses.len()).collect();
+    let (mut first, mut order) = (None, Vec::with_capacity(clauses.len()));
+    while !left.is_empty() {
+        let mut best: Option<(u8, usize, Access)> = None;
+        for (at, &m) in left.iter().enumerate() {
+            let (cost, access) = clause_cost(&clauses[m], indexed[m], &bound, on_branch);
+            if best.is_none_or(|(c, ..)| cost < c) {
+                best = Some((cost, at, access));
+            }
+        }
+        let Some((cost, at, access)) = best else {
+            break;
+        };
+        let m = left.remove(at);
+        first.get_or_insert(cost);
+        order.push((m, access));
+        bound.extend(clauses[m].variables());
+    }
+    (first.unwrap_or(0), order)
+}
+
 /// The order the clauses and `or` groups run in (see the module's doc), with how each reads;
-/// `indexed[i]`: whether clause `i`'s attribute has a value index (`or_indexed[j][k]`: of
-/// group `j`'s alternative `k`).
-fn plan(q: &Query, indexed: &[bool], or_indexed: &[Vec<bool>], on_branch: bool) -> Vec<Step> {
+/// `indexed[i]`: whether clause `i`'s attribute has a value index (`or_indexed[j][k][m]`: of
+/// clause `m` of group `j`'s alternative `k`).
+fn plan(q: &Query, indexed: &[bool], or_indexed: &[Vec<Vec<bool>>], on_branch: bool) -> Vec<Step> {
     let mut bound: BTreeSet<&Variable> = BTreeSet::new();
-    // Each unit: (is an or group, its index, its clauses).
-    let mut left: Vec<(bool, usize, &[Clause])> = (0..q.clauses.len())
-        .map(|i| (false, i, std::slice::from_ref(&q.clauses[i])))
+    // Each unit: a clause (`None`) or an `or` group, by its index.
+    let mut left: Vec<(Option<&[Vec<Clause>]>, usize)> = (0..q.clauses.len())
+        .map(|i| (None, i))
         .chain(
             q.disjunctions
                 .iter()
                 .enumerate()
-                .map(|(j, g)| (true, j, g.as_slice())),
+                .map(|(j, g)| (Some(g.as_slice()), j)),
         )
         .collect();
     let mut steps = Vec::with_capacity(left.len());
     while !left.is_empty() {
-        let mut best: Option<(u8, usize, Vec<Access>, bool)> = None;
-        for (at, &(is_or, i, clauses)) in left.iter().enumerate() {
-            let is_bound = |v: &Variable| bound.contains(v);
-            // Every alternative names the same variables, so the first tells whether the unit
-            // shares one with what is bound.
-            let first = &clauses[0];
-            let connected =
-                bound.is_empty() || first.variables().any(is_bound) || first.variables().next().is_none();
-            // A unit costs what its dearest alternative costs (a clause is its own one).
-            let (mut cost, mut accesses) = (0, Vec::with_capacity(clauses.len()));
-            for (k, c) in clauses.iter().enumerate() {
-                let entity_known = match &c.entity {
-                    EntityTerm::Entity(_) => true,
-                    EntityTerm::Var(v) => is_bound(v),
-                };
-                let value_known = match &c.value {
-                    ValueTerm::Value(_) => true,
-                    ValueTerm::Var(v) => is_bound(v),
-                };
-                let index = if is_or { or_indexed[i][k] } else { indexed[i] };
-                let (c_cost, access) = match access_of(c, entity_known, value_known, index, on_branch) {
-                    Some(Access::Slot) => (0, Access::Slot),
-                    Some(Access::ValueIndex) => (1, Access::ValueIndex),
-                    Some(access) => (2, access),
-                    None if connected => (3, Access::Scan),
-                    None => (4, Access::Scan),
-                };
-                cost = cost.max(c_cost);
-                accesses.push(access);
-            }
+        // (cost, place in `left`, the clause's access, each alternative's order)
+        let mut best: Option<(u8, usize, Access, Vec<Order>)> = None;
+        for (at, &(group, i)) in left.iter().enumerate() {
+            let (cost, access, alternatives) = match group {
+                None => {
+                    let (cost, access) = clause_cost(&q.clauses[i], indexed[i], &bound, on_branch);
+                    (cost, access, Vec::new())
+                }
+                // A group costs what its dearest alternative's first clause costs.
+                Some(group) => {
+                    let (mut cost, mut orders) = (0, Vec::with_capacity(group.len()));
+                    for (k, alternative) in group.iter().enumerate() {
+                        let (c, order) = order_conjunction(alternative, &or_indexed[i][k], &bound, on_branch);
+                        cost = cost.max(c);
+                        orders.push(order);
+                    }
+                    let access = orders
+                        .first()
+                        .and_then(|o| o.first())
+                        .map_or(Access::Scan, |&(_, a)| a);
+                    (cost, access, orders)
+                }
+            };
             if best.as_ref().is_none_or(|(c, ..)| cost < *c) {
-                best = Some((cost, at, accesses, !connected));
+                best = Some((cost, at, access, alternatives));
             }
         }
-        let Some((_, at, accesses, disconnected)) = best else {
+        let Some((_, at, access, alternatives)) = best else {
             break;
         };
-        let (is_or, i, clauses) = left.remove(at);
-        let c = &clauses[0];
-        let (uses, binds): (Vec<&Variable>, Vec<&Variable>) = c.variables().partition(|v| bound.contains(v));
-        let mut binds: Vec<Variable> = binds.into_iter().cloned().collect();
-        binds.dedup();
+        let (group, i) = left.remove(at);
+        let names: Vec<&Variable> = match group {
+            None => conjunction_variables(std::slice::from_ref(&q.clauses[i])),
+            Some(group) => shared_variables(group),
+        };
+        let (uses, binds): (Vec<&Variable>, Vec<&Variable>) = names.iter().partition(|v| bound.contains(*v));
+        // A unit that names nothing bound, after units that bound something: a cartesian
+        // product (one that names no variable at all only keeps or drops every row).
+        let disconnected = !bound.is_empty() && uses.is_empty() && !names.is_empty();
         steps.push(Step {
             clause: i,
-            access: accesses[0],
-            binds,
+            access,
+            binds: binds.into_iter().cloned().collect(),
             uses: uses.into_iter().cloned().collect(),
             disconnected,
             rows_read: 0,
             rows_out: 0,
             filters: Vec::new(),
             negations: Vec::new(),
-            alternatives: if is_or { accesses } else { Vec::new() },
+            alternatives,
         });
-        bound.extend(c.variables());
+        bound.extend(names);
     }
     steps
 }
@@ -428,12 +509,12 @@ impl<'a> Exec<'a> {
     }
 
     /// The answer's rows: every step run, projected on `find`, distinct and sorted;
-    /// `negations_indexed[i]`: whether `not` clause `i`'s attribute has a value index.
+    /// `negations_indexed[i][m]`: whether clause `m` of `not` group `i` has a value index.
     fn rows(
         &mut self,
         q: &Query,
         plan: &mut [Step],
-        negations_indexed: &[bool],
+        negations_indexed: &[Vec<bool>],
     ) -> Result<Vec<Vec<Value>>, ReadError> {
         let vars = q.variables();
         let slot = |v: &Variable| vars.iter().position(|x| *x == v);
@@ -453,10 +534,11 @@ impl<'a> Exec<'a> {
                 // Every alternative extends the same rows; a row two of them extend alike is
                 // kept once.
                 let group = &q.disjunctions[step.clause];
+                let base = format!("or_clauses[{}].alternatives", step.clause);
                 let mut out = Vec::new();
-                for (k, (c, access)) in group.iter().zip(&step.alternatives).enumerate() {
-                    self.at = format!("or_clauses[{}].alternatives[{k}] {c}", step.clause);
-                    out.extend(self.extend_by(&Terms::of(c, slot), &partial, *access)?);
+                for (k, (alternative, order)) in group.iter().zip(&step.alternatives).enumerate() {
+                    let extended = self.conjunction(&base, k, alternative, order, &vars, &partial, false)?;
+                    out.extend(extended);
                     // Each alternative is held to the bound; so are they together.
                     if out.len() >= MAX_PARTIAL_ROWS {
                         return Err(ReadError::TooCostly(format!(
@@ -488,10 +570,14 @@ impl<'a> Exec<'a> {
                     step.filters.push(i);
                 }
             }
-            // Each `not` clause likewise, once the variables the clauses bind in it are bound
-            // (its own, local ones, are never bound: they match anything).
-            for (i, n) in q.negations.iter().enumerate() {
-                let outer: Vec<usize> = n.variables().filter_map(slot).collect();
+            // Each `not` group likewise, once the variables the clauses bind in it are bound
+            // (its own ones are never bound: they match anything).
+            for (i, group) in q.negations.iter().enumerate() {
+                let outer: Vec<usize> = group
+                    .iter()
+                    .flat_map(Clause::variables)
+                    .filter_map(slot)
+                    .collect();
                 if asked[i]
                     || !partial
                         .first()
@@ -499,20 +585,58 @@ impl<'a> Exec<'a> {
                 {
                     continue;
                 }
-                self.at = format!("not_clauses[{i}] (not {n})");
-                let terms = Terms::of(n, slot);
-                let entity_known = matches!(n.entity, EntityTerm::Entity(_)) || terms.entity_at.is_some();
-                let value_known = matches!(n.value, ValueTerm::Value(_)) || terms.value_at.is_some();
-                // `Query::negated` holds a variable the clauses bind in every `not` clause.
-                let access = access_of(
-                    n,
-                    entity_known,
-                    value_known,
-                    negations_indexed[i],
-                    self.view.branch.is_some(),
-                )
-                .unwrap_or(Access::Scan);
-                partial = self.without(&terms, partial, access)?;
+                partial = match group.as_slice() {
+                    [n] => {
+                        self.at = format!("not_clauses[{i}] (not {n})");
+                        let terms = Terms::of(n, slot);
+                        let entity_known =
+                            matches!(n.entity, EntityTerm::Entity(_)) || terms.entity_at.is_some();
+                        let value_known = matches!(n.value, ValueTerm::Value(_)) || terms.value_at.is_some();
+                        // `Query::negated` holds a variable the clauses bind in every `not`.
+                        let access = access_of(
+                            n,
+                            entity_known,
+                            value_known,
+                            negations_indexed[i][0],
+                            self.view.branch.is_some(),
+                        )
+                        .unwrap_or(Access::Scan);
+                        self.without(&terms, partial, access)?
+                    }
+                    clauses => {
+                        // Planned as a conjunction after what the rows bind, run over the rows
+                        // each tagged with its place: a row any of whose tags comes through
+                        // matches the group.
+                        let bound: BTreeSet<&Variable> = vars
+                            .iter()
+                            .enumerate()
+                            .filter(|&(s, _)| partial.first().is_some_and(|row| row[s].is_some()))
+                            .map(|(_, v)| *v)
+                            .collect();
+                        let (_, order) = order_conjunction(
+                            clauses,
+                            &negations_indexed[i],
+                            &bound,
+                            self.view.branch.is_some(),
+                        );
+                        let matched =
+                            self.conjunction("not_clauses", i, clauses, &order, &vars, &partial, true)?;
+                        let tag = vars.len();
+                        let hit: std::collections::HashSet<usize> = matched
+                            .iter()
+                            .filter_map(|row| match row.get(tag) {
+                                Some(Some(Value::I64(n))) => usize::try_from(*n).ok(),
+                                _ => None,
+                            })
+                            .collect();
+                        partial
+                            .into_iter()
+                            .enumerate()
+                            .filter(|(n, _)| !hit.contains(n))
+                            .map(|(_, row)| row)
+                            .collect()
+                    }
+                };
                 asked[i] = true;
                 step.negations.push(i);
             }
@@ -538,6 +662,73 @@ impl<'a> Exec<'a> {
             .collect();
         rows.sort_by(|a, b| row_order(a, b));
         rows.dedup_by(|a, b| row_order(a, b) == Ordering::Equal);
+        Ok(rows)
+    }
+
+    /// The rows `partial` extended by conjunction `k` of the list `base` (an `or` group's
+    /// alternative, a `not` group), its clauses run in `order`. Its own variables (those not in
+    /// `vars`) take places after the query's while it runs, and are dropped from the rows it
+    /// returns; when `tagged`, each row comes back with one more place, after the query's,
+    /// holding the index of the row of `partial` it extends.
+    #[allow(clippy::too_many_arguments)]
+    fn conjunction(
+        &mut self,
+        base: &str,
+        k: usize,
+        clauses: &[Clause],
+        order: &[(usize, Access)],
+        vars: &[&Variable],
+        partial: &[Partial],
+        tagged: bool,
+    ) -> Result<Vec<Partial>, ReadError> {
+        let own: Vec<&Variable> = conjunction_variables(clauses)
+            .into_iter()
+            .filter(|v| !vars.contains(v))
+            .collect();
+        let slot = |v: &Variable| {
+            vars.iter()
+                .position(|x| *x == v)
+                .or_else(|| own.iter().position(|x| *x == v).map(|i| vars.len() + i))
+        };
+        // Rows with places for its own variables and the tag; without either, the rows as given
+        // (not copied: the first clause extends them into new rows anyway).
+        let width = vars.len() + own.len();
+        let mut rows: Option<Vec<Partial>> = (width > vars.len() || tagged).then(|| {
+            partial
+                .iter()
+                .enumerate()
+                .map(|(n, row)| {
+                    let mut row = row.clone();
+                    row.resize(width, None);
+                    if tagged {
+                        row.push(Some(Value::I64(i64::try_from(n).unwrap_or(i64::MAX))));
+                    }
+                    row
+                })
+                .collect()
+        });
+        for &(m, access) in order {
+            let c = &clauses[m];
+            self.at = format!("{} {c}", conjunction_field(base, k, m, clauses.len()));
+            let extended = self.extend_by(&Terms::of(c, slot), rows.as_deref().unwrap_or(partial), access)?;
+            let done = extended.is_empty();
+            rows = Some(extended);
+            if done {
+                break;
+            }
+        }
+        let mut rows = rows.unwrap_or_else(|| partial.to_vec());
+        if !own.is_empty() {
+            // Its own variables are its alone: the rows keep the query's places (and the tag).
+            for row in &mut rows {
+                let tag = if tagged { row.pop() } else { None };
+                row.truncate(vars.len());
+                row.extend(tag);
+            }
+            if !tagged {
+                rows = distinct(rows);
+            }
+        }
         Ok(rows)
     }
 
@@ -1157,21 +1348,32 @@ fn query_key(ns: &Namespace, branch: Option<&BranchName>, q: &Query, opts: &Quer
         encoded.push(f.left.as_str().as_bytes().to_vec());
         encoded.push(term_bytes(&f.right));
     }
-    // Tagged, and only when there are some: cursors of queries without one keep their key.
-    for group in &q.disjunctions {
-        encoded.push(b"or".to_vec());
-        encoded.push((group.len() as u64).to_be_bytes().to_vec());
-        for c in group {
-            encoded.push(entity_bytes(&c.entity));
-            encoded.push(c.attribute.as_str().as_bytes().to_vec());
-            encoded.push(term_bytes(&c.value));
-        }
-    }
-    for c in &q.negations {
-        encoded.push(b"not".to_vec());
+    // Tagged, and only when there are some: cursors of queries without one keep their key (and
+    // a conjunction of one clause is keyed as the lone clause was).
+    let clause_parts = |encoded: &mut Vec<Vec<u8>>, c: &Clause| {
         encoded.push(entity_bytes(&c.entity));
         encoded.push(c.attribute.as_str().as_bytes().to_vec());
         encoded.push(term_bytes(&c.value));
+    };
+    let conjunction_parts = |encoded: &mut Vec<Vec<u8>>, clauses: &[Clause]| {
+        if clauses.len() > 1 {
+            encoded.push(b"and".to_vec());
+            encoded.push((clauses.len() as u64).to_be_bytes().to_vec());
+        }
+        for c in clauses {
+            clause_parts(encoded, c);
+        }
+    };
+    for group in &q.disjunctions {
+        encoded.push(b"or".to_vec());
+        encoded.push((group.len() as u64).to_be_bytes().to_vec());
+        for alternative in group {
+            conjunction_parts(&mut encoded, alternative);
+        }
+    }
+    for group in &q.negations {
+        encoded.push(b"not".to_vec());
+        conjunction_parts(&mut encoded, group);
     }
     encoded.push(opts.as_of.map_or(0, |t| t.0).to_be_bytes().to_vec());
     encoded.push(vec![u8::from(opts.expired_at_ns.is_some())]);

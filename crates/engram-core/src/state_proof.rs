@@ -18,7 +18,7 @@ use engram_audit::{Checkpoint, EntryKind, NodeKey, SignedCheckpoint, SignedEntry
 use engram_statetree::{PrefixEnd, StateTree};
 use engram_storage::ReadView;
 use engram_types::resolve::SlotRead;
-use engram_types::{Attribute, Cardinality, Datom, EntityId, Hash, Namespace};
+use engram_types::{Attribute, Cardinality, Datom, EntityId, Hash, Namespace, TxId};
 
 use crate::proofs::{ProofReadError, inclusion, stored_entry};
 use crate::{ChainHead, CoreError, commitment, reads, schema};
@@ -34,8 +34,9 @@ pub struct StateVersion {
 #[derive(Clone, Debug, PartialEq)]
 pub struct SlotHistory {
     pub attribute: Attribute,
-    /// The attribute's cardinality as of the version (stated by the node: the map does not
-    /// commit to the schema; see `docs/AUDIT.md`).
+    /// The attribute's cardinality as of the read (the version, or the earlier transaction a
+    /// read is as of), stated by the node: the map does not commit to the schema (see
+    /// `docs/AUDIT.md`).
     pub cardinality: Cardinality,
     /// In (tx, seq) order.
     pub datoms: Vec<Datom>,
@@ -71,18 +72,31 @@ pub struct EntityStateProof {
 const MAX_ENTRIES_AFTER_ROOT: u64 = 64;
 
 /// Proves entity `e` of `ns` (on main) as of `version`, signing the checkpoint with `key`.
+/// The histories run to the version's last transaction whatever `as_of` is: a read as of an
+/// earlier transaction is folded from them, its whole history up to then being a part of the
+/// proven whole. `as_of` only sets the transaction each slot's cardinality is stated as of;
+/// one after the version's is out of range.
 pub fn entity_state(
     store: &dyn ReadView,
     key: &NodeKey,
     version: &StateVersion,
     ns: &Namespace,
     e: EntityId,
+    as_of: Option<TxId>,
 ) -> Result<EntityStateProof, ProofReadError> {
     let head = &version.head;
     if head.index == 0 {
         return Err(ProofReadError::OutOfRange(
             "the chain is empty: nothing to prove".into(),
         ));
+    }
+    if let Some(t) = as_of
+        && t > head.tx
+    {
+        return Err(ProofReadError::OutOfRange(format!(
+            "as of tx {}: the state this node can prove is at tx {}",
+            t.0, head.tx.0
+        )));
     }
     let entries = rooted_entries(store, head.index)?;
     let root = entries.first().and_then(|e| e.entry.state_root);
@@ -105,7 +119,7 @@ pub fn entity_state(
     let head_path = inclusion(store, head.index, head.index)?.path;
     let prefix = commitment::entity_prefix(ns, None, e);
     let slots = version.tree.prove_prefix(&prefix, commitment::ENTITY_PREFIX_BITS);
-    let histories = histories(store, version, ns, e)?;
+    let histories = histories(store, version, ns, e, as_of)?;
     // What the map holds and what the store holds must be the same slots: a difference is
     // damage (or a read cut short), never an answer to sign.
     // The proof lists the subtree's pairs in key order: the slots the map holds.
@@ -174,6 +188,7 @@ fn histories(
     version: &StateVersion,
     ns: &Namespace,
     e: EntityId,
+    as_of: Option<TxId>,
 ) -> Result<Vec<SlotHistory>, ProofReadError> {
     let upto = version.head.tx;
     let datoms = reads::entity_datoms(store, ns, e)?;
@@ -192,7 +207,7 @@ fn histories(
     for (attribute, mut datoms) in by_attr {
         // Stable: a transaction's datoms keep their seq order, as the slot's digest chains them.
         datoms.sort_by_key(|d| d.tx);
-        let cardinality = schema::cardinality_at(store, ns, &attribute, Some(upto))?;
+        let cardinality = schema::cardinality_at(store, ns, &attribute, Some(as_of.unwrap_or(upto)))?;
         out.push(SlotHistory {
             attribute,
             cardinality,

@@ -875,7 +875,7 @@ fn an_entitys_state_proof_lists_every_slot_against_the_root_its_entry_records() 
     let (store, engine, tasks) = rooted_chain(3);
     let ns = Namespace::new("team/a").unwrap();
     let version = engine.state_version().unwrap();
-    let proof = entity_state(&*store, &founder(), &version, &ns, tasks[1]).unwrap();
+    let proof = entity_state(&*store, &founder(), &version, &ns, tasks[1], None).unwrap();
     // The checkpoint is of the version's head, whose entry records the map's root.
     assert_eq!(proof.checkpoint.checkpoint.size, engine.head().index);
     assert_eq!(proof.entries.len(), 1);
@@ -896,15 +896,56 @@ fn an_entitys_state_proof_lists_every_slot_against_the_root_its_entry_records() 
     let from_proof = facts_of(&proof.histories, &read.slot_read(), None);
     let from_reads = engram_core::reads::get_facts(&*store, &ns, None, tasks[1], &read).unwrap();
     assert_eq!(from_proof, from_reads);
+    // As of each earlier transaction, the same histories folded as of it give that read's
+    // answer: a proof of the whole history proves every earlier state too.
+    for t in 1..=version.head.tx.0 {
+        let at = engram_core::reads::ReadOptions {
+            as_of: Some(engram_types::TxId(t)),
+            ..Default::default()
+        };
+        let proof_at = entity_state(&*store, &founder(), &version, &ns, tasks[1], at.as_of).unwrap();
+        assert_eq!(
+            proof_at.histories.len(),
+            proof.histories.len(),
+            "the whole history, as of tx {t}"
+        );
+        let from_reads = engram_core::reads::get_facts(&*store, &ns, None, tasks[1], &at).unwrap();
+        assert_eq!(
+            facts_of(&proof_at.histories, &at.slot_read(), None),
+            from_reads,
+            "as of tx {t}"
+        );
+    }
+    let beyond = entity_state(
+        &*store,
+        &founder(),
+        &version,
+        &ns,
+        tasks[1],
+        Some(engram_types::TxId(version.head.tx.0 + 1)),
+    )
+    .unwrap_err();
+    assert!(
+        matches!(beyond, proofs::ProofReadError::OutOfRange(_)),
+        "{beyond}"
+    );
 
     // An entity nobody wrote: no slot, proven.
-    let absent = entity_state(&*store, &founder(), &version, &ns, engram_types::EntityId(999)).unwrap();
+    let absent = entity_state(
+        &*store,
+        &founder(),
+        &version,
+        &ns,
+        engram_types::EntityId(999),
+        None,
+    )
+    .unwrap();
     assert!(absent.histories.is_empty());
 
     // A map that is not the state the head's entry records is never signed for.
     let mut stale = version.clone();
     stale.tree.insert([7; 32], [7; 32]);
-    let err = entity_state(&*store, &founder(), &stale, &ns, tasks[1]).unwrap_err();
+    let err = entity_state(&*store, &founder(), &stale, &ns, tasks[1], None).unwrap_err();
     assert!(err.to_string().contains("not the root"), "{err}");
 }
 
@@ -919,6 +960,7 @@ fn a_chain_whose_head_records_no_state_root_cannot_prove_the_state() {
         &version,
         &Namespace::new("team/a").unwrap(),
         engram_types::EntityId(1),
+        None,
     )
     .unwrap_err();
     assert!(matches!(err, proofs::ProofReadError::Unproven(_)), "{err}");

@@ -1,5 +1,7 @@
-//! A join query on the wire (`QueryRequest.find`, `.clauses`, `.filters` and `.not_clauses`)
-//! and back.
+//! A join query on the wire (`QueryRequest.find`, `.clauses`, `.filters`, `.not_clauses`,
+//! `.or_clauses` and `.not_groups`) and back. A conjunction of one clause travels as the lone
+//! clause (`not_clauses`, `QueryOr.alternatives`), which every server reads; one of several in
+//! the fields that carry conjunctions (`not_groups`, `QueryOr.all_of`), numbered after them.
 
 use engram_types::query::{Clause, Compare, EntityTerm, Filter, FindTerm, Query, ValueTerm, Variable};
 use engram_types::{EntityId, ValidationError};
@@ -14,6 +16,7 @@ pub fn query(
     filters: Vec<pb::QueryFilter>,
     not_clauses: Vec<pb::QueryClause>,
     or_clauses: Vec<pb::QueryOr>,
+    not_groups: Vec<pb::QueryAnd>,
 ) -> Result<Query, WireError> {
     let find = find
         .into_iter()
@@ -25,10 +28,17 @@ pub fn query(
         .enumerate()
         .map(|(i, c)| clause(&format!("clauses[{i}]"), c))
         .collect::<Result<Vec<_>, _>>()?;
+    // not_groups are numbered after not_clauses in the query's own errors and plan.
     let negations = not_clauses
         .into_iter()
         .enumerate()
-        .map(|(i, c)| clause(&format!("not_clauses[{i}]"), c))
+        .map(|(i, c)| clause(&format!("not_clauses[{i}]"), c).map(|c| vec![c]))
+        .chain(
+            not_groups
+                .into_iter()
+                .enumerate()
+                .map(|(i, group)| conjunction(&format!("not_groups[{i}]"), group)),
+        )
         .collect::<Result<Vec<_>, _>>()?;
     let filters = filters
         .into_iter()
@@ -39,12 +49,17 @@ pub fn query(
         .into_iter()
         .enumerate()
         .map(|(i, group)| {
-            group
+            let singles = group
                 .alternatives
                 .into_iter()
                 .enumerate()
-                .map(|(j, c)| clause(&format!("or_clauses[{i}].alternatives[{j}]"), c))
-                .collect::<Result<Vec<_>, _>>()
+                .map(|(j, c)| clause(&format!("or_clauses[{i}].alternatives[{j}]"), c).map(|c| vec![c]));
+            let conjunctions = group
+                .all_of
+                .into_iter()
+                .enumerate()
+                .map(|(j, and)| conjunction(&format!("or_clauses[{i}].all_of[{j}]"), and));
+            singles.chain(conjunctions).collect::<Result<Vec<_>, _>>()
         })
         .collect::<Result<Vec<_>, _>>()?;
     Query::with_or(find, clauses, disjunctions)
@@ -150,19 +165,61 @@ pub fn clauses_to_pb(q: &Query) -> Vec<pb::QueryClause> {
     to_pb(&q.clauses)
 }
 
-/// The wire form of `q`'s `or` groups.
+/// The conjunction at `at` (`not_groups[1]`, `or_clauses[0].all_of[2]`).
+fn conjunction(at: &str, and: pb::QueryAnd) -> Result<Vec<Clause>, WireError> {
+    and.clauses
+        .into_iter()
+        .enumerate()
+        .map(|(m, c)| clause(&format!("{at}.clauses[{m}]"), c))
+        .collect()
+}
+
+/// The wire form of `q`'s `or` groups. A group of lone clauses only travels in
+/// `alternatives`, as every server reads it; a group with a conjunction of several sends each
+/// alternative in `all_of`, so the server numbers them as `q` does.
 pub fn disjunctions_to_pb(q: &Query) -> Vec<pb::QueryOr> {
     q.disjunctions
         .iter()
-        .map(|group| pb::QueryOr {
-            alternatives: to_pb(group),
+        .map(|group| {
+            if group.iter().all(|alternative| alternative.len() == 1) {
+                pb::QueryOr {
+                    alternatives: group.iter().flat_map(|alternative| to_pb(alternative)).collect(),
+                    all_of: Vec::new(),
+                }
+            } else {
+                pb::QueryOr {
+                    alternatives: Vec::new(),
+                    all_of: group
+                        .iter()
+                        .map(|alternative| pb::QueryAnd {
+                            clauses: to_pb(alternative),
+                        })
+                        .collect(),
+                }
+            }
         })
         .collect()
 }
 
-/// The wire form of `q`'s `not` clauses.
-pub fn negations_to_pb(q: &Query) -> Vec<pb::QueryClause> {
-    to_pb(&q.negations)
+/// The wire form of `q`'s `not` groups: all in `not_clauses` when each is one clause, as every
+/// server reads them; else all in `not_groups` (a group may hold one clause), so the server
+/// numbers them as `q` does.
+pub fn negations_to_pb(q: &Query) -> (Vec<pb::QueryClause>, Vec<pb::QueryAnd>) {
+    if q.negations.iter().all(|group| group.len() == 1) {
+        (
+            q.negations.iter().flat_map(|group| to_pb(group)).collect(),
+            Vec::new(),
+        )
+    } else {
+        let groups = q
+            .negations
+            .iter()
+            .map(|group| pb::QueryAnd {
+                clauses: to_pb(group),
+            })
+            .collect();
+        (Vec::new(), groups)
+    }
 }
 
 fn to_pb(clauses: &[Clause]) -> Vec<pb::QueryClause> {

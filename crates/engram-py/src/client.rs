@@ -360,9 +360,10 @@ impl EngramClient {
     /// `expired_at_ns` set, unless `include_expired=True` (reads with `as_of_tx` show it).
     /// `complete=True` (implies `prove`): the answer is also proven complete and current —
     /// every attribute of the entity with its whole history against the state root a signed
-    /// checkpoint covers, folded here into the answer — or `ProofError` is raised; of the
-    /// current state on main (no `branch`, `as_of_tx` or `as_of_time`); an unknown entity's
-    /// absence is proven (no datoms, no error).
+    /// checkpoint covers, folded here into the answer — or `ProofError` is raised; with
+    /// `as_of_tx`, the same histories folded as of that transaction (the answer then, proven
+    /// complete); on main (no `branch` or `as_of_time`); an unknown entity's absence is proven
+    /// (no datoms, no error).
     #[pyo3(signature = (namespace, entity, *, as_of_tx=None, valid_at=None, branch=None, rule="latest", verified_only=false, prove=false, stale=false, include_expired=false, as_of_time=None, complete=false))]
     #[allow(clippy::too_many_arguments)]
     fn get(
@@ -435,8 +436,8 @@ impl EngramClient {
     /// at most `limit` (0: all of them, read a page at a time as of one transaction); up to
     /// `as_of_tx`, or to the last transaction at or before `as_of_time` (datetime or ns).
     /// `complete=True`: an entity's history (or one `attribute`'s of it) proven whole against
-    /// the state root a signed checkpoint covers, up to that checkpoint, or `ProofError`; needs
-    /// `entity`, and no `limit`, `branch` or bound.
+    /// the state root a signed checkpoint covers, up to that checkpoint (or up to `as_of_tx`),
+    /// or `ProofError`; needs `entity`, and no `limit`, `branch` or other bound.
     #[pyo3(signature = (namespace, entity=None, *, attribute=None, limit=0, branch=None, prove=false, stale=false, as_of_tx=None, as_of_time=None, since_tx=None, valid_at=None, complete=false))]
     #[allow(clippy::too_many_arguments)]
     fn history(
@@ -462,25 +463,24 @@ impl EngramClient {
             ..history_query(namespace, entity, attribute, as_of, limit, branch, stale)?
         };
         let client = self.client.clone();
-        let bounded = query.as_of_tx.is_some()
-            || query.as_of_time_ns.is_some()
-            || since_tx.is_some()
-            || query.valid_at_ns.is_some();
+        let bounded_but_as_of_tx =
+            query.as_of_time_ns.is_some() || since_tx.is_some() || query.valid_at_ns.is_some();
+        let bounded = query.as_of_tx.is_some() || bounded_but_as_of_tx;
         if complete {
             let HistoryTarget::Entity { entity, attribute } = query.target else {
                 return Err(PyValueError::new_err(
                     "complete: give the entity whose history to prove",
                 ));
             };
-            if bounded || query.branch.is_some() || limit != 0 {
+            if bounded_but_as_of_tx || query.branch.is_some() || limit != 0 {
                 return Err(PyValueError::new_err(
-                    "complete: a history is proven whole up to the head, on main; give no limit, branch, as_of_tx, as_of_time, since_tx or valid_at",
+                    "complete: a history is proven whole up to the head (or as_of_tx), on main; give no limit, branch, as_of_time, since_tx or valid_at",
                 ));
             }
-            let namespace = query.namespace;
+            let (namespace, as_of) = (query.namespace, query.as_of_tx.map(engram_types::TxId));
             let proven = self.run_proven(py, move |client, mut log| async move {
                 let answer = client
-                    .history_complete(&mut log, &namespace, entity, attribute.as_ref())
+                    .history_complete(&mut log, &namespace, entity, attribute.as_ref(), as_of)
                     .await;
                 (log, answer)
             })?;
@@ -702,9 +702,11 @@ impl EngramClient {
     /// a string starting with "?" is a variable). A variable in an entity position joins a
     /// reference to its target. A tuple `(op, "?var", value or variable)`, `op` one of `<`,
     /// `<=`, `>`, `>=`, `!=`, is a filter the rows pass; a tuple `("not", (entity, attribute,
-    /// value))` keeps the rows for which that clause matches nothing (a variable no other clause
-    /// binds matches anything); a tuple `("or", clause, clause, ...)` matches any one of its
-    /// clauses, which name the same variables. As of `as_of_tx` (or `as_of_time`), valid at `valid_at`;
+    /// value), ...)` keeps the rows for which its clauses do not all match at once (a variable
+    /// no other clause binds is its own: it joins the not's clauses and matches anything); a
+    /// tuple `("or", alternative, ...)` matches any one of its alternatives, each a clause or
+    /// `("and", clause, ...)`, and binds the variables every alternative names (one that only
+    /// some name is theirs alone). As of `as_of_tx` (or `as_of_time`), valid at `valid_at`;
     /// at most `limit` rows (0: all, read page by page as of the first page's transaction);
     /// `max_rows_read` bounds each page's work (0: the server's 1,000,000); `explain=True`
     /// returns the plan. Rows are distinct and sorted.

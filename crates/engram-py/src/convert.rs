@@ -253,8 +253,9 @@ fn type_name(obj: &Bound<'_, PyAny>) -> String {
 /// A join query: `find` variable names and `where`, an iterable of `(entity, attribute,
 /// value)` clauses (a string starting with `?` is a variable in either position),
 /// `(op, "?variable", value)` filters (`op` one of `<`, `<=`, `>`, `>=`, `!=`),
-/// `("not", (entity, attribute, value))` clauses no row matches and `("or", clause, ...)`
-/// groups of which a row matches one.
+/// `("not", (entity, attribute, value), ...)` groups no row matches all of, and `("or",
+/// alternative, ...)` groups of which a row matches one, each alternative a clause or
+/// `("and", clause, ...)`.
 pub fn query(find: Vec<String>, entries: &Bound<'_, PyAny>) -> PyResult<Query> {
     let find = find
         .into_iter()
@@ -269,15 +270,18 @@ pub fn query(find: Vec<String>, entries: &Bound<'_, PyAny>) -> PyResult<Query> {
             PyTypeError::new_err(format!("{field}: a clause is a tuple (entity, attribute, value)"))
         })?;
         let head = tuple.get_item(0).ok().and_then(|h| h.extract::<String>().ok());
-        if tuple.len() == 2 && head.as_deref() == Some("not") {
-            let inner_field = format!("{field}[1]");
-            let inner = tuple.get_item(1)?;
-            let inner = inner.cast::<PyTuple>().map_err(|_| {
-                PyTypeError::new_err(format!(
-                    "{inner_field}: a not clause is (\"not\", (entity, attribute, value))"
-                ))
-            })?;
-            out.push(Where::Not(clause(&inner_field, inner)?));
+        if head.as_deref() == Some("not") {
+            // ("not", clause, ...): one clause or more that must not all hold at once.
+            if tuple.len() < 2 {
+                return Err(PyValueError::new_err(format!(
+                    "{field}: a not is (\"not\", (entity, attribute, value), ...): one clause or more"
+                )));
+            }
+            out.push(Where::Not(conjunction(
+                &field,
+                tuple,
+                "a not is (\"not\", (entity, attribute, value), ...)",
+            )?));
             continue;
         }
         if head.as_deref() == Some("or") {
@@ -287,10 +291,24 @@ pub fn query(find: Vec<String>, entries: &Bound<'_, PyAny>) -> PyResult<Query> {
                 let inner = tuple.get_item(j)?;
                 let inner = inner.cast::<PyTuple>().map_err(|_| {
                     PyTypeError::new_err(format!(
-                        "{inner_field}: an or is (\"or\", (entity, attribute, value), ...)"
+                        "{inner_field}: an or is (\"or\", (entity, attribute, value), (\"and\", clause, ...), ...)"
                     ))
                 })?;
-                alternatives.push(clause(&inner_field, inner)?);
+                let inner_head = inner.get_item(0).ok().and_then(|h| h.extract::<String>().ok());
+                if inner_head.as_deref() == Some("and") {
+                    if inner.len() < 2 {
+                        return Err(PyValueError::new_err(format!(
+                            "{inner_field}: an and is (\"and\", (entity, attribute, value), ...): one clause or more"
+                        )));
+                    }
+                    alternatives.push(conjunction(
+                        &inner_field,
+                        inner,
+                        "an and is (\"and\", (entity, attribute, value), ...)",
+                    )?);
+                } else {
+                    alternatives.push(vec![clause(&inner_field, inner)?]);
+                }
             }
             out.push(Where::Or(alternatives));
             continue;
@@ -321,6 +339,21 @@ pub fn query(find: Vec<String>, entries: &Bound<'_, PyAny>) -> PyResult<Query> {
 }
 
 /// The clause tuple at `field`: `(entity, attribute, value)`.
+/// The clauses of a `("not", clause, ...)` or `("and", clause, ...)` tuple at `field`, its
+/// clauses `field[1]` on; `shape` says how one is written.
+fn conjunction(field: &str, tuple: &Bound<'_, PyTuple>, shape: &str) -> PyResult<Vec<Clause>> {
+    let mut clauses = Vec::with_capacity(tuple.len().saturating_sub(1));
+    for m in 1..tuple.len() {
+        let inner_field = format!("{field}[{m}]");
+        let inner = tuple.get_item(m)?;
+        let inner = inner
+            .cast::<PyTuple>()
+            .map_err(|_| PyTypeError::new_err(format!("{inner_field}: {shape}")))?;
+        clauses.push(clause(&inner_field, inner)?);
+    }
+    Ok(clauses)
+}
+
 fn clause(field: &str, tuple: &Bound<'_, PyTuple>) -> PyResult<Clause> {
     if tuple.len() != 3 {
         return Err(PyValueError::new_err(format!(

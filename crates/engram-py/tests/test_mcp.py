@@ -89,6 +89,10 @@ def test_remember_then_recall_get_history_and_verify(cluster):
         r = await s.call_tool("verify", {"namespace": ns, "entity": paper})
         assert not r.is_error, text(r)
         out["verify"] = json.loads(text(r))
+        # As of the transaction before the paper was remembered: proven to have had no facts.
+        r = await s.call_tool("verify", {"namespace": ns, "entity": paper, "as_of_tx": out["remember"]["tx"] - 1})
+        assert not r.is_error, text(r)
+        out["verify_before"] = json.loads(text(r))
         r = await s.call_tool("what_changed", {"namespace": ns, "since_tx": out["remember"]["tx"] - 1})
         out["changed"] = json.loads(text(r))
         return out
@@ -113,6 +117,9 @@ def test_remember_then_recall_get_history_and_verify(cluster):
     assert [f["value"] for f in out["history"]["facts"]] == ["Attention is all you need"]
     assert out["verify"]["verified"] is True and len(out["verify"]["facts"]) == 3
     assert out["verify"]["complete"] is True and out["verify"]["attributes"] == 3, out["verify"]
+    before = out["verify_before"]
+    assert before["verified"] is True and before["facts"] == [], before
+    assert before["as_of_tx"] == out["remember"]["tx"] - 1 and before["attributes"] == 3, before
     assert len(out["changed"]["asserted"]) == 3
 
 

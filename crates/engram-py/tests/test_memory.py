@@ -410,8 +410,18 @@ def test_query_joins_clauses_as_of_one_transaction_and_pages_the_rows(db, ns):
     assert len(db.query(ns, ["?who"], [("?who", ":agent/team", "?team"), ("not", ("?t", ":task/owner", "?who"))], as_of_tx=tasks.tx)) == 0
     with pytest.raises(ValueError, match=r"where\[1\]: .* shares no variable with the clauses"):
         db.query(ns, ["?task"], [open_task, ("not", ("?x", ":task/priority", "?p"))])
-    with pytest.raises(TypeError, match=r"where\[1\]\[1\]: a not clause is"):
+    with pytest.raises(TypeError, match=r"where\[1\]\[1\]: a not is"):
         db.query(ns, ["?task"], [open_task, ("not", "?task")])
+    # A not of several clauses: the open tasks owned by no one in infra (t0 is ann's); ?o is
+    # the not's own, joining its two clauses.
+    not_infra = db.query(
+        ns,
+        ["?task"],
+        [open_task, ("not", ("?task", ":task/owner", "?o"), ("?o", ":agent/team", "infra"))],
+        explain=True,
+    )
+    assert set(not_infra) == {(Ref(t[1]),), (Ref(t[2]),)} and len(not_infra) == 2
+    assert not_infra.plan[0]["negations"] == [0]
 
     # `or`: the tasks that are done or have priority 5 (t3 done; t2 priority 5), each once;
     # both alternatives name ?task alone.
@@ -423,8 +433,24 @@ def test_query_joins_clauses_as_of_one_transaction_and_pages_the_rows(db, ns):
     )
     assert set(done_or_urgent) == {(Ref(t[3]),), (Ref(t[2]),)} and len(done_or_urgent) == 2
     assert done_or_urgent.plan[0]["or_clause"] and " | " in done_or_urgent.plan[0]["access"]
-    with pytest.raises(ValueError, match=r"where\[0\]\.alternatives\[1\]: .* every alternative of an or names the same variables"):
-        db.query(ns, ["?task"], [("or", ("?task", ":task/status", "?s"), ("?task", ":task/priority", 5))])
+    # An alternative of several clauses: done, or owned by someone in web (cid owns t1 and t2);
+    # ?o is that alternative's own.
+    done_or_web = db.query(
+        ns,
+        ["?task"],
+        [(
+            "or",
+            ("?task", ":task/status", Keyword(":status/done")),
+            ("and", ("?task", ":task/owner", "?o"), ("?o", ":agent/team", "web")),
+        )],
+        explain=True,
+    )
+    assert set(done_or_web) == {(Ref(t[1]),), (Ref(t[2]),), (Ref(t[3]),)} and len(done_or_web) == 3
+    assert " & " in done_or_web.plan[0]["access"], done_or_web.plan[0]["access"]
+    with pytest.raises(ValueError, match=r"find\[1\]: \?o is bound by no clause"):
+        db.query(ns, ["?task", "?o"], [("or", ("?task", ":task/status", "?s"), ("and", ("?task", ":task/owner", "?o"),))])
+    with pytest.raises(ValueError, match=r"where\[1\]\.alternatives\[0\]: \?s is named by this alternative but not by every alternative"):
+        db.query(ns, ["?task"], [("?task", ":task/status", "?s"), ("or", ("?task", ":task/owner", "?s"), ("?task", ":task/priority", 5))])
 
     # Aggregates: each owner's tasks counted (ann owns t0 and t3, cid t1 and t2), the
     # priorities (1 and 5) summed over the joined rows; a sum of keywords is refused.

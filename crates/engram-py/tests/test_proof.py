@@ -3,6 +3,7 @@ returns nothing. The alteration is made by a real TCP proxy between the client a
 
 import asyncio
 import threading
+import time
 
 import pytest
 
@@ -133,8 +134,16 @@ def test_a_complete_read_proves_every_attribute_and_an_absence(cluster, db, ns):
     # An entity nobody wrote is proven absent: no datoms, no error.
     absent = db.get(ns, task + 1_000_000, complete=True)
     assert absent.complete and absent.datoms == []
-    with pytest.raises(engram.InvalidArgument):
-        db.get(ns, task, complete=True, as_of_tx=r.tx)
+    # As of the first transaction: the same whole histories folded then, before the worker.
+    then = db.get(ns, task, complete=True, as_of_tx=r.tx)
+    assert then.complete and then[":task/status"] == "open" and then.conflicts == []
+    assert then[":task/title"] == "ship it"
+    # An instant names a transaction the proof does not bind; a transaction past the head is
+    # beyond what any node can prove.
+    with pytest.raises(engram.InvalidArgument, match="as_of_tx"):
+        db.get(ns, task, complete=True, as_of_time=time.time_ns() - 1)
+    with pytest.raises(engram.OutOfRange, match="the state this node can prove is at tx"):
+        db.get(ns, task, complete=True, as_of_tx=r.tx + 1_000_000)
 
 
 def test_an_altered_complete_answer_raises(cluster, db, ns):
@@ -160,6 +169,9 @@ def test_a_history_proven_whole(db, ns):
     assert [d.op for d in owner] == ["assert", "retract"]
     assert len(db.history(ns, task, complete=True)) == 3
     assert db.history(ns, task, attribute=":task/never", complete=True) == []
+    # Up to the first transaction: the assertions alone, proven whole then.
+    first = db.history(ns, task, complete=True, as_of_tx=r.tx)
+    assert sorted(d.op for d in first) == ["assert", "assert"] and all(d.tx == r.tx for d in first)
     with pytest.raises(ValueError):
         db.history(ns, task, complete=True, limit=1)
 

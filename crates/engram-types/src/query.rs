@@ -336,18 +336,62 @@ impl fmt::Display for FindTerm {
 }
 
 /// A query: the variables (or aggregates) to list, the clauses every answer satisfies, the
-/// filters its values pass, and the `not` clauses no answer satisfies.
+/// filters its values pass, and the `not` groups no answer satisfies.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Query {
     pub find: Vec<FindTerm>,
     pub clauses: Vec<Clause>,
     pub filters: Vec<Filter>,
-    /// `(not [e a v])`: a row stays only if the pattern, its variables bound from the row
-    /// (those no other clause binds match anything), matches no current claim.
-    pub negations: Vec<Clause>,
-    /// `(or [e a v] [e a v] ...)`: each group extends a row by any one of its clauses, which
-    /// all name the same variables.
-    pub disjunctions: Vec<Vec<Clause>>,
+    /// `(not [e a v] ...)`: each a conjunction of 1 to [`MAX_CLAUSES`] clauses. A row stays
+    /// only if the group, its variables bound from the row, matches no current claims at once;
+    /// a variable no clause outside binds is the group's own (shared by its clauses, free to
+    /// take any value).
+    pub negations: Vec<Vec<Clause>>,
+    /// `(or alternative alternative ...)`: each group extends a row by any one of its
+    /// alternatives, each a conjunction `(and [e a v] ...)` of 1 to [`MAX_CLAUSES`] clauses
+    /// (a lone clause is a conjunction of one). A group binds the variables every alternative
+    /// names ([`shared_variables`]); a variable only some name is that alternative's own.
+    pub disjunctions: Vec<Vec<Vec<Clause>>>,
+}
+
+/// The most clause patterns one query holds in all: its clauses, every `or` alternative's and
+/// every `not` group's.
+pub const MAX_PATTERNS: usize = 64;
+
+/// The variables a conjunction names, in order of first appearance.
+pub fn conjunction_variables(clauses: &[Clause]) -> Vec<&Variable> {
+    let mut out: Vec<&Variable> = Vec::new();
+    for v in clauses.iter().flat_map(Clause::variables) {
+        if !out.contains(&v) {
+            out.push(v);
+        }
+    }
+    out
+}
+
+/// The variables an `or` group binds: those every alternative names, in the first
+/// alternative's order.
+pub fn shared_variables(group: &[Vec<Clause>]) -> Vec<&Variable> {
+    let Some((first, rest)) = group.split_first() else {
+        return Vec::new();
+    };
+    conjunction_variables(first)
+        .into_iter()
+        .filter(|v| {
+            rest.iter()
+                .all(|alt| alt.iter().flat_map(Clause::variables).any(|x| x == *v))
+        })
+        .collect()
+}
+
+/// `base[k]` for an alternative (or group) of one clause, `base[k].clauses[m]` for clause `m`
+/// of one of several: how errors and plans name a clause of a conjunction.
+pub fn conjunction_field(base: &str, k: usize, m: usize, len: usize) -> String {
+    if len == 1 {
+        format!("{base}[{k}]")
+    } else {
+        format!("{base}[{k}].clauses[{m}]")
+    }
 }
 
 impl Query {
@@ -359,12 +403,13 @@ impl Query {
     }
 
     /// [`Query::new`] with `or` groups (`disjunctions`, at most [`MAX_CLAUSES`]): each of 2 to
-    /// [`MAX_CLAUSES`] clauses that all name the same variables (so a row binds the same ones
-    /// whichever matched). A query needs a clause or a group; what a group binds is bound.
+    /// [`MAX_CLAUSES`] alternatives, each a conjunction of 1 to [`MAX_CLAUSES`] clauses. A
+    /// variable only some alternatives of a group name is their own: no clause and no other
+    /// group may name it. A query needs a clause or a group; what a group binds is bound.
     pub fn with_or<F: Into<FindTerm>>(
         find: Vec<F>,
         clauses: Vec<Clause>,
-        disjunctions: Vec<Vec<Clause>>,
+        disjunctions: Vec<Vec<Vec<Clause>>>,
     ) -> Result<Query, ValidationError> {
         let find: Vec<FindTerm> = find.into_iter().map(Into::into).collect();
         let invalid = |m: String| Err(ValidationError::Query(m));
@@ -378,35 +423,36 @@ impl Query {
             ));
         }
         for (i, group) in disjunctions.iter().enumerate() {
+            let base = format!("or_clauses[{i}].alternatives");
             if group.len() < 2 || group.len() > MAX_CLAUSES {
                 return invalid(format!(
                     "or_clauses[{i}]: {} alternatives; an or holds 2 to {MAX_CLAUSES}",
                     group.len()
                 ));
             }
-            let names = |c: &Clause| c.variables().cloned().collect::<BTreeSet<Variable>>();
-            let first = names(&group[0]);
-            for (j, c) in group.iter().enumerate() {
-                if let ValueTerm::Value(v) = &c.value
-                    && let Err(e) = v.validate()
-                {
-                    return invalid(format!("or_clauses[{i}].alternatives[{j}].value: {e}"));
-                }
-                if names(c) != first {
-                    let list = |set: &BTreeSet<Variable>| {
-                        let v: Vec<&str> = set.iter().map(Variable::as_str).collect();
-                        if v.is_empty() {
-                            "none".to_string()
-                        } else {
-                            v.join(" ")
-                        }
-                    };
-                    return invalid(format!(
-                        "or_clauses[{i}].alternatives[{j}]: {c} names {}, the first alternative {}: \
-                         every alternative of an or names the same variables",
-                        list(&names(c)),
-                        list(&first)
-                    ));
+            for (k, alternative) in group.iter().enumerate() {
+                check_conjunction(&base, k, alternative, "an and")?;
+            }
+            // A variable only some alternatives name is theirs alone: named anywhere else, it
+            // would join to a row in some alternatives and not in others.
+            let shared = shared_variables(group);
+            for (k, alternative) in group.iter().enumerate() {
+                for v in conjunction_variables(alternative) {
+                    if shared.contains(&v) {
+                        continue;
+                    }
+                    let elsewhere = clauses.iter().flat_map(Clause::variables).any(|x| x == v)
+                        || disjunctions.iter().enumerate().any(|(j, g)| {
+                            j != i && g.iter().flatten().flat_map(Clause::variables).any(|x| x == v)
+                        });
+                    if elsewhere {
+                        return invalid(format!(
+                            "{base}[{k}]: {v} is named by this alternative but not by every \
+                             alternative of the or, and also outside it; an or binds only the \
+                             variables every alternative names, so name {v} in each alternative \
+                             or rename it here"
+                        ));
+                    }
                 }
             }
         }
@@ -414,6 +460,12 @@ impl Query {
             return invalid(format!(
                 "clauses: {} clauses, at most {MAX_CLAUSES} are allowed",
                 clauses.len()
+            ));
+        }
+        let patterns = clauses.len() + disjunctions.iter().flatten().map(Vec::len).sum::<usize>();
+        if patterns > MAX_PATTERNS {
+            return invalid(format!(
+                "or_clauses: the query holds {patterns} clause patterns, at most {MAX_PATTERNS} are allowed"
             ));
         }
         if find.is_empty() {
@@ -426,45 +478,34 @@ impl Query {
                 return invalid(format!("clauses[{i}].value: {e}"));
             }
         }
-        let bound: BTreeSet<&Variable> = clauses
-            .iter()
-            .chain(disjunctions.iter().filter_map(|g| g.first()))
-            .flat_map(Clause::variables)
-            .collect();
+        let q = Query {
+            find,
+            clauses,
+            filters: Vec::new(),
+            negations: Vec::new(),
+            disjunctions,
+        };
+        let bound = q.variables();
         let mut listed = BTreeSet::new();
-        for (i, term) in find.iter().enumerate() {
+        for (i, term) in q.find.iter().enumerate() {
             let v = term.variable();
-            if !bound.contains(v) {
+            if !bound.contains(&v) {
                 return invalid(format!("find[{i}]: {v} is bound by no clause"));
             }
             if !listed.insert(term.to_string()) {
                 return invalid(format!("find[{i}]: {term} is listed twice"));
             }
         }
-        Ok(Query {
-            find,
-            clauses,
-            filters: Vec::new(),
-            negations: Vec::new(),
-            disjunctions,
-        })
+        Ok(q)
     }
 
-    /// The clauses that bind variables: the query's, then each `or` group's first (all of a
-    /// group's name the same variables).
-    fn binding_clauses(&self) -> impl Iterator<Item = &Clause> {
-        self.clauses
-            .iter()
-            .chain(self.disjunctions.iter().filter_map(|g| g.first()))
-    }
-
-    /// Every attribute the query reads: its clauses', its `not` clauses' and every `or`
+    /// Every attribute the query reads: its clauses', its `not` groups' and every `or`
     /// alternative's (what a read gate must let the caller see).
     pub fn attributes(&self) -> impl Iterator<Item = &Attribute> {
         self.clauses
             .iter()
-            .chain(&self.negations)
-            .chain(self.disjunctions.iter().flatten())
+            .chain(self.negations.iter().flatten())
+            .chain(self.disjunctions.iter().flatten().flatten())
             .map(|c| &c.attribute)
     }
 
@@ -478,7 +519,7 @@ impl Query {
                 filters.len()
             ));
         }
-        let bound: BTreeSet<&Variable> = self.binding_clauses().flat_map(Clause::variables).collect();
+        let bound = self.variables();
         for (i, f) in filters.iter().enumerate() {
             if let Some(v) = f.variables().find(|v| !bound.contains(v)) {
                 return invalid(format!("filters[{i}]: {v} is bound by no clause"));
@@ -493,9 +534,10 @@ impl Query {
         Ok(self)
     }
 
-    /// The query with `negations` (at most [`MAX_CLAUSES`]): each shares at least one variable
-    /// with the clauses (so its other position, if a variable no clause binds, is local to it).
-    pub fn negated(mut self, negations: Vec<Clause>) -> Result<Query, ValidationError> {
+    /// The query with `negations` (at most [`MAX_CLAUSES`] groups of 1 to [`MAX_CLAUSES`]
+    /// clauses): each group names at least one variable the clauses bind (so it is asked of a
+    /// row, never of the whole store); its other variables are its own.
+    pub fn negated(mut self, negations: Vec<Vec<Clause>>) -> Result<Query, ValidationError> {
         let invalid = |m: String| Err(ValidationError::Query(m));
         if negations.len() > MAX_CLAUSES {
             return invalid(format!(
@@ -503,17 +545,27 @@ impl Query {
                 negations.len()
             ));
         }
-        let bound: BTreeSet<&Variable> = self.binding_clauses().flat_map(Clause::variables).collect();
-        for (i, c) in negations.iter().enumerate() {
-            if let ValueTerm::Value(v) = &c.value
-                && let Err(e) = v.validate()
+        let patterns = self.clauses.len()
+            + self.disjunctions.iter().flatten().map(Vec::len).sum::<usize>()
+            + negations.iter().map(Vec::len).sum::<usize>();
+        if patterns > MAX_PATTERNS {
+            return invalid(format!(
+                "not_clauses: the query holds {patterns} clause patterns, at most {MAX_PATTERNS} are allowed"
+            ));
+        }
+        let bound = self.variables();
+        for (i, group) in negations.iter().enumerate() {
+            check_conjunction("not_clauses", i, group, "a not")?;
+            if !group
+                .iter()
+                .flat_map(Clause::variables)
+                .any(|v| bound.contains(&v))
             {
-                return invalid(format!("not_clauses[{i}].value: {e}"));
-            }
-            if !c.variables().any(|v| bound.contains(v)) {
+                let shown: Vec<String> = group.iter().map(ToString::to_string).collect();
                 return invalid(format!(
-                    "not_clauses[{i}]: {c} shares no variable with the clauses; a not clause \
-                     removes rows, so it needs a variable the clauses bind"
+                    "not_clauses[{i}]: {} shares no variable with the clauses; a not clause \
+                     removes rows, so it needs a variable the clauses bind",
+                    shown.join(" ")
                 ));
             }
         }
@@ -541,8 +593,8 @@ impl Query {
                     filters.push(f);
                     filter_at.push(i);
                 }
-                Where::Not(c) => {
-                    negations.push(c);
+                Where::Not(group) => {
+                    negations.push(group);
                     negation_at.push(i);
                 }
                 Where::Or(group) => {
@@ -570,10 +622,11 @@ impl Query {
         self.find.iter().any(|t| matches!(t, FindTerm::Aggregate(..)))
     }
 
-    /// Every variable, in order of first appearance in the clauses (then the `or` groups).
+    /// Every variable the query binds, in order of first appearance in the clauses (then
+    /// those each `or` group binds).
     pub fn variables(&self) -> Vec<&Variable> {
-        let mut out: Vec<&Variable> = Vec::new();
-        for v in self.binding_clauses().flat_map(Clause::variables) {
+        let mut out: Vec<&Variable> = conjunction_variables(&self.clauses);
+        for v in self.disjunctions.iter().flat_map(|g| shared_variables(g)) {
             if !out.contains(&v) {
                 out.push(v);
             }
@@ -582,15 +635,37 @@ impl Query {
     }
 }
 
+/// Checks conjunction `k` of the list `base` (an `or` group's alternatives, the `not` groups):
+/// 1 to [`MAX_CLAUSES`] clauses, each value one a request may name; `what` names it in errors.
+fn check_conjunction(base: &str, k: usize, clauses: &[Clause], what: &str) -> Result<(), ValidationError> {
+    if clauses.is_empty() || clauses.len() > MAX_CLAUSES {
+        return Err(ValidationError::Query(format!(
+            "{base}[{k}]: {} clauses; {what} holds 1 to {MAX_CLAUSES}",
+            clauses.len()
+        )));
+    }
+    for (m, c) in clauses.iter().enumerate() {
+        if let ValueTerm::Value(v) = &c.value
+            && let Err(e) = v.validate()
+        {
+            return Err(ValidationError::Query(format!(
+                "{}.value: {e}",
+                conjunction_field(base, k, m, clauses.len())
+            )));
+        }
+    }
+    Ok(())
+}
+
 /// One entry of a mixed `where` list.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Where {
     Clause(Clause),
     Filter(Filter),
-    /// `(not [e a v])`.
-    Not(Clause),
-    /// `(or [e a v] [e a v] ...)`.
-    Or(Vec<Clause>),
+    /// `(not [e a v] ...)`: a conjunction of one clause or more.
+    Not(Vec<Clause>),
+    /// `(or [e a v] (and [e a v] [e a v]) ...)`: alternatives, each a conjunction.
+    Or(Vec<Vec<Clause>>),
 }
 
 /// `kind[i]...` (a position in its own list) as `where[j]...`, `j` the entry's place in the
@@ -624,13 +699,26 @@ impl fmt::Display for Query {
         }
         for group in &self.disjunctions {
             f.write_str(" (or")?;
+            for alternative in group {
+                match alternative.as_slice() {
+                    [c] => write!(f, " {c}")?,
+                    clauses => {
+                        f.write_str(" (and")?;
+                        for c in clauses {
+                            write!(f, " {c}")?;
+                        }
+                        f.write_str(")")?;
+                    }
+                }
+            }
+            f.write_str(")")?;
+        }
+        for group in &self.negations {
+            f.write_str(" (not")?;
             for c in group {
                 write!(f, " {c}")?;
             }
             f.write_str(")")?;
-        }
-        for c in &self.negations {
-            write!(f, " (not {c})")?;
         }
         Ok(())
     }
@@ -756,13 +844,13 @@ mod tests {
     }
 
     #[test]
-    fn an_or_group_names_the_same_variables_in_every_alternative() {
+    fn an_or_group_binds_what_every_alternative_names() {
         let status = |v: &str| {
-            clause(
+            vec![clause(
                 EntityTerm::Var(var("?t")),
                 ":task/status",
                 ValueTerm::Value(Value::Keyword(v.into())),
-            )
+            )]
         };
         let group = vec![status(":s/open"), status(":s/blocked")];
         // A query of one `or` group alone: what it binds is bound.
@@ -773,33 +861,72 @@ mod tests {
         );
         assert_eq!(q.variables(), vec![&var("?t")]);
         assert_eq!(q.attributes().count(), 2);
-        let owner = clause(
-            EntityTerm::Var(var("?t")),
-            ":task/owner",
-            ValueTerm::Var(var("?o")),
+        let owner = |o: &str| clause(EntityTerm::Var(var("?t")), ":task/owner", ValueTerm::Var(var(o)));
+        let team = |o: &str| {
+            clause(
+                EntityTerm::Var(var(o)),
+                ":agent/team",
+                ValueTerm::Value(Value::String("infra".into())),
+            )
+        };
+        // An alternative of several clauses, with a variable of its own (?o): the group binds
+        // ?t alone, so ?o can be neither listed nor compared.
+        let owned_by_infra = vec![owner("?o"), team("?o")];
+        let either = vec![status(":s/open"), owned_by_infra.clone()];
+        let q = Query::with_or(vec![var("?t")], vec![], vec![either.clone()]).expect("valid");
+        assert_eq!(
+            q.to_string(),
+            "find ?t where (or [?t :task/status :s/open] (and [?t :task/owner ?o] [?o :agent/team \"infra\"]))"
         );
-        let refused = |groups: Vec<Vec<Clause>>| {
-            Query::with_or(vec![var("?t")], vec![], groups)
+        assert_eq!(q.variables(), vec![&var("?t")]);
+        assert_eq!(shared_variables(&either), vec![&var("?t")]);
+        assert_eq!(q.attributes().count(), 3);
+        let refused = |find: &str, clauses: Vec<Clause>, groups: Vec<Vec<Vec<Clause>>>| {
+            Query::with_or(vec![var(find)], clauses, groups)
                 .unwrap_err()
                 .to_string()
         };
         assert_eq!(
-            refused(vec![vec![status(":s/open"), owner.clone()]]),
-            "invalid query: or_clauses[0].alternatives[1]: [?t :task/owner ?o] names ?o ?t, the first \
-             alternative ?t: every alternative of an or names the same variables"
+            refused("?o", vec![], vec![either.clone()]),
+            "invalid query: find[0]: ?o is bound by no clause"
+        );
+        // Named outside the group too, it would join in one alternative and not the other.
+        let outside = refused("?t", vec![owner("?o")], vec![either.clone()]);
+        assert!(
+            outside.starts_with(
+                "invalid query: or_clauses[0].alternatives[1]: ?o is named by this alternative but not by every alternative"
+            ),
+            "{outside}"
         );
         assert!(
-            refused(vec![vec![status(":s/open")]])
+            refused("?t", vec![], vec![vec![status(":s/open")]])
                 .contains("or_clauses[0]: 1 alternatives; an or holds 2 to 16")
         );
-        assert!(refused(vec![]).contains("needs at least one clause"));
+        assert!(
+            refused("?t", vec![], vec![vec![status(":s/open"), vec![]]])
+                .contains("or_clauses[0].alternatives[1]: 0 clauses; an and holds 1 to 16")
+        );
+        let nan = vec![
+            owner("?o"),
+            clause(
+                EntityTerm::Var(var("?o")),
+                ":agent/load",
+                ValueTerm::Value(Value::F64(f64::NAN)),
+            ),
+        ];
+        assert!(
+            refused("?t", vec![], vec![vec![status(":s/open"), nan]])
+                .contains("or_clauses[0].alternatives[1].clauses[1].value:")
+        );
+        let wide = vec![vec![owner("?o"); MAX_CLAUSES]; MAX_CLAUSES];
+        assert!(
+            refused("?t", vec![], vec![wide]).contains(&format!("clause patterns, at most {MAX_PATTERNS}"))
+        );
+        assert!(refused("?t", vec![], vec![]).contains("needs at least one clause"));
         // Placed by its entry in a mixed list; a filter on what only the group binds is fine.
         let placed = Query::from_where(
             vec![var("?t")],
-            vec![
-                Where::Clause(owner.clone()),
-                Where::Or(vec![status(":s/open"), owner.clone()]),
-            ],
+            vec![Where::Clause(owner("?o")), Where::Or(either.clone())],
         )
         .unwrap_err();
         assert!(
@@ -818,6 +945,22 @@ mod tests {
             ],
         );
         assert!(filtered.is_ok(), "{filtered:?}");
+        let on_own = Query::from_where(
+            vec![var("?t")],
+            vec![
+                Where::Or(either),
+                Where::Filter(Filter {
+                    op: Compare::Ne,
+                    left: var("?o"),
+                    right: ValueTerm::Value(Value::Ref(EntityId(3))),
+                }),
+            ],
+        )
+        .unwrap_err();
+        assert_eq!(
+            on_own.to_string(),
+            "invalid query: where[1]: ?o is bound by no clause"
+        );
     }
 
     #[test]
@@ -899,12 +1042,15 @@ mod tests {
         );
         let owned = |e: &str, v: &str| clause(EntityTerm::Var(var(e)), ":task/owner", ValueTerm::Var(var(v)));
         let q = Query::new(vec![var("?t")], vec![open.clone()]).expect("valid");
-        let unowned = q.clone().negated(vec![owned("?t", "?anyone")]).expect("valid");
+        let unowned = q
+            .clone()
+            .negated(vec![vec![owned("?t", "?anyone")]])
+            .expect("valid");
         assert_eq!(
             unowned.to_string(),
             "find ?t where [?t :task/status :status/open] (not [?t :task/owner ?anyone])"
         );
-        let apart = q.clone().negated(vec![owned("?x", "?y")]).unwrap_err();
+        let apart = q.clone().negated(vec![vec![owned("?x", "?y")]]).unwrap_err();
         assert!(
             apart
                 .to_string()
@@ -912,8 +1058,8 @@ mod tests {
             "{apart}"
         );
         // A bound variable may stand in both positions (the tasks that do not own themselves).
-        assert!(q.clone().negated(vec![owned("?t", "?t")]).is_ok());
-        let many = vec![owned("?t", "?o"); MAX_CLAUSES + 1];
+        assert!(q.clone().negated(vec![vec![owned("?t", "?t")]]).is_ok());
+        let many = vec![vec![owned("?t", "?o")]; MAX_CLAUSES + 1];
         assert!(
             q.clone()
                 .negated(many)
@@ -924,7 +1070,7 @@ mod tests {
         // A variable only a not clause names cannot be listed or compared.
         let listed = Query::from_where(
             vec![var("?o")],
-            vec![Where::Clause(open.clone()), Where::Not(owned("?t", "?o"))],
+            vec![Where::Clause(open.clone()), Where::Not(vec![owned("?t", "?o")])],
         )
         .unwrap_err();
         assert_eq!(
@@ -933,12 +1079,69 @@ mod tests {
         );
         let placed = Query::from_where(
             vec![var("?t")],
-            vec![Where::Not(owned("?z", "?w")), Where::Clause(open)],
+            vec![Where::Not(vec![owned("?z", "?w")]), Where::Clause(open)],
         )
         .unwrap_err();
         assert!(
             placed.to_string().starts_with("invalid query: where[0]: "),
             "named by its place in where: {placed}"
+        );
+    }
+
+    #[test]
+    fn a_not_group_joins_its_clauses_on_its_own_variables() {
+        let open = clause(
+            EntityTerm::Var(var("?t")),
+            ":task/status",
+            ValueTerm::Value(Value::Keyword(":status/open".into())),
+        );
+        let owned = clause(
+            EntityTerm::Var(var("?t")),
+            ":task/owner",
+            ValueTerm::Var(var("?o")),
+        );
+        let infra = clause(
+            EntityTerm::Var(var("?o")),
+            ":agent/team",
+            ValueTerm::Value(Value::String("infra".into())),
+        );
+        let q = Query::new(vec![var("?t")], vec![open.clone()]).expect("valid");
+        let not_infra = q
+            .clone()
+            .negated(vec![vec![owned.clone(), infra.clone()]])
+            .expect("valid");
+        assert_eq!(
+            not_infra.to_string(),
+            "find ?t where [?t :task/status :status/open] (not [?t :task/owner ?o] [?o :agent/team \"infra\"])"
+        );
+        assert_eq!(not_infra.variables(), vec![&var("?t")], "?o is the group's own");
+        assert_eq!(not_infra.attributes().count(), 3);
+        // A group none of whose variables the clauses bind would test the whole store.
+        let apart = q.clone().negated(vec![vec![infra.clone()]]).unwrap_err();
+        assert!(
+            apart
+                .to_string()
+                .contains("not_clauses[0]: [?o :agent/team \"infra\"] shares no variable"),
+            "{apart}"
+        );
+        let empty = q.clone().negated(vec![vec![]]).unwrap_err();
+        assert!(
+            empty
+                .to_string()
+                .contains("not_clauses[0]: 0 clauses; a not holds 1 to 16"),
+            "{empty}"
+        );
+        let nan = clause(
+            EntityTerm::Var(var("?o")),
+            ":agent/load",
+            ValueTerm::Value(Value::F64(f64::NAN)),
+        );
+        let bad = q
+            .negated(vec![vec![owned.clone()], vec![owned, nan]])
+            .unwrap_err();
+        assert!(
+            bad.to_string().contains("not_clauses[1].clauses[1].value:"),
+            "{bad}"
         );
     }
 

@@ -3,7 +3,8 @@
 use std::sync::Arc;
 
 use engram_access::{Action, Grant, PolicyOp, SYSTEM_NAMESPACE};
-use engram_core::policy;
+use engram_core::cursor::CursorKind;
+use engram_core::{lists, policy};
 use engram_proto::{methods, pb};
 use engram_raft::Proposer;
 use tonic::metadata::MetadataMap;
@@ -163,6 +164,19 @@ impl PolicyCall {
     }
 }
 
+/// A page of a list of the policy, each item with its sort key (`engram_core::lists::keyed_page`),
+/// and the cursor of the next one (empty: the list ends here).
+fn page_of<T>(
+    kind: CursorKind,
+    query: &[&[u8]],
+    items: Vec<(Vec<u8>, T)>,
+    cursor: &[u8],
+    limit: u32,
+) -> Result<(Vec<T>, Vec<u8>), ApiError> {
+    let (page, next) = lists::keyed_page(kind, query, items, cursor, lists::keyed_page_size(limit))?;
+    Ok((page, next.map(|c| c.encode()).unwrap_or_default()))
+}
+
 fn grant_pb(g: &Grant, row: Option<&policy::GrantRow>) -> pb::GrantInfo {
     pb::GrantInfo {
         principal: g.principal.clone(),
@@ -250,23 +264,31 @@ impl pb::access_server::Access for AccessService {
         let (agents, assignments) = self.shared.read_state(|store| {
             Ok::<_, engram_core::CoreError>((policy::agents(store)?, policy::role_assignments(store)?))
         })?;
+        let items = agents
+            .into_iter()
+            .map(|(name, row)| {
+                (
+                    lists::list_key(&[&name]),
+                    pb::AgentInfo {
+                        roles: assignments
+                            .iter()
+                            .filter(|(agent, _, _)| *agent == name)
+                            .map(|(_, role, _)| role.clone())
+                            .collect(),
+                        name,
+                        public_key: row.key.0.to_vec(),
+                        revoked: row.revoked_tx.is_some(),
+                        entity: row.entity.0,
+                        since_tx: row.since_tx.0,
+                    },
+                )
+            })
+            .collect();
+        let (agents, next_cursor) = page_of(CursorKind::Agents, &[], items, &req.cursor, req.limit)?;
         Ok(Response::new(pb::ListAgentsResponse {
-            agents: agents
-                .into_iter()
-                .map(|(name, row)| pb::AgentInfo {
-                    roles: assignments
-                        .iter()
-                        .filter(|(agent, _, _)| *agent == name)
-                        .map(|(_, role, _)| role.clone())
-                        .collect(),
-                    name,
-                    public_key: row.key.0.to_vec(),
-                    revoked: row.revoked_tx.is_some(),
-                    entity: row.entity.0,
-                    since_tx: row.since_tx.0,
-                })
-                .collect(),
+            agents,
             applied_tx: self.shared.applied_index(),
+            next_cursor,
         }))
     }
 
@@ -287,13 +309,25 @@ impl pb::access_server::Access for AccessService {
         )?;
         let who = req.principal;
         let grants = self.shared.read_state(|store| policy::grants(store))?;
+        let items = grants
+            .iter()
+            .filter(|(g, _)| who.is_empty() || g.principal == who)
+            .map(|(g, row)| {
+                let key = lists::list_key(&[&g.principal, g.action.name(), &g.prefix, &g.attribute]);
+                (key, grant_pb(g, Some(row)))
+            })
+            .collect();
+        let (grants, next_cursor) = page_of(
+            CursorKind::Grants,
+            &[who.as_bytes()],
+            items,
+            &req.cursor,
+            req.limit,
+        )?;
         Ok(Response::new(pb::ListGrantsResponse {
-            grants: grants
-                .iter()
-                .filter(|(g, _)| who.is_empty() || g.principal == who)
-                .map(|(g, row)| grant_pb(g, Some(row)))
-                .collect(),
+            grants,
             applied_tx: self.shared.applied_index(),
+            next_cursor,
         }))
     }
 
@@ -360,7 +394,7 @@ impl pb::access_server::Access for AccessService {
             ))
         })?;
         let attribute = |a: Option<engram_types::Attribute>| a.map(|a| a.to_string()).unwrap_or_default();
-        let mut policies: Vec<pb::RetentionInfo> = by_time
+        let policies: Vec<pb::RetentionInfo> = by_time
             .into_iter()
             .map(|p| pb::RetentionInfo {
                 namespace: p.namespace.to_string(),
@@ -377,10 +411,20 @@ impl pb::access_server::Access for AccessService {
                 keep_versions: p.row.keep_versions,
             }))
             .collect();
-        policies.sort_by(|a, b| (&a.namespace, &a.attribute).cmp(&(&b.namespace, &b.attribute)));
+        // A time policy and a versions policy may share (namespace, attribute): the kind ends
+        // the key.
+        let items = policies
+            .into_iter()
+            .map(|p| {
+                let kind = if p.keep_versions > 0 { "versions" } else { "time" };
+                (lists::list_key(&[&p.namespace, &p.attribute, kind]), p)
+            })
+            .collect();
+        let (policies, next_cursor) = page_of(CursorKind::Retention, &[], items, &req.cursor, req.limit)?;
         Ok(Response::new(pb::ListRetentionResponse {
             policies,
             applied_tx: self.shared.applied_index(),
+            next_cursor,
         }))
     }
 
@@ -410,26 +454,43 @@ impl pb::access_server::Access for AccessService {
         let (open, ended) = self.shared.read_state(|store| {
             Ok::<_, engram_core::CoreError>((policy::sessions(store)?, policy::ended_sessions(store)?))
         })?;
-        Ok(Response::new(pb::ListSessionsResponse {
-            sessions: open
-                .into_iter()
-                .map(|s| pb::SessionInfo {
+        // A page of namespaces, each with its open session and its last ended one.
+        let mut by_namespace: std::collections::BTreeMap<String, pb::ListSessionsResponse> =
+            Default::default();
+        for s in open {
+            by_namespace
+                .entry(s.namespace.to_string())
+                .or_default()
+                .sessions
+                .push(pb::SessionInfo {
                     namespace: s.namespace.to_string(),
                     ttl_ms: s.row.ttl_ms,
                     deadline_ns: s.row.deadline_ns,
                     since_tx: s.row.since_tx.0,
                     renewed_tx: s.row.renewed_tx.0,
-                })
-                .collect(),
-            ended: ended
-                .into_iter()
-                .map(|s| pb::EndedSessionInfo {
+                });
+        }
+        for s in ended {
+            by_namespace
+                .entry(s.namespace.to_string())
+                .or_default()
+                .ended
+                .push(pb::EndedSessionInfo {
                     namespace: s.namespace.to_string(),
                     ended_tx: s.row.ended_tx.0,
                     lapsed: s.row.lapsed,
-                })
-                .collect(),
+                });
+        }
+        let items = by_namespace
+            .into_iter()
+            .map(|(ns, held)| (lists::list_key(&[&ns]), held))
+            .collect();
+        let (page, next_cursor) = page_of(CursorKind::Sessions, &[], items, &req.cursor, req.limit)?;
+        Ok(Response::new(pb::ListSessionsResponse {
+            sessions: page.iter().flat_map(|held| held.sessions.clone()).collect(),
+            ended: page.into_iter().flat_map(|held| held.ended).collect(),
             applied_tx: self.shared.applied_index(),
+            next_cursor,
         }))
     }
 

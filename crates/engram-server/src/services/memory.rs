@@ -473,8 +473,8 @@ const VERSION_WAIT_TRIES: usize = 200;
 
 impl MemoryService {
     /// `Get` with `complete`: the answer recomputed from the entity's slot histories as of the
-    /// state map's latest version, with the proof that they are all of them
-    /// (`engram_core::state_proof`).
+    /// state map's latest version (or folded from them as of an earlier transaction), with the
+    /// proof that they are all of them (`engram_core::state_proof`).
     async fn get_complete(
         &self,
         req: &pb::GetRequest,
@@ -483,20 +483,20 @@ impl MemoryService {
         opts: &reads::ReadOptions,
         scope: Option<&ReadScope>,
     ) -> Result<pb::GetResponse, ApiError> {
-        let unsupported = if on.is_some() {
-            Some("branch")
-        } else if req.as_of_tx.is_some() {
-            Some("as_of_tx")
-        } else if req.as_of_time_ns.is_some() {
-            Some("as_of_time_ns")
-        } else {
-            None
-        };
-        if let Some(field) = unsupported {
-            return Err(ApiError::Invalid(format!(
-                "complete: proofs of completeness are of the current state on main; {field} cannot be \
-                 proven complete yet (ask with prove alone for an inclusion proof)"
-            )));
+        if on.is_some() {
+            return Err(ApiError::Invalid(
+                "complete: proofs of completeness are of main; branch cannot be proven complete yet \
+                 (ask with prove alone for an inclusion proof)"
+                    .into(),
+            ));
+        }
+        if req.as_of_time_ns.is_some() {
+            // Which transaction an instant names is this node's word: the proof would not bind it.
+            return Err(ApiError::Invalid(
+                "complete: a proven read is as of a transaction (as_of_tx); as_of_time_ns names an \
+                 instant whose transaction the proof does not bind"
+                    .into(),
+            ));
         }
         let latest = || {
             self.shared.node.state_version().ok_or_else(|| {
@@ -508,8 +508,9 @@ impl MemoryService {
         // a group's write and the publication of its map, which follows it at once: wait that
         // moment out rather than answer with a checkpoint older than the caller's. A node
         // truly behind answers after the wait, and the caller sees its answer is older.
+        let as_of = opts.as_of;
         for _ in 0..VERSION_WAIT_TRIES {
-            if version.head.index >= req.trusted_size {
+            if version.head.index >= req.trusted_size && as_of.is_none_or(|t| version.head.tx >= t) {
                 break;
             }
             tokio::time::sleep(std::time::Duration::from_millis(1)).await;
@@ -521,7 +522,8 @@ impl MemoryService {
         let (proof, consistency) = self
             .shared
             .read_sized(true, move |store| {
-                let proof = engram_core::state_proof::entity_state(store, &key, &version, &ns, entity)?;
+                let proof =
+                    engram_core::state_proof::entity_state(store, &key, &version, &ns, entity, as_of)?;
                 let size = proof.checkpoint.checkpoint.size;
                 let consistency = if trusted_size > 0 && trusted_size <= size {
                     engram_core::proofs::consistency(store, trusted_size, size)?.1
@@ -542,7 +544,7 @@ impl MemoryService {
             proof: None,
             conflicts: shown(scope, &facts.conflicts),
             expired_at_ns: facts.expired_at_ns,
-            as_of_tx: 0,
+            as_of_tx: as_of.map_or(0, |t| t.0),
             state_proof: Some(pb::StateProof {
                 checkpoint: Some(super::audit::checkpoint_pb(&proof.checkpoint)),
                 consistency: hashes(&consistency),
@@ -1027,9 +1029,25 @@ impl pb::memory_server::Memory for MemoryService {
         let rows = self
             .shared
             .read_state(|store| engram_core::branch::list(store, &ns))?;
+        let items = rows
+            .iter()
+            .map(|row| {
+                let branch = branch_pb(row);
+                (engram_core::lists::list_key(&[&branch.name]), branch)
+            })
+            .collect();
+        let (branches, next) = engram_core::lists::keyed_page(
+            engram_core::cursor::CursorKind::Branches,
+            &[ns.as_str().as_bytes()],
+            items,
+            &req.cursor,
+            engram_core::lists::keyed_page_size(req.limit),
+        )
+        .map_err(ApiError::from)?;
         Ok(Response::new(pb::ListBranchesResponse {
-            branches: rows.iter().map(branch_pb).collect(),
+            branches,
             applied_tx: self.shared.applied_index(),
+            next_cursor: next.map(|c| c.encode()).unwrap_or_default(),
         }))
     }
 
@@ -1375,6 +1393,7 @@ impl pb::memory_server::Memory for MemoryService {
             req.filters.clone(),
             req.not_clauses.clone(),
             req.or_clauses.clone(),
+            req.not_groups.clone(),
         )
         .map_err(ApiError::from)?;
         let max_rows_read = match req.max_rows_read {
@@ -1428,7 +1447,18 @@ impl pb::memory_server::Memory for MemoryService {
                 .map(|s| pb::QueryStep {
                     clause: s.clause as u32,
                     access: if s.is_or() {
-                        let names: Vec<&str> = s.alternatives.iter().map(|a| a.name()).collect();
+                        let names: Vec<String> = s
+                            .alternatives
+                            .iter()
+                            .map(|order| match order.as_slice() {
+                                [(_, access)] => access.name().to_string(),
+                                steps => {
+                                    let named: Vec<String> =
+                                        steps.iter().map(|(m, a)| format!("{} [{m}]", a.name())).collect();
+                                    named.join(" & ")
+                                }
+                            })
+                            .collect();
                         names.join(" | ")
                     } else {
                         s.access.name().to_string()
