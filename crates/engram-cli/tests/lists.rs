@@ -509,27 +509,26 @@ async fn policy_lists_come_in_pages(client: &Client, endpoint: &str) {
     let mut access = pb::access_client::AccessClient::connect(format!("http://{endpoint}"))
         .await
         .unwrap();
-    let mut memory = pb::memory_client::MemoryClient::connect(format!("http://{endpoint}"))
+    let memory = pb::memory_client::MemoryClient::connect(format!("http://{endpoint}"))
         .await
         .unwrap();
-    // Each list read two at a time, following cursors: (names in order, pages read).
-    let mut pages = 0;
-    let mut cursor = Vec::new();
-    let mut agents = Vec::new();
-    loop {
-        let page = access
-            .list_agents(pb::ListAgentsRequest { limit: 2, cursor })
-            .await
-            .unwrap()
-            .into_inner();
-        assert!(page.agents.len() <= 2);
-        agents.extend(page.agents.into_iter().map(|a| a.name));
-        pages += 1;
-        if page.next_cursor.is_empty() {
-            break;
+    // Each list read a page of two (of one, for grants) at a time, following cursors.
+    let (agents, pages) = every_page(|cursor| {
+        let mut access = access.clone();
+        async move {
+            let page = access
+                .list_agents(pb::ListAgentsRequest { limit: 2, cursor })
+                .await
+                .unwrap()
+                .into_inner();
+            assert!(page.agents.len() <= 2);
+            (
+                page.agents.into_iter().map(|a| a.name).collect(),
+                page.next_cursor,
+            )
         }
-        cursor = page.next_cursor;
-    }
+    })
+    .await;
     let whole: Vec<String> = client
         .list_agents()
         .await
@@ -543,24 +542,23 @@ async fn policy_lists_come_in_pages(client: &Client, endpoint: &str) {
     assert!(agents.windows(2).all(|w| w[0] < w[1]), "{agents:?}");
     assert!((0..5).all(|i| agents.contains(&format!("pager-{i}"))));
 
-    let mut cursor = Vec::new();
-    let mut grants = Vec::new();
-    loop {
-        let page = access
-            .list_grants(pb::ListGrantsRequest {
-                principal: "pager-3".into(),
-                limit: 1,
-                cursor,
-            })
-            .await
-            .unwrap()
-            .into_inner();
-        grants.extend(page.grants.into_iter().map(|g| (g.principal, g.action, g.prefix)));
-        if page.next_cursor.is_empty() {
-            break;
+    let (grants, _) = every_page(|cursor| {
+        let mut access = access.clone();
+        async move {
+            let page = access
+                .list_grants(pb::ListGrantsRequest {
+                    principal: "pager-3".into(),
+                    limit: 1,
+                    cursor,
+                })
+                .await
+                .unwrap()
+                .into_inner();
+            let grants = page.grants.into_iter().map(|g| (g.principal, g.action, g.prefix));
+            (grants.collect(), page.next_cursor)
         }
-        cursor = page.next_cursor;
-    }
+    })
+    .await;
     assert_eq!(
         grants,
         [("pager-3".to_string(), "read".to_string(), "lists".to_string())]
@@ -568,20 +566,21 @@ async fn policy_lists_come_in_pages(client: &Client, endpoint: &str) {
     let all_grants = client.list_grants("").await.unwrap().grants;
     assert!(all_grants.len() >= 5, "{all_grants:?}");
 
-    let mut cursor = Vec::new();
-    let mut retention = Vec::new();
-    loop {
-        let page = access
-            .list_retention(pb::ListRetentionRequest { limit: 2, cursor })
-            .await
-            .unwrap()
-            .into_inner();
-        retention.extend(page.policies.into_iter().map(|p| p.namespace));
-        if page.next_cursor.is_empty() {
-            break;
+    let (retention, _) = every_page(|cursor| {
+        let mut access = access.clone();
+        async move {
+            let page = access
+                .list_retention(pb::ListRetentionRequest { limit: 2, cursor })
+                .await
+                .unwrap()
+                .into_inner();
+            (
+                page.policies.into_iter().map(|p| p.namespace).collect(),
+                page.next_cursor,
+            )
         }
-        cursor = page.next_cursor;
-    }
+    })
+    .await;
     let whole: Vec<String> = client
         .list_retention()
         .await
@@ -596,45 +595,47 @@ async fn policy_lists_come_in_pages(client: &Client, endpoint: &str) {
         (0..5).map(|i| format!("lists/r{i}")).collect::<Vec<_>>()
     );
 
-    let mut cursor = Vec::new();
-    let mut sessions = Vec::new();
-    loop {
-        let page = access
-            .list_sessions(pb::ListSessionsRequest { limit: 2, cursor })
-            .await
-            .unwrap()
-            .into_inner();
-        sessions.extend(page.sessions.into_iter().map(|s| s.namespace));
-        if page.next_cursor.is_empty() {
-            break;
+    let (sessions, _) = every_page(|cursor| {
+        let mut access = access.clone();
+        async move {
+            let page = access
+                .list_sessions(pb::ListSessionsRequest { limit: 2, cursor })
+                .await
+                .unwrap()
+                .into_inner();
+            (
+                page.sessions.into_iter().map(|s| s.namespace).collect(),
+                page.next_cursor,
+            )
         }
-        cursor = page.next_cursor;
-    }
+    })
+    .await;
     assert_eq!(
         sessions,
         (0..5).map(|i| format!("lists/s{i}")).collect::<Vec<_>>()
     );
     assert_eq!(client.list_sessions().await.unwrap().sessions.len(), 5);
 
-    let mut cursor = Vec::new();
-    let mut branches = Vec::new();
-    loop {
-        let page = memory
-            .list_branches(pb::ListBranchesRequest {
-                namespace: ns.to_string(),
-                limit: 2,
-                cursor,
-                ..Default::default()
-            })
-            .await
-            .unwrap()
-            .into_inner();
-        branches.extend(page.branches.into_iter().map(|b| b.name));
-        if page.next_cursor.is_empty() {
-            break;
+    let (branches, _) = every_page(|cursor| {
+        let (mut memory, ns) = (memory.clone(), ns.to_string());
+        async move {
+            let page = memory
+                .list_branches(pb::ListBranchesRequest {
+                    namespace: ns,
+                    limit: 2,
+                    cursor,
+                    ..Default::default()
+                })
+                .await
+                .unwrap()
+                .into_inner();
+            (
+                page.branches.into_iter().map(|b| b.name).collect(),
+                page.next_cursor,
+            )
         }
-        cursor = page.next_cursor;
-    }
+    })
+    .await;
     assert_eq!(branches, (0..5).map(|i| format!("draft-{i}")).collect::<Vec<_>>());
     let through_client = client
         .branches(&ns, engram_client::Consistency::Linearizable)
@@ -642,7 +643,7 @@ async fn policy_lists_come_in_pages(client: &Client, endpoint: &str) {
         .unwrap();
     assert_eq!(through_client.branches.len(), 5);
 
-    // A cursor is bound to its list and to what the request asks: another list's, or one of
+    // A cursor is bound to its list and to what the request names: another list's, or one of
     // another principal's grants, is refused.
     let agents_cursor = access
         .list_agents(pb::ListAgentsRequest {
@@ -681,4 +682,23 @@ async fn policy_lists_come_in_pages(client: &Client, endpoint: &str) {
         .await
         .unwrap_err();
     assert_eq!(refused.code(), Code::InvalidArgument, "{refused:?}");
+}
+
+/// Every page of a list, `ask(cursor)` reading one as (its items, its next cursor): the items in
+/// the order read, and the number of pages.
+async fn every_page<T, F, Fut>(mut ask: F) -> (Vec<T>, usize)
+where
+    F: FnMut(Vec<u8>) -> Fut,
+    Fut: std::future::Future<Output = (Vec<T>, Vec<u8>)>,
+{
+    let (mut items, mut pages, mut cursor) = (Vec::new(), 0, Vec::new());
+    loop {
+        let (page, next) = ask(cursor).await;
+        items.extend(page);
+        pages += 1;
+        if next.is_empty() {
+            return (items, pages);
+        }
+        cursor = next;
+    }
 }
