@@ -1,7 +1,9 @@
 //! A join query on the wire (`QueryRequest.find`, `.clauses`, `.filters`, `.not_clauses`,
-//! `.or_clauses` and `.not_groups`) and back. A conjunction of one clause travels as the lone
-//! clause (`not_clauses`, `QueryOr.alternatives`), which every server reads; one of several in
-//! the fields that carry conjunctions (`not_groups`, `QueryOr.all_of`), numbered after them.
+//! `.or_clauses` and `.not_groups`) and back. `not` groups (and an `or` group's alternatives)
+//! that are all lone clauses travel in the lone-clause fields (`not_clauses`,
+//! `QueryOr.alternatives`), which every server reads; a list that holds a conjunction of several
+//! travels whole in the fields that carry conjunctions (`not_groups`, `QueryOr.all_of`), so its
+//! order is kept. A server numbers the second kind after the first.
 
 use engram_types::query::{Clause, Compare, EntityTerm, Filter, FindTerm, Query, ValueTerm, Variable};
 use engram_types::{EntityId, ValidationError};
@@ -236,4 +238,88 @@ fn to_pb(clauses: &[Clause]) -> Vec<pb::QueryClause> {
             value: value_term_to_pb(&c.value),
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use engram_types::query::{Clause, EntityTerm, Query, ValueTerm, Variable};
+    use engram_types::{Attribute, Value};
+
+    use super::*;
+
+    fn clause(e: &str, a: &str, v: &str) -> Clause {
+        Clause {
+            entity: EntityTerm::Var(Variable::new(e).expect("valid")),
+            attribute: Attribute::new(a).expect("valid"),
+            value: match v.strip_prefix('=') {
+                Some(text) => ValueTerm::Value(Value::String(text.into())),
+                None => ValueTerm::Var(Variable::new(v).expect("valid")),
+            },
+        }
+    }
+
+    fn through_the_wire(q: &Query) -> Query {
+        let (not_clauses, not_groups) = negations_to_pb(q);
+        query(
+            q.find.iter().map(ToString::to_string).collect(),
+            clauses_to_pb(q),
+            filters_to_pb(q),
+            not_clauses,
+            disjunctions_to_pb(q),
+            not_groups,
+        )
+        .expect("a valid query decodes")
+    }
+
+    #[test]
+    fn conjunctions_cross_the_wire_in_order_and_lone_clauses_in_the_old_fields() {
+        let t = || vec![Variable::new("?t").expect("valid")];
+        let owner = clause("?t", ":task/owner", "?o");
+        let infra = clause("?o", ":agent/team", "=infra");
+        let open = clause("?t", ":task/status", "=open");
+        // Lone clauses only: the fields every server reads.
+        let plain = Query::with_or(
+            t(),
+            vec![owner.clone()],
+            vec![vec![
+                vec![open.clone()],
+                vec![clause("?t", ":task/status", "=blocked")],
+            ]],
+        )
+        .and_then(|q| q.negated(vec![vec![clause("?t", ":task/flag", "?f")]]))
+        .expect("valid");
+        let (not_clauses, not_groups) = negations_to_pb(&plain);
+        assert_eq!((not_clauses.len(), not_groups.len()), (1, 0));
+        assert!(disjunctions_to_pb(&plain)[0].all_of.is_empty());
+        assert_eq!(through_the_wire(&plain), plain);
+        // A conjunction first, a lone clause second: both lists keep their order.
+        let mixed = Query::with_or(
+            t(),
+            vec![],
+            vec![vec![vec![owner.clone(), infra.clone()], vec![open.clone()]]],
+        )
+        .and_then(|q| {
+            q.negated(vec![
+                vec![owner.clone(), infra],
+                vec![clause("?t", ":task/flag", "?f")],
+            ])
+        })
+        .expect("valid");
+        let (not_clauses, not_groups) = negations_to_pb(&mixed);
+        assert_eq!((not_clauses.len(), not_groups.len()), (0, 2));
+        let ors = disjunctions_to_pb(&mixed);
+        assert_eq!((ors[0].alternatives.len(), ors[0].all_of.len()), (0, 2));
+        assert_eq!(through_the_wire(&mixed), mixed);
+        // A conjunction with no clause is named by its wire path.
+        let err = query(
+            vec!["?t".into()],
+            clauses_to_pb(&plain),
+            Vec::new(),
+            Vec::new(),
+            Vec::new(),
+            vec![pb::QueryAnd { clauses: Vec::new() }],
+        )
+        .unwrap_err();
+        assert!(err.to_string().contains("not_clauses[0]: 0 clauses"), "{err}");
+    }
 }
