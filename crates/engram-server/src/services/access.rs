@@ -12,7 +12,7 @@ use tonic::transport::Channel;
 use tonic::{Request, Response, Status};
 
 use super::gate::{Caller, Need};
-use super::{Route, Shared, forwarded_err, relay};
+use super::{Route, Shared, forwarded_err, list_page, relay};
 use crate::error::ApiError;
 
 pub struct AccessService {
@@ -164,19 +164,6 @@ impl PolicyCall {
     }
 }
 
-/// A page of a list of the policy, each item with its sort key (`engram_core::lists::keyed_page`),
-/// and the cursor of the next one (empty: the list ends here).
-fn page_of<T>(
-    kind: CursorKind,
-    query: &[&[u8]],
-    items: Vec<(Vec<u8>, T)>,
-    cursor: &[u8],
-    limit: u32,
-) -> Result<(Vec<T>, Vec<u8>), ApiError> {
-    let (page, next) = lists::keyed_page(kind, query, items, cursor, lists::keyed_page_size(limit))?;
-    Ok((page, next.map(|c| c.encode()).unwrap_or_default()))
-}
-
 fn grant_pb(g: &Grant, row: Option<&policy::GrantRow>) -> pb::GrantInfo {
     pb::GrantInfo {
         principal: g.principal.clone(),
@@ -284,7 +271,7 @@ impl pb::access_server::Access for AccessService {
                 )
             })
             .collect();
-        let (agents, next_cursor) = page_of(CursorKind::Agents, &[], items, &req.cursor, req.limit)?;
+        let (agents, next_cursor) = list_page(CursorKind::Agents, &[], items, &req.cursor, req.limit)?;
         Ok(Response::new(pb::ListAgentsResponse {
             agents,
             applied_tx: self.shared.applied_index(),
@@ -317,7 +304,7 @@ impl pb::access_server::Access for AccessService {
                 (key, grant_pb(g, Some(row)))
             })
             .collect();
-        let (grants, next_cursor) = page_of(
+        let (grants, next_cursor) = list_page(
             CursorKind::Grants,
             &[who.as_bytes()],
             items,
@@ -420,7 +407,7 @@ impl pb::access_server::Access for AccessService {
                 (lists::list_key(&[&p.namespace, &p.attribute, kind]), p)
             })
             .collect();
-        let (policies, next_cursor) = page_of(CursorKind::Retention, &[], items, &req.cursor, req.limit)?;
+        let (policies, next_cursor) = list_page(CursorKind::Retention, &[], items, &req.cursor, req.limit)?;
         Ok(Response::new(pb::ListRetentionResponse {
             policies,
             applied_tx: self.shared.applied_index(),
@@ -485,13 +472,17 @@ impl pb::access_server::Access for AccessService {
             .into_iter()
             .map(|(ns, held)| (lists::list_key(&[&ns]), held))
             .collect();
-        let (page, next_cursor) = page_of(CursorKind::Sessions, &[], items, &req.cursor, req.limit)?;
-        Ok(Response::new(pb::ListSessionsResponse {
-            sessions: page.iter().flat_map(|held| held.sessions.clone()).collect(),
-            ended: page.into_iter().flat_map(|held| held.ended).collect(),
+        let (page, next_cursor) = list_page(CursorKind::Sessions, &[], items, &req.cursor, req.limit)?;
+        let mut answer = pb::ListSessionsResponse {
             applied_tx: self.shared.applied_index(),
             next_cursor,
-        }))
+            ..Default::default()
+        };
+        for mut held in page {
+            answer.sessions.append(&mut held.sessions);
+            answer.ended.append(&mut held.ended);
+        }
+        Ok(Response::new(answer))
     }
 
     /// This node's access log, filtered; served by the node asked (each node logs what it

@@ -1036,18 +1036,17 @@ impl pb::memory_server::Memory for MemoryService {
                 (engram_core::lists::list_key(&[&branch.name]), branch)
             })
             .collect();
-        let (branches, next) = engram_core::lists::keyed_page(
+        let (branches, next_cursor) = super::list_page(
             engram_core::cursor::CursorKind::Branches,
             &[ns.as_str().as_bytes()],
             items,
             &req.cursor,
-            engram_core::lists::keyed_page_size(req.limit),
-        )
-        .map_err(ApiError::from)?;
+            req.limit,
+        )?;
         Ok(Response::new(pb::ListBranchesResponse {
             branches,
             applied_tx: self.shared.applied_index(),
-            next_cursor: next.map(|c| c.encode()).unwrap_or_default(),
+            next_cursor,
         }))
     }
 

@@ -233,6 +233,21 @@ pub fn read_state<T, E: Into<ApiError>>(
     node.read_state(read)?.map_err(Into::into)
 }
 
+/// A page of a list read whole by key (the policy's lists, a namespace's branches): the items
+/// after `cursor` in key order (`engram_core::lists::keyed_page`), and the cursor of the next
+/// page (empty: the list ends here).
+pub(crate) fn list_page<T>(
+    kind: engram_core::cursor::CursorKind,
+    query: &[&[u8]],
+    items: Vec<(Vec<u8>, T)>,
+    cursor: &[u8],
+    limit: u32,
+) -> Result<(Vec<T>, Vec<u8>), ApiError> {
+    let size = engram_core::lists::keyed_page_size(limit);
+    let (page, next) = engram_core::lists::keyed_page(kind, query, items, cursor, size)?;
+    Ok((page, next.map(|c| c.encode()).unwrap_or_default()))
+}
+
 /// A status from the leader passes through unchanged, except a broken connection to it
 /// (tonic reports those as UNKNOWN or CANCELLED), which is UNAVAILABLE: the client should retry,
 /// likely against a new leader.
