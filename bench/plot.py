@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Plots of a `versus` (or `engram bench`) JSON report: throughput against clients, and the
+"""Plots of a `versus` (or `load`) JSON report: throughput against clients, and the
 latency CDFs of the write runs, one panel per client count.
 
 usage: plot.py REPORT.json OUT_DIR

@@ -27,8 +27,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, anyhow, bail};
 use engram_bench::args::positive;
+use engram_bench::engram::BenchCluster;
 use engram_bench::process::engram_exe;
-use engram_cli::bench::BenchCluster;
 use engram_cli::ui::Ui;
 use engram_client::{Client, ClientConfig, Join};
 use engram_types::query::{Clause, EntityTerm, Query, ValueTerm, Variable};

@@ -10,12 +10,10 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, anyhow, bail};
 use clap::Parser;
+use engram_bench::engram::{BenchCluster, BenchTls, Credentials, EngramSystem, UiProgress, emit, failures};
 use engram_bench::etcd::{EtcdCluster, EtcdSystem};
 use engram_bench::process::engram_exe;
-use engram_cli::bench::{
-    BenchCluster, BenchTls, Credentials, EngramSystem, UiProgress, check_args, emit, failures, suite_spec,
-};
-use engram_cli::cli::BenchArgs;
+use engram_bench::suite::{BenchArgs, check_args, suite_spec};
 use engram_cli::ui::Ui;
 use engram_loadgen::{System, run_suite};
 
@@ -80,7 +78,7 @@ async fn main() -> Result<()> {
     let args = Args::parse();
     check_args(&args.bench)?;
     if args.bench.attach {
-        bail!("versus starts both clusters itself; --attach is for `engram bench`");
+        bail!("versus starts both clusters itself; --attach is for `load`");
     }
     let ui = Ui::new(args.json);
     let engram_bin = engram_exe(args.engram_bin.clone()).map_err(|e| anyhow!(e))?;

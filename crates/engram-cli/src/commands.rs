@@ -1,6 +1,6 @@
 //! The dispatcher: builds the client from the global flags and hands each command to the
 //! module that runs it (`data_cmd`, `cluster_cmd`, `audit_cmd`, `serve_cmd`, the other
-//! `*_cmd` modules, `demo`, `bench`, `mcp`, `offline`); and what an error becomes (its exit
+//! `*_cmd` modules, `demo`, `mcp`, `offline`); and what an error becomes (its exit
 //! code and JSON document). Each module parses its input into domain types, makes its calls
 //! through [`engram_client::Client`], and prints a table (or `--json`).
 
@@ -59,9 +59,6 @@ pub async fn run(cli: Cli) -> Result<()> {
     match cli.command {
         Command::Serve(args) => crate::serve_cmd::serve(*args, identity).await,
         Command::Demo(args) => crate::demo::run(args, json).await.map(|_| ()),
-        Command::Bench(args) => {
-            crate::bench::run(args, cli.endpoints.clone(), config.agent.clone(), json).await
-        }
         Command::Cluster(cmd) => crate::cluster_cmd::cluster(&client()?, cmd, json).await,
         Command::Agent(cmd) => crate::access_cmd::agent(&client()?, cmd, json).await,
         Command::Grant(args) => crate::access_cmd::grant(&client()?, args, false, json).await,

@@ -21,7 +21,6 @@
 pub mod access_cmd;
 pub mod audit_cmd;
 pub mod backup_cmd;
-pub mod bench;
 pub mod cli;
 pub mod cluster_cmd;
 pub mod commands;

@@ -13,8 +13,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, anyhow, bail};
+use engram_bench::engram::BenchCluster;
 use engram_bench::process::rss_bytes;
-use engram_cli::bench::BenchCluster;
 use engram_cli::ui::Ui;
 use engram_client::{Client, ClientConfig, Consistency, SearchQuery};
 use engram_recall::Query;

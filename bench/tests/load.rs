@@ -1,15 +1,26 @@
-//! `engram bench` end to end: a short run of every phase against its own 3-node cluster, read
-//! back from the JSON report, and the refusals of arguments it cannot run with.
+//! `load` end to end: a short run of every phase against its own 3-node cluster, read back
+//! from the JSON report, and the refusals of arguments it cannot run with. Needs the `engram`
+//! binary built beside `load` (`cargo test --workspace` builds both).
 #![allow(clippy::unwrap_used)] // test helpers: a failed set-up step should stop the test loudly
 
 use std::process::Command;
 
 use serde_json::Value;
 
-const EXE: &str = env!("CARGO_BIN_EXE_engram");
+const EXE: &str = env!("CARGO_BIN_EXE_load");
 
-fn engram(args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(EXE).args(args).output().unwrap();
+fn load(args: &[&str]) -> (i32, String, String) {
+    let engram = std::path::Path::new(EXE).with_file_name("engram");
+    assert!(
+        engram.exists(),
+        "build the engram binary first: {}",
+        engram.display()
+    );
+    let out = Command::new(EXE)
+        .args(["--engram-bin", engram.to_str().unwrap()])
+        .args(args)
+        .output()
+        .unwrap();
     (
         out.status.code().unwrap_or(-1),
         String::from_utf8_lossy(&out.stdout).into_owned(),
@@ -21,8 +32,7 @@ fn engram(args: &[&str]) -> (i32, String, String) {
 fn a_short_bench_measures_every_phase_without_a_failed_request() {
     let dir = tempfile::tempdir().unwrap();
     let out_file = dir.path().join("report.json");
-    let (code, stdout, stderr) = engram(&[
-        "bench",
+    let (code, stdout, stderr) = load(&[
         "--clients",
         "1,4",
         "--datoms",
@@ -112,13 +122,15 @@ fn a_short_bench_measures_every_phase_without_a_failed_request() {
 #[test]
 fn arguments_it_cannot_run_with_are_refused_before_anything_starts() {
     for (args, needle) in [
-        (vec!["bench", "--clients", "0"], "client counts"),
-        (vec!["bench", "--datoms", "20000"], "--datoms"),
-        (vec!["bench", "--keys", "0"], "--keys"),
-        (vec!["bench", "--phases", "everything"], "invalid value"),
-        (vec!["bench", "--seconds", "0"], "--seconds"),
+        (vec!["--clients", "0"], "client counts"),
+        (vec!["--datoms", "20000"], "--datoms"),
+        (vec!["--keys", "0"], "--keys"),
+        (vec!["--phases", "everything"], "invalid value"),
+        (vec!["--seconds", "0"], "--seconds"),
+        (vec!["--attach"], "--attach needs --endpoint"),
+        (vec!["--endpoint", "127.0.0.1:1"], "with --attach"),
     ] {
-        let (code, stdout, stderr) = engram(&args);
+        let (code, stdout, stderr) = load(&args);
         assert_ne!(code, 0, "{args:?} was accepted: {stdout}");
         assert!(stderr.contains(needle), "{args:?}: {stderr}");
     }

@@ -1,5 +1,8 @@
-//! `engram bench`: Engram as a [`System`] for the closed-loop load generator, and the command
-//! that runs the matrix against a local 3-node cluster of `engram serve` processes.
+//! Engram as a [`System`] for the closed-loop load generator ([`EngramSystem`]), the 3-node
+//! cluster of `engram serve` processes a bench run starts ([`BenchCluster`], over mutual TLS
+//! with [`BenchTls`]), the leader's write-stage breakdown read off `/metrics` ([`StageMean`]),
+//! and the report a run prints ([`emit`]). `load` runs the suite against Engram alone with it,
+//! `versus` beside etcd, and `join`, `recall` and `redaction` start their clusters with it.
 
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -25,10 +28,10 @@ use futures::{FutureExt, StreamExt};
 use indicatif::ProgressBar;
 use serde::Serialize;
 
-use crate::cli::{BenchArgs, BenchPhase, BenchWatchLayout};
-use crate::local_cluster::{LocalCluster, LocalNode, free_ports};
-use crate::output::{out, outln};
-use crate::ui::Ui;
+use engram_cli::local_cluster::{LocalCluster, LocalNode, free_ports};
+use engram_cli::ui::Ui;
+
+use crate::suite::BenchArgs;
 
 /// The namespace the load runs write and read.
 const NAMESPACE: &str = "bench/load";
@@ -547,91 +550,6 @@ impl System for EngramSystem {
     }
 }
 
-/// The suite `args` ask for.
-pub fn suite_spec(args: &BenchArgs) -> SuiteSpec {
-    let on = |p: BenchPhase| args.phases.contains(&p);
-    SuiteSpec {
-        clients: args.clients.clone(),
-        writes: if on(BenchPhase::Writes) {
-            args.datoms
-                .iter()
-                .flat_map(|d| args.value_bytes.iter().map(move |v| (*d, *v)))
-                .collect()
-        } else {
-            Vec::new()
-        },
-        reads: {
-            let mut reads = Vec::new();
-            if on(BenchPhase::Reads) {
-                reads.extend([ReadKind::Linearizable, ReadKind::Stale]);
-            }
-            if on(BenchPhase::Proofs) {
-                if !on(BenchPhase::Reads) {
-                    reads.push(ReadKind::Linearizable);
-                }
-                reads.extend([ReadKind::Proven, ReadKind::Complete]);
-            }
-            reads
-        },
-        keys: args.keys,
-        value_bytes: args.value_bytes.first().copied().unwrap_or(100),
-        history_datoms: if on(BenchPhase::History) {
-            args.history_values.clone()
-        } else {
-            Vec::new()
-        },
-        history_reads: if on(BenchPhase::History) {
-            vec![ReadKind::AsOf, ReadKind::History]
-        } else {
-            Vec::new()
-        },
-        history_clients: args.history_clients.clone(),
-        fanout_subscribers: if on(BenchPhase::Watch) {
-            args.subscribers.clone()
-        } else {
-            Vec::new()
-        },
-        fanout_layouts: args
-            .watch_layouts
-            .iter()
-            .map(|l| match l {
-                BenchWatchLayout::Own => WatchLayout::Own,
-                BenchWatchLayout::Shared => WatchLayout::Shared,
-            })
-            .collect(),
-        fanout_markers: args.markers,
-        fanout_gap_ms: 10,
-        rounds: args.rounds as usize,
-        warmup: Duration::from_secs(args.warmup_secs),
-        measure: Duration::from_secs(args.seconds),
-    }
-}
-
-/// Checks the numbers a suite cannot run with.
-pub fn check_args(args: &BenchArgs) -> Result<()> {
-    if args
-        .clients
-        .iter()
-        .chain(&args.history_clients)
-        .any(|c| *c == 0 || *c > 10_000)
-    {
-        bail!("client counts must be between 1 and 10000");
-    }
-    if args.datoms.iter().any(|d| *d == 0 || *d > TxRequest::MAX_OPS) {
-        bail!("--datoms must be between 1 and {}", TxRequest::MAX_OPS);
-    }
-    if args.value_bytes.iter().any(|v| *v > 64 * 1024) {
-        bail!("--value-bytes above 65536 is not a point this bench measures");
-    }
-    if args.keys == 0 {
-        bail!("--keys must be at least 1");
-    }
-    if args.subscribers.iter().any(|s| *s == 0 || *s > 10_000) {
-        bail!("subscriber counts must be between 1 and 10000");
-    }
-    Ok(())
-}
-
 /// A 3-node bench cluster of `engram serve` processes, and where its data lives.
 pub struct BenchCluster {
     pub cluster: LocalCluster,
@@ -758,7 +676,7 @@ impl BenchCluster {
     }
 }
 
-/// Certificates for a bench run over mutual TLS, made with `openssl` ([`crate::pki`]) in a temporary
+/// Certificates for a bench run over mutual TLS, made with `openssl` ([`engram_cli::pki`]) in a temporary
 /// directory: a CA, one certificate every node serves and dials its peers with, and the bench's
 /// client certificate, whose common name is [`BENCH_AGENT`].
 pub struct BenchTls {
@@ -773,20 +691,20 @@ impl BenchTls {
             .tempdir()
             .context("creating a temporary directory")?;
         let d = dir.path();
-        crate::pki::make_ca(d, "bench")?;
-        crate::pki::issue(
+        engram_cli::pki::make_ca(d, "bench")?;
+        engram_cli::pki::issue(
             d,
             "bench",
             "node",
             "/CN=engram-bench-node",
-            crate::pki::NODE_EXTENSIONS,
+            engram_cli::pki::NODE_EXTENSIONS,
         )?;
-        crate::pki::issue(
+        engram_cli::pki::issue(
             d,
             "bench",
             "client",
             "/CN=bench",
-            &crate::pki::client_extensions(None),
+            &engram_cli::pki::client_extensions(None),
         )?;
         let read = |f: &str| std::fs::read(d.join(f)).with_context(|| format!("reading {f}"));
         let client = Arc::new(ClientTls {
@@ -1021,14 +939,16 @@ pub fn emit(
         std::fs::write(out, serde_json::to_vec_pretty(&doc)?)
             .with_context(|| format!("writing {}", out.display()))?;
     }
+    let mut w = std::io::stdout().lock();
     if json {
-        outln!("{}", serde_json::to_string_pretty(&doc)?)?;
+        writeln!(w, "{}", serde_json::to_string_pretty(&doc)?)?;
         return Ok(());
     }
-    outln!("{}", doc.machine)?;
-    out!("{}", table(&doc.rows))?;
+    writeln!(w, "{}", doc.machine)?;
+    write!(w, "{}", table(&doc.rows))?;
     for f in &report.fanouts {
-        outln!(
+        writeln!(
+            w,
             "watch fan-out {:>6}: {} subscribers ({}) x {} markers: {}/{} delivered, p50 {:.3} ms, p99 {:.3} ms, max {:.3} ms (the markers' writes: p50 {:.3} ms, p99 {:.3} ms, max {:.3} ms; {:.1} KiB of server memory per idle watcher)",
             f.system,
             f.subscribers,
@@ -1046,16 +966,17 @@ pub fn emit(
         )?;
     }
     for (system, values, secs) in &report.preloads {
-        outln!(
+        writeln!(
+            w,
             "preload {system}: {values} values in {secs:.1} s ({:.0}/s)",
             *values as f64 / secs.max(1e-9)
         )?;
     }
     for s in &report.skipped {
-        outln!("not measured: {s}")?;
+        writeln!(w, "not measured: {s}")?;
     }
     if !write_stages.is_empty() {
-        out!("{}", stage_lines(write_stages))?;
+        write!(w, "{}", stage_lines(write_stages))?;
     }
     Ok(())
 }
@@ -1092,79 +1013,4 @@ pub fn failures(report: &SuiteReport) -> Vec<String> {
             }),
     );
     out
-}
-
-/// `engram bench`.
-/// Runs the suite against a cluster it starts (in `--security` mode), or with `--attach`
-/// against `endpoints`, signing as `agent` when given (`--agent-key`).
-pub async fn run(
-    args: BenchArgs,
-    endpoints: Vec<String>,
-    agent: Option<Arc<AgentKey>>,
-    json: bool,
-) -> Result<()> {
-    check_args(&args)?;
-    let ui = Ui::new(json);
-    let spec = suite_spec(&args);
-    let (cluster, system) = if args.attach {
-        let leader = endpoints
-            .first()
-            .cloned()
-            .context("--attach needs an --endpoint")?;
-        (
-            None,
-            EngramSystem::connect(
-                "engram",
-                &leader,
-                &endpoints,
-                args.connections as usize,
-                Vec::new(),
-                Credentials { agent, tls: None },
-            )?,
-        )
-    } else {
-        let exe = std::env::current_exe().context("locating the engram executable")?;
-        let enforced = args.security == engram_access::Mode::Enforced;
-        let c = BenchCluster::start(
-            &exe,
-            args.data_dir.as_deref(),
-            args.snapshot_every_entries,
-            enforced,
-            None,
-            ui,
-        )
-        .await?;
-        let system = EngramSystem::connect(
-            if enforced { "engram-enforced" } else { "engram" },
-            &c.leader,
-            &c.cluster.endpoints(),
-            args.connections as usize,
-            c.pids(),
-            Credentials {
-                agent: c.agent.clone(),
-                tls: None,
-            },
-        )?;
-        (Some(c), system)
-    };
-    if args.unsearchable {
-        system.declare_unsearchable().await?;
-    }
-    let systems: Vec<Arc<dyn System>> = vec![Arc::new(system)];
-    let progress = UiProgress::new(ui);
-    let report = run_suite(&systems, &spec, &progress).await;
-    drop(progress);
-    let stages = match &cluster {
-        Some(c) => c.write_stages().await.unwrap_or_else(|e| {
-            tracing::warn!(error = %format!("{e:#}"), "no write-stage breakdown");
-            Vec::new()
-        }),
-        None => Vec::new(),
-    };
-    emit(&args, &spec, &report, &stages, json)?;
-    let failed = failures(&report);
-    if !failed.is_empty() {
-        bail!("requests failed during the bench:\n  {}", failed.join("\n  "));
-    }
-    Ok(())
 }
