@@ -100,6 +100,7 @@ pub async fn create_registers(targets: Vec<String>, count: usize) -> Result<Vec<
         .collect();
     let req = pb::TransactRequest {
         branch: String::new(),
+        value_salts: Vec::new(),
         namespace: NAMESPACE.into(),
         ops,
         preconditions: vec![],
@@ -235,6 +236,7 @@ async fn execute(client: usize, agent: &str, seq: u64, call: &Call, w: &Workload
             };
             Some(pb::TransactRequest {
                 branch: String::new(),
+                value_salts: Vec::new(),
                 namespace: NAMESPACE.into(),
                 ops: vec![
                     assert_op(pb::entity_ref::Kind::Id(entity), REG_VALUE, value_i64(*value)),

@@ -76,3 +76,11 @@ fn a_signed_request_not_kept_is_caught() {
         &["author.request", "does not carry it"],
     );
 }
+
+#[test]
+fn committed_datoms_salted_by_the_seed_are_caught() {
+    caught(
+        PlantedBug::CommittedDatomsSaltedBySeed,
+        &["author.request", "is not what the signed request"],
+    );
+}

@@ -2,7 +2,9 @@
 //! replica's reads and searches while every chain, export and proof keeps verifying, the
 //! redaction is itself in the chain with its reason, and bad input is refused with nothing
 //! changed. In enforced mode a redaction needs the `redact` grant, and a transaction an agent
-//! signed still verifies (its signature over the request's hash) once its request is gone.
+//! signed still verifies (its signature over the request's hash) once its request is gone; the
+//! client signs a write's committed form, so that hash covers each value only through a salted
+//! commitment.
 #![allow(clippy::unwrap_used)] // test helpers: a failed set-up step should stop the test loudly
 
 mod common;
@@ -662,6 +664,30 @@ async fn in_enforced_mode_a_redaction_needs_its_grant_and_signed_writes_still_ve
     );
     let written = cli.ok(Some(&alice), &["transact"], Some(&person("alice")));
     let e = written["temp_ids"]["p"].as_u64().unwrap().to_string();
+    // The client signed the write's committed form (each value through its salted
+    // commitment): the node keeps the request salted, and the export holds no other form of it.
+    let early = dir.path().join("early.export");
+    let out = cli.run(
+        Some(&root),
+        &["audit", "export", "--out", early.to_str().unwrap()],
+        None,
+    );
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    // (The policy changes before it are kept as they were signed.)
+    let writes: Vec<_> = kept_requests(&std::fs::read(&early).unwrap())
+        .into_iter()
+        .filter_map(|b| engram_types::TxRequest::decode_kept(&b).ok())
+        .collect();
+    assert_eq!(writes.len(), 1, "{writes:?}");
+    assert_eq!(writes[0].salts.len(), 2);
+    assert_eq!(writes[0].salts.len(), writes[0].request.ops.len());
+    assert!(
+        writes[0]
+            .request
+            .ops
+            .iter()
+            .any(|op| op.value == engram_types::Value::String(SECRET.into()))
+    );
 
     // Without the grant, refused by name; unsigned, refused too; nothing written.
     let head = cli.head_signed(&root);
@@ -729,6 +755,19 @@ async fn in_enforced_mode_a_redaction_needs_its_grant_and_signed_writes_still_ve
         report["signed_by_agent"]["alice"].as_u64().unwrap() >= 2,
         "{report}"
     );
+}
+
+/// The signed requests an export keeps, in chain order.
+fn kept_requests(export: &[u8]) -> Vec<Vec<u8>> {
+    use engram_verify::format::{ExportReader, Next, Record};
+    let mut reader = ExportReader::open(export).unwrap();
+    let mut kept = Vec::new();
+    while let Ok(Next::Record { record, .. }) = reader.next_record() {
+        if let Record::Request { bytes, .. } = record {
+            kept.push(bytes);
+        }
+    }
+    kept
 }
 
 impl Cli {

@@ -385,8 +385,17 @@ impl Client {
     /// set: the server answers a repeated key in the same namespace with the first receipt, so
     /// the retry cannot apply twice. Without a key a transient failure is returned as is, since
     /// the transaction may or may not have been applied.
+    ///
+    /// A client that signs as an agent commits to the values instead of signing them: it draws
+    /// a salt per op and per precondition and signs each value's salted commitment
+    /// (`value_salts`, the request's committed form), so once a redaction takes a value and its
+    /// salt, nothing the chain keeps of the signed request lets anyone test a guess of it.
     pub async fn transact(&self, tx: &TxRequest) -> Result<pb::TransactResponse, ClientError> {
-        self.transact_raw(pb::TransactRequest::from(tx)).await
+        let mut req = pb::TransactRequest::from(tx);
+        if self.inner.config.agent.is_some() && !tx.ops.is_empty() {
+            req.value_salts = value_salts(tx.ops.len() + tx.preconditions.len())?;
+        }
+        self.transact_raw(req).await
     }
 
     /// Submits a wire-level request as given, without client-side validation: for tools and
@@ -1258,6 +1267,19 @@ fn nonce() -> [u8; 16] {
         nonce.copy_from_slice(&h.finalize().as_bytes()[..16]);
     }
     nonce
+}
+
+/// `n` salts of fresh randomness, or why there is none (never a fallback: a salt a reader
+/// could reproduce would make a redacted value guessable).
+fn value_salts(n: usize) -> Result<Vec<Vec<u8>>, ClientError> {
+    let mut bytes = vec![0u8; n * engram_types::SALT_BYTES];
+    getrandom::fill(&mut bytes).map_err(|e| ClientError::Randomness {
+        reason: e.to_string(),
+    })?;
+    Ok(bytes
+        .chunks(engram_types::SALT_BYTES)
+        .map(<[u8]>::to_vec)
+        .collect())
 }
 
 pub(crate) fn memory(ch: Channel) -> MemoryClient<Channel> {

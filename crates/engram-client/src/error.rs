@@ -66,6 +66,11 @@ pub enum ClientError {
         served_size: u64,
         reason: String,
     },
+
+    /// The operating system gave no randomness for a signed write's value salts: the write is
+    /// not sent, since a salt that can be guessed would let a redacted value be guessed too.
+    #[error("no randomness for the write's value salts: {reason}")]
+    Randomness { reason: String },
 }
 
 impl ClientError {

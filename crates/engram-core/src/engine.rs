@@ -11,7 +11,7 @@ use engram_statetree::{Digest, StateTree};
 use engram_storage::{CachedStore, Layered, Mutation, Overlay, ReadView, Space, Store, WriteBatch};
 use engram_types::{
     Attribute, BranchName, EntityId, Hash, RedactPart, RedactRange, RedactRequest, RedactWhere,
-    RetentionRule, TxId, TxReceipt, TxRequest, Value,
+    RetentionRule, Salt, TxId, TxReceipt, TxRequest, Value,
 };
 
 use crate::durability::{Write, durability};
@@ -1021,7 +1021,7 @@ impl Engine {
                 engine.apply_noop(batch)?;
                 return Ok(Err(rejection));
             }
-            engine.tx_in_group(log_index, proposed_time_ns, req, None, batch)
+            engine.tx_in_group(log_index, proposed_time_ns, req, None, &[], batch)
         })
     }
 
@@ -1047,7 +1047,65 @@ impl Engine {
                 engine.apply_noop(batch)?;
                 return Ok(Err(rejection));
             }
-            engine.tx_in_group(log_index, proposed_time_ns, req, Some((author, &signed)), batch)
+            engine.tx_in_group(
+                log_index,
+                proposed_time_ns,
+                req,
+                Some((author, &signed)),
+                &[],
+                batch,
+            )
+        })
+    }
+
+    /// [`Engine::apply_tx_signed`] for a request `author` signed in its committed form
+    /// (`TxRequest::committed_bytes`: each value's commitment under its salt in `salts`, one
+    /// per op, then one per precondition):
+    /// the signature must cover that form, each datom takes its op's salt (so its hash commits
+    /// to its value as the signature does), and the `W` row keeps the salted form
+    /// (`TxRequest::salted_bytes`), from which a verifier rebuilds the signed bytes.
+    pub fn apply_tx_committed(
+        &mut self,
+        log_index: u64,
+        proposed_time_ns: i64,
+        req: &TxRequest,
+        author: &Author,
+        salts: &[Salt],
+        batch: WriteBatch,
+    ) -> Result<TxOutcome, CoreError> {
+        self.in_group(|engine| {
+            // The leader's gate checked the count; an entry whose salts do not fit its ops
+            // writes nothing on any replica.
+            let forms = req
+                .committed_bytes(salts)
+                .and_then(|c| Ok((c, req.salted_bytes(salts)?)));
+            let (committed, kept) = match forms {
+                Ok(forms) => forms,
+                Err(e) => {
+                    engine.apply_noop(batch)?;
+                    return Ok(Err(Rejection::Unauthenticated(format!(
+                        "the signed request's value salts do not fit it: {e}"
+                    ))));
+                }
+            };
+            let checked = match policy::check_author(&engine.view(), author, &committed)? {
+                Ok(principal) => engine.check_grants(Some(&principal), req)?,
+                Err(rejection) => Err(rejection),
+            };
+            if let Err(rejection) = checked {
+                engine.apply_noop(batch)?;
+                return Ok(Err(rejection));
+            }
+            // The ops' salts (the preconditions' follow them) go to the datoms, in op order.
+            let op_salts = salts.get(..req.ops.len()).unwrap_or_default();
+            engine.tx_in_group(
+                log_index,
+                proposed_time_ns,
+                req,
+                Some((author, &kept)),
+                op_salts,
+                batch,
+            )
         })
     }
 
@@ -1097,7 +1155,7 @@ impl Engine {
             };
             let request = planned.request.clone();
             let signed = author.as_ref().map(|(a, bytes)| (*a, bytes.as_slice()));
-            let outcome = engine.tx_in_group(log_index, proposed_time_ns, &request, signed, batch)?;
+            let outcome = engine.tx_in_group(log_index, proposed_time_ns, &request, signed, &[], batch)?;
             if let Ok(receipt) = &outcome {
                 let rows = planned.rows(receipt.tx, &receipt.temp_ids)?;
                 engine.pending.absorb(rows);
@@ -1160,7 +1218,7 @@ impl Engine {
             };
             let record = redact::record(req, &targets, format);
             let signed = author.map(|a| (a, signed_bytes.as_slice()));
-            let outcome = engine.tx_in_group(log_index, proposed_time_ns, &record, signed, batch)?;
+            let outcome = engine.tx_in_group(log_index, proposed_time_ns, &record, signed, &[], batch)?;
             if let Ok(receipt) = &outcome {
                 let rows = redact::rows(&engine.view(), &req.namespace, &targets, receipt.tx)?;
                 engine.pending.absorb(rows);
@@ -1226,7 +1284,7 @@ impl Engine {
                 }
             };
             let record = redact_where::record(req, &targets, range.first_tx, retention);
-            let outcome = engine.tx_in_group(log_index, proposed_time_ns, &record, None, batch)?;
+            let outcome = engine.tx_in_group(log_index, proposed_time_ns, &record, None, &[], batch)?;
             if let Ok(receipt) = &outcome {
                 let rows = redact::rows(&engine.view(), &req.namespace, &targets, receipt.tx)?;
                 engine.pending.absorb(rows);
@@ -1292,6 +1350,7 @@ impl Engine {
         proposed_time_ns: i64,
         req: &TxRequest,
         author: Option<(&Author, &[u8])>,
+        agent_salts: &[Salt],
         mut batch: WriteBatch,
     ) -> Result<TxOutcome, CoreError> {
         let content = req.idempotency_key.as_ref().map(|_| request_content_hash(req));
@@ -1316,6 +1375,7 @@ impl Engine {
             tx,
             tx_time_ns,
             salt_seed: self.salt_seed,
+            agent_salts,
         };
         let planned = match plan::plan(&self.view(), req, stamp)? {
             Ok(planned) => planned,
@@ -1438,6 +1498,13 @@ impl Engine {
                 self.write_store(eager, Write::PlantedEagerRow)?;
             }
             batch.put(Space::State, keys::idempotency(ns, key), row.encode());
+            // So that a redaction of one of its values finds the row and drops its content
+            // hash, an unsalted hash of the values (`redact::rows`).
+            batch.put(
+                Space::State,
+                keys::idempotency_of_tx(tx),
+                keys::idempotency(ns, key),
+            );
         }
         self.commit(batch, head, &sealed);
         if let Some(committed) = &mut self.committed {

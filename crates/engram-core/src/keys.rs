@@ -10,7 +10,8 @@
 //! | `R` | ns 0 ref-entity attr 0 entity tx seq | empty (VAET, reverse refs) |
 //! | `T` | tx | tx-log row |
 //! | `H` | audit index | signed audit entry |
-//! | `I` | ns 0 idempotency key | the first receipt, then the 32-byte hash of the request's content (rows from before content hashes: the receipt alone) |
+//! | `I` | ns 0 idempotency key | the first receipt, then the 32-byte hash of the request's content (rows from before content hashes, and rows whose transaction a redaction took a value of: the receipt alone) |
+//! | `J` | tx | the key of the `I` row the transaction wrote (so a redaction finds it) |
 //! | `N` | entity | owning namespace (then 0 and the branch, for an entity made on a branch) |
 //! | `n` | ns | how many entity ids the namespace has drawn (u64, big-endian; see [`entity_id`]) |
 //! | `S` | ns 0 attr | the attribute's schema row: its declarations, oldest first (or the type its first assertion fixed, in a namespace with no declared schema) |
@@ -21,7 +22,7 @@
 //! | `L` | level(u8) position | Merkle tree node: root of the perfect subtree of `2^level` leaves from `position * 2^level` (level 0: leaf hashes) |
 //! | `X` | tx seq | the EAVT key of the transaction's datom `seq` (datoms by transaction) |
 //! | `U` | ns 0 entity attr 0 | the slot's live claims on main under a cardinality (see [`crate::current`]): what a write checks instead of the slot's history |
-//! | `W` | tx | the canonical bytes of the signed request a transaction executed (`TxRequest::signed_bytes`), for a transaction whose entry records an agent's signature |
+//! | `W` | tx | the canonical bytes of the signed request a transaction executed (`TxRequest::signed_bytes`; for a request signed in its committed form, its salted form `TxRequest::salted_bytes`), for a transaction whose entry records an agent's signature |
 //! | `w` | agent 0 nonce | the tx that used this agent's request nonce: a signed request applies once, cluster-wide |
 //! | `Z` | slot key (32 bytes, [`crate::commitment::slot_key`]) | the slot's state-commitment digest: format byte, 32 bytes |
 //! | `C` | tree size | this node's signed checkpoint of that size (a signed note) |
@@ -39,6 +40,8 @@ pub const VAET: u8 = b'R';
 pub const TX_LOG: u8 = b'T';
 pub const AUDIT: u8 = b'H';
 pub const IDEMPOTENCY: u8 = b'I';
+/// A keyed transaction's `I` row, by transaction.
+pub const IDEMPOTENCY_OF_TX: u8 = b'J';
 pub const ENTITY: u8 = b'N';
 pub const ENTITY_COUNTER: u8 = b'n';
 pub const SCHEMA: u8 = b'S';
@@ -309,6 +312,12 @@ pub fn audit(index: u64) -> Vec<u8> {
 pub fn idempotency(ns: &Namespace, key: &str) -> Vec<u8> {
     let mut k = with_ns(IDEMPOTENCY, ns);
     k.extend_from_slice(key.as_bytes());
+    k
+}
+
+pub fn idempotency_of_tx(tx: TxId) -> Vec<u8> {
+    let mut k = vec![IDEMPOTENCY_OF_TX];
+    k.extend_from_slice(&tx.0.to_be_bytes());
     k
 }
 

@@ -41,15 +41,19 @@ macro_rules! reject_on {
 }
 
 /// Where a transaction stands in the log: its id, its time, and the seed its datoms' salts
-/// come from (`None`: an entry from before salts, whose datoms have none).
+/// come from (`None`: an entry from before salts, whose datoms have none); or, for a request
+/// an agent signed in its committed form, the salt of each op's value, in the ops' order
+/// (`TxRequest::committed_bytes`), which its datoms take instead, so that each datom's hash
+/// commits to its value as the signature does.
 #[derive(Clone, Copy)]
-pub(crate) struct Stamp {
+pub(crate) struct Stamp<'s> {
     pub tx: TxId,
     pub tx_time_ns: i64,
     pub salt_seed: Option<[u8; 32]>,
+    pub agent_salts: &'s [Salt],
 }
 
-pub(crate) fn plan(store: &dyn ReadView, req: &TxRequest, stamp: Stamp) -> Plan {
+pub(crate) fn plan(store: &dyn ReadView, req: &TxRequest, stamp: Stamp<'_>) -> Plan {
     if !req.schema.is_empty() {
         return plan_schema(store, req, stamp);
     }
@@ -77,6 +81,8 @@ struct Draft<'a> {
     tx: TxId,
     tx_time_ns: i64,
     salt_seed: Option<[u8; 32]>,
+    /// The agent's salts, one per op of a committed request (else empty).
+    agent_salts: &'a [Salt],
     /// How many datoms have taken a salt: the next one's ordinal.
     salted: u32,
     strict: bool,
@@ -131,7 +137,7 @@ impl Slot {
 }
 
 impl<'a> Draft<'a> {
-    fn new(store: &'a dyn ReadView, view: View<'a>, stamp: Stamp) -> Result<Self, CoreError> {
+    fn new(store: &'a dyn ReadView, view: View<'a>, stamp: Stamp<'a>) -> Result<Self, CoreError> {
         let drawn = match store.get(Space::State, &keys::entity_counter(view.ns))? {
             None => 0,
             Some(row) => <[u8; 8]>::try_from(row.as_slice())
@@ -146,6 +152,7 @@ impl<'a> Draft<'a> {
             tx: stamp.tx,
             tx_time_ns: stamp.tx_time_ns,
             salt_seed: stamp.salt_seed,
+            agent_salts: stamp.agent_salts,
             salted: 0,
             strict: schema::namespace_schema(store, view.ns)?.strict,
             drawn,
@@ -169,6 +176,14 @@ impl<'a> Draft<'a> {
     /// The salt of the next datom made, in the order datoms are made (the same on every
     /// replica, as planning is deterministic).
     fn next_salt(&mut self) -> Option<Salt> {
+        // A committed request makes one datom per op, in the ops' order: datom k takes op k's
+        // salt (a count that differs is refused before planning, `Engine::apply_tx_committed`).
+        if let Some(salt) = self.agent_salts.get(self.salted as usize)
+            && !crate::planted::active(crate::planted::PlantedBug::CommittedDatomsSaltedBySeed)
+        {
+            self.salted += 1;
+            return Some(*salt);
+        }
         let seed = self.salt_seed.as_ref()?;
         let salt = salt_of(seed, self.salted);
         self.salted += 1;
@@ -465,7 +480,7 @@ fn open_branch(
     }
 }
 
-fn plan_data(store: &dyn ReadView, req: &TxRequest, stamp: Stamp) -> Plan {
+fn plan_data(store: &dyn ReadView, req: &TxRequest, stamp: Stamp<'_>) -> Plan {
     let tx_time_ns = stamp.tx_time_ns;
     let ns = &req.namespace;
     let mut branch_row = None;
@@ -549,7 +564,7 @@ fn plan_data(store: &dyn ReadView, req: &TxRequest, stamp: Stamp) -> Plan {
     Ok(Ok(draft.finish()))
 }
 
-fn plan_schema(store: &dyn ReadView, req: &TxRequest, stamp: Stamp) -> Plan {
+fn plan_schema(store: &dyn ReadView, req: &TxRequest, stamp: Stamp<'_>) -> Plan {
     let tx = stamp.tx;
     let ns = &req.namespace;
     let mut draft = Draft::new(store, View::main(ns), stamp)?;
@@ -627,7 +642,7 @@ fn state_keyword(state: BranchState) -> Value {
     Value::Keyword(format!(":db.branch.state/{}", state.name()))
 }
 
-fn plan_branch_op(store: &dyn ReadView, req: &TxRequest, op: &BranchOp, stamp: Stamp) -> Plan {
+fn plan_branch_op(store: &dyn ReadView, req: &TxRequest, op: &BranchOp, stamp: Stamp<'_>) -> Plan {
     let tx = stamp.tx;
     let ns = &req.namespace;
     let mut draft = Draft::new(store, View::main(ns), stamp)?;

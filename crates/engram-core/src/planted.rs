@@ -102,10 +102,14 @@ pub enum PlantedBug {
     /// A redaction of an entity takes its datoms on main only, as entries from before
     /// redactions reached branches did: a value written on a branch keeps it.
     RedactionSkipsBranches,
+    /// A transaction an agent signed in its committed form takes its datoms' salts from the
+    /// entry's seed instead of the agent's: each datom's hash then commits to its value under
+    /// another salt than the one the signature covers, so the signature no longer binds it.
+    CommittedDatomsSaltedBySeed,
 }
 
 impl PlantedBug {
-    pub const ALL: [PlantedBug; 26] = [
+    pub const ALL: [PlantedBug; 27] = [
         PlantedBug::AckBeforeCommit,
         PlantedBug::SkipSyncBeforeAck,
         PlantedBug::WrongPrevHash,
@@ -132,6 +136,7 @@ impl PlantedBug {
         PlantedBug::RedactionSplitsAValue,
         PlantedBug::SessionDeadlineWithoutTtl,
         PlantedBug::RedactionSkipsBranches,
+        PlantedBug::CommittedDatomsSaltedBySeed,
     ];
 }
 

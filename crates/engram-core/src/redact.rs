@@ -488,6 +488,19 @@ pub fn rows(
         {
             batch.put(Space::State, key, engram_types::redact::redacted_request(by_tx));
         }
+        // The transaction's idempotency row keeps a hash of its request's content, values
+        // included and unsalted: whoever reads the store could test a guess of a value against
+        // it. The row keeps its receipt (a retry is still answered with it, as rows written
+        // before content hashes are) and loses the hash.
+        if let Some(row_key) = view.get(Space::State, &keys::idempotency_of_tx(tx))?
+            && let Some(row) = view.get(Space::State, &row_key)?
+        {
+            let (receipt, rest) = postcard::take_from_bytes::<engram_types::TxReceipt>(&row)
+                .map_err(|e| CoreError::corrupt("idempotency row", e))?;
+            if !rest.is_empty() {
+                batch.put(Space::State, row_key, crate::rows::encode_row(&receipt));
+            }
+        }
     }
     let mut slots: Vec<(&Attribute, engram_types::EntityId)> = targets
         .iter()

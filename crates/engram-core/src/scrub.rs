@@ -35,7 +35,7 @@ use std::collections::HashMap;
 
 use engram_audit::{EntryKind, GENESIS_PREV_HASH, KeyId, SignedEntry, tx_content_hash};
 use engram_storage::{Space, StorageError, Store, prefix_end, short_hex_key};
-use engram_types::{Attribute, Datom, EntityId, Hash, Namespace, TxId, Value};
+use engram_types::{Attribute, Datom, EntityId, Hash, Namespace, TxId, TxRequest, Value};
 use serde::Serialize;
 
 use crate::current::CurrentRow;
@@ -940,13 +940,19 @@ impl<'a> Checker<'a> {
                         );
                     }
                 }
-                (Some(bytes), None) if Hash::of(&bytes) != author.request_hash => self.mismatch(
-                    key,
-                    format!(
-                        "audit entry {index}: the stored request does not hash to the one agent {} signed",
-                        author.principal
-                    ),
-                ),
+                // A transaction kept in its salted form hashes to what was signed through the
+                // committed form it makes.
+                (Some(bytes), None)
+                    if TxRequest::signed_hash_of_kept(&author.method, &bytes).ok() != Some(author.request_hash) =>
+                {
+                    self.mismatch(
+                        key,
+                        format!(
+                            "audit entry {index}: the stored request does not hash to the one agent {} signed",
+                            author.principal
+                        ),
+                    )
+                }
                 (Some(_), None) => {}
             }
         }

@@ -3,7 +3,9 @@
 //! signature that does not hold at the entry (another key, another request); and the offline
 //! refuses a replayed request (a nonce applied before); and the offline verifier proves which
 //! agent wrote each transaction, catching what apply does not re-check (a forged signature)
-//! even when the node attested its own chain.
+//! even when the node attested its own chain. A write signed in its committed form (each value
+//! through its salted commitment) is kept and proven the same way, and its redaction leaves
+//! no hash of the value that could test a guess.
 #![allow(clippy::unwrap_used)] // test helpers: a failed set-up step should stop the test loudly
 
 use std::sync::Arc;
@@ -374,4 +376,181 @@ fn signed_policy_changes_record_their_author_and_the_export_proves_them() {
     assert!(report.ok(), "{:?}", report.failures);
     assert_eq!(report.signed_by_agent.get("alice"), Some(&4));
     assert_eq!(report.signed_by_agent.get("bob"), Some(&3));
+}
+
+#[test]
+fn a_committed_write_signs_commitments_and_salts_its_datoms_with_the_agents_salts() {
+    let mut node = Node::enforced();
+    // A low-entropy value: signed over its commitment, a kept hash could not test guesses.
+    let mut req = note("4711");
+    req.idempotency_key = Some("pin-1".into());
+    let salts = [[9u8; 16]];
+    let committed = req.committed_bytes(&salts).unwrap();
+    assert!(!committed.windows(4).any(|w| w == b"4711"));
+    let signed = signed_by(&alice(), METHOD, &committed, 1);
+    let (index, t) = node.next();
+    let receipt = node
+        .engine
+        .apply_tx_committed(index, t, &req, &signed, &salts, WriteBatch::new())
+        .unwrap()
+        .unwrap();
+    // The node keeps the salted form, from which the signed hash is rebuilt.
+    let kept = node
+        .store
+        .get(Space::State, &keys::signed_request(receipt.tx))
+        .unwrap()
+        .unwrap();
+    assert_eq!(kept, req.salted_bytes(&salts).unwrap());
+    assert_eq!(
+        TxRequest::signed_hash_of_kept(METHOD, &kept).unwrap(),
+        signed.request_hash
+    );
+    // The datom took the agent's salt, so its hash commits to the value as the signature did.
+    let datoms =
+        engram_core::reads::entity_datoms(node.store.as_ref(), &req.namespace, receipt.temp_ids["t"])
+            .unwrap();
+    assert_eq!(datoms.len(), 1);
+    assert_eq!(datoms[0].salt, Some(salts[0]));
+    let report = verify(&node.export());
+    assert!(report.ok(), "{:?}", report.failures);
+    assert_eq!(report.signed_by_agent.get("alice"), Some(&1));
+    // The idempotency row holds the receipt and a hash of the request's content.
+    let idempotency = keys::idempotency(&req.namespace, "pin-1");
+    let with_hash = node.store.get(Space::State, &idempotency).unwrap().unwrap();
+
+    // The kept request with another salt: its committed form is another, named at its entry.
+    let bytes = node.export();
+    let mut reader = ExportReader::open(bytes.as_slice()).unwrap();
+    let mut out = ExportWriter::new(Vec::new()).unwrap();
+    while let Ok(Next::Record { record, .. }) = reader.next_record() {
+        let record = match record {
+            Record::Request { index, bytes } => {
+                let req = TxRequest::decode_kept(&bytes).unwrap().request;
+                Record::Request {
+                    index,
+                    bytes: req.salted_bytes(&[[8u8; 16]]).unwrap(),
+                }
+            }
+            other => other,
+        };
+        out.write(&record).unwrap();
+    }
+    // Both the hash of the rebuilt committed form and the datom's salt no longer match.
+    let report = verify(&out.into_inner().unwrap());
+    assert_eq!(
+        failures(&report),
+        vec![(Some(receipt.audit_index), "author.request".to_string()); 2],
+        "{:?}",
+        report.failures
+    );
+    assert!(report.failures[0].message.contains("hashes to"));
+    assert!(
+        report.failures[1]
+            .message
+            .contains("is not what the signed request's op 0 asks for")
+    );
+
+    // Salts that do not fit the ops: refused at apply, nothing written.
+    let before = node.state();
+    let other = note("other");
+    let two = [[1u8; 16], [2u8; 16]];
+    let (index, t) = node.next();
+    let refused = node.engine.apply_tx_committed(
+        index,
+        t,
+        &other,
+        &signed_by(&alice(), METHOD, &other.signed_bytes(), 2),
+        &two,
+        WriteBatch::new(),
+    );
+    assert!(
+        matches!(&refused, Ok(Err(Rejection::Unauthenticated(why))) if why.contains("value salts")),
+        "{refused:?}"
+    );
+    assert_eq!(node.state(), before);
+    // A signature over the values, proposed as committed: the signed hash is not the
+    // committed form's.
+    let (index, t) = node.next();
+    let refused = node.engine.apply_tx_committed(
+        index,
+        t,
+        &other,
+        &signed_by(&alice(), METHOD, &other.signed_bytes(), 3),
+        &[[1u8; 16]],
+        WriteBatch::new(),
+    );
+    assert!(
+        matches!(&refused, Ok(Err(Rejection::Unauthenticated(why))) if why.contains("another request")),
+        "{refused:?}"
+    );
+
+    // Redacted: the kept request goes, the chain still verifies, and what stays of the signed
+    // request (its hash) covers the value only through the commitment whose salt went with it.
+    let grant = PolicyOp::Grant(Grant {
+        principal: "alice".into(),
+        action: Action::Redact,
+        prefix: "team".into(),
+        attribute: String::new(),
+    });
+    node.change(
+        &grant,
+        &change_author(&alice(), &grant, "/engram.v1.Access/Grant", 10),
+    )
+    .unwrap();
+    let redact = engram_types::RedactRequest {
+        namespace: req.namespace.clone(),
+        entity: receipt.temp_ids["t"],
+        attribute: None,
+        reason: "a PIN written by mistake".into(),
+        provenance: Provenance {
+            agent: "alice".into(),
+            confidence: 1.0,
+            ..Default::default()
+        },
+    };
+    let (index, t) = node.next();
+    node.engine
+        .apply_redaction(
+            index,
+            t,
+            &redact,
+            None,
+            &PolicyActor::Unsigned(Some(alice().principal.clone())),
+            WriteBatch::new(),
+        )
+        .unwrap()
+        .unwrap();
+    let marker = node
+        .store
+        .get(Space::State, &keys::signed_request(receipt.tx))
+        .unwrap()
+        .unwrap();
+    assert!(engram_types::redact::parse_redacted_request(&marker).is_some());
+    assert!(!marker.windows(4).any(|w| w == b"4711"));
+    let datoms =
+        engram_core::reads::entity_datoms(node.store.as_ref(), &req.namespace, receipt.temp_ids["t"])
+            .unwrap();
+    assert_eq!(datoms[0].salt, None);
+    assert!(matches!(datoms[0].value, Value::Redacted(_)));
+    let report = verify(&node.export());
+    assert!(report.ok(), "{:?}", report.failures);
+    // The idempotency row lost its content hash (an unsalted hash of the values) and kept its
+    // receipt: a retry is still answered with the first receipt.
+    let without = node.store.get(Space::State, &idempotency).unwrap().unwrap();
+    assert_eq!(without.len() + 32, with_hash.len());
+    assert!(with_hash.starts_with(&without));
+    let (index, t) = node.next();
+    let retried = node
+        .engine
+        .apply_tx_committed(
+            index,
+            t,
+            &req,
+            &signed_by(&alice(), METHOD, &committed, 9),
+            &salts,
+            WriteBatch::new(),
+        )
+        .unwrap()
+        .unwrap();
+    assert_eq!(retried.tx, receipt.tx);
 }

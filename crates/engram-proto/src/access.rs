@@ -8,7 +8,7 @@ use crate::{WireError, pb};
 /// The gRPC paths of the calls a client signs (the signature covers the path, so a signature
 /// made for one call verifies for no other). Server and clients take them from here.
 pub mod methods {
-    pub const TRANSACT: &str = "/engram.v1.Memory/Transact";
+    pub const TRANSACT: &str = engram_types::TRANSACT_METHOD;
     pub const DIFF: &str = "/engram.v1.Memory/Diff";
     pub const GET: &str = "/engram.v1.Memory/Get";
     pub const HISTORY: &str = "/engram.v1.Memory/History";
@@ -130,14 +130,20 @@ fn canonical_body<T: prost::Message>(message: &T, canonical: Option<Vec<u8>>) ->
     canonical.unwrap_or_else(|| message.encode_to_vec())
 }
 
+/// A transaction's body is its canonical bytes: with value salts, the committed form (each
+/// value's salted commitment in place of the value), else the values themselves.
 impl SignedBody for pb::TransactRequest {
     fn signed_body(&self, _: &str) -> Vec<u8> {
-        canonical_body(
-            self,
-            engram_types::TxRequest::try_from(self.clone())
+        let committed = match crate::value_salts(self) {
+            Ok(salts) if !salts.is_empty() => engram_types::TxRequest::try_from(self.clone())
+                .ok()
+                .and_then(|t| t.committed_bytes(&salts).ok()),
+            Ok(_) => engram_types::TxRequest::try_from(self.clone())
                 .ok()
                 .map(|t| t.signed_bytes()),
-        )
+            Err(_) => None,
+        };
+        canonical_body(self, committed)
     }
 }
 

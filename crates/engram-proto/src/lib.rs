@@ -10,8 +10,8 @@
 
 use engram_types::{
     Attribute, AttributeDef, BranchName, BranchOp, Cardinality, Datom, EntityId, EntityRef, Hash, Namespace,
-    Op, Precondition, Provenance, Status, TxId, TxOp, TxReceipt, TxRequest, Unique, ValidationError, Value,
-    ValueType,
+    Op, Precondition, Provenance, Salt, Status, TxId, TxOp, TxReceipt, TxRequest, Unique, ValidationError,
+    Value, ValueType,
 };
 use thiserror::Error;
 
@@ -463,8 +463,41 @@ impl From<&TxRequest> for pb::TransactRequest {
             idempotency_key: tx.idempotency_key.clone().unwrap_or_default(),
             provenance: Some((&tx.provenance).into()),
             branch: tx.branch.as_ref().map(ToString::to_string).unwrap_or_default(),
+            value_salts: Vec::new(),
         }
     }
+}
+
+/// The request's value salts (`value_salts`): none, or one of [`engram_types::SALT_BYTES`]
+/// bytes per op, then one per precondition.
+pub fn value_salts(req: &pb::TransactRequest) -> Result<Vec<Salt>, WireError> {
+    if req.value_salts.is_empty() {
+        return Ok(Vec::new());
+    }
+    let wanted = req.ops.len() + req.preconditions.len();
+    if req.ops.is_empty() || req.value_salts.len() != wanted {
+        return Err(WireError::new(
+            "value_salts",
+            format!(
+                "{} salts for {} ops and {} preconditions: give one per op, then one per precondition, or none",
+                req.value_salts.len(),
+                req.ops.len(),
+                req.preconditions.len()
+            ),
+        ));
+    }
+    req.value_salts
+        .iter()
+        .enumerate()
+        .map(|(i, raw)| {
+            Salt::try_from(raw.as_slice()).map_err(|_| {
+                WireError::new(
+                    format!("value_salts[{i}]"),
+                    format!("{} bytes; a salt is {}", raw.len(), engram_types::SALT_BYTES),
+                )
+            })
+        })
+        .collect()
 }
 
 /// A datom as a server returned it, validated back into the domain type, so that a client can

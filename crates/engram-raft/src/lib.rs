@@ -39,7 +39,7 @@ use std::fmt;
 
 use engram_access::{PolicyOp, Principal};
 use engram_audit::{Author, KeyChangeRequest};
-use engram_types::{RedactPart, RedactRange, RedactRequest, RedactWhere, TxRequest};
+use engram_types::{RedactPart, RedactRange, RedactRequest, RedactWhere, Salt, TxRequest};
 pub use log_store::LogStore;
 pub use node::{
     DivergenceAlarm, NodeError, NodeStatus, RaftNode, RaftSettings, RaftTiming, RedactedPart, RedactedWhere,
@@ -176,6 +176,19 @@ pub enum Command {
     /// to main only, as they did. (Last in the enum: entries keep their encoding; a node of an
     /// earlier build cannot read it and stops rather than leave branches' values behind.)
     OnBranches { command: Box<Command> },
+    /// A transaction whose request `author` signed in its committed form
+    /// (`TxRequest::committed_bytes`): each value's commitment under its salt in
+    /// `value_salts` (one per op, then one per precondition), not the value. Checked like [`Command::TransactSigned`]; each datom takes
+    /// its op's salt, so its hash commits to its value as the signature does, and the node
+    /// keeps the request in its salted form, which a redaction of any of its values removes.
+    /// (Last in the enum: entries keep their encoding; a node of an earlier build cannot read
+    /// it and stops.)
+    TransactCommitted {
+        request: TxRequest,
+        author: Author,
+        value_salts: Vec<Salt>,
+        proposed_time_ns: i64,
+    },
 }
 
 /// Who asked for a redaction, for a log line: the signing agent, else the principal, else "-".
@@ -194,6 +207,10 @@ pub enum Proposer {
     Unsigned(Option<Principal>),
     /// A request signed by an agent: the entry will record the signature.
     Signed(Author),
+    /// A transaction an agent signed in its committed form, with its value salts (one per op,
+    /// then one per precondition: `TxRequest::committed_bytes`); anything but a transaction
+    /// proposes it as `Signed`.
+    SignedCommitted { author: Author, salts: Vec<Salt> },
 }
 
 impl fmt::Display for Command {
@@ -312,6 +329,18 @@ impl fmt::Display for Command {
             Command::StateRooted { command } => write!(f, "rooted {command}"),
             Command::WholeValues { command } => write!(f, "whole-values {command}"),
             Command::OnBranches { command } => write!(f, "on-branches {command}"),
+            Command::TransactCommitted {
+                request,
+                author,
+                proposed_time_ns,
+                ..
+            } => write!(
+                f,
+                "transact(ns={}, ops={}, signed committed by={}, t={proposed_time_ns})",
+                request.namespace,
+                request.ops.len(),
+                author.principal
+            ),
             Command::RedactSession {
                 request,
                 range,

@@ -347,6 +347,12 @@ impl RaftNode {
                 author,
                 proposed_time_ns,
             },
+            Proposer::SignedCommitted { author, salts } => Command::TransactCommitted {
+                request,
+                author,
+                value_salts: salts,
+                proposed_time_ns,
+            },
         };
         let command = salted(command)?;
         if engram_core::planted::active(engram_core::planted::PlantedBug::AckBeforeCommit) {
@@ -370,7 +376,7 @@ impl RaftNode {
                 principal,
                 proposed_time_ns,
             },
-            Proposer::Signed(author) => Command::PolicySigned {
+            Proposer::Signed(author) | Proposer::SignedCommitted { author, .. } => Command::PolicySigned {
                 op,
                 author,
                 proposed_time_ns,
@@ -413,7 +419,7 @@ impl RaftNode {
         }
         let (mut principal, mut author) = match by {
             Proposer::Unsigned(principal) => (principal, None),
-            Proposer::Signed(author) => (None, Some(author)),
+            Proposer::Signed(author) | Proposer::SignedCommitted { author, .. } => (None, Some(author)),
         };
         let mut part = RedactPart {
             first_tx: None,

@@ -314,6 +314,19 @@ impl StateMachine {
                         .map_err(io_err)?,
                 );
             }
+            Command::TransactCommitted {
+                request,
+                author,
+                value_salts,
+                proposed_time_ns,
+            } => {
+                let extra = applied_row(&self.applied)?;
+                response.outcome = Some(
+                    self.engine
+                        .apply_tx_committed(index, proposed_time_ns, &request, &author, &value_salts, extra)
+                        .map_err(io_err)?,
+                );
+            }
             Command::Policy {
                 op,
                 principal,

@@ -232,6 +232,7 @@ async fn writes_replicate_and_chains_agree() {
             let resp = memory
                 .transact(pb::TransactRequest {
                     branch: String::new(),
+                    value_salts: Vec::new(),
                     namespace: "team/a".into(),
                     ops: vec![
                         assert_op(
@@ -282,6 +283,7 @@ async fn writes_replicate_and_chains_agree() {
     let mut memory = pb::memory_client::MemoryClient::new(channel(cluster.addrs[1]).await);
     let first_request = |title: &str| pb::TransactRequest {
         branch: String::new(),
+        value_salts: Vec::new(),
         namespace: "team/a".into(),
         ops: vec![
             assert_op(
@@ -362,6 +364,7 @@ async fn writes_replicate_and_chains_agree() {
     let bad_ns = memory
         .transact(pb::TransactRequest {
             branch: String::new(),
+            value_salts: Vec::new(),
             namespace: "../x".into(),
             provenance: prov(),
             ..Default::default()

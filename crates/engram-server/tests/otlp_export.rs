@@ -94,6 +94,7 @@ async fn spans_are_exported_over_otlp() {
     let mut memory = pb::memory_client::MemoryClient::new(channel);
     let request = pb::TransactRequest {
         branch: String::new(),
+        value_salts: Vec::new(),
         namespace: "otel".into(),
         ops: vec![pb::TxOp {
             op: pb::Op::Assert as i32,

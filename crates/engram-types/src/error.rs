@@ -41,4 +41,7 @@ pub enum DecodeError {
     Invalid(#[from] ValidationError),
     #[error("{0} is not valid UTF-8")]
     Utf8(&'static str),
+    /// Fields that decode one by one but do not fit together.
+    #[error("malformed: {0}")]
+    Malformed(&'static str),
 }

@@ -39,7 +39,10 @@ pub use redact::{REDACT_REQUEST_FORMAT_VERSION, RedactPart, RedactRequest};
 pub use redact_where::{Predicate, RedactRange, RedactWhere, RetentionRule};
 pub use schema::{AttributeDef, BranchName, BranchOp, Cardinality, Unique};
 pub use tx::{EntityRef, Precondition, TxOp, TxReceipt, TxRequest};
-pub use tx_codec::TX_REQUEST_FORMAT_VERSION;
+pub use tx_codec::{
+    CommittedPrecondition, KeptRequest, SaltCount, TRANSACT_METHOD, TX_REQUEST_FORMAT_COMMITTED,
+    TX_REQUEST_FORMAT_SALTED, TX_REQUEST_FORMAT_VERSION,
+};
 pub use value::{
     MAX_VECTOR_DIMENSION, Redacted, Value, ValueType, check_json_numbers, check_vector, inexact_json_numbers,
 };

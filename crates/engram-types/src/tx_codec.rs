@@ -12,12 +12,28 @@
 //! ```
 //! Lists are a u32 count then the items; `opt(x)` is a 0 byte, or a 1 byte and `x`; values use
 //! the datom encoding's value form.
+//!
+//! **Values committed to, not signed** (versions 3 and 4). A signature must still verify after
+//! a redaction takes a value, and what it covers is kept (the audit entry records the hash of
+//! the signed bytes); if those bytes held the value, that hash would let anyone test a guess
+//! of a redacted value (an e-mail address, a PIN). So an agent that writes draws a salt per
+//! op and signs the **committed form** (version 3), in which each op's value is its type and
+//! `engram_types::value_commitment(salt, value)`; the datom takes the agent's salt, so its own
+//! hash commits to the value the same way, and a redaction destroys the salt with the value.
+//! The node keeps the **salted form** (version 4: the values, each followed by its salt) for
+//! the export, from which a verifier rebuilds the committed form and checks its hash; a
+//! redaction replaces it by a marker, as it does any request it took a value of. A
+//! precondition's expected value (a compare-and-set guard names a value without writing it)
+//! has a salt of its own and is held as its commitment in both forms, so no kept request ever
+//! holds a value it only guarded; that salt is kept nowhere but the log entry, which the purge
+//! removes. Both forms are the version 2 layout (declarations always carry version 2's
+//! fields) apart from the values.
 
 use crate::codec::{Reader, Writer};
 use crate::datom::{decode_value, encode_value, op_tag, read_op, read_provenance, write_provenance};
 use crate::{
-    Attribute, AttributeDef, BranchName, BranchOp, Cardinality, DecodeError, EntityId, EntityRef, Namespace,
-    Precondition, TxId, TxOp, TxRequest, Unique, ValueType,
+    Attribute, AttributeDef, BranchName, BranchOp, Cardinality, DecodeError, EntityId, EntityRef, Hash,
+    Namespace, Precondition, Salt, TxId, TxOp, TxRequest, Unique, ValueType, value_commitment,
 };
 
 /// Format version of [`TxRequest::signed_bytes`]: 1, or 2 when a declaration carries the
@@ -26,27 +42,134 @@ use crate::{
 /// signatures over them, are what they always were.
 pub const TX_REQUEST_FORMAT_VERSION: u8 = 1;
 pub const TX_REQUEST_FORMAT_VERSION_2: u8 = 2;
+/// The gRPC method of a transaction: the only request an agent signs in the committed form.
+pub const TRANSACT_METHOD: &str = "/engram.v1.Memory/Transact";
+/// The committed form an agent signs (see the module docs): never stored, rebuilt from the
+/// salted form.
+pub const TX_REQUEST_FORMAT_COMMITTED: u8 = 3;
+/// The salted form a node keeps of a request whose values were committed to.
+pub const TX_REQUEST_FORMAT_SALTED: u8 = 4;
+
+/// How an encoding writes the ops' values and the preconditions' expected values.
+#[derive(Clone, Copy)]
+enum Form<'a> {
+    /// The values themselves (versions 1 and 2).
+    Plain,
+    /// Every value as its type and its commitment under its salt (version 3): `salts` holds
+    /// one per op, then one per precondition.
+    Committed(&'a [Salt]),
+    /// The ops' values each followed by its salt, the preconditions' as their commitments
+    /// (version 4): `salts` as for `Committed`.
+    Salted(&'a [Salt]),
+    /// The committed form rebuilt from a kept salted form: the ops' values under `salts` (one
+    /// per op), the preconditions as kept.
+    Rebuilt(&'a [Salt], &'a [CommittedPrecondition]),
+}
+
+/// A precondition as the committed and salted forms hold it: its expected value's type and
+/// commitment (`None`: the attribute must have no current value), never the value.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CommittedPrecondition {
+    pub entity: EntityId,
+    pub attribute: Attribute,
+    pub expected: Option<(ValueType, Hash)>,
+}
+
+/// What a node keeps of a signed request, decoded ([`TxRequest::decode_kept`]).
+#[derive(Clone, Debug, PartialEq)]
+pub struct KeptRequest {
+    /// The request; in the salted form its preconditions are in `preconditions`, as
+    /// commitments, and this list is empty.
+    pub request: TxRequest,
+    /// The ops' salts (the salted form), else empty.
+    pub salts: Vec<Salt>,
+    /// The salted form's preconditions, else empty.
+    pub preconditions: Vec<CommittedPrecondition>,
+}
+
+/// Why salts cannot go with a request.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "a request with {ops} ops and {preconditions} preconditions carries {salts} value salts: one per op, then one per precondition"
+)]
+pub struct SaltCount {
+    pub ops: usize,
+    pub preconditions: usize,
+    pub salts: usize,
+}
 
 impl TxRequest {
     /// The canonical bytes of this request (see the module docs).
     pub fn signed_bytes(&self) -> Vec<u8> {
+        self.encode(Form::Plain)
+    }
+
+    /// The committed form an agent signs when it commits to its values with `salts`: one per
+    /// op, then one per precondition (version 3; see the module docs).
+    pub fn committed_bytes(&self, salts: &[Salt]) -> Result<Vec<u8>, SaltCount> {
+        self.salt_count(salts)?;
+        Ok(self.encode(Form::Committed(salts)))
+    }
+
+    /// The salted form a node keeps of a request committed to with `salts` (version 4): the
+    /// ops' values with their salts, the preconditions' expected values as commitments only.
+    pub fn salted_bytes(&self, salts: &[Salt]) -> Result<Vec<u8>, SaltCount> {
+        self.salt_count(salts)?;
+        Ok(self.encode(Form::Salted(salts)))
+    }
+
+    fn salt_count(&self, salts: &[Salt]) -> Result<(), SaltCount> {
+        if self.ops.is_empty() || salts.len() != self.ops.len() + self.preconditions.len() {
+            return Err(SaltCount {
+                ops: self.ops.len(),
+                preconditions: self.preconditions.len(),
+                salts: salts.len(),
+            });
+        }
+        Ok(())
+    }
+
+    fn encode(&self, form: Form<'_>) -> Vec<u8> {
         let mut w = Writer::with_capacity(64 + 64 * self.ops.len());
-        let v2 = self.schema.iter().any(|d| d.searchable || d.dimension != 0);
-        let version = if v2 {
-            TX_REQUEST_FORMAT_VERSION_2
-        } else {
-            TX_REQUEST_FORMAT_VERSION
+        let v2 = !matches!(form, Form::Plain) || self.schema.iter().any(|d| d.searchable || d.dimension != 0);
+        let version = match form {
+            Form::Plain if v2 => TX_REQUEST_FORMAT_VERSION_2,
+            Form::Plain => TX_REQUEST_FORMAT_VERSION,
+            Form::Committed(_) | Form::Rebuilt(..) => TX_REQUEST_FORMAT_COMMITTED,
+            Form::Salted(_) => TX_REQUEST_FORMAT_SALTED,
+        };
+        // The salt counts were checked against the request by the callers.
+        let salt = |k: usize| match form {
+            Form::Committed(salts) | Form::Salted(salts) | Form::Rebuilt(salts, _) => {
+                salts.get(k).copied().unwrap_or_default()
+            }
+            Form::Plain => Salt::default(),
         };
         w.u8(version).str(self.namespace.as_str());
         opt(&mut w, self.branch.as_ref(), |w, b| {
             w.str(b.as_str());
         });
         w.u32(count(self.ops.len()));
-        for op in &self.ops {
+        for (k, op) in self.ops.iter().enumerate() {
             w.u8(op_tag(op.op));
             write_entity(&mut w, &op.entity);
             w.str(op.attribute.as_str());
-            encode_value(&mut w, &op.value);
+            match form {
+                Form::Plain => {
+                    encode_value(&mut w, &op.value);
+                }
+                Form::Committed(_) | Form::Rebuilt(..) => {
+                    write_commitment(
+                        &mut w,
+                        op.value.value_type(),
+                        &value_commitment(&salt(k), &op.value),
+                    );
+                }
+                Form::Salted(_) => {
+                    encode_value(&mut w, &op.value);
+                    w.raw(&salt(k));
+                }
+            }
             w.opt_i64(op.valid_from_ns).opt_i64(op.valid_to_ns);
         }
         w.u32(count(self.schema.len()));
@@ -84,10 +207,32 @@ impl TxRequest {
                 w.u8(3).str(name.as_str());
             }
         });
-        w.u32(count(self.preconditions.len()));
-        for p in &self.preconditions {
-            w.u64(p.entity.0).str(p.attribute.as_str());
-            opt(&mut w, p.expected.as_ref(), encode_value);
+        match form {
+            Form::Plain => {
+                w.u32(count(self.preconditions.len()));
+                for p in &self.preconditions {
+                    w.u64(p.entity.0).str(p.attribute.as_str());
+                    opt(&mut w, p.expected.as_ref(), encode_value);
+                }
+            }
+            Form::Committed(_) | Form::Salted(_) => {
+                w.u32(count(self.preconditions.len()));
+                for (j, p) in self.preconditions.iter().enumerate() {
+                    w.u64(p.entity.0).str(p.attribute.as_str());
+                    opt(&mut w, p.expected.as_ref(), |w, v| {
+                        write_commitment(w, v.value_type(), &value_commitment(&salt(self.ops.len() + j), v));
+                    });
+                }
+            }
+            Form::Rebuilt(_, kept) => {
+                w.u32(count(kept.len()));
+                for p in kept {
+                    w.u64(p.entity.0).str(p.attribute.as_str());
+                    opt(&mut w, p.expected.as_ref(), |w, (ty, c)| {
+                        write_commitment(w, *ty, c)
+                    });
+                }
+            }
         }
         opt(&mut w, self.idempotency_key.as_ref(), |w, k| {
             w.str(k);
@@ -99,26 +244,60 @@ impl TxRequest {
     /// Decodes [`TxRequest::signed_bytes`] and re-validates the request. Refuses unknown
     /// versions and tags, invalid fields and trailing bytes.
     pub fn decode_signed(bytes: &[u8]) -> Result<TxRequest, DecodeError> {
+        match bytes.first() {
+            Some(&TX_REQUEST_FORMAT_SALTED) => Err(DecodeError::Version(TX_REQUEST_FORMAT_SALTED)),
+            _ => Self::decode_kept(bytes).map(|kept| kept.request),
+        }
+    }
+
+    /// Decodes what a node keeps of a signed request: its signed bytes (versions 1 and 2, no
+    /// salts), or the salted form of one whose values were committed to (version 4, with the
+    /// ops' salts and the preconditions' commitments). Refuses the committed form (version 3),
+    /// which holds no values, unknown versions and tags, invalid fields and trailing bytes.
+    pub fn decode_kept(bytes: &[u8]) -> Result<KeptRequest, DecodeError> {
         let mut r = Reader::new(bytes);
         let version = r.u8("request format version")?;
-        if version != TX_REQUEST_FORMAT_VERSION && version != TX_REQUEST_FORMAT_VERSION_2 {
+        if ![
+            TX_REQUEST_FORMAT_VERSION,
+            TX_REQUEST_FORMAT_VERSION_2,
+            TX_REQUEST_FORMAT_SALTED,
+        ]
+        .contains(&version)
+        {
             return Err(DecodeError::Version(version));
         }
-        let v2 = version == TX_REQUEST_FORMAT_VERSION_2;
+        let salted = version == TX_REQUEST_FORMAT_SALTED;
+        let v2 = version != TX_REQUEST_FORMAT_VERSION;
         let namespace = Namespace::new(r.string("namespace")?)?;
         let branch = read_opt(&mut r, "branch", |r| Ok(BranchName::new(r.string("branch")?)?))?;
+        let mut salts = Vec::new();
         let ops = read_list(&mut r, "ops", TxRequest::MAX_OPS, |r| {
+            let (op, entity, attribute, value) = (
+                read_op(r)?,
+                read_entity(r)?,
+                Attribute::new(r.string("op attribute")?)?,
+                decode_value(r)?,
+            );
+            if salted {
+                let mut salt = Salt::default();
+                salt.copy_from_slice(r.take(crate::SALT_BYTES, "op salt")?);
+                salts.push(salt);
+            }
             Ok(TxOp {
-                op: read_op(r)?,
-                entity: read_entity(r)?,
-                attribute: Attribute::new(r.string("op attribute")?)?,
-                value: decode_value(r)?,
+                op,
+                entity,
+                attribute,
+                value,
                 valid_from_ns: r.opt_i64("valid_from")?,
                 valid_to_ns: r.opt_i64("valid_to")?,
             })
         })?;
+        if salted && ops.is_empty() {
+            return Err(DecodeError::Malformed("a salted request with no ops"));
+        }
         let schema = read_list(&mut r, "schema", TxRequest::MAX_SCHEMA_DEFS, |r| read_def(r, v2))?;
-        if v2 && !schema.iter().any(|d| d.searchable || d.dimension != 0) {
+        if version == TX_REQUEST_FORMAT_VERSION_2 && !schema.iter().any(|d| d.searchable || d.dimension != 0)
+        {
             // One encoding per request: this one is written as version 1.
             return Err(DecodeError::Version(version));
         }
@@ -140,12 +319,28 @@ impl TxRequest {
                 }
             })
         })?;
-        let preconditions = read_list(&mut r, "preconditions", TxRequest::MAX_OPS, |r| {
-            Ok(Precondition {
-                entity: EntityId(r.u64("precondition entity")?),
-                attribute: Attribute::new(r.string("precondition attribute")?)?,
-                expected: read_opt(r, "precondition value", decode_value)?,
-            })
+        let (mut preconditions, mut committed) = (Vec::new(), Vec::new());
+        read_list(&mut r, "preconditions", TxRequest::MAX_OPS, |r| {
+            let (entity, attribute) = (
+                EntityId(r.u64("precondition entity")?),
+                Attribute::new(r.string("precondition attribute")?)?,
+            );
+            if salted {
+                let expected = read_opt(r, "precondition commitment", read_commitment)?;
+                committed.push(CommittedPrecondition {
+                    entity,
+                    attribute,
+                    expected,
+                });
+            } else {
+                let expected = read_opt(r, "precondition value", decode_value)?;
+                preconditions.push(Precondition {
+                    entity,
+                    attribute,
+                    expected,
+                });
+            }
+            Ok(())
         })?;
         let idempotency_key = read_opt(&mut r, "idempotency key", |r| r.string("idempotency key"))?;
         let provenance = read_provenance(&mut r)?;
@@ -161,8 +356,45 @@ impl TxRequest {
             provenance,
         };
         req.validate()?;
-        Ok(req)
+        Ok(KeptRequest {
+            request: req,
+            salts,
+            preconditions: committed,
+        })
     }
+
+    /// The hash an agent's signature covers, from what a node keeps of a request it signed
+    /// for gRPC method `method`: the kept bytes' own hash, or, for a transaction
+    /// ([`TRANSACT_METHOD`]) kept in the salted form, the hash of the committed form it makes.
+    /// (A node keeps other signed requests, redactions and policy changes, as they were signed;
+    /// their bytes may start with any byte.)
+    pub fn signed_hash_of_kept(method: &str, bytes: &[u8]) -> Result<Hash, DecodeError> {
+        if method != TRANSACT_METHOD || bytes.first() != Some(&TX_REQUEST_FORMAT_SALTED) {
+            return Ok(Hash::of(bytes));
+        }
+        let kept = Self::decode_kept(bytes)?;
+        Ok(Hash::of(
+            &kept
+                .request
+                .encode(Form::Rebuilt(&kept.salts, &kept.preconditions)),
+        ))
+    }
+}
+
+/// A value as the committed forms hold it: its type's tag and its commitment.
+fn write_commitment(w: &mut Writer, ty: ValueType, commitment: &Hash) {
+    w.u8(ty.tag()).raw(commitment.as_bytes());
+}
+
+fn read_commitment(r: &mut Reader<'_>) -> Result<(ValueType, Hash), DecodeError> {
+    let tag = r.u8("committed value type")?;
+    let ty = ValueType::from_tag(tag).ok_or(DecodeError::Tag {
+        what: "committed value type",
+        tag,
+    })?;
+    let bytes = r.take(32, "value commitment")?;
+    let commitment = Hash::from_slice(bytes).ok_or(DecodeError::Truncated("value commitment"))?;
+    Ok((ty, commitment))
 }
 
 fn count(n: usize) -> u32 {
@@ -439,5 +671,120 @@ mod tests {
             TxRequest::decode_signed(&empty.signed_bytes()),
             Err(DecodeError::Invalid(_))
         ));
+    }
+
+    fn salts(n: usize) -> Vec<Salt> {
+        (0..n).map(|k| [u8::try_from(k + 1).unwrap(); 16]).collect()
+    }
+
+    #[test]
+    fn a_committed_request_signs_commitments_and_keeps_values_with_their_salts() {
+        let mut req = data();
+        req.preconditions[0].expected = Some(Value::String("guarded-secret".into()));
+        // One salt per op (3), then one per precondition (2).
+        let s = salts(5);
+        let committed = req.committed_bytes(&s).unwrap();
+        let kept = req.salted_bytes(&s).unwrap();
+        assert_eq!(committed[0], TX_REQUEST_FORMAT_COMMITTED);
+        assert_eq!(kept[0], TX_REQUEST_FORMAT_SALTED);
+        // The signed form holds no value: the string and the bytes are nowhere in it, their
+        // commitments are; the kept form holds the ops' values, never a guarded one.
+        let holds = |hay: &[u8], needle: &[u8]| hay.windows(needle.len()).any(|w| w == needle);
+        assert!(!holds(&committed, b"hello"));
+        assert!(!holds(&committed, &[0, 0, 0, 3, 0, 1, 2]));
+        assert!(holds(
+            &committed,
+            value_commitment(&s[0], &req.ops[0].value).as_bytes()
+        ));
+        assert!(holds(&kept, b"hello"));
+        for form in [&committed, &kept] {
+            assert!(!holds(form, b"guarded-secret"));
+            assert!(holds(
+                form,
+                value_commitment(&s[3], &Value::String("guarded-secret".into())).as_bytes()
+            ));
+            // A precondition's salt is in neither form.
+            assert!(!holds(form, &s[3]));
+        }
+        // The kept form gives back the request (its guards as commitments) and the ops'
+        // salts, and the hash the agent signed.
+        let back = TxRequest::decode_kept(&kept).unwrap();
+        assert_eq!(back.request.ops, req.ops);
+        assert!(back.request.preconditions.is_empty());
+        assert_eq!(back.salts, s[..3].to_vec());
+        assert_eq!(
+            back.preconditions,
+            vec![
+                CommittedPrecondition {
+                    entity: EntityId(42),
+                    attribute: attr(":memory/score"),
+                    expected: Some((
+                        ValueType::String,
+                        value_commitment(&s[3], &Value::String("guarded-secret".into()))
+                    )),
+                },
+                CommittedPrecondition {
+                    entity: EntityId(7),
+                    attribute: attr(":memory/x"),
+                    expected: None,
+                },
+            ]
+        );
+        assert_eq!(
+            TxRequest::signed_hash_of_kept(TRANSACT_METHOD, &kept).unwrap(),
+            Hash::of(&committed)
+        );
+        // Another method's kept bytes are hashed as they are, whatever their first byte.
+        assert_eq!(
+            TxRequest::signed_hash_of_kept("/engram.v1.Access/Grant", &kept).unwrap(),
+            Hash::of(&kept)
+        );
+        // Older forms are kept as signed: their hash is their own, and they carry no salts.
+        let plain = req.signed_bytes();
+        assert_eq!(
+            TxRequest::signed_hash_of_kept(TRANSACT_METHOD, &plain).unwrap(),
+            Hash::of(&plain)
+        );
+        let back = TxRequest::decode_kept(&plain).unwrap();
+        assert_eq!((back.request, back.salts.len()), (req.clone(), 0));
+        // Another salt or another value makes another signed form.
+        for k in [2, 3] {
+            let mut other = s.clone();
+            other[k][0] ^= 1;
+            assert_ne!(req.committed_bytes(&other).unwrap(), committed);
+        }
+        let mut changed = req.clone();
+        changed.ops[0].value = Value::String("hellp".into());
+        assert_ne!(changed.committed_bytes(&s).unwrap(), committed);
+        let mut guarded = req.clone();
+        guarded.preconditions[0].expected = Some(Value::String("guarded-secreT".into()));
+        assert_ne!(guarded.committed_bytes(&s).unwrap(), committed);
+        // A salt per op and per precondition, no more and no fewer.
+        assert_eq!(
+            req.committed_bytes(&s[..3]),
+            Err(SaltCount {
+                ops: 3,
+                preconditions: 2,
+                salts: 3
+            })
+        );
+        assert!(req.salted_bytes(&salts(6)).is_err());
+        // The committed form holds no values, so nothing decodes it; the salted form is not
+        // a request's signed bytes; a cut salt is refused.
+        assert_eq!(
+            TxRequest::decode_kept(&committed).map(|_| ()),
+            Err(DecodeError::Version(3))
+        );
+        assert_eq!(TxRequest::decode_signed(&kept), Err(DecodeError::Version(4)));
+        assert!(matches!(
+            TxRequest::decode_kept(&kept[..kept.len() - 1]),
+            Err(DecodeError::Truncated(_))
+        ));
+        let schema_only = {
+            let mut r = TxRequest::data(Namespace::new("team/a").unwrap(), vec![], provenance());
+            r.schema = vec![AttributeDef::new(attr(":doc/title"), ValueType::String)];
+            r
+        };
+        assert!(schema_only.committed_bytes(&[]).is_err());
     }
 }

@@ -33,7 +33,7 @@ use engram_access::request::RequestAuth;
 use engram_access::{PolicyOp, Principal, SYSTEM_NAMESPACE};
 use engram_audit::{Author, PublicKey};
 use engram_types::redact::{self, RedactRequest};
-use engram_types::{Datom, EntityId, EntityRef, Hash, Op, TxRequest, Value};
+use engram_types::{Datom, EntityId, EntityRef, Op, TxRequest, Value};
 
 /// The gRPC path prefix of the calls whose signed body is a policy change (`PolicyOp`); every
 /// other signed write's is a transaction request.
@@ -124,18 +124,23 @@ impl Authorship {
     ) -> Vec<Fault> {
         let mut faults = Vec::new();
         *self.signed.entry(author.principal.clone()).or_default() += 1;
-        if let Some(request) = request
-            && Hash::of(request) != author.request_hash
-        {
-            faults.push((
-                "author.request",
-                format!(
-                    "the exported request hashes to {}, the entry records that agent {} signed {}",
-                    Hash::of(request),
-                    author.principal,
-                    author.request_hash
-                ),
-            ));
+        // A transaction kept in its salted form hashes to what was signed through the
+        // committed form it makes (`TxRequest::signed_hash_of_kept`).
+        if let Some(request) = request {
+            match TxRequest::signed_hash_of_kept(&author.method, request) {
+                Ok(hash) if hash == author.request_hash => {}
+                Ok(hash) => faults.push((
+                    "author.request",
+                    format!(
+                        "the exported request hashes to {hash}, the entry records that agent {} signed {}",
+                        author.principal, author.request_hash
+                    ),
+                )),
+                Err(e) => faults.push((
+                    "author.request",
+                    format!("the exported salted request does not decode: {e}"),
+                )),
+            }
         }
         match Principal::new(author.principal.clone()) {
             Err(e) => faults.push(("author.principal", format!("{:?}: {e}", author.principal))),
@@ -213,12 +218,20 @@ impl Authorship {
                 Ok(op) => self.bind_policy(&op, author, namespace, datoms, &mut faults),
             }
         } else {
-            match TxRequest::decode_signed(request) {
+            match TxRequest::decode_kept(request) {
                 Err(e) => faults.push((
                     "author.request",
                     format!("the exported request does not decode: {e}"),
                 )),
-                Ok(req) => bind(&req, author, namespace, tx_time_ns, datoms, &mut faults),
+                Ok(kept) => bind(
+                    &kept.request,
+                    &kept.salts,
+                    author,
+                    namespace,
+                    tx_time_ns,
+                    datoms,
+                    &mut faults,
+                ),
             }
         }
         faults
@@ -410,8 +423,12 @@ fn bind_redaction(req: &RedactRequest, namespace: &str, datoms: &[Datom], faults
     }
 }
 
+/// Holds a signed request against its transaction's datoms: one datom per op, each what its
+/// op asks for; with value salts (a request signed in its committed form), each datom salted
+/// with its op's salt, so its hash commits to its value as the signature did.
 fn bind(
     req: &TxRequest,
+    salts: &[engram_types::Salt],
     author: &Author,
     namespace: &str,
     tx_time_ns: i64,
@@ -466,7 +483,8 @@ fn bind(
             && op.valid_from_ns.unwrap_or(tx_time_ns) == d.valid_from_ns
             && op.valid_to_ns == d.valid_to_ns
             && req.provenance == d.provenance
-            && req.branch == d.branch;
+            && req.branch == d.branch
+            && salts.get(i).is_none_or(|salt| d.salt.as_ref() == Some(salt));
         if !same {
             faults.push((
                 "author.request",
@@ -479,7 +497,7 @@ fn bind(
 #[cfg(test)]
 mod tests {
     use engram_access::AgentKey;
-    use engram_types::{Attribute, Namespace, Provenance, Status, TxId, TxOp};
+    use engram_types::{Attribute, Hash, Namespace, Provenance, Status, TxId, TxOp};
 
     use super::*;
 

@@ -39,6 +39,7 @@ pub async fn check(cluster: &Cluster, register: u64) -> (Recovery, Vec<Violation
                 let mut client = pb::memory_client::MemoryClient::new(channel(target));
                 let mut req = tonic::Request::new(pb::TransactRequest {
                     branch: String::new(),
+                    value_salts: Vec::new(),
                     namespace: NAMESPACE.into(),
                     ops: vec![pb::TxOp {
                         op: pb::Op::Assert as i32,

@@ -5,7 +5,7 @@ use engram_core::policy::ReadScope;
 use engram_core::{keys, pages, reads};
 use engram_proto::{methods, pb};
 use engram_raft::Proposer;
-use engram_types::{BranchOp, EntityId, RedactRequest, TxId, TxRequest};
+use engram_types::{BranchOp, EntityId, RedactRequest, Salt, TxId, TxRequest};
 use prost::Message;
 use tonic::metadata::MetadataMap;
 use tonic::{Request, Response, Status};
@@ -40,15 +40,24 @@ impl MemoryService {
             return Err(ApiError::TooLarge { bytes, limit });
         }
         let tx = call.to_tx()?;
+        let salts = call.value_salts()?;
         if let Route::Leader(addr) = self.shared.route_write(forwarded)? {
             let client = self.shared.memory_client(&addr)?;
             return super::while_leading(&self.shared.node, &addr, call.forward(client, &incoming)).await;
         }
         // The leader checks: who signed, and (by the policy it has applied) whether they may;
         // apply checks again at the transaction's own log entry.
+        // With value salts the agent signed the committed form (their count is checked
+        // against the ops above, so it always forms).
         let caller = self.shared.admit_body(
             &meta,
-            || tx.signed_bytes(),
+            || {
+                if salts.is_empty() {
+                    tx.signed_bytes()
+                } else {
+                    tx.committed_bytes(&salts).unwrap_or_default()
+                }
+            },
             call.method(),
             Need::Principal(call.namespace().to_string()),
         )?;
@@ -57,9 +66,15 @@ impl MemoryService {
             return Err(refused(ApiError::Rejected(rejection)));
         }
         let proposed = std::time::Instant::now();
-        let by = match &caller.author {
-            Some(author) => Proposer::Signed(author.clone()),
-            None => Proposer::Unsigned(caller.principal.clone()),
+        // Salts of an unsigned request are not kept: nothing signed commits to them, and its
+        // datoms are salted by the leader as any unsigned write's.
+        let by = match (&caller.author, salts.is_empty()) {
+            (Some(author), false) => Proposer::SignedCommitted {
+                author: author.clone(),
+                salts,
+            },
+            (Some(author), true) => Proposer::Signed(author.clone()),
+            (None, _) => Proposer::Unsigned(caller.principal.clone()),
         };
         match self.shared.node.propose(tx, by).await {
             Ok(Ok(receipt)) => {
@@ -304,6 +319,15 @@ impl WriteCall {
             WriteCall::MergeBranch(_) => methods::MERGE_BRANCH,
             WriteCall::AbandonBranch(_) => methods::ABANDON_BRANCH,
         }
+    }
+
+    /// The salts of a transaction's values, when its agent signed it in the committed form
+    /// (`TxRequest::committed_bytes`); none for the other writes, which have no ops.
+    fn value_salts(&self) -> Result<Vec<Salt>, ApiError> {
+        Ok(match self {
+            WriteCall::Transact(m) => engram_proto::value_salts(m)?,
+            _ => Vec::new(),
+        })
     }
 
     /// Validates the request into the transaction it proposes.
