@@ -13,10 +13,10 @@ use std::time::{Duration, Instant};
 use criterion::{Criterion, criterion_group, criterion_main};
 use engram_access::request::RequestAuth;
 use engram_access::{AgentKey, Mode, PolicyOp, Principal};
-use engram_audit::{Author, Hash, NodeKey};
+use engram_audit::{Author, NodeKey};
 use engram_core::{Engine, PolicyActor, policy};
 use engram_storage::{MemStore, WriteBatch};
-use engram_types::{Attribute, EntityRef, Namespace, Op, Provenance, TxOp, TxRequest, Value};
+use engram_types::{Attribute, EntityRef, Hash, Namespace, Op, Provenance, TxOp, TxRequest, Value};
 
 const METHOD: &str = "/engram.v1.Memory/Transact";
 
