@@ -4,6 +4,7 @@
 //! and the report a run prints ([`emit`]). `load` runs the suite against Engram alone with it,
 //! `versus` beside etcd, and `join`, `recall` and `redaction` start their clusters with it.
 
+use std::io::Write;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
@@ -15,8 +16,7 @@ use engram_client::{
     Client, ClientConfig, ClientTls, Consistency, GetOptions, HistoryTarget, RetryPolicy, WatchFilter, pb,
 };
 use engram_loadgen::{
-    Machine, OpFuture, Progress, ReadKind, Row, SuiteReport, SuiteSpec, System, WatchLayout, rows, run_suite,
-    table,
+    Machine, OpFuture, Progress, ReadKind, Row, SuiteReport, SuiteSpec, System, WatchLayout, rows, table,
 };
 use engram_types::{
     Attribute, AttributeDef, EntityId, EntityRef, Namespace, Op, Provenance, Status, TxOp, TxRequest, Value,
