@@ -655,7 +655,36 @@ mod tests {
                 ..Default::default()
             }),
             branch: String::new(),
+            value_salts: Vec::new(),
         }
+    }
+
+    #[test]
+    fn value_salts_are_one_per_op_then_per_precondition_or_none() {
+        let mut req = good();
+        assert_eq!(value_salts(&req), Ok(Vec::new()));
+        req.value_salts = vec![vec![1; 16]];
+        assert_eq!(value_salts(&req), Ok(vec![[1; 16]]));
+        // The signed body is then the committed form, with no value in it.
+        let body = crate::SignedBody::signed_body(&req, crate::methods::TRANSACT);
+        assert_eq!(body[0], engram_types::TX_REQUEST_FORMAT_COMMITTED);
+        assert!(!body.windows(5).any(|w| w == br#""b":1"#));
+        let tx = TxRequest::try_from(req.clone()).unwrap();
+        assert_eq!(body, tx.committed_bytes(&[[1; 16]]).unwrap());
+        req.value_salts = vec![vec![1; 16], vec![2; 16]];
+        let err = value_salts(&req).unwrap_err();
+        assert_eq!(err.field, "value_salts");
+        assert!(err.reason.contains("2 salts for 1 ops and 0 preconditions"), "{err}");
+        req.value_salts = vec![vec![1; 15]];
+        let err = value_salts(&req).unwrap_err();
+        assert_eq!((err.field.as_str(), err.reason.as_str()), ("value_salts[0]", "15 bytes; a salt is 16"));
+        req.preconditions = vec![pb::Precondition {
+            entity: 7,
+            attribute: ":task/title".into(),
+            expected: None,
+        }];
+        req.value_salts = vec![vec![1; 16], vec![2; 16]];
+        assert_eq!(value_salts(&req).map(|s| s.len()), Ok(2));
     }
 
     #[test]
