@@ -81,7 +81,13 @@ fn engine(enforced: bool) -> Engine {
             admin: Some((alice().principal.clone(), alice().public())),
         };
         engine
-            .apply_policy(2, 2_000, &configure, &PolicyActor::Unsigned(None), WriteBatch::new())
+            .apply_policy(
+                2,
+                2_000,
+                &configure,
+                &PolicyActor::Unsigned(None),
+                WriteBatch::new(),
+            )
             .expect("applies")
             .expect("accepted");
     }
@@ -107,32 +113,21 @@ fn applies<T>(
 fn bench(c: &mut Criterion) {
     let mut g = c.benchmark_group("apply");
     g.sample_size(30).measurement_time(Duration::from_secs(4));
-    g.bench_function("unsigned", |b| {
-        b.iter_custom(|n| {
-            applies(
-                n,
-                false,
-                |i| request(i, 1, None),
-                |e, log, req| {
-                    let r = e.apply_tx(log, log as i64 * 1_000, req, WriteBatch::new());
-                    black_box(r.expect("applies").expect("accepted"));
-                },
-            )
-        })
-    });
-    g.bench_function("unsigned_keyed", |b| {
-        b.iter_custom(|n| {
-            applies(
-                n,
-                false,
-                |i| request(i, 1, Some(format!("key-{i}"))),
-                |e, log, req| {
-                    let r = e.apply_tx(log, log as i64 * 1_000, req, WriteBatch::new());
-                    black_box(r.expect("applies").expect("accepted"));
-                },
-            )
-        })
-    });
+    for (name, keyed) in [("unsigned", false), ("unsigned_keyed", true)] {
+        g.bench_function(name, |b| {
+            b.iter_custom(|n| {
+                applies(
+                    n,
+                    false,
+                    |i| request(i, 1, keyed.then(|| format!("key-{i}"))),
+                    |e, log, req| {
+                        let r = e.apply_tx(log, log as i64 * 1_000, req, WriteBatch::new());
+                        black_box(r.expect("applies").expect("accepted"));
+                    },
+                )
+            })
+        });
+    }
     g.bench_function("signed", |b| {
         b.iter_custom(|n| {
             applies(
@@ -163,7 +158,8 @@ fn bench(c: &mut Criterion) {
                     (req, author, salts)
                 },
                 |e, log, (req, author, salts)| {
-                    let r = e.apply_tx_committed(log, log as i64 * 1_000, req, author, salts, WriteBatch::new());
+                    let r =
+                        e.apply_tx_committed(log, log as i64 * 1_000, req, author, salts, WriteBatch::new());
                     black_box(r.expect("applies").expect("accepted"));
                 },
             )

@@ -674,10 +674,16 @@ mod tests {
         req.value_salts = vec![vec![1; 16], vec![2; 16]];
         let err = value_salts(&req).unwrap_err();
         assert_eq!(err.field, "value_salts");
-        assert!(err.reason.contains("2 salts for 1 ops and 0 preconditions"), "{err}");
+        assert!(
+            err.reason.contains("2 salts for 1 ops and 0 preconditions"),
+            "{err}"
+        );
         req.value_salts = vec![vec![1; 15]];
         let err = value_salts(&req).unwrap_err();
-        assert_eq!((err.field.as_str(), err.reason.as_str()), ("value_salts[0]", "15 bytes; a salt is 16"));
+        assert_eq!(
+            (err.field.as_str(), err.reason.as_str()),
+            ("value_salts[0]", "15 bytes; a salt is 16")
+        );
         req.preconditions = vec![pb::Precondition {
             entity: 7,
             attribute: ":task/title".into(),
