@@ -420,6 +420,74 @@ fn wait_purged(endpoints: &[String], tx: u64) -> Json {
     report
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_saves_off_each_node_rebuilds_its_search_index_once_a_redaction_is_purged() {
+    let dir = tempfile::tempdir().unwrap();
+    let off = ["--recall-save-ms", "0"].map(String::from);
+    let (cluster, cli) = three_nodes_with(dir.path(), 1, &off).await;
+    let written = cli.ok(None, &["transact"], Some(&person("crm-agent")));
+    let e = written["temp_ids"]["p"].as_u64().unwrap().to_string();
+    // Every node's index has taken the write in (a search feeds it first).
+    for endpoint in cluster.endpoints() {
+        let found = common::run_cli(
+            EXE,
+            &endpoint,
+            &["--json", "search", "--ns", NS, "--stale", "Ada"],
+            None,
+        );
+        assert_eq!(found.code, 0, "{}", found.stderr);
+    }
+    let done = redact_email(&cli, &e, "gdpr");
+    let tx = done["tx"].as_u64().unwrap();
+    wait_purged(&cluster.endpoints(), tx);
+    // Each node rebuilt its index from its store after the purge, with no save to replace.
+    for endpoint in cluster.endpoints() {
+        let mut rebuilt = Json::Null;
+        for _ in 0..200 {
+            let out = common::run_cli(
+                EXE,
+                &endpoint,
+                &["--json", "jobs", "--kind", "search-rebuild"],
+                None,
+            );
+            assert_eq!(out.code, 0, "{}", out.stderr);
+            let answer: Json = serde_json::from_str(&out.stdout).unwrap();
+            let jobs = answer["nodes"][0]["jobs"].as_array().unwrap().clone();
+            if let Some(job) = jobs.into_iter().find(|j| {
+                j["subject"].as_str().unwrap().starts_with("after the redaction") && j["outcome"] == "done"
+            }) {
+                rebuilt = job;
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        assert!(
+            rebuilt.is_object(),
+            "{endpoint} never rebuilt its index after the purge"
+        );
+    }
+    // No node saved its index.
+    for n in 1..=3 {
+        assert!(!cluster.node(n).unwrap().data_dir.join("recall.index").exists());
+    }
+    // The redacted value is found by no search, on any node; the name that stayed still is.
+    for endpoint in cluster.endpoints() {
+        let hits = |words: &str| {
+            let out = common::run_cli(
+                EXE,
+                &endpoint,
+                &["--json", "search", "--ns", NS, "--stale", words],
+                None,
+            );
+            assert_eq!(out.code, 0, "{}", out.stderr);
+            let doc: Json = serde_json::from_str(&out.stdout).unwrap();
+            doc["hits"].as_array().unwrap().clone()
+        };
+        assert!(hits("lovelace secret").is_empty(), "{endpoint}");
+        assert_eq!(hits("Ada").len(), 1, "{endpoint}");
+    }
+}
+
 /// Writes a unique marker, redacts it (with node `down` killed first, if any, and started
 /// again once the others purged), waits for `engram redact status` to say every node purged
 /// it, and reads every file of every node's data directory: the marker's bytes are nowhere.

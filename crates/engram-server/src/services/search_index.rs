@@ -323,7 +323,9 @@ const SAVE_LOOK_EVERY: Duration = Duration::from_secs(1);
 /// in something new; removes it as soon as a redaction is applied after the index's contents
 /// were read (it may hold the forgotten values), and once this node's purge of that redaction
 /// is done, rebuilds the index from the store, replaces the one in memory, and saves again.
-/// Ends when the node stops.
+/// With saves off (no save file, `--recall-save-ms 0`) it still rebuilds the index after each
+/// purge: the index in memory holds a forgotten value's words until it is rebuilt (its hits
+/// are filtered out meanwhile). Ends when the node stops.
 pub async fn keep_saved(
     shared: Arc<super::Shared>,
     every: Duration,
@@ -331,9 +333,7 @@ pub async fn keep_saved(
 ) {
     let search = &shared.search;
     let node = &shared.node;
-    let Some(file) = search.file.clone() else {
-        return;
-    };
+    let file = search.file.clone();
     let mut redactions = node.purges.applied.clone();
     let mut notices = true;
     // The position of the save on disk: once the index is set out, the one it was taken from.
@@ -364,17 +364,21 @@ pub async fn keep_saved(
         }
         let saved = saved.get_or_insert(TxId(search.loaded_next.load(Ordering::Relaxed)));
         if redacted > seen {
-            match file.remove() {
-                Ok(true) => {
+            match file.as_ref().map(SaveFile::remove) {
+                Some(Ok(true)) => {
                     FEED_HEALTH.save_bytes.store(0, Ordering::Relaxed);
                     tracing::info!(
                         log_index = redacted,
                         "search index: its save is removed (a redaction was applied after it was read)"
                     )
                 }
-                Ok(false) => {}
-                Err(e) => {
-                    tracing::error!(error = %e, path = %file.path().display(), "search index: cannot remove its save after a redaction")
+                None | Some(Ok(false)) => {}
+                Some(Err(e)) => {
+                    let path = file
+                        .as_ref()
+                        .map(|f| f.path().display().to_string())
+                        .unwrap_or_default();
+                    tracing::error!(error = %e, %path, "search index: cannot remove its save after a redaction")
                 }
             }
             *saved = TxId(0);
@@ -401,7 +405,7 @@ pub async fn keep_saved(
                 }
             }
         }
-        if last_save.elapsed() < every {
+        if file.is_none() || last_save.elapsed() < every {
             continue;
         }
         match search.save(node, *saved).await {
