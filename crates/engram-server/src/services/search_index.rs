@@ -364,21 +364,19 @@ pub async fn keep_saved(
         }
         let saved = saved.get_or_insert(TxId(search.loaded_next.load(Ordering::Relaxed)));
         if redacted > seen {
-            match file.as_ref().map(SaveFile::remove) {
-                Some(Ok(true)) => {
-                    FEED_HEALTH.save_bytes.store(0, Ordering::Relaxed);
-                    tracing::info!(
-                        log_index = redacted,
-                        "search index: its save is removed (a redaction was applied after it was read)"
-                    )
-                }
-                None | Some(Ok(false)) => {}
-                Some(Err(e)) => {
-                    let path = file
-                        .as_ref()
-                        .map(|f| f.path().display().to_string())
-                        .unwrap_or_default();
-                    tracing::error!(error = %e, %path, "search index: cannot remove its save after a redaction")
+            if let Some(file) = &file {
+                match file.remove() {
+                    Ok(true) => {
+                        FEED_HEALTH.save_bytes.store(0, Ordering::Relaxed);
+                        tracing::info!(
+                            log_index = redacted,
+                            "search index: its save is removed (a redaction was applied after it was read)"
+                        )
+                    }
+                    Ok(false) => {}
+                    Err(e) => {
+                        tracing::error!(error = %e, path = %file.path().display(), "search index: cannot remove its save after a redaction")
+                    }
                 }
             }
             *saved = TxId(0);
