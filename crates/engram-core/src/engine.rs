@@ -16,7 +16,9 @@ use engram_types::{
 
 use crate::durability::{Write, durability};
 use crate::planted::{self, PlantedBug};
-use crate::rows::{ChainHead, LastCheckpoint, Rejection, TxLogRow, TxOutcome, decode_row, encode_row};
+use crate::rows::{
+    ChainHead, IdempotencyRow, LastCheckpoint, Rejection, TxLogRow, TxOutcome, decode_row, encode_row,
+};
 use crate::{CoreError, commitment, keys, plan, policy, reads, redact, redact_where};
 
 /// When a node signs a checkpoint of its chain: after every `every_entries` entries, or once
@@ -106,45 +108,6 @@ pub struct Engine {
     /// Set by [`Engine::redact_on_branches`]: the redaction entry being applied takes the
     /// entity's datoms on branches too (`crate::redact`).
     on_branches: bool,
-}
-
-/// The `I` row: the receipt of the transaction that first used an idempotency key, and the
-/// [`request_content_hash`] of that transaction, so a reuse of the key for other content is
-/// refused instead of acknowledged with a receipt for content that was never written.
-#[derive(Clone, Debug, PartialEq)]
-struct IdempotencyRow {
-    receipt: TxReceipt,
-    /// `None` for a row written before content hashes were recorded.
-    content: Option<Hash>,
-}
-
-impl IdempotencyRow {
-    /// The row is `postcard(receipt)` followed by the 32 content-hash bytes. Rows written
-    /// before the hash was recorded hold `postcard(receipt)` alone. A receipt's postcard
-    /// encoding is self-delimiting, so what follows it tells the two apart without a version
-    /// byte: nothing (an old row) or exactly 32 bytes; anything else is corruption.
-    fn encode(&self) -> Vec<u8> {
-        let mut row = encode_row(&self.receipt);
-        if let Some(content) = &self.content {
-            row.extend_from_slice(content.as_bytes());
-        }
-        row
-    }
-
-    fn decode(bytes: &[u8]) -> Result<IdempotencyRow, CoreError> {
-        let (receipt, rest) = postcard::take_from_bytes::<TxReceipt>(bytes)
-            .map_err(|e| CoreError::corrupt("idempotency row", e))?;
-        let content = match rest.len() {
-            0 => None,
-            _ => Some(Hash::from_slice(rest).ok_or_else(|| {
-                CoreError::corrupt(
-                    "idempotency row",
-                    format!("{} bytes after the receipt, expected 0 or 32", rest.len()),
-                )
-            })?),
-        };
-        Ok(IdempotencyRow { receipt, content })
-    }
 }
 
 /// What an idempotency key vouches for: the blake3 hash of the postcard encoding of every
@@ -1497,14 +1460,11 @@ impl Engine {
                 eager.put(Space::State, keys::idempotency(ns, key), row.encode());
                 self.write_store(eager, Write::PlantedEagerRow)?;
             }
-            batch.put(Space::State, keys::idempotency(ns, key), row.encode());
+            let row_key = keys::idempotency(ns, key);
+            batch.put(Space::State, row_key.clone(), row.encode());
             // So that a redaction of one of its values finds the row and drops its content
             // hash, an unsalted hash of the values (`redact::rows`).
-            batch.put(
-                Space::State,
-                keys::idempotency_of_tx(tx),
-                keys::idempotency(ns, key),
-            );
+            batch.put(Space::State, keys::idempotency_of_tx(tx), row_key);
         }
         self.commit(batch, head, &sealed);
         if let Some(committed) = &mut self.committed {

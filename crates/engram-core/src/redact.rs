@@ -53,6 +53,7 @@ use engram_types::{
 };
 
 use crate::current::CurrentRow;
+use crate::rows::IdempotencyRow;
 use crate::{CoreError, Rejection, keys};
 
 pub use crate::value_groups::Target;
@@ -495,10 +496,9 @@ pub fn rows(
         if let Some(row_key) = view.get(Space::State, &keys::idempotency_of_tx(tx))?
             && let Some(row) = view.get(Space::State, &row_key)?
         {
-            let (receipt, rest) = postcard::take_from_bytes::<engram_types::TxReceipt>(&row)
-                .map_err(|e| CoreError::corrupt("idempotency row", e))?;
-            if !rest.is_empty() {
-                batch.put(Space::State, row_key, crate::rows::encode_row(&receipt));
+            let mut row = IdempotencyRow::decode(&row)?;
+            if row.content.take().is_some() {
+                batch.put(Space::State, row_key, row.encode());
             }
         }
     }

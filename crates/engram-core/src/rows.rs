@@ -411,6 +411,46 @@ impl TxLogRow {
     }
 }
 
+/// The `I` row: the receipt of the transaction that first used an idempotency key, and the
+/// `request_content_hash` (`crate::engine`) of that transaction, so a reuse of the key for other content is
+/// refused instead of acknowledged with a receipt for content that was never written.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct IdempotencyRow {
+    pub receipt: TxReceipt,
+    /// `None` for a row written before content hashes were recorded, or whose transaction a
+    /// redaction took a value of (`crate::redact::rows`).
+    pub content: Option<Hash>,
+}
+
+impl IdempotencyRow {
+    /// The row is `postcard(receipt)` followed by the 32 content-hash bytes. Rows written
+    /// before the hash was recorded hold `postcard(receipt)` alone. A receipt's postcard
+    /// encoding is self-delimiting, so what follows it tells the two apart without a version
+    /// byte: nothing (an old row) or exactly 32 bytes; anything else is corruption.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut row = encode_row(&self.receipt);
+        if let Some(content) = &self.content {
+            row.extend_from_slice(content.as_bytes());
+        }
+        row
+    }
+
+    pub fn decode(bytes: &[u8]) -> Result<IdempotencyRow, CoreError> {
+        let (receipt, rest) = postcard::take_from_bytes::<TxReceipt>(bytes)
+            .map_err(|e| CoreError::corrupt("idempotency row", e))?;
+        let content = match rest.len() {
+            0 => None,
+            _ => Some(Hash::from_slice(rest).ok_or_else(|| {
+                CoreError::corrupt(
+                    "idempotency row",
+                    format!("{} bytes after the receipt, expected 0 or 32", rest.len()),
+                )
+            })?),
+        };
+        Ok(IdempotencyRow { receipt, content })
+    }
+}
+
 pub(crate) fn encode_row<T: Serialize>(row: &T) -> Vec<u8> {
     // postcard serialisation of plain data cannot fail; a failure is a bug in a derive.
     postcard::to_allocvec(row).expect("postcard serialisation of a state row")

@@ -134,16 +134,15 @@ fn canonical_body<T: prost::Message>(message: &T, canonical: Option<Vec<u8>>) ->
 /// value's salted commitment in place of the value), else the values themselves.
 impl SignedBody for pb::TransactRequest {
     fn signed_body(&self, _: &str) -> Vec<u8> {
-        let committed = match crate::value_salts(self) {
-            Ok(salts) if !salts.is_empty() => engram_types::TxRequest::try_from(self.clone())
-                .ok()
-                .and_then(|t| t.committed_bytes(&salts).ok()),
-            Ok(_) => engram_types::TxRequest::try_from(self.clone())
-                .ok()
-                .map(|t| t.signed_bytes()),
-            Err(_) => None,
-        };
-        canonical_body(self, committed)
+        let canonical = crate::value_salts(self).ok().and_then(|salts| {
+            let tx = engram_types::TxRequest::try_from(self.clone()).ok()?;
+            if salts.is_empty() {
+                Some(tx.signed_bytes())
+            } else {
+                tx.committed_bytes(&salts).ok()
+            }
+        });
+        canonical_body(self, canonical)
     }
 }
 
